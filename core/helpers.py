@@ -1,0 +1,99 @@
+"""Environment flags, Context, and the small utilities every layer shares."""
+from __future__ import annotations
+import contextlib, functools, itertools, math, os, pathlib, sys
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+
+T = TypeVar("T")
+
+# *** collections ***
+
+def prod(xs: Iterable[Any], start: Any = 1) -> Any: return functools.reduce(lambda a, b: a * b, xs, start)
+def dedup(xs: Iterable[T]) -> list[T]: return list(dict.fromkeys(xs))
+def flatten(xss: Iterable[Iterable[T]]) -> list[T]: return [x for xs in xss for x in xs]
+def all_same(xs: Sequence[Any]) -> bool: return all(x == xs[0] for x in xs[1:])
+def all_int(xs: Iterable[Any]) -> bool: return all(isinstance(x, int) for x in xs)
+def argsort(xs: Sequence[Any]) -> list[int]: return sorted(range(len(xs)), key=xs.__getitem__)
+def partition(xs: Iterable[T], fn: Callable[[T], bool]) -> tuple[list[T], list[T]]:
+  yes: list[T] = []
+  no: list[T] = []
+  for x in xs: (yes if fn(x) else no).append(x)
+  return yes, no
+def make_tuple(x: int | Sequence[int], n: int) -> tuple[int, ...]: return (x,) * n if isinstance(x, int) else tuple(x)
+def argfix(*x: Any) -> tuple[Any, ...]:
+  """Lets `f(1, 2)`, `f((1, 2))` and `f([1, 2])` mean the same thing."""
+  if x and isinstance(x[0], (tuple, list)):
+    if len(x) != 1: raise ValueError(f"pass either one sequence or several values, not {x!r}")
+    return tuple(x[0])
+  return tuple(x)
+def unwrap(x: T | None) -> T:
+  assert x is not None
+  return x
+def round_up(n: int, align: int) -> int: return (n + align - 1) // align * align
+def cdiv(a: int, b: int) -> int: return -(-a // b)
+def ceildiv(a: Any, b: Any) -> Any: return -(a // -b)
+def pairwise(xs: Iterable[T]) -> Iterator[tuple[T, T]]: return itertools.pairwise(xs)
+def is_pow2(n: int) -> bool: return n > 0 and n & (n - 1) == 0
+def polyN(x: Any, coeffs: Sequence[float]) -> Any: return functools.reduce(lambda acc, c: acc * x + c, coeffs, 0.0)
+
+def to_function_name(s: str) -> str:
+  """A C identifier made from an arbitrary kernel name."""
+  return "".join(c if c.isalnum() or c == "_" else f"{ord(c):02X}" for c in s)
+
+def colored(s: str, color: str | None = None) -> str:
+  if color is None or not sys.stdout.isatty(): return s
+  codes = {"black": 30, "red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cyan": 36, "white": 37}
+  return f"\u001b[{codes[color]}m{s}\u001b[0m"
+
+# *** environment ***
+
+@functools.cache
+def getenv(key: str, default: Any = 0) -> Any:
+  """Reads an env var once, typed like `default`."""
+  return type(default)(os.getenv(key, default))
+
+class ContextVar:
+  """An integer setting read from the environment once and overridable with `Context(...)`."""
+  _registry: dict[str, ContextVar] = {}
+  def __init__(self, key: str, default: int):
+    self.key, self.value = key, getenv(key, default)
+    ContextVar._registry[key] = self
+  def __bool__(self) -> bool: return bool(self.value)
+  def __int__(self) -> int: return int(self.value)
+  def __index__(self) -> int: return int(self.value)
+  def __ge__(self, x: int) -> bool: return self.value >= x
+  def __gt__(self, x: int) -> bool: return self.value > x
+  def __lt__(self, x: int) -> bool: return self.value < x
+  def __le__(self, x: int) -> bool: return self.value <= x
+  def __eq__(self, x: object) -> bool: return self.value == x
+  def __hash__(self) -> int: return hash(self.key)
+  def __repr__(self) -> str: return f"{self.key}={self.value}"
+
+class Context(contextlib.ContextDecorator):
+  """`with Context(DEBUG=2):` overrides settings for a block (also usable as a decorator)."""
+  def __init__(self, **kwargs: int): self.kwargs = kwargs
+  def __enter__(self) -> None:
+    unknown = [k for k in self.kwargs if k not in ContextVar._registry]
+    if unknown: raise KeyError(f"unknown Context setting(s) {unknown}; known: {sorted(ContextVar._registry)}")
+    self.old = {k: ContextVar._registry[k].value for k in self.kwargs}
+    for k, v in self.kwargs.items(): ContextVar._registry[k].value = v
+  def __exit__(self, *exc: object) -> None:
+    for k, v in self.old.items(): ContextVar._registry[k].value = v
+
+DEBUG, SPEC, TRACK_REWRITES = ContextVar("DEBUG", 0), ContextVar("SPEC", 0), ContextVar("TRACK_REWRITES", 0)
+BEAM, NOOPT, JIT = ContextVar("BEAM", 0), ContextVar("NOOPT", 0), ContextVar("JIT", 1)
+
+def cache_dir() -> pathlib.Path:
+  """The per-user cache folder (XDG on Linux, ~/Library/Caches on macOS); override with CORE_CACHE_DIR."""
+  if (d := os.getenv("CORE_CACHE_DIR")): return pathlib.Path(d)
+  if sys.platform == "darwin": return pathlib.Path.home() / "Library" / "Caches" / "core"
+  return pathlib.Path(os.getenv("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "core"
+
+def fmt_bytes(n: float) -> str:
+  for unit in ("B", "KB", "MB", "GB"):
+    if abs(n) < 1024 or unit == "GB": return f"{n:.2f} {unit}" if unit != "B" else f"{int(n)} B"
+    n /= 1024
+  return f"{n} B"
+
+def fmt_seconds(s: float) -> str: return f"{s*1e6:.2f} us" if s < 1e-3 else f"{s*1e3:.2f} ms" if s < 1 else f"{s:.2f} s"
+
+def is_nan(x: Any) -> bool: return isinstance(x, float) and math.isnan(x)

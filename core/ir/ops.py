@@ -1,0 +1,471 @@
+"""The UOp IR: one `Ops` enum and the immutable, hash-consed `UOp` node every stage rewrites."""
+from __future__ import annotations
+import enum, functools, math, struct, weakref
+from typing import Any, Callable, Iterator, Sequence, Union
+from core.ir.dtype import ConstType, DType, PtrDType, dtypes, truncate, AddrSpace
+from core.helpers import prod, all_int
+
+class Ops(enum.IntEnum):
+  """Every operation of every stage. Grouped in `GroupOp`; the order only matters for the canonical sort."""
+  # graph structure
+  SINK = enum.auto(); GROUP = enum.auto(); NOOP = enum.auto(); LINEAR = enum.auto()  # noqa: E702
+  PROGRAM = enum.auto(); DEVICE = enum.auto(); SOURCE = enum.auto(); BINARY = enum.auto()  # noqa: E702
+  CALL = enum.auto(); CUSTOM_FUNCTION = enum.auto(); CUSTOM = enum.auto()  # noqa: E702
+  # tensor level
+  UNIQUE = enum.auto(); BUFFER = enum.auto(); BUFFER_VIEW = enum.auto(); COPY = enum.auto()  # noqa: E702
+  ASSIGN = enum.auto(); AFTER = enum.auto(); CONTIGUOUS = enum.auto(); CONTIGUOUS_BACKWARD = enum.auto()  # noqa: E702
+  DETACH = enum.auto(); REDUCE_AXIS = enum.auto(); KERNEL = enum.auto()  # noqa: E702
+  # movement
+  RESHAPE = enum.auto(); PERMUTE = enum.auto(); EXPAND = enum.auto(); PAD = enum.auto()  # noqa: E702
+  SHRINK = enum.auto(); FLIP = enum.auto()  # noqa: E702
+  # kernel level
+  PARAM = enum.auto(); DEFINE_LOCAL = enum.auto(); DEFINE_REG = enum.auto(); DEFINE_VAR = enum.auto()  # noqa: E702
+  BIND = enum.auto(); SPECIAL = enum.auto(); RANGE = enum.auto(); END = enum.auto(); REDUCE = enum.auto()  # noqa: E702
+  INDEX = enum.auto(); LOAD = enum.auto(); STORE = enum.auto(); BARRIER = enum.auto()  # noqa: E702
+  IF = enum.auto(); ENDIF = enum.auto(); VECTORIZE = enum.auto(); GEP = enum.auto(); CAT = enum.auto()  # noqa: E702
+  UNROLL = enum.auto(); CONTRACT = enum.auto(); WMMA = enum.auto()  # noqa: E702
+  # command level (HCQ)
+  WAIT = enum.auto(); INS = enum.auto(); GETADDR = enum.auto()  # noqa: E702
+  # values
+  CONST = enum.auto(); VCONST = enum.auto(); CAST = enum.auto(); BITCAST = enum.auto()  # noqa: E702
+  # unary
+  EXP2 = enum.auto(); LOG2 = enum.auto(); SIN = enum.auto(); SQRT = enum.auto(); RECIPROCAL = enum.auto()  # noqa: E702
+  NEG = enum.auto(); TRUNC = enum.auto()  # noqa: E702
+  # binary
+  ADD = enum.auto(); MUL = enum.auto(); SUB = enum.auto(); IDIV = enum.auto(); MOD = enum.auto(); FDIV = enum.auto()  # noqa: E702
+  MAX = enum.auto(); POW = enum.auto(); CMPLT = enum.auto(); CMPNE = enum.auto(); CMPEQ = enum.auto()  # noqa: E702
+  XOR = enum.auto(); OR = enum.auto(); AND = enum.auto(); SHL = enum.auto(); SHR = enum.auto()  # noqa: E702
+  # ternary
+  WHERE = enum.auto(); MULACC = enum.auto()  # noqa: E702
+  def __repr__(self) -> str: return f"Ops.{self.name}"
+
+class GroupOp:
+  Unary = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.NEG, Ops.TRUNC})
+  Binary = frozenset({Ops.ADD, Ops.MUL, Ops.SUB, Ops.IDIV, Ops.MOD, Ops.FDIV, Ops.MAX, Ops.POW, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ,
+                      Ops.XOR, Ops.OR, Ops.AND, Ops.SHL, Ops.SHR})
+  Ternary = frozenset({Ops.WHERE, Ops.MULACC})
+  ALU = Unary | Binary | Ternary
+  Movement = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
+  Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.XOR, Ops.AND, Ops.OR})
+  Associative = frozenset({Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.MAX})
+  Comparison = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
+  Idempotent = frozenset({Ops.OR, Ops.AND, Ops.MAX})
+  # ops where f(0, ...) == 0 for the first source, so padding with zeros can pass through them
+  UnsafePad = frozenset({Ops.RECIPROCAL, Ops.LOG2, Ops.EXP2, Ops.IDIV, Ops.FDIV, Ops.POW, Ops.CMPEQ})
+  Buffer = frozenset({Ops.LOAD, Ops.STORE, Ops.INDEX})
+  Defines = frozenset({Ops.PARAM, Ops.DEFINE_LOCAL, Ops.DEFINE_REG})
+  Elementwise = ALU | frozenset({Ops.CAST, Ops.BITCAST})
+
+class AxisType(enum.IntEnum):
+  """The role of a kernel loop; the optimizer changes roles, the renderer turns them into code."""
+  GLOBAL = 1; LOCAL = 2; LOOP = 3; GROUP_REDUCE = 4; REDUCE = 5; UPCAST = 6; UNROLL = 7; OUTER = 8  # noqa: E702
+  def __repr__(self) -> str: return f"AxisType.{self.name}"
+
+sint = Union[int, "UOp"]
+
+def _arg_key(a: Any) -> Any:
+  """A hash key that tells apart args Python calls equal: 0.0/-0.0, 1/1.0/True, and NaN payloads."""
+  if type(a) is float: return (float, struct.pack("<d", a))
+  if type(a) is tuple: return tuple(_arg_key(x) for x in a)
+  if type(a) is bool: return (bool, a)
+  return a
+
+class UOpMeta(type):
+  ucache: dict[tuple, weakref.ReferenceType[UOp]] = {}
+  def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None) -> UOp:
+    key = (op, dtype, src, arg if type(arg) not in (float, tuple, bool) else _arg_key(arg), tag)
+    if (ref := UOpMeta.ucache.get(key)) is not None and (ret := ref()) is not None: return ret
+    ret = super().__call__(op, dtype, src, arg, tag)
+    ret._key = key
+    UOpMeta.ucache[key] = weakref.ref(ret)
+    return ret
+
+class UOp(metaclass=UOpMeta):
+  """One node: `op` applied to `src` with a static `arg`, producing `dtype`. Never mutated; equal nodes are one object."""
+  __slots__ = ("op", "dtype", "src", "arg", "tag", "_key", "__dict__", "__weakref__")
+  op: Ops
+  dtype: DType
+  src: tuple[UOp, ...]
+  arg: Any
+  tag: Any
+  def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None):
+    object.__setattr__(self, "op", op)
+    object.__setattr__(self, "dtype", dtype)
+    object.__setattr__(self, "src", src)
+    object.__setattr__(self, "arg", arg)
+    object.__setattr__(self, "tag", tag)
+  def __setattr__(self, k: str, v: Any) -> None:
+    if k != "_key": raise AttributeError(f"UOp is immutable (tried to set {k})")
+    object.__setattr__(self, k, v)
+  def __del__(self) -> None:
+    try:
+      # weak references are still live inside __del__, so compare with self
+      if (ref := UOpMeta.ucache.get(self._key)) is not None and ref() in (None, self): del UOpMeta.ucache[self._key]
+    except (AttributeError, TypeError): pass  # interpreter shutdown or a failed construction
+  def __reduce__(self): return (UOp, (self.op, self.dtype, self.src, self.arg, self.tag))
+  def __repr__(self) -> str:
+    from core.ir.render import uop_to_python
+    return uop_to_python(self)
+  # NOTE: identity equality is the point of hash-consing; `==` builds CMPEQ for symbolic math only via .eq()
+  __hash__ = object.__hash__
+
+  def replace(self, **kwargs: Any) -> UOp:
+    """A copy with some of op, dtype, src, arg, tag changed."""
+    new = (kwargs.pop("op", self.op), kwargs.pop("dtype", self.dtype), kwargs.pop("src", self.src), kwargs.pop("arg", self.arg),
+           kwargs.pop("tag", self.tag))
+    if kwargs: raise TypeError(f"replace got unknown fields {list(kwargs)}")
+    if new[0] is self.op and new[1] is self.dtype and new[2] is self.src and new[3] is self.arg and new[4] is self.tag: return self
+    return UOp(*new)
+
+  # *** graph walking ***
+
+  def toposort(self, gate: Callable[[UOp], bool] | None = None) -> dict[UOp, None]:
+    """All nodes reachable from here, every source before its users (iterative; deep graphs are fine).
+    `gate(u)` false stops the walk below u (u itself is still included)."""
+    visited: dict[UOp, None] = {}
+    stack: list[tuple[UOp, bool]] = [(self, False)]
+    while stack:
+      u, expanded = stack.pop()
+      if u in visited: continue
+      if expanded: visited[u] = None
+      else:
+        stack.append((u, True))
+        if gate is None or gate(u): stack.extend((s, False) for s in reversed(u.src) if s not in visited)
+    return visited
+
+  @property
+  def parents(self) -> tuple[UOp, ...]: return self.src
+
+  def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
+    """This graph with every node that is a key of `mapping` replaced (the replacements are not walked)."""
+    if not mapping: return self
+    done: dict[UOp, UOp] = dict(mapping)
+    for u in self.toposort(gate=lambda u: u not in mapping):
+      if u in done: continue
+      new_src = tuple(done[s] for s in u.src)
+      done[u] = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)
+    return done[self]
+
+  def sink(self, *srcs: UOp, **kwargs: Any) -> UOp: return UOp(Ops.SINK, dtypes.void, (self,) + srcs, **kwargs)
+
+  # *** tensor-level shape and device ***
+
+  @functools.cached_property
+  def shape(self) -> tuple[sint, ...] | None:
+    """The shape of a tensor-level node (None for nodes without one, like kernel-level index math)."""
+    op, s = self.op, self.src
+    if op is Ops.BUFFER: return (self.arg,)
+    if op is Ops.BUFFER_VIEW: return (self.arg[0],)
+    if op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND): return ()
+    if op is Ops.RESHAPE or op is Ops.EXPAND: return tuple(self.arg)
+    if op in (Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.REDUCE_AXIS):
+      ps = s[0].shape
+      if ps is None: return None
+      if op is Ops.PERMUTE: return tuple(ps[i] for i in self.arg)
+      if op is Ops.PAD: return tuple(d + b + a for d, (b, a) in zip(ps, self.arg))
+      if op is Ops.SHRINK: return tuple(e - b for b, e in self.arg)
+      if op is Ops.FLIP: return ps
+      return tuple(1 if i in self.arg[1] else d for i, d in enumerate(ps))
+    if op in GroupOp.Elementwise or op in (Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.COPY, Ops.ASSIGN, Ops.AFTER):
+      for x in (s[1:] if op is Ops.WHERE else s):
+        if x.op is not Ops.DEVICE and (sh := x.shape) is not None: return sh
+      return None
+    return None
+
+  @property
+  def ndim(self) -> int: return len(self.shape or ())
+  @property
+  def size(self) -> sint: return prod(self.shape or ())
+
+  @functools.cached_property
+  def device(self) -> str | tuple[str, ...] | None:
+    """The device name of a tensor-level node, from its DEVICE source (COPY's destination wins)."""
+    if self.op is Ops.DEVICE: return self.arg
+    if self.op is Ops.COPY: return self.src[1].device
+    for s in self.src:
+      if (d := s.device) is not None: return d
+    return None
+
+  @property
+  def base(self) -> UOp:
+    """The node under any movement ops."""
+    u = self
+    while u.op in GroupOp.Movement: u = u.src[0]
+    return u
+
+  # *** builders ***
+
+  @staticmethod
+  def const(dtype: DType, value: Any, device: str | None = None, shape: tuple[sint, ...] | None = None) -> UOp:
+    """A constant; with `device` it is a tensor-level scalar, expanded to `shape` when given."""
+    if isinstance(value, UOp): return value
+    if dtype.count > 1 and not isinstance(value, tuple):
+      return UOp(Ops.VCONST, dtype, arg=tuple(truncate(dtype.scalar(), value) for _ in range(dtype.count)))
+    if isinstance(value, tuple): return UOp(Ops.VCONST, dtype, arg=tuple(truncate(dtype.scalar(), v) for v in value))
+    ret = UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),) if device is not None else (), truncate(dtype, value))
+    if shape is not None: ret = ret.reshape((1,) * len(shape)).expand(shape)
+    return ret
+  def const_like(self, value: Any) -> UOp:
+    """A constant of this node's dtype (and, at tensor level, its device and shape)."""
+    if self.shape is not None and self.device is not None and self.op not in (Ops.DEFINE_VAR, Ops.BIND):
+      return UOp.const(self.dtype, value, self.device, self.shape)
+    return UOp.const(self.dtype, value)
+  def alu(self, op: Ops, *srcs: UOp) -> UOp:
+    dtype = dtypes.bool.vec(self.dtype.count) if op in GroupOp.Comparison else (srcs[-1] if op is Ops.WHERE else self).dtype
+    return UOp(op, dtype, (self,) + srcs)
+  def _binop(self, op: Ops, x: Any, reverse: bool) -> UOp:
+    y = x if isinstance(x, UOp) else self.const_like(x)
+    return y.alu(op, self) if reverse else self.alu(op, y)
+
+  def __add__(self, x: Any) -> UOp: return self._binop(Ops.ADD, x, False)
+  def __radd__(self, x: Any) -> UOp: return self._binop(Ops.ADD, x, True)
+  def __sub__(self, x: Any) -> UOp: return self._binop(Ops.SUB, x, False)
+  def __rsub__(self, x: Any) -> UOp: return self._binop(Ops.SUB, x, True)
+  def __mul__(self, x: Any) -> UOp: return self._binop(Ops.MUL, x, False)
+  def __rmul__(self, x: Any) -> UOp: return self._binop(Ops.MUL, x, True)
+  def __floordiv__(self, x: Any) -> UOp: return self._binop(Ops.IDIV, x, False)
+  def __rfloordiv__(self, x: Any) -> UOp: return self._binop(Ops.IDIV, x, True)
+  def __truediv__(self, x: Any) -> UOp: return self._binop(Ops.FDIV, x, False)
+  def __rtruediv__(self, x: Any) -> UOp: return self._binop(Ops.FDIV, x, True)
+  def __mod__(self, x: Any) -> UOp: return self._binop(Ops.MOD, x, False)
+  def __rmod__(self, x: Any) -> UOp: return self._binop(Ops.MOD, x, True)
+  def __and__(self, x: Any) -> UOp: return self._binop(Ops.AND, x, False)
+  def __rand__(self, x: Any) -> UOp: return self._binop(Ops.AND, x, True)
+  def __or__(self, x: Any) -> UOp: return self._binop(Ops.OR, x, False)
+  def __ror__(self, x: Any) -> UOp: return self._binop(Ops.OR, x, True)
+  def __xor__(self, x: Any) -> UOp: return self._binop(Ops.XOR, x, False)
+  def __rxor__(self, x: Any) -> UOp: return self._binop(Ops.XOR, x, True)
+  def __lshift__(self, x: Any) -> UOp: return self._binop(Ops.SHL, x, False)
+  def __rshift__(self, x: Any) -> UOp: return self._binop(Ops.SHR, x, False)
+  def __lt__(self, x: Any) -> UOp: return self._binop(Ops.CMPLT, x, False)
+  def __gt__(self, x: Any) -> UOp: return self._binop(Ops.CMPLT, x, True)
+  def __le__(self, x: Any) -> UOp: return self._binop(Ops.CMPLT, x, True).logical_not()
+  def __ge__(self, x: Any) -> UOp: return self._binop(Ops.CMPLT, x, False).logical_not()
+  def __neg__(self) -> UOp: return self.alu(Ops.NEG)
+  def __invert__(self) -> UOp: return self.logical_not() if self.dtype.scalar() is dtypes.bool else self ^ -1
+  def __bool__(self) -> bool: raise TypeError(f"a UOp has no truth value; compare with .vmin/.vmax or use `is` ({self.op.name})")
+  def ne(self, x: Any) -> UOp: return self._binop(Ops.CMPNE, x, False)
+  def eq(self, x: Any) -> UOp: return self._binop(Ops.CMPEQ, x, False)
+  def logical_not(self) -> UOp: return self.ne(True)
+  def maximum(self, x: Any) -> UOp: return self._binop(Ops.MAX, x, False)
+  def minimum(self, x: Any) -> UOp: return -(-self).maximum(-x if not isinstance(x, UOp) else x.alu(Ops.NEG))
+  def where(self, x: Any, y: Any) -> UOp:
+    if isinstance(x, UOp): yv = y if isinstance(y, UOp) else x.const_like(y)
+    elif isinstance(y, UOp): yv, x = y, y.const_like(x)
+    else: raise TypeError("where needs at least one UOp branch")
+    return self.alu(Ops.WHERE, x, yv)
+  def cast(self, dtype: DType) -> UOp: return self if self.dtype is dtype else UOp(Ops.CAST, dtype, (self,))
+  def bitcast(self, dtype: DType) -> UOp: return self if self.dtype is dtype else UOp(Ops.BITCAST, dtype, (self,))
+  def exp2(self) -> UOp: return self.alu(Ops.EXP2)
+  def log2(self) -> UOp: return self.alu(Ops.LOG2)
+  def sin(self) -> UOp: return self.alu(Ops.SIN)
+  def sqrt(self) -> UOp: return self.alu(Ops.SQRT)
+  def reciprocal(self) -> UOp: return self.alu(Ops.RECIPROCAL)
+  def trunc(self) -> UOp: return self.alu(Ops.TRUNC)
+
+  # movement (tensor level); identity moves return self so graphs stay small
+  def reshape(self, shape: tuple[sint, ...]) -> UOp: return self if self.shape == tuple(shape) else UOp(Ops.RESHAPE, self.dtype, (self,), tuple(shape))
+  def permute(self, order: tuple[int, ...]) -> UOp:
+    return self if tuple(order) == tuple(range(len(order))) else UOp(Ops.PERMUTE, self.dtype, (self,), tuple(order))
+  def expand(self, shape: tuple[sint, ...]) -> UOp: return self if self.shape == tuple(shape) else UOp(Ops.EXPAND, self.dtype, (self,), tuple(shape))
+  def pad(self, arg: tuple[tuple[sint, sint], ...]) -> UOp:
+    return self if all(b == 0 and a == 0 for b, a in arg) else UOp(Ops.PAD, self.dtype, (self,), tuple(tuple(x) for x in arg))
+  def shrink(self, arg: tuple[tuple[sint, sint], ...]) -> UOp:
+    assert self.shape is not None
+    if all(b == 0 and e == d for (b, e), d in zip(arg, self.shape)): return self
+    return UOp(Ops.SHRINK, self.dtype, (self,), tuple(tuple(x) for x in arg))
+  def flip(self, axes: tuple[bool, ...]) -> UOp: return self if not any(axes) else UOp(Ops.FLIP, self.dtype, (self,), tuple(axes))
+  def r(self, op: Ops, axes: tuple[int, ...]) -> UOp:
+    axes = tuple(sorted(a for a in axes if self.shape is None or self.shape[a] != 1))
+    return self if not axes else UOp(Ops.REDUCE_AXIS, self.dtype, (self,), (op, axes))
+  def contiguous(self) -> UOp: return UOp(Ops.CONTIGUOUS, self.dtype, (self,))
+  def copy_to_device(self, device: str) -> UOp: return UOp(Ops.COPY, self.dtype, (self, UOp(Ops.DEVICE, arg=device)))
+  def assign(self, x: UOp) -> UOp: return UOp(Ops.ASSIGN, self.dtype, (self, x))
+  def after(self, *deps: UOp) -> UOp: return UOp(Ops.AFTER, self.dtype, (self,) + deps)
+  @staticmethod
+  def new_buffer(device: str, size: int, dtype: DType, num: int | None = None) -> UOp:
+    """A fresh buffer node: the UNIQUE source makes two buffers of equal size different nodes."""
+    return UOp(Ops.BUFFER, dtype, (UOp.unique(num), UOp(Ops.DEVICE, arg=device)), size)
+  _unique_counter = 0
+  @staticmethod
+  def unique(num: int | None = None) -> UOp:
+    if num is None: num, UOp._unique_counter = UOp._unique_counter, UOp._unique_counter + 1
+    return UOp(Ops.UNIQUE, arg=num)
+
+  # kernel level
+  @staticmethod
+  def param(slot: int, dtype: PtrDType) -> UOp: return UOp(Ops.PARAM, dtype, (), slot)
+  @staticmethod
+  def range(end: sint, axis: int, kind: AxisType = AxisType.LOOP) -> UOp:
+    return UOp(Ops.RANGE, dtypes.index, (_as_index(end),), (axis, kind))
+  @staticmethod
+  def special(end: sint, name: str) -> UOp: return UOp(Ops.SPECIAL, dtypes.index, (_as_index(end),), name)
+  def index(self, *idx: UOp, valid: UOp | None = None) -> UOp:
+    return UOp(Ops.INDEX, self.dtype, (self,) + idx + ((valid,) if valid is not None else ()))
+  def load(self, *alt: UOp, dtype: DType | None = None) -> UOp:
+    base = self.dtype.base if isinstance(self.dtype, PtrDType) else self.dtype
+    return UOp(Ops.LOAD, dtype or base, (self,) + alt)
+  def store(self, value: UOp, *extra: UOp) -> UOp: return UOp(Ops.STORE, dtypes.void, (self, value) + extra)
+  def end(self, *ranges: UOp) -> UOp: return self if not ranges else UOp(Ops.END, dtypes.void, (self,) + ranges)
+  def reduce(self, *ranges: UOp, op: Ops = Ops.ADD) -> UOp: return UOp(Ops.REDUCE, self.dtype, (self,) + ranges, op)
+  def gep(self, i: int | tuple[int, ...]) -> UOp:
+    idx = (i,) if isinstance(i, int) else tuple(i)
+    if self.dtype.count == 1 and idx == (0,): return self
+    return UOp(Ops.GEP, self.dtype.scalar().vec(len(idx)), (self,), idx)
+  @staticmethod
+  def vectorize(*srcs: UOp) -> UOp: return srcs[0] if len(srcs) == 1 else UOp(Ops.VECTORIZE, srcs[0].dtype.vec(len(srcs)), srcs)
+
+  # *** symbolic variables ***
+
+  @staticmethod
+  def variable(name: str, vmin: ConstType, vmax: ConstType, dtype: DType = dtypes.index) -> UOp:
+    if not vmin <= vmax: raise ValueError(f"variable {name!r} has an empty range [{vmin}, {vmax}]")
+    return UOp(Ops.DEFINE_VAR, dtype, (), (name, vmin, vmax))
+  def bind(self, value: int) -> UOp:
+    if self.op is not Ops.DEFINE_VAR: raise TypeError(f"only variables can be bound, not {self.op.name}")
+    if not self.arg[1] <= value <= self.arg[2]: raise ValueError(f"{self.arg[0]}={value} is outside its range [{self.arg[1]}, {self.arg[2]}]")
+    return UOp(Ops.BIND, self.dtype, (self, self.const_like(value)))
+  def unbind(self) -> tuple[UOp, int]:
+    if self.op is not Ops.BIND: raise TypeError(f"only a BIND can be unbound, not {self.op.name}")
+    return self.src[0], self.src[1].arg
+  @property
+  def expr(self) -> str: return self.arg[0]
+  def variables(self) -> list[UOp]:
+    return sorted({u for u in self.toposort() if u.op is Ops.DEFINE_VAR}, key=lambda v: v.arg)
+
+  # *** bounds of integer (and bool) expressions ***
+
+  @property
+  def vmin(self) -> ConstType: return self._min_max[0]
+  @property
+  def vmax(self) -> ConstType: return self._min_max[1]
+  @functools.cached_property
+  def _min_max(self) -> tuple[ConstType, ConstType]:
+    # the graph may be deep: make sure the sources are computed first, without recursion
+    for u in self.toposort(gate=lambda u: "_min_max" not in u.__dict__):
+      if "_min_max" not in u.__dict__: u.__dict__["_min_max"] = _bounds(u)
+    return self.__dict__["_min_max"]
+
+  def divides(self, v: int) -> UOp | None:
+    """self // v when v divides self exactly by structure, else None."""
+    if v == 1: return self
+    if self.op is Ops.CONST: return self.const_like(self.arg // v) if self.arg % v == 0 else None
+    if self.op is Ops.VCONST: return self.const_like(tuple(x // v for x in self.arg)) if all(x % v == 0 for x in self.arg) else None
+    if self.op is Ops.ADD:
+      d0, d1 = self.src[0].divides(v), self.src[1].divides(v)
+      return d0 + d1 if d0 is not None and d1 is not None else None
+    if self.op is Ops.MUL:
+      if (d0 := self.src[0].divides(v)) is not None: return d0 * self.src[1]
+      if (d1 := self.src[1].divides(v)) is not None: return self.src[0] * d1
+    return None
+  def const_factor(self) -> int:
+    """The largest integer known to divide this expression."""
+    if self.op is Ops.CONST: return abs(self.arg) if isinstance(self.arg, int) else 1
+    if self.op is Ops.VCONST: return math.gcd(*self.arg)
+    if self.op is Ops.ADD: return math.gcd(self.src[0].const_factor(), self.src[1].const_factor())
+    if self.op is Ops.MUL: return self.src[0].arg if self.src[0].op is Ops.CONST else self.src[1].arg if self.src[1].op is Ops.CONST else 1
+    return 1
+
+  def simplify(self) -> UOp:
+    from core.ir.symbolic import symbolic
+    from core.ir.pattern import graph_rewrite
+    return graph_rewrite(self, symbolic, name="simplify")
+  def ssimplify(self) -> sint:
+    s = self.simplify()
+    return s.arg if s.op is Ops.CONST else s
+
+def _as_index(x: sint) -> UOp: return x if isinstance(x, UOp) else UOp.const(dtypes.index, x)
+
+def Variable(name: str, vmin: ConstType, vmax: ConstType, dtype: DType = dtypes.index) -> UOp:
+  """A symbolic integer in [vmin, vmax], e.g. a batch size that changes between Jit calls."""
+  return UOp.variable(name, vmin, vmax, dtype)
+
+def _corners(fn: Callable[[Any, Any], Any], a: UOp, b: UOp) -> tuple[Any, Any]:
+  vals = [fn(x, y) for x in (a.vmin, a.vmax) for y in (b.vmin, b.vmax)]
+  return min(vals), max(vals)
+
+def _bounds(u: UOp) -> tuple[ConstType, ConstType]:
+  """Interval bounds of `u`, assuming its sources' bounds are already cached."""
+  from core.ir.dtype import dtype_min, dtype_max
+  from core.ir.alu import _idiv
+  d = u.dtype.scalar() if not isinstance(u.dtype, PtrDType) else dtypes.int64
+  lo, hi = dtype_min(d), dtype_max(d)
+  if d is dtypes.index: lo, hi = -math.inf, math.inf
+  s = u.src
+  def clamp(r: tuple[Any, Any]) -> tuple[ConstType, ConstType]:
+    if r[0] < lo or r[1] > hi: return lo, hi  # could wrap around: no better bound is safe
+    return r
+  op = u.op
+  if op is Ops.CONST: return (u.arg, u.arg)
+  if op is Ops.VCONST: return (min(u.arg), max(u.arg))
+  if op is Ops.DEFINE_VAR: return (u.arg[1], u.arg[2])
+  if op in (Ops.BIND, Ops.ASSIGN): return s[0]._min_max
+  if op in (Ops.RANGE, Ops.SPECIAL): return (0, s[0].vmax - 1)
+  if op in (Ops.GEP, Ops.VECTORIZE) and s and s[0].dtype.scalar() is not dtypes.void:
+    return (min(x.vmin for x in s), max(x.vmax for x in s))
+  if op is Ops.ADD: return clamp((s[0].vmin + s[1].vmin, s[0].vmax + s[1].vmax))
+  if op is Ops.SUB: return clamp((s[0].vmin - s[1].vmax, s[0].vmax - s[1].vmin))
+  if op is Ops.NEG: return clamp((-s[0].vmax, -s[0].vmin))
+  if op is Ops.MUL:
+    if any(math.isinf(x) for x in (s[0].vmin, s[0].vmax, s[1].vmin, s[1].vmax)) and dtypes.is_int(d):
+      return lo, hi
+    return clamp(_corners(lambda x, y: x * y, s[0], s[1]))
+  if op is Ops.MAX: return (max(s[0].vmin, s[1].vmin), max(s[0].vmax, s[1].vmax))
+  if op is Ops.IDIV and s[1].vmin > 0 and dtypes.is_int(d) and not any(math.isinf(x) for x in (s[0].vmin, s[0].vmax)):
+    return clamp(_corners(_idiv, s[0], s[1]))
+  if op is Ops.IDIV and s[1].vmax < 0 and dtypes.is_int(d) and not any(math.isinf(x) for x in (s[0].vmin, s[0].vmax)):
+    return clamp(_corners(_idiv, s[0], s[1]))
+  if op is Ops.MOD and s[1].vmin > 0 and dtypes.is_int(d):
+    m = s[1].vmax - 1
+    if s[0].vmin >= 0: return (0, min(s[0].vmax, m))
+    if s[0].vmax <= 0: return (max(s[0].vmin, -m), 0)
+    return (max(s[0].vmin, -m), min(s[0].vmax, m))
+  if op is Ops.CMPLT: return (s[0].vmax < s[1].vmin, s[0].vmin < s[1].vmax)
+  if op is Ops.CMPNE:
+    if s[0].vmax < s[1].vmin or s[0].vmin > s[1].vmax: return (True, True)
+    if s[0].vmin == s[0].vmax == s[1].vmin == s[1].vmax: return (False, False)
+    return (False, True)
+  if op is Ops.CMPEQ:
+    if s[0].vmax < s[1].vmin or s[0].vmin > s[1].vmax: return (False, False)
+    if s[0].vmin == s[0].vmax == s[1].vmin == s[1].vmax: return (True, True)
+    return (False, True)
+  if op is Ops.WHERE:
+    if s[0].vmin is True or s[0].vmin == 1 and s[0].vmax == 1: return s[1]._min_max
+    if s[0].vmax is False or s[0].vmax == 0 and s[0].vmin == 0: return s[2]._min_max
+    return (min(s[1].vmin, s[2].vmin), max(s[1].vmax, s[2].vmax))
+  if op is Ops.AND and d is dtypes.bool: return (s[0].vmin and s[1].vmin, s[0].vmax and s[1].vmax)
+  if op is Ops.OR and d is dtypes.bool: return (s[0].vmin or s[1].vmin, s[0].vmax or s[1].vmax)
+  if op is Ops.AND and dtypes.is_int(d) and s[1].op is Ops.CONST and s[1].arg >= 0 and s[0].vmin >= 0:
+    return (0, min(s[0].vmax, s[1].arg))
+  if op is Ops.SHL and s[1].op is Ops.CONST and s[0].vmin >= 0 and 0 <= s[1].arg < 64:
+    return clamp((s[0].vmin << s[1].arg, s[0].vmax << s[1].arg))
+  if op is Ops.SHR and s[1].op is Ops.CONST and s[0].vmin >= 0 and 0 <= s[1].arg < 64:
+    return (s[0].vmin >> s[1].arg, s[0].vmax >> s[1].arg)
+  if op is Ops.CAST and (dtypes.is_int(d) or d is dtypes.bool) and (dtypes.is_int(s[0].dtype) or s[0].dtype.scalar() is dtypes.bool):
+    slo, shi = s[0].vmin, s[0].vmax
+    if d is dtypes.bool: return (bool(slo) and bool(shi) and not (slo <= 0 <= shi), not (slo == shi == 0))
+    if lo <= slo and shi <= hi: return (slo, shi)
+  if d is dtypes.bool: return (False, True)
+  return lo, hi
+
+def exec_uop_tree(u: UOp, var_vals: dict[UOp, int]) -> Any:
+  """Evaluate a scalar expression tree with Python semantics of each ALU op (for tests and tools)."""
+  from core.ir.alu import exec_alu
+  vals: dict[UOp, Any] = {}
+  for x in u.toposort():
+    if x.op is Ops.CONST: vals[x] = x.arg
+    elif x.op is Ops.DEFINE_VAR: vals[x] = var_vals[x]
+    elif x.op is Ops.BIND: vals[x] = vals[x.src[1]]
+    elif x.op is Ops.CAST: vals[x] = truncate(x.dtype, vals[x.src[0]])
+    elif x.op in GroupOp.ALU: vals[x] = exec_alu(x.op, x.dtype, tuple(vals[s] for s in x.src))
+    else: raise TypeError(f"can't evaluate {x.op.name}")
+  return vals[u]
+
+def all_uops_in(roots: Sequence[UOp]) -> Iterator[UOp]:
+  return iter(UOp(Ops.SINK, src=tuple(roots)).toposort())
+
+def smax(*xs: sint) -> sint:
+  if all_int(xs): return max(xs)  # type: ignore[arg-type]
+  return functools.reduce(lambda a, b: a.maximum(b) if isinstance(a, UOp) else UOp.const(dtypes.index, a).maximum(b), xs)
+
+_ = AddrSpace  # re-exported for `eval(str(uop))`
