@@ -1,0 +1,115 @@
+"""Order a kernel graph into a list: loops stay contiguous, everything is emitted in the outermost loop it can live in."""
+from __future__ import annotations
+from core.ir.ops import UOp, Ops
+from core.codegen.lowerer import RangeScopes
+
+def linearize(sink: UOp) -> list[UOp]:
+  scopes = RangeScopes()
+  nodes = list(sink.toposort())
+  order = {u: i for i, u in enumerate(nodes)}
+  for u in nodes: scopes(u)
+  ranges = [u for u in nodes if u.op is Ops.RANGE]
+  end_of = {u.src[1]: u for u in nodes if u.op is Ops.END}
+  # parent loop of each loop: the innermost loop its END still lives in
+  depth: dict[UOp | None, int] = {None: 0}
+  parent: dict[UOp, UOp | None] = {}
+  pending = list(ranges)
+  while pending:
+    progress = False
+    for r in list(pending):
+      encl = scopes.cache[end_of[r]] if r in end_of else frozenset()
+      if all(e in depth for e in encl):
+        parent[r] = max(encl, key=lambda e: depth[e]) if encl else None
+        depth[r] = depth[parent[r]] + 1
+        pending.remove(r)
+        progress = True
+    if not progress: raise RuntimeError(f"loops {pending} are not properly nested")
+
+  def scope_of(u: UOp) -> UOp | None:
+    if u.op is Ops.RANGE: return parent[u]      # the RANGE heads its own block, which lives in the parent
+    if u.op is Ops.END: return parent[u.src[1]]
+    live = scopes.cache[u]
+    return max(live, key=lambda e: depth[e]) if live else None
+
+  home = {u: scope_of(u) for u in nodes if u.op is not Ops.SINK}
+  children: dict[UOp | None, list[UOp]] = {}
+  for u, s in home.items(): children.setdefault(s, []).append(u)
+
+  def block_path(s: UOp | None) -> list[UOp | None]:
+    path: list[UOp | None] = [s]
+    while s is not None:
+      s = parent[s]
+      path.append(s)
+    return path
+  paths = {s: block_path(s) for s in set(home.values())}
+
+  def item_in(u: UOp, scope: UOp | None) -> UOp | None:
+    """The item of `scope` that contains u: u itself, or the child loop (its RANGE) whose block holds u."""
+    s = home[u] if u.op is not Ops.RANGE else u
+    if u.op is Ops.END: s = u.src[1]
+    if s is scope and u.op not in (Ops.RANGE, Ops.END): return u
+    path = paths.get(s) or block_path(s)
+    if scope not in path: return None            # lives outside this scope: already emitted
+    i = path.index(scope)
+    return path[i - 1] if i > 0 else u
+
+  out: list[UOp] = []
+  def emit(scope: UOp | None) -> None:
+    items = [u for u in children.get(scope, []) if u.op is not Ops.END]
+    members: dict[UOp, list[UOp]] = {it: [it] for it in items}
+    for r in items:
+      if r.op is Ops.RANGE: members[r] = _block_nodes(r)
+    deps: dict[UOp, set[UOp]] = {it: set() for it in items}
+    for it, mem in members.items():
+      for m in mem:
+        for s in m.src:
+          if s in home or s.op is Ops.RANGE:
+            j = item_in(s, scope)
+            if j is not None and j is not it and j in deps: deps[it].add(j)
+    # Kahn's algorithm, ties broken by the global topological position
+    ready = sorted((it for it in items if not deps[it]), key=order.__getitem__, reverse=True)
+    users: dict[UOp, list[UOp]] = {}
+    for it, ds in deps.items():
+      for d in ds: users.setdefault(d, []).append(it)
+    emitted = 0
+    while ready:
+      it = ready.pop()
+      emitted += 1
+      if it.op is Ops.RANGE:
+        out.append(it)
+        emit(it)
+        out.append(end_of[it])
+      else: out.append(it)
+      for us in users.get(it, []):
+        deps[us].discard(it)
+        if not deps[us]:
+          ready.append(us)
+          ready.sort(key=order.__getitem__, reverse=True)
+    if emitted != len(items): raise RuntimeError("cycle while linearizing a kernel")
+
+  block_cache: dict[UOp, list[UOp]] = {}
+  def _block_nodes(r: UOp) -> list[UOp]:
+    if r not in block_cache:
+      inner = [u for u, s in home.items() if s is not None and r in paths.get(s, block_path(s))]
+      block_cache[r] = [r, end_of[r]] + inner
+    return block_cache[r]
+
+  emit(None)
+  return out
+
+def finalize(uops: list[UOp]) -> list[UOp]:
+  """Drop ordering-only nodes: AFTER becomes its value, STORE keeps (index, value). Nodes that read through an AFTER
+  get their list position as tag, so two reads of one register at different times stay two distinct nodes."""
+  sub: dict[UOp, UOp] = {}
+  final: list[UOp] = []
+  for i, u in enumerate(uops):
+    if u.op is Ops.AFTER:
+      sub[u] = sub.get(u.src[0], u.src[0])
+      continue
+    src = tuple(sub.get(s, s) for s in u.src)
+    if u.op is Ops.STORE: src = src[:2]
+    nu = u.replace(src=src, tag=i) if any(s.op is Ops.AFTER for s in u.src) or (u.op is Ops.LOAD and src[0].tag is not None) else \
+      (u.replace(src=src) if src != u.src else u)
+    sub[u] = nu
+    final.append(nu)
+  return final

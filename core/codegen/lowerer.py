@@ -1,0 +1,81 @@
+"""Kernel graph -> renderable graph: reductions become accumulators, loops become thread ids, index math gets a width."""
+from __future__ import annotations
+from core.ir.dtype import dtypes, AddrSpace, DType
+from core.ir.ops import UOp, Ops, AxisType
+from core.ir.pattern import UPat, PatternMatcher, graph_rewrite
+from core.helpers import prod
+
+class RangeScopes:
+  """Which loops each node lives in: a RANGE opens its loop, an END closes it."""
+  def __init__(self) -> None: self.cache: dict[UOp, frozenset[UOp]] = {}
+  def __call__(self, root: UOp) -> frozenset[UOp]:
+    for u in root.toposort(gate=lambda x: x not in self.cache):
+      if u in self.cache: continue
+      live = frozenset().union(*(self.cache[s] for s in u.src)) if u.src else frozenset()
+      if u.op is Ops.RANGE: live = live | {u}
+      elif u.op is Ops.END: live = live - set(u.src[1:])
+      self.cache[u] = live
+    return self.cache[root]
+
+def reduce_identity(op: Ops, dtype: DType) -> UOp:
+  return UOp.const(dtype, {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dtype.min}[op])
+
+def _combine(op: Ops, acc: UOp, x: UOp) -> UOp: return acc + x if op is Ops.ADD else acc * x if op is Ops.MUL else acc.maximum(x)
+
+class LowerCtx:
+  def __init__(self) -> None: self.scopes, self.regs = RangeScopes(), 0
+
+def lower_reduce(ctx: LowerCtx, red: UOp) -> UOp:
+  """REDUCE(v, *ranges) -> a register initialised inside the enclosing loops, updated in the reduce loops, read after."""
+  v, rngs = red.src[0], red.src[1:]
+  outer = sorted(ctx.scopes(v) - set(rngs), key=lambda r: r.arg)
+  acc = UOp(Ops.DEFINE_REG, red.dtype.ptr(1, AddrSpace.REG), (), ctx.regs)
+  ctx.regs += 1
+  zero = UOp.const(dtypes.index, 0)
+  init = UOp(Ops.STORE, dtypes.void, (acc.index(zero), reduce_identity(red.arg, red.dtype)) + tuple(outer))
+  acc_in = acc.after(init, *rngs)   # reading the accumulator must stay inside the reduce loops
+  upd: UOp = acc_in.index(zero).store(_combine(red.arg, acc_in.index(zero).load(), v))
+  for r in sorted(rngs, key=lambda r: r.arg, reverse=True): upd = upd.end(r)
+  return acc.after(upd).index(zero).load()
+
+pm_lower_reduce = PatternMatcher([(UPat(Ops.REDUCE, name="red"), lower_reduce)], name="lower reduce")
+
+def map_globals(sink: UOp, global_max: tuple[int, ...] | None) -> tuple[UOp, tuple[int, ...]]:
+  """Output loops become hardware thread ids (gidx0 is the innermost loop); returns the new sink and the launch size."""
+  if not global_max: return sink, (1, 1, 1)
+  loops = sorted({u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)}, key=lambda r: r.arg)
+  if not loops: return sink, (1, 1, 1)
+  sizes = [r.src[0].arg for r in loops]
+  ndim = len(global_max)
+  # too many loops for the hardware dims: the outer ones share one id, split back with div/mod
+  groups = [loops[:len(loops) - ndim + 1]] + [[r] for r in loops[len(loops) - ndim + 1:]] if len(loops) > ndim else [[r] for r in loops]
+  sub: dict[UOp, UOp] = {}
+  launch = []
+  for gi, grp in enumerate(reversed(groups)):
+    total = prod(r.src[0].arg for r in grp)
+    sp = UOp.special(total, f"gidx{gi}")
+    launch.append(total)
+    stride = 1
+    for r in reversed(grp):
+      sub[r] = sp if len(grp) == 1 else (sp // stride) % r.src[0].arg
+      stride *= r.src[0].arg
+  _ = sizes
+  ends = {u: u.src[0] for u in sink.toposort() if u.op is Ops.END and u.src[1] in sub}
+  # drop the ENDs of loops that became thread ids, then replace the ranges
+  def strip(u: UOp) -> UOp:
+    while u in ends: u = ends[u]
+    return u
+  new = sink.replace(src=tuple(strip(s) for s in sink.src))
+  return new.substitute(sub), tuple(launch + [1] * (3 - len(launch)))
+
+def lower_index_dtype(sink: UOp) -> UOp:
+  """`index` math becomes int32, or int64 when some value might not fit."""
+  idx_nodes = [u for u in sink.toposort() if u.dtype is dtypes.index]
+  big = any(not (-2**31 <= u.vmin and u.vmax < 2**31) for u in idx_nodes if u.op is not Ops.DEFINE_VAR)
+  dt = dtypes.int64 if big else dtypes.int32
+  return graph_rewrite(sink, PatternMatcher([(UPat(dtype=dtypes.index, name="x"), lambda x: x.replace(dtype=dt))]), name="index dtype")
+
+def lower_kernel(sink: UOp, global_max: tuple[int, ...] | None) -> tuple[UOp, tuple[int, ...]]:
+  sink = graph_rewrite(sink, pm_lower_reduce, LowerCtx(), name="lower reduce")
+  sink, gsize = map_globals(sink, global_max)
+  return lower_index_dtype(sink), gsize

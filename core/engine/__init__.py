@@ -1,0 +1,1 @@
+"""Run schedules: allocate, copy, launch; the Jit; DEBUG output."""

@@ -1,0 +1,63 @@
+"""realize(): schedule tensor graphs, run the kernels, and remember which nodes now live in buffers."""
+from __future__ import annotations
+import weakref
+from core.ir.dtype import DType
+from core.ir.ops import UOp, Ops, GroupOp
+from core.schedule.kernelize import create_schedule, ScheduleItem
+from core.engine.run import buffer_of, run_item
+from core.helpers import prod
+
+# tensor node -> the uop over the buffer holding its value; dies with the node
+_realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+
+def _substitute_realized(roots: list[UOp]) -> list[UOp]:
+  sink = UOp(Ops.SINK, src=tuple(roots))
+  known = {u: _realized[u] for u in sink.toposort(gate=lambda u: u not in _realized) if u in _realized}
+  return list(sink.substitute(known).src) if known else roots
+
+def is_realized(u: UOp) -> bool:
+  """A BUFFER, or a reshape of one: its bytes are already in row-major order in memory."""
+  while u.op is Ops.RESHAPE: u = u.src[0]
+  return u.op is Ops.BUFFER
+
+def run_schedule(items: list[ScheduleItem], var_vals: dict[UOp, int] | None = None) -> None:
+  for it in items: run_item(it.ast, [buffer_of(b) for b in it.bufs], var_vals)
+
+def realize(*roots: UOp) -> list[UOp]:
+  """Compute the graphs `roots`; return for each an equivalent uop over a realized buffer."""
+  from core.engine.jit import capturing
+  todo = _substitute_realized(list(roots))
+  items, results = create_schedule(todo)
+  if capturing is not None: capturing.add(items)
+  run_schedule(items)
+  out = []
+  for r, t in zip(roots, todo):
+    res = results[t]
+    if r is not res: _realized[r] = res
+    out.append(res)
+  return out
+
+def from_host(data: memoryview | bytes | bytearray, dtype: DType, device: str, shape: tuple[int, ...]) -> UOp:
+  """A realized uop holding a copy of `data` (row-major bytes of `shape`)."""
+  n = prod(shape)
+  mv = memoryview(data).cast("B") if not isinstance(data, memoryview) or data.format != "B" or data.ndim != 1 else data
+  if mv.nbytes != n * dtype.itemsize: raise ValueError(f"from_host: {mv.nbytes} bytes given for shape {shape} of {dtype}")
+  u = UOp.new_buffer(device, n, dtype)
+  buf = buffer_of(u).allocate()
+  if n: buf.copyin(mv)
+  return u.reshape(shape)
+
+def to_host(u: UOp) -> memoryview:
+  """Realize `u` and return its bytes, row-major and contiguous."""
+  r = realize(u)[0]
+  base = r
+  while base.op is Ops.RESHAPE: base = base.src[0]
+  if base.op is not Ops.BUFFER: raise RuntimeError(f"to_host: {r.op.name} did not realize to a buffer")
+  buf = buffer_of(base)
+  out = memoryview(bytearray(buf.nbytes))
+  if buf.nbytes:
+    if not buf.is_allocated(): buf.allocate()
+    buf.copyout(out)
+  return out
+
+_ = GroupOp
