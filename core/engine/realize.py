@@ -4,6 +4,7 @@ import weakref
 from core.ir.dtype import DType
 from core.ir.ops import UOp, Ops, GroupOp
 from core.schedule.kernelize import create_schedule, ScheduleItem
+from core.schedule.memory import plan_memory
 from core.engine.run import buffer_of, run_item
 from core.helpers import prod
 
@@ -28,6 +29,8 @@ def realize(*roots: UOp) -> list[UOp]:
   from core.engine.jit import capturing
   todo = _substitute_realized(list(roots))
   items, results = create_schedule(todo)
+  keep = {b for r in results.values() for b in r.toposort() if b.op is Ops.BUFFER} | {b for r in todo for b in r.toposort() if b.op is Ops.BUFFER}
+  items = plan_memory(items, keep)
   if capturing is not None: capturing.add(items)
   run_schedule(items)
   out = []

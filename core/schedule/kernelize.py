@@ -1,5 +1,6 @@
 """Cut a tensor graph into kernels and emit the linear schedule: a `LINEAR` of `CALL(kernel, *buffers)`."""
 from __future__ import annotations
+import functools
 from dataclasses import dataclass
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops, GroupOp
@@ -40,7 +41,8 @@ def _store_kernel(ctx: KernelCtx, out_buf: UOp, out_view: UOp | None, value: UOp
 def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
   """Kernels to run, in order, and a map from each root to the UOp over its realized buffer."""
   sink = graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(roots)), pm_strip_markers, name="strip markers")
-  roots = list(sink.src)
+  # results are keyed by the caller's roots, which may still hold DETACH/CONTIGUOUS_BACKWARD markers
+  orig_roots, roots = list(roots), list(sink.src)
   points = find_realize_points(sink)
   items: list[ScheduleItem] = []
   done: dict[UOp, UOp] = {}   # realize point -> its result (a BUFFER, reshaped to the point's shape)
@@ -83,7 +85,7 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     items.append(_item(_store_kernel(ctx, out, None, body, shape), ctx, shape))
     done[u] = out.reshape(shape)
   results = {}
-  for r in roots: results[r] = done.get(r, r)
+  for o, r in zip(orig_roots, roots): results[o] = done.get(r, r)
   return items, results
 
 def _chain(u: UOp) -> list[UOp]:
@@ -101,9 +103,13 @@ def _unsafe_self_read(value: UOp, target: UOp, buf: UOp) -> bool:
     if buf in x.src and (target is not buf or x.op not in GroupOp.Elementwise): return True
   return False
 
-def _item(ast: UOp, ctx: KernelCtx, shape: tuple) -> ScheduleItem:
+@functools.cache
+def _pm_index_symbolic() -> PatternMatcher:
   from core.ir.symbolic import symbolic
-  ast = graph_rewrite(ast, pm_index + symbolic, ctx, name="index")
+  return pm_index + symbolic
+
+def _item(ast: UOp, ctx: KernelCtx, shape: tuple) -> ScheduleItem:
+  ast = graph_rewrite(ast, _pm_index_symbolic(), ctx, name="index")
   ast = ast.replace(arg=_kernel_name(ast, shape))
   bufs = tuple(sorted(ctx.params, key=lambda b: ctx.params[b].arg))
   return ScheduleItem(ast, bufs)
