@@ -95,7 +95,9 @@ def linearize(sink: UOp) -> list[UOp]:
     return block_cache[r]
 
   emit(None)
-  return out
+  # kernel arguments first, in slot order (buffers), then variables by name: renderers declare them in list order
+  args = sorted((u for u in out if u.op is Ops.PARAM), key=lambda u: u.arg) + sorted((u for u in out if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg)
+  return args + [u for u in out if u.op not in (Ops.PARAM, Ops.DEFINE_VAR)]
 
 def finalize(uops: list[UOp]) -> list[UOp]:
   """Drop ordering-only nodes: AFTER becomes its value, STORE keeps (index, value). Nodes that read through an AFTER

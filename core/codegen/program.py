@@ -23,10 +23,10 @@ class ProgramSpec:
   estimates: dict[str, int] = field(default_factory=dict, compare=False)
   ast: Any = field(default=None, compare=False)
 
-def _estimate(uops: list[UOp]) -> dict[str, int]:
+def _estimate(uops: list[UOp], threads: int = 1) -> dict[str, int]:
   """FLOPs and bytes touched, counting each op once per iteration of its enclosing loops."""
   ops = mem = 0
-  trips = [1]
+  trips = [threads]
   for u in uops:
     if u.op is Ops.RANGE:
       end = u.src[0]
@@ -54,7 +54,7 @@ def get_program(ast: UOp, renderer: Any) -> ProgramSpec:
     if u.op is Ops.SPECIAL and u.arg.startswith("gidx"): gs[int(u.arg[4:])] = u.src[0].arg
   src = renderer.render(name, uops)
   variables = tuple(u for u in uops if u.op is Ops.DEFINE_VAR)
-  return ProgramSpec(name, src, renderer.device, tuple(uops), tuple(gs), (1, 1, 1), variables, (0,), _estimate(uops), ast)
+  return ProgramSpec(name, src, renderer.device, tuple(uops), tuple(gs), (1, 1, 1), variables, (0,), _estimate(uops, gs[0] * gs[1] * gs[2]), ast)
 
 def program_uop(spec: ProgramSpec, lib: bytes | None = None) -> UOp:
   """The PROGRAM node: (SINK, DEVICE, LINEAR, SOURCE[, BINARY])."""

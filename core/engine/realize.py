@@ -8,12 +8,28 @@ from core.schedule.memory import plan_memory
 from core.engine.run import buffer_of, run_item
 from core.helpers import prod
 
-# tensor node -> the uop over the buffer holding its value; dies with the node
-_realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+# tensor node -> (the uop over the buffer holding its value, that buffer's version); dies with the node.
+# A buffer's version goes up when something is assigned into it, which retires every memo entry pointing at it.
+_realized: weakref.WeakKeyDictionary[UOp, tuple[UOp, int]] = weakref.WeakKeyDictionary()
+_version: weakref.WeakKeyDictionary[UOp, int] = weakref.WeakKeyDictionary()
+
+def _base(u: UOp) -> UOp:
+  while u.op in GroupOp.Movement: u = u.src[0]
+  return u
+
+def _memo(u: UOp) -> UOp | None:
+  if (e := _realized.get(u)) is None: return None
+  res, ver = e
+  return res if _version.get(_base(res), 0) == ver else None
 
 def _substitute_realized(roots: list[UOp]) -> list[UOp]:
+  """Reuse buffers of already computed subgraphs. The roots themselves always get fresh buffers, so two tensors built the
+  same way never share storage that one of them may later assign into."""
+  rootset = set(roots)
   sink = UOp(Ops.SINK, src=tuple(roots))
-  known = {u: _realized[u] for u in sink.toposort(gate=lambda u: u not in _realized) if u in _realized}
+  known = {}
+  for u in sink.toposort(gate=lambda u: u in rootset or _memo(u) is None):
+    if u not in rootset and (m := _memo(u)) is not None: known[u] = m
   return list(sink.substitute(known).src) if known else roots
 
 def is_realized(u: UOp) -> bool:
@@ -29,14 +45,16 @@ def realize(*roots: UOp) -> list[UOp]:
   from core.engine.jit import capturing
   todo = _substitute_realized(list(roots))
   items, results = create_schedule(todo)
-  keep = {b for r in results.values() for b in r.toposort() if b.op is Ops.BUFFER} | {b for r in todo for b in r.toposort() if b.op is Ops.BUFFER}
-  items = plan_memory(items, keep)
+  inputs = {b for r in todo for b in r.toposort() if b.op is Ops.BUFFER}
+  items = plan_memory(items, inputs | {_base(r) for r in results.values()})
   if capturing is not None: capturing.add(items)
   run_schedule(items)
+  for it in items:
+    if it.bufs and it.bufs[0] in inputs: _version[it.bufs[0]] = _version.get(it.bufs[0], 0) + 1
   out = []
   for r, t in zip(roots, todo):
     res = results[t]
-    if r is not res: _realized[r] = res
+    if r is not res and not is_realized(r): _realized[r] = (res, _version.get(_base(res), 0))
     out.append(res)
   return out
 

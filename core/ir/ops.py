@@ -420,6 +420,7 @@ def _bounds(u: UOp) -> tuple[ConstType, ConstType]:
     if s[0].vmin >= 0: return (0, min(s[0].vmax, m))
     if s[0].vmax <= 0: return (max(s[0].vmin, -m), 0)
     return (max(s[0].vmin, -m), min(s[0].vmax, m))
+  if op in GroupOp.Comparison and not (dtypes.is_int(s[0].dtype) or s[0].dtype.scalar() is dtypes.bool): return (False, True)  # float bounds may hold NaN
   if op is Ops.CMPLT: return (s[0].vmax < s[1].vmin, s[0].vmin < s[1].vmax)
   if op is Ops.CMPNE:
     if s[0].vmax < s[1].vmin or s[0].vmin > s[1].vmax: return (True, True)
@@ -437,9 +438,11 @@ def _bounds(u: UOp) -> tuple[ConstType, ConstType]:
   if op is Ops.OR and d is dtypes.bool: return (s[0].vmin or s[1].vmin, s[0].vmax or s[1].vmax)
   if op is Ops.AND and dtypes.is_int(d) and s[1].op is Ops.CONST and s[1].arg >= 0 and s[0].vmin >= 0:
     return (0, min(s[0].vmax, s[1].arg))
-  if op is Ops.SHL and s[1].op is Ops.CONST and s[0].vmin >= 0 and 0 <= s[1].arg < 64:
+  # shift counts at or past the width are masked by the target (x >> 40 on int32 is x >> 8), so only bound smaller ones
+  bits = 64 if d is dtypes.index else 8 * d.itemsize
+  if op is Ops.SHL and s[1].op is Ops.CONST and s[0].vmin >= 0 and 0 <= s[1].arg < bits:
     return clamp((s[0].vmin << s[1].arg, s[0].vmax << s[1].arg))
-  if op is Ops.SHR and s[1].op is Ops.CONST and s[0].vmin >= 0 and 0 <= s[1].arg < 64:
+  if op is Ops.SHR and s[1].op is Ops.CONST and s[0].vmin >= 0 and 0 <= s[1].arg < bits:
     return (s[0].vmin >> s[1].arg, s[0].vmax >> s[1].arg)
   if op is Ops.CAST and (dtypes.is_int(d) or d is dtypes.bool) and (dtypes.is_int(s[0].dtype) or s[0].dtype.scalar() is dtypes.bool):
     slo, shi = s[0].vmin, s[0].vmax

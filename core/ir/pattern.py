@@ -1,6 +1,6 @@
 """Pattern matching over UOps: `UPat`, `PatternMatcher`, and `graph_rewrite` to a fixed point."""
 from __future__ import annotations
-import collections, inspect, itertools
+import collections, inspect, itertools, math
 from typing import Any, Callable, Iterable, Sequence
 from core.ir.dtype import DType
 from core.ir.ops import UOp, Ops, GroupOp
@@ -10,7 +10,7 @@ class UPat:
   """A pattern over UOps.
   op: an Op or a tuple of Ops (None: any); dtype: a DType or tuple (None: any); src: a tuple (in order), a list (any
   permutation, for commutative ops) or one UPat (every source); arg: exact value (None: any); name: capture name."""
-  __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "tag", "custom", "early_reject", "_any")
+  __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "tag", "custom", "early_reject", "_any", "_fn")
   def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
                src: UPat | Sequence[UPat] | None = None, arg: Any = None, name: str | None = None, allow_any_len: bool = False,
                tag: Any = None, custom: Callable[[UOp], bool] | None = None):
@@ -80,39 +80,129 @@ class UPat:
 
   def match(self, u: UOp, store: dict[str, UOp]) -> list[dict[str, UOp]]:
     """Every way `u` matches, each as a dict of captures (extending `store`)."""
-    if self._any is not None: return [m for p in self._any for m in p.match(u, store)]
-    if (self.op is not None and u.op not in self.op) or (self.dtype is not None and u.dtype not in self.dtype and u.dtype.scalar() not in self.dtype):
-      return []
-    if self.arg is not None and not _arg_equal(u.arg, self.arg): return []
-    if self.tag is not None and u.tag != self.tag: return []
-    if self.custom is not None and not self.custom(u): return []
-    if self.name is not None:
-      if (prev := store.get(self.name)) is not None:
-        if prev is not u: return []
-      else: store = {**store, self.name: u}
-    if self.src is None: return [store]
-    kind, pats = self.src
-    if kind == "repeat": return _match_seq((pats,) * len(u.src), u.src, [store])
-    if len(u.src) != len(pats) and not (self.allow_any_len and len(u.src) >= len(pats)): return []
-    if kind == "fixed": return _match_seq(pats, u.src[:len(pats)], [store])
     out: list[dict[str, UOp]] = []
-    for perm in _unique_perms(pats):
-      for m in _match_seq(perm, u.src[:len(pats)], [store]):
-        if m not in out: out.append(m)
+    def collect(st: dict[str, UOp]) -> None:
+      if st not in out: out.append(dict(st))
+    self.matcher()(u, dict(store), collect)
     return out
 
+  def matcher(self) -> Matcher:
+    """This pattern compiled to a closure `m(u, store, k)` (built once, on first use)."""
+    try: return self._fn
+    except AttributeError: pass
+    self._fn = _compile(self)
+    return self._fn
+
 def _arg_equal(a: Any, b: Any) -> bool:
-  # tell 1 from True and 0.0 from -0.0: a rule for x*1 must not fire on x*True by accident
-  return a == b and type(a) is type(b) if not isinstance(a, tuple) else a == b
+  # tell 1 from True and 0.0 from -0.0: a rule for x*1 must not fire on x*True, nor one for x+(-0.0) on x+0.0
+  if isinstance(a, tuple): return a == b
+  if type(a) is not type(b) or a != b: return False
+  return type(a) is not float or math.copysign(1.0, a) == math.copysign(1.0, b)
+
+# *** compiling a UPat into closures ***
+# A compiled matcher is m(u, store, k): it checks u, extends the (mutable) store with its captures, calls the
+# continuation k(store) for each way it matches and returns k's first non-None answer (or None). Captures are
+# removed again on the way out, so backtracking through permutations and UPat.any allocates nothing per node.
+
+Matcher = Callable[[UOp, dict, Callable[[dict], Any]], Any]
+
+def _node_test(p: UPat) -> Callable[[UOp], bool] | None:
+  """One predicate for everything about u itself (op, dtype, arg, tag, custom), or None when anything goes."""
+  tests: list[Callable[[UOp], bool]] = []
+  if p.op is not None:
+    ops = p.op
+    if len(ops) == 1:
+      op0 = next(iter(ops))
+      tests.append(lambda u: u.op is op0)
+    else: tests.append(lambda u: u.op in ops)
+  if p.dtype is not None:
+    dts = p.dtype
+    tests.append(lambda u: u.dtype in dts or u.dtype.scalar() in dts)
+  if p.arg is not None:
+    arg = p.arg
+    tests.append(lambda u: _arg_equal(u.arg, arg))
+  if p.tag is not None:
+    tag = p.tag
+    tests.append(lambda u: u.tag == tag)
+  if p.custom is not None: tests.append(p.custom)
+  if not tests: return None
+  if len(tests) == 1: return tests[0]
+  if len(tests) == 2:
+    t0, t1 = tests
+    return lambda u: t0(u) and t1(u)
+  tt = tuple(tests)
+  return lambda u: all(t(u) for t in tt)
+
+def _seq(ms: tuple[Matcher, ...]) -> Callable[[tuple[UOp, ...], dict, Callable[[dict], Any]], Any]:
+  """Match sources in order: ms[i] against srcs[i], chaining continuations."""
+  if len(ms) == 0: return lambda srcs, st, k: k(st)
+  if len(ms) == 1:
+    m0 = ms[0]
+    return lambda srcs, st, k: m0(srcs[0], st, k)
+  if len(ms) == 2:
+    m0, m1 = ms
+    return lambda srcs, st, k: m0(srcs[0], st, lambda st1: m1(srcs[1], st1, k))
+  if len(ms) == 3:
+    n0, n1, n2 = ms
+    return lambda srcs, st, k: n0(srcs[0], st, lambda st1: n1(srcs[1], st1, lambda st2: n2(srcs[2], st2, k)))
+  head, rest = ms[0], _seq(ms[1:])
+  return lambda srcs, st, k: head(srcs[0], st, lambda st1: rest(srcs[1:], st1, k))
+
+def _src_matcher(p: UPat) -> Matcher | None:
+  if p.src is None: return None
+  kind, pats = p.src
+  if kind == "repeat":
+    sub = pats.matcher()
+    def m_repeat(u: UOp, st: dict, k: Callable[[dict], Any]) -> Any:
+      return _seq((sub,) * len(u.src))(u.src, st, k) if len(u.src) > 3 else _REPEAT[len(u.src)](sub, u.src, st, k)
+    return m_repeat
+  n, any_len = len(pats), p.allow_any_len
+  orders = [_seq(tuple(q.matcher() for q in perm)) for perm in (_unique_perms(pats) if kind == "perm" else [pats])]
+  if len(orders) == 1:
+    only = orders[0]
+    if any_len: return lambda u, st, k: only(u.src, st, k) if len(u.src) >= n else None
+    return lambda u, st, k: only(u.src, st, k) if len(u.src) == n else None
+  def m_perm(u: UOp, st: dict, k: Callable[[dict], Any]) -> Any:
+    if len(u.src) != n and not (any_len and len(u.src) >= n): return None
+    for order in orders:
+      if (r := order(u.src, st, k)) is not None: return r
+    return None
+  return m_perm
+
+_REPEAT: tuple[Callable[..., Any], ...] = (
+  lambda m, s, st, k: k(st),
+  lambda m, s, st, k: m(s[0], st, k),
+  lambda m, s, st, k: m(s[0], st, lambda st1: m(s[1], st1, k)),
+  lambda m, s, st, k: m(s[0], st, lambda st1: m(s[1], st1, lambda st2: m(s[2], st2, k))),
+)
+
+def _compile(p: UPat) -> Matcher:
+  if p._any is not None:
+    subs = tuple(q.matcher() for q in p._any)
+    def m_any(u: UOp, st: dict, k: Callable[[dict], Any]) -> Any:
+      for m in subs:
+        if (r := m(u, st, k)) is not None: return r
+      return None
+    return m_any
+  test, srcm, name = _node_test(p), _src_matcher(p), p.name
+  if name is None:
+    if srcm is None:
+      if test is None: return lambda u, st, k: k(st)
+      return lambda u, st, k: k(st) if test(u) else None
+    if test is None: return srcm
+    return lambda u, st, k: srcm(u, st, k) if test(u) else None
+  def m_named(u: UOp, st: dict, k: Callable[[dict], Any]) -> Any:
+    if test is not None and not test(u): return None
+    if (prev := st.get(name)) is not None:
+      if prev is not u: return None
+      return k(st) if srcm is None else srcm(u, st, k)
+    st[name] = u
+    try: return k(st) if srcm is None else srcm(u, st, k)
+    finally: del st[name]
+  return m_named
 
 def _unique_perms(pats: tuple[UPat, ...]) -> list[tuple[UPat, ...]]:
   return list(dict.fromkeys(itertools.permutations(pats)))
-
-def _match_seq(pats: Sequence[UPat], srcs: Sequence[UOp], stores: list[dict[str, UOp]]) -> list[dict[str, UOp]]:
-  for p, s in zip(pats, srcs):
-    stores = [m for st in stores for m in p.match(s, st)]
-    if not stores: return []
-  return stores
 
 Rule = tuple[UPat, Callable[..., UOp | None]]
 
@@ -127,21 +217,35 @@ class PatternMatcher:
       wants_ctx = "ctx" in inspect.signature(fn).parameters
       for op in (pat.op if pat.op is not None and pat._any is None else _all_ops(pat)):
         self.pdict[op].append((pat, fn, pat.early_reject, wants_ctx, i))
+    self._fast: dict[Ops, tuple[tuple[Matcher, Callable[..., Any], frozenset[Ops], bool, int], ...]] | None = None
   def __add__(self, other: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.rules + other.rules, self.name or other.name)
   def __len__(self) -> int: return len(self.rules)
 
+  def _compiled(self) -> dict[Ops, tuple[tuple[Matcher, Callable[..., Any], frozenset[Ops], bool, int], ...]]:
+    # compiled on first use, so building a PatternMatcher at import time stays cheap
+    self._fast = {op: tuple((pat.matcher(), fn, rej, wc, i) for pat, fn, rej, wc, i in rules) for op, rules in self.pdict.items()}
+    return self._fast
+
   def rewrite(self, u: UOp, ctx: Any = None, track: collections.Counter | None = None) -> UOp | None:
     """One rewrite of `u` by the first rule that applies, or None."""
-    candidates = self.pdict.get(u.op)
-    if not candidates: return None
-    src_ops = {s.op for s in u.src}
-    for pat, fn, reject, wants_ctx, i in candidates:
-      if reject and not reject <= src_ops: continue
-      for captures in pat.match(u, {}):
-        ret = fn(ctx=ctx, **captures) if wants_ctx else fn(**captures)
-        if ret is not None and ret is not u:
-          if track is not None: track[i] += 1
-          return ret
+    candidates = (self._fast if self._fast is not None else self._compiled()).get(u.op)
+    if candidates is None: return None
+    src_ops: set[Ops] | None = None
+    for match, fn, reject, wants_ctx, i in candidates:
+      if reject:
+        if src_ops is None: src_ops = {s.op for s in u.src}
+        if not reject <= src_ops: continue
+      if wants_ctx:
+        def k(st: dict, fn: Callable[..., Any] = fn) -> UOp | None:
+          ret = fn(ctx=ctx, **st)
+          return ret if ret is not u else None
+      else:
+        def k(st: dict, fn: Callable[..., Any] = fn) -> UOp | None:
+          ret = fn(**st)
+          return ret if ret is not u else None
+      if (ret := match(u, {}, k)) is not None:
+        if track is not None: track[i] += 1
+        return ret
     return None
 
 def _all_ops(pat: UPat) -> Iterable[Ops]:
@@ -173,38 +277,43 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
   if TRACK_REWRITES:
     track = rewrite_stats[pass_name]
     _tracked_matchers[pass_name] = pm
+  rewrite = pm.rewrite
   done: dict[UOp, UOp] = {}
   # stack entries: (node, stage, work) -- stage 0: start, 1: sources done, 2: take the answer of `work`
   stack: list[tuple[UOp, int, UOp]] = [(sink, 0, sink)]
+  push, pop = stack.append, stack.pop
   while stack:
-    n, stage, w = stack.pop()
-    if n in done: continue
+    n, stage, w = pop()
     if stage == 0:
+      if n in done: continue
       if bottom_up:
-        while (r := pm.rewrite(w, ctx, track)) is not None: w = r
+        while (r := rewrite(w, ctx, track)) is not None: w = r
         if w is not n and w in done:
           done[n] = done[w]
           continue
-      stack.append((n, 1, w))
-      stack.extend((s, 0, s) for s in reversed(w.src) if s not in done)
-    elif stage == 1:
-      new_src = tuple(done[s] for s in w.src)
-      x = w if all(a is b for a, b in zip(new_src, w.src)) else w.replace(src=new_src)
-      if bottom_up:
-        if x is w or x in done or (r := pm.rewrite(x, ctx, track)) is None:
-          done[n] = done.get(x, x)
-          done[x] = done[n]
-        else:
-          stack.append((n, 2, r))
-          stack.append((r, 0, r))
+      pending = [s for s in w.src if s not in done]
+      if pending:
+        push((n, 1, w))
+        for s in reversed(pending): push((s, 0, s))
+        continue
+      stage = 1  # a leaf, or every source already final: finish it now instead of a second trip through the stack
+    if stage == 1:
+      if n in done: continue
+      src = w.src
+      new_src = tuple(map(done.__getitem__, src))
+      # tuples of UOps compare by identity (UOp defines no __eq__), so this is a fast "nothing changed" test
+      x = w if new_src == src else UOp(w.op, w.dtype, new_src, w.arg, w.tag)
+      if (fin := done.get(x)) is not None:
+        done[n] = fin
+        continue
+      if bottom_up and x is w: r = None
+      else: r = rewrite(x, ctx, track)
+      if r is None:
+        done[n] = done[x] = x
+      elif (fin := done.get(r)) is not None: done[n] = done[x] = fin
       else:
-        r = pm.rewrite(x, ctx, track)
-        if r is None:
-          done[n] = done[x] = x
-        elif r in done: done[n] = done[r]
-        else:
-          stack.append((n, 2, r))
-          stack.append((r, 0, r))
+        push((n, 2, r))
+        push((r, 0, r))
     else:
       done[n] = done[w]
   return done[sink]

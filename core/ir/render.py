@@ -17,22 +17,36 @@ def uop_to_python(root: Any) -> str:
   users: dict[Any, int] = {}
   for u in order:
     for s in u.src: users[s] = users.get(s, 0) + 1
+  # Python evaluates left to right, so a shared node is bound with `:=` where it first appears in the printed text:
+  # walk the text order (pre-order, sources left to right, each shared node expanded once) to find that place
+  first_use: dict[Any, tuple[Any, int]] = {}
   names: dict[Any, str] = {}
+  seen: set[int] = set()
+  walk: list[tuple[Any, int]] = [(root, 0)]
+  while walk:
+    u, i = walk.pop()
+    if i >= len(u.src): continue
+    walk.append((u, i + 1))
+    s = u.src[i]
+    if users[s] > 1:
+      if id(s) in seen: continue
+      seen.add(id(s))
+      first_use[s] = (u, i)
+      names[s] = f"x{len(names)}"
+    walk.append((s, 0))
   text: dict[Any, str] = {}
   for u in order:
     parts = [repr(u.op), repr(u.dtype)]
     if u.src:
       srcs = []
-      for s in u.src:
-        if s in names:
-          if text[s] is None: srcs.append(names[s])
-          else: srcs.append(f"({names[s]}:={text[s]})"); text[s] = None  # type: ignore[assignment]
-        else: srcs.append(text[s])
+      for i, s in enumerate(u.src):
+        if s not in names: srcs.append(text[s])
+        elif first_use[s] == (u, i): srcs.append(f"({names[s]}:={text[s]})")
+        else: srcs.append(names[s])
       parts.append("src=(" + "".join(x + ", " for x in srcs)[:-2] + ("," if len(srcs) == 1 else "") + ")")
     if u.arg is not None: parts.append(f"arg={_fmt_arg(u.arg)}")
     if u.tag is not None: parts.append(f"tag={_fmt_arg(u.tag)}")
     text[u] = "UOp(" + ", ".join(parts) + ")"
-    if users.get(u, 0) > 1: names[u] = f"x{len(names)}"
   return text[root]
 
 def eval_uop(src: str) -> Any:

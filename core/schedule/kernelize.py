@@ -31,8 +31,10 @@ def _store_kernel(ctx: KernelCtx, out_buf: UOp, out_view: UOp | None, value: UOp
   if out_view is None: target = UOp(Ops.INDEX, out_param.dtype, (out_param, flat_index(tuple(ranges), shape)))
   else:
     # the store location is found the same way as a load: push the index through the view to the buffer
-    target = graph_rewrite(push(out_view, TRUE, tuple(ranges)), pm_index, ctx, name="index store")
-    assert target.op is Ops.LOAD, f"can't assign through {out_view.op.name}"
+    target = graph_rewrite(push(out_view, TRUE, tuple(ranges)), _pm_index_symbolic(), ctx, name="index store")
+    # a PAD inside the view only marks elements that are never stored; its gate stays on the INDEX
+    while target.op is Ops.WHERE: target = target.src[1]
+    if target.op is not Ops.LOAD: raise RuntimeError(f"can't assign through this view of the buffer ({out_view.op.name})")
     target = target.src[0]
   st = target.store(push(value, TRUE, tuple(ranges)))
   for r in reversed([r for r in ranges if r.op is Ops.RANGE]): st = st.end(r)

@@ -1,0 +1,299 @@
+"""The shared LLVM IR renderer: a linearized kernel (list of UOps) to LLVM IR text, with hooks for amdgcn/nvptx subclasses."""
+from __future__ import annotations
+import copy, math, struct
+from typing import Any
+from core.ir.dtype import DType, PtrDType, AddrSpace, dtypes, float_to_bf16_bits
+from core.ir.ops import UOp, Ops, GroupOp
+from core.ir.pattern import UPat, PatternMatcher
+from core.helpers import to_function_name
+from core.device.renderer import Renderer
+
+_SCALAR = {dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16", dtypes.int32: "i32",
+           dtypes.uint32: "i32", dtypes.int64: "i64", dtypes.uint64: "i64", dtypes.index: "i64", dtypes.float16: "half",
+           dtypes.bfloat16: "bfloat", dtypes.float32: "float", dtypes.float64: "double", dtypes.void: "void"}
+_MANGLE = {"half": "f16", "bfloat": "bf16", "float": "f32", "double": "f64"}
+
+def _is_int(dt: DType) -> bool: return dtypes.is_int(dt) or dt.scalar() is dtypes.bool
+def _signed(dt: DType) -> bool: return dtypes.is_int(dt) and not dtypes.is_unsigned(dt)
+
+# *** one rule per op; value rules write `ctx[x] = ...` (plus temporaries), CONST rules return the literal ***
+
+def _render_alu(ctx: LLVMRenderer, x: UOp) -> str:
+  op, dt, s = x.op, x.dtype, x.src
+  t, a = ctx.ty(s[0].dtype), [ctx[u] for u in s]
+  fl = dtypes.is_float(s[-1].dtype)
+  if op is Ops.WHERE: return f"{ctx[x]} = select {ctx.ty(s[0].dtype)} {a[0]}, {ctx.ty(dt)} {a[1]}, {ctx.ty(dt)} {a[2]}"
+  if op in GroupOp.Comparison:
+    cmp = {Ops.CMPLT: "olt", Ops.CMPNE: "une", Ops.CMPEQ: "oeq"}[op] if fl else \
+          {Ops.CMPLT: "slt" if _signed(s[0].dtype) else "ult", Ops.CMPNE: "ne", Ops.CMPEQ: "eq"}[op]
+    return f"{ctx[x]} = {'fcmp' if fl else 'icmp'} {cmp} {t} {a[0]}, {a[1]}"
+  if op is Ops.NEG:
+    if dt.scalar() is dtypes.bool: return f"{ctx[x]} = xor {t} {a[0]}, {ctx.const(True, dt)}"
+    return f"{ctx[x]} = fneg {t} {a[0]}" if fl else f"{ctx[x]} = sub {t} {ctx.const(0, dt)}, {a[0]}"
+  if op in (Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC, Ops.POW):
+    fn = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.TRUNC: "trunc", Ops.POW: "pow"}[op]
+    return f"{ctx[x]} = call {t} {ctx.intrinsic(fn, dt, len(s))}({', '.join(f'{t} {v}' for v in a)})"
+  if op is Ops.RECIPROCAL: return f"{ctx[x]} = fdiv {t} {ctx.const(1.0, dt)}, {a[0]}"
+  if op is Ops.MAX:
+    c0, b1 = ctx.tmp(), ctx.ty(dtypes.bool.vec(dt.count))
+    if not fl: return f"{c0} = icmp {'sgt' if _signed(dt) else 'ugt'} {t} {a[0]}, {a[1]}\n  {ctx[x]} = select {b1} {c0}, {t} {a[0]}, {t} {a[1]}"
+    # NaN wins, like the reference ALU
+    c1, c2 = ctx.tmp(), ctx.tmp()
+    return (f"{c0} = fcmp ogt {t} {a[0]}, {a[1]}\n  {c1} = fcmp uno {t} {a[0]}, {a[0]}\n  {c2} = or {b1} {c0}, {c1}\n"
+            f"  {ctx[x]} = select {b1} {c2}, {t} {a[0]}, {t} {a[1]}")
+  if op is Ops.MULACC:
+    m = ctx.tmp()
+    return f"{m} = {'fmul' if fl else 'mul'} {t} {a[0]}, {a[1]}\n  {ctx[x]} = {'fadd' if fl else 'add'} {t} {m}, {a[2]}"
+  if op in (Ops.IDIV, Ops.MOD) and fl: raise NotImplementedError(f"{op.name} of {dt} has no meaning; use FDIV/TRUNC")
+  if op in (Ops.IDIV, Ops.MOD) and not (s[1].op is Ops.CONST and s[1].arg not in (0, -1)): return _render_safe_div(ctx, x)
+  pre = ""
+  if op in (Ops.SHL, Ops.SHR) and not (s[1].op is Ops.CONST and 0 <= s[1].arg < 8 * dt.scalar().itemsize):
+    # an out-of-range shift is poison in LLVM; mask the count like the hardware (and the reference ALU) do
+    m = ctx.tmp()
+    pre, a[1] = f"{m} = and {t} {a[1]}, {ctx.const(8 * dt.scalar().itemsize - 1, dt)}\n  ", m
+  name = {Ops.ADD: ("fadd", "add"), Ops.SUB: ("fsub", "sub"), Ops.MUL: ("fmul", "mul"), Ops.FDIV: ("fdiv", "fdiv"),
+          Ops.XOR: ("xor", "xor"), Ops.OR: ("or", "or"), Ops.AND: ("and", "and"), Ops.SHL: ("shl", "shl"),
+          Ops.SHR: ("lshr", "ashr" if _signed(dt) else "lshr"), Ops.IDIV: ("", "sdiv" if _signed(dt) else "udiv"),
+          Ops.MOD: ("", "srem" if _signed(dt) else "urem")}[op][0 if fl else 1]
+  return f"{pre}{ctx[x]} = {name} {t} {a[0]}, {a[1]}"
+
+def _render_safe_div(ctx: LLVMRenderer, x: UOp) -> str:
+  # x/0 is undefined (and traps on x86), as is INT_MIN/-1: divide by 1 instead and pick the reference answer (0, or -x)
+  dt, t, b1 = x.dtype, ctx.ty(x.dtype), ctx.ty(dtypes.bool.vec(x.dtype.count))
+  a, b = ctx[x.src[0]], ctx[x.src[1]]
+  z, bad, d, q = ctx.tmp(), ctx.tmp(), ctx.tmp(), ctx.tmp()
+  signed = _signed(dt)
+  op = ("sdiv" if signed else "udiv") if x.op is Ops.IDIV else ("srem" if signed else "urem")
+  lines = [f"{z} = icmp eq {t} {b}, {ctx.const(0, dt)}"]
+  if signed:
+    m1 = ctx.tmp()
+    lines += [f"{m1} = icmp eq {t} {b}, {ctx.const(-1, dt)}", f"{bad} = or {b1} {z}, {m1}"]
+  else: lines.append(f"{bad} = or {b1} {z}, {z}")
+  lines += [f"{d} = select {b1} {bad}, {t} {ctx.const(1, dt)}, {t} {b}", f"{q} = {op} {t} {a}, {d}"]
+  if signed and x.op is Ops.IDIV:
+    n, r = ctx.tmp(), ctx.tmp()
+    lines += [f"{n} = sub {t} {ctx.const(0, dt)}, {a}", f"{r} = select {b1} {m1}, {t} {n}, {t} {q}", f"{ctx[x]} = select {b1} {z}, {t} "
+              f"{ctx.const(0, dt)}, {t} {r}"]
+  else: lines.append(f"{ctx[x]} = select {b1} {bad}, {t} {ctx.const(0, dt)}, {t} {q}")
+  return "\n  ".join(lines)
+
+def _render_cast(ctx: LLVMRenderer, x: UOp) -> str:
+  to, fr = x.dtype, x.src[0].dtype
+  tt, ft, v = ctx.ty(to), ctx.ty(fr), ctx[x.src[0]]
+  if to.scalar() is dtypes.bool:  # C: nonzero (and NaN) is true
+    return f"{ctx[x]} = fcmp une {ft} {v}, {ctx.const(0.0, fr)}" if dtypes.is_float(fr) else f"{ctx[x]} = icmp ne {ft} {v}, {ctx.const(0, fr)}"
+  if dtypes.is_float(to) and dtypes.is_float(fr):
+    if to.scalar().itemsize == fr.scalar().itemsize:  # half <-> bfloat: through float
+      f, mid = ctx.tmp(), ctx.ty(dtypes.float32.vec(to.count))
+      return f"{f} = fpext {ft} {v} to {mid}\n  {ctx[x]} = fptrunc {mid} {f} to {tt}"
+    return f"{ctx[x]} = {'fpext' if to.scalar().itemsize > fr.scalar().itemsize else 'fptrunc'} {ft} {v} to {tt}"
+  if dtypes.is_float(to): op = "sitofp" if _signed(fr) else "uitofp"
+  elif dtypes.is_float(fr): op = "fptosi" if _signed(to) else "fptoui"
+  elif to.scalar().itemsize == fr.scalar().itemsize and fr.scalar() is not dtypes.bool: op = "bitcast"
+  elif to.scalar().itemsize > fr.scalar().itemsize or fr.scalar() is dtypes.bool: op = "sext" if _signed(fr) else "zext"
+  else: op = "trunc"
+  return f"{ctx[x]} = {op} {ft} {v} to {tt}"
+
+def _render_load(ctx: LLVMRenderer, x: UOp) -> str:
+  idx = x.src[0]
+  mt, t = ctx.mem_ty(x.dtype), ctx.ty(x.dtype)
+  ptr = f"{ctx.ptr_ty(idx.dtype)} {ctx[idx]}"
+  def load(dest: str) -> str:
+    if x.dtype.scalar() is not dtypes.bool: return f"{dest} = load {mt}, {ptr}, align {x.dtype.scalar().itemsize}"
+    m = ctx.tmp()
+    return f"{m} = load {mt}, {ptr}, align 1\n  {dest} = icmp ne {mt} {m}, {ctx.mem_const(0, x.dtype)}"
+  if len(idx.src) < 3: return load(ctx[x])
+  # a gated load must not touch memory when the gate is false: branch around it and merge with the alternative
+  k, prev, val = ctx.fresh_label("load"), ctx.block, ctx.tmp()
+  alt = ctx[x.src[1]] if len(x.src) > 1 and x.src[1].dtype is not dtypes.void else ctx.const(0, x.dtype)
+  return (f"br i1 {ctx[idx.src[2]]}, label %{k}, label %{k}.done\n{ctx.label(k)}\n  {load(val)}\n  br label %{k}.done\n"
+          f"{ctx.label(k + '.done')}\n  {ctx[x]} = phi {t} [{val}, %{k}], [{alt}, %{prev}]")
+
+def _render_store(ctx: LLVMRenderer, x: UOp) -> str:
+  idx, val = x.src[0], x.src[1]
+  v, pre = ctx[val], ""
+  if val.dtype.scalar() is dtypes.bool:
+    v = ctx.tmp()
+    pre = f"{v} = zext {ctx.ty(val.dtype)} {ctx[val]} to {ctx.mem_ty(val.dtype)}\n  "
+  st = f"{pre}store {ctx.mem_ty(val.dtype)} {v}, {ctx.ptr_ty(idx.dtype)} {ctx[idx]}, align {val.dtype.scalar().itemsize}"
+  if len(idx.src) < 3: return st
+  k = ctx.fresh_label("store")
+  return f"br i1 {ctx[idx.src[2]]}, label %{k}, label %{k}.done\n{ctx.label(k)}\n  {st}\n  br label %{k}.done\n{ctx.label(k + '.done')}"
+
+def _render_range(ctx: LLVMRenderer, x: UOp) -> str:
+  k, t, p = ctx.loop_label[x], ctx.ty(x.dtype), f"{ctx[x]}.addr"
+  ctx.allocas.append(f"{p} = alloca {t}")
+  cmp = ctx.tmp()
+  return (f"store {t} 0, ptr {p}\n  br label %{k}.head\n{ctx.label(k + '.head')}\n  {ctx[x]} = load {t}, ptr {p}\n"
+          f"  {cmp} = icmp slt {t} {ctx[x]}, {ctx[x.src[0]]}\n  br i1 {cmp}, label %{k}.body, label %{k}.exit\n{ctx.label(k + '.body')}")
+
+def _render_end(ctx: LLVMRenderer, x: UOp) -> str:
+  out = []
+  # close the innermost loop first: the one opened last
+  for r in sorted((r for r in x.src[1:] if r.op is Ops.RANGE), key=lambda r: -ctx.open_order[r]):
+    k, t, n = ctx.loop_label[r], ctx.ty(r.dtype), ctx.tmp()
+    out.append(f"{n} = add {t} {ctx[r]}, 1\n  store {t} {n}, ptr {ctx[r]}.addr\n  br label %{k}.head\n{ctx.label(k + '.exit')}")
+  return "\n  ".join(out)
+
+def _render_vectorize(ctx: LLVMRenderer, x: UOp) -> str:
+  t, et, cur, out = ctx.ty(x.dtype), ctx.ty(x.dtype.scalar()), "poison", []
+  for i, s in enumerate(x.src):
+    nxt = ctx[x] if i == len(x.src) - 1 else ctx.tmp()
+    out.append(f"{nxt} = insertelement {t} {cur}, {et} {ctx[s]}, i32 {i}")
+    cur = nxt
+  return "\n  ".join(out)
+
+def _render_gep(ctx: LLVMRenderer, x: UOp) -> str:
+  st = ctx.ty(x.src[0].dtype)
+  if len(x.arg) == 1: return f"{ctx[x]} = extractelement {st} {ctx[x.src[0]]}, i32 {x.arg[0]}"
+  mask = ", ".join(f"i32 {i}" for i in x.arg)
+  return f"{ctx[x]} = shufflevector {st} {ctx[x.src[0]]}, {st} poison, <{len(x.arg)} x i32> <{mask}>"
+
+def _render_if(ctx: LLVMRenderer, x: UOp) -> str:
+  k = ctx.loop_label[x] = ctx.fresh_label("if")
+  return f"br i1 {ctx[x.src[0]]}, label %{k}.then, label %{k}.end\n{ctx.label(k + '.then')}"
+
+llvm_rewrite = PatternMatcher([
+  (UPat(Ops.CONST, name="x"), lambda ctx, x: ctx.const(x.arg, x.dtype)),
+  # AFTER only orders memory accesses (its value is its first source); the linear order already says it
+  (UPat(Ops.AFTER, name="x"), lambda ctx, x: ctx[x.src[0]]),
+  (UPat(Ops.VCONST, name="x"), lambda ctx, x: "<" + ", ".join(f"{ctx.ty(x.dtype.scalar())} {ctx.const(v, x.dtype.scalar())}"
+                                                                for v in x.arg) + ">"),
+  (UPat(Ops.DEFINE_REG, name="x"), lambda ctx, x: ctx.allocas.append(f"{ctx[x]} = alloca [{x.dtype.size} x {ctx.mem_ty(x.dtype.base)}], "
+                                                                    f"align {max(16, x.dtype.base.itemsize)}") or ""),
+  (UPat(Ops.DEFINE_LOCAL, name="x"), lambda ctx, x: ctx.render_define_local(x)),
+  (UPat(Ops.SPECIAL, name="x"), lambda ctx, x: ctx.render_special(x)),
+  (UPat(Ops.BARRIER), lambda ctx: ctx.render_barrier()),
+  (UPat(Ops.RANGE, name="x"), _render_range),
+  (UPat(Ops.END, name="x"), _render_end),
+  (UPat(Ops.IF, name="x"), _render_if),
+  (UPat(Ops.ENDIF, name="x"), lambda ctx, x: f"br label %{ctx.loop_label[x.src[0]]}.end\n{ctx.label(ctx.loop_label[x.src[0]] + '.end')}"),
+  (UPat(Ops.INDEX, name="x"), lambda ctx, x: f"{ctx[x]} = getelementptr inbounds {ctx.mem_ty(x.src[0].dtype.base)}, "
+   f"{ctx.ptr_ty(x.src[0].dtype)} {ctx[x.src[0]]}, {ctx.ty(x.src[1].dtype)} {ctx[x.src[1]]}"),
+  (UPat(Ops.LOAD, name="x"), _render_load),
+  (UPat(Ops.STORE, name="x"), _render_store),
+  (UPat(Ops.CAST, name="x"), _render_cast),
+  (UPat(Ops.BITCAST, name="x"), lambda ctx, x: f"{ctx[x]} = bitcast {ctx.ty(x.src[0].dtype)} {ctx[x.src[0]]} to {ctx.ty(x.dtype)}"),
+  (UPat(Ops.VECTORIZE, name="x"), _render_vectorize),
+  (UPat(Ops.GEP, name="x"), _render_gep),
+  (UPat(GroupOp.ALU, name="x"), _render_alu),
+])
+
+class LLVMRenderer(Renderer):
+  """Renders LLVM IR. Subclasses set the target (triple, data layout), the calling convention, address spaces and thread ids."""
+  suffix = "LLVM"
+  target_triple: str | None = None     # None: let the compiler set it on the parsed module
+  data_layout: str | None = None
+  kernel_cconv: str = ""               # e.g. "amdgpu_kernel ", "ptx_kernel "
+  kernel_attrs: str = "nounwind"
+  global_addrspace: int = 0            # address space of kernel buffers
+  local_addrspace: int = 3             # address space of DEFINE_LOCAL
+  string_rewrite: PatternMatcher = llvm_rewrite
+  extra_matcher: PatternMatcher | None = None
+
+  def __getitem__(self, u: UOp) -> str: return self.r[u]
+
+  # *** types and literals ***
+
+  def ty(self, dt: DType) -> str:
+    """The LLVM type of a value of `dt` (bool is i1 in registers)."""
+    if isinstance(dt, PtrDType): return self.ptr_ty(dt)
+    if dt.scalar() not in _SCALAR: raise NotImplementedError(f"{type(self).__name__} has no LLVM type for {dt}")
+    return _SCALAR[dt.scalar()] if dt.count == 1 else f"<{dt.count} x {_SCALAR[dt.scalar()]}>"
+  def mem_ty(self, dt: DType) -> str:
+    """The LLVM type of `dt` in memory: bool is a byte there, as in C."""
+    return self.ty(dt) if dt.scalar() is not dtypes.bool else ("i8" if dt.count == 1 else f"<{dt.count} x i8>")
+  def ptr_ty(self, dt: DType) -> str:
+    space = self.global_addrspace if not isinstance(dt, PtrDType) or dt.addrspace == AddrSpace.GLOBAL else \
+            self.local_addrspace if dt.addrspace == AddrSpace.LOCAL else 0
+    return "ptr" if space == 0 else f"ptr addrspace({space})"
+
+  def const(self, v: Any, dt: DType) -> str:
+    """A literal of `dt` (a splat for vector dtypes)."""
+    if dt.count > 1: return "<" + ", ".join(f"{self.ty(dt.scalar())} {self.const(v, dt.scalar())}" for _ in range(dt.count)) + ">"
+    s = dt.scalar()
+    if s is dtypes.bool: return "true" if v else "false"
+    if dtypes.is_int(s): return str(int(v))
+    v = float(v)
+    if s is dtypes.float16: return "0xH%04X" % struct.unpack("<H", struct.pack("<e", v))[0]
+    if s is dtypes.bfloat16: return "0xR%04X" % float_to_bf16_bits(v)
+    if s is dtypes.float32 and not math.isnan(v) and not math.isinf(v): v = struct.unpack("<f", struct.pack("<f", v))[0]
+    # LLVM spells float constants as the hex of the double holding the same value
+    return "0x%016X" % struct.unpack("<Q", struct.pack("<d", v))[0]
+  def mem_const(self, v: Any, dt: DType) -> str: return str(int(v)) if dt.scalar() is dtypes.bool and dt.count == 1 else self.const(v, dt)
+
+  def intrinsic(self, fn: str, dt: DType, nargs: int) -> str:
+    t = self.ty(dt)
+    mangle = _MANGLE[_SCALAR[dt.scalar()]] if dt.count == 1 else f"v{dt.count}{_MANGLE[_SCALAR[dt.scalar()]]}"
+    name = f"@llvm.{fn}.{mangle}"
+    self.declares[f"declare {t} {name}({', '.join([t] * nargs)})"] = None
+    return name
+
+  # *** hooks for GPU subclasses ***
+
+  def render_special(self, x: UOp) -> str:
+    raise NotImplementedError(f"{type(self).__name__} has no thread ids; render SPECIAL {x.arg} in a subclass")
+  def render_barrier(self) -> str: raise NotImplementedError(f"{type(self).__name__} has no BARRIER")
+  def render_define_local(self, x: UOp) -> str:
+    name = f"@{to_function_name(self.kernel_name)}.temp{x.arg}"
+    self.globals.append(f"{name} = internal addrspace({self.local_addrspace}) global [{x.dtype.size} x {self.mem_ty(x.dtype.base)}] undef, "
+                        f"align 16")
+    self.r[x] = name
+    return ""
+  def render_params(self, bufs: list[UOp], vars_: list[UOp]) -> list[str]:
+    # variables arrive as 32-bit ints (the launch ABI); wider index math gets them sign-extended at entry
+    for v in vars_:
+      if self.ty(v.dtype) != "i32": self.allocas.append(f"{self[v]} = sext i32 {self[v]}.arg to {self.ty(v.dtype)}")
+    return [f"{self.ptr_ty(b.dtype)} noalias {self[b]}" for b in bufs] + \
+           [f"i32 {self[v]}" + (".arg" if self.ty(v.dtype) != "i32" else "") for v in vars_]
+
+  # *** bookkeeping the rules use ***
+
+  def tmp(self) -> str:
+    self.ntmp += 1
+    return f"%t{self.ntmp}"
+  def fresh_label(self, prefix: str) -> str:
+    self.nlabel += 1
+    return f"{prefix}{self.nlabel}"
+  def label(self, name: str) -> str:
+    self.block = name
+    return f"{name}:"
+
+  def render(self, name: str, uops: list[UOp]) -> str:
+    """LLVM IR of the kernel `name`. Runs on a copy of the renderer so the name table is private to this call."""
+    ctx = copy.copy(self)
+    return ctx._render(to_function_name(name), uops)
+
+  def _render(self, name: str, uops: list[UOp]) -> str:
+    self.kernel_name, self.r, self.ntmp, self.nlabel, self.block = name, {}, 0, 0, "entry"
+    self.allocas: list[str] = []
+    self.globals: list[str] = []
+    self.declares: dict[str, None] = {}
+    self.loop_label: dict[UOp, str] = {}
+    self.open_order: dict[UOp, int] = {}
+    bufs, vars_, body = [], [], []
+    for i, u in enumerate(uops):
+      if u.op is Ops.PARAM:
+        self.r[u] = f"%data{u.arg}"
+        bufs.append(u)
+        continue
+      if u.op is Ops.DEFINE_VAR:
+        self.r[u] = f"%{to_function_name(u.arg[0])}"
+        vars_.append(u)
+        continue
+      if u.op is Ops.RANGE:
+        self.loop_label[u], self.open_order[u] = self.fresh_label("loop"), i
+        self.r[u] = f"%ridx{self.nlabel}"
+      elif u.op is Ops.DEFINE_REG: self.r[u] = f"%acc{u.arg}"
+      elif u.op not in (Ops.CONST, Ops.VCONST, Ops.AFTER): self.r[u] = f"%v{i}"
+      txt = self.string_rewrite.rewrite(u, ctx=self)
+      if txt is None: raise NotImplementedError(f"{type(self).__name__} can't render {u.op.name} ({u.dtype}) in kernel {name}")
+      assert isinstance(txt, str), f"rule for {u.op.name} returned {type(txt).__name__}, not str"
+      if u.op in (Ops.CONST, Ops.VCONST, Ops.AFTER): self.r[u] = txt
+      elif txt: body.append("  " + txt)
+    header = [f"target triple = \"{self.target_triple}\""] if self.target_triple else []
+    if self.data_layout: header.append(f"target datalayout = \"{self.data_layout}\"")
+    params = self.render_params(bufs, vars_)
+    fn = [f"define {self.kernel_cconv}void @{name}({', '.join(params)}) #0 {{", "entry:"]
+    fn += ["  " + a for a in self.allocas] + body + ["  ret void", "}"]
+    return "\n".join(header + self.globals + list(self.declares) + fn + [f"attributes #0 = {{ {self.kernel_attrs} }}"]) + "\n"

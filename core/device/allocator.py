@@ -1,0 +1,88 @@
+"""Allocator bases: raw device memory behind opaque handles, an LRU cache of freed blocks, honest OutOfMemory errors."""
+from __future__ import annotations
+import collections, dataclasses
+from typing import Any, Generic, TypeVar
+from core.helpers import fmt_bytes
+
+T = TypeVar("T")
+
+@dataclasses.dataclass(frozen=True)
+class BufferSpec:
+  """How a buffer is allocated. Hashable: the LRU cache keys freed blocks by (size, BufferSpec)."""
+  image: Any = None               # image dtype/shape for devices with texture memory
+  uncached: bool = False          # bypass the device cache (signals, doorbells)
+  cpu_access: bool = False        # host-visible device memory
+  host: bool = False              # pinned host memory
+  nolru: bool = False             # never keep in the LRU cache (freed at once)
+  external_ptr: int | None = None # wrap memory someone else owns; never freed by us
+
+class OutOfMemory(MemoryError):
+  """A device allocation failed; the message says what was asked, what is in use and what was tried."""
+
+class Allocator(Generic[T]):
+  """Allocates opaque handles of device memory. Subclasses implement _alloc/_free and the copies they support."""
+  default_spec = BufferSpec()
+  device: str = "?"
+  used: int = 0   # bytes handed out and not yet freed (cache excluded); class defaults so a subclass may skip __init__
+
+  def __init__(self, device: Any = "?"):
+    # accepts the device name or the Compiled device itself
+    self.device = device if isinstance(device, str) else getattr(device, "device", "?")
+
+  def alloc(self, size: int, options: BufferSpec | None = None) -> T:
+    if not isinstance(size, int) or size <= 0: raise ValueError(f"{self.device}: can't allocate {size!r} bytes, size must be a positive int")
+    try: ret = self._alloc(size, options or self.default_spec)
+    except OutOfMemory: raise
+    except MemoryError as e:
+      raise OutOfMemory(f"{self.device}: out of memory allocating {fmt_bytes(size)} ({size} bytes) with {fmt_bytes(self.used)} in use: {e}") from e
+    self.used += size
+    return ret
+
+  def free(self, opaque: T, size: int, options: BufferSpec | None = None) -> None:
+    self.used -= size
+    self._free(opaque, options or self.default_spec)
+
+  def _alloc(self, size: int, options: BufferSpec) -> T: raise NotImplementedError(f"{type(self).__name__} must implement _alloc")
+  def _free(self, opaque: T, options: BufferSpec) -> None: pass
+  def _copyin(self, dest: T, src: memoryview) -> None: raise NotImplementedError(f"{type(self).__name__} can't copy into device memory")
+  def _copyout(self, dest: memoryview, src: T) -> None: raise NotImplementedError(f"{type(self).__name__} can't copy out of device memory")
+  # optional: _offset(opaque, size, offset) -> T for views, _as_buffer(opaque) -> memoryview for zero-copy host access
+
+class LRUAllocator(Allocator[T]):
+  """Keeps freed blocks by (size, options) and hands them out again; flushes them all before giving up on memory."""
+  @property
+  def cache(self) -> collections.defaultdict[tuple[int, BufferSpec], list[T]]:
+    # created on first use so subclasses need not call __init__
+    if "_cache" not in self.__dict__: self.__dict__["_cache"] = collections.defaultdict(list)
+    return self.__dict__["_cache"]
+
+  @property
+  def cached_bytes(self) -> int: return sum(size * len(v) for (size, _), v in self.cache.items())
+
+  def alloc(self, size: int, options: BufferSpec | None = None) -> T:
+    opts = options or self.default_spec
+    if (blocks := self.cache.get((size, opts))):
+      self.used += size
+      return blocks.pop()
+    try: return super().alloc(size, opts)
+    except MemoryError:
+      # the memory may be sitting in our own cache: give it back to the device and try once more
+      n, nbytes = sum(len(v) for v in self.cache.values()), self.cached_bytes
+      self.free_cache()
+      try: return super().alloc(size, opts)
+      except MemoryError as e:
+        raise OutOfMemory(f"{self.device}: out of memory allocating {fmt_bytes(size)} ({size} bytes): {fmt_bytes(self.used)} in use, "
+                          f"and the cache of {n} freed buffers ({fmt_bytes(nbytes)}) was flushed first. Free tensors you no longer need "
+                          f"or use smaller batches.") from e
+
+  def free(self, opaque: T, size: int, options: BufferSpec | None = None) -> None:
+    opts = options or self.default_spec
+    if opts.nolru or opts.external_ptr is not None: return super().free(opaque, size, opts)
+    self.used -= size
+    self.cache[(size, opts)].append(opaque)
+
+  def free_cache(self) -> None:
+    """Returns every cached block to the device."""
+    for (_, opts), blocks in self.cache.items():
+      for b in blocks: self._free(b, opts)
+    self.cache.clear()

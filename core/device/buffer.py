@@ -1,0 +1,90 @@
+"""Buffer: a typed span of device memory, allocated lazily, freed when unreachable; views share their base's memory."""
+from __future__ import annotations
+from typing import Any
+from core.ir.dtype import DType, to_np
+from core.device.allocator import BufferSpec
+from core.device.counters import GlobalCounters
+
+class Buffer:
+  """`size` elements of `dtype` on `device`. A view (base given) covers base bytes [offset, offset+nbytes) and keeps its base alive."""
+  def __init__(self, device: str, size: int, dtype: DType, options: BufferSpec | None = None, base: Buffer | None = None, offset: int = 0):
+    if size < 0: raise ValueError(f"Buffer on {device}: size must be >= 0, got {size}")
+    self.device, self.size, self.dtype, self.options, self.offset = device, size, dtype, options, offset
+    self._base = None if base is None else base.base
+    if base is not None:
+      if base.device != device: raise ValueError(f"a view of a {base.device} buffer can't live on {device}")
+      if offset < 0 or offset + self.nbytes > self.base.nbytes:
+        raise ValueError(f"view of {self.nbytes} bytes at offset {offset} does not fit in its base of {self.base.nbytes} bytes")
+
+  @property
+  def base(self) -> Buffer: return self if self._base is None else self._base
+  @property
+  def nbytes(self) -> int: return self.size * self.dtype.itemsize
+  @property
+  def allocator(self) -> Any:
+    from core.device.registry import Device
+    return Device[self.device].allocator
+
+  def is_allocated(self) -> bool: return hasattr(self, "_buf")
+
+  def allocate(self, opaque: Any = None) -> Buffer:
+    """Gets memory (or adopts `opaque`); a view allocates its base first and points into it."""
+    if self.is_allocated(): raise RuntimeError(f"{self} is already allocated")
+    if self._base is not None:
+      if not self._base.is_allocated(): self._base.allocate()
+      if not hasattr(self.allocator, "_offset"): raise RuntimeError(f"{self.device}'s allocator has no _offset, so it can't make views")
+      self._buf = self.allocator._offset(self._base._buf, self.nbytes, self.offset)
+      return self
+    if opaque is not None: self._buf, self._owned = opaque, False
+    else:
+      # zero-size buffers own no memory but still count as allocated
+      self._buf, self._owned = (self.allocator.alloc(self.nbytes, self.options) if self.nbytes else None), self.nbytes > 0
+      GlobalCounters.mem_used[self.device] += self.nbytes
+    return self
+
+  def deallocate(self) -> None:
+    if not self.is_allocated(): return
+    if self._base is None and getattr(self, "_owned", False):
+      self.allocator.free(self._buf, self.nbytes, self.options)
+      GlobalCounters.mem_used[self.device] -= self.nbytes
+    del self._buf
+
+  def __del__(self) -> None:
+    try: self.deallocate()
+    except Exception: pass   # interpreter shutdown may have torn down the device already
+
+  def view(self, size: int, dtype: DType, offset: int) -> Buffer:
+    """A Buffer of `size` elements of `dtype` starting `offset` bytes into this one."""
+    return Buffer(self.device, size, dtype, base=self.base, offset=self.offset + offset)
+
+  def as_buffer(self) -> memoryview:
+    """Zero-copy host view where the allocator supports it, else a copy."""
+    if hasattr(self.allocator, "_as_buffer"): return self.allocator._as_buffer(self._need_buf("as_buffer"))
+    return self.copyout(memoryview(bytearray(self.nbytes)))
+
+  def copyin(self, mv: memoryview | bytes | bytearray) -> Buffer:
+    mv = memoryview(mv).cast("B")
+    if mv.nbytes != self.nbytes: raise ValueError(f"copyin of {mv.nbytes} bytes into {self} of {self.nbytes} bytes")
+    if not self.is_allocated(): self.allocate()
+    if self.nbytes: self.allocator._copyin(self._buf, mv)
+    return self
+
+  def copyout(self, mv: memoryview) -> memoryview:
+    mv = memoryview(mv).cast("B")
+    if mv.nbytes != self.nbytes: raise ValueError(f"copyout of {self} ({self.nbytes} bytes) into {mv.nbytes} bytes")
+    buf = self._need_buf("copyout")
+    if self.nbytes: self.allocator._copyout(mv, buf)
+    return mv
+
+  def numpy(self) -> Any:
+    """A numpy copy of the contents."""
+    import numpy as np
+    return np.frombuffer(self.copyout(memoryview(bytearray(self.nbytes))), dtype=to_np(self.dtype)).copy()
+
+  def _need_buf(self, what: str) -> Any:
+    if not self.is_allocated(): raise RuntimeError(f"{what} of {self}: it is not allocated (call allocate() or copyin() first)")
+    return self._buf
+
+  def __repr__(self) -> str:
+    view = "" if self._base is None else f" view offset={self.offset}"
+    return f"<Buffer {self.device} size={self.size} dtype={self.dtype}{view}{'' if self.is_allocated() else ' unallocated'}>"

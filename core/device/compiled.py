@@ -1,0 +1,20 @@
+"""Compiled: one device instance = allocator + renderer + compiler + program runtime; and the Program protocol."""
+from __future__ import annotations
+from typing import Any, Callable, Protocol
+
+class Program(Protocol):
+  """A loaded kernel, built by `device.runtime(name, lib)`. Returns seconds taken when `wait`, else None."""
+  def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] = (1, 1, 1),
+               vals: tuple[int, ...] = (), wait: bool = False) -> float | None: ...
+
+class Compiled:
+  """A device ready to use. `runtime(name, lib)` loads a compiled kernel as a Program; `target` is the DEV entry it came from."""
+  def __init__(self, device: str, allocator: Any, renderer: Any, compiler: Any, runtime: Callable[[str, bytes], Program] | None,
+               target: Any = None):
+    self.device, self.allocator, self.renderer, self.compiler, self.runtime, self.target = device, allocator, renderer, compiler, runtime, target
+
+  def synchronize(self) -> None:
+    """Waits for all queued work on this device to finish. The base runs everything synchronously, so there is nothing to wait for."""
+
+  def __repr__(self) -> str:
+    return f"<Compiled {self.device} renderer={type(self.renderer).__name__} compiler={type(self.compiler).__name__}>"

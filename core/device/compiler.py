@@ -1,0 +1,54 @@
+"""Compiler base: source text -> binary, with a crash-safe on-disk cache keyed by compiler identity and source hash."""
+from __future__ import annotations
+import hashlib, os, pathlib, re, tempfile
+from core.helpers import ContextVar, cache_dir
+
+DISABLE_COMPILER_CACHE = ContextVar("CORE_DISABLE_COMPILER_CACHE", 0)
+_MAGIC = b"COREBIN1"   # entry = magic + sha256(binary) + binary, so a torn or corrupted file is detected and recompiled
+
+class CompileError(RuntimeError):
+  """The compiler rejected the source; the message carries the compiler's own output."""
+
+class Compiler:
+  """Subclasses implement compile(src) -> bytes; `cachekey` names the compiler and its version (None: never cached)."""
+  def __init__(self, cachekey: str | None = None):
+    self.cachekey = cachekey
+    self.cache_hits = self.cache_misses = 0
+
+  def compile(self, src: str) -> bytes: raise NotImplementedError(f"{type(self).__name__} must implement compile(src) -> bytes")
+  def disassemble(self, lib: bytes) -> str: return f"<{type(self).__name__} can't disassemble {len(lib)} bytes>"
+
+  def cache_path(self, src: str) -> pathlib.Path | None:
+    """Where `src`'s binary is cached, or None when this compiler is not cached."""
+    if self.cachekey is None or DISABLE_COMPILER_CACHE: return None
+    key = re.sub(r"[^A-Za-z0-9_.+-]", "_", self.cachekey).lstrip(".") or "_"   # never "." or ".."
+    return cache_dir() / "compile" / key / hashlib.sha256(src.encode()).hexdigest()
+
+  def compile_cached(self, src: str) -> bytes:
+    if (path := self.cache_path(src)) is not None and (lib := _read_entry(path)) is not None:
+      self.cache_hits += 1
+      return lib
+    self.cache_misses += 1
+    lib = self.compile(src)
+    if path is not None: _write_entry(path, lib)
+    return lib
+
+def _read_entry(path: pathlib.Path) -> bytes | None:
+  try: data = path.read_bytes()
+  except OSError: return None
+  head, digest, lib = data[:len(_MAGIC)], data[len(_MAGIC):len(_MAGIC)+32], data[len(_MAGIC)+32:]
+  if head != _MAGIC or hashlib.sha256(lib).digest() != digest: return None
+  return lib
+
+def _write_entry(path: pathlib.Path, lib: bytes) -> None:
+  # temp file + os.replace: readers see the old entry or the new one, never half of one; a read-only cache is not an error
+  try:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+      with os.fdopen(fd, "wb") as f: f.write(_MAGIC + hashlib.sha256(lib).digest() + lib)
+      os.replace(tmp, path)
+    except BaseException:
+      os.unlink(tmp)
+      raise
+  except OSError: pass

@@ -1,0 +1,284 @@
+"""The plugin manager: finds backends through entry points, imports each only when needed, keeps its failures to itself."""
+from __future__ import annotations
+import dataclasses, difflib, importlib, os, re, threading
+from typing import Any, Callable, Iterable
+from core.device.spec import DeviceSpec, resolve
+from core.device.target import Target
+
+# devices whose plugins live in this repo, so an error can say exactly what to install
+OFFICIAL_PLUGINS = {"CPU": "cpu", "AMD": "amd", "NV": "nv", "QCOM": "qcom", "METAL": "metal", "WEBGPU": "webgpu"}
+
+class PluginError(RuntimeError):
+  """A plugin or device could not be used; the message names the plugin, the cause and a fix."""
+
+class UnknownDeviceError(PluginError, LookupError):
+  """DEV (or Device[...]) names a device, renderer or interface nobody provides."""
+
+def _norm(dist: str) -> str: return re.sub(r"[-_.]+", "-", dist).lower()
+def did_you_mean(name: str, choices: Iterable[str], n: int = 3) -> str:
+  # compared case-insensitively, suggested as spelled by their owner
+  by_upper = {c.upper(): c for c in choices}
+  close = difflib.get_close_matches(name.upper(), list(by_upper), n=n, cutoff=0.5)
+  return f" Did you mean {' or '.join(by_upper[c] for c in close)}?" if close else ""
+
+@dataclasses.dataclass
+class PluginRecord:
+  """One plugin as discovered: what its metadata says, and (once loaded) its module, specs or load error."""
+  dist: str                   # distribution name, "core" for the built-in devices
+  version: str
+  value: str                  # the entry point's object reference, normally the hook module ("plugin_cpu")
+  devices: list[str]          # device names its entry points declare
+  builtin_specs: list[DeviceSpec] | None = None
+  disabled: bool = False
+  module: Any = None
+  info: dict[str, Any] | None = None
+  specs: dict[str, DeviceSpec] = dataclasses.field(default_factory=dict)
+  error: PluginError | None = None
+
+  @property
+  def loaded(self) -> bool: return bool(self.specs) or self.module is not None
+  @property
+  def api(self) -> str: return "-" if self.info is None else ".".join(map(str, self.info.get("api", ("?",))))
+  def label(self) -> str: return f"{self.dist} {self.version}"
+
+class PluginManager:
+  """Discovery reads metadata only; `spec(name)` imports the plugin that declares `name`. Thread-safe; one per process."""
+  def __init__(self, distributions: Callable[[], Iterable[Any]] | None = None, disabled: str | None = None,
+               builtins: list[DeviceSpec] | None = None):
+    import pluggy
+    from core.device import hookspecs
+    self._distributions = distributions
+    raw = os.getenv("CORE_DISABLED_PLUGINS", "") if disabled is None else disabled
+    self.disabled_raw, self.disabled = raw, {s.strip().lower() for s in raw.split(",") if s.strip()}
+    self.pm = pluggy.PluginManager(hookspecs.PROJECT)
+    self.pm.add_hookspecs(hookspecs)
+    self._builtins = builtins
+    self._lock = threading.RLock()
+    self._records: list[PluginRecord] | None = None
+    self.by_device: dict[str, PluginRecord] = {}
+    self.conflicts: dict[str, list[PluginRecord]] = {}
+    self.disabled_devices: dict[str, PluginRecord] = {}
+
+  # *** discovery: metadata only ***
+
+  def records(self) -> list[PluginRecord]:
+    with self._lock:
+      if self._records is None: self._records = self._discover()
+      return self._records
+
+  def _iter_dists(self) -> Iterable[Any]:
+    if self._distributions is not None: return self._distributions()
+    try: import importlib_metadata as md
+    except ImportError: import importlib.metadata as md  # type: ignore[no-redef]
+    return md.distributions()
+
+  def _discover(self) -> list[PluginRecord]:
+    from core.device import hookspecs
+    if self._builtins is None:
+      from core.device.builtin import builtin_specs
+      self._builtins = builtin_specs()
+    import core
+    recs = [PluginRecord("core", core.__version__, "core.device.builtin", [s.name for s in self._builtins], builtin_specs=self._builtins)]
+    seen: set[str] = set()
+    by_key: dict[tuple[str, str], PluginRecord] = {}
+    for dist in self._iter_dists():
+      try:
+        name, version = dist.metadata["Name"], dist.version
+        eps = [ep for ep in dist.entry_points if ep.group == hookspecs.ENTRY_POINT_GROUP]
+      except Exception: continue   # unreadable metadata of some unrelated distribution must not break core
+      if not eps or name is None: continue
+      # the same distribution twice on sys.path (a stale dist-info, an editable install) is one plugin: first wins, like import
+      if _norm(name) in seen: continue
+      seen.add(_norm(name))
+      for ep in eps:
+        if (_norm(name), ep.value) not in by_key:
+          by_key[(_norm(name), ep.value)] = rec = PluginRecord(name, version or "?", ep.value, [])
+          recs.append(rec)
+        by_key[(_norm(name), ep.value)].devices.append(ep.name.upper())
+    for rec in recs:
+      rec.disabled = rec.builtin_specs is None and self._is_disabled(rec)
+      for dev in rec.devices:
+        if rec.disabled: self.disabled_devices.setdefault(dev, rec)
+        elif dev in self.by_device and _norm(self.by_device[dev].dist) != _norm(rec.dist):
+          self.conflicts.setdefault(dev, [self.by_device[dev]]).append(rec)
+        else: self.by_device.setdefault(dev, rec)
+    return recs
+
+  def _is_disabled(self, rec: PluginRecord) -> bool:
+    # a plugin answers to its distribution name with or without "plugin-", its module name, and its device names
+    mod = rec.value.split(":")[0].lower()
+    names = {_norm(rec.dist), re.sub(r"^plugin-", "", _norm(rec.dist)), mod, re.sub(r"^plugin_", "", mod)} | {d.lower() for d in rec.devices}
+    return bool(names & ({_norm(d) for d in self.disabled} | self.disabled))
+
+  def device_names(self) -> list[str]:
+    """Every device name some enabled plugin declares (no plugin is imported)."""
+    self.records()
+    return sorted(self.by_device)
+
+  # *** loading: one plugin at a time, failures stored on its record ***
+
+  def load(self, rec: PluginRecord) -> None:
+    with self._lock:
+      if rec.loaded or rec.error is not None or rec.disabled: return
+      if rec.builtin_specs is not None:
+        import core
+        rec.specs, rec.info = {s.name: s for s in rec.builtin_specs}, {"name": "core", "version": rec.version, "api": core.PLUGIN_API}
+        return
+      try: self._load(rec)
+      except PluginError as e: self._unload(rec, e)
+      except (Exception, SystemExit) as e: self._unload(rec, self._error(rec, f"failed to load ({type(e).__name__}: {e})", e))
+
+  def _load(self, rec: PluginRecord) -> None:
+    import core
+    try: mod = resolve(rec.value) if ":" in rec.value else importlib.import_module(rec.value)
+    # a plugin calling sys.exit() at import must not end the program either
+    except (Exception, SystemExit) as e: raise self._error(rec, f"failed to import {rec.value} ({type(e).__name__}: {e})", e) from e
+    # the API check comes before registration: a plugin for another major may not even match today's hook specs
+    info_fn = getattr(mod, "core_plugin_info", None)
+    if info_fn is None: raise self._error(rec, "does not implement core_plugin_info(), so core can't tell which PLUGIN_API it was built for")
+    info = info_fn()
+    api = tuple(info.get("api", ())) if isinstance(info, dict) else ()
+    if len(api) != 2 or not all(isinstance(x, int) for x in api):
+      raise self._error(rec, f"core_plugin_info() must return {{'name', 'version', 'api': (major, minor)}}, got {info!r}")
+    rec.info = info
+    if api[0] != core.PLUGIN_API[0]:
+      raise self._error(rec, f"was built for core PLUGIN_API {api[0]}.{api[1]}, but this core provides PLUGIN_API "
+                             f"{core.PLUGIN_API[0]}.{core.PLUGIN_API[1]}, and a different major version is incompatible",
+                        fix=f"install a {rec.dist} release built for PLUGIN_API {core.PLUGIN_API[0]}.x (or the core version it was built for)")
+    self._register(rec, mod)
+    specs = [s for s in (self._call_one(rec, "core_devices") or [])]
+    for s in specs:
+      if not isinstance(s, DeviceSpec): raise self._error(rec, f"core_devices() returned {s!r}, not a core.device.spec.DeviceSpec")
+      if s.name not in rec.devices:
+        raise self._error(rec, f"core_devices() returned device {s.name}, which none of its entry points declares",
+                          fix=f'add {s.name} = "{rec.value}" under [project.entry-points."core.plugins"] in its pyproject.toml')
+    rec.specs = {s.name: s for s in specs}
+    if (missing := [d for d in rec.devices if d not in rec.specs]):
+      raise self._error(rec, f"declares device(s) {missing} in its entry points but core_devices() returned {sorted(rec.specs) or 'none'}")
+
+  def _register(self, rec: PluginRecord, mod: Any) -> None:
+    import pluggy
+    from core.device.hookspecs import HOOK_NAMES
+    try:
+      self.pm.register(mod, name=rec.dist)
+      rec.module = mod
+      self.pm.check_pending()   # a hook marked @hookimpl whose name core does not know is a typo: fail now, loudly
+    except pluggy.PluginValidationError as e:
+      bad = [n for n in dir(mod) if n.startswith("core_") and n not in HOOK_NAMES and callable(getattr(mod, n))]
+      hint = "; ".join(f"{b}{did_you_mean(b, HOOK_NAMES, n=1)}" for b in bad) or str(e)
+      raise self._error(rec, f"implements a hook core does not define: {hint}", e,
+                        fix=f"rename the hook to one of {', '.join(HOOK_NAMES)} (see core/device/hookspecs.py)") from e
+
+  def _unload(self, rec: PluginRecord, err: PluginError) -> None:
+    if rec.module is not None and self.pm.is_registered(rec.module): self.pm.unregister(rec.module)
+    rec.module, rec.specs, rec.error = None, {}, err
+
+  def _error(self, rec: PluginRecord, what: str, cause: BaseException | None = None, fix: str | None = None) -> PluginError:
+    other = "PYTHON" if "CPU" in rec.devices else "CPU"
+    short = re.sub(r"^plugin[-_]", "", _norm(rec.dist))
+    fix = fix or f"reinstall or upgrade it (pip install --force-reinstall {rec.dist}) or report it to its authors"
+    err = PluginError(f"plugin {rec.label()} (entry point {', '.join(rec.devices)} = {rec.value}) {what}.\n"
+                      f"  fix: {fix}; or set DEV={other} to use another device, or CORE_DISABLED_PLUGINS={short} to skip this plugin.")
+    err.__cause__ = cause
+    return err
+
+  def _call_one(self, rec: PluginRecord, hook: str, **kwargs: Any) -> Any:
+    for impl in getattr(self.pm.hook, hook).get_hookimpls():
+      if impl.plugin is rec.module: return impl.function(**kwargs)
+    return None
+
+  # *** lookups ***
+
+  def spec(self, device: str) -> DeviceSpec:
+    """The spec of `device` (a base name such as "CPU"), importing its plugin now. Raises a PluginError saying why not."""
+    dev = device.upper()
+    self.records()
+    if dev in self.conflicts:
+      who = " and ".join(f"{r.label()} ({r.value})" for r in self.conflicts[dev])
+      last = self.conflicts[dev][-1]
+      raise PluginError(f"device {dev} is claimed by two distributions: {who}.\n  fix: uninstall one of them (pip uninstall {last.dist}) "
+                        f"or disable one with CORE_DISABLED_PLUGINS={_norm(last.dist)}.")
+    if dev not in self.by_device:
+      if dev in self.disabled_devices:
+        rec = self.disabled_devices[dev]
+        raise PluginError(f"device {dev} comes from plugin {rec.label()}, which CORE_DISABLED_PLUGINS={self.disabled_raw} disables.\n"
+                          f"  fix: remove it from CORE_DISABLED_PLUGINS to use {dev}, or pick another device with DEV=.")
+      hint = f" Install its plugin: pip install ./plugins/{OFFICIAL_PLUGINS[dev]}" if dev in OFFICIAL_PLUGINS else \
+        " If a third-party plugin provides it, install that distribution (it must declare an entry point in group core.plugins)."
+      raise UnknownDeviceError(f"no installed plugin provides device {dev!r}.{did_you_mean(dev, self.by_device)} "
+                               f"Known devices: {', '.join(sorted(self.by_device))}.{hint}")
+    rec = self.by_device[dev]
+    self.load(rec)
+    if rec.error is not None: raise PluginError(str(rec.error)) from rec.error.__cause__
+    return rec.specs[dev]
+
+  def all_specs(self) -> list[tuple[PluginRecord, DeviceSpec]]:
+    """Loads every enabled plugin (failures are kept on their records) and returns the specs that loaded."""
+    out = []
+    for rec in self.records():
+      self.load(rec)
+      out += [(rec, s) for s in rec.specs.values() if s.name not in self.conflicts]
+    return out
+
+  def best_device(self) -> str | None:
+    """The highest-priority available device; broken, conflicting and unavailable ones are skipped quietly."""
+    cands = [s for _, s in self.all_specs() if s.priority >= 0 and s.available()]
+    return max(cands, key=lambda s: (s.priority, s.name)).name if cands else None
+
+  def resolve_target(self, t: Target) -> DeviceSpec:
+    """Checks that the target's device, interface and renderer exist (with "did you mean" on typos); returns the device's spec."""
+    spec = self.spec(t.device)
+    if t.interface is not None and t.interface not in spec.interfaces:
+      raise UnknownDeviceError(f"device {spec.name} has no interface {t.interface!r} (DEV={t}).{did_you_mean(t.interface, spec.interfaces)} "
+                               f"It offers: {', '.join(spec.interfaces) or 'none'}.")
+    if t.renderer is not None:
+      if spec.name == "NULL": self.borrowed_renderer_spec(t.renderer)
+      elif t.renderer not in spec.renderers:
+        raise UnknownDeviceError(f"device {spec.name} has no renderer {t.renderer!r} (DEV={t}).{did_you_mean(t.renderer, spec.renderers)} "
+                                 f"It offers: {', '.join(spec.renderers) or 'none'}.")
+    return spec
+
+  def borrowed_renderer_spec(self, name: str | None) -> tuple[DeviceSpec, str | None]:
+    """For the NULL device: the spec whose renderer `name` names (a device name means that device's default renderer)."""
+    if name is None:
+      for _, s in sorted(self.all_specs(), key=lambda rs: -rs[1].priority):
+        if s.renderers and s.name != "NULL" and s.available(): return s, None
+      return self.spec("PYTHON"), None
+    if name in self.by_device and name != "NULL": return self.spec(name), None
+    offers = [s for _, s in sorted(self.all_specs(), key=lambda rs: -rs[1].priority) if name in s.renderers]
+    if offers: return offers[0], name
+    choices = set(self.by_device) | {r for _, s in self.all_specs() for r in s.renderers}
+    raise UnknownDeviceError(f"no installed plugin offers a renderer named {name!r} for the NULL device.{did_you_mean(name, choices)} "
+                             f"Renderers: {', '.join(sorted(choices - {'NULL'}))}.")
+
+  # *** hooks for the compiler pipeline ***
+
+  def _owner_loaded(self, device: str) -> None: self.spec(device.split(":")[0])
+  def pm_prep_program(self, device: str) -> Any:
+    self._owner_loaded(device)
+    return self.pm.hook.core_pm_prep_program(device=device)
+  def pm_lower(self, device: str) -> Any:
+    self._owner_loaded(device)
+    return self.pm.hook.core_pm_lower(device=device)
+  def pm_bufferize(self, device: str) -> Any:
+    self._owner_loaded(device)
+    return self.pm.hook.core_pm_bufferize(device=device)
+  def rewrite_rules(self, stage: str, device: str) -> list[Any]:
+    """Every loaded plugin's extra rules for `stage` on `device` (core composes them into the stage)."""
+    self._owner_loaded(device)
+    return [pm for pm in self.pm.hook.core_rewrite_rules(stage=stage, device=device) if pm is not None]
+
+_manager: PluginManager | None = None
+_manager_lock = threading.Lock()
+
+def get_plugins() -> PluginManager:
+  """The process-wide plugin manager, created (metadata not yet read) on first use."""
+  global _manager
+  with _manager_lock:
+    if _manager is None: _manager = PluginManager()
+    return _manager
+
+def set_plugins(manager: PluginManager | None) -> None:
+  """Replaces the process-wide manager (None: a fresh one on next use, re-reading entry points and CORE_DISABLED_PLUGINS)."""
+  global _manager
+  with _manager_lock: _manager = manager

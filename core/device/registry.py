@@ -1,0 +1,92 @@
+"""Device: the registry of opened devices ("CPU", "CPU:1"), built from DEV targets and plugin factories on first use."""
+from __future__ import annotations
+import os, threading
+from typing import Any, Iterator
+from core.device.plugins import PluginError, get_plugins, set_plugins
+from core.device.spec import resolve
+from core.device.target import Target, parse_dev
+
+def _note(e: BaseException, msg: str) -> None:
+  # PEP 678 notes print under the traceback; Python 3.10 has no add_note, so there the note is skipped
+  if hasattr(e, "add_note"): e.add_note(msg)
+
+class _Device:
+  """`Device["CPU"]` -> Compiled (opened once), `Device.DEFAULT` -> the default device name."""
+  def __init__(self) -> None:
+    self._lock = threading.RLock()
+    self._opened: dict[str, Any] = {}
+    self._default: str | None = None
+    self._targets: dict[str, Target] | None = None
+
+  @staticmethod
+  def canonicalize(name: str) -> str:
+    """"cpu" -> "CPU", "CPU:0" -> "CPU", "CPU:1" -> "CPU:1". Renderers are not part of a device name: choose them with DEV."""
+    base, _, idx = name.partition(":")
+    if idx and not idx.isdigit():
+      raise ValueError(f"device name {name!r} must be DEVICE or DEVICE:N (N an instance number); pick a renderer with DEV={name} instead")
+    base = base.upper()
+    return base if idx in ("", "0") else f"{base}:{int(idx)}"
+
+  @property
+  def targets(self) -> dict[str, Target]:
+    """The DEV targets by device name (the first entry for a device wins)."""
+    with self._lock:
+      if self._targets is None:
+        self._targets = {}
+        for t in parse_dev(dev) if (dev := os.getenv("DEV", "").strip()) else []: self._targets.setdefault(t.device, t)
+      return self._targets
+
+  def target(self, name: str) -> Target:
+    base = self.canonicalize(name).split(":")[0]
+    return self.targets.get(base) or Target(device=base)
+
+  def __getitem__(self, name: str) -> Any:
+    cname = self.canonicalize(name)
+    with self._lock:
+      if (dev := self._opened.get(cname)) is not None: return dev
+      target = self.target(cname)
+      try: spec = get_plugins().resolve_target(target)
+      except PluginError as e:
+        if os.getenv("DEV"): _note(e, f"(DEV={os.getenv('DEV')})")
+        raise
+      try: dev = resolve(spec.factory)(cname, target)
+      except Exception as e:
+        _note(e, f"while opening device {cname} (target {target}); set DEV to another device to skip it")
+        raise
+      self._opened[cname] = dev
+      return dev
+
+  @property
+  def DEFAULT(self) -> str:
+    with self._lock:
+      if self._default is None:
+        if (dev := os.getenv("DEV", "").strip()):
+          first = parse_dev(dev)[0]
+          try: get_plugins().resolve_target(first)
+          except PluginError as e:
+            _note(e, f"(DEV={dev})")
+            raise
+          self._default = first.device
+        elif (best := get_plugins().best_device()) is None:
+          raise RuntimeError("no device is available: install a backend (pip install ./plugins/cpu) or set DEV=PYTHON")
+        else: self._default = best
+      return self._default
+  @DEFAULT.setter
+  def DEFAULT(self, name: str) -> None:
+    with self._lock: self._default = self.canonicalize(name)
+
+  def get_available_devices(self) -> Iterator[str]:
+    """Names of the devices whose probe says they can run here, best first (no device is opened)."""
+    specs = sorted((s for _, s in get_plugins().all_specs() if s.priority >= 0 and s.available()), key=lambda s: (-s.priority, s.name))
+    yield from (s.name for s in specs)
+
+  def opened(self) -> list[str]: return list(self._opened)
+
+  def reset(self) -> None:
+    """Forgets opened devices, DEV and the plugin manager (tests use this after changing the environment)."""
+    with self._lock:
+      self._opened.clear()
+      self._default = self._targets = None
+      set_plugins(None)
+
+Device = _Device()

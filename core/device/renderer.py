@@ -1,0 +1,25 @@
+"""Renderer base: the capabilities codegen reads, and render(name, uops) -> source text."""
+from __future__ import annotations
+from typing import Any, ClassVar
+from core.ir.dtype import DType, dtypes
+
+class Renderer:
+  """Describes what a target can do and turns a linearized kernel into source. Subclasses override the class attributes."""
+  device: str = ""
+  arch: str | None = None
+  suffix: ClassVar[str] = ""                                # name of the renderer ("C", "LLVM", ...), for DEBUG output
+  has_local: ClassVar[bool] = False                         # workgroups with local ids (lidx)
+  has_shared: ClassVar[bool] = False                        # DEFINE_LOCAL shared memory
+  global_max: ClassVar[tuple[int, ...] | None] = None       # max global launch dims; None: no thread ids, every axis is a loop
+  local_max: ClassVar[tuple[int, ...] | None] = None
+  shared_max: ClassVar[int] = 0                             # bytes of shared memory per workgroup
+  supports_float4: ClassVar[bool] = False                   # vector loads/stores
+  simd_width: ClassVar[int] = 1
+  supported_dtypes: ClassVar[frozenset[DType]] = frozenset(d for d in dtypes.all if d not in dtypes.fp8s and d is not dtypes.bfloat16)
+  has_images: ClassVar[bool] = False
+  has_atomics: ClassVar[bool] = False
+  max_buffer_size: ClassVar[int | None] = None              # bytes; None: no limit beyond memory
+  extra_matcher: Any = None                                 # PatternMatcher applied before render, or None
+
+  def render(self, name: str, uops: list[Any]) -> str: raise NotImplementedError(f"{type(self).__name__} must implement render(name, uops)")
+  def __repr__(self) -> str: return f"{type(self).__name__}(device={self.device!r})"

@@ -1,0 +1,60 @@
+"""The DEV grammar: `[INTERFACE[:INDICES]+]DEVICE[:RENDERER[:ARCH]]`, several targets separated by `;`."""
+from __future__ import annotations
+import dataclasses, re
+
+GRAMMAR = "[INTERFACE[:INDICES]+]DEVICE[:RENDERER[:ARCH]], several separated by ';' (e.g. CPU, CPU:LLVM, NV:PTX:sm_90, PCI:0,1+AMD)"
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
+_ARCH = re.compile(r"[A-Za-z0-9_.\-]+$")
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+  """One DEV entry. `renderer`/`interface` None mean the plugin's default; `indices` () means all instances."""
+  interface: str | None = None
+  indices: tuple[int, ...] = ()
+  device: str = ""
+  renderer: str | None = None
+  arch: str | None = None
+
+  def __post_init__(self) -> None:
+    if not self.device: raise ValueError("a Target needs a device name")
+
+  def __str__(self) -> str:
+    head = "" if self.interface is None else self.interface + (":" + ",".join(map(str, self.indices)) if self.indices else "") + "+"
+    tail = "" if self.renderer is None else ":" + self.renderer + ("" if self.arch is None else ":" + self.arch)
+    return head + self.device + tail
+
+class DevSyntaxError(ValueError):
+  """A DEV string that does not follow the grammar."""
+
+def _name(s: str, what: str, whole: str) -> str:
+  if not _NAME.match(s): raise DevSyntaxError(f"DEV={whole!r}: {what} {s!r} is not a name; the grammar is {GRAMMAR}")
+  return s.upper()
+
+def parse_target(s: str) -> Target:
+  """Parses one DEV entry; names are case-insensitive (stored upper case), ARCH keeps its case (sm_90, gfx1100)."""
+  whole, s = s, s.strip()
+  interface, indices = None, ()
+  if "+" in s:
+    iface, s = s.split("+", 1)
+    if "+" in s: raise DevSyntaxError(f"DEV={whole!r}: at most one INTERFACE+ prefix; the grammar is {GRAMMAR}")
+    iname, _, idx = iface.partition(":")
+    interface = _name(iname, "interface", whole)
+    if idx:
+      try: indices = tuple(int(i) for i in idx.split(","))
+      except ValueError: raise DevSyntaxError(f"DEV={whole!r}: indices {idx!r} must be integers like 0,1; the grammar is {GRAMMAR}") from None
+      if any(i < 0 for i in indices): raise DevSyntaxError(f"DEV={whole!r}: indices must be >= 0")
+  parts = s.split(":")
+  if len(parts) > 3: raise DevSyntaxError(f"DEV={whole!r}: too many ':' parts; the grammar is {GRAMMAR}")
+  device = _name(parts[0], "device", whole)
+  renderer = _name(parts[1], "renderer", whole) if len(parts) > 1 else None
+  arch = None
+  if len(parts) > 2:
+    if not _ARCH.match(parts[2]): raise DevSyntaxError(f"DEV={whole!r}: arch {parts[2]!r} is not a name; the grammar is {GRAMMAR}")
+    arch = parts[2]
+  return Target(interface, indices, device, renderer, arch)
+
+def parse_dev(s: str) -> list[Target]:
+  """Parses a whole DEV value into its targets, in order (the first is the default device)."""
+  entries = [e for e in s.split(";") if e.strip()]
+  if not entries: raise DevSyntaxError(f"DEV={s!r} names no device; the grammar is {GRAMMAR}")
+  return [parse_target(e) for e in entries]

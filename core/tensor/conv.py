@@ -1,0 +1,135 @@
+"""Sliding-window ops from movement ops: pooling windows, conv (1d/2d/3d, groups, stride, dilation), conv_transpose,
+avg/max pooling and interpolate."""
+from __future__ import annotations
+from typing import TYPE_CHECKING, Any, Sequence
+from core.helpers import make_tuple
+from core.ir.dtype import dtypes, least_upper_dtype, sum_acc_dtype
+
+if TYPE_CHECKING:
+  from core.tensor.tensor import Tensor
+
+def _window_last(x: Tensor, k: int, s: int, d: int) -> Tensor:
+  """(..., n) -> (..., o, k) with out[..., i, j] = x[..., i*s + j*d]. Tiling the row k+1 times and reading it back with
+  rows of length L+d shifts row j by j*d; a stride-s pick of the first o*s columns then gives the windows."""
+  n = x.shape[-1]
+  o = (n - d * (k - 1) - 1) // s + 1
+  if o <= 0: raise ValueError(f"window of size {k} (dilation {d}) doesn't fit in a dim of size {n}")
+  L = max(n, k * d) + s
+  lead = x.shape[:-1]
+  x = x.pad([None] * len(lead) + [(0, L - n)])
+  t = x.unsqueeze(-2).expand(lead + (k + 1, L)).flatten(-2)[..., :k * (L + d)].unflatten(-1, (k, L + d))
+  t = t[..., :o * s].unflatten(-1, (o, s))[..., 0]  # (..., k, o)
+  return t.transpose(-1, -2)
+
+def _padding(padding: int | Sequence[int], dims: int) -> list[tuple[int, int]]:
+  """Per spatial dim (before, after): an int, one value per dim, or torch's flat (left, right, ...) from the last dim."""
+  if isinstance(padding, int): return [(padding, padding)] * dims
+  p = list(padding)
+  if len(p) == dims: return [(v, v) for v in p]
+  if len(p) == 2 * dims: return [(p[2 * i], p[2 * i + 1]) for i in range(dims)][::-1]
+  raise ValueError(f"padding {p} must be an int, {dims} values or {2 * dims} values")
+
+class ConvMixin:
+  def _pool(self: Tensor, k: Sequence[int], stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1) -> Tensor:  # type: ignore[misc]
+    """(..., *spatial) -> (..., *out, *k): every window of the last len(k) dims."""
+    nd = len(k)
+    s, d = make_tuple(stride, nd), make_tuple(dilation, nd)
+    x, lead = self, self.ndim - nd
+    for i in range(nd):
+      ax = lead + 2 * i  # earlier dims have already become (o, k) pairs
+      x = _window_last(x.movedim(ax, -1), k[i], s[i], d[i])
+      x = x.movedim(-2, ax).movedim(-1, ax + 1)
+    order = list(range(lead)) + [lead + 2 * i for i in range(nd)] + [lead + 2 * i + 1 for i in range(nd)]
+    return x.permute(order)
+
+  def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1, dilation: Any = 1,  # type: ignore[misc]
+             padding: Any = 0, dtype: Any = None) -> Tensor:
+    """N-d convolution (1d/2d/3d by weight rank): self (bs, cin, *spatial), weight (cout, cin/groups, *k)."""
+    bs, cin = self.shape[:2]
+    cout, cin_g, *ks = weight.shape
+    nd = len(ks)
+    if self.ndim != nd + 2: raise ValueError(f"conv: input {self.shape} needs {nd + 2} dims for weight {weight.shape}")
+    if cin != cin_g * groups or cout % groups:
+      raise ValueError(f"conv: input channels {cin} != weight {weight.shape[1]} * groups {groups}, or out channels {cout} not divisible")
+    x = self.pad([None, None] + _padding(padding, nd)) if padding != 0 else self
+    x = x._pool(ks, stride, dilation)  # (bs, cin, *o, *k)
+    os_ = x.shape[2:2 + nd]
+    rc = cout // groups
+    x = x.reshape(bs, groups, 1, cin_g, *os_, *ks)
+    w = weight.reshape(1, groups, rc, cin_g, *([1] * nd), *ks)
+    out_dt = least_upper_dtype(self.dtype, weight.dtype) if dtype is None else dtype
+    prodt = x * w
+    red = tuple([3] + list(range(4 + nd, 4 + 2 * nd)))
+    ret = prodt.sum(red, dtype=sum_acc_dtype(prodt.dtype)).cast(out_dt).reshape(bs, cout, *os_)
+    return ret if bias is None else ret + bias.reshape(1, -1, *([1] * nd))
+  conv = conv2d
+
+  def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1,  # type: ignore[misc]
+                       dilation: Any = 1, padding: Any = 0, output_padding: Any = 0) -> Tensor:
+    """The adjoint of conv2d: zeros inserted between inputs (stride), padded by d*(k-1)-p, then a conv with the flipped,
+    channel-swapped weight (cin, cout/groups, *k)."""
+    cin, rc, *ks = weight.shape
+    nd = len(ks)
+    s, d, op = make_tuple(stride, nd), make_tuple(dilation, nd), make_tuple(output_padding, nd)
+    pads = _padding(padding, nd)
+    x = self
+    for i in range(nd):
+      ax = 2 + i
+      if s[i] > 1:  # n -> (n-1)*s + 1 with s-1 zeros between neighbours
+        n = x.shape[ax]
+        x = x.unsqueeze(ax + 1).pad([(0, s[i] - 1) if j == ax + 1 else None for j in range(x.ndim + 1)]).flatten(ax, ax + 1)
+        x = x.shrink([(0, (n - 1) * s[i] + 1) if j == ax else None for j in range(x.ndim)])
+    full = [None, None] + [(d[i] * (ks[i] - 1) - pads[i][0], d[i] * (ks[i] - 1) - pads[i][1] + op[i]) for i in range(nd)]
+    x = x.pad(full)
+    w = weight.reshape(groups, cin // groups, rc, *ks).transpose(1, 2).reshape(groups * rc, cin // groups, *ks)
+    w = w.flip(tuple(range(2, 2 + nd)))
+    return x.conv2d(w, bias, groups=groups, dilation=dilation)
+
+  def avg_pool2d(self: Tensor, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1, padding: Any = 0,  # type: ignore[misc]
+                 ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
+    k = make_tuple(kernel_size, 2) if isinstance(kernel_size, int) else tuple(kernel_size)
+    if ceil_mode: raise NotImplementedError("avg_pool2d: ceil_mode=True is not supported yet")
+    pads = [None] * (self.ndim - len(k)) + _padding(padding, len(k))
+    x = self._float()
+    win = x.pad(pads)._pool(k, stride if stride is not None else k, dilation)
+    axes = tuple(range(-len(k), 0))
+    if count_include_pad or padding == 0: return win.mean(axes)
+    counts = x._const(1.0).pad(pads)._pool(k, stride if stride is not None else k, dilation).sum(axes)
+    return win.sum(axes) / counts
+  def max_pool2d(self: Tensor, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1, padding: Any = 0,  # type: ignore[misc]
+                 ceil_mode: bool = False) -> Tensor:
+    k = make_tuple(kernel_size, 2) if isinstance(kernel_size, int) else tuple(kernel_size)
+    if ceil_mode: raise NotImplementedError("max_pool2d: ceil_mode=True is not supported yet")
+    pads = [None] * (self.ndim - len(k)) + _padding(padding, len(k))
+    x = self.pad(pads, value=self.dtype.min) if padding != 0 else self
+    return x._pool(k, stride if stride is not None else k, dilation).max(tuple(range(-len(k), 0)))
+  avg_pool = avg_pool2d
+  max_pool = max_pool2d
+
+  def interpolate(self: Tensor, size: Sequence[int], mode: str = "linear", align_corners: bool = False) -> Tensor:  # type: ignore[misc]
+    """Resizes the last len(size) dims. mode: "nearest" (torch's floor rule), "nearest-exact", "linear"/"bilinear"/"trilinear"."""
+    from core.tensor.tensor import Tensor
+    if mode not in ("nearest", "nearest-exact", "linear", "bilinear", "trilinear"): raise ValueError(f"interpolate: unknown mode {mode!r}")
+    if align_corners and mode.startswith("nearest"): raise ValueError("interpolate: align_corners only applies to linear modes")
+    x = self
+    for i, out in enumerate(size):
+      ax = self.ndim - len(size) + i
+      n = x.shape[ax]
+      if out == n and not mode.startswith("nearest"): continue
+      pos = Tensor.arange(out, device=self.device, dtype=dtypes.float32)
+      idx_shape = [1] * ax + [out] + [1] * (x.ndim - ax - 1)
+      gshape = list(x.shape)
+      gshape[ax] = out
+      def pick(ix: Tensor) -> Tensor: return x.gather(ax, ix.reshape(idx_shape).expand(gshape))
+      if mode == "nearest": x = pick((pos * (n / out)).floor().cast(dtypes.int32).minimum(n - 1))
+      elif mode == "nearest-exact": x = pick(((pos + 0.5) * (n / out)).floor().cast(dtypes.int32).minimum(n - 1))
+      else:
+        src = pos * ((n - 1) / (out - 1)) if align_corners and out > 1 else ((pos + 0.5) * (n / out) - 0.5).maximum(0.0)
+        if align_corners and out == 1: src = pos * 0
+        i0 = src.floor().cast(dtypes.int32).minimum(n - 1)
+        i1 = (i0 + 1).minimum(n - 1)
+        w = (src - i0.cast(dtypes.float32)).reshape(idx_shape)
+        xf = x._float()
+        x = xf.gather(ax, i0.reshape(idx_shape).expand(gshape)) * (1 - w) + xf.gather(ax, i1.reshape(idx_shape).expand(gshape)) * w
+    return x.cast(self.dtype) if dtypes.is_float(self.dtype) else x.round().cast(self.dtype) if x.dtype != self.dtype else x
+

@@ -1,0 +1,93 @@
+"""Tensor constructors that need no data from the host: empty, full, zeros, ones, arange, linspace, eye and *_like."""
+from __future__ import annotations
+import math
+from typing import TYPE_CHECKING, Any
+from core.helpers import prod, argfix
+from core.ir.dtype import DTypeLike, dtypes, to_dtype
+from core.ir.ops import UOp
+
+if TYPE_CHECKING:
+  from core.tensor.tensor import Tensor
+
+def _shape(shape: tuple[Any, ...]) -> tuple[int, ...]:
+  s = argfix(*shape)
+  if not all(isinstance(d, int) and d >= 0 for d in s): raise ValueError(f"a shape needs non-negative ints, got {s}")
+  return s
+
+class CreationMixin:
+  @classmethod
+  def empty(cls, *shape: Any, device: str | None = None, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
+    """Uninitialized memory of `shape` (a fresh buffer of its own)."""
+    from core.tensor.tensor import canonical_device
+    s, dt = _shape(shape), to_dtype(dtype or dtypes.default_float)
+    return cls(UOp.new_buffer(canonical_device(device), prod(s), dt).reshape(s), **kwargs)  # type: ignore[return-value]
+
+  @classmethod
+  def full(cls, shape: tuple[int, ...] | int, fill_value: Any, device: str | None = None, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
+    from core.tensor.tensor import canonical_device
+    s = _shape((shape,) if isinstance(shape, int) else tuple(shape))
+    dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
+    return cls(UOp.const(dt, fill_value, canonical_device(device), s), **kwargs)  # type: ignore[return-value]
+  @classmethod
+  def zeros(cls, *shape: Any, **kwargs: Any) -> Tensor: return cls.full(_shape(shape), 0.0, **{"dtype": dtypes.default_float, **kwargs})
+  @classmethod
+  def ones(cls, *shape: Any, **kwargs: Any) -> Tensor: return cls.full(_shape(shape), 1.0, **{"dtype": dtypes.default_float, **kwargs})
+
+  @classmethod
+  def _iota(cls, n: int, device: str | None = None) -> Tensor:
+    """int32 [0, 1, ..., n-1] from movement ops only. Small n: a running sum of ones; large n: a grid of two smaller
+    iotas (i*b + j), so the work stays O(n) instead of the O(n^2) of one running sum."""
+    if n <= 16:
+      return cls.ones(n, dtype=dtypes.int32, device=device).cumsum(0) - 1  # type: ignore[attr-defined]
+    a = math.isqrt(n - 1) + 1
+    b = -(-n // a)
+    grid = cls._iota(a, device).reshape(a, 1) * b + cls._iota(b, device).reshape(1, b)  # type: ignore[attr-defined]
+    return grid.flatten()[:n]
+
+  @classmethod
+  def arange(cls, start: Any, stop: Any = None, step: Any = 1, **kwargs: Any) -> Tensor:
+    """[start, stop) in steps of `step`, like Python's range; float arguments give default_float."""
+    if stop is None: start, stop = 0, start
+    if step == 0: raise ValueError("arange: step must not be 0")
+    dt = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else \
+      (dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.default_int)
+    n = max(0, math.ceil((stop - start) / step))
+    device, rg = kwargs.pop("device", None), kwargs.pop("requires_grad", None)
+    if kwargs: raise TypeError(f"arange got unknown arguments {list(kwargs)}")
+    if n == 0: return cls.full((0,), 0, dtype=dt, device=device, requires_grad=rg)
+    idx = cls._iota(n, device)
+    ret = (idx.cast(dt) * step + start) if dtypes.is_float(dt) else (idx * step + start).cast(dt)  # type: ignore[attr-defined]
+    ret.requires_grad = rg
+    return ret
+
+  @classmethod
+  def linspace(cls, start: float, stop: float, steps: int, **kwargs: Any) -> Tensor:
+    if steps < 0: raise ValueError(f"linspace: steps must be >= 0, got {steps}")
+    dt = to_dtype(kwargs.pop("dtype", dtypes.default_float))
+    if steps == 1: return cls.full((1,), start, dtype=dt, **kwargs)
+    if steps == 0: return cls.full((0,), 0, dtype=dt, **kwargs)
+    idx = cls._iota(steps, kwargs.get("device")).cast(dtypes.float32 if dt.itemsize <= 4 else dtypes.float64)  # type: ignore[attr-defined]
+    ret = (idx * ((stop - start) / (steps - 1)) + start).cast(dt)
+    ret.requires_grad = kwargs.get("requires_grad")
+    return ret
+
+  @classmethod
+  def eye(cls, n: int, m: int | None = None, **kwargs: Any) -> Tensor:
+    """n x m identity: a 1 followed by n zeros, tiled and cut (the diagonal comes from the period n+1)."""
+    m = n if m is None else m
+    if n < 0 or m < 0: raise ValueError(f"eye: sizes must be >= 0, got {n}, {m}")
+    dt = to_dtype(kwargs.pop("dtype", dtypes.default_float))
+    rg = kwargs.pop("requires_grad", None)
+    k = max(n, m)
+    if k == 0: return cls.full((n, m), 0, dtype=dt, requires_grad=rg, **kwargs)
+    one = cls.ones(1, 1, dtype=dt, **kwargs).pad(((0, 0), (0, k)))  # type: ignore[attr-defined]
+    ret = one.expand(k, k + 1).flatten()[:k * k].reshape(k, k)[:n, :m]
+    ret.requires_grad = rg
+    return ret
+
+  def full_like(self: Tensor, fill_value: Any, **kwargs: Any) -> Tensor:  # type: ignore[misc]
+    return type(self).full(self.shape, fill_value, **{"dtype": self.dtype, "device": self.device, **kwargs})
+  def zeros_like(self: Tensor, **kwargs: Any) -> Tensor: return self.full_like(0, **kwargs)  # type: ignore[misc]
+  def ones_like(self: Tensor, **kwargs: Any) -> Tensor: return self.full_like(1, **kwargs)  # type: ignore[misc]
+  def empty_like(self: Tensor, **kwargs: Any) -> Tensor:  # type: ignore[misc]
+    return type(self).empty(self.shape, **{"dtype": self.dtype, "device": self.device, **kwargs})

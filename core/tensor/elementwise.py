@@ -1,0 +1,271 @@
+"""Elementwise Tensor math: operators with broadcasting and weak scalars, transcendentals composed from EXP2/LOG2/SIN,
+rounding, comparisons, bitwise ops and activations."""
+from __future__ import annotations
+import math
+from typing import TYPE_CHECKING, Any
+from core.ir.dtype import dtypes, least_upper_float, least_upper_dtype
+from core.ir.ops import Ops
+
+if TYPE_CHECKING:
+  from core.tensor.tensor import Tensor
+
+LN2 = math.log(2)
+
+class ElementwiseMixin:
+  def _float(self: Tensor) -> Tensor: return self.cast(least_upper_float(self.dtype))  # type: ignore[misc]
+  def _need_int(self: Tensor, op: str) -> None:  # type: ignore[misc]
+    if not (dtypes.is_int(self.dtype) or self.dtype is dtypes.bool): raise TypeError(f"{op} needs an int or bool tensor, got {self.dtype}")
+
+  # *** arithmetic ***
+
+  def add(self: Tensor, x: Any, reverse: bool = False) -> Tensor:  # type: ignore[misc]
+    a, b = self._operands(x, reverse)
+    return a._alu(Ops.OR if a.dtype is dtypes.bool else Ops.ADD, b)
+  def neg(self: Tensor) -> Tensor:  # type: ignore[misc]
+    return self.logical_not() if self.dtype is dtypes.bool else self._alu(Ops.NEG)
+  def sub(self: Tensor, x: Any, reverse: bool = False) -> Tensor:  # type: ignore[misc]
+    a, b = self._operands(x, reverse)
+    if a.dtype is dtypes.bool: raise TypeError("subtracting bool tensors is not supported; use logical_xor / bitwise_xor")
+    return a._alu(Ops.ADD, b.neg())
+  def mul(self: Tensor, x: Any, reverse: bool = False) -> Tensor:  # type: ignore[misc]
+    a, b = self._operands(x, reverse)
+    return a._alu(Ops.AND if a.dtype is dtypes.bool else Ops.MUL, b)
+  def div(self: Tensor, x: Any, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:  # type: ignore[misc]
+    """True division (ints give default_float); rounding_mode "trunc" or "floor" like torch.div."""
+    a, b = self._operands(x, reverse)
+    if rounding_mode == "trunc": return a._alu(Ops.IDIV, b) if dtypes.is_int(a.dtype) else a.div(b).trunc().cast(a.dtype)
+    if rounding_mode == "floor": return a.floordiv(b)
+    if rounding_mode is not None: raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    a, b = a._float(), b._float()
+    return a._alu(Ops.MUL, b.reciprocal())
+  def floordiv(self: Tensor, x: Any, reverse: bool = False) -> Tensor:  # type: ignore[misc]
+    """Floor division like Python: ints round toward -inf (C division truncates, so fix up when signs differ)."""
+    a, b = self._operands(x, reverse)
+    if dtypes.is_float(a.dtype): return a.div(b).floor()
+    a._need_int("//")
+    if a.dtype is dtypes.bool: a, b = a.cast(dtypes.default_int), b.cast(dtypes.default_int)
+    q, r = a._alu(Ops.IDIV, b), a._alu(Ops.MOD, b)
+    if dtypes.is_unsigned(a.dtype): return q
+    fix = (r != 0) & ((r < 0) != (b < 0))
+    return fix.where(q - 1, q)
+  def mod(self: Tensor, x: Any, reverse: bool = False) -> Tensor:  # type: ignore[misc]
+    """Remainder with the sign of the divisor, like Python and torch.remainder."""
+    a, b = self._operands(x, reverse)
+    if dtypes.is_float(a.dtype): return a - b * a.div(b).floor()
+    a._need_int("%")
+    r = a._alu(Ops.MOD, b)
+    if dtypes.is_unsigned(a.dtype): return r
+    return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
+  def fmod(self: Tensor, x: Any) -> Tensor:  # type: ignore[misc]
+    a, b = self._operands(x)
+    return a._alu(Ops.MOD, b) if dtypes.is_int(a.dtype) else a - b * a.div(b).trunc()
+
+  def __add__(self, x: Any) -> Tensor: return self.add(x)  # type: ignore[attr-defined]
+  def __radd__(self, x: Any) -> Tensor: return self.add(x, True)  # type: ignore[attr-defined]
+  def __sub__(self, x: Any) -> Tensor: return self.sub(x)  # type: ignore[attr-defined]
+  def __rsub__(self, x: Any) -> Tensor: return self.sub(x, True)  # type: ignore[attr-defined]
+  def __mul__(self, x: Any) -> Tensor: return self.mul(x)  # type: ignore[attr-defined]
+  def __rmul__(self, x: Any) -> Tensor: return self.mul(x, True)  # type: ignore[attr-defined]
+  def __truediv__(self, x: Any) -> Tensor: return self.div(x)  # type: ignore[attr-defined]
+  def __rtruediv__(self, x: Any) -> Tensor: return self.div(x, True)  # type: ignore[attr-defined]
+  def __floordiv__(self, x: Any) -> Tensor: return self.floordiv(x)  # type: ignore[attr-defined]
+  def __rfloordiv__(self, x: Any) -> Tensor: return self.floordiv(x, True)  # type: ignore[attr-defined]
+  def __mod__(self, x: Any) -> Tensor: return self.mod(x)  # type: ignore[attr-defined]
+  def __rmod__(self, x: Any) -> Tensor: return self.mod(x, True)  # type: ignore[attr-defined]
+  def __pow__(self, x: Any) -> Tensor: return self.pow(x)  # type: ignore[attr-defined]
+  def __rpow__(self, x: Any) -> Tensor: return self.pow(x, True)  # type: ignore[attr-defined]
+  def __matmul__(self, x: Any) -> Tensor: return self.matmul(x)  # type: ignore[attr-defined]
+  def __rmatmul__(self, x: Any) -> Tensor: return self.matmul(x, True)  # type: ignore[attr-defined]
+  def __neg__(self) -> Tensor: return self.neg()  # type: ignore[attr-defined]
+  def __abs__(self) -> Tensor: return self.abs()  # type: ignore[attr-defined]
+  def __invert__(self) -> Tensor: return self.bitwise_not()  # type: ignore[attr-defined]
+  def __and__(self, x: Any) -> Tensor: return self.bitwise_and(x)  # type: ignore[attr-defined]
+  def __rand__(self, x: Any) -> Tensor: return self.bitwise_and(x, True)  # type: ignore[attr-defined]
+  def __or__(self, x: Any) -> Tensor: return self.bitwise_or(x)  # type: ignore[attr-defined]
+  def __ror__(self, x: Any) -> Tensor: return self.bitwise_or(x, True)  # type: ignore[attr-defined]
+  def __xor__(self, x: Any) -> Tensor: return self.bitwise_xor(x)  # type: ignore[attr-defined]
+  def __rxor__(self, x: Any) -> Tensor: return self.bitwise_xor(x, True)  # type: ignore[attr-defined]
+  def __lshift__(self, x: int) -> Tensor: return self.lshift(x)  # type: ignore[attr-defined]
+  def __rshift__(self, x: int) -> Tensor: return self.rshift(x)  # type: ignore[attr-defined]
+  def __lt__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x)  # type: ignore[attr-defined]
+  def __gt__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x, True)  # type: ignore[attr-defined]
+  def __le__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x, True).logical_not()  # type: ignore[attr-defined]
+  def __ge__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x).logical_not()  # type: ignore[attr-defined]
+  def __ne__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPNE, x)  # type: ignore[attr-defined,override]
+  def __eq__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPNE, x).logical_not()  # type: ignore[attr-defined,override]
+  def __iadd__(self, x: Any) -> Tensor: return self.assign(self + x)  # type: ignore[attr-defined]
+  def __isub__(self, x: Any) -> Tensor: return self.assign(self - x)  # type: ignore[attr-defined]
+  def __imul__(self, x: Any) -> Tensor: return self.assign(self * x)  # type: ignore[attr-defined]
+  def __itruediv__(self, x: Any) -> Tensor: return self.assign(self / x)  # type: ignore[attr-defined]
+
+  # *** comparisons and selection ***
+
+  def _cmp(self: Tensor, op: Ops, x: Any, reverse: bool = False) -> Tensor:  # type: ignore[misc]
+    a, b = self._operands(x, reverse)
+    return a._alu(op, b)
+  def eq(self, x: Any) -> Tensor: return self == x  # type: ignore[return-value]
+  def ne(self, x: Any) -> Tensor: return self != x  # type: ignore[return-value]
+  def lt(self, x: Any) -> Tensor: return self < x  # type: ignore[operator]
+  def gt(self, x: Any) -> Tensor: return self > x  # type: ignore[operator]
+  def le(self, x: Any) -> Tensor: return self <= x  # type: ignore[operator]
+  def ge(self, x: Any) -> Tensor: return self >= x  # type: ignore[operator]
+  def isnan(self: Tensor) -> Tensor: return self != self  # type: ignore[misc]
+  def isinf(self: Tensor, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:  # type: ignore[misc]
+    if not dtypes.is_float(self.dtype): return self._const(False, dtypes.bool)
+    return ((self == math.inf) & detect_positive) | ((self == -math.inf) & detect_negative)
+  def isfinite(self: Tensor) -> Tensor: return (self.isinf() | self.isnan()).logical_not()  # type: ignore[misc]
+
+  def where(self: Tensor, x: Any, y: Any) -> Tensor:  # type: ignore[misc]
+    """x where self is true, else y; x and y broadcast and promote (scalars are weak)."""
+    from core.tensor.tensor import Tensor
+    cond = self.cast(dtypes.bool)
+    if isinstance(x, Tensor): a, b = x._operands(y)
+    elif isinstance(y, Tensor): b, a = y._operands(x)
+    else:
+      dt = dtypes.from_py(x) if type(x) is type(y) else least_upper_dtype(dtypes.from_py(x), dtypes.from_py(y))
+      a, b = cond._const(x, dt), cond._const(y, dt)
+    shape = Tensor._broadcast_shape(cond.shape, a.shape)
+    a, b, cond = a._broadcast_to(shape), b._broadcast_to(shape), cond._broadcast_to(shape)
+    return cond._alu(Ops.WHERE, a, b)
+  def maximum(self: Tensor, x: Any) -> Tensor:  # type: ignore[misc]
+    a, b = self._operands(x)
+    return (a < b).where(b, a) if a.dtype is dtypes.bool else a._alu(Ops.MAX, b)
+  def minimum(self: Tensor, x: Any) -> Tensor:  # type: ignore[misc]
+    a, b = self._operands(x)
+    # max of negations keeps MAX's NaN handling for floats; ints use a compare so INT_MIN can't overflow
+    return -((-a).maximum(-b)) if dtypes.is_float(a.dtype) else (a < b).where(a, b)
+  def clip(self: Tensor, min_: Any = None, max_: Any = None) -> Tensor:  # type: ignore[misc]
+    if min_ is None and max_ is None: raise ValueError("clip needs at least one of min_ or max_")
+    ret = self if min_ is None else self.maximum(min_)
+    return ret if max_ is None else ret.minimum(max_)
+  clamp = clip
+
+  # *** sign, abs, rounding ***
+
+  def sign(self: Tensor) -> Tensor:  # type: ignore[misc]
+    ret = (self < 0).where(self._const(-1), (self > 0).where(self._const(1), self._const(0))) if self.dtype is not dtypes.bool else self
+    return ret + self * 0 if dtypes.is_float(self.dtype) else ret  # NaN stays NaN
+  def abs(self: Tensor) -> Tensor:  # type: ignore[misc]
+    if dtypes.is_unsigned(self.dtype) or self.dtype is dtypes.bool: return self
+    return self * self.sign() if dtypes.is_float(self.dtype) else (self < 0).where(-self, self)
+  def trunc(self: Tensor) -> Tensor: return self._alu(Ops.TRUNC) if dtypes.is_float(self.dtype) else self  # type: ignore[misc]
+  def floor(self: Tensor) -> Tensor:  # type: ignore[misc]
+    if not dtypes.is_float(self.dtype): return self
+    t = self.trunc()
+    return (self < t).where(t - 1, t)
+  def ceil(self: Tensor) -> Tensor:  # type: ignore[misc]
+    if not dtypes.is_float(self.dtype): return self
+    t = self.trunc()
+    return (self > t).where(t + 1, t)
+  def round(self: Tensor) -> Tensor:  # type: ignore[misc]
+    """Round half to even, like numpy and torch."""
+    if not dtypes.is_float(self.dtype): return self
+    r = (self + 0.5).floor()
+    half = r * 0.5
+    tie_to_odd = ((r - self) == 0.5) & (half.floor() != half)
+    return tie_to_odd.where(r - 1, r)
+  def frac(self: Tensor) -> Tensor: return self - self.trunc()  # type: ignore[misc]
+
+  # *** transcendentals ***
+
+  def reciprocal(self: Tensor) -> Tensor: return self._float()._alu(Ops.RECIPROCAL)  # type: ignore[misc]
+  def sqrt(self: Tensor) -> Tensor: return self._float()._alu(Ops.SQRT)  # type: ignore[misc]
+  def rsqrt(self: Tensor) -> Tensor: return self.sqrt().reciprocal()  # type: ignore[misc]
+  def exp2(self: Tensor) -> Tensor: return self._float()._alu(Ops.EXP2)  # type: ignore[misc]
+  def log2(self: Tensor) -> Tensor: return self._float()._alu(Ops.LOG2)  # type: ignore[misc]
+  def exp(self: Tensor) -> Tensor: return (self._float() * (1 / LN2)).exp2()  # type: ignore[misc]
+  def log(self: Tensor) -> Tensor: return self.log2() * LN2  # type: ignore[misc]
+  def log10(self: Tensor) -> Tensor: return self.log2() * math.log10(2)  # type: ignore[misc]
+  def log1p(self: Tensor) -> Tensor: return (self + 1).log()  # type: ignore[misc]
+  def expm1(self: Tensor) -> Tensor: return self.exp() - 1  # type: ignore[misc]
+  def sin(self: Tensor) -> Tensor: return self._float()._alu(Ops.SIN)  # type: ignore[misc]
+  def cos(self: Tensor) -> Tensor: return ((math.pi / 2) - self._float()).sin()  # type: ignore[misc]
+  def tan(self: Tensor) -> Tensor: return self.sin() / self.cos()  # type: ignore[misc]
+  def square(self: Tensor) -> Tensor: return self * self  # type: ignore[misc]
+
+  def pow(self: Tensor, x: Any, reverse: bool = False) -> Tensor:  # type: ignore[misc]
+    """self ** x. Small non-negative int exponents multiply (exact, keep the dtype); otherwise exp2(y*log2|b|) with the
+    sign fixed for negative bases with integer exponents; int results are rounded back to the int dtype."""
+    if not reverse and isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 64:
+      acc, base, e = None, self, x
+      while e:
+        if e & 1: acc = base if acc is None else acc * base
+        e >>= 1
+        if e: base = base * base
+      return acc if acc is not None else self.ones_like()
+    if not reverse and isinstance(x, int) and not isinstance(x, bool) and x < 0 and dtypes.is_float(self.dtype):
+      return self.pow(-x).reciprocal()
+    b, y = self._operands(x, reverse)
+    out_dt = b.dtype
+    bf, yf = b._float(), y._float()
+    mag = (yf * bf.abs().log2()).exp2()
+    y_int = yf.trunc() == yf
+    y_odd = y_int & ((yf * 0.5).trunc() != yf * 0.5)
+    neg = bf < 0
+    ret = neg.where(y_int.where(y_odd.where(-mag, mag), mag._const(math.nan)), mag)
+    ret = (yf == 0).where(ret._const(1.0), ret)
+    if dtypes.is_float(out_dt): return ret
+    return ret.round().cast(out_dt)
+
+  # *** logical and bitwise ***
+
+  def logical_not(self: Tensor) -> Tensor: return self.cast(dtypes.bool)._alu(Ops.CMPNE, self._const(True, dtypes.bool))  # type: ignore[misc]
+  def logical_and(self: Tensor, x: Any) -> Tensor:  # type: ignore[misc]
+    return self.cast(dtypes.bool).bitwise_and(x.cast(dtypes.bool) if hasattr(x, "cast") else bool(x))
+  def logical_or(self: Tensor, x: Any) -> Tensor:  # type: ignore[misc]
+    return self.cast(dtypes.bool).bitwise_or(x.cast(dtypes.bool) if hasattr(x, "cast") else bool(x))
+  def logical_xor(self: Tensor, x: Any) -> Tensor:  # type: ignore[misc]
+    return self.cast(dtypes.bool).bitwise_xor(x.cast(dtypes.bool) if hasattr(x, "cast") else bool(x))
+  def _bitop(self: Tensor, op: Ops, x: Any, reverse: bool) -> Tensor:  # type: ignore[misc]
+    a, b = self._operands(x, reverse)
+    a._need_int(op.name.lower())
+    return a._alu(op, b)
+  def bitwise_and(self: Tensor, x: Any, reverse: bool = False) -> Tensor: return self._bitop(Ops.AND, x, reverse)  # type: ignore[misc]
+  def bitwise_or(self: Tensor, x: Any, reverse: bool = False) -> Tensor: return self._bitop(Ops.OR, x, reverse)  # type: ignore[misc]
+  def bitwise_xor(self: Tensor, x: Any, reverse: bool = False) -> Tensor: return self._bitop(Ops.XOR, x, reverse)  # type: ignore[misc]
+  def bitwise_not(self: Tensor) -> Tensor:  # type: ignore[misc]
+    if self.dtype is dtypes.bool: return self.logical_not()
+    self._need_int("bitwise_not")
+    return self._alu(Ops.XOR, self._const(-1 if not dtypes.is_unsigned(self.dtype) else self.dtype.max))
+  def lshift(self: Tensor, x: int) -> Tensor:  # type: ignore[misc]
+    self._need_int("<<")
+    return self._alu(Ops.SHL, self._const(x))
+  def rshift(self: Tensor, x: int) -> Tensor:  # type: ignore[misc]
+    self._need_int(">>")
+    return self._alu(Ops.SHR, self._const(x))
+
+  # *** activations ***
+
+  def relu(self: Tensor) -> Tensor: return (self > 0).where(self, 0)  # type: ignore[misc]
+  def relu6(self: Tensor) -> Tensor: return self.relu() - (self - 6).relu()  # type: ignore[misc]
+  def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor: return (self < 0).where(self * neg_slope, self)  # type: ignore[misc]
+  def elu(self: Tensor, alpha: float = 1.0) -> Tensor: return (self > 0).where(self, (self.exp() - 1) * alpha)  # type: ignore[misc]
+  def celu(self: Tensor, alpha: float = 1.0) -> Tensor: return self.maximum(0) + ((self / alpha).exp() - 1).minimum(0) * alpha  # type: ignore[misc]
+  def selu(self: Tensor, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor: return self.elu(alpha) * gamma  # type: ignore[misc]
+  def sigmoid(self: Tensor) -> Tensor: return (1 + (-self._float()).exp()).reciprocal()  # type: ignore[misc]
+  def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:  # type: ignore[misc]
+    return (self * alpha + beta).relu() - (self * alpha + beta - 1).relu()
+  def tanh(self: Tensor) -> Tensor: return (self * 2).sigmoid() * 2 - 1  # type: ignore[misc]
+  def sinh(self: Tensor) -> Tensor: return (self.exp() - (-self).exp()) / 2  # type: ignore[misc]
+  def cosh(self: Tensor) -> Tensor: return (self.exp() + (-self).exp()) / 2  # type: ignore[misc]
+  def atanh(self: Tensor) -> Tensor: return ((1 + self) / (1 - self)).log() / 2  # type: ignore[misc]
+  def asinh(self: Tensor) -> Tensor: return (self + (self.square() + 1).sqrt()).log()  # type: ignore[misc]
+  def acosh(self: Tensor) -> Tensor: return (self + (self.square() - 1).sqrt()).log()  # type: ignore[misc]
+  def gelu(self: Tensor) -> Tensor:  # type: ignore[misc]
+    """The tanh approximation of GELU."""
+    return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
+  def quick_gelu(self: Tensor) -> Tensor: return self * (self * 1.702).sigmoid()  # type: ignore[misc]
+  def silu(self: Tensor) -> Tensor: return self * self.sigmoid()  # type: ignore[misc]
+  swish = silu
+  def softplus(self: Tensor, beta: float = 1.0) -> Tensor:  # type: ignore[misc]
+    """log(1 + exp(beta*x)) / beta, written as max(bx, 0) + log(1 + exp(-|bx|)) so it can't overflow."""
+    bx = self._float() * beta
+    return (bx.relu() + (1 + (-bx.abs()).exp()).log()) * (1 / beta)
+  def mish(self: Tensor) -> Tensor: return self * self.softplus().tanh()  # type: ignore[misc]
+  def hardswish(self: Tensor) -> Tensor: return self * (self + 3).relu6() * (1 / 6)  # type: ignore[misc]
+  def hardtanh(self: Tensor, min_val: float = -1, max_val: float = 1) -> Tensor: return self.clip(min_val, max_val)  # type: ignore[misc]
+  def softsign(self: Tensor) -> Tensor: return self / (1 + self.abs())  # type: ignore[misc]
+  def logsigmoid(self: Tensor) -> Tensor: return -(-self).softplus()  # type: ignore[misc]
+
+  def lerp(self: Tensor, end: Any, weight: Any) -> Tensor: return self + (end - self) * weight  # type: ignore[misc]
+

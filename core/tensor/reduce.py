@@ -1,0 +1,214 @@
+"""Reductions (sum/prod/max/min/mean/var/std/any/all/arg*), running sums and products, matmul/einsum and softmax."""
+from __future__ import annotations
+import math
+from typing import TYPE_CHECKING, Any, Sequence
+from core.ir.dtype import DType, DTypeLike, dtypes, sum_acc_dtype, to_dtype, least_upper_dtype, least_upper_float
+from core.ir.ops import Ops
+
+if TYPE_CHECKING:
+  from core.tensor.tensor import Tensor
+
+def _axes(axis: int | Sequence[int] | None, ndim: int, op: str) -> tuple[int, ...]:
+  from core.tensor.movement import _axis
+  if axis is None: return tuple(range(ndim))
+  return tuple(sorted({_axis(a, ndim, op) for a in ((axis,) if isinstance(axis, int) else axis)}))
+
+SPLIT_REDUCE = 1 << 14  # longer float sums are split in two stages
+
+def _identity(op: Ops, dt: DType) -> Any:
+  if op is Ops.ADD: return 0
+  if op is Ops.MUL: return 1
+  return dt.min
+
+class ReduceMixin:
+  def _reduce(self: Tensor, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:  # type: ignore[misc]
+    axes = _axes(axis, self.ndim, op.name.lower())
+    kept = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
+    n = math.prod(self.shape[a] for a in axes)
+    if n == 0: ret = self._const(_identity(op, self.dtype), shape=kept)  # empty reduction
+    elif op is Ops.ADD and n > SPLIT_REDUCE and dtypes.is_float(self.dtype): ret = self._split_sum(axes, n).reshape(kept)
+    else: ret = self._mop(self.uop.r(op, axes))
+    return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+
+  def _split_sum(self: Tensor, axes: tuple[int, ...], n: int) -> Tensor:  # type: ignore[misc]
+    """A long float sum as a sum of ~sqrt(n) partial sums: a sequential float32 accumulator stops growing at 2^24
+    (adding 1.0 to 16777216.0 does nothing), two levels keep every partial sum small."""
+    rest = [i for i in range(self.ndim) if i not in axes]
+    x = self.permute(rest + list(axes)).reshape(tuple(self.shape[i] for i in rest) + (n,))
+    b = 1 << ((n - 1).bit_length() + 1) // 2
+    m = -(-n // b)
+    x = x.pad([None] * len(rest) + [(0, m * b - n)]).reshape(x.shape[:-1] + (m, b))
+    partial = x._mop(x.uop.r(Ops.ADD, (x.ndim - 1,)))
+    return partial._mop(partial.uop.r(Ops.ADD, (x.ndim - 2,)))
+
+  def sum(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False,  # type: ignore[misc]
+          dtype: DTypeLike | None = None) -> Tensor:
+    """Sum, accumulated in sum_acc_dtype: ints and bool give at least int32 (uint32 for unsigned); half stays half."""
+    acc = sum_acc_dtype(self.dtype) if dtype is None else to_dtype(dtype)
+    ret = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
+    return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
+  def prod(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False,  # type: ignore[misc]
+           dtype: DTypeLike | None = None) -> Tensor:
+    acc = sum_acc_dtype(self.dtype) if dtype is None else to_dtype(dtype)
+    ret = self.cast(acc)._reduce(Ops.MUL, axis, keepdim)
+    return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
+  def max(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:  # type: ignore[misc]
+    if self.dtype is dtypes.bool: return self.cast(dtypes.uint8)._reduce(Ops.MAX, axis, keepdim).cast(dtypes.bool)
+    return self._reduce(Ops.MAX, axis, keepdim)
+  def min(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:  # type: ignore[misc]
+    # ~x reverses the order of ints without overflowing INT_MIN; floats negate
+    if dtypes.is_float(self.dtype): return -((-self).max(axis, keepdim))
+    return self.bitwise_not().max(axis, keepdim).bitwise_not()
+  def mean(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:  # type: ignore[misc]
+    out = least_upper_float(self.dtype)
+    axes = _axes(axis, self.ndim, "mean")
+    n = math.prod(self.shape[a] for a in axes)
+    s = self.sum(axis, keepdim, dtype=sum_acc_dtype(out))
+    return (s * (1 / n) if n else s * math.nan).cast(out)  # an empty mean is NaN, like numpy
+  def var(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:  # type: ignore[misc]
+    axes = _axes(axis, self.ndim, "var")
+    n = math.prod(self.shape[a] for a in axes)
+    d = self - self.mean(axes, keepdim=True)
+    return (d * d).sum(axes, keepdim) / max(0, n - correction)
+  def std(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:  # type: ignore[misc]
+    return self.var(axis, keepdim, correction).sqrt()
+  def var_mean(self: Tensor, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:  # type: ignore[misc]
+    return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
+  def std_mean(self: Tensor, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:  # type: ignore[misc]
+    return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
+  def any(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:  # type: ignore[misc]
+    return self.cast(dtypes.bool).max(axis, keepdim)
+  def all(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:  # type: ignore[misc]
+    return self.logical_not().any(axis, keepdim).logical_not()
+
+  def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:  # type: ignore[misc]
+    """Index of the first maximum (int32): mark the maxima with n-i, take the largest mark."""
+    from core.tensor.tensor import Tensor
+    if axis is None: return self.flatten().argmax(0, keepdim=False).reshape((1,) * self.ndim if keepdim else ())
+    ax = _axes(axis, self.ndim, "argmax")[0]
+    n = self.shape[ax]
+    if n == 0: raise ValueError(f"argmax of an empty dim (shape {self.shape})")
+    marks = Tensor.arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - ax - 1))
+    is_max = self == self.max(ax, keepdim=True)
+    return (n - (is_max * marks).max(ax, keepdim)).cast(dtypes.int32)
+  def argmin(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:  # type: ignore[misc]
+    return (-self if dtypes.is_float(self.dtype) else self.bitwise_not()).argmax(axis, keepdim)
+
+  def logsumexp(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:  # type: ignore[misc]
+    m = self.max(axis, keepdim=True).detach()
+    m = m.isinf().where(0, m)  # all -inf (or an inf) rows: shift by 0 so inf - inf can't make NaN
+    ret = (self - m).exp().sum(axis, keepdim=True).log() + m
+    return ret if keepdim else ret.squeeze(_axes(axis, self.ndim, "logsumexp"))
+
+  def _cum(self: Tensor, op: Ops, axis: int) -> Tensor:  # type: ignore[misc]
+    """Running reduction along `axis`. Row i of an (n, n) window view holds p[i:i+n] of p = identity*(n-1) ++ x, so its
+    reduction is x[0..i]. Long axes are cut into blocks so the work is O(n*block) instead of O(n^2)."""
+    from core.tensor.movement import _axis
+    ax = _axis(axis, self.ndim, "cumsum")
+    x = self.movedim(ax, -1)
+    n = x.shape[-1]
+    if n == 0: return self
+    block = 64
+    if n > block:
+      nb = -(-n // block)
+      xp = x.pad([None] * (x.ndim - 1) + [(0, nb * block - n)], value=_identity(op, x.dtype))
+      xb = xp.unflatten(-1, (nb, block))
+      inner = xb._cum(op, -1)
+      # carry in what all earlier blocks contribute: an exclusive running reduction of the block totals
+      totals = inner[..., -1]._cum(op, -1)
+      carry = totals.pad([None] * (totals.ndim - 1) + [(1, -1)], value=_identity(op, x.dtype)).unsqueeze(-1)
+      out = inner._alu(op, carry._broadcast_to(inner.shape))
+      return out.flatten(-2)[..., :n].movedim(-1, ax)
+    p = x.pad([None] * (x.ndim - 1) + [(n - 1, 0)], value=_identity(op, x.dtype))
+    L = 2 * n - 1
+    w = p.unsqueeze(-2).expand(x.shape[:-1] + (n + 1, L)).flatten(-2)[..., :n * (L + 1)]
+    w = w.unflatten(-1, (n, L + 1))[..., :n]
+    return w._reduce(op, -1, False).movedim(-1, ax)
+  def cumsum(self: Tensor, axis: int = 0) -> Tensor:  # type: ignore[misc]
+    if self.ndim == 0: return self
+    acc = sum_acc_dtype(self.dtype)
+    ret = self.cast(acc)._cum(Ops.ADD, axis)
+    return ret.cast(self.dtype) if self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
+  def cumprod(self: Tensor, axis: int = 0) -> Tensor:  # type: ignore[misc]
+    if self.ndim == 0: return self
+    acc = sum_acc_dtype(self.dtype)
+    ret = self.cast(acc)._cum(Ops.MUL, axis)
+    return ret.cast(self.dtype) if self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
+  def cummax(self: Tensor, axis: int = 0) -> Tensor:  # type: ignore[misc]
+    return self if self.ndim == 0 else self._cum(Ops.MAX, axis)
+
+  # *** matmul ***
+
+  def dot(self: Tensor, w: Tensor, dtype: DTypeLike | None = None) -> Tensor:  # type: ignore[misc]
+    """Matrix product with numpy's rules for 1-D operands and batch broadcasting; sums in sum_acc_dtype."""
+    if self.ndim == 0 or w.ndim == 0: raise ValueError(f"matmul needs at least 1-D operands, got {self.shape} and {w.shape}")
+    k = self.shape[-1]
+    if w.shape[-min(w.ndim, 2)] != k: raise ValueError(f"matmul: shapes {self.shape} and {w.shape} don't line up ({k} vs {w.shape[-min(w.ndim, 2)]})")
+    out_dt = least_upper_dtype(self.dtype, w.dtype) if dtype is None else to_dtype(dtype)
+    x = self.reshape(1, k) if self.ndim == 1 else self
+    y = w.reshape(k, 1) if w.ndim == 1 else w
+    # (..., n, 1, k) * (..., 1, m, k) summed over k
+    prodt = x.unsqueeze(-2) * y.transpose(-1, -2).unsqueeze(-3)
+    ret = prodt.sum(-1, dtype=sum_acc_dtype(prodt.dtype)).cast(out_dt)
+    if self.ndim == 1: ret = ret.squeeze(-2)
+    if w.ndim == 1: ret = ret.squeeze(-1)
+    return ret
+  def matmul(self: Tensor, x: Any, reverse: bool = False, dtype: DTypeLike | None = None) -> Tensor:  # type: ignore[misc]
+    return x.dot(self, dtype=dtype) if reverse else self.dot(x, dtype=dtype)
+  def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:  # type: ignore[misc]
+    """x @ weight (+ bias); a 1-D weight scales elementwise."""
+    x = self * weight if weight.ndim == 1 else self.dot(weight)
+    return x + bias if bias is not None else x
+
+  @staticmethod
+  def einsum(formula: str, *operands: Any) -> Tensor:
+    """Sums of products over labelled axes, e.g. "ij,jk->ik"; "..." stands for leading broadcast dims."""
+    ops = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else list(operands)
+    formula = formula.replace(" ", "")
+    lhs, arrow, rhs = formula.partition("->")
+    ins = lhs.split(",")
+    if len(ins) != len(ops): raise ValueError(f"einsum {formula!r}: {len(ins)} inputs in the formula but {len(ops)} tensors")
+    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in formula]
+    ell = max((t.ndim - len(s.replace("...", "")) for s, t in zip(ins, ops) if "..." in s), default=0)
+    ins = [s.replace("...", "".join(free[:ell][ell - (t.ndim - len(s.replace("...", ""))):])) for s, t in zip(ins, ops)]
+    if not arrow: rhs = "".join(free[:ell]) + "".join(sorted(c for c in set("".join(ins)) if "".join(ins).count(c) == 1 and c not in free))
+    else: rhs = rhs.replace("...", "".join(free[:ell]))
+    letters = sorted(set("".join(ins)))
+    sizes: dict[str, int] = {}
+    xs = []
+    for s, t in zip(ins, ops):
+      if len(s) != t.ndim: raise ValueError(f"einsum {formula!r}: {s!r} has {len(s)} labels for a tensor of shape {t.shape}")
+      if len(set(s)) != len(s):  # repeated label: take the diagonal
+        for c in set(s):
+          while s.count(c) > 1:
+            i, j = s.index(c), s.index(c, s.index(c) + 1)
+            n = t.shape[i]
+            t = t.movedim(j, -1).movedim(i if i < j else i - 1, -1)
+            t = t.flatten(-2)[..., ::n + 1] if n else t.flatten(-2)
+            t = t.movedim(-1, i)
+            s = s[:i] + s[i + 1:j] + s[j + 1:]
+            s = s[:i] + c + s[i:]
+      for c, d in zip(s, t.shape):
+        if c in sizes and 1 not in (sizes[c], d) and sizes[c] != d: raise ValueError(f"einsum {formula!r}: label {c} has sizes {sizes[c]} and {d}")
+        sizes[c] = max(sizes.get(c, 1), d) if d != 0 else 0
+      order = sorted(range(len(s)), key=lambda i: letters.index(s[i]))
+      t = t.permute(order).reshape([t.shape[s.index(c)] if c in s else 1 for c in letters])
+      xs.append(t)
+    full = tuple(sizes[c] for c in letters)
+    out = xs[0]._broadcast_to(full)
+    for t in xs[1:]: out = out * t._broadcast_to(full)
+    red = tuple(i for i, c in enumerate(letters) if c not in rhs)
+    if red: out = out.sum(red, dtype=sum_acc_dtype(out.dtype)).cast(out.dtype)
+    kept = [c for c in letters if c in rhs]
+    return out.permute([kept.index(c) for c in rhs]) if kept else out
+
+  # *** softmax ***
+
+  def softmax(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:  # type: ignore[misc]
+    x = self.cast(dtype) if dtype is not None else self._float()
+    e = (x - x.max(axis, keepdim=True).detach()).exp()
+    return e / e.sum(axis, keepdim=True)
+  def log_softmax(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:  # type: ignore[misc]
+    x = self.cast(dtype) if dtype is not None else self._float()
+    m = x - x.max(axis, keepdim=True).detach()
+    return m - m.exp().sum(axis, keepdim=True).log()

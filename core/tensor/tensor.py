@@ -1,0 +1,281 @@
+"""The user-facing lazy Tensor: construction, dtype/device plumbing, realization, host transfer and autograd entry points."""
+from __future__ import annotations
+import contextlib, weakref
+from typing import Any, ClassVar
+from core.helpers import prod
+from core.ir.dtype import DType, DTypeLike, ConstType, dtypes, to_dtype, from_np, to_np, least_upper_dtype
+from core.ir.ops import UOp, Ops
+from core.tensor.creation import CreationMixin
+from core.tensor.random import RandomMixin
+from core.tensor.movement import MovementMixin
+from core.tensor.indexing import IndexingMixin
+from core.tensor.elementwise import ElementwiseMixin
+from core.tensor.reduce import ReduceMixin
+from core.tensor.conv import ConvMixin
+from core.tensor.nnops import NNOpsMixin
+
+def canonical_device(device: str | None) -> str:
+  from core.device.registry import Device
+  return Device.DEFAULT if device is None else Device.canonicalize(device)
+
+def _host_bytes(data: Any, dtype: DType | None) -> tuple[bytes, DType, tuple[int, ...], DType | None]:
+  """(row-major bytes, storage dtype, shape, dtype to cast to afterwards) for a list/tuple or numpy array."""
+  import numpy as np
+  if isinstance(data, np.ndarray): arr, src = data, from_np(data.dtype)
+  else:
+    src = dtypes.from_py(data) if dtype is None else dtype
+    try: arr = np.array(data, dtype=to_np(src) if src.fmt is not None else np.float32)
+    except ValueError as e: raise ValueError(f"Tensor(list): the nested lists are ragged, can't make a rectangular tensor ({e})") from None
+    if src.fmt is None: src, dtype = dtypes.float32, dtype
+  want = src if dtype is None else dtype
+  # bf16/fp8 have no numpy type: store as float32 and cast in the graph
+  if want.fmt is None: return np.ascontiguousarray(arr, dtype=np.float32).tobytes(), dtypes.float32, arr.shape, want
+  return np.ascontiguousarray(arr, dtype=to_np(want)).tobytes(), want, arr.shape, None
+
+class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, ElementwiseMixin, ReduceMixin, ConvMixin, NNOpsMixin):
+  """A lazily evaluated n-dimensional array. Operations build a UOp graph; `realize()`/`numpy()` run it on `device`."""
+  training: ClassVar[bool] = False
+  no_grad: ClassVar[bool] = False
+  _all: ClassVar[weakref.WeakSet[Tensor]] = weakref.WeakSet()
+  __hash__ = object.__hash__  # __eq__ builds a comparison, so keep identity hashing
+
+  def __init__(self, data: Any, device: str | None = None, dtype: DTypeLike | None = None, requires_grad: bool | None = None):
+    dt = None if dtype is None else to_dtype(dtype)
+    self.grad: Tensor | None = None
+    self.requires_grad: bool | None = requires_grad
+    if isinstance(data, UOp):
+      dev = canonical_device(device) if device is not None else None
+      uop = data if dev is None or data.device == dev else data.copy_to_device(dev)
+      uop = uop if dt is None else uop.cast(dt)
+    elif isinstance(data, Tensor): uop = (data.to(device) if device is not None else data).cast(dt or data.dtype).uop
+    else:
+      dev = canonical_device(device)
+      if data is None: data = []
+      if isinstance(data, (bool, int, float)):
+        uop = UOp.const(dt or dtypes.from_py(data), data, dev, ())
+      elif isinstance(data, (bytes, bytearray, memoryview)):
+        from core.engine.realize import from_host
+        uop = from_host(bytes(data), dtypes.uint8, dev, (len(data),))
+        if dt is not None and dt is not dtypes.uint8: uop = uop.cast(dt)
+      else:
+        if not isinstance(data, (list, tuple)) and type(data).__module__ != "numpy":
+          raise TypeError(f"Tensor: can't build from {type(data).__name__}; pass a scalar, list, numpy array, bytes or UOp")
+        import numpy as np
+        if isinstance(data, np.generic): data = np.array(data)
+        raw, store, shape, cast_to = _host_bytes(data, dt)
+        from core.engine.realize import from_host
+        uop = UOp.const(store, 0, dev, shape) if prod(shape) == 0 else from_host(raw, store, dev, tuple(shape))
+        if cast_to is not None: uop = uop.cast(cast_to)
+    self.uop: UOp = uop
+    Tensor._all.add(self)
+
+  @classmethod
+  def _wrap(cls, uop: UOp, *parents: Tensor) -> Tensor:
+    """A result tensor: requires_grad is True if any parent's is, None if any is unset, else False."""
+    rgs = [p.requires_grad for p in parents]
+    rg = True if True in rgs else (None if None in rgs or not rgs else False)
+    return cls(uop, requires_grad=rg)
+
+  # *** properties ***
+
+  @property
+  def shape(self) -> tuple[int, ...]: return tuple(self.uop.shape or ())
+  @property
+  def dtype(self) -> DType: return self.uop.dtype
+  @property
+  def device(self) -> str: return self.uop.device  # type: ignore[return-value]
+  @property
+  def ndim(self) -> int: return len(self.shape)
+  def numel(self) -> int: return prod(self.shape)
+  def element_size(self) -> int: return self.dtype.itemsize
+  def nbytes(self) -> int: return self.numel() * self.element_size()
+  def is_floating_point(self) -> bool: return dtypes.is_float(self.dtype)
+  def size(self, dim: int | None = None) -> int | tuple[int, ...]: return self.shape if dim is None else self.shape[dim]
+  def __len__(self) -> int:
+    if not self.shape: raise TypeError("len() of a 0-d tensor")
+    return self.shape[0]
+  def __repr__(self) -> str:
+    return f"<Tensor shape={self.shape} dtype={self.dtype} device={self.device} requires_grad={self.requires_grad} op={self.uop.op.name}>"
+
+  # *** realization and host transfer ***
+
+  def realize(self, *lst: Tensor) -> Tensor:
+    """Computes this tensor (and `lst`) now; afterwards each one is backed by a device buffer."""
+    from core.engine.realize import realize
+    ts = [self, *lst]
+    for t, u in zip(ts, realize(*[t.uop for t in ts])): t.uop = u
+    return self
+
+  def numpy(self) -> Any:
+    import numpy as np
+    if self.dtype.fmt is None: return self.cast(dtypes.float32).numpy()
+    if self.numel() == 0: return np.zeros(self.shape, dtype=to_np(self.dtype))
+    from core.engine.realize import to_host
+    return np.frombuffer(bytes(to_host(self.uop)), dtype=to_np(self.dtype)).reshape(self.shape).copy()
+  def data(self) -> memoryview:
+    from core.engine.realize import to_host
+    return to_host(self.uop)
+  def tolist(self) -> Any: return self.numpy().tolist()
+  def item(self) -> ConstType:
+    if self.numel() != 1: raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
+    return self.numpy().reshape(()).item()
+  def __bool__(self) -> bool:
+    if self.numel() != 1: raise ValueError(f"the truth value of a tensor with shape {self.shape} is ambiguous; use .any() or .all()")
+    return bool(self.item())
+  def __float__(self) -> float: return float(self.item())
+  def __int__(self) -> int: return int(self.item())
+  def __index__(self) -> int:
+    if dtypes.is_float(self.dtype): raise TypeError("only integer tensors can be used as an index")
+    return int(self.item())
+
+  def to(self, device: str | None) -> Tensor:
+    """This tensor on `device` (the same tensor when it is there already)."""
+    dev = canonical_device(device)
+    if dev == self.device: return self
+    ret = Tensor._wrap(self.uop.copy_to_device(dev), self)
+    ret.grad = None if self.grad is None else self.grad.to(dev)
+    return ret
+  def to_(self, device: str | None) -> Tensor:
+    dev = canonical_device(device)
+    if dev != self.device: self.uop = self.uop.copy_to_device(dev)
+    return self
+  def cpu(self) -> Tensor: return self.to("CPU")
+
+  def detach(self) -> Tensor: return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)), requires_grad=False)
+  def contiguous(self) -> Tensor: return Tensor._wrap(self.uop.contiguous(), self)
+  def contiguous_backward(self) -> Tensor: return Tensor._wrap(UOp(Ops.CONTIGUOUS_BACKWARD, self.dtype, (self.uop,)), self)
+  def clone(self) -> Tensor:
+    """A copy in a buffer of its own (later assigns to either tensor don't affect the other)."""
+    buf = Tensor(UOp.new_buffer(self.device, self.numel(), self.dtype).reshape(self.shape), requires_grad=False).realize()
+    return Tensor._wrap(buf.uop.assign(self.uop), self)
+
+  def assign(self, x: Any) -> Tensor:
+    """Writes `x` into this tensor's buffer (lazily, on the next realize). Shapes must match exactly after broadcasting."""
+    if not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)
+    if x.shape != self.shape:
+      try: ok = self.shape == Tensor._broadcast_shape(self.shape, x.shape)
+      except ValueError: ok = False
+      if not ok: raise ValueError(f"assign: can't write shape {x.shape} into shape {self.shape}")
+      x = x.expand(self.shape)
+    if x.device != self.device: raise ValueError(f"assign: value is on {x.device}, target is on {self.device}; move it with .to()")
+    if x.dtype != self.dtype: x = x.cast(self.dtype)
+    self._own_buffer()
+    self.uop = self.uop.assign(x.uop)
+    return self
+  def _own_buffer(self) -> None:
+    """Makes this tensor a view of a buffer before it is written to: a lazy value gets a fresh buffer of its own."""
+    base = self.uop.base
+    if base.op is Ops.BUFFER: return
+    if base.op is Ops.ASSIGN: self.realize(); return
+    buf = UOp.new_buffer(self.device, self.numel(), self.dtype).reshape(self.shape)
+    from core.engine.realize import realize
+    self.uop = realize(buf.assign(self.uop))[0]
+
+  def replace(self, x: Tensor) -> Tensor:
+    if x.shape != self.shape or x.dtype != self.dtype: raise ValueError(f"replace: {x.shape} {x.dtype} doesn't match {self.shape} {self.dtype}")
+    self.uop = x.uop
+    return self
+
+  # *** dtype ***
+
+  def cast(self, dtype: DTypeLike) -> Tensor:
+    dt = to_dtype(dtype)
+    return self if dt is self.dtype else Tensor._wrap(self.uop.cast(dt), self)
+  def bitcast(self, dtype: DTypeLike) -> Tensor:
+    dt = to_dtype(dtype)
+    if dt.itemsize != self.dtype.itemsize:
+      raise ValueError(f"bitcast {self.dtype} -> {dt}: itemsizes differ ({self.dtype.itemsize} vs {dt.itemsize}); cast instead")
+    return self if dt is self.dtype else Tensor(self.uop.bitcast(dt), requires_grad=False)
+  def float(self) -> Tensor: return self.cast(dtypes.float32)
+  def half(self) -> Tensor: return self.cast(dtypes.float16)
+  def double(self) -> Tensor: return self.cast(dtypes.float64)
+  def int(self) -> Tensor: return self.cast(dtypes.int32)
+  def long(self) -> Tensor: return self.cast(dtypes.int64)
+  def bool(self) -> Tensor: return self.cast(dtypes.bool)
+
+  # *** plumbing shared by the mixins ***
+
+  def _const(self, value: Any, dtype: DType | None = None, shape: tuple[int, ...] | None = None) -> Tensor:
+    return Tensor(UOp.const(dtype or self.dtype, value, self.device, self.shape if shape is None else shape), requires_grad=False)
+
+  @staticmethod
+  def _broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    n = max((len(s) for s in shapes), default=0)
+    padded = [(1,) * (n - len(s)) + tuple(s) for s in shapes]
+    out = []
+    for dims in zip(*padded):
+      big = {d for d in dims if d != 1}
+      if len(big) > 1: raise ValueError(f"shapes {' and '.join(map(str, shapes))} can't be broadcast together (dims {dims})")
+      out.append(big.pop() if big else 1)
+    return tuple(out)
+
+  def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
+    if self.shape == shape: return self
+    return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
+
+  def _operands(self, y: Any, reverse: bool = False, dtype: DType | None = None) -> tuple[Tensor, Tensor]:
+    """Both operands of a binary op with the same dtype and shape. Python scalars are weak: they take the tensor's dtype
+    unless the kinds differ (a float scalar makes an int tensor default_float; an int scalar makes a bool tensor default_int)."""
+    x = self
+    if isinstance(y, Tensor):
+      if y.device != x.device: raise ValueError(f"operands are on different devices ({x.device} and {y.device}); move one with .to()")
+      dt = dtype or least_upper_dtype(x.dtype, y.dtype)
+    else:
+      if not isinstance(y, (bool, int, float)): raise TypeError(f"can't combine a Tensor with {type(y).__name__}")
+      if dtype is not None: dt = dtype
+      elif isinstance(y, float) and not dtypes.is_float(x.dtype): dt = dtypes.default_float
+      elif isinstance(y, int) and not isinstance(y, bool) and x.dtype is dtypes.bool: dt = dtypes.default_int
+      else: dt = x.dtype
+      y = Tensor(UOp.const(dt, y, x.device, ()), requires_grad=False)
+    x, y = x.cast(dt), y.cast(dt)
+    shape = Tensor._broadcast_shape(x.shape, y.shape)
+    x, y = x._broadcast_to(shape), y._broadcast_to(shape)
+    return (y, x) if reverse else (x, y)
+
+  def _alu(self, op: Ops, *srcs: Tensor) -> Tensor:
+    return Tensor._wrap(self.uop.alu(op, *[s.uop for s in srcs]), self, *srcs)
+
+  # *** autograd ***
+
+  def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+    self.requires_grad = requires_grad
+    return self
+
+  def gradient(self, *targets: Tensor, gradient: Tensor | None = None, materialize_grads: bool = False) -> list[Tensor]:
+    """d(self)/d(target) for each target, as new lazy tensors. `self` must be a scalar unless `gradient` is given."""
+    from core.tensor.gradient import compute_gradient
+    if gradient is None:
+      if self.numel() != 1: raise ValueError(f"gradient of a non-scalar tensor (shape {self.shape}) needs gradient=")
+      gradient = Tensor(UOp.const(self.dtype, 1.0, self.device, self.shape), requires_grad=False)
+    if gradient.shape != self.shape: raise ValueError(f"gradient shape {gradient.shape} doesn't match tensor shape {self.shape}")
+    grads = compute_gradient(self.uop, gradient.uop.cast(self.dtype), [t.uop for t in targets])
+    out = []
+    for t in targets:
+      g = grads.get(t.uop)
+      if g is None:
+        if not materialize_grads:
+          raise RuntimeError(f"target tensor {t!r} is not part of the graph of {self!r}; pass materialize_grads=True for zeros")
+        g = t.uop.const_like(0)
+      out.append(Tensor(g, requires_grad=False))
+    return out
+
+  def backward(self, gradient: Tensor | None = None) -> Tensor:
+    """Accumulates d(self)/d(t) into `t.grad` for every live tensor `t` with requires_grad=True that self depends on."""
+    nodes = self.uop.toposort()
+    targets = [t for t in list(Tensor._all) if t.requires_grad and t.uop in nodes]
+    if not targets: raise RuntimeError("backward: no tensor in this graph has requires_grad=True")
+    grads = self.gradient(*targets, gradient=gradient, materialize_grads=True)
+    for t, g in zip(targets, grads):
+      if g.shape != t.shape: raise RuntimeError(f"internal error: gradient shape {g.shape} for tensor of shape {t.shape}")
+      t.grad = g if t.grad is None else t.grad + g
+    return self
+
+  class train(contextlib.ContextDecorator):
+    """`with Tensor.train():` turns training mode (dropout, batchnorm statistics) on for a block; train(False) turns it off."""
+    def __init__(self, mode: bool = True): self.mode = mode
+    def __enter__(self) -> None: self.prev, Tensor.training = Tensor.training, self.mode
+    def __exit__(self, *exc: object) -> None: Tensor.training = self.prev
+
+  class test(train):
+    def __init__(self, mode: bool = False): super().__init__(mode)
+

@@ -1,0 +1,61 @@
+"""Shared test helpers: CORE_TEST_SCALE shape scaling, numpy comparison of forward and backward, numerical gradients."""
+from __future__ import annotations
+import os
+from typing import Any, Callable, Sequence
+import numpy as np
+
+def scale_factor() -> float:
+  """CORE_TEST_SCALE (default 1.0): slow devices run the suite with smaller shapes."""
+  return float(os.getenv("CORE_TEST_SCALE", "1.0"))
+
+def scaled(n: int, minimum: int = 1) -> int:
+  """`n` scaled by CORE_TEST_SCALE, at least `minimum`."""
+  return max(minimum, int(round(n * scale_factor())))
+
+def rng(seed: int = 0) -> np.random.Generator: return np.random.default_rng(seed)
+
+def numerical_grad(fn: Callable[..., np.ndarray], inputs: Sequence[np.ndarray], out_grad: np.ndarray, eps: float = 1e-6) -> list[np.ndarray]:
+  """d(sum(fn(*inputs) * out_grad))/d(input) for each input, by central differences in float64."""
+  xs = [np.array(x, dtype=np.float64) for x in inputs]
+  grads = []
+  for i, x in enumerate(xs):
+    g = np.zeros_like(x)
+    flat, gflat = x.reshape(-1), g.reshape(-1)
+    for j in range(flat.size):
+      old = flat[j]
+      flat[j] = old + eps
+      hi = np.sum(fn(*xs) * out_grad)
+      flat[j] = old - eps
+      lo = np.sum(fn(*xs) * out_grad)
+      flat[j] = old
+      gflat[j] = (hi - lo) / (2 * eps)
+    grads.append(g)
+  return grads
+
+def check_op(shapes: Sequence[tuple[int, ...]], tensor_fn: Callable[..., Any], numpy_fn: Callable[..., np.ndarray],
+             low: float = -2.0, high: float = 2.0, atol: float = 1e-5, rtol: float = 1e-4, grad: bool = True,
+             grad_atol: float = 1e-3, grad_rtol: float = 1e-3, inputs: Sequence[np.ndarray] | None = None,
+             permute_inputs: bool = False, seed: int = 0) -> None:
+  """Runs tensor_fn on Tensors and numpy_fn on float64 arrays of the same random data and compares the results; with
+  `grad`, also compares the Tensor gradients with numerical derivatives. permute_inputs feeds non-contiguous views."""
+  from core.tensor.tensor import Tensor
+  r = rng(seed)
+  xs = list(inputs) if inputs is not None else [r.uniform(low, high, size=s).astype(np.float32) for s in shapes]
+  def make(x: np.ndarray) -> Tensor:
+    if permute_inputs and x.ndim >= 2:
+      return Tensor(np.ascontiguousarray(np.swapaxes(x, 0, 1)), requires_grad=grad).transpose(0, 1)
+    return Tensor(x, requires_grad=grad)
+  ts = [make(x) for x in xs]
+  out = tensor_fn(*ts)
+  want = numpy_fn(*[x.astype(np.float64) for x in xs])
+  got = out.numpy()
+  assert got.shape == np.shape(want), f"shape {got.shape} != numpy's {np.shape(want)}"
+  np.testing.assert_allclose(got, want, atol=atol, rtol=rtol)
+  # an empty input or output has no gradient values to compare
+  if not grad or not np.issubdtype(got.dtype, np.floating) or got.size == 0 or any(x.size == 0 for x in xs): return
+  og = r.uniform(0.5, 1.5, size=np.shape(want))
+  out.backward(Tensor(og.astype(np.float32)))
+  num = numerical_grad(numpy_fn, xs, og)
+  for t, g in zip(ts, num):
+    assert t.grad is not None, "no gradient reached an input"
+    np.testing.assert_allclose(t.grad.numpy(), g, atol=grad_atol, rtol=grad_rtol)

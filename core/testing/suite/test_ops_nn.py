@@ -1,0 +1,133 @@
+"""Convolutions, pooling, interpolation, normalization and losses against numpy reference implementations."""
+from __future__ import annotations
+import numpy as np
+import pytest
+from core.tensor.tensor import Tensor
+from core.testing.helpers import check_op, rng
+
+def np_conv(x, w, stride=1, padding=0, dilation=1, groups=1):
+  nd = w.ndim - 2
+  s, p, d = [(v,) * nd if isinstance(v, int) else tuple(v) for v in (stride, padding, dilation)]
+  x = np.pad(x, [(0, 0), (0, 0)] + [(q, q) for q in p])
+  bs, cin = x.shape[:2]
+  cout, cin_g, *ks = w.shape
+  outs = [(x.shape[2 + i] - d[i] * (ks[i] - 1) - 1) // s[i] + 1 for i in range(nd)]
+  out = np.zeros((bs, cout, *outs))
+  rc = cout // groups
+  for o in np.ndindex(*outs):
+    for kk in np.ndindex(*ks):
+      pos = tuple(o[i] * s[i] + kk[i] * d[i] for i in range(nd))
+      xv = x[(slice(None), slice(None)) + pos]  # (bs, cin)
+      for g in range(groups):
+        wg = w[(slice(g * rc, (g + 1) * rc), slice(None)) + kk]
+        out[(slice(None), slice(g * rc, (g + 1) * rc)) + o] += xv[:, g * cin_g:(g + 1) * cin_g] @ wg.T
+  return out
+
+CONVS = [((1, 2, 5, 5), (3, 2, 3, 3), {}), ((2, 4, 6, 5), (4, 2, 2, 3), {"groups": 2, "stride": 2}),
+         ((1, 1, 7, 7), (2, 1, 3, 3), {"dilation": 2, "padding": 1}), ((1, 3, 8), (2, 3, 3), {"stride": 2, "padding": 1}),
+         ((1, 1, 4, 4, 4), (1, 1, 2, 2, 2), {}), ((1, 2, 5, 6), (2, 2, 1, 1), {"stride": (2, 3)}), ((1, 1, 3, 3), (1, 1, 3, 3), {"padding": (1, 0)})]
+
+@pytest.mark.parametrize("xs,ws,kw", CONVS, ids=str)
+def test_conv(xs, ws, kw):
+  check_op([xs, ws], lambda x, w: x.conv2d(w, **kw), lambda x, w: np_conv(x, w, **kw), atol=1e-4)
+
+def test_conv_bias_non_contiguous():
+  b = np.array([0.5, -1.0, 2.0], np.float32)
+  check_op([(3, 2, 5, 5), (3, 2, 3, 3)], lambda x, w: x.conv2d(w, Tensor(b)), lambda x, w: np_conv(x, w) + b.reshape(1, 3, 1, 1),
+           permute_inputs=True, atol=1e-4)
+
+def np_conv_transpose(x, w, stride=1, padding=0, dilation=1, output_padding=0, groups=1):
+  bs, cin, *ns = x.shape
+  _, rc, *ks = w.shape
+  nd = len(ns)
+  full = [(ns[i] - 1) * stride + dilation * (ks[i] - 1) + 1 + output_padding for i in range(nd)]
+  out = np.zeros((bs, rc * groups, *full))
+  cin_g = cin // groups
+  for b in range(bs):
+    for ci in range(cin):
+      g = ci // cin_g
+      for pos in np.ndindex(*ns):
+        for kk in np.ndindex(*ks):
+          o = tuple(pos[i] * stride + kk[i] * dilation for i in range(nd))
+          out[(b, slice(g * rc, (g + 1) * rc)) + o] += x[(b, ci) + pos] * w[(ci, slice(None)) + kk]
+  return out[(slice(None), slice(None)) + tuple(slice(padding, f - padding) for f in full)]
+
+CONV_T = [{}, {"stride": 2}, {"padding": 1}, {"stride": 2, "padding": 1, "output_padding": 1}, {"dilation": 2}, {"groups": 2}]
+
+@pytest.mark.parametrize("kw", CONV_T, ids=str)
+def test_conv_transpose2d(kw):
+  cin = 4 if kw.get("groups") else 2
+  check_op([(1, cin, 4, 3), (cin, 3, 3, 2)], lambda x, w: x.conv_transpose2d(w, **kw), lambda x, w: np_conv_transpose(x, w, **kw), atol=1e-4)
+
+def np_pool(x, k, s, fn, pad=0, padval=0.0):
+  x = np.pad(x, [(0, 0)] * (x.ndim - 2) + [(pad, pad)] * 2, constant_values=padval)
+  oh, ow = (x.shape[-2] - k) // s + 1, (x.shape[-1] - k) // s + 1
+  return np.stack([np.stack([fn(x[..., i * s:i * s + k, j * s:j * s + k], axis=(-2, -1)) for j in range(ow)], -1) for i in range(oh)], -2)
+
+@pytest.mark.parametrize("k,s,pad", [(2, 2, 0), (3, 1, 0), (3, 2, 1), (2, 3, 0)], ids=str)
+def test_pools(k, s, pad):
+  check_op([(2, 2, 7, 6)], lambda x: x.avg_pool2d(k, s, padding=pad), lambda x: np_pool(x, k, s, np.mean, pad))
+  check_op([(2, 2, 7, 6)], lambda x: x.max_pool2d(k, s, padding=pad), lambda x: np_pool(x, k, s, np.max, pad, -np.inf))
+
+def test_avg_pool_count_exclude_pad():
+  x = rng(0).uniform(size=(1, 1, 4, 4)).astype(np.float32)
+  got = Tensor(x).avg_pool2d(3, 1, padding=1, count_include_pad=False).numpy()
+  want = np_pool(x, 3, 1, np.sum, 1) / np_pool(np.ones_like(x), 3, 1, np.sum, 1)
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+
+def np_linear_resize(x, out, align_corners=False):
+  """Separable linear resize of the last len(out) dims (torch's formula)."""
+  for i, o in enumerate(out):
+    ax = x.ndim - len(out) + i
+    n = x.shape[ax]
+    pos = np.arange(o, dtype=np.float64)
+    src = pos * (n - 1) / (o - 1) if align_corners and o > 1 else np.maximum((pos + 0.5) * n / o - 0.5, 0)
+    i0 = np.minimum(np.floor(src).astype(int), n - 1)
+    i1 = np.minimum(i0 + 1, n - 1)
+    w = (src - i0).reshape([-1 if j == ax else 1 for j in range(x.ndim)])
+    x = np.take(x, i0, ax) * (1 - w) + np.take(x, i1, ax) * w
+  return x
+
+@pytest.mark.parametrize("size,align", [((6, 4), False), ((2, 7), False), ((5, 5), True), ((3, 3), False)], ids=str)
+def test_interpolate_linear(size, align):
+  check_op([(1, 2, 3, 5)], lambda x: x.interpolate(size, mode="bilinear", align_corners=align), lambda x: np_linear_resize(x, size, align))
+
+def test_interpolate_nearest():
+  x = rng(1).uniform(size=(1, 1, 3, 4)).astype(np.float32)
+  got = Tensor(x).interpolate((7, 2), mode="nearest").numpy()
+  ri, ci = np.floor(np.arange(7) * 3 / 7).astype(int), np.floor(np.arange(2) * 4 / 2).astype(int)
+  np.testing.assert_equal(got, x[:, :, ri][:, :, :, ci])
+
+def test_layernorm_batchnorm():
+  check_op([(3, 8)], lambda x: x.layernorm(), lambda x: (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5), grad_atol=2e-3)
+  check_op([(2, 3, 4)], lambda x: x.layernorm((1, 2)), lambda x: (x - x.mean((1, 2), keepdims=True)) / np.sqrt(x.var((1, 2), keepdims=True) + 1e-5),
+           grad_atol=2e-3)
+  check_op([(2, 3, 4, 4), (3,), (3,), (3,), (3,)],
+           lambda x, w, b, m, s: x.batchnorm(w, b, m, s.abs() + 0.5),
+           lambda x, w, b, m, s: (x - m.reshape(1, 3, 1, 1)) * w.reshape(1, 3, 1, 1) * (np.abs(s) + 0.5).reshape(1, 3, 1, 1) + b.reshape(1, 3, 1, 1))
+
+def np_log_softmax(x, axis): return x - np.log(np.exp(x).sum(axis, keepdims=True))
+
+def test_cross_entropy():
+  y = np.array([0, 3, 1, 4])
+  onehot = np.eye(5)[y]
+  check_op([(4, 5)], lambda x: x.cross_entropy(Tensor(y)), lambda x: -(np_log_softmax(x, 1) * onehot).sum(1).mean())
+  check_op([(4, 5)], lambda x: x.cross_entropy(Tensor(y), label_smoothing=0.1, reduction="sum"),
+           lambda x: -(np_log_softmax(x, 1) * (onehot * 0.9 + 0.02)).sum())
+  check_op([(4, 5), (4, 5)], lambda x, p: x.cross_entropy(p.softmax(1), reduction="none"),
+           lambda x, p: -(np_log_softmax(x, 1) * np.exp(np_log_softmax(p, 1))).sum(1))
+
+def test_sparse_categorical_crossentropy():
+  y = np.array([2, -1, 0])
+  def want(x):
+    lp = np_log_softmax(x, -1)
+    return -(lp[[0, 2], [2, 0]]).sum() / 2
+  check_op([(3, 4)], lambda x: x.sparse_categorical_crossentropy(Tensor(y)), want)
+
+def test_binary_crossentropy():
+  y = np.array([[1.0, 0.0, 1.0], [0.0, 0.0, 1.0]], np.float32)
+  check_op([(2, 3)], lambda p: p.sigmoid().binary_crossentropy(Tensor(y)),
+           lambda p: -(y * np.log(1 / (1 + np.exp(-p))) + (1 - y) * np.log(1 - 1 / (1 + np.exp(-p)))).mean())
+  check_op([(2, 3)], lambda x: x.binary_crossentropy_logits(Tensor(y)),
+           lambda x: (np.maximum(x, 0) - x * y + np.log1p(np.exp(-np.abs(x)))).mean(), low=-10, high=10)
+  assert np.isfinite(Tensor([0.0, 1.0]).binary_crossentropy(Tensor([1.0, 0.0])).item())

@@ -1,0 +1,33 @@
+"""The EXAMPLE runtime: host memory through ctypes, kernels loaded from shared objects, and the device factory."""
+from __future__ import annotations
+import ctypes, os, tempfile, time
+from typing import Any
+from core.device.allocator import BufferSpec, LRUAllocator
+from core.device.compiled import Compiled
+
+class ExampleAllocator(LRUAllocator):
+  """Buffers are ctypes byte arrays: zero-copy host access, views via from_buffer at an offset."""
+  def _alloc(self, size: int, options: BufferSpec) -> Any: return (ctypes.c_uint8 * size)()
+  def _offset(self, opaque: Any, size: int, offset: int) -> Any: return (ctypes.c_uint8 * size).from_buffer(opaque, offset)
+  def _as_buffer(self, opaque: Any) -> memoryview: return memoryview(opaque).cast("B")
+  def _copyin(self, dest: Any, src: memoryview) -> None: ctypes.memmove(dest, bytes(src), src.nbytes)
+  def _copyout(self, dest: memoryview, src: Any) -> None: dest[:] = memoryview(src).cast("B")
+
+class ExampleProgram:
+  """One kernel: the shared object is written to a temp file just long enough for dlopen to map it."""
+  def __init__(self, name: str, lib: bytes):
+    with tempfile.NamedTemporaryFile(suffix=".so", delete=False) as f: f.write(lib)
+    try: self.lib = ctypes.CDLL(f.name)
+    finally: os.unlink(f.name)
+    self.fxn = getattr(self.lib, name)
+
+  def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] = (1, 1, 1),
+               vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+    st = time.perf_counter()
+    self.fxn(*[ctypes.cast(b, ctypes.c_void_p) for b in bufs], *[ctypes.c_int32(v) for v in vals])
+    return time.perf_counter() - st if wait else None
+
+def make_device(name: str, target: Any = None) -> Compiled:
+  from plugin_example import make_c
+  renderer, compiler = make_c(getattr(target, "arch", None))
+  return Compiled(name, ExampleAllocator(name), renderer, compiler, ExampleProgram, target=target)

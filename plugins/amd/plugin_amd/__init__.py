@@ -1,0 +1,14 @@
+"""The AMD plugin's hooks: declares the AMD device, which is not implemented yet (never available, opening it says so)."""
+from __future__ import annotations
+from typing import Any
+from core.device.hookspecs import hookimpl
+from core.device.spec import DeviceSpec, placeholder_spec
+
+__version__ = "0.1.0"
+
+@hookimpl
+def core_plugin_info() -> dict[str, Any]: return {"name": "amd", "version": __version__, "api": (1, 0)}
+
+@hookimpl
+def core_devices() -> list[DeviceSpec]:
+  return [placeholder_spec("AMD", interfaces=('KFD', 'PCI', 'MOCK'), renderers=('LLVM', 'HIP'), priority=60)]

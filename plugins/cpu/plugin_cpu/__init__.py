@@ -1,0 +1,32 @@
+"""The CPU plugin's hooks: declares the CPU device; its renderer, compiler and runtime are imported only when it is built."""
+from __future__ import annotations
+import importlib.util, os, shutil
+from typing import Any
+from core.device.hookspecs import hookimpl
+from core.device.spec import DeviceSpec
+
+__version__ = "0.1.0"
+
+def _has_llvmlite() -> bool: return importlib.util.find_spec("llvmlite") is not None
+def _has_cc() -> bool:
+  # both renderers need the system C compiler (LLVM links its object file with it); finding it on PATH opens nothing
+  return any(shutil.which(c) for c in ([os.environ["CC"]] if os.getenv("CC") else []) + ["clang", "gcc", "cc"])
+
+def make_c(arch: str | None = None) -> tuple[Any, Any]:
+  from plugin_cpu.renderer import CPUCRenderer
+  from plugin_cpu.compiler import CCompiler
+  return CPUCRenderer(), CCompiler()
+
+def make_llvm(arch: str | None = None) -> tuple[Any, Any]:
+  from plugin_cpu.renderer import CPULLVMRenderer
+  from plugin_cpu.compiler import LLVMCompiler
+  return CPULLVMRenderer(), LLVMCompiler()
+
+@hookimpl
+def core_plugin_info() -> dict[str, Any]: return {"name": "cpu", "version": __version__, "api": (1, 0)}
+
+@hookimpl
+def core_devices() -> list[DeviceSpec]:
+  renderers = {"LLVM": "plugin_cpu:make_llvm", "C": "plugin_cpu:make_c"} if _has_llvmlite() else {"C": "plugin_cpu:make_c"}
+  return [DeviceSpec("CPU", factory="plugin_cpu.runtime:make_device", renderers=renderers, default_renderer=next(iter(renderers)),
+                     interfaces=("DIRECT",), priority=100, is_available=_has_cc, description="host CPU, kernels compiled to shared objects")]

@@ -1,0 +1,95 @@
+"""The CPU plugin's compilers: C source through the system C compiler, LLVM IR through llvmlite; both give shared-object bytes."""
+from __future__ import annotations
+import functools, hashlib, os, platform, shutil, subprocess, tempfile
+from core.device.compiler import Compiler, CompileError
+
+# no -ffast-math: NaN/inf must behave as in IEEE; -fwrapv makes int overflow wrap like the reference ALU;
+# -ffp-contract=off keeps a*b+c two roundings, as the LLVM path and numpy compute it
+C_FLAGS = ("-O2", "-fPIC", "-shared", "-fno-math-errno", "-fwrapv", "-ffp-contract=off", "-w")
+
+def find_cc() -> str:
+  """$CC, else clang, else gcc, else cc."""
+  for cand in (os.getenv("CC"), "clang", "gcc", "cc"):
+    if cand and (path := shutil.which(cand)): return path
+  raise CompileError("no C compiler found: set CC or install clang or gcc (or use DEV=CPU:LLVM)")
+
+@functools.cache
+def _cc_version(cc: str) -> str:
+  try: return subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.splitlines()[0].strip()
+  except (OSError, subprocess.SubprocessError, IndexError) as e: raise CompileError(f"{cc} --version failed: {e}") from e
+
+@functools.cache
+def host_id() -> str:
+  """A short hash of this CPU's model and features: -march=native binaries must not be reused on another CPU."""
+  info = ""
+  try:
+    with open("/proc/cpuinfo") as f:
+      info = "".join(ln for ln in f.read().splitlines(True) if ln.split(":")[0].strip() in ("model name", "flags", "Features", "CPU part"))
+  except OSError: pass
+  return platform.machine() + "-" + hashlib.sha256(info.encode()).hexdigest()[:12]
+
+def _run(cmd: list[str], what: str, src: str, stdin: bytes | None = None) -> None:
+  try: ret = subprocess.run(cmd, input=stdin, capture_output=True, timeout=600)
+  except (OSError, subprocess.SubprocessError) as e: raise CompileError(f"{what}: running {cmd[0]} failed: {e}\n--- source ---\n{src}") from e
+  if ret.returncode != 0:
+    raise CompileError(f"{what} failed ({' '.join(cmd)}, exit {ret.returncode}):\n{ret.stderr.decode(errors='replace')}\n--- source ---\n{src}")
+
+def link_shared(cc: str, obj: bytes, src: str) -> bytes:
+  """Links one object file into a shared object with `cc` and returns its bytes (the temp files are removed)."""
+  with tempfile.TemporaryDirectory(prefix="core_link_") as d:
+    with open(os.path.join(d, "k.o"), "wb") as f: f.write(obj)
+    _run([cc, "-shared", "-o", os.path.join(d, "k.so"), os.path.join(d, "k.o"), "-lm"], f"linking with {os.path.basename(cc)}", src)
+    with open(os.path.join(d, "k.so"), "rb") as f: return f.read()
+
+class CCompiler(Compiler):
+  """C source -> .so bytes with $CC/clang/gcc at -O2 for `march` (default: this machine's CPU)."""
+  def __init__(self, cc: str | None = None, march: str | None = None, extra_flags: tuple[str, ...] = ()):
+    self.cc = cc or find_cc()
+    self.flags = C_FLAGS + (f"-march={march or 'native'}",) + tuple(extra_flags)
+    flag_hash = hashlib.sha256(" ".join(self.flags).encode()).hexdigest()[:8]
+    super().__init__(f"cpu_c_{os.path.basename(self.cc)}_{_cc_version(self.cc)}_{flag_hash}_{host_id()}")
+
+  def compile(self, src: str) -> bytes:
+    with tempfile.TemporaryDirectory(prefix="core_cc_") as d:
+      out = os.path.join(d, "k.so")
+      # -lm after the input so `--as-needed` linkers keep it when a kernel calls libm
+      _run([self.cc, *self.flags, "-x", "c", "-", "-o", out, "-lm"], f"compiling C with {os.path.basename(self.cc)}", src, src.encode())
+      with open(out, "rb") as f: return f.read()
+
+  def disassemble(self, lib: bytes) -> str:
+    with tempfile.NamedTemporaryFile(suffix=".so") as f:
+      f.write(lib)
+      f.flush()
+      try: return subprocess.run(["objdump", "-d", f.name], capture_output=True, text=True, timeout=60).stdout
+      except OSError as e: return f"<objdump failed: {e}>"
+
+class LLVMCompiler(Compiler):
+  """LLVM IR -> .so bytes: llvmlite parses and optimizes (new pass manager, O2, host CPU and features), the C compiler links."""
+  def __init__(self, cpu: str | None = None, features: str | None = None, cc: str | None = None, opt: int = 2):
+    import llvmlite.binding as llvm
+    self.llvm = llvm
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    llvm.initialize_native_asmparser()
+    self.cpu = cpu or llvm.get_host_cpu_name()
+    self.features = features if features is not None else (llvm.get_host_cpu_features().flatten() if cpu is None else "")
+    target = llvm.Target.from_triple(llvm.get_process_triple())
+    self.tm = target.create_target_machine(cpu=self.cpu, features=self.features, opt=opt, reloc="pic", codemodel="default")
+    self.opt, self._cc = opt, cc
+    feat_hash = hashlib.sha256(self.features.encode()).hexdigest()[:8]
+    super().__init__(f"cpu_llvm_{'.'.join(map(str, llvm.llvm_version_info))}_{self.tm.triple}_{self.cpu}_{feat_hash}_O{opt}")
+
+  def compile(self, src: str) -> bytes:
+    llvm = self.llvm
+    try:
+      mod = llvm.parse_assembly(src)
+      mod.triple, mod.data_layout = self.tm.triple, str(self.tm.target_data)
+      mod.verify()
+    except RuntimeError as e: raise CompileError(f"llvmlite (LLVM {'.'.join(map(str, llvm.llvm_version_info))}) rejected the IR: {e}\n"
+                                                 f"--- source ---\n{src}") from e
+    pb = llvm.create_pass_builder(self.tm, llvm.create_pipeline_tuning_options(speed_level=self.opt))
+    pb.getModulePassManager().run(mod, pb)
+    obj = self.tm.emit_object(mod)
+    return link_shared(self._cc or find_cc(), obj, src)
+
+  def disassemble(self, lib: bytes) -> str: return CCompiler.disassemble(self, lib)  # type: ignore[arg-type]

@@ -1,0 +1,58 @@
+"""Helpers for the CPU plugin tests: build linearized kernels by hand, and compile and run them on real buffers."""
+from __future__ import annotations
+import functools
+import numpy as np
+from core.ir.dtype import DType, dtypes, to_np
+from core.ir.ops import UOp, Ops, AxisType
+from core.device.target import Target
+
+RENDERERS = ["C", "LLVM"]
+
+@functools.cache
+def device(renderer: str):
+  from plugin_cpu.runtime import make_device
+  return make_device("CPU", Target(device="CPU", renderer=renderer))
+
+class Linear:
+  """Appends nodes (and their not yet emitted sources) in dependency order: a hand-driven linearizer."""
+  def __init__(self): self.uops: list[UOp] = []
+  def add(self, *nodes: UOp) -> UOp:
+    for n in nodes:
+      for u in n.toposort():
+        if u not in self.uops: self.uops.append(u)
+    return nodes[-1]
+
+def c(v, dt: DType = dtypes.int32) -> UOp: return UOp.const(dt, v)
+def rng(n: int | UOp, axis: int = 0) -> UOp:
+  return UOp(Ops.RANGE, dtypes.int32, (n if isinstance(n, UOp) else c(n),), (axis, AxisType.LOOP))
+def buf(slot: int, dt: DType, n: int) -> UOp: return UOp.param(slot, dt.ptr(n))
+
+def run(renderer: str, uops: list[UOp], arrays: list[np.ndarray], vals: tuple[int, ...] = (), name: str = "test_kernel") -> list[np.ndarray]:
+  """Renders, compiles and runs the kernel on copies of `arrays` (one per PARAM, in slot order); returns their contents after."""
+  dev = device(renderer)
+  src = dev.renderer.render(name, uops)
+  prg = dev.runtime(name, dev.compiler.compile(src))
+  handles = []
+  for a in arrays:
+    h = dev.allocator.alloc(max(a.nbytes, 1))
+    dev.allocator._copyin(h, memoryview(np.ascontiguousarray(a)).cast("B"))
+    handles.append(h)
+  prg(*handles, vals=vals, wait=True)
+  outs = []
+  for a, h in zip(arrays, handles):
+    o = np.empty_like(a)
+    dev.allocator._copyout(memoryview(o).cast("B"), h)
+    outs.append(o)
+  return outs
+
+def elementwise(n: int, in_dtypes: list[DType], out_dtype: DType, fn) -> list[UOp]:
+  """out[i] = fn(in0[i], in1[i], ...) over one loop of n."""
+  out = buf(0, out_dtype, n)
+  ins = [buf(i + 1, dt, n) for i, dt in enumerate(in_dtypes)]
+  lin = Linear()
+  lin.add(out, *ins)
+  r = lin.add(rng(n))
+  lin.add(out.index(r).store(fn(*[b.index(r).load() for b in ins])).end(r))
+  return lin.uops
+
+def np_dtype(dt: DType): return to_np(dt)

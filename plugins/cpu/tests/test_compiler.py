@@ -1,0 +1,63 @@
+"""The CPU compilers: C and LLVM source to shared-object bytes, the disk cache, and errors that name the compiler."""
+import os
+import pytest
+from core.device.compiler import CompileError
+from plugin_cpu.compiler import CCompiler, LLVMCompiler
+
+GOOD_C = "void k(int* restrict data0) { data0[0] = 42; }\n"
+GOOD_LL = "define void @k(ptr noalias %data0) #0 {\nentry:\n  store i32 42, ptr %data0, align 4\n  ret void\n}\nattributes #0 = { nounwind }\n"
+
+@pytest.fixture(scope="module")
+def compilers():
+  return {"C": (CCompiler(), GOOD_C), "LLVM": (LLVMCompiler(), GOOD_LL)}
+
+@pytest.mark.parametrize("which", ["C", "LLVM"])
+def test_compile_gives_a_shared_object(compilers, which):
+  comp, src = compilers[which]
+  lib = comp.compile(src)
+  assert lib[:4] == b"\x7fELF" and lib[16] == 3   # e_type ET_DYN: a shared object
+
+@pytest.mark.parametrize("which", ["C", "LLVM"])
+def test_second_compile_hits_the_cache(compilers, which, tmp_path, monkeypatch):
+  monkeypatch.setenv("CORE_CACHE_DIR", str(tmp_path))
+  comp, src = compilers[which]
+  hits, misses = comp.cache_hits, comp.cache_misses
+  src = src.replace("42", "43")   # a source no other test compiled
+  first = comp.compile_cached(src)
+  assert (comp.cache_hits, comp.cache_misses) == (hits, misses + 1)
+  calls = []
+  monkeypatch.setattr(comp, "compile", lambda s: calls.append(s) or b"")
+  second = comp.compile_cached(src)
+  assert second == first and calls == [] and comp.cache_hits == hits + 1
+  assert any(p.is_file() for p in tmp_path.rglob("*"))
+
+def test_cachekeys_name_compiler_and_version(compilers):
+  c, ll = compilers["C"][0], compilers["LLVM"][0]
+  assert c.cachekey.startswith("cpu_c_") and os.path.basename(c.cc) in c.cachekey and "-march=native" in c.flags
+  import llvmlite.binding as llvm
+  assert ll.cachekey.startswith("cpu_llvm_") and ".".join(map(str, llvm.llvm_version_info)) in ll.cachekey and ll.cpu in ll.cachekey
+  assert c.cachekey != ll.cachekey
+
+def test_no_fast_math(compilers):
+  assert "-ffast-math" not in compilers["C"][0].flags and "-O2" in compilers["C"][0].flags
+
+def test_c_syntax_error_names_the_compiler(compilers):
+  comp = compilers["C"][0]
+  with pytest.raises(CompileError) as e: comp.compile("void k(int* data0) { data0[0] = ; }\n")
+  msg = str(e.value)
+  assert os.path.basename(comp.cc) in msg and "error" in msg and "data0[0] = ;" in msg
+
+def test_llvm_syntax_error_names_the_compiler(compilers):
+  with pytest.raises(CompileError) as e: compilers["LLVM"][0].compile("define void @k( {\n")
+  assert "llvmlite" in str(e.value) and "define void @k(" in str(e.value)
+
+def test_llvm_invalid_ir_is_a_compile_error(compilers):
+  # parses, but the verifier rejects it: the value is used with the wrong type
+  with pytest.raises(CompileError):
+    compilers["LLVM"][0].compile("define void @k(ptr %p) {\nentry:\n  %x = add i32 1, 2\n  store i64 %x, ptr %p\n  ret void\n}\n")
+
+def test_missing_compiler_is_a_compile_error(monkeypatch):
+  monkeypatch.setenv("CC", "/nonexistent/cc")
+  monkeypatch.setenv("PATH", "/nonexistent")
+  from plugin_cpu.compiler import find_cc
+  with pytest.raises(CompileError, match="no C compiler"): find_cc()

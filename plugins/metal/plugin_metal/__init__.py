@@ -1,0 +1,14 @@
+"""The METAL plugin's hooks: declares the METAL device, which is not implemented yet (never available, opening it says so)."""
+from __future__ import annotations
+from typing import Any
+from core.device.hookspecs import hookimpl
+from core.device.spec import DeviceSpec, placeholder_spec
+
+__version__ = "0.1.0"
+
+@hookimpl
+def core_plugin_info() -> dict[str, Any]: return {"name": "metal", "version": __version__, "api": (1, 0)}
+
+@hookimpl
+def core_devices() -> list[DeviceSpec]:
+  return [placeholder_spec("METAL", interfaces=('MTL',), renderers=('MSL',), priority=60)]

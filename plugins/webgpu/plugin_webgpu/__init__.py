@@ -1,0 +1,14 @@
+"""The WEBGPU plugin's hooks: declares the WEBGPU device, which is not implemented yet (never available, opening it says so)."""
+from __future__ import annotations
+from typing import Any
+from core.device.hookspecs import hookimpl
+from core.device.spec import DeviceSpec, placeholder_spec
+
+__version__ = "0.1.0"
+
+@hookimpl
+def core_plugin_info() -> dict[str, Any]: return {"name": "webgpu", "version": __version__, "api": (1, 0)}
+
+@hookimpl
+def core_devices() -> list[DeviceSpec]:
+  return [placeholder_spec("WEBGPU", interfaces=('DAWN',), renderers=('WGSL',), priority=30)]
