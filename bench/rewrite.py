@@ -1,25 +1,28 @@
 """Benchmark graph_rewrite: rewrites and node visits per second on 10k-node graphs (and tinygrad's, when installed)."""
 from __future__ import annotations
-import collections, os, random, sys, time
+import os, random, sys, time
 from typing import Any, Callable
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # run from a checkout without installing
 
 def random_index_expr(UOp: Any, variable: Callable, n: int, seed: int = 0) -> Any:
-  """A SINK over random index expressions with n distinct nodes in all, sharing subexpressions."""
+  """A SINK over random index-sized expressions with about n distinct nodes in all, some subexpressions shared."""
   rng = random.Random(seed)
-  pool = [variable(f"v{i}", 0, rng.choice([3, 7, 15, 31])) for i in range(6)]
-  seen = set(pool)
-  while len(seen) < n:
-    a, b = rng.choice(pool[-64:]), rng.choice(pool)
+  vs = [variable(f"v{i}", 0, rng.choice([3, 7, 15, 31])) for i in range(6)]
+  pool: list[Any] = []
+  def gen(depth: int) -> Any:
+    if depth == 0 or rng.random() < 0.2: return rng.choice(pool) if pool and rng.random() < 0.2 else rng.choice(vs)
+    a = gen(depth - 1)
     k = rng.randrange(6)
-    if k == 0: e = a + b
-    elif k == 1: e = a * rng.randint(1, 8)
-    elif k == 2: e = a + rng.randint(0, 16)
-    elif k == 3: e = a // rng.choice([2, 3, 4, 8])
-    elif k == 4: e = a % rng.choice([2, 3, 4, 8])
-    else: e = a.maximum(b)
-    if len(e.toposort()) > 60: e = rng.choice(pool[:6]) * rng.randint(1, 4)  # keep single expressions index-sized
-    if e not in seen: pool.append(e)
+    if k == 0: return a + gen(depth - 1)
+    if k == 1: return a * rng.randint(1, 8)
+    if k == 2: return a + rng.randint(0, 16)
+    if k == 3: return a // rng.choice([2, 3, 4, 8])
+    if k == 4: return a % rng.choice([2, 3, 4, 8])
+    return a.maximum(gen(depth - 1))
+  seen: set[Any] = set()
+  while len(seen) < n:
+    e = gen(5)
+    pool.append(e)
     seen.update(e.toposort())
   return pool[0].sink(*pool[1:])
 
@@ -96,4 +99,3 @@ if __name__ == "__main__":
     ratio = f"  ({v / peer[k]:.2f}x tinygrad)" if peer and k in peer else ""
     print(f"  {k:36s} {v:12,.0f}{ratio}")
   if peer is None: print("  (tinygrad not installed: no peer to compare with)")
-  _ = collections

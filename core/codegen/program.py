@@ -2,7 +2,7 @@
 from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
-from core.ir.dtype import PtrDType
+from core.ir.dtype import PtrDType, dtypes
 from core.ir.ops import UOp, Ops, GroupOp
 from core.ir.pattern import graph_rewrite
 from core.codegen.lowerer import lower_kernel
@@ -43,6 +43,9 @@ def get_program(ast: UOp, renderer: Any) -> ProgramSpec:
   """Lower the kernel `ast` (a SINK whose arg is the kernel name) and render it with `renderer`."""
   name = ast.arg or "kernel"
   sink, gsize = lower_kernel(ast, getattr(renderer, "global_max", None))
+  if dtypes.bfloat16 not in renderer.supported_dtypes and any(u.dtype.base is dtypes.bfloat16 for u in sink.toposort()):
+    from core.codegen.decompose import pm_emulate_bf16
+    sink = graph_rewrite(sink, pm_emulate_bf16, name="emulate bf16")
   if renderer.extra_matcher is not None: sink = graph_rewrite(sink, renderer.extra_matcher, name="renderer rules")
   uops = finalize(linearize(sink))
   if SPEC:

@@ -39,7 +39,7 @@ def _log2(x: float) -> float:
 
 def _sin(x: float) -> float: return math.nan if math.isinf(x) or math.isnan(x) else math.sin(x)
 def _recip(x: float) -> float: return _fdiv(1.0, x)
-def _trunc(x: float) -> float: return x if math.isinf(x) or math.isnan(x) else float(math.trunc(x))
+def _trunc(x: float) -> float: return x if math.isinf(x) or math.isnan(x) else math.copysign(float(math.trunc(x)), x)  # C keeps -0.0
 def _pow(a: float, b: float) -> float:
   try: return math.pow(a, b)
   except OverflowError: return math.inf

@@ -124,11 +124,11 @@ class dtypes:
   all = floats + ints + (bool,)
 
   @staticmethod
-  def is_float(x: DType) -> bool: return x.scalar() in dtypes.floats
+  def is_float(x: DType) -> bool: return (x._scalar or x) in _FLOATS
   @staticmethod
-  def is_int(x: DType) -> bool: return x.scalar() in dtypes.ints or x.scalar() is dtypes.index
+  def is_int(x: DType) -> bool: return (x._scalar or x) in _INTS
   @staticmethod
-  def is_unsigned(x: DType) -> bool: return x.scalar() in dtypes.uints
+  def is_unsigned(x: DType) -> bool: return (x._scalar or x) in _UINTS
   @staticmethod
   def is_bool(x: DType) -> bool: return x.scalar() is dtypes.bool
   @staticmethod
@@ -151,6 +151,10 @@ class dtypes:
             dtypes.fp8e4m3: (4, 3), dtypes.fp8e5m2: (5, 2)}[x.scalar()]
   @staticmethod
   def fields() -> dict[str, DType]: return DTYPES_DICT
+
+# sets for the predicates above, which the simplifier calls on every node; a pointer's _scalar is None, so it tests itself
+_FLOATS, _UINTS = frozenset(dtypes.floats), frozenset(dtypes.uints)
+_INTS = frozenset(dtypes.ints + (dtypes.index,))
 
 DTYPES_DICT: dict[str, DType] = {d.name: d for d in dtypes.all}
 ALIASES: dict[str, DType] = {k: v for k, v in vars(dtypes).items() if isinstance(v, DType) and k not in ("default_float", "default_int")}

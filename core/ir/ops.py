@@ -341,6 +341,7 @@ class UOp(metaclass=UOpMeta):
   def vmax(self) -> ConstType: return self._min_max[1]
   @functools.cached_property
   def _min_max(self) -> tuple[ConstType, ConstType]:
+    if all("_min_max" in s.__dict__ for s in self.src): return _bounds(self)  # the common case: sources already known
     # the graph may be deep: make sure the sources are computed first, without recursion
     for u in self.toposort(gate=lambda u: "_min_max" not in u.__dict__):
       if "_min_max" not in u.__dict__: u.__dict__["_min_max"] = _bounds(u)
@@ -420,7 +421,8 @@ def _bounds(u: UOp) -> tuple[ConstType, ConstType]:
     if s[0].vmin >= 0: return (0, min(s[0].vmax, m))
     if s[0].vmax <= 0: return (max(s[0].vmin, -m), 0)
     return (max(s[0].vmin, -m), min(s[0].vmax, m))
-  if op in GroupOp.Comparison and not (dtypes.is_int(s[0].dtype) or s[0].dtype.scalar() is dtypes.bool): return (False, True)  # float bounds may hold NaN
+  # float bounds can hold NaN (0*inf), so they never decide a comparison
+  if op in GroupOp.Comparison and not (dtypes.is_int(s[0].dtype) or s[0].dtype.scalar() is dtypes.bool): return (False, True)
   if op is Ops.CMPLT: return (s[0].vmax < s[1].vmin, s[0].vmin < s[1].vmax)
   if op is Ops.CMPNE:
     if s[0].vmax < s[1].vmin or s[0].vmin > s[1].vmax: return (True, True)

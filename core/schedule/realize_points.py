@@ -2,18 +2,16 @@
 from __future__ import annotations
 from core.ir.ops import UOp, Ops, GroupOp
 
-def _expands_through_movement(u: UOp, users: dict[UOp, list[UOp]]) -> bool:
-  """True if some path of movement ops from u reaches an EXPAND that grows a dimension."""
-  stack = list(users.get(u, []))
-  while stack:
-    x = stack.pop()
-    if x.op is Ops.EXPAND and x.src[0].shape != x.shape: return True
-    if x.op in GroupOp.Movement: stack.extend(users.get(x, []))
-  return False
+# more ALU ops than this, recomputed for every broadcast copy, costs more than a buffer round trip
+RECOMPUTE_LIMIT = 10
+_EXPENSIVE = 1 << 30
+
+def _grows(e: UOp) -> bool: return e.op is Ops.EXPAND and e.src[0].shape != e.shape
 
 def find_realize_points(sink: UOp) -> set[UOp]:
-  """Nodes whose values must live in a buffer: the outputs, explicit CONTIGUOUS, copies, assigns, and reductions
-  that would otherwise be recomputed (used twice, or broadcast into a bigger shape)."""
+  """Nodes whose values must live in a buffer: the outputs, explicit CONTIGUOUS, copies and assigns, reductions used
+  twice, and any value that an EXPAND broadcasts when it is expensive to compute (a reduction, or a long chain of ALU
+  ops): fusing those into the consumer would recompute them once per broadcast element."""
   users: dict[UOp, list[UOp]] = {}
   nodes = list(sink.toposort(gate=lambda u: u.op is not Ops.BUFFER))
   for u in nodes:
@@ -24,7 +22,24 @@ def find_realize_points(sink: UOp) -> set[UOp]:
   for u in nodes:
     if u.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY): points.add(u)
     if u.op is Ops.COPY and u.src[0].base.op is not Ops.BUFFER: points.add(u.src[0])
-    if u.op is Ops.REDUCE_AXIS and (len(set(users.get(u, []))) > 1 or _expands_through_movement(u, users)): points.add(u)
+    if u.op is Ops.REDUCE_AXIS and len(set(users.get(u, []))) > 1: points.add(u)
+  cost: dict[UOp, int] = {}
+  def cost_of(u: UOp) -> int:
+    # iterative: graphs can be deep
+    for x in u.toposort(gate=lambda x: x not in cost and x not in points and x.op is not Ops.BUFFER):
+      if x in cost: continue
+      if x in points or x.op in (Ops.BUFFER, Ops.CONST, Ops.DEVICE, Ops.UNIQUE): cost[x] = 0
+      elif x.op is Ops.REDUCE_AXIS: cost[x] = _EXPENSIVE
+      else: cost[x] = min(_EXPENSIVE, sum(cost[s] for s in x.src) + (1 if x.op in GroupOp.ALU else 0))
+    return cost[u]
+  for e in nodes:
+    if not _grows(e): continue
+    s = e.src[0]
+    while s.op in GroupOp.Movement: s = s.src[0]
+    if s in points or s.op in (Ops.BUFFER, Ops.CONST): continue
+    if cost_of(s) > RECOMPUTE_LIMIT:
+      points.add(s)
+      cost.clear()   # costs above s change now that s is a buffer
   return points
 
 def _movement_chain(u: UOp) -> list[UOp]:

@@ -98,7 +98,7 @@ def test_truncate_float_to_int_rounds_toward_zero():
 def test_truncate_floats():
   for v in [0.1, 1e-8, 3.14159, 65504.0, 65520.0, 1e10, -1e-40, math.inf, -math.inf]:
     assert truncate(dtypes.float32, v) == float(np.float32(v))
-    assert truncate(dtypes.float16, v) == float(np.float16(v))
+    with np.errstate(over="ignore"): assert truncate(dtypes.float16, v) == float(np.float16(v))
   assert math.isnan(truncate(dtypes.float16, math.nan))
   assert math.copysign(1.0, truncate(dtypes.float32, -0.0)) == -1.0
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import itertools, random
 import pytest
 from core.ir.dtype import DType, dtypes
-from core.ir.ops import UOp, Ops, Variable, exec_uop_tree
+from core.ir.ops import UOp, Variable, exec_uop_tree
 
 def rand_int_expr(rng: random.Random, vs: list[UOp], depth: int) -> UOp:
   dt = vs[0].dtype

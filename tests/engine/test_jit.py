@@ -1,0 +1,55 @@
+"""Jit: capture on the second call, replay kernels on new input buffers, refuse changed shapes."""
+import numpy as np
+import pytest
+from core import Tensor, Jit, TinyJit, GlobalCounters
+from core.engine.jit import JitError
+
+def test_replays_with_new_inputs():
+  @Jit
+  def f(a, b): return (a * b + 1).sum(axis=1)
+  rng = np.random.default_rng(0)
+  for i in range(5):
+    x, y = rng.standard_normal((4, 8), dtype=np.float32), rng.standard_normal((4, 8), dtype=np.float32)
+    out = f(Tensor(x), Tensor(y)).numpy()
+    np.testing.assert_allclose(out, (x * y + 1).sum(axis=1), rtol=1e-5, atol=1e-5)
+  assert f.cnt == 2 and len(f.items) >= 1
+
+def test_replay_runs_only_captured_kernels():
+  @Jit
+  def f(a): return (a + 1).exp()
+  for _ in range(2): f(Tensor.ones(16).contiguous())
+  x = Tensor.ones(16).contiguous().realize()
+  GlobalCounters.reset()
+  f(x)
+  assert GlobalCounters.kernel_count == len(f.items)
+
+def test_changed_shape_raises_clear_error():
+  @Jit
+  def f(a): return a * 2
+  for _ in range(3): f(Tensor.ones(4))
+  with pytest.raises(JitError, match="inputs changed"): f(Tensor.ones(5))
+
+def test_changed_dtype_raises_clear_error():
+  @Jit
+  def f(a): return a * 2
+  for _ in range(3): f(Tensor.ones(4, dtype="float32"))
+  with pytest.raises(JitError, match="inputs changed"): f(Tensor.ones(4, dtype="int32"))
+
+def test_tinyjit_is_jit():
+  assert TinyJit is Jit
+
+def test_jit_training_step_updates_parameters():
+  w = Tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True).contiguous().realize()
+  @Jit
+  def step(x):
+    loss = (x @ w).sum()
+    grad, = loss.gradient(w)
+    w.assign(w - grad * 0.1)
+    return loss.realize(), w.realize()
+  x_np = np.array([[1.0, 1.0]], dtype=np.float32)
+  w_np = np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32)
+  for _ in range(4):
+    loss, _ = step(Tensor(x_np))
+    np.testing.assert_allclose(loss.numpy(), (x_np @ w_np).sum(), rtol=1e-6)
+    w_np = w_np - 0.1 * x_np.T @ np.ones((1, 2), dtype=np.float32)
+    np.testing.assert_allclose(w.numpy(), w_np, rtol=1e-6)

@@ -1,0 +1,116 @@
+"""UOp: hash-consing, weakref freeing, graph walking, bounds, variables and the printed-Python round trip."""
+from __future__ import annotations
+import gc, math, random
+import pytest
+from core.ir.dtype import dtypes
+from core.ir.ops import UOp, UOpMeta, Ops, Variable, exec_uop_tree
+from core.ir.render import eval_uop
+
+def test_hash_consing_gives_the_same_object():
+  x = Variable("x", 0, 10)
+  assert (x + 1) is (x + 1) and UOp(Ops.CONST, dtypes.int32, arg=3) is UOp(Ops.CONST, dtypes.int32, arg=3)
+  assert UOp(Ops.CONST, dtypes.int32, arg=3) is not UOp(Ops.CONST, dtypes.int64, arg=3)
+  # args Python calls equal stay apart: 0.0 / -0.0, 1 / True
+  assert UOp(Ops.CONST, dtypes.float32, arg=0.0) is not UOp(Ops.CONST, dtypes.float32, arg=-0.0)
+  assert UOp(Ops.NOOP, arg=1) is not UOp(Ops.NOOP, arg=True)
+  assert UOp(Ops.CONST, dtypes.float32, arg=math.nan) is UOp(Ops.CONST, dtypes.float32, arg=math.nan)
+
+def test_dropping_a_graph_frees_its_nodes():
+  gc.collect()
+  before = len(UOpMeta.ucache)
+  x = Variable("free_me", 0, 1000)
+  g = x
+  for i in range(2000): g = g * 3 + i
+  assert len(UOpMeta.ucache) >= before + 2000
+  del g, x
+  gc.collect()
+  assert len(UOpMeta.ucache) <= before + 5
+
+def test_toposort_orders_sources_first_and_handles_depth():
+  x = Variable("x", 0, 10)
+  a, b = x + 1, x * 2
+  c = a + b
+  order = list(c.toposort())
+  assert order.index(x) < order.index(a) < order.index(c) and order.index(b) < order.index(c) and order[-1] is c
+  assert len(order) == len(set(order)) == 6  # x, 1, a, 2, b, c
+  deep = x
+  for _ in range(50_000): deep = deep + 1
+  assert len(deep.toposort()) == 50_002
+
+def test_substitute_and_replace():
+  x, y = Variable("x", 0, 10), Variable("y", 0, 5)
+  e = (x + 1) * (x + 2)
+  assert e.substitute({x: y}) is (y + 1) * (y + 2)
+  assert e.substitute({}) is e
+  assert e.replace(op=Ops.ADD) is (x + 1) + (x + 2)
+  assert e.replace() is e
+  with pytest.raises(TypeError): e.replace(bogus=1)
+  with pytest.raises(AttributeError): e.arg = 3  # type: ignore[misc]
+
+def test_vmin_vmax():
+  x, y = Variable("x", 2, 10), Variable("y", -3, 4)
+  assert ((x + y).vmin, (x + y).vmax) == (-1, 14)
+  assert ((x * y).vmin, (x * y).vmax) == (-30, 40)
+  assert ((x // 3).vmin, (x // 3).vmax) == (0, 3)
+  assert ((y % 3).vmin, (y % 3).vmax) == (-2, 2)
+  assert ((x - y).vmin, (x - y).vmax) == (-2, 13)
+  assert ((x < 2).vmin, (x < 2).vmax) == (False, False) and ((x < 11).vmin, (x < 11).vmax) == (True, True)
+  assert (x.maximum(y).vmin, x.maximum(y).vmax) == (2, 10)
+  i8 = Variable("z", 100, 120, dtypes.int8)
+  assert ((i8 + 10).vmin, (i8 + 10).vmax) == (110, 127) or ((i8 + 10).vmin, (i8 + 10).vmax) == (-128, 127)
+  assert ((i8 + 20).vmin, (i8 + 20).vmax) == (-128, 127)  # may wrap: no narrower bound is safe
+  assert (UOp.range(16, 0).vmin, UOp.range(16, 0).vmax) == (0, 15)
+  f = Variable("f", 0, 1, dtypes.int32).cast(dtypes.float32)
+  assert ((f * 0.0 < 1.0).vmin, (f * 0.0 < 1.0).vmax) == (False, True)  # float bounds can hide NaN: never decide them
+
+def test_shift_bounds_respect_masked_counts():
+  x = Variable("x", 0, 2**31 - 1, dtypes.int32)
+  s = x >> 40  # int32 masks the count to 8
+  vals = [exec_uop_tree(s, {x: v}) for v in (0, 255, 2**31 - 1)]
+  assert all(s.vmin <= v <= s.vmax for v in vals) and max(vals) == (2**31 - 1) >> 8
+
+def test_variable_and_bind():
+  v = Variable("n", 1, 32)
+  assert v.op is Ops.DEFINE_VAR and v.expr == "n" and (v.vmin, v.vmax) == (1, 32)
+  b = v.bind(7)
+  assert b.unbind() == (v, 7) and b.vmin == 1
+  with pytest.raises(ValueError): v.bind(33)
+  with pytest.raises(ValueError): Variable("bad", 3, 2)
+  assert (v * 2 + Variable("m", 0, 3)).variables() == [Variable("m", 0, 3), v]
+
+def test_exec_uop_tree_uses_c_semantics():
+  x = Variable("x", -10, 10, dtypes.int32)
+  assert exec_uop_tree(x // 3, {x: -7}) == -2 and exec_uop_tree(x % 3, {x: -7}) == -1
+  y = Variable("y", 0, 255, dtypes.uint8)
+  assert exec_uop_tree(y + 10, {y: 250}) == 4
+
+def _random_graph(rng: random.Random) -> UOp:
+  vs = [Variable(n, 0, rng.randint(1, 9)) for n in "abc"]
+  fconst = [0.0, -0.0, math.inf, -math.inf, math.nan, 1.5, -2.25]
+  nodes: list[UOp] = list(vs)   # index-valued nodes
+  others: list[UOp] = []        # float, void and structural nodes
+  for _ in range(rng.randint(1, 25)):
+    k = rng.randrange(7)
+    a, b = rng.choice(nodes), rng.choice(nodes)  # picking earlier nodes again makes shared subgraphs
+    if k == 0: nodes.append(a + b)
+    elif k == 1: nodes.append(a * rng.randint(-5, 5))
+    elif k == 2: nodes.append((a < b).where(a, b))
+    elif k == 3: others.append(a.cast(dtypes.float32) + UOp.const(dtypes.float32, rng.choice(fconst)))
+    elif k == 4: others.append(UOp(Ops.SINK, src=(a, b, a)))
+    elif k == 5: others.append(UOp(Ops.NOOP, dtypes.void, (a,) + tuple(others[-1:]), arg=(1, "s", (2.5, -0.0)), tag=rng.choice([None, "t", 3])))
+    else: nodes.append(UOp.range(a, rng.randint(0, 3)))
+  nodes += others
+  return UOp(Ops.SINK, src=tuple(nodes[-3:]))
+
+def test_repr_round_trip_on_random_graphs():
+  rng = random.Random(0)
+  for _ in range(500):
+    g = _random_graph(rng)
+    assert eval_uop(repr(g)) is g
+
+def test_repr_round_trip_float_specials():
+  for v in (math.nan, math.inf, -math.inf, -0.0, 0.0, 1e-300):
+    c = UOp.const(dtypes.float64, v)
+    assert eval_uop(repr(c)) is c
+  p = UOp.param(0, dtypes.float32.ptr(16))
+  assert eval_uop(repr(p.index(UOp.const(dtypes.index, 3)).load())) is p.index(UOp.const(dtypes.index, 3)).load()
