@@ -1,5 +1,15 @@
 #!/usr/bin/env bash
-# The test command: core's suite (tests/), in parallel. Plugin suites run in their own venvs through .ci/run.
-set -euo pipefail
+# The test command: core's tests (tests/), then core's conformance suite on the PYTHON reference device (shapes scaled
+# down: it interprets kernels in numpy), then on every CPU renderer when the CPU plugin is installed.
+# Extra arguments go to the first pytest run. Plugin suites also run in their own venvs through .ci/run.
+set -uo pipefail
+export SPEC="${SPEC:-1}"   # validity rules of every stage are checked in tests
 cd "$(dirname "$0")"
-exec python -m pytest -n auto -q "$@"
+rc=0
+python -m pytest -n auto -q tests "$@" || rc=1
+DEV=PYTHON CORE_TEST_SCALE=0.25 python -m pytest -n auto -q --core-conformance || rc=1
+if python -c "import plugin_cpu" 2>/dev/null; then
+  devs="CPU:C"; python -c "import llvmlite" 2>/dev/null && devs="$devs CPU:LLVM"
+  for d in $devs; do DEV=$d python -m pytest -n auto -q --core-conformance || rc=1; done
+fi
+exit $rc

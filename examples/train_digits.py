@@ -48,8 +48,10 @@ def main() -> float:
       opt.zero_grad()
       loss = model(x).sparse_categorical_crossentropy(y)
       loss.backward()
+      # computed before the step so it is the loss of the weights the gradients belong to
+      loss.realize()
       opt.step()
-    return loss.realize()
+    return loss
 
   @Jit
   def predict(x: Tensor) -> Tensor: return model(x).argmax(axis=1).realize()

@@ -3,13 +3,28 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Generic, TypeVar
 from core.ir.ops import UOp, Ops
-from core.helpers import JIT
+from core.helpers import JIT, prod
 
 R = TypeVar("R")
 
 class _Capture:
-  def __init__(self) -> None: self.items: list[Any] = []
+  """What a Jit records during its capturing call: the schedule items, and the random-number counters it must refill."""
+  def __init__(self) -> None:
+    from core.tensor.tensor import Tensor
+    self.items: list[Any] = []
+    self.rng_start = Tensor._rng_counter
+    self.rng_base: dict[str, Any] = {}   # device -> uint32 Tensor (a buffer) holding the counter at the start of a call
   def add(self, items: list[Any]) -> None: self.items.extend(items)
+  def rng_key(self, device: str, counter: int) -> Any:
+    """The random key of the draw numbered `counter`, as a graph value: base buffer + offset within the call."""
+    from core.tensor.tensor import Tensor
+    from core.ir.dtype import dtypes
+    if device not in self.rng_base:
+      global capturing
+      saved, capturing = capturing, None   # the buffer itself is set up outside the capture
+      try: self.rng_base[device] = Tensor([self.rng_start & 0xFFFFFFFF], dtype=dtypes.uint32, device=device).contiguous().realize()
+      finally: capturing = saved
+    return self.rng_base[device].reshape(()) + (counter - self.rng_start)
 
 capturing: _Capture | None = None
 
@@ -21,9 +36,20 @@ def _tensors_in(args: tuple, kwargs: dict) -> list[Any]:
   return [v for v in vals if isinstance(v, Tensor)]
 
 def _base_buffer(u: UOp) -> UOp:
-  while u.op is Ops.RESHAPE: u = u.src[0]
-  if u.op is not Ops.BUFFER: raise JitError(f"Jit input did not realize to a buffer ({u.op.name})")
-  return u
+  from core.schedule.realize_points import contiguous_buffer
+  if (cb := contiguous_buffer(u)) is None: raise JitError(f"Jit input did not realize to a buffer ({u.op.name})")
+  return cb[0]
+
+def _bound_vars(args: tuple, kwargs: dict, inputs: list[Any]) -> dict[UOp, int]:
+  """{variable: value} of every bound Variable passed in, directly or inside an input's shape."""
+  from core.ir.ops import arg_uops
+  out: dict[UOp, int] = {}
+  roots = [a for a in list(args) + list(kwargs.values()) if isinstance(a, UOp)]
+  for t in inputs: roots += [u for d in t.shape if isinstance(d, UOp) for u in arg_uops(d)]
+  for r in roots:
+    for u in r.toposort():
+      if u.op is Ops.BIND: out[u.src[0]] = u.src[1].arg
+  return out
 
 class Jit(Generic[R]):
   """Decorate a function whose Tensor inputs change between calls but whose shapes and dtypes do not.
@@ -35,6 +61,8 @@ class Jit(Generic[R]):
     self.input_bufs: list[UOp] = []
     self.signature: list[tuple] = []
     self.ret: Any = None
+    self.rng_base: dict[str, Any] = {}
+    self.rng_draws = 0
     functools.update_wrapper(self, fxn)  # type: ignore[arg-type]
 
   def reset(self) -> None: self.cnt, self.items, self.input_bufs, self.ret = 0, [], [], None
@@ -47,7 +75,16 @@ class Jit(Generic[R]):
     from core.engine.run import buffer_of, run_item
     inputs = _tensors_in(args, kwargs)
     for t in inputs: t.realize()
-    sig = [(tuple(t.shape), t.dtype, t.device) for t in inputs]
+    for t in inputs:
+      # a symbolic input is read through its symbolic shape only (never through the concrete shape it came from), so
+      # the captured kernels index it correctly for every value of its variables
+      if any(not isinstance(d, int) for d in t.shape):
+        buf = _base_buffer(t.uop)
+        t.uop = buf.shrink(((0, prod(t.shape)),)).reshape(t.shape)
+    var_vals = _bound_vars(args, kwargs, inputs)
+    # shapes are compared with their variables unbound: a new value of a Variable is the point of a symbolic Jit
+    sig = [(tuple(d if isinstance(d, int) else d.substitute({b: b.src[0] for b in d.toposort() if b.op is Ops.BIND}) for d in t.shape),
+            t.dtype, t.device) for t in inputs]
     if not JIT: return self.fxn(*args, **kwargs)
     if self.cnt == 0:
       self.cnt = 1
@@ -61,7 +98,9 @@ class Jit(Generic[R]):
       try:
         for t in _tensors_in((ret,) if not isinstance(ret, (tuple, list)) else tuple(ret), {}): t.realize()
       finally: capturing = None
+      from core.tensor.tensor import Tensor
       self.items, self.signature, self.ret = cap.items, sig, ret
+      self.rng_base, self.rng_draws = cap.rng_base, Tensor._rng_counter - cap.rng_start
       self.input_bufs = [_base_buffer(t.uop) for t in inputs]
       self.cnt = 2
       return ret
@@ -69,6 +108,16 @@ class Jit(Generic[R]):
       raise JitError(f"Jit {getattr(self.fxn, '__name__', 'function')}: inputs changed from {self.signature} to {sig}; "
                      "a Jit replays fixed shapes and dtypes (make a new Jit, or call .reset())")
     mapping = {old: _base_buffer(t.uop) for old, t in zip(self.input_bufs, inputs)}
-    for it in self.items: run_item(it.ast, [buffer_of(mapping.get(b, b)) for b in it.bufs])
+    if self.rng_draws:
+      # fresh random numbers on every replay: the draws continue the global counter exactly as eager calls would
+      import struct
+      from core.tensor.tensor import Tensor
+      for t in self.rng_base.values(): buffer_of(_base_buffer(t.uop)).copyin(struct.pack("<I", Tensor._rng_counter & 0xFFFFFFFF))
+      Tensor._rng_counter += self.rng_draws
+    for it in self.items: run_item(it.ast, [buffer_of(mapping.get(b, b)) for b in it.bufs], var_vals)
     _ = realize
+    if var_vals:
+      # the returned tensors keep their buffers; their symbolic shapes take this call's values
+      from core.schedule.kernelize import rebind
+      for t in _tensors_in((self.ret,) if not isinstance(self.ret, (tuple, list)) else tuple(self.ret), {}): t.uop = rebind(t.uop, var_vals)
     return self.ret

@@ -2,9 +2,10 @@
 from __future__ import annotations
 import weakref
 from core.ir.dtype import DType
-from core.ir.ops import UOp, Ops, GroupOp
+from core.ir.ops import UOp, Ops, GroupOp, sym_val
 from core.schedule.kernelize import create_schedule, ScheduleItem
 from core.schedule.memory import plan_memory
+from core.schedule.realize_points import contiguous_buffer
 from core.engine.run import buffer_of, run_item
 from core.helpers import prod
 
@@ -34,8 +35,7 @@ def _substitute_realized(roots: list[UOp]) -> list[UOp]:
 
 def is_realized(u: UOp) -> bool:
   """A BUFFER, or a reshape of one: its bytes are already in row-major order in memory."""
-  while u.op is Ops.RESHAPE: u = u.src[0]
-  return u.op is Ops.BUFFER
+  return contiguous_buffer(u) is not None
 
 def run_schedule(items: list[ScheduleItem], var_vals: dict[UOp, int] | None = None) -> None:
   for it in items: run_item(it.ast, [buffer_of(b) for b in it.bufs], var_vals)
@@ -44,11 +44,11 @@ def realize(*roots: UOp) -> list[UOp]:
   """Compute the graphs `roots`; return for each an equivalent uop over a realized buffer."""
   from core.engine.jit import capturing
   todo = _substitute_realized(list(roots))
-  items, results = create_schedule(todo)
+  items, results, var_vals = create_schedule(todo)
   inputs = {b for r in todo for b in r.toposort() if b.op is Ops.BUFFER}
   items = plan_memory(items, inputs | {_base(r) for r in results.values()})
   if capturing is not None: capturing.add(items)
-  run_schedule(items)
+  run_schedule(items, var_vals)
   for it in items:
     if it.bufs and it.bufs[0] in inputs: _version[it.bufs[0]] = _version.get(it.bufs[0], 0) + 1
   out = []
@@ -71,14 +71,13 @@ def from_host(data: memoryview | bytes | bytearray, dtype: DType, device: str, s
 def to_host(u: UOp) -> memoryview:
   """Realize `u` and return its bytes, row-major and contiguous."""
   r = realize(u)[0]
-  base = r
-  while base.op is Ops.RESHAPE: base = base.src[0]
-  if base.op is not Ops.BUFFER: raise RuntimeError(f"to_host: {r.op.name} did not realize to a buffer")
-  buf = buffer_of(base)
+  if (cb := contiguous_buffer(r)) is None: raise RuntimeError(f"to_host: {r.op.name} did not realize to a buffer")
+  buf = buffer_of(cb[0])
   out = memoryview(bytearray(buf.nbytes))
   if buf.nbytes:
     if not buf.is_allocated(): buf.allocate()
     buf.copyout(out)
-  return out
+  # symbolic shapes use the start of a buffer sized for the largest value their variables allow
+  return out[:sym_val(cb[1]) * buf.dtype.itemsize]
 
 _ = GroupOp

@@ -28,7 +28,10 @@ class CompiledRunner:
     self.compile_s = time.perf_counter() - st
     if DEBUG >= 4: print(spec.src)
   def __call__(self, bufs: list[Buffer], var_vals: dict[UOp, int] | None = None, wait: bool = False) -> float | None:
-    vals = tuple((var_vals or {})[v] for v in self.spec.vars)
+    # kernel variables were narrowed to int32/int64 by codegen: match them by (name, min, max)
+    by_arg = {v.arg: val for v, val in (var_vals or {}).items()}
+    try: vals = tuple(by_arg[v.arg] for v in self.spec.vars)
+    except KeyError as e: raise RuntimeError(f"kernel {self.spec.name} needs a value for variable {e.args[0][0]!r}") from None
     return self.prg(*[b._buf for b in bufs], global_size=self.spec.global_size, local_size=self.spec.local_size, vals=vals, wait=wait)
 
 _runners: dict[tuple[UOp, str], CompiledRunner] = {}

@@ -474,3 +474,22 @@ def smax(*xs: sint) -> sint:
   return functools.reduce(lambda a, b: a.maximum(b) if isinstance(a, UOp) else UOp.const(dtypes.index, a).maximum(b), xs)
 
 _ = AddrSpace  # re-exported for `eval(str(uop))`
+
+# *** symbolic shapes: movement args may hold UOps (bound variables, expressions of them) ***
+
+def arg_uops(arg: Any) -> list[UOp]:
+  """The UOps inside a movement op's arg (shape tuples, (begin, end) pairs)."""
+  if isinstance(arg, UOp): return [arg]
+  if isinstance(arg, tuple): return [u for a in arg for u in arg_uops(a)]
+  return []
+
+def map_arg(arg: Any, fn: Callable[[UOp], Any]) -> Any:
+  if isinstance(arg, UOp): return fn(arg)
+  if isinstance(arg, tuple): return tuple(map_arg(a, fn) for a in arg)
+  return arg
+
+def sym_val(x: sint) -> int:
+  """The current value of an int or of an expression of bound variables."""
+  if isinstance(x, int): return x
+  binds = {u.src[0]: u.src[1].arg for u in x.toposort() if u.op is Ops.BIND}
+  return int(exec_uop_tree(x.substitute({u: u.src[0] for u in x.toposort() if u.op is Ops.BIND}), binds))

@@ -3,11 +3,11 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from core.ir.dtype import dtypes
-from core.ir.ops import UOp, Ops, GroupOp
+from core.ir.ops import UOp, Ops, GroupOp, arg_uops, map_arg
 from core.ir.pattern import graph_rewrite, PatternMatcher, UPat
 from core.schedule.realize_points import find_realize_points
 from core.schedule.indexing import pm_index, KernelCtx, push, flat_index, output_ranges, TRUE
-from core.helpers import prod
+from core.helpers import prod, SPEC
 
 @dataclass
 class ScheduleItem:
@@ -22,7 +22,48 @@ pm_strip_markers = PatternMatcher([
 
 def _kernel_name(ast: UOp, shape: tuple) -> str:
   has_reduce = any(u.op is Ops.REDUCE for u in ast.toposort())
-  return ("r_" if has_reduce else "E_") + "_".join(str(d) for d in shape if d != 1) if shape else ("r" if has_reduce else "E")
+  dims = [str(d) if isinstance(d, int) else "_".join(v.arg[0] for v in d.variables()) or "s" for d in shape if not (isinstance(d, int) and d == 1)]
+  return ("r_" if has_reduce else "E_") + "_".join(dims) if shape else ("r" if has_reduce else "E")
+
+# *** symbolic shapes: variables are bound in the tensor graph, unbound (plain DEFINE_VAR) in kernels ***
+
+def _bind_map(sink: UOp) -> dict[UOp, UOp]:
+  """{BIND: its variable} for every bound variable in the graph, in sources or inside movement args."""
+  out: dict[UOp, UOp] = {}
+  for u in sink.toposort():
+    for x in [u] + [y for a in arg_uops(u.arg) for y in a.toposort()]:
+      if x.op is Ops.BIND: out[x] = x.src[0]
+  return out
+
+def _unbind(sink: UOp, binds: dict[UOp, UOp]) -> UOp:
+  pm = PatternMatcher([
+    (UPat(Ops.BIND, name="b"), lambda b: b.src[0]),
+    (UPat(GroupOp.Movement, name="x", custom=lambda x: bool(arg_uops(x.arg))),
+     lambda x: None if (na := map_arg(x.arg, lambda a: a.substitute(binds))) == x.arg else x.replace(arg=na)),
+  ])
+  return graph_rewrite(sink, pm, name="unbind")
+
+def rebind(u: UOp, var_vals: dict[UOp, int]) -> UOp:
+  """Bind the variables in u's symbolic shapes to `var_vals` (replacing any earlier binding)."""
+  if not var_vals: return u
+  sub = {v: v.bind(val) for v, val in var_vals.items()}
+  def bind(a: UOp) -> UOp:
+    unbound = a.substitute({y: y.src[0] for y in a.toposort() if y.op is Ops.BIND})
+    return unbound.substitute({v: b for v, b in sub.items() if v in unbound.toposort()}) if unbound is not a or any(
+      v in a.toposort() for v in sub) else a
+  pm = PatternMatcher([(UPat(GroupOp.Movement, name="x", custom=lambda x: bool(arg_uops(x.arg))),
+                        lambda x: None if (na := map_arg(x.arg, bind)) == x.arg else x.replace(arg=na))])
+  return graph_rewrite(u, pm, name="rebind")
+
+def _new_output(device: str, shape: tuple, dtype) -> tuple[UOp, UOp]:
+  """A fresh buffer for a value of `shape` and the view of it with that shape. A symbolic shape gets room for the
+  largest value its variables allow, and the view covers the part in use."""
+  n = prod(shape)
+  if isinstance(n, int):
+    out = UOp.new_buffer(device, n, dtype)
+    return out, out.reshape(shape)
+  out = UOp.new_buffer(device, int(n.vmax), dtype)
+  return out, out.shrink(((0, n),)).reshape(shape)
 
 def _store_kernel(ctx: KernelCtx, out_buf: UOp, out_view: UOp | None, value: UOp, shape: tuple) -> UOp:
   """SINK(STORE(INDEX(out, idx), value at idx).end(ranges)); `out_view` is a movement chain over out_buf (for ASSIGN)."""
@@ -40,16 +81,23 @@ def _store_kernel(ctx: KernelCtx, out_buf: UOp, out_view: UOp | None, value: UOp
   for r in reversed([r for r in ranges if r.op is Ops.RANGE]): st = st.end(r)
   return UOp(Ops.SINK, dtypes.void, (st,))
 
-def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
-  """Kernels to run, in order, and a map from each root to the UOp over its realized buffer."""
+def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
+  """Kernels to run, in order; a map from each root to the UOp over its realized buffer; the values of the variables
+  the kernels take (symbolic shapes are unbound in kernels so one compiled kernel serves every value)."""
+  # results are keyed by the caller's roots, which may still hold DETACH/CONTIGUOUS_BACKWARD markers and bound variables
+  orig_roots = list(roots)
   sink = graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(roots)), pm_strip_markers, name="strip markers")
-  # results are keyed by the caller's roots, which may still hold DETACH/CONTIGUOUS_BACKWARD markers
-  orig_roots, roots = list(roots), list(sink.src)
+  binds = _bind_map(sink)
+  var_vals = {v: b.src[1].arg for b, v in binds.items()}
+  if binds: sink = _unbind(sink, binds)
+  roots = list(sink.src)
+  if SPEC:
+    from core.ir.spec import type_verify, tensor_spec
+    type_verify(sink, tensor_spec)
   points = find_realize_points(sink)
   items: list[ScheduleItem] = []
   done: dict[UOp, UOp] = {}   # realize point -> its result (a BUFFER, reshaped to the point's shape)
-  for u in sink.toposort(gate=lambda u: u.op is not Ops.BUFFER):
-    if u not in points: continue
+  for u in _order_points(sink, points):
     # everything below that was realized already is read from its buffer
     val = u.substitute({k: v for k, v in done.items() if k is not u}) if done else u
     shape = u.shape
@@ -59,9 +107,9 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
       src_buf = src.base
       if src_buf.op is not Ops.BUFFER or any(x.op is not Ops.RESHAPE for x in _chain(src)):
         raise RuntimeError("COPY source must be realized contiguous")
-      out = UOp.new_buffer(u.device, prod(shape), u.dtype)
+      out, view = _new_output(u.device, shape, u.dtype)
       items.append(ScheduleItem(UOp(Ops.COPY, u.dtype, (src_buf, UOp(Ops.DEVICE, arg=u.device))), (out, src_buf)))
-      done[u] = out.reshape(shape)
+      done[u] = view
       continue
     ctx = KernelCtx()
     if u.op is Ops.ASSIGN:
@@ -70,25 +118,50 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
       if out_buf.op is not Ops.BUFFER: raise RuntimeError("ASSIGN target must be a realized buffer")
       # reading the target elsewhere than at the stored element would race with the writes: compute into a temp first
       if _unsafe_self_read(value, target, out_buf):
-        tmp = UOp.new_buffer(u.device, prod(shape), u.dtype)
+        tmp, value_view = _new_output(u.device, shape, u.dtype)
         tctx = KernelCtx()
         tctx.param_for(tmp)
         items.append(_item(_store_kernel(tctx, tmp, None, value, shape), tctx, shape))
-        value = tmp.reshape(shape)
+        value = value_view
       ctx.param_for(out_buf)
       plain = target is out_buf or (target.op is Ops.RESHAPE and target.src[0] is out_buf)
       ast = _store_kernel(ctx, out_buf, None if plain else target, value, shape)
       items.append(_item(ast, ctx, shape))
       done[u] = target
       continue
-    out = UOp.new_buffer(u.device, prod(shape), u.dtype)
+    out, view = _new_output(u.device, shape, u.dtype)
     ctx.param_for(out)
     body = val.src[0] if val.op is Ops.CONTIGUOUS else val
     items.append(_item(_store_kernel(ctx, out, None, body, shape), ctx, shape))
-    done[u] = out.reshape(shape)
-  results = {}
-  for o, r in zip(orig_roots, roots): results[o] = done.get(r, r)
-  return items, results
+    done[u] = view
+  results = {o: rebind(done.get(r, r), var_vals) for o, r in zip(orig_roots, roots)}
+  return items, results, var_vals
+
+def _order_points(sink: UOp, points: set[UOp]) -> list[UOp]:
+  """Realize points in dependency order, with every ASSIGN as late as possible: kernels that read a buffer's old value
+  run before the kernel that overwrites it, unless they need the new value."""
+  topo = [u for u in sink.toposort(gate=lambda u: u.op is not Ops.BUFFER) if u in points]
+  order: list[UOp] = []
+  pending: list[UOp] = []
+  def emit_pending_needed_by(u: UOp) -> None:
+    deps = u.toposort(gate=lambda x: x.op is not Ops.BUFFER)
+    for a in [p for p in pending if p in deps and p is not u]:
+      if a in pending:
+        pending.remove(a)
+        emit_pending_needed_by(a)
+        order.append(a)
+  for u in topo:
+    if pending: emit_pending_needed_by(u)
+    if u.op is Ops.ASSIGN: pending.append(u)
+    else: order.append(u)
+  # the remaining assigns: one that reads another's target (old value) or needs its result goes first
+  graphs = {a: a.src[1].toposort(gate=lambda x: x.op is not Ops.BUFFER) for a in pending}
+  while pending:
+    ready = [a for a in pending if not any(b is not a and (a.src[0].base in graphs[b] or b in graphs[a]) for b in pending)]
+    nxt = ready[0] if ready else pending[0]   # a cycle (e.g. a swap) keeps graph order
+    pending.remove(nxt)
+    order.append(nxt)
+  return order
 
 def _chain(u: UOp) -> list[UOp]:
   out = []
@@ -113,5 +186,8 @@ def _pm_index_symbolic() -> PatternMatcher:
 def _item(ast: UOp, ctx: KernelCtx, shape: tuple) -> ScheduleItem:
   ast = graph_rewrite(ast, _pm_index_symbolic(), ctx, name="index")
   ast = ast.replace(arg=_kernel_name(ast, shape))
+  if SPEC:
+    from core.ir.spec import type_verify, kernel_spec
+    type_verify(ast, kernel_spec)
   bufs = tuple(sorted(ctx.params, key=lambda b: ctx.params[b].arg))
   return ScheduleItem(ast, bufs)

@@ -6,6 +6,14 @@ from core.ir.ops import UOp, Ops, GroupOp
 RECOMPUTE_LIMIT = 10
 _EXPENSIVE = 1 << 30
 
+def contiguous_buffer(u: UOp) -> tuple[UOp, object] | None:
+  """(BUFFER, number of elements used) when u is a row-major view of the start of a buffer: reshapes, and for
+  symbolic shapes one SHRINK to the part in use. None for any other view."""
+  while u.op is Ops.RESHAPE: u = u.src[0]
+  if u.op is Ops.SHRINK and len(u.arg) == 1 and isinstance(u.arg[0][0], int) and u.arg[0][0] == 0 and u.src[0].op is Ops.BUFFER:
+    return u.src[0], u.arg[0][1]
+  return (u, u.arg) if u.op is Ops.BUFFER else None
+
 def _grows(e: UOp) -> bool: return e.op is Ops.EXPAND and e.src[0].shape != e.shape
 
 def find_realize_points(sink: UOp) -> set[UOp]:
@@ -18,7 +26,7 @@ def find_realize_points(sink: UOp) -> set[UOp]:
     for s in u.src: users.setdefault(s, []).append(u)
   points: set[UOp] = set()
   for s in sink.src:
-    if s.base.op is not Ops.BUFFER or any(x.op is not Ops.RESHAPE for x in _movement_chain(s)): points.add(s)
+    if contiguous_buffer(s) is None: points.add(s)
   for u in nodes:
     if u.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY): points.add(u)
     if u.op is Ops.COPY and u.src[0].base.op is not Ops.BUFFER: points.add(u.src[0])

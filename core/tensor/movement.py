@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 from core.helpers import prod, argfix, argsort
 from core.ir.dtype import dtypes
-from core.ir.ops import UOp, Ops
+from core.ir.ops import UOp, Ops, sym_val
 
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
@@ -24,7 +24,8 @@ class MovementMixin:
       rest = prod(d for d in new if d != -1)
       if rest == 0 or self.numel() % rest: raise ValueError(f"reshape {self.shape} -> {new}: can't infer the -1 dim")
       new = tuple(self.numel() // rest if d == -1 else d for d in new)
-    if any(d < 0 for d in new) or prod(new) != self.numel():
+    # symbolic dims (bound Variables) are checked with their current values
+    if any(sym_val(d) < 0 for d in new) or sym_val(prod(new)) != sym_val(self.numel()):
       raise ValueError(f"reshape {self.shape} -> {new}: sizes differ ({self.numel()} vs {prod(new)} elements)")
     return self if new == self.shape else self._mop(self.uop.reshape(new))
   def view(self: Tensor, shape: Any, *args: int) -> Tensor: return self.reshape(shape, *args)  # type: ignore[misc]

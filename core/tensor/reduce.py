@@ -25,8 +25,8 @@ class ReduceMixin:
     axes = _axes(axis, self.ndim, op.name.lower())
     kept = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
     n = math.prod(self.shape[a] for a in axes)
-    if n == 0: ret = self._const(_identity(op, self.dtype), shape=kept)  # empty reduction
-    elif op is Ops.ADD and n > SPLIT_REDUCE and dtypes.is_float(self.dtype): ret = self._split_sum(axes, n).reshape(kept)
+    if isinstance(n, int) and n == 0: ret = self._const(_identity(op, self.dtype), shape=kept)  # empty reduction
+    elif op is Ops.ADD and isinstance(n, int) and n > SPLIT_REDUCE and dtypes.is_float(self.dtype): ret = self._split_sum(axes, n).reshape(kept)
     else: ret = self._mop(self.uop.r(op, axes))
     return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 

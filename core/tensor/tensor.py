@@ -4,7 +4,7 @@ import contextlib, weakref
 from typing import Any, ClassVar
 from core.helpers import prod
 from core.ir.dtype import DType, DTypeLike, ConstType, dtypes, to_dtype, from_np, to_np, least_upper_dtype
-from core.ir.ops import UOp, Ops
+from core.ir.ops import UOp, Ops, sym_val
 from core.tensor.creation import CreationMixin
 from core.tensor.random import RandomMixin
 from core.tensor.movement import MovementMixin
@@ -109,9 +109,10 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
   def numpy(self) -> Any:
     import numpy as np
     if self.dtype.fmt is None: return self.cast(dtypes.float32).numpy()
-    if self.numel() == 0: return np.zeros(self.shape, dtype=to_np(self.dtype))
+    shape = tuple(sym_val(d) for d in self.shape)   # a symbolic shape reads with its variables' current values
+    if prod(shape) == 0: return np.zeros(shape, dtype=to_np(self.dtype))
     from core.engine.realize import to_host
-    return np.frombuffer(bytes(to_host(self.uop)), dtype=to_np(self.dtype)).reshape(self.shape).copy()
+    return np.frombuffer(bytes(to_host(self.uop)), dtype=to_np(self.dtype)).reshape(shape).copy()
   def data(self) -> memoryview:
     from core.engine.realize import to_host
     return to_host(self.uop)

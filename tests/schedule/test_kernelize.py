@@ -15,14 +15,14 @@ def kernels(items): return [it for it in items if it.ast.op is Ops.SINK]
 def test_elementwise_chain_is_one_kernel():
   a, b = buf(12, (3, 4)), buf(12, (3, 4))
   out = ((a + b) * a - 1.0).alu(Ops.EXP2)
-  items, res = create_schedule([out])
+  items, res, _ = create_schedule([out])
   assert len(items) == 1 and len(items[0].bufs) == 3
   assert res[out].op is Ops.RESHAPE and res[out].src[0].op is Ops.BUFFER
 
 def test_reduce_fuses_with_following_elementwise():
   a = buf(12, (3, 4))
   out = a.r(Ops.ADD, (1,)) * 2.0 + 1.0
-  items, _ = create_schedule([out])
+  items, _, _ = create_schedule([out])
   assert len(items) == 1
   assert any(u.op is Ops.REDUCE for u in items[0].ast.toposort())
 
@@ -31,34 +31,34 @@ def test_broadcast_reduce_is_realized_once():
   a = buf(12, (3, 4))
   m = a.r(Ops.MAX, (1,))
   out = a - m.expand((3, 4))
-  items, _ = create_schedule([out])
+  items, _, _ = create_schedule([out])
   assert len(items) == 2
   assert items[0].bufs[0].arg == 3   # the row maxima live in their own buffer
 
 def test_matmul_is_one_kernel():
   a, b = buf(6, (2, 3)), buf(12, (3, 4))
   out = (a.reshape((2, 1, 3)).expand((2, 4, 3)) * b.permute((1, 0)).reshape((1, 4, 3)).expand((2, 4, 3))).r(Ops.ADD, (2,))
-  items, _ = create_schedule([out.reshape((2, 4))])
+  items, _, _ = create_schedule([out.reshape((2, 4))])
   assert len(items) == 1 and len(items[0].bufs) == 3
 
 def test_copy_between_devices_is_a_copy_item():
   a = buf(4, (4,))
   out = (a + 1.0).copy_to_device("CPU:1")
-  items, res = create_schedule([out])
+  items, res, _ = create_schedule([out])
   assert [it.ast.op for it in items] == [Ops.SINK, Ops.COPY]
   assert res[out].base.src[1].arg == "CPU:1"
 
 def test_assign_in_place_when_elementwise():
   a = buf(4, (4,))
   out = a.assign(a * 2.0)
-  items, res = create_schedule([out])
+  items, res, _ = create_schedule([out])
   assert len(items) == 1 and items[0].bufs == (a.base,)
   assert res[out] is a
 
 def test_assign_reading_another_view_uses_a_temporary():
   a = buf(4, (4,))
   out = a.assign(a.flip((True,)) + 1.0)
-  items, _ = create_schedule([out])
+  items, _, _ = create_schedule([out])
   assert len(items) == 2 and items[1].bufs[0] is a.base
 
 def test_memory_planner_reuses_dead_temporaries():
@@ -67,7 +67,7 @@ def test_memory_planner_reuses_dead_temporaries():
   t2 = (t1 * 2.0).contiguous()
   t3 = (t2 + 3.0).contiguous()
   out = t3 * 1.0
-  items, res = create_schedule([out])
+  items, res, _ = create_schedule([out])
   assert len(items) == 4
   keep = {a.base, res[out].base}
   planned = plan_memory(items, keep)
@@ -78,13 +78,13 @@ def test_memory_planner_reuses_dead_temporaries():
 def test_pad_gates_loads():
   a = buf(4, (4,))
   out = a.pad(((2, 1),)) + 1.0
-  items, _ = create_schedule([out])
+  items, _, _ = create_schedule([out])
   loads = [u for u in items[0].ast.toposort() if u.op is Ops.LOAD]
   assert len(loads) == 1 and len(loads[0].src[0].src) == 3, "the load of a padded input carries a validity gate"
 
 def test_linearized_reduce_keeps_accumulator_reads_in_their_loops():
   a = buf(12, (3, 4))
-  items, _ = create_schedule([a.r(Ops.ADD, (1,))])
+  items, _, _ = create_schedule([a.r(Ops.ADD, (1,))])
   sink, _ = lower_kernel(items[0].ast, None)
   uops = finalize(linearize(sink))
   ops = [u.op for u in uops]
@@ -94,3 +94,21 @@ def test_linearized_reduce_keeps_accumulator_reads_in_their_loops():
   assert r_outer < r_inner < ends[0] < ends[1]
   assert r_inner < loads[0] < ends[0] < loads[1] < ends[1], "one read inside the reduce loop, one after it"
   assert len({id(u) for u in uops}) == len(uops), "no node appears twice in the program"
+
+def test_spec_checks_graphs_when_enabled():
+  import pytest
+  from core.helpers import Context
+  from core.ir.spec import SpecError
+  a, b = buf(4, (4,)), buf(4, (4,), dtype=dtypes.int32)
+  bad = UOp(Ops.ADD, dtypes.float32, (a, b))   # mixed dtypes: the Tensor layer would have cast first
+  with Context(SPEC=1):
+    with pytest.raises(SpecError): create_schedule([bad])
+
+def test_reads_of_old_value_run_before_the_assign():
+  # w1 is updated and, in the same schedule, another value reads w1's old contents
+  w1, w2 = buf(4, (4,)), buf(4, (4,))
+  upd1 = w1.assign(w1 * 0.5)
+  upd2 = w2.assign(w2 + w1 * 2.0)      # built from the old w1
+  items, _, _ = create_schedule([upd1, upd2])
+  writes = [it.bufs[0] for it in items]
+  assert writes.index(w1.base) > writes.index(w2.base), "w1 is overwritten only after w2's update has read it"

@@ -73,7 +73,8 @@ class BatchNorm:
     self.weight: Tensor | None = filled(sz, value=1.0) if affine else None
     self.bias: Tensor | None = filled(sz, value=0.0) if affine else None
     self.num_batches_tracked = filled(1, value=0, dtype=dtypes.int64, requires_grad=False)
-    if track_running_stats: self.running_mean, self.running_var = filled(sz, value=0.0, requires_grad=False), filled(sz, value=1.0, requires_grad=False)
+    if track_running_stats:
+      self.running_mean, self.running_var = filled(sz, value=0.0, requires_grad=False), filled(sz, value=1.0, requires_grad=False)
 
   def calc_stats(self, x: Tensor) -> tuple[Tensor, Tensor]:
     """(mean, biased variance) per channel: the running ones in eval mode, the batch's in training."""

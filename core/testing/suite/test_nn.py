@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 from core.tensor.tensor import Tensor
 from core.tensor import nn
-from core.ir.dtype import dtypes
 
 @pytest.fixture
 def training():
@@ -48,7 +47,8 @@ def np_conv_transpose2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, stri
   """Scatter form: each input pixel adds w * x into the (strided, dilated) output, then the padding is cropped."""
   n, cin, h, wd = x.shape
   _, og, kh, kw = w.shape
-  full = np.zeros((n, og * groups, (h - 1) * stride + dilation * (kh - 1) + 1 + output_padding, (wd - 1) * stride + dilation * (kw - 1) + 1 + output_padding))
+  oh, ow = (h - 1) * stride + dilation * (kh - 1) + 1 + output_padding, (wd - 1) * stride + dilation * (kw - 1) + 1 + output_padding
+  full = np.zeros((n, og * groups, oh, ow))
   cg = cin // groups
   for i in range(h):
     for j in range(wd):
@@ -248,3 +248,13 @@ def test_dropout_training_zeroes_and_rescales(training):
   assert 0.2 < 1 - kept.mean() < 0.3
   np.testing.assert_array_equal(nn.Dropout(0.0)(Tensor(x)).numpy(), x)
   with pytest.raises(ValueError, match="p must be"): nn.Dropout(1.5)
+
+def test_batchnorm_state_tensors_do_not_share_buffers(training):
+  # zeros/ones tensors are equal lazy graphs; realizing them together must still give each its own buffer
+  bn = nn.BatchNorm(2)
+  Tensor.realize(*nn.state.get_parameters(bn))
+  bn(Tensor(np.array([[1.0, 2.0], [3.0, 6.0]], np.float32))).realize()
+  bn.running_mean.realize(), bn.running_var.realize()
+  np.testing.assert_allclose(bn.running_mean.numpy(), [0.2, 0.4], rtol=1e-6)
+  np.testing.assert_array_equal(bn.bias.numpy(), [0.0, 0.0])
+  np.testing.assert_array_equal(bn.weight.numpy(), [1.0, 1.0])

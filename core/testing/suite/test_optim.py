@@ -146,3 +146,24 @@ def test_shared_param_is_updated_once():
   (w * Tensor([1.0, 2.0])).sum().backward()
   opt.step()
   np.testing.assert_allclose(w.numpy(), [0.5, 0.0])
+
+def test_jit_captured_step_follows_lr_changes():
+  from core import Jit
+  w = Tensor(np.zeros(3, np.float32), requires_grad=True)
+  opt = SGD([w], lr=0.1)
+  @Jit
+  def step(x: Tensor) -> Tensor:
+    opt.zero_grad()
+    loss = (w * x).sum()
+    loss.backward()
+    opt.step()
+    return w
+  ref, lr = np.zeros(3), 0.1
+  for i in range(5):
+    if i == 3:
+      opt.lr.assign(Tensor([0.5])).realize()
+      lr = 0.5
+    x = np.array([1.0, 2.0, 3.0]) * (i + 1)
+    step(Tensor(x.astype(np.float32)))
+    ref = ref - lr * x
+  np.testing.assert_allclose(w.numpy(), ref, rtol=1e-6)
