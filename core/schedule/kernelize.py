@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops, GroupOp, arg_uops, map_arg
 from core.ir.pattern import graph_rewrite, PatternMatcher, UPat
-from core.schedule.realize_points import find_realize_points
+from core.schedule.realize_points import find_realize_points, contiguous_buffer
 from core.schedule.indexing import pm_index, KernelCtx, push, flat_index, output_ranges, TRUE
 from core.helpers import prod, SPEC
 
@@ -103,10 +103,8 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     shape = u.shape
     assert shape is not None, f"{u.op.name} has no shape"
     if u.op is Ops.COPY:
-      src = val.src[0]
-      src_buf = src.base
-      if src_buf.op is not Ops.BUFFER or any(x.op is not Ops.RESHAPE for x in _chain(src)):
-        raise RuntimeError("COPY source must be realized contiguous")
+      if (cb := contiguous_buffer(val.src[0])) is None: raise RuntimeError("COPY source must be realized contiguous")
+      src_buf = cb[0]
       out, view = _new_output(u.device, shape, u.dtype)
       items.append(ScheduleItem(UOp(Ops.COPY, u.dtype, (src_buf, UOp(Ops.DEVICE, arg=u.device))), (out, src_buf)))
       done[u] = view
@@ -162,13 +160,6 @@ def _order_points(sink: UOp, points: set[UOp]) -> list[UOp]:
     pending.remove(nxt)
     order.append(nxt)
   return order
-
-def _chain(u: UOp) -> list[UOp]:
-  out = []
-  while u.op in GroupOp.Movement:
-    out.append(u)
-    u = u.src[0]
-  return out
 
 def _unsafe_self_read(value: UOp, target: UOp, buf: UOp) -> bool:
   """Whether `value` reads the assigned buffer anywhere but at the element being written."""

@@ -49,10 +49,3 @@ def find_realize_points(sink: UOp) -> set[UOp]:
       points.add(s)
       cost.clear()   # costs above s change now that s is a buffer
   return points
-
-def _movement_chain(u: UOp) -> list[UOp]:
-  out = []
-  while u.op in GroupOp.Movement:
-    out.append(u)
-    u = u.src[0]
-  return out

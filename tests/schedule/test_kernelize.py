@@ -1,7 +1,7 @@
 """Where the scheduler cuts kernels, and what the kernels look like (no device needed)."""
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
-from core.schedule.kernelize import create_schedule, ScheduleItem
+from core.schedule.kernelize import create_schedule
 from core.schedule.memory import plan_memory
 from core.codegen.lowerer import lower_kernel
 from core.codegen.linearize import linearize, finalize
