@@ -65,11 +65,12 @@ def llvmlite_available() -> bool:
   except ImportError: return False
   return True
 
-RENDERERS = ("LLVM", "C")
+RENDERERS = ("C", "LLVM")
 
 def make_device(name: str, target: Any = None) -> Compiled:
-  """The CPU device for DEV target `target`: renderer C or LLVM (default LLVM when llvmlite imports, else C); ARCH is -march/cpu."""
-  which = (getattr(target, "renderer", None) or ("LLVM" if llvmlite_available() else "C")).upper()
+  """The CPU device for DEV target `target`: renderer C (the default: its kernels ran faster in bench/renderers.py) or
+  LLVM; ARCH is -march/cpu."""
+  which = (getattr(target, "renderer", None) or "C").upper()
   arch = getattr(target, "arch", None)
   from plugin_cpu.renderer import CPUCRenderer, CPULLVMRenderer
   from plugin_cpu.compiler import CCompiler, LLVMCompiler

@@ -82,9 +82,9 @@ def test_make_device_picks_the_renderer(ren, cls):
   assert dtypes_fp8_unsupported(dev.renderer)
   dev.synchronize()
 
-def test_make_device_default_is_llvm_when_llvmlite_imports():
-  assert type(make_device("CPU").renderer) is CPULLVMRenderer
-  assert type(make_device("CPU", Target(device="CPU")).renderer) is CPULLVMRenderer
+def test_make_device_default_is_c():
+  assert type(make_device("CPU").renderer) is CPUCRenderer
+  assert type(make_device("CPU", Target(device="CPU")).renderer) is CPUCRenderer
 
 def test_make_device_unknown_renderer():
   with pytest.raises(ValueError, match="no renderer 'PTX'.*C"): make_device("CPU", Target(device="CPU", renderer="PTX"))
