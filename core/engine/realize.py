@@ -1,6 +1,6 @@
 """realize(): schedule tensor graphs, run the kernels, and remember which nodes now live in buffers."""
 from __future__ import annotations
-import weakref
+import collections, weakref
 from core.ir.dtype import DType
 from core.ir.ops import UOp, Ops, GroupOp, sym_val
 from core.schedule.kernelize import create_schedule, ScheduleItem
@@ -40,13 +40,42 @@ def is_realized(u: UOp) -> bool:
 def run_schedule(items: list[ScheduleItem], var_vals: dict[UOp, int] | None = None) -> None:
   for it in items: run_item(it.ast, [buffer_of(b) for b in it.bufs], var_vals)
 
+# *** schedule cache: a graph that differs only in which buffers it reads reuses the schedule (eager ops repeat) ***
+
+_schedule_cache: collections.OrderedDict[UOp, tuple[list[ScheduleItem], list[UOp], dict[UOp, int]]] = collections.OrderedDict()
+SCHEDULE_CACHE_SIZE = 2048
+
+def _placeholder(b: UOp, i: int) -> UOp: return UOp(Ops.BUFFER, b.dtype, (UOp(Ops.UNIQUE, arg=("input", i)), b.src[1]), b.arg)
+
+def _scheduled(todo: list[UOp]) -> tuple[list[ScheduleItem], list[UOp], dict[UOp, int], set[UOp]]:
+  """(planned items, each root's result, variable values, input buffers) for `todo`, from the cache when possible."""
+  sink = UOp(Ops.SINK, src=tuple(todo))
+  inputs = [u for u in sink.toposort(gate=lambda u: u.op is not Ops.BUFFER) if u.op is Ops.BUFFER]
+  to_ph = {b: _placeholder(b, i) for i, b in enumerate(inputs)}
+  key = sink.substitute(to_ph)
+  if (hit := _schedule_cache.get(key)) is None:
+    items, results, var_vals = create_schedule(list(key.src))
+    res = [results[r] for r in key.src]
+    items = plan_memory(items, set(to_ph.values()) | {_base(r) for r in res})
+    hit = _schedule_cache[key] = (items, res, var_vals)
+    if len(_schedule_cache) > SCHEDULE_CACHE_SIZE: _schedule_cache.popitem(last=False)
+  else: _schedule_cache.move_to_end(key)
+  items, res, var_vals = hit
+  # placeholders back to this call's buffers; buffers the schedule creates are fresh for every call
+  back: dict[UOp, UOp] = {ph: b for b, ph in to_ph.items()}
+  for it in items:
+    for b in it.bufs:
+      if b not in back: back[b] = UOp.new_buffer(b.src[1].arg, b.arg, b.dtype)
+  new_items = [ScheduleItem(it.ast, tuple(back[b] for b in it.bufs)) for it in items]
+  new_res = [r.substitute({k: v for k, v in back.items() if k.op is Ops.BUFFER}) for r in res]
+  return new_items, new_res, var_vals, set(inputs)
+
 def realize(*roots: UOp) -> list[UOp]:
   """Compute the graphs `roots`; return for each an equivalent uop over a realized buffer."""
   from core.engine.jit import capturing
   todo = _substitute_realized(list(roots))
-  items, results, var_vals = create_schedule(todo)
-  inputs = {b for r in todo for b in r.toposort() if b.op is Ops.BUFFER}
-  items = plan_memory(items, inputs | {_base(r) for r in results.values()})
+  items, res_list, var_vals, inputs = _scheduled(todo)
+  results = dict(zip(todo, res_list))
   if capturing is not None: capturing.add(items)
   run_schedule(items, var_vals)
   for it in items:
