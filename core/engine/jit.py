@@ -63,6 +63,7 @@ class Jit(Generic[R]):
     self.ret: Any = None
     self.rng_base: dict[str, Any] = {}
     self.rng_draws = 0
+    self.ret_uops: list[UOp] = []
     functools.update_wrapper(self, fxn)  # type: ignore[arg-type]
 
   def reset(self) -> None: self.cnt, self.items, self.input_bufs, self.ret = 0, [], [], None
@@ -102,6 +103,7 @@ class Jit(Generic[R]):
       self.items, self.signature, self.ret = cap.items, sig, ret
       self.rng_base, self.rng_draws = cap.rng_base, Tensor._rng_counter - cap.rng_start
       self.input_bufs = [_base_buffer(t.uop) for t in inputs]
+      self.ret_uops = [t.uop for t in _tensors_in((ret,) if not isinstance(ret, (tuple, list)) else tuple(ret), {})]
       self.cnt = 2
       return ret
     if sig != self.signature:
@@ -116,8 +118,9 @@ class Jit(Generic[R]):
       Tensor._rng_counter += self.rng_draws
     for it in self.items: run_item(it.ast, [buffer_of(mapping.get(b, b)) for b in it.bufs], var_vals)
     _ = realize
-    if var_vals:
-      # the returned tensors keep their buffers; their symbolic shapes take this call's values
-      from core.schedule.kernelize import rebind
-      for t in _tensors_in((self.ret,) if not isinstance(self.ret, (tuple, list)) else tuple(self.ret), {}): t.uop = rebind(t.uop, var_vals)
+    # the returned tensors keep the captured buffers, except where they are (views of) this call's inputs; their
+    # symbolic shapes take this call's values
+    from core.schedule.kernelize import rebind
+    for t, u in zip(_tensors_in((self.ret,) if not isinstance(self.ret, (tuple, list)) else tuple(self.ret), {}), self.ret_uops):
+      t.uop = rebind(u.substitute(mapping), var_vals)
     return self.ret

@@ -23,14 +23,18 @@ def _memo(u: UOp) -> UOp | None:
   res, ver = e
   return res if _version.get(_base(res), 0) == ver else None
 
+# an ASSIGN that has run is its target from then on, whatever is assigned to that buffer later: it must never run twice
+_assigned: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+
 def _substitute_realized(roots: list[UOp]) -> list[UOp]:
   """Reuse buffers of already computed subgraphs. The roots themselves always get fresh buffers, so two tensors built the
-  same way never share storage that one of them may later assign into."""
+  same way never share storage that one of them may later assign into (assigns that ran are reused everywhere)."""
   rootset = set(roots)
   sink = UOp(Ops.SINK, src=tuple(roots))
   known = {}
-  for u in sink.toposort(gate=lambda u: u in rootset or _memo(u) is None):
-    if u not in rootset and (m := _memo(u)) is not None: known[u] = m
+  for u in sink.toposort(gate=lambda u: u not in _assigned and (u in rootset or _memo(u) is None)):
+    if (a := _assigned.get(u)) is not None: known[u] = a
+    elif u not in rootset and (m := _memo(u)) is not None: known[u] = m
   return list(sink.substitute(known).src) if known else roots
 
 def is_realized(u: UOp) -> bool:
@@ -80,6 +84,9 @@ def realize(*roots: UOp) -> list[UOp]:
   run_schedule(items, var_vals)
   for it in items:
     if it.bufs and it.bufs[0] in inputs: _version[it.bufs[0]] = _version.get(it.bufs[0], 0) + 1
+  # the caller's graphs (before memo substitution) hold the ASSIGN nodes other tensors may still reference
+  for u in UOp(Ops.SINK, src=tuple(roots) + tuple(todo)).toposort(gate=lambda u: u.op is not Ops.BUFFER and u not in _assigned):
+    if u.op is Ops.ASSIGN and u not in _assigned: _assigned[u] = u.src[0]
   out = []
   for r, t in zip(roots, todo):
     res = results[t]

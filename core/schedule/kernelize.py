@@ -97,7 +97,9 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
   points = find_realize_points(sink)
   items: list[ScheduleItem] = []
   done: dict[UOp, UOp] = {}   # realize point -> its result (a BUFFER, reshaped to the point's shape)
-  for u in _order_points(sink, points):
+  order, cyclic = _order_points(sink, points)
+  saved: dict[UOp, UOp] = {}   # assign in a cycle -> its value, computed into a temporary before the cycle's writes
+  for u in order:
     # everything below that was realized already is read from its buffer
     val = u.substitute({k: v for k, v in done.items() if k is not u}) if done else u
     shape = u.shape
@@ -114,13 +116,13 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
       target, value = val.src
       out_buf = target.base
       if out_buf.op is not Ops.BUFFER: raise RuntimeError("ASSIGN target must be a realized buffer")
+      if u in cyclic and not saved:
+        for c in [c for c in order if c in cyclic and not any(d in cyclic and d is not c for d in c.src[1].toposort())]:
+          saved[c] = _to_temporary(items, c.src[1].substitute(done) if done else c.src[1], c.shape)
+      value = saved.get(u, value)
       # reading the target elsewhere than at the stored element would race with the writes: compute into a temp first
       if _unsafe_self_read(value, target, out_buf):
-        tmp, value_view = _new_output(u.device, shape, u.dtype)
-        tctx = KernelCtx()
-        tctx.param_for(tmp)
-        items.append(_item(_store_kernel(tctx, tmp, None, value, shape), tctx, shape))
-        value = value_view
+        value = _to_temporary(items, value, shape)
       ctx.param_for(out_buf)
       plain = target is out_buf or (target.op is Ops.RESHAPE and target.src[0] is out_buf)
       ast = _store_kernel(ctx, out_buf, None if plain else target, value, shape)
@@ -135,7 +137,15 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
   results = {o: rebind(done.get(r, r), var_vals) for o, r in zip(orig_roots, roots)}
   return items, results, var_vals
 
-def _order_points(sink: UOp, points: set[UOp]) -> list[UOp]:
+def _to_temporary(items: list[ScheduleItem], value: UOp, shape: tuple) -> UOp:
+  """Schedule a kernel computing `value` into a new buffer; returns the view of it with `shape`."""
+  tmp, view = _new_output(value.device, shape, value.dtype)
+  ctx = KernelCtx()
+  ctx.param_for(tmp)
+  items.append(_item(_store_kernel(ctx, tmp, None, value, shape), ctx, shape))
+  return view
+
+def _order_points(sink: UOp, points: set[UOp]) -> tuple[list[UOp], set[UOp]]:
   """Realize points in dependency order, with every ASSIGN as late as possible: kernels that read a buffer's old value
   run before the kernel that overwrites it, unless they need the new value."""
   topo = [u for u in sink.toposort(gate=lambda u: u.op is not Ops.BUFFER) if u in points]
@@ -154,12 +164,14 @@ def _order_points(sink: UOp, points: set[UOp]) -> list[UOp]:
     else: order.append(u)
   # the remaining assigns: one that reads another's target (old value) or needs its result goes first
   graphs = {a: a.src[1].toposort(gate=lambda x: x.op is not Ops.BUFFER) for a in pending}
+  cyclic: set[UOp] = set()
   while pending:
     ready = [a for a in pending if not any(b is not a and (a.src[0].base in graphs[b] or b in graphs[a]) for b in pending)]
-    nxt = ready[0] if ready else pending[0]   # a cycle (e.g. a swap) keeps graph order
+    if not ready: cyclic.update(pending)   # e.g. a swap: their values are saved to temporaries before any write
+    nxt = ready[0] if ready else pending[0]
     pending.remove(nxt)
     order.append(nxt)
-  return order
+  return order, cyclic
 
 def _unsafe_self_read(value: UOp, target: UOp, buf: UOp) -> bool:
   """Whether `value` reads the assigned buffer anywhere but at the element being written."""

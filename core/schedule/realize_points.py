@@ -29,7 +29,8 @@ def find_realize_points(sink: UOp) -> set[UOp]:
     if contiguous_buffer(s) is None: points.add(s)
   for u in nodes:
     if u.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY): points.add(u)
-    if u.op is Ops.COPY and u.src[0].base.op is not Ops.BUFFER: points.add(u.src[0])
+    # a copy moves whole row-major buffers: any other view of a buffer (transposed, shrunk, flipped) is made contiguous first
+    if u.op is Ops.COPY and contiguous_buffer(u.src[0]) is None: points.add(u.src[0])
     if u.op is Ops.REDUCE_AXIS and len(set(users.get(u, []))) > 1: points.add(u)
   cost: dict[UOp, int] = {}
   def cost_of(u: UOp) -> int:

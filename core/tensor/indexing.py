@@ -126,6 +126,10 @@ class IndexingMixin:
     target = view._gather_dims(tensors) if tensors else view
     val = v if isinstance(v, Tensor) else Tensor(v, device=self.device, dtype=self.dtype)
     val = val.cast(self.dtype)._broadcast_to(target.shape)
+    if self.requires_grad or val.requires_grad:
+      # writing into the buffer cuts the graph: refuse rather than silently drop gradients (tinygrad refuses too)
+      raise RuntimeError(f"__setitem__ on a tensor of shape {self.shape} that needs gradients is not supported; "
+                         "build the result with where()/cat() instead, or .detach() first")
     if not tensors and prod(target.shape) > 0:
       self._own_buffer()
       view, _ = self._basic_index(idx)

@@ -90,6 +90,7 @@ class ReduceMixin:
     if n == 0: raise ValueError(f"argmax of an empty dim (shape {self.shape})")
     marks = Tensor.arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - ax - 1))
     is_max = self == self.max(ax, keepdim=True)
+    if dtypes.is_float(self.dtype): is_max = is_max | (self != self)   # a NaN is the maximum, as in numpy and torch
     return (n - (is_max * marks).max(ax, keepdim)).cast(dtypes.int32)
   def argmin(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:  # type: ignore[misc]
     return (-self if dtypes.is_float(self.dtype) else self.bitwise_not()).argmax(axis, keepdim)

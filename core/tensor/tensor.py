@@ -111,6 +111,7 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
     if self.dtype.fmt is None: return self.cast(dtypes.float32).numpy()
     shape = tuple(sym_val(d) for d in self.shape)   # a symbolic shape reads with its variables' current values
     if prod(shape) == 0: return np.zeros(shape, dtype=to_np(self.dtype))
+    # self stays lazy (reading must not cut the autograd graph); an assign in it runs once (core.engine.realize)
     from core.engine.realize import to_host
     return np.frombuffer(bytes(to_host(self.uop)), dtype=to_np(self.dtype)).reshape(shape).copy()
   def data(self) -> memoryview:
@@ -148,7 +149,10 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
   def clone(self) -> Tensor:
     """A copy in a buffer of its own (later assigns to either tensor don't affect the other)."""
     buf = Tensor(UOp.new_buffer(self.device, self.numel(), self.dtype).reshape(self.shape), requires_grad=False).realize()
-    return Tensor._wrap(buf.uop.assign(self.uop), self)
+    ret = Tensor._wrap(buf.uop.assign(self.uop), self)
+    # copied now, so later assigns to the source don't show through (a clone that needs gradients stays lazy to keep
+    # its link to the source in the graph)
+    return ret if ret.requires_grad else ret.realize()
 
   def assign(self, x: Any) -> Tensor:
     """Writes `x` into this tensor's buffer (lazily, on the next realize). Shapes must match exactly after broadcasting."""

@@ -1,10 +1,11 @@
 """pytest plugin (entry point `pytest11`): `pytest --core-conformance` runs core's device suite against DEV.
 Inactive unless asked for, so installing core never changes anyone else's test runs."""
 from __future__ import annotations
-import os, pathlib
+import collections, os, pathlib
 from typing import Any
 
 SUITE = pathlib.Path(__file__).parent / "suite"
+UNSUPPORTED = "unsupported: "   # the prefix of capability skips (core.testing.capabilities), not imported to keep this module light
 
 def pytest_addoption(parser: Any) -> None:
   group = parser.getgroup("core")
@@ -15,9 +16,44 @@ def pytest_load_initial_conftests(early_config: Any, parser: Any, args: list[str
   # the flag adds the suite to what is collected; the user's own paths still run too
   if "--core-conformance" in args and str(SUITE) not in args: args.append(str(SUITE))
 
-def _in_suite(config: Any, nodeid: str) -> bool:
-  # node ids are relative to the rootdir; with xdist only the ids reach the controller, so resolve them as paths
-  return SUITE.resolve() in (pathlib.Path(str(config.rootpath)) / nodeid.split("::")[0]).resolve().parents
+def pytest_configure(config: Any) -> None:
+  config.addinivalue_line("markers", "core_requires(dtypes=(), flags=(), nbytes=None): skip unless the device under test supports "
+                                     "these dtypes / renderer capabilities / buffer size (core.testing.capabilities)")
+
+def pytest_runtest_setup(item: Any) -> None:
+  # only tests marked through core.testing.capabilities are touched, so other projects' runs are unchanged
+  if item.get_closest_marker("core_requires") is None: return
+  from core.testing.capabilities import check_marks
+  check_marks(item)
+
+def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -> None:
+  # tag the suite's tests where their real paths are known: node ids of files outside the rootdir are relative to
+  # whatever pytest picks, and with xdist only the reports (which carry user_properties) reach the controller
+  suite = SUITE.resolve()
+  for it in items:
+    if suite in pathlib.Path(str(it.path)).resolve().parents: it.user_properties.append(SUITE_TAG)
+
+SUITE_TAG = ("core_conformance", True)
+def _in_suite(report: Any) -> bool: return any(tuple(p) == SUITE_TAG for p in getattr(report, "user_properties", ()))
+
+def _device_label() -> str:
+  if (dev := os.getenv("DEV")): return dev
+  try:
+    from core.device.registry import Device
+    return f"{Device.DEFAULT} (auto)"
+  except Exception: return "default"   # the failures above already say why no device opened
+
+def summary_line(device: str, passed: int, failed: int, reasons: list[str]) -> str:
+  """"conformance DEV=X: N passed, N failed, N skipped (unsupported: a x2, b; other skips: ...)" from one reason per skip."""
+  counts = collections.Counter(reasons)
+  def fmt(rs: list[str], strip: str = "") -> str:
+    return ", ".join(r.removeprefix(strip) + (f" x{counts[r]}" if counts[r] > 1 else "") for r in rs)
+  unsupported = sorted(r for r in counts if r.startswith(UNSUPPORTED))
+  other = sorted(r for r in counts if not r.startswith(UNSUPPORTED))
+  line = f"conformance DEV={device}: {passed} passed, {failed} failed, {len(reasons)} skipped"
+  if unsupported: line += f" (unsupported: {fmt(unsupported, UNSUPPORTED)})"
+  if other: line += f" (other skips: {fmt(other)})"
+  return line
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any) -> None:
   stats = terminalreporter.stats
@@ -25,11 +61,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any)
     seen, out = set(), []
     for r in stats.get(kind, []):
       nid = getattr(r, "nodeid", "")
-      if nid and nid not in seen and _in_suite(config, nid): seen.add(nid); out.append(r)
+      if nid and nid not in seen and _in_suite(r): seen.add(nid); out.append(r)
     return out
   passed, failed, skipped = reports("passed"), reports("failed") + reports("error"), reports("skipped")
   if not (passed or failed or skipped): return
-  reasons = sorted({str(r.longrepr[2]).removeprefix("Skipped: ") for r in skipped if isinstance(r.longrepr, tuple)})
-  line = f"conformance DEV={os.getenv('DEV') or 'default'}: {len(passed)} passed, {len(failed)} failed, {len(skipped)} skipped"
-  if reasons: line += f" (unsupported: {'; '.join(reasons)})"
-  terminalreporter.write_line(line)
+  reasons = [str(r.longrepr[2]).removeprefix("Skipped: ") if isinstance(r.longrepr, tuple) else "skipped" for r in skipped]
+  terminalreporter.write_line(summary_line(_device_label(), len(passed), len(failed), reasons))

@@ -6,6 +6,7 @@ import pytest
 from core.tensor.tensor import Tensor
 from core.ir.dtype import dtypes, to_np
 from core.testing.helpers import check_op, rng
+from core.testing.capabilities import dtype_params, requires_dtype
 
 SHAPES = [(), (1,), (0,), (3, 4), (2, 1, 5)]
 
@@ -105,7 +106,7 @@ def test_broadcast_error():
 
 INT_DTYPES = [dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.int32, dtypes.uint32, dtypes.int64]
 
-@pytest.mark.parametrize("dt", INT_DTYPES, ids=str)
+@pytest.mark.parametrize("dt", dtype_params(INT_DTYPES))
 def test_int_floordiv_mod(dt):
   r = rng(3)
   lo = 0 if dtypes.is_unsigned(dt) else -50
@@ -124,7 +125,7 @@ def test_float_floordiv_mod():
   check_op([(4, 4)], lambda t: t // 0.7, lambda x: np.floor_divide(x, 0.7), grad=False)
   check_op([(4, 4)], lambda t: t % 0.7, lambda x: np.mod(x, 0.7), grad=False, atol=1e-5)
 
-@pytest.mark.parametrize("dt", INT_DTYPES + [dtypes.bool], ids=str)
+@pytest.mark.parametrize("dt", dtype_params(INT_DTYPES + [dtypes.bool]))
 def test_bitwise(dt):
   r = rng(4)
   if dt is dtypes.bool: a, b = r.integers(0, 2, (6,)).astype(bool), r.integers(0, 2, (6,)).astype(bool)
@@ -138,13 +139,13 @@ def test_bitwise(dt):
   np.testing.assert_equal((~ta).numpy(), ~a)
   np.testing.assert_equal(ta.logical_not().numpy(), np.logical_not(a))
 
-@pytest.mark.parametrize("dt", [dtypes.int32, dtypes.uint8, dtypes.uint32, dtypes.int64], ids=str)
+@pytest.mark.parametrize("dt", dtype_params([dtypes.int32, dtypes.uint8, dtypes.uint32, dtypes.int64]))
 def test_shifts(dt):
   a = np.array([1, 3, 7, 100, 0], dtype=to_np(dt))
   np.testing.assert_equal((Tensor(a) << 2).numpy(), a << 2)
   np.testing.assert_equal((Tensor(a) >> 1).numpy(), a >> 1)
 
-@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.int32, dtypes.uint8, dtypes.float16, dtypes.int8], ids=str)
+@pytest.mark.parametrize("dt", dtype_params([dtypes.float32, dtypes.int32, dtypes.uint8, dtypes.float16, dtypes.int8]))
 def test_comparisons(dt):
   r = rng(5)
   a = (r.integers(0, 5, (4, 5))).astype(to_np(dt))
@@ -187,9 +188,11 @@ def test_int_pow():
   np.testing.assert_allclose((Tensor([4.0, 9.0]) ** 0.5).numpy(), [2.0, 3.0], rtol=1e-6)
   assert math.isnan((Tensor([-2.0]) ** 0.5).item())
 
-@pytest.mark.parametrize("src,dst", [(dtypes.float32, dtypes.int32), (dtypes.int32, dtypes.float32), (dtypes.float32, dtypes.float16),
-                                     (dtypes.int8, dtypes.int32), (dtypes.int32, dtypes.int8), (dtypes.float32, dtypes.bool),
-                                     (dtypes.bool, dtypes.float32), (dtypes.uint8, dtypes.float32), (dtypes.float64, dtypes.float32)], ids=str)
+CASTS = [(dtypes.float32, dtypes.int32), (dtypes.int32, dtypes.float32), (dtypes.float32, dtypes.float16), (dtypes.int8, dtypes.int32),
+         (dtypes.int32, dtypes.int8), (dtypes.float32, dtypes.bool), (dtypes.bool, dtypes.float32), (dtypes.uint8, dtypes.float32),
+         (dtypes.float64, dtypes.float32)]
+
+@pytest.mark.parametrize("src,dst", [pytest.param(s, d, marks=requires_dtype(s, d), id=f"{s.name}-{d.name}") for s, d in CASTS])
 def test_cast(src, dst):
   x = np.array([-3.7, -1.0, 0.0, 0.5, 2.2, 100.9], dtype=np.float64)
   if dtypes.is_unsigned(src): x = np.abs(x)

@@ -5,6 +5,7 @@ import pytest
 from core.tensor.tensor import Tensor
 from core.ir.dtype import dtypes
 from core.testing.helpers import check_op, rng
+from core.testing.capabilities import dtype_params
 
 def test_reshape():
   check_op([(2, 3, 4)], lambda t: t.reshape(4, -1), lambda x: x.reshape(4, -1))
@@ -123,7 +124,7 @@ def test_gather():
   np.testing.assert_equal(Tensor(x).gather(0, Tensor(idx0)).numpy(), np.take_along_axis(x, idx0, 0))
   check_op([(3, 4)], lambda t: t.gather(1, Tensor(idx)), lambda a: np.take_along_axis(a, idx, 1))
 
-def test_int_getitem_dtypes():
-  for dt in (dtypes.int32, dtypes.uint8, dtypes.bool, dtypes.float16):
-    x = Tensor([[1, 0, 1], [0, 1, 1]], dtype=dt)
-    np.testing.assert_equal(x[:, Tensor([2, 0])].numpy(), x.numpy()[:, [2, 0]])
+@pytest.mark.parametrize("dt", dtype_params([dtypes.int32, dtypes.uint8, dtypes.bool, dtypes.float16]))
+def test_int_getitem_dtypes(dt):
+  x = Tensor([[1, 0, 1], [0, 1, 1]], dtype=dt)
+  np.testing.assert_equal(x[:, Tensor([2, 0])].numpy(), x.numpy()[:, [2, 0]])

@@ -7,6 +7,7 @@ from core.tensor.tensor import Tensor
 from core.tensor.gradient import compute_gradient, pm_gradient
 from core.ir.dtype import dtypes
 from core.ir.ops import Ops
+from core.testing.capabilities import requires_dtype
 
 def test_properties_and_host():
   t = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
@@ -105,6 +106,7 @@ def test_second_use_of_input_accumulates():
   s0, s1 = np.array([4.0, 6.0]), np.array([3.0, 7.0])
   np.testing.assert_allclose(x.grad.numpy(), s0[:, None] + s1[None, :])
 
+@requires_dtype(dtypes.float16)
 def test_contiguous_backward_and_cast_grad():
   x = Tensor([1.0, 2.0], requires_grad=True)
   (x.contiguous_backward().cast(dtypes.float16).cast(dtypes.float32) * 2).sum().backward()
