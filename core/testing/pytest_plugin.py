@@ -15,7 +15,9 @@ def pytest_addoption(parser: Any) -> None:
 
 def pytest_load_initial_conftests(early_config: Any, parser: Any, args: list[str]) -> None:
   # the flag adds the suite to what is collected; the user's own paths still run too
-  if "--core-conformance" in args and str(SUITE) not in args: args.append(str(SUITE))
+  if "--core-conformance" in args:
+    if str(SUITE) not in args: args.append(str(SUITE))
+    os.environ.setdefault("SPEC", "1")   # a conformance run also checks every stage's validity rules
 
 def pytest_configure(config: Any) -> None:
   config.addinivalue_line("markers", "core_requires(dtypes=(), flags=(), nbytes=None): skip unless the device under test supports "
