@@ -235,6 +235,7 @@ class LLVMRenderer(Renderer):
     raise NotImplementedError(f"{type(self).__name__} has no thread ids; render SPECIAL {x.arg} in a subclass")
   def render_barrier(self) -> str: raise NotImplementedError(f"{type(self).__name__} has no BARRIER")
   def render_define_local(self, x: UOp) -> str:
+    assert isinstance(x.dtype, PtrDType)  # DEFINE_LOCAL is always a pointer
     name = f"@{to_function_name(self.kernel_name)}.temp{x.arg}"
     self.globals.append(f"{name} = internal addrspace({self.local_addrspace}) global [{x.dtype.size} x {self.mem_ty(x.dtype.base)}] undef, "
                         f"align 16")
@@ -271,7 +272,9 @@ class LLVMRenderer(Renderer):
     self.declares: dict[str, None] = {}
     self.loop_label: dict[UOp, str] = {}
     self.open_order: dict[UOp, int] = {}
-    bufs, vars_, body = [], [], []
+    bufs: list[UOp] = []
+    vars_: list[UOp] = []
+    body: list[str] = []
     for i, u in enumerate(uops):
       if u.op is Ops.PARAM:
         self.r[u] = f"%data{u.arg}"

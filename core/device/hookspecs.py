@@ -9,13 +9,13 @@ hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 @hookspec
-def core_plugin_info() -> dict[str, Any]:
+def core_plugin_info() -> dict[str, Any]:  # type: ignore[empty-body]  # a hookspec declares; plugins implement
   """Called once, right after the plugin module is imported and before anything else is asked of it.
   Returns {"name": str, "version": str, "api": (major, minor)}: "api" is the core.PLUGIN_API the plugin was built
   against; another major is refused. Every plugin must implement it; None (not implemented) is a load error."""
 
 @hookspec
-def core_devices() -> list[Any]:
+def core_devices() -> list[Any]:  # type: ignore[empty-body]  # a hookspec declares; plugins implement
   """Called once per plugin after core_plugin_info, when one of its devices is first asked for (or the doctor or
   auto-selection lists devices). Returns a list of core.device.spec.DeviceSpec, one per device name the plugin's
   entry points declare. Must be cheap: no driver is opened and nothing heavy imported (the spec's factory does that).

@@ -63,7 +63,7 @@ _UFUNC: dict[Ops, Callable[..., np.ndarray]] = {
 # correctly rounded in IEEE arithmetic, so half/single results equal exec_alu's "compute in double, round once"
 _EXACT_FLOAT = frozenset({Ops.NEG, Ops.SQRT, Ops.RECIPROCAL, Ops.TRUNC, Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX})
 # bool arithmetic is arithmetic on 0/1 then a cast back to bool (nonzero), which makes these the logic ops
-_BOOL_UFUNC = {Ops.NEG: np.logical_not, Ops.ADD: np.logical_or, Ops.SUB: np.logical_xor, Ops.MUL: np.logical_and,
+_BOOL_UFUNC: dict[Ops, Callable[..., Any]] = {Ops.NEG: np.logical_not, Ops.ADD: np.logical_or, Ops.SUB: np.logical_xor, Ops.MUL: np.logical_and,
                Ops.MAX: np.logical_or, Ops.XOR: np.logical_xor, Ops.OR: np.logical_or, Ops.AND: np.logical_and,
                Ops.MULACC: lambda a, b, c: (a & b) | c}
 
@@ -236,8 +236,10 @@ class PythonProgram:
     if (bad := sorted({op.name for op, *_ in uops if op not in _SUPPORTED})):
       raise NotImplementedError(f"PYTHON device can't run {bad} (kernel {self.name})")
     # decoded once: (op, dtype, numpy dtype, sources, arg, ALU function); ops C leaves undefined on a dtype fail here
-    self.uops = [(op, dt, None if dt.scalar() is dtypes.void or isinstance(dt, PtrDType) else np_dtype(dt), src, arg,
-                  alu_fn(op, dt) if op in GroupOp.ALU else None) for op, dt, src, arg in uops]
+    # the numpy dtype is None on pointer and void ops; fn is a numpy ufunc (so has .accumulate) or a plain function
+    self.uops: list[tuple[Ops, DType, Any, tuple[int, ...], Any, Any]] = [
+      (op, dt, None if dt.scalar() is dtypes.void or isinstance(dt, PtrDType) else np_dtype(dt), src, arg,
+       alu_fn(op, dt) if op in GroupOp.ALU else None) for op, dt, src, arg in uops]
     self.folds = _find_folds(uops) if FOLD_LOOPS else {}
     # the loops each END closes, innermost (latest opened) first
     self.closes = {i: sorted((x for x in src if uops[x][0] is Ops.RANGE), reverse=True) for i, (op, _, src, _) in enumerate(uops) if op is Ops.END}
@@ -391,6 +393,7 @@ class PythonProgram:
         vals[pc], nvar = np.array([var_vals[nvar]], ndt), nvar + 1
       elif op is Ops.DEFINE_REG or op is Ops.DEFINE_LOCAL:
         nrows, rows = (n, tid) if op is Ops.DEFINE_REG else (ngroups, group)
+        assert isinstance(dtype, PtrDType)  # DEFINE_REG/DEFINE_LOCAL are always pointers
         vals[pc] = _Ptr(np.zeros((nrows, dtype.size) + ((dtype.base.count,) if dtype.base.count > 1 else ()), np_dtype(dtype.base)), rows)
       elif op is Ops.AFTER: vals[pc] = vals[src[0]]  # ordering only: the value is its first source, read after the others ran
       elif op is Ops.CAST: vals[pc] = vals[src[0]] if isinstance(vals[src[0]], _Ptr) else cast(vals[src[0]], dtype)  # pointer casts move nothing
@@ -409,7 +412,7 @@ class PythonAllocator(Allocator):
   def _copyin(self, dest: np.ndarray, src: memoryview) -> None: dest[:] = np.frombuffer(src, np.uint8)
   def _copyout(self, dest: memoryview, src: np.ndarray) -> None: np.frombuffer(dest, np.uint8)[:] = src
   def _offset(self, opaque: np.ndarray, size: int, offset: int) -> np.ndarray: return opaque[offset:offset + size]
-  def _as_buffer(self, opaque: np.ndarray) -> memoryview: return memoryview(opaque)
+  def _as_buffer(self, opaque: np.ndarray) -> memoryview: return memoryview(opaque)  # type: ignore[arg-type]  # ndarray is a buffer
 
 def make_python_renderer(arch: str | None = None) -> tuple[PythonRenderer, PythonCompiler]:
   """(Renderer, Compiler) for the PYTHON device, in the form DeviceSpec.renderers expects (the NULL device borrows it)."""

@@ -33,7 +33,8 @@ def _name(s: str, what: str, whole: str) -> str:
 def parse_target(s: str) -> Target:
   """Parses one DEV entry; names are case-insensitive (stored upper case), ARCH keeps its case (sm_90, gfx1100)."""
   whole, s = s, s.strip()
-  interface, indices = None, ()
+  interface = None
+  indices: tuple[int, ...] = ()
   if "+" in s:
     iface, s = s.split("+", 1)
     if "+" in s: raise DevSyntaxError(f"DEV={whole!r}: at most one INTERFACE+ prefix; the grammar is {GRAMMAR}")

@@ -1,6 +1,6 @@
 """Data types: scalars, vectors and pointers, the promotion lattice and C-style value truncation."""
 from __future__ import annotations
-import enum, functools, math, struct
+import builtins, enum, functools, math, struct
 from typing import Any, ClassVar, Union
 
 ConstType = Union[float, int, bool]
@@ -124,13 +124,13 @@ class dtypes:
   all = floats + ints + (bool,)
 
   @staticmethod
-  def is_float(x: DType) -> bool: return (x._scalar or x) in _FLOATS
+  def is_float(x: DType) -> builtins.bool: return (x._scalar or x) in _FLOATS
   @staticmethod
-  def is_int(x: DType) -> bool: return (x._scalar or x) in _INTS
+  def is_int(x: DType) -> builtins.bool: return (x._scalar or x) in _INTS
   @staticmethod
-  def is_unsigned(x: DType) -> bool: return (x._scalar or x) in _UINTS
+  def is_unsigned(x: DType) -> builtins.bool: return (x._scalar or x) in _UINTS
   @staticmethod
-  def is_bool(x: DType) -> bool: return x.scalar() is dtypes.bool
+  def is_bool(x: DType) -> builtins.bool: return x.scalar() is dtypes.bool
   @staticmethod
   def from_py(x: Any) -> DType:
     """The dtype a Python value (or nested list of them) gets by default."""
@@ -144,7 +144,7 @@ class dtypes:
     """A Python value cast the way a C cast to `dtype` would (vector dtypes take their scalar)."""
     return truncate(dtype.scalar(), x)
   @staticmethod
-  def finfo(x: DType) -> tuple[int, int]:
+  def finfo(x: DType) -> tuple[builtins.int, builtins.int]:
     """(exponent bits, mantissa bits) of a float dtype."""
     if not dtypes.is_float(x): raise TypeError(f"finfo needs a float dtype, got {x}")
     return {dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7), dtypes.float32: (8, 23), dtypes.float64: (11, 52),

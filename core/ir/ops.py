@@ -88,6 +88,7 @@ class UOp(metaclass=UOpMeta):
   src: tuple[UOp, ...]
   arg: Any
   tag: Any
+  _key: Any  # set once by UOpMeta after construction
   def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None):
     object.__setattr__(self, "op", op)
     object.__setattr__(self, "dtype", dtype)
@@ -196,7 +197,7 @@ class UOp(metaclass=UOpMeta):
   # *** builders ***
 
   @staticmethod
-  def const(dtype: DType, value: Any, device: str | None = None, shape: tuple[sint, ...] | None = None) -> UOp:
+  def const(dtype: DType, value: Any, device: str | tuple[str, ...] | None = None, shape: tuple[sint, ...] | None = None) -> UOp:
     """A constant; with `device` it is a tensor-level scalar, expanded to `shape` when given."""
     if isinstance(value, UOp): return value
     if dtype.count > 1 and not isinstance(value, tuple):

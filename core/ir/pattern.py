@@ -11,6 +11,7 @@ class UPat:
   op: an Op or a tuple of Ops (None: any); dtype: a DType or tuple (None: any); src: a tuple (in order), a list (any
   permutation, for commutative ops) or one UPat (every source); arg: exact value (None: any); name: capture name."""
   __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "tag", "custom", "early_reject", "_any", "_fn")
+  _fn: Matcher  # set on first use by matcher()
   def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
                src: UPat | Sequence[UPat] | None = None, arg: Any = None, name: str | None = None, allow_any_len: bool = False,
                tag: Any = None, custom: Callable[[UOp], bool] | None = None):
@@ -204,7 +205,8 @@ def _compile(p: UPat) -> Matcher:
 def _unique_perms(pats: tuple[UPat, ...]) -> list[tuple[UPat, ...]]:
   return list(dict.fromkeys(itertools.permutations(pats)))
 
-Rule = tuple[UPat, Callable[..., UOp | None]]
+# fn answers a UOp (or None) in graph rewrites; renderers answer strings, spec checks bools, gradients tuples
+Rule = tuple[UPat, Callable[..., Any]]
 
 class PatternMatcher:
   """An ordered list of (UPat, fn) rules; the first rule whose pattern matches and whose fn returns a UOp wins.
@@ -226,8 +228,8 @@ class PatternMatcher:
     self._fast = {op: tuple((pat.matcher(), fn, rej, wc, i) for pat, fn, rej, wc, i in rules) for op, rules in self.pdict.items()}
     return self._fast
 
-  def rewrite(self, u: UOp, ctx: Any = None, track: collections.Counter | None = None) -> UOp | None:
-    """One rewrite of `u` by the first rule that applies, or None."""
+  def rewrite(self, u: UOp, ctx: Any = None, track: collections.Counter | None = None) -> Any:
+    """One rewrite of `u` by the first rule that applies, or None (the rule's answer: a UOp, or a string/bool/tuple)."""
     candidates = (self._fast if self._fast is not None else self._compiled()).get(u.op)
     if candidates is None: return None
     src_ops: set[Ops] | None = None
@@ -236,11 +238,11 @@ class PatternMatcher:
         if src_ops is None: src_ops = {s.op for s in u.src}
         if not reject <= src_ops: continue
       if wants_ctx:
-        def k(st: dict, fn: Callable[..., Any] = fn) -> UOp | None:
+        def k(st: dict, fn: Callable[..., Any] = fn) -> Any:
           ret = fn(ctx=ctx, **st)
           return ret if ret is not u else None
       else:
-        def k(st: dict, fn: Callable[..., Any] = fn) -> UOp | None:
+        def k(st: dict, fn: Callable[..., Any] = fn) -> Any:
           ret = fn(**st)
           return ret if ret is not u else None
       if (ret := match(u, {}, k)) is not None:

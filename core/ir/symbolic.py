@@ -1,7 +1,7 @@
 """The symbolic simplifier: constant folding, algebraic identities, canonical order and exact div/mod/compare folding."""
 from __future__ import annotations
 import hashlib, math
-from typing import Any
+from typing import Any, cast
 from core.ir.dtype import DType, dtypes, dtype_min, dtype_max, truncate
 from core.ir.ops import UOp, Ops, GroupOp
 from core.ir.alu import exec_alu, _idiv
@@ -173,7 +173,7 @@ def fold_div(x: UOp, d: UOp) -> UOp | None:
     if not _fits(x.dtype, -c) or dtypes.is_unsigned(x.dtype): return None
     return (x // -c) * -1
   if c == 1: return x
-  if _finite(x.vmin, x.vmax) and (q := _idiv(x.vmin, c)) == _idiv(x.vmax, c): return x.const_like(q)  # truncation is monotone
+  if _finite(x.vmin, x.vmax) and (q := _idiv(cast(int, x.vmin), c)) == _idiv(cast(int, x.vmax), c): return x.const_like(q)  # truncation is monotone
   if x.op is Ops.IDIV and x.src[1].op is Ops.CONST and isinstance(x.src[1].arg, int) and x.src[1].arg > 0 and _fits(x.dtype, x.src[1].arg * c):
     return x.src[0] // (x.src[1].arg * c)  # trunc(trunc(x/a)/b) == trunc(x/(a*b)) for a, b > 0
   if (parts := _divmod_parts(x, c)) is None: return None
@@ -198,7 +198,7 @@ def fold_mod(x: UOp, d: UOp) -> UOp | None:
     if not _fits(x.dtype, -c) or dtypes.is_unsigned(x.dtype): return None
     return x % -c  # the C remainder takes the sign of the dividend only
   if c == 1: return x.const_like(0)
-  if _finite(x.vmin, x.vmax) and (q := _idiv(x.vmin, c)) == _idiv(x.vmax, c): return x if q == 0 else x - q * c
+  if _finite(x.vmin, x.vmax) and (q := _idiv(cast(int, x.vmin), c)) == _idiv(cast(int, x.vmax), c): return x if q == 0 else x - q * c
   if x.op is Ops.MOD and x.src[1].op is Ops.CONST and isinstance(x.src[1].arg, int) and x.src[1].arg > 0 and x.src[1].arg % c == 0:
     return x.src[0] % c  # (x % a) % c == x % c when c divides a: same residue, same sign
   if (parts := _divmod_parts(x, c)) is None: return None

@@ -44,6 +44,7 @@ class KernelCtx:
 # *** one rule per tensor op: where the element at `idx` of the result comes from ***
 
 def _reshape(x: UOp, r: UOp, v: UOp, idx: tuple[UOp, ...]) -> UOp:
+  assert x.shape is not None and r.shape is not None  # tensor-level nodes always have a shape
   flat = flat_index(idx, r.shape)
   src_shape = x.shape
   new_idx = []
@@ -58,16 +59,19 @@ def _permute(x: UOp, p: UOp, v: UOp, idx: tuple[UOp, ...]) -> UOp:
   return push(x, v, tuple(new_idx))
 
 def _expand(x: UOp, e: UOp, v: UOp, idx: tuple[UOp, ...]) -> UOp:
+  assert x.shape is not None and e.shape is not None
   return push(x, v, tuple(const_index(0) if s == 1 and d != 1 else i for i, s, d in zip(idx, x.shape, e.shape)))
 
 def _shrink(x: UOp, s: UOp, v: UOp, idx: tuple[UOp, ...]) -> UOp:
   return push(x, v, tuple(i + b if not (isinstance(b, int) and b == 0) else i for i, (b, _) in zip(idx, s.arg)))
 
 def _flip(x: UOp, f: UOp, v: UOp, idx: tuple[UOp, ...]) -> UOp:
+  assert x.shape is not None
   return push(x, v, tuple((d - 1) - i if fl else i for i, d, fl in zip(idx, x.shape, f.arg)))
 
 def _pad(x: UOp, p: UOp, v: UOp, idx: tuple[UOp, ...]) -> UOp:
   """Reads inside the source get its value, reads in the padding get 0; loads are gated so they never go out of bounds."""
+  assert x.shape is not None
   inside = TRUE
   new_idx = []
   for i, d, (b, a) in zip(idx, x.shape, p.arg):
@@ -81,6 +85,7 @@ def _pad(x: UOp, p: UOp, v: UOp, idx: tuple[UOp, ...]) -> UOp:
   return inside.where(inner, inner.const_like(0))
 
 def _reduce(ctx: KernelCtx, x: UOp, r: UOp, v: UOp, idx: tuple[UOp, ...]) -> UOp:
+  assert x.shape is not None
   op, axes = r.arg
   new_idx = list(idx)
   ranges = []

@@ -2,6 +2,7 @@
 from __future__ import annotations
 import functools
 from dataclasses import dataclass
+from typing import cast
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops, GroupOp, arg_uops, map_arg
 from core.ir.pattern import graph_rewrite, PatternMatcher, UPat
@@ -107,7 +108,7 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     if u.op is Ops.COPY:
       if (cb := contiguous_buffer(val.src[0])) is None: raise RuntimeError("COPY source must be realized contiguous")
       src_buf = cb[0]
-      out, view = _new_output(u.device, shape, u.dtype)
+      out, view = _new_output(cast(str, u.device), shape, u.dtype)  # tensor-level nodes always have a device
       items.append(ScheduleItem(UOp(Ops.COPY, u.dtype, (src_buf, UOp(Ops.DEVICE, arg=u.device))), (out, src_buf)))
       done[u] = view
       continue
@@ -118,7 +119,7 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
       if out_buf.op is not Ops.BUFFER: raise RuntimeError("ASSIGN target must be a realized buffer")
       if u in cyclic and not saved:
         for c in [c for c in order if c in cyclic and not any(d in cyclic and d is not c for d in c.src[1].toposort())]:
-          saved[c] = _to_temporary(items, c.src[1].substitute(done) if done else c.src[1], c.shape)
+          saved[c] = _to_temporary(items, c.src[1].substitute(done) if done else c.src[1], cast(tuple, c.shape))
       value = saved.get(u, value)
       # reading the target elsewhere than at the stored element would race with the writes: compute into a temp first
       if _unsafe_self_read(value, target, out_buf):
@@ -129,7 +130,7 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
       items.append(_item(ast, ctx, shape))
       done[u] = target
       continue
-    out, view = _new_output(u.device, shape, u.dtype)
+    out, view = _new_output(cast(str, u.device), shape, u.dtype)  # tensor-level nodes always have a device
     ctx.param_for(out)
     body = val.src[0] if val.op is Ops.CONTIGUOUS else val
     items.append(_item(_store_kernel(ctx, out, None, body, shape), ctx, shape))
@@ -139,7 +140,7 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
 
 def _to_temporary(items: list[ScheduleItem], value: UOp, shape: tuple) -> UOp:
   """Schedule a kernel computing `value` into a new buffer; returns the view of it with `shape`."""
-  tmp, view = _new_output(value.device, shape, value.dtype)
+  tmp, view = _new_output(cast(str, value.device), shape, value.dtype)
   ctx = KernelCtx()
   ctx.param_for(tmp)
   items.append(_item(_store_kernel(ctx, tmp, None, value, shape), ctx, shape))

@@ -1,12 +1,12 @@
 """Decide which tensor-level nodes become buffers (kernel boundaries)."""
 from __future__ import annotations
-from core.ir.ops import UOp, Ops, GroupOp
+from core.ir.ops import UOp, Ops, GroupOp, sint
 
 # more ALU ops than this, recomputed for every broadcast copy, costs more than a buffer round trip
 RECOMPUTE_LIMIT = 10
 _EXPENSIVE = 1 << 30
 
-def contiguous_buffer(u: UOp) -> tuple[UOp, object] | None:
+def contiguous_buffer(u: UOp) -> tuple[UOp, sint] | None:
   """(BUFFER, number of elements used) when u is a row-major view of the start of a buffer: reshapes, and for
   symbolic shapes one SHRINK to the part in use. None for any other view."""
   while u.op is Ops.RESHAPE: u = u.src[0]

@@ -20,14 +20,15 @@ class CreationMixin:
     """Uninitialized memory of `shape` (a fresh buffer of its own)."""
     from core.tensor.tensor import canonical_device
     s, dt = _shape(shape), to_dtype(dtype or dtypes.default_float)
-    return cls(UOp.new_buffer(canonical_device(device), prod(s), dt).reshape(s), **kwargs)  # type: ignore[return-value]
+    # cls is Tensor (or a subclass) at runtime; mypy only sees the mixin
+    return cls(UOp.new_buffer(canonical_device(device), prod(s), dt).reshape(s), **kwargs)  # type: ignore[call-arg,return-value]
 
   @classmethod
   def full(cls, shape: tuple[int, ...] | int, fill_value: Any, device: str | None = None, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
     from core.tensor.tensor import canonical_device
     s = _shape((shape,) if isinstance(shape, int) else tuple(shape))
     dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
-    return cls(UOp.const(dt, fill_value, canonical_device(device), s), **kwargs)  # type: ignore[return-value]
+    return cls(UOp.const(dt, fill_value, canonical_device(device), s), **kwargs)  # type: ignore[call-arg,return-value]
   @classmethod
   def zeros(cls, *shape: Any, **kwargs: Any) -> Tensor: return cls.full(_shape(shape), 0.0, **{"dtype": dtypes.default_float, **kwargs})
   @classmethod

@@ -36,7 +36,7 @@ def _reduce_max_grad(ctx: UOp, ret: UOp) -> tuple[UOp]:
   assert x.shape is not None
   is_max = _eq(x, ret.expand(x.shape))
   count = is_max.cast(ctx.dtype).r(Ops.ADD, ret.arg[1])
-  return (is_max.where(_div(ctx, count).expand(x.shape), UOp.const(ctx.dtype, 0, x.device, x.shape)),)  # type: ignore[arg-type]
+  return (is_max.where(_div(ctx, count).expand(x.shape), UOp.const(ctx.dtype, 0, x.device, x.shape)),)
 
 def _pad_grad(ctx: UOp, ret: UOp) -> tuple[UOp]:
   assert ret.src[0].shape is not None
@@ -84,7 +84,7 @@ pm_gradient = PatternMatcher([
   (UPat(Ops.CONTIGUOUS, name="ret"), lambda ctx, ret: (ctx,)),
   (UPat(Ops.CONTIGUOUS_BACKWARD, name="ret"), lambda ctx, ret: (ctx.contiguous(),)),
   (UPat(Ops.DETACH, name="ret"), lambda ctx, ret: (None,)),
-  (UPat(Ops.COPY, name="ret"), lambda ctx, ret: (ctx.copy_to_device(ret.src[0].device), None)),  # type: ignore[arg-type]
+  (UPat(Ops.COPY, name="ret"), lambda ctx, ret: (ctx.copy_to_device(ret.src[0].device), None)),
   (UPat(Ops.ASSIGN, name="ret"), lambda ctx, ret: (None, None)),
   (UPat((Ops.BUFFER, Ops.CONST, Ops.DEVICE, Ops.UNIQUE, Ops.BUFFER_VIEW), name="ret"), lambda ctx, ret: (None,) * len(ret.src)),
 ], name="gradient")

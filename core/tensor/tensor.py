@@ -1,7 +1,7 @@
 """The user-facing lazy Tensor: construction, dtype/device plumbing, realization, host transfer and autograd entry points."""
 from __future__ import annotations
-import contextlib, weakref
-from typing import Any, ClassVar
+import builtins, contextlib, weakref
+from typing import Any, ClassVar, cast
 from core.helpers import prod
 from core.ir.dtype import DType, DTypeLike, ConstType, dtypes, to_dtype, from_np, to_np, least_upper_dtype
 from core.ir.ops import UOp, Ops, sym_val
@@ -79,7 +79,7 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
   # *** properties ***
 
   @property
-  def shape(self) -> tuple[int, ...]: return tuple(self.uop.shape or ())
+  def shape(self) -> tuple[int, ...]: return cast("tuple[int, ...]", tuple(self.uop.shape or ()))
   @property
   def dtype(self) -> DType: return self.uop.dtype
   @property
@@ -200,11 +200,11 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
 
   # *** plumbing shared by the mixins ***
 
-  def _const(self, value: Any, dtype: DType | None = None, shape: tuple[int, ...] | None = None) -> Tensor:
+  def _const(self, value: Any, dtype: DType | None = None, shape: tuple[builtins.int, ...] | None = None) -> Tensor:
     return Tensor(UOp.const(dtype or self.dtype, value, self.device, self.shape if shape is None else shape), requires_grad=False)
 
   @staticmethod
-  def _broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+  def _broadcast_shape(*shapes: tuple[builtins.int, ...]) -> tuple[builtins.int, ...]:
     n = max((len(s) for s in shapes), default=0)
     padded = [(1,) * (n - len(s)) + tuple(s) for s in shapes]
     out = []
@@ -214,11 +214,11 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
       out.append(big.pop() if big else 1)
     return tuple(out)
 
-  def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
+  def _broadcast_to(self, shape: tuple[builtins.int, ...]) -> Tensor:
     if self.shape == shape: return self
     return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
 
-  def _operands(self, y: Any, reverse: bool = False, dtype: DType | None = None) -> tuple[Tensor, Tensor]:
+  def _operands(self, y: Any, reverse: builtins.bool = False, dtype: DType | None = None) -> tuple[Tensor, Tensor]:
     """Both operands of a binary op with the same dtype and shape. Python scalars are weak: they take the tensor's dtype
     unless the kinds differ (a float scalar makes an int tensor default_float; an int scalar makes a bool tensor default_int)."""
     x = self
@@ -242,11 +242,11 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
 
   # *** autograd ***
 
-  def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+  def requires_grad_(self, requires_grad: builtins.bool = True) -> Tensor:
     self.requires_grad = requires_grad
     return self
 
-  def gradient(self, *targets: Tensor, gradient: Tensor | None = None, materialize_grads: bool = False) -> list[Tensor]:
+  def gradient(self, *targets: Tensor, gradient: Tensor | None = None, materialize_grads: builtins.bool = False) -> list[Tensor]:
     """d(self)/d(target) for each target, as new lazy tensors. `self` must be a scalar unless `gradient` is given."""
     from core.tensor.gradient import compute_gradient
     if gradient is None:

@@ -57,6 +57,7 @@ class SGD(Optimizer):
 
   def _step(self, live: list[tuple[int, Tensor]]) -> list[Tensor]:
     for i, p in live:
+      assert p.grad is not None  # step() passes only the params that have a grad
       g = p.grad.cast(dtypes.float32)
       if self.wd: g = g + self.wd * p.detach()
       if self.momentum:
@@ -82,6 +83,7 @@ class LAMB(Optimizer):
     b1_t, b2_t = self.b1_t.assign(self.b1_t * self.b1), self.b2_t.assign(self.b2_t * self.b2)
     c1, c2 = (1.0 - b1_t).reshape(()), (1.0 - b2_t).reshape(())
     for i, p in live:
+      assert p.grad is not None
       g = p.grad.cast(dtypes.float32)
       m = self.m[i].assign(self.b1 * self.m[i] + (1.0 - self.b1) * g)
       v = self.v[i].assign(self.b2 * self.v[i] + (1.0 - self.b2) * (g * g))

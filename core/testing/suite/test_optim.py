@@ -29,7 +29,7 @@ def run_core(make_opt: Callable[[list[Tensor]], Optimizer], steps: int = 3) -> t
   for _ in range(steps):
     opt.zero_grad()
     ((Tensor(X) @ w + b) ** 2).sum().backward()
-    assert opt.step() is None
+    assert opt.step() is None  # type: ignore[func-returns-value]  # checks the documented contract: step() returns nothing
   return w.numpy(), b.numpy()
 
 def np_sgd(lr, momentum=0.0, wd=0.0, nesterov=False, steps=3):
