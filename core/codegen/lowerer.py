@@ -45,7 +45,6 @@ def map_globals(sink: UOp, global_max: tuple[int, ...] | None) -> tuple[UOp, tup
   if not global_max: return sink, (1, 1, 1)
   loops = sorted({u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)}, key=lambda r: r.arg)
   if not loops: return sink, (1, 1, 1)
-  sizes = [r.src[0].arg for r in loops]
   ndim = len(global_max)
   # too many loops for the hardware dims: the outer ones share one id, split back with div/mod
   groups = [loops[:len(loops) - ndim + 1]] + [[r] for r in loops[len(loops) - ndim + 1:]] if len(loops) > ndim else [[r] for r in loops]
@@ -59,7 +58,6 @@ def map_globals(sink: UOp, global_max: tuple[int, ...] | None) -> tuple[UOp, tup
     for r in reversed(grp):
       sub[r] = sp if len(grp) == 1 else (sp // stride) % r.src[0].arg
       stride *= r.src[0].arg
-  _ = sizes
   ends = {u: u.src[0] for u in sink.toposort() if u.op is Ops.END and u.src[1] in sub}
   # drop the ENDs of loops that became thread ids, then replace the ranges
   def strip(u: UOp) -> UOp:

@@ -72,7 +72,6 @@ class Jit(Generic[R]):
 
   def __call__(self, *args: Any, **kwargs: Any) -> R:
     global capturing
-    from core.engine.realize import realize
     from core.engine.run import buffer_of, run_item
     inputs = _tensors_in(args, kwargs)
     for t in inputs: t.realize()
@@ -117,7 +116,6 @@ class Jit(Generic[R]):
       for t in self.rng_base.values(): buffer_of(_base_buffer(t.uop)).copyin(struct.pack("<I", Tensor._rng_counter & 0xFFFFFFFF))
       Tensor._rng_counter += self.rng_draws
     for it in self.items: run_item(it.ast, [buffer_of(mapping.get(b, b)) for b in it.bufs], var_vals)
-    _ = realize
     # the returned tensors keep the captured buffers, except where they are (views of) this call's inputs; their
     # symbolic shapes take this call's values
     from core.schedule.kernelize import rebind

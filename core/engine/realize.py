@@ -116,4 +116,3 @@ def to_host(u: UOp) -> memoryview:
   # symbolic shapes use the start of a buffer sized for the largest value their variables allow
   return out[:sym_val(cb[1]) * buf.dtype.itemsize]
 
-_ = GroupOp
