@@ -1,32 +1,14 @@
 """The METAL placeholder plugin: loads cleanly, is never auto-selected, and opening it says "not implemented yet"."""
 from __future__ import annotations
-import importlib_metadata, pytest
-from core.device.plugins import PluginManager
-
-def _installed() -> bool:
-  return any(ep.name == "METAL" for ep in importlib_metadata.entry_points(group="core.plugins"))
+from typing import Any
+import pytest
+from core.testing.plugin_checks import plugin_manager, check_registration, check_placeholder
 
 @pytest.fixture
-def pm() -> PluginManager:
-  if not _installed(): pytest.skip("plugin-metal is not installed in this environment (.ci/run installs it: pip install ./plugins/metal)")
-  return PluginManager()
+def pm() -> Any: return plugin_manager("METAL", "plugin-metal")
 
-def test_entry_point_declares_device(pm: PluginManager) -> None:
-  rec = next(r for r in pm.records() if "METAL" in r.devices)
-  assert rec.dist == "plugin-metal" and rec.value == "plugin_metal"
+def test_entry_point_spec_and_hooks(pm: Any) -> None:
+  check_registration(pm, "METAL", "plugin-metal", "plugin_metal", ('MTL',), ['MSL'])
 
-def test_spec_loads_and_hooks_are_valid(pm: PluginManager) -> None:
-  spec = pm.spec("METAL")   # registers the module and runs check_pending()
-  assert spec.name == "METAL" and spec.interfaces == ('MTL',) and list(spec.renderers) == ['MSL']
-  assert spec.available() is False
-  rec = next(r for r in pm.records() if "METAL" in r.devices)
-  assert rec.error is None and rec.info == {"name": "metal", "version": "0.1.0", "api": (1, 0)}
-
-def test_opening_says_not_implemented(pm: PluginManager) -> None:
-  from core.device.target import Target
-  spec = pm.spec("METAL")
-  with pytest.raises(NotImplementedError, match="not implemented yet"): spec.factory("METAL", Target(device="METAL"))
-  with pytest.raises(NotImplementedError, match="not implemented yet"): spec.make_renderer(None)
-
-def test_never_auto_selected(pm: PluginManager) -> None:
-  assert pm.best_device() != "METAL"
+def test_placeholder_says_not_implemented(pm: Any) -> None:
+  check_placeholder(pm, "METAL")

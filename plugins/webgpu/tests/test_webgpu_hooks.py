@@ -1,32 +1,14 @@
 """The WEBGPU placeholder plugin: loads cleanly, is never auto-selected, and opening it says "not implemented yet"."""
 from __future__ import annotations
-import importlib_metadata, pytest
-from core.device.plugins import PluginManager
-
-def _installed() -> bool:
-  return any(ep.name == "WEBGPU" for ep in importlib_metadata.entry_points(group="core.plugins"))
+from typing import Any
+import pytest
+from core.testing.plugin_checks import plugin_manager, check_registration, check_placeholder
 
 @pytest.fixture
-def pm() -> PluginManager:
-  if not _installed(): pytest.skip("plugin-webgpu is not installed in this environment (.ci/run installs it: pip install ./plugins/webgpu)")
-  return PluginManager()
+def pm() -> Any: return plugin_manager("WEBGPU", "plugin-webgpu")
 
-def test_entry_point_declares_device(pm: PluginManager) -> None:
-  rec = next(r for r in pm.records() if "WEBGPU" in r.devices)
-  assert rec.dist == "plugin-webgpu" and rec.value == "plugin_webgpu"
+def test_entry_point_spec_and_hooks(pm: Any) -> None:
+  check_registration(pm, "WEBGPU", "plugin-webgpu", "plugin_webgpu", ('DAWN',), ['WGSL'])
 
-def test_spec_loads_and_hooks_are_valid(pm: PluginManager) -> None:
-  spec = pm.spec("WEBGPU")   # registers the module and runs check_pending()
-  assert spec.name == "WEBGPU" and spec.interfaces == ('DAWN',) and list(spec.renderers) == ['WGSL']
-  assert spec.available() is False
-  rec = next(r for r in pm.records() if "WEBGPU" in r.devices)
-  assert rec.error is None and rec.info == {"name": "webgpu", "version": "0.1.0", "api": (1, 0)}
-
-def test_opening_says_not_implemented(pm: PluginManager) -> None:
-  from core.device.target import Target
-  spec = pm.spec("WEBGPU")
-  with pytest.raises(NotImplementedError, match="not implemented yet"): spec.factory("WEBGPU", Target(device="WEBGPU"))
-  with pytest.raises(NotImplementedError, match="not implemented yet"): spec.make_renderer(None)
-
-def test_never_auto_selected(pm: PluginManager) -> None:
-  assert pm.best_device() != "WEBGPU"
+def test_placeholder_says_not_implemented(pm: Any) -> None:
+  check_placeholder(pm, "WEBGPU")
