@@ -41,6 +41,8 @@ class _Device:
     return self.targets.get(base) or Target(device=base)
 
   def __getitem__(self, name: str) -> Any:
+    # fast path without the lock: an opened device asked for by its canonical name (every buffer access does this)
+    if (dev := self._opened.get(name)) is not None: return dev
     cname = self.canonicalize(name)
     with self._lock:
       if (dev := self._opened.get(cname)) is not None: return dev

@@ -64,15 +64,16 @@ class Jit(Generic[R]):
     self.rng_base: dict[str, Any] = {}
     self.rng_draws = 0
     self.ret_uops: list[UOp] = []
+    self.replay: Any = None
     functools.update_wrapper(self, fxn)  # type: ignore[arg-type]
 
-  def reset(self) -> None: self.cnt, self.items, self.input_bufs, self.ret = 0, [], [], None
+  def reset(self) -> None: self.cnt, self.items, self.input_bufs, self.ret, self.replay = 0, [], [], None, None
 
   def __get__(self, obj: Any, objtype: Any = None) -> Any: return functools.partial(self.__call__, obj)  # methods
 
   def __call__(self, *args: Any, **kwargs: Any) -> R:
     global capturing
-    from core.engine.run import buffer_of, run_item
+    from core.engine.run import buffer_of
     inputs = _tensors_in(args, kwargs)
     for t in inputs: t.realize()
     for t in inputs:
@@ -115,7 +116,13 @@ class Jit(Generic[R]):
       from core.tensor.tensor import Tensor
       for t in self.rng_base.values(): buffer_of(_base_buffer(t.uop)).copyin(struct.pack("<I", Tensor._rng_counter & 0xFFFFFFFF))
       Tensor._rng_counter += self.rng_draws
-    for it in self.items: run_item(it.ast, [buffer_of(mapping.get(b, b)) for b in it.bufs], var_vals)
+    if self.replay is None:
+      from core.engine.run import hcq_replay_for   # HCQ devices replay the captured submission, patched (core/hcq)
+      self.replay = hcq_replay_for(self.items, self.input_bufs)
+    if self.replay is None:
+      from core.engine.replay import DirectReplay
+      self.replay = DirectReplay(self.items, self.input_bufs)
+    self.replay([buffer_of(mapping[b]) for b in self.input_bufs], var_vals)
     # the returned tensors keep the captured buffers, except where they are (views of) this call's inputs; their
     # symbolic shapes take this call's values
     from core.schedule.kernelize import rebind

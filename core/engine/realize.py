@@ -42,54 +42,89 @@ def is_realized(u: UOp) -> bool:
   return contiguous_buffer(u) is not None
 
 def run_schedule(items: list[ScheduleItem], var_vals: dict[UOp, int] | None = None) -> None:
-  for it in items: run_item(it.ast, [buffer_of(b) for b in it.bufs], var_vals)
+  from core.engine.run import run_items   # HCQ devices run whole schedules through core/hcq
+  run_items(items, var_vals)
 
 # *** schedule cache: a graph that differs only in which buffers it reads reuses the schedule (eager ops repeat) ***
 
-_schedule_cache: collections.OrderedDict[UOp, tuple[list[ScheduleItem], list[UOp], dict[UOp, int]]] = collections.OrderedDict()
+# structural key -> (planned items over placeholders, each root's result, variable values)
+_schedule_cache: collections.OrderedDict[tuple, tuple[list[ScheduleItem], list[UOp], dict[UOp, int], list[UOp]]] = collections.OrderedDict()
 SCHEDULE_CACHE_SIZE = 2048
 
 def _placeholder(b: UOp, i: int) -> UOp: return UOp(Ops.BUFFER, b.dtype, (UOp(Ops.UNIQUE, arg=("input", i)), b.src[1]), b.arg)
 
-def _scheduled(todo: list[UOp]) -> tuple[list[ScheduleItem], list[UOp], dict[UOp, int], set[UOp]]:
-  """(planned items, each root's result, variable values, input buffers) for `todo`, from the cache when possible."""
-  sink = UOp(Ops.SINK, src=tuple(todo))
-  inputs = [u for u in sink.toposort(gate=lambda u: u.op is not Ops.BUFFER) if u.op is Ops.BUFFER]
-  to_ph = {b: _placeholder(b, i) for i, b in enumerate(inputs)}
-  key = sink.substitute(to_ph)
+def _walk(roots: list[UOp], check_memo: bool) -> tuple[tuple, list[UOp], bool, bool] | None:
+  """One pass over the graphs: (structural key, input buffers in order, has ASSIGN, has BIND); None when part of it is
+  already computed (a memo hit or an ASSIGN that ran) and must be substituted first. The key is the graph with its
+  buffers numbered, so two graphs with equal keys differ only in which buffers they read."""
+  rootset = set(roots)
+  stop = False
+  def gate(u: UOp) -> bool:
+    nonlocal stop
+    if u.op is Ops.BUFFER: return False
+    if check_memo and (u in _assigned or (u not in rootset and _memo(u) is not None)):
+      stop = True
+      return False
+    return True
+  order = UOp(Ops.SINK, src=tuple(roots)).toposort(gate=gate)
+  if stop: return None
+  idx: dict[UOp, int] = {}
+  key: list[tuple] = []
+  inputs: list[UOp] = []
+  has_assign = has_bind = False
+  for u in order:
+    idx[u] = len(key)
+    if u.op is Ops.BUFFER:
+      key.append((Ops.BUFFER, u.dtype, u.arg, u.src[1].arg, len(inputs)))
+      inputs.append(u)
+      continue
+    if u.op is Ops.ASSIGN: has_assign = True
+    elif u.op is Ops.BIND: has_bind = True
+    key.append((u.op, u.dtype, u._key[3], u.tag, tuple([idx[x] for x in u.src])))
+  return tuple(key), inputs, has_assign, has_bind
+
+def _scheduled(todo: list[UOp], key: tuple, inputs: list[UOp]) -> tuple[list[ScheduleItem], list[UOp], dict[UOp, int]]:
+  """(planned items, each root's result, variable values) for `todo`, from the cache when possible."""
   if (hit := _schedule_cache.get(key)) is None:
-    items, results, var_vals = create_schedule(list(key.src))
-    res = [results[r] for r in key.src]
+    to_ph = {b: _placeholder(b, i) for i, b in enumerate(inputs)}
+    ph_sink = UOp(Ops.SINK, src=tuple(todo)).substitute(to_ph)
+    items, results, var_vals = create_schedule(list(ph_sink.src))
+    res = [results[r] for r in ph_sink.src]
     items = plan_memory(items, set(to_ph.values()) | {_base(r) for r in res})
-    hit = _schedule_cache[key] = (items, res, var_vals)
+    hit = _schedule_cache[key] = (items, res, var_vals, list(to_ph.values()))
     if len(_schedule_cache) > SCHEDULE_CACHE_SIZE: _schedule_cache.popitem(last=False)
   else: _schedule_cache.move_to_end(key)
-  items, res, var_vals = hit
+  items, res, var_vals, phs = hit
   # placeholders back to this call's buffers; buffers the schedule creates are fresh for every call
-  back: dict[UOp, UOp] = {ph: b for b, ph in to_ph.items()}
+  back: dict[UOp, UOp] = dict(zip(phs, inputs))
+  new_items = []
   for it in items:
     for b in it.bufs:
       if b not in back: back[b] = UOp.new_buffer(b.src[1].arg, b.arg, b.dtype)
-  new_items = [ScheduleItem(it.ast, tuple(back[b] for b in it.bufs)) for it in items]
-  new_res = [r.substitute({k: v for k, v in back.items() if k.op is Ops.BUFFER}) for r in res]
-  return new_items, new_res, var_vals, set(inputs)
+    new_items.append(ScheduleItem(it.ast, tuple([back[b] for b in it.bufs])))
+  return new_items, [r.substitute(back) for r in res], var_vals
 
 def realize(*roots: UOp) -> list[UOp]:
   """Compute the graphs `roots`; return for each an equivalent uop over a realized buffer."""
   from core.engine.jit import capturing
-  todo = _substitute_realized(list(roots))
-  items, res_list, var_vals, inputs = _scheduled(todo)
-  results = dict(zip(todo, res_list))
+  todo, substituted = list(roots), False
+  if (w := _walk(todo, check_memo=True)) is None:
+    todo, substituted = _substitute_realized(todo), True
+    w = _walk(todo, check_memo=False)
+    assert w is not None
+  key, inputs, has_assign, _ = w
+  items, res_list, var_vals = _scheduled(todo, key, inputs)
   if capturing is not None: capturing.add(items)
   run_schedule(items, var_vals)
-  for it in items:
-    if it.bufs and it.bufs[0] in inputs: _version[it.bufs[0]] = _version.get(it.bufs[0], 0) + 1
-  # the caller's graphs (before memo substitution) hold the ASSIGN nodes other tensors may still reference
-  for u in UOp(Ops.SINK, src=tuple(roots) + tuple(todo)).toposort(gate=lambda u: u.op is not Ops.BUFFER and u not in _assigned):
-    if u.op is Ops.ASSIGN and u not in _assigned: _assigned[u] = u.src[0]
+  if has_assign or substituted:
+    inset = set(inputs)
+    for it in items:
+      if it.bufs and it.bufs[0] in inset: _version[it.bufs[0]] = _version.get(it.bufs[0], 0) + 1
+    # the caller's graphs (before memo substitution) hold the ASSIGN nodes other tensors may still reference
+    for u in UOp(Ops.SINK, src=tuple(roots) + tuple(todo)).toposort(gate=lambda u: u.op is not Ops.BUFFER and u not in _assigned):
+      if u.op is Ops.ASSIGN and u not in _assigned: _assigned[u] = u.src[0]
   out = []
-  for r, t in zip(roots, todo):
-    res = results[t]
+  for r, res in zip(roots, res_list):
     if r is not res and not is_realized(r): _realized[r] = (res, _version.get(_base(res), 0))
     out.append(res)
   return out

@@ -79,3 +79,72 @@ def run_item(ast: UOp, bufs: list[Buffer], var_vals: dict[UOp, int] | None = Non
           f"shape {str(shape):20s} tm {tm*1e6:9.2f}us ({gflops:8.2f} GFLOP/s {gbs:7.2f} GB/s)")
 
 def sizes(u: UOp) -> int: return prod(u.shape or ())
+
+# *** HCQ: devices with command queues run whole schedules through core/hcq (lowered once per schedule shape) ***
+
+def is_hcq(device: str) -> bool:
+  from core.device.registry import Device
+  return getattr(Device[device], "hcq", None) is not None
+
+def _item_hcq(ast: UOp, bufs: tuple[UOp, ...]) -> bool:
+  # a copy runs through HCQ only when both ends are HCQ devices; otherwise the direct copy does it
+  return all(is_hcq(b.src[1].arg) for b in bufs) if ast.op is Ops.COPY else is_hcq(bufs[0].src[1].arg)
+
+_submissions: dict[tuple, Any] = {}
+SUBMISSION_CACHE_SIZE = 512
+
+def _schedule_key(items: list) -> tuple[tuple, list[UOp]]:
+  """A key equal for schedules that differ only in which buffers they use (the submission is patched with those), and the buffers."""
+  slots = list(dict.fromkeys(b for it in items for b in it.bufs))
+  idx = {b: i for i, b in enumerate(slots)}
+  return (tuple((it.ast, tuple(idx[b] for b in it.bufs)) for it in items), tuple((b.src[1].arg, b.arg, b.dtype) for b in slots)), slots
+
+def hcq_submission(items: list) -> tuple[Any, list[UOp]]:
+  """The cached (or newly lowered) Submission of an all-HCQ schedule, and the buffers to run it with."""
+  key, slots = _schedule_key(items)
+  if (sub := _submissions.get(key)) is None:
+    from core.hcq.pipeline import Submission
+    from core.hcq.state import HCQState
+    sub = Submission(items, HCQState.default(buffer_of))
+    if len(_submissions) >= SUBMISSION_CACHE_SIZE: _submissions.pop(next(iter(_submissions)))
+    _submissions[key] = sub
+  return sub, slots
+
+def run_hcq(items: list, var_vals: dict[UOp, int] | None = None) -> None:
+  sub, slots = hcq_submission(items)
+  for b in slots:
+    if (buf := buffer_of(b)).is_allocated() is False: buf.allocate()
+  sub.run([buffer_of(b) for b in slots], var_vals)
+  GlobalCounters.kernel_count += sum(1 for it in items if it.ast.op is not Ops.COPY)
+  if DEBUG >= 2:
+    for it in items: print(f"*** {it.bufs[0].src[1].arg:8s} hcq {'copy' if it.ast.op is Ops.COPY else it.ast.arg}")
+
+def run_items(items: list, var_vals: dict[UOp, int] | None = None) -> None:
+  """Run schedule items in order: runs of consecutive HCQ items go through one HCQ submission, the rest directly."""
+  i = 0
+  while i < len(items):
+    j = i
+    while j < len(items) and _item_hcq(items[j].ast, items[j].bufs): j += 1
+    if j > i:
+      run_hcq(items[i:j], var_vals)
+      i = j
+    else:
+      run_item(items[i].ast, [buffer_of(b) for b in items[i].bufs], var_vals)
+      i += 1
+
+class HCQReplay:
+  """Jit replay of a captured all-HCQ schedule: the submission lowered once is patched with the changed input buffers and
+  variable values and submitted again (no re-encoding). Called like DirectReplay: (inputs, var_vals)."""
+  def __init__(self, items: list, input_bufs: list[UOp]):
+    self.sub, slots = hcq_submission(items)
+    pos = {b: i for i, b in enumerate(input_bufs)}
+    self.slots = [pos.get(b, -1) for b in slots]
+    self.fixed = [None if b in pos else _ensure(buffer_of(b)) for b in slots]
+    self.kernels = sum(1 for it in items if it.ast.op is not Ops.COPY)
+  def __call__(self, inputs: list[Buffer], var_vals: dict[UOp, int] | None) -> None:
+    self.sub.run([inputs[s] if s >= 0 else f for s, f in zip(self.slots, self.fixed)], var_vals)
+    GlobalCounters.kernel_count += self.kernels
+
+def hcq_replay_for(items: list, input_bufs: list[UOp]) -> HCQReplay | None:
+  """The HCQ replay of a Jit capture whose items all run on HCQ devices, else None (the direct replay runs it)."""
+  return HCQReplay(items, input_bufs) if items and all(_item_hcq(it.ast, it.bufs) for it in items) else None

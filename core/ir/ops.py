@@ -124,14 +124,18 @@ class UOp(metaclass=UOpMeta):
     """All nodes reachable from here, every source before its users (iterative; deep graphs are fine).
     `gate(u)` false stops the walk below u (u itself is still included)."""
     visited: dict[UOp, None] = {}
-    stack: list[tuple[UOp, bool]] = [(self, False)]
+    expanded: set[UOp] = set()
+    stack: list[UOp] = [self]
+    # a node is finished the second time it reaches the top of the stack: its sources were all pushed above it
     while stack:
-      u, expanded = stack.pop()
-      if u in visited: continue
-      if expanded: visited[u] = None
+      u = stack[-1]
+      if u in visited: stack.pop()
+      elif u in expanded:
+        stack.pop()
+        visited[u] = None
       else:
-        stack.append((u, True))
-        if gate is None or gate(u): stack.extend((s, False) for s in reversed(u.src) if s not in visited)
+        expanded.add(u)
+        if gate is None or gate(u): stack.extend([s for s in reversed(u.src) if s not in visited])
     return visited
 
   @property

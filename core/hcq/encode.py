@@ -1,0 +1,62 @@
+"""Stage 5, encode: the plugin's pm_lower turns each command into INS (words + patches); each submit's words become a
+command-buffer placeholder, its patches host writes (known before submit) or ring patches (timeline values, known at submit)."""
+from __future__ import annotations
+import struct
+from core.ir.dtype import dtypes
+from core.ir.ops import UOp, Ops
+from core.ir.pattern import graph_rewrite
+from core.hcq.queue_ir import is_submit, submit_device, submit_queue, placeholder, queue_buffer, host_patch, command_kind
+from core.hcq.state import HCQState
+
+def _is_timeline(u: UOp) -> bool: return u.op is Ops.DEFINE_VAR and isinstance(u.arg, tuple) and u.arg[0] == "timeline"
+def needs_submit_time(v: UOp) -> bool: return any(_is_timeline(u) for u in v.toposort())
+
+def ring_patch(offset: int, value: UOp) -> UOp:
+  """A value the submit program writes into the ring copy of the command buffer, `offset` bytes into the submit."""
+  return UOp(Ops.STORE, src=(value,), arg=("ring", offset))
+
+def _ins_list(u: UOp, what: str) -> list[UOp]:
+  if u.op is Ops.INS: return [u]
+  if u.op is Ops.LINEAR and all(x.op is Ops.INS for x in u.src): return list(u.src)
+  raise RuntimeError(f"the plugin's pm_lower left {what} as {u.op.name}: every command must become INS (or a LINEAR of INS)")
+
+def encode_submit(s: UOp, ctx: HCQState, pm) -> tuple[UOp, list[UOp]]:
+  dev, q = submit_device(s), submit_queue(s)
+  words = bytearray()
+  patches: list[tuple[int, UOp]] = []
+  kinds: list[tuple[str, int]] = []
+  for cmd in s.src[0].src:
+    kinds.append((command_kind(cmd), len(words)))
+    for i in _ins_list(graph_rewrite(cmd, pm, ctx.hcq_of(dev), bottom_up=True, name=f"encode {dev}"), command_kind(cmd)):
+      w, offs = i.arg
+      if len(w) % 4: raise RuntimeError(f"{dev} {q}: encoded {command_kind(cmd)} is {len(w)} bytes, not a multiple of 4")
+      patches += [(len(words) + o, v) for o, v in zip(offs, i.src)]
+      words += w
+  cmdbuf = placeholder("cmdbuf", dev, max(len(words), 4) // 4, dtypes.uint32)
+  host: list[UOp] = []
+  ring: list[UOp] = []
+  for off, v in patches:
+    if v.dtype.itemsize not in (4, 8) or off % 4: raise RuntimeError(f"{dev} {q}: patch at byte {off} of width {v.dtype.itemsize} is not aligned")
+    if v.op is Ops.CONST: struct.pack_into("<Q" if v.dtype.itemsize == 8 else "<I", words, off, v.arg & ((1 << 8 * v.dtype.itemsize) - 1))
+    elif needs_submit_time(v): ring.append(ring_patch(off, v))
+    else: host.append(host_patch(cmdbuf, off, v))
+  ctx.contents[cmdbuf] = bytes(words) + bytes(max(0, 4 - len(words)))
+  new = UOp(Ops.CUSTOM_FUNCTION, src=(cmdbuf, s.src[1], queue_buffer("ring", q, dev), queue_buffer("wptr", q, dev),
+                                      queue_buffer("doorbell", q, dev)) + tuple(ring), arg=("submit", q, len(words)))
+  ctx.commands[new] = kinds
+  return new, host
+
+def encode(linear: UOp, ctx: HCQState) -> UOp:
+  pms = {}
+  out: list[UOp] = []
+  host: list[UOp] = []
+  for u in linear.src:
+    if not is_submit(u):
+      out.append(u)
+      continue
+    dev = submit_device(u)
+    if dev not in pms and (pms.setdefault(dev, ctx.hooks.pm_lower(dev))) is None: raise RuntimeError(f"no plugin answers core_pm_lower({dev!r})")
+    new, hp = encode_submit(u, ctx, pms[dev])
+    out.append(new)
+    host += hp
+  return linear.replace(src=tuple(host) + tuple(out))

@@ -1,0 +1,137 @@
+"""Run the nine HCQ stages over a schedule, cache the lowered submission, and run it: patch inputs, submit, wait."""
+from __future__ import annotations
+import struct, time
+from typing import Any, Callable
+from core.ir.ops import UOp, Ops
+from core.hcq import HCQError
+from core.hcq.queue_ir import device_of, is_host_patch, command_kind
+from core.hcq.state import HCQState, buffer_addr
+from core.hcq.prep import schedule_linear, prep_runtime
+from core.hcq.lower import lower_to_queues
+from core.hcq.deps import dependencies
+from core.hcq.merge import merge_submits
+from core.hcq.encode import encode
+from core.hcq.pack import pack
+from core.hcq.bufferize import bufferize
+from core.hcq.patches import resolve_patches
+from core.hcq.callify import callify, host_timeline
+from core.helpers import DEBUG, HCQ_TIMEOUT
+
+STAGES: list[tuple[str, Callable[[UOp, HCQState], UOp]]] = [
+  ("prep runtime", prep_runtime), ("lower to queues", lower_to_queues), ("dependencies", dependencies),
+  ("merge", lambda x, ctx: merge_submits(x)), ("encode", encode), ("pack", pack), ("bufferize", bufferize),
+  ("resolve patches", resolve_patches),
+]
+
+def _slots(items: list) -> list[UOp]:
+  """The schedule's buffers in order of first use: what a cached submission is patched with on each run."""
+  return list(dict.fromkeys(b for it in items for b in it.bufs))
+
+class Submission:
+  """A lowered schedule: the pipeline's own buffers, the host patches that depend on the schedule's buffers or variables,
+  and the compiled submit program. `run(bufs, var_vals)` patches what changed since the last run and submits."""
+  def __init__(self, items: list, ctx: HCQState):
+    self.ctx, self.slots = ctx, _slots(items)
+    linear = schedule_linear(items)
+    self.stage_graphs: dict[str, UOp] = {}
+    for name, stage in STAGES:
+      linear = stage(linear, ctx)
+      self.stage_graphs[name] = linear
+    self.commands = dict(ctx.commands)   # encoded submit -> [(kind, offset)], for errors
+    self.submits = [u for u in linear.src if u.op is Ops.CUSTOM_FUNCTION]
+    self.final, self.prg, self.args = callify(linear, ctx)
+    self.keep = [ctx.buffer_of(b) for b in ctx.internal]   # the pipeline's buffers live as long as the submission
+    slot_index = {b: i for i, b in enumerate(self.slots)}
+    # per-run host patches: (target Buffer, byte offset, width, slot index or variable, addend)
+    self.addr_patches: list[tuple[int, Any, int, int, int]] = []
+    self.var_patches: list[tuple[Any, Any, int, int]] = []
+    for p in self.final.src:
+      if not is_host_patch(p): continue
+      target, v, width = ctx.buffer_of(p.src[0]), p.src[1], p.src[1].dtype.itemsize
+      addend = 0
+      if v.op is Ops.ADD and v.src[1].op is Ops.CONST: v, addend = v.src[0], v.src[1].arg
+      while v.op is Ops.CAST: v = v.src[0]
+      if v.op is Ops.GETADDR and v.src[0] in slot_index: self.addr_patches.append((slot_index[v.src[0]], target, p.arg, width, addend))
+      elif v.op is Ops.DEFINE_VAR: self.var_patches.append((v.arg, target, p.arg, width))
+      else: raise RuntimeError(f"HCQ: can't patch {v.op.name} per run (a host patch must be GETADDR(buffer)+c or a variable)")
+    self.last_addrs: list[int | None] = [None] * len(self.slots)
+    self.last_vars: dict[Any, int] = {}
+    # the queues this submission signals, and the real signal buffer of every queue it touches (for waits and errors)
+    self.queues = sorted({(device_of(u.src[0]), u.src[0].tag[1]) for u in self.stage_graphs["dependencies"].src
+                          if u.op is Ops.STORE and u.arg == "advance"})
+    self.signal_bufs = {(device_of(ph), ph.tag[1]): ctx.buffer_of(r) for ph, r in ctx.bufmap.items() if ph.tag[0] == "timeline_signal"}
+
+  def run(self, bufs: list[Any], var_vals: dict[Any, int] | None = None, wait: bool = True) -> None:
+    from core.hcq.patches import write_value
+    addrs = [buffer_addr(b if b.is_allocated() else b.allocate()) for b in bufs]
+    for i, target, off, width, addend in self.addr_patches:
+      if addrs[i] != self.last_addrs[i]: write_value(target, off, addrs[i] + addend, width)
+    self.last_addrs = addrs
+    if self.var_patches:
+      by_arg = {v.arg: val for v, val in (var_vals or {}).items()}
+      for arg, target, off, width in self.var_patches:
+        if arg not in by_arg: raise RuntimeError(f"HCQ: the schedule needs a value for variable {arg[0]!r}")
+        if self.last_vars.get(arg) != by_arg[arg]: write_value(target, off, by_arg[arg], width)
+      self.last_vars = {a: by_arg[a] for a, *_ in self.var_patches}
+    for key in self.signal_bufs: _start[key] = host_timeline(*key)[0]
+    self.prg(*self.args)
+    if wait: self.wait()
+
+  def wait(self, timeout_s: float | None = None) -> None:
+    """Block until every queue of this submission reached its final timeline value (HCQ_TIMEOUT seconds at most)."""
+    for dev, q in self.queues:
+      expected = host_timeline(dev, q)[0]
+      try: self.ctx.hcq_of(dev).wait_signal(self.signal_bufs[(dev, q)], expected, float(HCQ_TIMEOUT.value if timeout_s is None else timeout_s))
+      except (HCQError, TimeoutError) as e: raise self._failure(dev, q, expected, e) from e
+
+  def _failure(self, dev: str, q: str, expected: int, cause: BaseException) -> HCQError:
+    """An HCQError naming the queue, the command it is stuck at or failed in, and the signal value seen versus expected."""
+    hcq = self.ctx.hcq_of(dev)
+    seen = read_signal(self.signal_bufs[(dev, q)])
+    report = hcq.error() if hasattr(hcq, "error") else None
+    if report is None and isinstance(cause, HCQError) and "timed out" not in str(cause) and "fault" in str(cause): report = str(cause)
+    where = None
+    # the submits of this queue, before encoding (abstract commands), in order
+    subs = [u for u in self.stage_graphs["merge"].src if u.op is Ops.CUSTOM_FUNCTION and u.src[1].arg == dev and u.arg[1] == q]
+    for n, s in enumerate(subs):
+      for i, c in enumerate(s.src[0].src):
+        if c.op is Ops.WAIT:
+          key = (device_of(c.src[0]), c.src[0].tag[1])
+          need, have = _eval_timeline(c.src[1]), read_signal(self.signal_bufs[key])
+          if have < need:
+            where = f"command {i} (wait on {key[0]} {key[1]} signal >= {need}, seen {have}) of submit {n}"
+            break
+        if c.op is Ops.STORE and _eval_timeline(c.src[1]) > seen:
+          # the first signal not reached: the failing command is in this submit, before it
+          where = f"submit {n} (commands: {', '.join(command_kind(x) for x in s.src[0].src)}), before command {i} (signal {_eval_timeline(c.src[1])})"
+          break
+      if where is not None: break
+    if where is None and subs:
+      where = f"submit {len(subs) - 1} (commands: {', '.join(command_kind(x) for x in subs[-1].src[0].src)})"
+    kind = "fault" if report else "timeout"
+    msg = (f"HCQ {kind} on {dev} queue {q}: {where or 'unknown command'}; its timeline signal is {seen}, expected {expected}"
+           + (f"; the device reports: {report}" if report else f" after {HCQ_TIMEOUT.value} s (HCQ_TIMEOUT)") + f" ({cause})")
+    self.recover()
+    return HCQError(msg, dev, q, where, seen, expected)
+
+  def recover(self) -> None:
+    """After a failure, make the timelines consistent so later schedules don't wait on values never written: every signal
+    behind its host value is set to it (this also releases WAITs that could never complete), then the queues get a moment
+    to drain."""
+    for (d, q), sig in self.signal_bufs.items():
+      if read_signal(sig) < (v := host_timeline(d, q)[0]): sig.copyin(struct.pack("<Q", v))
+    time.sleep(0.01)
+
+def _eval_timeline(v: UOp) -> int:
+  from core.ir.ops import exec_uop_tree
+  tvs = {u: _start[(u.arg[2], u.arg[1])] if (u.arg[2], u.arg[1]) in _start else host_timeline(u.arg[2], u.arg[1])[0]
+         for u in v.toposort() if u.op is Ops.DEFINE_VAR}
+  return int(exec_uop_tree(v, tvs))
+
+# timeline values at the start of the latest run (what the symbolic `timeline` values meant in it)
+_start: dict[tuple[str, str], int] = {}
+
+def read_signal(buf: Any) -> int:
+  mv = memoryview(bytearray(8))
+  buf.copyout(mv)
+  return struct.unpack("<Q", mv)[0]

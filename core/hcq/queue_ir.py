@@ -1,0 +1,94 @@
+"""Queue IR: builders for placeholders, GETADDR, timeline values, the abstract commands, submits and encoded INS."""
+from __future__ import annotations
+import functools, itertools
+from dataclasses import dataclass
+from typing import Any
+from core.ir.dtype import DType, dtypes
+from core.ir.ops import UOp, Ops
+
+@dataclass(frozen=True)
+class ProgramData:
+  """A prepared kernel as the device sees it. `arg_offsets`: byte offset in the kernarg buffer of each argument, buffers
+  first (uint64 addresses), then variables (int32, in ProgramSpec.vars order). Plugins subclass it to add fields."""
+  name: str
+  kernarg_size: int
+  kernarg_align: int
+  arg_offsets: tuple[int, ...]
+
+# kinds of placeholder buffers; the per-queue ones exist once per (device, queue)
+PER_SCHEDULE_KINDS = ("program", "kernargs", "cmdbuf", "scratch")
+QUEUE_KINDS = ("ring", "wptr", "doorbell", "timeline_signal")
+# the host copy of a queue's timeline value: core owns it (host memory), it never reaches a plugin
+HOST_KINDS = ("timeline_value",)
+
+_counter = itertools.count()
+
+def placeholder(kind: Any, device: str, size: int, dtype: DType = dtypes.uint8) -> UOp:
+  """A fresh placeholder buffer of `size` elements; `kind` is its tag (a string, or (kind, queue) for per-queue ones)."""
+  return UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, arg=next(_counter)), UOp(Ops.DEVICE, arg=device)), size, tag=kind)
+
+@functools.cache
+def queue_buffer(kind: str, queue: str, device: str) -> UOp:
+  """The one placeholder of a per-queue buffer (cached: equal for every schedule, so submissions of one queue share it)."""
+  if kind not in QUEUE_KINDS + HOST_KINDS: raise ValueError(f"unknown per-queue buffer kind {kind!r}")
+  return placeholder((kind, queue), device, 1 if kind != "ring" else 0, dtypes.uint64 if kind != "ring" else dtypes.uint32)
+
+def kind_of(buf: UOp) -> str | None:
+  """'program', 'ring', ... for a placeholder; None for a real buffer."""
+  if buf.op is not Ops.BUFFER or buf.tag is None: return None
+  return buf.tag if isinstance(buf.tag, str) else buf.tag[0]
+
+def queue_of(buf: UOp) -> str | None: return buf.tag[1] if isinstance(buf.tag, tuple) else None
+def device_of(buf: UOp) -> str: return buf.src[1].arg
+
+def getaddr(buf: UOp, offset: int = 0) -> UOp:
+  """The device address of `buf` (+ offset bytes)."""
+  a = UOp(Ops.GETADDR, dtypes.uint64, (buf,))
+  return a if offset == 0 else a + UOp.const(dtypes.uint64, offset)
+
+def timeline(queue: str, device: str) -> UOp:
+  """The value of a queue's timeline when the schedule is submitted (known only then)."""
+  return UOp(Ops.DEFINE_VAR, dtypes.uint64, arg=("timeline", queue, device))
+
+def timeline_value(queue: str, device: str, k: int) -> UOp:
+  tv = timeline(queue, device)
+  return tv if k == 0 else tv + UOp.const(dtypes.uint64, k)
+
+def u64(v: int) -> UOp: return UOp.const(dtypes.uint64, v)
+
+# *** commands ***
+
+def prepared_program(device: str, image_buf: UOp, data: ProgramData) -> UOp:
+  return UOp(Ops.PROGRAM, src=(UOp(Ops.DEVICE, arg=device), image_buf), arg=data)
+
+def launch(prog: UOp, kernargs: UOp, global_size: tuple[int, ...], local_size: tuple[int, ...]) -> UOp:
+  return UOp(Ops.PROGRAM, src=(prog, kernargs), arg=(tuple(global_size), tuple(local_size)))
+
+def copy(dest: UOp, src: UOp, nbytes: int) -> UOp: return UOp(Ops.COPY, src=(dest, src), arg=nbytes)
+def wait(signal: UOp, value: UOp) -> UOp: return UOp(Ops.WAIT, src=(signal, value))
+def signal(signal_buf: UOp, value: UOp) -> UOp: return UOp(Ops.STORE, src=(signal_buf, value))
+def barrier() -> UOp: return UOp(Ops.BARRIER)
+def timestamp(buf: UOp) -> UOp: return UOp(Ops.CUSTOM, src=(buf,), arg="timestamp")
+
+def submit(cmds: list[UOp] | tuple[UOp, ...], device: str, queue: str, *extra: UOp) -> UOp:
+  """CUSTOM_FUNCTION("submit", queue) of a LINEAR of commands; `extra` sources carry stage-private data."""
+  return UOp(Ops.CUSTOM_FUNCTION, src=(UOp(Ops.LINEAR, src=tuple(cmds)), UOp(Ops.DEVICE, arg=device)) + extra, arg=("submit", queue))
+
+def is_submit(u: UOp) -> bool: return u.op is Ops.CUSTOM_FUNCTION and isinstance(u.arg, tuple) and u.arg[0] == "submit"
+def submit_queue(u: UOp) -> str: return u.arg[1]
+def submit_device(u: UOp) -> str: return u.src[1].arg
+
+def ins(words: bytes, patches: list[tuple[int, UOp]] | tuple[tuple[int, UOp], ...] = ()) -> UOp:
+  """An encoded command: `words` with each (byte offset, value) patched in later (value dtype gives the width)."""
+  return UOp(Ops.INS, src=tuple(v for _, v in patches), arg=(bytes(words), tuple(o for o, _ in patches)))
+
+def host_patch(buf: UOp, offset: int, value: UOp) -> UOp:
+  """A write the host does before submitting: `value` (its dtype gives the width) at byte `offset` of `buf`."""
+  return UOp(Ops.STORE, src=(buf, value), arg=offset)
+
+def is_host_patch(u: UOp) -> bool: return u.op is Ops.STORE and isinstance(u.arg, int)
+
+def command_kind(cmd: UOp) -> str:
+  """A short human name of an abstract command, for errors and DEBUG output."""
+  if cmd.op is Ops.PROGRAM: return f"launch {cmd.src[0].arg.name}"
+  return {Ops.COPY: "copy", Ops.WAIT: "wait", Ops.STORE: "signal", Ops.BARRIER: "barrier", Ops.CUSTOM: str(cmd.arg)}.get(cmd.op, cmd.op.name)

@@ -1,0 +1,24 @@
+"""Fixtures for core/hcq's tests: FAKE and FAKE:1, devices of the fake HCQ plugin in fakehcq.py."""
+import pytest
+
+@pytest.fixture
+def fake():
+  pytest.importorskip("plugin_cpu")
+  import fakehcq
+  from core.device.registry import Device
+  from core.hcq import state
+  from core.engine import run
+  from core.hcq import callify
+  callify._host_timelines.clear()   # fresh fake devices start with zeroed signals
+  devs = {n: fakehcq.make_fake(n) for n in ("FAKE", "FAKE:1")}
+  saved = dict(Device._opened)
+  Device._opened.update(devs)
+  state.HOOKS = fakehcq.FakeHooks()
+  try: yield devs
+  finally:
+    state.HOOKS = None
+    run._submissions.clear()
+    fakehcq.FAKES.clear()
+    callify._host_timelines.clear()
+    Device._opened.clear()
+    Device._opened.update(saved)
