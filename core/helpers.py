@@ -82,7 +82,7 @@ class Context(contextlib.ContextDecorator):
 DEBUG, SPEC, TRACK_REWRITES = ContextVar("DEBUG", 0), ContextVar("SPEC", 0), ContextVar("TRACK_REWRITES", 0)
 BEAM, NOOPT, JIT = ContextVar("BEAM", 0), ContextVar("NOOPT", 0), ContextVar("JIT", 1)
 # seconds the host waits on an HCQ signal before raising core.hcq.HCQError (a float: HCQ_TIMEOUT=0.5 works)
-HCQ_TIMEOUT = ContextVar("HCQ_TIMEOUT", 10.0)  # type: ignore[arg-type]
+HCQ_TIMEOUT = ContextVar("HCQ_TIMEOUT", 120.0)  # type: ignore[arg-type]
 
 def cache_dir() -> pathlib.Path:
   """The per-user cache folder (XDG on Linux, ~/Library/Caches on macOS); override with CORE_CACHE_DIR."""

@@ -1,0 +1,275 @@
+"""The benchmark suite of issue 7: every row for this project and, in the same process, numpy, torch and tinygrad when
+importable; prints absolute figures, the ratio each target is stated in, and our first-call (compile) times.
+Run: python bench/suite.py [--quick] [--rows matmul1024,sum] [--repeat 10]   (the device comes from DEV, as always)"""
+from __future__ import annotations
+import argparse, math, os, random, statistics, sys, time, traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, TextIO
+import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))                    # bench/suite_libs.py
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # core from a checkout
+from suite_libs import LOADERS, Case, NotApplicable, conv_reference, fused_reference, jit_reference, mlp_reference  # noqa: E402
+
+F32 = np.float32
+
+@dataclass
+class Row:
+  """One line of issue 7's table. `ref` is the peer the target's ratio is taken against (None: an absolute target)."""
+  key: str
+  unit: str                                   # GFLOP/s, GB/s: higher is better; ms, us: lower is better
+  ref: str | None
+  target: float
+  sizes: tuple[dict[str, Any], dict[str, Any]]   # (full, --quick)
+  describe: Callable[[dict[str, Any]], str]
+  data: Callable[[dict[str, Any], np.random.Generator], dict[str, Any]]
+  reference: Callable[[dict[str, Any]], Any]
+  work: Callable[[dict[str, Any]], float] | None = None   # FLOPs or bytes of one operation (throughput rows)
+  select: Callable[[Any], Any] = lambda got: got          # the part of a result the reference covers
+  rtol: float = 1e-3
+  atol_rel: float = 1e-4                                  # absolute tolerance, as a fraction of the reference's max |value|
+  op: str = ""                                            # the frameworks' method that builds the row (default: key)
+  @property
+  def higher_better(self) -> bool: return self.unit.endswith("/s")
+
+def _normal(rng: np.random.Generator, *shape: int) -> np.ndarray: return rng.standard_normal(shape, dtype=F32)
+
+def _matmul_data(s: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+  return {"a": _normal(rng, s["n"], s["n"]), "b": _normal(rng, s["n"], s["n"])}
+
+def _conv_data(s: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+  return {"x": _normal(rng, s["n"], s["c"], s["hw"], s["hw"]), "w": _normal(rng, s["o"], s["c"], 3, 3) / F32(math.sqrt(9 * s["c"]))}
+
+def _mlp_data(s: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+  dims, params = s["dims"], []
+  for i, o in zip(dims, dims[1:]):
+    bound = F32(1 / math.sqrt(i))
+    params += [rng.uniform(-bound, bound, (i, o)).astype(F32), rng.uniform(-bound, bound, (o,)).astype(F32)]
+  return {"params": params, "x": _normal(rng, s["batch"], dims[0]), "y": rng.integers(0, dims[-1], s["batch"]).astype(np.int32),
+          "lr": 0.01, "steps": 3}
+
+def _compile_data(s: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+  # sizes drawn per process (not from the seeded generator) so a peer's own disk cache from an earlier run can't serve them
+  base = random.Random().randrange(1000, 200_000)
+  return {"inputs": [(_normal(rng, base + i), _normal(rng, base + i), _normal(rng, base + i), 2 + i / 1024) for i in range(s["calls"])]}
+
+ROWS: list[Row] = [
+  Row("matmul1024", "GFLOP/s", "numpy", 0.8, ({"n": 1024}, {"n": 64}), lambda s: f"matmul {s['n']} float32", _matmul_data,
+      lambda d: d["a"].astype(np.float64) @ d["b"], work=lambda s: 2 * s["n"] ** 3, op="matmul"),
+  Row("matmul2048", "GFLOP/s", "numpy", 0.8, ({"n": 2048}, {"n": 128}), lambda s: f"matmul {s['n']} float32", _matmul_data,
+      lambda d: d["a"].astype(np.float64) @ d["b"], work=lambda s: 2 * s["n"] ** 3, op="matmul"),
+  Row("conv2d", "GFLOP/s", "torch", 0.7, ({"n": 32, "c": 64, "hw": 56, "o": 64}, {"n": 2, "c": 8, "hw": 12, "o": 8}),
+      lambda s: f"conv2d {s['n']}x{s['c']}x{s['hw']}x{s['hw']} 3x3 {s['c']}->{s['o']} pad 1", _conv_data,
+      lambda d: conv_reference(d["x"][[0, -1]], d["w"]), work=lambda s: 2 * s["n"] * s["o"] * s["hw"] ** 2 * s["c"] * 9,
+      select=lambda got: got[[0, -1]]),   # the first and last image: a full float64 reference would cost more than the row
+  Row("mul_add", "GB/s", "torch", 0.9, ({"n": 1 << 24}, {"n": 1 << 16}), lambda s: f"a*b+1 on {_count(s['n'])} float32",
+      lambda s, rng: {"a": _normal(rng, s["n"]), "b": _normal(rng, s["n"])}, lambda d: d["a"] * d["b"] + F32(1),
+      work=lambda s: 3 * 4 * s["n"]),
+  # uniform [0, 1): every element adds, so a kernel that skips part of the input can't pass the check
+  Row("sum", "GB/s", "torch", 0.9, ({"n": 1 << 24}, {"n": 1 << 16}), lambda s: f"sum of {_count(s['n'])} float32",
+      lambda s, rng: {"a": rng.random(s["n"], dtype=F32)}, lambda d: d["a"].astype(np.float64).sum(), work=lambda s: 4 * s["n"], atol_rel=0),
+  Row("mlp", "ms", "torch", 1.2, ({"dims": (784, 512, 512, 10), "batch": 128}, {"dims": (784, 64, 64, 10), "batch": 16}),
+      lambda s: f"MLP {'-'.join(map(str, s['dims']))} b{s['batch']} SGD step", _mlp_data, mlp_reference, rtol=1e-2, atol_rel=1e-2),
+  Row("tiny_op", "us", None, 50, ({"n": 64, "ops": 100}, {"n": 64, "ops": 20}), lambda s: f"tiny op x+1 ({s['n']} floats), eager",
+      lambda s, rng: {"a": _normal(rng, s["n"]), "ops": s["ops"]}, lambda d: d["a"] + F32(1)),
+  Row("jit_replay", "us", None, 10, ({"n": 64, "kernels": 8, "replays": 20}, {"n": 64, "kernels": 4, "replays": 5}),
+      lambda s: f"jit replay per kernel ({s['kernels']} kernels of {s['n']})",
+      lambda s, rng: {"inputs": [_normal(rng, s["n"]) for _ in range(3)], "kernels": s["kernels"], "replays": s["replays"]},
+      lambda d: jit_reference(d["inputs"][2], d["kernels"])),
+  Row("first_compile", "ms", None, 30, ({"calls": 6}, {"calls": 3}), lambda s: "first compile, small fused kernel", _compile_data,
+      lambda d: fused_reference(*d["inputs"][0])),
+]
+ROW_KEYS = [r.key for r in ROWS]
+PEERS = ["numpy", "torch", "tinygrad"]
+
+def _count(n: int) -> str: return f"{n >> 20}M" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n >> 10}K" if n % 1024 == 0 else str(n)
+
+@dataclass
+class Cell:
+  """One framework's outcome on one row: `value` in the row's unit, or a status (WRONG, n/a, -, err)."""
+  value: float | None = None
+  status: str = ""
+  first_s: float | None = None   # the first call: compile + run
+
+@dataclass
+class Result:
+  row: Row
+  size: dict[str, Any]
+  cells: dict[str, Cell] = field(default_factory=dict)
+  @property
+  def ratio(self) -> float | None:
+    ours = self.cells.get("ours", Cell()).value
+    if self.row.ref is None: return None
+    ref = self.cells.get(self.row.ref, Cell()).value
+    if ours is None or ref is None or ours == 0 or ref == 0: return None
+    return ours / ref   # throughput: ours/ref (>= target); time: ours/ref (<= target)
+  @property
+  def met(self) -> bool | None:
+    ours = self.cells.get("ours", Cell())
+    if ours.status: return False if ours.status in ("WRONG", "err") else None
+    if self.row.ref is None: return None if ours.value is None else ours.value <= self.row.target
+    if (r := self.ratio) is None: return None
+    return r >= self.row.target if self.row.higher_better else r <= self.row.target
+
+def _close(got: Any, want: Any, row: Row) -> str | None:
+  """None when got matches want within the row's tolerance, else what is off."""
+  gots, wants = (list(got), list(want)) if isinstance(want, (list, tuple)) else ([got], [want])
+  if len(gots) != len(wants): return f"{len(gots)} results, expected {len(wants)}"
+  for i, (g, w) in enumerate(zip(gots, wants)):
+    g, w = np.asarray(g, dtype=np.float64), np.asarray(w, dtype=np.float64)
+    if g.shape != w.shape: return f"result {i}: shape {g.shape}, expected {w.shape}"
+    atol = row.atol_rel * (float(np.abs(w).max()) if w.size else 0.0)
+    if not np.allclose(g, w, rtol=row.rtol, atol=atol):
+      err = np.abs(g - w)
+      return f"result {i}: max abs error {float(err.max()):.3g} (tolerance rtol {row.rtol:g}, atol {atol:.3g})"
+  return None
+
+def _perturb(x: Any) -> Any:
+  """A deliberately wrong result (--inject-wrong): what a fast, broken kernel would return."""
+  if isinstance(x, (list, tuple)): return [_perturb(x[0]), *x[1:]]
+  return np.asarray(x) * 1.1 + 1
+
+def measure(case: Case, row: Row, want: Any, size: dict[str, Any], repeat: int, budget_s: float, stat: str,
+            wrong: bool = False) -> tuple[Cell, str | None]:
+  """First call (timed), the check against numpy, a warm-up call, then up to `repeat` timed calls (stopping early once
+  `budget_s` is spent, after at least one). The figure is the min (or median) of the timed calls, per operation.
+  Returns the cell and, when the check failed, what was off."""
+  st = time.perf_counter()
+  case.run()
+  first = time.perf_counter() - st
+  for _ in range(case.calls_before_check - 1): case.run()
+  if case.result is not None:
+    got = case.result()
+    if wrong: got = _perturb(got)
+    if (off := _close(row.select(got), want, row)) is not None: return Cell(status="WRONG", first_s=first), off
+  if not case.fresh and first < 1.0: case.run()   # a slow first call is mostly running, not compiling: skip the warm-up
+  times: list[float] = []
+  limit = max(repeat, 1) if case.max_calls is None else max(min(repeat, case.max_calls - case.calls_before_check), 1)
+  while len(times) < limit and (not times or sum(times) < budget_s):
+    st = time.perf_counter()
+    case.run()
+    times.append(time.perf_counter() - st)
+  t = (min(times) if stat == "min" else statistics.median(times)) / case.count
+  value = row.work(size) / t / 1e9 if row.work is not None else t * (1e3 if row.unit == "ms" else 1e6)
+  return Cell(value=value, first_s=first), None
+
+def machine_info() -> str:
+  cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+  model, flags, mhz = "", set(), 0.0
+  try:
+    for line in open("/proc/cpuinfo"):
+      k, _, v = line.partition(":")
+      k = k.strip()
+      if k == "model name" and not model: model = v.strip()
+      elif k == "flags" and not flags: flags = set(v.split())
+      elif k == "cpu MHz" and not mhz: mhz = float(v)
+  except OSError: pass
+  simd = next((f for f in ("avx512f", "avx2", "avx", "sse2") if f in flags), "")
+  out = f"{cores} cores, {model or 'unknown CPU'}" + (f", {simd}" if simd else "") + (" fma" if "fma" in flags else "")
+  if (peak := os.getenv("BENCH_PEAK_GFLOPS")): return out + f", peak {peak} GFLOP/s float32 (BENCH_PEAK_GFLOPS)"
+  if mhz and simd:
+    # 2 FMA pipes x float32 lanes x 2 FLOPs at the reported clock; an estimate (turbo clocks run higher, and some cores
+    # split 512-bit ops into two 256-bit halves)
+    lanes = {"avx512f": 16, "avx2": 8, "avx": 8, "sse2": 4}[simd]
+    out += f", peak ~{(cores or 1) * 2 * lanes * 2 * mhz / 1e3:.0f} GFLOP/s float32 (estimate at {mhz:.0f} MHz; set BENCH_PEAK_GFLOPS if known)"
+  return out
+
+def load_note() -> str:
+  """The 1-minute load average against the core count: figures taken on a busy machine are contended, and say so."""
+  if not hasattr(os, "getloadavg"): return ""
+  load, cores = os.getloadavg()[0], len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+  return f"load average {load:.1f} on {cores} cores" + (" (busy: other processes share the cores, figures are contended)" if load > cores * 0.75 else "")
+
+def _fmt(v: float) -> str: return f"{v:.3g}" if v < 100 else f"{v:.0f}"
+
+def _cell_text(c: Cell | None) -> str:
+  if c is None: return "-"
+  return c.status if c.status else _fmt(c.value) if c.value is not None else "-"
+
+def print_table(results: list[Result], libs: list[str], out: TextIO) -> None:
+  head = ["row", "work", "unit", *libs, "ratio", "target", "met", "ours 1st call"]
+  lines = []
+  for r in results:
+    ratio = r.ratio
+    if r.row.ref is None: rtxt, ttxt = "-", f"<= {_fmt(r.row.target)} {r.row.unit}"
+    else:
+      rtxt = "-" if ratio is None else f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.2g}x"
+      ttxt = f"{'>=' if r.row.higher_better else '<='} {r.row.target}x {r.row.ref}" + ("" if r.row.higher_better else " time")
+    met = {True: "yes", False: "NO", None: "?"}[r.met]
+    first = (c := r.cells.get("ours")) and c.first_s
+    lines.append([r.row.key, r.row.describe(r.size), r.row.unit, *[_cell_text(r.cells.get(lib)) for lib in libs], rtxt, ttxt, met,
+                  "-" if not first else f"{first * 1e3:.1f} ms"])
+  widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
+  for i, line in enumerate([head, *lines]):
+    print("  ".join(str(x).ljust(w) if j < 3 else str(x).rjust(w) for j, (x, w) in enumerate(zip(line, widths))), file=out)
+    if i == 0: print("  ".join("-" * w for w in widths), file=out)
+
+def run(rows: list[str] | None = None, quick: bool = False, repeat: int = 10, budget_s: float = 2.0, stat: str = "min",
+        peers: list[str] | None = None, wrong: set[str] | frozenset[str] = frozenset(), out: TextIO = sys.stdout) -> list[Result]:
+  """Runs the suite and prints the table; returns the results. `wrong`: rows whose result of ours is perturbed before the
+  check (to test the check itself)."""
+  todo = [r for r in ROWS if rows is None or r.key in rows]
+  names = ["ours", *(PEERS if peers is None else [p for p in PEERS if p in peers])]
+  libs: dict[str, Any] = {}
+  notes: list[str] = []
+  for name in names:
+    try: libs[name] = LOADERS[name]()
+    except Exception as e:   # a missing or broken peer is a "-" column, never a failure of the suite
+      if name == "ours": raise
+      why = "not installed" if isinstance(e, ImportError) else "failed to load"
+      notes.append(f"{name}: - ({why}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+  print(f"bench suite{' (--quick sizes)' if quick else ''}: ours {libs['ours'].info}", file=out)
+  print(f"machine: {machine_info()}; {load_note()}", file=out)
+  for name in names[1:]:
+    if name in libs: print(f"{name}: {libs[name].info}", file=out)
+  for n in notes: print(n, file=out)
+  print(f"figures: steady state, the {stat} of up to {repeat} timed calls after a warm-up call (at most ~{budget_s:g} s of "
+        "timing per cell); 'ours 1st call' is our first call (compile + run)", file=out)
+  out.flush()
+  results, errors = [], []
+  for row in todo:
+    size = row.sizes[1 if quick else 0]
+    data = row.data(size, np.random.default_rng(0))
+    want = row.reference(data)
+    res = Result(row, size)
+    for name in names:
+      if name not in libs: res.cells[name] = Cell(status="-"); continue
+      try:
+        case = getattr(libs[name], row.op or row.key)(data)
+        res.cells[name], off = measure(case, row, want, size, repeat, budget_s, stat, wrong=name == "ours" and row.key in wrong)
+        if off: errors.append(f"{row.key}: {name} is WRONG: {off}")
+      except NotApplicable as e: res.cells[name] = Cell(status="n/a"); notes.append(f"{row.key}: {name} n/a ({e})")
+      except Exception as e:
+        res.cells[name] = Cell(status="err")
+        errors.append(f"{row.key}: {name} failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        if os.getenv("BENCH_TRACEBACK"): traceback.print_exc()
+      print(f"  {row.key} {name}: {_cell_text(res.cells[name])} {row.unit}", file=sys.stderr, flush=True)
+    results.append(res)
+    del data, want
+  print(file=out)
+  print_table(results, names, out)
+  for e in errors: print(e, file=out)
+  print(f"at the end: {load_note()}", file=out)
+  return results
+
+def main(argv: list[str] | None = None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--quick", action="store_true", help="small sizes (a smoke test of every row, seconds not minutes)")
+  p.add_argument("--rows", help=f"comma-separated rows to run, of: {','.join(ROW_KEYS)}")
+  p.add_argument("--repeat", type=int, default=10, help="at most this many timed calls per cell (default 10)")
+  p.add_argument("--budget", type=float, default=2.0, help="stop timing a cell after about this many seconds (default 2)")
+  p.add_argument("--stat", choices=("min", "median"), default="min", help="figure of the timed calls (default min)")
+  p.add_argument("--peers", default=",".join(PEERS), help=f"peers to compare with (default {','.join(PEERS)}; '' for none)")
+  p.add_argument("--inject-wrong", default="", help="rows whose result of ours is perturbed, to see the check catch it (testing)")
+  a = p.parse_args(argv)
+  rows = None
+  if a.rows:
+    rows = [r.strip() for r in a.rows.split(",") if r.strip()]
+    if (bad := [r for r in rows if r not in ROW_KEYS]): p.error(f"unknown row(s) {bad}; rows are {','.join(ROW_KEYS)}")
+  peers = [x.strip() for x in a.peers.split(",") if x.strip()]
+  if (bad := [x for x in peers if x not in PEERS]): p.error(f"unknown peer(s) {bad}; peers are {','.join(PEERS)}")
+  results = run(rows, a.quick, a.repeat, a.budget, a.stat, peers, {r for r in a.inject_wrong.split(",") if r})
+  # a wrong or failing result of ours is an error exit (missing peers never are)
+  return 1 if any(r.cells["ours"].status in ("WRONG", "err") for r in results) else 0
+
+if __name__ == "__main__":
+  sys.exit(main())

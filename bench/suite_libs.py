@@ -1,0 +1,271 @@
+"""The frameworks bench/suite.py compares: how each one runs every row of the suite (ours, numpy, torch, tinygrad)."""
+from __future__ import annotations
+import os, tempfile
+from dataclasses import dataclass
+from typing import Any, Callable
+import numpy as np
+
+class NotApplicable(Exception):
+  """The framework has no such operation (numpy has no conv2d or autograd): the table shows n/a, not an error."""
+
+@dataclass
+class Case:
+  """One row on one framework, ready to time. `run` is one timed call and waits for the device; `result` reads what the
+  last call produced (numpy arrays) for the check against numpy; the figure is per operation, `count` per call."""
+  run: Callable[[], Any]
+  result: Callable[[], Any] | None = None
+  count: int = 1
+  calls_before_check: int = 1   # a Jit must run eagerly, capture and replay once before its replay path is checked
+  fresh: bool = False           # every call compiles a new kernel (the compile row): no warm-up call before timing
+  max_calls: int | None = None  # calls that stay fresh (the compile row has one new kernel per prepared input)
+
+# *** numpy reference of the MLP step, shared by every framework's check ***
+
+def mlp_forward_backward(p: list[np.ndarray], x: np.ndarray, y: np.ndarray) -> tuple[float, list[np.ndarray]]:
+  """Loss and gradients of relu(relu(x@w1+b1)@w2+b2)@w3+b3 under mean softmax cross-entropy, in float64."""
+  w1, b1, w2, b2, w3, b3 = [q.astype(np.float64) for q in p]
+  x = x.astype(np.float64)
+  h1 = x @ w1 + b1; a1 = np.maximum(h1, 0)
+  h2 = a1 @ w2 + b2; a2 = np.maximum(h2, 0)
+  z = a2 @ w3 + b3
+  z = z - z.max(axis=1, keepdims=True)
+  sm = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+  n = x.shape[0]
+  loss = float(-np.log(sm[np.arange(n), y]).mean())
+  dz = sm.copy(); dz[np.arange(n), y] -= 1; dz /= n
+  dw3, db3 = a2.T @ dz, dz.sum(0)
+  da2 = dz @ w3.T * (h2 > 0)
+  dw2, db2 = a1.T @ da2, da2.sum(0)
+  da1 = da2 @ w2.T * (h1 > 0)
+  dw1, db1 = x.T @ da1, da1.sum(0)
+  return loss, [dw1, db1, dw2, db2, dw3, db3]
+
+def mlp_reference(d: dict[str, Any]) -> list[np.ndarray]:
+  """The parameter updates (after - before) of d['steps'] SGD steps on the same batch."""
+  p = [q.astype(np.float64) for q in d["params"]]
+  for _ in range(d["steps"]):
+    _, g = mlp_forward_backward(p, d["x"], d["y"])
+    p = [q - d["lr"] * gq for q, gq in zip(p, g)]
+  return [q - q0 for q, q0 in zip(p, d["params"])]
+
+def jit_reference(x: np.ndarray, kernels: int) -> np.ndarray:
+  for _ in range(kernels): x = x * np.float32(0.5) + np.float32(1.0)
+  return x
+
+def fused_reference(a: np.ndarray, b: np.ndarray, c: np.ndarray, s: float) -> np.ndarray: return np.maximum(a * b + c, 0) * np.float32(s) - 1
+
+def conv_reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+  """conv2d, 3x3, stride 1, padding 1, NCHW/OIHW, in float64."""
+  xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+  win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))   # N C H W 3 3
+  return np.einsum("nchwij,ocij->nohw", win, w.astype(np.float64), optimize=True)
+
+# *** tensor-style frameworks: ours and tinygrad share the Tensor API, so one adapter runs both ***
+
+class TensorLib:
+  """Runs the rows on a framework with the tinygrad-style lazy Tensor API (Tensor, Jit, SGD, realize)."""
+  def __init__(self, name: str, Tensor: Any, Jit: Any, SGD: Any, sync: Callable[[], None], counters: Any, info: str,
+               train: Callable[[], Any]):
+    self.name, self.Tensor, self.Jit, self.SGD, self.sync, self.counters, self.info = name, Tensor, Jit, SGD, sync, counters, info
+    self.train = train   # a context manager factory that turns training mode on (the optimizer needs it in tinygrad)
+    (self.Tensor([1.0, 2.0]) + 1).realize()   # open the device and load the stack now, so no row's first call pays for it
+    self.sync()
+
+  def t(self, a: np.ndarray) -> Any: return self.Tensor(a).realize()
+
+  def _single(self, build: Callable[[], Any], count: int = 1) -> Case:
+    out: list[Any] = [None]
+    def run() -> None:
+      for _ in range(count):
+        out[0] = build().realize()
+        self.sync()   # each op waits for its result: the latency of an eager op, not the rate of queueing them
+    return Case(run, lambda: out[0].numpy(), count=count)
+
+  def matmul(self, d: dict[str, Any]) -> Case:
+    a, b = self.t(d["a"]), self.t(d["b"])
+    return self._single(lambda: a @ b)
+  def conv2d(self, d: dict[str, Any]) -> Case:
+    x, w = self.t(d["x"]), self.t(d["w"])
+    return self._single(lambda: x.conv2d(w, padding=1))
+  def mul_add(self, d: dict[str, Any]) -> Case:
+    a, b = self.t(d["a"]), self.t(d["b"])
+    return self._single(lambda: a * b + 1)
+  def sum(self, d: dict[str, Any]) -> Case:
+    a = self.t(d["a"])
+    return self._single(lambda: a.sum())
+  def tiny_op(self, d: dict[str, Any]) -> Case:
+    a = self.t(d["a"])
+    return self._single(lambda: a + 1, count=d["ops"])
+
+  def mlp(self, d: dict[str, Any]) -> Case:
+    T = self.Tensor
+    params = [T(q.copy()).realize() for q in d["params"]]   # the optimizer makes them parameters (tinygrad has no requires_grad)
+    opt = self.SGD(params, lr=d["lr"])
+    x, y = self.t(d["x"]), self.t(d["y"])
+    w1, b1, w2, b2, w3, b3 = params
+    @self.Jit
+    def step(x: Any, y: Any) -> Any:
+      with self.train():
+        opt.zero_grad()
+        logits = ((x @ w1 + b1).relu() @ w2 + b2).relu() @ w3 + b3
+        loss = logits.sparse_categorical_crossentropy(y).backward()
+        opt.step()
+      return loss.realize()
+    def run() -> None:
+      step(x, y)
+      self.sync()
+    return Case(run, lambda: [p.numpy() - q for p, q in zip(params, d["params"])], calls_before_check=d["steps"])
+
+  def jit_replay(self, d: dict[str, Any]) -> Case:
+    k = d["kernels"]
+    @self.Jit
+    def f(x: Any) -> Any:
+      for _ in range(k): x = (x * 0.5 + 1.0).contiguous()   # contiguous: one kernel per step, never fused together
+      return x.realize()
+    xs = [self.t(a) for a in d["inputs"]]   # a new input each call: the check sees a replay that read this call's data
+    calls = [0]
+    out: list[Any] = [None]
+    def run() -> None:
+      i = calls[0]
+      calls[0] += 1
+      if i == 0: self.counters.reset()
+      for _ in range(1 if i < 3 else d["replays"]): out[0] = f(xs[min(i, len(xs) - 1)])
+      self.sync()
+      # the eager first call runs every kernel once: that count (not the step count k) is the per-kernel divisor
+      if i == 0: case.count = max(self.counters.kernel_count, 1) * d["replays"]
+    case = Case(run, lambda: out[0].numpy(), count=k * d["replays"], calls_before_check=3)
+    return case
+
+  def first_compile(self, d: dict[str, Any]) -> Case:
+    """Each call: a new small fused kernel (a shape not seen before) from realize() to its result. Ours compiles with a
+    fresh, empty CORE_CACHE_DIR so the disk cache is cold."""
+    # each call differs in shape and in a constant, so neither a disk cache nor an in-memory one can serve it
+    inputs = [(self.t(a), self.t(b), self.t(c), s) for a, b, c, s in d["inputs"]]
+    calls = [0]
+    out: list[Any] = [None]
+    cache = tempfile.mkdtemp(prefix="bench-cold-cache-")
+    def run() -> None:
+      a, b, c, s = inputs[calls[0] % len(inputs)]
+      calls[0] += 1
+      old = os.environ.get("CORE_CACHE_DIR")
+      os.environ["CORE_CACHE_DIR"] = cache
+      try:
+        out[0] = ((a * b + c).relu() * s - 1).realize()
+        self.sync()
+      finally:
+        if old is None: os.environ.pop("CORE_CACHE_DIR", None)
+        else: os.environ["CORE_CACHE_DIR"] = old
+    return Case(run, lambda: out[0].numpy(), fresh=True, max_calls=len(inputs))   # checked after the first call, on inputs[0]
+
+def load_ours() -> TensorLib:
+  from core import Tensor, Jit, Device, GlobalCounters
+  from core.tensor.nn.optim import SGD
+  dev = Device.DEFAULT
+  d = Device[dev]
+  r = d.renderer
+  extra = [f"{k} {getattr(r, k)}" for k in ("threads", "simd_width") if hasattr(r, k)]
+  info = f"DEV={os.getenv('DEV') or '(unset)'} -> device {dev}, target {getattr(d, 'target', '?')}, renderer {type(r).__name__}" + \
+         (f" ({', '.join(extra)})" if extra else "") + f", compiler {type(d.compiler).__name__}"
+  return TensorLib("ours", Tensor, Jit, SGD, lambda: d.synchronize(), GlobalCounters, info, Tensor.train)
+
+def load_tinygrad() -> TensorLib:
+  # tinygrad reads DEV too: hide ours while it loads and picks its default device, then put it back
+  saved = os.environ.pop("DEV", None)
+  # tinygrad's CPU device compiles with clang (or $CC, read once and cached): BENCH_TINYGRAD_CC names a clang for it alone,
+  # set only while it loads and compiles its first kernel, so our C compiler (which also reads $CC) never sees it
+  # (PARALLEL=0 keeps its compiles in this process, where that cached value lives, instead of in worker processes)
+  saved_cc, saved_par, cc = os.environ.get("CC"), os.environ.get("PARALLEL"), os.getenv("BENCH_TINYGRAD_CC")
+  if cc: os.environ["CC"], os.environ["PARALLEL"] = cc, "0"
+  try:
+    from tinygrad import Tensor, TinyJit, Device
+    from tinygrad.nn.optim import SGD
+    from tinygrad.helpers import GlobalCounters, getenv, Context
+    getenv("CC", "clang")   # read (and cached) now, while BENCH_TINYGRAD_CC is in CC
+    dev = Device.DEFAULT
+    d = Device[dev]
+    from importlib.metadata import version
+    info = f"tinygrad {version('tinygrad')} on {dev}, renderer {type(d.renderer).__name__}, compiler {type(d.compiler).__name__}"
+    lib = TensorLib("tinygrad", Tensor, TinyJit, SGD, d.synchronize, GlobalCounters, info, lambda: Context(TRAINING=1))
+  finally:
+    for k, v in (("DEV", saved), ("CC", saved_cc), ("PARALLEL", saved_par)):
+      if v is None: os.environ.pop(k, None)
+      else: os.environ[k] = v
+  return lib
+
+# *** numpy ***
+
+class NumpyLib:
+  name = "numpy"
+  def __init__(self) -> None:
+    cfg = ""
+    try:
+      import threadpoolctl  # type: ignore  # optional: names the BLAS numpy's matmul runs on
+      cfg = ", " + ", ".join(f"{p['internal_api']} {p['num_threads']} threads" for p in threadpoolctl.threadpool_info())
+    except Exception: pass
+    self.info = f"numpy {np.__version__}{cfg}"
+  def _single(self, fn: Callable[[], Any], count: int = 1) -> Case:
+    out: list[Any] = [None]
+    def run() -> None:
+      for _ in range(count): out[0] = fn()
+    return Case(run, lambda: np.asarray(out[0]), count=count)
+  def matmul(self, d: dict[str, Any]) -> Case: return self._single(lambda: d["a"] @ d["b"])
+  def conv2d(self, d: dict[str, Any]) -> Case: raise NotApplicable("numpy has no conv2d")
+  def mul_add(self, d: dict[str, Any]) -> Case:
+    o = np.empty_like(d["a"])
+    def f() -> Any:
+      np.multiply(d["a"], d["b"], out=o)   # out=: numpy's best is two passes without temporaries
+      return np.add(o, 1, out=o)
+    return self._single(f)
+  def sum(self, d: dict[str, Any]) -> Case: return self._single(lambda: d["a"].sum())
+  def tiny_op(self, d: dict[str, Any]) -> Case: return self._single(lambda: d["a"] + 1, count=d["ops"])
+  def mlp(self, d: dict[str, Any]) -> Case: raise NotApplicable("numpy has no autograd")
+  def jit_replay(self, d: dict[str, Any]) -> Case: raise NotApplicable("numpy has no jit")
+  def first_compile(self, d: dict[str, Any]) -> Case: raise NotApplicable("numpy compiles nothing")
+
+# *** torch ***
+
+class TorchLib:
+  name = "torch"
+  def __init__(self) -> None:
+    import torch
+    self.torch = torch
+    self.info = f"torch {torch.__version__}, {torch.get_num_threads()} threads"
+  def t(self, a: np.ndarray) -> Any: return self.torch.from_numpy(a.copy())
+  def _single(self, fn: Callable[[], Any], count: int = 1) -> Case:
+    out: list[Any] = [None]
+    def run() -> None:
+      with self.torch.no_grad():
+        for _ in range(count): out[0] = fn()
+    return Case(run, lambda: out[0].numpy(), count=count)
+  def matmul(self, d: dict[str, Any]) -> Case:
+    a, b = self.t(d["a"]), self.t(d["b"])
+    return self._single(lambda: a @ b)
+  def conv2d(self, d: dict[str, Any]) -> Case:
+    x, w = self.t(d["x"]), self.t(d["w"])
+    return self._single(lambda: self.torch.nn.functional.conv2d(x, w, padding=1))
+  def mul_add(self, d: dict[str, Any]) -> Case:
+    a, b = self.t(d["a"]), self.t(d["b"])
+    one, o = self.torch.ones(()), self.torch.empty_like(a)
+    return self._single(lambda: self.torch.addcmul(one, a, b, out=o))   # torch's fused a*b+1: one pass, no temporary
+  def sum(self, d: dict[str, Any]) -> Case:
+    a = self.t(d["a"])
+    return self._single(lambda: a.sum())
+  def tiny_op(self, d: dict[str, Any]) -> Case:
+    a = self.t(d["a"])
+    return self._single(lambda: a + 1, count=d["ops"])
+  def mlp(self, d: dict[str, Any]) -> Case:
+    torch, F = self.torch, self.torch.nn.functional
+    params = [torch.tensor(q, requires_grad=True) for q in d["params"]]
+    opt = torch.optim.SGD(params, lr=d["lr"])
+    x, y = self.t(d["x"]), torch.from_numpy(d["y"].astype(np.int64))
+    w1, b1, w2, b2, w3, b3 = params
+    def run() -> None:
+      opt.zero_grad()
+      loss = F.cross_entropy(F.relu(F.relu(x @ w1 + b1) @ w2 + b2) @ w3 + b3, y)
+      loss.backward()
+      opt.step()
+    return Case(run, lambda: [p.detach().numpy() - q for p, q in zip(params, d["params"])], calls_before_check=d["steps"])
+  def jit_replay(self, d: dict[str, Any]) -> Case: raise NotApplicable("torch: no comparable replay (the issue measures none)")
+  def first_compile(self, d: dict[str, Any]) -> Case: raise NotApplicable("torch eager compiles nothing")
+
+LOADERS: dict[str, Callable[[], Any]] = {"ours": load_ours, "numpy": NumpyLib, "torch": TorchLib, "tinygrad": load_tinygrad}

@@ -1,0 +1,75 @@
+"""bench/suite.py in --quick mode on the default device: every row is printed, the check catches a wrong result, and a
+missing peer is reported, not raised. Peers are limited to numpy (torch/tinygrad, when installed, are never needed)."""
+from __future__ import annotations
+import importlib.util, io, pathlib, sys
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+@pytest.fixture(scope="module")
+def suite():
+  spec = importlib.util.spec_from_file_location("bench_suite", ROOT / "bench" / "suite.py")
+  assert spec is not None and spec.loader is not None
+  mod = importlib.util.module_from_spec(spec)
+  sys.modules["bench_suite"] = mod   # dataclasses look their module up while the class is built
+  spec.loader.exec_module(mod)
+  return mod
+
+def _table_rows(text: str) -> dict[str, list[str]]:
+  """The table's lines by row key (first column), split on runs of 2+ spaces."""
+  import re
+  lines = text.splitlines()
+  start = next(i for i, l in enumerate(lines) if l.startswith("row "))
+  return {(cols := re.split(r"\s{2,}", l.strip()))[0]: cols for l in lines[start + 2:] if l and not l.startswith(" ") and ":" not in l}
+
+def test_quick_every_row(suite):
+  out = io.StringIO()
+  results = suite.run(quick=True, repeat=1, budget_s=0.0, peers=["numpy"], out=out)
+  text = out.getvalue()
+  rows = _table_rows(text)
+  assert list(rows) == suite.ROW_KEYS, text
+  assert [r.row.key for r in results] == suite.ROW_KEYS
+  for r in results:
+    ours = r.cells["ours"]
+    assert ours.status == "" and ours.value is not None and ours.value > 0, (r.row.key, ours, text)
+    assert ours.first_s is not None and ours.first_s > 0
+  # numpy runs the rows it has, and says n/a for the rest
+  by_key = {r.row.key: r for r in results}
+  for key in ("matmul1024", "matmul2048", "mul_add", "sum", "tiny_op"): assert (by_key[key].cells["numpy"].value or 0) > 0, key
+  for key in ("conv2d", "mlp", "jit_replay", "first_compile"): assert by_key[key].cells["numpy"].status == "n/a", key
+  # the matmul ratio is taken against numpy, and a figure appears for it
+  assert by_key["matmul1024"].ratio == pytest.approx(by_key["matmul1024"].cells["ours"].value / by_key["matmul1024"].cells["numpy"].value)
+  assert rows["matmul1024"][-4].endswith("x"), rows["matmul1024"]
+  assert "machine:" in text and "renderer" in text and "cores" in text
+
+def test_wrong_result_is_caught(suite):
+  out = io.StringIO()
+  results = suite.run(rows=["sum", "tiny_op"], quick=True, repeat=1, budget_s=0.0, peers=["numpy"], wrong={"sum"}, out=out)
+  text = out.getvalue()
+  by_key = {r.row.key: r for r in results}
+  assert by_key["sum"].cells["ours"].status == "WRONG" and by_key["sum"].cells["ours"].value is None
+  assert by_key["sum"].met is False and by_key["sum"].ratio is None
+  assert by_key["tiny_op"].cells["ours"].status == "" and by_key["tiny_op"].cells["ours"].value > 0
+  assert _table_rows(text)["sum"][3] == "WRONG", text
+  assert "sum: ours is WRONG" in text
+  # the command line says so in its exit status
+  assert suite.main(["--quick", "--rows", "sum", "--repeat", "1", "--peers", "", "--inject-wrong", "sum"]) == 1
+
+def test_missing_peer_is_reported(suite, monkeypatch):
+  # None in sys.modules makes `import torch` raise ImportError, as if it were not installed
+  monkeypatch.setitem(sys.modules, "torch", None)
+  monkeypatch.setitem(sys.modules, "tinygrad", None)
+  out = io.StringIO()
+  results = suite.run(rows=["mul_add"], quick=True, repeat=1, budget_s=0.0, peers=["numpy", "torch", "tinygrad"], out=out)
+  text = out.getvalue()
+  assert text.count("torch: - (not installed") == 1 and text.count("tinygrad: - (not installed") == 1, text
+  r = results[0]
+  assert r.cells["torch"].status == "-" and r.cells["tinygrad"].status == "-"
+  assert r.cells["ours"].value and r.cells["numpy"].value
+  # mul_add's target is against torch: without it the ratio is unknown, not a failure
+  assert r.ratio is None and r.met is None
+  assert _table_rows(text)["mul_add"][5:7] == ["-", "-"], text
+
+def test_unknown_row_is_an_error(suite, capsys):
+  with pytest.raises(SystemExit): suite.main(["--rows", "nope"])
+  assert "matmul1024" in capsys.readouterr().err
