@@ -2,6 +2,7 @@
 command-buffer placeholder, its patches host writes (known before submit) or ring patches (timeline values, known at submit)."""
 from __future__ import annotations
 import struct
+from typing import Any
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import graph_rewrite
@@ -20,14 +21,21 @@ def _ins_list(u: UOp, what: str) -> list[UOp]:
   if u.op is Ops.LINEAR and all(x.op is Ops.INS for x in u.src): return list(u.src)
   raise RuntimeError(f"the plugin's pm_lower left {what} as {u.op.name}: every command must become INS (or a LINEAR of INS)")
 
-def encode_submit(s: UOp, ctx: HCQState, pm) -> tuple[UOp, list[UOp]]:
+class EncodeCtx:
+  """What a pm_lower rule gets as ctx: the device's HCQ object (its attributes pass through), plus `device` and `queue`,
+  the submit being encoded (a command's words may depend on its queue: AMD encodes PM4 on COMPUTE and SDMA on COPY)."""
+  def __init__(self, hcq: Any, device: str, queue: str): self.hcq, self.device, self.queue = hcq, device, queue
+  def __getattr__(self, name: str) -> Any: return getattr(self.hcq, name)
+
+def encode_submit(s: UOp, ctx: HCQState, pm: Any) -> tuple[UOp, list[UOp]]:
   dev, q = submit_device(s), submit_queue(s)
+  ectx = EncodeCtx(ctx.hcq_of(dev), dev, q)
   words = bytearray()
   patches: list[tuple[int, UOp]] = []
   kinds: list[tuple[str, int]] = []
   for cmd in s.src[0].src:
     kinds.append((command_kind(cmd), len(words)))
-    for i in _ins_list(graph_rewrite(cmd, pm, ctx.hcq_of(dev), bottom_up=True, name=f"encode {dev}"), command_kind(cmd)):
+    for i in _ins_list(graph_rewrite(cmd, pm, ectx, bottom_up=True, name=f"encode {dev}"), command_kind(cmd)):
       w, offs = i.arg
       if len(w) % 4: raise RuntimeError(f"{dev} {q}: encoded {command_kind(cmd)} is {len(w)} bytes, not a multiple of 4")
       patches += [(len(words) + o, v) for o, v in zip(offs, i.src)]
