@@ -2,7 +2,7 @@
 write pointer (wrapping around), writes the submit-time timeline values into the ring copy, bumps the write pointer, rings
 the doorbell and advances the host timelines. Rendered and compiled by the CPU backend, called with the host buffers."""
 from __future__ import annotations
-import ctypes, hashlib
+import ctypes
 from typing import Any
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops, AxisType
@@ -95,11 +95,9 @@ def compile_submit_program(uops: list[UOp]) -> tuple[str, bytes, Any]:
   from core.device.registry import Device
   cpu = Device["CPU"]
   src0 = cpu.renderer.render("hcq_submit", uops)
-  name = "hcq_submit_" + hashlib.sha256(src0.encode()).hexdigest()[:12]
   if (hit := _programs.get(src0)) is None:
     lib = cpu.compiler.compile_cached(src0)
     hit = _programs[src0] = (src0, lib, cpu.runtime("hcq_submit", lib))
-  _ = name
   return hit
 
 def param_address(buf: UOp, ctx: HCQState) -> int:

@@ -15,7 +15,9 @@ def _exec_device(call: UOp) -> str: return call.src[1].src[1].arg   # the output
 def _compile(ctx: HCQState, call: UOp) -> UOp:
   spec, lib = ctx.compile(call.src[0], _exec_device(call))
   prog = UOp(Ops.PROGRAM, src=(UOp(Ops.DEVICE, arg=_exec_device(call)), UOp(Ops.BINARY, arg=lib)), arg=spec)
-  return call.replace(src=(prog,) + call.src[1:], arg=(tuple(spec.global_size), tuple(spec.local_size), tuple(spec.vars)))
+  # the kernel's parameters are the buffers of the slots it uses, in slot order (the schedule may pass one it never reads)
+  slots = sorted(u.arg for u in spec.uops if u.op is Ops.PARAM)
+  return call.replace(src=(prog,) + tuple(call.src[1 + i] for i in slots), arg=(tuple(spec.global_size), tuple(spec.local_size), tuple(spec.vars)))
 
 def _stage_copy(ctx: HCQState, call: UOp) -> UOp | None:
   # a copy between devices that can't reach each other's memory goes through a staging buffer the plugin provides

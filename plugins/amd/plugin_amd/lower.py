@@ -221,6 +221,10 @@ def queue_of(ctx: Any, cmd: UOp) -> str | None:
   if isinstance(tag, tuple) and tag[0] == "timeline_signal":
     if cmd.op is Ops.STORE: return tag[1]
     queues = tuple(getattr(ctx, "queues", ()))
+    # a wait on another device's signal comes from a copy between the devices, which this device runs on its COPY queue
+    # (wrong only for a kernel overwriting a buffer another device's queue read earlier in the same schedule)
+    if cmd.op is Ops.WAIT and isinstance(dev := getattr(ctx, "device", None), str) and cmd.src[0].src[1].arg != dev:
+      if (copyq := next((q for q in queues if q.startswith("COPY")), None)) is not None: return copyq
     if cmd.op is Ops.WAIT and len(queues) == 2 and tag[1] in queues: return next(q for q in queues if q != tag[1])
   return None
 
