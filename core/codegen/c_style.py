@@ -208,6 +208,8 @@ class CStyleRenderer(Renderer):
     if u.op in (Ops.CONST, Ops.INDEX, Ops.AFTER) or (u.op is Ops.GEP and u.dtype.count == 1): return True
     # loads keep their place in the order of memory accesses; a vector used lane by lane would be repeated per lane
     if u.op is Ops.LOAD or u.dtype.count > 1: return False
+    # MAX repeats its operands in the C text (NaN handling): inlining into it would grow nested maxes exponentially
+    if any(x.op is Ops.MAX for x in users): return False
     return len(users) == 1 and block[users[0]] == block[u]
 
   def _render(self, name: str, uops: list[UOp]) -> str:

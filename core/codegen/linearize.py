@@ -100,13 +100,16 @@ def linearize(sink: UOp) -> list[UOp]:
   return args + [u for u in out if u.op not in (Ops.PARAM, Ops.DEFINE_VAR)]
 
 def finalize(uops: list[UOp]) -> list[UOp]:
-  """Drop ordering-only nodes: AFTER becomes its value, STORE keeps (index, value). Nodes that read through an AFTER
+  """Drop ordering-only nodes: AFTER becomes its value, GROUP its last source, STORE keeps (index, value). Nodes that read through an AFTER
   get their list position as tag, so two reads of one register at different times stay two distinct nodes."""
   sub: dict[UOp, UOp] = {}
   final: list[UOp] = []
   for i, u in enumerate(uops):
     if u.op is Ops.AFTER:
       sub[u] = sub.get(u.src[0], u.src[0])
+      continue
+    if u.op is Ops.GROUP:   # only groups stores (unrolled by the expander) under one END; the order is in the list already
+      sub[u] = sub.get(u.src[-1], u.src[-1])
       continue
     src = tuple(sub.get(s, s) for s in u.src)
     if u.op is Ops.STORE: src = src[:2]

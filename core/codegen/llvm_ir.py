@@ -122,9 +122,10 @@ def _render_store(ctx: LLVMRenderer, x: UOp) -> str:
 
 def _render_range(ctx: LLVMRenderer, x: UOp) -> str:
   k, t, p = ctx.loop_label[x], ctx.ty(x.dtype), f"{ctx[x]}.addr"
-  ctx.allocas.append(f"{p} = alloca {t}")
+  ctx.allocas.append(f"{p} = alloca {t}{ctx.alloca_space()}")
   cmp = ctx.tmp()
-  return (f"store {t} 0, ptr {p}\n  br label %{k}.head\n{ctx.label(k + '.head')}\n  {ctx[x]} = load {t}, ptr {p}\n"
+  pt = ctx.private_ptr()
+  return (f"store {t} 0, {pt} {p}\n  br label %{k}.head\n{ctx.label(k + '.head')}\n  {ctx[x]} = load {t}, {pt} {p}\n"
           f"  {cmp} = icmp slt {t} {ctx[x]}, {ctx[x.src[0]]}\n  br i1 {cmp}, label %{k}.body, label %{k}.exit\n{ctx.label(k + '.body')}")
 
 def _render_end(ctx: LLVMRenderer, x: UOp) -> str:
@@ -132,7 +133,7 @@ def _render_end(ctx: LLVMRenderer, x: UOp) -> str:
   # close the innermost loop first: the one opened last
   for r in sorted((r for r in x.src[1:] if r.op is Ops.RANGE), key=lambda r: -ctx.open_order[r]):
     k, t, n = ctx.loop_label[r], ctx.ty(r.dtype), ctx.tmp()
-    out.append(f"{n} = add {t} {ctx[r]}, 1\n  store {t} {n}, ptr {ctx[r]}.addr\n  br label %{k}.head\n{ctx.label(k + '.exit')}")
+    out.append(f"{n} = add {t} {ctx[r]}, 1\n  store {t} {n}, {ctx.private_ptr()} {ctx[r]}.addr\n  br label %{k}.head\n{ctx.label(k + '.exit')}")
   return "\n  ".join(out)
 
 def _render_vectorize(ctx: LLVMRenderer, x: UOp) -> str:
@@ -160,7 +161,7 @@ llvm_rewrite = PatternMatcher([
   (UPat(Ops.VCONST, name="x"), lambda ctx, x: "<" + ", ".join(f"{ctx.ty(x.dtype.scalar())} {ctx.const(v, x.dtype.scalar())}"
                                                                 for v in x.arg) + ">"),
   (UPat(Ops.DEFINE_REG, name="x"), lambda ctx, x: ctx.allocas.append(f"{ctx[x]} = alloca [{x.dtype.size} x {ctx.mem_ty(x.dtype.base)}], "
-                                                                    f"align {max(16, x.dtype.base.itemsize)}") or ""),
+                                                                    f"align {max(16, x.dtype.base.itemsize)}{ctx.alloca_space()}") or ""),
   (UPat(Ops.DEFINE_LOCAL, name="x"), lambda ctx, x: ctx.render_define_local(x)),
   (UPat(Ops.SPECIAL, name="x"), lambda ctx, x: ctx.render_special(x)),
   (UPat(Ops.BARRIER), lambda ctx: ctx.render_barrier()),
@@ -188,6 +189,7 @@ class LLVMRenderer(Renderer):
   kernel_attrs: str = "nounwind"
   global_addrspace: int = 0            # address space of kernel buffers
   local_addrspace: int = 3             # address space of DEFINE_LOCAL
+  private_addrspace: int = 0           # address space of allocas (DEFINE_REG, loop counters): 5 on amdgcn
   string_rewrite: PatternMatcher = llvm_rewrite
   extra_matcher: PatternMatcher | None = None
 
@@ -205,8 +207,11 @@ class LLVMRenderer(Renderer):
     return self.ty(dt) if dt.scalar() is not dtypes.bool else ("i8" if dt.count == 1 else f"<{dt.count} x i8>")
   def ptr_ty(self, dt: DType) -> str:
     space = self.global_addrspace if not isinstance(dt, PtrDType) or dt.addrspace == AddrSpace.GLOBAL else \
-            self.local_addrspace if dt.addrspace == AddrSpace.LOCAL else 0
+            self.local_addrspace if dt.addrspace == AddrSpace.LOCAL else self.private_addrspace
     return "ptr" if space == 0 else f"ptr addrspace({space})"
+
+  def alloca_space(self) -> str: return f", addrspace({self.private_addrspace})" if self.private_addrspace else ""
+  def private_ptr(self) -> str: return f"ptr addrspace({self.private_addrspace})" if self.private_addrspace else "ptr"
 
   def const(self, v: Any, dt: DType) -> str:
     """A literal of `dt` (a splat for vector dtypes)."""

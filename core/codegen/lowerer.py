@@ -23,12 +23,26 @@ def reduce_identity(op: Ops, dtype: DType) -> UOp:
 def _combine(op: Ops, acc: UOp, x: UOp) -> UOp: return acc + x if op is Ops.ADD else acc * x if op is Ops.MUL else acc.maximum(x)
 
 class LowerCtx:
-  def __init__(self) -> None: self.scopes, self.regs = RangeScopes(), 0
+  def __init__(self, sink: UOp | None = None) -> None:
+    self.scopes, self.regs = RangeScopes(), 0
+    # REDUCEs over the same ranges share one loop (unrolled copies of a register-blocked reduction), so each accumulator is
+    # initialised inside every loop that encloses any of them; else one copy's loop would be hoisted above another's
+    self.enclosing: dict[tuple[UOp, ...], frozenset[UOp]] = {}
+    live: dict[UOp, frozenset[UOp]] = {}
+    for u in (sink.toposort() if sink is not None else ()):
+      # like RangeScopes, but a REDUCE closes its own ranges (it is not lowered to an END yet)
+      lv = frozenset().union(*(live[x] for x in u.src)) if u.src else frozenset()
+      if u.op is Ops.RANGE: lv = lv | {u}
+      elif u.op in (Ops.END, Ops.REDUCE): lv = lv - set(u.src[1:])
+      live[u] = lv
+      if u.op is Ops.REDUCE:
+        key = u.src[1:]
+        self.enclosing[key] = self.enclosing.get(key, frozenset()) | (live[u.src[0]] - set(key))
 
 def lower_reduce(ctx: LowerCtx, red: UOp) -> UOp:
   """REDUCE(v, *ranges) -> a register initialised inside the enclosing loops, updated in the reduce loops, read after."""
   v, rngs = red.src[0], red.src[1:]
-  outer = sorted(ctx.scopes(v) - set(rngs), key=lambda r: r.arg)
+  outer = sorted((ctx.scopes(v) - set(rngs)) | ctx.enclosing.get(rngs, frozenset()), key=lambda r: r.arg)
   acc = UOp(Ops.DEFINE_REG, red.dtype.ptr(1, AddrSpace.REG), (), ctx.regs)
   ctx.regs += 1
   zero = UOp.const(dtypes.index, 0)
@@ -40,10 +54,16 @@ def lower_reduce(ctx: LowerCtx, red: UOp) -> UOp:
 
 pm_lower_reduce = PatternMatcher([(UPat(Ops.REDUCE, name="red"), lower_reduce)], name="lower reduce")
 
-def map_globals(sink: UOp, global_max: tuple[int, ...] | None) -> tuple[UOp, tuple[int, ...]]:
-  """Output loops become hardware thread ids (gidx0 is the innermost loop); returns the new sink and the launch size."""
+def map_globals(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0) -> tuple[UOp, tuple[int, ...]]:
+  """Output loops become hardware thread ids (gidx0 is the innermost loop); returns the new sink and the launch size.
+  With a thread pool (`threads` > 0) only GLOBAL ranges (thread blocks chosen by the optimizer) become ids; the other
+  loops stay loops inside each block."""
+  if threads > 0:
+    global_max = (2 ** 31 - 1,)
+    kinds: tuple[AxisType, ...] = (AxisType.GLOBAL,)
+  else: kinds = (AxisType.LOOP, AxisType.GLOBAL)
   if not global_max: return sink, (1, 1, 1)
-  loops = sorted({u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)}, key=lambda r: r.arg)
+  loops = sorted({u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] in kinds}, key=lambda r: r.arg)
   if not loops: return sink, (1, 1, 1)
   ndim = len(global_max)
   # too many loops for the hardware dims: the outer ones share one id, split back with div/mod
@@ -58,11 +78,12 @@ def map_globals(sink: UOp, global_max: tuple[int, ...] | None) -> tuple[UOp, tup
     for r in reversed(grp):
       sub[r] = sp if len(grp) == 1 else (sp // stride) % r.src[0].arg
       stride *= r.src[0].arg
-  ends = {u: u.src[0] for u in sink.toposort() if u.op is Ops.END and u.src[1] in sub}
-  # drop the ENDs of loops that became thread ids, then replace the ranges
+  # drop the ENDs of loops that became thread ids (wherever they sit in a chain), then replace the ranges
   def strip(u: UOp) -> UOp:
-    while u in ends: u = ends[u]
-    return u
+    if u.op is not Ops.END: return u
+    inner = strip(u.src[0])
+    keep = tuple(r for r in u.src[1:] if r not in sub)
+    return inner.end(*keep) if keep else inner
   new = sink.replace(src=tuple(strip(s) for s in sink.src))
   return new.substitute(sub), tuple(launch + [1] * (3 - len(launch)))
 
@@ -73,7 +94,7 @@ def lower_index_dtype(sink: UOp) -> UOp:
   dt = dtypes.int64 if big else dtypes.int32
   return graph_rewrite(sink, PatternMatcher([(UPat(dtype=dtypes.index, name="x"), lambda x: x.replace(dtype=dt))]), name="index dtype")
 
-def lower_kernel(sink: UOp, global_max: tuple[int, ...] | None) -> tuple[UOp, tuple[int, ...]]:
-  sink = graph_rewrite(sink, pm_lower_reduce, LowerCtx(), name="lower reduce")
-  sink, gsize = map_globals(sink, global_max)
+def lower_kernel(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0) -> tuple[UOp, tuple[int, ...]]:
+  sink = graph_rewrite(sink, pm_lower_reduce, LowerCtx(sink), name="lower reduce")
+  sink, gsize = map_globals(sink, global_max, threads)
   return lower_index_dtype(sink), gsize

@@ -39,10 +39,14 @@ def _estimate(uops: list[UOp], threads: int = 1) -> dict[str, int]:
       if isinstance(base.dtype, PtrDType) and base.op is Ops.PARAM: mem += trips[-1] * (u.dtype if u.op is Ops.LOAD else u.src[1].dtype).itemsize
   return {"ops": ops, "mem": mem}
 
-def get_program(ast: UOp, renderer: Any) -> ProgramSpec:
-  """Lower the kernel `ast` (a SINK whose arg is the kernel name) and render it with `renderer`."""
+def get_program(ast: UOp, renderer: Any, optimize: bool = True) -> ProgramSpec:
+  """Optimize (unless `optimize` is False: the AST already carries its opts), lower the kernel `ast` (a SINK whose arg is the
+  kernel name) and render it with `renderer`."""
   name = ast.arg or "kernel"
-  sink, gsize = lower_kernel(ast, getattr(renderer, "global_max", None))
+  from core.codegen.opt import optimize as optimize_kernel
+  from core.codegen.opt.expander import expand_kernel
+  sink = expand_kernel(optimize_kernel(ast, renderer) if optimize else ast, vectorize=getattr(renderer, "supports_float4", False))
+  sink, gsize = lower_kernel(sink, getattr(renderer, "global_max", None), getattr(renderer, "threads", 0))
   if dtypes.bfloat16 not in renderer.supported_dtypes and any(u.dtype.base is dtypes.bfloat16 for u in sink.toposort()):
     from core.codegen.decompose import pm_emulate_bf16
     sink = graph_rewrite(sink, pm_emulate_bf16, name="emulate bf16")

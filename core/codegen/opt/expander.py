@@ -1,0 +1,184 @@
+"""UPCAST/UNROLL axes become registers: one chosen axis becomes the lanes of vector values (vector loads, stores, ALU and
+accumulators), the others are unrolled into copies of the code; reductions over register axes are summed in registers."""
+from __future__ import annotations
+import itertools
+from typing import Any
+from core.ir.dtype import dtypes, DType, PtrDType
+from core.ir.ops import UOp, Ops, AxisType
+from core.ir.pattern import graph_rewrite
+from core.codegen.opt.kernel import REGISTER_AXES, range_size
+
+# element types whose vectors every renderer we have loads and stores directly (bool is i1 in LLVM registers, a byte in memory)
+VECTOR_MEM_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64})
+
+# element types every renderer computes on in vectors (lane by lane where it has no vector op); half/bf16/fp8 are decomposed
+# or emulated after this pass, which expects scalars
+VECTOR_SAFE_DTYPES = VECTOR_MEM_DTYPES | frozenset({dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.index,
+                                                    dtypes.void})
+
+def _simplify(u: UOp) -> UOp:
+  from core.ir.symbolic import symbolic
+  return graph_rewrite(u, symbolic, name="simplify expanded index")
+
+def _combine(op: Ops, xs: list[UOp]) -> UOp:
+  # a balanced tree: independent adds, so the unrolled partial sums don't wait on each other
+  while len(xs) > 1:
+    xs = [(a + b if op is Ops.ADD else a * b if op is Ops.MUL else a.maximum(b)) for a, b in zip(xs[0::2], xs[1::2])] + \
+         ([xs[-1]] if len(xs) % 2 else [])
+  return xs[0]
+
+def contiguous_offset(idx: UOp, v: UOp) -> UOp | None:
+  """idx - v when idx is `v + (terms not using v)`, else None (then lanes of v are not neighbours in memory)."""
+  from core.ir.symbolic import split_sum, _build_sum
+  if (parts := split_sum(idx)) is None: return None
+  terms, const = parts
+  with_v = [(t, c) for t, c in terms if v in t.toposort()]
+  if len(with_v) != 1 or with_v[0] != (v, 1): return None
+  return _build_sum(idx, [(t, c) for t, c in terms if t is not v], const)
+
+class Expander:
+  """Rewrites a kernel whose register axes are `unrolled` (copied per value) and `vec` (lanes of vector dtypes, or None)."""
+  def __init__(self, unrolled: list[UOp], vec: UOp | None):
+    self.unrolled, self.vec = unrolled, vec
+    self.width = range_size(vec) if vec is not None else 1
+    self.regs = frozenset(unrolled) | ({vec} if vec is not None else set())
+    self.memo: dict[tuple[UOp, tuple], UOp] = {}
+    self._deps: dict[UOp, frozenset[UOp]] = {}
+    self._mem: dict[UOp, bool] = {}
+
+  def deps(self, u: UOp) -> frozenset[UOp]:
+    """The register axes u depends on (walked without recursion: kernels can be deep)."""
+    if (hit := self._deps.get(u)) is not None: return hit
+    for x in u.toposort(gate=lambda x: x not in self._deps):
+      if x in self._deps: continue
+      self._deps[x] = (frozenset({x}) & self.regs) if x.op is Ops.RANGE else frozenset().union(*(self._deps[s] for s in x.src))
+    return self._deps[u]
+
+  def has_mem(self, u: UOp) -> bool:
+    if (hit := self._mem.get(u)) is not None: return hit
+    for x in u.toposort(gate=lambda x: x not in self._mem):
+      if x not in self._mem: self._mem[x] = x.op in (Ops.LOAD, Ops.REDUCE, Ops.STORE) or any(self._mem[s] for s in x.src)
+    return self._mem[u]
+
+  def sub(self, u: UOp, env: dict[UOp, int], lane: int | None = None) -> UOp:
+    """u with the register axes set to constants (the vector axis to `lane`, or kept when None), simplified."""
+    m = {r: UOp.const(dtypes.index, v) for r, v in env.items() if r in self.deps(u)}
+    if lane is not None and self.vec is not None: m[self.vec] = UOp.const(dtypes.index, lane)
+    return _simplify(u.substitute(m)) if m else u
+
+  def bcast(self, x: UOp) -> UOp: return x if x.dtype.count > 1 or self.width == 1 else UOp.vectorize(*([x] * self.width))
+
+  def __call__(self, u: UOp, env: dict[UOp, int]) -> UOp:
+    d = self.deps(u)
+    if not d: return u
+    key = (u, tuple(sorted((r.arg[0], v) for r, v in env.items() if r in d)))
+    if (hit := self.memo.get(key)) is None: hit = self.memo[key] = self._expand(u, env)
+    return hit
+
+  def _expand(self, u: UOp, env: dict[UOp, int]) -> UOp:
+    op, vec = u.op, self.vec
+    if op is Ops.RANGE:
+      if u in env: return UOp.const(dtypes.index, env[u])
+      raise RuntimeError(f"expander: the vector axis {u.arg} is used outside index math")
+    if op is Ops.SINK: return u.replace(src=tuple(self(s, env) for s in u.src))
+    if op is Ops.END: return self._end(u, env)
+    if op is Ops.REDUCE: return self._reduce(u, env)
+    if op is Ops.LOAD: return self._load(u, env)
+    if op is Ops.STORE: return self._store(u, env)
+    if vec is not None and vec in self.deps(u) and not self.has_mem(u):
+      # pure math on the vector axis (an arange, a mask): one scalar expression per lane
+      return UOp.vectorize(*[self.sub(u, env, k) for k in range(self.width)])
+    srcs = [self(s, env) for s in u.src]
+    if any(s.dtype.count > 1 for s in srcs):
+      srcs = [self.bcast(s) for s in srcs]
+      return u.replace(src=tuple(srcs), dtype=u.dtype.vec(self.width))
+    return _simplify(u.replace(src=tuple(srcs))) if u.dtype is dtypes.index or u.dtype is dtypes.bool else u.replace(src=tuple(srcs))
+
+  def _combos(self, rngs: list[UOp]) -> list[dict[UOp, int]]:
+    sizes = [range(range_size(r) or 1) for r in rngs]
+    return [dict(zip(rngs, vals)) for vals in itertools.product(*sizes)]
+
+  def _end(self, u: UOp, env: dict[UOp, int]) -> UOp:
+    closed = [r for r in u.src[1:] if r in self.unrolled]
+    bodies = [self(u.src[0], {**env, **c}) for c in self._combos(closed)]
+    body = bodies[0] if len(bodies) == 1 else UOp(Ops.GROUP, dtypes.void, tuple(bodies))
+    rest = [r for r in u.src[1:] if r not in self.regs]
+    return body.end(*rest) if rest else body
+
+  def _reduce(self, u: UOp, env: dict[UOp, int]) -> UOp:
+    rngs = u.src[1:]
+    closed = [r for r in rngs if r in self.unrolled]
+    parts = [self(u.src[0], {**env, **c}) for c in self._combos(closed)]
+    if any(p.dtype.count > 1 for p in parts): parts = [self.bcast(p) for p in parts]
+    val = _combine(u.arg, parts)
+    rest = [r for r in rngs if r not in self.regs]
+    red = val.reduce(*rest, op=u.arg) if rest else val
+    if self.vec in rngs:
+      # a vector accumulator over the lanes of the vector axis: fold its lanes after the loop
+      if red.dtype.count == 1: red = self.bcast(red)
+      return _combine(u.arg, [red.gep(k) for k in range(self.width)])
+    return red
+
+  def _mem_index(self, idx: UOp, env: dict[UOp, int], dt: DType) -> tuple[str, Any]:
+    """How to access memory through INDEX `idx`: ("scalar", index), ("vector", index of lane 0) or ("lanes", [index per lane])."""
+    buf, rest = idx.src[0], idx.src[1:]
+    if self.vec is None or self.vec not in self.deps(idx):
+      return "scalar", idx.replace(src=(buf,) + tuple(self.sub(s, env) if not self.has_mem(s) else self(s, env) for s in rest))
+    i, valid = self.sub(rest[0], env), (self.sub(rest[1], env) if len(rest) > 1 else None)
+    if dt.scalar() in VECTOR_MEM_DTYPES and (valid is None or self.vec not in valid.toposort()) and not self.has_mem(idx) \
+       and (base := contiguous_offset(i, self.vec)) is not None:
+      return "vector", idx.replace(src=(buf, base) + ((valid,) if valid is not None else ()))
+    return "lanes", [idx.replace(src=(buf,) + tuple(self.sub(s, env, k) for s in rest)) for k in range(self.width)]
+
+  def _load(self, u: UOp, env: dict[UOp, int]) -> UOp:
+    kind, idx = self._mem_index(u.src[0], env, u.dtype)
+    alt = [self(s, env) for s in u.src[1:]]
+    if kind == "scalar":
+      if alt and alt[0].dtype.count > 1: raise RuntimeError("expander: a scalar load with a vector alternative")
+      return u.replace(src=(idx, *alt))
+    if kind == "vector":
+      vdt = u.dtype.vec(self.width)
+      if len(idx.src) > 2: alt = [self.bcast(alt[0]) if alt else UOp.const(vdt, 0)]
+      return UOp(Ops.LOAD, vdt, (idx, *[self.bcast(a) for a in alt]))
+    return UOp.vectorize(*[UOp(Ops.LOAD, u.dtype, (ix, *[a.gep(k) if a.dtype.count > 1 else a for a in alt])) for k, ix in enumerate(idx)])
+
+  def _store(self, u: UOp, env: dict[UOp, int]) -> UOp:
+    val = self(u.src[1], env)
+    kind, idx = self._mem_index(u.src[0], env, u.src[1].dtype)
+    if kind == "scalar":
+      if val.dtype.count > 1: raise RuntimeError("expander: a vector value stored to one address")
+      return u.replace(src=(idx, val) + u.src[2:])
+    if kind == "vector": return UOp(Ops.STORE, dtypes.void, (idx, self.bcast(val)))
+    return UOp(Ops.GROUP, dtypes.void, tuple(UOp(Ops.STORE, dtypes.void, (ix, val.gep(k) if val.dtype.count > 1 else val))
+                                             for k, ix in enumerate(idx)))
+
+def pick_vector_axis(sink: UOp, regs: list[UOp]) -> UOp | None:
+  """The register axis (power-of-two size) along which the most loads/stores touch neighbouring elements (ties: the innermost)."""
+  best: tuple[int, Any] | None = None
+  choice = None
+  mem = [u for u in sink.toposort() if u.op in (Ops.LOAD, Ops.STORE)]
+  for r in regs:
+    n = range_size(r)
+    if n is None or n < 2 or n & (n - 1): continue   # vector types have a power-of-two number of lanes
+    others = {x: UOp.const(dtypes.index, 0) for x in regs if x is not r}
+    score = 0
+    for m in mem:
+      idx = m.src[0]
+      if idx.op is not Ops.INDEX or r not in idx.src[1].toposort(): continue
+      dt = m.dtype if m.op is Ops.LOAD else m.src[1].dtype
+      i = _simplify(idx.src[1].substitute(others)) if others else idx.src[1]
+      if dt.scalar() in VECTOR_MEM_DTYPES and contiguous_offset(i, r) is not None: score += 2 if m.op is Ops.STORE else 1
+    key = (score, r.arg[1] is AxisType.UPCAST, r.arg[0])
+    if score > 0 and (best is None or key > best): best, choice = key, r
+  return choice
+
+def expand_kernel(sink: UOp, vectorize: bool = True) -> UOp:
+  """Remove every UPCAST/UNROLL range: the vector axis (if `vectorize`) becomes vector lanes, the rest unrolled copies."""
+  regs = sorted({u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] in REGISTER_AXES and range_size(u) is not None},
+                key=lambda r: r.arg[0])
+  if not regs: return sink
+  if vectorize and any(u.dtype.scalar() not in VECTOR_SAFE_DTYPES for u in sink.toposort() if not isinstance(u.dtype, PtrDType)):
+    vectorize = False
+  vec = pick_vector_axis(sink, regs) if vectorize else None
+  ex = Expander([r for r in regs if r is not vec], vec)
+  return ex(sink, {})

@@ -1,0 +1,94 @@
+"""Hand-coded optimizations: register blocking for matmul/conv, SIMD-width vectors along the contiguous axis, thread blocks."""
+from __future__ import annotations
+from typing import Any
+from core.ir.ops import UOp, Ops, AxisType
+from core.helpers import prod
+from core.codegen.opt.kernel import Kernel, Opt, OptOps, KernelOptError, range_size
+from core.codegen.opt.expander import contiguous_offset, VECTOR_MEM_DTYPES
+
+# matmul register block, measured on a 2-core AVX-512 host: 2 vectors along the contiguous output axis x 4 rows, no reduce
+# unroll (it only added code), and the reused axis's loop outside the other's so a panel of the second input stays in cache
+MM_J2, MM_I, MM_K, MM_SWAP = 2, 4, 1, True
+MIN_THREADED_WORK = 1 << 15   # iterations below which a kernel runs on one thread: dispatching blocks costs more
+
+def simd_lanes(renderer: Any, itemsize: int) -> int:
+  """Elements of `itemsize` bytes per SIMD register (Renderer.simd_width is in bytes; unknown means 16 with vector support)."""
+  width = getattr(renderer, "simd_width", 1)
+  if width <= 1: width = 16 if getattr(renderer, "supports_float4", False) else 0
+  return max(1, width // itemsize)
+
+def _try(k: Kernel, *opts: Opt) -> Kernel:
+  """k with all of `opts` applied, or k unchanged when one does not fit."""
+  try:
+    for o in opts: k = k.apply(o)
+  except KernelOptError: pass
+  return k
+
+def _pick_amt(n: int | None, wants: tuple[int, ...]) -> int:
+  return next((a for a in wants if n is not None and 2 <= a <= n and n % a == 0), 0)
+
+def _loads(k: Kernel) -> list[UOp]: return [u for u in k.ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
+
+def _contiguous_in(k: Kernel, r: UOp, mem: list[UOp]) -> bool:
+  return any(contiguous_offset(m.src[0].src[1], r) is not None for m in mem if r in m.src[0].src[1].toposort())
+
+def _pos(k: Kernel, r: UOp) -> int: return k.axes.index(r)
+def _same(k: Kernel, r: UOp) -> UOp:
+  """The axis of k that kept r's id (its outer part after a split)."""
+  return next(x for x in k.axes if x.arg[0] == r.arg[0])
+
+def _block_count(n: int, threads: int) -> int:
+  """Thread blocks for a loop of n: a multiple of `threads` dividing n, about 4 per thread; the loop itself when small."""
+  if n <= 4 * threads: return n
+  for want in range(4 * threads, threads - 1, -threads):
+    if n % want == 0: return want
+  return n if n <= 64 * threads else next((b for b in range(4 * threads, 1, -1) if n % b == 0), n)
+
+def hand_coded(k: Kernel) -> Kernel:
+  rnd = k.renderer
+  stores = [u for u in k.ast.toposort() if u.op is Ops.STORE]
+  if len(stores) != 1 or stores[0].src[0].op is not Ops.INDEX: return k
+  st = stores[0]
+  vec_ok = getattr(rnd, "supports_float4", False) and st.src[1].dtype.scalar() in VECTOR_MEM_DTYPES
+  lanes = simd_lanes(rnd, st.src[1].dtype.itemsize) if vec_ok else 1
+  outs = [r for r in k.of_type(AxisType.LOOP) if range_size(r) is not None]
+  reds = [r for r in k.of_type(AxisType.REDUCE) if range_size(r) is not None]
+  loads = _loads(k)
+  store_idx = st.src[0].src[1]
+  contig_out = next((r for r in reversed(outs) if contiguous_offset(store_idx, r) is not None), None)
+  if vec_ok or getattr(rnd, "threads", 0):
+    if reds and contig_out is not None:
+      # register blocking: the contiguous output axis in vector registers, a second output axis that some input does not
+      # depend on (so each of its loads is reused across that axis) unrolled, and the reduce unrolled a little
+      other = next((r for r in reversed(outs) if r is not contig_out and any(r not in ld.toposort() for ld in loads)), None)
+      reused = any(contig_out not in ld.toposort() for ld in loads)
+      if amt_j := _pick_amt(range_size(contig_out), (lanes, 8, 4, 2)):
+        k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt_j))
+        # a second vector register along the same axis: more independent accumulators (the expander unrolls it)
+        if reused and amt_j == lanes and (j2 := _pick_amt(range_size(_same(k, contig_out)), (MM_J2,))):
+          k = _try(k, Opt(OptOps.UPCAST, _pos(k, _same(k, contig_out)), j2))
+      if other is not None and (amt_i := _pick_amt(range_size(other), (MM_I, 4, 3, 2))):
+        k = _try(k, Opt(OptOps.UPCAST, _pos(k, _same(k, other)), amt_i))
+      if other is not None and MM_SWAP:
+        # the reused axis outermost: the block of the other input its loads touch stays in cache while it is reused
+        a, b = _same(k, other), _same(k, contig_out)
+        if a.arg[0] < b.arg[0]: k = _try(k, Opt(OptOps.SWAP, _pos(k, a), _pos(k, b)))
+      red = next((r for r in k.of_type(AxisType.REDUCE) if range_size(r) is not None), None)
+      if red is not None and (amt_k := _pick_amt(range_size(red), (MM_K, 2))) and range_size(red) >= 16:  # type: ignore[operator]
+        k = _try(k, Opt(OptOps.UNROLL, _pos(k, red), amt_k))
+    elif reds:
+      # a reduction along memory: vector partial sums over the contiguous reduce axis, folded after the loop
+      red = next((r for r in reversed(reds) if _contiguous_in(k, r, loads)), None)
+      if red is not None and (amt := _pick_amt(range_size(red), (4 * lanes, 2 * lanes, lanes, 4, 2))):
+        k = _try(k, Opt(OptOps.UNROLL, _pos(k, red), amt))
+    elif contig_out is not None:
+      if amt := _pick_amt(range_size(contig_out), (2 * lanes, lanes, 4, 2)): k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt))
+  threads = getattr(rnd, "threads", 0)
+  work = prod(range_size(r) or 1 for r in k.axes)
+  if threads > 0 and work >= MIN_THREADED_WORK:
+    loops = [r for r in k.of_type(AxisType.LOOP) if (range_size(r) or 0) >= 2]
+    if loops:
+      n = range_size(loops[0])
+      assert n is not None
+      k = _try(k, Opt(OptOps.THREAD, _pos(k, loops[0]), _block_count(n, threads)))
+  return k

@@ -1,0 +1,141 @@
+"""A kernel AST seen as axes with roles, and the optimizer's actions (Opt), each applied as a rewrite of the AST."""
+from __future__ import annotations
+import enum
+from dataclasses import dataclass
+from typing import Any
+from core.ir.ops import UOp, Ops, AxisType
+from core.helpers import prod
+
+class OptOps(enum.Enum):
+  """UPCAST/UNROLL split an output/reduce axis and expand the inner part into registers; THREAD splits an output axis into
+  blocks run by the renderer's thread pool (GLOBAL); LOCAL makes a workgroup axis (renderers with locals); SWAP exchanges the
+  nesting of two loops (`amt` is the other axis); NOOP does nothing."""
+  UPCAST = "UPCAST"; UNROLL = "UNROLL"; THREAD = "THREAD"; LOCAL = "LOCAL"; GROUP = "GROUP"; SWAP = "SWAP"; NOOP = "NOOP"  # noqa: E702
+
+@dataclass(frozen=True)
+class Opt:
+  """One action: `axis` indexes Kernel.axes of the kernel it is applied to; `amt` is the split size (0: the whole axis)."""
+  op: OptOps
+  axis: int = 0
+  amt: int = 0
+  def to_json(self) -> list[Any]: return [self.op.value, self.axis, self.amt]
+  @staticmethod
+  def from_json(x: list[Any]) -> Opt: return Opt(OptOps(x[0]), int(x[1]), int(x[2]))
+
+class KernelOptError(ValueError):
+  """An Opt that does not apply to this kernel (BEAM skips these candidates)."""
+
+# loop nesting, outermost first: thread blocks, workgroups, output loops, reductions; register axes disappear when expanded
+AXIS_RANK = {AxisType.GLOBAL: 0, AxisType.LOCAL: 1, AxisType.OUTER: 2, AxisType.LOOP: 3, AxisType.GROUP_REDUCE: 4, AxisType.REDUCE: 5,
+             AxisType.UPCAST: 6, AxisType.UNROLL: 7}
+OUTPUT_AXES = (AxisType.GLOBAL, AxisType.LOCAL, AxisType.LOOP, AxisType.UPCAST)
+REGISTER_AXES = (AxisType.UPCAST, AxisType.UNROLL)
+MAX_REGISTER_ELEMS = 1024  # product of UPCAST/UNROLL sizes: more unrolls into code too large to compile quickly
+
+def axis_key(r: UOp) -> tuple[int, Any]: return (AXIS_RANK[r.arg[1]], r.arg[0])
+def range_size(r: UOp) -> int | None: return r.src[0].arg if r.src[0].op is Ops.CONST else None
+
+class Kernel:
+  """The axes (RANGE nodes) of a kernel AST with their sizes and roles. `apply` returns a new Kernel: ASTs are immutable."""
+  def __init__(self, ast: UOp, renderer: Any = None, applied: tuple[Opt, ...] = ()):
+    if ast.op is not Ops.SINK: raise TypeError(f"Kernel needs a kernel SINK, got {ast.op.name}")
+    self.ast, self.renderer, self.applied = ast, renderer, applied
+    self.axes: list[UOp] = sorted({u for u in ast.toposort() if u.op is Ops.RANGE}, key=axis_key)
+
+  def types(self) -> list[AxisType]: return [r.arg[1] for r in self.axes]
+  def sizes(self) -> list[int | None]: return [range_size(r) for r in self.axes]
+  def of_type(self, *ts: AxisType) -> list[UOp]: return [r for r in self.axes if r.arg[1] in ts]
+  def register_elems(self) -> int: return prod(range_size(r) or 1 for r in self.of_type(*REGISTER_AXES))
+  def __repr__(self) -> str:
+    return f"Kernel({self.ast.arg}: " + ", ".join(f"{r.arg[1].name}{range_size(r) or '?'}" for r in self.axes) + ")"
+
+  def apply(self, opt: Opt) -> Kernel:
+    """The kernel with `opt` applied; KernelOptError when it does not fit."""
+    if opt.op is OptOps.NOOP: return Kernel(self.ast, self.renderer, self.applied + (opt,))
+    if not 0 <= opt.axis < len(self.axes): raise KernelOptError(f"{opt}: kernel {self.ast.arg} has {len(self.axes)} axes")
+    r = self.axes[opt.axis]
+    if opt.op is OptOps.SWAP:
+      if not (0 <= opt.amt < len(self.axes)) or opt.amt == opt.axis: raise KernelOptError(f"{opt}: no other axis {opt.amt}")
+      o = self.axes[opt.amt]
+      if r.arg[1] is not AxisType.LOOP or o.arg[1] is not AxisType.LOOP: raise KernelOptError(f"{opt}: SWAP needs two LOOP axes")
+      # loops nest by id within a role: exchanging the ids exchanges the nesting, the iteration space stays the same
+      ast = rebuild(rebuild(self.ast, {r: (r.replace(arg=(-1, r.arg[1])),)}), {o: (o.replace(arg=r.arg),)})
+      ast = rebuild(ast, {r.replace(arg=(-1, r.arg[1])): (r.replace(arg=o.arg),)})
+      return Kernel(ast, self.renderer, self.applied + (opt,))
+    kind, n = r.arg[1], range_size(r)
+    if n is None: raise KernelOptError(f"{opt}: axis {opt.axis} has a symbolic size")
+    amt = opt.amt or n
+    if amt < 2: raise KernelOptError(f"{opt}: a split of {amt} changes nothing (axis size {n})")
+    if n % amt: raise KernelOptError(f"{opt}: {amt} does not divide the axis size {n}")
+    rnd = self.renderer
+    if opt.op is OptOps.UPCAST:
+      if kind not in (AxisType.LOOP, AxisType.GLOBAL, AxisType.LOCAL): raise KernelOptError(f"{opt}: UPCAST needs an output axis, not {kind.name}")
+      ast = split_axis(self.ast, r, amt, AxisType.UPCAST)
+    elif opt.op is OptOps.UNROLL:
+      if kind not in (AxisType.REDUCE, AxisType.GROUP_REDUCE): raise KernelOptError(f"{opt}: UNROLL needs a reduce axis, not {kind.name}")
+      ast = split_axis(self.ast, r, amt, AxisType.UNROLL)
+    elif opt.op is OptOps.THREAD:
+      if not getattr(rnd, "threads", 0): raise KernelOptError(f"{opt}: the renderer has no thread pool (threads=0)")
+      if kind is not AxisType.LOOP: raise KernelOptError(f"{opt}: THREAD needs a LOOP axis, not {kind.name}")
+      if self.of_type(AxisType.GLOBAL): raise KernelOptError(f"{opt}: the kernel is already split into thread blocks")
+      ast = split_axis(self.ast, r, amt, AxisType.GLOBAL, outer=True)
+    elif opt.op is OptOps.LOCAL:
+      if not getattr(rnd, "has_local", False): raise KernelOptError(f"{opt}: the renderer has no local (workgroup) ids")
+      if kind not in (AxisType.LOOP, AxisType.GLOBAL): raise KernelOptError(f"{opt}: LOCAL needs an output axis, not {kind.name}")
+      ast = split_axis(self.ast, r, amt, AxisType.LOCAL)
+    else: raise KernelOptError(f"{opt}: {opt.op.name} is not supported yet (needs shared-memory reductions)")
+    k = Kernel(ast, rnd, self.applied + (opt,))
+    if k.register_elems() > MAX_REGISTER_ELEMS: raise KernelOptError(f"{opt}: {k.register_elems()} register elements > {MAX_REGISTER_ELEMS}")
+    return k
+
+def apply_opts(ast: UOp, opts: list[Opt] | tuple[Opt, ...], renderer: Any = None) -> UOp:
+  k = Kernel(ast, renderer)
+  for o in opts: k = k.apply(o)
+  return k.ast
+
+def split_axis(ast: UOp, r: UOp, amt: int, kind: AxisType, outer: bool = False) -> UOp:
+  """Replace RANGE r (size n) by two ranges: `amt` of role `kind` and n/amt keeping r's role. `outer=False` puts the new
+  range inside (r = r_out*amt + r_new), `outer=True` outside (r = r_new*(n/amt) + r_in): blocks of consecutive iterations.
+  When amt is the whole axis the range just changes role."""
+  n = range_size(r)
+  assert n is not None
+  new_id = max(u.arg[0] for u in ast.toposort() if u.op is Ops.RANGE) + 1
+  if amt == n: return rebuild(ast, {r: (UOp.range(n, r.arg[0], kind),)})
+  new = UOp.range(amt, new_id, kind)
+  keep = UOp.range(n // amt, r.arg[0], r.arg[1])
+  expr = keep * amt + new if not outer else new * (n // amt) + keep
+  return rebuild(ast, {r: (keep, new)}, expr)
+
+def rebuild(ast: UOp, split: dict[UOp, tuple[UOp, ...]], expr: UOp | None = None) -> UOp:
+  """Substitute each old range by its new ranges: in END and REDUCE sources the list of ranges, elsewhere the index
+  expression `expr` (or the single new range). Index math is simplified, and the END chains re-nested (canonical order)."""
+  from core.ir.symbolic import symbolic
+  from core.ir.pattern import graph_rewrite
+  (old, news), = split.items()
+  val = expr if expr is not None else news[0]
+  done: dict[UOp, UOp] = {old: val}
+  for u in ast.toposort(gate=lambda u: u not in done):
+    if u in done: continue
+    if u.op in (Ops.END, Ops.REDUCE):
+      rng = tuple(x for s in u.src[1:] for x in (news if s is old else (done[s],)))
+      new_src = (done[u.src[0]],) + rng
+    else: new_src = tuple(done[s] for s in u.src)
+    done[u] = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)
+  out = done[ast]
+  # the index math of loads and stores: fold the new products and sums
+  idx_nodes = {u for u in out.toposort() if u.op is Ops.INDEX}
+  sub = {u: u.replace(src=(u.src[0],) + tuple(graph_rewrite(s, symbolic, name="simplify index") for s in u.src[1:])) for u in idx_nodes}
+  out = out.substitute(sub) if sub else out
+  return nest_ends(out)
+
+def nest_ends(sink: UOp) -> UOp:
+  """Every STORE's END chain rebuilt with one range per END, outermost first by (role, id)."""
+  srcs = []
+  for s in sink.src:
+    rngs: list[UOp] = []
+    while s.op is Ops.END:
+      rngs.extend(s.src[1:])
+      s = s.src[0]
+    for r in sorted(rngs, key=axis_key, reverse=True): s = s.end(r)
+    srcs.append(s)
+  return sink.replace(src=tuple(srcs))
