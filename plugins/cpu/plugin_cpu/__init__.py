@@ -22,6 +22,27 @@ def make_llvm(arch: str | None = None) -> tuple[Any, Any]:
   from plugin_cpu.compiler import LLVMCompiler
   return CPULLVMRenderer(), LLVMCompiler()
 
+def _is_cpu(device: str) -> bool: return device.split(":")[0].upper() == "CPU"
+
+# the HCQ rules live in plugin_cpu.hcq, imported only when core's HCQ pipeline asks for them
+@hookimpl
+def core_pm_prep_program(device: str) -> Any:
+  if not _is_cpu(device): return None
+  from plugin_cpu.hcq import pm_prep_program
+  return pm_prep_program
+
+@hookimpl
+def core_pm_lower(device: str) -> Any:
+  if not _is_cpu(device): return None
+  from plugin_cpu.hcq import pm_lower
+  return pm_lower
+
+@hookimpl
+def core_pm_bufferize(device: str) -> Any:
+  if not _is_cpu(device): return None
+  from plugin_cpu.hcq import pm_bufferize
+  return pm_bufferize
+
 @hookimpl
 def core_plugin_info() -> dict[str, Any]: return {"name": "cpu", "version": __version__, "api": (1, 0)}
 
@@ -30,4 +51,4 @@ def core_devices() -> list[DeviceSpec]:
   # C is the default: bench/renderers.py measured its kernels faster (matmul 256: 6.8 ms vs 28 ms for LLVM)
   renderers = {"C": "plugin_cpu:make_c", "LLVM": "plugin_cpu:make_llvm"} if _has_llvmlite() else {"C": "plugin_cpu:make_c"}
   return [DeviceSpec("CPU", factory="plugin_cpu.runtime:make_device", renderers=renderers, default_renderer="C",
-                     interfaces=("DIRECT",), priority=100, is_available=_has_cc, description="host CPU, kernels compiled to shared objects")]
+                     interfaces=("HCQ", "DIRECT"), priority=100, is_available=_has_cc, description="host CPU, kernels compiled to shared objects")]

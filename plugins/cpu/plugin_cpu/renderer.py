@@ -1,21 +1,60 @@
 """The CPU plugin's renderers: host C and host LLVM IR, kernels as plain functions where every axis is a loop."""
 from __future__ import annotations
+import os
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp
 from core.codegen.c_style import CStyleRenderer
 from core.codegen.llvm_ir import LLVMRenderer
+from plugin_cpu.compiler import host_simd_bytes
 
 # bf16: gcc before 13 has __bf16 only as a storage type, so the C renderer leaves it to codegen's decompositions
 _HOST_DTYPES = frozenset((dtypes.bool,) + dtypes.ints + (dtypes.float16, dtypes.float32, dtypes.float64))
 
+def host_threads() -> int:
+  """Threads a kernel's blocks run on: $CPU_THREADS when set (1 turns threading off), else the CPUs this process may use.
+  The pool in native/pool.c reads the same setting."""
+  if (env := os.getenv("CPU_THREADS", "").strip()):
+    try:
+      if (n := int(env)) >= 1: return n
+    except ValueError: pass
+  try: return len(os.sched_getaffinity(0))
+  except (AttributeError, OSError): return os.cpu_count() or 1
+
+# renderer.threads tells the optimizer how many blocks to cut the outer loop into; 0 (a single thread) means don't
+THREADS = host_threads()
+SIMD_BYTES = host_simd_bytes()
+
+def _check_block(x: UOp) -> None:
+  if x.arg != "gidx0": raise NotImplementedError(f"the CPU runs one-dimensional launches: no thread id {x.arg} (only gidx0)")
+
 class CPUCRenderer(CStyleRenderer):
-  """`void name(T* restrict data0, ..., int var0, ...)` compiled by the system C compiler."""
+  """`void name(T* restrict data0, ..., int var0, ..., int gidx0)` compiled by the system C compiler. The block index gidx0 is a
+  parameter, present only in kernels the optimizer split into thread blocks."""
   device = "CPU"
   suffix = "C"
   has_local = False
   global_max = None
   supports_float4 = True
   supported_dtypes = _HOST_DTYPES
+  threads = THREADS if THREADS > 1 else 0
+  simd_width = SIMD_BYTES
+
+  def _render(self, name: str, uops: list[UOp]) -> str:
+    self.blocks: list[UOp] = []   # SPECIAL gidx0 seen; this is the per-render copy
+    return super()._render(name, uops)
+
+  def render_special(self, x: UOp) -> str:
+    _check_block(x)
+    self.blocks.append(x)
+    # the body declares `T gidx0 = <this>;`: an int32 index is the parameter itself (render_kernel drops that line)
+    return x.arg if x.dtype.itemsize == 4 else f"{x.arg}_arg"
+
+  def render_kernel(self, name: str, bufs: list[UOp], vars_: list[UOp], prefix: list[str], body: list[str]) -> str:
+    for x in self.blocks[:1]:
+      if x.dtype.itemsize == 4: body = [ln for ln in body if ln.strip() != f"{self.render_dtype(x.dtype)} {x.arg} = {x.arg};"]
+      else: self.r[x] = f"{x.arg}_arg"   # the body is rendered: only the parameter's name reads this now
+    # the block index is the last parameter, after the buffers and the variables, as cpu_launch passes it
+    return super().render_kernel(name, bufs, vars_ + self.blocks[:1], prefix, body)
 
 # LLVM lowers float -> bfloat on CPUs without bf16 instructions to a call of __truncsfbf2, which libgcc only has from gcc 13:
 # each module that uses bfloat carries its own (hidden: never exported; not linkonce: the optimizer would drop it), rounding to
@@ -43,6 +82,26 @@ class CPULLVMRenderer(LLVMRenderer):
   global_max = None
   supports_float4 = True
   supported_dtypes = _HOST_DTYPES | {dtypes.bfloat16}
+  threads = THREADS if THREADS > 1 else 0
+  simd_width = SIMD_BYTES
+  # LLVM tunes most AVX-512 CPUs to 256-bit vectors for loops it vectorizes itself; the attribute asks for the full width
+  kernel_attrs = 'nounwind "prefer-vector-width"="512"' if SIMD_BYTES == 64 else "nounwind"
+
+  def _render(self, name: str, uops: list[UOp]) -> str:
+    self.blocks: list[UOp] = []
+    return super()._render(name, uops)
+
+  def render_special(self, x: UOp) -> str:
+    _check_block(x)
+    self.blocks.append(x)
+    if x.dtype.itemsize == 4:
+      self.r[x] = f"%{x.arg}"   # the parameter itself: no instruction
+      return ""
+    return f"{self[x]} = sext i32 %{x.arg} to {self.ty(x.dtype)}"
+
+  def render_params(self, bufs: list[UOp], vars_: list[UOp]) -> list[str]:
+    # the block index is the last parameter: after the buffers and the variables, as cpu_launch passes it
+    return super().render_params(bufs, vars_) + [f"i32 %{x.arg}" for x in self.blocks[:1]]
 
   def render(self, name: str, uops: list[UOp]) -> str:
     src = super().render(name, uops)

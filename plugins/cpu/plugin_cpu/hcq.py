@@ -1,0 +1,350 @@
+"""The CPU plugin's HCQ side: the command encoder, the device's queues (rings, doorbells, signals, worker threads), the three hooks' rules.
+
+Command format (executed by native/cmdproc.c, whose header is the reference): little-endian packets, each a whole number of 8-byte
+words. Word 0 is the header `opcode | length_in_dwords << 16`; then
+  LAUNCH    (1, 8 dwords): u32 nargs, u64 fn, u64 kernargs, u64 nblocks  -> cpu_launch(fn, nargs, kernargs, nblocks)
+  COPY      (2, 8 dwords): u32 0, u64 dst, u64 src, u64 nbytes
+  WAIT      (3, 6 dwords): u32 0, u64 signal, u64 value   until *signal >= value (uint64)
+  SIGNAL    (4, 6 dwords): u32 0, u64 signal, u64 value   *signal = value after everything before it (release)
+  TIMESTAMP (5, 4 dwords): u32 0, u64 addr                *addr = CLOCK_MONOTONIC in ns
+  BARRIER   (6, 2 dwords): u32 0                          nothing: each packet completes before the next starts
+Kernel arguments: one uint64 slot per argument (buffer addresses, then int32 variables in the slot's low half), so
+kernarg_size = 8 * nargs; the pool appends the block index.
+
+Queues and the ring protocol: each device instance ("CPU", "CPU:1") has the queues COMPUTE:0 and COPY:0, each with a ring
+(`ring_size` bytes, a power of two, placeholder dtype uint32), a wptr, a doorbell and a timeline signal (one uint64 each). wptr
+and doorbell count BYTES written since the queue was created and never wrap: the host copies a command buffer to
+ring[wptr % ring_size] onwards (wrapping at the end), adds its length to wptr, then stores the new wptr into the doorbell. The
+worker runs packets until its read offset reaches the doorbell. The host must keep wptr - rptr <= ring_size (`ring_space`).
+"""
+from __future__ import annotations
+import atexit, ctypes, functools, hashlib, os, struct, threading, time, weakref
+from dataclasses import dataclass, field
+from typing import Any
+from core.helpers import getenv
+from core.ir.dtype import DType, dtypes
+from core.ir.ops import UOp, Ops
+from core.ir.pattern import PatternMatcher, UPat
+from core.device.allocator import BufferSpec
+from core.device.buffer import Buffer
+from core.hcq import HCQError
+from core.hcq.queue_ir import ProgramData, getaddr
+
+# *** the command format ***
+
+OP_LAUNCH, OP_COPY, OP_WAIT, OP_SIGNAL, OP_TIMESTAMP, OP_BARRIER = range(1, 7)
+OP_NAMES = {OP_LAUNCH: "LAUNCH", OP_COPY: "COPY", OP_WAIT: "WAIT", OP_SIGNAL: "SIGNAL", OP_TIMESTAMP: "TIMESTAMP", OP_BARRIER: "BARRIER"}
+DWORDS = {OP_LAUNCH: 8, OP_COPY: 8, OP_WAIT: 6, OP_SIGNAL: 6, OP_TIMESTAMP: 4, OP_BARRIER: 2}
+# byte offsets, inside a packet, of the fields the pipeline patches later
+LAUNCH_KERNARGS, COPY_DST, COPY_SRC, SIGNAL_ADDR, SIGNAL_VALUE, TIMESTAMP_ADDR = 16, 8, 16, 8, 16, 8
+
+def header(op: int, dwords: int | None = None) -> int: return op | (DWORDS[op] if dwords is None else dwords) << 16
+def enc_launch(fn: int, kernargs: int, nargs: int, nblocks: int) -> bytes:
+  return struct.pack("<IIQQQ", header(OP_LAUNCH), nargs, fn, kernargs, nblocks)
+def enc_copy(dst: int, src: int, nbytes: int) -> bytes: return struct.pack("<IIQQQ", header(OP_COPY), 0, dst, src, nbytes)
+def enc_wait(signal: int, value: int) -> bytes: return struct.pack("<IIQQ", header(OP_WAIT), 0, signal, value)
+def enc_signal(signal: int, value: int) -> bytes: return struct.pack("<IIQQ", header(OP_SIGNAL), 0, signal, value)
+def enc_timestamp(addr: int) -> bytes: return struct.pack("<IIQ", header(OP_TIMESTAMP), 0, addr)
+def enc_barrier() -> bytes: return struct.pack("<II", header(OP_BARRIER), 0)
+
+def decode(words: bytes) -> list[tuple[str, tuple[int, ...]]]:
+  """Packets -> [(opcode name, fields)], for tests and DEBUG output. Raises ValueError on a malformed packet."""
+  out, off = [], 0
+  while off < len(words):
+    hdr = struct.unpack_from("<I", words, off)[0]
+    op, n = hdr & 0xffff, hdr >> 16
+    if op not in DWORDS or n != DWORDS[op]: raise ValueError(f"bad packet header 0x{hdr:08x} at byte {off}")
+    fmt = {OP_LAUNCH: "<IQQQ", OP_COPY: "<xxxxQQQ", OP_WAIT: "<xxxxQQ", OP_SIGNAL: "<xxxxQQ", OP_TIMESTAMP: "<xxxxQ", OP_BARRIER: "<xxxx"}[op]
+    out.append((OP_NAMES[op], struct.unpack_from(fmt, words, off + 4)))
+    off += 4 * n
+  return out
+
+# *** the native command processor ***
+
+@functools.cache
+def native() -> ctypes.CDLL:
+  """The plugin's native library (native.py builds it) with the command processor's functions declared."""
+  from plugin_cpu.native import lib
+  dll = lib()
+  c_u64, c_vp = ctypes.c_uint64, ctypes.c_void_p
+  for name, args, res in (("cmdproc_create", [ctypes.c_char_p, c_vp, c_u64, c_vp], c_vp), ("cmdproc_destroy", [c_vp], None),
+                          ("cmdproc_rptr", [c_vp], c_u64), ("cmdproc_kick", [], None), ("cmdproc_abort_wait", [c_vp], None),
+                          ("cmdproc_error", [c_vp, ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(c_u64), ctypes.POINTER(ctypes.c_uint32)], c_u64),
+                          ("cmdproc_describe", [c_vp, ctypes.c_char_p, ctypes.c_int], None),
+                          ("cmdproc_faults", [], c_u64), ("cmdproc_wait_signal", [c_vp, c_u64, ctypes.c_int64, c_u64], ctypes.c_int)):
+    fn = getattr(dll, name)
+    fn.argtypes, fn.restype = args, res
+  return dll
+
+def hcq_timeout() -> float:
+  try: from core.helpers import HCQ_TIMEOUT  # type: ignore[attr-defined]
+  except ImportError: return float(getenv("HCQ_TIMEOUT", 10))
+  return float(HCQ_TIMEOUT.value if hasattr(HCQ_TIMEOUT, "value") else HCQ_TIMEOUT)
+
+def buffer_addr(b: Buffer) -> int:
+  if not b.is_allocated(): b.allocate()
+  return ctypes.addressof(b._buf)
+
+class CPUQueue:
+  """One queue's memory (ring, wptr, doorbell, timeline signal: CPU buffers) and its worker thread."""
+  def __init__(self, device: str, name: str, ring_size: int):
+    self.device, self.name, self.ring_size = device, name, ring_size
+    opts = BufferSpec(nolru=True)   # never memory another buffer used: it must start zeroed
+    self.buffers: dict[str, Buffer] = {"ring": Buffer(device, ring_size // 4, dtypes.uint32, opts).allocate()}
+    for kind in ("wptr", "doorbell", "timeline_signal"): self.buffers[kind] = Buffer(device, 1, dtypes.uint64, opts).allocate()
+    self.handle: int | None = None
+    self.start()
+
+  def start(self) -> None:
+    """Starts the worker (again, after close() or in a forked child); it resumes at the doorbell, on the same buffers."""
+    if self.handle: return
+    self.handle = native().cmdproc_create(f"{self.device} {self.name}".encode(), buffer_addr(self.buffers["ring"]), self.ring_size,
+                                          buffer_addr(self.buffers["doorbell"]))
+    if not self.handle: raise RuntimeError(f"{self.device}: could not start the command processor of queue {self.name}")
+    self.seen = {"raised": 0, "read": 0}   # faults reported so far, by reader (see CPUHCQ._unreported)
+
+  def value(self, kind: str) -> int: return int(self.buffers[kind].as_buffer().cast("Q")[0])
+  def rptr(self) -> int:
+    if not self.handle: raise RuntimeError(f"{self.device} {self.name}: the command processor is stopped")
+    return int(native().cmdproc_rptr(self.handle))
+  def describe(self) -> str:
+    if not self.handle: return f"{self.device} {self.name} is stopped"
+    buf = ctypes.create_string_buffer(512)
+    native().cmdproc_describe(self.handle, buf, len(buf))
+    return buf.value.decode()
+  def fault(self) -> tuple[int, str, int, int]:
+    """(number of faults so far, the latest report, its packet offset, its opcode)."""
+    if not self.handle: return self.seen["read"], "", 0, 0
+    buf, off, op = ctypes.create_string_buffer(512), ctypes.c_uint64(), ctypes.c_uint32()
+    n = native().cmdproc_error(self.handle, buf, len(buf), ctypes.byref(off), ctypes.byref(op))
+    return int(n), buf.value.decode(), off.value, op.value
+  def close(self) -> None:
+    if self.handle: native().cmdproc_destroy(self.handle)
+    self.handle = None
+
+_live: weakref.WeakSet[CPUHCQ] = weakref.WeakSet()
+_programs_lock = threading.Lock()   # guards the process-wide caches: loaded programs, HCQ objects by device
+
+class CPUHCQ:
+  """`Compiled.hcq` of a CPU device: its queues (started on first use), the buffers its placeholders map to, waits and faults."""
+  queues = ("COMPUTE:0", "COPY:0")
+
+  def __init__(self, device: str, ring_size: int | None = None):
+    self.device = device
+    self._ring_size = ring_size or int(getenv("CPU_HCQ_RING", 1 << 20))
+    if self._ring_size < 64 or self._ring_size & (self._ring_size - 1):
+      raise ValueError(f"{device}: the HCQ ring size must be a power of two >= 64 bytes, got {self._ring_size} (CPU_HCQ_RING)")
+    self._queues: dict[str, CPUQueue] = {}
+    self._lock = threading.Lock()
+    self._uops: dict[Any, UOp] = {}                                   # placeholder tag -> the real BUFFER uop of a queue buffer
+    self._owned: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()  # every real BUFFER uop this object made
+    _live.add(self)
+
+  def ring_size(self, queue: str) -> int:
+    self._check_queue(queue)
+    return self._ring_size
+
+  def _check_queue(self, queue: str) -> None:
+    if queue not in self.queues: raise ValueError(f"{self.device} has no queue {queue!r}; its queues are {', '.join(self.queues)}")
+
+  def queue(self, name: str) -> CPUQueue:
+    """The queue, its buffers allocated and its worker started on first use (and restarted after close() or a fork)."""
+    if (q := self._queues.get(name)) is not None and q.handle: return q
+    self._check_queue(name)
+    with self._lock:
+      if (q := self._queues.get(name)) is None: q = self._queues[name] = CPUQueue(self.device, name, self._ring_size)
+      q.start()
+    return q
+
+  def ring_space(self, queue: str) -> int:
+    """Bytes the host may write into the ring now without overwriting packets the worker has not read yet."""
+    q = self.queue(queue)
+    return self._ring_size - (q.value("wptr") - q.rptr())
+
+  # *** buffers behind placeholders ***
+
+  def buffer_uop(self, tag: Any, dtype: DType, size: int) -> UOp:
+    """The real BUFFER uop for placeholder tag `tag`: per-queue buffers are made once, anything else is a fresh allocation."""
+    if isinstance(tag, tuple) and len(tag) == 2 and tag[0] in ("ring", "wptr", "doorbell", "timeline_signal"):
+      if (u := self._uops.get(tag)) is None:
+        b = self.queue(tag[1]).buffers[tag[0]]
+        u = self._uops[tag] = UOp.new_buffer(self.device, b.size, b.dtype)
+        self._owned[u] = b
+      return u
+    u = UOp.new_buffer(self.device, size, dtype)
+    self._owned[u] = Buffer(self.device, size, dtype, BufferSpec(nolru=True)).allocate()
+    return u
+
+  def buffer_of(self, u: UOp) -> Buffer | None:
+    """The Buffer behind a BUFFER uop that pm_bufferize returned (None for any other uop)."""
+    return self._owned.get(u)
+
+  # *** waiting and faults ***
+
+  def _unreported(self, reader: str = "raised") -> list[tuple[CPUQueue, str]]:
+    # each reader (wait_signal's raise, error()) sees every fault once; error() also covers what a wait is about to raise
+    out = []
+    for q in list(self._queues.values()):
+      if not q.handle: continue
+      n, report, _, _ = q.fault()
+      if n != q.seen[reader]:
+        out.append((q, report + (f" (and {n - q.seen[reader] - 1} earlier fault(s))" if n - q.seen[reader] > 1 else "")))
+        q.seen[reader] = n
+        if reader == "read": q.seen["raised"] = n
+    return out
+
+  def error(self) -> str | None:
+    """The faults the device reported that error() has not returned yet, one per line (a wait_signal that raised for a fault
+    does not hide it from error(), which core reads to explain a failed wait); None if there are none."""
+    faults = self._unreported("read")
+    return "\n".join(r for _, r in faults) if faults else None
+
+  def _raise_faults(self, faults: list[tuple[CPUQueue, str]]) -> None:
+    raise HCQError(f"{self.device}: the command processor reported a fault:\n  " + "\n  ".join(r for _, r in faults),
+                   device=self.device, queue=faults[0][0].name)
+
+  def wait_signal(self, signal_buf: Buffer, value: int, timeout_s: float | None = None) -> None:
+    """Blocks until the uint64 at `signal_buf` is >= value. Raises HCQError when a queue of this device reports a fault (also
+    when the signal arrived: the work it covers may be incomplete) or after `timeout_s` (default HCQ_TIMEOUT); on a timeout a
+    queue blocked in a WAIT gives it up, so the device keeps running later submits."""
+    for name in self.queues: self.queue(name)   # a signal may be written by any queue: make sure they all run
+    timeout_s = hcq_timeout() if timeout_s is None else timeout_s
+    addr, lib = buffer_addr(signal_buf), native()
+    deadline = time.monotonic() + timeout_s
+    while True:
+      # short slices: ctypes drops the GIL during the call, and Ctrl-C is handled between slices
+      snapshot = lib.cmdproc_faults()   # read before the reports are checked: a fault recorded after it ends the wait
+      if (faults := self._unreported()): self._raise_faults(faults)
+      left = deadline - time.monotonic()
+      ret = lib.cmdproc_wait_signal(addr, value, int(max(0.0, min(left, 0.1)) * 1e9), snapshot) if left > 0 else 1
+      if ret == 0:
+        if (faults := self._unreported()): self._raise_faults(faults)
+        return
+      if ret == 1 and time.monotonic() >= deadline: break
+    seen = int(signal_buf.as_buffer().cast("Q")[0]) if signal_buf.nbytes >= 8 else -1
+    states = [q.describe() for q in self._queues.values()]
+    faults = self._unreported()
+    if faults: self._raise_faults(faults)
+    # give up the WAITs that block a queue, so later submits run; their "aborted" reports belong to this error
+    blocked = [q for q in self._queues.values() if "blocked in the WAIT" in q.describe()]
+    for q in blocked:
+      n = q.fault()[0]
+      lib.cmdproc_abort_wait(q.handle)
+      until = time.monotonic() + 1.0
+      while q.fault()[0] == n and time.monotonic() < until: time.sleep(0.001)
+    self._unreported("read")   # the aborted WAITs are this timeout, not faults to report later
+    raise HCQError(f"{self.device}: timed out after {timeout_s:g} s (HCQ_TIMEOUT) waiting for signal 0x{addr:x} to reach {value}; it is "
+                   f"{seen}. Queues: " + "; ".join(states) + (f". Gave up the WAIT of {', '.join(q.name for q in blocked)}" if blocked else ""),
+                   device=self.device, queue=blocked[0].name if blocked else None, seen=seen, expected=value)
+
+  def synchronize(self, timeout_s: float | None = None) -> None:
+    """Waits until every started queue has run everything its doorbell announced."""
+    deadline = time.monotonic() + (hcq_timeout() if timeout_s is None else timeout_s)
+    native().cmdproc_kick()
+    for q in list(self._queues.values()):
+      while q.handle and q.rptr() != q.value("doorbell"):
+        if time.monotonic() > deadline: raise HCQError(f"{self.device}: synchronize timed out: {q.describe()}", device=self.device, queue=q.name)
+        time.sleep(0.0002)
+    if (faults := self._unreported()): self._raise_faults(faults)
+
+  def close(self) -> None:
+    """Stops and joins the workers; the buffers stay, and a later use starts the workers again where they stopped."""
+    with self._lock:
+      for q in self._queues.values(): q.close()
+
+  def _forget(self) -> None:
+    # in a forked child the workers do not exist (nor may the parent's lock states be trusted): drop the handles untouched
+    self._lock = threading.Lock()
+    for q in self._queues.values(): q.handle = None
+
+  def __del__(self) -> None:
+    try: self.close()
+    except Exception: pass   # interpreter shutdown
+
+_by_device: dict[str, CPUHCQ] = {}
+
+def device_hcq(device: str) -> CPUHCQ:
+  """The HCQ object of a device instance, one per process like the hardware queues it stands for: reopening the device (e.g.
+  after Device.reset()) gets the same queues, so submissions core cached against their rings and signals keep working."""
+  with _programs_lock:
+    if (h := _by_device.get(device)) is None: h = _by_device[device] = CPUHCQ(device)
+  return h
+
+def _close_all() -> None:
+  for h in list(_live): h.close()
+atexit.register(_close_all)
+def _forget_all() -> None:
+  for h in list(_live): h._forget()
+if hasattr(os, "register_at_fork"): os.register_at_fork(after_in_child=_forget_all)
+
+# *** pm_prep_program: load the shared object, describe its arguments ***
+
+@dataclass(frozen=True)
+class CPUProgramData(ProgramData):
+  """A loaded CPU kernel: `fn` is its address; one uint64 kernarg slot per argument (buffers, then variables)."""
+  fn: int = 0
+  nargs: int = 0
+  program: Any = field(default=None, compare=False, hash=False, repr=False)   # the loaded CPUProgram: keeps the code mapped
+
+_programs: dict[tuple[str, bytes], Any] = {}
+
+def load_program(name: str, lib: bytes) -> Any:
+  """The CPUProgram of (name, library bytes), loaded once per process and kept (like the direct path's runners), because
+  submissions captured by the pipeline or a Jit may launch it at any later time."""
+  key = (name, hashlib.sha256(lib).digest())
+  with _programs_lock:
+    if (prg := _programs.get(key)) is None:
+      from plugin_cpu.runtime import CPUProgram
+      prg = _programs[key] = CPUProgram(name, lib)
+  return prg
+
+def prep_program(ctx: Any, p: UOp, dev: UOp, binary: UOp) -> UOp:
+  spec = p.arg
+  prg = load_program(spec.name, binary.arg)
+  fn = ctypes.cast(prg.fxn, ctypes.c_void_p).value or 0
+  nargs = sum(1 for u in spec.uops if u.op is Ops.PARAM) + len(spec.vars)
+  data = CPUProgramData(spec.name, 8 * nargs, 8, tuple(range(0, 8 * nargs, 8)), fn=fn, nargs=nargs, program=prg)
+  # the image is the function's address: the code itself stays where the loader mapped it
+  return UOp(Ops.PROGRAM, src=(dev, UOp(Ops.BINARY, arg=struct.pack("<Q", fn))), arg=data)
+
+pm_prep_program = PatternMatcher([
+  (UPat(Ops.PROGRAM, src=(UPat(Ops.DEVICE, name="dev"), UPat(Ops.BINARY, name="binary")), name="p",
+        custom=lambda p: not isinstance(p.arg, ProgramData)), prep_program),
+], name="cpu prep program")
+
+# *** pm_lower: abstract commands -> INS (packet bytes + patches) ***
+
+def _ins(words: bytes, patches: list[tuple[int, UOp]]) -> UOp:
+  return UOp(Ops.INS, src=tuple(v for _, v in patches), arg=(words, tuple(o for o, _ in patches)))
+
+def _u64(v: UOp) -> UOp: return v if v.dtype == dtypes.uint64 else v.cast(dtypes.uint64)
+
+def _value_packet(enc: Any, sig: UOp, value: UOp) -> UOp:
+  # a constant value is baked into the packet; a submit-time value (timeline + k) is patched in
+  if value.op is Ops.CONST: return _ins(enc(0, int(value.arg)), [(SIGNAL_ADDR, getaddr(sig))])
+  return _ins(enc(0, 0), [(SIGNAL_ADDR, getaddr(sig)), (SIGNAL_VALUE, _u64(value))])
+
+def lower_launch(ctx: Any, cmd: UOp, prog: UOp, kernargs: UOp) -> UOp:
+  data: CPUProgramData = prog.arg
+  gs = tuple(cmd.arg[0])
+  if any(g != 1 for g in gs[1:]):
+    raise RuntimeError(f"{ctx.device}: kernel {data.name} has global size {gs}; the CPU runs blocks along the first axis only")
+  return _ins(enc_launch(data.fn, 0, data.nargs, gs[0] if gs else 1), [(LAUNCH_KERNARGS, getaddr(kernargs))])
+
+pm_lower = PatternMatcher([
+  (UPat(Ops.PROGRAM, src=(UPat(Ops.PROGRAM, name="prog", custom=lambda u: isinstance(u.arg, CPUProgramData)), UPat(name="kernargs")),
+        name="cmd"), lower_launch),
+  (UPat(Ops.COPY, src=(UPat(name="dst"), UPat(name="src")), name="cmd"),
+   lambda ctx, cmd, dst, src: _ins(enc_copy(0, 0, cmd.arg), [(COPY_DST, getaddr(dst)), (COPY_SRC, getaddr(src))])),
+  (UPat(Ops.WAIT, src=(UPat(name="sig"), UPat(name="value"))), lambda ctx, sig, value: _value_packet(enc_wait, sig, value)),
+  (UPat(Ops.STORE, src=(UPat(Ops.BUFFER, name="sig"), UPat(name="value")), custom=lambda u: u.arg is None),
+   lambda ctx, sig, value: _value_packet(enc_signal, sig, value)),
+  (UPat(Ops.BARRIER, src=()), lambda ctx: _ins(enc_barrier(), [])),
+  (UPat(Ops.CUSTOM, src=(UPat(name="buf"),), arg="timestamp"), lambda ctx, buf: _ins(enc_timestamp(0), [(TIMESTAMP_ADDR, getaddr(buf))])),
+], name="cpu lower")
+
+# *** pm_bufferize: placeholders -> buffers this device's HCQ object owns ***
+
+pm_bufferize = PatternMatcher([
+  (UPat(Ops.BUFFER, name="b", custom=lambda b: b.tag is not None), lambda ctx, b: ctx.buffer_uop(b.tag, b.dtype, b.arg)),
+], name="cpu bufferize")

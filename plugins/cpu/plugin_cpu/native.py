@@ -1,0 +1,75 @@
+"""The CPU plugin's native library: every native/*.c compiled together once with the system C compiler, cached, loaded by ctypes."""
+from __future__ import annotations
+import ctypes, hashlib, json, os, pathlib, re, subprocess, tempfile, threading
+from core.helpers import cache_dir
+from core.device.compiler import Compiler, CompileError
+from plugin_cpu.compiler import find_cc, cc_version, host_id
+
+NATIVE_DIR = pathlib.Path(__file__).resolve().parent / "native"
+NATIVE_FLAGS = ("-O2", "-fPIC", "-pthread", "-shared", "-Wall")
+CPU_MAX_ARGS = 64   # as in native/pool.h
+
+def load_library(lib: bytes, tag: str) -> tuple[ctypes.CDLL, int]:
+  """Loads shared-object bytes through an anonymous memfd (no file is written); returns the library and the fd, which must
+  stay open while the library is loaded: the loader recognizes a loaded library by its /proc/self/fd/N path."""
+  fd = os.memfd_create(tag, os.MFD_CLOEXEC)
+  try:
+    view = memoryview(lib)
+    while view: view = view[os.write(fd, view):]
+    return ctypes.CDLL(f"/proc/self/fd/{fd}"), fd
+  except BaseException:
+    os.close(fd)
+    raise
+
+def sources() -> dict[str, str]:
+  """The native sources by file name (*.c and the headers they include)."""
+  return {p.name: p.read_text() for p in sorted(NATIVE_DIR.iterdir()) if p.suffix in (".c", ".h")}
+
+class NativeCompiler(Compiler):
+  """A JSON map {file name: text} -> one shared object of all its .c files. The cache key is the compiler's identity, the key
+  the source hash, so an edit to any file rebuilds it."""
+  def __init__(self, cc: str | None = None):
+    self.cc = cc or find_cc()
+    super().__init__(f"cpu_native_{os.path.basename(self.cc)}_{cc_version(self.cc)}_{host_id()}")
+
+  def cache_path(self, src: str) -> pathlib.Path:
+    # the library is part of the plugin, not a kernel: cached even when CORE_DISABLE_COMPILER_CACHE turns the kernel cache off
+    # (benchmarks of first-call compile times set it), so each process doesn't rebuild it
+    key = re.sub(r"[^A-Za-z0-9_.+-]", "_", self.cachekey or "cpu_native")
+    return cache_dir() / "compile" / key / hashlib.sha256(src.encode()).hexdigest()
+
+  def compile(self, src: str) -> bytes:
+    files: dict[str, str] = json.loads(src)
+    with tempfile.TemporaryDirectory(prefix="core_native_") as d:
+      for name, text in files.items(): pathlib.Path(d, name).write_text(text)
+      out = os.path.join(d, "native.so")
+      cmd = [self.cc, *NATIVE_FLAGS, "-o", out, *(os.path.join(d, n) for n in files if n.endswith(".c"))]
+      try: ret = subprocess.run(cmd, capture_output=True, timeout=600)
+      except (OSError, subprocess.SubprocessError) as e: raise CompileError(f"building the CPU plugin's native library: {e}") from e
+      if ret.returncode != 0:
+        raise CompileError(f"building the CPU plugin's native library failed ({' '.join(cmd)}):\n{ret.stderr.decode(errors='replace')}")
+      return pathlib.Path(out).read_bytes()
+
+_lock = threading.Lock()
+_lib: ctypes.CDLL | None = None
+_fd: int | None = None   # the memfd of the loaded library, open for the life of the process
+
+def lib() -> ctypes.CDLL:
+  """The native library, built on first use (then cached on disk) and loaded once per process: one pool for everyone, also when
+  threads ask at once. cpu_launch and cpu_pool_* get their argtypes here; the command processor's are set by its user."""
+  global _lib, _fd
+  if _lib is not None: return _lib
+  with _lock:
+    if _lib is None:
+      so = NativeCompiler().compile_cached(json.dumps(sources(), sort_keys=True))
+      dll, _fd = load_library(so, "core_cpu_native")
+      dll.cpu_launch.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int64]
+      dll.cpu_launch.restype = ctypes.c_int
+      dll.cpu_pool_threads.argtypes, dll.cpu_pool_threads.restype = [], ctypes.c_int
+      dll.cpu_pool_shutdown.argtypes, dll.cpu_pool_shutdown.restype = [], None
+      _lib = dll
+  return _lib
+
+def pool_threads() -> int:
+  """Threads the pool runs blocks on (the caller included); starts the pool."""
+  return int(lib().cpu_pool_threads())

@@ -1,0 +1,291 @@
+/* The CPU plugin's persistent thread pool: cpu_launch runs a kernel's blocks on all cores (see pool.h for the API).
+
+   Design. One job at a time (launch_lock); the launching thread works too. A job is published by writing its fields,
+   then `claim` = (job id << 32 | blocks left), then `gen` = job id. Workers spin briefly on `gen`, then sleep on it
+   (futex), so an idle pool costs no CPU while back-to-back launches don't pay a wake-up. A block is claimed by a CAS
+   that decrements the count only while the job id still matches: a worker that woke late can never take a block of a
+   newer job with the fields of an older one (the CAS succeeds only while its job is unfinished, and a job's fields are
+   rewritten only after it finished). The launcher returns when `done` reaches the block count (spinning, then sleeping
+   on `done`). One-block launches and a one-thread pool never touch the shared state, so they need no lock.
+
+   Calling a kernel. Every argument is one 64-bit slot. Rather than a switch over all arities, a block is called through
+   a function type with 8, 16, 32 or CPU_MAX_ARGS+1 uint64 parameters (the smallest that fits nargs + the block index),
+   with the unused trailing slots zero. This is ABI-safe on x86-64 SysV and AArch64 AAPCS64 (Linux): integer arguments
+   take the integer registers and then 8-byte stack slots in order regardless of how many there are, the caller
+   allocates and frees the stack area, and a callee that declares fewer parameters never looks at the extra ones; an
+   `int` parameter reads the low 32 bits of its slot, where a sign-extended int32 keeps its value. (Apple arm64 packs
+   stack arguments to their natural size, so this would not hold there beyond 8 slots; the plugin is Linux-only.) */
+#define _GNU_SOURCE
+#include "pool.h"
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
+
+typedef uint64_t u64;
+#define LOAD(p, mo) __atomic_load_n(p, __ATOMIC_##mo)
+#define STORE(p, v, mo) __atomic_store_n(p, v, __ATOMIC_##mo)
+#define MAX_THREADS 1024
+
+/* *** waiting: spin for a little while, then sleep on a 32-bit word *** */
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield");
+#endif
+}
+
+static void word_wait(uint32_t *addr, uint32_t expected) {
+#ifdef __linux__
+  /* the kernel re-checks *addr == expected atomically, so a wake between our check and the sleep is never lost */
+  syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+#else
+  if (LOAD(addr, ACQUIRE) == expected) usleep(50);
+#endif
+}
+
+static void word_wake(uint32_t *addr, int n) {
+#ifdef __linux__
+  syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+#else
+  (void)addr; (void)n;
+#endif
+}
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* spins until *addr != old (returns 1) or the spin budget is spent (returns 0) */
+static int spin_while_equal(uint32_t *addr, uint32_t old, int64_t spin_ns) {
+  int64_t deadline = 0;
+  for (unsigned i = 1;; i++) {
+    if (LOAD(addr, ACQUIRE) != old) return 1;
+    cpu_relax();
+    if ((i & 63) == 0) {   /* the clock is read now and then: it costs more than a pause */
+      int64_t t = now_ns();
+      if (deadline == 0) deadline = t + spin_ns;
+      else if (t >= deadline) return 0;
+    }
+  }
+}
+
+/* *** calling one block *** */
+
+typedef void (*fn8_t)(u64, u64, u64, u64, u64, u64, u64, u64);
+typedef void (*fn16_t)(u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64);
+#define A8(o) s[o], s[o+1], s[o+2], s[o+3], s[o+4], s[o+5], s[o+6], s[o+7]
+#define T8 u64, u64, u64, u64, u64, u64, u64, u64
+typedef void (*fn32_t)(T8, T8, T8, T8);
+typedef void (*fnmax_t)(T8, T8, T8, T8, T8, T8, T8, T8, u64);
+_Static_assert(CPU_MAX_ARGS + 1 == 65, "fnmax_t has CPU_MAX_ARGS + 1 parameters");
+
+/* the argument slots of one job as one thread calls it: the block index goes right after the arguments */
+typedef struct { void *fn; int nargs; u64 s[CPU_MAX_ARGS + 1]; } slots_t;
+
+static void slots_init(slots_t *sl, void *fn, int nargs, const u64 *args) {
+  int n = nargs + 1, used = n <= 8 ? 8 : n <= 16 ? 16 : n <= 32 ? 32 : CPU_MAX_ARGS + 1;   /* the slots call_block passes */
+  sl->fn = fn;
+  sl->nargs = nargs;
+  if (nargs > 0) memcpy(sl->s, args, (size_t)nargs * sizeof(u64));
+  memset(sl->s + nargs, 0, (size_t)(used - nargs) * sizeof(u64));
+}
+
+static void call_block(slots_t *sl, int64_t b) {
+  u64 *s = sl->s;
+  int n = sl->nargs + 1;
+  s[sl->nargs] = (u64)b;
+  if (n <= 8) ((fn8_t)sl->fn)(A8(0));
+  else if (n <= 16) ((fn16_t)sl->fn)(A8(0), A8(8));
+  else if (n <= 32) ((fn32_t)sl->fn)(A8(0), A8(8), A8(16), A8(24));
+  else ((fnmax_t)sl->fn)(A8(0), A8(8), A8(16), A8(24), A8(32), A8(40), A8(48), A8(56), s[64]);
+}
+
+/* *** the pool *** */
+
+/* the words threads write during a job sit on cache lines of their own, apart from the ones they poll or only read */
+#define LINE __attribute__((aligned(64)))
+static struct {
+  pthread_mutex_t init_lock, launch_lock;
+  int started, nthreads;           /* nthreads counts the launching thread */
+  pthread_t *workers;
+  int64_t spin_ns;
+  /* the current job: written by the launcher before it publishes the job id */
+  void *fn; int nargs; const u64 *args; int64_t nblocks;
+  LINE uint32_t gen;               /* id of the latest job; idle workers poll and sleep on it */
+  int sleepers, stop;
+  LINE u64 claim;                  /* job id << 32 | blocks not yet claimed */
+  LINE uint32_t done;              /* blocks of the current job finished; the launcher polls and sleeps on it */
+  int launcher_sleeping;
+} P = {.init_lock = PTHREAD_MUTEX_INITIALIZER, .launch_lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* claims and runs blocks of job `job` until none is left; the caller has seen gen == job */
+static void work(uint32_t job) {
+  slots_t sl;
+  /* read the fields before claiming: a successful claim proves they belonged to `job` (see the top of the file) */
+  void *fn = LOAD(&P.fn, RELAXED);
+  int nargs = LOAD(&P.nargs, RELAXED);
+  const u64 *args = LOAD(&P.args, RELAXED);
+  int64_t nblocks = LOAD(&P.nblocks, RELAXED);
+  int ready = 0;
+  u64 c = LOAD(&P.claim, ACQUIRE);
+  for (;;) {
+    if ((uint32_t)(c >> 32) != job || (uint32_t)c == 0) return;
+    if (!__atomic_compare_exchange_n(&P.claim, &c, c - 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) continue;
+    if (!ready) { slots_init(&sl, fn, nargs, args); ready = 1; }
+    call_block(&sl, nblocks - (int64_t)(uint32_t)c);
+    if (__atomic_add_fetch(&P.done, 1, __ATOMIC_SEQ_CST) == (uint32_t)nblocks && LOAD(&P.launcher_sleeping, SEQ_CST))
+      word_wake(&P.done, 1);
+    c = LOAD(&P.claim, ACQUIRE);
+  }
+}
+
+static void *worker_main(void *arg) {
+  uint32_t last = (uint32_t)(uintptr_t)arg;
+  for (;;) {
+    if (!spin_while_equal(&P.gen, last, P.spin_ns)) {
+      __atomic_add_fetch(&P.sleepers, 1, __ATOMIC_SEQ_CST);
+      while (LOAD(&P.gen, SEQ_CST) == last) word_wait(&P.gen, last);
+      __atomic_sub_fetch(&P.sleepers, 1, __ATOMIC_SEQ_CST);
+    }
+    if (LOAD(&P.stop, ACQUIRE)) return NULL;
+    last = LOAD(&P.gen, ACQUIRE);
+    work(last);
+  }
+}
+
+static int pool_size(void) {
+  const char *e = getenv("CPU_THREADS");
+  if (e && *e) {
+    long v = strtol(e, NULL, 10);
+    if (v >= 1) return v > MAX_THREADS ? MAX_THREADS : (int)v;
+  }
+#ifdef __linux__
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) >= 1) return CPU_COUNT(&set);
+#endif
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (int)n;
+}
+
+static void at_exit(void);
+
+/* a forked child has none of the parent's threads: forget them (and locks some other thread may have held) */
+static void after_fork_child(void) {
+  pthread_mutex_init(&P.init_lock, NULL);
+  pthread_mutex_init(&P.launch_lock, NULL);
+  P.workers = NULL;
+  P.nthreads = P.sleepers = P.launcher_sleeping = P.stop = 0;
+  STORE(&P.started, 0, RELEASE);
+}
+
+/* starts the workers; called with launch_lock held, so no job is in flight and gen is stable */
+static void pool_start_locked(void) {
+  static int registered = 0;
+  pthread_mutex_lock(&P.init_lock);
+  if (!LOAD(&P.started, ACQUIRE)) {
+    if (!registered) { atexit(at_exit); pthread_atfork(NULL, NULL, after_fork_child); registered = 1; }
+    const char *sp = getenv("CPU_SPIN_US");
+    P.spin_ns = (sp && *sp ? strtol(sp, NULL, 10) : 50) * 1000;
+    int n = pool_size();
+    P.stop = 0;
+    P.workers = n > 1 ? calloc((size_t)n - 1, sizeof(pthread_t)) : NULL;
+    int made = 0;
+    if (P.workers) {
+      pthread_attr_t attr;
+      pthread_attr_init(&attr);
+      pthread_attr_setstacksize(&attr, 8 << 20);   /* kernels keep register arrays on the stack */
+      for (; made < n - 1; made++)
+        if (pthread_create(&P.workers[made], &attr, worker_main, (void *)(uintptr_t)LOAD(&P.gen, RELAXED)) != 0) break;
+      pthread_attr_destroy(&attr);
+    }
+    P.nthreads = made + 1;    /* fewer threads than asked if the system refused some: still correct */
+    STORE(&P.started, 1, RELEASE);
+  }
+  pthread_mutex_unlock(&P.init_lock);
+}
+
+int cpu_pool_threads(void) {
+  if (!LOAD(&P.started, ACQUIRE)) {
+    pthread_mutex_lock(&P.launch_lock);
+    pool_start_locked();
+    pthread_mutex_unlock(&P.launch_lock);
+  }
+  return P.nthreads;
+}
+
+static void run_serial(void *fn, int nargs, const u64 *args, int64_t nblocks) {
+  slots_t sl;
+  slots_init(&sl, fn, nargs, args);
+  for (int64_t b = 0; b < nblocks; b++) call_block(&sl, b);
+}
+
+int cpu_launch(void *fn, int nargs, const uint64_t *args, int64_t nblocks) {
+  if (nargs < 0 || nargs > CPU_MAX_ARGS || nblocks > INT32_MAX) return -1;
+  if (nblocks <= 0) return 0;
+  if (nblocks == 1 || (LOAD(&P.started, ACQUIRE) && P.nthreads == 1)) { run_serial(fn, nargs, args, nblocks); return 0; }
+  pthread_mutex_lock(&P.launch_lock);
+  if (!LOAD(&P.started, ACQUIRE)) pool_start_locked();
+  if (P.nthreads == 1) {
+    pthread_mutex_unlock(&P.launch_lock);
+    run_serial(fn, nargs, args, nblocks);
+    return 0;
+  }
+  uint32_t job = P.gen + 1;
+  STORE(&P.fn, fn, RELAXED);
+  STORE(&P.nargs, nargs, RELAXED);
+  STORE(&P.args, args, RELAXED);
+  STORE(&P.nblocks, nblocks, RELAXED);
+  STORE(&P.done, 0, RELAXED);
+  STORE(&P.claim, (u64)job << 32 | (u64)nblocks, RELEASE);
+  STORE(&P.gen, job, SEQ_CST);
+  if (LOAD(&P.sleepers, SEQ_CST) > 0) word_wake(&P.gen, INT_MAX);
+  work(job);
+  /* wait for blocks other threads are still running */
+  uint32_t d;
+  while ((d = LOAD(&P.done, ACQUIRE)) != (uint32_t)nblocks) {
+    if (spin_while_equal(&P.done, d, P.spin_ns)) continue;
+    STORE(&P.launcher_sleeping, 1, SEQ_CST);
+    if ((d = LOAD(&P.done, SEQ_CST)) != (uint32_t)nblocks) word_wait(&P.done, d);
+    STORE(&P.launcher_sleeping, 0, RELAXED);
+  }
+  pthread_mutex_unlock(&P.launch_lock);
+  return 0;
+}
+
+static void stop_locked(void) {
+  if (!LOAD(&P.started, ACQUIRE)) return;
+  STORE(&P.stop, 1, RELEASE);
+  __atomic_add_fetch(&P.gen, 1, __ATOMIC_SEQ_CST);
+  word_wake(&P.gen, INT_MAX);
+  for (int i = 0; i < P.nthreads - 1; i++) pthread_join(P.workers[i], NULL);
+  free(P.workers);
+  P.workers = NULL;
+  P.nthreads = 0;
+  STORE(&P.stop, 0, RELAXED);
+  STORE(&P.started, 0, RELEASE);
+}
+
+void cpu_pool_shutdown(void) {
+  pthread_mutex_lock(&P.launch_lock);
+  stop_locked();
+  pthread_mutex_unlock(&P.launch_lock);
+}
+
+static void at_exit(void) {
+  /* a launch still running on another thread at exit: leave its threads to the process's end rather than hang */
+  if (pthread_mutex_trylock(&P.launch_lock) != 0) return;
+  stop_locked();
+  pthread_mutex_unlock(&P.launch_lock);
+}

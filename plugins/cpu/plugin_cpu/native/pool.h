@@ -1,0 +1,25 @@
+/* The CPU plugin's persistent thread pool: runs one kernel's blocks on all cores. Shared by runtime.py (through ctypes)
+   and the command processor (cmdproc.c), which are built into one library by plugin_cpu/native.py. */
+#ifndef CPU_POOL_H
+#define CPU_POOL_H
+#include <stdint.h>
+
+#define CPU_MAX_ARGS 64
+
+/* Runs fn(args[0], ..., args[nargs-1], (int64)b) for every b in [0, nblocks) on the persistent pool and returns
+   when all are done. Each argument is passed as one 64-bit integer slot: pointers, and int32 values sign-extended
+   (valid on x86-64 SysV and AArch64 AAPCS64, where a callee reads the low 32 bits of an int parameter).
+   Returns 0, or -1 if nargs is outside [0, CPU_MAX_ARGS] or nblocks does not fit the kernel's `int gidx0`.
+   Safe to call from several threads at once: launches that need the pool take turns, one-block launches run at once
+   on the calling thread. */
+int cpu_launch(void *fn, int nargs, const uint64_t *args, int64_t nblocks);
+
+/* The number of threads that run blocks (the caller included): $CPU_THREADS if set (>= 1), else the number of CPUs this
+   process may run on. Starts the pool on first use. Idle threads poll for $CPU_SPIN_US microseconds (default 50) before
+   they sleep. */
+int cpu_pool_threads(void);
+
+/* Stops and joins the pool's threads (also run at exit); the next launch starts a fresh pool. */
+void cpu_pool_shutdown(void);
+
+#endif

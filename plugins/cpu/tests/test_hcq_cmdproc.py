@@ -1,0 +1,251 @@
+"""The CPU command processor on hand-encoded packets: launches, copies, signal ordering across queues, timestamps, faults."""
+import ctypes, os, struct, time
+import numpy as np
+import pytest
+from core.device.buffer import Buffer
+from core.hcq import HCQError
+from core.ir.dtype import dtypes
+from plugin_cpu.compiler import CCompiler
+from plugin_cpu import hcq as H
+
+KERNELS = r"""
+void add(float* restrict out, const float* restrict a, const float* restrict b, int n, int nblocks, int gidx0) {
+  int per = (n + nblocks - 1) / nblocks;
+  int lo = gidx0 * per, hi = lo + per < n ? lo + per : n;
+  for (int i = lo; i < hi; i++) out[i] = a[i] + b[i];
+}
+void add1(float* restrict out, const float* restrict a, const float* restrict b, int n) { for (int i = 0; i < n; i++) out[i] = a[i] + b[i]; }
+void slow_store(int* out, int value, int spins) {
+  volatile long x = 0;
+  for (long i = 0; i < (long)spins * 1000; i++) x += i;
+  out[0] = value;
+}
+void crash(int* out) { *(volatile int*)(long)16 = out[0]; }
+void divide(int* out, int d) { out[0] = 100 / d; }
+void block_ids(int* out, int gidx0) { out[gidx0] = gidx0 + 1; }
+"""
+
+@pytest.fixture(scope="module")
+def kernels():
+  lib = CCompiler().compile(KERNELS)
+  return {n: H.load_program(n, lib) for n in ("add", "add1", "slow_store", "crash", "divide", "block_ids")}
+
+def fn(kernels, name): return ctypes.cast(kernels[name].fxn, ctypes.c_void_p).value
+
+@pytest.fixture
+def dev():
+  d = H.CPUHCQ("CPU", ring_size=4096)
+  yield d
+  d.close()
+
+_DT = {np.float32: dtypes.float32, np.int32: dtypes.int32, np.uint64: dtypes.uint64, np.uint8: dtypes.uint8}
+def buf(arr): return Buffer("CPU", arr.size, _DT[arr.dtype.type]).copyin(arr.tobytes())
+def addr(b): return H.buffer_addr(b)
+def kernargs(*slots):
+  b = Buffer("CPU", max(len(slots), 1), dtypes.uint64).copyin(struct.pack(f"<{max(len(slots), 1)}Q", *(slots or (0,))))
+  return b
+def signal(): return buf(np.zeros(1, np.uint64))
+
+def submit(q: "H.CPUQueue", packets: bytes) -> None:
+  """What the host submit program does: copy into the ring at wptr (wrapping), bump wptr, ring the doorbell."""
+  ring, size = q.buffers["ring"].as_buffer(), q.ring_size
+  wptr = q.value("wptr")
+  assert len(packets) <= size - (wptr - q.rptr()), "test submits more than the ring holds"
+  for i in range(0, len(packets), 4): ring[(wptr + i) % size:(wptr + i) % size + 4] = packets[i:i + 4]
+  q.buffers["wptr"].as_buffer().cast("Q")[0] = wptr + len(packets)
+  q.buffers["doorbell"].as_buffer().cast("Q")[0] = wptr + len(packets)
+
+def test_encoder_layout_and_decode():
+  words = H.enc_launch(0x1000, 0x2000, 3, 7) + H.enc_copy(1, 2, 3) + H.enc_wait(4, 5) + H.enc_signal(6, 7) + H.enc_timestamp(8) + H.enc_barrier()
+  assert len(words) == 4 * (8 + 8 + 6 + 6 + 4 + 2) and len(words) % 8 == 0
+  assert struct.unpack_from("<I", words, 0)[0] == 1 | 8 << 16
+  assert struct.unpack_from("<Q", words, H.LAUNCH_KERNARGS)[0] == 0x2000
+  assert H.decode(words) == [("LAUNCH", (3, 0x1000, 0x2000, 7)), ("COPY", (1, 2, 3)), ("WAIT", (4, 5)), ("SIGNAL", (6, 7)),
+                             ("TIMESTAMP", (8,)), ("BARRIER", ())]
+  with pytest.raises(ValueError, match="bad packet header"): H.decode(struct.pack("<II", 99 | 2 << 16, 0))
+
+@pytest.mark.parametrize("name,nblocks", [("add1", 1), ("add", 1), ("add", 4)])
+def test_launch_runs_a_compiled_kernel(dev, kernels, name, nblocks):
+  a, b = np.arange(37, dtype=np.float32), np.linspace(-3, 3, 37, dtype=np.float32)
+  A, B, OUT, sig = buf(a), buf(b), buf(np.zeros(37, np.float32)), signal()
+  ka = kernargs(addr(OUT), addr(A), addr(B), 37, nblocks)
+  q = dev.queue("COMPUTE:0")
+  submit(q, H.enc_launch(fn(kernels, name), addr(ka), 5, nblocks) + H.enc_signal(addr(sig), 1))
+  dev.wait_signal(sig, 1, 5)
+  np.testing.assert_array_equal(OUT.numpy(), a + b)
+
+def test_launch_over_many_blocks_runs_each_once(dev, kernels):
+  OUT, sig = buf(np.zeros(300, np.int32)), signal()
+  ka = kernargs(addr(OUT))
+  submit(dev.queue("COMPUTE:0"), H.enc_launch(fn(kernels, "block_ids"), addr(ka), 1, 300) + H.enc_signal(addr(sig), 9))
+  dev.wait_signal(sig, 9, 5)
+  np.testing.assert_array_equal(OUT.numpy(), np.arange(1, 301))
+
+def test_copy_and_barrier(dev):
+  src = np.random.default_rng(0).integers(0, 255, 1000, dtype=np.uint8)
+  S, D, sig = buf(src), buf(np.zeros(1000, np.uint8)), signal()
+  submit(dev.queue("COPY:0"), H.enc_copy(addr(D) + 10, addr(S), 990) + H.enc_barrier() + H.enc_signal(addr(sig), 3))
+  dev.wait_signal(sig, 3, 5)
+  out = D.numpy()
+  np.testing.assert_array_equal(out[10:], src[:990])
+  assert not out[:10].any()
+
+def test_wait_orders_a_consumer_queue_after_a_slow_producer(dev, kernels):
+  # COPY:0 must wait for COMPUTE:0's signal: without the WAIT it would copy the 0 before the slow kernel stores 1234
+  X, Y, s1, s2 = buf(np.zeros(1, np.int32)), buf(np.full(1, -1, np.int32)), signal(), signal()
+  ka = kernargs(addr(X), 1234, 30000)   # ~tens of ms of spinning
+  # the consumer goes first, so its worker is already blocked in the WAIT when the producer runs
+  submit(dev.queue("COPY:0"), H.enc_wait(addr(s1), 1) + H.enc_copy(addr(Y), addr(X), 4) + H.enc_signal(addr(s2), 1))
+  until = time.monotonic() + 5
+  while "blocked in the WAIT" not in dev.queue("COPY:0").describe() and time.monotonic() < until: time.sleep(0.001)
+  assert Y.numpy()[0] == -1 and "blocked in the WAIT" in dev.queue("COPY:0").describe()
+  submit(dev.queue("COMPUTE:0"), H.enc_launch(fn(kernels, "slow_store"), addr(ka), 2, 1) + H.enc_signal(addr(s1), 1))
+  dev.wait_signal(s2, 1, 10)
+  assert Y.numpy()[0] == 1234
+
+def test_signal_value_is_compared_as_uint64(dev):
+  sig, done = buf(np.array([2**40], np.uint64)), signal()
+  submit(dev.queue("COMPUTE:0"), H.enc_wait(addr(sig), 2**40) + H.enc_signal(addr(done), 2**63 + 5))
+  dev.wait_signal(done, 2**63 + 5, 5)
+  assert done.numpy()[0] == 2**63 + 5
+
+def test_timestamps_are_monotonic_ns(dev, kernels):
+  T, X, sig = buf(np.zeros(2, np.uint64)), buf(np.zeros(1, np.int32)), signal()
+  ka = kernargs(addr(X), 1, 2000)
+  before = time.monotonic_ns()
+  submit(dev.queue("COMPUTE:0"), H.enc_timestamp(addr(T)) + H.enc_launch(fn(kernels, "slow_store"), addr(ka), 3, 1) +
+         H.enc_timestamp(addr(T) + 8) + H.enc_signal(addr(sig), 1))
+  dev.wait_signal(sig, 1, 5)
+  t0, t1 = (int(x) for x in T.numpy())
+  assert before <= t0 < t1 <= time.monotonic_ns()
+
+def test_ring_wraps_around(kernels):
+  d = H.CPUHCQ("CPU", ring_size=128)   # 5 packets of 24 bytes + 1 of 48 per round: offsets wrap mid-packet
+  try:
+    q, sig = d.queue("COPY:0"), signal()
+    S, D = buf(np.arange(64, dtype=np.uint8)), buf(np.zeros(64, np.uint8))
+    for r in range(1, 30):
+      submit(q, H.enc_copy(addr(D) + r, addr(S) + r, 1) + H.enc_signal(addr(sig), r) + H.enc_barrier() * 2)
+      d.wait_signal(sig, r, 5)
+    np.testing.assert_array_equal(D.numpy()[1:30], np.arange(1, 30))
+    d.synchronize(5)   # the barriers after the last signal
+    assert q.rptr() == 29 * (32 + 24 + 16) and q.rptr() > 128 * 10
+  finally: d.close()
+
+def test_malformed_packet_reports_offset_and_opcode(dev):
+  q, sig = dev.queue("COMPUTE:0"), signal()
+  submit(q, H.enc_barrier())
+  dev.synchronize(5)
+  start = q.value("wptr")
+  submit(q, H.enc_barrier() + struct.pack("<II", 99 | 2 << 16, 0) + H.enc_signal(addr(sig), 1))
+  with pytest.raises(HCQError, match=rf"offset {start + 8} .*opcode 99 \(unknown\): unknown opcode"): dev.wait_signal(sig, 1, 5)
+  # a wrong length for a known opcode, in a later submit: the device is still running
+  sig2 = signal()
+  start = q.value("wptr")
+  submit(q, struct.pack("<IIQQ", H.OP_SIGNAL | 5 << 16, 0, addr(sig2), 1))
+  with pytest.raises(HCQError, match=rf"offset {start} .*opcode 4 \(SIGNAL\): length 5 dwords, a SIGNAL packet has 6"): dev.wait_signal(sig2, 1, 5)
+  submit(q, H.enc_signal(addr(sig2), 7))
+  dev.wait_signal(sig2, 7, 5)
+  # error() still has both reports (core reads it to explain a failed wait), each once
+  err = dev.error()
+  assert "unknown opcode" not in err and "length 5 dwords" in err and "1 earlier fault" in err and dev.error() is None
+
+def test_segfaulting_kernel_is_reported_and_the_device_stays_usable(dev, kernels):
+  q, X, sig = dev.queue("COMPUTE:0"), buf(np.zeros(4, np.int32)), signal()
+  bad = kernargs(addr(X))
+  start = q.value("wptr")
+  ok = kernargs(addr(X), 5, 1)
+  # the rest of the submit (the slow_store) is dropped, its SIGNAL still runs so later submits waiting on it are not stuck
+  submit(q, H.enc_launch(fn(kernels, "crash"), addr(bad), 1, 1) + H.enc_launch(fn(kernels, "slow_store"), addr(ok), 3, 1) +
+         H.enc_signal(addr(sig), 1))
+  with pytest.raises(HCQError, match=rf"COMPUTE:0: packet at offset {start} .*opcode 1 \(LAUNCH\): SIGSEGV .* at address 0x10"):
+    dev.wait_signal(sig, 1, 5)
+  assert X.numpy()[0] == 0
+  submit(q, H.enc_launch(fn(kernels, "slow_store"), addr(ok), 3, 1) + H.enc_signal(addr(sig), 2))
+  dev.wait_signal(sig, 2, 5)
+  assert X.numpy()[0] == 5 and "SIGSEGV" in dev.error() and dev.error() is None
+
+def test_division_by_zero_is_reported(dev, kernels):
+  X, sig = buf(np.zeros(1, np.int32)), signal()
+  submit(dev.queue("COMPUTE:0"), H.enc_launch(fn(kernels, "divide"), addr(kernargs(addr(X), 0)), 2, 1) + H.enc_signal(addr(sig), 1))
+  with pytest.raises(HCQError, match="SIGFPE"): dev.wait_signal(sig, 1, 5)
+  submit(dev.queue("COMPUTE:0"), H.enc_launch(fn(kernels, "divide"), addr(kernargs(addr(X), 7)), 2, 1) + H.enc_signal(addr(sig), 2))
+  dev.wait_signal(sig, 2, 5)
+  assert X.numpy()[0] == 14
+
+def test_copy_from_a_bad_address_is_reported(dev):
+  D, sig = buf(np.zeros(8, np.uint8)), signal()
+  submit(dev.queue("COPY:0"), H.enc_copy(addr(D), 8, 8) + H.enc_signal(addr(sig), 1))
+  with pytest.raises(HCQError, match=r"COPY:0: .*opcode 2 \(COPY\): SIGSEGV"): dev.wait_signal(sig, 1, 5)
+
+def test_wait_that_never_completes_times_out_and_the_queue_recovers(dev):
+  never, sig, other = signal(), signal(), signal()
+  q = dev.queue("COMPUTE:0")
+  start = q.value("wptr")
+  submit(q, H.enc_wait(addr(never), 1) + H.enc_signal(addr(sig), 1))
+  t = time.monotonic()
+  with pytest.raises(HCQError, match=rf"timed out after 0.3 s .* to reach 1; it is 0.*blocked in the WAIT packet at offset {start}.*"
+                                   r"Gave up the WAIT of COMPUTE:0") as e:
+    dev.wait_signal(sig, 1, 0.3)
+  assert 0.3 <= time.monotonic() - t < 3 and (e.value.seen, e.value.expected, e.value.queue) == (0, 1, "COMPUTE:0")
+  # the host gave up on the WAIT: the queue moves on (the rest of that submit still signals) and runs later submits
+  submit(q, H.enc_signal(addr(other), 4))
+  dev.wait_signal(other, 4, 5)
+  assert sig.numpy()[0] == 1 and dev.error() is None
+
+def test_instances_have_their_own_queues_and_can_wait_on_each_other(kernels):
+  d0, d1 = H.CPUHCQ("CPU", ring_size=4096), H.CPUHCQ("CPU:1", ring_size=4096)
+  try:
+    assert d0.queue("COMPUTE:0") is not d1.queue("COMPUTE:0")
+    assert addr(d0.queue("COMPUTE:0").buffers["ring"]) != addr(d1.queue("COMPUTE:0").buffers["ring"])
+    X, Y, s0, s1 = buf(np.zeros(1, np.int32)), buf(np.zeros(1, np.int32)), signal(), signal()
+    submit(d1.queue("COPY:0"), H.enc_wait(addr(s0), 1) + H.enc_copy(addr(Y), addr(X), 4) + H.enc_signal(addr(s1), 1))
+    submit(d0.queue("COMPUTE:0"), H.enc_launch(fn(kernels, "slow_store"), addr(kernargs(addr(X), 77, 20000)), 3, 1) + H.enc_signal(addr(s0), 1))
+    d1.wait_signal(s1, 1, 10)
+    assert Y.numpy()[0] == 77
+  finally:
+    d0.close()
+    d1.close()
+
+def _threads() -> int: return len(os.listdir("/proc/self/task"))
+
+def test_close_joins_the_workers():
+  d = H.CPUHCQ("CPU", ring_size=4096)
+  n = _threads()
+  d.queue("COMPUTE:0"), d.queue("COPY:0")
+  assert _threads() == n + 2
+  never = signal()
+  submit(d.queue("COPY:0"), H.enc_wait(addr(never), 1))   # even a worker blocked in a WAIT stops
+  d.close()
+  assert _threads() == n
+  # a later use starts them again on the same ring, resuming at the doorbell
+  sig = signal()
+  submit(d.queue("COPY:0"), H.enc_signal(addr(sig), 5))
+  d.wait_signal(sig, 5, 5)
+  assert _threads() == n + 2
+  d.close()
+
+def test_forked_child_restarts_the_workers_on_the_same_rings(dev):
+  q, sig = dev.queue("COMPUTE:0"), signal()
+  ring = addr(q.buffers["ring"])
+  pid = os.fork()
+  if pid == 0:   # the child: the parent's worker threads do not exist here
+    code = 1
+    try:
+      q2 = dev.queue("COMPUTE:0")
+      submit(q2, H.enc_signal(addr(sig), 3))
+      dev.wait_signal(sig, 3, 5)
+      code = 0 if addr(q2.buffers["ring"]) == ring and sig.numpy()[0] == 3 else 2
+    finally: os._exit(code)
+  assert os.waitpid(pid, 0)[1] == 0
+  assert sig.numpy()[0] == 0   # the child's memory was its own
+
+def test_idle_workers_sleep():
+  d = H.CPUHCQ("CPU", ring_size=4096)
+  try:
+    d.queue("COMPUTE:0")
+    time.sleep(0.05)
+    c0, t0 = time.process_time(), time.monotonic()
+    time.sleep(0.3)
+    assert (time.process_time() - c0) / (time.monotonic() - t0) < 0.2   # an idle worker does not spin a core
+  finally: d.close()

@@ -1,0 +1,179 @@
+"""The thread pool (native/pool.c) through CPUProgram and cpu_launch: every block once, argument passing, threads, fork, idle cost."""
+import ctypes, os, subprocess, sys, threading, time
+import numpy as np
+import pytest
+from plugin_cpu import native
+from plugin_cpu.compiler import CCompiler
+from plugin_cpu.runtime import CPUAllocator, CPUProgram, CPU_MAX_ARGS
+
+al = CPUAllocator("CPU")
+
+@pytest.fixture(scope="module")
+def cc(): return CCompiler()
+
+def to_dev(a: np.ndarray):
+  h = al.alloc(max(a.nbytes, 1))
+  al._copyin(h, memoryview(np.ascontiguousarray(a)).cast("B"))
+  return h
+
+def from_dev(h, like: np.ndarray) -> np.ndarray:
+  o = np.empty_like(like)
+  al._copyout(memoryview(o).cast("B"), h)
+  return o
+
+# counts how often each block ran and records which index it saw
+COUNT_SRC = "void count(int* restrict data0, int* restrict data1, int gidx0) { data0[gidx0] += 1; data1[gidx0] = gidx0; }\n"
+
+def test_every_block_runs_exactly_once(cc):
+  prg = CPUProgram("count", cc.compile(COUNT_SRC))
+  for n in range(1, 1001):
+    cnt, idx = to_dev(np.zeros(1001, np.int32)), to_dev(np.full(1001, -1, np.int32))
+    prg(cnt, idx, global_size=(n, 1, 1))
+    c, i = from_dev(cnt, np.zeros(1001, np.int32)), from_dev(idx, np.zeros(1001, np.int32))
+    np.testing.assert_array_equal(c[:n], np.ones(n, np.int32), err_msg=f"{n} blocks")
+    np.testing.assert_array_equal(i[:n], np.arange(n, dtype=np.int32), err_msg=f"{n} blocks")
+    assert not c[n:].any() and (i[n:] == -1).all(), f"{n} blocks: a block past the end ran"
+
+def test_zero_blocks_run_nothing(cc):
+  prg = CPUProgram("count", cc.compile(COUNT_SRC))
+  cnt, idx = to_dev(np.zeros(4, np.int32)), to_dev(np.zeros(4, np.int32))
+  prg(cnt, idx, global_size=(0, 1, 1))
+  assert not from_dev(cnt, np.zeros(4, np.int32)).any()
+
+def args_src(nargs: int) -> str:
+  """A kernel of one buffer and nargs-1 ints (nargs arguments before gidx0): block b stores the ints at out[b*w + j], then b."""
+  w = max(nargs - 1, 1)
+  params = ", ".join(["long long* restrict data0"] + [f"int v{j}" for j in range(nargs - 1)] + ["int gidx0"])
+  body = "".join(f"  data0[gidx0*{w} + {j}] = v{j};\n" for j in range(nargs - 1))
+  return f"void args({params}) {{\n{body}  data0[{3 * w} + gidx0] = gidx0;\n}}\n"
+
+@pytest.mark.parametrize("nargs", [1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64])
+def test_arguments_up_to_the_maximum(cc, nargs):
+  # the arities around each trampoline width (8, 16, 32, 65 slots with the block index) and int32 extremes, negatives included
+  prg = CPUProgram("args", cc.compile(args_src(nargs)))
+  rng = np.random.default_rng(nargs)
+  vals = tuple(int(v) for v in rng.integers(-2**31, 2**31, nargs - 1))
+  if nargs > 3: vals = (-1, -2**31, 2**31 - 1) + vals[3:]
+  w = max(nargs - 1, 1)
+  out = to_dev(np.zeros(3 * w + 3, np.int64))
+  prg(out, vals=vals, global_size=(3, 1, 1))
+  res = from_dev(out, np.zeros(3 * w + 3, np.int64))
+  for b in range(3): assert tuple(res[b * w:b * w + nargs - 1]) == vals, f"block {b}"
+  assert tuple(res[3 * w:3 * w + 3]) == (0, 1, 2)
+
+def test_too_many_arguments(cc):
+  prg = CPUProgram("args", cc.compile(args_src(2)))
+  with pytest.raises(ValueError, match="more than the 64"): prg(al.alloc(64), vals=(0,) * CPU_MAX_ARGS)
+  # the C side refuses too, and a block count past int32 (the kernel's `int gidx0`)
+  launch = native.lib().cpu_launch
+  assert launch(prg.fn, CPU_MAX_ARGS + 1, (ctypes.c_uint64 * 65)(), 1) == -1
+  assert launch(prg.fn, 1, (ctypes.c_uint64 * 1)(), 2**31) == -1
+
+def test_int32_negative_values_reach_the_kernel(cc):
+  src = "void neg(long long* restrict data0, int a, int b, int gidx0) { data0[2*gidx0] = a; data0[2*gidx0+1] = (long long)b * 3; }\n"
+  prg = CPUProgram("neg", cc.compile(src))
+  out = to_dev(np.zeros(8, np.int64))
+  prg(out, vals=(-7, -2**31), global_size=(4, 1, 1))
+  np.testing.assert_array_equal(from_dev(out, np.zeros(8, np.int64)), [-7, -3 * 2**31] * 4)
+
+def test_buffers_as_addresses_and_one_dim_only(cc):
+  prg = CPUProgram("count", cc.compile(COUNT_SRC))
+  cnt, idx = to_dev(np.zeros(4, np.int32)), to_dev(np.zeros(4, np.int32))
+  prg(ctypes.addressof(cnt), idx, global_size=(4, 1, 1))
+  np.testing.assert_array_equal(from_dev(cnt, np.zeros(4, np.int32)), [1, 1, 1, 1])
+  with pytest.raises(ValueError, match="one-dimensional"): prg(cnt, idx, global_size=(2, 2, 1))
+
+SCALE_SRC = "void scale(int* restrict data0, const int* restrict data1, int k, int gidx0) {\n" \
+            "  for (int i = 0; i < 256; i++) data0[gidx0*256 + i] = data1[gidx0*256 + i] * k;\n}\n"
+
+def test_concurrent_launches_from_two_threads(cc):
+  # the same program from two Python threads (its argument arrays must not be shared) plus a second program
+  p1, p2 = CPUProgram("scale", cc.compile(SCALE_SRC)), CPUProgram("scale", cc.compile(SCALE_SRC))
+  errors: list[str] = []
+  def worker(tid: int, prgs: list[CPUProgram]):
+    rng = np.random.default_rng(tid)
+    inp = rng.integers(-1000, 1000, 64 * 256).astype(np.int32)
+    src, dst = to_dev(inp), to_dev(np.zeros_like(inp))
+    for it in range(150):
+      k = tid * 1000 + it
+      nblocks = 1 + (it * 7) % 64
+      prgs[it % len(prgs)](dst, src, vals=(k,), global_size=(nblocks, 1, 1))
+      got = from_dev(dst, inp)[:nblocks * 256]
+      if not np.array_equal(got, inp[:nblocks * 256] * k): errors.append(f"thread {tid} iteration {it}")
+  ts = [threading.Thread(target=worker, args=(0, [p1])), threading.Thread(target=worker, args=(1, [p1, p2])),
+        threading.Thread(target=worker, args=(2, [p2]))]
+  for t in ts: t.start()
+  for t in ts: t.join()
+  assert not errors, errors[:5]
+
+def test_pool_size_follows_affinity():
+  if os.getenv("CPU_THREADS"): pytest.fail("run this module without CPU_THREADS set")  # the default is what this checks
+  assert native.pool_threads() == len(os.sched_getaffinity(0))
+
+def test_shutdown_then_launch_starts_a_fresh_pool(cc):
+  prg = CPUProgram("count", cc.compile(COUNT_SRC))
+  native.lib().cpu_pool_shutdown()
+  cnt, idx = to_dev(np.zeros(50, np.int32)), to_dev(np.zeros(50, np.int32))
+  prg(cnt, idx, global_size=(50, 1, 1))
+  np.testing.assert_array_equal(from_dev(cnt, np.zeros(50, np.int32)), np.ones(50, np.int32))
+  assert native.pool_threads() >= 1
+
+def test_idle_pool_costs_no_cpu(cc):
+  prg = CPUProgram("count", cc.compile(COUNT_SRC))
+  cnt, idx = to_dev(np.zeros(64, np.int32)), to_dev(np.zeros(64, np.int32))
+  prg(cnt, idx, global_size=(64, 1, 1))
+  time.sleep(0.05)   # past the spin window: the workers sleep now
+  t0 = time.process_time()
+  time.sleep(0.5)
+  assert time.process_time() - t0 < 0.1, "pool threads keep spinning while idle"
+
+def test_long_block_wait_sleeps(cc):
+  # block 0 runs long, block 1 not at all: whichever thread is left waiting (the launcher for `done`, or a worker for the next
+  # job) must sleep, not spin, so the CPU time stays far below the wall time
+  src = "#include <time.h>\nvoid nap(int* restrict data0, int gidx0) {\n" \
+        "  if (gidx0 == 0) { struct timespec t = {0, 300000000}; nanosleep(&t, 0); }\n  data0[gidx0] = 1;\n}\n"
+  prg = CPUProgram("nap", cc.compile(src))
+  out = to_dev(np.zeros(2, np.int32))
+  t0, w0 = time.process_time(), time.perf_counter()
+  prg(out, global_size=(2, 1, 1))
+  cpu, wall = time.process_time() - t0, time.perf_counter() - w0
+  assert from_dev(out, np.zeros(2, np.int32)).tolist() == [1, 1]
+  assert wall >= 0.3 and cpu < 0.1, (cpu, wall)
+
+def run_py(code: str, **env: str) -> str:
+  e = {k: v for k, v in os.environ.items() if k != "CPU_THREADS"} | env
+  res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, timeout=300,
+                       cwd=os.path.dirname(os.path.abspath(__file__)))
+  assert res.returncode == 0, res.stderr
+  return res.stdout
+
+CHILD = """
+import conftest, numpy as np
+from plugin_cpu import native
+from plugin_cpu.renderer import CPUCRenderer, CPULLVMRenderer
+from test_pool import COUNT_SRC, CPUProgram, CCompiler, to_dev, from_dev
+prg = CPUProgram("count", CCompiler().compile(COUNT_SRC))
+cnt, idx = to_dev(np.zeros(100, np.int32)), to_dev(np.zeros(100, np.int32))
+prg(cnt, idx, global_size=(100, 1, 1))
+assert (from_dev(cnt, np.zeros(100, np.int32)) == 1).all() and (from_dev(idx, np.zeros(100, np.int32)) == np.arange(100)).all()
+print(native.pool_threads(), CPUCRenderer.threads, CPULLVMRenderer.threads)
+"""
+
+@pytest.mark.parametrize("threads, renderer_threads", [("1", 0), ("3", 3)])
+def test_cpu_threads_setting(threads, renderer_threads):
+  # CPU_THREADS=1 turns threading off (one pool thread, no block split); 3 oversubscribes this machine and still works
+  assert run_py(CHILD, CPU_THREADS=threads).split() == [threads, str(renderer_threads), str(renderer_threads)]
+
+def test_forked_child_gets_a_working_pool(cc):
+  prg = CPUProgram("count", cc.compile(COUNT_SRC))
+  cnt, idx = to_dev(np.zeros(40, np.int32)), to_dev(np.zeros(40, np.int32))
+  prg(cnt, idx, global_size=(40, 1, 1))   # the parent's pool is running
+  pid = os.fork()
+  if pid == 0:
+    try:
+      prg(cnt, idx, global_size=(40, 1, 1))
+      ok = (from_dev(cnt, np.zeros(40, np.int32)) == 2).all()
+    except BaseException: ok = False
+    os._exit(0 if ok else 1)
+  _, status = os.waitpid(pid, 0)
+  assert os.waitstatus_to_exitcode(status) == 0
