@@ -81,7 +81,9 @@ def build_submit_program(linear: UOp, ctx: HCQState) -> tuple[list[UOp], list[UO
     written[key] = done + nbytes
     new_wptr = wptr0[key] + _u64(written[key])
     b.store(p_wptr, _u64(0), new_wptr)
-    # the doorbell is the last write of the submit: the command processor may start as soon as it changes
+    # the doorbell is the last write of the submit: the command processor may start as soon as it changes, so the ring
+    # writes before it must be visible first (BARRIER: a release fence on the CPU backend)
+    b.emit(UOp(Ops.BARRIER))
     b.store(p_bell, _u64(0), new_wptr)
   for u in linear.src:
     if u.op is Ops.STORE and u.arg == "advance":

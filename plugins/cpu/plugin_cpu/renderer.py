@@ -32,6 +32,8 @@ class CPUCRenderer(CStyleRenderer):
   parameter, present only in kernels the optimizer split into thread blocks."""
   device = "CPU"
   suffix = "C"
+  # one thread of control per kernel: BARRIER orders memory (the HCQ submit program writes the ring, then the doorbell)
+  barrier = "__atomic_thread_fence(__ATOMIC_RELEASE);"
   has_local = False
   global_max = None
   supports_float4 = True
@@ -78,6 +80,7 @@ class CPULLVMRenderer(LLVMRenderer):
   """The same kernel as LLVM IR for llvmlite; the compiler fills in the host triple and data layout."""
   device = "CPU"
   suffix = "LLVM"
+  def render_barrier(self) -> str: return "fence release"
   has_local = False
   global_max = None
   supports_float4 = True
