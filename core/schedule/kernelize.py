@@ -8,7 +8,8 @@ from core.ir.ops import UOp, Ops, GroupOp, arg_uops, map_arg
 from core.ir.pattern import graph_rewrite, PatternMatcher, UPat
 from core.schedule.realize_points import find_realize_points, contiguous_buffer
 from core.schedule.indexing import pm_index, KernelCtx, push, flat_index, output_ranges, TRUE
-from core.helpers import prod, SPEC
+from core.schedule.split_reduce import pm_split_reduce
+from core.helpers import prod, SPEC, NOOPT
 
 @dataclass
 class ScheduleItem:
@@ -91,6 +92,7 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
   binds = _bind_map(sink)
   var_vals = {v: b.src[1].arg for b, v in binds.items()}
   if binds: sink = _unbind(sink, binds)
+  if not NOOPT: sink = graph_rewrite(sink, pm_split_reduce, name="split reduce")
   roots = list(sink.src)
   if SPEC:
     from core.ir.spec import type_verify, tensor_spec
