@@ -2,6 +2,7 @@
 from __future__ import annotations
 import functools, hashlib, os, platform, shutil, subprocess, tempfile
 from core.device.compiler import Compiler, CompileError
+from plugin_cpu import elfload
 
 # no -ffast-math: NaN/inf must behave as in IEEE; -fwrapv makes int overflow wrap like the reference ALU;
 # -ffp-contract=off keeps a*b+c two roundings, as the LLVM path and numpy compute it
@@ -77,7 +78,8 @@ class CCompiler(Compiler):
       except OSError as e: return f"<objdump failed: {e}>"
 
 class LLVMCompiler(Compiler):
-  """LLVM IR -> .so bytes: llvmlite parses and optimizes (new pass manager, O3, host CPU and features), the C compiler links."""
+  """LLVM IR -> machine code: llvmlite parses and optimizes (new pass manager, O3, host CPU and features) and emits an object
+  file, which the runtime loads in-process on x86-64; elsewhere the C compiler links it into a shared object."""
   def __init__(self, cpu: str | None = None, features: str | None = None, cc: str | None = None, opt: int = 3):
     import llvmlite.binding as llvm
     self.llvm = llvm
@@ -90,7 +92,7 @@ class LLVMCompiler(Compiler):
     self.tm = target.create_target_machine(cpu=self.cpu, features=self.features, opt=opt, reloc="pic", codemodel="default")
     self.opt, self._cc = opt, cc
     feat_hash = hashlib.sha256(self.features.encode()).hexdigest()[:8]
-    super().__init__(f"cpu_llvm_{'.'.join(map(str, llvm.llvm_version_info))}_{self.tm.triple}_{self.cpu}_{feat_hash}_O{opt}")
+    super().__init__(f"cpu_llvm_{'.'.join(map(str, llvm.llvm_version_info))}_{self.tm.triple}_{self.cpu}_{feat_hash}_O{opt}{'_obj' if elfload.supported() else ''}")
 
   def compile(self, src: str) -> bytes:
     llvm = self.llvm
@@ -103,6 +105,7 @@ class LLVMCompiler(Compiler):
     pb = llvm.create_pass_builder(self.tm, llvm.create_pipeline_tuning_options(speed_level=self.opt))
     pb.getModulePassManager().run(mod, pb)
     obj = self.tm.emit_object(mod)
-    return link_shared(self._cc or find_cc(), obj, src)
+    # the runtime loads x86-64 objects itself (plugin_cpu.elfload): a linker process per kernel costs tens of ms
+    return obj if elfload.supported() else link_shared(self._cc or find_cc(), obj, src)
 
   def disassemble(self, lib: bytes) -> str: return CCompiler.disassemble(self, lib)  # type: ignore[arg-type]

@@ -40,11 +40,19 @@ class CPUProgram:
   while the library is loaded; both are released together when the program is garbage collected."""
   def __init__(self, name: str, lib: bytes):
     from plugin_cpu.native import load_library
+    from plugin_cpu import elfload
     self.name = name
-    self.lib, self.fd = load_library(lib, f"core_{to_function_name(name)[:200]}")
-    try: self.fxn = getattr(self.lib, to_function_name(name))
-    except AttributeError: raise RuntimeError(f"CPU: the compiled library has no kernel named {to_function_name(name)!r}") from None
-    self.fxn.restype = None
+    fname = to_function_name(name)
+    if elfload.is_relocatable(lib):
+      # an object file (the LLVM path): placed and relocated in-process, no linker and no dlopen
+      self.obj = elfload.LoadedObject(lib)
+      if fname not in self.obj.symbols: raise RuntimeError(f"CPU: the compiled object has no kernel named {fname!r}")
+      self.fxn = ctypes.CFUNCTYPE(None)(self.obj.symbols[fname])
+    else:
+      self.lib, self.fd = load_library(lib, f"core_{fname[:200]}")
+      try: self.fxn = getattr(self.lib, fname)
+      except AttributeError: raise RuntimeError(f"CPU: the compiled library has no kernel named {fname!r}") from None
+      self.fxn.restype = None
     self.fn = ctypes.c_void_p(ctypes.cast(self.fxn, ctypes.c_void_p).value)
     self._launch = _launcher()
     # argument arrays not in use: a launch takes one and gives it back, so two threads never fill the same one

@@ -1,5 +1,6 @@
 """The CPU plugin's HCQ hooks: pm_prep_program, pm_lower, pm_bufferize, the interfaces, and the core pipeline end to end."""
 import ctypes, functools, struct
+import time
 import numpy as np
 import pytest
 from core.codegen.program import ProgramSpec
@@ -105,7 +106,10 @@ def test_default_device_is_hcq_and_runs_tensors_through_the_command_processor(mo
     out = ((Tensor(a) * 3 + 1).reshape(4, 5).sum(1)).numpy()
     np.testing.assert_allclose(out, (a * 3 + 1).reshape(4, 5).sum(1))
     # the work went through the ring: the compute queue's worker read packets up to its doorbell
+    # (the host's wait ends at the SIGNAL packet; the worker advances its read offset just after, so allow it a moment)
     q = hcq.queue("COMPUTE:0")
+    deadline = time.monotonic() + 5
+    while q.rptr() != q.value("doorbell") and time.monotonic() < deadline: time.sleep(0.001)
     assert q.rptr() > 0 and q.rptr() == q.value("doorbell")
     # a second instance has its own queues; the copy back is ordered by signals
     x = Tensor(a, device="CPU:1")
