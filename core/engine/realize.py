@@ -6,7 +6,7 @@ from core.ir.ops import UOp, Ops, GroupOp, sym_val
 from core.schedule.kernelize import create_schedule, ScheduleItem
 from core.schedule.memory import plan_memory
 from core.schedule.realize_points import contiguous_buffer
-from core.engine.run import buffer_of, run_item
+from core.engine.run import buffer_of
 from core.helpers import prod
 
 # tensor node -> (the uop over the buffer holding its value, that buffer's version); dies with the node.

@@ -20,14 +20,14 @@ def add_dependencies(linear: UOp, ctx: HCQState) -> UOp:
   needs_barrier: dict[int, bool] = {}
   touched: dict[QKey, set[UOp]] = {}
   for i in subs:
-    s, q = linear.src[i], key[i]
+    s, qk = linear.src[i], key[i]
     writes, rds = s.src[2].src, s.src[3].src
     deps = [last_write[b] for b in writes + rds if b in last_write] + [j for b in writes for j in reads.get(b, {}).values()]
     for j in deps:
-      if key[j] != q: waits[i][key[j]] = max(waits[i].get(key[j], -1), j)
-    needs_barrier[i] = any(b in touched.get(q, set()) for b in writes + rds)
-    touched.setdefault(q, set()).update(writes + rds)
-    for b in rds: reads.setdefault(b, {})[q] = i
+      if key[j] != qk: waits[i][key[j]] = max(waits[i].get(key[j], -1), j)
+    needs_barrier[i] = any(b in touched.get(qk, set()) for b in writes + rds)
+    touched.setdefault(qk, set()).update(writes + rds)
+    for b in rds: reads.setdefault(b, {})[qk] = i
     for b in writes: last_write[b], reads[b] = i, {}
   # which submits signal: those waited on, and the last one of every queue
   signals = {j for w in waits.values() for j in w.values()} | {max(i for i in subs if key[i] == q) for q in set(key.values())}

@@ -55,7 +55,7 @@ def encode_submit(s: UOp, ctx: HCQState, pm: Any) -> tuple[UOp, list[UOp]]:
   return new, host
 
 def encode(linear: UOp, ctx: HCQState) -> UOp:
-  pms = {}
+  pms: dict[str, Any] = {}
   out: list[UOp] = []
   host: list[UOp] = []
   for u in linear.src:

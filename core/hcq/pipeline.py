@@ -15,7 +15,7 @@ from core.hcq.pack import pack
 from core.hcq.bufferize import bufferize
 from core.hcq.patches import resolve_patches
 from core.hcq.callify import callify, host_timeline
-from core.helpers import DEBUG, HCQ_TIMEOUT
+from core.helpers import HCQ_TIMEOUT
 
 STAGES: list[tuple[str, Callable[[UOp, HCQState], UOp]]] = [
   ("prep runtime", prep_runtime), ("lower to queues", lower_to_queues), ("dependencies", dependencies),
@@ -63,9 +63,9 @@ class Submission:
 
   def run(self, bufs: list[Any], var_vals: dict[Any, int] | None = None, wait: bool = True) -> None:
     from core.hcq.patches import write_value
-    addrs = [buffer_addr(b if b.is_allocated() else b.allocate()) for b in bufs]
+    addrs: list[int | None] = [buffer_addr(b if b.is_allocated() else b.allocate()) for b in bufs]
     for i, target, off, width, addend in self.addr_patches:
-      if addrs[i] != self.last_addrs[i]: write_value(target, off, addrs[i] + addend, width)
+      if (a := addrs[i]) is not None and a != self.last_addrs[i]: write_value(target, off, a + addend, width)
     self.last_addrs = addrs
     if self.var_patches:
       by_arg = {v.arg: val for v, val in (var_vals or {}).items()}

@@ -92,7 +92,7 @@ class FakeHCQ:
     return r
   def step(self, q: str) -> bool:
     """Run one packet of queue q; False when it is empty, stalled or blocked in a WAIT."""
-    if q in self.stalled or (kind := ("doorbell", q)) not in self.qbufs: return False
+    if q in self.stalled or ("doorbell", q) not in self.qbufs: return False
     bell = _rd(self._addr("doorbell", q), "<Q")[0]
     if self.rptr[q] >= bell: return False
     ring = self._addr("ring", q)

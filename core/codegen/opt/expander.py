@@ -40,7 +40,7 @@ class Expander:
   """Rewrites a kernel whose register axes are `unrolled` (copied per value) and `vec` (lanes of vector dtypes, or None)."""
   def __init__(self, unrolled: list[UOp], vec: UOp | None):
     self.unrolled, self.vec = unrolled, vec
-    self.width = range_size(vec) if vec is not None else 1
+    self.width: int = (range_size(vec) or 1) if vec is not None else 1
     self.regs = frozenset(unrolled) | ({vec} if vec is not None else set())
     self.memo: dict[tuple[UOp, tuple], UOp] = {}
     self._deps: dict[UOp, frozenset[UOp]] = {}
@@ -154,7 +154,7 @@ class Expander:
 
 def pick_vector_axis(sink: UOp, regs: list[UOp]) -> UOp | None:
   """The register axis (power-of-two size) along which the most loads/stores touch neighbouring elements (ties: the innermost)."""
-  best: tuple[int, Any] | None = None
+  best: tuple[int, bool, Any] | None = None
   choice = None
   mem = [u for u in sink.toposort() if u.op in (Ops.LOAD, Ops.STORE)]
   for r in regs:

@@ -110,8 +110,8 @@ def beam_search(k: Kernel, amt: int, max_candidates: int | None = None) -> Kerne
         cands.append(c)
     cands = cands[:budget]
     budget -= len(cands)
-    timed = sorted(((timer(c), i, c) for i, c in enumerate(cands)), key=lambda x: (x[0], x[1]))
-    timed = [(t, c) for t, _, c in timed if not math.isinf(t)]
+    ranked = sorted(((timer(c), i, c) for i, c in enumerate(cands)), key=lambda x: (x[0], x[1]))
+    timed = [(t, c) for t, _, c in ranked if not math.isinf(t)]
     if not timed or timed[0][0] >= beam[0][0] * 0.98: break
     beam = timed[:amt]
     best = beam[0][1]

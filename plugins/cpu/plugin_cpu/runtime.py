@@ -113,9 +113,9 @@ def llvmlite_available() -> bool:
 RENDERERS = ("C", "LLVM")
 
 def make_device(name: str, target: Any = None) -> Compiled:
-  """The CPU device for DEV target `target`: renderer C (the default: its kernels ran faster in bench/renderers.py) or
-  LLVM; ARCH is -march/cpu."""
-  which = (getattr(target, "renderer", None) or "C").upper()
+  """The CPU device for DEV target `target`: renderer LLVM (the default when llvmlite is installed: as fast and it compiles
+  in-process) or C; ARCH is -march/cpu."""
+  which = (getattr(target, "renderer", None) or ("LLVM" if llvmlite_available() else "C")).upper()
   arch = getattr(target, "arch", None)
   from plugin_cpu.renderer import CPUCRenderer, CPULLVMRenderer
   from plugin_cpu.compiler import CCompiler, LLVMCompiler

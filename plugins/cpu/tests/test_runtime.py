@@ -82,8 +82,11 @@ def test_make_device_picks_the_renderer(ren, cls):
   assert dtypes_fp8_unsupported(dev.renderer)
   dev.synchronize()
 
-def test_make_device_default_is_c():
-  assert type(make_device("CPU").renderer) is CPUCRenderer
+def test_make_device_default_is_llvm_when_llvmlite_is_installed(monkeypatch):
+  import plugin_cpu.runtime as rt
+  from plugin_cpu.renderer import CPULLVMRenderer
+  assert type(make_device("CPU").renderer) is (CPULLVMRenderer if rt.llvmlite_available() else CPUCRenderer)
+  monkeypatch.setattr(rt, "llvmlite_available", lambda: False)
   assert type(make_device("CPU", Target(device="CPU")).renderer) is CPUCRenderer
 
 def test_make_device_unknown_renderer():
