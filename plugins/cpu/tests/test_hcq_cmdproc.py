@@ -23,12 +23,13 @@ void slow_store(int* out, int value, int spins) {
 void crash(int* out) { *(volatile int*)(long)16 = out[0]; }
 void divide(int* out, int d) { out[0] = 100 / d; }
 void block_ids(int* out, int gidx0) { out[gidx0] = gidx0 + 1; }
+void crash_block(int* out, int bad, int gidx0) { if (gidx0 == bad) *(volatile int*)(long)24 = 1; out[gidx0] = gidx0 + 1; }
 """
 
 @pytest.fixture(scope="module")
 def kernels():
   lib = CCompiler().compile(KERNELS)
-  return {n: H.load_program(n, lib) for n in ("add", "add1", "slow_store", "crash", "divide", "block_ids")}
+  return {n: H.load_program(n, lib) for n in ("add", "add1", "slow_store", "crash", "divide", "block_ids", "crash_block")}
 
 def fn(kernels, name): return ctypes.cast(kernels[name].fxn, ctypes.c_void_p).value
 
@@ -164,6 +165,22 @@ def test_segfaulting_kernel_is_reported_and_the_device_stays_usable(dev, kernels
   submit(q, H.enc_launch(fn(kernels, "slow_store"), addr(ok), 3, 1) + H.enc_signal(addr(sig), 2))
   dev.wait_signal(sig, 2, 5)
   assert X.numpy()[0] == 5 and "SIGSEGV" in dev.error() and dev.error() is None
+
+@pytest.mark.parametrize("bad", [0, 5, 63])
+def test_fault_in_one_block_of_a_multi_block_kernel_is_reported(dev, kernels, bad):
+  # the blocks run on the thread pool: the faulting one is abandoned wherever it ran, the others finish, the device goes on
+  X, sig = buf(np.zeros(64, np.int32)), signal()
+  q = dev.queue("COMPUTE:0")
+  submit(q, H.enc_launch(fn(kernels, "crash_block"), addr(kernargs(addr(X), bad)), 2, 64) + H.enc_signal(addr(sig), 1))
+  with pytest.raises(HCQError, match=rf"LAUNCH\): signal 11 .* at address 0x18 in block {bad} of 64"): dev.wait_signal(sig, 1, 5)
+  want = np.arange(1, 65, dtype=np.int32)
+  want[bad] = 0
+  np.testing.assert_array_equal(X.numpy(), want)
+  Y = buf(np.zeros(64, np.int32))
+  submit(q, H.enc_launch(fn(kernels, "block_ids"), addr(kernargs(addr(Y))), 1, 64) + H.enc_signal(addr(sig), 2))
+  dev.wait_signal(sig, 2, 5)
+  np.testing.assert_array_equal(Y.numpy(), np.arange(1, 65, dtype=np.int32))
+  assert "block" in (dev.error() or "")
 
 def test_division_by_zero_is_reported(dev, kernels):
   X, sig = buf(np.zeros(1, np.int32)), signal()

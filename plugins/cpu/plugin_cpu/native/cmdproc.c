@@ -23,8 +23,8 @@ stack, siglongjmp back into the worker) and recorded with the queue, packet offs
 fault in a well-formed packet the worker drops the LAUNCH, COPY and TIMESTAMP packets that follow until it has run a SIGNAL or
 reached the doorbell value it had read (the rest of that submit); WAITs and SIGNALs still run so that timelines keep advancing and
 later submits are not stuck. After a malformed packet, packet boundaries are unknown, so it skips to that doorbell value.
-A one-block LAUNCH runs on the worker itself and is guarded; a kernel launched over several blocks runs on the thread pool, and a
-fault there is not caught (the pool holds a lock and other threads run blocks), so the process gets the default action.
+A one-block LAUNCH runs on the worker itself and is guarded; a kernel launched over several blocks runs on the thread pool with
+cpu_launch_guarded, where each block is guarded on whichever thread runs it (a faulting block is abandoned, the others finish).
 A WAIT never gives up by itself; the host may abort it (cmdproc_abort_wait) after its own timeout, which counts as a fault.
 
 Sleeping: an idle worker spins briefly, then sleeps on a process-wide futex word with a timeout growing to 2 ms. SIGNAL packets,
@@ -127,6 +127,13 @@ static void on_fault(int sig, siginfo_t *info, void *uctx) {
     t_addr = info ? info->si_addr : NULL;
     siglongjmp(*g, 1);
   }
+  /* a block of a guarded multi-block launch, on any pool thread (cpu_launch_guarded, pool.c) */
+  if ((g = cpu_pool_guard) != NULL) {
+    cpu_pool_guard = NULL;
+    cpu_pool_signo = sig;
+    cpu_pool_addr = info ? info->si_addr : NULL;
+    siglongjmp(*g, 1);
+  }
   /* not a worker running a packet: behave as if we were never installed (Python's faulthandler, or the default action) */
   struct sigaction *old = &g_old[sig];
   if (old->sa_flags & SA_SIGINFO) { if (old->sa_sigaction) { old->sa_sigaction(sig, info, uctx); return; } }
@@ -179,12 +186,18 @@ static int run_packet(cmdproc_queue *q, const uint32_t *p, uint32_t op, char *wh
     int r;
     if (nblocks <= 1) r = nblocks == 1 ? cpu_launch(fn, nargs, args, 1) : 0;   /* one block runs right here, holding no lock */
     else {
-      /* the pool holds its launch lock meanwhile: jumping out of it would deadlock every later launch, so a fault in a
-         multi-block kernel is not caught (the process gets the default action) */
+      /* every block runs under the pool's own guard (this thread's is lifted: the pool holds its launch lock, so jumping
+         out of the launch would deadlock later ones); a faulting block is abandoned, the others finish */
       sigjmp_buf *g = t_guard;
+      int signo = 0; void *addr = NULL; int64_t block = -1;
       t_guard = NULL;
-      r = cpu_launch(fn, nargs, args, nblocks);
+      r = cpu_launch_guarded(fn, nargs, args, nblocks, &signo, &addr, &block);
       t_guard = g;
+      if (r == -2) {
+        snprintf(what, REPORT_LEN, "signal %d (%s) at address %p in block %lld of %lld of the kernel at %p", signo, strsignal(signo), addr,
+                 (long long)block, (long long)nblocks, fn);
+        return -1;
+      }
     }
     if (r != 0) { snprintf(what, REPORT_LEN, "cpu_launch refused nargs %d, nblocks %lld", nargs, (long long)nblocks); return -1; }
     return 0;

@@ -30,6 +30,11 @@
 #endif
 
 typedef uint64_t u64;
+__thread sigjmp_buf *cpu_pool_guard __attribute__((tls_model("initial-exec")));
+__thread int cpu_pool_signo __attribute__((tls_model("initial-exec")));
+__thread void *cpu_pool_addr __attribute__((tls_model("initial-exec")));
+/* the first fault of the current guarded job (fault_set: 0 none, 1 being written, 2 written) */
+static struct { int set, signo; void *addr; int64_t block; } F;
 #define LOAD(p, mo) __atomic_load_n(p, __ATOMIC_##mo)
 #define STORE(p, v, mo) __atomic_store_n(p, v, __ATOMIC_##mo)
 #define MAX_THREADS 1024
@@ -122,13 +127,31 @@ static struct {
   pthread_t *workers;
   int64_t spin_ns;
   /* the current job: written by the launcher before it publishes the job id */
-  void *fn; int nargs; const u64 *args; int64_t nblocks;
+  void *fn; int nargs; const u64 *args; int64_t nblocks; int guarded;
   LINE uint32_t gen;               /* id of the latest job; idle workers poll and sleep on it */
   int sleepers, stop;
   LINE u64 claim;                  /* job id << 32 | blocks not yet claimed */
   LINE uint32_t done;              /* blocks of the current job finished; the launcher polls and sleeps on it */
   int launcher_sleeping;
 } P = {.init_lock = PTHREAD_MUTEX_INITIALIZER, .launch_lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* runs one block; under a guard a fault abandons the block and is recorded (the first one wins) */
+static void run_block(slots_t *sl, int64_t b, int guarded) {
+  if (!guarded) { call_block(sl, b); return; }
+  sigjmp_buf jb;
+  if (sigsetjmp(jb, 1) == 0) {
+    cpu_pool_guard = &jb;
+    call_block(sl, b);
+    cpu_pool_guard = NULL;
+    return;
+  }
+  cpu_pool_guard = NULL;
+  int expect = 0;
+  if (__atomic_compare_exchange_n(&F.set, &expect, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    F.signo = cpu_pool_signo; F.addr = cpu_pool_addr; F.block = b;
+    STORE(&F.set, 2, RELEASE);
+  }
+}
 
 /* claims and runs blocks of job `job` until none is left; the caller has seen gen == job */
 static void work(uint32_t job) {
@@ -138,13 +161,14 @@ static void work(uint32_t job) {
   int nargs = LOAD(&P.nargs, RELAXED);
   const u64 *args = LOAD(&P.args, RELAXED);
   int64_t nblocks = LOAD(&P.nblocks, RELAXED);
+  int guarded = LOAD(&P.guarded, RELAXED);
   int ready = 0;
   u64 c = LOAD(&P.claim, ACQUIRE);
   for (;;) {
     if ((uint32_t)(c >> 32) != job || (uint32_t)c == 0) return;
     if (!__atomic_compare_exchange_n(&P.claim, &c, c - 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) continue;
     if (!ready) { slots_init(&sl, fn, nargs, args); ready = 1; }
-    call_block(&sl, nblocks - (int64_t)(uint32_t)c);
+    run_block(&sl, nblocks - (int64_t)(uint32_t)c, guarded);
     if (__atomic_add_fetch(&P.done, 1, __ATOMIC_SEQ_CST) == (uint32_t)nblocks && LOAD(&P.launcher_sleeping, SEQ_CST))
       word_wake(&P.done, 1);
     c = LOAD(&P.claim, ACQUIRE);
@@ -225,23 +249,33 @@ int cpu_pool_threads(void) {
   return P.nthreads;
 }
 
-static void run_serial(void *fn, int nargs, const u64 *args, int64_t nblocks) {
+static void run_serial(void *fn, int nargs, const u64 *args, int64_t nblocks, int guarded) {
   slots_t sl;
   slots_init(&sl, fn, nargs, args);
-  for (int64_t b = 0; b < nblocks; b++) call_block(&sl, b);
+  for (int64_t b = 0; b < nblocks; b++) run_block(&sl, b, guarded);
 }
 
-int cpu_launch(void *fn, int nargs, const uint64_t *args, int64_t nblocks) {
+/* the first fault of a guarded job, read before the launch lock is released (another launch resets it) */
+static int take_fault(int *signo, void **addr, int64_t *block) {
+  if (LOAD(&F.set, ACQUIRE) != 2) return 0;
+  *signo = F.signo; *addr = F.addr; *block = F.block;
+  return -2;
+}
+
+static int launch(void *fn, int nargs, const uint64_t *args, int64_t nblocks, int guarded, int *signo, void **addr, int64_t *block) {
   if (nargs < 0 || nargs > CPU_MAX_ARGS || nblocks > INT32_MAX) return -1;
   if (nblocks <= 0) return 0;
-  if (nblocks == 1 || (LOAD(&P.started, ACQUIRE) && P.nthreads == 1)) { run_serial(fn, nargs, args, nblocks); return 0; }
+  if (!guarded && (nblocks == 1 || (LOAD(&P.started, ACQUIRE) && P.nthreads == 1))) { run_serial(fn, nargs, args, nblocks, 0); return 0; }
   pthread_mutex_lock(&P.launch_lock);
   if (!LOAD(&P.started, ACQUIRE)) pool_start_locked();
-  if (P.nthreads == 1) {
+  if (guarded) STORE(&F.set, 0, RELAXED);
+  if (P.nthreads == 1 || nblocks == 1) {
+    run_serial(fn, nargs, args, nblocks, guarded);
+    int r = guarded ? take_fault(signo, addr, block) : 0;
     pthread_mutex_unlock(&P.launch_lock);
-    run_serial(fn, nargs, args, nblocks);
-    return 0;
+    return r;
   }
+  STORE(&P.guarded, guarded, RELAXED);
   uint32_t job = P.gen + 1;
   STORE(&P.fn, fn, RELAXED);
   STORE(&P.nargs, nargs, RELAXED);
@@ -260,8 +294,15 @@ int cpu_launch(void *fn, int nargs, const uint64_t *args, int64_t nblocks) {
     if ((d = LOAD(&P.done, SEQ_CST)) != (uint32_t)nblocks) word_wait(&P.done, d);
     STORE(&P.launcher_sleeping, 0, RELAXED);
   }
+  int r = guarded ? take_fault(signo, addr, block) : 0;
   pthread_mutex_unlock(&P.launch_lock);
-  return 0;
+  return r;
+}
+
+int cpu_launch(void *fn, int nargs, const uint64_t *args, int64_t nblocks) { return launch(fn, nargs, args, nblocks, 0, NULL, NULL, NULL); }
+
+int cpu_launch_guarded(void *fn, int nargs, const uint64_t *args, int64_t nblocks, int *signo, void **addr, int64_t *block) {
+  return launch(fn, nargs, args, nblocks, 1, signo, addr, block);
 }
 
 static void stop_locked(void) {

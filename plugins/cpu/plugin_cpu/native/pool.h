@@ -14,6 +14,17 @@
    on the calling thread. */
 int cpu_launch(void *fn, int nargs, const uint64_t *args, int64_t nblocks);
 
+/* cpu_launch whose blocks run under a fault guard: a block that raises SIGSEGV/SIGBUS/SIGFPE/SIGILL is abandoned (the
+   signal handler of the command processor, cmdproc.c, jumps back to cpu_pool_guard), the other blocks still run, and the
+   launch returns -2 with the first fault's signal, address and block in *signo, *addr, *block. Needs that handler. */
+int cpu_launch_guarded(void *fn, int nargs, const uint64_t *args, int64_t nblocks, int *signo, void **addr, int64_t *block);
+
+/* set on a thread while it runs a guarded block: where the fault handler jumps, and where it leaves the signal's details */
+#include <setjmp.h>
+extern __thread sigjmp_buf *cpu_pool_guard;
+extern __thread int cpu_pool_signo;
+extern __thread void *cpu_pool_addr;
+
 /* The number of threads that run blocks (the caller included): $CPU_THREADS if set (>= 1), else the number of CPUs this
    process may run on. Starts the pool on first use. Idle threads poll for $CPU_SPIN_US microseconds (default 50) before
    they sleep. */
