@@ -63,6 +63,10 @@ class AxisType(enum.IntEnum):
 
 sint = Union[int, "UOp"]
 
+# UOp.const's recent tensor-level constants (a handful of nodes each, no buffers), oldest first
+_const_cache: dict[tuple, UOp] = {}
+CONST_CACHE_SIZE = 256
+
 def _arg_key(a: Any) -> Any:
   """A hash key that tells apart args Python calls equal: 0.0/-0.0, 1/1.0/True, and NaN payloads."""
   if type(a) is float: return (float, struct.pack("<d", a))
@@ -207,8 +211,14 @@ class UOp(metaclass=UOpMeta):
     if dtype.count > 1 and not isinstance(value, tuple):
       return UOp(Ops.VCONST, dtype, arg=tuple(truncate(dtype.scalar(), value) for _ in range(dtype.count)))
     if isinstance(value, tuple): return UOp(Ops.VCONST, dtype, arg=tuple(truncate(dtype.scalar(), v) for v in value))
+    # tensor-level constants repeat (x + 1 in a loop): keep the most recent ones alive so they are built once
+    key = (dtype, _arg_key(value), device, shape) if device is not None and shape is not None and type(value) in (int, float, bool) else None
+    if key is not None and (hit := _const_cache.get(key)) is not None: return hit
     ret = UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),) if device is not None else (), truncate(dtype, value))
     if shape is not None: ret = ret.reshape((1,) * len(shape)).expand(shape)
+    if key is not None and all(type(d) is int for d in shape):  # type: ignore[union-attr]
+      if len(_const_cache) >= CONST_CACHE_SIZE: del _const_cache[next(iter(_const_cache))]
+      _const_cache[key] = ret
     return ret
   def const_like(self, value: Any) -> UOp:
     """A constant of this node's dtype (and, at tensor level, its device and shape)."""

@@ -18,6 +18,7 @@ class MovementMixin:
   def reshape(self: Tensor, shape: Any, *args: int) -> Tensor:  # type: ignore[misc]
     """A new shape with the same number of elements; one dim may be -1 (inferred), None keeps that dim."""
     new = argfix(shape, *args)
+    if new == self.shape: return self
     new = tuple(self.shape[i] if d is None else d for i, d in enumerate(new))
     if new.count(-1) > 1: raise ValueError(f"reshape {self.shape} -> {new}: only one dim can be -1")
     if -1 in new:
@@ -71,7 +72,9 @@ class MovementMixin:
     new = tuple(b if n == -1 else n for b, n in zip(base, new))
     for b, n in zip(base, new):
       if b != n and b != 1: raise ValueError(f"expand {self.shape} -> {new}: only size-1 dims can grow")
-    return self.reshape(base)._mop(self.reshape(base).uop.expand(new)) if new != self.shape else self
+    if new == self.shape: return self
+    x = self.reshape(base)
+    return x._mop(x.uop.expand(new))
   def expand_as(self: Tensor, other: Tensor) -> Tensor: return self.expand(other.shape)  # type: ignore[misc]
 
   def shrink(self: Tensor, arg: Sequence[tuple[int, int] | None]) -> Tensor:  # type: ignore[misc]

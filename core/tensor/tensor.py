@@ -231,6 +231,10 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
       elif isinstance(y, float) and not dtypes.is_float(x.dtype): dt = dtypes.default_float
       elif isinstance(y, int) and not isinstance(y, bool) and x.dtype is dtypes.bool: dt = dtypes.default_int
       else: dt = x.dtype
+      if dt is x.dtype and all(type(d) is int for d in x.shape):
+        # the common eager case (x + 1): the scalar built at x's shape directly, the same graph the general path makes
+        y = Tensor(UOp.const(dt, y, x.device, x.shape), requires_grad=False)
+        return (y, x) if reverse else (x, y)
       y = Tensor(UOp.const(dt, y, x.device, ()), requires_grad=False)
     x, y = x.cast(dt), y.cast(dt)
     shape = Tensor._broadcast_shape(x.shape, y.shape)
