@@ -1,6 +1,7 @@
 """Compiler base: source text -> binary, with a crash-safe on-disk cache keyed by compiler identity and source hash."""
 from __future__ import annotations
 import hashlib, os, pathlib, re, tempfile
+from typing import Any
 from core.helpers import ContextVar, cache_dir
 
 DISABLE_COMPILER_CACHE = ContextVar("CORE_DISABLE_COMPILER_CACHE", 0)
@@ -52,3 +53,18 @@ def _write_entry(path: pathlib.Path, lib: bytes) -> None:
       os.unlink(tmp)
       raise
   except OSError: pass
+
+def llvm_object(tm: Any, src: str, opt: int, triple: str | None = None, what: str = "") -> bytes:
+  """LLVM IR text -> an object file with llvmlite: parse, verify, optimize at `opt` with the new pass manager and emit for
+  the target machine `tm` (shared by every plugin that compiles LLVM IR). `what` names the target in errors."""
+  import llvmlite.binding as llvm
+  try:
+    mod = llvm.parse_assembly(src)
+    mod.triple, mod.data_layout = triple or tm.triple, str(tm.target_data)
+    mod.verify()
+  except RuntimeError as e:
+    raise CompileError(f"llvmlite (LLVM {'.'.join(map(str, llvm.llvm_version_info))}) rejected the IR{' for ' + what if what else ''}: {e}\n"
+                       f"--- source ---\n{src}") from e
+  pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=opt))
+  pb.getModulePassManager().run(mod, pb)
+  return tm.emit_object(mod)

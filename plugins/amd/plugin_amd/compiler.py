@@ -2,7 +2,7 @@
 from __future__ import annotations
 import functools, struct, threading
 from typing import Any
-from core.device.compiler import Compiler, CompileError
+from core.device.compiler import Compiler, CompileError, llvm_object
 from plugin_amd.renderer import TRIPLE, ArchInfo, arch_info
 
 _lock = threading.Lock()   # LLVM's target registry is initialised once per process
@@ -48,16 +48,7 @@ class AMDCompiler(Compiler):
     super().__init__(f"amd_llvm_{'.'.join(map(str, llvm.llvm_version_info))}_{self.info.name}{self.info.features}_O{opt}")
 
   def compile(self, src: str) -> bytes:
-    llvm = self.llvm
-    try:
-      mod = llvm.parse_assembly(src)
-      mod.triple, mod.data_layout = TRIPLE, str(self.tm.target_data)
-      mod.verify()
-    except RuntimeError as e: raise CompileError(f"llvmlite (LLVM {'.'.join(map(str, llvm.llvm_version_info))}) rejected the IR for "
-                                                 f"{self.info.name}: {e}\n--- source ---\n{src}") from e
-    pb = llvm.create_pass_builder(self.tm, llvm.create_pipeline_tuning_options(speed_level=self.opt))
-    pb.getModulePassManager().run(mod, pb)
-    obj = self.tm.emit_object(mod)
+    obj = llvm_object(self.tm, src, self.opt, TRIPLE, self.info.name)
     from plugin_amd.prep import PrepError, load_code_object
     try: load_code_object(obj, arch=self.info)
     except PrepError as e: raise CompileError(f"the code object LLVM made for {self.info.name} does not load: {e}\n--- source ---\n{src}") from e

@@ -111,13 +111,17 @@ def lower_launch(gen: str, cmd: UOp, ctx: Any = None) -> UOp:
   for i, g in enumerate(global_size): w.set(d + pm4.DISPATCH_DIM_DW + i, g, 4)
   return w.ins()
 
-def lower_compute_wait(gen: str, signal: UOp, value: UOp) -> UOp:
+def _lower_wait(packet: list[int], addr_dw: int, ref_dw: int, signal: UOp, value: UOp) -> UOp:
+  """A memory poll until the signal's low dword >= value: WAIT_REG_MEM (PM4) or POLL_REGMEM (SDMA), same patches."""
   w = _Words()
-  at = w.add(pm4.wait_reg_mem(0, 0))
-  _check_wait_value(_const_value(value))
-  w.set(at + pm4.WAIT_ADDR_DW, getaddr(signal), 8)
-  w.set(at + pm4.WAIT_REF_DW, _lo32(_const_value(value)), 4)
+  at = w.add(packet)
+  _check_wait_value(v := _const_value(value))
+  w.set(at + addr_dw, getaddr(signal), 8)
+  w.set(at + ref_dw, _lo32(v), 4)
   return w.ins()
+
+def lower_compute_wait(gen: str, signal: UOp, value: UOp) -> UOp:
+  return _lower_wait(pm4.wait_reg_mem(0, 0), pm4.WAIT_ADDR_DW, pm4.WAIT_REF_DW, signal, value)
 
 def lower_compute_signal(gen: str, signal: UOp, value: UOp) -> UOp:
   w = _Words()
@@ -150,12 +154,7 @@ def lower_copy(gen: str, dest: UOp, src: UOp, nbytes: int) -> UOp:
   return w.ins()
 
 def lower_sdma_wait(gen: str, signal: UOp, value: UOp) -> UOp:
-  w = _Words()
-  at = w.add(sdma.poll_regmem(0, 0))
-  _check_wait_value(_const_value(value))
-  w.set(at + sdma.POLL_ADDR_DW, getaddr(signal), 8)
-  w.set(at + sdma.POLL_VALUE_DW, _lo32(_const_value(value)), 4)
-  return w.ins()
+  return _lower_wait(sdma.poll_regmem(0, 0), sdma.POLL_ADDR_DW, sdma.POLL_VALUE_DW, signal, value)
 
 def lower_sdma_signal(gen: str, signal: UOp, value: UOp) -> UOp:
   """Two FENCEs, high dword first (sdma.fence64 says why)."""

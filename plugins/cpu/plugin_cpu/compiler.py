@@ -1,7 +1,7 @@
 """The CPU plugin's compilers: C source through the system C compiler, LLVM IR through llvmlite; both give shared-object bytes."""
 from __future__ import annotations
 import functools, hashlib, os, platform, shutil, subprocess, tempfile
-from core.device.compiler import Compiler, CompileError
+from core.device.compiler import Compiler, CompileError, llvm_object
 from plugin_cpu import elfload
 
 # no -ffast-math: NaN/inf must behave as in IEEE; -fwrapv makes int overflow wrap like the reference ALU;
@@ -95,16 +95,7 @@ class LLVMCompiler(Compiler):
     super().__init__(f"cpu_llvm_{'.'.join(map(str, llvm.llvm_version_info))}_{self.tm.triple}_{self.cpu}_{feat_hash}_O{opt}{'_obj' if elfload.supported() else ''}")
 
   def compile(self, src: str) -> bytes:
-    llvm = self.llvm
-    try:
-      mod = llvm.parse_assembly(src)
-      mod.triple, mod.data_layout = self.tm.triple, str(self.tm.target_data)
-      mod.verify()
-    except RuntimeError as e: raise CompileError(f"llvmlite (LLVM {'.'.join(map(str, llvm.llvm_version_info))}) rejected the IR: {e}\n"
-                                                 f"--- source ---\n{src}") from e
-    pb = llvm.create_pass_builder(self.tm, llvm.create_pipeline_tuning_options(speed_level=self.opt))
-    pb.getModulePassManager().run(mod, pb)
-    obj = self.tm.emit_object(mod)
+    obj = llvm_object(self.tm, src, self.opt)
     # the runtime loads x86-64 objects itself (plugin_cpu.elfload): a linker process per kernel costs tens of ms
     return obj if elfload.supported() else link_shared(self._cc or find_cc(), obj, src)
 
