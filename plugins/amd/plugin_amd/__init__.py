@@ -13,8 +13,9 @@ def _is_amd(device: str) -> bool: return device.split(":")[0] == "AMD"
 def _has_runtime() -> bool: return importlib.util.find_spec("plugin_amd.device") is not None
 
 def is_available() -> bool:
-  """A GPU driver node exists and the runtime that drives it is installed (nothing is opened)."""
-  return os.path.exists("/dev/kfd") and _has_runtime()
+  """A GPU driver node exists (or the simulated driver is selected, AMD_KFD_SIM) and the runtime that drives it is installed
+  (nothing is opened)."""
+  return (os.path.exists("/dev/kfd") or bool(os.environ.get("AMD_KFD_SIM"))) and _has_runtime()
 
 def make_llvm(arch: str | None = None) -> tuple[Any, Any]:
   from plugin_amd.renderer import AMDLLVMRenderer
@@ -41,14 +42,17 @@ def core_devices() -> list[DeviceSpec]:
                      interfaces=INTERFACES, priority=60, is_available=is_available,
                      description="AMD GPUs (gfx90a, gfx942, gfx950, gfx1100, gfx1201): LLVM code objects, PM4/SDMA queues")]
 
-def _is_mock(device: str) -> bool:
+def _interface(device: str) -> str:
   from core.device.registry import Device
-  return Device.target(device).interface == "MOCK"
+  return Device.target(device).interface or INTERFACES[0]
+
+def _is_mock(device: str) -> bool: return _interface(device) == "MOCK"
 
 @hookimpl
 def core_pm_prep_program(device: str) -> Any:
   if not _is_amd(device): return None
-  if _is_mock(device):   # the MOCK interface also files a host build of each kernel under its code
+  # MOCK and the simulated KFD driver (AMD_KFD_SIM) run kernels in software: their prep also files a host build under the code
+  if (iface := _interface(device)) == "MOCK" or (iface == "KFD" and os.environ.get("AMD_KFD_SIM")):
     from plugin_amd.mock_device import pm_prep_program as mock_prep
     return mock_prep
   from plugin_amd.prep import pm_prep_program
@@ -65,6 +69,6 @@ def core_pm_lower(device: str) -> Any:
 
 @hookimpl
 def core_pm_bufferize(device: str) -> Any:
-  if not _is_amd(device) or not _is_mock(device): return None
+  if not _is_amd(device): return None
   from plugin_amd.bufferize import pm_bufferize
   return pm_bufferize

@@ -1,7 +1,8 @@
-"""The Linux /dev/kfd interface: ioctl structures and numbers from include/uapi/linux/kfd_ioctl.h, and a thin driver class.
-UNTESTED WITHOUT AMD HARDWARE: the layouts and numbers are unit-tested against the header; the KFD class never ran here."""
+"""The Linux /dev/kfd interface: ioctl structures and numbers from include/uapi/linux/kfd_ioctl.h, the OS seam (`OSBackend`: open,
+ioctl, mmap, sysfs) and a driver class over it. The layouts and numbers are unit-tested against the header; the KFD class runs in CI
+over the simulated driver (kfd_sim.py, selected with AMD_KFD_SIM=<arch>) and has NEVER RUN ON AMD HARDWARE."""
 from __future__ import annotations
-import ctypes, ctypes.util, mmap, os, pathlib
+import ctypes, ctypes.util, dataclasses, errno, os
 from typing import Any
 
 # Linux asm-generic/ioctl.h: nr bits [7:0], type [15:8], size [29:16] (14 bits), direction [31:30]
@@ -66,81 +67,269 @@ IOC = {
   "MAP_MEMORY_TO_GPU": _IOWR(AMDKFD_IOCTL_BASE, 0x18, MapMemoryToGpuArgs),
   "UNMAP_MEMORY_FROM_GPU": _IOWR(AMDKFD_IOCTL_BASE, 0x19, UnmapMemoryFromGpuArgs),
 }
+IOC_NAME = {v: k for k, v in IOC.items()}
+ARGS = {"GET_VERSION": GetVersionArgs, "CREATE_QUEUE": CreateQueueArgs, "DESTROY_QUEUE": DestroyQueueArgs, "CREATE_EVENT": CreateEventArgs,
+        "DESTROY_EVENT": DestroyEventArgs, "SET_EVENT": SetEventArgs, "RESET_EVENT": ResetEventArgs, "WAIT_EVENTS": WaitEventsArgs,
+        "GET_PROCESS_APERTURES_NEW": GetProcessAperturesNewArgs, "ACQUIRE_VM": AcquireVmArgs, "ALLOC_MEMORY_OF_GPU": AllocMemoryOfGpuArgs,
+        "FREE_MEMORY_OF_GPU": FreeMemoryOfGpuArgs, "MAP_MEMORY_TO_GPU": MapMemoryToGpuArgs, "UNMAP_MEMORY_FROM_GPU": UnmapMemoryFromGpuArgs}
 
 QUEUE_TYPE_COMPUTE, QUEUE_TYPE_SDMA, QUEUE_TYPE_COMPUTE_AQL = 0, 1, 2
 KFD_MAX_QUEUE_PERCENTAGE, KFD_MAX_QUEUE_PRIORITY = 100, 15
 EVENT_SIGNAL = 0
 MEM_VRAM, MEM_GTT, MEM_USERPTR, MEM_DOORBELL = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 MEM_WRITABLE, MEM_EXECUTABLE, MEM_PUBLIC, MEM_NO_SUBSTITUTE, MEM_AQL_QUEUE_MEM, MEM_COHERENT = 1 << 31, 1 << 30, 1 << 29, 1 << 28, 1 << 27, 1 << 26
+MEM_UNCACHED = 1 << 25
 
-TOPOLOGY = pathlib.Path("/sys/devices/virtual/kfd/kfd/topology/nodes")
+TOPOLOGY = "/sys/devices/virtual/kfd/kfd/topology/nodes"
+PAGE = 4096
+DOORBELL_SLICE = 0x2000   # a process's doorbells on one GPU (SOC15: 1024 queues x 8 bytes); mmap'd whole, as the driver requires
+ENOTSUPP = 524            # the kernel's "operation not supported" (include/linux/errno.h), what CREATE_QUEUE returns for a bad type
+
+PROT_NONE, PROT_READ, PROT_WRITE = 0, 1, 2
+MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS, MAP_NORESERVE = 0x01, 0x02, 0x10, 0x20, 0x4000
+
+def round_up(n: int, a: int) -> int: return (n + a - 1) // a * a
 
 class KFDError(OSError):
-  """An ioctl on /dev/kfd failed; names the ioctl and the errno."""
+  """A /dev/kfd operation failed; names the ioctl (or step) and the errno."""
+
+# *** the OS seam: everything the driver class asks of the kernel ***
+
+class OSBackend:
+  """open(2), close(2), ioctl(2), mmap(2), munmap(2) and sysfs reads, for the real kernel. kfd_sim.SimDriver implements the same
+  methods over host memory; `KFD(backend=...)` takes either. Failures raise OSError with the kernel's errno."""
+  simulated = False
+
+  def __init__(self) -> None:
+    self.libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    self.libc.mmap.restype = ctypes.c_void_p
+    self.libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    self.libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+
+  def open(self, path: str, flags: int) -> int: return os.open(path, flags)
+  def close(self, fd: int) -> None: os.close(fd)
+  def ioctl(self, fd: int, request: int, arg: ctypes.Structure) -> None:
+    if self.libc.ioctl(fd, ctypes.c_ulong(request), ctypes.byref(arg)) < 0:
+      err = ctypes.get_errno()
+      raise OSError(err, os.strerror(err))
+  def mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int) -> int:
+    ret = self.libc.mmap(ctypes.c_void_p(addr or None), length, prot, flags, fd, offset)
+    if ret in (None, ctypes.c_void_p(-1).value):
+      err = ctypes.get_errno()
+      raise OSError(err, os.strerror(err))
+    return int(ret)
+  def munmap(self, addr: int, length: int) -> None:
+    if self.libc.munmap(ctypes.c_void_p(addr), length) < 0:
+      err = ctypes.get_errno()
+      raise OSError(err, os.strerror(err))
+  def read_text(self, path: str) -> str:
+    with open(path) as f: return f.read()
+  def listdir(self, path: str) -> list[str]: return os.listdir(path)
+  def exists(self, path: str) -> bool: return os.path.exists(path)
+
+def default_backend() -> Any:
+  """The real kernel, or the simulated driver when AMD_KFD_SIM=<arch> is set (one per process and arch, like /dev/kfd)."""
+  if (arch := os.environ.get("AMD_KFD_SIM")):
+    from plugin_amd.kfd_sim import SimDriver
+    return SimDriver.shared(arch)
+  return OSBackend()
+
+# *** topology ***
+
+def arch_of_version(v: int) -> str:
+  """gfx_target_version (major*10000 + minor*100 + stepping, as KFD's topology writes it) -> the LLVM arch name, e.g. 90010 ->
+  gfx90a, 110000 -> gfx1100."""
+  major, minor, step = v // 10000, v // 100 % 100, v % 100
+  return f"gfx{major}{minor:x}{step:x}"
+
+@dataclasses.dataclass(frozen=True)
+class QueueSizes:
+  """Per-queue buffer sizes the driver checks at CREATE_QUEUE (kfd_queue.c): EOP buffer, control stack, context save area."""
+  eop: int
+  ctl_stack: int
+  cwsr: int
+  debug_memory: int
+  num_xcc: int
+
+  @property
+  def cwsr_total(self) -> int:
+    """Bytes of the context save BO: the save area plus the debugger's per-wave memory, per XCC, page aligned."""
+    return round_up((self.cwsr + self.debug_memory) * self.num_xcc, PAGE)
+
+def queue_sizes(props: dict[str, int]) -> QueueSizes:
+  """The sizes a compute queue's EOP buffer and CWSR area must have, from the node's properties. Recent kernels export cwsr_size and
+  ctl_stack_size; otherwise they are worked out the way the driver works them out (from the CU count and the GFX version)."""
+  gfxv, xcc = props["gfx_target_version"], max(props.get("num_xcc", 1), 1)
+  cu = props["simd_count"] // max(props["simd_per_cu"], 1) // xcc
+  waves = min(cu * 40, props["array_count"] // max(props["simd_arrays_per_engine"], 1) * 512) if gfxv < 100100 else cu * 32
+  vgpr = 0x80000 if gfxv in (90402, 90010, 90008, 90500) else 0x60000 if gfxv in (110000, 110001, 120000, 120001) else 0x40000
+  lds = props.get("lds_size_in_kb", 64) << 10 if gfxv == 90500 else 0x10000
+  wg_data = round_up(cu * (vgpr + 0x4000 + lds + 0x1000), PAGE)   # VGPRs, SGPRs, LDS and hardware registers of every CU
+  ctl = round_up(40 + waves * (12 if gfxv >= 100100 else 8) + 8, PAGE)   # save area header + per-wave control stack entries
+  if gfxv // 10000 == 10: ctl = min(ctl, 0x7000)
+  ctl = props.get("ctl_stack_size", ctl)
+  cwsr = props.get("cwsr_size", round_up(ctl + wg_data, PAGE))
+  return QueueSizes(eop=props.get("eop_buffer_size", 4096), ctl_stack=ctl, cwsr=cwsr, debug_memory=round_up(waves * 32, 64), num_xcc=xcc)
+
+def gpu_present(backend: Any = None) -> bool:
+  """/dev/kfd exists and the topology lists a GPU node (nothing is opened): what the hardware tests need."""
+  b = backend if backend is not None else OSBackend()
+  if not b.exists("/dev/kfd") or not b.exists(TOPOLOGY): return False
+  try: return any(int(b.read_text(f"{TOPOLOGY}/{n}/gpu_id").strip() or 0) for n in b.listdir(TOPOLOGY))
+  except (OSError, ValueError): return False
+
+# *** the driver ***
+
+@dataclasses.dataclass
+class GPUMemory:
+  """One buffer object: GPU virtual address == host address (the range is reserved with mmap first), size, KFD handle, flags."""
+  va: int
+  size: int
+  handle: int
+  flags: int
+  cpu: bool   # mapped for the host
+
+@dataclasses.dataclass(frozen=True)
+class Queue:
+  queue_id: int
+  doorbell: int   # host address of the queue's 64-bit doorbell
+
+def _open_error(path: str, e: OSError) -> KFDError:
+  if isinstance(e, FileNotFoundError):
+    return KFDError(errno.ENOENT, f"KFD+AMD needs {path} (the amdgpu kernel driver with KFD); there is none here. Use MOCK+AMD for the "
+                                  f"software GPU, or NULL:AMD:gfx1100 to compile only")
+  if isinstance(e, PermissionError):
+    return KFDError(errno.EACCES, f"KFD+AMD: permission denied opening {path}: your user must be in the group that owns it (usually "
+                                  f"'render', on some systems 'video'): sudo usermod -aG render,video $USER, then log in again")
+  return KFDError(e.errno or errno.EIO, f"KFD+AMD: opening {path} failed: {e}")
 
 class KFD:
-  """A thin /dev/kfd driver: open, VM, memory, queues with doorbells, events. UNTESTED WITHOUT AMD HARDWARE."""
-  def __init__(self, node: int | None = None):
-    self.libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    self.fd = os.open("/dev/kfd", os.O_RDWR | os.O_CLOEXEC)
-    nodes = [n for n in sorted(TOPOLOGY.iterdir(), key=lambda p: int(p.name)) if int((n / "gpu_id").read_text() or 0)] if TOPOLOGY.exists() else []
-    if not nodes: raise KFDError(f"no GPU node under {TOPOLOGY}")
-    self.node = nodes[node or 0]
-    self.gpu_id = int((self.node / "gpu_id").read_text())
-    props = dict(line.split() for line in (self.node / "properties").read_text().splitlines() if len(line.split()) == 2)
-    self.properties = {k: int(v) for k, v in props.items()}
-    render = self.properties.get("drm_render_minor")
-    self.drm_fd = os.open(f"/dev/dri/renderD{render}", os.O_RDWR | os.O_CLOEXEC)
+  """A /dev/kfd driver: opens the GPU node named by the topology, acquires its VM, allocates and maps memory, creates PM4 compute and
+  SDMA queues with doorbells. `backend`: the OS seam (default: the real kernel, or the simulated driver under AMD_KFD_SIM)."""
+  def __init__(self, node: int | None = None, backend: Any = None):
+    self.os = backend if backend is not None else default_backend()
+    self.simulated = bool(getattr(self.os, "simulated", False))
+    try: self.fd = self.os.open("/dev/kfd", os.O_RDWR | os.O_CLOEXEC)
+    except OSError as e: raise _open_error("/dev/kfd", e) from None
+    self.drm_fd = -1
+    self.doorbell_page: int | None = None
+    try: self._init(node)
+    except BaseException:
+      self.close()
+      raise
+
+  def _init(self, node: int | None) -> None:
+    gpus = self.gpu_nodes()
+    if not gpus: raise KFDError(errno.ENODEV, f"KFD+AMD: /dev/kfd exists but the topology ({TOPOLOGY}) lists no GPU node")
+    if node is not None and not 0 <= node < len(gpus): raise KFDError(errno.ENODEV, f"KFD+AMD: GPU {node} asked for, there are {len(gpus)}")
+    self.node, self.gpu_id, self.properties = gpus[node or 0]
+    self.arch = arch_of_version(self.properties["gfx_target_version"])
+    from plugin_amd.renderer import ARCHS
+    if self.arch not in ARCHS:
+      raise KFDError(errno.ENODEV, f"KFD+AMD: the GPU is {self.arch} (gfx_target_version {self.properties['gfx_target_version']}), which "
+                                   f"this plugin does not target: it supports {', '.join(ARCHS)}")
+    self.sizes = queue_sizes(self.properties)
+    render = f"/dev/dri/renderD{self.properties['drm_render_minor']}"
+    try: self.drm_fd = self.os.open(render, os.O_RDWR | os.O_CLOEXEC)
+    except OSError as e: raise _open_error(render, e) from None
+    major, minor = self.version()
+    if major != 1: raise KFDError(errno.EPROTO, f"KFD+AMD: the driver's KFD ioctl interface is version {major}.{minor}, this plugin speaks 1.x")
     self.ioctl("ACQUIRE_VM", AcquireVmArgs(drm_fd=self.drm_fd, gpu_id=self.gpu_id))
-    self.doorbell_page: mmap.mmap | None = None
+
+  def gpu_nodes(self) -> list[tuple[int, int, dict[str, int]]]:
+    """(node index, gpu_id, properties) of every GPU node in the topology (CPU nodes have gpu_id 0)."""
+    if not self.os.exists(TOPOLOGY): return []
+    out = []
+    for name in sorted(self.os.listdir(TOPOLOGY), key=int):
+      gpu_id = int(self.os.read_text(f"{TOPOLOGY}/{name}/gpu_id").strip() or 0)
+      if not gpu_id: continue
+      props = {}
+      for line in self.os.read_text(f"{TOPOLOGY}/{name}/properties").splitlines():
+        if len(kv := line.split()) == 2: props[kv[0]] = int(kv[1])
+      out.append((int(name), gpu_id, props))
+    return out
 
   def ioctl(self, name: str, args: ctypes.Structure) -> Any:
-    if self.libc.ioctl(self.fd, ctypes.c_ulong(IOC[name]), ctypes.byref(args)) < 0:
-      err = ctypes.get_errno()
-      raise KFDError(err, f"KFD ioctl {name} ({IOC[name]:#x}) failed: {os.strerror(err)}")
+    try: self.os.ioctl(self.fd, IOC[name], args)
+    except OSError as e:
+      # the real kernel gives only the errno; the simulated driver also says which check failed
+      why = f" ({e.strerror})" if e.strerror and e.strerror != os.strerror(e.errno or 0) else ""
+      raise KFDError(e.errno, f"KFD ioctl {name} ({IOC[name]:#x}) failed: {os.strerror(e.errno or 0)}{why}; {args}") from None
     return args
 
   def version(self) -> tuple[int, int]:
     v = self.ioctl("GET_VERSION", GetVersionArgs())
     return v.major_version, v.minor_version
 
-  def alloc(self, size: int, flags: int, va_addr: int = 0, map_to_gpu: bool = True) -> AllocMemoryOfGpuArgs:
-    """Allocate GPU memory at va_addr (the caller reserves the range), mapping it into this GPU's page tables."""
-    mem = self.ioctl("ALLOC_MEMORY_OF_GPU", AllocMemoryOfGpuArgs(va_addr=va_addr, size=size, gpu_id=self.gpu_id, flags=flags))
-    if map_to_gpu:
-      ids = (u32 * 1)(self.gpu_id)
-      self.ioctl("MAP_MEMORY_TO_GPU", MapMemoryToGpuArgs(handle=mem.handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1))
-    return mem
+  # *** memory ***
 
-  def free(self, mem: AllocMemoryOfGpuArgs) -> None:
+  def alloc(self, size: int, flags: int, cpu: bool = True) -> GPUMemory:
+    """A buffer object at a fresh address: the range is reserved with an inaccessible host mapping (so the GPU address equals the host
+    address), allocated with ALLOC_MEMORY_OF_GPU at it, mapped for the host over the reservation when `cpu`, then into the GPU's page
+    tables with MAP_MEMORY_TO_GPU."""
+    size = round_up(max(size, 1), PAGE)
+    va = self.os.mmap(0, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+    try:
+      mem = self.ioctl("ALLOC_MEMORY_OF_GPU", AllocMemoryOfGpuArgs(va_addr=va, size=size, gpu_id=self.gpu_id, flags=flags))
+    except BaseException:
+      self.os.munmap(va, size)
+      raise
+    m = GPUMemory(va, size, mem.handle, flags, cpu)
+    try:
+      if cpu:
+        try: self.os.mmap(va, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, self.drm_fd, mem.mmap_offset)
+        except OSError as e: raise KFDError(e.errno, f"KFD: mapping buffer object {m.handle:#x} for the host failed: {e.strerror}") from None
+      self._map(m)
+    except BaseException:
+      self.ioctl("FREE_MEMORY_OF_GPU", FreeMemoryOfGpuArgs(handle=m.handle))
+      self.os.munmap(va, size)
+      raise
+    return m
+
+  def map_host(self, addr: int, size: int) -> GPUMemory:
+    """Host memory someone else allocated (another device's signal page), mapped into the GPU's page tables at the same address
+    (USERPTR): the range is widened to whole pages."""
+    start = addr // PAGE * PAGE
+    n = round_up(addr + size, PAGE) - start
+    mem = self.ioctl("ALLOC_MEMORY_OF_GPU", AllocMemoryOfGpuArgs(va_addr=start, size=n, gpu_id=self.gpu_id, mmap_offset=start,
+                                                                  flags=MEM_USERPTR | MEM_WRITABLE | MEM_COHERENT))
+    m = GPUMemory(start, n, mem.handle, MEM_USERPTR, cpu=False)
+    self._map(m)
+    return m
+
+  def _map(self, m: GPUMemory) -> None:
     ids = (u32 * 1)(self.gpu_id)
-    self.ioctl("UNMAP_MEMORY_FROM_GPU", UnmapMemoryFromGpuArgs(handle=mem.handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1))
-    self.ioctl("FREE_MEMORY_OF_GPU", FreeMemoryOfGpuArgs(handle=mem.handle))
+    self.ioctl("MAP_MEMORY_TO_GPU", MapMemoryToGpuArgs(handle=m.handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1))
 
-  def create_queue(self, queue_type: int, ring_addr: int, ring_size: int, rptr_addr: int, wptr_addr: int, eop_addr: int = 0,
-                   eop_size: int = 0, ctx_save_addr: int = 0, ctx_save_size: int = 0, ctl_stack_size: int = 0) -> tuple[CreateQueueArgs, int]:
-    """Create a compute (PM4) or SDMA queue; returns the args and the host address of its doorbell (a 64-bit slot)."""
+  def free(self, m: GPUMemory) -> None:
+    ids = (u32 * 1)(self.gpu_id)
+    self.ioctl("UNMAP_MEMORY_FROM_GPU", UnmapMemoryFromGpuArgs(handle=m.handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1))
+    self.ioctl("FREE_MEMORY_OF_GPU", FreeMemoryOfGpuArgs(handle=m.handle))
+    if not m.flags & MEM_USERPTR: self.os.munmap(m.va, m.size)   # the host mapping, or the reservation when there was none
+
+  # *** queues ***
+
+  def create_queue(self, queue_type: int, ring: GPUMemory, rw: GPUMemory, eop: GPUMemory | None = None, cwsr: GPUMemory | None = None) -> Queue:
+    """A PM4 compute (QUEUE_TYPE_COMPUTE) or SDMA queue over `ring` (the whole buffer object), with the read pointer at rw+0 and the
+    write pointer at rw+8 (the driver wants both in the first page of their buffer object), and for compute an EOP buffer and a
+    context save area sized by `self.sizes`. Maps the process's doorbell slice once and returns the queue's doorbell address."""
+    compute = queue_type != QUEUE_TYPE_SDMA
     q = self.ioctl("CREATE_QUEUE", CreateQueueArgs(
-      ring_base_address=ring_addr, ring_size=ring_size, gpu_id=self.gpu_id, queue_type=queue_type,
-      queue_percentage=KFD_MAX_QUEUE_PERCENTAGE, queue_priority=7, write_pointer_address=wptr_addr, read_pointer_address=rptr_addr,
-      eop_buffer_address=eop_addr, eop_buffer_size=eop_size, ctx_save_restore_address=ctx_save_addr,
-      ctx_save_restore_size=ctx_save_size, ctl_stack_size=ctl_stack_size))
-    page = mmap.PAGESIZE
-    if self.doorbell_page is None:   # the doorbell page of this process, mapped from /dev/kfd at the returned offset
-      self.doorbell_page = mmap.mmap(self.fd, 0x2000, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=q.doorbell_offset & ~(page - 1))
-    base = ctypes.addressof(ctypes.c_char.from_buffer(self.doorbell_page))
-    return q, base + (q.doorbell_offset & (page - 1) & 0x1FFF)
+      ring_base_address=ring.va, ring_size=ring.size, gpu_id=self.gpu_id, queue_type=queue_type,
+      queue_percentage=KFD_MAX_QUEUE_PERCENTAGE, queue_priority=7, read_pointer_address=rw.va, write_pointer_address=rw.va + 8,
+      eop_buffer_address=eop.va if compute and eop else 0, eop_buffer_size=self.sizes.eop if compute and eop else 0,
+      ctx_save_restore_address=cwsr.va if compute and cwsr else 0, ctx_save_restore_size=self.sizes.cwsr if compute and cwsr else 0,
+      ctl_stack_size=self.sizes.ctl_stack if compute and cwsr else 0))
+    if self.doorbell_page is None:
+      self.doorbell_page = self.os.mmap(0, DOORBELL_SLICE, PROT_READ | PROT_WRITE, MAP_SHARED, self.fd, q.doorbell_offset & ~(DOORBELL_SLICE - 1))
+    return Queue(q.queue_id, self.doorbell_page + (q.doorbell_offset & (DOORBELL_SLICE - 1)))
 
   def destroy_queue(self, queue_id: int) -> None: self.ioctl("DESTROY_QUEUE", DestroyQueueArgs(queue_id=queue_id))
 
-  def create_event(self, auto_reset: bool = True) -> CreateEventArgs:
-    return self.ioctl("CREATE_EVENT", CreateEventArgs(event_type=EVENT_SIGNAL, auto_reset=int(auto_reset)))
-
-  def wait_event(self, event_id: int, timeout_ms: int) -> int:
-    data = EventData(event_id=event_id)
-    return self.ioctl("WAIT_EVENTS", WaitEventsArgs(events_ptr=ctypes.addressof(data), num_events=1, wait_for_all=1, timeout=timeout_ms)).wait_result
-
   def close(self) -> None:
-    if self.doorbell_page is not None: self.doorbell_page.close()
-    os.close(self.drm_fd)
-    os.close(self.fd)
+    if self.doorbell_page is not None: self.os.munmap(self.doorbell_page, DOORBELL_SLICE)
+    self.doorbell_page = None
+    if self.drm_fd >= 0: self.os.close(self.drm_fd)
+    self.drm_fd = -1
+    if self.fd >= 0: self.os.close(self.fd)
+    self.fd = -1

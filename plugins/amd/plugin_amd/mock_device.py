@@ -34,9 +34,11 @@ ALIGN = 256   # COMPUTE_PGM_LO/HI hold address >> 8: program images (and everyth
 # *** memory: host allocations, registered so the processors can check every address they are given ***
 
 class HostMemory(AddressSpace):
-  """The device address space of every MOCK+AMD instance in this process: host memory this interface allocated."""
-  def __init__(self) -> None:
+  """The device address space of every MOCK+AMD instance in this process: host memory this interface allocated. (The simulated
+  KFD driver, kfd_sim.py, keeps one more: what its GPU's page tables map.)"""
+  def __init__(self, what: str = "MOCK+AMD memory") -> None:
     super().__init__()
+    self.what = what   # named in faults: "... is not <what>"
     self.starts: list[int] = []
     self.sizes: dict[int, int] = {}
   def register(self, addr: int, size: int, owner: Any) -> None:
@@ -53,7 +55,7 @@ class HostMemory(AddressSpace):
       return i >= 0 and addr + n <= self.starts[i] + self.sizes[self.starts[i]]
   def view(self, addr: int, n: int) -> memoryview:
     if n == 0: return memoryview(b"")
-    if not self.contains(addr, n): raise MockError(f"device address range [{addr:#x}, {addr + n:#x}) is not MOCK+AMD memory")
+    if not self.contains(addr, n): raise MockError(f"device address range [{addr:#x}, {addr + n:#x}) is not {self.what}")
     return memoryview((ctypes.c_uint8 * n).from_address(addr)).cast("B")
   def copy(self, dst: int, src: int, n: int) -> None:
     self.view(dst, n), self.view(src, n)   # both checked before anything is written
@@ -99,12 +101,13 @@ class ProgramTable:
     with self.lock:
       lst = self.by_head.setdefault(p.code[:self.KEY], []) if len(p.code) >= self.KEY else self.short
       if not any(q.code == p.code for q in lst): lst.append(p)
-  def find(self, addr: int) -> MockProgram:
+  def find(self, addr: int, mem: HostMemory | None = None) -> MockProgram:
     """The program whose code is at `addr` now (memory is re-read: a program buffer may have been reused for another one)."""
-    def there(p: MockProgram) -> bool: return MEMORY.contains(addr, len(p.code)) and ctypes.string_at(addr, len(p.code)) == p.code
+    mem = MEMORY if mem is None else mem
+    def there(p: MockProgram) -> bool: return mem.contains(addr, len(p.code)) and ctypes.string_at(addr, len(p.code)) == p.code
     with self.lock: hit = self.at.get(addr)
     if hit is not None and there(hit): return hit
-    head = MEMORY.read(addr, self.KEY) if MEMORY.contains(addr, self.KEY) else None
+    head = mem.read(addr, self.KEY) if mem.contains(addr, self.KEY) else None
     with self.lock: cands = list(self.by_head.get(head, ())) + self.short if head is not None else list(self.short)
     for p in cands:
       if there(p):
@@ -119,18 +122,23 @@ PROGRAMS = ProgramTable()
 
 class MockActions(Actions):
   """Copies, signals and waits on host memory; dispatches run the host build of the program at the dispatched address."""
-  def __init__(self, timeout_s: float):
-    super().__init__(MEMORY, timeout_s=timeout_s)
+  def __init__(self, timeout_s: float, mem: HostMemory | None = None, foreign: bool = True):
+    # mem: the address space the processors may touch; foreign: whether a wait may also poll another HCQ device's timeline signal
+    self.hmem = MEMORY if mem is None else mem
+    super().__init__(self.hmem, timeout_s=timeout_s)
+    self.foreign = foreign
     self.log: Any = collections.deque(maxlen=256)   # the base class logs every action: keep the recent ones only
     self.stop = False
   def copy(self, dst: int, src: int, n: int) -> None:
     self.log.append(("copy", (dst, src, n)))
-    MEMORY.copy(dst, src, n)
+    self.hmem.copy(dst, src, n)
   def wait(self, addr: int, ref: int, mask: int, func: int) -> None:
     self.log.append(("wait", (addr, ref, mask, func)))
     name, cmp = COMPARE[func]
-    word = ctypes.c_uint32.from_address(addr) if MEMORY.contains(addr, 4) or addr in foreign_signals(addr) else None
-    if word is None: raise MockError(f"wait address {addr:#x} is neither MOCK+AMD memory nor another HCQ device's timeline signal")
+    ok = self.hmem.contains(addr, 4) or (self.foreign and addr in foreign_signals(addr))
+    word = ctypes.c_uint32.from_address(addr) if ok else None
+    if word is None:
+      raise MockError(f"wait address {addr:#x} is neither {self.hmem.what}" + (" nor another HCQ device's timeline signal" if self.foreign else ""))
     deadline, pause = time.monotonic() + self.timeout_s, 2e-5
     while not cmp(word.value & mask, ref):
       if self.stop: raise MockError("the queue was closed during a wait")
@@ -140,7 +148,7 @@ class MockActions(Actions):
       pause = min(pause * 2, 1e-3)
   def dispatch(self, d: Dispatch) -> None:
     self.log.append(("dispatch", d.pgm_addr))
-    try: run_dispatch(d)
+    try: run_dispatch(d, self.hmem)
     except MockError: raise
     except Exception as e: raise MockError(f"{type(e).__name__}: {e}") from e   # the processor adds the packet's offset
 
@@ -159,9 +167,10 @@ def foreign_signals(addr: int) -> set[int]:
       if b is not None: _foreign.add(_addr(b))
   return _foreign
 
-def run_dispatch(d: Dispatch) -> None:
-  """Execute one decoded DISPATCH_DIRECT with the host build of the program at its address."""
-  p = PROGRAMS.find(d.pgm_addr)
+def run_dispatch(d: Dispatch, mem: HostMemory | None = None) -> None:
+  """Execute one decoded DISPATCH_DIRECT with the host build of the program at its address (`mem`: the address space it may use)."""
+  mem = MEMORY if mem is None else mem
+  p = PROGRAMS.find(d.pgm_addr, mem)
   data, build = p.data, p.build
   for reg, want in (("COMPUTE_PGM_RSRC1", data.rsrc1), ("COMPUTE_PGM_RSRC2", data.rsrc2)):
     if d.registers.get(reg) != want: raise MockError(f"{data.name}: {reg} is {d.registers.get(reg, 0):#x}, its kernel descriptor says {want:#x}")
@@ -172,47 +181,47 @@ def run_dispatch(d: Dispatch) -> None:
   if "kernarg_segment_ptr" not in sgprs: raise MockError(f"{data.name}: the kernel takes no kernarg segment pointer")
   k = sgprs["kernarg_segment_ptr"][0]
   kernargs = d.user_data[k] | d.user_data[k + 1] << 32
-  if not MEMORY.contains(kernargs, max(data.kernarg_size, 1)):
-    raise MockError(f"{data.name}: kernarg buffer {kernargs:#x} ({data.kernarg_size} bytes) is not MOCK+AMD memory")
+  if not mem.contains(kernargs, max(data.kernarg_size, 1)):
+    raise MockError(f"{data.name}: kernarg buffer {kernargs:#x} ({data.kernarg_size} bytes) is not {mem.what}")
   nargs = build.nbufs + build.nvars
   if len(data.arg_offsets) < nargs: raise MockError(f"{data.name}: {len(data.arg_offsets)} argument offsets for {nargs} arguments")
   args = []
   for i, off in enumerate(data.arg_offsets[:nargs]):
     if i < build.nbufs:
-      a = MEMORY.u64(kernargs + off)
-      if not MEMORY.contains(a, 1): raise MockError(f"{data.name}: buffer argument {i} is {a:#x}, not MOCK+AMD memory")
-    else: a = struct.unpack("<i", MEMORY.view(kernargs + off, 4))[0]
+      a = mem.u64(kernargs + off)
+      if not mem.contains(a, 1): raise MockError(f"{data.name}: buffer argument {i} is {a:#x}, not {mem.what}")
+    else: a = struct.unpack("<i", mem.view(kernargs + off, 4))[0]
     args.append(a)
   build.run(args, d.grid, d.block)
 
 # *** queues ***
 
-class MockHWQueue:
-  """One queue: its ring, wptr, doorbell and timeline signal (device buffers), a processor and the worker thread that runs it."""
-  def __init__(self, device: str, name: str, arch: str, ring_size: int, timeout_s: float, faults: list[str]):
-    self.device, self.name, self.ring_size = device, name, ring_size
-    opts = BufferSpec(nolru=True)   # fresh memory: it must start zeroed
-    self.buffers = {"ring": Buffer(device, ring_size // 4, dtypes.uint32, opts).allocate()}
-    for k in ("wptr", "doorbell", "timeline_signal"): self.buffers[k] = Buffer(device, 1, dtypes.uint64, opts).allocate()
-    self.doorbell = ctypes.c_uint64.from_address(_addr(self.buffers["doorbell"]))
-    self.actions = MockActions(timeout_s)
-    self.proc = PM4Processor(arch, MEMORY, self.actions) if name.startswith("COMPUTE") else SDMAProcessor(arch, MEMORY, self.actions)
-    self.rptr = 0
-    self.faults = faults   # the device's fault reports (shared by its queues, only appended to)
+class RingWorker:
+  """The command processor of one ring: a thread that polls a doorbell and runs `proc` over the ring bytes it announces.
+  `unit`: bytes per doorbell count (1: byte counts, core's protocol and the SDMA engine's; 4: dwords, what a PM4 compute queue's
+  write pointer counts). `rptr_addr`: where to report the read pointer (in units) after each batch, as the hardware does; the
+  MOCK queues have none. Shared by the MOCK queues and the simulated KFD driver's queues (kfd_sim.py)."""
+  def __init__(self, label: str, proc: Any, ring: Any, doorbell_addr: int, faults: list[str], unit: int = 1, rptr_addr: int | None = None):
+    self.label, self.proc, self.ring, self.unit, self.faults = label, proc, ring, unit, faults
+    self.doorbell = ctypes.c_uint64.from_address(doorbell_addr)
+    self.rptr_word = ctypes.c_uint64.from_address(rptr_addr) if rptr_addr is not None else None
+    self.rptr = 0   # in bytes
     self.state = "idle"
     self.closed = False
     self.start()
 
   def start(self) -> None:
-    """Start the worker (again, in a forked child, which has none of the parent's threads; the ring and rptr carry over)."""
+    """Start the thread (again, in a forked child, which has none of the parent's threads; the ring and rptr carry over)."""
     self.kick = threading.Event()
-    self.thread = threading.Thread(target=self._loop, name=f"mock {self.device} {self.name}", daemon=True)
+    self.thread = threading.Thread(target=self._loop, name=f"mock {self.label}", daemon=True)
     self.thread.start()
+
+  def announced(self) -> int: return self.doorbell.value * self.unit   # bytes the doorbell announces
 
   def _loop(self) -> None:
     idle_since = time.monotonic()
     while not self.closed:
-      bell = self.doorbell.value
+      bell = self.announced()
       if bell != self.rptr:
         self._run(bell)
         idle_since = time.monotonic()
@@ -223,41 +232,74 @@ class MockHWQueue:
 
   def _run(self, bell: int) -> None:
     self.state = f"running ring bytes [{self.rptr:#x}, {bell:#x})"
-    try: self.rptr = self.proc.run(self.buffers["ring"]._buf, self.rptr, bell)
+    ring = self.ring() if callable(self.ring) else self.ring
+    try: self.rptr = self.proc.run(ring, self.rptr, bell)
     except Exception as e:   # a fault: report it, drop what is left of this submission, keep serving later ones
-      self.faults.append(f"{self.device} {self.name}: {type(e).__name__}: {e}")
+      self.faults.append(f"{self.label}: {type(e).__name__}: {e}")
       self.rptr = bell
     finally:
       del self.proc.packets[:-64]
+      if self.rptr_word is not None: self.rptr_word.value = self.rptr // self.unit
       self.state = "idle"
 
-  def describe(self) -> str: return f"{self.name} read {self.rptr:#x} of {self.doorbell.value:#x} ({self.state})"
+  def describe(self) -> str: return f"read {self.rptr:#x} of {self.announced():#x} ({self.state})"
   def close(self) -> None:
-    self.closed = self.actions.stop = True
+    self.closed = True
+    if hasattr(self.proc.actions, "stop"): self.proc.actions.stop = True   # releases a WAIT in progress
     self.kick.set()
     self.thread.join(timeout=5)
+
+class MockHWQueue:
+  """One queue: its ring, wptr, doorbell and timeline signal (device buffers), a processor and the worker thread that runs it."""
+  def __init__(self, device: str, name: str, arch: str, ring_size: int, timeout_s: float, faults: list[str]):
+    self.device, self.name, self.ring_size = device, name, ring_size
+    opts = BufferSpec(nolru=True)   # fresh memory: it must start zeroed
+    self.buffers = {"ring": Buffer(device, ring_size // 4, dtypes.uint32, opts).allocate()}
+    for k in ("wptr", "doorbell", "timeline_signal"): self.buffers[k] = Buffer(device, 1, dtypes.uint64, opts).allocate()
+    self.actions = MockActions(timeout_s)
+    self.proc = PM4Processor(arch, MEMORY, self.actions) if name.startswith("COMPUTE") else SDMAProcessor(arch, MEMORY, self.actions)
+    self.faults = faults   # the device's fault reports (shared by its queues, only appended to)
+    self.worker = RingWorker(f"{device} {name}", self.proc, lambda: self.buffers["ring"]._buf, _addr(self.buffers["doorbell"]), faults)
+    self.doorbell = self.worker.doorbell
+
+  # the worker's state, under the names the HCQ object and the tests use
+  @property
+  def rptr(self) -> int: return self.worker.rptr
+  @property
+  def thread(self) -> threading.Thread: return self.worker.thread
+  @property
+  def kick(self) -> threading.Event: return self.worker.kick
+  @property
+  def closed(self) -> bool: return self.worker.closed
+  def start(self) -> None: self.worker.start()
+  def describe(self) -> str: return f"{self.name} {self.worker.describe()}"
+  def close(self) -> None:
+    self.actions.stop = True
+    self.worker.close()
 
 # *** the HCQ object ***
 
 _PER_QUEUE = ("ring", "wptr", "doorbell", "timeline_signal")
 
-class MockHCQ:
-  """`Compiled.hcq` of a MOCK+AMD device (see the module docstring)."""
+class AMDHCQBase:
+  """What the MOCK+AMD and KFD+AMD HCQ objects share: queue names and ring sizes, the buffers behind placeholders
+  (bufferize.py), scratch, host builds, fault reports, host-side waits. A subclass provides `queue_buffer(kind, queue)` (the
+  Buffer of a per-queue tag), `_kick()` (make the queues look at their doorbells now) and `_busy()` (queues with work left)."""
   queues = ("COMPUTE:0", "COPY:0")
+  kind = "AMD"   # named in fault reports
 
   def __init__(self, device: str, arch: str, ring_size: int = 1 << 20):
     if ring_size < 64 or ring_size & (ring_size - 1): raise ValueError(f"{device}: ring size {ring_size} is not a power of two >= 64")
     self.device, self.arch, self._ring_size = device, arch, ring_size
-    self._queues: dict[str, MockHWQueue] = {}
     self._lock = threading.Lock()
     self._uops: dict[Any, UOp] = {}
     self._owned: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
     self.faults: list[str] = []
     self._seen = {"raised": 0, "read": 0}   # how many fault reports each reader (wait_signal's raise, error()) has seen
-    self.scratch = placeholder("scratch", device, 1 << 16)   # lower.py points COMPUTE_DISPATCH_SCRATCH_BASE here; host builds need none
+    self.scratch = placeholder("scratch", device, 1 << 16)   # lower.py points COMPUTE_DISPATCH_SCRATCH_BASE here
 
   def tmpring_size(self, scratch: int) -> int:
-    # COMPUTE_TMPRING_SIZE: WAVES [11:0], WAVESIZE [24:12] in 256-dword units; the mock's host builds don't read it
+    # COMPUTE_TMPRING_SIZE: WAVES [11:0], WAVESIZE [24:12] in 256-dword units
     return 1 | ((scratch * 64 + 1023) // 1024) << 12
 
   def ring_size(self, queue: str) -> int:
@@ -267,43 +309,32 @@ class MockHCQ:
   def _check(self, queue: str) -> None:
     if queue not in self.queues: raise ValueError(f"{self.device} has no queue {queue!r}; its queues are {', '.join(self.queues)}")
 
-  def queue(self, name: str) -> MockHWQueue:
-    if (q := self._queues.get(name)) is not None:
-      if not q.thread.is_alive() and not q.closed:
-        with self._lock:
-          if not q.thread.is_alive(): q.start()
-      return q
-    self._check(name)
-    from core.helpers import HCQ_TIMEOUT
-    with self._lock:
-      if (q := self._queues.get(name)) is None:
-        # a queue's own WAIT gives up later than the host's wait, which reports a timeout (and releases the WAIT) first
-        q = self._queues[name] = MockHWQueue(self.device, name, self.arch, self._ring_size, 3 * float(HCQ_TIMEOUT.value), self.faults)
-    return q
-
-  def needs_staging(self, other: str) -> bool:
-    # the processors reach only MOCK+AMD memory: another device's buffers are copied through a staging buffer here
-    from core.device.registry import Device
-    return not isinstance(getattr(Device[other], "hcq", None), MockHCQ)
+  def queue_buffer(self, kind: str, queue: str) -> Buffer: raise NotImplementedError
+  def _kick(self) -> None: pass
+  def _busy(self) -> list[str]: return []
+  def _describe(self) -> str: return ""
 
   # *** buffers behind placeholders (bufferize.py) ***
+
+  def fresh_buffer(self, tag: Any, dtype: DType, size: int) -> Buffer:
+    return Buffer(self.device, max(size, 1), dtype, BufferSpec(nolru=True)).allocate()
 
   def buffer_uop(self, tag: Any, dtype: DType, size: int) -> UOp:
     """The real BUFFER uop of a placeholder: per-queue buffers exist once, anything else is a fresh allocation."""
     if isinstance(tag, tuple) and len(tag) == 2 and tag[0] in _PER_QUEUE:
       if (u := self._uops.get(tag)) is None:
-        b = self.queue(tag[1]).buffers[tag[0]]
+        b = self.queue_buffer(tag[0], tag[1])
         u = self._uops[tag] = UOp.new_buffer(self.device, b.size, b.dtype)
         self._owned[u] = b
       return u
     u = UOp.new_buffer(self.device, max(size, 1), dtype)
-    self._owned[u] = Buffer(self.device, max(size, 1), dtype, BufferSpec(nolru=True)).allocate()
+    self._owned[u] = self.fresh_buffer(tag, dtype, size)
     return u
 
   def buffer_of(self, u: UOp) -> Buffer | None: return self._owned.get(u)
 
   def register_program(self, spec: Any, data: Any, image: bytes) -> None:
-    """pm_prep_program: build the kernel for the host and file it under its code."""
+    """pm_prep_program: build the kernel for the host and file it under its code (the software command processors run it)."""
     PROGRAMS.add(image, data, host_build(spec.name, spec.uops))
 
   # *** waits and faults ***
@@ -322,32 +353,68 @@ class MockHCQ:
   def wait_signal(self, signal_buf: Buffer, value: int, timeout_s: float | None = None) -> None:
     from core.helpers import HCQ_TIMEOUT
     timeout_s = float(HCQ_TIMEOUT.value) if timeout_s is None else timeout_s
-    for name in self.queues: self.queue(name).kick.set()
+    self._kick()
     sig = ctypes.c_uint64.from_address(_addr(signal_buf))
     deadline, pause = time.monotonic() + timeout_s, 1e-5
     while sig.value < value:
       if (faults := self._faults("raised")): self._raise(faults)
       if time.monotonic() > deadline:
         raise HCQError(f"{self.device}: timed out after {timeout_s:g} s (HCQ_TIMEOUT) waiting for signal {ctypes.addressof(sig):#x} to "
-                       f"reach {value}; it is {sig.value}. Queues: " + "; ".join(q.describe() for q in self._queues.values()),
-                       device=self.device, seen=sig.value, expected=value)
+                       f"reach {value}; it is {sig.value}. Queues: " + self._describe(), device=self.device, seen=sig.value, expected=value)
       time.sleep(pause)
       pause = min(pause * 2, 5e-4)
     if (faults := self._faults("raised")): self._raise(faults)
 
   def _raise(self, faults: list[str]) -> None:
-    raise HCQError(f"{self.device}: the MOCK command processor reported a fault:\n  " + "\n  ".join(faults), device=self.device)
+    raise HCQError(f"{self.device}: the {self.kind} command processor reported a fault:\n  " + "\n  ".join(faults), device=self.device)
 
   def synchronize(self, timeout_s: float | None = None) -> None:
     """Waits until every started queue ran everything its doorbell announced."""
     from core.helpers import HCQ_TIMEOUT
     deadline = time.monotonic() + (float(HCQ_TIMEOUT.value) if timeout_s is None else timeout_s)
+    self._kick()
+    while (busy := self._busy()):
+      if time.monotonic() > deadline: raise HCQError(f"{self.device}: synchronize timed out: {'; '.join(busy)}", device=self.device)
+      time.sleep(1e-4)
+    if (faults := self._faults("raised")): self._raise(faults)
+
+class MockHCQ(AMDHCQBase):
+  """`Compiled.hcq` of a MOCK+AMD device (see the module docstring)."""
+  kind = "MOCK"
+
+  def __init__(self, device: str, arch: str, ring_size: int = 1 << 20):
+    super().__init__(device, arch, ring_size)
+    self._queues: dict[str, MockHWQueue] = {}
+
+  def queue(self, name: str) -> MockHWQueue:
+    if (q := self._queues.get(name)) is not None:
+      if not q.thread.is_alive() and not q.closed:
+        with self._lock:
+          if not q.thread.is_alive(): q.start()
+      return q
+    self._check(name)
+    from core.helpers import HCQ_TIMEOUT
+    with self._lock:
+      if (q := self._queues.get(name)) is None:
+        # a queue's own WAIT gives up later than the host's wait, which reports a timeout (and releases the WAIT) first
+        q = self._queues[name] = MockHWQueue(self.device, name, self.arch, self._ring_size, 3 * float(HCQ_TIMEOUT.value), self.faults)
+    return q
+
+  def queue_buffer(self, kind: str, queue: str) -> Buffer: return self.queue(queue).buffers[kind]
+  def _kick(self) -> None:
+    for name in self.queues: self.queue(name).kick.set()
+  def _busy(self) -> list[str]:
+    busy = []
     for q in list(self._queues.values()):
       q.kick.set()
-      while q.rptr != q.doorbell.value:
-        if time.monotonic() > deadline: raise HCQError(f"{self.device}: synchronize timed out: {q.describe()}", device=self.device, queue=q.name)
-        time.sleep(1e-4)
-    if (faults := self._faults("raised")): self._raise(faults)
+      if q.rptr != q.doorbell.value: busy.append(q.describe())
+    return busy
+  def _describe(self) -> str: return "; ".join(q.describe() for q in self._queues.values())
+
+  def needs_staging(self, other: str) -> bool:
+    # the processors reach only MOCK+AMD memory: another device's buffers are copied through a staging buffer here
+    from core.device.registry import Device
+    return not isinstance(getattr(Device[other], "hcq", None), MockHCQ)
 
   def close(self) -> None:
     with self._lock:
@@ -394,7 +461,8 @@ def _prep(ctx: Any, prog: UOp) -> UOp | None:
   from plugin_amd.prep import pm_prep_program as amd_prep
   out = amd_prep.rewrite(prog, ctx)
   if out is None: return None
-  if isinstance(ctx, MockHCQ): ctx.register_program(prog.arg, out.arg, out.src[1].arg)
+  # the HCQ object files the host build when it runs kernels in software (MOCK, the simulated KFD driver)
+  if (register := getattr(ctx, "register_program", None)) is not None: register(prog.arg, out.arg, out.src[1].arg)
   return out
 
 def _unprepared(p: UOp) -> bool:

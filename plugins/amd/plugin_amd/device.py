@@ -1,0 +1,216 @@
+"""The KFD+AMD device: a GPU driven through /dev/kfd (kfd.py), as the HCQ object core's pipeline and this plugin's pm_lower /
+pm_bufferize drive. NEVER RUN ON AMD HARDWARE: in CI it runs over the simulated driver (kfd_sim.py, AMD_KFD_SIM=<arch>).
+
+Memory: every buffer is one KFD buffer object whose GPU address is its host address (kfd.KFD.alloc); user buffers, programs,
+kernargs and command buffers are host-visible VRAM (PUBLIC, so copy-in/out are host copies; on a GPU without a large BAR that
+window is small), rings, signals and queue pointers are GTT (host memory, uncached).
+
+Queues: COMPUTE:0 is a PM4 compute queue (AQL off) with its EOP buffer and context save area sized from the topology, COPY:0 an
+SDMA queue. Core's submit program counts write pointers in bytes and stores them in the ("wptr", q) and ("doorbell", q) buffers;
+the hardware counts a PM4 queue's write pointer in dwords (SDMA: bytes). So those two buffers are host words here, and a
+forwarder (a thread, and every host wait) converts the count into the queue's units, stores it into the hardware write pointer and
+rings the real doorbell. (Core could do this itself with a per-queue unit on the HCQ object; until then the forwarder does.)
+
+Waits between devices: a queue here may wait on another HCQ device's timeline signal (a copy from it); before such a copy is
+planned (`needs_staging`), that device's signal pages are mapped into this GPU's page tables (USERPTR).
+"""
+from __future__ import annotations
+import atexit, ctypes, threading, time
+from typing import Any
+from core.device.allocator import BufferSpec, LRUAllocator
+from core.device.buffer import Buffer
+from core.device.compiled import Compiled
+from core.ir.dtype import DType, dtypes
+from plugin_amd import kfd as K
+from plugin_amd.mock_device import AMDHCQBase, _addr
+
+VRAM = K.MEM_VRAM | K.MEM_PUBLIC | K.MEM_WRITABLE | K.MEM_EXECUTABLE   # executable: program images are ordinary buffers
+GTT = K.MEM_GTT | K.MEM_WRITABLE | K.MEM_COHERENT | K.MEM_UNCACHED
+
+class KFDAllocator(LRUAllocator):
+  """KFD buffer objects as ctypes arrays at their (GPU == host) address; host-visible, so copies are host memcpy."""
+  def __init__(self, device: str, drv: K.KFD):
+    super().__init__(device)
+    self.drv = drv
+  def _alloc(self, size: int, options: BufferSpec) -> Any:
+    if options.external_ptr is not None: return (ctypes.c_uint8 * size).from_address(options.external_ptr)
+    try: mem = self.drv.alloc(size, GTT if options.host or options.uncached else VRAM)
+    except K.KFDError as e:
+      if e.errno == 12: raise MemoryError(str(e)) from e   # ENOMEM: the allocator's OutOfMemory path
+      raise
+    buf = (ctypes.c_uint8 * size).from_address(mem.va)
+    buf.kfd_mem = mem   # type: ignore[attr-defined]
+    return buf
+  def _free(self, opaque: Any, options: BufferSpec) -> None:
+    if (mem := getattr(opaque, "kfd_mem", None)) is not None and self.drv.fd >= 0: self.drv.free(mem)
+  def _offset(self, opaque: Any, size: int, offset: int) -> Any: return (ctypes.c_uint8 * size).from_buffer(opaque, offset)
+  def _as_buffer(self, opaque: Any) -> memoryview: return memoryview(opaque).cast("B")
+  def _copyin(self, dest: Any, src: memoryview) -> None: memoryview(dest).cast("B")[:] = src.cast("B")
+  def _copyout(self, dest: memoryview, src: Any) -> None: dest.cast("B")[:] = memoryview(src).cast("B")
+
+class KFDQueue:
+  """One hardware queue: its ring, the hardware read/write pointer page, EOP/context save buffers (compute), core's byte-count
+  write pointer and doorbell words, the timeline signal, and the hardware doorbell."""
+  def __init__(self, hcq: KFDHCQ, name: str):
+    self.name, self.drv = name, hcq.drv
+    compute = name.startswith("COMPUTE")
+    self.unit = 4 if compute else 1   # what the engine's write pointer counts: PM4 dwords, SDMA bytes
+    host = BufferSpec(host=True, nolru=True)   # fresh GTT memory (zeroed): exactly one buffer object each
+    self.buffers = {"ring": Buffer(hcq.device, hcq._ring_size // 4, dtypes.uint32, host).allocate()}
+    for k in ("wptr", "doorbell", "timeline_signal"): self.buffers[k] = Buffer(hcq.device, 1, dtypes.uint64, host).allocate()
+    self.rw = self.drv.alloc(K.PAGE, GTT)   # read pointer at +0, write pointer at +8: the first page of a one-page buffer object
+    self.own = [self.rw]
+    eop = cwsr = None
+    if compute:
+      eop = self.drv.alloc(self.drv.sizes.eop, K.MEM_VRAM | K.MEM_WRITABLE, cpu=False)
+      cwsr = self.drv.alloc(self.drv.sizes.cwsr_total, K.MEM_VRAM | K.MEM_WRITABLE, cpu=False)
+      self.own += [eop, cwsr]
+    ring = self.buffers["ring"]._buf.kfd_mem
+    self.q = self.drv.create_queue(K.QUEUE_TYPE_COMPUTE if compute else K.QUEUE_TYPE_SDMA, ring, self.rw, eop, cwsr)
+    self.hw_rptr = ctypes.c_uint64.from_address(self.rw.va)
+    self.hw_wptr = ctypes.c_uint64.from_address(self.rw.va + 8)
+    self.hw_doorbell = ctypes.c_uint64.from_address(self.q.doorbell)
+    self.core_doorbell = ctypes.c_uint64.from_address(_addr(self.buffers["doorbell"]))
+    self.forwarded = 0   # bytes announced to the hardware so far
+
+  def forward(self) -> bool:
+    """Pass core's doorbell (bytes) on to the hardware in its units: write pointer first, then the doorbell. True if it moved."""
+    n = self.core_doorbell.value
+    if n == self.forwarded: return False
+    if n % 4: raise RuntimeError(f"{self.name}: write pointer {n:#x} is not a whole number of dwords")
+    self.hw_wptr.value = n // self.unit
+    self.hw_doorbell.value = n // self.unit
+    self.forwarded = n
+    return True
+
+  def busy(self) -> bool: return self.hw_rptr.value * self.unit != self.core_doorbell.value
+  def describe(self) -> str:
+    return f"{self.name} queue {self.q.queue_id}: core wrote {self.core_doorbell.value:#x} bytes, engine read {self.hw_rptr.value * self.unit:#x}"
+
+  def close(self) -> None:
+    self.drv.destroy_queue(self.q.queue_id)
+    for m in self.own: self.drv.free(m)
+
+class KFDHCQ(AMDHCQBase):
+  """`Compiled.hcq` of a KFD+AMD device (see the module docstring)."""
+  kind = "KFD"
+
+  def __init__(self, device: str, drv: K.KFD, ring_size: int = 1 << 20):
+    super().__init__(device, drv.arch, ring_size)
+    self.drv = drv
+    self.simulated = drv.simulated
+    # the simulated driver reports its queues' faults in one list per process (the hardware would raise a memory exception event)
+    self.faults = getattr(drv.os, "faults", [])
+    self._seen = {"raised": len(self.faults), "read": len(self.faults)}
+    self._queues: dict[str, KFDQueue] = {}
+    self._host_maps: dict[int, K.GPUMemory] = {}
+    self.closed = False
+    self._wake = threading.Event()
+    self._thread = threading.Thread(target=self._forwarder, name=f"{device} doorbell forwarder", daemon=True)
+    self._thread.start()
+
+  def queue(self, name: str) -> KFDQueue:
+    if (q := self._queues.get(name)) is None:
+      self._check(name)
+      with self._lock:
+        if (q := self._queues.get(name)) is None: q = self._queues[name] = KFDQueue(self, name)
+    return q
+
+  def queue_buffer(self, kind: str, queue: str) -> Buffer: return self.queue(queue).buffers[kind]
+
+  def _forward_all(self) -> bool:
+    moved = False
+    for q in list(self._queues.values()): moved |= q.forward()
+    return moved
+
+  def _forwarder(self) -> None:
+    idle_since = time.monotonic()
+    while not self.closed:
+      if self._forward_all():
+        idle_since = time.monotonic()
+        if self.simulated: self.drv.os.kick()
+      self._wake.wait(0.001 if time.monotonic() - idle_since < 0.5 else 0.02)
+      self._wake.clear()
+
+  def _kick(self) -> None:
+    self._forward_all()
+    if self.simulated: self.drv.os.kick()
+  def _busy(self) -> list[str]: return [q.describe() for q in list(self._queues.values()) if q.busy()]
+  def _describe(self) -> str:
+    return "; ".join(q.describe() for q in self._queues.values()) + (f" [{self.drv.os.describe()}]" if self.simulated else "")
+
+  def register_program(self, spec: Any, data: Any, image: bytes) -> None:
+    # a real GPU runs the code object; the simulated one runs the host build filed under its code, as MOCK does
+    if self.simulated: super().register_program(spec, data, image)
+
+  def needs_staging(self, other: str) -> bool:
+    """Another device's buffers are not in this GPU's page tables: copies go through a staging buffer here. Its timeline signals
+    are mapped in (USERPTR), since a queue here waits on them before copying."""
+    if other == self.device: return False
+    from core.device.registry import Device
+    hcq = getattr(Device[other], "hcq", None)
+    if hcq is not None and not isinstance(hcq, KFDHCQ) and hasattr(hcq, "queue"):
+      for q in getattr(hcq, "queues", ()):
+        b = getattr(hcq.queue(q), "buffers", {}).get("timeline_signal")
+        if b is not None: self.map_host(_addr(b), b.nbytes)
+    return True
+
+  def map_host(self, addr: int, size: int) -> None:
+    """Map host memory (another device's signal) into this GPU's page tables, once per page."""
+    with self._lock:
+      if any(m.va <= addr and addr + size <= m.va + m.size for m in self._host_maps.values()): return
+      m = self.drv.map_host(addr, size)
+      self._host_maps[m.va] = m
+
+  def fresh_buffer(self, tag: Any, dtype: DType, size: int) -> Buffer:
+    return Buffer(self.device, max(size, 1), dtype, BufferSpec(nolru=True)).allocate()
+
+  def close(self) -> None:
+    if self.closed: return
+    self.closed = True
+    self._wake.set()
+    self._thread.join(timeout=5)
+    with self._lock:
+      for q in self._queues.values(): q.close()
+      for m in self._host_maps.values(): self.drv.free(m)
+      self._queues.clear()
+      self._host_maps.clear()
+      self._uops.clear()
+
+# *** one driver per process (the kernel keeps one KFD process per process), one HCQ object per device instance ***
+
+_drv: K.KFD | None = None
+_by_device: dict[str, KFDHCQ] = {}
+_lock = threading.Lock()
+
+def driver() -> K.KFD:
+  """The process's /dev/kfd driver, opened on first use (KFDError with a clear message when there is none or no access)."""
+  global _drv
+  with _lock:
+    if _drv is None: _drv = K.KFD()
+  return _drv
+
+def _close_all() -> None:
+  for h in list(_by_device.values()): h.close()
+atexit.register(_close_all)
+
+class _NoDirectPath:
+  """KFD+AMD runs kernels only through its queues (core's HCQ pipeline)."""
+  def __init__(self, name: str, lib: bytes):
+    raise NotImplementedError(f"KFD+AMD runs kernel {name} only through its command queues (core's HCQ pipeline), not one call at a time")
+
+def make_device(name: str, target: Any) -> Compiled:
+  """The Compiled device for DEV=KFD+AMD[:LLVM[:ARCH]]: the arch is the installed GPU's (an ARCH that differs is refused)."""
+  from plugin_amd import make_llvm
+  drv = driver()
+  want = getattr(target, "arch", None)
+  if want and want != drv.arch: raise ValueError(f"DEV asks for KFD+AMD {want}, but the GPU behind /dev/kfd is {drv.arch}")
+  renderer, compiler = make_llvm(drv.arch)
+  renderer.device = name
+  allocator = KFDAllocator(name, drv)
+  dev = Compiled(name, allocator, renderer, compiler, _NoDirectPath, target)
+  with _lock:
+    if (h := _by_device.get(name)) is None or h.closed: h = _by_device[name] = KFDHCQ(name, drv)
+  dev.hcq = h  # type: ignore[attr-defined]
+  dev.synchronize = h.synchronize  # type: ignore[method-assign]
+  return dev
