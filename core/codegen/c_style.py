@@ -61,7 +61,7 @@ def _render_range(ctx: CStyleRenderer, x: UOp) -> str:
   return f"for ({ctx.render_dtype(x.dtype)} {ctx[x]} = 0; {ctx[x]} < {ctx[x.src[0]]}; {ctx[x]}++) {{"
 
 base_rewrite = PatternMatcher([
-  (UPat(Ops.DEFINE_REG, name="x"), lambda ctx, x: f"{ctx.render_dtype(x.dtype.base)} {ctx[x]}[{x.dtype.size}];"),
+  (UPat(Ops.DEFINE_REG, name="x"), lambda ctx, x: f"{ctx.render_dtype(x.dtype.base)} {ctx[x]}[{x.dtype.size}]{ctx.reg_attr(x)};"),
   (UPat(Ops.DEFINE_LOCAL, name="x"), lambda ctx, x: f"{ctx.smem_prefix}{ctx.render_dtype(x.dtype.base)} {ctx[x]}[{x.dtype.size}];"),
   (UPat(Ops.SPECIAL, name="x"), lambda ctx, x: ctx.render_special(x)),
   (UPat(Ops.RANGE, name="x"), _render_range),
@@ -113,6 +113,9 @@ class CStyleRenderer(Renderer):
 
   # *** types and literals ***
 
+  def reg_attr(self, x: UOp) -> str:
+    """Text after a DEFINE_REG array's declaration (an alignment attribute in dialects that have one)."""
+    return ""
   def render_dtype(self, dt: DType) -> str:
     if isinstance(dt, PtrDType): return self.render_dtype(dt.base) + "*"
     if dt.count > 1: return f"{_SHORT[dt.scalar()]}{dt.count}"

@@ -41,6 +41,9 @@ def _render_alu(ctx: LLVMRenderer, x: UOp) -> str:
     c1, c2 = ctx.tmp(), ctx.tmp()
     return (f"{c0} = fcmp ogt {t} {a[0]}, {a[1]}\n  {c1} = fcmp uno {t} {a[0]}, {a[0]}\n  {c2} = or {b1} {c0}, {c1}\n"
             f"  {ctx[x]} = select {b1} {c2}, {t} {a[0]}, {t} {a[1]}")
+  if op is Ops.MULACC and fl:
+    # fused where the target has an FMA unit (one rounding), else a multiply and an add: LLVM picks per target
+    return f"{ctx[x]} = call {t} {ctx.intrinsic('fmuladd', dt, 3)}({', '.join(f'{t} {v}' for v in a)})"
   if op is Ops.MULACC:
     m = ctx.tmp()
     return f"{m} = {'fmul' if fl else 'mul'} {t} {a[0]}, {a[1]}\n  {ctx[x]} = {'fadd' if fl else 'add'} {t} {m}, {a[2]}"
@@ -161,7 +164,7 @@ llvm_rewrite = PatternMatcher([
   (UPat(Ops.VCONST, name="x"), lambda ctx, x: "<" + ", ".join(f"{ctx.ty(x.dtype.scalar())} {ctx.const(v, x.dtype.scalar())}"
                                                                 for v in x.arg) + ">"),
   (UPat(Ops.DEFINE_REG, name="x"), lambda ctx, x: ctx.allocas.append(f"{ctx[x]} = alloca [{x.dtype.size} x {ctx.mem_ty(x.dtype.base)}], "
-                                                                    f"align {max(16, x.dtype.base.itemsize)}{ctx.alloca_space()}") or ""),
+                                                                    f"align {ctx.reg_align(x)}{ctx.alloca_space()}") or ""),
   (UPat(Ops.DEFINE_LOCAL, name="x"), lambda ctx, x: ctx.render_define_local(x)),
   (UPat(Ops.SPECIAL, name="x"), lambda ctx, x: ctx.render_special(x)),
   (UPat(Ops.BARRIER), lambda ctx: ctx.render_barrier()),
@@ -210,6 +213,11 @@ class LLVMRenderer(Renderer):
             self.local_addrspace if dt.addrspace == AddrSpace.LOCAL else self.private_addrspace
     return "ptr" if space == 0 else f"ptr addrspace({space})"
 
+  def reg_align(self, x: UOp) -> int:
+    """Alignment of a DEFINE_REG array: a cache line for arrays of a line or more (packed inputs read by vector loads, which
+    would straddle two lines at every other row otherwise)."""
+    assert isinstance(x.dtype, PtrDType)
+    return 64 if x.dtype.size * x.dtype.base.itemsize >= 64 else max(16, x.dtype.base.itemsize)
   def alloca_space(self) -> str: return f", addrspace({self.private_addrspace})" if self.private_addrspace else ""
   def private_ptr(self) -> str: return f"ptr addrspace({self.private_addrspace})" if self.private_addrspace else "ptr"
 

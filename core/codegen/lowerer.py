@@ -24,7 +24,10 @@ def _combine(op: Ops, acc: UOp, x: UOp) -> UOp: return acc + x if op is Ops.ADD 
 
 class LowerCtx:
   def __init__(self, sink: UOp | None = None) -> None:
-    self.scopes, self.regs = RangeScopes(), 0
+    self.scopes = RangeScopes()
+    # registers the optimizer made (PACK buffers) keep their numbers; accumulators count on from there
+    self.regs = max((u.arg + 1 for u in (sink.toposort() if sink is not None else ()) if u.op is Ops.DEFINE_REG and isinstance(u.arg, int)),
+                    default=0)
     # REDUCEs over the same ranges share one loop (unrolled copies of a register-blocked reduction), so each accumulator is
     # initialised inside every loop that encloses any of them; else one copy's loop would be hoisted above another's
     self.enclosing: dict[tuple[UOp, ...], frozenset[UOp]] = {}
@@ -53,6 +56,34 @@ def lower_reduce(ctx: LowerCtx, red: UOp) -> UOp:
   return acc.after(upd).index(zero).load()
 
 pm_lower_reduce = PatternMatcher([(UPat(Ops.REDUCE, name="red"), lower_reduce)], name="lower reduce")
+
+def _is_acc_read(u: UOp) -> bool:
+  """u reads an accumulator register (LOAD(INDEX(AFTER(DEFINE_REG, ...), 0)))."""
+  if u.op is not Ops.LOAD or u.src[0].op is not Ops.INDEX: return False
+  b = u.src[0].src[0]
+  while b.op is Ops.AFTER: b = b.src[0]
+  return b.op is Ops.DEFINE_REG
+
+def _sum_terms(v: UOp) -> list[UOp]:
+  """The terms of an ADD tree (the unrolled parts the expander summed), left to right."""
+  return _sum_terms(v.src[0]) + _sum_terms(v.src[1]) if v.op is Ops.ADD else [v]
+
+def fuse_mulacc(upd: UOp) -> UOp | None:
+  """acc + (a0*b0 + a1*b1 + ...) -> mulacc(a1, b1, mulacc(a0, b0, acc)): one fused multiply-add per product. A reduction's
+  order of summation is unspecified, so the reassociation is as correct as the balanced tree it replaces."""
+  acc, v = (upd.src[0], upd.src[1]) if _is_acc_read(upd.src[0]) else (upd.src[1], upd.src[0])
+  if not _is_acc_read(acc) or acc is v: return None
+  terms = _sum_terms(v)
+  if not any(t.op is Ops.MUL for t in terms): return None
+  out = acc
+  for t in terms: out = UOp(Ops.MULACC, upd.dtype, (t.src[0], t.src[1], out)) if t.op is Ops.MUL else out + t
+  return out
+
+# for renderers with a fused multiply-add (Renderer.extra_matcher): accumulator updates of float reductions use it
+pm_fuse_mulacc = PatternMatcher([
+  (UPat(Ops.ADD, name="upd", custom=lambda upd: dtypes.is_float(upd.dtype) and (_is_acc_read(upd.src[0]) or _is_acc_read(upd.src[1]))),
+   fuse_mulacc),
+], name="fuse mulacc")
 
 def map_globals(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0) -> tuple[UOp, tuple[int, ...]]:
   """Output loops become hardware thread ids (gidx0 is the innermost loop); returns the new sink and the launch size.

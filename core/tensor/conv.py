@@ -51,7 +51,9 @@ class ConvMixin:
     if self.ndim != nd + 2: raise ValueError(f"conv: input {self.shape} needs {nd + 2} dims for weight {weight.shape}")
     if cin != cin_g * groups or cout % groups:
       raise ValueError(f"conv: input channels {cin} != weight {weight.shape[1]} * groups {groups}, or out channels {cout} not divisible")
-    x = self.pad([None, None] + _padding(padding, nd)) if padding != 0 else self
+    # the padded input is its own (copy) kernel: read through a PAD, every load of the conv kernel would be gated and its index
+    # wrapped, which keeps the optimizer from vectorizing and register-tiling it; the copy costs one pass over the input
+    x = self.pad([None, None] + _padding(padding, nd)).contiguous() if padding != 0 else self
     x = x._pool(ks, stride, dilation)  # (bs, cin, *o, *k)
     os_ = x.shape[2:2 + nd]
     rc = cout // groups

@@ -121,11 +121,12 @@ class Expander:
 
   def _mem_index(self, idx: UOp, env: dict[UOp, int], dt: DType) -> tuple[str, Any]:
     """How to access memory through INDEX `idx`: ("scalar", index), ("vector", index of lane 0) or ("lanes", [index per lane])."""
-    buf, rest = idx.src[0], idx.src[1:]
-    if self.vec is None or self.vec not in self.deps(idx):
+    # the buffer may be a register filled by a loop before this one (PACK): expand that loop too
+    buf, rest = self(idx.src[0], env), idx.src[1:]
+    if self.vec is None or not any(self.vec in self.deps(s) for s in rest):
       return "scalar", idx.replace(src=(buf,) + tuple(self.sub(s, env) if not self.has_mem(s) else self(s, env) for s in rest))
     i, valid = self.sub(rest[0], env), (self.sub(rest[1], env) if len(rest) > 1 else None)
-    if dt.scalar() in VECTOR_MEM_DTYPES and (valid is None or self.vec not in valid.toposort()) and not self.has_mem(idx) \
+    if dt.scalar() in VECTOR_MEM_DTYPES and (valid is None or self.vec not in valid.toposort()) and not any(self.has_mem(s) for s in rest) \
        and (base := contiguous_offset(i, self.vec)) is not None:
       return "vector", idx.replace(src=(buf, base) + ((valid,) if valid is not None else ()))
     return "lanes", [idx.replace(src=(buf,) + tuple(self.sub(s, env, k) for s in rest)) for k in range(self.width)]

@@ -5,10 +5,14 @@ from core.ir.ops import UOp, Ops, AxisType
 from core.helpers import prod
 from core.codegen.opt.kernel import Kernel, Opt, OptOps, KernelOptError, range_size
 from core.codegen.opt.expander import contiguous_offset, VECTOR_MEM_DTYPES
+from core.codegen.opt.pack import PACK_MAX_BYTES
 
 # matmul register block, measured on a 2-core AVX-512 host: 2 vectors along the contiguous output axis x 4 rows, no reduce
 # unroll (it only added code), and the reused axis's loop outside the other's so a panel of the second input stays in cache
 MM_J2, MM_I, MM_K, MM_SWAP = 2, 4, 1, True
+MM_MIN_ACC = 8                # vector accumulators a register tile needs: FMA latency x FMA units
+MM_WINDOW = 4                 # reduce axes this small are unrolled whole
+MM_PACK_REUSE = 4             # row blocks that must reuse a packed panel for the copy to pay
 MIN_THREADED_WORK = 1 << 15   # iterations below which a kernel runs on one thread: dispatching blocks costs more
 
 def simd_lanes(renderer: Any, itemsize: int) -> int:
@@ -37,6 +41,14 @@ def _same(k: Kernel, r: UOp) -> UOp:
   """The axis of k that kept r's id (its outer part after a split)."""
   return next(x for x in k.axes if x.arg[0] == r.arg[0])
 
+def _packed_product(k: Kernel, outs: list[UOp], reds: list[UOp], loads: list[UOp], panel_bytes: int) -> bool:
+  """A product of two inputs that each miss a different output axis (a @ b.T: both run along the reduce axis), on a renderer
+  that can PACK, with a panel that fits: register tiles reuse each load (a packed panel turns the other input's column reads
+  into vector reads), where vector partial sums along the reduce axis would reuse nothing."""
+  if getattr(k.renderer, "has_local", False) or prod(range_size(r) or 0 for r in reds) * panel_bytes > PACK_MAX_BYTES: return False
+  misses = [{r for r in outs if r not in ld.toposort()} for ld in loads]
+  return any(p in m1 and q in m2 and p not in m2 and q not in m1 for m1 in misses for m2 in misses for p in outs for q in outs if p is not q)
+
 def _block_count(n: int, threads: int) -> int:
   """Thread blocks for a loop of n: a multiple of `threads` dividing n, about 4 per thread; the loop itself when small."""
   if n <= 4 * threads: return n
@@ -56,26 +68,49 @@ def hand_coded(k: Kernel) -> Kernel:
   loads = _loads(k)
   store_idx = st.src[0].src[1]
   contig_out = next((r for r in reversed(outs) if contiguous_offset(store_idx, r) is not None), None)
+  # a reduction whose loads run along a reduce axis long enough for whole vectors, and not along the output axis (row sums,
+  # matrix-vector): the lanes go on the reduce axis; lanes across outputs would gather one element from each of `lanes` rows
+  along_red = contig_out is not None and not _contiguous_in(k, contig_out, loads) and \
+    any(_contiguous_in(k, r, loads) and _pick_amt(range_size(r), (lanes,)) for r in reds)
   if vec_ok or getattr(rnd, "threads", 0):
-    if reds and contig_out is not None:
-      # register blocking: the contiguous output axis in vector registers, a second output axis that some input does not
-      # depend on (so each of its loads is reused across that axis) unrolled, and the reduce unrolled a little
-      other = next((r for r in reversed(outs) if r is not contig_out and any(r not in ld.toposort() for ld in loads)), None)
+    if reds and contig_out is not None and (not along_red or _packed_product(k, outs, reds, loads, MM_J2 * lanes * st.src[1].dtype.itemsize)):
+      # register blocking: the contiguous output axis in vector registers; `other`, an output axis the vector-loaded input does
+      # not use (matmul: the rows; conv: the output channels), unrolled so each vector load is reused across it; `third`, a
+      # further axis some input does not use, when the tile has too few accumulators; the reduce unrolled a little
+      vec_loads = [ld for ld in loads if _contiguous_in(k, contig_out, [ld])]
+      other = next((r for r in reversed(outs) if r is not contig_out and any(r not in ld.toposort() for ld in vec_loads)), None)
+      if other is None: other = next((r for r in reversed(outs) if r is not contig_out and any(r not in ld.toposort() for ld in loads)), None)
+      third = next((r for r in reversed(outs) if r is not contig_out and r is not other and any(r not in ld.toposort() for ld in loads)), None)
       reused = any(contig_out not in ld.toposort() for ld in loads)
+      nacc = 1
       if amt_j := _pick_amt(range_size(contig_out), (lanes, 8, 4, 2)):
         k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt_j))
         # a second vector register along the same axis: more independent accumulators (the expander unrolls it)
         if reused and amt_j == lanes and (j2 := _pick_amt(range_size(_same(k, contig_out)), (MM_J2,))):
           k = _try(k, Opt(OptOps.UPCAST, _pos(k, _same(k, contig_out)), j2))
+          nacc *= j2
       if other is not None and (amt_i := _pick_amt(range_size(other), (MM_I, 4, 3, 2))):
         k = _try(k, Opt(OptOps.UPCAST, _pos(k, _same(k, other)), amt_i))
+        nacc *= amt_i
+      if third is not None and nacc < MM_MIN_ACC and (amt_t := _pick_amt(range_size(third), (MM_MIN_ACC // nacc, 2))):
+        # too few accumulators to hide the FMA latency (conv: the width is not a multiple of two vectors): another output axis
+        k = _try(k, Opt(OptOps.UPCAST, _pos(k, _same(k, third)), amt_t))
       if other is not None and MM_SWAP:
         # the reused axis outermost: the block of the other input its loads touch stays in cache while it is reused
         a, b = _same(k, other), _same(k, contig_out)
-        if a.arg[0] < b.arg[0]: k = _try(k, Opt(OptOps.SWAP, _pos(k, a), _pos(k, b)))
+        if a.arg[0] < b.arg[0]:
+          k = _try(k, Opt(OptOps.SWAP, _pos(k, a), _pos(k, b)))
+          if k.applied[-1].op is OptOps.SWAP: other = b   # SWAP exchanges ids: the row loop now has the id the column loop had
+      for w in [r for r in k.of_type(AxisType.REDUCE) if (range_size(r) or 99) <= MM_WINDOW]:
+        # a small window (conv's kernel rows and columns): fully unrolled, so neighbouring taps share loads and no loop is that short
+        k = _try(k, Opt(OptOps.UNROLL, _pos(k, _same(k, w)), 0))
       red = next((r for r in k.of_type(AxisType.REDUCE) if range_size(r) is not None), None)
       if red is not None and (amt_k := _pick_amt(range_size(red), (MM_K, 2))) and range_size(red) >= 16:  # type: ignore[operator]
         k = _try(k, Opt(OptOps.UNROLL, _pos(k, red), amt_k))
+      if other is not None and (range_size(_same(k, other)) or 0) >= MM_PACK_REUSE and not getattr(rnd, "has_local", False):
+        # the input the row loop doesn't use is read at a stride of a whole row per reduce step (a new page each time for big
+        # matrices: L1 set conflicts and TLB misses); a contiguous copy made once per panel is read by every row block
+        k = _try(k, Opt(OptOps.PACK, _pos(k, _same(k, other))))
     elif reds:
       # a reduction along memory: vector partial sums over the contiguous reduce axis, folded after the loop
       red = next((r for r in reversed(reds) if _contiguous_in(k, r, loads)), None)

@@ -9,8 +9,10 @@ from core.helpers import prod
 class OptOps(enum.Enum):
   """UPCAST/UNROLL split an output/reduce axis and expand the inner part into registers; THREAD splits an output axis into
   blocks run by the renderer's thread pool (GLOBAL); LOCAL makes a workgroup axis (renderers with locals); SWAP exchanges the
-  nesting of two loops (`amt` is the other axis); NOOP does nothing."""
-  UPCAST = "UPCAST"; UNROLL = "UNROLL"; THREAD = "THREAD"; LOCAL = "LOCAL"; GROUP = "GROUP"; SWAP = "SWAP"; NOOP = "NOOP"  # noqa: E702
+  nesting of two loops (`amt` is the other axis); PACK copies the inputs that loop `axis` reuses into a contiguous thread-private
+  buffer before the loop (opt/pack.py); NOOP does nothing."""
+  UPCAST = "UPCAST"; UNROLL = "UNROLL"; THREAD = "THREAD"; LOCAL = "LOCAL"; GROUP = "GROUP"; SWAP = "SWAP"; PACK = "PACK"  # noqa: E702
+  NOOP = "NOOP"
 
 @dataclass(frozen=True)
 class Opt:
@@ -25,7 +27,8 @@ class Opt:
 class KernelOptError(ValueError):
   """An Opt that does not apply to this kernel (BEAM skips these candidates)."""
 
-# loop nesting, outermost first: thread blocks, workgroups, output loops, reductions; register axes disappear when expanded
+# loop nesting, outermost first: thread blocks, workgroups, output loops, reductions; register axes disappear when expanded.
+# OUTER marks the copy loops PACK makes: they nest where their uses put them, and no Opt applies to them
 AXIS_RANK = {AxisType.GLOBAL: 0, AxisType.LOCAL: 1, AxisType.OUTER: 2, AxisType.LOOP: 3, AxisType.GROUP_REDUCE: 4, AxisType.REDUCE: 5,
              AxisType.UPCAST: 6, AxisType.UNROLL: 7}
 OUTPUT_AXES = (AxisType.GLOBAL, AxisType.LOCAL, AxisType.LOOP, AxisType.UPCAST)
@@ -62,6 +65,11 @@ class Kernel:
       ast = rebuild(rebuild(self.ast, {r: (r.replace(arg=(-1, r.arg[1])),)}), {o: (o.replace(arg=r.arg),)})
       ast = rebuild(ast, {r.replace(arg=(-1, r.arg[1])): (r.replace(arg=o.arg),)})
       return Kernel(ast, self.renderer, self.applied + (opt,))
+    if opt.op is OptOps.PACK:
+      from core.codegen.opt.pack import pack_loads
+      if r.arg[1] is not AxisType.LOOP: raise KernelOptError(f"{opt}: PACK needs a LOOP axis, not {r.arg[1].name}")
+      if (packed := pack_loads(self.ast, r)) is None: raise KernelOptError(f"{opt}: no input read at fixed strides is reused by this loop")
+      return Kernel(packed, self.renderer, self.applied + (opt,))
     kind, n = r.arg[1], range_size(r)
     if n is None: raise KernelOptError(f"{opt}: axis {opt.axis} has a symbolic size")
     amt = opt.amt or n

@@ -30,6 +30,17 @@ def host_id() -> str:
   return platform.machine() + "-" + hashlib.sha256(info.encode()).hexdigest()[:12]
 
 @functools.cache
+def host_flags() -> frozenset[str]:
+  """This CPU's feature flags from /proc/cpuinfo (empty when unreadable)."""
+  try:
+    with open("/proc/cpuinfo") as f: return frozenset(next((ln.split(":", 1)[1].split() for ln in f if ln.startswith(("flags", "Features"))), []))
+  except OSError: return frozenset()
+
+def host_x86_fma() -> bool:
+  """An x86-64 CPU with FMA3: the C renderer can call GCC/clang's vfmadd builtins (the code is built with -march=native)."""
+  return platform.machine().lower() in ("x86_64", "amd64") and "fma" in host_flags()
+
+@functools.cache
 def host_simd_bytes() -> int:
   """Bytes of this CPU's widest float SIMD register (Renderer.simd_width): 64 with AVX-512, 32 with AVX/AVX2, else 16 (SSE, NEON)."""
   if platform.machine().lower() in ("aarch64", "arm64"): return 16

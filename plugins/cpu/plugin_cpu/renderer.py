@@ -1,11 +1,12 @@
 """The CPU plugin's renderers: host C and host LLVM IR, kernels as plain functions where every axis is a loop."""
 from __future__ import annotations
 import os
-from core.ir.dtype import dtypes
-from core.ir.ops import UOp
-from core.codegen.c_style import CStyleRenderer
+from core.ir.dtype import DType, dtypes
+from core.ir.ops import UOp, Ops
+from core.codegen.c_style import CStyleRenderer, c_code_for_op
 from core.codegen.llvm_ir import LLVMRenderer
-from plugin_cpu.compiler import host_simd_bytes
+from core.codegen.lowerer import pm_fuse_mulacc
+from plugin_cpu.compiler import host_simd_bytes, host_x86_fma
 
 # bf16: gcc before 13 has __bf16 only as a storage type, so the C renderer leaves it to codegen's decompositions
 _HOST_DTYPES = frozenset((dtypes.bool,) + dtypes.ints + (dtypes.float16, dtypes.float32, dtypes.float64))
@@ -27,6 +28,16 @@ SIMD_BYTES = host_simd_bytes()
 def _check_block(x: UOp) -> None:
   if x.arg != "gidx0": raise NotImplementedError(f"the CPU runs one-dimensional launches: no thread id {x.arg} (only gidx0)")
 
+# x86 FMA builtins by vector width in bytes (the C code is compiled with -ffp-contract=off, so `a*b+c` is never fused on its own)
+_X86_FMA = {16: "__builtin_ia32_vfmaddps", 32: "__builtin_ia32_vfmaddps256"}
+
+def _c_mulacc(a: str, b: str, c: str, dt: DType) -> str:
+  """One fused multiply-add (one rounding) for the accumulator updates pm_fuse_mulacc makes; `a*b+c` where there is none."""
+  if dt.scalar() is dtypes.float32 and dt.count == 1: return f"__builtin_fmaf({a},{b},{c})"
+  if dt.scalar() is dtypes.float64 and dt.count == 1: return f"__builtin_fma({a},{b},{c})"
+  if dt.scalar() is dtypes.float32 and host_x86_fma() and (fn := _X86_FMA.get(dt.itemsize)): return f"{fn}({a},{b},{c})"
+  return f"(({a}*{b})+{c})"
+
 class CPUCRenderer(CStyleRenderer):
   """`void name(T* restrict data0, ..., int var0, ..., int gidx0)` compiled by the system C compiler. The block index gidx0 is a
   parameter, present only in kernels the optimizer split into thread blocks."""
@@ -40,6 +51,13 @@ class CPUCRenderer(CStyleRenderer):
   supported_dtypes = _HOST_DTYPES
   threads = THREADS if THREADS > 1 else 0
   simd_width = SIMD_BYTES
+  extra_matcher = pm_fuse_mulacc
+  code_for_op = {**c_code_for_op, Ops.MULACC: _c_mulacc}
+  vector_alu = CStyleRenderer.vector_alu | {Ops.MULACC}
+
+  def reg_attr(self, x: UOp) -> str:
+    # packed panels (PACK) are read with vector loads: on a cache line, no load straddles two
+    return " __attribute__((aligned(64)))" if x.dtype.size * x.dtype.base.itemsize >= 64 else ""  # type: ignore[attr-defined]
 
   def _render(self, name: str, uops: list[UOp]) -> str:
     self.blocks: list[UOp] = []   # SPECIAL gidx0 seen; this is the per-render copy
@@ -89,6 +107,7 @@ class CPULLVMRenderer(LLVMRenderer):
   simd_width = SIMD_BYTES
   # LLVM tunes most AVX-512 CPUs to 256-bit vectors for loops it vectorizes itself; the attribute asks for the full width
   kernel_attrs = 'nounwind "prefer-vector-width"="512"' if SIMD_BYTES == 64 else "nounwind"
+  extra_matcher = pm_fuse_mulacc
 
   def _render(self, name: str, uops: list[UOp]) -> str:
     self.blocks: list[UOp] = []

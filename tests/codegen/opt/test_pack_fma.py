@@ -1,0 +1,128 @@
+"""PACK (a reused input copied into a contiguous thread-private panel) and fused multiply-add accumulator updates: each gives
+numpy's numbers, lands where it should in the program, and the heuristic picks it for matmul and conv shapes."""
+from __future__ import annotations
+import numpy as np
+import pytest
+from core import Tensor
+from core.ir.ops import Ops, AxisType
+from core.ir.dtype import AddrSpace
+from core.device.registry import Device
+from core.schedule.kernelize import create_schedule
+from core.engine.run import buffer_of
+from core.codegen.program import get_program
+from core.codegen.lowerer import pm_fuse_mulacc
+from core.codegen.opt import Kernel, Opt, OptOps, KernelOptError
+from core.codegen.opt.heuristic import hand_coded
+
+U, R, S, P = OptOps.UPCAST, OptOps.UNROLL, OptOps.SWAP, OptOps.PACK
+rng = np.random.default_rng(1)
+
+def kernel_of(fn, *shapes):
+  xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+  items, _, _ = create_schedule([fn(*[Tensor(x).realize() for x in xs]).uop])
+  assert len(items) == 1, [it.ast.arg for it in items]
+  return items[0], fn(*xs)
+
+def run(item, k: Kernel, renderer=None):
+  dev = Device[Device.DEFAULT]
+  renderer = renderer or dev.renderer
+  spec = get_program(k.ast, renderer, optimize=False)
+  bufs = [buffer_of(b) for b in item.bufs]
+  for b in bufs:
+    if not b.is_allocated(): b.allocate()
+  prg = dev.runtime(spec.name, dev.compiler.compile_cached(spec.src))
+  prg(*[b._buf for b in bufs], global_size=spec.global_size, local_size=spec.local_size, vals=(), wait=True)
+  return bufs[0].numpy(), spec
+
+def _loop(k: Kernel, size: int) -> int:
+  return next(i for i, r in enumerate(k.axes) if r.arg[1] is AxisType.LOOP and r.src[0].arg == size)
+
+def _pack_regs(spec) -> list:
+  return [u for u in spec.uops if u.op is Ops.DEFINE_REG and u.dtype.size > 1]
+
+@pytest.mark.parametrize("name, fn, shapes, rows", [
+  ("matmul", lambda a, b: a @ b, [(24, 40), (40, 32)], 24),
+  ("matmul_bt", lambda a, b: a @ b.T, [(24, 40), (32, 40)], 24),     # the panel is the transpose of what b holds
+])
+def test_pack_matches_numpy_and_copies_once_per_column_block(name, fn, shapes, rows):
+  item, want = kernel_of(fn, *shapes)
+  k = Kernel(item.ast, Device[Device.DEFAULT].renderer)
+  k = k.apply(Opt(U, _loop(k, 32), 8)).apply(Opt(U, _loop(k, rows), 4))
+  k = k.apply(Opt(S, _loop(k, rows // 4), _loop(k, 4)))                      # column blocks outside the row loop
+  row = _loop(k, rows // 4)
+  packed = k.apply(Opt(P, row))
+  assert [r.arg[1] for r in packed.axes].count(AxisType.OUTER) == 1              # one copy loop over the reduce (40)
+  got, spec = run(item, packed)
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+  regs = _pack_regs(spec)
+  assert len(regs) == 1 and regs[0].dtype.size == 40 * 8 and regs[0].dtype.addrspace is AddrSpace.REG
+  # the copy (a STORE into the panel) runs inside the column loop and before the row loop opens
+  ranges = [u for u in spec.uops if u.op is Ops.RANGE]
+  pos = {u: i for i, u in enumerate(spec.uops)}
+  copy = next(u for u in spec.uops if u.op is Ops.STORE and u.src[0].src[0] is regs[0])
+  row_rng = next(r for r in ranges if r.src[0].arg == rows // 4)
+  col_rng = next(r for r in ranges if r.src[0].arg == 4 and pos[r] < pos[row_rng])
+  assert pos[col_rng] < pos[copy] < pos[row_rng]
+
+def test_pack_of_a_gated_load_keeps_the_padding():
+  # the reused input is read through a PAD (a gated load): the copy reads through the gate, so the panel holds the zeros
+  def fn(a, b):
+    if isinstance(a, Tensor): return a @ b.pad(((1, 1), (0, 0)))
+    return a @ np.pad(b, ((1, 1), (0, 0)))
+  item, want = kernel_of(fn, (16, 16), (14, 32))
+  k = Kernel(item.ast, Device[Device.DEFAULT].renderer)
+  assert any(u.op is Ops.INDEX and len(u.src) > 2 for u in k.ast.toposort())
+  k = k.apply(Opt(U, _loop(k, 32), 8)).apply(Opt(U, _loop(k, 16), 4))
+  k = k.apply(Opt(S, _loop(k, 4), _loop(k, 4) + 1))
+  got, spec = run(item, k.apply(Opt(P, [i for i, r in enumerate(k.axes) if r.arg[1] is AxisType.LOOP][1])))
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+  assert len(_pack_regs(spec)) == 1
+
+def test_pack_refuses_kernels_without_a_reused_input():
+  item, _ = kernel_of(lambda a, b: a * b + 1, (16, 32), (16, 32))
+  k = Kernel(item.ast, Device[Device.DEFAULT].renderer)
+  with pytest.raises(KernelOptError, match="no input"): k.apply(Opt(P, 0))
+  item, _ = kernel_of(lambda a, b: a @ b, (8, 8), (8, 8))
+  k = Kernel(item.ast, Device[Device.DEFAULT].renderer)
+  with pytest.raises(KernelOptError, match="LOOP"): k.apply(Opt(P, k.types().index(AxisType.REDUCE)))
+  # the copy loop PACK adds is the optimizer's own: splitting it (into vector lanes or thread blocks) is refused
+  packed = k.apply(Opt(P, 0))
+  outer = packed.types().index(AxisType.OUTER)
+  with pytest.raises(KernelOptError, match="output axis"): packed.apply(Opt(U, outer, 2))
+  with pytest.raises(KernelOptError): packed.apply(Opt(OptOps.THREAD, outer, 2))
+  with pytest.raises(KernelOptError, match="no input"): packed.apply(Opt(P, packed.types().index(AxisType.LOOP)))  # already packed
+
+def test_fused_multiply_add_in_reduce_updates():
+  item, want = kernel_of(lambda a, b: a @ b, (16, 64), (64, 16))
+  rnd = Device[Device.DEFAULT].renderer
+  k = Kernel(item.ast, rnd).apply(Opt(U, 1, 4)).apply(Opt(R, 2, 4))
+  got, spec = run(item, k)
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+  if rnd.extra_matcher is pm_fuse_mulacc:
+    # four unrolled products per step: a chain of four multiply-adds into the accumulator, no separate multiplies left
+    assert sum(1 for u in spec.uops if u.op is Ops.MULACC) == 4
+    assert not any(u.op is Ops.MUL and u.dtype.scalar().name == "float32" for u in spec.uops)
+
+def test_fuse_mulacc_leaves_other_updates_alone():
+  item, want = kernel_of(lambda a: (a + 1).sum(axis=1), (8, 32))
+  k = Kernel(item.ast, Device[Device.DEFAULT].renderer)
+  got, spec = run(item, k)
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+  assert not any(u.op is Ops.MULACC for u in spec.uops)
+
+def test_hand_coded_packs_matmul_and_unrolls_conv_window():
+  rnd = Device[Device.DEFAULT].renderer
+  if not (rnd.supports_float4 and getattr(rnd, "threads", 0) >= 0 and not rnd.has_local): pytest.skip("a CPU-style renderer")
+  item, want = kernel_of(lambda a, b: a @ b, (64, 96), (96, 64))
+  k = hand_coded(Kernel(item.ast, rnd))
+  assert P in [o.op for o in k.applied], k.applied
+  got, _ = run(item, k)
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+  # conv: the 3x3 window unrolled whole, output channels in registers, same numbers as the reference
+  x, w = rng.standard_normal((2, 8, 10, 18)).astype(np.float32), rng.standard_normal((8, 8, 3, 3)).astype(np.float32)
+  items, _, _ = create_schedule([Tensor(x).realize().conv2d(Tensor(w).realize()).uop])
+  k = hand_coded(Kernel(items[-1].ast, rnd))
+  assert [o.amt for o in k.applied if o.op is R].count(0) == 2, k.applied
+  got, _ = run(items[-1], k)
+  win = np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(2, 3))
+  np.testing.assert_allclose(got.reshape(2, 8, 8, 16), np.einsum("nchwij,ocij->nohw", win, w), rtol=1e-4, atol=1e-4)
