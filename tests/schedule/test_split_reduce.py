@@ -31,3 +31,28 @@ def test_uneven_axis_and_int_reduction():
   t = Tensor(x).realize()
   np.testing.assert_array_equal(t.sum().numpy(), x.sum())
   np.testing.assert_array_equal(t.max().numpy(), x.max())
+
+@pytest.mark.parametrize("shape,axis", [(((1 << 20) + 77,), None), ((3, 100_003), 1), ((70_001, 2), 0)])
+def test_padded_rows_sum_their_tail_in_the_total(shape, axis):
+  # the Tensor layer pads a float sum to whole rows; the partials kernel then reads full rows only, with no per-element gate
+  x = np.random.default_rng(2).random(shape, dtype=np.float32)
+  t = Tensor(x).realize()
+  ks = _kernels(t.sum(axis))
+  assert len(ks) == 2
+  gated = [u for u in ks[0].ast.toposort() if u.op is Ops.INDEX and len(u.src) > 2]
+  assert not gated, gated
+  want = x.astype(np.float64).sum(axis)
+  np.testing.assert_allclose(t.sum(axis).numpy(), want, rtol=1e-6)
+  with Context(NOOPT=1): np.testing.assert_allclose(t.sum(axis).numpy(), want, rtol=1e-6)
+
+@pytest.mark.parametrize("op", ["sum", "max", "min"])
+@pytest.mark.parametrize("shape,axis", [((1_000_003,), None), ((3, 100_003), 1)])
+def test_prime_length_splits_with_a_tail_in_the_total(op, shape, axis):
+  # no divisor of a prime length fits: equal rows of the first elements are the partials, the rest joins the total
+  x = np.random.default_rng(4).integers(-10**6, 10**6, shape).astype(np.int32)
+  t = Tensor(x).realize()
+  assert len(_kernels(getattr(t, op)(axis))) == 2
+  np.testing.assert_array_equal(getattr(t, op)(axis).numpy(), getattr(x, op)(axis))
+  if op != "sum":   # float max/min take split_reduce too (float sums take the Tensor layer's two levels), and are exact
+    f = x.astype(np.float32) / 7
+    np.testing.assert_array_equal(getattr(Tensor(f).realize(), op)(axis).numpy(), getattr(f, op)(axis))

@@ -1,0 +1,94 @@
+"""Hand-coded opts for memory-bound work: row reductions vectorize along the reduce axis, column reductions and elementwise
+kernels along the output, and big sums still match numpy (float64) after split_reduce and the optimizer."""
+from __future__ import annotations
+import numpy as np
+import pytest
+from core import Tensor
+from core.ir.ops import Ops, AxisType
+from core.device.registry import Device
+from core.schedule.kernelize import create_schedule
+from core.engine.run import buffer_of
+from core.codegen.program import get_program
+from core.codegen.opt import Kernel, OptOps, apply_opts
+from core.codegen.opt.heuristic import hand_coded
+from core.codegen.opt.expander import expand_kernel
+
+U, R, T = OptOps.UPCAST, OptOps.UNROLL, OptOps.THREAD
+
+class AVX2:
+  """The capabilities hand_coded reads, as on a 2-core AVX2 host: 8 float32 lanes, a pool of 2 threads."""
+  supports_float4, simd_width, threads, has_local = True, 32, 2, False
+
+def _kernels(t: Tensor) -> list:
+  items, _, _ = create_schedule([t.uop])
+  return [it for it in items if it.ast.op is Ops.SINK]
+
+def _single_kernel(fn, *shapes, seed=0):
+  rng = np.random.default_rng(seed)
+  xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+  ks = _kernels(fn(*[Tensor(x).realize() for x in xs]))
+  assert len(ks) == 1, [k.ast.arg for k in ks]
+  return ks[0], fn(*xs)
+
+def _run(item, opts):
+  dev = Device[Device.DEFAULT]
+  spec = get_program(apply_opts(item.ast, opts, dev.renderer), dev.renderer, optimize=False)
+  bufs = [buffer_of(b) for b in item.bufs]
+  for b in bufs:
+    if not b.is_allocated(): b.allocate()
+  dev.runtime(spec.name, dev.compiler.compile_cached(spec.src))(*[b._buf for b in bufs], global_size=spec.global_size, wait=True)
+  return bufs[0].numpy()
+
+def _loads_by_width(sink) -> list[int]: return sorted(u.dtype.count for u in sink.toposort() if u.op is Ops.LOAD)
+
+def test_row_sum_vectorizes_along_the_reduce_axis():
+  # out[i] = sum_j a[i, j]: the load runs along j, the store along i. Lanes across i would be gathers of 8 rows
+  item, want = _single_kernel(lambda a: a.sum(axis=1), (64, 4096))
+  k = hand_coded(Kernel(item.ast, AVX2()))
+  ops = {o.op: o.amt for o in k.applied}
+  assert U not in ops and ops[R] == 32, k.applied        # 4 vectors of 8 lanes: independent accumulators
+  assert ops[T] in (2, 4, 8, 16, 32, 64) and ops[T] % AVX2.threads == 0, k.applied   # equal blocks per thread
+  assert _loads_by_width(expand_kernel(k.ast)) == [32]    # one contiguous vector load per iteration, no gathers
+  got = _run(item, [o for o in k.applied if o.op is not T or getattr(Device[Device.DEFAULT].renderer, "threads", 0)])
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-3)
+
+def test_matvec_streams_the_matrix_along_the_reduce_axis():
+  item, want = _single_kernel(lambda m, v: (m * v.reshape(1, 512)).sum(axis=1), (96, 512), (512,))
+  k = hand_coded(Kernel(item.ast, AVX2()))
+  assert not any(o.op is U for o in k.applied) and any(o.op is R for o in k.applied), k.applied
+  assert set(_loads_by_width(expand_kernel(k.ast))) == {32}   # matrix row and vector both as contiguous vectors
+  got = _run(item, [o for o in k.applied if o.op is not T])
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-3)
+
+def test_column_sum_keeps_lanes_on_the_output_axis():
+  # out[j] = sum_i a[i, j]: both the load and the store run along j, so the lanes stay there (one vector load per row)
+  item, want = _single_kernel(lambda a: a.sum(axis=0), (256, 64))
+  k = hand_coded(Kernel(item.ast, AVX2()))
+  assert any(o.op is U and o.amt == 8 for o in k.applied), k.applied
+  assert 8 in _loads_by_width(expand_kernel(k.ast))
+  got = _run(item, [o for o in k.applied if o.op is not T])
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-3)
+
+def test_elementwise_gets_vectors_and_equal_thread_blocks():
+  item, want = _single_kernel(lambda a, b: a * b + 1, (1 << 16,), (1 << 16,))
+  k = hand_coded(Kernel(item.ast, AVX2()))
+  ops = {o.op: o.amt for o in k.applied}
+  assert ops[U] == 16 and ops[T] % AVX2.threads == 0, k.applied
+  assert k.types()[0] is AxisType.GLOBAL
+  got = _run(item, [o for o in k.applied if o.op is not T])
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+
+@pytest.mark.parametrize("n", [1 << 20, (1 << 20) + 77])
+def test_big_sum_matches_float64_and_its_partials_kernel_reads_vectors(n):
+  x = np.random.default_rng(3).random(n, dtype=np.float32)
+  t = Tensor(x).realize()
+  ks = _kernels(t.sum())
+  assert len(ks) == 2                                         # parallel partials, then a tiny total
+  rnd = Device[Device.DEFAULT].renderer
+  if getattr(rnd, "supports_float4", False):
+    part = get_program(ks[0].ast, rnd)
+    inputs = [u for u in part.uops if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
+    assert inputs and all(u.dtype.count > 1 for u in inputs), part.src   # no gathers across rows
+  got = float(t.sum().numpy())
+  assert abs(got - x.astype(np.float64).sum()) <= 1e-6 * n    # the row's check, with margin: atol_rel 0 and rtol 1e-3
+  assert got == pytest.approx(x.astype(np.float64).sum(), rel=1e-6)
