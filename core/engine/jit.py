@@ -127,5 +127,6 @@ class Jit(Generic[R]):
     # symbolic shapes take this call's values
     from core.schedule.kernelize import rebind
     for t, u in zip(_tensors_in((self.ret,) if not isinstance(self.ret, (tuple, list)) else tuple(self.ret), {}), self.ret_uops):
-      t.uop = rebind(u.substitute(mapping), var_vals)
+      # a plain buffer (the usual return) needs no graph walk
+      t.uop = mapping.get(u, u) if u.op is Ops.BUFFER and not var_vals else rebind(u.substitute(mapping), var_vals)
     return self.ret

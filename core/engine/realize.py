@@ -1,18 +1,38 @@
 """realize(): schedule tensor graphs, run the kernels, and remember which nodes now live in buffers."""
 from __future__ import annotations
-import collections, weakref
+import collections
+from typing import Any
 from core.ir.dtype import DType
 from core.ir.ops import UOp, Ops, GroupOp, sym_val
 from core.schedule.kernelize import create_schedule, ScheduleItem
 from core.schedule.memory import plan_memory
 from core.schedule.realize_points import contiguous_buffer
 from core.engine.run import buffer_of
-from core.helpers import prod
+from core.device.registry import Device
+import core.engine.jit as _jit
+from core.helpers import DEBUG, prod
+
+# _walk marks an inner node whose subgraph reads no buffer, holds no ASSIGN, BIND or result and no memo entry with
+# `node.__dict__["_plain"] = _plain_epoch`; a later walk takes such a node as one leaf. A memo entry or a run ASSIGN set on a
+# marked node moves the epoch on, which retires every mark (a version bump only retires memo entries: marks stay true).
+_plain_epoch = 0
+
+class _NodeMap:
+  """A map from UOp to a value stored in the node's own __dict__: it dies with the node like a WeakKeyDictionary entry, but
+  a lookup costs no weak reference (the eager path asks for every node of every graph it runs)."""
+  def __init__(self, name: str, retires_marks: bool = False): self.name, self.retires_marks = name, retires_marks
+  def get(self, u: UOp, default: Any = None) -> Any: return u.__dict__.get(self.name, default)
+  def __contains__(self, u: UOp) -> bool: return self.name in u.__dict__
+  def __getitem__(self, u: UOp) -> Any: return u.__dict__[self.name]
+  def __setitem__(self, u: UOp, v: Any) -> None:
+    global _plain_epoch
+    if self.retires_marks and "_plain" in u.__dict__: _plain_epoch += 1
+    u.__dict__[self.name] = v
 
 # tensor node -> (the uop over the buffer holding its value, that buffer's version); dies with the node.
 # A buffer's version goes up when something is assigned into it, which retires every memo entry pointing at it.
-_realized: weakref.WeakKeyDictionary[UOp, tuple[UOp, int]] = weakref.WeakKeyDictionary()
-_version: weakref.WeakKeyDictionary[UOp, int] = weakref.WeakKeyDictionary()
+_realized = _NodeMap("_realized", retires_marks=True)
+_version = _NodeMap("_version")
 
 def _base(u: UOp) -> UOp:
   while u.op in GroupOp.Movement: u = u.src[0]
@@ -24,7 +44,7 @@ def _memo(u: UOp) -> UOp | None:
   return res if _version.get(_base(res), 0) == ver else None
 
 # an ASSIGN that has run is its target from then on, whatever is assigned to that buffer later: it must never run twice
-_assigned: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+_assigned = _NodeMap("_assigned", retires_marks=True)
 
 def _substitute_realized(roots: list[UOp]) -> list[UOp]:
   """Reuse buffers of already computed subgraphs. The roots themselves always get fresh buffers, so two tensors built the
@@ -56,31 +76,53 @@ def _placeholder(b: UOp, i: int) -> UOp: return UOp(Ops.BUFFER, b.dtype, (UOp(Op
 def _walk(roots: list[UOp], check_memo: bool) -> tuple[tuple, list[UOp], bool, bool] | None:
   """One pass over the graphs: (structural key, input buffers in order, has ASSIGN, has BIND); None when part of it is
   already computed (a memo hit or an ASSIGN that ran) and must be substituted first. The key is the graph with its
-  buffers numbered, so two graphs with equal keys differ only in which buffers they read."""
-  rootset = set(roots)
-  stop = False
-  def gate(u: UOp) -> bool:
-    nonlocal stop
-    if u.op is Ops.BUFFER: return False
-    if check_memo and (u in _assigned or (u not in rootset and _memo(u) is not None)):
-      stop = True
-      return False
-    return True
-  order = UOp(Ops.SINK, src=tuple(roots)).toposort(gate=gate)
-  if stop: return None
+  buffers numbered, so two graphs with equal keys differ only in which buffers they read. (The hot path of every eager
+  op: one iterative post-order walk that builds the key as it goes, memo entries read from the nodes themselves.)"""
   idx: dict[UOp, int] = {}
   key: list[tuple] = []
   inputs: list[UOp] = []
   has_assign = has_bind = False
-  for u in order:
-    idx[u] = len(key)
-    if u.op is Ops.BUFFER:
-      key.append((Ops.BUFFER, u.dtype, u.arg, u.src[1].arg, len(inputs)))
-      inputs.append(u)
-      continue
-    if u.op is Ops.ASSIGN: has_assign = True
-    elif u.op is Ops.BIND: has_bind = True
-    key.append((u.op, u.dtype, u._key[3], u.tag, tuple([idx[x] for x in u.src])))
+  seen: set[UOp] = set()
+  plain: dict[UOp, bool] = {}   # emitted node -> markable (see _plain_epoch)
+  epoch = _plain_epoch
+  for root in roots:
+    stack = [root]
+    while stack:
+      u = stack[-1]
+      if u in idx:
+        stack.pop()
+        continue
+      if u.op is Ops.BUFFER:   # a leaf: its sources (UNIQUE, DEVICE) are its identity, not structure
+        stack.pop()
+        idx[u] = len(key)
+        key.append((Ops.BUFFER, u.dtype, u.arg, u.src[1].arg, len(inputs)))
+        inputs.append(u)
+        plain[u] = False
+        continue
+      if u not in seen:
+        seen.add(u)
+        d = u.__dict__
+        if d.get("_plain") == epoch:
+          # a marked subgraph: hash-consing makes the node itself its structure (the key holds it, so it stays the same node)
+          stack.pop()
+          idx[u] = len(key)
+          key.append((None, u))
+          plain[u] = True
+          continue
+        if check_memo and ("_assigned" in d or ("_realized" in d and u not in roots and _memo(u) is not None)): return None
+        missing = [x for x in u.src if x not in idx]
+        if missing:
+          stack.extend(reversed(missing))
+          continue
+      stack.pop()
+      if u.op is Ops.ASSIGN: has_assign = True
+      elif u.op is Ops.BIND: has_bind = True
+      idx[u] = len(key)
+      key.append((u.op, u.dtype, u._key[3], u.tag, tuple([idx[x] for x in u.src])))
+      p = u.op is not Ops.ASSIGN and u.op is not Ops.BIND and u not in roots and all([plain[x] for x in u.src])
+      if p and check_memo: u.__dict__["_plain"] = epoch
+      plain[u] = p
+  key.append((Ops.SINK, tuple([idx[r] for r in roots])))   # which nodes are the results, in order
   return tuple(key), inputs, has_assign, has_bind
 
 def _scheduled(todo: list[UOp], key: tuple, inputs: list[UOp]) -> tuple[list[ScheduleItem], list[UOp], dict[UOp, int]]:
@@ -104,22 +146,113 @@ def _scheduled(todo: list[UOp], key: tuple, inputs: list[UOp]) -> tuple[list[Sch
     new_items.append(ScheduleItem(it.ast, tuple([back[b] for b in it.bufs])))
   return new_items, [r.substitute(back) for r in res], var_vals
 
+# *** eager fast path: a cached schedule run again with only its buffers bound (no schedule items, no submission lookup) ***
+
+class _Eager:
+  """A cached schedule made runnable over slots: its input placeholders, then the buffers it creates (fresh for every call).
+  The replay (core.engine.run's HCQReplay or replay.DirectReplay) is bound to those slots once; each call makes the created
+  buffers, runs the replay on this call's Buffers and rebuilds the results over them."""
+  def __init__(self, items: list[ScheduleItem], res: list[UOp], phs: list[UOp], var_vals: dict[UOp, int]):
+    from core.engine.run import _item_hcq, hcq_replay_for
+    from core.engine.replay import DirectReplay
+    phset = set(phs)
+    created = list(dict.fromkeys(b for it in items for b in it.bufs if b not in phset))
+    slots = phs + created
+    self.var_vals, self.n_inputs = var_vals, len(phs)
+    index = {b: i for i, b in enumerate(slots)}
+    escaping = {_base(r) for r in res}
+    # per created buffer: (DEVICE node, size, dtype, needs a uop: a result lives in it)
+    self.created = [(b.src[1], b.arg, b.dtype, b in escaping) for b in created]
+    self.written = sorted({index[it.bufs[0]] for it in items if it.bufs and it.bufs[0] in phset})   # inputs assigned into
+    # per result: (slot of its base buffer, movement ops over it from the bottom up), or (-1, the result over placeholders)
+    self.results: list[tuple[int, Any]] = []
+    for r in res:
+      chain: list[UOp] = []
+      u = r
+      while u.op in GroupOp.Movement and len(u.src) == 1: chain, u = [u] + chain, u.src[0]
+      self.results.append((index[u], chain) if u in index else (-1, r))
+    self.slots = slots
+    self.devices = {b.src[1].arg: Device[b.src[1].arg] for b in slots}
+    hcq = [_item_hcq(it.ast, it.bufs) for it in items]
+    self.replay: Any = None
+    if items and all(hcq): self.replay = hcq_replay_for(items, slots)
+    elif items and not any(hcq): self.replay = DirectReplay(items, slots)
+    self.ok = not items or self.replay is not None   # a schedule mixing HCQ and direct items takes the general path
+    self.replay_valid = getattr(self.replay, "valid", None)
+
+  def valid(self) -> bool:
+    """The devices are the ones it was built for (tests swap devices) and its HCQ submission is still the cached one."""
+    opened = Device._opened
+    for name, dev in self.devices.items():
+      if opened.get(name) is not dev: return False
+    return self.replay_valid is None or self.replay_valid()
+
+  def __call__(self, inputs: list[UOp]) -> list[UOp]:
+    from core.device.buffer import Buffer
+    uops: list[UOp | None] = list(inputs)
+    bufs = [buffer_of(u) for u in inputs]
+    for dev, size, dtype, named in self.created:
+      if named:
+        u = UOp(Ops.BUFFER, dtype, (UOp.unique(), dev), size)   # UOp.new_buffer, with the DEVICE node at hand
+        uops.append(u)
+        bufs.append(buffer_of(u))
+      else:
+        uops.append(None)
+        bufs.append(Buffer(dev.arg, size, dtype))   # an intermediate: only its memory is needed, for this run
+    if self.replay is not None: self.replay(bufs, self.var_vals)
+    out = []
+    for i, chain in self.results:
+      if i < 0:
+        out.append(chain.substitute({s: u for s, u in zip(self.slots, uops) if u is not None}))
+        continue
+      v = uops[i]
+      assert v is not None, "a result's buffer is always created with a uop"
+      for m in chain: v = UOp(m.op, m.dtype, (v,), m.arg, m.tag)
+      out.append(v)
+    return out
+
+# schedule cache key -> its _Eager (None: that schedule can't take the fast path)
+_eager: dict[tuple, _Eager | None] = {}
+
+def _run_eager(key: tuple, inputs: list[UOp]) -> tuple[list[UOp], _Eager] | None:
+  """The results of running the cached schedule of `key` on `inputs`, or None when the general path must run it."""
+  if (hit := _schedule_cache.get(key)) is None: return None
+  if (e := _eager.get(key)) is None or not e.valid():
+    if key in _eager and e is None: return None
+    items, res, var_vals, phs = hit
+    e = _Eager(items, res, phs, var_vals)
+    if len(_eager) >= SCHEDULE_CACHE_SIZE: _eager.pop(next(iter(_eager)))
+    _eager[key] = e if e.ok else None
+    if not e.ok: return None
+  _schedule_cache.move_to_end(key)
+  return e(inputs), e
+
 def realize(*roots: UOp) -> list[UOp]:
   """Compute the graphs `roots`; return for each an equivalent uop over a realized buffer."""
-  from core.engine.jit import capturing
+  # already a buffer, or a static reshape of one: realize returns it as it is (a Jit's inputs, a second .realize())
+  if all(r.op is Ops.BUFFER or (r.op is Ops.RESHAPE and r.src[0].op is Ops.BUFFER and len(r.src) == 1 and
+                                all(type(d) is int for d in r.arg)) for r in roots): return list(roots)
+  capturing = _jit.capturing
   todo, substituted = list(roots), False
   if (w := _walk(todo, check_memo=True)) is None:
     todo, substituted = _substitute_realized(todo), True
     w = _walk(todo, check_memo=False)
     assert w is not None
   key, inputs, has_assign, _ = w
-  items, res_list, var_vals = _scheduled(todo, key, inputs)
-  if capturing is not None: capturing.add(items)
-  run_schedule(items, var_vals)
+  # a Jit capture and DEBUG output need the schedule items
+  if capturing is None and DEBUG < 2 and (fast := _run_eager(key, inputs)) is not None:
+    res_list, e = fast
+    if has_assign or substituted:
+      for i in e.written: _version[inputs[i]] = _version.get(inputs[i], 0) + 1
+  else:
+    items, res_list, var_vals = _scheduled(todo, key, inputs)
+    if capturing is not None: capturing.add(items)
+    run_schedule(items, var_vals)
+    if has_assign or substituted:
+      inset = set(inputs)
+      for it in items:
+        if it.bufs and it.bufs[0] in inset: _version[it.bufs[0]] = _version.get(it.bufs[0], 0) + 1
   if has_assign or substituted:
-    inset = set(inputs)
-    for it in items:
-      if it.bufs and it.bufs[0] in inset: _version[it.bufs[0]] = _version.get(it.bufs[0], 0) + 1
     # the caller's graphs (before memo substitution) hold the ASSIGN nodes other tensors may still reference
     for u in UOp(Ops.SINK, src=tuple(roots) + tuple(todo)).toposort(gate=lambda u: u.op is not Ops.BUFFER and u not in _assigned):
       if u.op is Ops.ASSIGN and u not in _assigned: _assigned[u] = u.src[0]

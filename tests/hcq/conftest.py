@@ -9,7 +9,8 @@ def fake():
   from core.hcq import state
   from core.engine import run
   from core.hcq import callify
-  callify._host_timelines.clear()   # fresh fake devices start with zeroed signals
+  # fresh fake devices start with zeroed signals; the real devices' host timelines stay (their signals keep their values)
+  for k in [k for k in callify._host_timelines if k[0].startswith("FAKE")]: del callify._host_timelines[k]
   devs = {n: fakehcq.make_fake(n) for n in ("FAKE", "FAKE:1")}
   saved = dict(Device._opened)
   Device._opened.update(devs)
@@ -19,6 +20,6 @@ def fake():
     state.HOOKS = None
     run._submissions.clear()
     fakehcq.FAKES.clear()
-    callify._host_timelines.clear()
+    for k in [k for k in callify._host_timelines if k[0].startswith("FAKE")]: del callify._host_timelines[k]
     Device._opened.clear()
     Device._opened.update(saved)

@@ -16,6 +16,11 @@ Queues and the ring protocol: each device instance ("CPU", "CPU:1") has the queu
 and doorbell count BYTES written since the queue was created and never wrap: the host copies a command buffer to
 ring[wptr % ring_size] onwards (wrapping at the end), adds its length to wptr, then stores the new wptr into the doorbell. The
 worker runs packets until its read offset reaches the doorbell. The host must keep wptr - rptr <= ring_size (`ring_space`).
+
+Host draining: a queue is run by whoever owns it at the moment, its worker or a host thread inside `wait_signal` (or
+`synchronize`), which runs the packets nobody runs yet on its own thread before it waits; a worker leaves new packets to the
+host for a short while (native/cmdproc.c). A submit followed by a wait thus costs no thread wake-up, microseconds instead of
+hundreds on a busy machine; work nobody waits for still runs on the worker.
 """
 from __future__ import annotations
 import atexit, ctypes, functools, hashlib, os, struct, threading, time, weakref
@@ -71,7 +76,8 @@ def native() -> ctypes.CDLL:
                           ("cmdproc_rptr", [c_vp], c_u64), ("cmdproc_kick", [], None), ("cmdproc_abort_wait", [c_vp], None),
                           ("cmdproc_error", [c_vp, ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(c_u64), ctypes.POINTER(ctypes.c_uint32)], c_u64),
                           ("cmdproc_describe", [c_vp, ctypes.c_char_p, ctypes.c_int], None),
-                          ("cmdproc_faults", [], c_u64), ("cmdproc_wait_signal", [c_vp, c_u64, ctypes.c_int64, c_u64], ctypes.c_int)):
+                          ("cmdproc_faults", [], c_u64), ("cmdproc_drain", [], ctypes.c_int), ("cmdproc_pending", [], ctypes.c_int),
+                          ("cmdproc_wait_signal", [c_vp, c_u64, ctypes.c_int64, c_u64], ctypes.c_int)):
     fn = getattr(dll, name)
     fn.argtypes, fn.restype = args, res
   return dll
@@ -93,6 +99,7 @@ class CPUQueue:
     self.buffers: dict[str, Buffer] = {"ring": Buffer(device, ring_size // 4, dtypes.uint32, opts).allocate()}
     for kind in ("wptr", "doorbell", "timeline_signal"): self.buffers[kind] = Buffer(device, 1, dtypes.uint64, opts).allocate()
     self.handle: int | None = None
+    self._views: dict[str, memoryview] = {}   # uint64 views of wptr, doorbell, timeline_signal (read often)
     self.start()
 
   def start(self) -> None:
@@ -103,7 +110,9 @@ class CPUQueue:
     if not self.handle: raise RuntimeError(f"{self.device}: could not start the command processor of queue {self.name}")
     self.seen = {"raised": 0, "read": 0}   # faults reported so far, by reader (see CPUHCQ._unreported)
 
-  def value(self, kind: str) -> int: return int(self.buffers[kind].as_buffer().cast("Q")[0])
+  def value(self, kind: str) -> int:
+    if (v := self._views.get(kind)) is None: v = self._views[kind] = self.buffers[kind].as_buffer().cast("Q")
+    return int(v[0])
   def rptr(self) -> int:
     if not self.handle: raise RuntimeError(f"{self.device} {self.name}: the command processor is stopped")
     return int(native().cmdproc_rptr(self.handle))
@@ -122,6 +131,9 @@ class CPUQueue:
     if self.handle: native().cmdproc_destroy(self.handle)
     self.handle = None
 
+# a wait first tries this long without reading fault reports (the usual case: the host runs the packets itself, microseconds)
+FAST_SLICE_NS = 2_000_000
+
 _live: weakref.WeakSet[CPUHCQ] = weakref.WeakSet()
 _programs_lock = threading.Lock()   # guards the process-wide caches: loaded programs, HCQ objects by device
 
@@ -138,6 +150,8 @@ class CPUHCQ:
     self._lock = threading.Lock()
     self._uops: dict[Any, UOp] = {}                                   # placeholder tag -> the real BUFFER uop of a queue buffer
     self._owned: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()  # every real BUFFER uop this object made
+    self._fault_mark = -1   # the process-wide fault count when wait_signal last found nothing unreported (-1: never looked)
+    self._running = False   # every queue's worker is started (until close() or a fork)
     _live.add(self)
 
   def ring_size(self, queue: str) -> int:
@@ -207,14 +221,23 @@ class CPUHCQ:
     """Blocks until the uint64 at `signal_buf` is >= value. Raises HCQError when a queue of this device reports a fault (also
     when the signal arrived: the work it covers may be incomplete) or after `timeout_s` (default HCQ_TIMEOUT); on a timeout a
     queue blocked in a WAIT gives it up, so the device keeps running later submits."""
-    for name in self.queues: self.queue(name)   # a signal may be written by any queue: make sure they all run
-    timeout_s = hcq_timeout() if timeout_s is None else timeout_s
+    if not self._running:   # a signal may be written by any queue: make sure they all run
+      for name in self.queues: self.queue(name)
+      self._running = True
     addr, lib = buffer_addr(signal_buf), native()
+    # the fast path of every submit: no fault anywhere since this object last looked, and the signal arrives within a short
+    # slice (the native wait runs the submitted packets on this thread when no worker has them); no report is read then
+    snapshot = lib.cmdproc_faults()
+    if snapshot == self._fault_mark:
+      fast_ns = FAST_SLICE_NS if timeout_s is None or timeout_s * 1e9 >= FAST_SLICE_NS else max(0, int(timeout_s * 1e9))
+      if lib.cmdproc_wait_signal(addr, value, fast_ns, snapshot) == 0 and lib.cmdproc_faults() == snapshot: return
+    timeout_s = hcq_timeout() if timeout_s is None else timeout_s
     deadline = time.monotonic() + timeout_s
     while True:
       # short slices: ctypes drops the GIL during the call, and Ctrl-C is handled between slices
       snapshot = lib.cmdproc_faults()   # read before the reports are checked: a fault recorded after it ends the wait
       if (faults := self._unreported()): self._raise_faults(faults)
+      self._fault_mark = snapshot       # every fault up to the snapshot is now reported
       left = deadline - time.monotonic()
       ret = lib.cmdproc_wait_signal(addr, value, int(max(0.0, min(left, 0.1)) * 1e9), snapshot) if left > 0 else 1
       if ret == 0:
@@ -239,22 +262,35 @@ class CPUHCQ:
 
   def synchronize(self, timeout_s: float | None = None) -> None:
     """Waits until every started queue has run everything its doorbell announced."""
-    deadline = time.monotonic() + (hcq_timeout() if timeout_s is None else timeout_s)
-    native().cmdproc_kick()
-    for q in list(self._queues.values()):
-      while q.handle and q.rptr() != q.value("doorbell"):
-        if time.monotonic() > deadline: raise HCQError(f"{self.device}: synchronize timed out: {q.describe()}", device=self.device, queue=q.name)
-        time.sleep(0.0002)
-    if (faults := self._unreported()): self._raise_faults(faults)
+    lib = native()
+    queues = [q for q in self._queues.values() if q.handle]
+    # one native call when nothing is pending on any queue of the process (an eager op's result was waited for already)
+    if lib.cmdproc_pending() != 0 and any(q.rptr() != q.value("doorbell") for q in queues):
+      # run what nobody runs yet on this thread (host draining), then wake the workers for what is left (a WAIT)
+      lib.cmdproc_drain()
+      lib.cmdproc_kick()
+      deadline = time.monotonic() + (hcq_timeout() if timeout_s is None else timeout_s)
+      for q in queues:
+        while q.handle and q.rptr() != q.value("doorbell"):
+          if time.monotonic() > deadline: raise HCQError(f"{self.device}: synchronize timed out: {q.describe()}", device=self.device, queue=q.name)
+          time.sleep(0.0002)
+    # the reports are read only when some queue of the process recorded a fault since the last look
+    snapshot = lib.cmdproc_faults()
+    if snapshot != self._fault_mark:
+      faults = self._unreported()
+      self._fault_mark = snapshot
+      if faults: self._raise_faults(faults)
 
   def close(self) -> None:
     """Stops and joins the workers; the buffers stay, and a later use starts the workers again where they stopped."""
     with self._lock:
+      self._running = False
       for q in self._queues.values(): q.close()
 
   def _forget(self) -> None:
     # in a forked child the workers do not exist (nor may the parent's lock states be trusted): drop the handles untouched
     self._lock = threading.Lock()
+    self._running = False
     for q in self._queues.values(): q.handle = None
 
   def __del__(self) -> None:

@@ -1,7 +1,7 @@
 """The CPU plugin's runtime: 64-byte aligned host memory, kernels loaded from memory (memfd), and the device factory."""
 from __future__ import annotations
 import _ctypes, ctypes, functools, os, time
-from typing import Any
+from typing import Any, Callable
 from core.helpers import to_function_name
 from core.device.allocator import BufferSpec, LRUAllocator
 from core.device.compiled import Compiled
@@ -93,6 +93,17 @@ class CPUProgram:
     self._free.append(args)
     if ret != 0: raise RuntimeError(f"CPU: cpu_launch of {self.name} failed ({i} arguments, global size {global_size})")
     return tm
+
+  def bind(self, *args: int, global_size: tuple[int, ...] = (1, 1, 1)) -> Callable[[], None]:
+    """A launch with fixed integer arguments (addresses, int32 values), its argument array built once: calling it costs one
+    ctypes call (core's HCQ pipeline calls its submit program this way on every run)."""
+    if len(args) > CPU_MAX_ARGS: raise ValueError(f"CPU: a launch passes at most {CPU_MAX_ARGS} arguments, not {len(args)}")
+    arr = (ctypes.c_int64 * max(len(args), 1))(*args)
+    fn, launch, n, nb, name = self.fn, self._launch, len(args), _nblocks_arg(self.name, global_size), self.name
+    def call() -> None:
+      if launch(fn, n, arr, nb) != 0: raise RuntimeError(f"CPU: cpu_launch of {name} failed ({n} arguments, global size {global_size})")
+    call.keep = self   # type: ignore[attr-defined]  # the program (its code) lives as long as the bound launch
+    return call
 
 def _nblocks_arg(name: str, global_size: tuple[int, ...]) -> ctypes.c_int64:
   if global_size[1:] not in ((), (1,), (1, 1)) or not global_size or global_size[0] < 0:

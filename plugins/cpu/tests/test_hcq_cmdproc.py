@@ -23,13 +23,16 @@ void slow_store(int* out, int value, int spins) {
 void crash(int* out) { *(volatile int*)(long)16 = out[0]; }
 void divide(int* out, int d) { out[0] = 100 / d; }
 void block_ids(int* out, int gidx0) { out[gidx0] = gidx0 + 1; }
+#include <unistd.h>
+#include <sys/syscall.h>
+void tid(long* out) { out[0] = syscall(SYS_gettid); }
 void crash_block(int* out, int bad, int gidx0) { if (gidx0 == bad) *(volatile int*)(long)24 = 1; out[gidx0] = gidx0 + 1; }
 """
 
 @pytest.fixture(scope="module")
 def kernels():
   lib = CCompiler().compile(KERNELS)
-  return {n: H.load_program(n, lib) for n in ("add", "add1", "slow_store", "crash", "divide", "block_ids", "crash_block")}
+  return {n: H.load_program(n, lib) for n in ("add", "add1", "slow_store", "crash", "divide", "block_ids", "crash_block", "tid")}
 
 def fn(kernels, name): return ctypes.cast(kernels[name].fxn, ctypes.c_void_p).value
 
@@ -266,3 +269,33 @@ def test_idle_workers_sleep():
     time.sleep(0.3)
     assert (time.process_time() - c0) / (time.monotonic() - t0) < 0.2   # an idle worker does not spin a core
   finally: d.close()
+
+def test_a_waiting_host_runs_the_packets_itself(dev, kernels):
+  # host draining: the thread that waits runs what it just submitted (no hand-off to a sleeping worker)
+  import threading
+  T, sig = buf(np.zeros(1, np.uint64)), signal()
+  q = dev.queue("COMPUTE:0")
+  time.sleep(0.01)   # the worker is idle
+  for i in range(1, 4):
+    submit(q, H.enc_launch(fn(kernels, "tid"), addr(kernargs(addr(T))), 1, 1) + H.enc_signal(addr(sig), i))
+    dev.wait_signal(sig, i, 5)
+    assert T.numpy()[0] == threading.get_native_id()
+
+def test_a_submit_nobody_waits_for_is_run_by_the_worker(dev, kernels):
+  import threading
+  T, sig = buf(np.zeros(1, np.uint64)), signal()
+  q = dev.queue("COMPUTE:0")
+  submit(q, H.enc_launch(fn(kernels, "tid"), addr(kernargs(addr(T))), 1, 1) + H.enc_signal(addr(sig), 1))
+  until = time.monotonic() + 5
+  while sig.numpy()[0] != 1 and time.monotonic() < until: time.sleep(0.001)
+  assert sig.numpy()[0] == 1 and T.numpy()[0] not in (0, threading.get_native_id())
+
+def test_synchronize_runs_pending_packets_and_reports_faults(dev, kernels):
+  X, sig = buf(np.zeros(1, np.int32)), signal()
+  q = dev.queue("COMPUTE:0")
+  submit(q, H.enc_launch(fn(kernels, "slow_store"), addr(kernargs(addr(X), 9, 1)), 3, 1) + H.enc_signal(addr(sig), 1))
+  dev.synchronize(5)
+  assert X.numpy()[0] == 9 and sig.numpy()[0] == 1 and q.rptr() == q.value("doorbell")
+  submit(q, H.enc_launch(fn(kernels, "crash"), addr(kernargs(addr(X))), 1, 1) + H.enc_signal(addr(sig), 2))
+  with pytest.raises(HCQError, match="SIGSEGV"): dev.synchronize(5)
+  dev.synchronize(5)   # reported once

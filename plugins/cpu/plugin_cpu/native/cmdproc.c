@@ -27,8 +27,14 @@ A one-block LAUNCH runs on the worker itself and is guarded; a kernel launched o
 cpu_launch_guarded, where each block is guarded on whichever thread runs it (a faulting block is abandoned, the others finish).
 A WAIT never gives up by itself; the host may abort it (cmdproc_abort_wait) after its own timeout, which counts as a fault.
 
-Sleeping: an idle worker spins briefly, then sleeps on a process-wide futex word with a timeout growing to 2 ms. SIGNAL packets,
-faults and host waits bump the word and wake sleepers, so most waits end early and an idle device costs no CPU. */
+Sleeping: an idle worker spins briefly, then sleeps on a process-wide futex word with a timeout growing to 2 ms; the host's kick
+wakes it. Threads waiting on a signal value sleep on another word, which SIGNAL packets and faults bump, so most waits end early,
+a submit does not wake idle workers, and an idle device costs no CPU.
+
+Host draining: a queue is run by whoever owns it (q->owner): its worker, or a host thread inside cmdproc_wait_signal, which runs
+the packets of every queue nobody owns before it waits. The host has usually just rung the doorbell and would otherwise hand the
+work to a sleeping worker and sleep itself: two thread wake-ups per submit, hundreds of microseconds on a busy machine. The host
+stops before a WAIT that is not satisfied yet (the worker blocks in those) and runs packets under the same fault guard. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
@@ -65,6 +71,9 @@ typedef struct cmdproc_queue {
   _Atomic uint64_t cur_offset;      /* offset of the packet being run (valid while busy) */
   _Atomic uint32_t cur_opcode;
   _Atomic uint64_t wait_addr, wait_value;
+  _Atomic int owner;                /* 1 while a thread (the worker or a draining host) runs this queue's packets */
+  int draining;                     /* after a fault: drop LAUNCH/COPY/TIMESTAMP until a SIGNAL or offset drain_end (owner only) */
+  uint64_t drain_end;
   pthread_mutex_t lock;             /* guards the report */
   uint64_t faults;                  /* how many faults so far */
   uint64_t fault_offset;            /* offset and opcode of the latest faulting packet */
@@ -74,20 +83,36 @@ typedef struct cmdproc_queue {
   void *altstack;
 } cmdproc_queue;
 
-/* *** sleeping: workers spin briefly, then sleep on one process-wide futex word with a growing timeout. Everything that can make
-   a worker's condition true (a SIGNAL packet, the host's cmdproc_kick) bumps the word, so waits usually end early; the timeout
+/* *** sleeping: waiters spin briefly, then sleep on a process-wide futex word with a growing timeout. Everything that can make
+   a waiter's condition true (a SIGNAL packet, the host's cmdproc_kick) bumps its word, so waits usually end early; the timeout
    covers memory the host writes without a kick (a doorbell rung by the submit program). *** */
 #define SPIN_ITERS 1000
 #define YIELD_ITERS 50
 #define SLEEP_MIN_NS 20000L
 #define SLEEP_MAX_NS 2000000L
-static _Atomic uint32_t g_epoch;
-static _Atomic int g_sleepers;
+#define HANDOFF_NS 200000ull   /* how long a worker leaves new packets to the host's wait (host draining) */
+/* two futex words: `g_sig` for threads waiting on a signal value (a worker in a WAIT, a host in cmdproc_wait_signal), bumped
+   by SIGNAL packets and faults; `g_work` for idle workers, bumped only by the host (kick, destroy). A SIGNAL that woke idle
+   workers too would have the scheduler switch to them on every submit, away from the host thread that is running it. */
+typedef struct { _Atomic uint32_t epoch; _Atomic int sleepers; } waitq;
+static waitq g_sig, g_work;
 static _Atomic uint64_t g_faults;   /* faults recorded on any queue, so a host wait can stop early */
 
+/* every live queue, for host draining; cmdproc_destroy removes a queue under the lock, so a host never runs a freed one */
+#define MAX_QUEUES 256
+static pthread_mutex_t g_reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cmdproc_queue *g_queues[MAX_QUEUES];
+static int g_nqueues;
+/* in a forked child the parent's workers are gone and its queues are unusable (the host recreates them): forget them all */
+static void reg_after_fork(void) { pthread_mutex_init(&g_reg_lock, NULL); g_nqueues = 0; }
+
+static void wake(waitq *w) {
+  atomic_fetch_add(&w->epoch, 1);
+  if (atomic_load(&w->sleepers) > 0) syscall(SYS_futex, &w->epoch, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
 static void wake_all(void) {
-  atomic_fetch_add(&g_epoch, 1);
-  if (atomic_load(&g_sleepers) > 0) syscall(SYS_futex, &g_epoch, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+  wake(&g_sig);
+  wake(&g_work);
 }
 
 typedef struct { int spins; long sleep_ns; } backoff;
@@ -101,14 +126,14 @@ static inline void cpu_relax(void) {
 }
 
 /* `epoch` must be read before the condition is checked, so a wake between the check and the sleep is not lost */
-static void backoff_wait(backoff *b, uint32_t epoch) {
+static void backoff_wait(backoff *b, waitq *w, uint32_t epoch) {
   if (b->spins < SPIN_ITERS) { b->spins++; cpu_relax(); return; }
   /* then yield for a while: on a busy machine the thread we wait for may need this core */
   if (b->spins < SPIN_ITERS + YIELD_ITERS) { b->spins++; sched_yield(); return; }
   struct timespec ts = {0, b->sleep_ns};
-  atomic_fetch_add(&g_sleepers, 1);
-  syscall(SYS_futex, &g_epoch, FUTEX_WAIT_PRIVATE, epoch, &ts, NULL, 0);
-  atomic_fetch_sub(&g_sleepers, 1);
+  atomic_fetch_add(&w->sleepers, 1);
+  syscall(SYS_futex, &w->epoch, FUTEX_WAIT_PRIVATE, epoch, &ts, NULL, 0);
+  atomic_fetch_sub(&w->sleepers, 1);
   b->sleep_ns = b->sleep_ns * 2 > SLEEP_MAX_NS ? SLEEP_MAX_NS : b->sleep_ns * 2;
 }
 
@@ -116,6 +141,7 @@ static void backoff_wait(backoff *b, uint32_t epoch) {
 static __thread sigjmp_buf *t_guard __attribute__((tls_model("initial-exec")));
 static __thread int t_signo __attribute__((tls_model("initial-exec")));
 static __thread void *t_addr __attribute__((tls_model("initial-exec")));
+static __thread int t_host __attribute__((tls_model("initial-exec")));   /* set while a host thread drains a queue */
 static struct sigaction g_old[NSIG];
 static const int g_fault_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
 
@@ -149,7 +175,7 @@ static void install_handlers(void) {
   struct sigaction sa, cur;
   memset(&sa, 0, sizeof(sa));
   sa.sa_sigaction = on_fault;
-  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;  /* the mask saved by sigsetjmp(.., 1) unblocks the signal again */
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;  /* the guard unblocks the signal again after jumping out (unblock_faults) */
   sigemptyset(&sa.sa_mask);
   pthread_mutex_lock(&lock);
   for (size_t i = 0; i < sizeof(g_fault_signals) / sizeof(g_fault_signals[0]); i++) {
@@ -169,13 +195,14 @@ static void record(cmdproc_queue *q, uint64_t off, uint32_t op, const char *what
            (unsigned long long)(off & (q->ring_size - 1)), op, op < OP_MAX ? op_names[op] : "unknown", what);
   pthread_mutex_unlock(&q->lock);
   atomic_fetch_add(&g_faults, 1);
-  wake_all();   /* a host waiting on a signal may now report the fault */
+  wake(&g_sig);   /* a host waiting on a signal may now report the fault */
 }
 
 /* *** packets *** */
 static inline uint64_t rd64(const uint32_t *p, int dw) { uint64_t v; memcpy(&v, p + dw, 8); return v; }
 
-/* runs one decoded packet; returns 0, or -1 (with `what` filled) on a fault it detected itself. Signals longjmp out instead. */
+/* runs one decoded packet; returns 0, 1 (a host's WAIT that is not satisfied: not run), or -1 (with `what` filled) on a fault it
+   detected itself. Signals longjmp out instead. */
 static int run_packet(cmdproc_queue *q, const uint32_t *p, uint32_t op, char *what) {
   switch (op) {
   case OP_LAUNCH: {
@@ -206,12 +233,13 @@ static int run_packet(cmdproc_queue *q, const uint32_t *p, uint32_t op, char *wh
   case OP_WAIT: {
     const uint64_t *sig = (const uint64_t *)(uintptr_t)rd64(p, 2);
     uint64_t want = rd64(p, 4);
+    if (t_host && __atomic_load_n(sig, __ATOMIC_ACQUIRE) < want) return 1;   /* not ready: a host never blocks in a WAIT */
     atomic_store(&q->wait_addr, (uint64_t)(uintptr_t)sig);
     atomic_store(&q->wait_value, want);
     atomic_store(&q->busy, 2);
     backoff b = {0, SLEEP_MIN_NS};
     for (;;) {
-      uint32_t e = atomic_load(&g_epoch);
+      uint32_t e = atomic_load(&g_sig.epoch);
       if (__atomic_load_n(sig, __ATOMIC_ACQUIRE) >= want) break;
       if (atomic_load(&q->stop)) return 0;
       if (atomic_load(&q->abort_at) == atomic_load(&q->cur_offset) + 1) {
@@ -220,14 +248,14 @@ static int run_packet(cmdproc_queue *q, const uint32_t *p, uint32_t op, char *wh
                  (unsigned long long)__atomic_load_n(sig, __ATOMIC_ACQUIRE), (unsigned long long)want);
         return -1;
       }
-      backoff_wait(&b, e);
+      backoff_wait(&b, &g_sig, e);
     }
     atomic_store(&q->busy, 1);
     return 0;
   }
   case OP_SIGNAL:
     __atomic_store_n((uint64_t *)(uintptr_t)rd64(p, 2), rd64(p, 4), __ATOMIC_RELEASE);
-    wake_all();
+    wake(&g_sig);
     return 0;
   case OP_TIMESTAMP: {
     struct timespec ts;
@@ -251,19 +279,81 @@ static const char *signal_name(int sig) {
   return "signal";
 }
 
-/* runs one packet with the fault guard; 0 ok, -1 faulted (recorded) */
+/* runs one packet with the fault guard; 0 ok, 1 not run (see run_packet), -1 faulted (recorded) */
 static int guarded(cmdproc_queue *q, const uint32_t *p, uint32_t op, uint64_t off) {
   char what[REPORT_LEN];
   sigjmp_buf jb;
   what[0] = 0;
-  if (sigsetjmp(jb, 1) == 0) {
+  /* no signal mask saved (that is a system call per packet): the rare fault path unblocks the signal itself */
+  if (sigsetjmp(jb, 0) == 0) {
     t_guard = &jb;
     int r = run_packet(q, p, op, what);
     t_guard = NULL;
-    if (r == 0) return 0;
-  } else snprintf(what, REPORT_LEN, "%s at address %p", signal_name(t_signo), t_addr);
+    if (r >= 0) return r;
+  } else {
+    cpu_unblock_faults();
+    snprintf(what, REPORT_LEN, "%s at address %p", signal_name(t_signo), t_addr);
+  }
   record(q, off, op, what);
   return -1;
+}
+
+static inline uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int try_own(cmdproc_queue *q) { int z = 0; return atomic_compare_exchange_strong(&q->owner, &z, 1); }
+static void disown(cmdproc_queue *q) { atomic_store_explicit(&q->owner, 0, memory_order_release); }
+
+/* runs the owned queue's packets up to the doorbell; a host (t_host) stops before a WAIT that is not satisfied. Returns the
+   number of packets run (skipped ones included). */
+static int drain(cmdproc_queue *q) {
+  uint64_t mask = q->ring_size - 1;
+  uint64_t end = __atomic_load_n(q->doorbell, __ATOMIC_ACQUIRE), rp = atomic_load(&q->rptr);
+  if (end == rp) return 0;
+  if (end - rp > q->ring_size) {
+    char what[128];
+    snprintf(what, sizeof(what), "doorbell %llu is more than the ring size (%llu) ahead; skipped to it", (unsigned long long)end,
+             (unsigned long long)q->ring_size);
+    record(q, rp, 0, what);
+    atomic_store(&q->rptr, end);
+    return 1;
+  }
+  int n = 0;
+  while (rp != end && !atomic_load(&q->stop)) {
+    uint32_t pkt[MAX_PACKET_DWORDS];
+    memcpy(pkt, q->ring + (rp & mask), 4);
+    uint32_t op = pkt[0] & 0xffff, len = pkt[0] >> 16;
+    atomic_store(&q->cur_offset, rp);
+    atomic_store(&q->cur_opcode, op);
+    char what[160];
+    what[0] = 0;
+    if (op == 0 || op >= OP_MAX) snprintf(what, sizeof(what), "unknown opcode (header 0x%08x)", pkt[0]);
+    else if (len != op_dwords[op]) snprintf(what, sizeof(what), "length %u dwords, a %s packet has %u", len, op_names[op], op_dwords[op]);
+    else if (end - rp < (uint64_t)len * 4) snprintf(what, sizeof(what), "the packet runs past the doorbell (%llu)", (unsigned long long)end);
+    if (what[0]) {  /* malformed: packet boundaries are lost, skip what the host has submitted */
+      record(q, rp, op, what);
+      atomic_store(&q->rptr, rp = end);
+      return n + 1;
+    }
+    for (uint32_t i = 1; i < len; i++) memcpy(pkt + i, q->ring + ((rp + 4 * i) & mask), 4);
+    if (q->draining && rp >= q->drain_end) q->draining = 0;   /* the faulted submit is over */
+    atomic_store(&q->busy, 1);
+    int r = 0;
+    if (!(q->draining && (op == OP_LAUNCH || op == OP_COPY || op == OP_TIMESTAMP)) && (r = guarded(q, pkt, op, rp)) < 0) {
+      q->draining = 1;
+      q->drain_end = end;
+    }
+    atomic_store(&q->busy, 0);
+    if (r > 0) break;   /* a host at a WAIT that is not ready: leave it (and the rest) for later or for the worker */
+    if (op == OP_SIGNAL) q->draining = 0;
+    rp += (uint64_t)len * 4;
+    atomic_store_explicit(&q->rptr, rp, memory_order_release);
+    n++;
+  }
+  return n;
 }
 
 static void *worker(void *arg) {
@@ -275,51 +365,46 @@ static void *worker(void *arg) {
   for (size_t i = 0; i < sizeof(g_fault_signals) / sizeof(g_fault_signals[0]); i++) sigaddset(&fault_set, g_fault_signals[i]);
   pthread_sigmask(SIG_UNBLOCK, &fault_set, NULL);
   t_guard = NULL;   /* touch the TLS block here, never first inside the signal handler */
-  uint64_t mask = q->ring_size - 1;
   backoff b = {0, SLEEP_MIN_NS};
+  uint64_t seen_end = 0, seen_ns = 0;
   while (!atomic_load(&q->stop)) {
-    uint32_t e = atomic_load(&g_epoch);
+    uint32_t e = atomic_load(&g_work.epoch);
     uint64_t end = __atomic_load_n(q->doorbell, __ATOMIC_ACQUIRE), rp = atomic_load(&q->rptr);
-    if (end == rp) { backoff_wait(&b, e); continue; }
+    if (end == rp) { backoff_wait(&b, &g_work, e); continue; }
+    /* new work: the host that rang the doorbell is about to wait and run it on its own thread, which costs no thread
+       hand-off; the worker takes it only when nobody did within HANDOFF_NS (or a host is running it right now) */
+    uint64_t now = now_ns();
+    if (end != seen_end) { seen_end = end; seen_ns = now; }
+    if (now - seen_ns < HANDOFF_NS || !try_own(q)) { backoff_wait(&b, &g_work, e); continue; }
     b.spins = 0; b.sleep_ns = SLEEP_MIN_NS;
-    if (end - rp > q->ring_size) {
-      char what[128];
-      snprintf(what, sizeof(what), "doorbell %llu is more than the ring size (%llu) ahead; skipped to it", (unsigned long long)end,
-               (unsigned long long)q->ring_size);
-      record(q, rp, 0, what);
-      atomic_store(&q->rptr, end);
-      continue;
-    }
-    int draining = 0;
-    while (rp != end && !atomic_load(&q->stop)) {
-      uint32_t pkt[MAX_PACKET_DWORDS];
-      memcpy(pkt, q->ring + (rp & mask), 4);
-      uint32_t op = pkt[0] & 0xffff, len = pkt[0] >> 16;
-      atomic_store(&q->cur_offset, rp);
-      atomic_store(&q->cur_opcode, op);
-      char what[160];
-      what[0] = 0;
-      if (op == 0 || op >= OP_MAX) snprintf(what, sizeof(what), "unknown opcode (header 0x%08x)", pkt[0]);
-      else if (len != op_dwords[op]) snprintf(what, sizeof(what), "length %u dwords, a %s packet has %u", len, op_names[op], op_dwords[op]);
-      else if (end - rp < (uint64_t)len * 4) snprintf(what, sizeof(what), "the packet runs past the doorbell (%llu)", (unsigned long long)end);
-      if (what[0]) {  /* malformed: packet boundaries are lost, skip what the host has submitted */
-        record(q, rp, op, what);
-        atomic_store(&q->rptr, rp = end);
-        break;
-      }
-      for (uint32_t i = 1; i < len; i++) memcpy(pkt + i, q->ring + ((rp + 4 * i) & mask), 4);
-      atomic_store(&q->busy, 1);
-      if (!(draining && (op == OP_LAUNCH || op == OP_COPY || op == OP_TIMESTAMP)) && guarded(q, pkt, op, rp) != 0) draining = 1;
-      if (op == OP_SIGNAL) draining = 0;
-      atomic_store(&q->busy, 0);
-      rp += (uint64_t)len * 4;
-      atomic_store_explicit(&q->rptr, rp, memory_order_release);
-    }
+    drain(q);
+    disown(q);
   }
   return NULL;
 }
 
+/* a host's pass over every queue nobody owns: runs what it can; returns the number of packets run */
+static int host_drain_all(void) {
+  int n = 0;
+  /* the fault handlers are process-wide: cmdproc_create installed them (and re-installs them over a replacement, such as
+     Python's faulthandler enabled later), so a kernel's fault on this thread reaches on_fault as on a worker */
+  if (pthread_mutex_trylock(&g_reg_lock) != 0) return 0;   /* another host is draining */
+  for (int i = 0; i < g_nqueues; i++) {
+    cmdproc_queue *q = g_queues[i];
+    if (__atomic_load_n(q->doorbell, __ATOMIC_ACQUIRE) == atomic_load(&q->rptr)) continue;
+    if (!try_own(q)) continue;
+    t_host = 1;
+    n += drain(q);
+    t_host = 0;
+    disown(q);
+  }
+  pthread_mutex_unlock(&g_reg_lock);
+  return n;
+}
+
 /* *** the host's interface (ctypes) *** */
+static void register_fork_handler(void) { pthread_atfork(NULL, NULL, reg_after_fork); }
+
 void *cmdproc_create(const char *name, void *ring, uint64_t ring_size, const uint64_t *doorbell) {
   if (ring_size == 0 || (ring_size & (ring_size - 1)) != 0) return NULL;
   install_handlers();
@@ -337,6 +422,11 @@ void *cmdproc_create(const char *name, void *ring, uint64_t ring_size, const uin
     free(q);
     return NULL;
   }
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, register_fork_handler);
+  pthread_mutex_lock(&g_reg_lock);
+  if (g_nqueues < MAX_QUEUES) g_queues[g_nqueues++] = q;   /* beyond that, the worker alone runs it */
+  pthread_mutex_unlock(&g_reg_lock);
   return q;
 }
 
@@ -344,6 +434,10 @@ void *cmdproc_create(const char *name, void *ring, uint64_t ring_size, const uin
 void cmdproc_destroy(void *h) {
   cmdproc_queue *q = h;
   if (q == NULL) return;
+  pthread_mutex_lock(&g_reg_lock);
+  for (int i = 0; i < g_nqueues; i++)
+    if (g_queues[i] == q) { g_queues[i] = g_queues[--g_nqueues]; break; }
+  pthread_mutex_unlock(&g_reg_lock);
   atomic_store(&q->stop, 1);
   wake_all();
   pthread_join(q->thread, NULL);
@@ -359,7 +453,7 @@ void cmdproc_abort_wait(void *h) {
   cmdproc_queue *q = h;
   if (atomic_load(&q->busy) != 2) return;
   atomic_store(&q->abort_at, atomic_load(&q->cur_offset) + 1);
-  wake_all();
+  wake(&g_sig);
 }
 
 /* copies the latest fault report into buf (and its packet offset and opcode); returns the number of faults so far */
@@ -390,22 +484,41 @@ void cmdproc_describe(void *h, char *buf, int size) {
   else snprintf(buf, (size_t)size, "%s is idle (read offset %llu, doorbell %llu)", q->name, (unsigned long long)rp, (unsigned long long)db);
 }
 
+/* the host runs what it can of every queue nobody runs right now (host draining); returns the number of packets run */
+int cmdproc_drain(void) { return host_drain_all(); }
+
+/* how many queues have packets their worker or a host has not run yet (-1: some queue is not known to the registry) */
+int cmdproc_pending(void) {
+  int n = 0;
+  pthread_mutex_lock(&g_reg_lock);
+  if (g_nqueues >= MAX_QUEUES) n = -1;
+  else for (int i = 0; i < g_nqueues; i++)
+    n += __atomic_load_n(g_queues[i]->doorbell, __ATOMIC_ACQUIRE) != atomic_load(&g_queues[i]->rptr);
+  pthread_mutex_unlock(&g_reg_lock);
+  return n;
+}
+
 /* faults recorded on any queue so far (pass it to cmdproc_wait_signal after checking the reports) */
 uint64_t cmdproc_faults(void) { return atomic_load(&g_faults); }
 
 /* the host's wait: until *signal >= value (0), `timeout_ns` passed (1), or the process-wide fault count differs from `faults`
-   (2). It first wakes every sleeping worker, since the host has probably just rung a doorbell. ctypes drops the GIL here. */
+   (2). It runs what it can of the queues itself first (host draining, above); when that is not enough it wakes the workers,
+   which may be asleep with work it could not take (a WAIT). ctypes drops the GIL here. */
 int cmdproc_wait_signal(const uint64_t *signal, uint64_t value, int64_t timeout_ns, uint64_t faults) {
-  wake_all();
   struct timespec t0, t;
+  int woke = 0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   backoff b = {0, SLEEP_MIN_NS};
   for (;;) {
-    uint32_t e = atomic_load(&g_epoch);
+    uint32_t e = atomic_load(&g_sig.epoch);
+    /* run what is pending first: then a wait returns only after the work submitted before it ran (when this thread could run
+       it), even if the signal already held the value */
+    if (host_drain_all() > 0) { b.spins = 0; b.sleep_ns = SLEEP_MIN_NS; continue; }
     if (__atomic_load_n(signal, __ATOMIC_ACQUIRE) >= value) return 0;
     if (atomic_load(&g_faults) != faults) return 2;
+    if (!woke) { wake(&g_work); woke = 1; }   /* what is left (a WAIT not satisfied yet) may need a worker */
     clock_gettime(CLOCK_MONOTONIC, &t);
     if ((int64_t)(t.tv_sec - t0.tv_sec) * 1000000000 + (t.tv_nsec - t0.tv_nsec) >= timeout_ns) return 1;
-    backoff_wait(&b, e);
+    backoff_wait(&b, &g_sig, e);
   }
 }

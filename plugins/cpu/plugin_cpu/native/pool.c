@@ -19,6 +19,7 @@
 #include "pool.h"
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,17 +136,29 @@ static struct {
   int launcher_sleeping;
 } P = {.init_lock = PTHREAD_MUTEX_INITIALIZER, .launch_lock = PTHREAD_MUTEX_INITIALIZER};
 
+void cpu_unblock_faults(void) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGSEGV);
+  sigaddset(&set, SIGBUS);
+  sigaddset(&set, SIGFPE);
+  sigaddset(&set, SIGILL);
+  pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+}
+
 /* runs one block; under a guard a fault abandons the block and is recorded (the first one wins) */
 static void run_block(slots_t *sl, int64_t b, int guarded) {
   if (!guarded) { call_block(sl, b); return; }
   sigjmp_buf jb;
-  if (sigsetjmp(jb, 1) == 0) {
+  /* the signal mask is not saved (a system call per block); after a fault the signal is unblocked here instead */
+  if (sigsetjmp(jb, 0) == 0) {
     cpu_pool_guard = &jb;
     call_block(sl, b);
     cpu_pool_guard = NULL;
     return;
   }
   cpu_pool_guard = NULL;
+  cpu_unblock_faults();
   int expect = 0;
   if (__atomic_compare_exchange_n(&F.set, &expect, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
     F.signo = cpu_pool_signo; F.addr = cpu_pool_addr; F.block = b;

@@ -24,6 +24,9 @@ int cpu_launch_guarded(void *fn, int nargs, const uint64_t *args, int64_t nblock
 extern __thread sigjmp_buf *cpu_pool_guard;
 extern __thread int cpu_pool_signo;
 extern __thread void *cpu_pool_addr;
+/* unblocks SIGSEGV/SIGBUS/SIGFPE/SIGILL on this thread: a guard calls it after its handler jumped out of a fault (the guards
+   do not save the signal mask, which would cost a system call per block) */
+void cpu_unblock_faults(void);
 
 /* The number of threads that run blocks (the caller included): $CPU_THREADS if set (>= 1), else the number of CPUs this
    process may run on. Starts the pool on first use. Idle threads poll for $CPU_SPIN_US microseconds (default 50) before

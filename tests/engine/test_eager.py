@@ -1,0 +1,69 @@
+"""The eager fast path: a repeated op runs its cached schedule with only new buffers bound, with the same results as the first."""
+import numpy as np
+from core import Tensor, GlobalCounters
+from core.engine import realize as R
+
+def _key(t: Tensor) -> tuple:
+  w = R._walk([t.uop], True)
+  assert w is not None
+  return w[0]
+
+def test_repeated_op_takes_the_fast_path_with_fresh_outputs():
+  rng = np.random.default_rng(0)
+  xs = [rng.standard_normal(37).astype(np.float32) for _ in range(4)]
+  ts = [Tensor(x).realize() for x in xs]
+  outs = [(t * 3 + 1).realize() for t in ts]
+  assert R._eager.get(_key(ts[0] * 3 + 1)) is not None   # built on the second call, reused after
+  for x, o in zip(xs, outs): np.testing.assert_allclose(o.numpy(), x * 3 + 1, rtol=1e-6)
+  # every call got its own output buffer: none of the results was overwritten by a later call
+  assert len({R.contiguous_buffer(o.uop)[0] for o in outs}) == len(outs)
+
+def test_fast_path_counts_kernels_like_the_general_path():
+  a = Tensor(np.arange(16, dtype=np.float32)).realize()
+  for _ in range(3): (a - 2).realize()
+  GlobalCounters.reset()
+  (a - 2).realize()
+  assert GlobalCounters.kernel_count == 1
+
+def test_results_over_movement_ops_and_several_roots():
+  a = Tensor(np.arange(12, dtype=np.float32)).realize()
+  for i in range(3):
+    x, y = (a + i).reshape(3, 4), (a * i).reshape(4, 3)
+    Tensor.realize(x, y)
+    np.testing.assert_allclose(x.numpy(), (np.arange(12) + i).reshape(3, 4))
+    np.testing.assert_allclose(y.numpy(), (np.arange(12) * i).reshape(4, 3))
+  # the same graph given twice is a different schedule (two results), not the cached one-result entry
+  z = a + 5
+  r1, r2 = R.realize(z.uop, z.uop)
+  np.testing.assert_allclose(np.frombuffer(R.to_host(r2), np.float32), np.arange(12) + 5)
+
+def test_assign_through_the_fast_path_runs_every_time():
+  a = Tensor(np.array([1, 2, 3], np.float32)).realize()
+  for _ in range(4): a.assign(a * 2).realize()
+  np.testing.assert_allclose(a.numpy(), [16, 32, 48])
+  # a result computed before an assign is not reused after it (the buffer's version moved on)
+  b = Tensor(np.array([1, 1], np.float32)).realize()
+  for _ in range(3):
+    c = b + 1
+    c.realize()
+    b.assign(b + 10).realize()
+    np.testing.assert_allclose((c * 1).numpy(), b.numpy() - 9)
+
+def test_realized_buffer_comes_back_as_it_is():
+  a = Tensor(np.arange(6, dtype=np.float32)).realize()
+  assert R.realize(a.uop)[0] is a.uop
+  r = a.reshape(2, 3)
+  assert R.realize(r.uop)[0] is r.uop
+  p = a.reshape(2, 3).permute(1, 0)
+  np.testing.assert_allclose(p.numpy(), np.arange(6).reshape(2, 3).T)
+
+def test_marked_constant_subgraph_still_sees_a_later_memo():
+  # the walk takes a buffer-free subgraph it has seen as one leaf; realizing that subgraph later must still be noticed
+  a = Tensor(np.arange(8, dtype=np.float32)).realize()
+  x = Tensor.arange(8).cast(a.dtype) * 2
+  for _ in range(3): np.testing.assert_allclose((a + x).numpy(), np.arange(8) * 3)
+  assert R._walk([(a + x).uop], True) is not None
+  keep = x.uop
+  x.realize()
+  assert R._walk([(a + Tensor(keep)).uop], True) is None   # a memo hit: substitute x's buffer first
+  np.testing.assert_allclose((a + Tensor(keep)).numpy(), np.arange(8) * 3)
