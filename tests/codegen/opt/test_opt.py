@@ -8,6 +8,7 @@ from core.device.registry import Device
 from core.schedule.kernelize import create_schedule
 from core.engine.run import buffer_of
 from core.codegen.program import get_program
+from opt_helpers import run_ast
 from core.codegen.lowerer import lower_kernel
 from core.codegen.opt import Kernel, Opt, OptOps, KernelOptError, apply_opts
 from core.codegen.opt.heuristic import hand_coded
@@ -26,15 +27,7 @@ def kernel_of(fn, *shapes):
   return items[0], fn(*xs)
 
 def run_with(item, opts, renderer=None):
-  dev = Device[Device.DEFAULT]
-  renderer = renderer or dev.renderer
-  spec = get_program(apply_opts(item.ast, opts, renderer), renderer, optimize=False)
-  bufs = [buffer_of(b) for b in item.bufs]
-  for b in bufs:
-    if not b.is_allocated(): b.allocate()
-  prg = dev.runtime(spec.name, dev.compiler.compile_cached(spec.src))
-  prg(*[b._buf for b in bufs], global_size=spec.global_size, local_size=spec.local_size, vals=(), wait=True)
-  return bufs[0].numpy(), spec
+  return run_ast(item, apply_opts(item.ast, opts, renderer or Device[Device.DEFAULT].renderer), renderer)
 
 def matmul(a, b): return a @ b
 def conv_like(x, w):  # a 1-D convolution as a sum of shifted products: a reduce over a window

@@ -8,8 +8,7 @@ from core.ir.ops import Ops, AxisType
 from core.ir.dtype import AddrSpace
 from core.device.registry import Device
 from core.schedule.kernelize import create_schedule
-from core.engine.run import buffer_of
-from core.codegen.program import get_program
+from opt_helpers import run_ast
 from core.codegen.lowerer import pm_fuse_mulacc
 from core.codegen.opt import Kernel, Opt, OptOps, KernelOptError
 from core.codegen.opt.heuristic import hand_coded
@@ -24,15 +23,7 @@ def kernel_of(fn, *shapes):
   return items[0], fn(*xs)
 
 def run(item, k: Kernel, renderer=None):
-  dev = Device[Device.DEFAULT]
-  renderer = renderer or dev.renderer
-  spec = get_program(k.ast, renderer, optimize=False)
-  bufs = [buffer_of(b) for b in item.bufs]
-  for b in bufs:
-    if not b.is_allocated(): b.allocate()
-  prg = dev.runtime(spec.name, dev.compiler.compile_cached(spec.src))
-  prg(*[b._buf for b in bufs], global_size=spec.global_size, local_size=spec.local_size, vals=(), wait=True)
-  return bufs[0].numpy(), spec
+  return run_ast(item, k.ast, renderer)
 
 def _loop(k: Kernel, size: int) -> int:
   return next(i for i, r in enumerate(k.axes) if r.arg[1] is AxisType.LOOP and r.src[0].arg == size)

@@ -1,0 +1,20 @@
+"""Shared by the optimizer tests: run one kernel AST on the default device, bypassing the optimizer, and read its output."""
+from __future__ import annotations
+from typing import Any
+import numpy as np
+from core.ir.ops import UOp
+from core.device.registry import Device
+from core.engine.run import buffer_of
+from core.codegen.program import get_program
+
+def run_ast(item: Any, ast: UOp, renderer: Any = None) -> tuple[np.ndarray, Any]:
+  """(the kernel's first buffer after one run of `ast` over `item`'s buffers, its ProgramSpec)."""
+  dev = Device[Device.DEFAULT]
+  renderer = renderer or dev.renderer
+  spec = get_program(ast, renderer, optimize=False)
+  bufs = [buffer_of(b) for b in item.bufs]
+  for b in bufs:
+    if not b.is_allocated(): b.allocate()
+  prg = dev.runtime(spec.name, dev.compiler.compile_cached(spec.src))
+  prg(*[b._buf for b in bufs], global_size=spec.global_size, local_size=spec.local_size, vals=(), wait=True)
+  return bufs[0].numpy(), spec
