@@ -36,6 +36,23 @@ def _loads(k: Kernel) -> list[UOp]: return [u for u in k.ast.toposort() if u.op 
 def _contiguous_in(k: Kernel, r: UOp, mem: list[UOp]) -> bool:
   return any(contiguous_offset(m.src[0].src[1], r) is not None for m in mem if r in m.src[0].src[1].toposort())
 
+def _sliding(r: UOp, outs: list[UOp], mem: list[UOp]) -> bool:
+  """Reduce axis r slides a window along an output axis in some load (conv: x[oh + kh], index terms with the same coefficient).
+  Unrolling such a window lets neighbouring taps share loads; other small reduce axes only add code."""
+  from core.ir.symbolic import split_sum
+  for m in mem:
+    if (parts := split_sum(m.src[0].src[1])) is None: continue
+    coef = {t: c for t, c in parts[0]}
+    if r in coef and any(coef.get(o) == coef[r] for o in outs): return True
+  return False
+
+def _divmod_in(idx: UOp, r: UOp) -> bool:
+  """idx uses axis r inside a term that is not affine in it (a div or mod of an expression of r)."""
+  from core.ir.symbolic import split_sum
+  if r not in idx.toposort(): return False
+  if (parts := split_sum(idx)) is None: return True
+  return any(t is not r and r in t.toposort() for t, _ in parts[0])
+
 def _pos(k: Kernel, r: UOp) -> int: return k.axes.index(r)
 def _same(k: Kernel, r: UOp) -> UOp:
   """The axis of k that kept r's id (its outer part after a split)."""
@@ -72,8 +89,12 @@ def hand_coded(k: Kernel) -> Kernel:
   # matrix-vector): the lanes go on the reduce axis; lanes across outputs would gather one element from each of `lanes` rows
   along_red = contig_out is not None and not _contiguous_in(k, contig_out, loads) and \
     any(_contiguous_in(k, r, loads) and _pick_amt(range_size(r), (lanes,)) for r in reds)
+  # lanes along the output axis would gather from a load whose index uses it through div/mod (pooling and reshape gradients
+  # in NCHW): one index expression per lane per unrolled copy to simplify, a batchnorm backward kernel took 20 s to compile
+  gathers = contig_out is not None and any(_divmod_in(ld.src[0].src[1], contig_out) for ld in loads)
   if vec_ok or getattr(rnd, "threads", 0):
-    if reds and contig_out is not None and (not along_red or _packed_product(k, outs, reds, loads, MM_J2 * lanes * st.src[1].dtype.itemsize)):
+    if reds and contig_out is not None and \
+       (not (along_red or gathers) or _packed_product(k, outs, reds, loads, MM_J2 * lanes * st.src[1].dtype.itemsize)):
       # register blocking: the contiguous output axis in vector registers; `other`, an output axis the vector-loaded input does
       # not use (matmul: the rows; conv: the output channels), unrolled so each vector load is reused across it; `third`, a
       # further axis some input does not use, when the tile has too few accumulators; the reduce unrolled a little
@@ -101,7 +122,9 @@ def hand_coded(k: Kernel) -> Kernel:
         if a.arg[0] < b.arg[0]:
           k = _try(k, Opt(OptOps.SWAP, _pos(k, a), _pos(k, b)))
           if k.applied[-1].op is OptOps.SWAP: other = b   # SWAP exchanges ids: the row loop now has the id the column loop had
-      for w in [r for r in k.of_type(AxisType.REDUCE) if (range_size(r) or 99) <= MM_WINDOW]:
+      windows = [r for r in k.of_type(AxisType.REDUCE) if (range_size(r) or 99) <= MM_WINDOW and _sliding(r, k.of_type(AxisType.LOOP) +
+                 k.of_type(AxisType.UPCAST), _loads(k))]
+      for w in windows:
         # a small window (conv's kernel rows and columns): fully unrolled, so neighbouring taps share loads and no loop is that short
         k = _try(k, Opt(OptOps.UNROLL, _pos(k, _same(k, w)), 0))
       red = next((r for r in k.of_type(AxisType.REDUCE) if range_size(r) is not None), None)

@@ -10,6 +10,7 @@ from core.schedule.kernelize import create_schedule
 from core.engine.run import buffer_of
 from core.codegen.program import get_program
 from core.codegen.opt import Kernel, OptOps, apply_opts
+from core.codegen.opt.kernel import range_size
 from core.codegen.opt.heuristic import hand_coded
 from core.codegen.opt.expander import expand_kernel
 
@@ -92,3 +93,39 @@ def test_big_sum_matches_float64_and_its_partials_kernel_reads_vectors(n):
   got = float(t.sum().numpy())
   assert abs(got - x.astype(np.float64).sum()) <= 1e-6 * n    # the row's check, with margin: atol_rel 0 and rtol 1e-3
   assert got == pytest.approx(x.astype(np.float64).sum(), rel=1e-6)
+
+def test_channel_sum_of_a_pooling_gradient_does_not_gather_across_channels():
+  # out[c] = sum_{n,h,w} dmaxpool(x)[n, c, h, w] (batchnorm backward after a pool): the loads reach c through div/mod, so
+  # lanes across c would need one index expression per lane per unrolled copy (such a kernel took 20 s to compile)
+  rng = np.random.default_rng(0)
+  xn, gn = rng.standard_normal((8, 16, 4, 4)).astype(np.float32), rng.standard_normal((8, 16, 2, 2)).astype(np.float32)
+  x = Tensor(xn, requires_grad=True).realize()
+  (gx,) = x.max_pool2d(2).gradient(x, gradient=Tensor(gn).realize())
+  out = gx.sum(axis=(0, 2, 3))
+  last = _kernels(out)[-1]
+  k = hand_coded(Kernel(last.ast, AVX2()))
+  assert not any(o.op is U for o in k.applied), k.applied
+  assert len(expand_kernel(k.ast).toposort()) < 400
+  # numpy: each window's gradient goes to its maximum (no ties in random normals)
+  win = xn.reshape(8, 16, 2, 2, 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(8, 16, 2, 2, 4)
+  np.testing.assert_allclose(out.numpy(), (gn[..., None] * (win == win.max(-1, keepdims=True))).sum(axis=(0, 2, 3, 4)), rtol=1e-5, atol=1e-5)
+
+def test_sliding_windows_are_told_from_other_small_reduce_axes():
+  # conv: x[n, ci, oh+kh, ow+kw] * w[co, ci, kh, kw]; kh and kw slide along oh and ow (unrolled whole: neighbouring taps share
+  # loads), ci (4 here, as small) does not and stays a loop
+  from core.codegen.opt.heuristic import _sliding
+  rng = np.random.default_rng(0)
+  x, w = rng.standard_normal((2, 4, 10, 10)).astype(np.float32), rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
+  ks = _kernels(Tensor(x).realize().conv2d(Tensor(w).realize()))
+  assert len(ks) == 1, [k.ast.arg for k in ks]
+  item = ks[0]
+  want = np.einsum("ncijhw,ochw->noij", np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(2, 3)), w)
+  k = Kernel(item.ast, AVX2())
+  loads = [u for u in k.ast.toposort() if u.op is Ops.LOAD]
+  outs, reds = k.of_type(AxisType.LOOP), k.of_type(AxisType.REDUCE)
+  assert sorted(range_size(r) for r in reds) == [3, 3, 4]
+  assert sorted(range_size(r) for r in reds if _sliding(r, outs, loads)) == [3, 3]
+  k = hand_coded(k)
+  assert sum(o.op is R for o in k.applied) == 2, k.applied
+  got = _run(item, [o for o in k.applied if o.op is not T])
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-3)
