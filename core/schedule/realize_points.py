@@ -18,8 +18,9 @@ def _grows(e: UOp) -> bool: return e.op is Ops.EXPAND and e.src[0].shape != e.sh
 
 def find_realize_points(sink: UOp) -> set[UOp]:
   """Nodes whose values must live in a buffer: the outputs, explicit CONTIGUOUS, copies and assigns, reductions used
-  twice, and any value that an EXPAND broadcasts when it is expensive to compute (a reduction, or a long chain of ALU
-  ops): fusing those into the consumer would recompute them once per broadcast element."""
+  twice, any value that an EXPAND broadcasts when it is expensive to compute (a reduction, or a long chain of ALU
+  ops): fusing those into the consumer would recompute them once per broadcast element, and a reduction two kernels
+  would each recompute (a matmul whose output feeds both relu and, in the backward pass, relu's mask)."""
   users: dict[UOp, list[UOp]] = {}
   nodes = list(sink.toposort(gate=lambda u: u.op is not Ops.BUFFER))
   for u in nodes:
@@ -49,4 +50,24 @@ def find_realize_points(sink: UOp) -> set[UOp]:
     if cost_of(s) > RECOMPUTE_LIMIT:
       points.add(s)
       cost.clear()   # costs above s change now that s is a buffer
+  while (shared := _recomputed_reduce(nodes, users, points, cost_of)) is not None:
+    points.add(shared)
+    cost.clear()
   return points
+
+def _recomputed_reduce(nodes: list[UOp], users: dict[UOp, list[UOp]], points: set[UOp], cost_of) -> UOp | None:
+  """The first node (sources first) holding an unrealized reduction that more than one kernel computes. Each kernel
+  (realize point) computes everything below it down to buffers and other points, so a value reached from two points
+  would be computed twice; the lowest such node is the cheapest buffer: what sits above it stays fused."""
+  bit = {p: 1 << i for i, p in enumerate(points)}
+  kernels: dict[UOp, int] = {}
+  for u in reversed(nodes):
+    kernels[u] = bit[u] if u in points else _or(kernels.get(v, 0) for v in users.get(u, []))
+  for u in nodes:
+    if u not in points and u.op not in GroupOp.Movement and (kernels[u] & (kernels[u] - 1)) and cost_of(u) >= _EXPENSIVE: return u
+  return None
+
+def _or(xs) -> int:
+  acc = 0
+  for x in xs: acc |= x
+  return acc

@@ -112,3 +112,16 @@ def test_reads_of_old_value_run_before_the_assign():
   items, _, _ = create_schedule([upd1, upd2])
   writes = [it.bufs[0] for it in items]
   assert writes.index(w1.base) > writes.index(w2.base), "w1 is overwritten only after w2's update has read it"
+
+def test_reduce_two_kernels_need_is_computed_once():
+  # h = x @ w + b feeds relu (forward) and relu's mask (backward, another kernel): the matmul gets its own buffer instead
+  # of being recomputed inside both kernels
+  x, w, b, g = buf(6, (2, 3)), buf(12, (3, 4)), buf(4, (4,)), buf(8, (2, 4))
+  mm = (x.reshape((2, 1, 3)).expand((2, 4, 3)) * w.permute((1, 0)).reshape((1, 4, 3)).expand((2, 4, 3))).r(Ops.ADD, (2,))
+  h = mm.reshape((2, 4)) + b.reshape((1, 4)).expand((2, 4))
+  relu = (h > 0.0).where(h, 0.0)
+  mask_grad = ((h > 0.0).where(g, 0.0)).r(Ops.ADD, (0,))   # a reduction of its own: a second kernel
+  items, _, _ = create_schedule([relu, mask_grad])
+  ks = kernels(items)
+  assert sum(any(u.op is Ops.REDUCE and u.src[0].op is Ops.MUL for u in it.ast.toposort()) for it in ks) == 1
+  assert len(ks) == 3

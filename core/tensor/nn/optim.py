@@ -8,6 +8,19 @@ def _unique(ts: list[Tensor]) -> list[Tensor]:
   # by identity: Tensor.__eq__ is elementwise, so dict/set membership must not compare tensors
   return list({id(t): t for t in ts}.values())
 
+def _readers(written: list[Tensor], skip: list[Tensor]) -> list[Tensor]:
+  """The live unrealized tensors, other than `skip`, whose graphs read the buffer of a tensor in `written`."""
+  from core.ir.ops import UOp, Ops
+  from core.schedule.realize_points import contiguous_buffer
+  bufs = {cb[0] for t in written if (cb := contiguous_buffer(t.uop)) is not None}
+  skip_ids = {id(t) for t in skip + written}
+  cands = [t for t in list(Tensor._all) if id(t) not in skip_ids and contiguous_buffer(t.uop) is None]
+  if not bufs or not cands: return []
+  reads: dict[UOp, bool] = {}
+  for u in UOp(Ops.SINK, src=tuple(t.uop for t in cands)).toposort():
+    reads[u] = u in bufs or any(reads[s] for s in u.src)
+  return [t for t in cands if reads[t.uop]]
+
 class Optimizer:
   """Holds the parameters to train, the buffers to keep realized (e.g. BatchNorm running stats) and `lr` as a Tensor.
 
@@ -32,7 +45,9 @@ class Optimizer:
     # the gradients and buffer updates (BatchNorm running stats) read the parameters' old values; they are computed
     # before the first parameter is overwritten, so no kernel sees a half-updated model whatever order the schedule picks
     pre = [p.grad for p in self.params if p.grad is not None] + self.buffers
-    if pre: Tensor.realize(*pre)
+    # so are live lazy tensors that read the parameters (the loss): each keeps the value it had when it was built, and the
+    # forward pass they share with the gradients runs once
+    if pre: Tensor.realize(*pre, *_readers(self.params + self.buffers, pre))
     Tensor.realize(*self.schedule_step())
 
   def schedule_step(self) -> list[Tensor]:

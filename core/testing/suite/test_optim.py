@@ -167,3 +167,13 @@ def test_jit_captured_step_follows_lr_changes():
     step(Tensor(x.astype(np.float32)))
     ref = ref - lr * x
   np.testing.assert_allclose(w.numpy(), ref, rtol=1e-6)
+
+def test_loss_read_after_step_is_the_loss_before_it():
+  # like an eager framework: the loss tensor keeps the value of the weights its gradients belong to, even when it is
+  # first read after opt.step() overwrote them
+  w = Tensor(W0, requires_grad=True)
+  opt = SGD([w], lr=0.1)
+  loss = (Tensor(X) @ w).square().sum().backward()
+  opt.step()
+  np.testing.assert_allclose(loss.item(), float(((X.astype(np.float64) @ W0) ** 2).sum()), rtol=1e-4)
+  np.testing.assert_allclose(w.numpy(), W0 - 0.1 * 2 * X.T.astype(np.float64) @ (X.astype(np.float64) @ W0), rtol=1e-4, atol=1e-5)
