@@ -59,14 +59,19 @@ def build_submit_program(linear: UOp, ctx: HCQState) -> tuple[list[UOp], list[UO
     dev, q, nbytes = submit_device(s), submit_queue(s), s.arg[2]
     cmd_view, ring, wptr, doorbell, rpatches = s.src[0], s.src[2], s.src[3], s.src[4], s.src[5:]
     cmdbuf, cmd_off = (cmd_view.src[0], cmd_view.arg[1]) if cmd_view.op is Ops.BUFFER_VIEW else (cmd_view, 0)
-    ring_words = ctx.hcq_of(dev).ring_size(q) // 4
+    hcq = ctx.hcq_of(dev)
+    ring_words = hcq.ring_size(q) // 4
+    # the write pointer counts in the queue's own unit (a PM4 queue: dwords; core's protocol and SDMA: bytes)
+    unit = hcq.wptr_unit(q) if hasattr(hcq, "wptr_unit") else 1
+    if unit not in (1, 2, 4) or nbytes % unit: raise RuntimeError(f"{dev} {q}: write pointer unit {unit} does not divide {nbytes} bytes")
     key = (dev, q)
     if (done := written.get(key, 0)) + nbytes > ring_words * 4:
       raise RuntimeError(f"{dev} {q}: this schedule needs {done + nbytes} bytes of commands, more than the {ring_words * 4}-byte ring")
     p_ring, p_cmd = b.param(ring, dtypes.uint32), b.param(cmdbuf, dtypes.uint32)
     p_wptr, p_bell = b.param(wptr, dtypes.uint64), b.param(doorbell, dtypes.uint64)
     if key not in wptr0: wptr0[key] = b.load(p_wptr, 0)
-    base = b.emit((wptr0[key] >> _u64(2)) + _u64(done // 4))     # word index of this submit's first word in the ring
+    # word index of this submit's first word in the ring
+    base = b.emit(((wptr0[key] * _u64(unit) if unit != 1 else wptr0[key]) >> _u64(2)) + _u64(done // 4))
     mask = _u64(ring_words - 1)
     r = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, nbytes // 4),), (nranges, AxisType.LOOP))
     nranges += 1
@@ -79,7 +84,7 @@ def build_submit_program(linear: UOp, ctx: HCQState) -> tuple[list[UOp], list[UO
       b.store(p_ring, (base + _u64(off // 4)) & mask, val.cast(dtypes.uint32))
       if val.dtype.itemsize == 8: b.store(p_ring, (base + _u64(off // 4 + 1)) & mask, (val >> _u64(32)).cast(dtypes.uint32))
     written[key] = done + nbytes
-    new_wptr = wptr0[key] + _u64(written[key])
+    new_wptr = wptr0[key] + _u64(written[key] // unit)
     b.store(p_wptr, _u64(0), new_wptr)
     # the doorbell is the last write of the submit: the command processor may start as soon as it changes, so the ring
     # writes before it must be visible first (BARRIER: a release fence on the CPU backend)

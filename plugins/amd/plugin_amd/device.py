@@ -6,16 +6,15 @@ kernargs and command buffers are host-visible VRAM (PUBLIC, so copy-in/out are h
 window is small), rings, signals and queue pointers are GTT (host memory, uncached).
 
 Queues: COMPUTE:0 is a PM4 compute queue (AQL off) with its EOP buffer and context save area sized from the topology, COPY:0 an
-SDMA queue. Core's submit program counts write pointers in bytes and stores them in the ("wptr", q) and ("doorbell", q) buffers;
-the hardware counts a PM4 queue's write pointer in dwords (SDMA: bytes). So those two buffers are host words here, and a
-forwarder (a thread, and every host wait) converts the count into the queue's units, stores it into the hardware write pointer and
-rings the real doorbell. (Core could do this itself with a per-queue unit on the HCQ object; until then the forwarder does.)
+SDMA queue. Core's submit program writes the ("wptr", q) and ("doorbell", q) buffers in the unit `wptr_unit(q)` names (PM4:
+dwords, SDMA: bytes), so those two buffers are the hardware's own words: the write pointer in the queue's read/write pointer page
+and the queue's doorbell; a submit reaches the GPU with no host thread in between.
 
 Waits between devices: a queue here may wait on another HCQ device's timeline signal (a copy from it); before such a copy is
 planned (`needs_staging`), that device's signal pages are mapped into this GPU's page tables (USERPTR).
 """
 from __future__ import annotations
-import atexit, ctypes, threading, time
+import atexit, ctypes, threading
 from typing import Any
 from core.device.allocator import BufferSpec, LRUAllocator
 from core.device.buffer import Buffer
@@ -49,15 +48,15 @@ class KFDAllocator(LRUAllocator):
   def _copyout(self, dest: memoryview, src: Any) -> None: dest.cast("B")[:] = memoryview(src).cast("B")
 
 class KFDQueue:
-  """One hardware queue: its ring, the hardware read/write pointer page, EOP/context save buffers (compute), core's byte-count
-  write pointer and doorbell words, the timeline signal, and the hardware doorbell."""
+  """One hardware queue: its ring, the hardware read/write pointer page (core's wptr buffer is its write pointer word), EOP and
+  context save buffers (compute), the timeline signal, and the doorbell (core's doorbell buffer)."""
   def __init__(self, hcq: KFDHCQ, name: str):
     self.name, self.drv = name, hcq.drv
     compute = name.startswith("COMPUTE")
-    self.unit = 4 if compute else 1   # what the engine's write pointer counts: PM4 dwords, SDMA bytes
+    self.unit = 4 if compute else 1   # what the hardware's write pointer counts: PM4 dwords, SDMA bytes
     host = BufferSpec(host=True, nolru=True)   # fresh GTT memory (zeroed): exactly one buffer object each
-    self.buffers = {"ring": Buffer(hcq.device, hcq._ring_size // 4, dtypes.uint32, host).allocate()}
-    for k in ("wptr", "doorbell", "timeline_signal"): self.buffers[k] = Buffer(hcq.device, 1, dtypes.uint64, host).allocate()
+    self.buffers = {"ring": Buffer(hcq.device, hcq._ring_size // 4, dtypes.uint32, host).allocate(),
+                    "timeline_signal": Buffer(hcq.device, 1, dtypes.uint64, host).allocate()}
     self.rw = self.drv.alloc(K.PAGE, GTT)   # read pointer at +0, write pointer at +8: the first page of a one-page buffer object
     self.own = [self.rw]
     eop = cwsr = None
@@ -67,25 +66,14 @@ class KFDQueue:
       self.own += [eop, cwsr]
     ring = self.buffers["ring"]._buf.kfd_mem
     self.q = self.drv.create_queue(K.QUEUE_TYPE_COMPUTE if compute else K.QUEUE_TYPE_SDMA, ring, self.rw, eop, cwsr)
+    for k, addr in (("wptr", self.rw.va + 8), ("doorbell", self.q.doorbell)):
+      self.buffers[k] = Buffer(hcq.device, 1, dtypes.uint64, BufferSpec(external_ptr=addr, nolru=True)).allocate()
     self.hw_rptr = ctypes.c_uint64.from_address(self.rw.va)
     self.hw_wptr = ctypes.c_uint64.from_address(self.rw.va + 8)
-    self.hw_doorbell = ctypes.c_uint64.from_address(self.q.doorbell)
-    self.core_doorbell = ctypes.c_uint64.from_address(_addr(self.buffers["doorbell"]))
-    self.forwarded = 0   # bytes announced to the hardware so far
 
-  def forward(self) -> bool:
-    """Pass core's doorbell (bytes) on to the hardware in its units: write pointer first, then the doorbell. True if it moved."""
-    n = self.core_doorbell.value
-    if n == self.forwarded: return False
-    if n % 4: raise RuntimeError(f"{self.name}: write pointer {n:#x} is not a whole number of dwords")
-    self.hw_wptr.value = n // self.unit
-    self.hw_doorbell.value = n // self.unit
-    self.forwarded = n
-    return True
-
-  def busy(self) -> bool: return self.hw_rptr.value * self.unit != self.core_doorbell.value
+  def busy(self) -> bool: return self.hw_rptr.value != self.hw_wptr.value
   def describe(self) -> str:
-    return f"{self.name} queue {self.q.queue_id}: core wrote {self.core_doorbell.value:#x} bytes, engine read {self.hw_rptr.value * self.unit:#x}"
+    return f"{self.name} queue {self.q.queue_id}: core wrote {self.hw_wptr.value * self.unit:#x} bytes, engine read {self.hw_rptr.value * self.unit:#x}"
 
   def close(self) -> None:
     self.drv.destroy_queue(self.q.queue_id)
@@ -105,9 +93,6 @@ class KFDHCQ(AMDHCQBase):
     self._queues: dict[str, KFDQueue] = {}
     self._host_maps: dict[int, K.GPUMemory] = {}
     self.closed = False
-    self._wake = threading.Event()
-    self._thread = threading.Thread(target=self._forwarder, name=f"{device} doorbell forwarder", daemon=True)
-    self._thread.start()
 
   def queue(self, name: str) -> KFDQueue:
     if (q := self._queues.get(name)) is None:
@@ -118,22 +103,8 @@ class KFDHCQ(AMDHCQBase):
 
   def queue_buffer(self, kind: str, queue: str) -> Buffer: return self.queue(queue).buffers[kind]
 
-  def _forward_all(self) -> bool:
-    moved = False
-    for q in list(self._queues.values()): moved |= q.forward()
-    return moved
-
-  def _forwarder(self) -> None:
-    idle_since = time.monotonic()
-    while not self.closed:
-      if self._forward_all():
-        idle_since = time.monotonic()
-        if self.simulated: self.drv.os.kick()
-      self._wake.wait(0.001 if time.monotonic() - idle_since < 0.5 else 0.02)
-      self._wake.clear()
-
+  def wptr_unit(self, queue: str) -> int: return self.queue(queue).unit
   def _kick(self) -> None:
-    self._forward_all()
     if self.simulated: self.drv.os.kick()
   def _busy(self) -> list[str]: return [q.describe() for q in list(self._queues.values()) if q.busy()]
   def _describe(self) -> str:
@@ -168,8 +139,6 @@ class KFDHCQ(AMDHCQBase):
   def close(self) -> None:
     if self.closed: return
     self.closed = True
-    self._wake.set()
-    self._thread.join(timeout=5)
     with self._lock:
       for q in self._queues.values(): q.close()
       for m in self._host_maps.values(): self.drv.free(m)

@@ -192,12 +192,14 @@ from core.ir.dtype import dtypes
 from plugin_amd import pm4
 hcq = Device["AMD"].hcq
 q = hcq.queue("COMPUTE:0")
-out["units"] = [q.hw_wptr.value * 4 == q.core_doorbell.value, q.unit, hcq.queue("COPY:0").unit]
+bell = ctypes.c_uint64.from_address(q.q.doorbell).value
+out["units"] = [ctypes.addressof(q.buffers["wptr"]._buf) == q.rw.va + 8, ctypes.addressof(q.buffers["doorbell"]._buf) == q.q.doorbell,
+                q.hw_wptr.value > 0 and bell == q.hw_wptr.value == q.hw_rptr.value, hcq.wptr_unit("COMPUTE:0"), hcq.wptr_unit("COPY:0")]
 out["queue_ids"] = sorted({q.q.queue_id, hcq.queue("COPY:0").q.queue_id})
 def submit(words):
   ring, wp = q.buffers["ring"].as_buffer().cast("I"), q.buffers["wptr"].as_buffer().cast("Q")
-  for i, w in enumerate(words): ring[(wp[0] // 4 + i) % len(ring)] = w
-  wp[0] += 4 * len(words)
+  for i, w in enumerate(words): ring[(wp[0] + i) % len(ring)] = w   # a PM4 write pointer counts dwords
+  wp[0] += len(words)
   q.buffers["doorbell"].as_buffer().cast("Q")[0] = wp[0]
 sig = Buffer("AMD", 1, dtypes.uint64).allocate()
 addr = ctypes.addressof(sig._buf)
@@ -229,8 +231,10 @@ def test_ops_match_numpy(sim_run):
   for op in ("copy_in_out", "elementwise", "matmul", "reduce_sum", "reduce_max", "int32", "cross_device", "device_copy"):
     assert sim_run[op] < 1e-4, (op, sim_run[op])
 
-def test_doorbells_are_forwarded_in_the_engines_units(sim_run):
-  assert sim_run["units"] == [True, 4, 1]
+def test_core_writes_the_hardware_write_pointer_and_doorbell_in_the_engines_units(sim_run):
+  # core's wptr/doorbell buffers are the queue's own words (no host thread in between), counted in dwords for PM4, and
+  # after the ops the engine read everything the doorbell announced
+  assert sim_run["units"] == [True, True, True, 4, 1]
 
 def test_a_fault_names_the_packet_and_the_queue_recovers(sim_run):
   assert "KFD command processor reported a fault" in sim_run["fault"]
