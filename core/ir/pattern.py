@@ -271,16 +271,19 @@ def print_rewrite_stats(file: Any = None) -> None:
 
 # *** graph rewrite ***
 
-def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False, name: str | None = None) -> UOp:
+def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False, name: str | None = None,
+                  memo: dict[UOp, UOp] | None = None) -> UOp:
   """Rewrite the graph under `sink` with `pm` until no rule applies anywhere. Memoized and iterative.
-  bottom_up=False rewrites a node after its sources are final; bottom_up=True tries a node before its sources."""
+  bottom_up=False rewrites a node after its sources are final; bottom_up=True tries a node before its sources.
+  `memo` (node -> its final rewrite) carries over between calls with the same `pm`, `ctx` and direction, so graphs that
+  share subgraphs (unrolled copies of one index expression) rewrite each shared node once."""
   pass_name = name or pm.name or "unnamed"
   track: collections.Counter | None = None
   if TRACK_REWRITES:
     track = rewrite_stats[pass_name]
     _tracked_matchers[pass_name] = pm
   rewrite = pm.rewrite
-  done: dict[UOp, UOp] = {}
+  done: dict[UOp, UOp] = {} if memo is None else memo
   # stack entries: (node, stage, work) -- stage 0: start, 1: sources done, 2: take the answer of `work`
   stack: list[tuple[UOp, int, UOp]] = [(sink, 0, sink)]
   push, pop = stack.append, stack.pop

@@ -16,9 +16,9 @@ VECTOR_MEM_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dty
 VECTOR_SAFE_DTYPES = VECTOR_MEM_DTYPES | frozenset({dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.index,
                                                     dtypes.void})
 
-def _simplify(u: UOp) -> UOp:
+def _simplify(u: UOp, memo: dict[UOp, UOp] | None = None) -> UOp:
   from core.ir.symbolic import symbolic
-  return graph_rewrite(u, symbolic, name="simplify expanded index")
+  return graph_rewrite(u, symbolic, name="simplify expanded index", memo=memo)
 
 def _combine(op: Ops, xs: list[UOp]) -> UOp:
   # a balanced tree: independent adds, so the unrolled partial sums don't wait on each other
@@ -45,6 +45,7 @@ class Expander:
     self.memo: dict[tuple[UOp, tuple], UOp] = {}
     self._deps: dict[UOp, frozenset[UOp]] = {}
     self._mem: dict[UOp, bool] = {}
+    self._simplified: dict[UOp, UOp] = {}   # shared by every simplify of this kernel: the copies share most of their nodes
 
   def deps(self, u: UOp) -> frozenset[UOp]:
     """The register axes u depends on (walked without recursion: kernels can be deep)."""
@@ -64,7 +65,12 @@ class Expander:
     """u with the register axes set to constants (the vector axis to `lane`, or kept when None), simplified."""
     m = {r: UOp.const(dtypes.index, v) for r, v in env.items() if r in self.deps(u)}
     if lane is not None and self.vec is not None: m[self.vec] = UOp.const(dtypes.index, lane)
-    return _simplify(u.substitute(m)) if m else u
+    if not m: return u
+    # like u.substitute(m), but the walk stops at nodes that use none of the axes set (most of a big index expression)
+    keys, done = frozenset(m), dict(m)
+    for x in u.toposort(gate=lambda x: x not in done and not self.deps(x).isdisjoint(keys)):
+      if x not in done: done[x] = x if self.deps(x).isdisjoint(keys) else x.replace(src=tuple(done[s] for s in x.src))
+    return _simplify(done[u], self._simplified)
 
   def bcast(self, x: UOp) -> UOp: return x if x.dtype.count > 1 or self.width == 1 else UOp.vectorize(*([x] * self.width))
 
@@ -92,7 +98,7 @@ class Expander:
     if any(s.dtype.count > 1 for s in srcs):
       srcs = [self.bcast(s) for s in srcs]
       return u.replace(src=tuple(srcs), dtype=u.dtype.vec(self.width))
-    return _simplify(u.replace(src=tuple(srcs))) if u.dtype is dtypes.index or u.dtype is dtypes.bool else u.replace(src=tuple(srcs))
+    return _simplify(u.replace(src=tuple(srcs)), self._simplified) if u.dtype is dtypes.index or u.dtype is dtypes.bool else u.replace(src=tuple(srcs))
 
   def _combos(self, rngs: list[UOp]) -> list[dict[UOp, int]]:
     sizes = [range(range_size(r) or 1) for r in rngs]
