@@ -3,10 +3,12 @@ from __future__ import annotations
 import os
 from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp, Ops
-from core.codegen.c_style import CStyleRenderer, c_code_for_op
-from core.codegen.llvm_ir import LLVMRenderer
+from core.ir.pattern import PatternMatcher, UPat
+from core.codegen.c_style import CStyleRenderer, base_rewrite, c_code_for_op
+from core.codegen.llvm_ir import LLVMRenderer, llvm_rewrite
 from core.codegen.lowerer import pm_fuse_mulacc
 from plugin_cpu.compiler import host_simd_bytes, host_x86_fma
+from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, host_streams, pm_streaming_stores, stream_width
 
 # bf16: gcc before 13 has __bf16 only as a storage type, so the C renderer leaves it to codegen's decompositions
 _HOST_DTYPES = frozenset((dtypes.bool,) + dtypes.ints + (dtypes.float16, dtypes.float32, dtypes.float64))
@@ -25,6 +27,9 @@ def host_threads() -> int:
 THREADS = host_threads()
 SIMD_BYTES = host_simd_bytes()
 
+# both renderers run the same rules before rendering: FMA for reduction updates, and (x86-64) which stores stream past the caches
+EXTRA_RULES = pm_fuse_mulacc + pm_streaming_stores(NT_MIN_BYTES, SIMD_BYTES) if host_streams() else pm_fuse_mulacc
+
 def _check_block(x: UOp) -> None:
   if x.arg != "gidx0": raise NotImplementedError(f"the CPU runs one-dimensional launches: no thread id {x.arg} (only gidx0)")
 
@@ -37,6 +42,34 @@ def _c_mulacc(a: str, b: str, c: str, dt: DType) -> str:
   if dt.scalar() is dtypes.float64 and dt.count == 1: return f"__builtin_fma({a},{b},{c})"
   if dt.scalar() is dtypes.float32 and host_x86_fma() and (fn := _X86_FMA.get(dt.itemsize)): return f"{fn}({a},{b},{c})"
   return f"(({a}*{b})+{c})"
+
+# GCC's and clang's spellings of one streaming store of an aligned 16/32/64-byte integer vector (the value is bit-cast to it)
+_C_STREAM = {16: "__builtin_ia32_movntdq", 32: "__builtin_ia32_movntdq256", 64: "__builtin_ia32_movntdq512"}
+
+def _c_stream_prefix(w: int) -> list[str]:
+  return [f"typedef long long core_nt{w} __attribute__((vector_size({w})));",
+          f"typedef long long core_nt{w}u __attribute__((vector_size({w}),aligned(1)));",
+          "#if defined(__clang__)", f"#define CORE_STREAM{w}(p, v) __builtin_nontemporal_store((v), (p))",
+          "#else", f"#define CORE_STREAM{w}(p, v) {_C_STREAM[w]}((p), (v))", "#endif",
+          # a vector wider than one instruction is split with __builtin_shufflevector: clang, and GCC from 12 on
+          "#if !defined(CORE_NT_SPLIT) && (defined(__clang__) || __GNUC__ >= 12)", "#define CORE_NT_SPLIT 1", "#endif"]
+
+def _c_stream_store(ctx: CPUCRenderer, x: UOp) -> str:
+  """A STORE marked NT_ARG: streaming stores of whole aligned chunks when the address is aligned, else plain ones (a view or a
+  foreign pointer may not be aligned, and a misaligned streaming store faults)."""
+  idx, val = x.src[0], x.src[1]
+  w, t = stream_width(val.dtype.itemsize, ctx.simd_width), ctx.render_dtype(val.dtype)
+  ctx.stream_widths[w] = None
+  n, lanes = val.dtype.itemsize // w, w // val.dtype.scalar().itemsize
+  parts = [f"(core_nt{w})nt_v"] if n == 1 else \
+          [f"(core_nt{w})__builtin_shufflevector(nt_v, nt_v, {', '.join(str(k * lanes + j) for j in range(lanes))})" for k in range(n)]
+  decl = ", ".join(f"nt_{k} = {p}" for k, p in enumerate(parts))
+  stream = " ".join(f"CORE_STREAM{w}((core_nt{w}*)nt_p + {k}, nt_{k});" for k in range(n))
+  plain = " ".join(f"((core_nt{w}u*)nt_p)[{k}] = nt_{k};" for k in range(n))
+  st = (f"{{ {t} nt_v = {ctx[val]}; void* nt_p = {ctx[idx]}; core_nt{w} {decl}; "
+        f"if (((unsigned long long)nt_p & {w - 1}) == 0) {{ {stream} }} else {{ {plain} }} }}")
+  if n == 1: return st
+  return f"#ifdef CORE_NT_SPLIT\n  {st}\n#else\n  *{ctx.render_vec_ptr(idx, val.dtype)} = {ctx[val]};\n#endif"
 
 class CPUCRenderer(CStyleRenderer):
   """`void name(T* restrict data0, ..., int var0, ..., int gidx0)` compiled by the system C compiler. The block index gidx0 is a
@@ -51,7 +84,8 @@ class CPUCRenderer(CStyleRenderer):
   supported_dtypes = _HOST_DTYPES
   threads = THREADS if THREADS > 1 else 0
   simd_width = SIMD_BYTES
-  extra_matcher = pm_fuse_mulacc
+  extra_matcher = EXTRA_RULES
+  string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _c_stream_store)]) + base_rewrite
   code_for_op = {**c_code_for_op, Ops.MULACC: _c_mulacc}
   vector_alu = CStyleRenderer.vector_alu | {Ops.MULACC}
 
@@ -61,6 +95,7 @@ class CPUCRenderer(CStyleRenderer):
 
   def _render(self, name: str, uops: list[UOp]) -> str:
     self.blocks: list[UOp] = []   # SPECIAL gidx0 seen; this is the per-render copy
+    self.stream_widths: dict[int, None] = {}   # widths of the streaming stores rendered
     return super()._render(name, uops)
 
   def render_special(self, x: UOp) -> str:
@@ -73,6 +108,10 @@ class CPUCRenderer(CStyleRenderer):
     for x in self.blocks[:1]:
       if x.dtype.itemsize == 4: body = [ln for ln in body if ln.strip() != f"{self.render_dtype(x.dtype)} {x.arg} = {x.arg};"]
       else: self.r[x] = f"{x.arg}_arg"   # the body is rendered: only the parameter's name reads this now
+    if self.stream_widths:
+      prefix = prefix + [ln for w in self.stream_widths for ln in _c_stream_prefix(w)]
+      # streaming stores are weakly ordered: fence them before the block returns, so whoever sees the kernel done sees its data
+      body = body + ["  __builtin_ia32_sfence();"]
     # the block index is the last parameter, after the buffers and the variables, as cpu_launch passes it
     return super().render_kernel(name, bufs, vars_ + self.blocks[:1], prefix, body)
 
@@ -94,6 +133,20 @@ TRUNCSFBF2 = """define hidden bfloat @__truncsfbf2(float %x) nounwind {
 }
 """
 
+NT_MD = "!{i32 1}"   # the !nontemporal metadata: a node holding i32 1, as the LangRef asks
+
+def _llvm_stream_store(ctx: CPULLVMRenderer, x: UOp) -> str:
+  """A STORE marked NT_ARG: one streaming store when the address is aligned to the instruction's width, else a plain one (LLVM
+  splits a streaming store it can't prove aligned into 8-byte pieces, and one declared aligned that isn't faults)."""
+  idx, val = x.src[0], x.src[1]
+  w, t, p, v = stream_width(val.dtype.itemsize, ctx.simd_width), ctx.mem_ty(val.dtype), ctx[idx], ctx[val]
+  ctx.streams = True
+  a, m, c, k = ctx.tmp(), ctx.tmp(), ctx.tmp(), ctx.fresh_label("nt")
+  return (f"{a} = ptrtoint ptr {p} to i64\n  {m} = and i64 {a}, {w - 1}\n  {c} = icmp eq i64 {m}, 0\n"
+          f"  br i1 {c}, label %{k}, label %{k}.plain\n{ctx.label(k)}\n  store {t} {v}, ptr {p}, align {w}, !nontemporal {NT_MD}\n"
+          f"  br label %{k}.done\n{ctx.label(k + '.plain')}\n  store {t} {v}, ptr {p}, align {val.dtype.scalar().itemsize}\n"
+          f"  br label %{k}.done\n{ctx.label(k + '.done')}")
+
 class CPULLVMRenderer(LLVMRenderer):
   """The same kernel as LLVM IR for llvmlite; the compiler fills in the host triple and data layout."""
   device = "CPU"
@@ -107,11 +160,16 @@ class CPULLVMRenderer(LLVMRenderer):
   simd_width = SIMD_BYTES
   # LLVM tunes most AVX-512 CPUs to 256-bit vectors for loops it vectorizes itself; the attribute asks for the full width
   kernel_attrs = 'nounwind "prefer-vector-width"="512"' if SIMD_BYTES == 64 else "nounwind"
-  extra_matcher = pm_fuse_mulacc
+  extra_matcher = EXTRA_RULES
+  string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _llvm_stream_store)]) + llvm_rewrite
 
   def _render(self, name: str, uops: list[UOp]) -> str:
     self.blocks: list[UOp] = []
-    return super()._render(name, uops)
+    self.streams = False
+    src = super()._render(name, uops)
+    if not self.streams: return src
+    # streaming stores are weakly ordered: SFENCE before the block returns, so whoever sees the kernel done sees its data
+    return src.replace("\n  ret void\n}\n", "\n  call void @llvm.x86.sse.sfence()\n  ret void\n}\n", 1) + "declare void @llvm.x86.sse.sfence()\n"
 
   def render_special(self, x: UOp) -> str:
     _check_block(x)

@@ -13,9 +13,8 @@ class CPUAllocator(LRUAllocator):
   """Host memory as ctypes byte arrays whose address is 64-byte aligned. Views (`_offset`) keep their base alive."""
   def _alloc(self, size: int, options: BufferSpec) -> Any:
     if options.external_ptr is not None: return (ctypes.c_uint8 * size).from_address(options.external_ptr)
-    raw = (ctypes.c_uint8 * (size + ALIGN - 1))()
-    # from_buffer keeps `raw` referenced by the returned array, so the aligned window owns its memory
-    return (ctypes.c_uint8 * size).from_buffer(raw, -ctypes.addressof(raw) % ALIGN)
+    from plugin_cpu.hostmem import alloc_host
+    return alloc_host(size)   # 64-byte aligned; from 2 MiB on a mapping of its own on huge pages
   def _free(self, opaque: Any, options: BufferSpec) -> None: pass  # Python frees the array when the last reference goes
   def _offset(self, opaque: Any, size: int, offset: int) -> Any: return (ctypes.c_uint8 * size).from_buffer(opaque, offset)
   def _as_buffer(self, opaque: Any) -> memoryview: return memoryview(opaque).cast("B")

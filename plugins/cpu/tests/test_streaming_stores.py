@@ -1,0 +1,113 @@
+"""Streaming stores: big outputs' vector stores stream past the caches (x86-64, both renderers) and results still match numpy."""
+from __future__ import annotations
+import ctypes
+import numpy as np
+import pytest
+from core import Tensor
+from core.ir.dtype import dtypes
+from core.ir.ops import UOp, Ops
+from core.ir.pattern import graph_rewrite
+from core.schedule.kernelize import create_schedule
+from core.codegen.program import get_program
+from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, host_streams, pm_streaming_stores, stream_width
+from cpu_kernels import RENDERERS, Linear, device, buf, rng, c, run
+
+BIG = 1 << 24   # 64 MiB of float32: past any last-level cache
+MARKS = {"C": ("CORE_STREAM", "__builtin_ia32_sfence();"), "LLVM": ("!nontemporal", "call void @llvm.x86.sse.sfence()")}
+
+def _program(ren: str, n: int):
+  a, b = Tensor(np.zeros(n, np.float32)), Tensor(np.zeros(n, np.float32))
+  items, _, _ = create_schedule([(a * b + 1).uop])
+  ks = [it for it in items if it.ast.op is Ops.SINK]
+  assert len(ks) == 1
+  return get_program(ks[0].ast, device(ren).renderer)
+
+def _launch(ren: str, spec, arrays: list[np.ndarray], out_offset: int = 0) -> np.ndarray:
+  """Runs `spec` on copies of `arrays` (arrays[0] is the output); the output buffer starts `out_offset` bytes into its block."""
+  dev = device(ren)
+  prg = dev.runtime(spec.name, dev.compiler.compile(spec.src))
+  hs = []
+  for i, a in enumerate(arrays):
+    extra = out_offset if i == 0 else 0
+    h = dev.allocator.alloc(a.nbytes + extra)
+    if extra: h = dev.allocator._offset(h, a.nbytes, extra)
+    dev.allocator._copyin(h, memoryview(a).cast("B"))
+    hs.append(h)
+  prg(*hs, global_size=spec.global_size, wait=True)
+  out = np.empty_like(arrays[0])
+  dev.allocator._copyout(memoryview(out).cast("B"), hs[0])
+  return out
+
+@pytest.mark.parametrize("ren", RENDERERS)
+def test_big_elementwise_streams_and_fences_small_does_not(ren):
+  store, fence = MARKS[ren]
+  big, small = _program(ren, BIG), _program(ren, 1 << 16)
+  assert any(u.op is Ops.STORE and u.arg == NT_ARG for u in big.uops) == host_streams()
+  assert (store in big.src and fence in big.src) == host_streams(), big.src
+  assert store not in small.src and fence not in small.src and "sfence" not in small.src
+  assert not any(u.op is Ops.STORE and u.arg == NT_ARG for u in small.uops)
+
+@pytest.mark.parametrize("ren", RENDERERS)
+@pytest.mark.parametrize("out_offset", [0, 4])
+def test_streamed_mul_add_matches_numpy(ren, out_offset):
+  # offset 4: the output is a view whose address is not vector aligned; the kernel must take its plain stores (no fault)
+  spec = _program(ren, BIG)
+  r = np.random.default_rng(1)
+  a, b = r.standard_normal(BIG, dtype=np.float32), r.standard_normal(BIG, dtype=np.float32)
+  got = _launch(ren, spec, [np.full(BIG, np.nan, np.float32), a, b], out_offset)
+  np.testing.assert_array_equal(got, a * b + np.float32(1))
+
+def test_tensor_mul_add_and_sums_match_numpy():
+  r = np.random.default_rng(2)
+  a, b = r.standard_normal(BIG, dtype=np.float32), r.standard_normal(BIG, dtype=np.float32)
+  ta, tb = Tensor(a).realize(), Tensor(b).realize()
+  for _ in range(2):   # the second run reuses the first's (cached) output buffer
+    np.testing.assert_array_equal((ta * tb + 1).numpy(), a * b + np.float32(1))
+  u = r.random(BIG, dtype=np.float32)
+  tu = Tensor(u).realize()
+  assert float(tu.sum().numpy()) == pytest.approx(u.astype(np.float64).sum(), rel=1e-6)
+  np.testing.assert_allclose(tu.reshape(4096, 4096).sum(axis=1).numpy(), u.reshape(4096, 4096).astype(np.float64).sum(axis=1), rtol=1e-5)
+
+@pytest.mark.skipif(not host_streams(), reason="streaming stores are rendered on x86-64 hosts only")
+@pytest.mark.parametrize("ren", RENDERERS)
+@pytest.mark.parametrize("dt,count", [(dtypes.float32, 4), (dtypes.float32, 8), (dtypes.float32, 16), (dtypes.int32, 8), (dtypes.float64, 4)])
+def test_marked_stores_render_and_run(ren, dt, count):
+  # every width the renderers split a vector into (16 and 32 bytes here; 64 on AVX-512), of floats and ints
+  n = 1024
+  out, inp = buf(0, dt, n), buf(1, dt, n)
+  lin = Linear()
+  lin.add(out, inp)
+  r = lin.add(rng(n // count))
+  i = r * c(count)
+  v = UOp(Ops.LOAD, dt.vec(count), (inp.index(i),))
+  lin.add(UOp(Ops.STORE, dtypes.void, (out.index(i), v + v), NT_ARG).end(r))
+  assert MARKS[ren][0] in device(ren).renderer.render("nt_kernel", lin.uops)
+  x = (np.arange(n) - 300).astype(np.float64 if dt is dtypes.float64 else np.float32 if dt is dtypes.float32 else np.int32)
+  got = run(ren, lin.uops, [np.zeros_like(x), x], name="nt_kernel")[0]
+  np.testing.assert_array_equal(got, x + x)
+
+# *** the rule by itself: which stores it marks ***
+
+def _store(n: int, idx_fn, count: int = 8, gated: bool = False) -> UOp:
+  out, inp = buf(0, dtypes.float32, n), buf(1, dtypes.float32, n)
+  r = rng(n // count)
+  i = idx_fn(r)
+  val = UOp(Ops.LOAD, dtypes.float32.vec(count), (inp.index(i),))
+  index = out.index(i, valid=r < c(3)) if gated else out.index(i)
+  return UOp(Ops.STORE, dtypes.void, (index, val)).end(r)
+
+def _marked(sink: UOp, min_bytes: int = 1024, simd: int = 32) -> bool:
+  return any(u.op is Ops.STORE and u.arg == NT_ARG for u in graph_rewrite(sink, pm_streaming_stores(min_bytes, simd)).toposort())
+
+def test_rule_marks_only_whole_aligned_vector_stores_into_big_buffers():
+  assert _marked(_store(4096, lambda r: r * c(8)))
+  assert not _marked(_store(4096, lambda r: r * c(8)), min_bytes=1 << 20)         # a small buffer
+  assert not _marked(_store(4096, lambda r: r * c(8) + c(1)))                    # index not a multiple of the vector
+  assert not _marked(_store(4096, lambda r: r * c(8), count=2))                  # 8 bytes: no streaming store that narrow
+  assert not _marked(_store(4096, lambda r: r * c(8), gated=True))               # gated stores stay plain
+  assert _marked(_store(4096, lambda r: r * c(4), count=4))                      # 16 bytes, 16-aligned: SSE width
+
+def test_stream_width():
+  assert [stream_width(b, 32) for b in (16, 32, 64, 8, 48)] == [16, 32, 32, 0, 16]
+  assert [stream_width(b, 64) for b in (64, 128, 32)] == [64, 64, 32]
+  assert NT_MIN_BYTES >= 4 << 20
