@@ -97,3 +97,19 @@ def test_track_rewrites_counts_per_pass():
   rewrite_stats.clear()
   graph_rewrite(x + 0, pm, name="untracked")
   assert "untracked" not in rewrite_stats
+
+def test_graph_rewrite_memo_rewrites_shared_nodes_once():
+  # two graphs sharing a subgraph: with one memo, the shared x+0 is rewritten in the first call only
+  calls = []
+  def fold(x):
+    calls.append(x)
+    return x
+  pm = PatternMatcher([(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c", vec=False))), lambda x, c: fold(x) if c.arg == 0 else None)])
+  a = UOp(Ops.DEFINE_VAR, dtypes.int32, arg=("a", 0, 10))
+  shared = (a + 0) * 3
+  memo: dict = {}
+  r1 = graph_rewrite(shared + 1, pm, memo=memo)
+  r2 = graph_rewrite(shared + 2, pm, memo=memo)
+  assert r1 is (a * 3) + 1 and r2 is (a * 3) + 2
+  assert len(calls) == 1
+  assert graph_rewrite(shared + 2, pm) is r2 and len(calls) == 2   # without the memo it is rewritten again
