@@ -15,6 +15,13 @@ class BufferSpec:
   host: bool = False              # pinned host memory
   nolru: bool = False             # never keep in the LRU cache (freed at once)
   external_ptr: int | None = None # wrap memory someone else owns; never freed by us
+  # the LRU cache hashes the spec on every alloc and free: computed once (the generated __hash__ hashes every field each time)
+  def __hash__(self) -> int:
+    if (h := self.__dict__.get("_hash")) is None:
+      h = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self)))
+      object.__setattr__(self, "_hash", h)
+    return h
+  def __getstate__(self) -> dict[str, Any]: return {k: v for k, v in self.__dict__.items() if k != "_hash"}   # str hashes differ per process
 
 class OutOfMemory(MemoryError):
   """A device allocation failed; the message says what was asked, what is in use and what was tried."""
@@ -61,7 +68,7 @@ class LRUAllocator(Allocator[T]):
 
   def alloc(self, size: int, options: BufferSpec | None = None) -> T:
     opts = options or self.default_spec
-    if (blocks := self.cache.get((size, opts))):
+    if (cache := self.__dict__.get("_cache")) is not None and (blocks := cache.get((size, opts))):
       self.used += size
       return blocks.pop()
     try: return super().alloc(size, opts)
@@ -79,7 +86,7 @@ class LRUAllocator(Allocator[T]):
     opts = options or self.default_spec
     if opts.nolru or opts.external_ptr is not None: return super().free(opaque, size, opts)
     self.used -= size
-    self.cache[(size, opts)].append(opaque)
+    (self.__dict__.get("_cache") or self.cache)[(size, opts)].append(opaque)
 
   def free_cache(self) -> None:
     """Returns every cached block to the device."""

@@ -1,5 +1,6 @@
 """Buffer: a typed span of device memory, allocated lazily, freed when unreachable; views share their base's memory."""
 from __future__ import annotations
+import functools
 from typing import Any
 from core.ir.dtype import DType, to_np
 from core.device.allocator import BufferSpec
@@ -22,9 +23,7 @@ class Buffer:
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
   @property
-  def allocator(self) -> Any:
-    from core.device.registry import Device
-    return Device[self.device].allocator
+  def allocator(self) -> Any: return _devices()[self.device].allocator
 
   def is_allocated(self) -> bool: return hasattr(self, "_buf")
 
@@ -39,19 +38,28 @@ class Buffer:
     if opaque is not None: self._buf, self._owned = opaque, False
     else:
       # zero-size buffers own no memory but still count as allocated
-      self._buf, self._owned = (self.allocator.alloc(self.nbytes, self.options) if self.nbytes else None), self.nbytes > 0
-      GlobalCounters.mem_used[self.device] += self.nbytes
+      nbytes = self.size * self.dtype.itemsize
+      if nbytes:
+        # the allocator that gave the memory takes it back (also when the device was reopened meanwhile)
+        self._allocator = alloc = _devices()[self.device].allocator
+        self._buf, self._owned = alloc.alloc(nbytes, self.options), True
+      else: self._buf, self._owned = None, False
+      _mem_used[self.device] += nbytes
     return self
 
   def deallocate(self) -> None:
-    if not self.is_allocated(): return
-    if self._base is None and getattr(self, "_owned", False):
-      self.allocator.free(self._buf, self.nbytes, self.options)
-      GlobalCounters.mem_used[self.device] -= self.nbytes
-    del self._buf
+    # every freed tensor passes here: the attributes are read from __dict__ once
+    d = self.__dict__
+    if "_buf" not in d: return
+    if d.get("_owned") and self._base is None:
+      nbytes = self.size * self.dtype.itemsize
+      (d.get("_allocator") or self.allocator).free(d["_buf"], nbytes, self.options)
+      _mem_used[self.device] -= nbytes
+    del d["_buf"]
 
   def __del__(self) -> None:
-    try: self.deallocate()
+    try:
+      if "_buf" in self.__dict__: self.deallocate()
     except Exception: pass   # interpreter shutdown may have torn down the device already
 
   def view(self, size: int, dtype: DType, offset: int) -> Buffer:
@@ -89,3 +97,11 @@ class Buffer:
   def __repr__(self) -> str:
     view = "" if self._base is None else f" view offset={self.offset}"
     return f"<Buffer {self.device} size={self.size} dtype={self.dtype}{view}{'' if self.is_allocated() else ' unallocated'}>"
+
+_mem_used = GlobalCounters.mem_used
+
+@functools.cache
+def _devices() -> Any:
+  """core.device.registry.Device, imported on first use (the registry imports plugins; a buffer is made after it anyway)."""
+  from core.device.registry import Device
+  return Device

@@ -7,7 +7,8 @@ from core.ir.ops import UOp, Ops, GroupOp, sym_val
 from core.schedule.kernelize import create_schedule, ScheduleItem
 from core.schedule.memory import plan_memory
 from core.schedule.realize_points import contiguous_buffer
-from core.engine.run import buffer_of
+from core.engine.run import buffer_of, _BUF
+from core.device.buffer import Buffer
 from core.device.registry import Device
 import core.engine.jit as _jit
 from core.helpers import DEBUG, prod
@@ -73,11 +74,43 @@ SCHEDULE_CACHE_SIZE = 2048
 
 def _placeholder(b: UOp, i: int) -> UOp: return UOp(Ops.BUFFER, b.dtype, (UOp(Ops.UNIQUE, arg=("input", i)), b.src[1]), b.arg)
 
+_NO_FAST = object()
+
+def _walk_one(u: UOp) -> tuple[tuple, list[UOp], bool, bool] | None | object:
+  """_walk of one root whose sources are all leaves (buffers or marked subgraphs): x + 1, a * b. The same key, inputs and
+  answers as the general walk (it emits the sources in order, then the root), built without its stack; _NO_FAST otherwise."""
+  op = u.op
+  if op is Ops.BUFFER or op is Ops.ASSIGN or op is Ops.BIND: return _NO_FAST
+  d = u.__dict__
+  epoch = _plain_epoch
+  if d.get("_plain") == epoch: return _NO_FAST
+  if "_assigned" in d: return None
+  key: list[tuple] = []
+  inputs: list[UOp] = []
+  idx: list[int] = []
+  pos: dict[UOp, int] = {}   # a source given twice (a + a) is one leaf
+  for x in u.src:
+    if (j := pos.get(x)) is not None: idx.append(j)
+    elif x.op is Ops.BUFFER:
+      pos[x] = j = len(key)
+      idx.append(j)
+      key.append((Ops.BUFFER, x.dtype, x.arg, x.src[1].arg, len(inputs)))
+      inputs.append(x)
+    elif x.__dict__.get("_plain") == epoch:
+      pos[x] = j = len(key)
+      idx.append(j)
+      key.append((None, x))
+    else: return _NO_FAST
+  key.append((op, u.dtype, u._key[3], u.tag, tuple(idx)))
+  key.append((Ops.SINK, (len(key) - 1,)))
+  return tuple(key), inputs, False, False
+
 def _walk(roots: list[UOp], check_memo: bool) -> tuple[tuple, list[UOp], bool, bool] | None:
   """One pass over the graphs: (structural key, input buffers in order, has ASSIGN, has BIND); None when part of it is
   already computed (a memo hit or an ASSIGN that ran) and must be substituted first. The key is the graph with its
   buffers numbered, so two graphs with equal keys differ only in which buffers they read. (The hot path of every eager
   op: one iterative post-order walk that builds the key as it goes, memo entries read from the nodes themselves.)"""
+  if len(roots) == 1 and check_memo and (w := _walk_one(roots[0])) is not _NO_FAST: return w   # type: ignore[return-value]
   idx: dict[UOp, int] = {}
   key: list[tuple] = []
   inputs: list[UOp] = []
@@ -188,17 +221,20 @@ class _Eager:
     return self.replay_valid is None or self.replay_valid()
 
   def __call__(self, inputs: list[UOp]) -> list[UOp]:
-    from core.device.buffer import Buffer
     uops: list[UOp | None] = list(inputs)
-    bufs = [buffer_of(u) for u in inputs]
+    bufs = [u.__dict__.get(_BUF) or buffer_of(u) for u in inputs]
     for dev, size, dtype, named in self.created:
       if named:
-        u = UOp(Ops.BUFFER, dtype, (UOp.unique(), dev), size)   # UOp.new_buffer, with the DEVICE node at hand
+        # UOp.new_buffer with the DEVICE node at hand, and buffer_of's entry set directly
+        n = UOp._unique_counter
+        UOp._unique_counter = n + 1
+        u = UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, arg=n), dev), size)
+        b = u.__dict__.setdefault(_BUF, Buffer(dev.arg, size, dtype))
         uops.append(u)
-        bufs.append(buffer_of(u))
       else:
+        b = Buffer(dev.arg, size, dtype)   # an intermediate: only its memory is needed, for this run
         uops.append(None)
-        bufs.append(Buffer(dev.arg, size, dtype))   # an intermediate: only its memory is needed, for this run
+      bufs.append(b)
     if self.replay is not None: self.replay(bufs, self.var_vals)
     out = []
     for i, chain in self.results:
@@ -213,25 +249,32 @@ class _Eager:
 
 # schedule cache key -> its _Eager (None: that schedule can't take the fast path)
 _eager: dict[tuple, _Eager | None] = {}
+_MISS: Any = object()
 
 def _run_eager(key: tuple, inputs: list[UOp]) -> tuple[list[UOp], _Eager] | None:
   """The results of running the cached schedule of `key` on `inputs`, or None when the general path must run it."""
-  if (hit := _schedule_cache.get(key)) is None: return None
-  if (e := _eager.get(key)) is None or not e.valid():
-    if key in _eager and e is None: return None
-    items, res, var_vals, phs = hit
+  # move_to_end both finds the key (KeyError: not cached) and keeps the entry recent: one hash of the key, not two
+  try: _schedule_cache.move_to_end(key)
+  except KeyError: return None
+  if (e := _eager.get(key, _MISS)) is None: return None
+  if e is _MISS or not e.valid():
+    items, res, var_vals, phs = _schedule_cache[key]
     e = _Eager(items, res, phs, var_vals)
     if len(_eager) >= SCHEDULE_CACHE_SIZE: _eager.pop(next(iter(_eager)))
     _eager[key] = e if e.ok else None
     if not e.ok: return None
-  _schedule_cache.move_to_end(key)
   return e(inputs), e
+
+_VIEWS = (Ops.RESHAPE, Ops.SHRINK, Ops.BUFFER)   # the ops contiguous_buffer can answer something other than None for
 
 def realize(*roots: UOp) -> list[UOp]:
   """Compute the graphs `roots`; return for each an equivalent uop over a realized buffer."""
+  global _plain_epoch
   # already a buffer, or a static reshape of one: realize returns it as it is (a Jit's inputs, a second .realize())
-  if all(r.op is Ops.BUFFER or (r.op is Ops.RESHAPE and r.src[0].op is Ops.BUFFER and len(r.src) == 1 and
-                                all(type(d) is int for d in r.arg)) for r in roots): return list(roots)
+  for r in roots:
+    if not (r.op is Ops.BUFFER or (r.op is Ops.RESHAPE and r.src[0].op is Ops.BUFFER and len(r.src) == 1 and
+                                   all(type(d) is int for d in r.arg))): break
+  else: return list(roots)
   capturing = _jit.capturing
   todo, substituted = list(roots), False
   if (w := _walk(todo, check_memo=True)) is None:
@@ -240,7 +283,7 @@ def realize(*roots: UOp) -> list[UOp]:
     assert w is not None
   key, inputs, has_assign, _ = w
   # a Jit capture and DEBUG output need the schedule items
-  if capturing is None and DEBUG < 2 and (fast := _run_eager(key, inputs)) is not None:
+  if capturing is None and DEBUG.value < 2 and (fast := _run_eager(key, inputs)) is not None:
     res_list, e = fast
     if has_assign or substituted:
       for i in e.written: _version[inputs[i]] = _version.get(inputs[i], 0) + 1
@@ -256,11 +299,15 @@ def realize(*roots: UOp) -> list[UOp]:
     # the caller's graphs (before memo substitution) hold the ASSIGN nodes other tensors may still reference
     for u in UOp(Ops.SINK, src=tuple(roots) + tuple(todo)).toposort(gate=lambda u: u.op is not Ops.BUFFER and u not in _assigned):
       if u.op is Ops.ASSIGN and u not in _assigned: _assigned[u] = u.src[0]
-  out = []
   for r, res in zip(roots, res_list):
-    if r is not res and not is_realized(r): _realized[r] = (res, _version.get(_base(res), 0))
-    out.append(res)
-  return out
+    # _realized[r] = (res, version), inlined: every eager op passes here (only views can be contiguous buffers already)
+    if r is not res and (r.op not in _VIEWS or contiguous_buffer(r) is None):
+      d = r.__dict__
+      if "_plain" in d: _plain_epoch += 1
+      b = res
+      while b.op in GroupOp.Movement: b = b.src[0]
+      d["_realized"] = (res, b.__dict__.get("_version", 0))
+  return res_list
 
 def from_host(data: memoryview | bytes | bytearray, dtype: DType, device: str, shape: tuple[int, ...]) -> UOp:
   """A realized uop holding a copy of `data` (row-major bytes of `shape`)."""

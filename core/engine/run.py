@@ -1,6 +1,6 @@
 """Execute schedule items on devices: compile-once runners, copies, DEBUG=2 kernel lines."""
 from __future__ import annotations
-import time, weakref
+import time
 from typing import Any
 from core.ir.ops import UOp, Ops
 from core.device.buffer import Buffer
@@ -8,15 +8,18 @@ from core.device.counters import GlobalCounters
 from core.codegen.program import get_program, ProgramSpec
 from core.helpers import DEBUG, colored, prod
 
-_buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+# the Buffer behind a BUFFER uop lives in the node's own __dict__ under this name: it dies with the node (like a
+# WeakKeyDictionary entry) but costs no weak reference to set or to drop (every eager op makes one)
+_BUF = "_buffer"
 
 def buffer_of(u: UOp) -> Buffer:
   """The device Buffer behind a BUFFER uop (created, not yet allocated, on first ask)."""
+  if (b := u.__dict__.get(_BUF)) is not None: return b
   if u.op is not Ops.BUFFER: raise TypeError(f"buffer_of needs a BUFFER uop, got {u.op.name}")
-  if (b := _buffers.get(u)) is None: b = _buffers[u] = Buffer(u.src[1].arg, u.arg, u.dtype)
+  b = u.__dict__[_BUF] = Buffer(u.src[1].arg, u.arg, u.dtype)
   return b
 
-def has_buffer(u: UOp) -> bool: return u in _buffers
+def has_buffer(u: UOp) -> bool: return _BUF in u.__dict__
 
 class CompiledRunner:
   """A compiled kernel for one device: call it with Buffers."""

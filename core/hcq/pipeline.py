@@ -70,15 +70,22 @@ class Submission:
     self._waits = [(dev, q, self.signal_bufs[(dev, q)], host_timeline(dev, q)) for dev, q in self.queues]
 
   def run(self, bufs: list[Any], var_vals: dict[Any, int] | None = None, wait: bool = True) -> None:
-    from core.hcq.patches import write_value
-    addrs: list[int | None] = [_addr(b) for b in bufs]
+    # the buffers' addresses (allocated now if they are not yet): _addr inlined, it runs for every buffer of every eager op
+    addrs: list[int | None] = []
+    for b in bufs:
+      try: h = b._buf
+      except AttributeError: h = b.allocate()._buf
+      addrs.append(_addressof(h) if isinstance(h, _CArray) else buffer_addr(b))
     last = self.last_addrs
     for i, view, target, off, fmt, mask, addend, width in self._fast_patches:
       if (a := addrs[i]) is not None and a != last[i]:
-        if view is not None: struct.pack_into(fmt, view, off, (a + addend) & mask)
-        else: write_value(target, off, a + addend, width)
+        if view is not None: _pack_into(fmt, view, off, (a + addend) & mask)
+        else:
+          from core.hcq.patches import write_value
+          write_value(target, off, a + addend, width)
     self.last_addrs = addrs
     if self.var_patches:
+      from core.hcq.patches import write_value
       by_arg = {v.arg: val for v, val in (var_vals or {}).items()}
       for arg, target, off, width in self.var_patches:
         if arg not in by_arg: raise RuntimeError(f"HCQ: the schedule needs a value for variable {arg[0]!r}")
@@ -91,9 +98,10 @@ class Submission:
   def wait(self, timeout_s: float | None = None) -> None:
     """Block until every queue of this submission reached its final timeline value (HCQ_TIMEOUT seconds at most)."""
     timeout = float(HCQ_TIMEOUT.value if timeout_s is None else timeout_s)
+    hcq_of = self.ctx.hcq_of
     for dev, q, sig, tl in self._waits:
       expected = tl[0]
-      try: self.ctx.hcq_of(dev).wait_signal(sig, expected, timeout)
+      try: hcq_of(dev).wait_signal(sig, expected, timeout)
       except (HCQError, TimeoutError) as e: raise self._failure(dev, q, expected, e) from e
 
   def _failure(self, dev: str, q: str, expected: int, cause: BaseException) -> HCQError:
@@ -133,6 +141,8 @@ class Submission:
     for (d, q), sig in self.signal_bufs.items():
       if read_signal(sig) < (v := host_timeline(d, q)[0]): sig.copyin(struct.pack("<Q", v))
     time.sleep(0.01)
+
+_addressof, _CArray, _pack_into = ctypes.addressof, ctypes.Array, struct.pack_into
 
 def _addr(b: Any) -> int:
   """buffer_addr of a Buffer (allocated now if it is not yet), with a fast path for a ctypes array (the CPU's memory)."""

@@ -74,14 +74,22 @@ def _arg_key(a: Any) -> Any:
   if type(a) is bool: return (bool, a)
   return a
 
+_ucache: dict[tuple, weakref.ReferenceType[UOp]] = {}
+_keyed_args = (float, tuple, bool)
+
 class UOpMeta(type):
-  ucache: dict[tuple, weakref.ReferenceType[UOp]] = {}
+  ucache = _ucache
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None) -> UOp:
-    key = (op, dtype, src, arg if type(arg) not in (float, tuple, bool) else _arg_key(arg), tag)
-    if (ref := UOpMeta.ucache.get(key)) is not None and (ret := ref()) is not None: return ret
-    ret = super().__call__(op, dtype, src, arg, tag)
-    ret._key = key
-    UOpMeta.ucache[key] = weakref.ref(ret)
+    key = (op, dtype, src, arg if type(arg) not in _keyed_args else _arg_key(arg), tag)
+    if (ref := _ucache.get(key)) is not None and (ret := ref()) is not None: return ret
+    if cls is UOp:
+      # the hot path of every graph builder: the slots are set through their descriptors (no __init__, no __setattr__ call)
+      ret = _new_uop(cls)
+      _set_op(ret, op); _set_dtype(ret, dtype); _set_src(ret, src); _set_arg(ret, arg); _set_tag(ret, tag); _set_key(ret, key)  # noqa: E702
+    else:
+      ret = super().__call__(op, dtype, src, arg, tag)
+      ret._key = key
+    _ucache[key] = weakref.ref(ret)
     return ret
 
 class UOp(metaclass=UOpMeta):
@@ -105,7 +113,7 @@ class UOp(metaclass=UOpMeta):
   def __del__(self) -> None:
     try:
       # weak references are still live inside __del__, so compare with self
-      if (ref := UOpMeta.ucache.get(self._key)) is not None and ref() in (None, self): del UOpMeta.ucache[self._key]
+      if (ref := _ucache.get(key := self._key)) is not None and ((r := ref()) is None or r is self): del _ucache[key]
     except (AttributeError, TypeError): pass  # interpreter shutdown or a failed construction
   def __reduce__(self): return (UOp, (self.op, self.dtype, self.src, self.arg, self.tag))
   def __repr__(self) -> str:
@@ -508,3 +516,7 @@ def sym_val(x: sint) -> int:
   if isinstance(x, int): return x
   binds = {u.src[0]: u.src[1].arg for u in x.toposort() if u.op is Ops.BIND}
   return int(exec_uop_tree(x.substitute({u: u.src[0] for u in x.toposort() if u.op is Ops.BIND}), binds))
+
+# UOpMeta.__call__ sets a new node's slots through these (bound once: the descriptors are looked up on every attribute set otherwise)
+_new_uop = object.__new__
+_set_op, _set_dtype, _set_src, _set_arg, _set_tag, _set_key = (UOp.__dict__[k].__set__ for k in ("op", "dtype", "src", "arg", "tag", "_key"))

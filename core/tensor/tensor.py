@@ -1,7 +1,7 @@
 """The user-facing lazy Tensor: construction, dtype/device plumbing, realization, host transfer and autograd entry points."""
 from __future__ import annotations
-import builtins, contextlib, weakref
-from typing import Any, ClassVar, cast
+import builtins, contextlib, functools, weakref
+from typing import Any, ClassVar
 from core.helpers import prod
 from core.ir.dtype import DType, DTypeLike, ConstType, dtypes, to_dtype, from_np, to_np, least_upper_dtype
 from core.ir.ops import UOp, Ops, sym_val
@@ -36,13 +36,18 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
   """A lazily evaluated n-dimensional array. Operations build a UOp graph; `realize()`/`numpy()` run it on `device`."""
   training: ClassVar[bool] = False
   no_grad: ClassVar[bool] = False
-  _all: ClassVar[weakref.WeakSet[Tensor]] = weakref.WeakSet()
+  _all: ClassVar[weakref.WeakSet[Tensor]] = weakref.WeakSet()   # the live tensors that (ever) had requires_grad set true
   __hash__ = object.__hash__  # __eq__ builds a comparison, so keep identity hashing
 
   def __init__(self, data: Any, device: str | None = None, dtype: DTypeLike | None = None, requires_grad: bool | None = None):
-    dt = None if dtype is None else to_dtype(dtype)
     self.grad: Tensor | None = None
-    self.requires_grad: bool | None = requires_grad
+    self._requires_grad: bool | None
+    if requires_grad: self.requires_grad = requires_grad
+    else: self._requires_grad = requires_grad   # the setter's work is for true only
+    if type(data) is UOp and device is None and dtype is None:   # every op's result (_wrap): nothing to convert
+      self.uop: UOp = data
+      return
+    dt = None if dtype is None else to_dtype(dtype)
     if isinstance(data, UOp):
       dev = canonical_device(device) if device is not None else None
       uop = data if dev is None or data.device == dev else data.copy_to_device(dev)
@@ -66,20 +71,30 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
         from core.engine.realize import from_host
         uop = UOp.const(store, 0, dev, shape) if prod(shape) == 0 else from_host(raw, store, dev, tuple(shape))
         if cast_to is not None: uop = uop.cast(cast_to)
-    self.uop: UOp = uop
-    Tensor._all.add(self)
+    self.uop = uop
+
+  # backward() finds its targets among the live tensors that require grad: a tensor joins `_all` when its requires_grad is
+  # set true (a weak set entry for every eager intermediate would cost more than the op itself)
+  @property
+  def requires_grad(self) -> bool | None: return self._requires_grad
+  @requires_grad.setter
+  def requires_grad(self, v: bool | None) -> None:
+    self._requires_grad = v
+    if v and "_in_all" not in self.__dict__:   # once: the weak set compares equal-hash entries with ==, which Tensor overloads
+      self._in_all = True
+      Tensor._all.add(self)
 
   @classmethod
   def _wrap(cls, uop: UOp, *parents: Tensor) -> Tensor:
     """A result tensor: requires_grad is True if any parent's is, None if any is unset, else False."""
-    rgs = [p.requires_grad for p in parents]
+    rgs = [p._requires_grad for p in parents]   # the property, read without its call (every op passes here)
     rg = True if True in rgs else (None if None in rgs or not rgs else False)
     return cls(uop, requires_grad=rg)
 
   # *** properties ***
 
   @property
-  def shape(self) -> tuple[int, ...]: return cast("tuple[int, ...]", tuple(self.uop.shape or ()))
+  def shape(self) -> tuple[int, ...]: return s if (s := self.uop.shape) is not None else ()  # type: ignore[return-value]
   @property
   def dtype(self) -> DType: return self.uop.dtype
   @property
@@ -101,9 +116,11 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
 
   def realize(self, *lst: Tensor) -> Tensor:
     """Computes this tensor (and `lst`) now; afterwards each one is backed by a device buffer."""
-    from core.engine.realize import realize
+    if not lst:   # the eager case: one tensor
+      self.uop = _engine_realize()(self.uop)[0]
+      return self
     ts = [self, *lst]
-    for t, u in zip(ts, realize(*[t.uop for t in ts])): t.uop = u
+    for t, u in zip(ts, _engine_realize()(*[t.uop for t in ts])): t.uop = u
     return self
 
   def numpy(self) -> Any:
@@ -227,13 +244,16 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
       dt = dtype or least_upper_dtype(x.dtype, y.dtype)
     else:
       if not isinstance(y, (bool, int, float)): raise TypeError(f"can't combine a Tensor with {type(y).__name__}")
+      xu = x.uop   # read once: this is the path of every eager op with a scalar
+      xdt = xu.dtype
       if dtype is not None: dt = dtype
-      elif isinstance(y, float) and not dtypes.is_float(x.dtype): dt = dtypes.default_float
-      elif isinstance(y, int) and not isinstance(y, bool) and x.dtype is dtypes.bool: dt = dtypes.default_int
-      else: dt = x.dtype
-      if dt is x.dtype and all(type(d) is int for d in x.shape):
+      elif isinstance(y, float) and not dtypes.is_float(xdt): dt = dtypes.default_float
+      elif isinstance(y, int) and not isinstance(y, bool) and xdt is dtypes.bool: dt = dtypes.default_int
+      else: dt = xdt
+      xshape = x.shape
+      if dt is xdt and all([type(d) is int for d in xshape]):
         # the common eager case (x + 1): the scalar built at x's shape directly, the same graph the general path makes
-        y = Tensor(UOp.const(dt, y, x.device, x.shape), requires_grad=False)
+        y = Tensor(UOp.const(dt, y, xu.device, xshape), requires_grad=False)
         return (y, x) if reverse else (x, y)
       y = Tensor(UOp.const(dt, y, x.device, ()), requires_grad=False)
     x, y = x.cast(dt), y.cast(dt)
@@ -288,3 +308,8 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
   class test(train):
     def __init__(self, mode: bool = False): super().__init__(mode)
 
+@functools.cache
+def _engine_realize() -> Any:
+  """core.engine.realize.realize, imported on first use (importing the engine at module load would cycle through the tensor)."""
+  from core.engine.realize import realize
+  return realize

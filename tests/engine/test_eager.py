@@ -67,3 +67,33 @@ def test_marked_constant_subgraph_still_sees_a_later_memo():
   x.realize()
   assert R._walk([(a + Tensor(keep)).uop], True) is None   # a memo hit: substitute x's buffer first
   np.testing.assert_allclose((a + Tensor(keep)).numpy(), np.arange(8) * 3)
+
+def _general_walk(monkeypatch, roots: list) -> tuple | None:
+  with monkeypatch.context() as m:
+    m.setattr(R, "_walk_one", lambda u: R._NO_FAST)
+    return R._walk(roots, True)
+
+def test_one_level_walk_matches_the_general_walk(monkeypatch):
+  a = Tensor(np.arange(8, dtype=np.float32)).realize()
+  b = Tensor(np.ones(8, dtype=np.float32)).realize()
+  c = Tensor.arange(8).cast(a.dtype) * 2   # a buffer-free subgraph: marked on its first walk, a leaf after
+  for _ in range(2): (a + c).realize()
+  graphs = [a + 1, a + a, a * b + 0, a + b, b - a, a + c, c + a, (a + c) * 2, a.reshape(2, 4) + 1, a.where(b, a), a.cast("int32")]
+  for t in graphs:
+    R._walk([t.uop], True)   # the first walk marks the buffer-free subgraphs
+    fast, slow = R._walk([t.uop], True), _general_walk(monkeypatch, [t.uop])
+    assert fast == slow, t.uop
+  assert all(R._walk([t.uop], True) is not None for t in graphs[:5])   # graphs over buffers and constants need no substitution
+  # a later memo of the marked subgraph is still seen (the mark retires), and an assign is never taken as a leaf
+  c.realize()
+  assert R._walk([(a + Tensor(c.uop)).uop], True) == _general_walk(monkeypatch, [(a + Tensor(c.uop)).uop])
+
+def test_one_level_walk_results_match_numpy_across_buffers_and_shapes():
+  rng = np.random.default_rng(1)
+  for n in (5, 5, 9, 9, 5):
+    x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    a, b = Tensor(x).realize(), Tensor(y).realize()
+    for _ in range(2):
+      np.testing.assert_allclose((a + b).numpy(), x + y, rtol=1e-6)
+      np.testing.assert_allclose((a * a).numpy(), x * x, rtol=1e-6)
+      np.testing.assert_allclose((b - 1).numpy(), y - 1, rtol=1e-6)

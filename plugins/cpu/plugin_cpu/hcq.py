@@ -77,7 +77,9 @@ def native() -> ctypes.CDLL:
                           ("cmdproc_error", [c_vp, ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(c_u64), ctypes.POINTER(ctypes.c_uint32)], c_u64),
                           ("cmdproc_describe", [c_vp, ctypes.c_char_p, ctypes.c_int], None),
                           ("cmdproc_faults", [], c_u64), ("cmdproc_drain", [], ctypes.c_int), ("cmdproc_pending", [], ctypes.c_int),
-                          ("cmdproc_wait_signal", [c_vp, c_u64, ctypes.c_int64, c_u64], ctypes.c_int)):
+                          ("cmdproc_wait_signal", [c_vp, c_u64, ctypes.c_int64, c_u64], ctypes.c_int),
+                          ("cmdproc_wait_clean", [c_vp, c_u64, ctypes.c_int64, c_u64], ctypes.c_int),
+                          ("cmdproc_idle_clean", [c_u64], ctypes.c_int)):
     fn = getattr(dll, name)
     fn.argtypes, fn.restype = args, res
   return dll
@@ -224,13 +226,15 @@ class CPUHCQ:
     if not self._running:   # a signal may be written by any queue: make sure they all run
       for name in self.queues: self.queue(name)
       self._running = True
-    addr, lib = buffer_addr(signal_buf), native()
+    lib = native()
+    try: addr = ctypes.addressof(signal_buf._buf)
+    except (AttributeError, TypeError): addr = buffer_addr(signal_buf)
     # the fast path of every submit: no fault anywhere since this object last looked, and the signal arrives within a short
-    # slice (the native wait runs the submitted packets on this thread when no worker has them); no report is read then
-    snapshot = lib.cmdproc_faults()
-    if snapshot == self._fault_mark:
+    # slice (the native wait runs the submitted packets on this thread when no worker has them); no report is read then.
+    # One native call checks the fault count before and after the wait.
+    if self._fault_mark >= 0:
       fast_ns = FAST_SLICE_NS if timeout_s is None or timeout_s * 1e9 >= FAST_SLICE_NS else max(0, int(timeout_s * 1e9))
-      if lib.cmdproc_wait_signal(addr, value, fast_ns, snapshot) == 0 and lib.cmdproc_faults() == snapshot: return
+      if lib.cmdproc_wait_clean(addr, value, fast_ns, self._fault_mark) == 0: return
     timeout_s = hcq_timeout() if timeout_s is None else timeout_s
     deadline = time.monotonic() + timeout_s
     while True:
@@ -263,6 +267,8 @@ class CPUHCQ:
   def synchronize(self, timeout_s: float | None = None) -> None:
     """Waits until every started queue has run everything its doorbell announced."""
     lib = native()
+    # the usual case in one native call: nothing pending anywhere and no fault since the last look (an eager op waited already)
+    if self._fault_mark >= 0 and lib.cmdproc_idle_clean(self._fault_mark): return
     queues = [q for q in self._queues.values() if q.handle]
     # one native call when nothing is pending on any queue of the process (an eager op's result was waited for already)
     if lib.cmdproc_pending() != 0 and any(q.rptr() != q.value("doorbell") for q in queues):

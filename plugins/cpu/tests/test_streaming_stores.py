@@ -1,6 +1,5 @@
 """Streaming stores: big outputs' vector stores stream past the caches (x86-64, both renderers) and results still match numpy."""
 from __future__ import annotations
-import ctypes
 import numpy as np
 import pytest
 from core import Tensor

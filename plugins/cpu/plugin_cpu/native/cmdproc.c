@@ -498,6 +498,10 @@ int cmdproc_pending(void) {
   return n;
 }
 
+/* the fast path of a synchronize in one call: 1 when no queue of the process has pending packets and no fault was recorded
+   since `faults` (the count when the caller last read the reports), else 0 */
+int cmdproc_idle_clean(uint64_t faults) { return atomic_load(&g_faults) == faults && cmdproc_pending() == 0; }
+
 /* faults recorded on any queue so far (pass it to cmdproc_wait_signal after checking the reports) */
 uint64_t cmdproc_faults(void) { return atomic_load(&g_faults); }
 
@@ -521,4 +525,12 @@ int cmdproc_wait_signal(const uint64_t *signal, uint64_t value, int64_t timeout_
     if ((int64_t)(t.tv_sec - t0.tv_sec) * 1000000000 + (t.tv_nsec - t0.tv_nsec) >= timeout_ns) return 1;
     backoff_wait(&b, &g_sig, e);
   }
+}
+
+/* the fast path of a host wait in one call (each ctypes call costs a microsecond or so): 0 when no fault was recorded since
+   `faults` (the count when the caller last read the reports), the signal reached `value` within `timeout_ns`, and still no
+   fault was recorded after it; 1 otherwise, and the caller takes its slow path, which reads the reports */
+int cmdproc_wait_clean(const uint64_t *signal, uint64_t value, int64_t timeout_ns, uint64_t faults) {
+  if (atomic_load(&g_faults) != faults) return 1;
+  return cmdproc_wait_signal(signal, value, timeout_ns, faults) == 0 && atomic_load(&g_faults) == faults ? 0 : 1;
 }
