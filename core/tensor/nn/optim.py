@@ -41,7 +41,8 @@ class Optimizer:
     for p in self.params: p.grad = None
 
   def step(self) -> None:
-    """Applies one update with the current `.grad`s and realizes parameters, optimizer state and buffers."""
+    """Applies one update with the current `.grad`s and realizes parameters, optimizer state and buffers. Live lazy tensors that
+    read the parameters (the loss) are realized first, with the gradients: they keep the values of the weights before the step."""
     # the gradients and buffer updates (BatchNorm running stats) read the parameters' old values; they are computed
     # before the first parameter is overwritten, so no kernel sees a half-updated model whatever order the schedule picks
     pre = [p.grad for p in self.params if p.grad is not None] + self.buffers
