@@ -34,6 +34,8 @@ def main() -> None:
     "schedule lookup (_walk: structural key)": lambda: R._walk([c.uop], True),
     "schedule hit (_scheduled: rebind buffers)": lambda: R._scheduled([c.uop], key, inputs),
     "run (lower/submit/wait)": lambda: run_items(R._scheduled([c.uop], key, inputs)[0], var_vals),
+    "eager fast path (_run_eager: bind, submit, wait)": lambda: R._run_eager(key, inputs),
+    "  one-level walk (_walk_one)": lambda: R._walk_one(c.uop),
     "realize (all but build)": lambda: R.realize((a + 1).uop),
     "Tensor.realize (end to end)": lambda: (a + 1).realize(),
     "Tensor.realize + synchronize (bench/suite.py)": lambda: ((a + 1).realize(), dev.synchronize()),
@@ -47,9 +49,9 @@ def main() -> None:
     stages["  Submission.run, no wait"] = lambda: (sub.run(bufs, var_vals, wait=False), sub.wait())
     stages["  submit + wait only (prg call)"] = lambda: (sub.prg(*sub.args), sub.wait())
   print(f"DEV={os.environ.get('DEV', '(default)')} device {a.device} hcq={getattr(dev, 'hcq', None) is not None}")
-  print(f"  {'stage':45s} {'wall us':>8s} {'cpu us':>8s}")
+  print(f"  {'stage':50s} {'wall us':>8s} {'cpu us':>8s}")
   for name, fn in list(stages.items()) + [("numpy a + 1 (reference)", lambda: np.arange(64, dtype=np.float32) + 1)]:
-    print(f"  {name:45s} {best_us(fn)[0]:8.1f} {best_us(fn)[1]:8.1f}")
+    print(f"  {name:50s} {best_us(fn)[0]:8.1f} {best_us(fn)[1]:8.1f}")
   if "--profile" in sys.argv:
     pr = cProfile.Profile()
     pr.enable()

@@ -97,3 +97,16 @@ def test_one_level_walk_results_match_numpy_across_buffers_and_shapes():
       np.testing.assert_allclose((a + b).numpy(), x + y, rtol=1e-6)
       np.testing.assert_allclose((a * a).numpy(), x * x, rtol=1e-6)
       np.testing.assert_allclose((b - 1).numpy(), y - 1, rtol=1e-6)
+
+def test_fast_path_results_survive_frees_and_shape_changes():
+  # freed results go back to the allocator's cache and are handed out again: a live result must never be one of them
+  a = Tensor(np.arange(16, dtype=np.float32)).realize()
+  keep = []
+  for i in range(6):
+    r = (a + i).realize()
+    if i % 2 == 0: keep.append((i, r))
+    del r
+  for i, r in keep: np.testing.assert_allclose(r.numpy(), np.arange(16) + i)
+  b = Tensor(np.arange(8, dtype=np.float32)).realize()   # another shape: another schedule, the same answers
+  for _ in range(3): np.testing.assert_allclose((b + 1).numpy(), np.arange(8) + 1)
+  assert R._walk_one((a + 1).uop) is not R._NO_FAST   # x + 1 takes the one-level walk
