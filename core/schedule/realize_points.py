@@ -1,5 +1,6 @@
 """Decide which tensor-level nodes become buffers (kernel boundaries)."""
 from __future__ import annotations
+import functools, operator
 from core.ir.ops import UOp, Ops, GroupOp, sint
 
 # more ALU ops than this, recomputed for every broadcast copy, costs more than a buffer round trip
@@ -62,12 +63,8 @@ def _recomputed_reduce(nodes: list[UOp], users: dict[UOp, list[UOp]], points: se
   bit = {p: 1 << i for i, p in enumerate(points)}
   kernels: dict[UOp, int] = {}
   for u in reversed(nodes):
-    kernels[u] = bit[u] if u in points else _or(kernels.get(v, 0) for v in users.get(u, []))
+    kernels[u] = bit[u] if u in points else functools.reduce(operator.or_, (kernels.get(v, 0) for v in users.get(u, [])), 0)
   for u in nodes:
     if u not in points and u.op not in GroupOp.Movement and (kernels[u] & (kernels[u] - 1)) and cost_of(u) >= _EXPENSIVE: return u
   return None
 
-def _or(xs) -> int:
-  acc = 0
-  for x in xs: acc |= x
-  return acc
