@@ -15,6 +15,8 @@ def compile_kernel(ast: UOp, device: str) -> tuple[Any, bytes]:
     dev = Device[device]
     spec = get_program(ast, dev.renderer)
     hit = _compiled[(ast, device)] = (spec, dev.compiler.compile_cached(spec.src))
+    from core.helpers import DEBUG
+    if DEBUG >= 4: print(spec.src)
   return hit
 
 def buffer_addr(buf: Any, hcq: Any = None) -> int:

@@ -13,7 +13,8 @@ def _axis(dim: int, ndim: int, op: str) -> int:
   return dim + ndim if dim < 0 else dim
 
 class MovementMixin:
-  def _mop(self: Tensor, uop: UOp) -> Tensor: return type(self)._wrap(uop, self)  # type: ignore[misc]
+  def _mop(self: Tensor, uop: UOp) -> Tensor:  # type: ignore[misc]
+    return self if uop is self.uop else type(self)._wrap(uop, self)   # identity moves (UOp returns itself) keep the tensor
 
   def reshape(self: Tensor, shape: Any, *args: int) -> Tensor:  # type: ignore[misc]
     """A new shape with the same number of elements; one dim may be -1 (inferred), None keeps that dim."""

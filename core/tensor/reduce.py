@@ -3,7 +3,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Sequence
 from core.ir.dtype import DType, DTypeLike, dtypes, sum_acc_dtype, to_dtype, least_upper_dtype, least_upper_float
-from core.ir.ops import Ops
+from core.ir.ops import Ops, UOp
 
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
@@ -20,26 +20,31 @@ def _identity(op: Ops, dt: DType) -> Any:
   if op is Ops.MUL: return 1
   return dt.min
 
+def _dropped(shape: tuple, axes: tuple[int, ...]) -> tuple:
+  return tuple(s for i, s in enumerate(shape) if i not in axes)
+
+def _split_sum(u: UOp, shape: tuple, axes: tuple[int, ...], n: int) -> UOp:
+  """A long float sum as a sum of ~sqrt(n) partial sums: a sequential float32 accumulator stops growing at 2^24
+  (adding 1.0 to 16777216.0 does nothing), two levels keep every partial sum small. The result keeps its reduced dims
+  (size 1) at the end."""
+  rest = [i for i in range(len(shape)) if i not in axes]
+  lead = tuple(shape[i] for i in rest)
+  b = 1 << ((n - 1).bit_length() + 1) // 2
+  m = -(-n // b)
+  x = u.permute(tuple(rest) + axes).reshape(lead + (n,)).pad(((0, 0),) * len(lead) + ((0, m * b - n),))
+  return x.reshape(lead + (m, b)).r(Ops.ADD, (len(lead) + 1,)).r(Ops.ADD, (len(lead),))
+
 class ReduceMixin:
   def _reduce(self: Tensor, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:  # type: ignore[misc]
     axes = _axes(axis, self.ndim, op.name.lower())
-    kept = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
-    n = math.prod(self.shape[a] for a in axes)
-    if isinstance(n, int) and n == 0: ret = self._const(_identity(op, self.dtype), shape=kept)  # empty reduction
-    elif op is Ops.ADD and isinstance(n, int) and n > SPLIT_REDUCE and dtypes.is_float(self.dtype): ret = self._split_sum(axes, n).reshape(kept)
-    else: ret = self._mop(self.uop.r(op, axes))
-    return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
-
-  def _split_sum(self: Tensor, axes: tuple[int, ...], n: int) -> Tensor:  # type: ignore[misc]
-    """A long float sum as a sum of ~sqrt(n) partial sums: a sequential float32 accumulator stops growing at 2^24
-    (adding 1.0 to 16777216.0 does nothing), two levels keep every partial sum small."""
-    rest = [i for i in range(self.ndim) if i not in axes]
-    x = self.permute(rest + list(axes)).reshape(tuple(self.shape[i] for i in rest) + (n,))
-    b = 1 << ((n - 1).bit_length() + 1) // 2
-    m = -(-n // b)
-    x = x.pad([None] * len(rest) + [(0, m * b - n)]).reshape(x.shape[:-1] + (m, b))
-    partial = x._mop(x.uop.r(Ops.ADD, (x.ndim - 1,)))
-    return partial._mop(partial.uop.r(Ops.ADD, (x.ndim - 2,)))
+    shape = self.shape
+    kept = tuple(1 if i in axes else s for i, s in enumerate(shape))
+    n = math.prod(shape[a] for a in axes)
+    if isinstance(n, int) and n == 0: return self._const(_identity(op, self.dtype), shape=kept if keepdim else _dropped(shape, axes))
+    # built on UOps and wrapped once: a reduction is the most common eager op after elementwise ones
+    u = _split_sum(self.uop, shape, axes, n) if op is Ops.ADD and isinstance(n, int) and n > SPLIT_REDUCE and dtypes.is_float(self.dtype) \
+      else self.uop.r(op, axes)
+    return self._mop(u.reshape(kept if keepdim else _dropped(shape, axes)))
 
   def sum(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False,  # type: ignore[misc]
           dtype: DTypeLike | None = None) -> Tensor:

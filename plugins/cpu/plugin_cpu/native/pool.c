@@ -234,7 +234,7 @@ static void pool_start_locked(void) {
   if (!LOAD(&P.started, ACQUIRE)) {
     if (!registered) { atexit(at_exit); pthread_atfork(NULL, NULL, after_fork_child); registered = 1; }
     const char *sp = getenv("CPU_SPIN_US");
-    P.spin_ns = (sp && *sp ? strtol(sp, NULL, 10) : 50) * 1000;
+    P.spin_ns = (sp && *sp ? strtol(sp, NULL, 10) : 300) * 1000;   /* covers the Python gap between eager ops */
     int n = pool_size();
     P.stop = 0;
     P.workers = n > 1 ? calloc((size_t)n - 1, sizeof(pthread_t)) : NULL;

@@ -29,7 +29,7 @@ extern __thread void *cpu_pool_addr;
 void cpu_unblock_faults(void);
 
 /* The number of threads that run blocks (the caller included): $CPU_THREADS if set (>= 1), else the number of CPUs this
-   process may run on. Starts the pool on first use. Idle threads poll for $CPU_SPIN_US microseconds (default 50) before
+   process may run on. Starts the pool on first use. Idle threads poll for $CPU_SPIN_US microseconds (default 300) before
    they sleep. */
 int cpu_pool_threads(void);
 
