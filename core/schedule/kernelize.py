@@ -1,6 +1,6 @@
 """Cut a tensor graph into kernels and emit the linear schedule: a `LINEAR` of `CALL(kernel, *buffers)`."""
 from __future__ import annotations
-import functools
+import collections, functools
 from dataclasses import dataclass
 from typing import cast
 from core.ir.dtype import dtypes
@@ -189,11 +189,31 @@ def _pm_index_symbolic() -> PatternMatcher:
   from core.ir.symbolic import symbolic
   return pm_index + symbolic
 
+# kernel before indexing, over numbered placeholder buffers -> (indexed kernel, the placeholders in PARAM order). Training
+# builds the same kernels for every layer of equal shape and again for every step before a Jit captures: the index pass
+# (movement ops to index arithmetic, then symbolic simplification) is most of scheduling, so it runs once per structure.
+_indexed: collections.OrderedDict[tuple, tuple[UOp, tuple[UOp, ...]]] = collections.OrderedDict()
+INDEXED_CACHE_SIZE = 4096
+
+def _kernel_placeholder(b: UOp, i: int) -> UOp: return UOp(Ops.BUFFER, b.dtype, (UOp(Ops.UNIQUE, arg=("kernel", i)), b.src[1]), b.arg)
+
 def _item(ast: UOp, ctx: KernelCtx, shape: tuple) -> ScheduleItem:
-  ast = graph_rewrite(ast, _pm_index_symbolic(), ctx, name="index")
-  ast = ast.replace(arg=_kernel_name(ast, shape))
-  if SPEC:
-    from core.ir.spec import type_verify, kernel_spec
-    type_verify(ast, kernel_spec)
-  bufs = tuple(sorted(ctx.params, key=lambda b: ctx.params[b].arg))
-  return ScheduleItem(ast, bufs)
+  # buffers that already have a PARAM (the output) first, then the ones the kernel reads, in a deterministic order
+  bufs = list(dict.fromkeys([*ctx.params, *(u for u in ast.toposort() if u.op is Ops.BUFFER)]))
+  ph = {b: _kernel_placeholder(b, i) for i, b in enumerate(bufs)}
+  key = (ast.substitute(ph), tuple(ph[b] for b in ctx.params), ctx.next_axis, shape)
+  if (hit := _indexed.get(key)) is None:
+    pctx = KernelCtx({ph[b]: p for b, p in ctx.params.items()}, ctx.next_axis)
+    out = graph_rewrite(key[0], _pm_index_symbolic(), pctx, name="index")
+    out = out.replace(arg=_kernel_name(out, shape))
+    if SPEC:
+      from core.ir.spec import type_verify, kernel_spec
+      type_verify(out, kernel_spec)
+    hit = _indexed[key] = (out, tuple(sorted(pctx.params, key=lambda b: pctx.params[b].arg)))
+    if len(_indexed) > INDEXED_CACHE_SIZE: _indexed.popitem(last=False)
+  else: _indexed.move_to_end(key)
+  out, order = hit
+  real = {v: k for k, v in ph.items()}
+  for b in order:
+    if b not in ctx.params: ctx.param_for(real[b])   # the caller's ctx ends as if the pass had run on it
+  return ScheduleItem(out, tuple(real[b] for b in order))

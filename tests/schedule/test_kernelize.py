@@ -125,3 +125,38 @@ def test_reduce_two_kernels_need_is_computed_once():
   ks = kernels(items)
   assert sum(any(u.op is Ops.REDUCE and u.src[0].op is Ops.MUL for u in it.ast.toposort()) for it in ks) == 1
   assert len(ks) == 3
+
+# *** the index pass runs once per kernel structure ***
+
+def test_same_structure_reuses_the_indexed_kernel_with_its_own_buffers(monkeypatch):
+  import core.schedule.kernelize as kz
+  passes = []
+  def counting(sink, pm, ctx=None, *args, name=None, **kw):
+    if name == "index": passes.append(sink)
+    return real(sink, pm, ctx, *args, name=name, **kw)
+  real = kz.graph_rewrite
+  monkeypatch.setattr(kz, "graph_rewrite", counting)
+  a, b, c, d = (buf(12, (3, 4)) for _ in range(4))
+  (i1,), _, _ = create_schedule([(a + b) * a - 3.5])
+  (i2,), _, _ = create_schedule([(c + d) * c - 3.5])
+  assert len(passes) == 1 and i1.ast is i2.ast   # the second kernel skipped the index pass
+  assert i1.bufs[1:] == (a.base, b.base) and i2.bufs[1:] == (c.base, d.base)
+  assert i1.bufs[0] is not i2.bufs[0] and all(u.op is not Ops.BUFFER for u in i1.ast.toposort())
+
+def test_buffer_identity_is_part_of_the_structure():
+  # x + x reads one buffer, x + y two: the same ops, different kernels
+  x, y = buf(12, (3, 4)), buf(12, (3, 4))
+  (same,), _, _ = create_schedule([x + x])
+  (two,), _, _ = create_schedule([x + y])
+  assert len(same.bufs) == 2 and len(two.bufs) == 3 and same.ast is not two.ast
+
+def test_cached_kernel_runs_on_the_new_buffers():
+  import numpy as np
+  from core.tensor import Tensor
+  rng = np.random.default_rng(0)
+  xs = [rng.standard_normal((5, 7)).astype(np.float32) for _ in range(4)]
+  a, b, c, d = (Tensor(x) for x in xs)
+  r1 = (a * b + a).sum(1).numpy()
+  r2 = (c * d + c).sum(1).numpy()
+  np.testing.assert_allclose(r1, (xs[0] * xs[1] + xs[0]).sum(1), rtol=1e-5)
+  np.testing.assert_allclose(r2, (xs[2] * xs[3] + xs[2]).sum(1), rtol=1e-5)
