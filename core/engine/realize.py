@@ -4,7 +4,7 @@ import collections
 from typing import Any
 from core.ir.dtype import DType
 from core.ir.ops import UOp, Ops, GroupOp, sym_val
-from core.schedule.kernelize import create_schedule, ScheduleItem
+from core.schedule.kernelize import create_schedule, ScheduleItem, placeholder
 from core.schedule.memory import plan_memory
 from core.schedule.realize_points import contiguous_buffer
 from core.engine.run import buffer_of, _BUF
@@ -72,7 +72,6 @@ def run_schedule(items: list[ScheduleItem], var_vals: dict[UOp, int] | None = No
 _schedule_cache: collections.OrderedDict[tuple, tuple[list[ScheduleItem], list[UOp], dict[UOp, int], list[UOp]]] = collections.OrderedDict()
 SCHEDULE_CACHE_SIZE = 2048
 
-def _placeholder(b: UOp, i: int) -> UOp: return UOp(Ops.BUFFER, b.dtype, (UOp(Ops.UNIQUE, arg=("input", i)), b.src[1]), b.arg)
 
 _NO_FAST = object()
 
@@ -161,7 +160,7 @@ def _walk(roots: list[UOp], check_memo: bool) -> tuple[tuple, list[UOp], bool, b
 def _scheduled(todo: list[UOp], key: tuple, inputs: list[UOp]) -> tuple[list[ScheduleItem], list[UOp], dict[UOp, int]]:
   """(planned items, each root's result, variable values) for `todo`, from the cache when possible."""
   if (hit := _schedule_cache.get(key)) is None:
-    to_ph = {b: _placeholder(b, i) for i, b in enumerate(inputs)}
+    to_ph = {b: placeholder(b, i, "input") for i, b in enumerate(inputs)}
     ph_sink = UOp(Ops.SINK, src=tuple(todo)).substitute(to_ph)
     items, results, var_vals = create_schedule(list(ph_sink.src))
     res = [results[r] for r in ph_sink.src]

@@ -195,12 +195,15 @@ def _pm_index_symbolic() -> PatternMatcher:
 _indexed: collections.OrderedDict[tuple, tuple[UOp, tuple[UOp, ...]]] = collections.OrderedDict()
 INDEXED_CACHE_SIZE = 4096
 
-def _kernel_placeholder(b: UOp, i: int) -> UOp: return UOp(Ops.BUFFER, b.dtype, (UOp(Ops.UNIQUE, arg=("kernel", i)), b.src[1]), b.arg)
+def placeholder(b: UOp, i: int, kind: str) -> UOp:
+  """A stand-in for BUFFER `b` with the same device, size and dtype, numbered `i`: graphs over placeholders are keys of
+  caches that hold for any buffers in those places (`kind` keeps different caches' placeholders apart)."""
+  return UOp(Ops.BUFFER, b.dtype, (UOp(Ops.UNIQUE, arg=(kind, i)), b.src[1]), b.arg)
 
 def _item(ast: UOp, ctx: KernelCtx, shape: tuple) -> ScheduleItem:
   # buffers that already have a PARAM (the output) first, then the ones the kernel reads, in a deterministic order
   bufs = list(dict.fromkeys([*ctx.params, *(u for u in ast.toposort() if u.op is Ops.BUFFER)]))
-  ph = {b: _kernel_placeholder(b, i) for i, b in enumerate(bufs)}
+  ph = {b: placeholder(b, i, "kernel") for i, b in enumerate(bufs)}
   key = (ast.substitute(ph), tuple(ph[b] for b in ctx.params), ctx.next_axis, shape)
   if (hit := _indexed.get(key)) is None:
     pctx = KernelCtx({ph[b]: p for b, p in ctx.params.items()}, ctx.next_axis)
