@@ -2,9 +2,11 @@
 from __future__ import annotations
 import builtins, enum, functools, math, struct
 from typing import Any, ClassVar, Union
+from core.helpers import fast_members
 
 ConstType = Union[float, int, bool]
 
+@fast_members
 class AddrSpace(enum.IntEnum):
   GLOBAL = 0
   LOCAL = 1

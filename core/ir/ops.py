@@ -3,8 +3,9 @@ from __future__ import annotations
 import enum, functools, math, struct, weakref
 from typing import Any, Callable, Iterator, Sequence, Union
 from core.ir.dtype import ConstType, DType, PtrDType, dtypes, truncate, AddrSpace
-from core.helpers import prod, all_int
+from core.helpers import prod, all_int, fast_members
 
+@fast_members
 class Ops(enum.IntEnum):
   """Every operation of every stage. Grouped in `GroupOp`; the order only matters for the canonical sort."""
   # graph structure
@@ -56,6 +57,7 @@ class GroupOp:
   Defines = frozenset({Ops.PARAM, Ops.DEFINE_LOCAL, Ops.DEFINE_REG})
   Elementwise = ALU | frozenset({Ops.CAST, Ops.BITCAST})
 
+@fast_members
 class AxisType(enum.IntEnum):
   """The role of a kernel loop; the optimizer changes roles, the renderer turns them into code."""
   GLOBAL = 1; LOCAL = 2; LOOP = 3; GROUP_REDUCE = 4; REDUCE = 5; UPCAST = 6; UNROLL = 7; OUTER = 8  # noqa: E702

@@ -114,3 +114,27 @@ def test_repr_round_trip_float_specials():
     assert eval_uop(repr(c)) is c
   p = UOp.param(0, dtypes.float32.ptr(16))
   assert eval_uop(repr(p.index(UOp.const(dtypes.index, 3)).load())) is p.index(UOp.const(dtypes.index, 3)).load()
+
+# *** Ops reads as a plain namespace and still behaves as its enum ***
+
+def test_ops_members_behave_as_the_enum():
+  import enum
+  from core.ir.ops import Ops, AxisType
+  members = list(Ops)
+  assert len(members) == len(Ops) and members[0] is Ops[members[0].name] and Ops(int(Ops.ADD)) is Ops.ADD
+  assert isinstance(Ops.ADD, Ops) and isinstance(Ops.ADD, enum.IntEnum) and not isinstance(1, Ops)
+  assert Ops.ADD in Ops and repr(Ops.ADD) == "Ops.ADD" and Ops.ADD.name == "ADD"
+  assert sorted([Ops.MUL, Ops.ADD]) == sorted([Ops.ADD, Ops.MUL]) and AxisType.LOOP in set(AxisType)
+  for bad in (lambda: Ops["NOT_AN_OP"], lambda: Ops(10**6)):
+    try: bad()
+    except (KeyError, ValueError): pass
+    else: raise AssertionError("a bad name or value must raise")
+
+def test_fast_members_keeps_the_members():
+  import enum
+  from core.helpers import fast_members
+  class Color(enum.Enum):
+    RED = 1
+    BLUE = 2
+  fast = fast_members(Color)
+  assert fast.RED is Color.RED and list(fast) == [Color.RED, Color.BLUE] and fast(2) is Color.BLUE and fast["RED"] is Color.RED

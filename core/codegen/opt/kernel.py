@@ -4,8 +4,9 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 from core.ir.ops import UOp, Ops, AxisType
-from core.helpers import prod
+from core.helpers import prod, fast_members
 
+@fast_members
 class OptOps(enum.Enum):
   """UPCAST/UNROLL split an output/reduce axis and expand the inner part into registers; THREAD splits an output axis into
   blocks run by the renderer's thread pool (GLOBAL); LOCAL makes a workgroup axis (renderers with locals); SWAP exchanges the
