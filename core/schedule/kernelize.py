@@ -189,10 +189,11 @@ def _pm_index_symbolic() -> PatternMatcher:
   from core.ir.symbolic import symbolic
   return pm_index + symbolic
 
-# kernel before indexing, over numbered placeholder buffers -> (indexed kernel, the placeholders in PARAM order). Training
-# builds the same kernels for every layer of equal shape and again for every step before a Jit captures: the index pass
-# (movement ops to index arithmetic, then symbolic simplification) is most of scheduling, so it runs once per structure.
-_indexed: collections.OrderedDict[tuple, tuple[UOp, tuple[UOp, ...]]] = collections.OrderedDict()
+# kernel before indexing, over numbered placeholder buffers -> (indexed kernel, the placeholders in PARAM order, the next
+# loop id). Training builds the same kernels for every layer of equal shape and again for every step before a Jit
+# captures: the index pass (movement ops to index arithmetic, then symbolic simplification) is most of scheduling, so it
+# runs once per structure.
+_indexed: collections.OrderedDict[tuple, tuple[UOp, tuple[UOp, ...], int]] = collections.OrderedDict()
 INDEXED_CACHE_SIZE = 4096
 
 def placeholder(b: UOp, i: int, kind: str) -> UOp:
@@ -212,10 +213,10 @@ def _item(ast: UOp, ctx: KernelCtx, shape: tuple) -> ScheduleItem:
     if SPEC:
       from core.ir.spec import type_verify, kernel_spec
       type_verify(out, kernel_spec)
-    hit = _indexed[key] = (out, tuple(sorted(pctx.params, key=lambda b: pctx.params[b].arg)))
+    hit = _indexed[key] = (out, tuple(sorted(pctx.params, key=lambda b: pctx.params[b].arg)), pctx.next_axis)
     if len(_indexed) > INDEXED_CACHE_SIZE: _indexed.popitem(last=False)
   else: _indexed.move_to_end(key)
-  out, order = hit
+  out, order, ctx.next_axis = hit
   real = {v: k for k, v in ph.items()}
   for b in order:
     if b not in ctx.params: ctx.param_for(real[b])   # the caller's ctx ends as if the pass had run on it
