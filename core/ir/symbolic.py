@@ -1,6 +1,6 @@
 """The symbolic simplifier: constant folding, algebraic identities, canonical order and exact div/mod/compare folding."""
 from __future__ import annotations
-import hashlib, math
+import functools, hashlib, math
 from typing import Any, cast
 from core.ir.dtype import DType, dtypes, dtype_min, dtype_max, truncate
 from core.ir.ops import UOp, Ops, GroupOp
@@ -93,6 +93,28 @@ def _assoc_ok(root: UOp) -> bool:
   # associativity/commutativity hold in wrap-around integer arithmetic and for bools, not for floats
   return root.dtype.count == 1 and (_is_intish(root.dtype) or root.op is Ops.MAX and not dtypes.is_float(root.dtype))
 
+def _insert(op: Ops, chain: UOp, b: UOp) -> UOp:
+  """`chain op b` with b moved left past every later-ordered term, or combined with the term it meets: where swapping it
+  one term per rewrite would take it, in one step (a chain built term by term would otherwise cost quadratic rewrites)."""
+  terms: list[UOp] = []
+  u = chain
+  while u.op is op and u.dtype is chain.dtype:
+    terms.append(u.src[1])
+    u = u.src[0]
+  terms.append(u)
+  terms.reverse()
+  kb, i = _term_order(op, b), len(terms) - 1   # b goes before terms[-1] (the caller checked)
+  while i > 0:
+    if (m := _combine(op, terms[i - 1], b)) is not None:
+      terms[i - 1] = m
+      break
+    if not kb < _term_order(op, terms[i - 1]):
+      terms.insert(i, b)
+      break
+    i -= 1
+  else: terms.insert(0, b)
+  return functools.reduce(lambda x, y: x.alu(op, y), terms)
+
 def canonical_chain(root: UOp) -> UOp | None:
   """Keep chains left-deep ((t0 op t1) op t2) op c with terms sorted by `_order`, like terms combined, constants last."""
   op, a, b = root.op, root.src[0], root.src[1]
@@ -104,7 +126,7 @@ def canonical_chain(root: UOp) -> UOp | None:
   if a.op is op and a.dtype is root.dtype:
     a0, a1 = a.src
     if (m := _combine(op, a1, b)) is not None: return a0.alu(op, m)
-    if _term_order(op, b) < _term_order(op, a1): return a0.alu(op, b).alu(op, a1)
+    if _term_order(op, b) < _term_order(op, a1): return _insert(op, a, b)
     return None
   if (m := _combine(op, a, b)) is not None: return m
   if _term_order(op, b) < _term_order(op, a): return b.alu(op, a)

@@ -125,3 +125,39 @@ def test_int8_rules_do_not_assume_no_overflow():
   from core.ir.ops import exec_uop_tree
   assert all(exec_uop_tree(s, {a: v}) == exec_uop_tree(e, {a: v}) for v in range(100, 128))
   assert exec_uop_tree(s, {a: 127}) == -59  # 127 + 10 wraps to -119, and -119 / 2 truncates toward zero
+
+# *** commutative chains: one normal form whatever order the terms come in ***
+
+def test_sum_chain_normal_form_does_not_depend_on_term_order():
+  import random
+  xs = [Variable(f"v{i}", 0, 9) for i in range(12)]
+  terms = [x * (i % 3 + 1) for i, x in enumerate(xs)] + [xs[2] * 5, UOp.const(dtypes.index, 7), xs[5]]
+  forms = set()
+  for seed in range(6):
+    order = terms[:]
+    random.Random(seed).shuffle(order)
+    acc = order[0]
+    for t in order[1:]: acc = graph_rewrite(acc + t, symbolic)   # built term by term, as index arithmetic is
+    forms.add(acc)
+  assert len(forms) == 1
+  (f,), env = forms, {x: (3 * i + 1) % 10 for i, x in enumerate(xs)}
+  want = sum((i % 3 + 1) * v for i, v in enumerate(env.values())) + 5 * env[xs[2]] + 7 + env[xs[5]]
+  assert f.substitute({x: UOp.const(dtypes.index, v) for x, v in env.items()}).simplify().arg == want
+  # like terms combined: v2 appears once (3*v2 + 5*v2), v5 once (3*v5 + v5), the constant last
+  chain = [u for u in f.toposort() if u.op is Ops.MUL and u.src[0] in (xs[2], xs[5])]
+  assert {u.src[1].arg for u in chain} == {8, 4} and f.src[1].op is Ops.CONST
+
+def test_a_term_that_sorts_first_joins_a_long_chain_in_one_rewrite(monkeypatch):
+  import core.ir.pattern as pattern
+  xs = [Variable(f"w{i:02d}", 0, 9) for i in range(40)]
+  full = xs[0]
+  for x in xs[1:]: full = graph_rewrite(full + x, symbolic)
+  lead = full
+  while lead.op is Ops.ADD: lead = lead.src[0]   # the term the normal form puts first
+  rest = [x for x in xs if x is not lead]
+  chain = rest[0]
+  for x in rest[1:]: chain = graph_rewrite(chain + x, symbolic)
+  monkeypatch.setattr(pattern, "TRACK_REWRITES", True)
+  pattern.rewrite_stats.pop("chain test", None)
+  assert graph_rewrite(chain + lead, symbolic, name="chain test") is full
+  assert sum(pattern.rewrite_stats["chain test"].values()) <= 3, "the new term was swapped down the chain one step at a time"
