@@ -72,7 +72,6 @@ def run_schedule(items: list[ScheduleItem], var_vals: dict[UOp, int] | None = No
 _schedule_cache: collections.OrderedDict[tuple, tuple[list[ScheduleItem], list[UOp], dict[UOp, int], list[UOp]]] = collections.OrderedDict()
 SCHEDULE_CACHE_SIZE = 2048
 
-
 _NO_FAST = object()
 
 def _walk_one(u: UOp) -> tuple[tuple, list[UOp], bool, bool] | None | object:

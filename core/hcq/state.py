@@ -4,6 +4,7 @@ import ctypes
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from core.ir.ops import UOp
+from core.helpers import DEBUG
 
 _compiled: dict[tuple[UOp, str], tuple[Any, bytes]] = {}
 
@@ -15,7 +16,6 @@ def compile_kernel(ast: UOp, device: str) -> tuple[Any, bytes]:
     dev = Device[device]
     spec = get_program(ast, dev.renderer)
     hit = _compiled[(ast, device)] = (spec, dev.compiler.compile_cached(spec.src))
-    from core.helpers import DEBUG
     if DEBUG >= 4: print(spec.src)
   return hit
 
