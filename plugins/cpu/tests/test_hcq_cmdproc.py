@@ -227,7 +227,11 @@ def test_instances_have_their_own_queues_and_can_wait_on_each_other(kernels):
     d0.close()
     d1.close()
 
-def _threads() -> int: return len(os.listdir("/proc/self/task"))
+def _threads(expect: int | None = None) -> int:
+  # pthread_join returns once the thread's tid is cleared, a moment before the kernel drops it from /proc: let it settle
+  deadline = time.monotonic() + 2
+  while (n := len(os.listdir("/proc/self/task"))) != expect and expect is not None and time.monotonic() < deadline: time.sleep(0.001)
+  return n
 
 def test_close_joins_the_workers():
   d = H.CPUHCQ("CPU", ring_size=4096)
@@ -237,7 +241,7 @@ def test_close_joins_the_workers():
   never = signal()
   submit(d.queue("COPY:0"), H.enc_wait(addr(never), 1))   # even a worker blocked in a WAIT stops
   d.close()
-  assert _threads() == n
+  assert _threads(n) == n
   # a later use starts them again on the same ring, resuming at the doorbell
   sig = signal()
   submit(d.queue("COPY:0"), H.enc_signal(addr(sig), 5))
