@@ -117,3 +117,16 @@ def test_hand_coded_packs_matmul_and_unrolls_conv_window():
   got, _ = run(items[-1], k)
   win = np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(2, 3))
   np.testing.assert_allclose(got.reshape(2, 8, 8, 16), np.einsum("nchwij,ocij->nohw", win, w), rtol=1e-4, atol=1e-4)
+
+def test_hand_coded_packs_a_long_reduce_panel():
+  # a 16-float panel of K=4096 is 256 KiB: unpacked, its rows sit a page apart in a few cache sets (a 1024x4096x1024
+  # matmul ran at a third of the packed speed), so it is packed too; the pool threads' stacks hold it
+  rnd = Device[Device.DEFAULT].renderer
+  if not (rnd.supports_float4 and getattr(rnd, "threads", 0) >= 0 and not rnd.has_local): pytest.skip("a CPU-style renderer")
+  item, want = kernel_of(lambda a, b: a @ b, (32, 4096), (4096, 32))
+  k = hand_coded(Kernel(item.ast, rnd))
+  assert P in [o.op for o in k.applied], k.applied
+  got, _ = run(item, k)
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-3, atol=1e-3)
+  a, b = rng.standard_normal((64, 4096)).astype(np.float32), rng.standard_normal((4096, 64)).astype(np.float32)
+  np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-3, atol=1e-3)

@@ -417,7 +417,12 @@ void *cmdproc_create(const char *name, void *ring, uint64_t ring_size, const uin
   atomic_store(&q->rptr, __atomic_load_n(doorbell, __ATOMIC_ACQUIRE));
   pthread_mutex_init(&q->lock, NULL);
   q->altstack = malloc(SIGSTKSZ * 4 > 65536 ? SIGSTKSZ * 4 : 65536);
-  if (q->altstack == NULL || pthread_create(&q->thread, NULL, worker, q) != 0) {
+  pthread_attr_t attr;   /* the worker runs kernels, whose packed panels live on its stack: the pool's 8 MiB, not a default */
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 8 << 20);
+  int made = q->altstack != NULL && pthread_create(&q->thread, &attr, worker, q) == 0;
+  pthread_attr_destroy(&attr);
+  if (!made) {
     free(q->altstack);
     free(q);
     return NULL;
