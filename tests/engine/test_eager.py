@@ -110,3 +110,19 @@ def test_fast_path_results_survive_frees_and_shape_changes():
   b = Tensor(np.arange(8, dtype=np.float32)).realize()   # another shape: another schedule, the same answers
   for _ in range(3): np.testing.assert_allclose((b + 1).numpy(), np.arange(8) + 1)
   assert R._walk_one((a + 1).uop) is not R._NO_FAST   # x + 1 takes the one-level walk
+
+def test_2d_matmul_builds_the_general_graph_directly():
+  # a @ b of 2-D float tensors skips the Tensor-level reshape/expand/sum chain; the graph (and so its schedule-cache entry,
+  # its gradient) must be the one the general path builds, which an explicit dtype forces
+  from core.ir.dtype import dtypes
+  rng = np.random.default_rng(0)
+  for n, k, m in [(3, 4, 5), (1, 7, 1), (5, 1, 3), (2, 20000, 3)]:   # the last one splits its long sum
+    a = Tensor(rng.standard_normal((n, k)).astype(np.float32), requires_grad=True)
+    b = Tensor(rng.standard_normal((k, m)).astype(np.float32))
+    c = a @ b
+    assert c.uop is a.dot(b, dtype=dtypes.float32).uop and c.requires_grad
+    np.testing.assert_allclose(c.numpy(), a.numpy() @ b.numpy(), rtol=1e-4, atol=1e-4)
+  a = Tensor(rng.standard_normal((4, 6)).astype(np.float32), requires_grad=True)
+  b = Tensor(rng.standard_normal((6, 3)).astype(np.float32))
+  (a @ b).sum().backward()
+  np.testing.assert_allclose(a.grad.numpy(), np.ones((4, 3), np.float32) @ b.numpy().T, rtol=1e-5)

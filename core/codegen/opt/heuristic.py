@@ -73,6 +73,60 @@ def _block_count(n: int, threads: int) -> int:
     if n % want == 0: return want
   return n if n <= 64 * threads else next((b for b in range(4 * threads, 1, -1) if n % b == 0), n)
 
+def _pad_ok(n: int | None, m: int) -> bool:
+  """Padding n up to a multiple of m costs at most an eighth more work."""
+  return n is not None and n % m != 0 and (-n % m) * 8 <= n
+
+def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp, lanes: int, pad: bool) -> Kernel:
+  """Register blocking: the contiguous output axis in vector registers; `other`, an output axis the vector-loaded input does
+  not use (matmul: the rows; conv: the output channels), unrolled so each vector load is reused across it; `third`, a further
+  axis some input does not use, when the tile has too few accumulators; the reduce unrolled a little. With `pad`, axes the
+  tile does not divide are padded to it (PADTO: the extra rows and columns load zeros and store nothing)."""
+  rnd = k.renderer
+  vec_loads = [ld for ld in loads if _contiguous_in(k, contig_out, [ld])]
+  other = next((r for r in reversed(outs) if r is not contig_out and any(r not in ld.toposort() for ld in vec_loads)), None)
+  if other is None: other = next((r for r in reversed(outs) if r is not contig_out and any(r not in ld.toposort() for ld in loads)), None)
+  third = next((r for r in reversed(outs) if r is not contig_out and r is not other and any(r not in ld.toposort() for ld in loads)), None)
+  reused = any(contig_out not in ld.toposort() for ld in loads)
+  if pad:
+    # 1023 columns fit no vector and 1000 no pair of them: round up, the panel copy PACK makes reads the gated loads once
+    if _pad_ok(range_size(contig_out), lanes * (MM_J2 if reused else 1)):
+      k = _try(k, Opt(OptOps.PADTO, _pos(k, contig_out), lanes * (MM_J2 if reused else 1)))
+    if other is not None and _pad_ok(range_size(other), MM_I): k = _try(k, Opt(OptOps.PADTO, _pos(k, other), MM_I))
+    contig_out, other = _same(k, contig_out), (_same(k, other) if other is not None else None)
+  nacc = 1
+  if amt_j := _pick_amt(range_size(contig_out), (lanes, 8, 4, 2)):
+    k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt_j))
+    # a second vector register along the same axis: more independent accumulators (the expander unrolls it)
+    if reused and amt_j == lanes and (j2 := _pick_amt(range_size(_same(k, contig_out)), (MM_J2,))):
+      k = _try(k, Opt(OptOps.UPCAST, _pos(k, _same(k, contig_out)), j2))
+      nacc *= j2
+  if other is not None and (amt_i := _pick_amt(range_size(other), (MM_I, 4, 3, 2))):
+    k = _try(k, Opt(OptOps.UPCAST, _pos(k, _same(k, other)), amt_i))
+    nacc *= amt_i
+  if third is not None and nacc < MM_MIN_ACC and (amt_t := _pick_amt(range_size(third), (MM_MIN_ACC // nacc, 2))):
+    # too few accumulators to hide the FMA latency (conv: the width is not a multiple of two vectors): another output axis
+    k = _try(k, Opt(OptOps.UPCAST, _pos(k, _same(k, third)), amt_t))
+  if other is not None and MM_SWAP:
+    # the reused axis outermost: the block of the other input its loads touch stays in cache while it is reused
+    a, b = _same(k, other), _same(k, contig_out)
+    if a.arg[0] < b.arg[0]:
+      k = _try(k, Opt(OptOps.SWAP, _pos(k, a), _pos(k, b)))
+      if k.applied[-1].op is OptOps.SWAP: other = b   # SWAP exchanges ids: the row loop now has the id the column loop had
+  windows = [r for r in k.of_type(AxisType.REDUCE) if (range_size(r) or 99) <= MM_WINDOW and _sliding(r, k.of_type(AxisType.LOOP) +
+             k.of_type(AxisType.UPCAST), _loads(k))]
+  for w in windows:
+    # a small window (conv's kernel rows and columns): fully unrolled, so neighbouring taps share loads and no loop is that short
+    k = _try(k, Opt(OptOps.UNROLL, _pos(k, _same(k, w)), 0))
+  red = next((r for r in k.of_type(AxisType.REDUCE) if range_size(r) is not None), None)
+  if red is not None and (amt_k := _pick_amt(range_size(red), (MM_K, 2))) and range_size(red) >= 16:  # type: ignore[operator]
+    k = _try(k, Opt(OptOps.UNROLL, _pos(k, red), amt_k))
+  if other is not None and (range_size(_same(k, other)) or 0) >= MM_PACK_REUSE and not getattr(rnd, "has_local", False):
+    # the input the row loop doesn't use is read at a stride of a whole row per reduce step (a new page each time for big
+    # matrices: L1 set conflicts and TLB misses); a contiguous copy made once per panel is read by every row block
+    k = _try(k, Opt(OptOps.PACK, _pos(k, _same(k, other))))
+  return k
+
 def hand_coded(k: Kernel) -> Kernel:
   rnd = k.renderer
   stores = [u for u in k.ast.toposort() if u.op is Ops.STORE]
@@ -95,45 +149,11 @@ def hand_coded(k: Kernel) -> Kernel:
   if vec_ok or getattr(rnd, "threads", 0):
     if reds and contig_out is not None and \
        (not (along_red or gathers) or _packed_product(k, outs, reds, loads, MM_J2 * lanes * st.src[1].dtype.itemsize)):
-      # register blocking: the contiguous output axis in vector registers; `other`, an output axis the vector-loaded input does
-      # not use (matmul: the rows; conv: the output channels), unrolled so each vector load is reused across it; `third`, a
-      # further axis some input does not use, when the tile has too few accumulators; the reduce unrolled a little
-      vec_loads = [ld for ld in loads if _contiguous_in(k, contig_out, [ld])]
-      other = next((r for r in reversed(outs) if r is not contig_out and any(r not in ld.toposort() for ld in vec_loads)), None)
-      if other is None: other = next((r for r in reversed(outs) if r is not contig_out and any(r not in ld.toposort() for ld in loads)), None)
-      third = next((r for r in reversed(outs) if r is not contig_out and r is not other and any(r not in ld.toposort() for ld in loads)), None)
-      reused = any(contig_out not in ld.toposort() for ld in loads)
-      nacc = 1
-      if amt_j := _pick_amt(range_size(contig_out), (lanes, 8, 4, 2)):
-        k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt_j))
-        # a second vector register along the same axis: more independent accumulators (the expander unrolls it)
-        if reused and amt_j == lanes and (j2 := _pick_amt(range_size(_same(k, contig_out)), (MM_J2,))):
-          k = _try(k, Opt(OptOps.UPCAST, _pos(k, _same(k, contig_out)), j2))
-          nacc *= j2
-      if other is not None and (amt_i := _pick_amt(range_size(other), (MM_I, 4, 3, 2))):
-        k = _try(k, Opt(OptOps.UPCAST, _pos(k, _same(k, other)), amt_i))
-        nacc *= amt_i
-      if third is not None and nacc < MM_MIN_ACC and (amt_t := _pick_amt(range_size(third), (MM_MIN_ACC // nacc, 2))):
-        # too few accumulators to hide the FMA latency (conv: the width is not a multiple of two vectors): another output axis
-        k = _try(k, Opt(OptOps.UPCAST, _pos(k, _same(k, third)), amt_t))
-      if other is not None and MM_SWAP:
-        # the reused axis outermost: the block of the other input its loads touch stays in cache while it is reused
-        a, b = _same(k, other), _same(k, contig_out)
-        if a.arg[0] < b.arg[0]:
-          k = _try(k, Opt(OptOps.SWAP, _pos(k, a), _pos(k, b)))
-          if k.applied[-1].op is OptOps.SWAP: other = b   # SWAP exchanges ids: the row loop now has the id the column loop had
-      windows = [r for r in k.of_type(AxisType.REDUCE) if (range_size(r) or 99) <= MM_WINDOW and _sliding(r, k.of_type(AxisType.LOOP) +
-                 k.of_type(AxisType.UPCAST), _loads(k))]
-      for w in windows:
-        # a small window (conv's kernel rows and columns): fully unrolled, so neighbouring taps share loads and no loop is that short
-        k = _try(k, Opt(OptOps.UNROLL, _pos(k, _same(k, w)), 0))
-      red = next((r for r in k.of_type(AxisType.REDUCE) if range_size(r) is not None), None)
-      if red is not None and (amt_k := _pick_amt(range_size(red), (MM_K, 2))) and range_size(red) >= 16:  # type: ignore[operator]
-        k = _try(k, Opt(OptOps.UNROLL, _pos(k, red), amt_k))
-      if other is not None and (range_size(_same(k, other)) or 0) >= MM_PACK_REUSE and not getattr(rnd, "has_local", False):
-        # the input the row loop doesn't use is read at a stride of a whole row per reduce step (a new page each time for big
-        # matrices: L1 set conflicts and TLB misses); a contiguous copy made once per panel is read by every row block
-        k = _try(k, Opt(OptOps.PACK, _pos(k, _same(k, other))))
+      blocked = _register_block(k, outs, loads, contig_out, lanes, pad=not getattr(rnd, "has_local", False))
+      # padding pays only through the packed panel: without it every vector load of the padded axis is a gated gather
+      if any(o.op is OptOps.PADTO for o in blocked.applied) and not any(o.op is OptOps.PACK for o in blocked.applied):
+        blocked = _register_block(k, outs, loads, contig_out, lanes, pad=False)
+      k = blocked
     elif reds:
       # a reduction along memory: vector partial sums over the contiguous reduce axis, folded after the loop
       red = next((r for r in reversed(reds) if _contiguous_in(k, r, loads)), None)

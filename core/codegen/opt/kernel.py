@@ -11,9 +11,10 @@ class OptOps(enum.Enum):
   """UPCAST/UNROLL split an output/reduce axis and expand the inner part into registers; THREAD splits an output axis into
   blocks run by the renderer's thread pool (GLOBAL); LOCAL makes a workgroup axis (renderers with locals); SWAP exchanges the
   nesting of two loops (`amt` is the other axis); PACK copies the inputs that loop `axis` reuses into a contiguous thread-private
-  buffer before the loop (opt/pack.py); NOOP does nothing."""
+  buffer before the loop (opt/pack.py); PADTO rounds an output axis up to a multiple of `amt` (the extra iterations compute
+  on zeros and store nothing), so a later split by `amt` divides it; NOOP does nothing."""
   UPCAST = "UPCAST"; UNROLL = "UNROLL"; THREAD = "THREAD"; LOCAL = "LOCAL"; GROUP = "GROUP"; SWAP = "SWAP"; PACK = "PACK"  # noqa: E702
-  NOOP = "NOOP"
+  PADTO = "PADTO"; NOOP = "NOOP"  # noqa: E702
 
 @dataclass(frozen=True)
 class Opt:
@@ -73,6 +74,11 @@ class Kernel:
       return Kernel(packed, self.renderer, self.applied + (opt,))
     kind, n = r.arg[1], range_size(r)
     if n is None: raise KernelOptError(f"{opt}: axis {opt.axis} has a symbolic size")
+    if opt.op is OptOps.PADTO:
+      if kind is not AxisType.LOOP: raise KernelOptError(f"{opt}: PADTO needs a LOOP axis, not {kind.name}")
+      if opt.amt < 2 or n % opt.amt == 0: raise KernelOptError(f"{opt}: axis size {n} needs no padding to a multiple of {opt.amt}")
+      if (n + opt.amt - 1) // opt.amt * opt.amt > n * 2: raise KernelOptError(f"{opt}: padding {n} to {opt.amt} more than doubles it")
+      return Kernel(pad_axis(self.ast, r, -(-n // opt.amt) * opt.amt), self.renderer, self.applied + (opt,))
     amt = opt.amt or n
     if amt < 2: raise KernelOptError(f"{opt}: a split of {amt} changes nothing (axis size {n})")
     if n % amt: raise KernelOptError(f"{opt}: {amt} does not divide the axis size {n}")
@@ -101,6 +107,27 @@ def apply_opts(ast: UOp, opts: list[Opt] | tuple[Opt, ...], renderer: Any = None
   k = Kernel(ast, renderer)
   for o in opts: k = k.apply(o)
   return k.ast
+
+def pad_axis(ast: UOp, r: UOp, size: int) -> UOp:
+  """Output axis r (size n) iterated to `size` > n: every load that uses it and every store is gated by r < n, so the extra
+  iterations read nothing (a gated load gives 0) and write nothing."""
+  n = range_size(r)
+  assert n is not None
+  new = UOp.range(size, r.arg[0], r.arg[1])
+  ok = new < n
+  done: dict[UOp, UOp] = {r: new}
+  for u in ast.toposort(gate=lambda u: u not in done):
+    if u in done: continue
+    src = tuple(done[s] for s in u.src)
+    if u.op is Ops.INDEX and any(s is not o for s, o in zip(src, u.src)):
+      src = src[:2] + ((src[2] & ok if len(src) > 2 else ok),) + src[3:]
+    done[u] = u if all(a is b for a, b in zip(src, u.src)) else u.replace(src=src)
+  out = done[ast]
+  # a store whose index does not use r (a broadcast output) still must not run on the extra iterations
+  stores = {u: u.replace(src=(u.src[0].replace(src=u.src[0].src[:2] + ((u.src[0].src[2] & ok if len(u.src[0].src) > 2 else ok),)),)
+                                + u.src[1:])
+            for u in out.toposort() if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and new not in u.src[0].toposort()}
+  return nest_ends(out.substitute(stores) if stores else out)
 
 def split_axis(ast: UOp, r: UOp, amt: int, kind: AxisType, outer: bool = False) -> UOp:
   """Replace RANGE r (size n) by two ranges: `amt` of role `kind` and n/amt keeping r's role. `outer=False` puts the new

@@ -20,6 +20,7 @@ def _actions(k: Kernel) -> list[Opt]:
     if kind is AxisType.LOOP and threads: out += [Opt(OptOps.THREAD, i, a) for a in {threads, 2 * threads, 4 * threads, 8 * threads, n}
                                                  if a <= n and n % a == 0]
     if kind is AxisType.LOOP: out += [Opt(OptOps.SWAP, i, j) for j, o in enumerate(k.axes) if j > i and o.arg[1] is AxisType.LOOP]
+    if kind is AxisType.LOOP: out += [Opt(OptOps.PADTO, i, a) for a in (4, 8, 16, 32) if n % a and a < n]
     # packed panels live in each thread's stack: only for renderers whose threads run whole loops (CPUs)
     if kind is AxisType.LOOP and not getattr(rnd, "has_local", False): out.append(Opt(OptOps.PACK, i))
     if kind in (AxisType.LOOP, AxisType.GLOBAL) and getattr(rnd, "has_local", False):
