@@ -128,13 +128,11 @@ def _perturb(x: Any) -> Any:
   if isinstance(x, (list, tuple)): return [_perturb(x[0]), *x[1:]]
   return np.asarray(x) * 1.1 + 1
 
-# a pause before each timed call when the peers take turns: another library's pool threads may still be spinning after its
-# call (ours spins CPU_SPIN_US, OpenBLAS and OpenMP longer), and they would take cores from the next library's call
-TURN_GAP_S = 0.01
-
-def prepare(case: Case, row: Row, want: Any, wrong: bool = False) -> tuple[Cell, str | None]:
-  """First call (timed), the check against numpy and a warm-up call: the cell so far (its status set if the check failed)
-  and, when it failed, what was off."""
+def measure(case: Case, row: Row, want: Any, size: dict[str, Any], repeat: int, budget_s: float, stat: str,
+            wrong: bool = False) -> tuple[Cell, str | None]:
+  """First call (timed), the check against numpy, a warm-up call, then up to `repeat` timed calls (stopping early once
+  `budget_s` is spent, after at least one). The figure is the min (or median) of the timed calls, per operation.
+  Returns the cell and, when the check failed, what was off."""
   st = time.perf_counter()
   case.run()
   first = time.perf_counter() - st
@@ -144,31 +142,15 @@ def prepare(case: Case, row: Row, want: Any, wrong: bool = False) -> tuple[Cell,
     if wrong: got = _perturb(got)
     if (off := _close(row.select(got), want, row)) is not None: return Cell(status="WRONG", first_s=first), off
   if not case.fresh and first < 1.0: case.run()   # a slow first call is mostly running, not compiling: skip the warm-up
-  return Cell(first_s=first), None
-
-def time_in_turns(cases: dict[str, Case], row: Row, size: dict[str, Any], repeat: int, budget_s: float,
-                  stat: str) -> dict[str, float | Exception]:
-  """Up to `repeat` timed calls of each case, the cases taking turns (one call each per round), so a slow spell of a shared
-  machine lands on every library instead of on whichever ran then; a case stops once `budget_s` of its calls is spent,
-  after at least one. The figure of each is the min (or median) of its timed calls, per operation, in the row's unit."""
-  limits = {n: max(repeat, 1) if c.max_calls is None else max(min(repeat, c.max_calls - c.calls_before_check), 1)
-            for n, c in cases.items()}
-  times: dict[str, list[float]] = {n: [] for n in cases}
-  out: dict[str, float | Exception] = {}
-  while (active := [n for n in cases if n not in out]):
-    for n in active:
-      if len(active) > 1: time.sleep(TURN_GAP_S)
-      try:
-        st = time.perf_counter()
-        cases[n].run()
-        times[n].append(time.perf_counter() - st)
-      except Exception as e:   # noqa: BLE001 - reported as an err cell, like a failed first call
-        out[n] = e
-        continue
-      if len(times[n]) >= limits[n] or sum(times[n]) >= budget_s:
-        t = (min(times[n]) if stat == "min" else statistics.median(times[n])) / cases[n].count
-        out[n] = row.work(size) / t / 1e9 if row.work is not None else t * (1e3 if row.unit == "ms" else 1e6)
-  return out
+  times: list[float] = []
+  limit = max(repeat, 1) if case.max_calls is None else max(min(repeat, case.max_calls - case.calls_before_check), 1)
+  while len(times) < limit and (not times or sum(times) < budget_s):
+    st = time.perf_counter()
+    case.run()
+    times.append(time.perf_counter() - st)
+  t = (min(times) if stat == "min" else statistics.median(times)) / case.count
+  value = row.work(size) / t / 1e9 if row.work is not None else t * (1e3 if row.unit == "ms" else 1e6)
+  return Cell(value=value, first_s=first), None
 
 def machine_info() -> str:
   cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -241,9 +223,7 @@ def run(rows: list[str] | None = None, quick: bool = False, repeat: int = 10, bu
     if name in libs: print(f"{name}: {libs[name].info}", file=out)
   for n in notes: print(n, file=out)
   print(f"figures: steady state, the {stat} of up to {repeat} timed calls after a warm-up call (at most ~{budget_s:g} s of "
-        "timing per cell; in rows with a ratio the libraries take turns, one call each per round); 'ours 1st call' is our first "
-        "call (compile + run)",
-        file=out)
+        "timing per cell); 'ours 1st call' is our first call (compile + run)", file=out)
   out.flush()
   results, errors = [], []
   for row in todo:
@@ -251,28 +231,18 @@ def run(rows: list[str] | None = None, quick: bool = False, repeat: int = 10, bu
     data = row.data(size, np.random.default_rng(0))
     want = row.reference(data)
     res = Result(row, size)
-    cases: dict[str, Case] = {}
-    def failed(name: str, e: Exception) -> None:
-      res.cells[name] = Cell(status="err", first_s=res.cells[name].first_s if name in res.cells else None)
-      errors.append(f"{row.key}: {name} failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-      if os.getenv("BENCH_TRACEBACK"): traceback.print_exception(e)
     for name in names:
       if name not in libs: res.cells[name] = Cell(status="-"); continue
       try:
         case = getattr(libs[name], row.op or row.key)(data)
-        res.cells[name], off = prepare(case, row, want, wrong=name == "ours" and row.key in wrong)
+        res.cells[name], off = measure(case, row, want, size, repeat, budget_s, stat, wrong=name == "ours" and row.key in wrong)
         if off: errors.append(f"{row.key}: {name} is WRONG: {off}")
-        else: cases[name] = case
       except NotApplicable as e: res.cells[name] = Cell(status="n/a"); notes.append(f"{row.key}: {name} n/a ({e})")
-      except Exception as e: failed(name, e)
-    # rows judged by a ratio time the libraries in turns; the absolute ones (latencies of microseconds) one after another,
-    # each warm from its own previous call as a user's loop would be
-    groups = [cases] if row.ref is not None else [{n: c} for n, c in cases.items()]
-    for name, v in [kv for g in groups for kv in time_in_turns(g, row, size, repeat, budget_s, stat).items()]:
-      if isinstance(v, Exception): failed(name, v)
-      else: res.cells[name].value = v
-    for name in names: print(f"  {row.key} {name}: {_cell_text(res.cells.get(name))} {row.unit}", file=sys.stderr, flush=True)
-    del cases
+      except Exception as e:
+        res.cells[name] = Cell(status="err")
+        errors.append(f"{row.key}: {name} failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        if os.getenv("BENCH_TRACEBACK"): traceback.print_exc()
+      print(f"  {row.key} {name}: {_cell_text(res.cells[name])} {row.unit}", file=sys.stderr, flush=True)
     results.append(res)
     del data, want
   print(file=out)

@@ -73,18 +73,3 @@ def test_missing_peer_is_reported(suite, monkeypatch):
 def test_unknown_row_is_an_error(suite, capsys):
   with pytest.raises(SystemExit): suite.main(["--rows", "nope"])
   assert "matmul1024" in capsys.readouterr().err
-
-def test_libraries_take_turns_and_a_failing_call_is_an_error(suite, monkeypatch):
-  monkeypatch.setattr(suite, "TURN_GAP_S", 0.0)
-  calls: list[str] = []
-  def runner(name: str, fail_at: int | None = None):
-    def run() -> None:
-      calls.append(name)
-      if fail_at is not None and calls.count(name) == fail_at: raise RuntimeError("device lost")
-    return run
-  row = next(r for r in suite.ROWS if r.key == "tiny_op")
-  cases = {"ours": suite.Case(runner("ours")), "numpy": suite.Case(runner("numpy")), "torch": suite.Case(runner("torch", fail_at=2))}
-  got = suite.time_in_turns(cases, row, row.sizes[1], repeat=3, budget_s=10.0, stat="min")
-  # one call each per round until each has its three (torch drops out at its second call)
-  assert calls == ["ours", "numpy", "torch", "ours", "numpy", "torch", "ours", "numpy"]
-  assert isinstance(got["torch"], RuntimeError) and got["ours"] > 0 and got["numpy"] > 0

@@ -13,6 +13,7 @@ MM_J2, MM_I, MM_K, MM_SWAP = 2, 4, 1, True
 MM_MIN_ACC = 8                # vector accumulators a register tile needs: FMA latency x FMA units
 MM_WINDOW = 4                 # reduce axes this small are unrolled whole
 MM_PACK_REUSE = 4             # row blocks that must reuse a packed panel for the copy to pay
+MM_ROW_TILE = 16              # row tiles per packed row block when the row-side input is strided along the reduce axis
 MIN_THREADED_WORK = 1 << 15   # iterations below which a kernel runs on one thread: dispatching blocks costs more
 
 def simd_lanes(renderer: Any, itemsize: int) -> int:
@@ -77,6 +78,30 @@ def _pad_ok(n: int | None, m: int) -> bool:
   """Padding n up to a multiple of m costs at most an eighth more work."""
   return n is not None and n % m != 0 and (-n % m) * 8 <= n
 
+def _packed_both(k: Kernel, col: UOp, row: UOp, row_regs: int) -> Kernel | None:
+  """The tile order of a product whose row-side input runs across the reduce axis (a.T @ b: each reduce step reads a few
+  floats a whole row apart): column blocks on the threads, then row blocks of MM_ROW_TILE tiles, column panels, row tiles.
+  The row block's rows of that input are packed once per row block (contiguous along the reduce axis, reused by every column
+  panel) and each column panel once per row block. None when the kernel is not such a product or a panel does not fit."""
+  reds = k.of_type(AxisType.REDUCE)
+  if len(reds) != 1 or (kn := range_size(reds[0])) is None: return None
+  red = reds[0]
+  strided = [ld for ld in _loads(k) if _same(k, col) not in ld.toposort() and red in ld.toposort() and
+             contiguous_offset(ld.src[0].src[1], red) is None]
+  rows, cols = _same(k, row), _same(k, col)
+  if not strided or rows.arg[0] > cols.arg[0] or (n := range_size(rows)) is None: return None
+  item = strided[0].dtype.itemsize
+  tile = next((t for t in (MM_ROW_TILE, MM_ROW_TILE // 2, MM_ROW_TILE // 4) if t < n and n % t == 0 and t * row_regs * kn * item <= PACK_MAX_BYTES), 0)
+  if not tile: return None
+  try:
+    if (threads := getattr(k.renderer, "threads", 0)) and (nc := range_size(cols)) is not None:
+      k = k.apply(Opt(OptOps.THREAD, _pos(k, cols), _block_count(nc, threads)))
+    k = k.apply(Opt(OptOps.TILE, _pos(k, _same(k, rows)), tile))   # the inner part gets the newest id: innermost loop
+    k = k.apply(Opt(OptOps.PACK, _pos(k, _same(k, cols))))          # the row block's rows, before the column panels
+    inner = max(k.of_type(AxisType.LOOP), key=lambda r: r.arg[0])
+    return k.apply(Opt(OptOps.PACK, _pos(k, inner)))                # each column panel, before the row tiles
+  except KernelOptError: return None
+
 def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp, lanes: int, pad: bool) -> Kernel:
   """Register blocking: the contiguous output axis in vector registers; `other`, an output axis the vector-loaded input does
   not use (matmul: the rows; conv: the output channels), unrolled so each vector load is reused across it; `third`, a further
@@ -101,12 +126,15 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
     if reused and amt_j == lanes and (j2 := _pick_amt(range_size(_same(k, contig_out)), (MM_J2,))):
       k = _try(k, Opt(OptOps.UPCAST, _pos(k, _same(k, contig_out)), j2))
       nacc *= j2
+  amt_i = 0
   if other is not None and (amt_i := _pick_amt(range_size(other), (MM_I, 4, 3, 2))):
     k = _try(k, Opt(OptOps.UPCAST, _pos(k, _same(k, other)), amt_i))
     nacc *= amt_i
   if third is not None and nacc < MM_MIN_ACC and (amt_t := _pick_amt(range_size(third), (MM_MIN_ACC // nacc, 2))):
     # too few accumulators to hide the FMA latency (conv: the width is not a multiple of two vectors): another output axis
     k = _try(k, Opt(OptOps.UPCAST, _pos(k, _same(k, third)), amt_t))
+  if other is not None and not getattr(rnd, "has_local", False) and (tiled := _packed_both(k, contig_out, other, amt_i or 1)) is not None:
+    return tiled
   if other is not None and MM_SWAP:
     # the reused axis outermost: the block of the other input its loads touch stays in cache while it is reused
     a, b = _same(k, other), _same(k, contig_out)
@@ -141,8 +169,11 @@ def hand_coded(k: Kernel) -> Kernel:
   contig_out = next((r for r in reversed(outs) if contiguous_offset(store_idx, r) is not None), None)
   # a reduction whose loads run along a reduce axis long enough for whole vectors, and not along the output axis (row sums,
   # matrix-vector): the lanes go on the reduce axis; lanes across outputs would gather one element from each of `lanes` rows
-  along_red = contig_out is not None and not _contiguous_in(k, contig_out, loads) and \
-    any(_contiguous_in(k, r, loads) and _pick_amt(range_size(r), (lanes,)) for r in reds)
+  # (only loads inside the reduction count: softmax's sum of exp(x - max) also reads max[i], contiguous along the rows but
+  # loaded once per row, and lanes across rows would gather x)
+  red_loads = [ld for ld in loads if any(r in ld.toposort() for r in reds)]
+  along_red = contig_out is not None and not _contiguous_in(k, contig_out, red_loads) and \
+    any(_contiguous_in(k, r, red_loads) and _pick_amt(range_size(r), (lanes,)) for r in reds)
   # lanes along the output axis would gather from a load whose index uses it through div/mod (pooling and reshape gradients
   # in NCHW): one index expression per lane per unrolled copy to simplify, a batchnorm backward kernel took 20 s to compile
   gathers = contig_out is not None and any(_divmod_in(ld.src[0].src[1], contig_out) for ld in loads)

@@ -11,10 +11,11 @@ class OptOps(enum.Enum):
   """UPCAST/UNROLL split an output/reduce axis and expand the inner part into registers; THREAD splits an output axis into
   blocks run by the renderer's thread pool (GLOBAL); LOCAL makes a workgroup axis (renderers with locals); SWAP exchanges the
   nesting of two loops (`amt` is the other axis); PACK copies the inputs that loop `axis` reuses into a contiguous thread-private
-  buffer before the loop (opt/pack.py); PADTO rounds an output axis up to a multiple of `amt` (the extra iterations compute
+  buffer before the loop (opt/pack.py); TILE splits a LOOP into two nested loops (the inner one innermost of the loops, so
+  SWAPs and PACKs can put other loops between them); PADTO rounds an output axis up to a multiple of `amt` (the extra iterations compute
   on zeros and store nothing), so a later split by `amt` divides it; NOOP does nothing."""
   UPCAST = "UPCAST"; UNROLL = "UNROLL"; THREAD = "THREAD"; LOCAL = "LOCAL"; GROUP = "GROUP"; SWAP = "SWAP"; PACK = "PACK"  # noqa: E702
-  PADTO = "PADTO"; NOOP = "NOOP"  # noqa: E702
+  PADTO = "PADTO"; TILE = "TILE"; NOOP = "NOOP"  # noqa: E702
 
 @dataclass(frozen=True)
 class Opt:
@@ -94,6 +95,9 @@ class Kernel:
       if kind is not AxisType.LOOP: raise KernelOptError(f"{opt}: THREAD needs a LOOP axis, not {kind.name}")
       if self.of_type(AxisType.GLOBAL): raise KernelOptError(f"{opt}: the kernel is already split into thread blocks")
       ast = split_axis(self.ast, r, amt, AxisType.GLOBAL, outer=True)
+    elif opt.op is OptOps.TILE:
+      if kind is not AxisType.LOOP: raise KernelOptError(f"{opt}: TILE needs a LOOP axis, not {kind.name}")
+      ast = split_axis(self.ast, r, amt, AxisType.LOOP)
     elif opt.op is OptOps.LOCAL:
       if not getattr(rnd, "has_local", False): raise KernelOptError(f"{opt}: the renderer has no local (workgroup) ids")
       if kind not in (AxisType.LOOP, AxisType.GLOBAL): raise KernelOptError(f"{opt}: LOCAL needs an output axis, not {kind.name}")

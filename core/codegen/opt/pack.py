@@ -72,17 +72,19 @@ def pack_loads(ast: UOp, a: UOp) -> UOp | None:
     inner = [r for r in ld.toposort() if r.op is Ops.RANGE and _axis_key(r) > key]
     strides = _linear_strides(_read_index(ld.src[0]), inner)
     assert strides is not None
-    # loops first, then register axes, the ones the output is contiguous along last (the expander's vector lanes are picked
-    # along the output, so they must be neighbours here too); within each group the largest source stride outermost
+    # the panel's layout: loops first, in the order the kernel nests them (its reads walk the panel forwards), then register
+    # axes, the ones the output is contiguous along last (the expander's vector lanes are picked along the output, so they
+    # must be neighbours here too), within those the largest source stride outermost
     out_strides = _store_strides(ast, [r for r in inner if r.arg[1] in REGISTER_AXES])
-    order = sorted(inner, key=lambda r: (r.arg[1] in REGISTER_AXES, r in out_strides, -abs(out_strides.get(r, 0)), -abs(strides[r]),
-                                         _axis_key(r)))
+    order = sorted(inner, key=lambda r: (r.arg[1] in REGISTER_AXES, _axis_key(r) if r.arg[1] not in REGISTER_AXES else (0, 0),
+                                         r in out_strides, -abs(out_strides.get(r, 0)), -abs(strides[r]), _axis_key(r)))
     pstride, acc = {}, 1
     for r in reversed(order):
       pstride[r] = acc
       acc *= range_size(r) or 1
     copy_rng: dict[UOp, UOp] = {}
-    for r in order:
+    # the copy's loops nest by the source's strides instead, largest outermost: it reads the input forwards
+    for r in sorted(order, key=lambda r: (r.arg[1] in REGISTER_AXES, -abs(strides[r]), _axis_key(r))):
       if r.arg[1] in REGISTER_AXES: copy_rng[r] = r
       else:
         # OUTER: a loop of the optimizer's own; no Opt applies to it (a THREAD split of a copy would leave each block's

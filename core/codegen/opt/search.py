@@ -21,6 +21,7 @@ def _actions(k: Kernel) -> list[Opt]:
                                                  if a <= n and n % a == 0]
     if kind is AxisType.LOOP: out += [Opt(OptOps.SWAP, i, j) for j, o in enumerate(k.axes) if j > i and o.arg[1] is AxisType.LOOP]
     if kind is AxisType.LOOP: out += [Opt(OptOps.PADTO, i, a) for a in (4, 8, 16, 32) if n % a and a < n]
+    if kind is AxisType.LOOP: out += [Opt(OptOps.TILE, i, a) for a in (4, 8, 16, 32) if a < n and n % a == 0]
     # packed panels live in each thread's stack: only for renderers whose threads run whole loops (CPUs)
     if kind is AxisType.LOOP and not getattr(rnd, "has_local", False): out.append(Opt(OptOps.PACK, i))
     if kind in (AxisType.LOOP, AxisType.GLOBAL) and getattr(rnd, "has_local", False):

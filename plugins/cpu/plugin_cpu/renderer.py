@@ -7,6 +7,7 @@ from core.ir.pattern import PatternMatcher, UPat
 from core.codegen.c_style import CStyleRenderer, base_rewrite, c_code_for_op
 from core.codegen.llvm_ir import LLVMRenderer, llvm_rewrite
 from core.codegen.lowerer import pm_fuse_mulacc
+from core.codegen.decompose import pm_vector_math
 from plugin_cpu.compiler import host_simd_bytes, host_x86_fma
 from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, host_streams, pm_streaming_stores, stream_width
 
@@ -27,8 +28,10 @@ def host_threads() -> int:
 THREADS = host_threads()
 SIMD_BYTES = host_simd_bytes()
 
-# both renderers run the same rules before rendering: FMA for reduction updates, and (x86-64) which stores stream past the caches
-EXTRA_RULES = pm_fuse_mulacc + pm_streaming_stores(NT_MIN_BYTES, SIMD_BYTES) if host_streams() else pm_fuse_mulacc
+# both renderers run the same rules before rendering: FMA for reduction updates, float32 exp2/log2 as vector arithmetic (libm
+# would run once per lane), and (x86-64) which stores stream past the caches
+EXTRA_RULES = pm_fuse_mulacc + pm_vector_math + pm_streaming_stores(NT_MIN_BYTES, SIMD_BYTES) if host_streams() else \
+  pm_fuse_mulacc + pm_vector_math
 
 def _check_block(x: UOp) -> None:
   if x.arg != "gidx0": raise NotImplementedError(f"the CPU runs one-dimensional launches: no thread id {x.arg} (only gidx0)")

@@ -130,3 +130,31 @@ def test_hand_coded_packs_a_long_reduce_panel():
   np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-3, atol=1e-3)
   a, b = rng.standard_normal((64, 4096)).astype(np.float32), rng.standard_normal((4096, 64)).astype(np.float32)
   np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-3, atol=1e-3)
+
+def test_tile_splits_a_loop_with_the_inner_part_innermost():
+  item, want = kernel_of(lambda a, b: a @ b, (32, 24), (24, 16))
+  k = Kernel(item.ast, Device[Device.DEFAULT].renderer)
+  t = k.apply(Opt(OptOps.TILE, _loop(k, 32), 8))
+  loops = [r for r in t.axes if r.arg[1] is AxisType.LOOP]
+  assert [r.src[0].arg for r in loops] == [4, 16, 8]   # rows outer part, the columns, then the rows' inner part
+  got, _ = run(item, t)
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+  with pytest.raises(KernelOptError, match="LOOP"): k.apply(Opt(OptOps.TILE, k.types().index(AxisType.REDUCE), 4))
+
+def test_hand_coded_packs_both_inputs_of_a_transposed_product():
+  # a.T @ b reads a a whole row apart per reduce step: row blocks of it are packed once and reused by every column panel
+  rnd = Device[Device.DEFAULT].renderer
+  if not (rnd.supports_float4 and getattr(rnd, "threads", 0) >= 0 and not rnd.has_local): pytest.skip("a CPU-style renderer")
+  item, want = kernel_of(lambda a, b: a.T @ b, (96, 128), (96, 256))
+  k = hand_coded(Kernel(item.ast, rnd))
+  ops = [o.op for o in k.applied]
+  assert ops.count(P) == 2 and OptOps.TILE in ops and S not in ops, k.applied
+  got, spec = run(item, k)
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+  assert len(_pack_regs(spec)) == 2
+  # a @ b (rows contiguous along the reduce axis) keeps the one-panel plan
+  item, _ = kernel_of(lambda a, b: a @ b, (128, 96), (96, 64))
+  ops = [o.op for o in hand_coded(Kernel(item.ast, rnd)).applied]
+  assert ops.count(P) == 1 and OptOps.TILE not in ops
+  a, b = rng.standard_normal((256, 200)).astype(np.float32), rng.standard_normal((256, 120)).astype(np.float32)
+  np.testing.assert_allclose((Tensor(a).T @ Tensor(b)).numpy(), a.T @ b, rtol=1e-3, atol=1e-3)

@@ -129,3 +129,14 @@ def test_sliding_windows_are_told_from_other_small_reduce_axes():
   assert sum(o.op is R for o in k.applied) == 2, k.applied
   got = _run(item, [o for o in k.applied if o.op is not T])
   np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-3)
+
+def test_softmax_sum_puts_lanes_on_the_reduce_axis():
+  # sum(exp(x - max), axis=1) also reads max[i], contiguous along the rows; lanes across rows would gather x, so the lanes
+  # still go along the reduce axis (the axis x is contiguous in)
+  rnd = Device[Device.DEFAULT].renderer
+  x = Tensor(np.random.default_rng(0).standard_normal((64, 200)).astype(np.float32)).realize()
+  m = x.max(-1, keepdim=True).realize()
+  items, _, _ = create_schedule([(x - m).exp().sum(-1).uop])
+  (item,) = [it for it in items if it.ast.op is Ops.SINK]
+  k = hand_coded(Kernel(item.ast, AVX2()))
+  assert [o.op for o in k.applied if o.op in (U, R)] == [R], k.applied
