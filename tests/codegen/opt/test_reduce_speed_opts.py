@@ -133,7 +133,6 @@ def test_sliding_windows_are_told_from_other_small_reduce_axes():
 def test_softmax_sum_puts_lanes_on_the_reduce_axis():
   # sum(exp(x - max), axis=1) also reads max[i], contiguous along the rows; lanes across rows would gather x, so the lanes
   # still go along the reduce axis (the axis x is contiguous in)
-  rnd = Device[Device.DEFAULT].renderer
   x = Tensor(np.random.default_rng(0).standard_normal((64, 200)).astype(np.float32)).realize()
   m = x.max(-1, keepdim=True).realize()
   items, _, _ = create_schedule([(x - m).exp().sum(-1).uop])
