@@ -7,6 +7,15 @@ from core.device.registry import Device
 from core.engine.run import buffer_of
 from core.codegen.program import get_program
 
+def kernel_of(fn: Any, *shapes: tuple[int, ...], rng: np.random.Generator) -> tuple[Any, np.ndarray]:
+  """(the one schedule item of fn over random float32 tensors of `shapes`, fn over the same numpy arrays)."""
+  from core import Tensor
+  from core.schedule.kernelize import create_schedule
+  xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+  items, _, _ = create_schedule([fn(*[Tensor(x).realize() for x in xs]).uop])
+  assert len(items) == 1, [it.ast.arg for it in items]
+  return items[0], fn(*xs)
+
 def run_ast(item: Any, ast: UOp, renderer: Any = None) -> tuple[np.ndarray, Any]:
   """(the kernel's first buffer after one run of `ast` over `item`'s buffers, its ProgramSpec)."""
   dev = Device[Device.DEFAULT]

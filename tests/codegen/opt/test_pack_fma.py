@@ -8,7 +8,7 @@ from core.ir.ops import Ops, AxisType
 from core.ir.dtype import AddrSpace
 from core.device.registry import Device
 from core.schedule.kernelize import create_schedule
-from opt_helpers import run_ast
+from opt_helpers import run_ast, kernel_of as _kernel_of
 from core.codegen.lowerer import pm_fuse_mulacc
 from core.codegen.opt import Kernel, Opt, OptOps, KernelOptError
 from core.codegen.opt.heuristic import hand_coded
@@ -16,11 +16,7 @@ from core.codegen.opt.heuristic import hand_coded
 U, R, S, P = OptOps.UPCAST, OptOps.UNROLL, OptOps.SWAP, OptOps.PACK
 rng = np.random.default_rng(1)
 
-def kernel_of(fn, *shapes):
-  xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
-  items, _, _ = create_schedule([fn(*[Tensor(x).realize() for x in xs]).uop])
-  assert len(items) == 1, [it.ast.arg for it in items]
-  return items[0], fn(*xs)
+def kernel_of(fn, *shapes): return _kernel_of(fn, *shapes, rng=rng)
 
 def run(item, k: Kernel, renderer=None):
   return run_ast(item, k.ast, renderer)
@@ -101,14 +97,22 @@ def test_fuse_mulacc_leaves_other_updates_alone():
   np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
   assert not any(u.op is Ops.MULACC for u in spec.uops)
 
-def test_hand_coded_packs_matmul_and_unrolls_conv_window():
+def _cpu_renderer():
   rnd = Device[Device.DEFAULT].renderer
   if not (rnd.supports_float4 and getattr(rnd, "threads", 0) >= 0 and not rnd.has_local): pytest.skip("a CPU-style renderer")
-  item, want = kernel_of(lambda a, b: a @ b, (64, 96), (96, 64))
-  k = hand_coded(Kernel(item.ast, rnd))
+  return rnd
+
+def _hand_coded_matmul_packs(shapes, tol: float):
+  """hand_coded on a @ b of `shapes` packs a panel, and the kernel gives numpy's numbers."""
+  item, want = kernel_of(lambda a, b: a @ b, *shapes)
+  k = hand_coded(Kernel(item.ast, _cpu_renderer()))
   assert P in [o.op for o in k.applied], k.applied
   got, _ = run(item, k)
-  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=tol, atol=tol)
+
+def test_hand_coded_packs_matmul_and_unrolls_conv_window():
+  rnd = _cpu_renderer()
+  _hand_coded_matmul_packs([(64, 96), (96, 64)], 1e-4)
   # conv: the 3x3 window unrolled whole, output channels in registers, same numbers as the reference
   x, w = rng.standard_normal((2, 8, 10, 18)).astype(np.float32), rng.standard_normal((8, 8, 3, 3)).astype(np.float32)
   items, _, _ = create_schedule([Tensor(x).realize().conv2d(Tensor(w).realize()).uop])
@@ -121,13 +125,7 @@ def test_hand_coded_packs_matmul_and_unrolls_conv_window():
 def test_hand_coded_packs_a_long_reduce_panel():
   # a 16-float panel of K=4096 is 256 KiB: unpacked, its rows sit a page apart in a few cache sets (a 1024x4096x1024
   # matmul ran at a third of the packed speed), so it is packed too; the pool threads' stacks hold it
-  rnd = Device[Device.DEFAULT].renderer
-  if not (rnd.supports_float4 and getattr(rnd, "threads", 0) >= 0 and not rnd.has_local): pytest.skip("a CPU-style renderer")
-  item, want = kernel_of(lambda a, b: a @ b, (32, 4096), (4096, 32))
-  k = hand_coded(Kernel(item.ast, rnd))
-  assert P in [o.op for o in k.applied], k.applied
-  got, _ = run(item, k)
-  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-3, atol=1e-3)
+  _hand_coded_matmul_packs([(32, 4096), (4096, 32)], 1e-3)
   a, b = rng.standard_normal((64, 4096)).astype(np.float32), rng.standard_normal((4096, 64)).astype(np.float32)
   np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-3, atol=1e-3)
 
@@ -143,8 +141,7 @@ def test_tile_splits_a_loop_with_the_inner_part_innermost():
 
 def test_hand_coded_packs_both_inputs_of_a_transposed_product():
   # a.T @ b reads a a whole row apart per reduce step: row blocks of it are packed once and reused by every column panel
-  rnd = Device[Device.DEFAULT].renderer
-  if not (rnd.supports_float4 and getattr(rnd, "threads", 0) >= 0 and not rnd.has_local): pytest.skip("a CPU-style renderer")
+  rnd = _cpu_renderer()
   item, want = kernel_of(lambda a, b: a.T @ b, (96, 128), (96, 256))
   k = hand_coded(Kernel(item.ast, rnd))
   ops = [o.op for o in k.applied]

@@ -6,19 +6,14 @@ import pytest
 from core import Tensor
 from core.ir.ops import Ops, AxisType
 from core.device.registry import Device
-from core.schedule.kernelize import create_schedule
-from opt_helpers import run_ast
+from opt_helpers import run_ast, kernel_of as _kernel_of
 from core.codegen.opt import Kernel, Opt, OptOps, KernelOptError
 from core.codegen.opt.heuristic import hand_coded
 
 U, S, P, PT = OptOps.UPCAST, OptOps.SWAP, OptOps.PACK, OptOps.PADTO
 rng = np.random.default_rng(3)
 
-def kernel_of(fn, *shapes):
-  xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
-  items, _, _ = create_schedule([fn(*[Tensor(x).realize() for x in xs]).uop])
-  assert len(items) == 1, [it.ast.arg for it in items]
-  return items[0], fn(*xs)
+def kernel_of(fn, *shapes): return _kernel_of(fn, *shapes, rng=rng)
 
 def _param_stores(spec) -> list:
   return [u for u in spec.uops if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM]
