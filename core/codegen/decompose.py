@@ -68,10 +68,10 @@ def _horner(x: UOp, coeffs: list[float]) -> UOp:
 
 def _pow2i(n: UOp) -> UOp:
   """2**n as float32 for int32 n with -126 <= n <= 127, built from the exponent bits."""
-  return ((n + 127) << 23).bitcast(dtypes.float32.vec(n.dtype.count) if n.dtype.count > 1 else dtypes.float32)
+  return ((n + 127) << 23).bitcast(dtypes.float32.vec(n.dtype.count))
 
 def fast_exp2(x: UOp) -> UOp:
-  i32 = dtypes.int32.vec(x.dtype.count) if x.dtype.count > 1 else dtypes.int32
+  i32 = dtypes.int32.vec(x.dtype.count)
   nan = x.ne(x)
   # clamped: below -151 the result rounds to 0 and above 129 it is inf either way, and n stays a small integer
   xc = nan.where(0.0, x)
@@ -91,7 +91,7 @@ _LOG2_POLY = [2 / 0.6931471805599453 / k for k in (11, 9, 7, 5, 3)] + [2 / 0.693
 
 def fast_log2(x: UOp) -> UOp:
   vec = x.dtype.count
-  i32, f32 = (dtypes.int32.vec(vec), dtypes.float32.vec(vec)) if vec > 1 else (dtypes.int32, dtypes.float32)
+  i32, f32 = dtypes.int32.vec(vec), dtypes.float32.vec(vec)
   sub = x < 1.1754943508222875e-38   # subnormal (or zero/negative, handled below): scaled into the normals first
   xs = sub.where(x * 8388608.0, x)
   bits = xs.bitcast(i32)

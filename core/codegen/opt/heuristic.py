@@ -15,6 +15,8 @@ MM_WINDOW = 4                 # reduce axes this small are unrolled whole
 MM_PACK_REUSE = 4             # row blocks that must reuse a packed panel for the copy to pay
 MM_COL_VECS = 4               # vectors per reduce step of a column reduction (4 x 32 bytes: two cache lines; 6.7 -> 19 GB/s)
 MM_ROW_TILE = 16              # row tiles per packed row block when the row-side input is strided along the reduce axis
+MM_PACK_BOTH_MIN_K = 256      # reduce length below which copying the row block costs more than its reuse saves (a.T @ b with
+                              # K=128: 98 packed vs 132 GFLOP/s not; K=256: 127 vs 95)
 MIN_THREADED_WORK = 1 << 15   # iterations below which a kernel runs on one thread: dispatching blocks costs more
 
 def simd_lanes(renderer: Any, itemsize: int) -> int:
@@ -85,7 +87,7 @@ def _packed_both(k: Kernel, col: UOp, row: UOp, row_regs: int) -> Kernel | None:
   The row block's rows of that input are packed once per row block (contiguous along the reduce axis, reused by every column
   panel) and each column panel once per row block. None when the kernel is not such a product or a panel does not fit."""
   reds = k.of_type(AxisType.REDUCE)
-  if len(reds) != 1 or (kn := range_size(reds[0])) is None: return None
+  if len(reds) != 1 or (kn := range_size(reds[0])) is None or kn < MM_PACK_BOTH_MIN_K: return None
   red = reds[0]
   strided = [ld for ld in _loads(k) if _same(k, col) not in ld.toposort() and red in ld.toposort() and
              contiguous_offset(ld.src[0].src[1], red) is None]
