@@ -39,21 +39,54 @@ class LowerCtx:
       elif u.op in (Ops.END, Ops.REDUCE): lv = lv - set(u.src[1:])
       live[u] = lv
       if u.op is Ops.REDUCE:
-        key = u.src[1:]
+        key = tuple(r for r in u.src[1:] if r.arg[1] is not AxisType.GROUP_REDUCE)   # the loops its accumulator runs in
         self.enclosing[key] = self.enclosing.get(key, frozenset()) | (live[u.src[0]] - set(key))
+    # workgroup axes (LOCAL) index a group reduction's shared buffer with its own lanes; new loops get fresh ids
+    rngs = [u for u in (sink.toposort() if sink is not None else ()) if u.op is Ops.RANGE]
+    self.locals = sorted((r for r in rngs if r.arg[1] is AxisType.LOCAL), key=lambda r: r.arg)
+    self.next_range = max((r.arg[0] for r in rngs), default=-1) + 1
+    self.shared = 0
+
+def _accumulate(ctx: LowerCtx, op: Ops, v: UOp, rngs: tuple[UOp, ...]) -> UOp:
+  """A register initialised inside the loops enclosing v, updated with v in the `rngs` loops, read after them."""
+  outer = sorted((ctx.scopes(v) - set(rngs)) | ctx.enclosing.get(rngs, frozenset()), key=lambda r: r.arg)
+  acc = UOp(Ops.DEFINE_REG, v.dtype.ptr(1, AddrSpace.REG), (), ctx.regs)
+  ctx.regs += 1
+  zero = UOp.const(dtypes.index, 0)
+  init = UOp(Ops.STORE, dtypes.void, (acc.index(zero), reduce_identity(op, v.dtype)) + tuple(outer))
+  acc_in = acc.after(init, *rngs)   # reading the accumulator must stay inside the reduce loops
+  upd: UOp = acc_in.index(zero).store(_combine(op, acc_in.index(zero).load(), v))
+  for r in sorted(rngs, key=lambda r: r.arg, reverse=True): upd = upd.end(r)
+  return acc.after(upd).index(zero).load()
+
+def _flat(rngs: list[UOp]) -> UOp:
+  """The row-major position of the ranges' values (the last one fastest)."""
+  out, stride = rngs[-1], rngs[-1].src[0].arg
+  for r in reversed(rngs[:-1]):
+    out, stride = out + r * stride, stride * r.src[0].arg
+  return out
+
+def lower_group_reduce(ctx: LowerCtx, red: UOp, groups: list[UOp]) -> UOp:
+  """A reduction shared by a workgroup: its GROUP_REDUCE axes are work-item ids (map_globals). Each work-item reduces its part
+  over the other axes, writes it to a slot of a shared (DEFINE_LOCAL) buffer, and after a BARRIER every work-item reduces the
+  slots of its group: the same value in all of them (gate_group_stores lets one store it)."""
+  v, rest = red.src[0], tuple(r for r in red.src[1:] if r not in groups)
+  part = _accumulate(ctx, red.arg, v, rest) if rest else v
+  lanes = ctx.locals + groups   # one slot per work-item of the group
+  buf = UOp(Ops.DEFINE_LOCAL, red.dtype.ptr(prod(r.src[0].arg for r in lanes), AddrSpace.LOCAL), (), ctx.shared)
+  ctx.shared += 1
+  bar = UOp(Ops.BARRIER, dtypes.void, (buf.index(_flat(lanes)).store(part),))
+  reads = []
+  for g in groups:
+    reads.append(UOp.range(g.src[0].arg, ctx.next_range, AxisType.REDUCE))
+    ctx.next_range += 1
+  slots = [reads[groups.index(r)] if r in groups else r for r in lanes]
+  return _accumulate(ctx, red.arg, buf.after(bar).index(_flat(slots)).load(), tuple(reads))
 
 def lower_reduce(ctx: LowerCtx, red: UOp) -> UOp:
   """REDUCE(v, *ranges) -> a register initialised inside the enclosing loops, updated in the reduce loops, read after."""
-  v, rngs = red.src[0], red.src[1:]
-  outer = sorted((ctx.scopes(v) - set(rngs)) | ctx.enclosing.get(rngs, frozenset()), key=lambda r: r.arg)
-  acc = UOp(Ops.DEFINE_REG, red.dtype.ptr(1, AddrSpace.REG), (), ctx.regs)
-  ctx.regs += 1
-  zero = UOp.const(dtypes.index, 0)
-  init = UOp(Ops.STORE, dtypes.void, (acc.index(zero), reduce_identity(red.arg, red.dtype)) + tuple(outer))
-  acc_in = acc.after(init, *rngs)   # reading the accumulator must stay inside the reduce loops
-  upd: UOp = acc_in.index(zero).store(_combine(red.arg, acc_in.index(zero).load(), v))
-  for r in sorted(rngs, key=lambda r: r.arg, reverse=True): upd = upd.end(r)
-  return acc.after(upd).index(zero).load()
+  if groups := [r for r in red.src[1:] if r.arg[1] is AxisType.GROUP_REDUCE]: return lower_group_reduce(ctx, red, groups)
+  return _accumulate(ctx, red.arg, red.src[0], red.src[1:])
 
 pm_lower_reduce = PatternMatcher([(UPat(Ops.REDUCE, name="red"), lower_reduce)], name="lower reduce")
 
@@ -85,30 +118,38 @@ pm_fuse_mulacc = PatternMatcher([
    fuse_mulacc),
 ], name="fuse mulacc")
 
-def map_globals(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0) -> tuple[UOp, tuple[int, ...]]:
-  """Output loops become hardware thread ids (gidx0 is the innermost loop); returns the new sink and the launch size.
-  With a thread pool (`threads` > 0) only GLOBAL ranges (thread blocks chosen by the optimizer) become ids; the other
-  loops stay loops inside each block."""
-  if threads > 0:
-    global_max = (2 ** 31 - 1,)
-    kinds: tuple[AxisType, ...] = (AxisType.GLOBAL,)
-  else: kinds = (AxisType.LOOP, AxisType.GLOBAL)
-  if not global_max: return sink, (1, 1, 1)
-  loops = sorted({u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] in kinds}, key=lambda r: r.arg)
-  if not loops: return sink, (1, 1, 1)
-  ndim = len(global_max)
-  # too many loops for the hardware dims: the outer ones share one id, split back with div/mod
+def _thread_ids(loops: list[UOp], prefix: str, ndim: int) -> tuple[dict[UOp, UOp], list[int]]:
+  """Loops (outermost first) as hardware ids `<prefix>0..` (0 the innermost loop); with more loops than `ndim` ids the outer
+  ones share one id, split back with div/mod. Returns the substitution and the id sizes."""
   groups = [loops[:len(loops) - ndim + 1]] + [[r] for r in loops[len(loops) - ndim + 1:]] if len(loops) > ndim else [[r] for r in loops]
   sub: dict[UOp, UOp] = {}
-  launch = []
+  sizes = []
   for gi, grp in enumerate(reversed(groups)):
     total = prod(r.src[0].arg for r in grp)
-    sp = UOp.special(total, f"gidx{gi}")
-    launch.append(total)
+    sp = UOp.special(total, f"{prefix}{gi}")
+    sizes.append(total)
     stride = 1
     for r in reversed(grp):
       sub[r] = sp if len(grp) == 1 else (sp // stride) % r.src[0].arg
       stride *= r.src[0].arg
+  return sub, sizes
+
+def map_globals(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0) -> tuple[UOp, tuple[int, ...], tuple[int, ...]]:
+  """Output loops become hardware thread ids (gidx0 is the innermost loop), workgroup axes (LOCAL, GROUP_REDUCE) work-item ids
+  (lidx); returns the new sink and the launch and workgroup sizes. With a thread pool (`threads` > 0) only GLOBAL ranges
+  (thread blocks chosen by the optimizer) become ids; the other loops stay loops inside each block."""
+  if threads > 0:
+    global_max = (2 ** 31 - 1,)
+    kinds: tuple[AxisType, ...] = (AxisType.GLOBAL,)
+  else: kinds = (AxisType.LOOP, AxisType.GLOBAL)
+  rngs = sorted({u for u in sink.toposort() if u.op is Ops.RANGE}, key=lambda r: r.arg)
+  loops = [r for r in rngs if r.arg[1] in kinds] if global_max else []
+  # a group's work-items innermost (lidx0): neighbours read neighbouring elements of the reduction
+  lanes = [r for r in rngs if r.arg[1] is AxisType.LOCAL] + [r for r in rngs if r.arg[1] is AxisType.GROUP_REDUCE]
+  if not loops and not lanes: return sink, (1, 1, 1), (1, 1, 1)
+  sub, launch = _thread_ids(loops, "gidx", len(global_max)) if global_max and loops else ({}, [])
+  lsub, local = _thread_ids(lanes, "lidx", 3) if lanes else ({}, [])
+  sub.update(lsub)
   # drop the ENDs of loops that became thread ids (wherever they sit in a chain), then replace the ranges
   def strip(u: UOp) -> UOp:
     if u.op is not Ops.END: return u
@@ -116,7 +157,23 @@ def map_globals(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0)
     keep = tuple(r for r in u.src[1:] if r not in sub)
     return inner.end(*keep) if keep else inner
   new = sink.replace(src=tuple(strip(s) for s in sink.src))
-  return new.substitute(sub), tuple(launch + [1] * (3 - len(launch)))
+  return new.substitute(sub), tuple(launch + [1] * (3 - len(launch))), tuple(local + [1] * (3 - len(local)))
+
+def gate_group_stores(sink: UOp) -> UOp:
+  """After a group reduction every work-item of the group holds the result: only the first (id 0 on each GROUP_REDUCE axis
+  the stored address does not use) stores it."""
+  groups = [u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] is AxisType.GROUP_REDUCE]
+  if not groups: return sink
+  sub: dict[UOp, UOp] = {}
+  for st in sink.toposort():
+    if st.op is not Ops.STORE or st.src[0].op is not Ops.INDEX or st.src[0].src[0].op is not Ops.PARAM: continue
+    idx = st.src[0]
+    if not (first := [g.eq(0) for g in groups if g not in idx.toposort()]): continue
+    gate = first[0]
+    for f in first[1:]: gate = gate & f
+    if len(idx.src) > 2: gate = idx.src[2] & gate
+    sub[st] = st.replace(src=(idx.replace(src=idx.src[:2] + (gate,) + idx.src[3:]),) + st.src[1:])
+  return sink.substitute(sub) if sub else sink
 
 def lower_index_dtype(sink: UOp) -> UOp:
   """`index` math becomes int32, or int64 when some value might not fit."""
@@ -125,7 +182,8 @@ def lower_index_dtype(sink: UOp) -> UOp:
   dt = dtypes.int64 if big else dtypes.int32
   return graph_rewrite(sink, PatternMatcher([(UPat(dtype=dtypes.index, name="x"), lambda x: x.replace(dtype=dt))]), name="index dtype")
 
-def lower_kernel(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0) -> tuple[UOp, tuple[int, ...]]:
-  sink = graph_rewrite(sink, pm_lower_reduce, LowerCtx(sink), name="lower reduce")
-  sink, gsize = map_globals(sink, global_max, threads)
-  return lower_index_dtype(sink), gsize
+def lower_kernel(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0) -> tuple[UOp, tuple[int, ...], tuple[int, ...]]:
+  """The lowered kernel, its launch size and its workgroup size."""
+  sink = gate_group_stores(graph_rewrite(sink, pm_lower_reduce, LowerCtx(sink), name="lower reduce"))
+  sink, gsize, lsize = map_globals(sink, global_max, threads)
+  return lower_index_dtype(sink), gsize, lsize

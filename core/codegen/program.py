@@ -46,7 +46,7 @@ def get_program(ast: UOp, renderer: Any, optimize: bool = True) -> ProgramSpec:
   from core.codegen.opt import optimize as optimize_kernel
   from core.codegen.opt.expander import expand_kernel
   sink = expand_kernel(optimize_kernel(ast, renderer) if optimize else ast, vectorize=getattr(renderer, "supports_float4", False))
-  sink, gsize = lower_kernel(sink, getattr(renderer, "global_max", None), getattr(renderer, "threads", 0))
+  sink, gsize, lsize = lower_kernel(sink, getattr(renderer, "global_max", None), getattr(renderer, "threads", 0))
   if dtypes.bfloat16 not in renderer.supported_dtypes and any(u.dtype.base is dtypes.bfloat16 for u in sink.toposort()):
     from core.codegen.decompose import pm_emulate_bf16
     sink = graph_rewrite(sink, pm_emulate_bf16, name="emulate bf16")
@@ -56,12 +56,13 @@ def get_program(ast: UOp, renderer: Any, optimize: bool = True) -> ProgramSpec:
     from core.ir.spec import type_verify, program_spec
     type_verify(uops, program_spec)
   # launch sizes read from SPECIAL in case the renderer rules changed them
-  gs = list(gsize)
+  gs, ls = list(gsize), list(lsize)
   for u in uops:
     if u.op is Ops.SPECIAL and u.arg.startswith("gidx"): gs[int(u.arg[4:])] = u.src[0].arg
+    if u.op is Ops.SPECIAL and u.arg.startswith("lidx"): ls[int(u.arg[4:])] = u.src[0].arg
   src = renderer.render(name, uops)
   variables = tuple(u for u in uops if u.op is Ops.DEFINE_VAR)
-  return ProgramSpec(name, src, renderer.device, tuple(uops), tuple(gs), (1, 1, 1), variables, (0,), _estimate(uops, gs[0] * gs[1] * gs[2]), ast)
+  return ProgramSpec(name, src, renderer.device, tuple(uops), tuple(gs), tuple(ls), variables, (0,), _estimate(uops, gs[0] * gs[1] * gs[2]), ast)
 
 def program_uop(spec: ProgramSpec, lib: bytes | None = None) -> UOp:
   """The PROGRAM node: (SINK, DEVICE, LINEAR, SOURCE[, BINARY])."""

@@ -136,14 +136,15 @@ def deserialize_uops(src: str) -> tuple[str, list[tuple[Ops, DType, tuple[int, .
   return d["name"], [(Ops[o], _dec_dtype(t), tuple(s), _dec_arg(a)) for o, t, s, a in d["uops"]]
 
 class PythonRenderer(Renderer):
-  """Renders a linearized kernel to its JSON form. Every output axis becomes a launch dimension (SPECIAL gidx)."""
+  """Renders a linearized kernel to its JSON form. Every output axis becomes a launch dimension (SPECIAL gidx), workgroup
+  axes (LOCAL, GROUP) work-item ids (lidx); every thread runs each op in lockstep, so barriers and shared memory hold."""
   device = "PYTHON"
   suffix = "PYTHON"
-  has_local = False
-  has_shared = False
+  has_local = True
+  has_shared = True
   global_max = (2 ** 31 - 1,) * 3
-  local_max = None
-  shared_max = 0
+  local_max = (1024, 1024, 64)
+  shared_max = 64 * 1024
   supports_float4 = False
   has_images = False
   has_atomics = False

@@ -411,7 +411,9 @@ def test_program_refuses_ops_it_cannot_run():
 
 def test_renderer_capabilities():
   r = PythonRenderer()
-  assert r.has_local is False and r.global_max == (2**31 - 1,) * 3
+  # workgroups and shared memory: its threads run in lockstep, so a BARRIER holds without doing anything
+  assert r.has_local and r.has_shared and r.local_max == (1024, 1024, 64) and r.shared_max == 64 * 1024
+  assert r.global_max == (2**31 - 1,) * 3
   assert dtypes.bfloat16 not in r.supported_dtypes and not any(d in r.supported_dtypes for d in dtypes.fp8s)
   assert all(d in r.supported_dtypes for d in dtypes.ints + (dtypes.bool, dtypes.float16, dtypes.float32, dtypes.float64))
   assert PythonCompiler().compile("abc") == b"abc" and PythonCompiler().cachekey is None

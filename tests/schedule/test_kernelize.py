@@ -85,7 +85,7 @@ def test_pad_gates_loads():
 def test_linearized_reduce_keeps_accumulator_reads_in_their_loops():
   a = buf(12, (3, 4))
   items, _, _ = create_schedule([a.r(Ops.ADD, (1,))])
-  sink, _ = lower_kernel(items[0].ast, None)
+  sink, _, _ = lower_kernel(items[0].ast, None)
   uops = finalize(linearize(sink))
   ops = [u.op for u in uops]
   r_outer, r_inner = [i for i, o in enumerate(ops) if o is Ops.RANGE]

@@ -9,11 +9,13 @@ from core.helpers import prod, fast_members
 @fast_members
 class OptOps(enum.Enum):
   """UPCAST/UNROLL split an output/reduce axis and expand the inner part into registers; THREAD splits an output axis into
-  blocks run by the renderer's thread pool (GLOBAL); LOCAL makes a workgroup axis (renderers with locals); SWAP exchanges the
-  nesting of two loops (`amt` is the other axis); PACK copies the inputs that loop `axis` reuses into a contiguous thread-private
-  buffer before the loop (opt/pack.py); TILE splits a LOOP into two nested loops (the inner one innermost of the loops, so
-  SWAPs and PACKs can put other loops between them); PADTO rounds an output axis up to a multiple of `amt` (the extra iterations compute
-  on zeros and store nothing), so a later split by `amt` divides it; NOOP does nothing."""
+  blocks run by the renderer's thread pool (GLOBAL); LOCAL makes a workgroup axis (work-item ids, renderers with locals); GROUP
+  splits a reduce axis across the work-items of a workgroup (GROUP_REDUCE: partial results combined through shared memory
+  after a barrier, lowerer.lower_group_reduce); SWAP exchanges the nesting of two loops (`amt` is the other axis); PACK copies
+  the inputs that loop `axis` reuses into a contiguous thread-private buffer before the loop (opt/pack.py); TILE splits a LOOP
+  into two nested loops (the inner one innermost of the loops, so SWAPs and PACKs can put other loops between them); PADTO
+  rounds an output axis up to a multiple of `amt` (the extra iterations compute on zeros and store nothing), so a later split
+  by `amt` divides it; NOOP does nothing."""
   UPCAST = "UPCAST"; UNROLL = "UNROLL"; THREAD = "THREAD"; LOCAL = "LOCAL"; GROUP = "GROUP"; SWAP = "SWAP"; PACK = "PACK"  # noqa: E702
   PADTO = "PADTO"; TILE = "TILE"; NOOP = "NOOP"  # noqa: E702
 
@@ -102,10 +104,32 @@ class Kernel:
       if not getattr(rnd, "has_local", False): raise KernelOptError(f"{opt}: the renderer has no local (workgroup) ids")
       if kind not in (AxisType.LOOP, AxisType.GLOBAL): raise KernelOptError(f"{opt}: LOCAL needs an output axis, not {kind.name}")
       ast = split_axis(self.ast, r, amt, AxisType.LOCAL)
-    else: raise KernelOptError(f"{opt}: {opt.op.name} is not supported yet (needs shared-memory reductions)")
+    elif opt.op is OptOps.GROUP:
+      if not getattr(rnd, "has_shared", False): raise KernelOptError(f"{opt}: the renderer has no shared (workgroup) memory")
+      if kind is not AxisType.REDUCE: raise KernelOptError(f"{opt}: GROUP needs a REDUCE axis, not {kind.name}")
+      reds = [u for u in self.ast.toposort() if u.op is Ops.REDUCE]
+      # a group reduction reuses its shared buffer on every trip of an enclosing reduce loop, which would need a second barrier
+      if any(x is not red and red in x.src[0].toposort() for red in reds if r in red.src[1:] for x in reds):
+        raise KernelOptError(f"{opt}: the reduction over axis {opt.axis} runs inside another reduction")
+      ast = split_axis(self.ast, r, amt, AxisType.GROUP_REDUCE)
+    else: raise KernelOptError(f"{opt}: {opt.op.name} is not supported")
     k = Kernel(ast, rnd, self.applied + (opt,))
     if k.register_elems() > MAX_REGISTER_ELEMS: raise KernelOptError(f"{opt}: {k.register_elems()} register elements > {MAX_REGISTER_ELEMS}")
+    if (err := k.workgroup_error()) is not None: raise KernelOptError(f"{opt}: {err}")
     return k
+
+  def workgroup_error(self) -> str | None:
+    """Why the workgroup (LOCAL and GROUP_REDUCE axes) does not fit the renderer, or None: its work-items must not exceed
+    local_max[0], and the shared buffers of the group reductions (a slot per work-item, per vector lane) not shared_max."""
+    lanes = self.of_type(AxisType.LOCAL, AxisType.GROUP_REDUCE)
+    if not lanes: return None
+    n = prod(range_size(r) or 1 for r in lanes)
+    if (lm := getattr(self.renderer, "local_max", None)) and n > lm[0]: return f"{n} work-items per workgroup > {lm[0]}"
+    groups = set(self.of_type(AxisType.GROUP_REDUCE))
+    shared = sum(u.dtype.itemsize for u in self.ast.toposort() if u.op is Ops.REDUCE and groups & set(u.src[1:]))
+    shared *= n * prod(range_size(r) or 1 for r in self.of_type(AxisType.UPCAST))
+    if shared > (sm := getattr(self.renderer, "shared_max", 0)): return f"group reductions need {shared} bytes of shared memory > {sm}"
+    return None
 
 def apply_opts(ast: UOp, opts: list[Opt] | tuple[Opt, ...], renderer: Any = None) -> UOp:
   k = Kernel(ast, renderer)

@@ -26,6 +26,8 @@ def _actions(k: Kernel) -> list[Opt]:
     if kind is AxisType.LOOP and not getattr(rnd, "has_local", False): out.append(Opt(OptOps.PACK, i))
     if kind in (AxisType.LOOP, AxisType.GLOBAL) and getattr(rnd, "has_local", False):
       out += [Opt(OptOps.LOCAL, i, a) for a in (2, 4, 8, 16, 32) if a <= n and n % a == 0]
+    if kind is AxisType.REDUCE and getattr(rnd, "has_shared", False):
+      out += [Opt(OptOps.GROUP, i, a) for a in (4, 16, 64, 256) if a <= n and n % a == 0]
   return out
 
 class Timer:

@@ -135,7 +135,7 @@ def test_thread_split_makes_gidx_blocks():
   item, _ = kernel_of(matmul, (16, 24), (24, 32))
   k = Kernel(item.ast, Threaded()).apply(Opt(T, 0, 4))
   assert [r.arg[1] for r in k.axes][:2] == [AxisType.GLOBAL, AxisType.LOOP] and k.sizes()[:2] == [4, 4]
-  sink, gsize = lower_kernel(expand_kernel(k.ast), None, threads=2)
+  sink, gsize, _ = lower_kernel(expand_kernel(k.ast), None, threads=2)
   specials = [u for u in sink.toposort() if u.op is Ops.SPECIAL]
   assert gsize == (4, 1, 1) and [u.arg for u in specials] == ["gidx0"]
   assert not any(u.op is Ops.RANGE and u.arg[1] is AxisType.GLOBAL for u in sink.toposort())
