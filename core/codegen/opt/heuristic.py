@@ -18,6 +18,10 @@ MM_ROW_TILE = 16              # row tiles per packed row block when the row-side
 MM_PACK_BOTH_MIN_K = 256      # reduce length below which copying the row block costs more than its reuse saves (a.T @ b with
                               # K=128: 98 packed vs 132 GFLOP/s not; K=256: 127 vs 95)
 MIN_THREADED_WORK = 1 << 15   # iterations below which a kernel runs on one thread: dispatching blocks costs more
+WG_FEW_OUTPUTS = 4096         # outputs below which a GPU has idle lanes unless the work-items of a group share a reduction
+WG_LONG_REDUCE = 256          # reductions this long are shared by a workgroup (GROUP of WG_GROUP, or a quarter of it)
+WG_GROUP = 64
+WG_LOCAL = 32                 # work-items per workgroup along the contiguous output axis
 
 def simd_lanes(renderer: Any, itemsize: int) -> int:
   """Elements of `itemsize` bytes per SIMD register (Renderer.simd_width is in bytes; unknown means 16 with vector support)."""
@@ -161,8 +165,25 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
     k = _try(k, Opt(OptOps.PACK, _pos(k, _same(k, other))))
   return k
 
+def _group_reduce(k: Kernel) -> Kernel:
+  """GPU-style renderers (work-item ids, shared memory): a long reduction with few outputs is shared by a workgroup (GROUP),
+  else each output would be one work-item looping over the whole reduction while the rest of the GPU idles. Applied first,
+  so a group's work-items read neighbouring elements."""
+  outs = k.of_type(AxisType.LOOP)
+  if not getattr(k.renderer, "has_shared", False) or prod(range_size(r) or WG_FEW_OUTPUTS for r in outs) >= WG_FEW_OUTPUTS: return k
+  reds = sorted((r for r in k.of_type(AxisType.REDUCE) if (range_size(r) or 0) >= WG_LONG_REDUCE), key=lambda r: -(range_size(r) or 0))
+  if reds and (amt := _pick_amt(range_size(reds[0]), (WG_GROUP, WG_GROUP // 4))): k = _try(k, Opt(OptOps.GROUP, _pos(k, reds[0]), amt))
+  return k
+
+def _local(k: Kernel) -> Kernel:
+  """GPU-style renderers: the innermost output loop split into workgroups (LOCAL) instead of one work-item per workgroup."""
+  loops = k.of_type(AxisType.LOOP)
+  if loops and (amt := _pick_amt(range_size(loops[-1]), (WG_LOCAL, 16, 8, 4, 2))): k = _try(k, Opt(OptOps.LOCAL, _pos(k, loops[-1]), amt))
+  return k
+
 def hand_coded(k: Kernel) -> Kernel:
   rnd = k.renderer
+  if getattr(rnd, "has_local", False): k = _group_reduce(k)
   stores = [u for u in k.ast.toposort() if u.op is Ops.STORE]
   if len(stores) != 1 or stores[0].src[0].op is not Ops.INDEX: return k
   st = stores[0]
@@ -198,6 +219,7 @@ def hand_coded(k: Kernel) -> Kernel:
         k = _try(k, Opt(OptOps.UNROLL, _pos(k, red), amt))
     elif contig_out is not None:
       if amt := _pick_amt(range_size(contig_out), (2 * lanes, lanes, 4, 2)): k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt))
+  if getattr(rnd, "has_local", False): return _local(k)
   threads = getattr(rnd, "threads", 0)
   work = prod(range_size(r) or 1 for r in k.axes)
   if threads > 0 and work >= MIN_THREADED_WORK:

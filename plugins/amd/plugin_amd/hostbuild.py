@@ -4,8 +4,8 @@ import ctypes, functools, hashlib, threading
 from dataclasses import dataclass, field
 from typing import Any
 from core.helpers import to_function_name
-from core.ir.dtype import PtrDType
-from core.ir.ops import UOp, Ops
+from core.ir.dtype import AddrSpace, PtrDType, dtypes
+from core.ir.ops import UOp, Ops, GroupOp, AxisType
 
 # Why LLVM and not C: the AMD renderer is an LLVMRenderer, so every uop it accepts (bfloat16 arithmetic, vector ops) the host
 # LLVM renderer accepts too; the host C compiler here (gcc 12) has no bfloat16 arithmetic.
@@ -40,20 +40,113 @@ def _renderer_class() -> type:
       return LLVMRenderer.render_params(self, bufs, vars_) + [f"i32 %{a}" for a in AXES]
 
     def render_define_local(self, x: UOp) -> str:
-      # LDS: one array per pool thread, which runs whole workgroups one after another, so it is per workgroup while one runs
+      # LDS: a stack array of the call, which runs a whole workgroup (workitem_loops), so one per workgroup
       assert isinstance(x.dtype, PtrDType)
-      name = f"@{to_function_name(self.kernel_name)}.lds{x.arg}"
-      self.globals.append(f"{name} = internal thread_local global [{x.dtype.size} x {self.mem_ty(x.dtype.base)}] undef, align 16")
-      self.r[x] = name
+      self.r[x] = f"%lds{x.arg}"
+      self.allocas.append(f"%lds{x.arg} = alloca [{x.dtype.size} x {self.mem_ty(x.dtype.base)}], align 16")
       return ""
 
     def render_barrier(self) -> str:
-      raise HostBuildError("the kernel has a workgroup BARRIER; the MOCK device runs a workgroup's work-items one after another, "
-                           "which can't honour it")
+      raise HostBuildError("a BARRIER left after workitem_loops")   # it splits the kernel at every barrier: none reach here
 
   return HostKernelRenderer
 
-def _wrapper(kname: str, nbufs: int, nvars: int) -> str:
+# ops whose value depends only on their sources (rematerialized or spilled when a later region uses them)
+_PURE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.INDEX, Ops.GEP, Ops.VECTORIZE}
+
+def workitem_loops(uops: list[UOp]) -> list[UOp]:
+  """A kernel with workgroup barriers as one call per workgroup (the host has no barrier between work-items run one after
+  another): the uops between two barriers become a loop over the workgroup's work-items, so every work-item has reached a
+  barrier before any goes past it. lidx comes from that loop's counter; registers get one copy per work-item, and values a
+  later region reads are kept per work-item in arrays (pointers are recomputed). Barriers must be outside every loop."""
+  depth = 0
+  for u in uops:
+    if u.op in (Ops.RANGE, Ops.IF): depth += 1
+    elif u.op is Ops.END: depth -= sum(1 for r in u.src[1:] if r.op is Ops.RANGE)
+    elif u.op is Ops.ENDIF: depth -= 1
+    elif u.op is Ops.BARRIER and depth: raise HostBuildError("a BARRIER inside a loop or branch: the MOCK device runs barriers only "
+                                                             "at the top level of a kernel")
+  lsz = [1, 1, 1]
+  for u in uops:
+    if u.op is Ops.SPECIAL and u.arg.startswith("lidx"): lsz[int(u.arg[4:])] = int(u.src[0].arg)
+  n_items, i32 = lsz[0] * lsz[1] * lsz[2], dtypes.int32
+  c = lambda v: UOp.const(i32, v)
+  region, k = {}, 0
+  for u in uops:
+    if u.op is Ops.BARRIER: k += 1
+    region[u] = k
+  # values the same for every work-item, computed once before the loops
+  hoist: set[UOp] = set()
+  for u in uops:
+    if u.op in (Ops.CONST, Ops.VCONST, Ops.PARAM, Ops.DEFINE_VAR, Ops.DEFINE_LOCAL) or (u.op is Ops.SPECIAL and u.arg.startswith("gidx")) or \
+       (u.op in _PURE and all(s in hoist for s in u.src)): hoist.add(u)
+  lids = {u for u in uops if u.op is Ops.SPECIAL and u.arg.startswith("lidx")}
+  next_reg = max((u.arg + 1 for u in uops if u.op is Ops.DEFINE_REG), default=0)
+  regs: dict[UOp, UOp] = {}
+  for u in uops:
+    if u.op is Ops.DEFINE_REG:
+      assert isinstance(u.dtype, PtrDType)
+      regs[u] = UOp(Ops.DEFINE_REG, u.dtype.base.ptr(u.dtype.size * n_items, AddrSpace.REG), (), u.arg)
+  # values read in a later region than their own: kept in an array with a slot per work-item
+  spill: dict[UOp, UOp] = {}
+  ext: list[dict[UOp, None]] = [{} for _ in range(region[uops[-1]] + 1)]   # per region: what it reads from earlier ones
+  def need(s: UOp, k: int) -> None:
+    nonlocal next_reg
+    if s.op is Ops.AFTER: return need(s.src[0], k)
+    if s in hoist or s in lids or s.op is Ops.DEFINE_REG or region[s] == k or s in ext[k]: return
+    ext[k][s] = None
+    if isinstance(s.dtype, PtrDType):
+      for x in s.src: need(x, k)
+    elif s not in spill:
+      spill[s] = UOp(Ops.DEFINE_REG, s.dtype.ptr(n_items, AddrSpace.REG), (), next_reg)
+      next_reg += 1
+  body = [u for u in uops if u not in hoist and u not in lids and u.op not in (Ops.BARRIER, Ops.DEFINE_REG)]
+  for u in body:
+    for s in u.src: need(s, region[u])
+  out = [u for u in uops if u in hoist] + list(regs.values()) + list(spill.values())
+  next_range = max((u.arg[0] + 1 for u in uops if u.op is Ops.RANGE), default=0)
+  for k in range(len(ext)):
+    rk = UOp(Ops.RANGE, i32, (c(n_items),), (next_range + k, AxisType.LOOP))
+    done: dict[UOp, UOp] = {}
+    # what is emitted, per open loop: a value emitted inside a loop is not available after it (it is emitted again)
+    scopes: list[set[UOp]] = [set(hoist) | set(regs.values()) | set(spill.values())]
+    def push(n: UOp) -> UOp:
+      for x in n.toposort():
+        if any(x in sc for sc in scopes): continue
+        out.append(x)
+        if x.op is Ops.END:
+          for _ in (r for r in x.src[1:] if r.op is Ops.RANGE): scopes.pop()
+        scopes[-1].add(x)
+        if x.op is Ops.RANGE: scopes.append(set())
+      return n
+    lid = {u: push(rk % c(lsz[0]) if u.arg == "lidx0" else (rk // c(lsz[0])) % c(lsz[1]) if u.arg == "lidx1" else rk // c(lsz[0] * lsz[1]))
+           for u in lids}
+    def get(s: UOp) -> UOp:
+      if s.op is Ops.AFTER: return get(s.src[0])   # ordering only (the regions order everything now)
+      if s in hoist: return s
+      if s in lids: return lid[s]
+      if s.op is Ops.DEFINE_REG: return regs[s]
+      if s in done: return done[s]
+      if s in spill: done[s] = push(spill[s].index(rk).load())
+      else: done[s] = emit(s)   # a pointer from an earlier region, recomputed here
+      return done[s]
+    def emit(u: UOp) -> UOp:
+      if u.op is Ops.INDEX and u.src[0].op is Ops.DEFINE_REG:
+        assert isinstance(u.src[0].dtype, PtrDType)
+        reg = regs[u.src[0]]
+        return push(u.replace(dtype=reg.dtype, src=(reg, rk * c(u.src[0].dtype.size) + get(u.src[1])) + tuple(get(x) for x in u.src[2:])))
+      return push(u.replace(src=tuple(get(x) for x in u.src)))
+    push(rk)
+    # everything from earlier regions at the top of the loop, so it dominates every use (some are inside inner loops)
+    for s in ext[k]: get(s)
+    for u in body:
+      if region[u] != k or u.op is Ops.AFTER: continue
+      done[u] = emit(u)
+      if u in spill: push(spill[u].index(rk).store(done[u]))
+    push(UOp(Ops.END, dtypes.void, (out[-1], rk)))
+  return out
+
+def _wrapper(kname: str, nbufs: int, nvars: int, whole_group: bool = False) -> str:
   """`<kname>_wg(ptr %args, ptr %dims, i64 %wg)`: args = one uint64 per kernel argument, dims = i32 grid x,y,z, block x,y,z."""
   ln = [f"define void @{kname}_wg(ptr %args, ptr %dims, i64 %wg) #0 {{", "entry:"]
   call_args = []
@@ -70,7 +163,8 @@ def _wrapper(kname: str, nbufs: int, nvars: int) -> str:
   # workgroup index -> (x, y, z), x fastest, as the hardware numbers workgroups of a dispatch
   ln += ["  %gx64 = zext i32 %gx to i64", "  %gy64 = zext i32 %gy to i64", "  %g0w = urem i64 %wg, %gx64", "  %gt = udiv i64 %wg, %gx64",
          "  %g1w = urem i64 %gt, %gy64", "  %g2w = udiv i64 %gt, %gy64", "  %g0 = trunc i64 %g0w to i32", "  %g1 = trunc i64 %g1w to i32",
-         "  %g2 = trunc i64 %g2w to i32", "  %lxy = mul i32 %lx, %ly", "  %nl = mul i32 %lxy, %lz", "  br label %loop", "loop:",
+         "  %g2 = trunc i64 %g2w to i32", "  %lxy = mul i32 %lx, %ly",
+         "  %nl = add i32 0, 1" if whole_group else "  %nl = mul i32 %lxy, %lz", "  br label %loop", "loop:",
          "  %l = phi i32 [ 0, %entry ], [ %ln, %loop ]", "  %l0 = urem i32 %l, %lx", "  %lt = udiv i32 %l, %lx", "  %l1 = urem i32 %lt, %ly",
          "  %l2 = udiv i32 %lt, %ly",
          f"  call void @{kname}({', '.join(call_args + ['i32 %g0', 'i32 %g1', 'i32 %g2', 'i32 %l0', 'i32 %l1', 'i32 %l2'])})",
@@ -101,8 +195,10 @@ def host_build(name: str, uops: tuple[UOp, ...] | list[UOp]) -> HostBuild:
   """The host build of a kernel's linearized uops (an AMD ProgramSpec's), compiled once per process (and cached on disk by the
   CPU plugin's LLVM compiler)."""
   kname = "host_" + to_function_name(name)
-  src = _renderer_class()().render(kname, list(uops))
-  src += _wrapper(kname, sum(1 for u in uops if u.op is Ops.PARAM), sum(1 for u in uops if u.op is Ops.DEFINE_VAR))
+  # a kernel sharing LDS between its work-items runs as one call per workgroup
+  group = any(u.op in (Ops.BARRIER, Ops.DEFINE_LOCAL) for u in uops)
+  src = _renderer_class()().render(kname, workitem_loops(list(uops)) if group else list(uops))
+  src += _wrapper(kname, sum(1 for u in uops if u.op is Ops.PARAM), sum(1 for u in uops if u.op is Ops.DEFINE_VAR), whole_group=group)
   key = hashlib.sha256(src.encode()).hexdigest()
   with _lock:
     if (hit := _builds.get(key)) is not None: return hit

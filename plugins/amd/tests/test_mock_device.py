@@ -35,9 +35,27 @@ def test_host_build_runs_only_the_dispatched_grid():
   b.run([out.ctypes.data, 0], (2, 1, 1), (4, 1, 1))   # a smaller grid than the kernel's: only those workgroups write
   assert (out[:8] >= 0).all() and (out[8:] == -1).all()
 
-def test_host_build_refuses_barriers():
+def test_host_build_runs_barriers_as_work_item_loops():
+  # each workgroup reverses its slice through LDS: every work-item's store must land before any work-item's load
+  from plugin_amd.hostbuild import host_build
+  b = host_build("lds_k", lds_kernel(local=64, groups=4))
+  assert b.local_size == (64, 1, 1)
+  inp, out = np.arange(256, dtype=np.float32), np.zeros(256, np.float32)
+  b.run([out.ctypes.data, inp.ctypes.data], (4, 1, 1), (64, 1, 1))
+  np.testing.assert_array_equal(out, inp.reshape(4, 64)[:, ::-1].reshape(-1))
+
+def test_host_build_refuses_a_barrier_inside_a_loop():
   from plugin_amd.hostbuild import host_build, HostBuildError
-  with pytest.raises(HostBuildError, match="BARRIER"): host_build("lds_k", lds_kernel())
+  from core.ir.dtype import AddrSpace
+  from core.ir.ops import AxisType
+  out = UOp.param(0, dtypes.float32.ptr(64))
+  lid = special("lidx0", 64)
+  lds = UOp(Ops.DEFINE_LOCAL, dtypes.float32.ptr(64, AddrSpace.LOCAL), (), 0)
+  r = UOp(Ops.RANGE, dtypes.int32, (c(4),), (0, AxisType.REDUCE))
+  st = lds.index(lid).store(r.cast(dtypes.float32))
+  bar = UOp(Ops.BARRIER, dtypes.void, (st,))
+  body = out.index(lid).store(lds.after(bar).index(c(63) - lid).load()).end(r)
+  with pytest.raises(HostBuildError, match="inside a loop"): host_build("loop_bar", linear(body))
 
 # *** the device, in a subprocess ***
 
@@ -147,6 +165,14 @@ out["pipeline"] = t.to("CPU").numpy().tolist()
 out["pipeline_expected"] = (a * 2 + 1).sum(1).tolist()
 out["pipeline_copy_packets"] = sorted(set(n for _, n in hcq.queue("COPY:0").proc.packets))
 out["pipeline_compute_packets"] = sorted(set(n for _, n in hcq.queue("COMPUTE:0").proc.packets))
+
+# a long reduction with few outputs is shared by each workgroup (GROUP: LDS and a barrier), run by the host build's work-item loops
+from core.hcq import state
+from core.ir.ops import Ops
+x = np.random.default_rng(1).standard_normal((8, 2048)).astype(np.float32)
+out["group_sum"] = float(np.abs(Tensor(x, device="AMD").sum(1).numpy() - x.astype(np.float64).sum(1)).max())
+out["group_max"] = bool((Tensor(x, device="AMD").max(1).numpy() == x.max(1)).all())
+out["group_kernels"] = [list(spec.local_size) for spec, _ in state._compiled.values() if any(u.op is Ops.BARRIER for u in spec.uops)]
 print("RESULT " + json.dumps(out))
 '''
 
@@ -187,6 +213,10 @@ def test_schedule_through_the_pipeline(mock_run):
   np.testing.assert_allclose(mock_run["pipeline"], mock_run["pipeline_expected"])
   assert {"COPY", "POLL_REGMEM", "FENCE"} <= set(mock_run["pipeline_copy_packets"])
   assert {"DISPATCH_DIRECT", "WAIT_REG_MEM", "RELEASE_MEM", "SET_SH_REG"} <= set(mock_run["pipeline_compute_packets"])
+
+def test_group_reductions_run_with_their_workgroup(mock_run):
+  assert mock_run["group_sum"] < 1e-3 and mock_run["group_max"]
+  assert mock_run["group_kernels"] and all(ls[0] > 1 for ls in mock_run["group_kernels"])
 
 # *** pm_bufferize (a fake HCQ object records what it is asked for) ***
 

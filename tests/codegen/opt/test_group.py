@@ -131,3 +131,15 @@ def test_program_spec_carries_the_workgroup_size():
   k = k.apply(Opt(G, _axis(k, AxisType.REDUCE), 32)).apply(Opt(L, _axis(k, AxisType.LOOP), 2))
   spec = get_program(k.ast, Device["PYTHON"].renderer, optimize=False)
   assert spec.local_size == (32, 2, 1) and spec.global_size == (4, 1, 1)
+
+def test_heuristics_share_long_reductions_and_split_outputs_into_workgroups():
+  from core.codegen.opt.heuristic import hand_coded
+  ops = lambda k: [(o.op, o.amt) for o in hand_coded(k).applied]
+  # few outputs, a long reduction: a group of 64 work-items shares each row's sum
+  assert (G, 64) in ops(_sum_kernel((8, 2048)))
+  # many outputs: one work-item per output keeps the GPU busy without a shared buffer
+  assert not any(op is G for op, _ in ops(_sum_kernel((8192, 256))))
+  # a short reduction is not worth a barrier
+  assert not any(op is G for op, _ in ops(_sum_kernel((8, 128))))
+  # every kernel gets workgroups along its contiguous output axis
+  assert (L, 32) in ops(_sum_kernel((8192, 256)))
