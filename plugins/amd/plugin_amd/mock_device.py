@@ -41,14 +41,18 @@ class HostMemory(AddressSpace):
     self.what = what   # named in faults: "... is not <what>"
     self.starts: list[int] = []
     self.sizes: dict[int, int] = {}
+    self.owners: dict[int, Any] = {}
   def register(self, addr: int, size: int, owner: Any) -> None:
+    """`owner` (what holds the memory) is kept alive until `unregister`: registration follows explicit frees, never the
+    garbage collector (a weakref callback fires before a `__del__` that hands the memory to the LRU cache, which reuses it)."""
     with self.lock:
       bisect.insort(self.starts, addr)
-      self.sizes[addr] = size
-    weakref.finalize(owner, self.unregister, addr)   # the memory goes when its ctypes array does
+      self.sizes[addr], self.owners[addr] = size, owner
   def unregister(self, addr: int) -> None:
     with self.lock:
-      if self.sizes.pop(addr, None) is not None: del self.starts[bisect.bisect_left(self.starts, addr)]
+      if self.sizes.pop(addr, None) is not None:
+        del self.starts[bisect.bisect_left(self.starts, addr)]
+        del self.owners[addr]
   def contains(self, addr: int, n: int) -> bool:
     with self.lock:
       i = bisect.bisect_right(self.starts, addr) - 1
@@ -71,6 +75,7 @@ class MockAllocator(LRUAllocator):
     buf = (ctypes.c_uint8 * size).from_buffer(raw, -ctypes.addressof(raw) % ALIGN)
     MEMORY.register(ctypes.addressof(buf), size, raw)
     return buf
+  def _free(self, opaque: Any, options: BufferSpec) -> None: MEMORY.unregister(ctypes.addressof(opaque))
   def _offset(self, opaque: Any, size: int, offset: int) -> Any: return (ctypes.c_uint8 * size).from_buffer(opaque, offset)
   def _as_buffer(self, opaque: Any) -> memoryview: return memoryview(opaque).cast("B")
   def _copyin(self, dest: Any, src: memoryview) -> None: memoryview(dest).cast("B")[:] = src.cast("B")

@@ -57,6 +57,26 @@ def test_host_build_refuses_a_barrier_inside_a_loop():
   body = out.index(lid).store(lds.after(bar).index(c(63) - lid).load()).end(r)
   with pytest.raises(HostBuildError, match="inside a loop"): host_build("loop_bar", linear(body))
 
+def test_memory_stays_registered_while_the_cache_holds_it():
+  # a buffer freed by the cycle collector goes to the allocator's cache from its owner's __del__, after the collector has
+  # already cleared the weakrefs of everything in the cycle: the memory must stay device memory until it is really freed
+  import ctypes, gc
+  from plugin_amd.mock_device import MockAllocator, MEMORY
+  al = MockAllocator("AMD")
+  class Owner:
+    def __init__(self) -> None: self.me, self.opaque = self, al.alloc(64)
+    def __del__(self) -> None: al.free(self.opaque, 64)
+  o = Owner()
+  addr = ctypes.addressof(o.opaque)
+  del o
+  gc.collect()
+  assert MEMORY.contains(addr, 64)
+  again = al.alloc(64)
+  assert ctypes.addressof(again) == addr and MEMORY.contains(addr, 64)
+  al.free(again, 64)
+  al.free_cache()
+  assert not MEMORY.contains(addr, 64)
+
 # *** the device, in a subprocess ***
 
 SCRIPT = r'''
