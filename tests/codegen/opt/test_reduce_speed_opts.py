@@ -53,6 +53,20 @@ def test_row_sum_vectorizes_along_the_reduce_axis():
   got = _run(item, [o for o in k.applied if o.op is not T or getattr(Device[Device.DEFAULT].renderer, "threads", 0)])
   np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-3)
 
+def test_each_thread_block_reads_four_far_apart_rows_at_once():
+  # a block of many rows: four rows a quarter of the block apart are summed together (four memory streams in flight)
+  item, want = _single_kernel(lambda a: a.sum(axis=1), (1024, 512))
+  k = hand_coded(Kernel(item.ast, AVX2()))
+  ops = [o.op for o in k.applied]
+  assert ops[-2:] == [OptOps.TILE, U] and k.applied[-1].amt == 4, k.applied
+  rows = [o for o in k.applied if o.op is OptOps.TILE][0].amt   # the distance between the streams, in rows
+  assert rows * 4 * ops.count(T) * k.applied[ops.index(T)].amt == 1024, k.applied
+  got = _run(item, [o for o in k.applied if o.op is not T or getattr(Device[Device.DEFAULT].renderer, "threads", 0)])
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-3)
+  # a block of few rows reads them one after another
+  item, _ = _single_kernel(lambda a: a.sum(axis=1), (64, 4096))
+  assert OptOps.TILE not in [o.op for o in hand_coded(Kernel(item.ast, AVX2())).applied]
+
 def test_matvec_streams_the_matrix_along_the_reduce_axis():
   item, want = _single_kernel(lambda m, v: (m * v.reshape(1, 512)).sum(axis=1), (96, 512), (512,))
   k = hand_coded(Kernel(item.ast, AVX2()))
