@@ -75,6 +75,21 @@ def test_matvec_streams_the_matrix_along_the_reduce_axis():
   got = _run(item, [o for o in k.applied if o.op is not T])
   np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-3)
 
+def test_transpose_copies_through_register_tiles():
+  # out[i, j] = a[j, i]: with lanes along j alone each output row reads one float from each of 2048 rows of a, a row (8 KiB)
+  # apart: the same few cache sets over and over. An 8x8 tile reads 8 floats (32 bytes) of 8 rows, and 16 tiles of a thread
+  # block's rows run innermost, so the next tile reads the rest of the same lines
+  item, want = _single_kernel(lambda a: a.T.contiguous() if isinstance(a, Tensor) else a.T, (1024, 2048))
+  k = hand_coded(Kernel(item.ast, AVX2()))
+  assert [o.amt for o in k.applied if o.op is U] == [8, 8] and k.applied[-1].op is OptOps.TILE, k.applied
+  got = _run(item, [o for o in k.applied if o.op is not T or getattr(Device[Device.DEFAULT].renderer, "threads", 0)])
+  np.testing.assert_array_equal(got.reshape(want.shape), want)
+  # a broadcast along the rows is not a transpose, and short output rows (NCHW -> NHWC, 64 channels) stay in L1 anyway
+  item, _ = _single_kernel(lambda a, b: a + b.reshape(1024, 1), (1024, 1024), (1024,))
+  assert [o.amt for o in hand_coded(Kernel(item.ast, AVX2())).applied if o.op is U] == [16]
+  item, _ = _single_kernel(lambda a: a.permute(0, 2, 3, 1).contiguous() if isinstance(a, Tensor) else a.transpose(0, 2, 3, 1), (2, 64, 8, 8))
+  assert [o.amt for o in hand_coded(Kernel(item.ast, AVX2())).applied if o.op is U] == [16]
+
 def test_column_sum_keeps_lanes_on_the_output_axis():
   # out[j] = sum_i a[i, j]: both the load and the store run along j, so the lanes stay there (one vector load per row)
   item, want = _single_kernel(lambda a: a.sum(axis=0), (256, 64))
