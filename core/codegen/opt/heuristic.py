@@ -192,7 +192,6 @@ def hand_coded(k: Kernel) -> Kernel:
   vec_ok = getattr(rnd, "supports_float4", False) and st.src[1].dtype.scalar() in VECTOR_MEM_DTYPES
   lanes = simd_lanes(rnd, st.src[1].dtype.itemsize) if vec_ok else 1
   outs = [r for r in k.of_type(AxisType.LOOP) if range_size(r) is not None]
-  across: UOp | None = None
   reds = [r for r in k.of_type(AxisType.REDUCE) if range_size(r) is not None]
   loads = _loads(k)
   store_idx = st.src[0].src[1]
@@ -209,6 +208,7 @@ def hand_coded(k: Kernel) -> Kernel:
   gathers = contig_out is not None and any(_divmod_in(ld.src[0].src[1], contig_out) for ld in loads)
   streaming = False   # a reduction along memory: split into thread blocks, each reads several of its rows at once
   transposed = False  # a transposing copy in register tiles: its thread blocks' tiles run down a column of tiles
+  across: UOp | None = None   # the output axis the transposed input is contiguous along
   if vec_ok or getattr(rnd, "threads", 0):
     if reds and contig_out is not None and \
        (not (along_red or gathers) or _packed_product(k, outs, reds, loads, MM_J2 * lanes * st.src[1].dtype.itemsize)):
@@ -244,8 +244,7 @@ def hand_coded(k: Kernel) -> Kernel:
       k = _try(k, Opt(OptOps.THREAD, _pos(k, loops[0]), _block_count(n, threads)))
   if transposed and across is not None and (a := _same(k, across)).arg[1] is AxisType.LOOP:
     # the tiles along `across` innermost (at most MM_ROW_TILE of them): the next tile reads the rest of the input lines the
-    # last one touched (2048^2 transpose: 17.8 -> 4.8 ms with the register tiles, -> 3.0 ms with this; torch 7.1;
-    # NCHW -> NHWC of 32x64x56x56: 4.6 with lanes along C only, 5.2 tiles, 4.0 tiles with W innermost)
+    # last one touched (2048^2 transpose: 17.8 -> 4.8 ms with the register tiles, -> 3.0 ms with this; torch 7.1)
     if (na := range_size(a) or 0) > MM_ROW_TILE and na % MM_ROW_TILE == 0: k = _try(k, Opt(OptOps.TILE, _pos(k, a), MM_ROW_TILE))
     elif (inner := max(k.of_type(AxisType.LOOP), key=lambda r: r.arg[0])) is not a: k = _try(k, Opt(OptOps.SWAP, _pos(k, a), _pos(k, inner)))
   if streaming and k.of_type(AxisType.GLOBAL) and (rows := k.of_type(AxisType.LOOP)) and \
