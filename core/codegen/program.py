@@ -7,7 +7,7 @@ from core.ir.ops import UOp, Ops, GroupOp
 from core.ir.pattern import graph_rewrite
 from core.codegen.lowerer import lower_kernel
 from core.codegen.linearize import linearize, finalize
-from core.helpers import SPEC
+from core.helpers import SPEC, prod
 
 @dataclass(frozen=True)
 class ProgramSpec:
@@ -62,7 +62,7 @@ def get_program(ast: UOp, renderer: Any, optimize: bool = True) -> ProgramSpec:
     if u.op is Ops.SPECIAL and u.arg.startswith("lidx"): ls[int(u.arg[4:])] = u.src[0].arg
   src = renderer.render(name, uops)
   variables = tuple(u for u in uops if u.op is Ops.DEFINE_VAR)
-  return ProgramSpec(name, src, renderer.device, tuple(uops), tuple(gs), tuple(ls), variables, (0,), _estimate(uops, gs[0] * gs[1] * gs[2]), ast)
+  return ProgramSpec(name, src, renderer.device, tuple(uops), tuple(gs), tuple(ls), variables, (0,), _estimate(uops, prod(gs) * prod(ls)), ast)
 
 def program_uop(spec: ProgramSpec, lib: bytes | None = None) -> UOp:
   """The PROGRAM node: (SINK, DEVICE, LINEAR, SOURCE[, BINARY])."""

@@ -131,6 +131,8 @@ def test_program_spec_carries_the_workgroup_size():
   k = k.apply(Opt(G, _axis(k, AxisType.REDUCE), 32)).apply(Opt(L, _axis(k, AxisType.LOOP), 2))
   spec = get_program(k.ast, Device["PYTHON"].renderer, optimize=False)
   assert spec.local_size == (32, 2, 1) and spec.global_size == (4, 1, 1)
+  # every work-item's loads count: the kernel reads its 8x512 floats once
+  assert spec.estimates["mem"] >= 8 * 512 * 4
 
 def test_heuristics_share_long_reductions_and_split_outputs_into_workgroups():
   from core.codegen.opt.heuristic import hand_coded
