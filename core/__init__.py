@@ -2,8 +2,8 @@
 from __future__ import annotations
 from typing import Any
 
-__version__ = "0.1.0"
-PLUGIN_API = (1, 0)  # (major, minor): plugins built for another major are refused
+__version__ = "0.2.0"
+PLUGIN_API = (2, 0)  # (major, minor): plugins built for another major are refused
 
 _lazy = {
   "Tensor": ("core.tensor.tensor", "Tensor"),

@@ -1,6 +1,9 @@
 """Compiled: one device instance = allocator + renderer + compiler + program runtime; and the Program protocol."""
 from __future__ import annotations
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+if TYPE_CHECKING:
+  from core.device.hcq import HCQDevice
 
 class Program(Protocol):
   """A loaded kernel, built by `device.runtime(name, lib)`. Returns seconds taken when `wait`, else None."""
@@ -8,13 +11,16 @@ class Program(Protocol):
                vals: tuple[int, ...] = (), wait: bool = False) -> float | None: ...
 
 class Compiled:
-  """A device ready to use. `runtime(name, lib)` loads a compiled kernel as a Program; `target` is the DEV entry it came from."""
+  """A device ready to use. `runtime(name, lib)` loads a compiled kernel as a Program; `target` is the DEV entry it came from.
+  `hcq`: the device's command-queue side (core/device/hcq.py); when given, schedules run through core's HCQ pipeline."""
   def __init__(self, device: str, allocator: Any, renderer: Any, compiler: Any, runtime: Callable[[str, bytes], Program] | None,
-               target: Any = None):
+               target: Any = None, hcq: HCQDevice | None = None):
     self.device, self.allocator, self.renderer, self.compiler, self.runtime, self.target = device, allocator, renderer, compiler, runtime, target
+    self.hcq = hcq
 
   def synchronize(self) -> None:
-    """Waits for all queued work on this device to finish. The base runs everything synchronously, so there is nothing to wait for."""
+    """Waits for all queued work on this device to finish (direct runs are synchronous: only the queues can have work left)."""
+    if self.hcq is not None: self.hcq.synchronize()
 
   def __repr__(self) -> str:
     return f"<Compiled {self.device} renderer={type(self.renderer).__name__} compiler={type(self.compiler).__name__}>"

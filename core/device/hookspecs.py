@@ -1,7 +1,11 @@
 """The plugin contract: every hook a backend plugin may implement, declared once (pluggy project "core")."""
 from __future__ import annotations
-from typing import Any
+from typing import TYPE_CHECKING, Any
 import pluggy
+
+if TYPE_CHECKING:
+  from core.device.spec import DeviceSpec
+  from core.ir.pattern import PatternMatcher
 
 PROJECT = "core"
 ENTRY_POINT_GROUP = "core.plugins"
@@ -15,32 +19,31 @@ def core_plugin_info() -> dict[str, Any]:  # type: ignore[empty-body]  # a hooks
   against; another major is refused. Every plugin must implement it; None (not implemented) is a load error."""
 
 @hookspec
-def core_devices() -> list[Any]:  # type: ignore[empty-body]  # a hookspec declares; plugins implement
+def core_devices() -> list[DeviceSpec]:  # type: ignore[empty-body]  # a hookspec declares; plugins implement
   """Called once per plugin after core_plugin_info, when one of its devices is first asked for (or the doctor or
   auto-selection lists devices). Returns a list of core.device.spec.DeviceSpec, one per device name the plugin's
   entry points declare. Must be cheap: no driver is opened and nothing heavy imported (the spec's factory does that).
   None or [] means the plugin offers no device."""
 
-@hookspec(firstresult=True)
-def core_pm_prep_program(device: str) -> Any:
-  """Called by the HCQ pipeline when it prepares a compiled PROGRAM for `device` (a canonical name, e.g. "AMD:1").
-  Returns a PatternMatcher that rewrites the PROGRAM into (program data, loadable image bytes). None: this plugin does
-  not own `device` (the first non-None answer wins)."""
-
-@hookspec(firstresult=True)
-def core_pm_lower(device: str) -> Any:
-  """Called by the HCQ pipeline's encode stage for `device`. Returns a PatternMatcher that turns abstract queue
-  commands (PROGRAM, COPY, WAIT, signal STORE, BARRIER, timestamp) into the device's command words. None: not this
-  plugin's device (the first non-None answer wins)."""
-
-@hookspec(firstresult=True)
-def core_pm_bufferize(device: str) -> Any:
-  """Called by the HCQ pipeline's bufferize stage for `device`. Returns a PatternMatcher mapping tagged placeholder
-  buffers (rings, doorbells, signals, scratch) to real buffers of the device. None: not this plugin's device."""
+# The three HCQ rule hooks are asked only of the plugin that declared the device (core.device.plugins.PluginManager), so an
+# implementation never needs to check the device name. Each returns a PatternMatcher, or None when the plugin has no HCQ side.
 
 @hookspec
-def core_rewrite_rules(stage: str, device: str) -> Any:
-  """Called when core runs the named stage (e.g. "codegen.decompose") for `device`. Returns an extra PatternMatcher
-  core adds to that stage; core composes the answers of all loaded plugins. None: nothing to add."""
+def core_pm_prep_program(device: str) -> PatternMatcher | None:
+  """Called by the HCQ pipeline's prep stage for `device` (a canonical name of this plugin's device, e.g. "AMD:1").
+  Returns rules, ctx = the device's HCQDevice, that rewrite each compiled PROGRAM into the loadable program: arg a
+  core.hcq.queue_ir.ProgramData (kernarg layout), BINARY the image bytes. None: the device runs no HCQ schedules."""
 
-HOOK_NAMES = ("core_plugin_info", "core_devices", "core_pm_prep_program", "core_pm_lower", "core_pm_bufferize", "core_rewrite_rules")
+@hookspec
+def core_pm_lower(device: str) -> PatternMatcher | None:
+  """Called by the HCQ pipeline's encode stage for `device`. Returns rules, ctx = core.device.hcq.EncodeCtx, that turn
+  each abstract queue command (launch, COPY, WAIT, SIGNAL, BARRIER, TIMESTAMP) into INS: the device's command words
+  plus patches. None: the device runs no HCQ schedules."""
+
+@hookspec
+def core_pm_bufferize(device: str) -> PatternMatcher | None:
+  """Called by the HCQ pipeline's bufferize stage for `device`. Returns rules, ctx = the device's HCQDevice, mapping
+  tagged placeholder BUFFERs (rings, doorbells, signals, scratch) to real BUFFERs (tag None) the device owns. None: core
+  allocates the packed kinds (programs, kernargs, command buffers) itself and any other placeholder is an error."""
+
+HOOK_NAMES = ("core_plugin_info", "core_devices", "core_pm_prep_program", "core_pm_lower", "core_pm_bufferize")

@@ -251,22 +251,15 @@ class PluginManager:
     raise UnknownDeviceError(f"no installed plugin offers a renderer named {name!r} for the NULL device.{did_you_mean(name, choices)} "
                              f"Renderers: {', '.join(sorted(choices - {'NULL'}))}.")
 
-  # *** hooks for the compiler pipeline ***
+  # *** the HCQ pipeline's hooks: asked only of the plugin that declared the device ***
 
-  def _owner_loaded(self, device: str) -> None: self.spec(device.split(":")[0])
-  def pm_prep_program(self, device: str) -> Any:
-    self._owner_loaded(device)
-    return self.pm.hook.core_pm_prep_program(device=device)
-  def pm_lower(self, device: str) -> Any:
-    self._owner_loaded(device)
-    return self.pm.hook.core_pm_lower(device=device)
-  def pm_bufferize(self, device: str) -> Any:
-    self._owner_loaded(device)
-    return self.pm.hook.core_pm_bufferize(device=device)
-  def rewrite_rules(self, stage: str, device: str) -> list[Any]:
-    """Every loaded plugin's extra rules for `stage` on `device` (core composes them into the stage)."""
-    self._owner_loaded(device)
-    return [pm for pm in self.pm.hook.core_rewrite_rules(stage=stage, device=device) if pm is not None]
+  def _ask_owner(self, hook: str, device: str) -> Any:
+    base = device.split(":")[0].upper()
+    self.spec(base)   # loads the owner (or raises why it can't be used)
+    return self._call_one(self.by_device[base], hook, device=device)
+  def pm_prep_program(self, device: str) -> Any: return self._ask_owner("core_pm_prep_program", device)
+  def pm_lower(self, device: str) -> Any: return self._ask_owner("core_pm_lower", device)
+  def pm_bufferize(self, device: str) -> Any: return self._ask_owner("core_pm_bufferize", device)
 
 _manager: PluginManager | None = None
 _manager_lock = threading.Lock()

@@ -87,7 +87,7 @@ def sizes(u: UOp) -> int: return prod(u.shape or ())
 
 def is_hcq(device: str) -> bool:
   from core.device.registry import Device
-  return getattr(Device[device], "hcq", None) is not None
+  return Device[device].hcq is not None
 
 def _item_hcq(ast: UOp, bufs: tuple[UOp, ...]) -> bool:
   # a copy runs through HCQ only when both ends are HCQ devices; otherwise the direct copy does it

@@ -9,6 +9,7 @@ from core.ir.ops import UOp, Ops, AxisType
 from core.hcq.queue_ir import is_submit, submit_device, submit_queue, queue_of, device_of, kind_of
 from core.hcq.encode import _is_timeline
 from core.hcq.state import HCQState
+from core.device.hcq import handle_addr
 
 _host_timelines: dict[tuple[str, str], Any] = {}
 
@@ -62,7 +63,7 @@ def build_submit_program(linear: UOp, ctx: HCQState) -> tuple[list[UOp], list[UO
     hcq = ctx.hcq_of(dev)
     ring_words = hcq.ring_size(q) // 4
     # the write pointer counts in the queue's own unit (a PM4 queue: dwords; core's protocol and SDMA: bytes)
-    unit = hcq.wptr_unit(q) if hasattr(hcq, "wptr_unit") else 1
+    unit = hcq.ring_layout(q).unit
     if unit not in (1, 2, 4) or nbytes % unit: raise RuntimeError(f"{dev} {q}: write pointer unit {unit} does not divide {nbytes} bytes")
     key = (dev, q)
     if (done := written.get(key, 0)) + nbytes > ring_words * 4:
@@ -80,7 +81,7 @@ def build_submit_program(linear: UOp, ctx: HCQState) -> tuple[list[UOp], list[UO
     st = b.store(p_ring, (base + r.cast(dtypes.uint64)) & mask, word)
     b.emit(UOp(Ops.END, src=(st, r)))
     for rp in rpatches:
-      val, off = value(rp.src[0]), rp.arg[1]
+      val, off = value(rp.src[0]), rp.arg
       b.store(p_ring, (base + _u64(off // 4)) & mask, val.cast(dtypes.uint32))
       if val.dtype.itemsize == 8: b.store(p_ring, (base + _u64(off // 4 + 1)) & mask, (val >> _u64(32)).cast(dtypes.uint32))
     written[key] = done + nbytes
@@ -91,7 +92,7 @@ def build_submit_program(linear: UOp, ctx: HCQState) -> tuple[list[UOp], list[UO
     b.emit(UOp(Ops.BARRIER))
     b.store(p_bell, _u64(0), new_wptr)
   for u in linear.src:
-    if u.op is Ops.STORE and u.arg == "advance":
+    if u.op is Ops.ADVANCE:
       b.store(b.param(u.src[0], dtypes.uint64), _u64(0), value(u.src[1]))
   return [b.param_of[p] for p in b.params] + b.body, b.params
 
@@ -110,14 +111,13 @@ def compile_submit_program(uops: list[UOp]) -> tuple[str, bytes, Any]:
 def param_address(buf: UOp, ctx: HCQState) -> int:
   """Host address of a submit-program parameter: a host timeline value, or a (host-visible) device buffer."""
   if kind_of(buf) == "timeline_value": return ctypes.addressof(host_timeline(device_of(buf), queue_of(buf) or ""))
-  from core.hcq.state import buffer_addr
-  return buffer_addr(ctx.buffer_of(buf))
+  return handle_addr(ctx.buffer_of(buf))
 
 def callify(linear: UOp, ctx: HCQState) -> tuple[UOp, Any, tuple[int, ...]]:
   """(LINEAR of what the host still does per run, then the CALL of the submit program; the program; its arguments)."""
   uops, params = build_submit_program(linear, ctx)
   src, lib, prg = compile_submit_program(uops)
   prog = UOp(Ops.PROGRAM, src=(UOp(Ops.DEVICE, arg="CPU"), UOp(Ops.BINARY, arg=lib)), arg="hcq_submit")
-  rest = tuple(u for u in linear.src if not is_submit(u) and not (u.op is Ops.STORE and u.arg == "advance"))
+  rest = tuple(u for u in linear.src if not is_submit(u) and u.op is not Ops.ADVANCE)
   call = UOp(Ops.CALL, src=(prog,) + tuple(params))
   return linear.replace(src=rest + (call,)), prg, tuple(param_address(p, ctx) for p in params)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat, graph_rewrite
-from core.hcq.queue_ir import is_submit, submit_device, submit_queue, queue_buffer, timeline_value, wait, signal, barrier, submit
+from core.hcq.queue_ir import is_submit, submit_device, submit_queue, queue_buffer, timeline_value, wait, signal, barrier, submit, advance
 from core.hcq.state import HCQState
 
 QKey = tuple[str, str]   # (device, queue)
@@ -54,7 +54,7 @@ def add_dependencies(linear: UOp, ctx: HCQState) -> UOp:
     post = [signal(queue_buffer("timeline_signal", q, dev), value[i])] if i in value else []
     out.append(submit(pre + cmds + post, dev, q))
   for (dev, q), n in sorted(count.items()):
-    out.append(UOp(Ops.STORE, src=(queue_buffer("timeline_value", q, dev), timeline_value(q, dev, n)), arg="advance"))
+    out.append(advance(q, dev, timeline_value(q, dev, n)))
   return linear.replace(src=tuple(out))
 
 def _unresolved(x: UOp) -> bool: return any(is_submit(u) and len(u.src) > 2 for u in x.src)

@@ -6,26 +6,17 @@ from typing import Any
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import graph_rewrite
-from core.hcq.queue_ir import is_submit, submit_device, submit_queue, placeholder, queue_buffer, host_patch, command_kind
+from core.hcq.queue_ir import is_submit, submit_device, submit_queue, placeholder, queue_buffer, host_patch, ring_patch, command_kind
 from core.hcq.state import HCQState
+from core.device.hcq import EncodeCtx
 
 def _is_timeline(u: UOp) -> bool: return u.op is Ops.DEFINE_VAR and isinstance(u.arg, tuple) and u.arg[0] == "timeline"
 def needs_submit_time(v: UOp) -> bool: return any(_is_timeline(u) for u in v.toposort())
-
-def ring_patch(offset: int, value: UOp) -> UOp:
-  """A value the submit program writes into the ring copy of the command buffer, `offset` bytes into the submit."""
-  return UOp(Ops.STORE, src=(value,), arg=("ring", offset))
 
 def _ins_list(u: UOp, what: str) -> list[UOp]:
   if u.op is Ops.INS: return [u]
   if u.op is Ops.LINEAR and all(x.op is Ops.INS for x in u.src): return list(u.src)
   raise RuntimeError(f"the plugin's pm_lower left {what} as {u.op.name}: every command must become INS (or a LINEAR of INS)")
-
-class EncodeCtx:
-  """What a pm_lower rule gets as ctx: the device's HCQ object (its attributes pass through), plus `device` and `queue`,
-  the submit being encoded (a command's words may depend on its queue: AMD encodes PM4 on COMPUTE and SDMA on COPY)."""
-  def __init__(self, hcq: Any, device: str, queue: str): self.hcq, self.device, self.queue = hcq, device, queue
-  def __getattr__(self, name: str) -> Any: return getattr(self.hcq, name)
 
 def encode_submit(s: UOp, ctx: HCQState, pm: Any) -> tuple[UOp, list[UOp]]:
   dev, q = submit_device(s), submit_queue(s)

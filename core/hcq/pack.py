@@ -1,10 +1,9 @@
 """Stage 6, pack: the program, kernarg and command-buffer placeholders of one device share one allocation each (views
 into it); scratch placeholders of a device become one of the largest size."""
 from __future__ import annotations
-from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat, graph_rewrite
-from core.hcq.queue_ir import kind_of, device_of, placeholder, getaddr, host_patch, is_host_patch
+from core.hcq.queue_ir import kind_of, device_of, placeholder, getaddr, host_patch
 from core.hcq.state import HCQState
 from core.helpers import round_up
 
@@ -36,11 +35,10 @@ def pack_placeholders(linear: UOp, ctx: HCQState) -> dict[UOp, UOp]:
 
 pm_view_addresses = PatternMatcher([
   (UPat(Ops.GETADDR, src=(UPat(Ops.BUFFER_VIEW, name="v"),)), lambda v: getaddr(v.src[0], v.arg[1])),
-  (UPat(Ops.STORE, src=(UPat(Ops.BUFFER_VIEW, name="v"), UPat.var("x")), name="p", custom=is_host_patch),
+  (UPat(Ops.HOST_PATCH, src=(UPat(Ops.BUFFER_VIEW, name="v"), UPat.var("x")), name="p"),
    lambda p, v, x: host_patch(v.src[0], v.arg[1] + p.arg, x)),
 ], name="view addresses")
 
 def pack(linear: UOp, ctx: HCQState) -> UOp:
   return graph_rewrite(linear.substitute(pack_placeholders(linear, ctx)), pm_view_addresses, name="pack")
 
-_ = dtypes

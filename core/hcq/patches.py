@@ -6,7 +6,6 @@ from typing import Any
 from core.ir.dtype import dtypes, truncate
 from core.ir.ops import UOp, Ops, GroupOp, exec_uop_tree
 from core.ir.pattern import PatternMatcher, UPat, graph_rewrite
-from core.hcq.queue_ir import is_host_patch
 from core.hcq.state import HCQState
 
 def write_value(buf: Any, offset: int, value: int, width: int) -> None:
@@ -29,7 +28,7 @@ def _apply(ctx: HCQState, p: UOp) -> UOp | None:
   return UOp(Ops.NOOP)
 
 pm_write_constant_patches = PatternMatcher([
-  (UPat(Ops.STORE, src=(UPat(Ops.BUFFER), UPat(Ops.CONST)), name="p", custom=is_host_patch), _apply),
+  (UPat(Ops.HOST_PATCH, src=(UPat(Ops.BUFFER), UPat(Ops.CONST)), name="p"), _apply),
 ], name="write constant patches")
 
 def resolve_patches(linear: UOp, ctx: HCQState) -> UOp:

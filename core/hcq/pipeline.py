@@ -4,8 +4,8 @@ import ctypes, struct, time
 from typing import Any, Callable
 from core.ir.ops import UOp, Ops
 from core.hcq import HCQError
-from core.hcq.queue_ir import device_of, is_host_patch, command_kind
-from core.hcq.state import HCQState, buffer_addr
+from core.hcq.queue_ir import device_of, command_kind
+from core.hcq.state import HCQState
 from core.hcq.prep import schedule_linear, prep_runtime
 from core.hcq.lower import lower_to_queues
 from core.hcq.deps import dependencies
@@ -48,7 +48,7 @@ class Submission:
     self.addr_patches: list[tuple[int, Any, int, int, int]] = []
     self.var_patches: list[tuple[Any, Any, int, int]] = []
     for p in self.final.src:
-      if not is_host_patch(p): continue
+      if p.op is not Ops.HOST_PATCH: continue
       target, v, width = ctx.buffer_of(p.src[0]), p.src[1], p.src[1].dtype.itemsize
       addend = 0
       if v.op is Ops.ADD and v.src[1].op is Ops.CONST: v, addend = v.src[0], v.src[1].arg
@@ -64,7 +64,7 @@ class Submission:
     self.last_vars: dict[Any, int] = {}
     # the queues this submission signals, and the real signal buffer of every queue it touches (for waits and errors)
     self.queues = sorted({(device_of(u.src[0]), u.src[0].tag[1]) for u in self.stage_graphs["dependencies"].src
-                          if u.op is Ops.STORE and u.arg == "advance"})
+                          if u.op is Ops.ADVANCE})
     self.signal_bufs = {(device_of(ph), ph.tag[1]): ctx.buffer_of(r) for ph, r in ctx.bufmap.items() if ph.tag[0] == "timeline_signal"}
     self._timelines = [(key, host_timeline(*key)) for key in self.signal_bufs]
     self._waits = [(dev, q, self.signal_bufs[(dev, q)], host_timeline(dev, q)) for dev, q in self.queues]
@@ -75,7 +75,7 @@ class Submission:
     for b in bufs:
       try: h = b._buf
       except AttributeError: h = b.allocate()._buf
-      addrs.append(_addressof(h) if isinstance(h, _CArray) else buffer_addr(b))
+      addrs.append(_addressof(h) if isinstance(h, _CArray) else self.ctx.hcq_of(b.device).addr(b))
     last = self.last_addrs
     for i, view, target, off, fmt, mask, addend, width in self._fast_patches:
       if (a := addrs[i]) is not None and a != last[i]:
@@ -108,7 +108,7 @@ class Submission:
     """An HCQError naming the queue, the command it is stuck at or failed in, and the signal value seen versus expected."""
     hcq = self.ctx.hcq_of(dev)
     seen = read_signal(self.signal_bufs[(dev, q)])
-    report = hcq.error() if hasattr(hcq, "error") else None
+    report = hcq.error()
     if report is None and isinstance(cause, HCQError) and "timed out" not in str(cause) and "fault" in str(cause): report = str(cause)
     where = None
     # the submits of this queue, before encoding (abstract commands), in order
@@ -121,7 +121,7 @@ class Submission:
           if have < need:
             where = f"command {i} (wait on {key[0]} {key[1]} signal >= {need}, seen {have}) of submit {n}"
             break
-        if c.op is Ops.STORE and _eval_timeline(c.src[1]) > seen:
+        if c.op is Ops.SIGNAL and _eval_timeline(c.src[1]) > seen:
           # the first signal not reached: the failing command is in this submit, before it
           where = f"submit {n} (commands: {', '.join(command_kind(x) for x in s.src[0].src)}), before command {i} (signal {_eval_timeline(c.src[1])})"
           break
@@ -143,11 +143,6 @@ class Submission:
     time.sleep(0.01)
 
 _addressof, _CArray, _pack_into = ctypes.addressof, ctypes.Array, struct.pack_into
-
-def _addr(b: Any) -> int:
-  """buffer_addr of a Buffer (allocated now if it is not yet), with a fast path for a ctypes array (the CPU's memory)."""
-  if not hasattr(b, "_buf"): b.allocate()
-  return ctypes.addressof(h) if isinstance(h := b._buf, ctypes.Array) else buffer_addr(b)
 
 def _host_view(buf: Any) -> memoryview | None:
   """A writable byte view of an allocated Buffer's memory when its allocator maps it (None: write through copyin)."""

@@ -3,7 +3,7 @@ from __future__ import annotations
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat, graph_rewrite
-from core.hcq.queue_ir import ProgramData, placeholder, prepared_program, launch, getaddr, host_patch, is_host_patch
+from core.hcq.queue_ir import ProgramData, placeholder, prepared_program, launch, getaddr, host_patch
 from core.hcq.state import HCQState
 
 def schedule_linear(items: list) -> UOp:
@@ -23,7 +23,7 @@ def _stage_copy(ctx: HCQState, call: UOp) -> UOp | None:
   # a copy between devices that can't reach each other's memory goes through a staging buffer the plugin provides
   dest, src = call.src[1], call.src[2]
   ddev, sdev = dest.src[1].arg, src.src[1].arg
-  if ddev == sdev or not getattr(ctx.hcq_of(ddev), "needs_staging", lambda other: False)(sdev): return None
+  if ddev == sdev or not ctx.hcq_of(ddev).needs_staging(sdev): return None
   stage = placeholder("staging", ddev, dest.arg * dest.dtype.itemsize)
   return UOp(Ops.LINEAR, src=(UOp(Ops.CALL, src=(call.src[0], stage, src), arg=sdev), UOp(Ops.CALL, src=(call.src[0], dest, stage), arg=ddev)))
 
@@ -68,8 +68,8 @@ def flatten_linear(x: UOp) -> UOp:
     u = stack.pop()
     if u.op is Ops.LINEAR: stack.extend(reversed(u.src))
     else: out.append(u)
-  patches = [u for u in out if is_host_patch(u)]
-  return x.replace(src=tuple(dict.fromkeys(patches)) + tuple(u for u in out if not is_host_patch(u)))
+  patches = [u for u in out if u.op is Ops.HOST_PATCH]
+  return x.replace(src=tuple(dict.fromkeys(patches)) + tuple(u for u in out if u.op is not Ops.HOST_PATCH))
 
 def prep_runtime(linear: UOp, ctx: HCQState) -> UOp:
   linear = graph_rewrite(linear, pm_compile_calls, ctx, name="compile calls")

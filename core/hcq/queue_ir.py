@@ -15,8 +15,7 @@ class ProgramData:
   kernarg_align: int
   arg_offsets: tuple[int, ...]
 
-# kinds of placeholder buffers; the per-queue ones exist once per (device, queue)
-PER_SCHEDULE_KINDS = ("program", "kernargs", "cmdbuf", "scratch")
+# kinds of placeholder buffers: per schedule "program", "kernargs", "cmdbuf", "scratch", "staging"; per (device, queue):
 QUEUE_KINDS = ("ring", "wptr", "doorbell", "timeline_signal")
 # the host copy of a queue's timeline value: core owns it (host memory), it never reaches a plugin
 HOST_KINDS = ("timeline_value",)
@@ -66,9 +65,9 @@ def launch(prog: UOp, kernargs: UOp, global_size: tuple[int, ...], local_size: t
 
 def copy(dest: UOp, src: UOp, nbytes: int) -> UOp: return UOp(Ops.COPY, src=(dest, src), arg=nbytes)
 def wait(signal: UOp, value: UOp) -> UOp: return UOp(Ops.WAIT, src=(signal, value))
-def signal(signal_buf: UOp, value: UOp) -> UOp: return UOp(Ops.STORE, src=(signal_buf, value))
+def signal(signal_buf: UOp, value: UOp) -> UOp: return UOp(Ops.SIGNAL, src=(signal_buf, value))
 def barrier() -> UOp: return UOp(Ops.BARRIER)
-def timestamp(buf: UOp) -> UOp: return UOp(Ops.CUSTOM, src=(buf,), arg="timestamp")
+def timestamp(buf: UOp) -> UOp: return UOp(Ops.TIMESTAMP, src=(buf,))
 
 def submit(cmds: list[UOp] | tuple[UOp, ...], device: str, queue: str, *extra: UOp) -> UOp:
   """CUSTOM_FUNCTION("submit", queue) of a LINEAR of commands; `extra` sources carry stage-private data."""
@@ -84,11 +83,18 @@ def ins(words: bytes, patches: list[tuple[int, UOp]] | tuple[tuple[int, UOp], ..
 
 def host_patch(buf: UOp, offset: int, value: UOp) -> UOp:
   """A write the host does before submitting: `value` (its dtype gives the width) at byte `offset` of `buf`."""
-  return UOp(Ops.STORE, src=(buf, value), arg=offset)
+  return UOp(Ops.HOST_PATCH, src=(buf, value), arg=offset)
 
-def is_host_patch(u: UOp) -> bool: return u.op is Ops.STORE and isinstance(u.arg, int)
+def ring_patch(offset: int, value: UOp) -> UOp:
+  """A value the submit program writes into the ring copy of a command buffer, `offset` bytes into the submit (a value
+  known only at submit time: a timeline value)."""
+  return UOp(Ops.RING_PATCH, src=(value,), arg=offset)
+
+def advance(queue: str, device: str, value: UOp) -> UOp:
+  """The end of a schedule: the host copy of the queue's timeline becomes `value` (what its last signal wrote)."""
+  return UOp(Ops.ADVANCE, src=(queue_buffer("timeline_value", queue, device), value))
 
 def command_kind(cmd: UOp) -> str:
   """A short human name of an abstract command, for errors and DEBUG output."""
   if cmd.op is Ops.PROGRAM: return f"launch {cmd.src[0].arg.name}"
-  return {Ops.COPY: "copy", Ops.WAIT: "wait", Ops.STORE: "signal", Ops.BARRIER: "barrier", Ops.CUSTOM: str(cmd.arg)}.get(cmd.op, cmd.op.name)
+  return {Ops.COPY: "copy", Ops.WAIT: "wait", Ops.SIGNAL: "signal", Ops.BARRIER: "barrier", Ops.TIMESTAMP: "timestamp"}.get(cmd.op, cmd.op.name)

@@ -12,7 +12,7 @@ def plugin_manager(device: str, dist: str) -> Any:
   return PluginManager()
 
 def check_registration(pm: Any, device: str, dist: str, module: str, interfaces: tuple[str, ...], renderers: list[str],
-                       version: str = "0.1.0", api: tuple[int, int] = (1, 0)) -> Any:
+                       version: str = "0.1.0", api: tuple[int, int] = (2, 0)) -> Any:
   """The entry point names `module` in `dist`, the hooks load cleanly (check_pending runs), the spec declares what it
   should. Returns the DeviceSpec."""
   rec = next(r for r in pm.records() if device in r.devices)

@@ -10,7 +10,7 @@ from core.device.spec import DeviceSpec, placeholder_spec, resolve
 def test_every_hook_is_declared_and_documented() -> None:
   specs = {n for n, f in inspect.getmembers(hookspecs, inspect.isfunction) if n.startswith("core_")}
   assert specs == set(hookspecs.HOOK_NAMES) == {"core_plugin_info", "core_devices", "core_pm_prep_program", "core_pm_lower",
-                                                "core_pm_bufferize", "core_rewrite_rules"}
+                                                "core_pm_bufferize"}
   for n in specs:
     doc = getattr(hookspecs, n).__doc__
     assert doc and "Called" in doc and "None" in doc, n            # when called, what it returns, what None means

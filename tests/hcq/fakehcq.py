@@ -10,6 +10,7 @@ from core.ir.pattern import PatternMatcher, UPat
 from core.device.buffer import Buffer
 from core.device.compiled import Compiled
 from core.hcq import HCQError
+from core.device.hcq import HCQDevice, handle_addr
 from core.hcq.queue_ir import ProgramData, getaddr, ins
 
 LAUNCH, COPY, WAIT, SIGNAL, BARRIER = 1, 2, 3, 4, 5
@@ -45,7 +46,7 @@ pm_lower = PatternMatcher([
   (UPat(Ops.COPY, src=(UPat(name="d"), UPat(name="s")), name="c"),
    lambda c, d, s: ins(_hdr(COPY) + struct.pack("<QQQ", 0, 0, c.arg), [(8, getaddr(d)), (16, getaddr(s))])),
   (UPat(Ops.WAIT, src=(UPat(name="sig"), UPat(name="v"))), lambda sig, v: ins(_hdr(WAIT) + bytes(16), [(8, getaddr(sig)), (16, v)])),
-  (UPat(Ops.STORE, src=(UPat(Ops.BUFFER, name="sig"), UPat(name="v")), custom=lambda u: u.arg is None),
+  (UPat(Ops.SIGNAL, src=(UPat(Ops.BUFFER, name="sig"), UPat(name="v"))),
    lambda sig, v: ins(_hdr(SIGNAL) + bytes(16), [(8, getaddr(sig)), (16, v)])),
   (UPat(Ops.BARRIER), lambda: ins(_hdr(BARRIER))),
 ])
@@ -62,7 +63,7 @@ def _wr(addr: int, fmt: str, *v: Any) -> None: ctypes.memmove(addr, struct.pack(
 
 FAKES: list[FakeHCQ] = []
 
-class FakeHCQ:
+class FakeHCQ(HCQDevice):
   queues = ("COMPUTE:0", "COPY:0")
   def __init__(self, device: str, ring: int = 4096):
     self.device, self.ring = device, ring
@@ -84,9 +85,7 @@ class FakeHCQ:
     if isinstance(b.tag, tuple): self.qbufs[b.tag] = u
     return u
   def buffer_of(self, u: UOp) -> Buffer | None: return self.owned.get(u)
-  def _addr(self, kind: str, q: str) -> int:
-    from core.hcq.state import buffer_addr
-    return buffer_addr(self.owned[self.qbufs[(kind, q)]])
+  def _addr(self, kind: str, q: str) -> int: return handle_addr(self.owned[self.qbufs[(kind, q)]])
   def error(self) -> str | None:
     r, self.report = self.report, None
     return r
@@ -115,10 +114,9 @@ class FakeHCQ:
     self.rptr[q] = off + SIZES[op]
     return True
   def wait_signal(self, signal_buf: Buffer, value: int, timeout_s: float) -> None:
-    from core.hcq.state import buffer_addr
     while any(h.step(q) for h in reversed(FAKES) for q in reversed(h.queues)): pass
     if self.report: raise HCQError(f"{self.device}: {self.report}", self.device)
-    if (seen := _rd(buffer_addr(signal_buf), "<Q")[0]) < value:
+    if (seen := _rd(handle_addr(signal_buf), "<Q")[0]) < value:
       raise TimeoutError(f"{self.device}: signal is {seen}, waiting for {value}")
 
 def make_fake(name: str) -> Compiled:
@@ -127,8 +125,6 @@ def make_fake(name: str) -> Compiled:
   from plugin_cpu.compiler import CCompiler
   r = CPUCRenderer()
   r.device = name
-  dev = Compiled(name, CPUAllocator(name), r, CCompiler(), CPUProgram)
-  dev.hcq = FakeHCQ(name)  # type: ignore[attr-defined]
-  return dev
+  return Compiled(name, CPUAllocator(name), r, CCompiler(), CPUProgram, hcq=FakeHCQ(name))
 
 _ = dtypes

@@ -53,7 +53,7 @@ def test_prep_fills_kernargs_and_program_image():
   a, b = buf(), buf()
   ctx = state()
   out = prep_runtime(schedule_linear([kernel("k", a, b)]), ctx)
-  patches = [u for u in out.src if q.is_host_patch(u)]
+  patches = [u for u in out.src if u.op is Ops.HOST_PATCH]
   assert [(p.arg, p.src[1].src[0]) for p in patches] == [(0, a), (8, b)]   # GETADDR of each buffer at its arg offset
   call = out.src[-1]
   launch = call.src[0]
@@ -98,8 +98,8 @@ def test_same_queue_gets_barrier_not_wait():
   a, b = buf(), buf()
   out = dependencies(UOp(Ops.LINEAR, src=(_submit("X", "COMPUTE:0", [a], [], "k1"), _submit("X", "COMPUTE:0", [b], [a], "k2"))), state())
   k1, k2 = out.src[0].src[0].src, out.src[1].src[0].src
-  assert not any(c.op is Ops.STORE for c in k1)   # nobody waits on k1: no signal
-  assert [c.op for c in k2 if c.op is not Ops.WAIT] == [Ops.BARRIER, Ops.NOOP, Ops.STORE]
+  assert not any(c.op is Ops.SIGNAL for c in k1)   # nobody waits on k1: no signal
+  assert [c.op for c in k2 if c.op is not Ops.WAIT] == [Ops.BARRIER, Ops.NOOP, Ops.SIGNAL]
   assert sum(c.op is Ops.WAIT for c in k2) == 0
 
 def test_merge_consecutive_same_queue_only():
@@ -114,11 +114,11 @@ def test_encode_splits_patches():
                                       "X", "COMPUTE:0"),))
   ctx = state()
   out = encode(lin, ctx)
-  host, sub = [u for u in out.src if q.is_host_patch(u)], out.src[-1]
+  host, sub = [u for u in out.src if u.op is Ops.HOST_PATCH], out.src[-1]
   words = ctx.contents[sub.src[0]]
   assert sub.arg == ("submit", "COMPUTE:0", 32 + 24 + 24) and len(words) == 80
   assert [(p.arg, p.src[1].src[0]) for p in host] == [(8, a), (16, b), (40, sig), (64, sig)]   # addresses: before submit
-  assert [(r.arg, r.src[0]) for r in sub.src[5:]] == [(("ring", 48), q.timeline_value("COMPUTE:0", "X", 1))]   # timeline: at submit
+  assert [(r.op, r.arg, r.src[0]) for r in sub.src[5:]] == [(Ops.RING_PATCH, 48, q.timeline_value("COMPUTE:0", "X", 1))]   # timeline: at submit
   assert struct.unpack_from("<Q", words, 72)[0] == 7 and struct.unpack_from("<Q", words, 24)[0] == 16   # constants baked in
   assert [k for k, _ in ctx.commands[sub]] == ["copy", "signal", "wait"]
 
@@ -159,7 +159,7 @@ def test_callify_copies_into_ring_with_wraparound(fake):
   from core.device.registry import Device
   from core.engine.run import buffer_of
   from core.hcq.callify import callify, host_timeline
-  from core.hcq.encode import ring_patch
+  from core.hcq.queue_ir import ring_patch
   hcq = Device["FAKE"].hcq
   ctx = HCQState(None, lambda d: Device[d].hcq, lambda u: hcq.buffer_of(u) or buffer_of(u))
   real = {k: hcq.buffer_uop(q.queue_buffer(k, "COMPUTE:0", "FAKE")) for k in ("ring", "wptr", "doorbell")}
@@ -171,7 +171,7 @@ def test_callify_copies_into_ring_with_wraparound(fake):
   tl = q.timeline_value("COMPUTE:0", "FAKE", 2)
   sub = UOp(Ops.CUSTOM_FUNCTION, src=(cmd, UOp(Ops.DEVICE, arg="FAKE"), real["ring"], real["wptr"], real["doorbell"], ring_patch(8, tl)),
             arg=("submit", "COMPUTE:0", 16))
-  adv = UOp(Ops.STORE, src=(q.queue_buffer("timeline_value", "COMPUTE:0", "FAKE"), tl), arg="advance")
+  adv = q.advance("COMPUTE:0", "FAKE", tl)
   final, prg, args = callify(UOp(Ops.LINEAR, src=(sub, adv)), ctx)
   assert final.src[-1].op is Ops.CALL and final.src[-1].src[0].op is Ops.PROGRAM
   prg(*args)

@@ -9,7 +9,7 @@ _ids = itertools.count()
 GOOD_HOOKS = '''
 from core.device.hookspecs import hookimpl
 from core.device.spec import DeviceSpec
-API = (1, 0)
+API = (2, 0)
 @hookimpl
 def core_plugin_info(): return {"name": "NAME", "version": "VERSION", "api": API}
 @hookimpl
@@ -19,9 +19,9 @@ def core_devices():
                      default_renderer="PYTHON", interfaces=("DIRECT", "MOCK"), priority=PRIORITY) for d in DEVICES]
 '''
 
-def good_hooks(name: str, devices: list[str], version: str = "1.0", priority: int = 50, api: tuple[int, int] = (1, 0)) -> str:
+def good_hooks(name: str, devices: list[str], version: str = "1.0", priority: int = 50, api: tuple[int, int] = (2, 0)) -> str:
   return (GOOD_HOOKS.replace("NAME", name).replace("VERSION", version).replace("DEVICES", repr(devices))
-          .replace("PRIORITY", str(priority)).replace("API = (1, 0)", f"API = {api!r}"))
+          .replace("PRIORITY", str(priority)).replace("API = (2, 0)", f"API = {api!r}"))
 
 class FakeSite:
   """A folder on sys.path holding fake distributions; `manager()` sees only these plus core's built-ins."""

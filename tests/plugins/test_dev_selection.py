@@ -59,17 +59,19 @@ def test_null_device_borrows_renderer_and_runs_nothing(site: FakeSite, fresh_dev
   dev_reg = fresh_device.reset()
   assert isinstance(dev_reg["NULL"].renderer, PythonRenderer)
 
-def test_pipeline_hooks_dispatch_to_the_owning_plugin(site: FakeSite) -> None:
-  src = good_hooks("hooky", ["HOOKY"]) + '''
+def test_pipeline_hooks_are_asked_only_of_the_owning_plugin(site: FakeSite) -> None:
+  # both plugins answer every device name: only the owner's answer may reach the pipeline, and the other is never called
+  for name, dev in (("hooky", "HOOKY"), ("other", "OTHER")):
+    site.add(f"plugin-{name}", [dev], good_hooks(name, [dev]) + f'''
 @hookimpl
-def core_pm_lower(device): return ("lower", device) if device.startswith("HOOKY") else None
+def core_pm_lower(device): return ("{name}", device)
 @hookimpl
-def core_rewrite_rules(stage, device): return ("rules", stage) if stage == "codegen.decompose" else None
-'''
-  site.add("plugin-hooky", ["HOOKY"], src)
+def core_pm_bufferize(device): raise AssertionError("{name} was asked for " + device)
+''')
   pm = site.manager()
-  assert pm.pm_lower("HOOKY:1") == ("lower", "HOOKY:1") and pm.pm_prep_program("HOOKY") is None and pm.pm_bufferize("HOOKY") is None
-  assert pm.rewrite_rules("codegen.decompose", "HOOKY") == [("rules", "codegen.decompose")] and pm.rewrite_rules("other", "HOOKY") == []
+  assert pm.pm_lower("HOOKY:1") == ("hooky", "HOOKY:1") and pm.pm_lower("OTHER") == ("other", "OTHER")
+  assert pm.pm_prep_program("HOOKY") is None   # the owner does not implement it: None, whatever other plugins say
+  with pytest.raises(AssertionError, match="hooky was asked for HOOKY"): pm.pm_bufferize("HOOKY")
 
 def test_doctor_lists_plugins_devices_and_dev_strings(site: FakeSite) -> None:
   site.add("plugin-good", ["GOOD"], good_hooks("good", ["GOOD"], version="2.5", priority=1000), version="2.5")  # beats any installed
@@ -80,7 +82,7 @@ def test_doctor_lists_plugins_devices_and_dev_strings(site: FakeSite) -> None:
   out = subprocess.run([sys.executable, "-m", "core.device"], capture_output=True, text=True, env=env, cwd=str(site.root))
   assert out.returncode == 0, out.stderr
   text = out.stdout
-  assert "plugin-good" in text and "2.5" in text and "api 1.0" in text and "plugin-broken" in text and "ERROR" in text and "no libdrm" in text
+  assert "plugin-good" in text and "2.5" in text and "api 2.0" in text and "plugin-broken" in text and "ERROR" in text and "no libdrm" in text
   assert "GOOD     available" in text and "<- default" in text and "DEV=GOOD:PYTHON" in text and "DEV=MOCK+GOOD" in text
   assert "NULL" in text and "DEV=PYTHON" in text and "DEV is unset: the default is GOOD" in text
 

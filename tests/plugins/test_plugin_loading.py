@@ -40,12 +40,12 @@ def test_plugin_that_raises_on_import(site: FakeSite) -> None:
   assert pm.spec("GOOD").name == "GOOD"
 
 def test_plugin_built_for_another_api_major(site: FakeSite) -> None:
-  site.add("plugin-future", ["FUTURE"], good_hooks("future", ["FUTURE"], version="9.0", api=(2, 3)), version="9.0")
-  site.add("plugin-minor", ["MINOR"], good_hooks("minor", ["MINOR"], api=(1, 7)))      # a newer minor is accepted
+  site.add("plugin-future", ["FUTURE"], good_hooks("future", ["FUTURE"], version="9.0", api=(3, 3)), version="9.0")
+  site.add("plugin-minor", ["MINOR"], good_hooks("minor", ["MINOR"], api=(2, 7)))      # a newer minor is accepted
   pm = site.manager()
   with pytest.raises(PluginError) as e: pm.spec("FUTURE")
-  assert "plugin plugin-future 9.0" in str(e.value) and "built for core PLUGIN_API 2.3" in str(e.value)
-  assert "this core provides PLUGIN_API 1.0" in str(e.value) and "built for PLUGIN_API 1.x" in str(e.value)
+  assert "plugin plugin-future 9.0" in str(e.value) and "built for core PLUGIN_API 3.3" in str(e.value)
+  assert "this core provides PLUGIN_API 2.0" in str(e.value) and "built for PLUGIN_API 2.x" in str(e.value)
   assert not pm.pm.get_plugins() - {None} or all(getattr(p, "__name__", "") != "plugin-future" for p in pm.pm.get_plugins())
   assert pm.spec("MINOR").name == "MINOR"
 

@@ -18,7 +18,7 @@ def make_c(arch: str | None = None) -> tuple[Any, Any]:
   return ExampleRenderer(), HostCCompiler()
 
 @hookimpl
-def core_plugin_info() -> dict[str, Any]: return {"name": "example", "version": __version__, "api": (1, 0)}
+def core_plugin_info() -> dict[str, Any]: return {"name": "example", "version": __version__, "api": (2, 0)}
 
 @hookimpl
 def core_devices() -> list[DeviceSpec]:

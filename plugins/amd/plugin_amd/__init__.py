@@ -34,7 +34,7 @@ def make_device(name: str, target: Any) -> Any:
   return importlib.import_module("plugin_amd.device").make_device(name, target)
 
 @hookimpl
-def core_plugin_info() -> dict[str, Any]: return {"name": "amd", "version": __version__, "api": (1, 0)}
+def core_plugin_info() -> dict[str, Any]: return {"name": "amd", "version": __version__, "api": (2, 0)}
 
 @hookimpl
 def core_devices() -> list[DeviceSpec]:

@@ -120,29 +120,19 @@ def llvmlite_available() -> bool:
   except ImportError: return False
   return True
 
-RENDERERS = ("C", "LLVM")
-
 def make_device(name: str, target: Any = None) -> Compiled:
   """The CPU device for DEV target `target`: renderer LLVM (the default when llvmlite is installed: as fast and it compiles
-  in-process) or C; ARCH is -march/cpu."""
+  in-process) or C; ARCH is -march/cpu. Interface HCQ (the default): schedules run through core's HCQ pipeline on this
+  device's command processor (iface_hcq.py); DIRECT: kernels are called one by one."""
+  from plugin_cpu import make_c, make_llvm
   which = (getattr(target, "renderer", None) or ("LLVM" if llvmlite_available() else "C")).upper()
   arch = getattr(target, "arch", None)
-  from plugin_cpu.renderer import CPUCRenderer, CPULLVMRenderer
-  from plugin_cpu.compiler import CCompiler, LLVMCompiler
-  renderer: Any
-  compiler: Any
-  if which == "LLVM":
-    if not llvmlite_available(): raise RuntimeError(f"{name}:LLVM needs llvmlite: pip install llvmlite, or use DEV={name}:C")
-    renderer, compiler = CPULLVMRenderer(), LLVMCompiler(cpu=arch)
-  elif which == "C": renderer, compiler = CPUCRenderer(), CCompiler(march=arch)
-  else: raise ValueError(f"{name} has no renderer {which!r}; choose one of {', '.join(RENDERERS)} (DEV={name}:LLVM or DEV={name}:C)")
+  makers = {"C": make_c, "LLVM": make_llvm}
+  if which not in makers: raise ValueError(f"{name} has no renderer {which!r}; choose one of {', '.join(makers)} (DEV={name}:LLVM or DEV={name}:C)")
+  if which == "LLVM" and not llvmlite_available(): raise RuntimeError(f"{name}:LLVM needs llvmlite: pip install llvmlite, or use DEV={name}:C")
+  renderer, compiler = makers[which](arch)
   renderer.device, renderer.arch = name, arch
-  dev = Compiled(name, CPUAllocator(name), renderer, compiler, CPUProgram, target)
-  # interface HCQ (the default): schedules run through core's HCQ pipeline on this device's command processor; DIRECT: called one by one
   iface = (getattr(target, "interface", None) or "HCQ").upper()
   if iface not in ("HCQ", "DIRECT"): raise ValueError(f"{name} has no interface {iface!r}; choose HCQ (the default) or DIRECT (DEV=DIRECT+{name})")
-  from plugin_cpu.hcq import device_hcq
-  hcq = device_hcq(name) if iface == "HCQ" else None
-  dev.hcq = hcq  # type: ignore[attr-defined]  # core takes the HCQ path for a Compiled whose hcq is set
-  if hcq is not None: dev.synchronize = hcq.synchronize  # type: ignore[method-assign]
-  return dev
+  from plugin_cpu.iface_hcq import device_hcq
+  return Compiled(name, CPUAllocator(name), renderer, compiler, CPUProgram, target, hcq=device_hcq(name) if iface == "HCQ" else None)

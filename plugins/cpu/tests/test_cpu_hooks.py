@@ -14,7 +14,7 @@ def pm() -> PluginManager:
 def test_spec_loads_cleanly_and_is_the_best_device(pm: PluginManager) -> None:
   spec = pm.spec("CPU")
   rec = next(r for r in pm.records() if "CPU" in r.devices)
-  assert rec.dist == "plugin-cpu" and rec.error is None and rec.info is not None and rec.info["api"] == (1, 0)
+  assert rec.dist == "plugin-cpu" and rec.error is None and rec.info is not None and rec.info["api"] == (2, 0)
   assert spec.available() and pm.best_device() == "CPU"
   want = ["C", "LLVM"] if importlib.util.find_spec("llvmlite") else ["C"]
   assert list(spec.renderers) == want and spec.renderer_name(None) == want[-1]   # LLVM is the default when installed

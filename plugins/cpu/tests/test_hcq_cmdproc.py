@@ -6,7 +6,7 @@ from core.device.buffer import Buffer
 from core.hcq import HCQError
 from core.ir.dtype import dtypes
 from plugin_cpu.compiler import CCompiler
-from plugin_cpu import hcq as H
+from plugin_cpu import iface_hcq as H, queue as CQ
 
 KERNELS = r"""
 void add(float* restrict out, const float* restrict a, const float* restrict b, int n, int nblocks, int gidx0) {
@@ -32,7 +32,7 @@ void crash_block(int* out, int bad, int gidx0) { if (gidx0 == bad) *(volatile in
 @pytest.fixture(scope="module")
 def kernels():
   lib = CCompiler().compile(KERNELS)
-  return {n: H.load_program(n, lib) for n in ("add", "add1", "slow_store", "crash", "divide", "block_ids", "crash_block", "tid")}
+  return {n: CQ.load_program(n, lib) for n in ("add", "add1", "slow_store", "crash", "divide", "block_ids", "crash_block", "tid")}
 
 def fn(kernels, name): return ctypes.cast(kernels[name].fxn, ctypes.c_void_p).value
 
@@ -60,13 +60,13 @@ def submit(q: "H.CPUQueue", packets: bytes) -> None:
   q.buffers["doorbell"].as_buffer().cast("Q")[0] = wptr + len(packets)
 
 def test_encoder_layout_and_decode():
-  words = H.enc_launch(0x1000, 0x2000, 3, 7) + H.enc_copy(1, 2, 3) + H.enc_wait(4, 5) + H.enc_signal(6, 7) + H.enc_timestamp(8) + H.enc_barrier()
+  words = CQ.enc_launch(0x1000, 0x2000, 3, 7) + CQ.enc_copy(1, 2, 3) + CQ.enc_wait(4, 5) + CQ.enc_signal(6, 7) + CQ.enc_timestamp(8) + CQ.enc_barrier()
   assert len(words) == 4 * (8 + 8 + 6 + 6 + 4 + 2) and len(words) % 8 == 0
   assert struct.unpack_from("<I", words, 0)[0] == 1 | 8 << 16
-  assert struct.unpack_from("<Q", words, H.LAUNCH_KERNARGS)[0] == 0x2000
-  assert H.decode(words) == [("LAUNCH", (3, 0x1000, 0x2000, 7)), ("COPY", (1, 2, 3)), ("WAIT", (4, 5)), ("SIGNAL", (6, 7)),
+  assert struct.unpack_from("<Q", words, CQ.LAUNCH_KERNARGS)[0] == 0x2000
+  assert CQ.decode(words) == [("LAUNCH", (3, 0x1000, 0x2000, 7)), ("COPY", (1, 2, 3)), ("WAIT", (4, 5)), ("SIGNAL", (6, 7)),
                              ("TIMESTAMP", (8,)), ("BARRIER", ())]
-  with pytest.raises(ValueError, match="bad packet header"): H.decode(struct.pack("<II", 99 | 2 << 16, 0))
+  with pytest.raises(ValueError, match="bad packet header"): CQ.decode(struct.pack("<II", 99 | 2 << 16, 0))
 
 @pytest.mark.parametrize("name,nblocks", [("add1", 1), ("add", 1), ("add", 4)])
 def test_launch_runs_a_compiled_kernel(dev, kernels, name, nblocks):
@@ -74,21 +74,21 @@ def test_launch_runs_a_compiled_kernel(dev, kernels, name, nblocks):
   A, B, OUT, sig = buf(a), buf(b), buf(np.zeros(37, np.float32)), signal()
   ka = kernargs(addr(OUT), addr(A), addr(B), 37, nblocks)
   q = dev.queue("COMPUTE:0")
-  submit(q, H.enc_launch(fn(kernels, name), addr(ka), 5, nblocks) + H.enc_signal(addr(sig), 1))
+  submit(q, CQ.enc_launch(fn(kernels, name), addr(ka), 5, nblocks) + CQ.enc_signal(addr(sig), 1))
   dev.wait_signal(sig, 1, 5)
   np.testing.assert_array_equal(OUT.numpy(), a + b)
 
 def test_launch_over_many_blocks_runs_each_once(dev, kernels):
   OUT, sig = buf(np.zeros(300, np.int32)), signal()
   ka = kernargs(addr(OUT))
-  submit(dev.queue("COMPUTE:0"), H.enc_launch(fn(kernels, "block_ids"), addr(ka), 1, 300) + H.enc_signal(addr(sig), 9))
+  submit(dev.queue("COMPUTE:0"), CQ.enc_launch(fn(kernels, "block_ids"), addr(ka), 1, 300) + CQ.enc_signal(addr(sig), 9))
   dev.wait_signal(sig, 9, 5)
   np.testing.assert_array_equal(OUT.numpy(), np.arange(1, 301))
 
 def test_copy_and_barrier(dev):
   src = np.random.default_rng(0).integers(0, 255, 1000, dtype=np.uint8)
   S, D, sig = buf(src), buf(np.zeros(1000, np.uint8)), signal()
-  submit(dev.queue("COPY:0"), H.enc_copy(addr(D) + 10, addr(S), 990) + H.enc_barrier() + H.enc_signal(addr(sig), 3))
+  submit(dev.queue("COPY:0"), CQ.enc_copy(addr(D) + 10, addr(S), 990) + CQ.enc_barrier() + CQ.enc_signal(addr(sig), 3))
   dev.wait_signal(sig, 3, 5)
   out = D.numpy()
   np.testing.assert_array_equal(out[10:], src[:990])
@@ -99,17 +99,17 @@ def test_wait_orders_a_consumer_queue_after_a_slow_producer(dev, kernels):
   X, Y, s1, s2 = buf(np.zeros(1, np.int32)), buf(np.full(1, -1, np.int32)), signal(), signal()
   ka = kernargs(addr(X), 1234, 30000)   # ~tens of ms of spinning
   # the consumer goes first, so its worker is already blocked in the WAIT when the producer runs
-  submit(dev.queue("COPY:0"), H.enc_wait(addr(s1), 1) + H.enc_copy(addr(Y), addr(X), 4) + H.enc_signal(addr(s2), 1))
+  submit(dev.queue("COPY:0"), CQ.enc_wait(addr(s1), 1) + CQ.enc_copy(addr(Y), addr(X), 4) + CQ.enc_signal(addr(s2), 1))
   until = time.monotonic() + 5
   while "blocked in the WAIT" not in dev.queue("COPY:0").describe() and time.monotonic() < until: time.sleep(0.001)
   assert Y.numpy()[0] == -1 and "blocked in the WAIT" in dev.queue("COPY:0").describe()
-  submit(dev.queue("COMPUTE:0"), H.enc_launch(fn(kernels, "slow_store"), addr(ka), 2, 1) + H.enc_signal(addr(s1), 1))
+  submit(dev.queue("COMPUTE:0"), CQ.enc_launch(fn(kernels, "slow_store"), addr(ka), 2, 1) + CQ.enc_signal(addr(s1), 1))
   dev.wait_signal(s2, 1, 10)
   assert Y.numpy()[0] == 1234
 
 def test_signal_value_is_compared_as_uint64(dev):
   sig, done = buf(np.array([2**40], np.uint64)), signal()
-  submit(dev.queue("COMPUTE:0"), H.enc_wait(addr(sig), 2**40) + H.enc_signal(addr(done), 2**63 + 5))
+  submit(dev.queue("COMPUTE:0"), CQ.enc_wait(addr(sig), 2**40) + CQ.enc_signal(addr(done), 2**63 + 5))
   dev.wait_signal(done, 2**63 + 5, 5)
   assert done.numpy()[0] == 2**63 + 5
 
@@ -117,8 +117,8 @@ def test_timestamps_are_monotonic_ns(dev, kernels):
   T, X, sig = buf(np.zeros(2, np.uint64)), buf(np.zeros(1, np.int32)), signal()
   ka = kernargs(addr(X), 1, 2000)
   before = time.monotonic_ns()
-  submit(dev.queue("COMPUTE:0"), H.enc_timestamp(addr(T)) + H.enc_launch(fn(kernels, "slow_store"), addr(ka), 3, 1) +
-         H.enc_timestamp(addr(T) + 8) + H.enc_signal(addr(sig), 1))
+  submit(dev.queue("COMPUTE:0"), CQ.enc_timestamp(addr(T)) + CQ.enc_launch(fn(kernels, "slow_store"), addr(ka), 3, 1) +
+         CQ.enc_timestamp(addr(T) + 8) + CQ.enc_signal(addr(sig), 1))
   dev.wait_signal(sig, 1, 5)
   t0, t1 = (int(x) for x in T.numpy())
   assert before <= t0 < t1 <= time.monotonic_ns()
@@ -129,7 +129,7 @@ def test_ring_wraps_around(kernels):
     q, sig = d.queue("COPY:0"), signal()
     S, D = buf(np.arange(64, dtype=np.uint8)), buf(np.zeros(64, np.uint8))
     for r in range(1, 30):
-      submit(q, H.enc_copy(addr(D) + r, addr(S) + r, 1) + H.enc_signal(addr(sig), r) + H.enc_barrier() * 2)
+      submit(q, CQ.enc_copy(addr(D) + r, addr(S) + r, 1) + CQ.enc_signal(addr(sig), r) + CQ.enc_barrier() * 2)
       d.wait_signal(sig, r, 5)
     np.testing.assert_array_equal(D.numpy()[1:30], np.arange(1, 30))
     d.synchronize(5)   # the barriers after the last signal
@@ -138,17 +138,17 @@ def test_ring_wraps_around(kernels):
 
 def test_malformed_packet_reports_offset_and_opcode(dev):
   q, sig = dev.queue("COMPUTE:0"), signal()
-  submit(q, H.enc_barrier())
+  submit(q, CQ.enc_barrier())
   dev.synchronize(5)
   start = q.value("wptr")
-  submit(q, H.enc_barrier() + struct.pack("<II", 99 | 2 << 16, 0) + H.enc_signal(addr(sig), 1))
+  submit(q, CQ.enc_barrier() + struct.pack("<II", 99 | 2 << 16, 0) + CQ.enc_signal(addr(sig), 1))
   with pytest.raises(HCQError, match=rf"offset {start + 8} .*opcode 99 \(unknown\): unknown opcode"): dev.wait_signal(sig, 1, 5)
   # a wrong length for a known opcode, in a later submit: the device is still running
   sig2 = signal()
   start = q.value("wptr")
-  submit(q, struct.pack("<IIQQ", H.OP_SIGNAL | 5 << 16, 0, addr(sig2), 1))
+  submit(q, struct.pack("<IIQQ", CQ.OP_SIGNAL | 5 << 16, 0, addr(sig2), 1))
   with pytest.raises(HCQError, match=rf"offset {start} .*opcode 4 \(SIGNAL\): length 5 dwords, a SIGNAL packet has 6"): dev.wait_signal(sig2, 1, 5)
-  submit(q, H.enc_signal(addr(sig2), 7))
+  submit(q, CQ.enc_signal(addr(sig2), 7))
   dev.wait_signal(sig2, 7, 5)
   # error() still has both reports (core reads it to explain a failed wait), each once
   err = dev.error()
@@ -160,12 +160,12 @@ def test_segfaulting_kernel_is_reported_and_the_device_stays_usable(dev, kernels
   start = q.value("wptr")
   ok = kernargs(addr(X), 5, 1)
   # the rest of the submit (the slow_store) is dropped, its SIGNAL still runs so later submits waiting on it are not stuck
-  submit(q, H.enc_launch(fn(kernels, "crash"), addr(bad), 1, 1) + H.enc_launch(fn(kernels, "slow_store"), addr(ok), 3, 1) +
-         H.enc_signal(addr(sig), 1))
+  submit(q, CQ.enc_launch(fn(kernels, "crash"), addr(bad), 1, 1) + CQ.enc_launch(fn(kernels, "slow_store"), addr(ok), 3, 1) +
+         CQ.enc_signal(addr(sig), 1))
   with pytest.raises(HCQError, match=rf"COMPUTE:0: packet at offset {start} .*opcode 1 \(LAUNCH\): SIGSEGV .* at address 0x10"):
     dev.wait_signal(sig, 1, 5)
   assert X.numpy()[0] == 0
-  submit(q, H.enc_launch(fn(kernels, "slow_store"), addr(ok), 3, 1) + H.enc_signal(addr(sig), 2))
+  submit(q, CQ.enc_launch(fn(kernels, "slow_store"), addr(ok), 3, 1) + CQ.enc_signal(addr(sig), 2))
   dev.wait_signal(sig, 2, 5)
   assert X.numpy()[0] == 5 and "SIGSEGV" in dev.error() and dev.error() is None
 
@@ -174,42 +174,42 @@ def test_fault_in_one_block_of_a_multi_block_kernel_is_reported(dev, kernels, ba
   # the blocks run on the thread pool: the faulting one is abandoned wherever it ran, the others finish, the device goes on
   X, sig = buf(np.zeros(64, np.int32)), signal()
   q = dev.queue("COMPUTE:0")
-  submit(q, H.enc_launch(fn(kernels, "crash_block"), addr(kernargs(addr(X), bad)), 2, 64) + H.enc_signal(addr(sig), 1))
+  submit(q, CQ.enc_launch(fn(kernels, "crash_block"), addr(kernargs(addr(X), bad)), 2, 64) + CQ.enc_signal(addr(sig), 1))
   with pytest.raises(HCQError, match=rf"LAUNCH\): signal 11 .* at address 0x18 in block {bad} of 64"): dev.wait_signal(sig, 1, 5)
   want = np.arange(1, 65, dtype=np.int32)
   want[bad] = 0
   np.testing.assert_array_equal(X.numpy(), want)
   Y = buf(np.zeros(64, np.int32))
-  submit(q, H.enc_launch(fn(kernels, "block_ids"), addr(kernargs(addr(Y))), 1, 64) + H.enc_signal(addr(sig), 2))
+  submit(q, CQ.enc_launch(fn(kernels, "block_ids"), addr(kernargs(addr(Y))), 1, 64) + CQ.enc_signal(addr(sig), 2))
   dev.wait_signal(sig, 2, 5)
   np.testing.assert_array_equal(Y.numpy(), np.arange(1, 65, dtype=np.int32))
   assert "block" in (dev.error() or "")
 
 def test_division_by_zero_is_reported(dev, kernels):
   X, sig = buf(np.zeros(1, np.int32)), signal()
-  submit(dev.queue("COMPUTE:0"), H.enc_launch(fn(kernels, "divide"), addr(kernargs(addr(X), 0)), 2, 1) + H.enc_signal(addr(sig), 1))
+  submit(dev.queue("COMPUTE:0"), CQ.enc_launch(fn(kernels, "divide"), addr(kernargs(addr(X), 0)), 2, 1) + CQ.enc_signal(addr(sig), 1))
   with pytest.raises(HCQError, match="SIGFPE"): dev.wait_signal(sig, 1, 5)
-  submit(dev.queue("COMPUTE:0"), H.enc_launch(fn(kernels, "divide"), addr(kernargs(addr(X), 7)), 2, 1) + H.enc_signal(addr(sig), 2))
+  submit(dev.queue("COMPUTE:0"), CQ.enc_launch(fn(kernels, "divide"), addr(kernargs(addr(X), 7)), 2, 1) + CQ.enc_signal(addr(sig), 2))
   dev.wait_signal(sig, 2, 5)
   assert X.numpy()[0] == 14
 
 def test_copy_from_a_bad_address_is_reported(dev):
   D, sig = buf(np.zeros(8, np.uint8)), signal()
-  submit(dev.queue("COPY:0"), H.enc_copy(addr(D), 8, 8) + H.enc_signal(addr(sig), 1))
+  submit(dev.queue("COPY:0"), CQ.enc_copy(addr(D), 8, 8) + CQ.enc_signal(addr(sig), 1))
   with pytest.raises(HCQError, match=r"COPY:0: .*opcode 2 \(COPY\): SIGSEGV"): dev.wait_signal(sig, 1, 5)
 
 def test_wait_that_never_completes_times_out_and_the_queue_recovers(dev):
   never, sig, other = signal(), signal(), signal()
   q = dev.queue("COMPUTE:0")
   start = q.value("wptr")
-  submit(q, H.enc_wait(addr(never), 1) + H.enc_signal(addr(sig), 1))
+  submit(q, CQ.enc_wait(addr(never), 1) + CQ.enc_signal(addr(sig), 1))
   t = time.monotonic()
   with pytest.raises(HCQError, match=rf"timed out after 0.3 s .* to reach 1; it is 0.*blocked in the WAIT packet at offset {start}.*"
                                    r"Gave up the WAIT of COMPUTE:0") as e:
     dev.wait_signal(sig, 1, 0.3)
   assert 0.3 <= time.monotonic() - t < 3 and (e.value.seen, e.value.expected, e.value.queue) == (0, 1, "COMPUTE:0")
   # the host gave up on the WAIT: the queue moves on (the rest of that submit still signals) and runs later submits
-  submit(q, H.enc_signal(addr(other), 4))
+  submit(q, CQ.enc_signal(addr(other), 4))
   dev.wait_signal(other, 4, 5)
   assert sig.numpy()[0] == 1 and dev.error() is None
 
@@ -219,8 +219,8 @@ def test_instances_have_their_own_queues_and_can_wait_on_each_other(kernels):
     assert d0.queue("COMPUTE:0") is not d1.queue("COMPUTE:0")
     assert addr(d0.queue("COMPUTE:0").buffers["ring"]) != addr(d1.queue("COMPUTE:0").buffers["ring"])
     X, Y, s0, s1 = buf(np.zeros(1, np.int32)), buf(np.zeros(1, np.int32)), signal(), signal()
-    submit(d1.queue("COPY:0"), H.enc_wait(addr(s0), 1) + H.enc_copy(addr(Y), addr(X), 4) + H.enc_signal(addr(s1), 1))
-    submit(d0.queue("COMPUTE:0"), H.enc_launch(fn(kernels, "slow_store"), addr(kernargs(addr(X), 77, 20000)), 3, 1) + H.enc_signal(addr(s0), 1))
+    submit(d1.queue("COPY:0"), CQ.enc_wait(addr(s0), 1) + CQ.enc_copy(addr(Y), addr(X), 4) + CQ.enc_signal(addr(s1), 1))
+    submit(d0.queue("COMPUTE:0"), CQ.enc_launch(fn(kernels, "slow_store"), addr(kernargs(addr(X), 77, 20000)), 3, 1) + CQ.enc_signal(addr(s0), 1))
     d1.wait_signal(s1, 1, 10)
     assert Y.numpy()[0] == 77
   finally:
@@ -239,12 +239,12 @@ def test_close_joins_the_workers():
   d.queue("COMPUTE:0"), d.queue("COPY:0")
   assert _threads() == n + 2
   never = signal()
-  submit(d.queue("COPY:0"), H.enc_wait(addr(never), 1))   # even a worker blocked in a WAIT stops
+  submit(d.queue("COPY:0"), CQ.enc_wait(addr(never), 1))   # even a worker blocked in a WAIT stops
   d.close()
   assert _threads(n) == n
   # a later use starts them again on the same ring, resuming at the doorbell
   sig = signal()
-  submit(d.queue("COPY:0"), H.enc_signal(addr(sig), 5))
+  submit(d.queue("COPY:0"), CQ.enc_signal(addr(sig), 5))
   d.wait_signal(sig, 5, 5)
   assert _threads() == n + 2
   d.close()
@@ -257,7 +257,7 @@ def test_forked_child_restarts_the_workers_on_the_same_rings(dev):
     code = 1
     try:
       q2 = dev.queue("COMPUTE:0")
-      submit(q2, H.enc_signal(addr(sig), 3))
+      submit(q2, CQ.enc_signal(addr(sig), 3))
       dev.wait_signal(sig, 3, 5)
       code = 0 if addr(q2.buffers["ring"]) == ring and sig.numpy()[0] == 3 else 2
     finally: os._exit(code)
@@ -281,7 +281,7 @@ def test_a_waiting_host_runs_the_packets_itself(dev, kernels):
   q = dev.queue("COMPUTE:0")
   time.sleep(0.01)   # the worker is idle
   for i in range(1, 4):
-    submit(q, H.enc_launch(fn(kernels, "tid"), addr(kernargs(addr(T))), 1, 1) + H.enc_signal(addr(sig), i))
+    submit(q, CQ.enc_launch(fn(kernels, "tid"), addr(kernargs(addr(T))), 1, 1) + CQ.enc_signal(addr(sig), i))
     dev.wait_signal(sig, i, 5)
     assert T.numpy()[0] == threading.get_native_id()
 
@@ -289,7 +289,7 @@ def test_a_submit_nobody_waits_for_is_run_by_the_worker(dev, kernels):
   import threading
   T, sig = buf(np.zeros(1, np.uint64)), signal()
   q = dev.queue("COMPUTE:0")
-  submit(q, H.enc_launch(fn(kernels, "tid"), addr(kernargs(addr(T))), 1, 1) + H.enc_signal(addr(sig), 1))
+  submit(q, CQ.enc_launch(fn(kernels, "tid"), addr(kernargs(addr(T))), 1, 1) + CQ.enc_signal(addr(sig), 1))
   until = time.monotonic() + 5
   while sig.numpy()[0] != 1 and time.monotonic() < until: time.sleep(0.001)
   assert sig.numpy()[0] == 1 and T.numpy()[0] not in (0, threading.get_native_id())
@@ -297,9 +297,9 @@ def test_a_submit_nobody_waits_for_is_run_by_the_worker(dev, kernels):
 def test_synchronize_runs_pending_packets_and_reports_faults(dev, kernels):
   X, sig = buf(np.zeros(1, np.int32)), signal()
   q = dev.queue("COMPUTE:0")
-  submit(q, H.enc_launch(fn(kernels, "slow_store"), addr(kernargs(addr(X), 9, 1)), 3, 1) + H.enc_signal(addr(sig), 1))
+  submit(q, CQ.enc_launch(fn(kernels, "slow_store"), addr(kernargs(addr(X), 9, 1)), 3, 1) + CQ.enc_signal(addr(sig), 1))
   dev.synchronize(5)
   assert X.numpy()[0] == 9 and sig.numpy()[0] == 1 and q.rptr() == q.value("doorbell")
-  submit(q, H.enc_launch(fn(kernels, "crash"), addr(kernargs(addr(X))), 1, 1) + H.enc_signal(addr(sig), 2))
+  submit(q, CQ.enc_launch(fn(kernels, "crash"), addr(kernargs(addr(X))), 1, 1) + CQ.enc_signal(addr(sig), 2))
   with pytest.raises(HCQError, match="SIGSEGV"): dev.synchronize(5)
   dev.synchronize(5)   # reported once

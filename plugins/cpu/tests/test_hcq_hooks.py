@@ -5,12 +5,13 @@ import numpy as np
 import pytest
 from core.codegen.program import ProgramSpec
 from core.device.plugins import get_plugins
+from core.device.hcq import EncodeCtx
 from core.device.target import Target
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import graph_rewrite
 from core.hcq import queue_ir as Q
-from plugin_cpu import hcq as H
+from plugin_cpu import iface_hcq as H, queue as CQ
 from plugin_cpu.compiler import CCompiler
 from plugin_cpu.runtime import make_device
 
@@ -32,15 +33,12 @@ def _lib() -> bytes: return CCompiler().compile_cached(SRC)
 
 def prepared(dev) -> UOp:
   p = UOp(Ops.PROGRAM, src=(UOp(Ops.DEVICE, arg="CPU"), UOp(Ops.BINARY, arg=_lib())), arg=spec())
-  return graph_rewrite(p, H.pm_prep_program, dev, name="prep")
+  return graph_rewrite(p, CQ.pm_prep_program, dev, name="prep")
 
-def test_hooks_answer_for_cpu_instances_only():
-  import plugin_cpu
+def test_the_plugin_manager_asks_the_cpu_plugin_for_its_devices_rules():
   for d in ("CPU", "CPU:1"):
-    assert plugin_cpu.core_pm_prep_program(d) is H.pm_prep_program and plugin_cpu.core_pm_lower(d) is H.pm_lower
-    assert plugin_cpu.core_pm_bufferize(d) is H.pm_bufferize
-  assert plugin_cpu.core_pm_lower("AMD") is None and plugin_cpu.core_pm_bufferize("AMD:1") is None
-  assert get_plugins().pm_lower("CPU:1") is H.pm_lower
+    pm = get_plugins()
+    assert pm.pm_prep_program(d) is CQ.pm_prep_program and pm.pm_lower(d) is CQ.pm_lower and pm.pm_bufferize(d) is CQ.pm_bufferize
 
 def test_interfaces_hcq_by_default_direct_on_request():
   assert get_plugins().spec("CPU").interfaces == ("HCQ", "DIRECT")
@@ -53,7 +51,7 @@ def test_interfaces_hcq_by_default_direct_on_request():
 def test_prep_program_loads_the_kernel_and_lays_out_one_slot_per_argument(dev):
   p = prepared(dev)
   data = p.arg
-  assert isinstance(data, H.CPUProgramData) and isinstance(data, Q.ProgramData)
+  assert isinstance(data, CQ.CPUProgramData) and isinstance(data, Q.ProgramData)
   assert (data.name, data.nargs, data.kernarg_size, data.kernarg_align, data.arg_offsets) == ("scale", 3, 24, 8, (0, 8, 16))
   assert data.fn == ctypes.cast(data.program.fxn, ctypes.c_void_p).value != 0
   assert p.src[1].op is Ops.BINARY and p.src[1].arg == struct.pack("<Q", data.fn)
@@ -67,9 +65,9 @@ def test_lower_each_command_to_packets(dev):
   tv = Q.timeline_value("COMPUTE:0", "CPU", 3)
   cmds = [Q.launch(prog, kargs, (8, 1, 1), (1, 1, 1)), Q.copy(a, b, 64), Q.wait(sig, Q.u64(7)), Q.wait(sig, tv), Q.signal(sig, tv),
           Q.signal(sig, Q.u64(2**63)), Q.barrier(), Q.timestamp(a)]
-  out = [graph_rewrite(c, H.pm_lower, dev, bottom_up=True, name="lower") for c in cmds]
+  out = [graph_rewrite(c, CQ.pm_lower, EncodeCtx(dev, "CPU", "COMPUTE:0"), bottom_up=True, name="lower") for c in cmds]
   assert all(o.op is Ops.INS for o in out)
-  assert [H.decode(o.arg[0]) for o in out] == [[("LAUNCH", (3, data.fn, 0, 8))], [("COPY", (0, 0, 64))], [("WAIT", (0, 7))], [("WAIT", (0, 0))],
+  assert [CQ.decode(o.arg[0]) for o in out] == [[("LAUNCH", (3, data.fn, 0, 8))], [("COPY", (0, 0, 64))], [("WAIT", (0, 7))], [("WAIT", (0, 0))],
                                                [("SIGNAL", (0, 0))], [("SIGNAL", (0, 2**63))], [("BARRIER", ())], [("TIMESTAMP", (0,))]]
   assert [o.arg[1] for o in out] == [(16,), (8, 16), (8,), (8, 16), (8, 16), (8,), (), (8,)]
   assert out[0].src == (Q.getaddr(kargs),) and out[1].src == (Q.getaddr(a), Q.getaddr(b)) and out[3].src == (Q.getaddr(sig), tv)
@@ -78,15 +76,15 @@ def test_lower_each_command_to_packets(dev):
 def test_lower_rejects_a_multi_axis_launch(dev):
   prog = Q.prepared_program("CPU", Q.placeholder("program", "CPU", 8), prepared(dev).arg)
   with pytest.raises(RuntimeError, match="first axis only"):
-    graph_rewrite(Q.launch(prog, Q.placeholder("kernargs", "CPU", 24), (4, 2, 1), (1, 1, 1)), H.pm_lower, dev, name="lower")
+    graph_rewrite(Q.launch(prog, Q.placeholder("kernargs", "CPU", 24), (4, 2, 1), (1, 1, 1)), CQ.pm_lower, EncodeCtx(dev, "CPU", "COMPUTE:0"), name="lower")
 
 def test_bufferize_gives_each_queue_buffer_once_and_fresh_packed_buffers(dev):
   ring, bell = Q.queue_buffer("ring", "COPY:0", "CPU"), Q.queue_buffer("doorbell", "COPY:0", "CPU")
   k1, k2 = Q.placeholder("kernargs", "CPU", 24), Q.placeholder("kernargs", "CPU", 24)
-  out = graph_rewrite(UOp(Ops.SINK, src=(ring, bell, k1, k2, ring)), H.pm_bufferize, dev, bottom_up=True, name="bufferize").src
+  out = graph_rewrite(UOp(Ops.SINK, src=(ring, bell, k1, k2, ring)), CQ.pm_bufferize, dev, bottom_up=True, name="bufferize").src
   assert all(u.op is Ops.BUFFER and u.tag is None and u.src[1].arg == "CPU" for u in out)
   assert out[0] is out[4] and out[2] is not out[3]
-  again = graph_rewrite(UOp(Ops.SINK, src=(Q.queue_buffer("ring", "COPY:0", "CPU"),)), H.pm_bufferize, dev, bottom_up=True, name="b").src[0]
+  again = graph_rewrite(UOp(Ops.SINK, src=(Q.queue_buffer("ring", "COPY:0", "CPU"),)), CQ.pm_bufferize, dev, bottom_up=True, name="b").src[0]
   assert again is out[0]
   rb = dev.buffer_of(out[0])
   assert rb is dev.queue("COPY:0").buffers["ring"] and rb.nbytes == 4096 and rb.dtype == dtypes.uint32

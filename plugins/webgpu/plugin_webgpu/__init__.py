@@ -7,7 +7,7 @@ from core.device.spec import DeviceSpec, placeholder_spec
 __version__ = "0.1.0"
 
 @hookimpl
-def core_plugin_info() -> dict[str, Any]: return {"name": "webgpu", "version": __version__, "api": (1, 0)}
+def core_plugin_info() -> dict[str, Any]: return {"name": "webgpu", "version": __version__, "api": (2, 0)}
 
 @hookimpl
 def core_devices() -> list[DeviceSpec]:
