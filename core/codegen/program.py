@@ -1,27 +1,31 @@
-"""Kernel AST -> ProgramSpec: lower, linearize and render a kernel for one renderer."""
+"""Kernel AST -> PROGRAM(SINK, DEVICE, LINEAR, SOURCE[, BINARY]): lower, linearize, render and compile a kernel for one device."""
 from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 from core.ir.dtype import PtrDType, dtypes
 from core.ir.ops import UOp, Ops, GroupOp
-from core.ir.pattern import graph_rewrite
+from core.ir.pattern import UPat, graph_rewrite
 from core.codegen.lowerer import lower_kernel
 from core.codegen.linearize import linearize, finalize
 from core.helpers import SPEC, prod
 
 @dataclass(frozen=True)
 class ProgramSpec:
-  """Everything needed to compile and launch one kernel."""
+  """The PROGRAM uop's arg: how to launch the kernel its sources describe (its code lives in the sources, not here)."""
   name: str
-  src: str
-  device: str
-  uops: tuple[UOp, ...]
   global_size: tuple[int, ...] = (1, 1, 1)
   local_size: tuple[int, ...] = (1, 1, 1)
   vars: tuple[UOp, ...] = ()
   outs: tuple[int, ...] = (0,)
   estimates: dict[str, int] = field(default_factory=dict, compare=False)
-  ast: Any = field(default=None, compare=False)
+
+# PROGRAM's sources, in order; later stages fill later ones (get_program: the first four, compile_program: BINARY)
+def program_device(p: UOp) -> str: return p.src[1].arg
+def program_uops(p: UOp) -> tuple[UOp, ...]: return p.src[2].src
+def program_source(p: UOp) -> str: return p.src[3].arg
+def program_binary(p: UOp) -> bytes:
+  if len(p.src) < 5: raise RuntimeError(f"kernel {p.arg.name} is not compiled yet (its PROGRAM has no BINARY: see compile_program)")
+  return p.src[4].arg
 
 def _estimate(uops: list[UOp], threads: int = 1) -> dict[str, int]:
   """FLOPs and bytes touched, counting each op once per iteration of its enclosing loops."""
@@ -39,9 +43,9 @@ def _estimate(uops: list[UOp], threads: int = 1) -> dict[str, int]:
       if isinstance(base.dtype, PtrDType) and base.op is Ops.PARAM: mem += trips[-1] * (u.dtype if u.op is Ops.LOAD else u.src[1].dtype).itemsize
   return {"ops": ops, "mem": mem}
 
-def get_program(ast: UOp, renderer: Any, optimize: bool = True) -> ProgramSpec:
-  """Optimize (unless `optimize` is False: the AST already carries its opts), lower the kernel `ast` (a SINK whose arg is the
-  kernel name) and render it with `renderer`."""
+def get_program(ast: UOp, renderer: Any, optimize: bool = True) -> UOp:
+  """PROGRAM(ast, DEVICE, LINEAR, SOURCE) arg=ProgramSpec: optimize (unless `optimize` is False: the AST already carries its
+  opts), lower the kernel `ast` (a SINK whose arg is the kernel name) and render it with `renderer`."""
   name = ast.arg or "kernel"
   from core.codegen.opt import optimize as optimize_kernel
   from core.codegen.opt.expander import expand_kernel
@@ -62,9 +66,13 @@ def get_program(ast: UOp, renderer: Any, optimize: bool = True) -> ProgramSpec:
     if u.op is Ops.SPECIAL and u.arg.startswith("lidx"): ls[int(u.arg[4:])] = u.src[0].arg
   src = renderer.render(name, uops)
   variables = tuple(u for u in uops if u.op is Ops.DEFINE_VAR)
-  return ProgramSpec(name, src, renderer.device, tuple(uops), tuple(gs), tuple(ls), variables, (0,), _estimate(uops, prod(gs) * prod(ls)), ast)
+  spec = ProgramSpec(name, tuple(gs), tuple(ls), variables, (0,), _estimate(uops, prod(gs) * prod(ls)))
+  return UOp(Ops.PROGRAM, src=(ast, UOp(Ops.DEVICE, arg=renderer.device), UOp(Ops.LINEAR, src=tuple(uops)), UOp(Ops.SOURCE, arg=src)), arg=spec)
 
-def program_uop(spec: ProgramSpec, lib: bytes | None = None) -> UOp:
-  """The PROGRAM node: (SINK, DEVICE, LINEAR, SOURCE[, BINARY])."""
-  src = (spec.ast, UOp(Ops.DEVICE, arg=spec.device), UOp(Ops.LINEAR, src=spec.uops), UOp(Ops.SOURCE, arg=spec.src))
-  return UOp(Ops.PROGRAM, src=src + ((UOp(Ops.BINARY, arg=lib),) if lib is not None else ()), arg=spec.name)
+# a compiled PROGRAM, as a plugin's pm_prep_program matches it: names p (the PROGRAM), device, linear and binary
+compiled_program = UPat(Ops.PROGRAM, src=(UPat(Ops.SINK), UPat(Ops.DEVICE, name="device"), UPat(Ops.LINEAR, name="linear"), UPat(Ops.SOURCE),
+                                          UPat(Ops.BINARY, name="binary")), name="p")
+
+def compile_program(p: UOp, compiler: Any) -> UOp:
+  """The PROGRAM with its BINARY: the compiler's output for its SOURCE (from the compiler's disk cache when it has it)."""
+  return p if len(p.src) == 5 else p.replace(src=p.src + (UOp(Ops.BINARY, arg=compiler.compile_cached(program_source(p))),))

@@ -5,7 +5,7 @@ from typing import Any
 from core.ir.ops import UOp, Ops
 from core.device.buffer import Buffer
 from core.device.counters import GlobalCounters
-from core.codegen.program import get_program, ProgramSpec
+from core.codegen.program import get_program, compile_program, program_binary, program_source, program_uops, ProgramSpec
 from core.helpers import DEBUG, colored, prod
 
 # the Buffer behind a BUFFER uop lives in the node's own __dict__ under this name: it dies with the node (like a
@@ -22,14 +22,15 @@ def buffer_of(u: UOp) -> Buffer:
 def has_buffer(u: UOp) -> bool: return _BUF in u.__dict__
 
 class CompiledRunner:
-  """A compiled kernel for one device: call it with Buffers."""
-  def __init__(self, spec: ProgramSpec, device: Any):
-    self.spec, self.device = spec, device
+  """A compiled kernel for one device: call it with Buffers. `program` is its compiled PROGRAM uop, `spec` that PROGRAM's arg."""
+  def __init__(self, program: UOp, device: Any):
     st = time.perf_counter()
-    self.lib = device.compiler.compile_cached(spec.src)
-    self.prg = device.runtime(spec.name, self.lib)
+    self.program = compile_program(program, device.compiler)
+    self.spec: ProgramSpec = program.arg
+    self.device = device
+    self.prg = device.runtime(self.spec.name, program_binary(self.program))
     self.compile_s = time.perf_counter() - st
-    if DEBUG >= 4: print(spec.src)
+    if DEBUG >= 4: print(program_source(program))
   def __call__(self, bufs: list[Buffer], var_vals: dict[UOp, int] | None = None, wait: bool = False) -> float | None:
     # kernel variables were narrowed to int32/int64 by codegen: match them by (name, min, max)
     by_arg = {v.arg: val for v, val in (var_vals or {}).items()}
@@ -74,7 +75,7 @@ def run_item(ast: UOp, bufs: list[Buffer], var_vals: dict[UOp, int] | None = Non
   GlobalCounters.global_mem += runner.spec.estimates.get("mem", 0)
   if t is not None: GlobalCounters.time_sum_s += t
   if DEBUG >= 2:
-    shape = [u.src[0].arg for u in runner.spec.uops if u.op in (Ops.RANGE, Ops.SPECIAL) and u.src[0].op is Ops.CONST]
+    shape = [u.src[0].arg for u in program_uops(runner.program) if u.op in (Ops.RANGE, Ops.SPECIAL) and u.src[0].op is Ops.CONST]
     tm = t or 0.0
     gflops = runner.spec.estimates.get("ops", 0) / tm * 1e-9 if tm else 0.0
     gbs = runner.spec.estimates.get("mem", 0) / tm * 1e-9 if tm else 0.0

@@ -5,6 +5,7 @@ from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat, graph_rewrite
 from core.hcq.queue_ir import ProgramData, placeholder, prepared_program, launch, getaddr, host_patch
 from core.hcq.state import HCQState
+from core.codegen.program import program_device, program_uops
 
 def schedule_linear(items: list) -> UOp:
   """The schedule as the pipeline's input: LINEAR(CALL(kernel SINK or COPY, *buffers output first), ...)."""
@@ -13,10 +14,12 @@ def schedule_linear(items: list) -> UOp:
 def _exec_device(call: UOp) -> str: return call.src[1].src[1].arg   # the output buffer's device runs the call
 
 def _compile(ctx: HCQState, call: UOp) -> UOp:
-  spec, lib = ctx.compile(call.src[0], _exec_device(call))
-  prog = UOp(Ops.PROGRAM, src=(UOp(Ops.DEVICE, arg=_exec_device(call)), UOp(Ops.BINARY, arg=lib)), arg=spec)
+  prog = ctx.compile(call.src[0], dev := _exec_device(call))
+  # the DEVICE source names the instance that runs it ("CPU:1"): pm_prep_program prepares it for that device
+  if program_device(prog) != dev: prog = prog.replace(src=(prog.src[0], UOp(Ops.DEVICE, arg=dev)) + prog.src[2:])
+  spec = prog.arg
   # the kernel's parameters are the buffers of the slots it uses, in slot order (the schedule may pass one it never reads)
-  slots = sorted(u.arg for u in spec.uops if u.op is Ops.PARAM)
+  slots = sorted(u.arg for u in program_uops(prog) if u.op is Ops.PARAM)
   return call.replace(src=(prog,) + tuple(call.src[1 + i] for i in slots), arg=(tuple(spec.global_size), tuple(spec.local_size), tuple(spec.vars)))
 
 def _stage_copy(ctx: HCQState, call: UOp) -> UOp | None:
@@ -74,9 +77,10 @@ def flatten_linear(x: UOp) -> UOp:
 def prep_runtime(linear: UOp, ctx: HCQState) -> UOp:
   linear = graph_rewrite(linear, pm_compile_calls, ctx, name="compile calls")
   linear = flatten_linear(linear)
-  for dev in sorted({c.src[0].src[0].arg for c in linear.src if c.op is Ops.CALL and c.src[0].op is Ops.PROGRAM}):
+  compiled = [c.src[0] for c in linear.src if c.op is Ops.CALL and c.src[0].op is Ops.PROGRAM]
+  for dev in sorted({program_device(p) for p in compiled}):
     if (pm := ctx.hooks.pm_prep_program(dev)) is None: raise RuntimeError(f"no plugin answers core_pm_prep_program({dev!r})")
-    progs = [c.src[0] for c in linear.src if c.op is Ops.CALL and c.src[0].op is Ops.PROGRAM and c.src[0].src[0].arg == dev]
+    progs = [p for p in compiled if program_device(p) == dev]
     done = graph_rewrite(UOp(Ops.SINK, src=tuple(dict.fromkeys(progs))), pm, ctx.hcq_of(dev), name=f"prep program {dev}")
     linear = linear.substitute(dict(zip(dict.fromkeys(progs), done.src)))
   linear = graph_rewrite(linear, pm_program_image, ctx, name="program images")

@@ -6,17 +6,16 @@ from core.ir.ops import UOp
 from core.device.hcq import HCQDevice
 from core.helpers import DEBUG
 
-_compiled: dict[tuple[UOp, str], tuple[Any, bytes]] = {}
+_compiled: dict[tuple[UOp, str], UOp] = {}
 
-def compile_kernel(ast: UOp, device: str) -> tuple[Any, bytes]:
-  """(ProgramSpec, compiled bytes) of a kernel for `device`, once per (kernel, device)."""
+def compile_kernel(ast: UOp, device: str) -> UOp:
+  """The compiled PROGRAM(SINK, DEVICE, LINEAR, SOURCE, BINARY) of a kernel for `device`, once per (kernel, device)."""
   if (hit := _compiled.get((ast, device))) is None:
     from core.device.registry import Device
-    from core.codegen.program import get_program
+    from core.codegen.program import get_program, compile_program, program_source
     dev = Device[device]
-    spec = get_program(ast, dev.renderer)
-    hit = _compiled[(ast, device)] = (spec, dev.compiler.compile_cached(spec.src))
-    if DEBUG >= 4: print(spec.src)
+    hit = _compiled[(ast, device)] = compile_program(get_program(ast, dev.renderer), dev.compiler)
+    if DEBUG >= 4: print(program_source(hit))
   return hit
 
 class HCQHooks(Protocol):
@@ -34,7 +33,7 @@ class HCQState:
   hooks: HCQHooks
   hcq_of: Callable[[str], HCQDevice]           # device name -> its HCQ object
   buffer_of: Callable[[UOp], Any]              # real BUFFER uop -> Buffer
-  compile: Callable[[UOp, str], tuple[Any, bytes]] = compile_kernel
+  compile: Callable[[UOp, str], UOp] = compile_kernel
   contents: dict[UOp, bytes] = field(default_factory=dict)      # placeholder -> bytes to upload into it
   internal: dict[UOp, None] = field(default_factory=dict)       # real buffers owned by the pipeline or plugin (not schedule slots)
   commands: dict[UOp, list[tuple[str, int]]] = field(default_factory=dict)  # encoded submit -> [(command kind, byte offset)]

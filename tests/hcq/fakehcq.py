@@ -10,8 +10,9 @@ from core.ir.pattern import PatternMatcher, UPat
 from core.device.buffer import Buffer
 from core.device.compiled import Compiled
 from core.hcq import HCQError
-from core.device.hcq import HCQDevice, handle_addr
+from core.device.hcq import HCQDevice, RingLayout, handle_addr
 from core.hcq.queue_ir import ProgramData, getaddr, ins
+from core.codegen.program import compiled_program
 
 LAUNCH, COPY, WAIT, SIGNAL, BARRIER = 1, 2, 3, 4, 5
 SIZES = {LAUNCH: 40, COPY: 32, WAIT: 24, SIGNAL: 24, BARRIER: 8}
@@ -23,14 +24,14 @@ class FakeProgramData(ProgramData):
 
 _progs: list[Any] = []
 
-def _prep(ctx: Any, p: UOp, dev: UOp, binary: UOp) -> UOp:
+def _prep(ctx: Any, p: UOp, device: UOp, linear: UOp, binary: UOp) -> UOp:
   from plugin_cpu.runtime import CPUProgram
   spec = p.arg
   _progs.append(CPUProgram(spec.name, binary.arg) if binary.arg != b"LIB" else None)   # b"LIB": a stage test, never launched
-  nbufs = sum(1 for u in spec.uops if u.op is Ops.PARAM)
+  nbufs = sum(1 for u in linear.src if u.op is Ops.PARAM)
   n = nbufs + len(spec.vars)
   data = FakeProgramData(spec.name, 8 * n, 8, tuple(range(0, 8 * n, 8)), nbufs=nbufs, program=len(_progs) - 1)
-  return UOp(Ops.PROGRAM, src=(dev, UOp(Ops.BINARY, arg=b"IMG" + bytes([len(_progs) % 256]))), arg=data)
+  return UOp(Ops.PROGRAM, src=(device, UOp(Ops.BINARY, arg=b"IMG" + bytes([len(_progs) % 256]))), arg=data)
 
 def _hdr(op: int) -> bytes: return struct.pack("<II", op, 0)
 
@@ -39,8 +40,7 @@ def _launch(prog: UOp, kargs: UOp, cmd: UOp) -> UOp:
   return ins(_hdr(LAUNCH) + struct.pack("<QQQQ", 0, d.program, d.nbufs | (len(d.arg_offsets) - d.nbufs) << 16, cmd.arg[0][0]),
              [(8, getaddr(kargs))])
 
-pm_prep = PatternMatcher([(UPat(Ops.PROGRAM, src=(UPat(Ops.DEVICE, name="dev"), UPat(Ops.BINARY, name="binary")), name="p",
-                                custom=lambda p: not isinstance(p.arg, ProgramData)), _prep)])
+pm_prep = PatternMatcher([(compiled_program, _prep)])
 pm_lower = PatternMatcher([
   (UPat(Ops.PROGRAM, src=(UPat(Ops.PROGRAM, name="prog"), UPat(name="kargs")), name="cmd"), lambda prog, kargs, cmd: _launch(prog, kargs, cmd)),
   (UPat(Ops.COPY, src=(UPat(name="d"), UPat(name="s")), name="c"),
@@ -74,8 +74,10 @@ class FakeHCQ(HCQDevice):
     self.stalled: set[str] = set()  # queues whose processor is stuck
     self.report: str | None = None
     self.executed: list[tuple[str, int]] = []
+    self.layout = RingLayout()      # every queue's ring layout (a test may set another)
     FAKES.append(self)
   def ring_size(self, queue: str) -> int: return self.ring
+  def ring_layout(self, queue: str) -> RingLayout: return self.layout
   def buffer_uop(self, b: UOp) -> UOp:
     if isinstance(b.tag, tuple) and b.tag in self.qbufs: return self.qbufs[b.tag]
     size = self.ring // 4 if isinstance(b.tag, tuple) and b.tag[0] == "ring" else b.arg

@@ -6,6 +6,8 @@ from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.hcq import queue_ir as q
 from core.hcq.state import HCQState
+from core.device.hcq import HCQDevice
+from core.codegen.program import ProgramSpec
 from core.hcq.prep import schedule_linear, prep_runtime, flatten_linear
 from core.hcq.lower import lower_to_queues, pick_queue
 from core.hcq.deps import dependencies
@@ -20,21 +22,23 @@ class Item:
   ast: UOp
   bufs: tuple
 
-class Spec:  # the parts of a ProgramSpec prep reads
-  def __init__(self, name, nbufs, vars_=()):
-    self.name, self.global_size, self.local_size, self.vars = name, (4, 1, 1), (1, 1, 1), tuple(vars_)
-    self.uops = tuple(UOp.param(i, dtypes.float32.ptr()) for i in range(nbufs))
+def compiled(ast: UOp, dev: str, nbufs: int = 2) -> UOp:
+  """A compiled PROGRAM as codegen makes it, with `nbufs` parameters and a stand-in binary (prep never launches it)."""
+  params = tuple(UOp.param(i, dtypes.float32.ptr()) for i in range(nbufs))
+  return UOp(Ops.PROGRAM, src=(ast, UOp(Ops.DEVICE, arg=dev), UOp(Ops.LINEAR, src=params), UOp(Ops.SOURCE, arg="src"),
+                               UOp(Ops.BINARY, arg=b"LIB")), arg=ProgramSpec(ast.arg, (4, 1, 1), (1, 1, 1)))
 
-class HCQ:
+class HCQ(HCQDevice):
   def __init__(self, queues=("COMPUTE:0", "COPY:0"), staging=False): self.queues, self.staging = queues, staging
   def ring_size(self, queue): return 1024
+  def wait_signal(self, signal, value, timeout_s): raise AssertionError("the stage tests never wait")
   def needs_staging(self, other): return self.staging
 
 def state(hcqs=None, bufmap=None):
   import fakehcq
   hcqs = hcqs or {}
   return HCQState(fakehcq.FakeHooks(), lambda d: hcqs.setdefault(d, HCQ()), bufmap or (lambda u: None),
-                  compile=lambda ast, dev: (Spec(ast.arg, 2), b"LIB"))
+                  compile=compiled)
 
 def kernel(name, *bufs): return Item(UOp(Ops.SINK, arg=name), bufs)
 def copy(dst, src): return Item(UOp(Ops.COPY, src=(src, UOp(Ops.DEVICE, arg=dst.src[1].arg))), (dst, src))

@@ -60,10 +60,11 @@ class Timer:
   def __call__(self, k: Kernel, reps: int = 3) -> float:
     """Best of `reps` runs in seconds; inf when it fails to compile or run or gives other numbers than the reference."""
     import numpy as np
-    from core.codegen.program import get_program
+    from core.codegen.program import get_program, compile_program, program_binary
     try:
-      spec = get_program(k.ast, self.renderer, optimize=False)
-      prg = self.dev.runtime(spec.name, self.dev.compiler.compile_cached(spec.src))
+      p = compile_program(get_program(k.ast, self.renderer, optimize=False), self.dev.compiler)
+      spec = p.arg
+      prg = self.dev.runtime(spec.name, program_binary(p))
     except Exception as e:  # noqa: BLE001 - a candidate that does not build is skipped, whatever the reason
       if DEBUG >= 3: print(f"BEAM: {list(k.applied)} failed: {type(e).__name__}: {str(e)[:200]}")
       return math.inf

@@ -19,6 +19,7 @@ from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
 from core.hcq.queue_ir import ProgramData, getaddr
+from core.codegen.program import compiled_program
 
 # *** the command format ***
 
@@ -71,19 +72,16 @@ def load_program(name: str, lib: bytes) -> Any:
       prg = _programs[key] = CPUProgram(name, lib)
   return prg
 
-def prep_program(ctx: Any, p: UOp, dev: UOp, binary: UOp) -> UOp:
+def prep_program(ctx: Any, p: UOp, device: UOp, linear: UOp, binary: UOp) -> UOp:
   spec = p.arg
   prg = load_program(spec.name, binary.arg)
   fn = ctypes.cast(prg.fxn, ctypes.c_void_p).value or 0
-  nargs = sum(1 for u in spec.uops if u.op is Ops.PARAM) + len(spec.vars)
+  nargs = sum(1 for u in linear.src if u.op is Ops.PARAM) + len(spec.vars)
   data = CPUProgramData(spec.name, 8 * nargs, 8, tuple(range(0, 8 * nargs, 8)), fn=fn, nargs=nargs, program=prg)
   # the image is the function's address: the code itself stays where the loader mapped it
-  return UOp(Ops.PROGRAM, src=(dev, UOp(Ops.BINARY, arg=struct.pack("<Q", fn))), arg=data)
+  return UOp(Ops.PROGRAM, src=(device, UOp(Ops.BINARY, arg=struct.pack("<Q", fn))), arg=data)
 
-pm_prep_program = PatternMatcher([
-  (UPat(Ops.PROGRAM, src=(UPat(Ops.DEVICE, name="dev"), UPat(Ops.BINARY, name="binary")), name="p",
-        custom=lambda p: not isinstance(p.arg, ProgramData)), prep_program),
-], name="cpu prep program")
+pm_prep_program = PatternMatcher([(compiled_program, prep_program)], name="cpu prep program")
 
 # *** pm_lower: abstract commands -> INS (packet bytes + patches) ***
 

@@ -1,9 +1,9 @@
 """The CPU plugin's HCQ hooks: pm_prep_program, pm_lower, pm_bufferize, the interfaces, and the core pipeline end to end."""
-import ctypes, functools, struct
+import ctypes, struct
 import time
 import numpy as np
 import pytest
-from core.codegen.program import ProgramSpec
+from core.codegen.program import ProgramSpec, compile_program
 from core.device.plugins import get_plugins
 from core.device.hcq import EncodeCtx
 from core.device.target import Target
@@ -23,17 +23,15 @@ def dev():
   yield d
   d.close()
 
-def spec() -> ProgramSpec:
+def compiled() -> UOp:
+  """The compiled PROGRAM of SRC as codegen would make it: two buffers and one variable."""
   params = (UOp.param(0, dtypes.float32.ptr(8)), UOp.param(1, dtypes.float32.ptr(8)))
   k = UOp(Ops.DEFINE_VAR, dtypes.int32, arg=("k", 0, 100))
-  return ProgramSpec("scale", SRC, "CPU", params + (k,), (8, 1, 1), (1, 1, 1), (k,))
+  p = UOp(Ops.PROGRAM, src=(UOp(Ops.SINK, arg="scale"), UOp(Ops.DEVICE, arg="CPU"), UOp(Ops.LINEAR, src=params + (k,)), UOp(Ops.SOURCE, arg=SRC)),
+          arg=ProgramSpec("scale", (8, 1, 1), (1, 1, 1), (k,)))
+  return compile_program(p, CCompiler())
 
-@functools.cache
-def _lib() -> bytes: return CCompiler().compile_cached(SRC)
-
-def prepared(dev) -> UOp:
-  p = UOp(Ops.PROGRAM, src=(UOp(Ops.DEVICE, arg="CPU"), UOp(Ops.BINARY, arg=_lib())), arg=spec())
-  return graph_rewrite(p, CQ.pm_prep_program, dev, name="prep")
+def prepared(dev) -> UOp: return graph_rewrite(compiled(), CQ.pm_prep_program, dev, name="prep")
 
 def test_the_plugin_manager_asks_the_cpu_plugin_for_its_devices_rules():
   for d in ("CPU", "CPU:1"):

@@ -7,7 +7,7 @@ from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import graph_rewrite
 from core.schedule.kernelize import create_schedule
-from core.codegen.program import get_program
+from core.codegen.program import get_program, program_source, program_uops
 from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, host_streams, pm_streaming_stores, stream_width
 from cpu_kernels import RENDERERS, Linear, device, buf, rng, c, run
 
@@ -24,7 +24,7 @@ def _program(ren: str, n: int):
 def _launch(ren: str, spec, arrays: list[np.ndarray], out_offset: int = 0) -> np.ndarray:
   """Runs `spec` on copies of `arrays` (arrays[0] is the output); the output buffer starts `out_offset` bytes into its block."""
   dev = device(ren)
-  prg = dev.runtime(spec.name, dev.compiler.compile(spec.src))
+  prg = dev.runtime(spec.arg.name, dev.compiler.compile(program_source(spec)))
   hs = []
   for i, a in enumerate(arrays):
     extra = out_offset if i == 0 else 0
@@ -32,7 +32,7 @@ def _launch(ren: str, spec, arrays: list[np.ndarray], out_offset: int = 0) -> np
     if extra: h = dev.allocator._offset(h, a.nbytes, extra)
     dev.allocator._copyin(h, memoryview(a).cast("B"))
     hs.append(h)
-  prg(*hs, global_size=spec.global_size, wait=True)
+  prg(*hs, global_size=spec.arg.global_size, wait=True)
   out = np.empty_like(arrays[0])
   dev.allocator._copyout(memoryview(out).cast("B"), hs[0])
   return out
@@ -41,10 +41,10 @@ def _launch(ren: str, spec, arrays: list[np.ndarray], out_offset: int = 0) -> np
 def test_big_elementwise_streams_and_fences_small_does_not(ren):
   store, fence = MARKS[ren]
   big, small = _program(ren, BIG), _program(ren, 1 << 16)
-  assert any(u.op is Ops.STORE and u.arg == NT_ARG for u in big.uops) == host_streams()
-  assert (store in big.src and fence in big.src) == host_streams(), big.src
-  assert store not in small.src and fence not in small.src and "sfence" not in small.src
-  assert not any(u.op is Ops.STORE and u.arg == NT_ARG for u in small.uops)
+  assert any(u.op is Ops.STORE and u.arg == NT_ARG for u in program_uops(big)) == host_streams()
+  assert (store in program_source(big) and fence in program_source(big)) == host_streams(), program_source(big)
+  assert store not in program_source(small) and fence not in program_source(small) and "sfence" not in program_source(small)
+  assert not any(u.op is Ops.STORE and u.arg == NT_ARG for u in program_uops(small))
 
 @pytest.mark.parametrize("ren", RENDERERS)
 @pytest.mark.parametrize("out_offset", [0, 4])

@@ -7,7 +7,7 @@ import pytest
 from core import Tensor
 from core.ir.ops import Ops
 from core.schedule.kernelize import create_schedule
-from core.codegen.program import get_program
+from core.codegen.program import get_program, program_source
 from cpu_kernels import RENDERERS, device
 
 gen = np.random.default_rng(0)
@@ -23,13 +23,13 @@ def _run(ren: str, fn, x: np.ndarray) -> tuple[np.ndarray, str]:
   (item,) = [it for it in items if it.ast.op is Ops.SINK]
   dev = device(ren)
   spec = get_program(item.ast, dev.renderer)
-  prg = dev.runtime(spec.name, dev.compiler.compile(spec.src))
+  prg = dev.runtime(spec.arg.name, dev.compiler.compile(program_source(spec)))
   out, inp = dev.allocator.alloc(x.nbytes), dev.allocator.alloc(x.nbytes)
   dev.allocator._copyin(inp, memoryview(x).cast("B"))
-  prg(out, inp, global_size=spec.global_size, wait=True)
+  prg(out, inp, global_size=spec.arg.global_size, wait=True)
   got = np.empty_like(x)
   dev.allocator._copyout(memoryview(got).cast("B"), out)
-  return got, spec.src
+  return got, program_source(spec)
 
 def _ulps(got: np.ndarray, x: np.ndarray, exact_fn) -> float:
   with warnings.catch_warnings():

@@ -5,7 +5,7 @@ import numpy as np
 from core.ir.ops import UOp
 from core.device.registry import Device
 from core.engine.run import buffer_of
-from core.codegen.program import get_program
+from core.codegen.program import get_program, program_source
 
 def kernel_of(fn: Any, *shapes: tuple[int, ...], rng: np.random.Generator) -> tuple[Any, np.ndarray]:
   """(the one schedule item of fn over random float32 tensors of `shapes`, fn over the same numpy arrays)."""
@@ -24,6 +24,6 @@ def run_ast(item: Any, ast: UOp, renderer: Any = None) -> tuple[np.ndarray, Any]
   bufs = [buffer_of(b) for b in item.bufs]
   for b in bufs:
     if not b.is_allocated(): b.allocate()
-  prg = dev.runtime(spec.name, dev.compiler.compile_cached(spec.src))
-  prg(*[b._buf for b in bufs], global_size=spec.global_size, local_size=spec.local_size, vals=(), wait=True)
+  prg = dev.runtime(spec.arg.name, dev.compiler.compile_cached(program_source(spec)))
+  prg(*[b._buf for b in bufs], global_size=spec.arg.global_size, local_size=spec.arg.local_size, vals=(), wait=True)
   return bufs[0].numpy(), spec

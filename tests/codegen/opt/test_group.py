@@ -7,7 +7,7 @@ from core import Tensor
 from core.ir.ops import Ops, AxisType
 from core.device.registry import Device
 from core.codegen.opt import Kernel, Opt, OptOps, KernelOptError
-from core.codegen.program import get_program
+from core.codegen.program import get_program, program_uops, program_source
 
 G, L, U, R = OptOps.GROUP, OptOps.LOCAL, OptOps.UPCAST, OptOps.UNROLL
 rng = np.random.default_rng(7)
@@ -58,11 +58,11 @@ def test_group_reduce_gives_numpys_numbers(with_opts, opts):
   specs = with_opts(_apply(*opts))
   x = rng.standard_normal((8, 512)).astype(np.float32)
   np.testing.assert_allclose(Tensor(x, device="PYTHON").sum(1).numpy(), x.astype(np.float64).sum(1), rtol=1e-4, atol=1e-4)
-  spec = next(s for s in specs if any(u.op is Ops.BARRIER for u in s.uops))
+  spec = next(s for s in specs if any(u.op is Ops.BARRIER for u in program_uops(s)))
   group = next(amt for op, _, amt in opts if op is G)
-  assert group in spec.local_size and any(u.op is Ops.DEFINE_LOCAL for u in spec.uops)
+  assert group in spec.arg.local_size and any(u.op is Ops.DEFINE_LOCAL for u in program_uops(spec))
   # one work-item of each group stores the result: the output store is gated on its id
-  out = [u for u in spec.uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.PARAM]
+  out = [u for u in program_uops(spec) if u.op is Ops.STORE and u.src[0].src[0].op is Ops.PARAM]
   assert out and all(len(u.src[0].src) == 3 for u in out)
 
 def test_group_max_and_full_reduction(with_opts):
@@ -77,8 +77,8 @@ def test_local_axis_becomes_the_workgroup(with_opts):
   x = rng.standard_normal((32,)).astype(np.float32)
   np.testing.assert_allclose((Tensor(x, device="PYTHON") * 2 + 1).numpy(), x * 2 + 1, rtol=1e-6)
   spec = specs[-1]
-  assert spec.local_size == (8, 1, 1) and spec.global_size == (4, 1, 1)
-  assert {u.arg for u in spec.uops if u.op is Ops.SPECIAL} == {"gidx0", "lidx0"}
+  assert spec.arg.local_size == (8, 1, 1) and spec.arg.global_size == (4, 1, 1)
+  assert {u.arg for u in program_uops(spec) if u.op is Ops.SPECIAL} == {"gidx0", "lidx0"}
 
 def _sum_kernel(shape=(8, 512)) -> Kernel:
   from core.schedule.kernelize import create_schedule
@@ -104,8 +104,8 @@ def _run_python(ast, ins: list[np.ndarray], out_size: int) -> np.ndarray:
   spec = get_program(ast, dev.renderer, optimize=False)
   bufs = [Buffer("PYTHON", out_size, dtypes.float32).allocate()] + [Buffer("PYTHON", a.size, dtypes.float32).allocate() for a in ins]
   for b, a in zip(bufs[1:], ins): b.copyin(memoryview(a.tobytes()))
-  dev.runtime(spec.name, dev.compiler.compile_cached(spec.src))(*[b._buf for b in bufs], global_size=spec.global_size,
-                                                                 local_size=spec.local_size, wait=True)
+  dev.runtime(spec.arg.name, dev.compiler.compile_cached(program_source(spec)))(*[b._buf for b in bufs], global_size=spec.arg.global_size,
+                                                                 local_size=spec.arg.local_size, wait=True)
   return bufs[0].numpy()
 
 def test_group_is_refused_inside_another_reduction():
@@ -130,9 +130,9 @@ def test_program_spec_carries_the_workgroup_size():
   k = _sum_kernel()
   k = k.apply(Opt(G, _axis(k, AxisType.REDUCE), 32)).apply(Opt(L, _axis(k, AxisType.LOOP), 2))
   spec = get_program(k.ast, Device["PYTHON"].renderer, optimize=False)
-  assert spec.local_size == (32, 2, 1) and spec.global_size == (4, 1, 1)
+  assert spec.arg.local_size == (32, 2, 1) and spec.arg.global_size == (4, 1, 1)
   # every work-item's loads count: the kernel reads its 8x512 floats once
-  assert spec.estimates["mem"] >= 8 * 512 * 4
+  assert spec.arg.estimates["mem"] >= 8 * 512 * 4
 
 def test_heuristics_share_long_reductions_and_split_outputs_into_workgroups():
   from core.codegen.opt.heuristic import hand_coded

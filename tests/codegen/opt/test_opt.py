@@ -143,7 +143,7 @@ def test_thread_split_makes_gidx_blocks():
     got, spec = run_with(item, k.applied)
     a, b = [buffer_of(x).numpy().reshape(s) for x, s in zip(item.bufs[1:], [(16, 24), (24, 32)])]
     np.testing.assert_allclose(got.reshape(16, 32), a @ b, rtol=1e-4, atol=1e-4)
-    assert spec.global_size == (4, 1, 1)
+    assert spec.arg.global_size == (4, 1, 1)
 
 def test_beam_finds_caches_and_reuses_an_opt(tmp_path, monkeypatch):
   monkeypatch.setenv("CORE_CACHE_DIR", str(tmp_path))
@@ -169,4 +169,4 @@ def test_beam_env_goes_through_get_program(tmp_path, monkeypatch):
   with Context(BEAM=1):
     spec = get_program(item.ast, Device[Device.DEFAULT].renderer)
   assert (tmp_path / "beam").is_dir()
-  assert spec.name == item.ast.arg
+  assert spec.arg.name == item.ast.arg

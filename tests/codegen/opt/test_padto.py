@@ -9,6 +9,7 @@ from core.device.registry import Device
 from opt_helpers import run_ast, kernel_of as _kernel_of
 from core.codegen.opt import Kernel, Opt, OptOps, KernelOptError
 from core.codegen.opt.heuristic import hand_coded
+from core.codegen.program import program_uops
 
 U, S, P, PT = OptOps.UPCAST, OptOps.SWAP, OptOps.PACK, OptOps.PADTO
 rng = np.random.default_rng(3)
@@ -16,7 +17,7 @@ rng = np.random.default_rng(3)
 def kernel_of(fn, *shapes): return _kernel_of(fn, *shapes, rng=rng)
 
 def _param_stores(spec) -> list:
-  return [u for u in spec.uops if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM]
+  return [u for u in program_uops(spec) if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM]
 
 @pytest.mark.parametrize("opts", [
   [Opt(PT, 1, 16)],

@@ -8,7 +8,7 @@ from core.ir.ops import Ops, AxisType
 from core.device.registry import Device
 from core.schedule.kernelize import create_schedule
 from core.engine.run import buffer_of
-from core.codegen.program import get_program
+from core.codegen.program import get_program, program_uops, program_source
 from core.codegen.opt import Kernel, OptOps, apply_opts
 from core.codegen.opt.kernel import range_size
 from core.codegen.opt.heuristic import hand_coded
@@ -37,7 +37,7 @@ def _run(item, opts):
   bufs = [buffer_of(b) for b in item.bufs]
   for b in bufs:
     if not b.is_allocated(): b.allocate()
-  dev.runtime(spec.name, dev.compiler.compile_cached(spec.src))(*[b._buf for b in bufs], global_size=spec.global_size, wait=True)
+  dev.runtime(spec.arg.name, dev.compiler.compile_cached(program_source(spec)))(*[b._buf for b in bufs], global_size=spec.arg.global_size, wait=True)
   return bufs[0].numpy()
 
 def _loads_by_width(sink) -> list[int]: return sorted(u.dtype.count for u in sink.toposort() if u.op is Ops.LOAD)
@@ -118,8 +118,8 @@ def test_big_sum_matches_float64_and_its_partials_kernel_reads_vectors(n):
   rnd = Device[Device.DEFAULT].renderer
   if getattr(rnd, "supports_float4", False):
     part = get_program(ks[0].ast, rnd)
-    inputs = [u for u in part.uops if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
-    assert inputs and all(u.dtype.count > 1 for u in inputs), part.src   # no gathers across rows
+    inputs = [u for u in program_uops(part) if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
+    assert inputs and all(u.dtype.count > 1 for u in inputs), program_source(part)   # no gathers across rows
   got = float(t.sum().numpy())
   assert abs(got - x.astype(np.float64).sum()) <= 1e-6 * n    # the row's check, with margin: atol_rel 0 and rtol 1e-3
   assert got == pytest.approx(x.astype(np.float64).sum(), rel=1e-6)
