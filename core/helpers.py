@@ -1,6 +1,6 @@
 """Environment flags, Context, and the small utilities every layer shares."""
 from __future__ import annotations
-import contextlib, functools, itertools, math, os, pathlib, sys
+import contextlib, functools, os, pathlib, sys
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 T = TypeVar("T")
@@ -30,9 +30,7 @@ def fast_members(e: T) -> T:
 # *** collections ***
 
 def prod(xs: Iterable[Any], start: Any = 1) -> Any: return functools.reduce(lambda a, b: a * b, xs, start)
-def dedup(xs: Iterable[T]) -> list[T]: return list(dict.fromkeys(xs))
 def flatten(xss: Iterable[Iterable[T]]) -> list[T]: return [x for xs in xss for x in xs]
-def all_same(xs: Sequence[Any]) -> bool: return all(x == xs[0] for x in xs[1:])
 def all_int(xs: Iterable[Any]) -> bool: return all(isinstance(x, int) for x in xs)
 def argsort(xs: Sequence[Any]) -> list[int]: return sorted(range(len(xs)), key=xs.__getitem__)
 def partition(xs: Iterable[T], fn: Callable[[T], bool]) -> tuple[list[T], list[T]]:
@@ -47,15 +45,8 @@ def argfix(*x: Any) -> tuple[Any, ...]:
     if len(x) != 1: raise ValueError(f"pass either one sequence or several values, not {x!r}")
     return tuple(x[0])
   return tuple(x)
-def unwrap(x: T | None) -> T:
-  assert x is not None
-  return x
 def round_up(n: int, align: int) -> int: return (n + align - 1) // align * align
-def cdiv(a: int, b: int) -> int: return -(-a // b)
-def ceildiv(a: Any, b: Any) -> Any: return -(a // -b)
-def pairwise(xs: Iterable[T]) -> Iterator[tuple[T, T]]: return itertools.pairwise(xs)
 def is_pow2(n: int) -> bool: return n > 0 and n & (n - 1) == 0
-def polyN(x: Any, coeffs: Sequence[float]) -> Any: return functools.reduce(lambda acc, c: acc * x + c, coeffs, 0.0)
 
 def to_function_name(s: str) -> str:
   """A C identifier made from an arbitrary kernel name."""
@@ -118,6 +109,3 @@ def fmt_bytes(n: float) -> str:
     n /= 1024
   return f"{n} B"
 
-def fmt_seconds(s: float) -> str: return f"{s*1e6:.2f} us" if s < 1e-3 else f"{s*1e3:.2f} ms" if s < 1 else f"{s:.2f} s"
-
-def is_nan(x: Any) -> bool: return isinstance(x, float) and math.isnan(x)

@@ -9,7 +9,6 @@ T = TypeVar("T")
 @dataclasses.dataclass(frozen=True)
 class BufferSpec:
   """How a buffer is allocated. Hashable: the LRU cache keys freed blocks by (size, BufferSpec)."""
-  image: Any = None               # image dtype/shape for devices with texture memory
   uncached: bool = False          # bypass the device cache (signals, doorbells)
   cpu_access: bool = False        # host-visible device memory
   host: bool = False              # pinned host memory

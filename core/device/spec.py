@@ -19,7 +19,7 @@ def resolve(ref: LazyRef) -> Any:
 class DeviceSpec:
   """One device a plugin offers.
 
-  name: the DEV name ("CPU"). interfaces: the driver interfaces it can use, first is the default (("KFD", "PCI", "MOCK")).
+  name: the DEV name ("CPU"). interfaces: the driver interfaces it can use, first is the default (("KFD", "MOCK")).
   renderers: renderer name -> lazy reference to `make(arch: str | None) -> (Renderer, Compiler)`; the NULL device
   borrows these to compile without running. default_renderer: used when DEV names none. priority: auto-selection
   order when DEV is unset (higher wins; negative: never auto-selected). factory: lazy reference to

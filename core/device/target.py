@@ -2,7 +2,7 @@
 from __future__ import annotations
 import dataclasses, re
 
-GRAMMAR = "[INTERFACE[:INDICES]+]DEVICE[:RENDERER[:ARCH]], several separated by ';' (e.g. CPU, CPU:LLVM, NV:PTX:sm_90, PCI:0,1+AMD)"
+GRAMMAR = "[INTERFACE[:INDICES]+]DEVICE[:RENDERER[:ARCH]], several separated by ';' (e.g. CPU, CPU:LLVM, NV:PTX:sm_90, KFD:0,1+AMD)"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
 _ARCH = re.compile(r"[A-Za-z0-9_.\-]+$")
 

@@ -58,10 +58,6 @@ def _substitute_realized(roots: list[UOp]) -> list[UOp]:
     elif u not in rootset and (m := _memo(u)) is not None: known[u] = m
   return list(sink.substitute(known).src) if known else roots
 
-def is_realized(u: UOp) -> bool:
-  """A BUFFER, or a reshape of one: its bytes are already in row-major order in memory."""
-  return contiguous_buffer(u) is not None
-
 def run_schedule(items: list[ScheduleItem], var_vals: dict[UOp, int] | None = None) -> None:
   from core.engine.run import run_items   # HCQ devices run whole schedules through core/hcq
   run_items(items, var_vals)

@@ -15,7 +15,8 @@ from core.hcq.pack import pack
 from core.hcq.bufferize import bufferize
 from core.hcq.patches import resolve_patches
 from core.hcq.callify import callify, host_timeline
-from core.helpers import HCQ_TIMEOUT
+from core.helpers import HCQ_TIMEOUT, SPEC
+from core.ir.spec import type_verify, queue_spec
 
 STAGES: list[tuple[str, Callable[[UOp, HCQState], UOp]]] = [
   ("prep runtime", prep_runtime), ("lower to queues", lower_to_queues), ("dependencies", dependencies),
@@ -36,6 +37,7 @@ class Submission:
     self.stage_graphs: dict[str, UOp] = {}
     for name, stage in STAGES:
       linear = stage(linear, ctx)
+      if SPEC: type_verify(linear, queue_spec)
       self.stage_graphs[name] = linear
     self.commands = dict(ctx.commands)   # encoded submit -> [(kind, offset)], for errors
     self.submits = [u for u in linear.src if u.op is Ops.CUSTOM_FUNCTION]

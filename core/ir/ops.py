@@ -96,7 +96,9 @@ class UOpMeta(type):
     return ret
 
 class UOp(metaclass=UOpMeta):
-  """One node: `op` applied to `src` with a static `arg`, producing `dtype`. Never mutated; equal nodes are one object."""
+  """One node: `op` applied to `src` with a static `arg`, producing `dtype`. Its fields never change and equal nodes are one
+  object. The one thing stored on a node later is the engine's Buffer of a BUFFER node (core/engine/run.py: buffer_of, in
+  the node's __dict__, so it dies with the node); it takes no part in equality or hashing."""
   __slots__ = ("op", "dtype", "src", "arg", "tag", "_key", "__dict__", "__weakref__")
   op: Ops
   dtype: DType

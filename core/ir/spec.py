@@ -116,9 +116,10 @@ kernel_spec = PatternMatcher([
 ], name="spec kernel") + shared_spec
 
 def _program_ok(x: UOp) -> bool:
+  # codegen's PROGRAM: SINK, DEVICE, LINEAR, SOURCE, then BINARY once compiled
   s = x.src
   want = (Ops.SINK, Ops.DEVICE, Ops.LINEAR, Ops.SOURCE, Ops.BINARY)
-  return 2 <= len(s) <= 5 and all(y.op is op for y, op in zip(s, want))
+  return len(s) in (4, 5) and all(y.op is op for y, op in zip(s, want))
 
 program_spec = PatternMatcher([
   (UPat(Ops.PROGRAM, name="x"), _program_ok),
@@ -126,6 +127,39 @@ program_spec = PatternMatcher([
   (UPat(Ops.SOURCE, name="x", src=()), lambda x: isinstance(x.arg, str)),
   (UPat(Ops.BINARY, name="x", src=()), lambda x: isinstance(x.arg, (bytes, bytearray))),
 ], name="spec program") + kernel_spec
+
+# *** the HCQ pipeline's queue IR (core/hcq/queue_ir.py), checked after every stage ***
+
+_MEM = (Ops.BUFFER, Ops.BUFFER_VIEW)
+
+def _hcq_program_ok(x: UOp) -> bool:
+  s = x.src
+  # the prepared program: DEVICE and its image (bytes, then the placeholder or buffer they were uploaded to)
+  if len(s) == 2 and s[0].op is Ops.DEVICE: return s[1].op in (Ops.BINARY,) + _MEM and x.arg is not None
+  # a launch command: the prepared program and its kernarg buffer, arg (global size, local size)
+  if len(s) == 2 and s[0].op is Ops.PROGRAM: return s[1].op in _MEM and isinstance(x.arg, tuple) and len(x.arg) == 2
+  return _program_ok(x)
+
+def _u64_value(v: UOp) -> bool: return v.dtype is dtypes.uint64
+
+queue_spec = PatternMatcher([
+  (UPat(Ops.PROGRAM, name="x"), _hcq_program_ok),
+  (UPat((Ops.LINEAR, Ops.CALL, Ops.GROUP, Ops.NOOP, Ops.BARRIER, Ops.UNIQUE, Ops.SOURCE, Ops.COPY)), lambda: True),
+  (UPat(Ops.BINARY, name="x", src=()), lambda x: isinstance(x.arg, (bytes, bytearray))),
+  (UPat(Ops.BUFFER, name="x"), lambda x: isinstance(x.arg, int) and x.src[1].op is Ops.DEVICE),
+  (UPat(Ops.BUFFER_VIEW, name="x", src=(UPat(Ops.BUFFER),)), lambda x: isinstance(x.arg, tuple) and len(x.arg) == 2),
+  (UPat((Ops.WAIT, Ops.SIGNAL), src=(UPat(_MEM), UPat.var("v"))), _u64_value),
+  (UPat(Ops.TIMESTAMP, src=(UPat(_MEM),)), lambda: True),
+  (UPat(Ops.INS, name="x"), lambda x: isinstance(x.arg, tuple) and isinstance(x.arg[0], bytes) and len(x.arg[1]) == len(x.src)),
+  (UPat(Ops.GETADDR, dtypes.uint64, src=(UPat(_MEM),)), lambda: True),
+  (UPat(Ops.HOST_PATCH, src=(UPat(_MEM), UPat()), name="x"), lambda x: isinstance(x.arg, int) and x.arg >= 0),
+  (UPat(Ops.RING_PATCH, src=(UPat(),), name="x"), lambda x: isinstance(x.arg, int) and x.arg >= 0),
+  (UPat(Ops.ADVANCE, src=(UPat(Ops.BUFFER), UPat.var("v"))), _u64_value),
+  (UPat(Ops.CUSTOM_FUNCTION, name="x"), lambda x: isinstance(x.arg, tuple) and x.arg[0] == "submit"),
+  # a timeline value: known when the schedule is submitted
+  (UPat(Ops.DEFINE_VAR, dtypes.uint64, src=(), name="x"), lambda x: isinstance(x.arg, tuple) and x.arg[0] == "timeline"),
+  (UPat(GroupOp.ALU, name="x"), _alu_ok),
+], name="spec queue") + shared_spec
 
 def type_verify(uops_or_sink: UOp | Sequence[UOp], spec: PatternMatcher) -> None:
   """Raise SpecError naming the first node (in execution order) that `spec` does not accept."""

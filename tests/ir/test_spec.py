@@ -60,9 +60,9 @@ def test_program_spec():
   dev = UOp(Ops.DEVICE, arg="CPU")
   lin = UOp(Ops.LINEAR, src=tuple(k.toposort()))
   src, binary = UOp(Ops.SOURCE, arg="void k(){}"), UOp(Ops.BINARY, arg=b"\x7fELF")
-  for srcs in [(k, dev), (k, dev, lin), (k, dev, lin, src), (k, dev, lin, src, binary)]:
+  for srcs in [(k, dev, lin, src), (k, dev, lin, src, binary)]:   # rendered, then compiled
     type_verify(UOp(Ops.PROGRAM, src=srcs), program_spec)
-  for srcs in [(dev, k), (k,), (k, dev, src), (k, dev, lin, binary)]:
+  for srcs in [(dev, k), (k,), (k, dev), (k, dev, lin), (k, dev, src), (k, dev, lin, binary)]:
     with pytest.raises(SpecError, match="PROGRAM"): type_verify(UOp(Ops.PROGRAM, src=srcs), program_spec)
   with pytest.raises(SpecError, match="SOURCE"): type_verify(UOp(Ops.PROGRAM, src=(k, dev, lin, UOp(Ops.SOURCE, arg=3))), program_spec)
 
@@ -70,3 +70,18 @@ def test_spec_flag_is_a_context_var():
   before = SPEC.value
   with Context(SPEC=1 - int(bool(before))): assert SPEC.value == 1 - int(bool(before))
   assert SPEC.value == before  # restored after the block
+
+def test_queue_spec_tells_the_queue_ir_writes_apart():
+  from core.hcq import queue_ir as q
+  from core.ir.spec import queue_spec
+  sig, kargs = q.queue_buffer("timeline_signal", "COMPUTE:0", "CPU"), q.placeholder("kernargs", "CPU", 16)
+  tl = q.timeline_value("COMPUTE:0", "CPU", 1)
+  good = [q.signal(sig, tl), q.wait(sig, q.u64(3)), q.host_patch(kargs, 8, q.getaddr(sig)), q.ring_patch(16, tl), q.advance("COMPUTE:0", "CPU", tl),
+          q.timestamp(kargs), q.ins(b"\0" * 8, [(0, q.getaddr(kargs))])]
+  type_verify(UOp(Ops.LINEAR, src=tuple(good)), queue_spec)
+  bad = [UOp(Ops.SIGNAL, src=(sig, UOp.const(dtypes.int32, 1))),                 # a signal value is a uint64
+         UOp(Ops.HOST_PATCH, src=(kargs, q.u64(1)), arg=-8),                      # a patch lands at a byte offset >= 0
+         UOp(Ops.RING_PATCH, src=(tl,), arg=("ring", 8)),                         # the old STORE-style arg
+         UOp(Ops.STORE, src=(sig, tl))]                                           # an untyped write is no queue IR
+  for b in bad:
+    with pytest.raises(SpecError, match=b.op.name): type_verify(UOp(Ops.LINEAR, src=(b,)), queue_spec)
