@@ -92,10 +92,9 @@ class LoadedObject:
       raise
 
   def _load(self, obj: bytes, secs: list[Section], base_off: dict[int, int], relocs: list[tuple[int, Section]], extra: int) -> None:
-    mem = (ctypes.c_char * self.size).from_address(self.addr)
     for i, off in base_off.items():
       s = secs[i]
-      if s.type != SHT_NOBITS: mem[off:off + s.size] = obj[s.offset:s.offset + s.size]   # NOBITS (.bss) stays zero
+      if s.type != SHT_NOBITS: ctypes.memmove(self.addr + off, obj[s.offset:s.offset + s.size], s.size)   # NOBITS (.bss) stays zero
     symtab = next((s for s in secs if s.type == SHT_SYMTAB), None)
     if symtab is None: raise ELFLoadError("the object has no symbol table")
     strtab = secs[symtab.link].offset
@@ -126,7 +125,7 @@ class LoadedObject:
             # too far for rel32 (a libm function): go through a stub next to the code
             mem_stub = spare
             spare += STUB
-            (ctypes.c_char * 6).from_address(mem_stub)[:] = b"\xff\x25\x00\x00\x00\x00"
+            ctypes.memmove(mem_stub, b"\xff\x25\x00\x00\x00\x00", 6)   # jmp *0(%rip)
             ctypes.c_uint64.from_address(mem_stub + 6).value = S
             S = mem_stub
           self._rel32(P, S + A - P, nm)
