@@ -1,6 +1,7 @@
 """Stage 9, callify: the submit program, a kernel over host buffers that copies each command buffer into its ring at the
-write pointer (wrapping around), writes the submit-time timeline values into the ring copy, bumps the write pointer, rings
-the doorbell and advances the host timelines. Rendered and compiled by the CPU backend, called with the host buffers."""
+write pointer (wrapping around, or after a NOP tail where the ring's layout says a submit must not wrap), writes the
+submit-time timeline values into the ring copy, bumps the write pointer, rings the doorbell and advances the host timelines.
+Rendered and compiled by the CPU backend, called with the host buffers."""
 from __future__ import annotations
 import ctypes
 from typing import Any
@@ -40,9 +41,15 @@ class _Builder:
     return u
   def load(self, p: UOp, i: Any) -> UOp: return self.emit(p.index(i if isinstance(i, UOp) else _u64(i)).load())
   def store(self, p: UOp, i: UOp, v: UOp) -> UOp: return self.emit(p.index(i).store(v))
+  def store_gated(self, p: UOp, i: UOp, gate: UOp, v: UOp) -> UOp: return self.emit(p.index(i, valid=gate).store(v))
 
 def build_submit_program(linear: UOp, ctx: HCQState) -> tuple[list[UOp], list[UOp]]:
-  """(uops of the submit program, the buffer behind each of its parameters) for the submits and finalizers in `linear`."""
+  """(uops of the submit program, the buffer behind each of its parameters) for the submits and finalizers in `linear`.
+
+  Per queue the program keeps the ring word where the next submit goes (`pos`, counted from the queue's creation, never wrapped):
+  it starts at the write pointer, each submit's words are copied to `pos` onwards modulo the ring, and the write pointer and
+  the doorbell become the end of the last one. A queue whose RingLayout has a `nop` never gets a submit across the ring's end:
+  when its words would not fit before the end, the words up to the end become NOPs and the submit starts at ring word 0."""
   b = _Builder()
   timelines: dict[UOp, UOp] = {}
   def tl_of(var: UOp) -> UOp:
@@ -52,9 +59,15 @@ def build_submit_program(linear: UOp, ctx: HCQState) -> tuple[list[UOp], list[UO
       timelines[var] = b.load(b.param(queue_buffer("timeline_value", q, dev), dtypes.uint64), 0)
     return timelines[var]
   def value(v: UOp) -> UOp: return v.substitute({t: tl_of(t) for t in v.toposort() if _is_timeline(t)})
-  wptr0: dict[tuple[str, str], UOp] = {}
-  written: dict[tuple[str, str], int] = {}
+  pos: dict[tuple[str, str], UOp] = {}
+  written: dict[tuple[str, str], int] = {}    # bytes of this schedule's submits per queue
+  largest: dict[tuple[str, str], int] = {}    # and the largest of them (a NOP tail is shorter than the submit it moves)
   nranges = 0
+  def loop(n: int) -> UOp:
+    nonlocal nranges
+    r = b.emit(UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, n),), (nranges, AxisType.LOOP)))
+    nranges += 1
+    return r
   for s in linear.src:
     if not is_submit(s): continue
     dev, q, nbytes = submit_device(s), submit_queue(s), s.arg[2]
@@ -63,29 +76,44 @@ def build_submit_program(linear: UOp, ctx: HCQState) -> tuple[list[UOp], list[UO
     hcq = ctx.hcq_of(dev)
     ring_words = hcq.ring_size(q) // 4
     # the write pointer counts in the queue's own unit (a PM4 queue: dwords; core's protocol and SDMA: bytes)
-    unit = hcq.ring_layout(q).unit
+    layout = hcq.ring_layout(q)
+    unit = layout.unit
     if unit not in (1, 2, 4) or nbytes % unit: raise RuntimeError(f"{dev} {q}: write pointer unit {unit} does not divide {nbytes} bytes")
     key = (dev, q)
-    if (done := written.get(key, 0)) + nbytes > ring_words * 4:
-      raise RuntimeError(f"{dev} {q}: this schedule needs {done + nbytes} bytes of commands, more than the {ring_words * 4}-byte ring")
+    written[key], largest[key] = written.get(key, 0) + nbytes, max(largest.get(key, 0), nbytes)
+    # the ring is empty when a schedule starts (core waits for each): its words, with at most one NOP tail, must fit in the ring
+    tail = largest[key] - 4 if layout.nop is not None and largest[key] > 4 else 0
+    if written[key] + tail > ring_words * 4:
+      raise RuntimeError(f"{dev} {q}: this schedule needs {written[key]} bytes of commands" + (f" (+ up to {tail} bytes of NOPs)" if tail else "") +
+                         f", more than the {ring_words * 4}-byte ring")
     p_ring, p_cmd = b.param(ring, dtypes.uint32), b.param(cmdbuf, dtypes.uint32)
     p_wptr, p_bell = b.param(wptr, dtypes.uint64), b.param(doorbell, dtypes.uint64)
-    if key not in wptr0: wptr0[key] = b.load(p_wptr, 0)
-    # word index of this submit's first word in the ring
-    base = b.emit(((wptr0[key] * _u64(unit) if unit != 1 else wptr0[key]) >> _u64(2)) + _u64(done // 4))
-    mask = _u64(ring_words - 1)
-    r = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, nbytes // 4),), (nranges, AxisType.LOOP))
-    nranges += 1
-    b.emit(r)
+    if key not in pos:
+      w0 = b.load(p_wptr, 0)
+      pos[key] = b.emit((w0 * _u64(unit) if unit != 1 else w0) >> _u64(2))
+    mask, nwords = _u64(ring_words - 1), nbytes // 4
+    base = pos[key]
+    if layout.nop is not None and nwords > 1:
+      # the NOP tail: ring words [pos, end of ring) when the submit would run past the end, else none; it is shorter than the
+      # submit, so a loop over nwords - 1 words with a gated store writes exactly the tail
+      off = b.emit(base & mask)
+      fill = b.emit((off + _u64(nwords) > _u64(ring_words)).where(_u64(ring_words) - off, _u64(0)))
+      f = loop(nwords - 1)
+      fi = f.cast(dtypes.uint64)
+      st = b.store_gated(p_ring, (base + fi) & mask, fi < fill, UOp.const(dtypes.uint32, layout.nop))
+      b.emit(UOp(Ops.END, src=(st, f)))
+      base = b.emit(base + fill)
+    # ring word of this submit's first word: copy its words there, modulo the ring
+    r = loop(nwords)
     word = b.load(p_cmd, r + UOp.const(dtypes.int32, cmd_off // 4))
     st = b.store(p_ring, (base + r.cast(dtypes.uint64)) & mask, word)
     b.emit(UOp(Ops.END, src=(st, r)))
     for rp in rpatches:
-      val, off = value(rp.src[0]), rp.arg
-      b.store(p_ring, (base + _u64(off // 4)) & mask, val.cast(dtypes.uint32))
-      if val.dtype.itemsize == 8: b.store(p_ring, (base + _u64(off // 4 + 1)) & mask, (val >> _u64(32)).cast(dtypes.uint32))
-    written[key] = done + nbytes
-    new_wptr = wptr0[key] + _u64(written[key] // unit)
+      val, off_b = value(rp.src[0]), rp.arg
+      b.store(p_ring, (base + _u64(off_b // 4)) & mask, val.cast(dtypes.uint32))
+      if val.dtype.itemsize == 8: b.store(p_ring, (base + _u64(off_b // 4 + 1)) & mask, (val >> _u64(32)).cast(dtypes.uint32))
+    pos[key] = b.emit(base + _u64(nwords))
+    new_wptr = b.emit(pos[key] * _u64(4 // unit) if unit != 4 else pos[key])
     b.store(p_wptr, _u64(0), new_wptr)
     # the doorbell is the last write of the submit: the command processor may start as soon as it changes, so the ring
     # writes before it must be visible first (BARRIER: a release fence on the CPU backend)
