@@ -192,7 +192,7 @@ _lock = threading.Lock()
 _builds: dict[str, HostBuild] = {}
 
 def host_build(name: str, uops: tuple[UOp, ...] | list[UOp]) -> HostBuild:
-  """The host build of a kernel's linearized uops (an AMD ProgramSpec's), compiled once per process (and cached on disk by the
+  """The host build of a kernel's linearized uops (its PROGRAM's LINEAR), compiled once per process (and cached on disk by the
   CPU plugin's LLVM compiler)."""
   kname = "host_" + to_function_name(name)
   # a kernel sharing LDS between its work-items runs as one call per workgroup

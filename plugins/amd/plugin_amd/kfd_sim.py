@@ -1,18 +1,18 @@
 """A simulated /dev/kfd: the OS seam of kfd.py (open, ioctl, mmap, sysfs) over host memory, so KFD+AMD runs in CI without a GPU.
 
 Selected with AMD_KFD_SIM=<arch> (gfx90a, gfx942, gfx950, gfx1100, gfx1201). It serves a fake topology for that arch, and the ioctls
-device.py uses: GET_VERSION, ACQUIRE_VM, ALLOC/FREE/MAP/UNMAP memory, CREATE/DESTROY_QUEUE, and the doorbell slice (mmap of /dev/kfd).
+iface_kfd.py uses: GET_VERSION, ACQUIRE_VM, ALLOC/FREE/MAP/UNMAP memory, CREATE/DESTROY_QUEUE, and the doorbell slice (mmap of /dev/kfd).
 Every argument struct is checked the way kfd_chardev.c and kfd_queue.c check it, failing with the same errno (the OSError's text
 also says which check failed, which the kernel does not): queue percentage/priority, ring size a power of two, queue type,
 gpu_id, the VM acquired, rptr/wptr/ring/EOP/context-save buffers each at the start of a GPU-mapped buffer object of exactly the
 expected size, EOP/control-stack/CWSR sizes against the topology, doorbell mmap size, no host mmap of invisible VRAM, no free of a
 mapped buffer or one a queue uses.
 
-Memory: each buffer object is a memfd; MAP_MEMORY_TO_GPU maps it at its GPU address (which, as on the real driver as device.py
+Memory: each buffer object is a memfd; MAP_MEMORY_TO_GPU maps it at its GPU address (which, as on the real driver as iface_kfd.py
 uses it, is also its host address) and enters it in this GPU's page tables (`vm`, a HostMemory). The queues' command processors
-are mock.py's PM4 and SDMA processors on mock_device.RingWorker threads, reading the doorbells in the units the hardware uses
+are mock_cp.py's PM4 and SDMA processors on mock_cp.RingWorker threads, reading the doorbells in the units the hardware uses
 (PM4 compute: dwords; SDMA: bytes) and writing the read pointer back; they touch only what `vm` maps (anything else is a fault, as
-a GPU page fault would be). Kernels run as host builds (hostbuild.py), as on MOCK+AMD.
+a GPU page fault would be). Kernels run as host builds (hostbuild.py) filed by register_program, as on MOCK+AMD.
 
 Limits (what the simulation does not model): AQL queues, events/interrupts, scratch, and the driver's own memory-limit accounting
 beyond a fixed VRAM budget. A buffer object's GPU address must be a host range reserved through this seam (the simulated GPU
@@ -45,7 +45,7 @@ def _fail(err: int, why: str) -> OSError: return OSError(err, why)
 
 def driver_sizes(p: dict[str, int]) -> dict[str, int]:
   """The queue buffer sizes the driver derives at boot (kfd_queue_ctx_save_restore_size), written here as the driver states them,
-  independently of kfd.queue_sizes (device.py's side), which must agree with them."""
+  independently of kfd.queue_sizes (what iface_kfd.py uses), which must agree with them."""
   v = p["gfx_target_version"]
   cus = p["simd_count"] // p["simd_per_cu"] // p["num_xcc"]
   if v < 100100: waves = min(cus * 40, p["array_count"] // p["simd_arrays_per_engine"] * 512)
@@ -72,15 +72,15 @@ class BO:
 
 class SimDriver:
   """The simulated kernel driver for one GPU of `arch`. `missing` / `denied`: /dev/kfd is absent / not accessible (to test the
-  errors device.py gives). `export_sizes`: the topology carries cwsr_size and ctl_stack_size (recent kernels) or not (older
-  ones: device.py works them out). `vram`: bytes of VRAM it hands out before ENOMEM."""
+  errors kfd.py gives). `export_sizes`: the topology carries cwsr_size and ctl_stack_size (recent kernels) or not (older
+  ones: kfd.queue_sizes works them out). `vram`: bytes of VRAM it hands out before ENOMEM."""
   simulated = True
   _shared: dict[str, SimDriver] = {}
   _lock = threading.Lock()
 
   def __init__(self, arch: str, missing: bool = False, denied: bool = False, export_sizes: bool = True, vram: int = 4 << 30):
     if arch not in BOARDS: raise ValueError(f"AMD_KFD_SIM={arch!r}: the simulated driver has boards for {', '.join(BOARDS)}")
-    from plugin_amd.mock_device import HostMemory
+    from plugin_amd.mock_cp import HostMemory
     self.arch, self.missing, self.denied, self.vram = arch, missing, denied, vram
     self.host = kfd.OSBackend()   # real anonymous mappings: the simulated GPU reads host memory at its GPU addresses
     self.props = dict(BOARDS[arch], drm_render_minor=RENDER_MINOR, vendor_id=0x1002)
@@ -316,9 +316,8 @@ class SimDriver:
 
   def _start_queue(self, qid: int, compute: bool, a: kfd.CreateQueueArgs, slot: int, used: list[BO]) -> Any:
     from core.helpers import HCQ_TIMEOUT
-    from plugin_amd.mock import PM4Processor, SDMAProcessor
-    from plugin_amd.mock_device import MockActions, RingWorker
-    actions = MockActions(3 * float(HCQ_TIMEOUT.value), mem=self.vm, foreign=False)   # a wait outlasts the host's, which reports first
+    from plugin_amd.mock_cp import MockActions, PM4Processor, RingWorker, SDMAProcessor
+    actions = MockActions(3 * float(HCQ_TIMEOUT.value), self.vm)   # a wait outlasts the host's, which reports first
     proc = (PM4Processor if compute else SDMAProcessor)(self.arch, self.vm, actions)
     ring = (ctypes.c_uint8 * a.ring_size).from_address(a.ring_base_address)
     # PM4 compute write pointers count dwords, SDMA ones bytes: the doorbell carries the write pointer in those units
@@ -334,6 +333,11 @@ class SimDriver:
     del self.slots[a.queue_id]
 
   # *** what the simulated GPU does besides the ioctls ***
+
+  def register_program(self, name: str, uops: tuple[Any, ...], data: Any, image: bytes) -> None:
+    """The simulated GPU runs a host build of each kernel (as MOCK+AMD does), found by the code a dispatch points at."""
+    from plugin_amd.mock_cp import register_program
+    register_program(name, uops, data, image)
 
   def kick(self) -> None:
     """Wake the queue threads now (they poll their doorbells; the host is about to wait)."""

@@ -2,10 +2,13 @@
 from __future__ import annotations
 import struct
 from typing import Any, Callable
+from core.device.hcq import EncodeCtx
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
 from plugin_amd import pm4, sdma
+from plugin_amd.prep import AMDProgramData
+from plugin_amd.runtime import AMDHCQ
 from plugin_amd.regs import gen_of, sh_offset, NUM_USER_DATA, DISPATCH_INITIATOR_COMPUTE_SHADER_EN, \
   DISPATCH_INITIATOR_FORCE_START_AT_000, DISPATCH_INITIATOR_CS_W32_EN
 
@@ -19,7 +22,6 @@ from plugin_amd.regs import gen_of, sh_offset, NUM_USER_DATA, DISPATCH_INITIATOR
 # in the order the hardware loads them into COMPUTE_USER_DATA_*
 USER_SGPRS = ((0, "private_segment_buffer", 4), (1, "dispatch_ptr", 2), (2, "queue_ptr", 2), (3, "kernarg_segment_ptr", 2),
               (4, "dispatch_id", 2), (5, "flat_scratch_init", 2), (6, "private_segment_size", 1))
-KERNARG_ONLY = 1 << 3
 
 class _Words:
   """Command dwords plus (byte offset, value UOp) patches for what is known only later."""
@@ -54,12 +56,6 @@ def _check_wait_value(v: Any) -> None:
 
 # *** compute queue (PM4) ***
 
-def _field(data: Any, *names: str, default: Any = None) -> Any:
-  for n in names:
-    if hasattr(data, n): return getattr(data, n)
-  if default is None: raise AttributeError(f"AMD program data {type(data).__name__} lacks {names[0]!r}")
-  return default
-
 def _user_sgprs(props: int, kernargs: UOp, w: _Words) -> tuple[list[int], Callable[[int], None]]:
   """The COMPUTE_USER_DATA values for the enabled kernel inputs, and a hook placing the kernarg patch once emitted."""
   values: list[int] = []
@@ -76,17 +72,17 @@ def _user_sgprs(props: int, kernargs: UOp, w: _Words) -> tuple[list[int], Callab
     if kernarg_index >= 0: w.set(start_dw + pm4.SET_SH_REG_VALUES_DW + kernarg_index, getaddr(kernargs), 8)
   return values, place
 
-def lower_launch(gen: str, cmd: UOp, ctx: Any = None) -> UOp:
-  """PROGRAM(prog, kernargs) -> cache invalidate, program/resource/thread/user registers, DISPATCH_DIRECT."""
+def lower_launch(gen: str, cmd: UOp, hcq: AMDHCQ | None = None) -> UOp:
+  """PROGRAM(prog, kernargs) -> cache invalidate, program/resource/thread/user registers, DISPATCH_DIRECT. `hcq` sets up
+  scratch for a kernel that needs it (None: such a kernel is refused)."""
   prog, kernargs = cmd.src[0], cmd.src[1]
   global_size, local_size = (tuple(x) + (1,) * (3 - len(x)) for x in cmd.arg)
   data, image = prog.arg, prog.src[1]
-  entry = _field(data, "entry_offset", "kernel_code_entry_byte_offset", default=0)
-  rsrc1, rsrc2, rsrc3 = _field(data, "rsrc1"), _field(data, "rsrc2"), _field(data, "rsrc3", default=0)
-  wave32 = bool(_field(data, "wave32", default=False))
-  scratch = _field(data, "scratch_size", "private_segment_size", default=0)
-  props = _field(data, "kernel_code_properties", default=KERNARG_ONLY)
-  if wave32 and gen == "gfx9": raise ValueError(f"{getattr(data, 'name', '?')}: wave32 program on gfx9, which runs wave64 only")
+  if not isinstance(data, AMDProgramData):
+    raise TypeError(f"AMD launch of a program prepared as {type(data).__name__}, not AMDProgramData (by plugin_amd.prep)")
+  entry, rsrc1, rsrc2, rsrc3, wave32, scratch = data.entry_offset, data.rsrc1, data.rsrc2, data.rsrc3, data.wave32, data.scratch_size
+  props = data.kernel_code_properties
+  if wave32 and gen == "gfx9": raise ValueError(f"{data.name}: wave32 program on gfx9, which runs wave64 only")
   if not all(isinstance(x, int) and x > 0 for x in local_size): raise ValueError(f"local size {local_size} must be positive ints")
   w = _Words()
   w.add(pm4.acquire_mem(gen))
@@ -95,12 +91,10 @@ def lower_launch(gen: str, cmd: UOp, ctx: Any = None) -> UOp:
   w.add(pm4.set_sh_reg(sh_offset(gen, "COMPUTE_PGM_RSRC1"), [rsrc1, rsrc2]))
   w.add(pm4.set_sh_reg(sh_offset(gen, "COMPUTE_PGM_RSRC3"), [rsrc3]))
   if scratch:
-    tmpring, scratch_buf = getattr(ctx, "tmpring_size", None), getattr(ctx, "scratch", None)
-    if tmpring is None or scratch_buf is None:
-      raise NotImplementedError(f"{getattr(data, 'name', '?')} needs {scratch} bytes of scratch; this AMD HCQ object has no scratch setup")
-    w.add(pm4.set_sh_reg(sh_offset(gen, "COMPUTE_TMPRING_SIZE"), [tmpring(scratch)]))
+    if hcq is None: raise NotImplementedError(f"{data.name} needs {scratch} bytes of scratch; lowered without the device's HCQ object, which sets it up")
+    w.add(pm4.set_sh_reg(sh_offset(gen, "COMPUTE_TMPRING_SIZE"), [hcq.tmpring_size(scratch)]))
     sb = w.add(pm4.set_sh_reg(sh_offset(gen, "COMPUTE_DISPATCH_SCRATCH_BASE_LO"), [0, 0]))
-    w.set(sb + pm4.SET_SH_REG_VALUES_DW, getaddr(scratch_buf) >> 8, 8)
+    w.set(sb + pm4.SET_SH_REG_VALUES_DW, getaddr(hcq.scratch) >> 8, 8)
   else: w.add(pm4.set_sh_reg(sh_offset(gen, "COMPUTE_TMPRING_SIZE"), [0]))
   w.add(pm4.set_sh_reg(sh_offset(gen, "COMPUTE_RESOURCE_LIMITS"), [0]))
   w.add(pm4.set_sh_reg(sh_offset(gen, "COMPUTE_START_X"), [0, 0, 0, *local_size]))
@@ -179,75 +173,41 @@ def lower_sdma_barrier(gen: str) -> UOp:
   w.add(sdma.nop(1))
   return w.ins()
 
-# *** one command, one submit, the matcher ***
+# *** one command, the matcher ***
 
 def _is_launch(cmd: UOp) -> bool: return cmd.op is Ops.PROGRAM and len(cmd.src) == 2 and cmd.src[0].op is Ops.PROGRAM
 
-def lower_command(cmd: UOp, queue: str, arch: str, ctx: Any = None) -> UOp:
-  """The INS for one queue command on `queue` ("COMPUTE:n" or "COPY:n") of an `arch` device."""
+def lower_command(cmd: UOp, queue: str, arch: str, hcq: AMDHCQ | None = None) -> UOp:
+  """The INS for one queue command on `queue` ("COMPUTE:n" or "COPY:n") of an `arch` device (`hcq`: for scratch setup)."""
   gen, kind = gen_of(arch), queue.split(":")[0]
   if cmd.op is Ops.INS: return cmd
   if kind not in ("COMPUTE", "COPY"): raise ValueError(f"unknown queue {queue!r}: AMD has COMPUTE:n and COPY:n queues")
   compute = kind == "COMPUTE"
   if cmd.op is Ops.WAIT: return (lower_compute_wait if compute else lower_sdma_wait)(gen, cmd.src[0], cmd.src[1])
-  if cmd.op is Ops.STORE: return (lower_compute_signal if compute else lower_sdma_signal)(gen, cmd.src[0], cmd.src[1])
+  if cmd.op is Ops.SIGNAL: return (lower_compute_signal if compute else lower_sdma_signal)(gen, cmd.src[0], cmd.src[1])
   if cmd.op is Ops.BARRIER: return (lower_compute_barrier if compute else lower_sdma_barrier)(gen)
-  if cmd.op is Ops.CUSTOM and cmd.arg == "timestamp": return (lower_compute_timestamp if compute else lower_sdma_timestamp)(gen, cmd.src[0])
+  if cmd.op is Ops.TIMESTAMP: return (lower_compute_timestamp if compute else lower_sdma_timestamp)(gen, cmd.src[0])
   if _is_launch(cmd):
     if not compute: raise ValueError(f"kernel launch on copy queue {queue}: launches go to a COMPUTE queue")
-    return lower_launch(gen, cmd, ctx)
+    return lower_launch(gen, cmd, hcq)
   if cmd.op is Ops.COPY:
     if compute: raise ValueError(f"copy on compute queue {queue}: AMD copies go to a COPY (SDMA) queue")
     return lower_copy(gen, cmd.src[0], cmd.src[1], cmd.arg)
   raise ValueError(f"AMD pm_lower: no lowering for {cmd.op.name} (arg {cmd.arg!r}) on {queue}")
 
-def arch_of(ctx: Any, cmd: UOp | None = None) -> str:
-  """The arch of the device being encoded: the HCQ object's `arch` (or `target`), else a launched program's data."""
-  for a in ("arch", "target"):
-    if isinstance(v := getattr(ctx, a, None), str) and v: return v
-  if cmd is not None and _is_launch(cmd) and isinstance(v := getattr(cmd.src[0].arg, "arch", None), str) and v: return v
-  raise ValueError("AMD pm_lower: the HCQ object (ctx) names no arch (expected ctx.arch such as 'gfx1100')")
+def _lower(ctx: EncodeCtx, cmd: UOp) -> UOp:
+  # core's encode stage names the submit's queue; the arch is the device's own
+  if not isinstance(ctx.hcq, AMDHCQ): raise TypeError(f"AMD pm_lower for {ctx.device}: its HCQ object is a {type(ctx.hcq).__name__}, not an AMDHCQ")
+  return lower_command(cmd, ctx.queue, ctx.hcq.arch, ctx.hcq)
 
-def queue_of(ctx: Any, cmd: UOp) -> str | None:
-  """Which queue a command is encoded for, or None when nothing says. Core's encode stage rewrites one command at a
-  time, so the queue comes from the HCQ object (`ctx.queue`, set while a submit is encoded) when it has one; otherwise
-  from the command: launches run on COMPUTE and copies on COPY queues, a signal STORE targets its own queue's timeline
-  signal, and with one compute and one copy queue a WAIT on one queue's timeline runs on the other."""
-  if isinstance(q := getattr(ctx, "queue", None), str) and q: return q
-  if _is_launch(cmd): return "COMPUTE:0"
-  if cmd.op is Ops.COPY: return "COPY:0"
-  tag = cmd.src[0].tag if cmd.src and cmd.src[0].op is Ops.BUFFER else None
-  if isinstance(tag, tuple) and tag[0] == "timeline_signal":
-    if cmd.op is Ops.STORE: return tag[1]
-    queues = tuple(getattr(ctx, "queues", ()))
-    # a wait on another device's signal comes from a copy between the devices, which this device runs on its COPY queue
-    # (wrong only for a kernel overwriting a buffer another device's queue read earlier in the same schedule)
-    if cmd.op is Ops.WAIT and isinstance(dev := getattr(ctx, "device", None), str) and cmd.src[0].src[1].arg != dev:
-      if (copyq := next((q for q in queues if q.startswith("COPY")), None)) is not None: return copyq
-    if cmd.op is Ops.WAIT and len(queues) == 2 and tag[1] in queues: return next(q for q in queues if q != tag[1])
-  return None
-
-def _lower_one(ctx: Any, cmd: UOp) -> UOp | None:
-  # a command whose queue is unknown here is left alone: a whole-submit rewrite (lower_submit) knows the queue
-  return None if (q := queue_of(ctx, cmd)) is None else lower_command(cmd, q, arch_of(ctx, cmd), ctx)
-
-def lower_submit(sub: UOp, ctx: Any = None) -> UOp | None:
-  """CUSTOM_FUNCTION("submit", queue)(LINEAR(cmds), DEVICE) -> the same submit with every command an INS (for a caller
-  that rewrites whole submits: the queue is the submit's)."""
-  if not (isinstance(sub.arg, tuple) and len(sub.arg) == 2 and sub.arg[0] == "submit") or sub.src[0].op is not Ops.LINEAR: return None
-  cmds = sub.src[0].src
-  if all(c.op is Ops.INS for c in cmds): return None
-  new = tuple(lower_command(c, sub.arg[1], arch_of(ctx, next((c for c in cmds if _is_launch(c)), None)), ctx) for c in cmds)
-  return sub.replace(src=(sub.src[0].replace(src=new), *sub.src[1:]))
-
-pm_lower_amd = PatternMatcher([
-  (UPat(Ops.CUSTOM_FUNCTION, name="sub"), lower_submit),
-  (UPat(Ops.PROGRAM, src=(UPat(Ops.PROGRAM), UPat()), name="cmd"), _lower_one),
-  (UPat(Ops.COPY, src=(UPat(), UPat()), name="cmd"), _lower_one),
-  (UPat(Ops.WAIT, src=(UPat(), UPat()), name="cmd"), _lower_one),
-  (UPat(Ops.STORE, src=(UPat(Ops.BUFFER), UPat()), name="cmd", custom=lambda u: u.arg is None), _lower_one),
-  (UPat(Ops.BARRIER, src=(), name="cmd"), _lower_one),
-  (UPat(Ops.CUSTOM, src=(UPat(),), arg="timestamp", name="cmd"), _lower_one),
+# the HCQ contract's pm_lower: each abstract command -> the words of its queue's engine (ctx: core.device.hcq.EncodeCtx)
+pm_lower = PatternMatcher([
+  (UPat(Ops.PROGRAM, src=(UPat(Ops.PROGRAM), UPat()), name="cmd"), _lower),
+  (UPat(Ops.COPY, src=(UPat(), UPat()), name="cmd"), _lower),
+  (UPat(Ops.WAIT, src=(UPat(), UPat()), name="cmd"), _lower),
+  (UPat(Ops.SIGNAL, src=(UPat(Ops.BUFFER), UPat()), name="cmd"), _lower),
+  (UPat(Ops.BARRIER, src=(), name="cmd"), _lower),
+  (UPat(Ops.TIMESTAMP, src=(UPat(),), name="cmd"), _lower),
 ], name="lower AMD queue commands")
 
 # *** resolving patches (what core's resolve stage does; used by the MOCK interface's tests) ***

@@ -1,14 +1,18 @@
 """AMD program preparation: code object -> (AMDProgramData, image bytes): kernel descriptor, metadata note, relocated image."""
 from __future__ import annotations
 import dataclasses, struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from core.helpers import to_function_name
+from core.codegen.program import compiled_program
 from core.hcq.queue_ir import ProgramData
 from core.ir.ops import UOp, Ops
-from core.ir.pattern import UPat, PatternMatcher
+from core.ir.pattern import PatternMatcher
 from plugin_amd.elf import ELF, ELFError, load
 from plugin_amd.msgpack import MsgpackError, unpackb
 from plugin_amd.renderer import ARCHS, ArchInfo
+
+if TYPE_CHECKING:
+  from plugin_amd.runtime import AMDHCQ
 
 class PrepError(ValueError):
   """A code object this plugin cannot load (the message says which part and why)."""
@@ -166,17 +170,17 @@ def load_code_object(obj: bytes, name: str | None = None, arch: ArchInfo | None 
                         vgpr_count=_int(kmd, ".vgpr_count", where), hidden_args=tuple(hidden))
   return data, img.data
 
-def _prep(ctx: Any, prog: UOp, dev: UOp, binary: UOp) -> UOp:
-  spec = prog.arg
-  nbufs = sum(1 for u in spec.uops if u.op is Ops.PARAM)
-  # ctx is the device's HCQ object: when it knows its arch, a code object for another arch is refused here
-  arch = ARCHS.get(getattr(ctx, "arch", None) or "")
+def prep_program(ctx: AMDHCQ | None, p: UOp, device: UOp, linear: UOp, binary: UOp) -> UOp:
+  """A compiled PROGRAM (codegen's: SINK, DEVICE, LINEAR, SOURCE, BINARY; arg ProgramSpec) -> PROGRAM(DEVICE, BINARY(image))
+  arg=AMDProgramData. `ctx` is the device's HCQ object: a code object for another arch than its own is refused, and it is told of
+  the prepared kernel (register_program: MOCK and the simulated KFD driver file a host build). None (a caller without a device,
+  e.g. compile-only tests): any arch, nobody told."""
+  spec, uops = p.arg, linear.src
+  nbufs = sum(1 for u in uops if u.op is Ops.PARAM)
+  arch = ARCHS[ctx.arch] if ctx is not None else None
   data, image = load_code_object(binary.arg, name=to_function_name(spec.name), arch=arch, nbufs=nbufs, nvars=len(spec.vars))
-  return UOp(Ops.PROGRAM, src=(dev, UOp(Ops.BINARY, arg=image)), arg=data)
+  if ctx is not None: ctx.register_program(spec.name, uops, data, image)
+  return UOp(Ops.PROGRAM, src=(device, UOp(Ops.BINARY, arg=image)), arg=data)
 
-def _is_unprepared(p: UOp) -> bool: return not isinstance(p.arg, ProgramData) and hasattr(p.arg, "uops") and hasattr(p.arg, "vars")
-
-# PROGRAM(DEVICE, BINARY) arg=ProgramSpec -> PROGRAM(DEVICE, BINARY(image)) arg=AMDProgramData (the HCQ contract's prep hook)
-pm_prep_program = PatternMatcher([
-  (UPat(Ops.PROGRAM, src=(UPat(Ops.DEVICE, name="dev"), UPat(Ops.BINARY, name="binary")), name="prog", custom=_is_unprepared), _prep),
-], name="amd prep program")
+# the HCQ contract's prep hook, for every interface (a prepared PROGRAM no longer matches: the rewrite reaches a fixed point)
+pm_prep_program = PatternMatcher([(compiled_program, prep_program)], name="amd prep program")

@@ -29,6 +29,10 @@ TRAP_DWORDS = 2
 
 def _hdr(op: int, sub_op: int = 0) -> int: return (op & 0xFF) | (sub_op & 0xFF) << 8
 
+# a one-dword NOP (op 0, count 0): the padding dword amdgpu's sdma_v*_ring_insert_nop writes (ring->funcs->nop), and what fills a
+# ring's tail when a submit would not fit before the ring's end (the engine does not follow a packet across it)
+NOP_DWORD = _hdr(OP_NOP)
+
 def nop(dwords: int = 1) -> list[int]:
   """Padding: a NOP header whose count field [29:16] says how many dwords follow it."""
   if not 1 <= dwords <= 0x4000: raise ValueError(f"an SDMA NOP is 1..16384 dwords, not {dwords}")

@@ -1,7 +1,7 @@
 """The AMD plugin's registration: core finds it, its spec declares the LLVM renderer and the KFD/MOCK interfaces, the NULL
-device borrows its renderer per arch, and opening a runtime interface that is not written yet says so plainly."""
+device borrows its renderer per arch, and the factory opens the interface DEV names (an unknown one is refused by name)."""
 from __future__ import annotations
-import importlib.util, os
+import os
 from typing import Any
 import pytest
 from core.device.spec import resolve
@@ -35,11 +35,11 @@ def test_null_device_borrows_the_renderer(pm: Any) -> None:
     assert dev.renderer.arch == "gfx1201" and dev.compiler.info.wave == 32
   finally: set_plugins(None)
 
-def test_availability_and_factory(pm: Any) -> None:
+def test_availability_and_factory(pm: Any, monkeypatch: Any) -> None:
   spec = pm.spec("AMD")
-  has_runtime = importlib.util.find_spec("plugin_amd.device") is not None
-  assert spec.available() == (os.path.exists("/dev/kfd") and has_runtime)
-  with pytest.raises(ValueError, match="AMD has no interface 'PCI'"): resolve(spec.factory)("AMD", Target(interface="PCI", device="AMD"))
-  if not has_runtime:
-    with pytest.raises(NotImplementedError, match="AMD KFD interface is not available here yet.*DEV=NULL:AMD:gfx1100"):
-      resolve(spec.factory)("AMD", Target(interface="KFD", device="AMD"))
+  monkeypatch.delenv("AMD_KFD_SIM", raising=False)
+  assert spec.available() == os.path.exists("/dev/kfd")
+  monkeypatch.setenv("AMD_KFD_SIM", "gfx1100")
+  assert spec.available()
+  assert spec.factory == "plugin_amd.runtime:make_device"
+  with pytest.raises(ValueError, match="AMD has no interface 'PCI'; it offers KFD, MOCK"): resolve(spec.factory)("AMD", Target(interface="PCI", device="AMD"))

@@ -194,7 +194,7 @@ hcq = Device["AMD"].hcq
 q = hcq.queue("COMPUTE:0")
 bell = ctypes.c_uint64.from_address(q.q.doorbell).value
 out["units"] = [ctypes.addressof(q.buffers["wptr"]._buf) == q.rw.va + 8, ctypes.addressof(q.buffers["doorbell"]._buf) == q.q.doorbell,
-                q.hw_wptr.value > 0 and bell == q.hw_wptr.value == q.hw_rptr.value, hcq.wptr_unit("COMPUTE:0"), hcq.wptr_unit("COPY:0")]
+                q.hw_wptr.value > 0 and bell == q.hw_wptr.value == q.hw_rptr.value, hcq.ring_layout("COMPUTE:0").unit, hcq.ring_layout("COPY:0").unit]
 out["queue_ids"] = sorted({q.q.queue_id, hcq.queue("COPY:0").q.queue_id})
 def submit(words):
   ring, wp = q.buffers["ring"].as_buffer().cast("I"), q.buffers["wptr"].as_buffer().cast("Q")
@@ -228,8 +228,8 @@ def test_device_is_kfd_on_the_installed_arch(sim_run):
   assert len(sim_run["queue_ids"]) == 2
 
 def test_ops_match_numpy(sim_run):
-  for op in ("copy_in_out", "elementwise", "matmul", "reduce_sum", "reduce_max", "int32", "cross_device", "device_copy"):
-    assert sim_run[op] < 1e-4, (op, sim_run[op])
+  from kfd_ops import BOUNDS
+  for op, bound in BOUNDS.items(): assert sim_run[op] <= bound, (op, sim_run[op], bound)
 
 def test_core_writes_the_hardware_write_pointer_and_doorbell_in_the_engines_units(sim_run):
   # core's wptr/doorbell buffers are the queue's own words (no host thread in between), counted in dwords for PM4, and

@@ -61,7 +61,8 @@ def test_memory_stays_registered_while_the_cache_holds_it():
   # a buffer freed by the cycle collector goes to the allocator's cache from its owner's __del__, after the collector has
   # already cleared the weakrefs of everything in the cycle: the memory must stay device memory until it is really freed
   import ctypes, gc
-  from plugin_amd.mock_device import MockAllocator, MEMORY
+  from plugin_amd.iface_mock import MockAllocator
+  from plugin_amd.mock_cp import MEMORY
   al = MockAllocator("AMD")
   class Owner:
     def __init__(self) -> None: self.me, self.opaque = self, al.alloc(64)
@@ -88,8 +89,7 @@ from core.hcq import HCQError
 from core.hcq import queue_ir as qir
 from plugin_amd import pm4, sdma
 from plugin_amd.lower import lower_command, resolve_ins
-from plugin_amd.mock_device import MockHCQ, MEMORY
-from plugin_amd.mock import MockError
+from plugin_amd.mock_cp import MEMORY, MockError
 out = {}
 dev = Device["AMD"]
 hcq = dev.hcq
@@ -98,13 +98,15 @@ out["queues"] = list(hcq.queues)
 def buf(n, dt=dtypes.uint8): return Buffer("AMD", n, dt).allocate()
 def addr(b): return ctypes.addressof(b._buf)
 def u64(b): return struct.unpack("<Q", bytes(b.as_buffer()[:8]))[0]
+out["units"] = [hcq.ring_layout("COMPUTE:0").unit, hcq.ring_layout("COPY:0").unit]
 def submit(q, words):
-  """What core's submit program does: copy words into the ring at wptr (wrapping), bump wptr, then store it to the doorbell."""
-  mq = hcq.queue(q)
+  """What core's submit program does: copy words into the ring at wptr (wrapping; the hand-built submits here stay clear of the
+  ring's end), bump wptr, then store it to the doorbell. The write pointer counts the queue's units (PM4: dwords, SDMA: bytes)."""
+  mq, unit = hcq.queue(q), hcq.ring_layout(q).unit
   ring, wp = mq.buffers["ring"].as_buffer().cast("I"), mq.buffers["wptr"].as_buffer().cast("Q")
   n = len(ring)
-  for i, w in enumerate(words): ring[(wp[0] // 4 + i) % n] = w
-  wp[0] += 4 * len(words)
+  for i, w in enumerate(words): ring[(wp[0] * unit // 4 + i) % n] = w
+  wp[0] += 4 * len(words) // unit
   mq.buffers["doorbell"].as_buffer().cast("Q")[0] = wp[0]
 
 # memory: 256-byte aligned host memory the processors accept; other host memory they refuse
@@ -135,8 +137,7 @@ from plugin_amd.prep import load_code_object
 uops = loop_kernel()
 src_text = dev.renderer.render("loop_k", uops)
 data, image = load_code_object(dev.compiler.compile(src_text), "loop_k")
-class Spec: name, uops = "loop_k", tuple(uops)
-hcq.register_program(Spec, data, image)
+hcq.register_program("loop_k", tuple(uops), data, image)
 prog_b, karg_b, o_b, i_b, sig2 = buf(len(image)), buf(data.kernarg_size), buf(64, dtypes.float32), buf(512, dtypes.float32), buf(8)
 prog_b.copyin(memoryview(image))
 x = np.linspace(-2, 2, 512, dtype=np.float32)
@@ -192,7 +193,7 @@ from core.ir.ops import Ops
 x = np.random.default_rng(1).standard_normal((8, 2048)).astype(np.float32)
 out["group_sum"] = float(np.abs(Tensor(x, device="AMD").sum(1).numpy() - x.astype(np.float64).sum(1)).max())
 out["group_max"] = bool((Tensor(x, device="AMD").max(1).numpy() == x.max(1)).all())
-out["group_kernels"] = [list(spec.local_size) for spec, _ in state._compiled.values() if any(u.op is Ops.BARRIER for u in spec.uops)]
+out["group_kernels"] = [list(p.arg.local_size) for p in state._compiled.values() if any(u.op is Ops.BARRIER for u in p.src[2].src)]
 print("RESULT " + json.dumps(out))
 '''
 
@@ -207,6 +208,7 @@ def mock_run() -> dict:
 
 def test_device_is_the_mock(mock_run):
   assert mock_run["hcq"] == "MockHCQ" and mock_run["queues"] == ["COMPUTE:0", "COPY:0"]
+  assert mock_run["units"] == [4, 1]   # the hardware's write pointer units: the worker reads the doorbell in them
 
 def test_memory_is_aligned_registered_host_memory(mock_run):
   assert mock_run["aligned"] and mock_run["registered"]
@@ -238,22 +240,23 @@ def test_group_reductions_run_with_their_workgroup(mock_run):
   assert mock_run["group_sum"] < 1e-3 and mock_run["group_max"]
   assert mock_run["group_kernels"] and all(ls[0] > 1 for ls in mock_run["group_kernels"])
 
-# *** pm_bufferize (a fake HCQ object records what it is asked for) ***
-
-class FakeHCQ:
-  device, queues = "AMD", ("COMPUTE:0", "COPY:0")
-  def __init__(self) -> None: self.asked: list = []
-  def buffer_uop(self, tag, dtype, size):
-    self.asked.append((tag, dtype, size))
-    return UOp.new_buffer("AMD", max(size, 1), dtype)
+# *** pm_bufferize (an AMD HCQ object that records what it is asked for) ***
 
 def test_bufferize_maps_every_placeholder_kind():
   from core.hcq import queue_ir as qir
   from core.ir.pattern import graph_rewrite
   from plugin_amd.bufferize import pm_bufferize
-  ctx = FakeHCQ()
+  from plugin_amd.runtime import AMDHCQ
+  class Recording(AMDHCQ):
+    def __init__(self) -> None:
+      super().__init__("AMD", "gfx1100")
+      self.asked: list = []
+    def buffer_uop(self, tag, dtype, size):
+      self.asked.append((tag, dtype, size))
+      return UOp.new_buffer("AMD", max(size, 1), dtype)
+  ctx = Recording()
   phs = [qir.placeholder(k, "AMD", 64) for k in ("program", "kernargs", "cmdbuf", "scratch", "staging")]
-  phs += [qir.queue_buffer(k, q, "AMD") for k in ("ring", "wptr", "doorbell", "timeline_signal") for q in FakeHCQ.queues]
+  phs += [qir.queue_buffer(k, q, "AMD") for k in ("ring", "wptr", "doorbell", "timeline_signal") for q in ctx.queues]
   done = graph_rewrite(UOp(Ops.SINK, src=tuple(phs)), pm_bufferize, ctx, bottom_up=True).src
   assert all(d.op is Ops.BUFFER and d.tag is None for d in done)
   assert [t for t, _, _ in ctx.asked] == [p.tag for p in phs]
@@ -261,28 +264,3 @@ def test_bufferize_maps_every_placeholder_kind():
     graph_rewrite(qir.queue_buffer("ring", "COMPUTE:1", "AMD"), pm_bufferize, ctx, bottom_up=True)
   with pytest.raises(ValueError, match="no buffer for placeholder tag"):
     graph_rewrite(qir.placeholder("mystery", "AMD", 8), pm_bufferize, ctx, bottom_up=True)
-
-# *** pm_lower as the MOCK device uses it: queues inferred per command (core's encode stage names none) ***
-
-class LowerCtx:
-  device, arch, queues = "AMD", "gfx1100", ("COMPUTE:0", "COPY:0")
-  def __init__(self, queue: str | None = None) -> None: self.queue = queue
-
-def test_waits_on_another_devices_signal_go_to_the_copy_queue():
-  import struct
-  from core.hcq import queue_ir as qir
-  from core.ir.pattern import graph_rewrite
-  from plugin_amd.mock_device import pm_lower
-  for q in ("COMPUTE:0", "COPY:0"):
-    ins = graph_rewrite(qir.wait(qir.queue_buffer("timeline_signal", q, "CPU"), qir.u64(3)), pm_lower, LowerCtx(), bottom_up=True)
-    assert struct.unpack_from("<I", ins.arg[0])[0] & 0xFF == 8   # SDMA POLL_REGMEM: a cross-device dependency comes from a copy
-  # this device's own other queue: the wait runs on the other one (here: the compute queue waits for COPY:0, PM4 WAIT_REG_MEM)
-  ins = graph_rewrite(qir.wait(qir.queue_buffer("timeline_signal", "COPY:0", "AMD"), qir.u64(3)), pm_lower, LowerCtx(), bottom_up=True)
-  assert struct.unpack_from("<I", ins.arg[0])[0] >> 8 & 0xFF == 0x3C
-
-def test_barrier_without_a_queue_is_no_words_on_the_mock():
-  from core.hcq import queue_ir as qir
-  from core.ir.pattern import graph_rewrite
-  from plugin_amd.mock_device import pm_lower
-  assert graph_rewrite(qir.barrier(), pm_lower, LowerCtx(), bottom_up=True).arg == (b"", ())
-  assert graph_rewrite(qir.barrier(), pm_lower, LowerCtx("COMPUTE:0"), bottom_up=True).arg[0][1] == 0x46   # EVENT_WRITE when named

@@ -1,21 +1,20 @@
 """pm_lower end to end: queue IR commands -> INS -> patches resolved -> MOCK processor -> the effects the IR asked for."""
 from __future__ import annotations
 import struct
-from dataclasses import dataclass
 import pytest
+from core.device.hcq import EncodeCtx, HCQDevice
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import graph_rewrite
 from core.hcq import queue_ir as qir
-from plugin_amd.lower import pm_lower_amd, resolve_ins, lower_command, eval_patch
-from plugin_amd.mock import AddressSpace, Actions, MockQueue, PM4Processor, SDMAProcessor, PacketError
+from plugin_amd.lower import pm_lower, resolve_ins, lower_command, eval_patch
+from plugin_amd.mock_cp import AddressSpace, Actions, MockQueue, PM4Processor, SDMAProcessor, PacketError
 from plugin_amd.prep import AMDProgramData
+from plugin_amd.runtime import AMDHCQ
 
-@dataclass
-class FakeHCQ:
-  arch: str
-  queue: str | None = None
-  queues: tuple[str, ...] = ("COMPUTE:0", "COPY:0")
+def encode_ctx(arch: str, queue: str) -> EncodeCtx:
+  """What core's encode stage passes pm_lower: the device's HCQ object and the submit's device and queue."""
+  return EncodeCtx(AMDHCQ("AMD", arch), "AMD", queue)
 
 class Env:
   """Device memory with an address for every buffer UOp the commands mention."""
@@ -32,11 +31,11 @@ class Env:
     return u
   def addr(self, u: UOp) -> int: return self.addrs[u][0]
   def host(self, u: UOp) -> bytearray: return self.addrs[u][1]
-  def run(self, cmds: list[UOp], tv: int = 0, ctx: FakeHCQ | None = None) -> list[UOp]:
-    ctx = ctx or FakeHCQ(self.arch, self.queue)
+  def run(self, cmds: list[UOp], tv: int = 0) -> list[UOp]:
+    ctx = encode_ctx(self.arch, self.queue)
     out = []
-    for cmd in cmds:   # as core's encode stage: one command at a time, bottom up, ctx = the HCQ object
-      ins = graph_rewrite(cmd, pm_lower_amd, ctx, bottom_up=True)
+    for cmd in cmds:   # as core's encode stage: one command at a time, bottom up
+      ins = graph_rewrite(cmd, pm_lower, ctx, bottom_up=True)
       assert ins.op is Ops.INS
       self.q.submit(resolve_ins(ins, self.addr, {("timeline", self.queue, "AMD"): tv}))
       out.append(ins)
@@ -112,22 +111,26 @@ def test_copy_queue_copy_signal_wait_timestamp(arch):
   assert struct.unpack("<Q", env.host(mine))[0] == 0x1_0000_0002
   assert [n for _, n in env.proc.packets] == ["POLL_REGMEM", "COPY", "COPY", "NOP", "TIMESTAMP", "FENCE", "FENCE"]
 
-def test_queue_inferred_without_ctx_queue():
-  # core's encode stage gives no queue: signal STOREs name their own timeline, WAITs the other queue's
-  sig_copy = qir.queue_buffer("timeline_signal", "COPY:0", "AMD")
-  ctx = FakeHCQ("gfx1100")
-  assert graph_rewrite(qir.signal(sig_copy, qir.u64(1)), pm_lower_amd, ctx, bottom_up=True).arg[0][0] == 5          # SDMA FENCE
-  assert graph_rewrite(qir.wait(sig_copy, qir.u64(1)), pm_lower_amd, ctx, bottom_up=True).arg[0][1] == 0x3C          # PM4 WAIT_REG_MEM
-  # a BARRIER says nothing about its queue: without ctx.queue it is left for a whole-submit rewrite
-  assert graph_rewrite(qir.barrier(), pm_lower_amd, ctx, bottom_up=True).op is Ops.BARRIER
-  assert graph_rewrite(qir.barrier(), pm_lower_amd, FakeHCQ("gfx1100", "COMPUTE:0"), bottom_up=True).arg[0][1] == 0x46  # EVENT_WRITE
-
-def test_whole_submit_rule():
+def test_each_command_is_encoded_for_the_submits_queue():
+  # the same command is a PM4 packet on COMPUTE:0 and an SDMA packet on COPY:0: the queue is the submit's (ctx.queue)
   sig = qir.queue_buffer("timeline_signal", "COPY:0", "AMD")
-  s = qir.submit([qir.barrier(), qir.signal(sig, qir.u64(9))], "AMD", "COPY:0")
-  out = graph_rewrite(s, pm_lower_amd, FakeHCQ("gfx1201"))
-  assert out.op is Ops.CUSTOM_FUNCTION and [c.op for c in out.src[0].src] == [Ops.INS, Ops.INS]
-  assert struct.unpack("<I", out.src[0].src[0].arg[0])[0] == 0   # SDMA NOP
+  def header(cmd: UOp, queue: str) -> int:
+    ins = graph_rewrite(cmd, pm_lower, encode_ctx("gfx1100", queue), bottom_up=True)
+    assert ins.op is Ops.INS
+    return struct.unpack_from("<I", ins.arg[0])[0]
+  pm4_op, sdma_op = lambda h: h >> 8 & 0xFF, lambda h: h & 0xFF
+  assert pm4_op(header(qir.signal(sig, qir.u64(1)), "COMPUTE:0")) == 0x49 and sdma_op(header(qir.signal(sig, qir.u64(1)), "COPY:0")) == 5
+  assert pm4_op(header(qir.wait(sig, qir.u64(1)), "COMPUTE:0")) == 0x3C and sdma_op(header(qir.wait(sig, qir.u64(1)), "COPY:0")) == 8
+  assert pm4_op(header(qir.barrier(), "COMPUTE:0")) == 0x46 and header(qir.barrier(), "COPY:0") == 0   # EVENT_WRITE, SDMA NOP
+  assert pm4_op(header(qir.timestamp(sig), "COMPUTE:0")) == 0x49 and sdma_op(header(qir.timestamp(sig), "COPY:0")) == 13
+
+def test_lowering_needs_the_amd_hcq_object():
+  class Other(HCQDevice):
+    queues = ("COMPUTE:0",)
+    def ring_size(self, queue): return 4096
+    def wait_signal(self, signal, value, timeout_s): pass
+  with pytest.raises(TypeError, match="its HCQ object is a Other, not an AMDHCQ"):
+    graph_rewrite(qir.barrier(), pm_lower, EncodeCtx(Other(), "AMD", "COMPUTE:0"), bottom_up=True)
 
 def test_lowering_errors():
   image, kernargs = placeholder("program", 4096), placeholder("kernargs")

@@ -3,7 +3,7 @@ from __future__ import annotations
 import struct, threading, time
 import pytest
 from plugin_amd import pm4, sdma, regs
-from plugin_amd.mock import AddressSpace, Actions, MockQueue, PM4Processor, SDMAProcessor, PacketError, MockError, host_buffer
+from plugin_amd.mock_cp import AddressSpace, Actions, MockQueue, PM4Processor, SDMAProcessor, PacketError, MockError, host_buffer
 
 def setup(gen="gfx11", kind="pm4", timeout_s=5.0, **kw):
   mem = AddressSpace()
@@ -139,6 +139,34 @@ def test_sdma_signal_wait_timestamp_trap():
 def test_malformed_sdma_rejected(words, match):
   _, _, q, _ = setup("gfx11", "sdma")
   with pytest.raises(PacketError, match=match): q.submit(words)
+
+def test_sdma_packet_across_the_ring_end_is_rejected():
+  # 16 bytes left before the end of the 4 KB ring: a COPY (7 dwords) written across the end, as a submit that wraps anywhere
+  # puts it, is refused; the same COPY after a NOP tail, from ring offset 0, runs
+  mem, _, q, _ = setup("gfx11", "sdma")
+  src, srcbuf = mem.alloc(64)
+  dst, dstbuf = mem.alloc(64)
+  srcbuf[:] = bytes(range(64))
+  q.submit(sdma.nop(1020))
+  with pytest.raises(PacketError, match=r"SDMA packet at ring byte offset 0xff0: opcode 0x01 \(COPY\): the packet's 7 dwords wrap past the end "
+                                        r"of the 0x1000-byte ring \(it starts at ring offset 0xff0\): an SDMA packet must lie whole"):
+    q.submit(sdma.copy_linear("gfx11", dst, src, 64))
+  assert dstbuf == bytearray(64)
+  mem, _, q, _ = setup("gfx11", "sdma")
+  src, srcbuf = mem.alloc(64)
+  dst, dstbuf = mem.alloc(64)
+  srcbuf[:] = bytes(range(64))
+  q.submit(sdma.nop(1020))
+  q.submit([sdma.NOP_DWORD] * 4 + sdma.copy_linear("gfx11", dst, src, 64))
+  assert dstbuf == srcbuf and q.processor.packets[-5:] == [(0xff0, "NOP"), (0xff4, "NOP"), (0xff8, "NOP"), (0xffc, "NOP"), (0x1000, "COPY")]
+
+def test_pm4_packet_may_wrap():
+  # a compute queue's command processor reads its ring as a circle
+  mem, actions, q, _ = setup("gfx11")
+  sig, sigbuf = mem.alloc(8)
+  q.submit(pm4.nop(1020))
+  q.submit(pm4.release_mem("gfx11", sig, 0x55))
+  assert struct.unpack("<Q", sigbuf)[0] == 0x55 and q.processor.packets[-1] == (0xff0, "RELEASE_MEM")
 
 def test_sdma_gfx9_count_field_is_22_bits():
   _, _, q, _ = setup("gfx9", "sdma")

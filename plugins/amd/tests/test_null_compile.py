@@ -25,10 +25,9 @@ progs = [x + 1, x.exp2().log2(), x.sin(), x.sqrt(), x.relu().max(1), x.sum(0), x
 for p in progs: p.realize()
 out = {"kernels": 0, "prepped": 0, "waves": []}
 for r in list(run._runners.values()):
-  prog = UOp(Ops.PROGRAM, src=(UOp(Ops.DEVICE, arg="AMD"), UOp(Ops.BINARY, arg=r.lib)), arg=r.spec)
-  done = graph_rewrite(prog, pm_prep_program)
+  done = graph_rewrite(r.program, pm_prep_program)   # the compiled PROGRAM (SINK, DEVICE, LINEAR, SOURCE, BINARY)
   out["kernels"] += 1
-  if isinstance(done.arg, AMDProgramData) and len(done.arg.arg_offsets) == sum(u.op is Ops.PARAM for u in r.spec.uops) + len(r.spec.vars):
+  if isinstance(done.arg, AMDProgramData) and len(done.arg.arg_offsets) == sum(u.op is Ops.PARAM for u in r.program.src[2].src) + len(r.spec.vars):
     out["prepped"] += 1
   out["waves"].append(done.arg.wave_size)
 print("RESULT " + json.dumps(out))

@@ -11,6 +11,7 @@ from amd_test_kernels import ARCH_NAMES, compiler, lds_kernel, llvm_report, loop
 from plugin_amd.elf import ELF
 from plugin_amd.prep import AMDProgramData, KernelDescriptor, PrepError, load_code_object, pm_prep_program, read_metadata
 from plugin_amd.renderer import ARCHS, AMDLLVMRenderer
+from plugin_amd.runtime import AMDHCQ
 
 def build(arch: str, uops: list[UOp], name: str = "k") -> tuple[str, bytes]:
   src = AMDLLVMRenderer(arch).render(name, uops)
@@ -75,14 +76,23 @@ def test_wrong_arch_and_counts_are_refused():
   with pytest.raises(PrepError, match="no kernel 'other'"): load_code_object(obj, name="other")
   with pytest.raises(PrepError, match="bad ELF"): load_code_object(b"\x7fELF" + b"\0" * 10)
 
-def spec_for(name: str, uops: list[UOp], arch: str) -> ProgramSpec:
+def program_for(name: str, uops: list[UOp], arch: str, lib: bytes | None = None) -> UOp:
+  """The compiled PROGRAM codegen hands the pipeline: (SINK, DEVICE, LINEAR, SOURCE, BINARY), arg ProgramSpec."""
   src = AMDLLVMRenderer(arch).render(name, uops)
-  return ProgramSpec(name, src, "AMD", tuple(uops), vars=tuple(u for u in uops if u.op is Ops.DEFINE_VAR))
+  spec = ProgramSpec(name, vars=tuple(u for u in uops if u.op is Ops.DEFINE_VAR))
+  return UOp(Ops.PROGRAM, src=(UOp(Ops.SINK, arg=name), UOp(Ops.DEVICE, arg="AMD"), UOp(Ops.LINEAR, src=tuple(uops)), UOp(Ops.SOURCE, arg=src),
+                               UOp(Ops.BINARY, arg=lib if lib is not None else compiler(arch).compile(src))), arg=spec)
+
+class RecordingHCQ(AMDHCQ):
+  """An AMD HCQ object that records what prep tells it."""
+  def __init__(self, arch: str) -> None:
+    super().__init__("AMD", arch)
+    self.registered: list[tuple[str, int, str, int]] = []
+  def register_program(self, name, uops, data, image) -> None: self.registered.append((name, len(uops), data.name, len(image)))
 
 def test_pm_prep_program_rewrite():
-  spec = spec_for("r_64_8", loop_kernel(), "gfx1100")
-  lib = compiler("gfx1100").compile(spec.src)
-  prog = UOp(Ops.PROGRAM, src=(UOp(Ops.DEVICE, arg="AMD"), UOp(Ops.BINARY, arg=lib)), arg=spec)
+  prog = program_for("r_64_8", loop_kernel(), "gfx1100")
+  lib = prog.src[4].arg
   out = graph_rewrite(prog, pm_prep_program)
   assert out.op is Ops.PROGRAM and isinstance(out.arg, AMDProgramData) and out.src[0].arg == "AMD" and out.src[1].op is Ops.BINARY
   want, image = load_code_object(lib, name="r_64_8")
@@ -90,10 +100,21 @@ def test_pm_prep_program_rewrite():
   # prepared programs are left alone (the rewrite reaches a fixed point)
   assert graph_rewrite(out, pm_prep_program) is out
   # a code object that does not take the program's arguments is refused
-  bad = UOp(Ops.PROGRAM, src=prog.src, arg=spec_for("r_64_8", lds_kernel(), "gfx1100"))
+  bad = program_for("r_64_8", lds_kernel(), "gfx1100", lib=lib)
   with pytest.raises(PrepError, match="the program has 2 and 0"): graph_rewrite(bad, pm_prep_program)
 
-def test_prep_hook_answers_for_amd_only():
+def test_prep_tells_the_device_and_checks_its_arch():
+  prog = program_for("r_64_8", loop_kernel(), "gfx1100")
+  hcq = RecordingHCQ("gfx1100")
+  out = graph_rewrite(prog, pm_prep_program, hcq)
+  assert hcq.registered == [("r_64_8", len(prog.src[2].src), "r_64_8", len(out.src[1].arg))]
+  with pytest.raises(PrepError, match="expected gfx942"): graph_rewrite(prog, pm_prep_program, RecordingHCQ("gfx942"))
+
+def test_hooks_answer_with_one_rule_set_each():
+  # the plugin manager asks only the plugin that declared the device: the hooks name no device and no interface
   import plugin_amd
-  assert plugin_amd.core_pm_prep_program(device="AMD") is pm_prep_program and plugin_amd.core_pm_prep_program(device="AMD:1") is pm_prep_program
-  assert plugin_amd.core_pm_prep_program(device="CPU") is None and plugin_amd.core_pm_prep_program(device="AMDX") is None
+  from plugin_amd.lower import pm_lower
+  from plugin_amd.bufferize import pm_bufferize
+  for dev in ("AMD", "AMD:1"):
+    assert plugin_amd.core_pm_prep_program(device=dev) is pm_prep_program
+    assert plugin_amd.core_pm_lower(device=dev) is pm_lower and plugin_amd.core_pm_bufferize(device=dev) is pm_bufferize

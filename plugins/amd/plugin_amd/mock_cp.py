@@ -1,9 +1,12 @@
-"""The MOCK interface's software command processor: decodes PM4 (compute) and SDMA (copy) rings word by word and acts."""
+"""The software command processor that MOCK+AMD and the simulated KFD driver (kfd_sim.py) run: decodes PM4 (compute) and SDMA
+(copy) rings word by word and acts on host memory; dispatches run the host build (hostbuild.py) filed for the code they point at;
+a worker thread per ring serves its doorbell."""
 from __future__ import annotations
-import ctypes, struct, threading, time
+import bisect, collections, ctypes, struct, threading, time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from plugin_amd import pm4, sdma
+from plugin_amd.hostbuild import HostBuild
 from plugin_amd.regs import gen_of, sh_offset, sh_name, SH_REG_START, DISPATCH_INITIATOR_COMPUTE_SHADER_EN, \
   DISPATCH_INITIATOR_CS_W32_EN, NUM_USER_DATA
 
@@ -48,6 +51,40 @@ class AddressSpace:
   def u64(self, addr: int) -> int: return struct.unpack("<Q", self.view(addr, 8))[0]
   def write_u32(self, addr: int, v: int) -> None: self.write(addr, struct.pack("<I", v))
   def write_u64(self, addr: int, v: int) -> None: self.write(addr, struct.pack("<Q", v))
+
+class HostMemory(AddressSpace):
+  """Host memory an interface allocated, as a device address space (device address == host address): MOCK+AMD's allocations
+  (MEMORY), or what the simulated KFD driver's page tables map. Any other address is a fault naming it."""
+  def __init__(self, what: str = "MOCK+AMD memory") -> None:
+    super().__init__()
+    self.what = what   # named in faults: "... is not <what>"
+    self.starts: list[int] = []
+    self.sizes: dict[int, int] = {}
+    self.owners: dict[int, Any] = {}
+  def register(self, addr: int, size: int, owner: Any) -> None:
+    """`owner` (what holds the memory) is kept alive until `unregister`: registration follows explicit frees, never the
+    garbage collector (a weakref callback fires before a `__del__` that hands the memory to the LRU cache, which reuses it)."""
+    with self.lock:
+      bisect.insort(self.starts, addr)
+      self.sizes[addr], self.owners[addr] = size, owner
+  def unregister(self, addr: int) -> None:
+    with self.lock:
+      if self.sizes.pop(addr, None) is not None:
+        del self.starts[bisect.bisect_left(self.starts, addr)]
+        del self.owners[addr]
+  def contains(self, addr: int, n: int) -> bool:
+    with self.lock:
+      i = bisect.bisect_right(self.starts, addr) - 1
+      return i >= 0 and addr + n <= self.starts[i] + self.sizes[self.starts[i]]
+  def view(self, addr: int, n: int) -> memoryview:
+    if n == 0: return memoryview(b"")
+    if not self.contains(addr, n): raise MockError(f"device address range [{addr:#x}, {addr + n:#x}) is not {self.what}")
+    return memoryview((ctypes.c_uint8 * n).from_address(addr)).cast("B")
+  def copy(self, dst: int, src: int, n: int) -> None:
+    self.view(dst, n), self.view(src, n)   # both checked before anything is written
+    ctypes.memmove(dst, src, n)
+
+MEMORY = HostMemory()   # the device memory of every MOCK+AMD instance in this process
 
 # *** what the command processor does: a callback interface with a memory-backed default ***
 
@@ -233,21 +270,29 @@ class PM4Processor(_Processor):
     self._act(ptr, opcode, self.actions.event, body[0] & 0x3F)
 
 class SDMAProcessor(_Processor):
-  """A copy queue's SDMA engine: COPY_LINEAR, FENCE, POLL_REGMEM, TIMESTAMP, TRAP and NOP packets."""
+  """A copy queue's SDMA engine: COPY_LINEAR, FENCE, POLL_REGMEM, TIMESTAMP, TRAP and NOP packets. A packet must lie whole
+  before the ring's end (the engine does not follow one across it; a PM4 processor reads its ring as a circle)."""
   kind = "SDMA"
   SIZES = {sdma.OP_COPY: sdma.COPY_LINEAR_DWORDS, sdma.OP_FENCE: sdma.FENCE_DWORDS, sdma.OP_TRAP: sdma.TRAP_DWORDS,
            sdma.OP_POLL_REGMEM: sdma.POLL_REGMEM_DWORDS, sdma.OP_TIMESTAMP: sdma.TIMESTAMP_DWORDS}
+  def _whole(self, r: _Ring, ptr: int, wptr: int, op: int, n: int) -> list[int]:
+    """The packet's n dwords, refused when they would wrap past the ring's end."""
+    w = self._body(r, ptr, wptr, op, n)
+    if (off := ptr % r.mv.nbytes) + 4 * n > r.mv.nbytes:
+      raise self._fail(ptr, op, f"the packet's {n} dwords wrap past the end of the {r.mv.nbytes:#x}-byte ring (it starts at ring offset "
+                                f"{off:#x}): an SDMA packet must lie whole before the end; fill the tail with NOPs and start it at offset 0")
+    return w
   def _packet(self, r: _Ring, ptr: int, wptr: int) -> int:
     hdr = r.dw(ptr)
     op, sub_op = hdr & 0xFF, (hdr >> 8) & 0xFF
     if op == sdma.OP_NOP:
       n = 1 + ((hdr >> 16) & 0x3FFF)
-      self._body(r, ptr, wptr, op, n)
+      self._whole(r, ptr, wptr, op, n)
       self.packets.append((ptr, "NOP"))
       return ptr + 4 * n
     if op not in self.SIZES:
       raise self._fail(ptr, op, "not a packet the MOCK SDMA engine executes" if op in sdma.OP_NAMES else "not an SDMA opcode in the public headers")
-    w = self._body(r, ptr, wptr, op, self.SIZES[op])
+    w = self._whole(r, ptr, wptr, op, self.SIZES[op])
     if op == sdma.OP_COPY:
       if sub_op != sdma.SUBOP_COPY_LINEAR: raise self._fail(ptr, op, f"COPY sub-op {sub_op}: only COPY_LINEAR (0) is implemented")
       n = (w[1] & sdma.COUNT_MASK[self.gen]) + 1
@@ -272,6 +317,160 @@ class SDMAProcessor(_Processor):
     self.packets.append((ptr, sdma.OP_NAMES[op]))
     return ptr + 4 * self.SIZES[op]
 
+# *** what MOCK+AMD and the simulated KFD driver run: programs filed by code, actions on host memory, a worker per ring ***
+
+@dataclass(frozen=True)
+class MockProgram:
+  code: bytes          # image[entry_offset:]: what must be in memory at the dispatched program address
+  data: Any            # AMDProgramData
+  build: HostBuild
+
+class ProgramTable:
+  """Prepared programs by their code, and the addresses dispatches found them at."""
+  KEY = 32   # programs are indexed by their first KEY code bytes (shorter ones are kept in one list)
+  def __init__(self) -> None:
+    self.by_head: dict[bytes, list[MockProgram]] = {}
+    self.short: list[MockProgram] = []
+    self.at: dict[int, MockProgram] = {}
+    self.lock = threading.Lock()
+  def add(self, image: bytes, data: Any, build: HostBuild) -> None:
+    p = MockProgram(bytes(image[data.entry_offset:]), data, build)
+    with self.lock:
+      lst = self.by_head.setdefault(p.code[:self.KEY], []) if len(p.code) >= self.KEY else self.short
+      if not any(q.code == p.code for q in lst): lst.append(p)
+  def find(self, addr: int, mem: HostMemory) -> MockProgram:
+    """The program whose code is at `addr` now (memory is re-read: a program buffer may have been reused for another one)."""
+    def there(p: MockProgram) -> bool: return mem.contains(addr, len(p.code)) and ctypes.string_at(addr, len(p.code)) == p.code
+    with self.lock: hit = self.at.get(addr)
+    if hit is not None and there(hit): return hit
+    head = mem.read(addr, self.KEY) if mem.contains(addr, self.KEY) else None
+    with self.lock: cands = list(self.by_head.get(head, ())) + self.short if head is not None else list(self.short)
+    for p in cands:
+      if there(p):
+        with self.lock: self.at[addr] = p
+        return p
+    raise MockError(f"no prepared program's code is at {addr:#x} (COMPUTE_PGM_LO/HI): nothing was prepared for this device at that "
+                    f"address, or its image was overwritten")
+
+PROGRAMS = ProgramTable()
+
+def register_program(name: str, uops: tuple[Any, ...], data: Any, image: bytes) -> None:
+  """Build kernel `name` (its linearized uops) for the host and file it under its code (`data`: its AMDProgramData, `image`:
+  the code object as loaded)."""
+  from plugin_amd.hostbuild import host_build
+  PROGRAMS.add(image, data, host_build(name, uops))
+
+def run_dispatch(d: Dispatch, mem: HostMemory) -> None:
+  """Execute one decoded DISPATCH_DIRECT with the host build of the program at its address (`mem`: the address space it may use)."""
+  p = PROGRAMS.find(d.pgm_addr, mem)
+  data, build = p.data, p.build
+  for reg, want in (("COMPUTE_PGM_RSRC1", data.rsrc1), ("COMPUTE_PGM_RSRC2", data.rsrc2)):
+    if d.registers.get(reg) != want: raise MockError(f"{data.name}: {reg} is {d.registers.get(reg, 0):#x}, its kernel descriptor says {want:#x}")
+  if d.wave32 != data.wave32: raise MockError(f"{data.name}: dispatched as wave{32 if d.wave32 else 64}, built for wave{data.wave_size}")
+  if d.block != build.local_size:
+    raise MockError(f"{data.name}: workgroup size {d.block}, but the kernel was built for {build.local_size} work-items per workgroup")
+  sgprs = {name: (first, n) for name, first, n in data.user_sgprs}
+  if "kernarg_segment_ptr" not in sgprs: raise MockError(f"{data.name}: the kernel takes no kernarg segment pointer")
+  k = sgprs["kernarg_segment_ptr"][0]
+  kernargs = d.user_data[k] | d.user_data[k + 1] << 32
+  if not mem.contains(kernargs, max(data.kernarg_size, 1)):
+    raise MockError(f"{data.name}: kernarg buffer {kernargs:#x} ({data.kernarg_size} bytes) is not {mem.what}")
+  nargs = build.nbufs + build.nvars
+  if len(data.arg_offsets) < nargs: raise MockError(f"{data.name}: {len(data.arg_offsets)} argument offsets for {nargs} arguments")
+  args = []
+  for i, off in enumerate(data.arg_offsets[:nargs]):
+    if i < build.nbufs:
+      a = mem.u64(kernargs + off)
+      if not mem.contains(a, 1): raise MockError(f"{data.name}: buffer argument {i} is {a:#x}, not {mem.what}")
+    else: a = struct.unpack("<i", mem.view(kernargs + off, 4))[0]
+    args.append(a)
+  build.run(args, d.grid, d.block)
+
+class MockActions(Actions):
+  """Copies, signals and waits on host memory; dispatches run the host build of the program at the dispatched address.
+  `foreign(addr)`: whether a wait may poll `addr` outside `mem` (another HCQ device's timeline signal); None: never."""
+  def __init__(self, timeout_s: float, mem: HostMemory, foreign: Callable[[int], bool] | None = None):
+    self.hmem = mem
+    super().__init__(mem, timeout_s=timeout_s)
+    self.foreign = foreign
+    self.log: Any = collections.deque(maxlen=256)   # the base class logs every action: keep the recent ones only
+    self.stop = False
+  def copy(self, dst: int, src: int, n: int) -> None:
+    self.log.append(("copy", (dst, src, n)))
+    self.hmem.copy(dst, src, n)
+  def wait(self, addr: int, ref: int, mask: int, func: int) -> None:
+    self.log.append(("wait", (addr, ref, mask, func)))
+    name, cmp = COMPARE[func]
+    if not (self.hmem.contains(addr, 4) or (self.foreign is not None and self.foreign(addr))):
+      raise MockError(f"wait address {addr:#x} is neither {self.hmem.what}" + (" nor another HCQ device's timeline signal" if self.foreign else ""))
+    word = ctypes.c_uint32.from_address(addr)
+    deadline, pause = time.monotonic() + self.timeout_s, 2e-5
+    while not cmp(word.value & mask, ref):
+      if self.stop: raise MockError("the queue was closed during a wait")
+      if time.monotonic() > deadline:
+        raise MockError(f"wait timed out after {self.timeout_s:g} s: *{addr:#x} & {mask:#x} = {word.value & mask:#x}, needs {name} {ref:#x}")
+      time.sleep(pause)
+      pause = min(pause * 2, 1e-3)
+  def dispatch(self, d: Dispatch) -> None:
+    self.log.append(("dispatch", d.pgm_addr))
+    try: run_dispatch(d, self.hmem)
+    except MockError: raise
+    except Exception as e: raise MockError(f"{type(e).__name__}: {e}") from e   # the processor adds the packet's offset
+
+class RingWorker:
+  """The command processor of one ring: a thread that polls a doorbell and runs `proc` over the ring bytes it announces.
+  `unit`: bytes per doorbell count (the queue's RingLayout.unit: 1 for SDMA, 4 for a PM4 compute queue, whose write pointer
+  counts dwords). `rptr_addr`: where to report the read pointer (in units) after each batch, as the hardware does; the MOCK
+  queues have none. Shared by the MOCK queues and the simulated KFD driver's queues (kfd_sim.py)."""
+  def __init__(self, label: str, proc: Any, ring: Any, doorbell_addr: int, faults: list[str], unit: int = 1, rptr_addr: int | None = None):
+    self.label, self.proc, self.ring, self.unit, self.faults = label, proc, ring, unit, faults
+    self.doorbell = ctypes.c_uint64.from_address(doorbell_addr)
+    self.rptr_word = ctypes.c_uint64.from_address(rptr_addr) if rptr_addr is not None else None
+    self.rptr = 0   # in bytes
+    self.state = "idle"
+    self.closed = False
+    self.start()
+
+  def start(self) -> None:
+    """Start the thread (again, in a forked child, which has none of the parent's threads; the ring and rptr carry over)."""
+    self.kick = threading.Event()
+    self.thread = threading.Thread(target=self._loop, name=f"mock {self.label}", daemon=True)
+    self.thread.start()
+
+  def announced(self) -> int: return self.doorbell.value * self.unit   # bytes the doorbell announces
+  def busy(self) -> bool: return self.rptr != self.announced()
+
+  def _loop(self) -> None:
+    idle_since = time.monotonic()
+    while not self.closed:
+      bell = self.announced()
+      if bell != self.rptr:
+        self._run(bell)
+        idle_since = time.monotonic()
+        continue
+      # poll the doorbell: often right after work, rarely when idle for a while; wait_signal's kick wakes us at once
+      self.kick.wait(0.001 if time.monotonic() - idle_since < 0.5 else 0.02)
+      self.kick.clear()
+
+  def _run(self, bell: int) -> None:
+    self.state = f"running ring bytes [{self.rptr:#x}, {bell:#x})"
+    ring = self.ring() if callable(self.ring) else self.ring
+    try: self.rptr = self.proc.run(ring, self.rptr, bell)
+    except Exception as e:   # a fault: report it, drop what is left of this submission, keep serving later ones
+      self.faults.append(f"{self.label}: {type(e).__name__}: {e}")
+      self.rptr = bell
+    finally:
+      del self.proc.packets[:-64]
+      if self.rptr_word is not None: self.rptr_word.value = self.rptr // self.unit
+      self.state = "idle"
+
+  def describe(self) -> str: return f"read {self.rptr:#x} of {self.announced():#x} ({self.state})"
+  def close(self) -> None:
+    self.closed = True
+    if isinstance(self.proc.actions, MockActions): self.proc.actions.stop = True   # releases a WAIT in progress
+    self.kick.set()
+    self.thread.join(timeout=5)
+
 class MockQueue:
   """A ring in device memory plus its processor; writing the doorbell runs everything between rptr and the new wptr."""
   def __init__(self, processor: _Processor, ring_size: int = 1 << 16):
@@ -292,5 +491,5 @@ def host_buffer(n: int) -> Any:
   """A ctypes buffer a test can map as device memory (same as a real interface's host-visible allocation)."""
   return (ctypes.c_uint8 * n)()
 
-__all__ = ["AddressSpace", "Actions", "Dispatch", "MockError", "PacketError", "PM4Processor", "SDMAProcessor", "MockQueue",
-           "host_buffer"]
+__all__ = ["AddressSpace", "HostMemory", "MEMORY", "Actions", "MockActions", "Dispatch", "MockError", "PacketError", "PM4Processor",
+           "SDMAProcessor", "MockQueue", "RingWorker", "PROGRAMS", "register_program", "run_dispatch", "host_buffer"]

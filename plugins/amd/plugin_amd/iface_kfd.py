@@ -6,8 +6,8 @@ kernargs and command buffers are host-visible VRAM (PUBLIC, so copy-in/out are h
 window is small), rings, signals and queue pointers are GTT (host memory, uncached).
 
 Queues: COMPUTE:0 is a PM4 compute queue (AQL off) with its EOP buffer and context save area sized from the topology, COPY:0 an
-SDMA queue. Core's submit program writes the ("wptr", q) and ("doorbell", q) buffers in the unit `wptr_unit(q)` names (PM4:
-dwords, SDMA: bytes), so those two buffers are the hardware's own words: the write pointer in the queue's read/write pointer page
+SDMA queue. Core's submit program writes the ("wptr", q) and ("doorbell", q) buffers in the unit `ring_layout(q).unit` names
+(PM4: dwords, SDMA: bytes), so those two buffers are the hardware's own words: the write pointer in the queue's read/write pointer page
 and the queue's doorbell; a submit reaches the GPU with no host thread in between.
 
 Waits between devices: a queue here may wait on another HCQ device's timeline signal (a copy from it); before such a copy is
@@ -18,10 +18,10 @@ import atexit, ctypes, threading
 from typing import Any
 from core.device.allocator import BufferSpec, LRUAllocator
 from core.device.buffer import Buffer
-from core.device.compiled import Compiled
-from core.ir.dtype import DType, dtypes
+from core.ir.dtype import dtypes
+from core.ir.ops import UOp
 from plugin_amd import kfd as K
-from plugin_amd.mock_device import AMDHCQBase, _addr
+from plugin_amd.runtime import AMDHCQ, timeline_signal_addrs
 
 VRAM = K.MEM_VRAM | K.MEM_PUBLIC | K.MEM_WRITABLE | K.MEM_EXECUTABLE   # executable: program images are ordinary buffers
 GTT = K.MEM_GTT | K.MEM_WRITABLE | K.MEM_COHERENT | K.MEM_UNCACHED
@@ -53,7 +53,7 @@ class KFDQueue:
   def __init__(self, hcq: KFDHCQ, name: str):
     self.name, self.drv = name, hcq.drv
     compute = name.startswith("COMPUTE")
-    self.unit = 4 if compute else 1   # what the hardware's write pointer counts: PM4 dwords, SDMA bytes
+    self.unit = hcq.ring_layout(name).unit   # what the hardware's write pointer counts: PM4 dwords, SDMA bytes
     host = BufferSpec(host=True, nolru=True)   # fresh GTT memory (zeroed): exactly one buffer object each
     self.buffers = {"ring": Buffer(hcq.device, hcq._ring_size // 4, dtypes.uint32, host).allocate(),
                     "timeline_signal": Buffer(hcq.device, 1, dtypes.uint64, host).allocate()}
@@ -79,8 +79,8 @@ class KFDQueue:
     self.drv.destroy_queue(self.q.queue_id)
     for m in self.own: self.drv.free(m)
 
-class KFDHCQ(AMDHCQBase):
-  """`Compiled.hcq` of a KFD+AMD device (see the module docstring)."""
+class KFDHCQ(AMDHCQ):
+  """The HCQDevice of a KFD+AMD device (see the module docstring)."""
   kind = "KFD"
 
   def __init__(self, device: str, drv: K.KFD, ring_size: int = 1 << 20):
@@ -103,27 +103,23 @@ class KFDHCQ(AMDHCQBase):
 
   def queue_buffer(self, kind: str, queue: str) -> Buffer: return self.queue(queue).buffers[kind]
 
-  def wptr_unit(self, queue: str) -> int: return self.queue(queue).unit
   def _kick(self) -> None:
     if self.simulated: self.drv.os.kick()
   def _busy(self) -> list[str]: return [q.describe() for q in list(self._queues.values()) if q.busy()]
   def _describe(self) -> str:
     return "; ".join(q.describe() for q in self._queues.values()) + (f" [{self.drv.os.describe()}]" if self.simulated else "")
 
-  def register_program(self, spec: Any, data: Any, image: bytes) -> None:
-    # a real GPU runs the code object; the simulated one runs the host build filed under its code, as MOCK does
-    if self.simulated: super().register_program(spec, data, image)
+  def register_program(self, name: str, uops: tuple[UOp, ...], data: Any, image: bytes) -> None:
+    # a real GPU runs the code object; the simulated one runs a host build filed under its code (kfd_sim.py)
+    if self.simulated: self.drv.os.register_program(name, uops, data, image)
 
-  def needs_staging(self, other: str) -> bool:
+  def needs_staging(self, other_device: str) -> bool:
     """Another device's buffers are not in this GPU's page tables: copies go through a staging buffer here. Its timeline signals
     are mapped in (USERPTR), since a queue here waits on them before copying."""
-    if other == self.device: return False
+    if other_device == self.device: return False
     from core.device.registry import Device
-    hcq = getattr(Device[other], "hcq", None)
-    if hcq is not None and not isinstance(hcq, KFDHCQ) and hasattr(hcq, "queue"):
-      for q in getattr(hcq, "queues", ()):
-        b = getattr(hcq.queue(q), "buffers", {}).get("timeline_signal")
-        if b is not None: self.map_host(_addr(b), b.nbytes)
+    if not isinstance(hcq := Device[other_device].hcq, KFDHCQ):
+      for addr, size in timeline_signal_addrs(hcq): self.map_host(addr, size)
     return True
 
   def map_host(self, addr: int, size: int) -> None:
@@ -132,9 +128,6 @@ class KFDHCQ(AMDHCQBase):
       if any(m.va <= addr and addr + size <= m.va + m.size for m in self._host_maps.values()): return
       m = self.drv.map_host(addr, size)
       self._host_maps[m.va] = m
-
-  def fresh_buffer(self, tag: Any, dtype: DType, size: int) -> Buffer:
-    return Buffer(self.device, max(size, 1), dtype, BufferSpec(nolru=True)).allocate()
 
   def close(self) -> None:
     if self.closed: return
@@ -163,23 +156,11 @@ def _close_all() -> None:
   for h in list(_by_device.values()): h.close()
 atexit.register(_close_all)
 
-class _NoDirectPath:
-  """KFD+AMD runs kernels only through its queues (core's HCQ pipeline)."""
-  def __init__(self, name: str, lib: bytes):
-    raise NotImplementedError(f"KFD+AMD runs kernel {name} only through its command queues (core's HCQ pipeline), not one call at a time")
-
-def make_device(name: str, target: Any) -> Compiled:
-  """The Compiled device for DEV=KFD+AMD[:LLVM[:ARCH]]: the arch is the installed GPU's (an ARCH that differs is refused)."""
-  from plugin_amd import make_llvm
+def open_device(name: str, arch: str | None) -> tuple[KFDAllocator, KFDHCQ]:
+  """The allocator and HCQ object of DEV=KFD+AMD[:LLVM[:ARCH]] (runtime.make_device builds the device): the arch is the installed
+  GPU's, an ARCH that differs is refused."""
   drv = driver()
-  want = getattr(target, "arch", None)
-  if want and want != drv.arch: raise ValueError(f"DEV asks for KFD+AMD {want}, but the GPU behind /dev/kfd is {drv.arch}")
-  renderer, compiler = make_llvm(drv.arch)
-  renderer.device = name
-  allocator = KFDAllocator(name, drv)
-  dev = Compiled(name, allocator, renderer, compiler, _NoDirectPath, target)
+  if arch and arch != drv.arch: raise ValueError(f"DEV asks for KFD+AMD {arch}, but the GPU behind /dev/kfd is {drv.arch}")
   with _lock:
     if (h := _by_device.get(name)) is None or h.closed: h = _by_device[name] = KFDHCQ(name, drv)
-  dev.hcq = h  # type: ignore[attr-defined]
-  dev.synchronize = h.synchronize  # type: ignore[method-assign]
-  return dev
+  return KFDAllocator(name, drv), h

@@ -1,0 +1,160 @@
+"""The MOCK+AMD device: host memory as device memory, PM4/SDMA rings run by mock_cp.py's processors on one worker thread per queue.
+
+Memory: every allocation is host memory (ctypes, 256-byte aligned) whose device address is its host address, so core, the
+submit program and the processors all use the same numbers. The processors may touch only memory this interface allocated
+(a process-wide registry; any other address is a fault naming it): copies from other devices go through a staging buffer
+(`needs_staging`), as they would into a real GPU.
+
+Queues: COMPUTE:0 (PM4) and COPY:0 (SDMA), with the hardware's ring layouts (runtime.AMDHCQ.ring_layout: the compute write
+pointer counts dwords, the SDMA one bytes, and an SDMA packet never wraps). Core's submit program copies commands into the ring
+and stores the new write pointer into the doorbell; each queue's worker thread notices the doorbell change by polling it (it
+sleeps between polls and `wait_signal` wakes it at once, so a submit followed by a wait costs no polling delay) and runs the
+processor over the new ring bytes. Waits between queues (WAIT_REG_MEM / POLL_REGMEM) block only their own worker.
+
+Dispatches: at pm_prep_program time the device builds each kernel for the host (hostbuild.py) and files it under its code
+bytes (register_program); a DISPATCH_DIRECT finds the program by the code at COMPUTE_PGM_LO/HI (cached by address, re-checked
+every time), reads its arguments from the kernarg buffer (address from the user SGPRs) and runs the host build over the
+packet's grid.
+"""
+from __future__ import annotations
+import atexit, ctypes, threading
+from typing import Any
+from core.device.allocator import BufferSpec, LRUAllocator
+from core.device.buffer import Buffer
+from core.device.hcq import handle_addr
+from core.ir.dtype import dtypes
+from core.ir.ops import UOp
+from plugin_amd.mock_cp import MEMORY, MockActions, PM4Processor, RingWorker, SDMAProcessor, register_program
+from plugin_amd.renderer import arch_info
+from plugin_amd.runtime import AMDHCQ, timeline_signal_addrs
+
+ALIGN = 256   # COMPUTE_PGM_LO/HI hold address >> 8: program images (and everything else) start 256-byte aligned
+
+class MockAllocator(LRUAllocator):
+  """Host memory as ctypes arrays, 256-byte aligned, registered as MOCK+AMD device memory (mock_cp.MEMORY)."""
+  def _alloc(self, size: int, options: BufferSpec) -> Any:
+    if options.external_ptr is not None: return (ctypes.c_uint8 * size).from_address(options.external_ptr)
+    raw = (ctypes.c_uint8 * (size + ALIGN - 1))()
+    buf = (ctypes.c_uint8 * size).from_buffer(raw, -ctypes.addressof(raw) % ALIGN)
+    MEMORY.register(ctypes.addressof(buf), size, raw)
+    return buf
+  def _free(self, opaque: Any, options: BufferSpec) -> None: MEMORY.unregister(ctypes.addressof(opaque))
+  def _offset(self, opaque: Any, size: int, offset: int) -> Any: return (ctypes.c_uint8 * size).from_buffer(opaque, offset)
+  def _as_buffer(self, opaque: Any) -> memoryview: return memoryview(opaque).cast("B")
+  def _copyin(self, dest: Any, src: memoryview) -> None: memoryview(dest).cast("B")[:] = src.cast("B")
+  def _copyout(self, dest: memoryview, src: Any) -> None: dest.cast("B")[:] = memoryview(src).cast("B")
+
+# *** waits on other devices' timeline signals ***
+
+_foreign: set[int] = set()
+
+def is_foreign_signal(addr: int) -> bool:
+  """Whether `addr` is a timeline signal of another opened HCQ device that is not MOCK+AMD (a cross-device dependency makes a
+  queue here wait on one: like host-visible signal memory every GPU maps). Looked up again when `addr` is not known yet."""
+  if addr in _foreign: return True
+  from core.device.registry import Device
+  for d in Device.opened():
+    if not isinstance(hcq := Device[d].hcq, MockHCQ): _foreign.update(a for a, _ in timeline_signal_addrs(hcq))
+  return addr in _foreign
+
+# *** queues ***
+
+class MockHWQueue:
+  """One queue: its ring, wptr, doorbell and timeline signal (device buffers), a processor and the worker thread that runs it,
+  reading the doorbell in `unit`s (the queue's RingLayout.unit)."""
+  def __init__(self, device: str, name: str, arch: str, ring_size: int, unit: int, timeout_s: float, faults: list[str]):
+    self.device, self.name, self.ring_size = device, name, ring_size
+    opts = BufferSpec(nolru=True)   # fresh memory: it must start zeroed
+    self.buffers = {"ring": Buffer(device, ring_size // 4, dtypes.uint32, opts).allocate()}
+    for k in ("wptr", "doorbell", "timeline_signal"): self.buffers[k] = Buffer(device, 1, dtypes.uint64, opts).allocate()
+    self.actions = MockActions(timeout_s, MEMORY, foreign=is_foreign_signal)
+    self.proc = PM4Processor(arch, MEMORY, self.actions) if name.startswith("COMPUTE") else SDMAProcessor(arch, MEMORY, self.actions)
+    self.faults = faults   # the device's fault reports (shared by its queues, only appended to)
+    self.worker = RingWorker(f"{device} {name}", self.proc, lambda: self.buffers["ring"]._buf, handle_addr(self.buffers["doorbell"]),
+                             faults, unit=unit)
+    self.doorbell = self.worker.doorbell
+
+  # the worker's state, under the names the HCQ object and the tests use
+  @property
+  def rptr(self) -> int: return self.worker.rptr
+  @property
+  def thread(self) -> threading.Thread: return self.worker.thread
+  @property
+  def kick(self) -> threading.Event: return self.worker.kick
+  @property
+  def closed(self) -> bool: return self.worker.closed
+  def start(self) -> None: self.worker.start()
+  def describe(self) -> str: return f"{self.name} {self.worker.describe()}"
+  def close(self) -> None:
+    self.actions.stop = True
+    self.worker.close()
+
+# *** the HCQ object ***
+
+class MockHCQ(AMDHCQ):
+  """The HCQDevice of a MOCK+AMD device (see the module docstring)."""
+  kind = "MOCK"
+
+  def __init__(self, device: str, arch: str, ring_size: int = 1 << 20):
+    super().__init__(device, arch, ring_size)
+    self._queues: dict[str, MockHWQueue] = {}
+
+  def queue(self, name: str) -> MockHWQueue:
+    if (q := self._queues.get(name)) is not None:
+      if not q.thread.is_alive() and not q.closed:
+        with self._lock:
+          if not q.thread.is_alive(): q.start()
+      return q
+    self._check(name)
+    from core.helpers import HCQ_TIMEOUT
+    with self._lock:
+      if (q := self._queues.get(name)) is None:
+        # a queue's own WAIT gives up later than the host's wait, which reports a timeout (and releases the WAIT) first
+        q = self._queues[name] = MockHWQueue(self.device, name, self.arch, self._ring_size, self.ring_layout(name).unit,
+                                             3 * float(HCQ_TIMEOUT.value), self.faults)
+    return q
+
+  def queue_buffer(self, kind: str, queue: str) -> Buffer: return self.queue(queue).buffers[kind]
+  def _kick(self) -> None:
+    for name in self.queues: self.queue(name).kick.set()
+  def _busy(self) -> list[str]:
+    busy = []
+    for q in list(self._queues.values()):
+      q.kick.set()
+      if q.worker.busy(): busy.append(q.describe())
+    return busy
+  def _describe(self) -> str: return "; ".join(q.describe() for q in self._queues.values())
+
+  def register_program(self, name: str, uops: tuple[UOp, ...], data: Any, image: bytes) -> None:
+    # the software command processor runs a host build of each kernel, found by the code a dispatch points at
+    register_program(name, uops, data, image)
+
+  def needs_staging(self, other_device: str) -> bool:
+    # the processors reach only MOCK+AMD memory: another device's buffers are copied through a staging buffer here
+    from core.device.registry import Device
+    return not isinstance(Device[other_device].hcq, MockHCQ)
+
+  def close(self) -> None:
+    with self._lock:
+      for q in self._queues.values(): q.close()
+      self._queues.clear()
+      self._uops.clear()
+
+_by_device: dict[str, MockHCQ] = {}
+_hcq_lock = threading.Lock()
+
+def _close_all() -> None:
+  # stop the workers before the interpreter tears down what a running dispatch may still use
+  for h in list(_by_device.values()): h.close()
+atexit.register(_close_all)
+
+def device_hcq(device: str, arch: str) -> MockHCQ:
+  """One HCQ object per device instance and process (like the hardware queues): reopening the device keeps the queues that
+  submissions core cached point at."""
+  with _hcq_lock:
+    if (h := _by_device.get(device)) is None or h.arch != arch: h = _by_device[device] = MockHCQ(device, arch)
+  return h
+
+def open_device(name: str, arch: str | None) -> tuple[MockAllocator, MockHCQ]:
+  """The allocator and HCQ object of DEV=MOCK+AMD[:LLVM[:ARCH]] (runtime.make_device builds the device; default arch gfx1100)."""
+  return MockAllocator(name), device_hcq(name, arch_info(arch).name)
