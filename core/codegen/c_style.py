@@ -1,6 +1,6 @@
 """The shared C-family renderer: a linearized kernel (list of UOps) to C source, with hooks for CUDA/OpenCL/MSL dialects."""
 from __future__ import annotations
-import copy, math
+import copy, math, struct
 from typing import Any, Callable
 from core.ir.dtype import DType, PtrDType, AddrSpace, dtypes
 from core.ir.ops import UOp, Ops, GroupOp
@@ -42,6 +42,55 @@ c_code_for_op: dict[Ops, Callable[..., str]] = {
 _SHORT = {dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short", dtypes.uint16: "ushort",
           dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong", dtypes.float16: "half",
           dtypes.bfloat16: "bfloat16", dtypes.float32: "float", dtypes.float64: "double"}
+
+# *** half without _Float16: IEEE binary16 bits in `unsigned short`, computed in float ***
+# For compilers without _Float16 (clang < 15 on x86-64). Conversions are integer bit arithmetic, rounding to nearest even like
+# the hardware and libgcc conversions of the native type, NaN made quiet with its top payload bits kept. Arithmetic converts its
+# operands to float and rounds the result once: float holds every product of two halves exactly and has more than 2*11+2 bits,
+# so add, sub, mul, div and sqrt give the correctly rounded half, as the native type (computed in float, cast back) does.
+# double -> half rounds directly from the double's bits: through float it would round twice.
+HALF_EMULATION = """static inline float core_h2f(unsigned short h) {
+  unsigned int s = (unsigned int)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  union { unsigned int u; float f; } v;
+  if (e == 0) { v.f = (float)m * 5.9604644775390625e-08f; v.u |= s; return v.f; }   /* zero, subnormal: m * 2**-24, exact */
+  if (e == 0x1f) { v.u = s | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u); return v.f; }   /* inf; NaN made quiet */
+  v.u = s | ((e + 112u) << 23) | (m << 13);                                          /* normal */
+  return v.f;
+}
+static inline unsigned short core_f2h(float f) {
+  union { float f; unsigned int u; } v = {f};
+  unsigned int s = (v.u >> 16) & 0x8000u, a = v.u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (unsigned short)(s | 0x7e00u | ((a >> 13) & 0x3ffu));    /* NaN */
+  if (a >= 0x477ff000u) return (unsigned short)(s | 0x7c00u);                           /* >= 65520 and inf: inf */
+  if (a >= 0x38800000u) {                                                                /* >= 2**-14: a normal half */
+    a += 0xfffu + ((a >> 13) & 1u);
+    return (unsigned short)(s | ((a - 0x38000000u) >> 13));
+  }
+  if (a <= 0x33000000u) return (unsigned short)s;                                        /* <= 2**-25: zero */
+  unsigned int sh = 126u - (a >> 23), m = (a & 0x7fffffu) | 0x800000u, r = m >> sh, rem = m & ((1u << sh) - 1u);
+  return (unsigned short)(s | (r + (rem > (1u << (sh - 1u)) || (rem == (1u << (sh - 1u)) && (r & 1u)))));
+}
+static inline unsigned short core_d2h(double d) {
+  union { double d; unsigned long long u; } v = {d};
+  unsigned long long a = v.u & 0x7fffffffffffffffull;
+  unsigned int s = (unsigned int)(v.u >> 48) & 0x8000u;
+  if (a > 0x7ff0000000000000ull) return (unsigned short)(s | 0x7e00u | ((a >> 42) & 0x3ffu));
+  if (a >= 0x40effe0000000000ull) return (unsigned short)(s | 0x7c00u);
+  if (a >= 0x3f10000000000000ull) {
+    a += 0x1ffffffffffull + ((a >> 42) & 1u);
+    return (unsigned short)(s | ((a - 0x3f00000000000000ull) >> 42));
+  }
+  if (a <= 0x3e60000000000000ull) return (unsigned short)s;
+  unsigned long long sh = 1051u - (a >> 52), m = (a & 0xfffffffffffffull) | 0x10000000000000ull, r = m >> sh;
+  unsigned long long rem = m & ((1ull << sh) - 1u), half = 1ull << (sh - 1u);
+  return (unsigned short)(s | (r + (rem > half || (rem == half && (r & 1u)))));
+}"""
+
+def half_bits(v: float) -> int:
+  """The binary16 bits of `v` rounded to nearest even (inf beyond the half range; NaN quiet)."""
+  if math.isnan(v): return 0x7e00 | (0x8000 if math.copysign(1, v) < 0 else 0)
+  try: return struct.unpack("<H", struct.pack("<e", v))[0]
+  except OverflowError: return 0x7c00 | (0x8000 if v < 0 else 0)
 
 # *** string_rewrite: each rule returns the C text of one op (an expression for values, a statement for the rest) ***
 
@@ -96,6 +145,7 @@ class CStyleRenderer(Renderer):
   barrier: str = ""                        # the statement for BARRIER
   infinity: str = "__builtin_inff()"       # a float expression for +inf
   nan: str = '__builtin_nanf("")'          # a float expression for NaN
+  native_half: bool = True                 # the compiler has _Float16; False: half is emulated (HALF_EMULATION above)
   type_map: dict[DType, str] = {dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
     dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
     dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16", dtypes.bfloat16: "__bf16", dtypes.float32: "float",
@@ -119,6 +169,7 @@ class CStyleRenderer(Renderer):
   def render_dtype(self, dt: DType) -> str:
     if isinstance(dt, PtrDType): return self.render_dtype(dt.base) + "*"
     if dt.count > 1: return f"{_SHORT[dt.scalar()]}{dt.count}"
+    if dt is dtypes.float16 and not self.native_half: return "unsigned short"
     if dt not in self.type_map: raise NotImplementedError(f"{type(self).__name__} has no C type for {dt}")
     return self.type_map[dt]
 
@@ -130,6 +181,7 @@ class CStyleRenderer(Renderer):
   def render_const(self, v: Any, dt: DType) -> str:
     s = dt.scalar()
     if s is dtypes.bool: return "1" if v else "0"
+    if s is dtypes.float16 and not self.native_half: return f"((unsigned short){half_bits(float(v)):#06x})"
     if dtypes.is_float(s):
       if math.isnan(v): txt = self.nan
       elif math.isinf(v): txt = self.infinity if v > 0 else f"(-{self.infinity})"
@@ -145,6 +197,11 @@ class CStyleRenderer(Renderer):
   def render_cast(self, dt: DType, from_dt: DType, x: str) -> str:
     if dt.count > 1: return self.render_vectorize([self.render_cast(dt.scalar(), from_dt.scalar(), self.render_gep(x, i, from_dt))
                                                    for i in range(dt.count)], dt)
+    if not self.native_half and dtypes.float16 in (dt, from_dt) and dt is not from_dt:
+      if dt is dtypes.float16: return f"core_d2h({x})" if from_dt is dtypes.float64 else f"core_f2h({x})" if from_dt is dtypes.float32 \
+        else f"core_f2h((float)({x}))"   # integers: exact in float up to 2**24, and from 65520 on inf either way
+      x, from_dt = f"core_h2f({x})", dtypes.float32
+      if dt is dtypes.float32: return x
     # a float through `_Bool` is true for NaN as in C; other casts are C casts
     return f"(({self.render_dtype(dt)})({x}))"
 
@@ -170,13 +227,22 @@ class CStyleRenderer(Renderer):
   def render_alu(self, x: UOp) -> str:
     srcs = [self[s] for s in x.src]
     if x.dtype.count > 1 and not (x.op in self.vector_alu and x.dtype.scalar() in self.vector_alu_dtypes):
-      lanes = [self.code_for_op[x.op](*[self.render_gep(s, i, u.dtype) for s, u in zip(srcs, x.src)], x.dtype.scalar())
-               for i in range(x.dtype.count)]
-      return self.render_vectorize([self.wrap_narrow(ln, x.dtype.scalar()) for ln in lanes], x.dtype)
+      lanes = [self.render_scalar_alu(x.op, [self.render_gep(s, i, u.dtype) for s, u in zip(srcs, x.src)], [u.dtype.scalar() for u in x.src],
+                                      x.dtype.scalar()) for i in range(x.dtype.count)]
+      return self.render_vectorize(lanes, x.dtype)
     if x.op in (Ops.SHL, Ops.SHR) and not _const_in(x.src[1], 0, 8 * x.dtype.scalar().itemsize - 1):
       # an out-of-range shift is undefined in C; mask the count like the hardware (and the reference ALU) do
       srcs[1] = f"({srcs[1]}&{8 * x.dtype.scalar().itemsize - 1})"
-    return self.wrap_narrow(self.code_for_op[x.op](*srcs, x.dtype), x.dtype)
+    return self.render_scalar_alu(x.op, srcs, [u.dtype for u in x.src], x.dtype)
+
+  def render_scalar_alu(self, op: Ops, srcs: list[str], src_dtypes: list[DType], dt: DType) -> str:
+    """One ALU op on rendered operands (also a vector op the dialect's vector types support), its result in `dt`."""
+    if not self.native_half and op is not Ops.WHERE and dtypes.float16 in (dt.scalar(), *(d.scalar() for d in src_dtypes)):
+      # emulated half: computed in float (comparisons too), the result rounded back to half once; WHERE just picks bits
+      srcs = [f"core_h2f({s})" if d.scalar() is dtypes.float16 else s for s, d in zip(srcs, src_dtypes)]
+      if dt.scalar() is not dtypes.float16: return self.code_for_op[op](*srcs, dt)
+      return f"core_f2h({self.code_for_op[op](*srcs, dtypes.float32)})"
+    return self.wrap_narrow(self.code_for_op[op](*srcs, dt), dt)
 
   def wrap_narrow(self, expr: str, dt: DType) -> str:
     return f"(({self.render_dtype(dt)}){expr})" if dt.scalar() in self.narrow_dtypes else expr
@@ -240,9 +306,11 @@ class CStyleRenderer(Renderer):
     body: list[str] = []
     vec_types: dict[DType, None] = {}
     depth = 1
+    half = False
     for u in uops:
       for dt in (u.dtype, *(s.dtype for s in u.src)):
         if dt.base.count > 1: vec_types[dt.base] = None
+        half = half or dt.base.scalar() is dtypes.float16
       if u.op is Ops.PARAM:
         self.r[u] = f"data{u.arg}"
         bufs.append(u)
@@ -268,7 +336,7 @@ class CStyleRenderer(Renderer):
         self.r[u] = fresh({Ops.LOAD: "val", Ops.CAST: "cast", Ops.BITCAST: "cast", Ops.VECTORIZE: "vec", Ops.VCONST: "const"}.get(u.op, "alu"))
         body.append("  " * depth + f"{self.render_dtype(u.dtype)} {self.r[u]} = {txt};")
       if u.op in (Ops.RANGE, Ops.IF): depth += 1
-    prefix = [self.render_vector_prefix(dt) for dt in vec_types]
+    prefix = ([HALF_EMULATION] if half and not self.native_half else []) + [self.render_vector_prefix(dt) for dt in vec_types]
     return self.render_kernel(name, bufs, vars_, prefix, body)
 
 def _const_in(u: UOp, lo: int, hi: int) -> bool: return u.op is Ops.CONST and lo <= u.arg <= hi

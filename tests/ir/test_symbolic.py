@@ -67,8 +67,11 @@ def test_float_constant_folding_matches_numpy(d: DType):
     vals = [float(npd.type(v)) for v in FLOAT_VALUES]
     for a in vals:
       for op, fn in unops.items():
-        got = fold(op, d, a)
-        assert got.op is Ops.CONST and same_float(got.arg, float(fn(npd.type(a)))), (op, d, a, got.arg)
+        got, want = fold(op, d, a), fn(npd.type(a))
+        # exp2 and log2 are within an ulp in libm and numpy, not correctly rounded, and numpy's differ between hosts (SIMD
+        # versions on AVX-512): one ulp either way of numpy's. The rest are correctly rounded everywhere: exact.
+        near = [want, np.nextafter(want, npd.type(math.inf)), np.nextafter(want, npd.type(-math.inf))] if op in (Ops.EXP2, Ops.LOG2) else [want]
+        assert got.op is Ops.CONST and any(same_float(got.arg, float(w)) for w in near), (op, d, a, got.arg, want)
       for b in vals:
         for op, fn in binops.items():
           got, want = fold(op, d, a, b), fn(npd.type(a), npd.type(b))

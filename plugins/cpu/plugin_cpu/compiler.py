@@ -9,15 +9,44 @@ from plugin_cpu import elfload
 C_FLAGS = ("-O2", "-fPIC", "-shared", "-fno-math-errno", "-fwrapv", "-ffp-contract=off", "-w")
 
 def find_cc() -> str:
-  """$CC, else clang, else gcc, else cc."""
-  for cand in (os.getenv("CC"), "clang", "gcc", "cc"):
-    if cand and (path := shutil.which(cand)): return path
+  """$CC when set (an error when it names no program: a silent fallback would build with another compiler than asked), else
+  clang, else gcc, else cc."""
+  if (env := os.getenv("CC")):
+    if (path := shutil.which(env)): return path
+    raise CompileError(f"no C compiler at CC={env!r}: set CC to a compiler on PATH (gcc, clang) or unset it to pick one")
+  for cand in ("clang", "gcc", "cc"):
+    if (path := shutil.which(cand)): return path
   raise CompileError("no C compiler found: set CC or install clang or gcc (or use DEV=CPU:LLVM)")
 
 @functools.cache
 def cc_version(cc: str) -> str:
   try: return subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.splitlines()[0].strip()
   except (OSError, subprocess.SubprocessError, IndexError) as e: raise CompileError(f"{cc} --version failed: {e}") from e
+
+def cc_identity(cc: str) -> str:
+  """Names the compiler in cache keys: its name, its version line and a hash of the program it resolves to, so binaries of
+  gcc and clang (or two installs of one) never mix, whatever `cc` points at."""
+  return f"{os.path.basename(cc)}_{cc_version(cc)}_{hashlib.sha256(os.path.realpath(cc).encode()).hexdigest()[:8]}"
+
+# C features the renderer uses where the compiler has them: each probe is a shared object that builds, with every symbol
+# resolved (-z defs: a conversion the compiler leaves to a runtime helper that libgcc lacks fails here, not at load), only if it does
+CC_FEATURES = {
+  # clang before 15 has no _Float16 on x86-64 (gcc has it from 12): without it the C renderer emulates half (c_style.py)
+  "_Float16": "_Float16 probe(_Float16 a, _Float16 b, float f, double d) { return (_Float16)(a * b + (_Float16)f + (_Float16)d); }\n"
+              "double probe2(_Float16 a) { return (double)a + (float)a + (int)a; }\n",
+}
+
+@functools.cache
+def _probe(cc: str, version: str, feature: str, march: str) -> bool:
+  with tempfile.TemporaryDirectory(prefix="core_cc_probe_") as d:
+    cmd = [cc, *C_FLAGS, f"-march={march}", "-Wl,-z,defs", "-x", "c", "-", "-o", os.path.join(d, "probe.so"), "-lm"]
+    try: return subprocess.run(cmd, input=CC_FEATURES[feature].encode(), capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError): return False
+
+def cc_supports(cc: str, feature: str, march: str = "native") -> bool:
+  """Whether the C compiler `cc` builds code using `feature` (a key of CC_FEATURES) for `march`; probed once per compiler path
+  and version in a process."""
+  return _probe(cc, cc_version(cc), feature, march)
 
 @functools.cache
 def host_id() -> str:
@@ -72,7 +101,7 @@ class CCompiler(Compiler):
     wide = ("-mprefer-vector-width=512",) if march is None and host_simd_bytes() == 64 else ()
     self.flags = C_FLAGS + (f"-march={march or 'native'}",) + wide + tuple(extra_flags)
     flag_hash = hashlib.sha256(" ".join(self.flags).encode()).hexdigest()[:8]
-    super().__init__(f"cpu_c_{os.path.basename(self.cc)}_{cc_version(self.cc)}_{flag_hash}_{host_id()}")
+    super().__init__(f"cpu_c_{cc_identity(self.cc)}_{flag_hash}_{host_id()}")
 
   def compile(self, src: str) -> bytes:
     with tempfile.TemporaryDirectory(prefix="core_cc_") as d:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import ctypes, hashlib, json, os, pathlib, re, subprocess, tempfile, threading
 from core.helpers import cache_dir
 from core.device.compiler import Compiler, CompileError
-from plugin_cpu.compiler import find_cc, cc_version, host_id
+from plugin_cpu.compiler import find_cc, cc_identity, host_id
 
 NATIVE_DIR = pathlib.Path(__file__).resolve().parent / "native"
 NATIVE_FLAGS = ("-O2", "-fPIC", "-pthread", "-shared", "-Wall")
@@ -30,7 +30,7 @@ class NativeCompiler(Compiler):
   the source hash, so an edit to any file rebuilds it."""
   def __init__(self, cc: str | None = None):
     self.cc = cc or find_cc()
-    super().__init__(f"cpu_native_{os.path.basename(self.cc)}_{cc_version(self.cc)}_{host_id()}")
+    super().__init__(f"cpu_native_{cc_identity(self.cc)}_{host_id()}")
 
   def cache_path(self, src: str) -> pathlib.Path:
     # the library is part of the plugin, not a kernel: cached even when CORE_DISABLE_COMPILER_CACHE turns the kernel cache off

@@ -8,7 +8,8 @@ from core.codegen.c_style import CStyleRenderer, base_rewrite, c_code_for_op
 from core.codegen.llvm_ir import LLVMRenderer, llvm_rewrite
 from core.codegen.lowerer import pm_fuse_mulacc
 from core.codegen.decompose import pm_vector_math
-from plugin_cpu.compiler import host_simd_bytes, host_x86_fma
+from core.device.compiler import CompileError
+from plugin_cpu.compiler import cc_supports, find_cc, host_simd_bytes, host_x86_fma
 from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, host_streams, pm_streaming_stores, stream_width
 
 # bf16: gcc before 13 has __bf16 only as a storage type, so the C renderer leaves it to codegen's decompositions
@@ -91,6 +92,12 @@ class CPUCRenderer(CStyleRenderer):
   string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _c_stream_store)]) + base_rewrite
   code_for_op = {**c_code_for_op, Ops.MULACC: _c_mulacc}
   vector_alu = CStyleRenderer.vector_alu | {Ops.MULACC}
+
+  def __init__(self, cc: str | None = None):
+    # the compiler that will build the kernels ($CC, as CCompiler finds it) decides whether half is native or emulated: clang
+    # before 15 has no _Float16 on x86-64. Without a compiler nothing gets built, and CCompiler says so.
+    try: self.native_half = cc_supports(cc or find_cc(), "_Float16")
+    except CompileError: pass
 
   def reg_attr(self, x: UOp) -> str:
     # packed panels (PACK) are read with vector loads: on a cache line, no load straddles two

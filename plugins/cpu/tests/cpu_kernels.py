@@ -1,16 +1,23 @@
 """Helpers for the CPU plugin tests: build linearized kernels by hand, and compile and run them on real buffers."""
 from __future__ import annotations
-import functools
+import copy, functools
 import numpy as np
 from core.ir.dtype import DType, dtypes, to_np
 from core.ir.ops import UOp, Ops, AxisType
 from core.device.target import Target
 
 RENDERERS = ["C", "LLVM"]
+# the C renderer as it renders for a compiler without _Float16 (clang < 15 on x86-64), whatever compiler this host has
+C_EMULATED_HALF = "C-emulated-half"
 
 @functools.cache
 def device(renderer: str):
   from plugin_cpu.runtime import make_device
+  if renderer == C_EMULATED_HALF:
+    dev = copy.copy(device("C"))
+    dev.renderer = copy.copy(dev.renderer)
+    dev.renderer.native_half = False
+    return dev
   return make_device("CPU", Target(device="CPU", renderer=renderer))
 
 class Linear:
@@ -27,11 +34,13 @@ def rng(n: int | UOp, axis: int = 0) -> UOp:
   return UOp(Ops.RANGE, dtypes.int32, (n if isinstance(n, UOp) else c(n),), (axis, AxisType.LOOP))
 def buf(slot: int, dt: DType, n: int) -> UOp: return UOp.param(slot, dt.ptr(n))
 
-def run(renderer: str, uops: list[UOp], arrays: list[np.ndarray], vals: tuple[int, ...] = (), name: str = "test_kernel") -> list[np.ndarray]:
-  """Renders, compiles and runs the kernel on copies of `arrays` (one per PARAM, in slot order); returns their contents after."""
+def run(renderer: str, uops: list[UOp], arrays: list[np.ndarray], vals: tuple[int, ...] = (), name: str = "test_kernel",
+        ren=None, compiler=None) -> list[np.ndarray]:
+  """Renders, compiles and runs the kernel on copies of `arrays` (one per PARAM, in slot order); returns their contents after.
+  `ren` and `compiler` replace the device's renderer and compiler."""
   dev = device(renderer)
-  src = dev.renderer.render(name, uops)
-  prg = dev.runtime(name, dev.compiler.compile(src))
+  src = (ren or dev.renderer).render(name, uops)
+  prg = dev.runtime(name, (compiler or dev.compiler).compile(src))
   handles = []
   for a in arrays:
     h = dev.allocator.alloc(max(a.nbytes, 1))

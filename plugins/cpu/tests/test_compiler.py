@@ -1,9 +1,11 @@
 """The CPU compilers: C and LLVM source to shared-object bytes, the disk cache, and errors that name the compiler."""
-import os
+import os, shutil, subprocess
 import pytest
-from plugin_cpu import elfload
+from plugin_cpu import elfload, compiler
 from core.device.compiler import CompileError
-from plugin_cpu.compiler import CCompiler, LLVMCompiler
+from plugin_cpu.compiler import CCompiler, LLVMCompiler, cc_supports, find_cc
+from plugin_cpu.native import NativeCompiler
+from plugin_cpu.renderer import CPUCRenderer
 
 GOOD_C = "void k(int* restrict data0) { data0[0] = 42; }\n"
 GOOD_LL = "define void @k(ptr noalias %data0) #0 {\nentry:\n  store i32 42, ptr %data0, align 4\n  ret void\n}\nattributes #0 = { nounwind }\n"
@@ -63,3 +65,33 @@ def test_missing_compiler_is_a_compile_error(monkeypatch):
   monkeypatch.setenv("PATH", "/nonexistent")
   from plugin_cpu.compiler import find_cc
   with pytest.raises(CompileError, match="no C compiler"): find_cc()
+
+def test_cc_picks_the_compiler_and_a_missing_one_is_an_error(monkeypatch):
+  name = os.path.basename(find_cc())
+  monkeypatch.setenv("CC", name)
+  assert find_cc() == shutil.which(name) and CCompiler().cc == NativeCompiler().cc == shutil.which(name)
+  # a CC that names no program is not quietly replaced by another compiler
+  monkeypatch.setenv("CC", "no-such-cc-4711")
+  with pytest.raises(CompileError, match="no C compiler at CC='no-such-cc-4711'"): find_cc()
+
+def test_cache_keys_keep_compilers_apart(tmp_path):
+  # a wrapper around the same compiler prints the same --version, but is another program: its own cache entries
+  cc = find_cc()
+  wrapper = tmp_path / "cc-wrapper"
+  wrapper.write_text(f'#!/bin/sh\nexec {cc} "$@"\n')
+  wrapper.chmod(0o755)
+  assert CCompiler(str(wrapper)).cachekey != CCompiler(cc).cachekey
+  assert NativeCompiler(str(wrapper)).cachekey != NativeCompiler(cc).cachekey
+  if (gcc := shutil.which("gcc")) and (clang := shutil.which("clang")):
+    assert CCompiler(gcc).cachekey != CCompiler(clang).cachekey and NativeCompiler(gcc).cachekey != NativeCompiler(clang).cachekey
+
+def test_float16_probe_runs_once_and_says_what_the_compiler_builds(monkeypatch):
+  cc = find_cc()
+  compiler._probe.cache_clear()
+  probes, real_run = [], subprocess.run
+  monkeypatch.setattr(subprocess, "run", lambda cmd, *a, **k: (probes.append(cmd) if "-Wl,-z,defs" in cmd else None, real_run(cmd, *a, **k))[1])
+  has = cc_supports(cc, "_Float16")
+  assert cc_supports(cc, "_Float16") is has and CPUCRenderer(cc).native_half is has and len(probes) == 1
+  try: built = bool(CCompiler(cc).compile("_Float16 h(_Float16 a, double d) { return a * a + (_Float16)d; }\n"))
+  except CompileError: built = False
+  assert built is has

@@ -5,9 +5,10 @@ import pytest
 from core.ir.dtype import dtypes, AddrSpace, truncate
 from core.ir.ops import UOp, Ops, AxisType
 from core.ir.alu import exec_alu
-from cpu_kernels import RENDERERS, Linear, c, rng, buf, run, elementwise
+from cpu_kernels import RENDERERS, C_EMULATED_HALF, Linear, c, rng, buf, run, elementwise
 
-pytestmark = pytest.mark.parametrize("ren", RENDERERS)
+# every kernel also through the C renderer's half emulation, which hosts whose compiler has _Float16 would not run otherwise
+pytestmark = pytest.mark.parametrize("ren", RENDERERS + [C_EMULATED_HALF])
 
 def test_add_with_casts(ren):
   a, b = np.arange(-8, 8, dtype=np.int32), np.linspace(-1, 1, 16, dtype=np.float32)

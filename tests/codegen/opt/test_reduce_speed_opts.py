@@ -1,6 +1,7 @@
 """Hand-coded opts for memory-bound work: row reductions vectorize along the reduce axis, column reductions and elementwise
 kernels along the output, and big sums still match numpy (float64) after split_reduce and the optimizer."""
 from __future__ import annotations
+import copy
 import numpy as np
 import pytest
 from core import Tensor
@@ -32,8 +33,16 @@ def _single_kernel(fn, *shapes, seed=0):
   return ks[0], fn(*xs)
 
 def _run(item, opts):
+  """`item` run with the plan `opts` (made for AVX2 below) on the default device. A CPU renderer without a pool (one core,
+  CPU_THREADS=1) still runs the plan's THREAD blocks, one after another; other renderers without one run it without them."""
   dev = Device[Device.DEFAULT]
-  spec = get_program(apply_opts(item.ast, opts, dev.renderer), dev.renderer, optimize=False)
+  ren = dev.renderer
+  if not getattr(ren, "threads", 0):
+    if getattr(ren, "global_max", ()) is None:
+      ren = copy.copy(ren)
+      ren.threads = AVX2.threads
+    else: opts = [o for o in opts if o.op is not T]
+  spec = get_program(apply_opts(item.ast, opts, ren), ren, optimize=False)
   bufs = [buffer_of(b) for b in item.bufs]
   for b in bufs:
     if not b.is_allocated(): b.allocate()
@@ -50,7 +59,7 @@ def test_row_sum_vectorizes_along_the_reduce_axis():
   assert U not in ops and ops[R] == 32, k.applied        # 4 vectors of 8 lanes: independent accumulators
   assert ops[T] in (2, 4, 8, 16, 32, 64) and ops[T] % AVX2.threads == 0, k.applied   # equal blocks per thread
   assert _loads_by_width(expand_kernel(k.ast)) == [32]    # one contiguous vector load per iteration, no gathers
-  got = _run(item, [o for o in k.applied if o.op is not T or getattr(Device[Device.DEFAULT].renderer, "threads", 0)])
+  got = _run(item, k.applied)
   np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-3)
 
 def test_each_thread_block_reads_four_far_apart_rows_at_once():
@@ -61,7 +70,7 @@ def test_each_thread_block_reads_four_far_apart_rows_at_once():
   assert ops[-2:] == [OptOps.TILE, U] and k.applied[-1].amt == 4, k.applied
   rows = [o for o in k.applied if o.op is OptOps.TILE][0].amt   # the distance between the streams, in rows
   assert rows * 4 * ops.count(T) * k.applied[ops.index(T)].amt == 1024, k.applied
-  got = _run(item, [o for o in k.applied if o.op is not T or getattr(Device[Device.DEFAULT].renderer, "threads", 0)])
+  got = _run(item, k.applied)
   np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-3)
   # a block of few rows reads them one after another
   item, _ = _single_kernel(lambda a: a.sum(axis=1), (64, 4096))
@@ -82,7 +91,7 @@ def test_transpose_copies_through_register_tiles():
   item, want = _single_kernel(lambda a: a.T.contiguous() if isinstance(a, Tensor) else a.T, (1024, 2048))
   k = hand_coded(Kernel(item.ast, AVX2()))
   assert [o.amt for o in k.applied if o.op is U] == [8, 8] and k.applied[-1].op is OptOps.TILE, k.applied
-  got = _run(item, [o for o in k.applied if o.op is not T or getattr(Device[Device.DEFAULT].renderer, "threads", 0)])
+  got = _run(item, k.applied)
   np.testing.assert_array_equal(got.reshape(want.shape), want)
   # a broadcast along the rows is not a transpose, and short output rows (NCHW -> NHWC, 64 channels) stay in L1 anyway
   item, _ = _single_kernel(lambda a, b: a + b.reshape(1024, 1), (1024, 1024), (1024,))
