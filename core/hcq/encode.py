@@ -5,8 +5,8 @@ import struct
 from typing import Any
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
-from core.ir.pattern import graph_rewrite
-from core.hcq.queue_ir import is_submit, submit_device, submit_queue, placeholder, queue_buffer, host_patch, ring_patch, command_kind
+from core.ir.pattern import PatternMatcher, UPat, graph_rewrite
+from core.hcq.queue_ir import is_submit, submit_device, submit_queue, placeholder, queue_buffer, host_patch, ring_patch, command_kind, getaddr
 from core.hcq.state import HCQState
 from core.device.hcq import EncodeCtx
 
@@ -18,6 +18,11 @@ def _ins_list(u: UOp, what: str) -> list[UOp]:
   if u.op is Ops.LINEAR and all(x.op is Ops.INS for x in u.src): return list(u.src)
   raise RuntimeError(f"the plugin's pm_lower left {what} as {u.op.name}: every command must become INS (or a LINEAR of INS)")
 
+# an address in a command's words is the address as the device running the command sees it
+pm_bind_addresses = PatternMatcher([
+  (UPat(Ops.GETADDR, src=(UPat(name="b"),)), lambda ctx, b: getaddr(b, device=ctx)),
+], name="bind addresses")
+
 def encode_submit(s: UOp, ctx: HCQState, pm: Any) -> tuple[UOp, list[UOp]]:
   dev, q = submit_device(s), submit_queue(s)
   ectx = EncodeCtx(ctx.hcq_of(dev), dev, q)
@@ -26,7 +31,8 @@ def encode_submit(s: UOp, ctx: HCQState, pm: Any) -> tuple[UOp, list[UOp]]:
   kinds: list[tuple[str, int]] = []
   for cmd in s.src[0].src:
     kinds.append((command_kind(cmd), len(words)))
-    for i in _ins_list(graph_rewrite(cmd, pm, ectx, bottom_up=True, name=f"encode {dev}"), command_kind(cmd)):
+    encoded = graph_rewrite(graph_rewrite(cmd, pm, ectx, bottom_up=True, name=f"encode {dev}"), pm_bind_addresses, dev, name="bind addresses")
+    for i in _ins_list(encoded, command_kind(cmd)):
       w, offs = i.arg
       if len(w) % 4: raise RuntimeError(f"{dev} {q}: encoded {command_kind(cmd)} is {len(w)} bytes, not a multiple of 4")
       patches += [(len(words) + o, v) for o, v in zip(offs, i.src)]

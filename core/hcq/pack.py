@@ -34,7 +34,7 @@ def pack_placeholders(linear: UOp, ctx: HCQState) -> dict[UOp, UOp]:
   return out
 
 pm_view_addresses = PatternMatcher([
-  (UPat(Ops.GETADDR, src=(UPat(Ops.BUFFER_VIEW, name="v"),)), lambda v: getaddr(v.src[0], v.arg[1])),
+  (UPat(Ops.GETADDR, src=(UPat(Ops.BUFFER_VIEW, name="v"), UPat(Ops.DEVICE, name="d"))), lambda v, d: getaddr(v.src[0], v.arg[1], d.arg)),
   (UPat(Ops.HOST_PATCH, src=(UPat(Ops.BUFFER_VIEW, name="v"), UPat.var("x")), name="p"),
    lambda p, v, x: host_patch(v.src[0], v.arg[1] + p.arg, x)),
 ], name="view addresses")

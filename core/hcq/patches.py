@@ -18,7 +18,8 @@ def _fold(x: UOp) -> UOp | None:
   return UOp.const(x.dtype, truncate(x.dtype, exec_uop_tree(x, {}))) if all(s.op is Ops.CONST for s in x.src) else None
 
 pm_resolve = PatternMatcher([
-  (UPat(Ops.GETADDR, src=(UPat(Ops.BUFFER, name="b"),)), lambda ctx, b: UOp.const(dtypes.uint64, ctx.addr(b)) if b in ctx.internal else None),
+  (UPat(Ops.GETADDR, src=(UPat(Ops.BUFFER, name="b"), UPat(Ops.DEVICE, name="d"))),
+   lambda ctx, b, d: UOp.const(dtypes.uint64, ctx.addr(b, d.arg)) if b in ctx.internal else None),
   (UPat(GroupOp.ALU | {Ops.CAST}, name="x"), _fold),
 ], name="resolve patches")
 

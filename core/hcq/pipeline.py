@@ -6,6 +6,7 @@ from core.ir.ops import UOp, Ops
 from core.hcq import HCQError
 from core.hcq.queue_ir import device_of, command_kind
 from core.hcq.state import HCQState
+from core.device.hcq import HCQDevice, handle_addr
 from core.hcq.prep import schedule_linear, prep_runtime
 from core.hcq.lower import lower_to_queues
 from core.hcq.deps import dependencies
@@ -46,8 +47,8 @@ class Submission:
     self._launch = self.prg.bind(*self.args) if hasattr(self.prg, "bind") else (lambda: self.prg(*self.args))
     self.keep = [ctx.buffer_of(b) for b in ctx.internal]   # the pipeline's buffers live as long as the submission
     slot_index = {b: i for i, b in enumerate(self.slots)}
-    # per-run host patches: (target Buffer, byte offset, width, slot index or variable, addend)
-    self.addr_patches: list[tuple[int, Any, int, int, int]] = []
+    # per-run host patches: (slot index, target Buffer, byte offset, width, addend, reading device) and (variable, target, offset, width)
+    self.addr_patches: list[tuple[int, Any, int, int, int, str]] = []
     self.var_patches: list[tuple[Any, Any, int, int]] = []
     for p in self.final.src:
       if p.op is not Ops.HOST_PATCH: continue
@@ -55,13 +56,14 @@ class Submission:
       addend = 0
       if v.op is Ops.ADD and v.src[1].op is Ops.CONST: v, addend = v.src[0], v.src[1].arg
       while v.op is Ops.CAST: v = v.src[0]
-      if v.op is Ops.GETADDR and v.src[0] in slot_index: self.addr_patches.append((slot_index[v.src[0]], target, p.arg, width, addend))
+      if v.op is Ops.GETADDR and v.src[0] in slot_index: self.addr_patches.append((slot_index[v.src[0]], target, p.arg, width, addend, v.src[1].arg))
       elif v.op is Ops.DEFINE_VAR: self.var_patches.append((v.arg, target, p.arg, width))
       else: raise RuntimeError(f"HCQ: can't patch {v.op.name} per run (a host patch must be GETADDR(buffer)+c or a variable)")
-    # the per-run patches as (slot, host view of the target or None, target, offset, struct format, mask, addend): a view
-    # written with pack_into costs a fraction of write_value's lookups (the targets live as long as the submission)
-    self._fast_patches = [(i, _host_view(t), t, off, "<Q" if w == 8 else "<I", (1 << 8 * w) - 1, add, w)
-                          for i, t, off, w, add in self.addr_patches]
+    # the per-run patches as (slot, host view of the target or None, target, offset, struct format, mask, addend, width, the
+    # reading device's addr() when it has its own view of addresses, else None: the handle's address): a view written with
+    # pack_into costs a fraction of write_value's lookups (the targets live as long as the submission)
+    self._fast_patches = [(i, _host_view(t), t, off, "<Q" if w == 8 else "<I", (1 << 8 * w) - 1, add, w, _own_addr(ctx.hcq_of(d)))
+                          for i, t, off, w, add, d in self.addr_patches]
     self.last_addrs: list[int | None] = [None] * len(self.slots)
     self.last_vars: dict[Any, int] = {}
     # the queues this submission signals, and the real signal buffer of every queue it touches (for waits and errors)
@@ -72,15 +74,17 @@ class Submission:
     self._waits = [(dev, q, self.signal_bufs[(dev, q)], host_timeline(dev, q)) for dev, q in self.queues]
 
   def run(self, bufs: list[Any], var_vals: dict[Any, int] | None = None, wait: bool = True) -> None:
-    # the buffers' addresses (allocated now if they are not yet): _addr inlined, it runs for every buffer of every eager op
+    # the buffers' handle addresses (allocated now if they are not yet), inlined: it runs for every buffer of every eager op
     addrs: list[int | None] = []
     for b in bufs:
       try: h = b._buf
       except AttributeError: h = b.allocate()._buf
-      addrs.append(_addressof(h) if isinstance(h, _CArray) else self.ctx.hcq_of(b.device).addr(b))
+      addrs.append(_addressof(h) if isinstance(h, _CArray) else handle_addr(b))
     last = self.last_addrs
-    for i, view, target, off, fmt, mask, addend, width in self._fast_patches:
+    for i, view, target, off, fmt, mask, addend, width, own_addr in self._fast_patches:
+      # a slot whose memory changed is patched with its address as the reading device sees it
       if (a := addrs[i]) is not None and a != last[i]:
+        if own_addr is not None: a = own_addr(bufs[i])
         if view is not None: _pack_into(fmt, view, off, (a + addend) & mask)
         else:
           from core.hcq.patches import write_value
@@ -145,6 +149,10 @@ class Submission:
     time.sleep(0.01)
 
 _addressof, _CArray, _pack_into = ctypes.addressof, ctypes.Array, struct.pack_into
+
+def _own_addr(hcq: HCQDevice) -> Callable[[Any], int] | None:
+  """The device's addr() when it overrides HCQDevice.addr (its addresses differ from the allocator handles'), else None."""
+  return hcq.addr if type(hcq).addr is not HCQDevice.addr else None
 
 def _host_view(buf: Any) -> memoryview | None:
   """A writable byte view of an allocated Buffer's memory when its allocator maps it (None: write through copyin)."""

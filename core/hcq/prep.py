@@ -52,7 +52,7 @@ def _kernargs(call: UOp) -> UOp:
   data: ProgramData = prog.arg
   gs, ls, variables = call.arg
   kargs = placeholder("kernargs", prog.src[0].arg, max(data.kernarg_size, 1))
-  vals = [getaddr(b) for b in bufs] + [v.cast(dtypes.int32) if v.dtype is not dtypes.int32 else v for v in variables]
+  vals = [getaddr(b, device=prog.src[0].arg) for b in bufs] + [v.cast(dtypes.int32) if v.dtype is not dtypes.int32 else v for v in variables]
   if len(vals) > len(data.arg_offsets):
     raise RuntimeError(f"{data.name}: the plugin's ProgramData has {len(data.arg_offsets)} argument offsets for {len(vals)} arguments")
   patches = [host_patch(kargs, off, v) for off, v in zip(data.arg_offsets, vals)]

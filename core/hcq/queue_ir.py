@@ -40,9 +40,10 @@ def kind_of(buf: UOp) -> str | None:
 def queue_of(buf: UOp) -> str | None: return buf.tag[1] if isinstance(buf.tag, tuple) else None
 def device_of(buf: UOp) -> str: return buf.src[1].arg
 
-def getaddr(buf: UOp, offset: int = 0) -> UOp:
-  """The device address of `buf` (+ offset bytes)."""
-  a = UOp(Ops.GETADDR, dtypes.uint64, (buf,))
+def getaddr(buf: UOp, offset: int = 0, device: str | None = None) -> UOp:
+  """The address of `buf` (+ offset bytes) as `device` sees it: GETADDR(buf, DEVICE). A plugin's pm_lower leaves `device`
+  out (GETADDR(buf): the address as the device running the command sees it) and core's encode stage binds it."""
+  a = UOp(Ops.GETADDR, dtypes.uint64, (buf,) if device is None else (buf, UOp(Ops.DEVICE, arg=device)))
   return a if offset == 0 else a + UOp.const(dtypes.uint64, offset)
 
 def timeline(queue: str, device: str) -> UOp:

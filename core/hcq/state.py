@@ -52,6 +52,6 @@ class HCQState:
       return b if hcq is not None and (b := hcq.buffer_of(u)) is not None else buffer_of(u)
     return HCQState(HOOKS if HOOKS is not None else get_plugins(), hcq_of, lookup)
 
-  def addr(self, buf_uop: UOp) -> int:
-    from core.hcq.queue_ir import device_of
-    return self.hcq_of(device_of(buf_uop)).addr(self.buffer_of(buf_uop))
+  def addr(self, buf_uop: UOp, device: str) -> int:
+    """The address of the buffer behind `buf_uop` as `device` sees it."""
+    return self.hcq_of(device).addr(self.buffer_of(buf_uop))

@@ -151,7 +151,7 @@ queue_spec = PatternMatcher([
   (UPat((Ops.WAIT, Ops.SIGNAL), src=(UPat(_MEM), UPat.var("v"))), _u64_value),
   (UPat(Ops.TIMESTAMP, src=(UPat(_MEM),)), lambda: True),
   (UPat(Ops.INS, name="x"), lambda x: isinstance(x.arg, tuple) and isinstance(x.arg[0], bytes) and len(x.arg[1]) == len(x.src)),
-  (UPat(Ops.GETADDR, dtypes.uint64, src=(UPat(_MEM),)), lambda: True),
+  (UPat(Ops.GETADDR, dtypes.uint64, src=(UPat(_MEM), UPat(Ops.DEVICE))), lambda: True),   # bound to the device that reads it
   (UPat(Ops.HOST_PATCH, src=(UPat(_MEM), UPat()), name="x"), lambda x: isinstance(x.arg, int) and x.arg >= 0),
   (UPat(Ops.RING_PATCH, src=(UPat(),), name="x"), lambda x: isinstance(x.arg, int) and x.arg >= 0),
   (UPat(Ops.ADVANCE, src=(UPat(Ops.BUFFER), UPat.var("v"))), _u64_value),

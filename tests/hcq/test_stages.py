@@ -122,6 +122,7 @@ def test_encode_splits_patches():
   words = ctx.contents[sub.src[0]]
   assert sub.arg == ("submit", "COMPUTE:0", 32 + 24 + 24) and len(words) == 80
   assert [(p.arg, p.src[1].src[0]) for p in host] == [(8, a), (16, b), (40, sig), (64, sig)]   # addresses: before submit
+  assert all(p.src[1].src[1] == UOp(Ops.DEVICE, arg="X") for p in host)   # bound to the device that runs the commands
   assert [(r.op, r.arg, r.src[0]) for r in sub.src[5:]] == [(Ops.RING_PATCH, 48, q.timeline_value("COMPUTE:0", "X", 1))]   # timeline: at submit
   assert struct.unpack_from("<Q", words, 72)[0] == 7 and struct.unpack_from("<Q", words, 24)[0] == 16   # constants baked in
   assert [k for k, _ in ctx.commands[sub]] == ["copy", "signal", "wait"]
@@ -130,7 +131,7 @@ def test_pack_shares_one_allocation():
   k1, k2 = q.placeholder("kernargs", "X", 24), q.placeholder("kernargs", "X", 8)
   ctx = state()
   ctx.contents[k1], ctx.contents[k2] = b"A" * 24, b"B" * 8
-  lin = UOp(Ops.LINEAR, src=(q.host_patch(k2, 0, q.getaddr(k1, 8)),))
+  lin = UOp(Ops.LINEAR, src=(q.host_patch(k2, 0, q.getaddr(k1, 8, "X")),))
   out = pack(lin, ctx)
   p = out.src[0]
   packed = p.src[0]
@@ -138,7 +139,7 @@ def test_pack_shares_one_allocation():
   a_at = blob.index(b"A" * 24)
   assert q.kind_of(packed) == "kernargs" and blob[p.arg:p.arg + 8] == b"B" * 8 and {a_at, p.arg} == {0, 64}   # 64-byte aligned pieces
   from core.ir.ops import exec_uop_tree
-  addr = p.src[1].substitute({q.getaddr(packed): UOp.const(dtypes.uint64, 1000)})
+  addr = p.src[1].substitute({q.getaddr(packed, device="X"): UOp.const(dtypes.uint64, 1000)})
   assert exec_uop_tree(addr, {}) == 1000 + a_at + 8   # GETADDR(k1)+8 became an address inside the packed buffer
 
 def test_bufferize_and_resolve_write_constants(fake):
@@ -149,7 +150,7 @@ def test_bufferize_and_resolve_write_constants(fake):
   slot = UOp.new_buffer("FAKE", 4, dtypes.float32)
   ctx = HCQState(fakehcq.FakeHooks(), lambda d: Device[d].hcq, lambda u: Device["FAKE"].hcq.buffer_of(u) or buffer_of(u))
   ctx.contents[ph] = b"\x11" * 16
-  lin = UOp(Ops.LINEAR, src=(q.host_patch(ph, 0, q.getaddr(ph, 4)), q.host_patch(ph, 8, q.getaddr(slot))))
+  lin = UOp(Ops.LINEAR, src=(q.host_patch(ph, 0, q.getaddr(ph, 4, "FAKE")), q.host_patch(ph, 8, q.getaddr(slot, device="FAKE"))))
   out = bufferize(lin, ctx)
   real = ctx.bufmap[ph]
   assert real.tag is None and ctx.buffer_of(real).numpy().tobytes()[8:] == b"\x11" * 8   # contents uploaded

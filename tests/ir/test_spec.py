@@ -76,12 +76,13 @@ def test_queue_spec_tells_the_queue_ir_writes_apart():
   from core.ir.spec import queue_spec
   sig, kargs = q.queue_buffer("timeline_signal", "COMPUTE:0", "CPU"), q.placeholder("kernargs", "CPU", 16)
   tl = q.timeline_value("COMPUTE:0", "CPU", 1)
-  good = [q.signal(sig, tl), q.wait(sig, q.u64(3)), q.host_patch(kargs, 8, q.getaddr(sig)), q.ring_patch(16, tl), q.advance("COMPUTE:0", "CPU", tl),
-          q.timestamp(kargs), q.ins(b"\0" * 8, [(0, q.getaddr(kargs))])]
+  good = [q.signal(sig, tl), q.wait(sig, q.u64(3)), q.host_patch(kargs, 8, q.getaddr(sig, device="CPU")), q.ring_patch(16, tl), q.advance("COMPUTE:0", "CPU", tl),
+          q.timestamp(kargs), q.ins(b"\0" * 8, [(0, q.getaddr(kargs, device="CPU"))])]
   type_verify(UOp(Ops.LINEAR, src=tuple(good)), queue_spec)
   bad = [UOp(Ops.SIGNAL, src=(sig, UOp.const(dtypes.int32, 1))),                 # a signal value is a uint64
          UOp(Ops.HOST_PATCH, src=(kargs, q.u64(1)), arg=-8),                      # a patch lands at a byte offset >= 0
          UOp(Ops.RING_PATCH, src=(tl,), arg=("ring", 8)),                         # the old STORE-style arg
-         UOp(Ops.STORE, src=(sig, tl))]                                           # an untyped write is no queue IR
+         UOp(Ops.STORE, src=(sig, tl)),                                           # an untyped write is no queue IR
+         UOp(Ops.GETADDR, dtypes.uint64, (sig,))]                                 # an address names the device that reads it
   for b in bad:
     with pytest.raises(SpecError, match=b.op.name): type_verify(UOp(Ops.LINEAR, src=(b,)), queue_spec)
