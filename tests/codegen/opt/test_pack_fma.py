@@ -13,6 +13,7 @@ from opt_helpers import run_ast, kernel_of as _kernel_of
 from core.codegen.lowerer import pm_fuse_mulacc
 from core.codegen.opt import Kernel, Opt, OptOps, KernelOptError
 from core.codegen.opt.heuristic import hand_coded
+from core.codegen.program import program_uops
 
 U, R, S, P = OptOps.UPCAST, OptOps.UNROLL, OptOps.SWAP, OptOps.PACK
 rng = np.random.default_rng(1)
@@ -26,7 +27,7 @@ def _loop(k: Kernel, size: int) -> int:
   return next(i for i, r in enumerate(k.axes) if r.arg[1] is AxisType.LOOP and r.src[0].arg == size)
 
 def _pack_regs(spec) -> list:
-  return [u for u in spec.uops if u.op is Ops.DEFINE_REG and u.dtype.size > 1]
+  return [u for u in program_uops(spec) if u.op is Ops.DEFINE_REG and u.dtype.size > 1]
 
 @pytest.mark.parametrize("name, fn, shapes, rows", [
   ("matmul", lambda a, b: a @ b, [(24, 40), (40, 32)], 24),
@@ -45,9 +46,9 @@ def test_pack_matches_numpy_and_copies_once_per_column_block(name, fn, shapes, r
   regs = _pack_regs(spec)
   assert len(regs) == 1 and regs[0].dtype.size == 40 * 8 and regs[0].dtype.addrspace is AddrSpace.REG
   # the copy (a STORE into the panel) runs inside the column loop and before the row loop opens
-  ranges = [u for u in spec.uops if u.op is Ops.RANGE]
-  pos = {u: i for i, u in enumerate(spec.uops)}
-  copy = next(u for u in spec.uops if u.op is Ops.STORE and u.src[0].src[0] is regs[0])
+  ranges = [u for u in program_uops(spec) if u.op is Ops.RANGE]
+  pos = {u: i for i, u in enumerate(program_uops(spec))}
+  copy = next(u for u in program_uops(spec) if u.op is Ops.STORE and u.src[0].src[0] is regs[0])
   row_rng = next(r for r in ranges if r.src[0].arg == rows // 4)
   col_rng = next(r for r in ranges if r.src[0].arg == 4 and pos[r] < pos[row_rng])
   assert pos[col_rng] < pos[copy] < pos[row_rng]
@@ -88,15 +89,15 @@ def test_fused_multiply_add_in_reduce_updates():
   np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
   if rnd.extra_matcher is pm_fuse_mulacc:
     # four unrolled products per step: a chain of four multiply-adds into the accumulator, no separate multiplies left
-    assert sum(1 for u in spec.uops if u.op is Ops.MULACC) == 4
-    assert not any(u.op is Ops.MUL and u.dtype.scalar().name == "float32" for u in spec.uops)
+    assert sum(1 for u in program_uops(spec) if u.op is Ops.MULACC) == 4
+    assert not any(u.op is Ops.MUL and u.dtype.scalar().name == "float32" for u in program_uops(spec))
 
 def test_fuse_mulacc_leaves_other_updates_alone():
   item, want = kernel_of(lambda a: (a + 1).sum(axis=1), (8, 32))
   k = Kernel(item.ast, Device[Device.DEFAULT].renderer)
   got, spec = run(item, k)
   np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
-  assert not any(u.op is Ops.MULACC for u in spec.uops)
+  assert not any(u.op is Ops.MULACC for u in program_uops(spec))
 
 def _cpu_renderer():
   """The default device's renderer as on a 2-core AVX2 host (8 float32 lanes, 2 threads): the plans hand_coded makes depend on
