@@ -1,9 +1,12 @@
 """plugin-example's hooks: declares the EXAMPLE device. Cheap to import; the renderer, compiler and runtime load on first use."""
 from __future__ import annotations
 import os, shutil
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from core.device.hookspecs import hookimpl
 from core.device.spec import DeviceSpec
+
+if TYPE_CHECKING:
+  from core.ir.pattern import PatternMatcher
 
 __version__ = "0.1.0"
 
@@ -23,5 +26,21 @@ def core_plugin_info() -> dict[str, Any]: return {"name": "example", "version": 
 @hookimpl
 def core_devices() -> list[DeviceSpec]:
   return [DeviceSpec("EXAMPLE", factory="plugin_example.runtime:make_device", renderers={"C": "plugin_example:make_c"}, default_renderer="C",
-                     interfaces=("DIRECT",), priority=10, is_available=has_c_compiler,
-                     description="example third-party backend: host C compiler + ctypes")]
+                     interfaces=("DIRECT", "SIM"), priority=10, is_available=has_c_compiler,
+                     description="example third-party backend: host C compiler + ctypes (SIM: simulated command queues, needs plugin-cpu)")]
+
+# the command-queue rules (queue.py), asked only for this plugin's devices when one runs through core's HCQ pipeline (SIM)
+@hookimpl
+def core_pm_prep_program(device: str) -> PatternMatcher:
+  from plugin_example.queue import pm_prep_program
+  return pm_prep_program
+
+@hookimpl
+def core_pm_lower(device: str) -> PatternMatcher:
+  from plugin_example.queue import pm_lower
+  return pm_lower
+
+@hookimpl
+def core_pm_bufferize(device: str) -> PatternMatcher:
+  from plugin_example.queue import pm_bufferize
+  return pm_bufferize

@@ -1,4 +1,4 @@
-"""The EXAMPLE runtime: host memory through ctypes, kernels loaded from shared objects, and the device factory."""
+"""The EXAMPLE runtime: host memory through ctypes, kernels loaded from shared objects, and the device factory (DIRECT or SIM)."""
 from __future__ import annotations
 import ctypes, os, tempfile, time
 from typing import Any
@@ -28,6 +28,11 @@ class ExampleProgram:
     return time.perf_counter() - st if wait else None
 
 def make_device(name: str, target: Any = None) -> Compiled:
+  """The EXAMPLE device for DEV target `target`. Interface DIRECT (the default): core calls each kernel through ExampleProgram.
+  SIM (DEV=SIM+EXAMPLE): core's HCQ pipeline runs whole schedules as packets on the simulated driver's queues (iface_sim.py)."""
   from plugin_example import make_c
   renderer, compiler = make_c(getattr(target, "arch", None))
-  return Compiled(name, ExampleAllocator(name), renderer, compiler, ExampleProgram, target=target)
+  iface = (getattr(target, "interface", None) or "DIRECT").upper()
+  if iface not in ("DIRECT", "SIM"): raise ValueError(f"{name} has no interface {iface!r}; choose DIRECT (the default) or SIM (DEV=SIM+{name})")
+  from plugin_example.iface_sim import sim_hcq
+  return Compiled(name, ExampleAllocator(name), renderer, compiler, ExampleProgram, target=target, hcq=sim_hcq(name) if iface == "SIM" else None)

@@ -1,0 +1,126 @@
+"""EXAMPLE's command queues: the packet format, and the three HCQ rule sets core's pipeline asks this plugin for.
+
+Core lowers a whole schedule into abstract queue commands (core/hcq/README.md); this file says what they become for EXAMPLE:
+  pm_prep_program  a compiled kernel -> the loaded program: ProgramData (kernarg layout) and the image bytes
+  pm_lower         each abstract command -> packet words, plus patches for values known only later (addresses, timelines)
+  pm_bufferize     each placeholder buffer (rings, doorbells, signals, command buffers, ...) -> a real EXAMPLE buffer
+iface_sim.py is the simulated driver whose command processor reads these packets from the rings and runs them.
+
+Packet format: little-endian uint64 words. A packet is one header word, `opcode | nwords << 8` (nwords counts the header),
+then its fields, one word each:
+  LAUNCH    (1, 4 words): image address, kernargs address, nbufs | nvars << 32
+  COPY      (2, 4 words): destination address, source address, nbytes
+  WAIT      (3, 3 words): signal address, value   the queue stops here until the uint64 *signal >= value
+  SIGNAL    (4, 3 words): signal address, value   *signal = value, once everything before it has completed
+  TIMESTAMP (5, 2 words): address                 *address = a monotonic clock in nanoseconds
+  BARRIER   (6, 1 word)                           nothing to do: this processor finishes each packet before the next
+A LAUNCH's image is 8 bytes, the handle of a kernel the SIM driver loaded (`SimHCQ.load_program`); its kernargs are one
+8-byte slot per kernel argument: the buffers' addresses, then the int32 variables in the low half of their slot.
+"""
+from __future__ import annotations
+import enum, struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from core.ir.dtype import dtypes
+from core.ir.ops import UOp, Ops
+from core.ir.pattern import PatternMatcher, UPat
+from core.hcq.queue_ir import ProgramData, getaddr, ins
+from core.codegen.program import compiled_program
+
+if TYPE_CHECKING:
+  from core.device.hcq import EncodeCtx
+  from plugin_example.iface_sim import SimHCQ
+
+# *** the packet format ***
+
+class Op(enum.IntEnum):
+  LAUNCH = 1
+  COPY = 2
+  WAIT = 3
+  SIGNAL = 4
+  TIMESTAMP = 5
+  BARRIER = 6
+
+WORDS = {Op.LAUNCH: 4, Op.COPY: 4, Op.WAIT: 3, Op.SIGNAL: 3, Op.TIMESTAMP: 2, Op.BARRIER: 1}
+
+def packet(op: Op, *fields: int) -> bytes:
+  """The words of one packet: its header, then `fields`."""
+  if len(fields) != WORDS[op] - 1: raise ValueError(f"a {op.name} packet has {WORDS[op] - 1} fields, got {len(fields)}")
+  return struct.pack(f"<{WORDS[op]}Q", op | WORDS[op] << 8, *fields)
+
+def field(i: int) -> int:
+  """Byte offset of field `i` inside its packet: where a patch writes a value known only later."""
+  return 8 * (i + 1)
+
+def packet_words(header: int) -> int:
+  """The length in words of the packet that starts with `header`. Raises ValueError when it starts no packet of this format."""
+  op, n = header & 0xff, header >> 8
+  if op not in WORDS or n != WORDS[Op(op)]: raise ValueError(f"bad packet header 0x{header:016x} (opcode {op}, {n} words)")
+  return n
+
+def decode(words: bytes) -> list[tuple[Op, tuple[int, ...]]]:
+  """Packets -> [(opcode, fields)]: what the command processor runs (tests and debugging read it too). Raises ValueError
+  on a bad header or a packet cut short."""
+  out, off = [], 0
+  while off < len(words):
+    n = packet_words(struct.unpack_from("<Q", words, off)[0])
+    if off + 8 * n > len(words): raise ValueError(f"packet at byte {off} needs {8 * n} bytes, only {len(words) - off} left")
+    header, *fields = struct.unpack_from(f"<{n}Q", words, off)
+    out.append((Op(header & 0xff), tuple(fields)))
+    off += 8 * n
+  return out
+
+# *** pm_prep_program (ctx: the device's SimHCQ): load the kernel, describe its arguments ***
+
+@dataclass(frozen=True)
+class ExampleProgramData(ProgramData):
+  """A kernel the SIM driver loaded: its handle (the image), and its number of buffer and int32 arguments."""
+  handle: int = 0
+  nbufs: int = 0
+  nvars: int = 0
+
+def prep_program(ctx: SimHCQ, p: UOp, device: UOp, linear: UOp, binary: UOp) -> UOp:
+  spec = p.arg
+  nbufs, nvars = sum(1 for u in linear.src if u.op is Ops.PARAM), len(spec.vars)
+  handle = ctx.load_program(spec.name, binary.arg)
+  nargs = nbufs + nvars
+  data = ExampleProgramData(spec.name, 8 * nargs, 8, tuple(range(0, 8 * nargs, 8)), handle=handle, nbufs=nbufs, nvars=nvars)
+  return UOp(Ops.PROGRAM, src=(device, UOp(Ops.BINARY, arg=struct.pack("<Q", handle))), arg=data)
+
+pm_prep_program = PatternMatcher([(compiled_program, prep_program)], name="example prep program")
+
+# *** pm_lower (ctx: EncodeCtx): abstract commands -> INS(packet words, patches) ***
+# A patch is (byte offset in the packet, value): a constant is written into the words now, an address when the buffer has one,
+# a timeline value by the submit program when it copies the words into the ring.
+
+def _u64(v: UOp) -> UOp: return v if v.dtype == dtypes.uint64 else v.cast(dtypes.uint64)
+
+def lower_launch(ctx: EncodeCtx, cmd: UOp, prog: UOp, kernargs: UOp) -> UOp:
+  data: ExampleProgramData = prog.arg
+  if any(g != 1 for g in cmd.arg[0]):
+    raise RuntimeError(f"{ctx.device}: kernel {data.name} has global size {cmd.arg[0]}; EXAMPLE kernels loop over every axis (global size 1)")
+  image = prog.src[1]   # the program placeholder the image bytes were put in
+  return ins(packet(Op.LAUNCH, 0, 0, data.nbufs | data.nvars << 32), [(field(0), getaddr(image)), (field(1), getaddr(kernargs))])
+
+def lower_signal_op(op: Op, sig: UOp, value: UOp) -> UOp:
+  return ins(packet(op, 0, 0), [(field(0), getaddr(sig)), (field(1), _u64(value))])
+
+pm_lower = PatternMatcher([
+  # launch: PROGRAM(prepared PROGRAM, kernargs buffer) arg=(global size, local size)
+  (UPat(Ops.PROGRAM, src=(UPat(Ops.PROGRAM, name="prog"), UPat(name="kernargs")), name="cmd"), lower_launch),
+  (UPat(Ops.COPY, src=(UPat(name="dst"), UPat(name="src")), name="cmd"),
+   lambda ctx, cmd, dst, src: ins(packet(Op.COPY, 0, 0, cmd.arg), [(field(0), getaddr(dst)), (field(1), getaddr(src))])),
+  (UPat(Ops.WAIT, src=(UPat(name="sig"), UPat(name="value"))), lambda ctx, sig, value: lower_signal_op(Op.WAIT, sig, value)),
+  (UPat(Ops.SIGNAL, src=(UPat(Ops.BUFFER, name="sig"), UPat(name="value"))), lambda ctx, sig, value: lower_signal_op(Op.SIGNAL, sig, value)),
+  (UPat(Ops.TIMESTAMP, src=(UPat(name="buf"),)), lambda ctx, buf: ins(packet(Op.TIMESTAMP, 0), [(field(0), getaddr(buf))])),
+  (UPat(Ops.BARRIER, src=()), lambda ctx: ins(packet(Op.BARRIER))),
+], name="example lower")
+
+# *** pm_bufferize (ctx: the device's SimHCQ): placeholders -> real buffers ***
+
+pm_bufferize = PatternMatcher([
+  # tag (kind, queue): a queue's ring, wptr, doorbell or timeline signal, the same buffer for every schedule
+  (UPat(Ops.BUFFER, name="b", custom=lambda b: isinstance(b.tag, tuple)), lambda ctx, b: ctx.queue_buffer(*b.tag)),
+  # any other kind (program, kernargs, cmdbuf, scratch, staging): a fresh buffer of the placeholder's size
+  (UPat(Ops.BUFFER, name="b", custom=lambda b: isinstance(b.tag, str)), lambda ctx, b: ctx.fresh_buffer(b.arg, b.dtype)),
+], name="example bufferize")
