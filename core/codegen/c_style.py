@@ -168,7 +168,8 @@ class CStyleRenderer(Renderer):
     return ""
   def render_dtype(self, dt: DType) -> str:
     if isinstance(dt, PtrDType): return self.render_dtype(dt.base) + "*"
-    if dt.count > 1: return f"{_SHORT[dt.scalar()]}{dt.count}"
+    # "floatx8", not "float8": a 32-lane float vector must not read as a scalar type named float32
+    if dt.count > 1: return f"{_SHORT[dt.scalar()]}x{dt.count}"
     if dt is dtypes.float16 and not self.native_half: return "unsigned short"
     if dt not in self.type_map: raise NotImplementedError(f"{type(self).__name__} has no C type for {dt}")
     return self.type_map[dt]

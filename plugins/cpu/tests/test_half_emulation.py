@@ -107,7 +107,7 @@ def test_half_arithmetic_matches_numpy(op):
     assert np.isnan(got[nan]).all()
 
 def test_half_vectors_where_and_constants():
-  # out[4i:4i+4] = where(x < 1.5, x * 0.1, -x) as half4 loads and stores; 0.1 is the half nearest it (0x2e66)
+  # out[4i:4i+4] = where(x < 1.5, x * 0.1, -x) as halfx4 loads and stores; 0.1 is the half nearest it (0x2e66)
   x = np.array([0.5, 1.5, 2.0, -3.0, 65504.0, np.inf, -0.0, 1e-7], np.float16)
   v4 = dtypes.float16.vec(4)
   out, inp = buf(0, dtypes.float16, 8), buf(1, dtypes.float16, 8)
@@ -117,7 +117,7 @@ def test_half_vectors_where_and_constants():
   v = inp.index(r * c(4)).load(dtype=v4)
   lin.add(out.index(r * c(4)).store((v < UOp.const(v4, 1.5)).where(v * UOp.const(v4, 0.1), -v)).end(r))
   src = device(EMU).renderer.render("k", lin.uops)
-  assert "half4" in src and "0x2e66" in src, src
+  assert "halfx4" in src and "0x2e66" in src, src
   got = run(EMU, lin.uops, [np.zeros(8, np.float16), x])[0]
   np.testing.assert_array_equal(_bits(got), _bits(np.where(x < 1.5, x * np.float16(0.1), -x)))
 
