@@ -11,6 +11,7 @@ from core.hcq.queue_ir import is_submit, submit_device, submit_queue, queue_of, 
 from core.hcq.encode import _is_timeline
 from core.hcq.state import HCQState
 from core.device.hcq import handle_addr
+from core.codegen.program import ProgramSpec
 
 _host_timelines: dict[tuple[str, str], Any] = {}
 
@@ -145,7 +146,9 @@ def callify(linear: UOp, ctx: HCQState) -> tuple[UOp, Any, tuple[int, ...]]:
   """(LINEAR of what the host still does per run, then the CALL of the submit program; the program; its arguments)."""
   uops, params = build_submit_program(linear, ctx)
   src, lib, prg = compile_submit_program(uops)
-  prog = UOp(Ops.PROGRAM, src=(UOp(Ops.DEVICE, arg="CPU"), UOp(Ops.BINARY, arg=lib)), arg="hcq_submit")
+  # the same compiled PROGRAM shape codegen makes, for the host
+  prog = UOp(Ops.PROGRAM, src=(UOp(Ops.SINK, arg="hcq_submit"), UOp(Ops.DEVICE, arg="CPU"), UOp(Ops.LINEAR, src=tuple(uops)),
+                               UOp(Ops.SOURCE, arg=src), UOp(Ops.BINARY, arg=lib)), arg=ProgramSpec("hcq_submit"))
   rest = tuple(u for u in linear.src if not is_submit(u) and u.op is not Ops.ADVANCE)
   call = UOp(Ops.CALL, src=(prog,) + tuple(params))
   return linear.replace(src=rest + (call,)), prg, tuple(param_address(p, ctx) for p in params)
