@@ -52,7 +52,12 @@ class Allocator(Generic[T]):
   def _free(self, opaque: T, options: BufferSpec) -> None: pass
   def _copyin(self, dest: T, src: memoryview) -> None: raise NotImplementedError(f"{type(self).__name__} can't copy into device memory")
   def _copyout(self, dest: memoryview, src: T) -> None: raise NotImplementedError(f"{type(self).__name__} can't copy out of device memory")
-  # optional: _offset(opaque, size, offset) -> T for views, _as_buffer(opaque) -> memoryview for zero-copy host access
+  def _offset(self, opaque: T, size: int, offset: int) -> T:
+    """A handle to `size` bytes at `offset` into `opaque` (what Buffer views need); allocators without views keep this."""
+    raise NotImplementedError(f"{self.device}'s allocator ({type(self).__name__}) can't make views (it has no _offset)")
+  def _as_buffer(self, opaque: T) -> memoryview | None:
+    """A zero-copy host view of the memory, or None when the host can't address it (copies go through _copyout)."""
+    return None
 
 class LRUAllocator(Allocator[T]):
   """Keeps freed blocks by (size, options) and hands them out again; flushes them all before giving up on memory."""

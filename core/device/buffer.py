@@ -32,7 +32,6 @@ class Buffer:
     if self.is_allocated(): raise RuntimeError(f"{self} is already allocated")
     if self._base is not None:
       if not self._base.is_allocated(): self._base.allocate()
-      if not hasattr(self.allocator, "_offset"): raise RuntimeError(f"{self.device}'s allocator has no _offset, so it can't make views")
       self._buf = self.allocator._offset(self._base._buf, self.nbytes, self.offset)
       return self
     if opaque is not None: self._buf, self._owned = opaque, False
@@ -66,9 +65,13 @@ class Buffer:
     """A Buffer of `size` elements of `dtype` starting `offset` bytes into this one."""
     return Buffer(self.device, size, dtype, base=self.base, offset=self.offset + offset)
 
+  def host_view(self) -> memoryview | None:
+    """A zero-copy host view of the memory, or None when the allocator gives none."""
+    return self.allocator._as_buffer(self._need_buf("host_view"))
+
   def as_buffer(self) -> memoryview:
     """Zero-copy host view where the allocator supports it, else a copy."""
-    if hasattr(self.allocator, "_as_buffer"): return self.allocator._as_buffer(self._need_buf("as_buffer"))
+    if (mv := self.host_view()) is not None: return mv
     return self.copyout(memoryview(bytearray(self.nbytes)))
 
   def copyin(self, mv: memoryview | bytes | bytearray) -> Buffer:

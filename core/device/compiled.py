@@ -1,6 +1,6 @@
 """Compiled: one device instance = allocator + renderer + compiler + program runtime; and the Program protocol."""
 from __future__ import annotations
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
   from core.device.hcq import HCQDevice
@@ -9,6 +9,12 @@ class Program(Protocol):
   """A loaded kernel, built by `device.runtime(name, lib)`. Returns seconds taken when `wait`, else None."""
   def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] = (1, 1, 1),
                vals: tuple[int, ...] = (), wait: bool = False) -> float | None: ...
+
+@runtime_checkable
+class BindableProgram(Protocol):
+  """A Program that can also fix its arguments once: `bind(*bufs)` returns a call without arguments that skips the per-call
+  conversion (the HCQ submit program is called with the same host addresses on every run)."""
+  def bind(self, *args: Any) -> Callable[[], Any]: ...
 
 class Compiled:
   """A device ready to use. `runtime(name, lib)` loads a compiled kernel as a Program; `target` is the DEV entry it came from.

@@ -55,7 +55,7 @@ def _ensure(b: Buffer) -> Buffer:
 
 def run_copy(dest: Buffer, src: Buffer) -> None:
   if dest.nbytes == 0: return
-  if hasattr(src.allocator, "_as_buffer"): dest.copyin(src.as_buffer())
+  if (mv := src.host_view()) is not None: dest.copyin(mv)
   else:
     tmp = memoryview(bytearray(src.nbytes))
     src.copyout(tmp)

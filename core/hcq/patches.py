@@ -11,7 +11,7 @@ from core.hcq.state import HCQState
 def write_value(buf: Any, offset: int, value: int, width: int) -> None:
   """Write a little-endian `width`-byte integer into an allocated Buffer (zero-copy when the allocator maps it)."""
   data = struct.pack("<Q" if width == 8 else "<I", value & ((1 << 8 * width) - 1))
-  if hasattr(buf.allocator, "_as_buffer"): buf.as_buffer()[offset:offset + width] = data
+  if (mv := buf.host_view()) is not None: mv[offset:offset + width] = data
   else: buf.view(width, dtypes.uint8, offset).copyin(data)
 
 def _fold(x: UOp) -> UOp | None:

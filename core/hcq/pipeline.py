@@ -7,6 +7,7 @@ from core.hcq import HCQError
 from core.hcq.queue_ir import device_of, command_kind
 from core.hcq.state import HCQState
 from core.device.hcq import HCQDevice, handle_addr
+from core.device.compiled import BindableProgram
 from core.hcq.prep import schedule_linear, prep_runtime
 from core.hcq.lower import lower_to_queues
 from core.hcq.deps import dependencies
@@ -44,7 +45,7 @@ class Submission:
     self.submits = [u for u in linear.src if u.op is Ops.CUSTOM_FUNCTION]
     self.final, self.prg, self.args = callify(linear, ctx)
     # the submit program's arguments never change: a runtime that can bind them once skips the per-call conversion
-    self._launch = self.prg.bind(*self.args) if hasattr(self.prg, "bind") else (lambda: self.prg(*self.args))
+    self._launch = self.prg.bind(*self.args) if isinstance(self.prg, BindableProgram) else (lambda: self.prg(*self.args))
     self.keep = [ctx.buffer_of(b) for b in ctx.internal]   # the pipeline's buffers live as long as the submission
     slot_index = {b: i for i, b in enumerate(self.slots)}
     # per-run host patches: (slot index, target Buffer, byte offset, width, addend, reading device) and (variable, target, offset, width)
@@ -156,9 +157,8 @@ def _own_addr(hcq: HCQDevice) -> Callable[[Any], int] | None:
 
 def _host_view(buf: Any) -> memoryview | None:
   """A writable byte view of an allocated Buffer's memory when its allocator maps it (None: write through copyin)."""
-  if not hasattr(buf.allocator, "_as_buffer"): return None
-  mv = buf.as_buffer()
-  return mv if not mv.readonly else None
+  mv = buf.host_view()
+  return mv if mv is not None and not mv.readonly else None
 
 def _eval_timeline(v: UOp) -> int:
   from core.ir.ops import exec_uop_tree
