@@ -59,6 +59,11 @@ class HCQDevice(abc.ABC):
   def synchronize(self) -> None:
     """Waits until every queue ran everything its doorbell announced (Compiled.synchronize calls it)."""
 
+  def timeline_signal(self, queue: str) -> Buffer | None:
+    """The Buffer holding `queue`'s uint64 timeline signal, for another device whose queue waits on it (a cross-device
+    dependency: it reads or maps that memory). None: the signal is not memory another device can reach."""
+    return None
+
   def addr(self, buf: Buffer) -> int:
     """The device address of an allocated Buffer, as command words and kernel arguments carry it."""
     return handle_addr(buf)

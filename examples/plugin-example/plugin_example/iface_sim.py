@@ -167,6 +167,8 @@ class SimHCQ(HCQDevice):
       if (q := self._queues.get(name)) is None: q = self._queues[name] = SimQueue(self.device, name, self._ring_size)
     return q
 
+  def timeline_signal(self, queue: str) -> Buffer | None: return self.queue(queue).buffers["timeline_signal"]
+
   def queue_buffer(self, kind: str, queue: str) -> UOp:
     """The real BUFFER uop of one of a queue's buffers (ring, wptr, doorbell, timeline_signal), the same one every time."""
     if (u := self._queue_uops.get((kind, queue))) is None:

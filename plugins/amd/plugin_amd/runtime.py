@@ -53,6 +53,7 @@ class AMDHCQ(HCQDevice):
     if queue not in self.queues: raise ValueError(f"{self.device} has no queue {queue!r}; its queues are {', '.join(self.queues)}")
 
   def queue_buffer(self, kind: str, queue: str) -> Buffer: raise NotImplementedError(f"{type(self).__name__} has no queue buffers")
+  def timeline_signal(self, queue: str) -> Buffer | None: return self.queue_buffer("timeline_signal", queue)
   def _kick(self) -> None: pass
   def _busy(self) -> list[str]: return []
   def _describe(self) -> str: return ""
@@ -123,15 +124,10 @@ class AMDHCQ(HCQDevice):
     if (faults := self._faults("raised")): self._raise(faults)
 
 def timeline_signal_addrs(hcq: HCQDevice | None) -> list[tuple[int, int]]:
-  """(address, bytes) of each timeline signal of another plugin's HCQ device, for a queue here that waits on it (a cross-device
-  dependency). The HCQ contract has no call for this: it reads the queues the way this plugin and the CPU plugin keep them
-  (`hcq.queue(q).buffers["timeline_signal"]`) and gives [] for a device that keeps them otherwise."""
-  queue = getattr(hcq, "queue", None)
-  if hcq is None or queue is None: return []
-  out = []
-  for q in hcq.queues:
-    if isinstance(b := getattr(queue(q), "buffers", {}).get("timeline_signal"), Buffer): out.append((handle_addr(b), b.nbytes))
-  return out
+  """(address, bytes) of each timeline signal of another HCQ device, for a queue here that waits on it (a cross-device
+  dependency); [] for a device without one (not an HCQ device, or signals another device can't reach)."""
+  if hcq is None: return []
+  return [(handle_addr(b), b.nbytes) for q in hcq.queues if (b := hcq.timeline_signal(q)) is not None]
 
 def no_direct_path(name: str, lib: bytes) -> Program:
   """The Compiled runtime of every AMD interface: kernels run only through the queues (core's HCQ pipeline)."""

@@ -148,6 +148,8 @@ class CPUHCQ(HCQDevice):
     self._owned[u] = Buffer(self.device, size, dtype, BufferSpec(nolru=True)).allocate()
     return u
 
+  def timeline_signal(self, queue: str) -> Buffer | None: return self.queue(queue).buffers["timeline_signal"]
+
   def buffer_of(self, u: UOp) -> Buffer | None:
     """The Buffer behind a BUFFER uop that pm_bufferize returned (None for any other uop)."""
     return self._owned.get(u)

@@ -45,6 +45,8 @@ def test_interfaces_hcq_by_default_direct_on_request():
   assert make_device("CPU", Target(interface="DIRECT", device="CPU")).hcq is None
   with pytest.raises(ValueError, match="no interface 'KFD'"): make_device("CPU", Target(interface="KFD", device="CPU"))
   with pytest.raises(ValueError, match="no queue 'COMPUTE:1'"): d.hcq.ring_size("COMPUTE:1")
+  # what another device's queue reads when it waits on this one: the queue's own signal buffer
+  assert d.hcq.timeline_signal("COPY:0") is d.hcq.queue("COPY:0").buffers["timeline_signal"]
 
 def test_prep_program_loads_the_kernel_and_lays_out_one_slot_per_argument(dev):
   p = prepared(dev)
