@@ -37,7 +37,7 @@ def core_pm_prep_program(device: str) -> PatternMatcher | None:
 @hookspec
 def core_pm_lower(device: str) -> PatternMatcher | None:
   """Called by the HCQ pipeline's encode stage for `device`. Returns rules, ctx = core.device.hcq.EncodeCtx, that turn
-  each abstract queue command (launch, COPY, WAIT, SIGNAL, BARRIER, TIMESTAMP) into INS: the device's command words
+  each abstract queue command (LAUNCH, COPY, WAIT, SIGNAL, BARRIER, TIMESTAMP) into INS: the device's command words
   plus patches. None: the device runs no HCQ schedules."""
 
 @hookspec

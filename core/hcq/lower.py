@@ -24,7 +24,7 @@ def _lower_copy(ctx: HCQState, call: UOp) -> UOp:
   return submit([copy(dest, src, nbytes)], dev, pick_queue(ctx.hcq_of(dev).queues, "COPY"), UOp(Ops.GROUP, src=(dest,)), UOp(Ops.GROUP, src=(src,)))
 
 pm_lower_to_queues = PatternMatcher([
-  (UPat(Ops.CALL, src=(UPat(Ops.PROGRAM, name="l", src=(UPat(Ops.PROGRAM), UPat(Ops.BUFFER))),), allow_any_len=True, name="call"), _lower_launch),
+  (UPat(Ops.CALL, src=(UPat(Ops.LAUNCH, name="l", src=(UPat(Ops.PROGRAM), UPat(Ops.BUFFER))),), allow_any_len=True, name="call"), _lower_launch),
   (UPat(Ops.CALL, src=(UPat(Ops.COPY),), allow_any_len=True, name="call"), _lower_copy),
 ], name="lower to queues")
 

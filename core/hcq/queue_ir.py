@@ -62,7 +62,7 @@ def prepared_program(device: str, image_buf: UOp, data: ProgramData) -> UOp:
   return UOp(Ops.PROGRAM, src=(UOp(Ops.DEVICE, arg=device), image_buf), arg=data)
 
 def launch(prog: UOp, kernargs: UOp, global_size: tuple[int, ...], local_size: tuple[int, ...]) -> UOp:
-  return UOp(Ops.PROGRAM, src=(prog, kernargs), arg=(tuple(global_size), tuple(local_size)))
+  return UOp(Ops.LAUNCH, src=(prog, kernargs), arg=(tuple(global_size), tuple(local_size)))
 
 def copy(dest: UOp, src: UOp, nbytes: int) -> UOp: return UOp(Ops.COPY, src=(dest, src), arg=nbytes)
 def wait(signal: UOp, value: UOp) -> UOp: return UOp(Ops.WAIT, src=(signal, value))
@@ -97,5 +97,5 @@ def advance(queue: str, device: str, value: UOp) -> UOp:
 
 def command_kind(cmd: UOp) -> str:
   """A short human name of an abstract command, for errors and DEBUG output."""
-  if cmd.op is Ops.PROGRAM: return f"launch {cmd.src[0].arg.name}"
+  if cmd.op is Ops.LAUNCH: return f"launch {cmd.src[0].arg.name}"
   return {Ops.COPY: "copy", Ops.WAIT: "wait", Ops.SIGNAL: "signal", Ops.BARRIER: "barrier", Ops.TIMESTAMP: "timestamp"}.get(cmd.op, cmd.op.name)

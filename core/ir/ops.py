@@ -26,7 +26,7 @@ class Ops(enum.IntEnum):
   IF = enum.auto(); ENDIF = enum.auto(); VECTORIZE = enum.auto(); GEP = enum.auto(); CAT = enum.auto()  # noqa: E702
   UNROLL = enum.auto(); CONTRACT = enum.auto(); WMMA = enum.auto()  # noqa: E702
   # command level (HCQ queue IR, core/hcq/queue_ir.py): commands, encoded words, and the writes that fill in late values
-  WAIT = enum.auto(); SIGNAL = enum.auto(); TIMESTAMP = enum.auto(); INS = enum.auto(); GETADDR = enum.auto()  # noqa: E702
+  LAUNCH = enum.auto(); WAIT = enum.auto(); SIGNAL = enum.auto(); TIMESTAMP = enum.auto(); INS = enum.auto(); GETADDR = enum.auto()  # noqa: E702
   HOST_PATCH = enum.auto(); RING_PATCH = enum.auto(); ADVANCE = enum.auto()  # noqa: E702
   # values
   CONST = enum.auto(); VCONST = enum.auto(); CAST = enum.auto(); BITCAST = enum.auto()  # noqa: E702

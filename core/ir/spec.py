@@ -133,17 +133,17 @@ program_spec = PatternMatcher([
 _MEM = (Ops.BUFFER, Ops.BUFFER_VIEW)
 
 def _hcq_program_ok(x: UOp) -> bool:
+  # the compiled program (stage 1's input), then the prepared one: DEVICE and its image (bytes, then the buffer they went to)
   s = x.src
-  # the prepared program: DEVICE and its image (bytes, then the placeholder or buffer they were uploaded to)
   if len(s) == 2 and s[0].op is Ops.DEVICE: return s[1].op in (Ops.BINARY,) + _MEM and x.arg is not None
-  # a launch command: the prepared program and its kernarg buffer, arg (global size, local size)
-  if len(s) == 2 and s[0].op is Ops.PROGRAM: return s[1].op in _MEM and isinstance(x.arg, tuple) and len(x.arg) == 2
   return _program_ok(x)
 
 def _u64_value(v: UOp) -> bool: return v.dtype is dtypes.uint64
 
 queue_spec = PatternMatcher([
   (UPat(Ops.PROGRAM, name="x"), _hcq_program_ok),
+  # a launch: the prepared program and its kernarg buffer, arg (global size, local size)
+  (UPat(Ops.LAUNCH, src=(UPat(Ops.PROGRAM), UPat(_MEM)), name="x"), lambda x: isinstance(x.arg, tuple) and len(x.arg) == 2),
   (UPat((Ops.LINEAR, Ops.CALL, Ops.GROUP, Ops.NOOP, Ops.BARRIER, Ops.UNIQUE, Ops.SOURCE, Ops.COPY)), lambda: True),
   (UPat(Ops.BINARY, name="x", src=()), lambda x: isinstance(x.arg, (bytes, bytearray))),
   (UPat(Ops.BUFFER, name="x"), lambda x: isinstance(x.arg, int) and x.src[1].op is Ops.DEVICE),

@@ -42,7 +42,7 @@ def _launch(prog: UOp, kargs: UOp, cmd: UOp) -> UOp:
 
 pm_prep = PatternMatcher([(compiled_program, _prep)])
 pm_lower = PatternMatcher([
-  (UPat(Ops.PROGRAM, src=(UPat(Ops.PROGRAM, name="prog"), UPat(name="kargs")), name="cmd"), lambda prog, kargs, cmd: _launch(prog, kargs, cmd)),
+  (UPat(Ops.LAUNCH, src=(UPat(Ops.PROGRAM, name="prog"), UPat(name="kargs")), name="cmd"), lambda prog, kargs, cmd: _launch(prog, kargs, cmd)),
   (UPat(Ops.COPY, src=(UPat(name="d"), UPat(name="s")), name="c"),
    lambda c, d, s: ins(_hdr(COPY) + struct.pack("<QQQ", 0, 0, c.arg), [(8, getaddr(d)), (16, getaddr(s))])),
   (UPat(Ops.WAIT, src=(UPat(name="sig"), UPat(name="v"))), lambda sig, v: ins(_hdr(WAIT) + bytes(16), [(8, getaddr(sig)), (16, v)])),

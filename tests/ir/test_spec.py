@@ -77,7 +77,8 @@ def test_queue_spec_tells_the_queue_ir_writes_apart():
   sig, kargs = q.queue_buffer("timeline_signal", "COMPUTE:0", "CPU"), q.placeholder("kernargs", "CPU", 16)
   tl = q.timeline_value("COMPUTE:0", "CPU", 1)
   good = [q.signal(sig, tl), q.wait(sig, q.u64(3)), q.host_patch(kargs, 8, q.getaddr(sig, device="CPU")), q.ring_patch(16, tl), q.advance("COMPUTE:0", "CPU", tl),
-          q.timestamp(kargs), q.ins(b"\0" * 8, [(0, q.getaddr(kargs, device="CPU"))])]
+          q.timestamp(kargs), q.ins(b"\0" * 8, [(0, q.getaddr(kargs, device="CPU"))]),
+          q.launch(q.prepared_program("CPU", q.placeholder("program", "CPU", 8), "data"), kargs, (4, 1, 1), (1, 1, 1))]
   type_verify(UOp(Ops.LINEAR, src=tuple(good)), queue_spec)
   bad = [UOp(Ops.SIGNAL, src=(sig, UOp.const(dtypes.int32, 1))),                 # a signal value is a uint64
          UOp(Ops.HOST_PATCH, src=(kargs, q.u64(1)), arg=-8),                      # a patch lands at a byte offset >= 0

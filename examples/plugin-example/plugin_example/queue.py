@@ -106,8 +106,8 @@ def lower_signal_op(op: Op, sig: UOp, value: UOp) -> UOp:
   return ins(packet(op, 0, 0), [(field(0), getaddr(sig)), (field(1), _u64(value))])
 
 pm_lower = PatternMatcher([
-  # launch: PROGRAM(prepared PROGRAM, kernargs buffer) arg=(global size, local size)
-  (UPat(Ops.PROGRAM, src=(UPat(Ops.PROGRAM, name="prog"), UPat(name="kernargs")), name="cmd"), lower_launch),
+  # LAUNCH(prepared PROGRAM, kernargs buffer) arg=(global size, local size)
+  (UPat(Ops.LAUNCH, src=(UPat(Ops.PROGRAM, name="prog"), UPat(name="kernargs")), name="cmd"), lower_launch),
   (UPat(Ops.COPY, src=(UPat(name="dst"), UPat(name="src")), name="cmd"),
    lambda ctx, cmd, dst, src: ins(packet(Op.COPY, 0, 0, cmd.arg), [(field(0), getaddr(dst)), (field(1), getaddr(src))])),
   (UPat(Ops.WAIT, src=(UPat(name="sig"), UPat(name="value"))), lambda ctx, sig, value: lower_signal_op(Op.WAIT, sig, value)),

@@ -175,7 +175,6 @@ def lower_sdma_barrier(gen: str) -> UOp:
 
 # *** one command, the matcher ***
 
-def _is_launch(cmd: UOp) -> bool: return cmd.op is Ops.PROGRAM and len(cmd.src) == 2 and cmd.src[0].op is Ops.PROGRAM
 
 def lower_command(cmd: UOp, queue: str, arch: str, hcq: AMDHCQ | None = None) -> UOp:
   """The INS for one queue command on `queue` ("COMPUTE:n" or "COPY:n") of an `arch` device (`hcq`: for scratch setup)."""
@@ -187,7 +186,7 @@ def lower_command(cmd: UOp, queue: str, arch: str, hcq: AMDHCQ | None = None) ->
   if cmd.op is Ops.SIGNAL: return (lower_compute_signal if compute else lower_sdma_signal)(gen, cmd.src[0], cmd.src[1])
   if cmd.op is Ops.BARRIER: return (lower_compute_barrier if compute else lower_sdma_barrier)(gen)
   if cmd.op is Ops.TIMESTAMP: return (lower_compute_timestamp if compute else lower_sdma_timestamp)(gen, cmd.src[0])
-  if _is_launch(cmd):
+  if cmd.op is Ops.LAUNCH:
     if not compute: raise ValueError(f"kernel launch on copy queue {queue}: launches go to a COMPUTE queue")
     return lower_launch(gen, cmd, hcq)
   if cmd.op is Ops.COPY:
@@ -202,7 +201,7 @@ def _lower(ctx: EncodeCtx, cmd: UOp) -> UOp:
 
 # the HCQ contract's pm_lower: each abstract command -> the words of its queue's engine (ctx: core.device.hcq.EncodeCtx)
 pm_lower = PatternMatcher([
-  (UPat(Ops.PROGRAM, src=(UPat(Ops.PROGRAM), UPat()), name="cmd"), _lower),
+  (UPat(Ops.LAUNCH, src=(UPat(Ops.PROGRAM), UPat()), name="cmd"), _lower),
   (UPat(Ops.COPY, src=(UPat(), UPat()), name="cmd"), _lower),
   (UPat(Ops.WAIT, src=(UPat(), UPat()), name="cmd"), _lower),
   (UPat(Ops.SIGNAL, src=(UPat(Ops.BUFFER), UPat()), name="cmd"), _lower),

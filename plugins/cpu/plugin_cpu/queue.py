@@ -103,7 +103,7 @@ def lower_launch(ctx: Any, cmd: UOp, prog: UOp, kernargs: UOp) -> UOp:
   return _ins(enc_launch(data.fn, 0, data.nargs, gs[0] if gs else 1), [(LAUNCH_KERNARGS, getaddr(kernargs))])
 
 pm_lower = PatternMatcher([
-  (UPat(Ops.PROGRAM, src=(UPat(Ops.PROGRAM, name="prog", custom=lambda u: isinstance(u.arg, CPUProgramData)), UPat(name="kernargs")),
+  (UPat(Ops.LAUNCH, src=(UPat(Ops.PROGRAM, name="prog", custom=lambda u: isinstance(u.arg, CPUProgramData)), UPat(name="kernargs")),
         name="cmd"), lower_launch),
   (UPat(Ops.COPY, src=(UPat(name="dst"), UPat(name="src")), name="cmd"),
    lambda ctx, cmd, dst, src: _ins(enc_copy(0, 0, cmd.arg), [(COPY_DST, getaddr(dst)), (COPY_SRC, getaddr(src))])),
