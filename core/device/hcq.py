@@ -9,14 +9,12 @@ if TYPE_CHECKING:
   from core.ir.ops import UOp
 
 def handle_addr(buf: Buffer) -> int:
-  """The address behind an allocated Buffer's allocator handle: an int, an object with `va_addr`, or a ctypes object
-  (allocated now if it is not yet; 0 for a zero-size buffer)."""
+  """The address behind an allocated Buffer's allocator handle, an int or a ctypes object (allocated now if it is not yet;
+  0 for a zero-size buffer). A device whose addresses differ from its handles' says so in HCQDevice.addr."""
   if not buf.is_allocated(): buf.allocate()
   h = buf._buf
   if h is None: return 0
-  if isinstance(h, int): return h
-  if (va := getattr(h, "va_addr", None)) is not None: return int(va)
-  return ctypes.addressof(h)
+  return h if isinstance(h, int) else ctypes.addressof(h)
 
 @dataclass(frozen=True)
 class RingLayout:

@@ -31,17 +31,21 @@ class KFDAllocator(LRUAllocator):
   def __init__(self, device: str, drv: K.KFD):
     super().__init__(device)
     self.drv = drv
+    self._bos: dict[int, K.GPUMemory] = {}   # address -> the driver's buffer object behind it
   def _alloc(self, size: int, options: BufferSpec) -> Any:
     if options.external_ptr is not None: return (ctypes.c_uint8 * size).from_address(options.external_ptr)
     try: mem = self.drv.alloc(size, GTT if options.host or options.uncached else VRAM)
     except K.KFDError as e:
       if e.errno == 12: raise MemoryError(str(e)) from e   # ENOMEM: the allocator's OutOfMemory path
       raise
-    buf = (ctypes.c_uint8 * size).from_address(mem.va)
-    buf.kfd_mem = mem   # type: ignore[attr-defined]
-    return buf
+    self._bos[mem.va] = mem
+    return (ctypes.c_uint8 * size).from_address(mem.va)
+  def buffer_object(self, buf: Buffer) -> K.GPUMemory:
+    """The driver's buffer object behind a Buffer this allocator gave (what a queue's ring is created from)."""
+    return self._bos[ctypes.addressof(buf._buf)]
   def _free(self, opaque: Any, options: BufferSpec) -> None:
-    if (mem := getattr(opaque, "kfd_mem", None)) is not None and self.drv.fd >= 0: self.drv.free(mem)
+    # memory this allocator got from the driver goes back to it (external_ptr memory is someone else's)
+    if (mem := self._bos.pop(ctypes.addressof(opaque), None)) is not None and self.drv.fd >= 0: self.drv.free(mem)
   def _offset(self, opaque: Any, size: int, offset: int) -> Any: return (ctypes.c_uint8 * size).from_buffer(opaque, offset)
   def _as_buffer(self, opaque: Any) -> memoryview: return memoryview(opaque).cast("B")
   def _copyin(self, dest: Any, src: memoryview) -> None: memoryview(dest).cast("B")[:] = src.cast("B")
@@ -64,7 +68,7 @@ class KFDQueue:
       eop = self.drv.alloc(self.drv.sizes.eop, K.MEM_VRAM | K.MEM_WRITABLE, cpu=False)
       cwsr = self.drv.alloc(self.drv.sizes.cwsr_total, K.MEM_VRAM | K.MEM_WRITABLE, cpu=False)
       self.own += [eop, cwsr]
-    ring = self.buffers["ring"]._buf.kfd_mem
+    ring = self.buffers["ring"].allocator.buffer_object(self.buffers["ring"])
     self.q = self.drv.create_queue(K.QUEUE_TYPE_COMPUTE if compute else K.QUEUE_TYPE_SDMA, ring, self.rw, eop, cwsr)
     for k, addr in (("wptr", self.rw.va + 8), ("doorbell", self.q.doorbell)):
       self.buffers[k] = Buffer(hcq.device, 1, dtypes.uint64, BufferSpec(external_ptr=addr, nolru=True)).allocate()
@@ -88,7 +92,7 @@ class KFDHCQ(AMDHCQ):
     self.drv = drv
     self.simulated = drv.simulated
     # the simulated driver reports its queues' faults in one list per process (the hardware would raise a memory exception event)
-    self.faults = getattr(drv.os, "faults", [])
+    self.faults = drv.os.faults
     self._seen = {"raised": len(self.faults), "read": len(self.faults)}
     self._queues: dict[str, KFDQueue] = {}
     self._host_maps: dict[int, K.GPUMemory] = {}

@@ -101,6 +101,7 @@ class OSBackend:
   simulated = False
 
   def __init__(self) -> None:
+    self.faults: list[str] = []   # queue faults the backend saw itself (the simulated driver's; the kernel reports none here)
     self.libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
     self.libc.mmap.restype = ctypes.c_void_p
     self.libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
@@ -208,7 +209,7 @@ class KFD:
   SDMA queues with doorbells. `backend`: the OS seam (default: the real kernel, or the simulated driver under AMD_KFD_SIM)."""
   def __init__(self, node: int | None = None, backend: Any = None):
     self.os = backend if backend is not None else default_backend()
-    self.simulated = bool(getattr(self.os, "simulated", False))
+    self.simulated: bool = self.os.simulated
     try: self.fd = self.os.open("/dev/kfd", os.O_RDWR | os.O_CLOEXEC)
     except OSError as e: raise _open_error("/dev/kfd", e) from None
     self.drm_fd = -1

@@ -7,7 +7,7 @@ from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
 from plugin_amd import pm4, sdma
-from plugin_amd.prep import AMDProgramData
+from plugin_amd.prep import AMDProgramData, USER_SGPRS
 from plugin_amd.runtime import AMDHCQ
 from plugin_amd.regs import gen_of, sh_offset, NUM_USER_DATA, DISPATCH_INITIATOR_COMPUTE_SHADER_EN, \
   DISPATCH_INITIATOR_FORCE_START_AT_000, DISPATCH_INITIATOR_CS_W32_EN
@@ -17,11 +17,6 @@ from plugin_amd.regs import gen_of, sh_offset, NUM_USER_DATA, DISPATCH_INITIATOR
 # LO/HI register pair) and CAST to uint32 (the 32-bit reference of a wait, the halves of an SDMA 64-bit signal).
 # Waits compare the low 32 bits of a signal (WAIT_REG_MEM/POLL_REGMEM are 32-bit compares): timeline values must stay
 # below 2**32, which a per-submit increment reaches after four billion submits.
-
-# kernel_code_properties bits (AMDGPU kernel descriptor, LLVM AMDGPUUsage) -> user SGPRs each enabled input takes,
-# in the order the hardware loads them into COMPUTE_USER_DATA_*
-USER_SGPRS = ((0, "private_segment_buffer", 4), (1, "dispatch_ptr", 2), (2, "queue_ptr", 2), (3, "kernarg_segment_ptr", 2),
-              (4, "dispatch_id", 2), (5, "flat_scratch_init", 2), (6, "private_segment_size", 1))
 
 class _Words:
   """Command dwords plus (byte offset, value UOp) patches for what is known only later."""
@@ -60,7 +55,7 @@ def _user_sgprs(props: int, kernargs: UOp, w: _Words) -> tuple[list[int], Callab
   """The COMPUTE_USER_DATA values for the enabled kernel inputs, and a hook placing the kernarg patch once emitted."""
   values: list[int] = []
   kernarg_index = -1
-  for bit, name, n in USER_SGPRS:
+  for bit, (name, n) in enumerate(USER_SGPRS):
     if not props & (1 << bit): continue
     if name == "kernarg_segment_ptr": kernarg_index = len(values)
     elif name != "dispatch_id":
