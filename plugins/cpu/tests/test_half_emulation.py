@@ -51,14 +51,18 @@ def test_half_to_float_every_bit_pattern():
   np.testing.assert_array_equal(d[~np.isnan(h)], h[~np.isnan(h)].astype(np.float64))
   assert np.isnan(d[np.isnan(h)]).all()
 
+def _check_to_half(u: np.ndarray, x: np.ndarray, dt, nan_shift: int) -> None:
+  """The emulated cast of `x` (bits `u`) to half matches numpy's bit for bit; NaNs keep their payload's top bits, quieted."""
+  got = _bits(_cast(EMU, x, dt, dtypes.float16, np.float16))
+  nan = np.isnan(x)
+  with np.errstate(over="ignore"): want = _bits(x[~nan].astype(np.float16))
+  np.testing.assert_array_equal(got[~nan], want)
+  np.testing.assert_array_equal(got[nan], _nan_f2h(u[nan], nan_shift))
+
 def test_float_to_half_rounds_to_nearest_even():
   u = _floats_near_half_midpoints(np.random.default_rng(0))
   f = u.view(np.float32)
-  got = _bits(_cast(EMU, f, dtypes.float32, dtypes.float16, np.float16))
-  nan = np.isnan(f)
-  with np.errstate(over="ignore"): want = _bits(f[~nan].astype(np.float16))
-  np.testing.assert_array_equal(got[~nan], want)
-  np.testing.assert_array_equal(got[nan], _nan_f2h(u[nan], 13))
+  _check_to_half(u, f, dtypes.float32, 13)
   # by hand: the ties at 1 + 2**-11 (to even: 1.0) and 1 + 3 * 2**-11 (up), the largest half, the first value that is inf,
   # the smallest subnormal and the tie below it (to even: 0), -0.0
   vals = np.array([1 + 2**-11, 1 + 3 * 2**-11, 65504.0, 65519.99, 65520.0, 2**-24, 2**-25, 2**-25 * 1.0000001, -0.0], np.float32)
@@ -74,11 +78,7 @@ def test_double_to_half_rounds_once():
   mid = rs.integers(0, 8, (len(hi), len(lows)), dtype=np.uint64) << np.uint64(42)
   u = np.concatenate([(hi[:, None] | mid | lows[None, :]).ravel(), rs.integers(0, 1 << 64, 1 << 20, dtype=np.uint64)])
   d = u.view(np.float64)
-  got = _bits(_cast(EMU, d, dtypes.float64, dtypes.float16, np.float16))
-  nan = np.isnan(d)
-  with np.errstate(over="ignore"): want = _bits(d[~nan].astype(np.float16))
-  np.testing.assert_array_equal(got[~nan], want)
-  np.testing.assert_array_equal(got[nan], _nan_f2h(u[nan], 42))
+  _check_to_half(u, d, dtypes.float64, 42)
   assert _bits(_cast(EMU, np.array([1 + 2**-11 + 2**-40]), dtypes.float64, dtypes.float16, np.float16))[0] == 0x3c01
 
 def test_int_to_half_and_back():
