@@ -1,14 +1,29 @@
-"""The NV plugin's hooks: declares the NV device, which is not implemented yet (never available, opening it says so)."""
+"""The NV plugin's hooks: declares the NV device (PTX renderer for sm_80..sm_120, compile-only so far: no interface runs kernels yet)."""
 from __future__ import annotations
 from typing import Any
 from core.device.hookspecs import hookimpl
-from core.device.spec import DeviceSpec, placeholder_spec
+from core.device.spec import DeviceSpec
 
 __version__ = "0.1.0"
+INTERFACES = ("MOCK", "NVK", "CUDA")   # declared for what comes next (issue 17); none opens yet
+
+def make_device(name: str, target: Any) -> Any:
+  """No NV interface is written yet: only compile-only DEV=NULL:NV:PTX:<arch> works."""
+  raise NotImplementedError(f"{name}: no NV interface ({', '.join(INTERFACES)}) is implemented yet; only compile-only "
+                            f"DEV=NULL:NV:PTX:<arch> works so far (arch sm_80, sm_86, sm_89, sm_90, sm_100 or sm_120). "
+                            f"To run kernels use another device, e.g. DEV=CPU (pip install ./plugins/cpu)")
+
+# the one place the PTX renderer is built: the NULL device (compile only) borrows it, and so will the device factory
+def make_ptx(arch: str | None = None) -> tuple[Any, Any]:
+  from plugin_nv.renderer import PTXRenderer
+  from plugin_nv.compiler import PTXCompiler
+  return PTXRenderer(arch), PTXCompiler(arch)
 
 @hookimpl
 def core_plugin_info() -> dict[str, Any]: return {"name": "nv", "version": __version__, "api": (2, 0)}
 
 @hookimpl
 def core_devices() -> list[DeviceSpec]:
-  return [placeholder_spec("NV", interfaces=('NVK', 'PCI', 'MOCK'), renderers=('CUDA', 'PTX'), priority=60)]
+  return [DeviceSpec("NV", factory=make_device, renderers={"PTX": "plugin_nv:make_ptx"}, default_renderer="PTX", interfaces=INTERFACES,
+                     priority=60, is_available=lambda: False,
+                     description="NVIDIA GPUs (sm_80..sm_120): PTX via LLVM, cubins via ptxas; compile-only so far (DEV=NULL:NV:PTX:sm_90)")]

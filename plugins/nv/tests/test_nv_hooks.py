@@ -1,14 +1,48 @@
-"""The NV placeholder plugin: loads cleanly, is never auto-selected, and opening it says "not implemented yet"."""
+"""The NV plugin's registration: its entry point and hooks, the PTX renderer borrowed by NULL, no interface opening yet."""
 from __future__ import annotations
 from typing import Any
 import pytest
-from core.testing.plugin_checks import plugin_manager, check_registration, check_placeholder
+from core.testing.plugin_checks import plugin_manager, check_registration
 
 @pytest.fixture
 def pm() -> Any: return plugin_manager("NV", "plugin-nv")
 
 def test_entry_point_spec_and_hooks(pm: Any) -> None:
-  check_registration(pm, "NV", "plugin-nv", "plugin_nv", ('NVK', 'PCI', 'MOCK'), ['CUDA', 'PTX'])
+  spec = check_registration(pm, "NV", "plugin-nv", "plugin_nv", ("MOCK", "NVK", "CUDA"), ["PTX"])
+  assert spec.default_renderer == "PTX" and spec.priority == 60
 
-def test_placeholder_says_not_implemented(pm: Any) -> None:
-  check_placeholder(pm, "NV")
+def test_never_available_and_never_auto_selected(pm: Any) -> None:
+  assert pm.spec("NV").available() is False
+  assert pm.best_device() != "NV"
+
+def test_opening_the_device_says_only_compile_only_works(pm: Any) -> None:
+  from core.device.target import Target
+  spec = pm.spec("NV")
+  for iface in ("MOCK", "NVK", "CUDA"):
+    with pytest.raises(NotImplementedError, match=r"only compile-only DEV=NULL:NV:PTX:<arch> works so far"):
+      spec.factory("NV", Target(interface=iface, device="NV"))
+
+def test_ptx_renderer_for_each_arch(pm: Any) -> None:
+  from plugin_nv.renderer import PTXRenderer
+  from plugin_nv.compiler import PTXCompiler
+  renderer, compiler = pm.spec("NV").make_renderer("PTX", "sm_80")
+  assert isinstance(renderer, PTXRenderer) and isinstance(compiler, PTXCompiler)
+  assert renderer.arch == "sm_80" and compiler.info.name == "sm_80"
+  assert pm.spec("NV").make_renderer(None)[0].arch == "sm_90"   # the default arch
+  with pytest.raises(ValueError, match="NV arch 'sm_70' is not supported"): pm.spec("NV").make_renderer("PTX", "sm_70")
+
+def test_null_device_borrows_the_ptx_renderer(pm: Any) -> None:
+  # DEV=NULL:NV:<arch> (NV's default renderer) and DEV=NULL:PTX:<arch> (the renderer by name) both compile with it
+  from core.device.null import make_null_device
+  from core.device.plugins import get_plugins
+  from core.device.target import parse_target
+  from plugin_nv.renderer import PTXRenderer
+  for dev, arch in (("NULL:NV:sm_80", "sm_80"), ("NULL:PTX:sm_120", "sm_120"), ("NULL:NV", "sm_90")):
+    get_plugins().resolve_target(parse_target(dev))   # what opening DEV does first (it reads the entry points)
+    d = make_null_device("NULL", parse_target(dev))
+    assert isinstance(d.renderer, PTXRenderer) and d.renderer.arch == arch and d.compiler.info.name == arch
+
+def test_hook_module_imports_nothing_heavy() -> None:
+  import subprocess, sys
+  code = "import sys, plugin_nv; print(sorted(m for m in ('llvmlite', 'plugin_nv.renderer', 'plugin_nv.compiler') if m in sys.modules))"
+  assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"

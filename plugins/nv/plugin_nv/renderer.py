@@ -1,0 +1,198 @@
+"""The PTX renderer: LLVM IR for nvptx64-nvidia-cuda (ptx_kernel ABI, %tid/%ctaid, shared memory, bar.sync) per SM arch."""
+from __future__ import annotations
+import copy, dataclasses, math
+from core.helpers import prod
+from core.ir.dtype import DType, dtypes
+from core.ir.ops import UOp, Ops
+from core.ir.pattern import UPat, PatternMatcher
+from core.codegen.decompose import fast_exp2, fast_log2
+from core.codegen.lowerer import pm_fuse_mulacc
+from core.codegen.llvm_ir import LLVMRenderer
+
+TRIPLE = "nvptx64-nvidia-cuda"
+DEFAULT_ARCH = "sm_90"
+
+@dataclasses.dataclass(frozen=True)
+class ArchInfo:
+  """What differs between the SM generations this plugin targets. sm: the number ptxas writes into the cubin's e_flags
+  (major * 10 + minor). ptx: the LLVM NVPTX feature naming the PTX ISA version (the PTX ISA's "Target ISA Notes": sm_80..sm_90
+  need PTX 7.0..7.8, sm_100 8.6, sm_120 8.7; 8.0 is the common floor here so half/bfloat instructions are all available).
+  family: "ampere" | "ada" | "hopper" | "blackwell" (the QMD layout follows it)."""
+  name: str
+  sm: int
+  ptx: str
+  family: str
+
+ARCHS: dict[str, ArchInfo] = {a.name: a for a in (
+  ArchInfo("sm_80", 80, "+ptx80", "ampere"),
+  ArchInfo("sm_86", 86, "+ptx80", "ampere"),
+  ArchInfo("sm_89", 89, "+ptx80", "ada"),
+  ArchInfo("sm_90", 90, "+ptx80", "hopper"),
+  ArchInfo("sm_100", 100, "+ptx86", "blackwell"),
+  ArchInfo("sm_120", 120, "+ptx87", "blackwell"),
+)}
+
+def arch_info(arch: str | None) -> ArchInfo:
+  """The ArchInfo for `arch` (None: the default sm_90); an arch this plugin does not target is a clear ValueError."""
+  name = arch or DEFAULT_ARCH
+  if name not in ARCHS:
+    raise ValueError(f"NV arch {name!r} is not supported: choose one of {', '.join(ARCHS)} (e.g. DEV=NULL:NV:PTX:{DEFAULT_ARCH})")
+  return ARCHS[name]
+
+# *** transcendentals: the GPU has no libm, and LLVM's NVPTX backend aborts the process on llvm.sin/pow/log2 (and f64 exp2) ***
+
+def _poly(x: UOp, coeffs: list[float]) -> UOp:
+  """The polynomial at x (highest power first) in fused multiply-adds."""
+  acc = x.const_like(coeffs[0])
+  for c in coeffs[1:]: acc = UOp(Ops.MULACC, x.dtype, (acc, x, x.const_like(c)))
+  return acc
+
+_LN2 = 0.6931471805599453
+_ROUND64 = 6755399441055744.0   # 1.5 * 2**52: y + _ROUND64 - _ROUND64 rounds |y| < 2**51 to an integer (ties to even)
+# 2**f = e**(f ln 2) for |f| <= 1/2: Taylor to degree 13 (the next term is < 5e-18)
+_EXP2_F64 = [_LN2 ** k / math.factorial(k) for k in range(13, -1, -1)]
+# log2((1+t)/(1-t)) = (2/ln2)(t + t^3/3 + ...) for |t| <= 0.1716, in powers of t*t to t^25; constant term less 2 (t*2 is exact)
+_LOG2_F64 = [2 / _LN2 / k for k in range(25, 1, -2)] + [2 / _LN2 - 2]
+# sin r = r + r^3 * S(r^2), cos r = 1 - r^2/2 + r^4 * C(r^2) on |r| <= pi/4: Taylor to r^17 and r^18 (next terms < 3e-18)
+_SIN_F64 = [(-1) ** ((k - 1) // 2) / math.factorial(k) for k in range(17, 1, -2)]
+_COS_F64 = [(-1) ** (k // 2) / math.factorial(k) for k in range(18, 3, -2)]
+# pi/2 in three doubles (Cody-Waite): P1 + P2 + P3 is pi/2 to about 2**-160, so k * (P1 + P2 + P3) stays exact where it matters
+_PIO2 = (1.5707963267948966, 6.123233995736766e-17, -1.4973849048591698e-33)
+
+def _pow2_f64(n: UOp) -> UOp:
+  """2**n as float64 for int64 n with -1022 <= n <= 1023, built from the exponent bits."""
+  return ((n + 1023) << 52).bitcast(dtypes.float64.vec(n.dtype.count))
+
+def exp2_f64(x: UOp) -> UOp:
+  # the same scheme as core's float32 fast_exp2: n = round(x), 2**(x-n) by polynomial, 2**n from the bits in two normal factors
+  i64 = dtypes.int64.vec(x.dtype.count)
+  nan = x.ne(x)
+  xc = nan.where(0.0, x)
+  xc = (xc < -1080.0).where(-1080.0, xc)
+  xc = (xc > 1025.0).where(1025.0, xc)
+  r = xc + _ROUND64
+  n = r - _ROUND64
+  ni = r.bitcast(i64) - 0x4338000000000000   # the integer in the low mantissa bits of r
+  h = ni >> 1
+  return nan.where(x, _poly(xc - n, _EXP2_F64) * _pow2_f64(h) * _pow2_f64(ni - h))
+
+def log2_f64(x: UOp) -> UOp:
+  # exponent from the bits, mantissa m in [sqrt(2)/2, sqrt(2)), log2(m) by the atanh series of t = (m-1)/(m+1)
+  i64, f64 = dtypes.int64.vec(x.dtype.count), dtypes.float64.vec(x.dtype.count)
+  sub = x < 2.2250738585072014e-308   # subnormal (or zero/negative, handled below): scaled into the normals first
+  bits = sub.where(x * 2.0 ** 54, x).bitcast(i64)
+  e = ((bits >> 52) & 0x7FF) - sub.where(UOp.const(i64, 1023 + 54), UOp.const(i64, 1023))
+  m = ((bits & 0xFFFFFFFFFFFFF) | 0x3FF0000000000000).bitcast(f64)
+  big = m > 1.4142135623730951
+  m, e = big.where(m * 0.5, m), big.where(e + 1, e)
+  t = (m - 1.0) / (m + 1.0)
+  res = e.cast(f64) + (t * 2.0 + t * _poly(t * t, _LOG2_F64))
+  res = (x.ne(x) | (x < 0.0)).where(x.const_like(math.nan), res)
+  res = x.ne(0.0).where(res, x.const_like(-math.inf))
+  return x.ne(math.inf).where(res, x)
+
+def sin_f64(x: UOp) -> UOp:
+  # k = round(x * 2/pi), r = x - k*pi/2 with fused multiply-adds, then sin or cos of r by the quadrant k mod 4. Accurate while k
+  # fits the three-part pi/2 (|x| up to about 2**30); beyond that the reduction loses bits (a known limit, as in most GPU libms)
+  i32 = dtypes.int32.vec(x.dtype.count)
+  finite = (x < math.inf) & (x > -math.inf)   # false for NaN too
+  xc = finite.where(x, 0.0)
+  k = (xc * (2 / math.pi) + _ROUND64) - _ROUND64
+  r = xc
+  for p in _PIO2: r = UOp(Ops.MULACC, x.dtype, (k, k.const_like(-p), r))
+  q = (k - (k * 0.25).trunc() * 4.0).cast(i32)   # k mod 4 in (-4, 4); & 3 below makes it 0..3
+  r2 = r * r
+  s = r + r * r2 * _poly(r2, _SIN_F64)
+  c = (1.0 - r2 * 0.5) + r2 * r2 * _poly(r2, _COS_F64)
+  v = (q & 1).ne(0).where(c, s)
+  v = (q & 2).ne(0).where(-v, v)
+  return finite.where(v, x.const_like(math.nan))
+
+def pow_via_exp2(x: UOp) -> UOp:
+  # C's pow for the cases Tensor.pow does not handle itself (it decomposes before codegen): sign for integer exponents, NaN else
+  b, y = x.src
+  mag = (y * b.alu(Ops.MAX, -b).log2()).exp2()
+  y_int = y.trunc().eq(y)
+  y_odd = y_int & (y * 0.5).trunc().ne(y * 0.5)
+  ret = (b < 0.0).where(y_int.where(y_odd.where(-mag, mag), x.const_like(math.nan)), mag)
+  return y.eq(0.0).where(x.const_like(1.0), ret)
+
+def _in(x: UOp, dt: DType) -> UOp:
+  """x's op computed in `dt` (same vector width), cast back to x's dtype."""
+  wide = dt.vec(x.dtype.count)
+  return UOp(x.op, wide, tuple(s.cast(wide) for s in x.src)).cast(x.dtype)
+
+def _is(*dts: DType):  # noqa: ANN202
+  return lambda x: x.dtype.scalar() in dts
+
+pm_nv_math = PatternMatcher([
+  # half and bfloat16 through float32 (ex2.approx.f16 is an approximation; log2/sin/pow have no half instruction at all)
+  (UPat((Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW), name="x", custom=_is(dtypes.float16, dtypes.bfloat16)), lambda x: _in(x, dtypes.float32)),
+  (UPat(Ops.POW, name="x", custom=_is(dtypes.float32, dtypes.float64)), pow_via_exp2),
+  (UPat(Ops.EXP2, name="x", custom=_is(dtypes.float32)), lambda x: fast_exp2(x.src[0])),
+  (UPat(Ops.LOG2, name="x", custom=_is(dtypes.float32)), lambda x: fast_log2(x.src[0])),
+  # float32 sin through the float64 one: a correctly reduced argument matters more here than the f64 rate
+  (UPat(Ops.SIN, name="x", custom=_is(dtypes.float32)), lambda x: _in(x, dtypes.float64)),
+  (UPat(Ops.EXP2, name="x", custom=_is(dtypes.float64)), lambda x: exp2_f64(x.src[0])),
+  (UPat(Ops.LOG2, name="x", custom=_is(dtypes.float64)), lambda x: log2_f64(x.src[0])),
+  (UPat(Ops.SIN, name="x", custom=_is(dtypes.float64)), lambda x: sin_f64(x.src[0])),
+], name="nv transcendentals")
+
+# the intrinsics NVPTX lowers to exact instructions (sqrt.rn, cvt.rzi, fma.rn); anything else must be decomposed by pm_nv_math
+_NATIVE = ("sqrt", "trunc", "fmuladd")
+
+class PTXRenderer(LLVMRenderer):
+  """One kernel as a `ptx_kernel` function: buffers are `ptr addrspace(1)`, DEFINE_LOCAL is `.shared` (addrspace 3),
+  gidx = %ctaid, lidx = %tid, BARRIER = bar.sync 0. The compiler turns the IR into PTX and ptxas the PTX into a cubin."""
+  device = "NV"
+  suffix = "PTX"
+  target_triple = TRIPLE
+  kernel_cconv = "ptx_kernel "
+  global_addrspace = 1
+  local_addrspace = 3
+  private_addrspace = 0   # NVPTX allocas live in the generic space and are promoted to .local by LLVM itself
+  has_local = True
+  has_shared = True
+  # grid: 2^31-1 blocks in x, 65535 in y and z; a block: 1024 threads, z at most 64 (CUDA's compute capability table)
+  global_max = (2**31 - 1, 65535, 65535)
+  local_max = (1024, 1024, 64)
+  shared_max = 48 * 1024   # static shared memory per block; more needs a dynamic opt-in the launch does not make
+  supports_float4 = True
+  supported_dtypes = frozenset((dtypes.bool,) + dtypes.ints + (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64))
+  extra_matcher = pm_fuse_mulacc + pm_nv_math
+
+  def __init__(self, arch: str | None = None):
+    self.info = arch_info(arch)
+    self.arch = self.info.name
+
+  def render(self, name: str, uops: list[UOp]) -> str:
+    # .reqntid: the block size the kernel is built for; ptxas sizes registers by it and the launch must match it
+    local = [1, 1, 1]
+    for u in uops:
+      if u.op is Ops.SPECIAL and u.arg.startswith("lidx"): local[int(u.arg[-1])] = u.src[0].arg
+    if prod(local) > 1024 or any(n > m for n, m in zip(local, self.local_max)):
+      raise ValueError(f"kernel {name}: a block of {'x'.join(map(str, local))} threads; NV allows 1024 in all, at most {self.local_max}")
+    ctx = copy.copy(self)
+    ctx.kernel_attrs = f'nounwind "nvvm.reqntid"="{local[0]},{local[1]},{local[2]}"'
+    return LLVMRenderer.render(ctx, name, uops)
+
+  def render_params(self, bufs: list[UOp], vars_: list[UOp]) -> list[str]:
+    # buffers are allocated (and viewed) at multiples of their element size; `align` lets LLVM use wide loads
+    return [f"{self.ptr_ty(b.dtype)} noalias align {b.dtype.base.itemsize} {self[b]}" for b in bufs] + super().render_params([], vars_)
+
+  def render_special(self, x: UOp) -> str:
+    fn = f"@llvm.nvvm.read.ptx.sreg.{'ctaid' if x.arg.startswith('gidx') else 'tid'}.{'xyz'[int(x.arg[-1])]}"
+    self.declares[f"declare i32 {fn}()"] = None
+    if self.ty(x.dtype) == "i32": return f"{self[x]} = call i32 {fn}()"
+    t = self.tmp()
+    return f"{t} = call i32 {fn}()\n  {self[x]} = zext i32 {t} to {self.ty(x.dtype)}"
+
+  def render_barrier(self) -> str:
+    # bar.sync orders the block's shared and global memory accesses as well as its threads (PTX ISA, "bar, barrier")
+    self.declares["declare void @llvm.nvvm.barrier0()"] = None
+    return "call void @llvm.nvvm.barrier0()"
+
+  def intrinsic(self, fn: str, dt: DType, nargs: int) -> str:
+    if fn not in _NATIVE:
+      raise NotImplementedError(f"PTXRenderer: llvm.{fn} of {self.ty(dt)} has no NVPTX lowering (LLVM would abort); pm_nv_math decomposes it")
+    return super().intrinsic(fn, dt, nargs)
