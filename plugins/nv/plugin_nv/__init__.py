@@ -8,9 +8,9 @@ __version__ = "0.1.0"
 INTERFACES = ("MOCK", "NVK", "CUDA")   # declared for what comes next (issue 17); none opens yet
 
 def make_device(name: str, target: Any) -> Any:
-  """No NV interface is written yet: only compile-only DEV=NULL:NV:PTX:<arch> works."""
+  """No NV interface is written yet: only compile-only DEV=NULL:NV:<arch> (the PTX renderer on the NULL device) works."""
   raise NotImplementedError(f"{name}: no NV interface ({', '.join(INTERFACES)}) is implemented yet; only compile-only "
-                            f"DEV=NULL:NV:PTX:<arch> works so far (arch sm_80, sm_86, sm_89, sm_90, sm_100 or sm_120). "
+                            f"DEV=NULL:NV:<arch> (NV's PTX renderer and ptxas; arch sm_80, sm_86, sm_89, sm_90, sm_100 or sm_120) works so far. "
                             f"To run kernels use another device, e.g. DEV=CPU (pip install ./plugins/cpu)")
 
 # the one place the PTX renderer is built: the NULL device (compile only) borrows it, and so will the device factory
@@ -26,4 +26,4 @@ def core_plugin_info() -> dict[str, Any]: return {"name": "nv", "version": __ver
 def core_devices() -> list[DeviceSpec]:
   return [DeviceSpec("NV", factory=make_device, renderers={"PTX": "plugin_nv:make_ptx"}, default_renderer="PTX", interfaces=INTERFACES,
                      priority=60, is_available=lambda: False,
-                     description="NVIDIA GPUs (sm_80..sm_120): PTX via LLVM, cubins via ptxas; compile-only so far (DEV=NULL:NV:PTX:sm_90)")]
+                     description="NVIDIA GPUs (sm_80..sm_120): PTX via LLVM, cubins via ptxas; compile-only so far (DEV=NULL:NV:sm_90)")]

@@ -19,7 +19,7 @@ def test_opening_the_device_says_only_compile_only_works(pm: Any) -> None:
   from core.device.target import Target
   spec = pm.spec("NV")
   for iface in ("MOCK", "NVK", "CUDA"):
-    with pytest.raises(NotImplementedError, match=r"only compile-only DEV=NULL:NV:PTX:<arch> works so far"):
+    with pytest.raises(NotImplementedError, match=r"only compile-only DEV=NULL:NV:<arch> \(NV's PTX renderer and ptxas; arch sm_80, .* works so far"):
       spec.factory("NV", Target(interface=iface, device="NV"))
 
 def test_ptx_renderer_for_each_arch(pm: Any) -> None:
