@@ -77,3 +77,11 @@ def test_find_ptxas_order(monkeypatch: pytest.MonkeyPatch, tmp_path):
   monkeypatch.delenv("PTXAS")
   monkeypatch.setenv("PATH", str(tmp_path))
   assert nv_compiler.find_ptxas() == str(fake)
+
+def test_ptxas_from_the_pinned_wheel():
+  import importlib.metadata
+  try: version = importlib.metadata.version("nvidia-cuda-nvcc")
+  except importlib.metadata.PackageNotFoundError: pytest.skip('the nvidia-cuda-nvcc wheel is not installed (pip install "plugin-nv[ptxas]")')
+  path = nv_compiler._wheel_ptxas()
+  assert version == "13.0.88" and path is not None and path.endswith("nvidia/cu13/bin/ptxas")
+  assert nv_compiler.ptxas_version(path) == "13.0.88"
