@@ -240,6 +240,7 @@ class PluginManager:
 
   def borrowed_renderer_spec(self, name: str | None) -> tuple[DeviceSpec, str | None]:
     """For the NULL device: the spec whose renderer `name` names (a device name means that device's default renderer)."""
+    self.records()   # by_device is filled by discovery, which may not have run yet on this manager
     if name is None:
       for _, s in sorted(self.all_specs(), key=lambda rs: -rs[1].priority):
         if s.renderers and s.name != "NULL" and s.available(): return s, None

@@ -102,3 +102,9 @@ def test_a_fake_plugin_device_computes(site: FakeSite, fresh_device) -> None:
   bufs = [Buffer("GOOD", n, dtypes.float32).allocate()] + [Buffer("GOOD", n, dtypes.float32).copyin(memoryview(v)) for v in (x, y)]
   prg(*[bb._buf for bb in bufs])
   np.testing.assert_array_equal(bufs[0].numpy(), x * y)
+
+def test_null_borrows_a_device_renderer_from_a_fresh_manager(site: FakeSite) -> None:
+  # nothing has read the entry points yet: borrowing by device name must discover them first (it said "did you mean GOOD?")
+  site.add("plugin-good", ["GOOD"], good_hooks("good", ["GOOD"]))
+  spec, rname = site.manager().borrowed_renderer_spec("GOOD")
+  assert spec.name == "GOOD" and rname is None

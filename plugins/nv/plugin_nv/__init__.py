@@ -1,8 +1,11 @@
 """The NV plugin's hooks: declares the NV device (PTX renderer for sm_80..sm_120, compile-only so far: no interface runs kernels yet)."""
 from __future__ import annotations
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from core.device.hookspecs import hookimpl
 from core.device.spec import DeviceSpec
+
+if TYPE_CHECKING:
+  from core.ir.pattern import PatternMatcher
 
 __version__ = "0.1.0"
 INTERFACES = ("MOCK", "NVK", "CUDA")   # declared for what comes next (issue 17); none opens yet
@@ -27,3 +30,9 @@ def core_devices() -> list[DeviceSpec]:
   return [DeviceSpec("NV", factory=make_device, renderers={"PTX": "plugin_nv:make_ptx"}, default_renderer="PTX", interfaces=INTERFACES,
                      priority=60, is_available=lambda: False,
                      description="NVIDIA GPUs (sm_80..sm_120): PTX via LLVM, cubins via ptxas; compile-only so far (DEV=NULL:NV:sm_90)")]
+
+# the HCQ rules written so far: cubin -> NVProgramData (prep.py); pm_lower and pm_bufferize come with the first interface
+@hookimpl
+def core_pm_prep_program(device: str) -> PatternMatcher:
+  from plugin_nv.prep import pm_prep_program
+  return pm_prep_program

@@ -11,6 +11,10 @@ def test_entry_point_spec_and_hooks(pm: Any) -> None:
   spec = check_registration(pm, "NV", "plugin-nv", "plugin_nv", ("MOCK", "NVK", "CUDA"), ["PTX"])
   assert spec.default_renderer == "PTX" and spec.priority == 60
 
+def test_the_prep_rules_are_the_hcq_hook_so_far(pm: Any) -> None:
+  from plugin_nv.prep import pm_prep_program
+  assert pm.pm_prep_program("NV") is pm_prep_program and pm.pm_lower("NV") is None and pm.pm_bufferize("NV:1") is None
+
 def test_never_available_and_never_auto_selected(pm: Any) -> None:
   assert pm.spec("NV").available() is False
   assert pm.best_device() != "NV"
