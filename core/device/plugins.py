@@ -239,8 +239,16 @@ class PluginManager:
     return spec
 
   def borrowed_renderer_spec(self, name: str | None) -> tuple[DeviceSpec, str | None]:
-    """For the NULL device: the spec whose renderer `name` names (a device name means that device's default renderer)."""
+    """For the NULL device: the spec whose renderer `name` names (a device name means that device's default renderer,
+    "DEVICE:RENDERER" that device's renderer of that name)."""
     self.records()   # by_device is filled by discovery, which may not have run yet on this manager
+    if name is not None and ":" in name:
+      dev, rname = name.split(":")
+      spec = self.spec(dev)
+      if rname not in spec.renderers:
+        raise UnknownDeviceError(f"device {dev} has no renderer {rname!r} (DEV=NULL:{name}).{did_you_mean(rname, spec.renderers)} "
+                                 f"It offers: {', '.join(spec.renderers) or 'none'}.")
+      return spec, rname
     if name is None:
       for _, s in sorted(self.all_specs(), key=lambda rs: -rs[1].priority):
         if s.renderers and s.name != "NULL" and s.available(): return s, None

@@ -1,8 +1,10 @@
-"""The DEV grammar: `[INTERFACE[:INDICES]+]DEVICE[:RENDERER[:ARCH]]`, several targets separated by `;`."""
+"""The DEV grammar: `[INTERFACE[:INDICES]+]DEVICE[:RENDERER[:ARCH]]`, several targets separated by `;`. The NULL device's
+RENDERER may name a device's renderer as DEVICE:RENDERER (`NULL:NV:CUDA:sm_90`): its `renderer` is then "NV:CUDA"."""
 from __future__ import annotations
 import dataclasses, re
 
-GRAMMAR = "[INTERFACE[:INDICES]+]DEVICE[:RENDERER[:ARCH]], several separated by ';' (e.g. CPU, CPU:LLVM, NV:PTX:sm_90, KFD:0,1+AMD)"
+GRAMMAR = ("[INTERFACE[:INDICES]+]DEVICE[:RENDERER[:ARCH]], several separated by ';' (e.g. CPU, CPU:LLVM, NV:PTX:sm_90, KFD:0,1+AMD); "
+           "NULL[:DEVICE][:RENDERER][:ARCH] compiles only (NULL:NV:PTX:sm_90)")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
 _ARCH = re.compile(r"[A-Za-z0-9_.\-]+$")
 
@@ -45,9 +47,11 @@ def parse_target(s: str) -> Target:
       except ValueError: raise DevSyntaxError(f"DEV={whole!r}: indices {idx!r} must be integers like 0,1; the grammar is {GRAMMAR}") from None
       if any(i < 0 for i in indices): raise DevSyntaxError(f"DEV={whole!r}: indices must be >= 0")
   parts = s.split(":")
-  if len(parts) > 3: raise DevSyntaxError(f"DEV={whole!r}: too many ':' parts; the grammar is {GRAMMAR}")
   device = _name(parts[0], "device", whole)
-  renderer = _name(parts[1], "renderer", whole) if len(parts) > 1 else None
+  # NULL:DEVICE:RENDERER:ARCH: the renderer of a device, named by both
+  if device == "NULL" and len(parts) == 4: parts = [parts[0], _name(parts[1], "device", whole) + ":" + _name(parts[2], "renderer", whole), parts[3]]
+  elif len(parts) > 3: raise DevSyntaxError(f"DEV={whole!r}: too many ':' parts; the grammar is {GRAMMAR}")
+  renderer = (parts[1] if ":" in parts[1] else _name(parts[1], "renderer", whole)) if len(parts) > 1 else None
   arch = None
   if len(parts) > 2:
     if not _ARCH.match(parts[2]): raise DevSyntaxError(f"DEV={whole!r}: arch {parts[2]!r} is not a name; the grammar is {GRAMMAR}")

@@ -10,6 +10,7 @@ from core.device.target import DevSyntaxError, Target, parse_dev, parse_target
   ("NV:PTX:sm_90", Target(device="NV", renderer="PTX", arch="sm_90")),
   ("MOCK+AMD:LLVM:gfx1100", Target(interface="MOCK", device="AMD", renderer="LLVM", arch="gfx1100")),
   ("NULL:AMD:gfx950", Target(device="NULL", renderer="AMD", arch="gfx950")),
+  ("NULL:NV:CUDA:sm_90", Target(device="NULL", renderer="NV:CUDA", arch="sm_90")),
   ("PCI:0,1+AMD", Target(interface="PCI", indices=(0, 1), device="AMD")),
   ("PCI:3+NV:CUDA", Target(interface="PCI", indices=(3,), device="NV", renderer="CUDA")),
 ])
@@ -32,7 +33,7 @@ def test_field_order_matches_the_contract() -> None:
 @pytest.mark.parametrize("bad, says", [
   ("", "names no device"), (";", "names no device"), ("CPU:LLVM:x86:extra", "too many"), ("1CPU", "device '1CPU' is not a name"),
   ("PCI:a+AMD", "must be integers"), ("A+B+AMD", "at most one"), ("CPU:", "renderer '' is not a name"), ("+CPU", "interface ''"),
-  ("NV:PTX:sm 90", "arch 'sm 90'"),
+  ("NV:PTX:sm 90", "arch 'sm 90'"), ("NV:PTX:sm_90:x", "too many"), ("NULL:NV:1PTX:sm_90", "renderer '1PTX'"),
 ])
 def test_syntax_errors_quote_the_grammar(bad: str, says: str) -> None:
   with pytest.raises(DevSyntaxError, match="grammar|no device|must be") as e: parse_dev(bad)

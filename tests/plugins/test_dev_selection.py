@@ -58,6 +58,13 @@ def test_null_device_borrows_renderer_and_runs_nothing(site: FakeSite, fresh_dev
   monkeypatch.setenv("DEV", "NULL:FAKEDEV")
   dev_reg = fresh_device.reset()
   assert isinstance(dev_reg["NULL"].renderer, PythonRenderer)
+  # NULL:<device>:<renderer>:<arch> names the device and its renderer; a renderer the device lacks says what it offers
+  monkeypatch.setenv("DEV", "NULL:FAKEDEV:FAKE:arch9")
+  dev_reg = fresh_device.reset()
+  assert isinstance(dev_reg["NULL"].renderer, PythonRenderer) and dev_reg["NULL"].target.arch == "arch9"
+  monkeypatch.setenv("DEV", "NULL:FAKEDEV:FAKEE:arch9")
+  with pytest.raises(UnknownDeviceError, match="device FAKEDEV has no renderer 'FAKEE'.*Did you mean FAKE.*It offers: FAKE"):
+    fresh_device.reset()["NULL"]
 
 def test_pipeline_hooks_are_asked_only_of_the_owning_plugin(site: FakeSite) -> None:
   # both plugins answer every device name: only the owner's answer may reach the pipeline, and the other is never called
