@@ -1,4 +1,4 @@
-"""The NV plugin's hooks: declares the NV device (PTX renderer for sm_80..sm_120, compile-only so far: no interface runs kernels yet)."""
+"""The NV plugin's hooks: declares the NV device (PTX and CUDA renderers for sm_80..sm_120, compile-only so far: no interface runs kernels yet)."""
 from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from core.device.hookspecs import hookimpl
@@ -22,14 +22,20 @@ def make_ptx(arch: str | None = None) -> tuple[Any, Any]:
   from plugin_nv.compiler import PTXCompiler
   return PTXRenderer(arch), PTXCompiler(arch)
 
+# the CUDA C renderer and NVRTC: DEV=NULL:CUDA:<arch> (the renderer by name; NV's default stays PTX)
+def make_cuda(arch: str | None = None) -> tuple[Any, Any]:
+  from plugin_nv.renderer import CUDARenderer
+  from plugin_nv.compiler import NVRTCCompiler
+  return CUDARenderer(arch), NVRTCCompiler(arch)
+
 @hookimpl
 def core_plugin_info() -> dict[str, Any]: return {"name": "nv", "version": __version__, "api": (2, 0)}
 
 @hookimpl
 def core_devices() -> list[DeviceSpec]:
-  return [DeviceSpec("NV", factory=make_device, renderers={"PTX": "plugin_nv:make_ptx"}, default_renderer="PTX", interfaces=INTERFACES,
+  return [DeviceSpec("NV", factory=make_device, renderers={"PTX": "plugin_nv:make_ptx", "CUDA": "plugin_nv:make_cuda"}, default_renderer="PTX", interfaces=INTERFACES,
                      priority=60, is_available=lambda: False,
-                     description="NVIDIA GPUs (sm_80..sm_120): PTX via LLVM, cubins via ptxas; compile-only so far (DEV=NULL:NV:sm_90)")]
+                     description="NVIDIA GPUs (sm_80..sm_120): PTX via LLVM and ptxas, CUDA C via NVRTC; compile-only so far (DEV=NULL:NV:sm_90)")]
 
 # the HCQ rules written so far: cubin -> NVProgramData (prep.py); pm_lower and pm_bufferize come with the first interface
 @hookimpl

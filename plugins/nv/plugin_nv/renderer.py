@@ -1,4 +1,4 @@
-"""The PTX renderer: LLVM IR for nvptx64-nvidia-cuda (ptx_kernel ABI, %tid/%ctaid, shared memory, bar.sync) per SM arch."""
+"""The NV renderers: PTX (LLVM IR for nvptx64-nvidia-cuda: ptx_kernel ABI, %tid/%ctaid, shared memory, bar.sync) and CUDA C, per SM arch."""
 from __future__ import annotations
 import copy, dataclasses, math
 from core.helpers import prod
@@ -8,6 +8,7 @@ from core.ir.pattern import UPat, PatternMatcher
 from core.codegen.decompose import fast_exp2, fast_log2
 from core.codegen.lowerer import pm_fuse_mulacc
 from core.codegen.llvm_ir import LLVMRenderer
+from core.codegen.c_style import CStyleRenderer, c_code_for_op
 
 TRIPLE = "nvptx64-nvidia-cuda"
 DEFAULT_ARCH = "sm_90"
@@ -196,3 +197,103 @@ class PTXRenderer(LLVMRenderer):
     if fn not in _NATIVE:
       raise NotImplementedError(f"PTXRenderer: llvm.{fn} of {self.ty(dt)} has no NVPTX lowering (LLVM would abort); pm_nv_math decomposes it")
     return super().intrinsic(fn, dt, nargs)
+
+# *** the CUDA renderer: CUDA C through core's C-style renderer, compiled by NVRTC ***
+
+def _cuda_math(f32: str, f64: str):  # noqa: ANN202
+  # CUDA's device math library (libdevice): float and double versions; half and bfloat16 compute in float, rounded back once
+  return lambda x, dt: f"{f64}({x})" if dt.scalar() is dtypes.float64 else f"{f32}({x})" if dt.scalar() is dtypes.float32 \
+    else f"{f32}((float)({x}))"
+
+def _cuda_pow(a: str, b: str, dt: DType) -> str:
+  return f"pow({a},{b})" if dt.scalar() is dtypes.float64 else f"powf({a},{b})" if dt.scalar() is dtypes.float32 \
+    else f"powf((float)({a}),(float)({b}))"
+
+def _cuda_mulacc(a: str, b: str, c: str, dt: DType) -> str:
+  # one rounding, as the PTX renderer's fma.rn; NVRTC runs with --fmad=false, so nothing else is fused behind our back
+  return f"fmaf({a},{b},{c})" if dt.scalar() is dtypes.float32 else f"fma({a},{b},{c})" if dt.scalar() is dtypes.float64 \
+    else f"(({a}*{b})+{c})"
+
+cuda_code_for_op = {**c_code_for_op, Ops.SQRT: _cuda_math("sqrtf", "sqrt"), Ops.EXP2: _cuda_math("exp2f", "exp2"),
+                    Ops.LOG2: _cuda_math("log2f", "log2"), Ops.SIN: _cuda_math("sinf", "sin"), Ops.TRUNC: _cuda_math("truncf", "trunc"),
+                    Ops.POW: _cuda_pow, Ops.MULACC: _cuda_mulacc}
+
+# the conversions to half/bfloat16 that round once: 32-bit ints are exact in double, 64-bit ints have their own intrinsics
+_TO_NARROW = {dtypes.float16: ("__double2half", "__ll2half_rn", "__ull2half_rn"),
+              dtypes.bfloat16: ("__double2bfloat16", "__ll2bfloat16_rn", "__ull2bfloat16_rn")}
+
+class CUDARenderer(CStyleRenderer):
+  """One kernel as `extern "C" __global__ void __launch_bounds__(<threads>) name(...)`: gidx = blockIdx, lidx = threadIdx,
+  DEFINE_LOCAL is `__shared__`, BARRIER is `__syncthreads()`, half and bfloat16 are cuda_fp16.h's `half` and cuda_bf16.h's
+  `__nv_bfloat16`. NVRTCCompiler turns the source into a cubin for the arch."""
+  device = "NV"
+  suffix = "CUDA"
+  kernel_prefix = 'extern "C" __global__ '
+  buffer_suffix = " __restrict__"
+  arg_int_prefix = "const int"
+  smem_prefix = "__shared__ __align__(16) "
+  barrier = "__syncthreads();"
+  infinity = "__int_as_float(0x7f800000)"
+  nan = "__int_as_float(0x7fffffff)"
+  type_map = {**CStyleRenderer.type_map, dtypes.bool: "bool", dtypes.float16: "half", dtypes.bfloat16: "__nv_bfloat16"}
+  code_for_op = cuda_code_for_op
+  # vectors are structs here (NVCC has no GCC vector extensions): every vector ALU op is rendered lane by lane
+  vector_alu: frozenset[Ops] = frozenset()
+  has_local = True
+  has_shared = True
+  global_max = PTXRenderer.global_max
+  local_max = PTXRenderer.local_max
+  shared_max = PTXRenderer.shared_max
+  supports_float4 = True
+  supported_dtypes = PTXRenderer.supported_dtypes
+  extra_matcher = pm_fuse_mulacc
+  threads_per_block = 1                  # per render: the block size __launch_bounds__ names
+  dts: frozenset[DType] = frozenset()    # per render: the scalar dtypes the kernel touches (which headers it includes)
+
+  def __init__(self, arch: str | None = None):
+    self.info = arch_info(arch)
+    self.arch = self.info.name
+
+  def render_vector_prefix(self, dt: DType) -> str:
+    # aligned to the scalar, as core's C vectors: a vector access through a pointer of the element type need not be wider-aligned
+    return f"struct __align__({dt.scalar().itemsize}) {self.render_dtype(dt)} {{ {self.render_dtype(dt.scalar())} v[{dt.count}]; }};"
+  def render_vectorize(self, xs: list[str], dt: DType) -> str:
+    s = self.render_dtype(dt.scalar())
+    return f"{self.render_dtype(dt)}{{{{{','.join(f'({s})({x})' for x in xs)}}}}}"
+  def render_gep(self, x: str, i: int, from_dt: DType) -> str: return f"{x}.v[{i}]"
+
+  def render_cast(self, dt: DType, from_dt: DType, x: str) -> str:
+    if dt.count > 1: return super().render_cast(dt, from_dt, x)
+    narrow = (dtypes.float16, dtypes.bfloat16)
+    if from_dt in narrow and dt is not from_dt: return f"(({self.render_dtype(dt)})((float)({x})))"   # half/bf16 -> float is exact
+    if dt in narrow and dt is not from_dt:
+      via_double, from_ll, from_ull = _TO_NARROW[dt]
+      if from_dt in (dtypes.int64, dtypes.index): return f"{from_ll}({x})"
+      if from_dt is dtypes.uint64: return f"{from_ull}({x})"
+      if from_dt is dtypes.float32: return f"(({self.render_dtype(dt)})({x}))"
+      return f"{via_double}((double)({x}))"   # double itself, 32-bit and smaller ints, bool: exact in double, one rounding
+    return super().render_cast(dt, from_dt, x)
+
+  def render_bitcast(self, dt: DType, from_dt: DType, x: str) -> str:
+    return f"core_bitcast<{self.render_dtype(dt)}, {self.render_dtype(from_dt)}>({x})"
+
+  def render_special(self, x: UOp) -> str: return f"{'blockIdx' if x.arg.startswith('gidx') else 'threadIdx'}.{'xyz'[int(x.arg[-1])]}"
+
+  def render(self, name: str, uops: list[UOp]) -> str:
+    local = [1, 1, 1]
+    for u in uops:
+      if u.op is Ops.SPECIAL and u.arg.startswith("lidx"): local[int(u.arg[-1])] = u.src[0].arg
+    if prod(local) > 1024 or any(n > m for n, m in zip(local, self.local_max)):
+      raise ValueError(f"kernel {name}: a block of {'x'.join(map(str, local))} threads; NV allows 1024 in all, at most {self.local_max}")
+    ctx = copy.copy(self)
+    ctx.threads_per_block = prod(local)
+    ctx.dts = frozenset(dt.base.scalar() for u in uops for dt in (u.dtype, *(s.dtype for s in u.src)))
+    return CStyleRenderer.render(ctx, name, uops)
+
+  def render_kernel(self, name: str, bufs: list[UOp], vars_: list[UOp], prefix: list[str], body: list[str]) -> str:
+    head = (["#include <cuda_fp16.h>"] if dtypes.float16 in self.dts else []) + (["#include <cuda_bf16.h>"] if dtypes.bfloat16 in self.dts else [])
+    # bit casts through memcpy: defined behaviour for any pair of same-sized types, and NVRTC turns it into a register move
+    if any("core_bitcast<" in ln for ln in body):
+      head.append("template <class T, class F> __device__ __forceinline__ T core_bitcast(F x) { T y; memcpy(&y, &x, sizeof(T)); return y; }")
+    src = super().render_kernel(name, bufs, vars_, head + prefix, body)
+    return src.replace(f'{self.kernel_prefix}void {name}(', f'{self.kernel_prefix}void __launch_bounds__({self.threads_per_block}) {name}(', 1)

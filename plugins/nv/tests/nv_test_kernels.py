@@ -90,3 +90,7 @@ def evaluate(root: UOp, env: dict[UOp, np.ndarray]) -> np.ndarray:
 def have_ptxas() -> bool:
   from plugin_nv.compiler import find_ptxas
   return find_ptxas() is not None
+
+def have_nvrtc() -> bool:
+  from plugin_nv.compiler import find_nvrtc
+  return find_nvrtc() is not None

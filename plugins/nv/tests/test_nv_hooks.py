@@ -8,7 +8,7 @@ from core.testing.plugin_checks import plugin_manager, check_registration
 def pm() -> Any: return plugin_manager("NV", "plugin-nv")
 
 def test_entry_point_spec_and_hooks(pm: Any) -> None:
-  spec = check_registration(pm, "NV", "plugin-nv", "plugin_nv", ("MOCK", "NVK", "CUDA"), ["PTX"])
+  spec = check_registration(pm, "NV", "plugin-nv", "plugin_nv", ("MOCK", "NVK", "CUDA"), ["PTX", "CUDA"])
   assert spec.default_renderer == "PTX" and spec.priority == 60
 
 def test_the_prep_rules_are_the_hcq_hook_so_far(pm: Any) -> None:
@@ -50,3 +50,16 @@ def test_hook_module_imports_nothing_heavy() -> None:
   import subprocess, sys
   code = "import sys, plugin_nv; print(sorted(m for m in ('llvmlite', 'plugin_nv.renderer', 'plugin_nv.compiler') if m in sys.modules))"
   assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+
+def test_null_device_borrows_the_cuda_renderer(pm: Any) -> None:
+  # DEV=NULL:CUDA:<arch>: the CUDA C renderer by name (CUDA is NV's alone), compiled by NVRTC
+  from core.device.null import make_null_device
+  from core.device.plugins import get_plugins
+  from core.device.target import parse_target
+  from plugin_nv.renderer import CUDARenderer
+  from plugin_nv.compiler import NVRTCCompiler
+  for dev, arch in (("NULL:CUDA:sm_80", "sm_80"), ("NULL:CUDA", "sm_90")):
+    get_plugins().resolve_target(parse_target(dev))
+    d = make_null_device("NULL", parse_target(dev))
+    assert isinstance(d.renderer, CUDARenderer) and isinstance(d.compiler, NVRTCCompiler)
+    assert d.renderer.arch == arch and d.compiler.info.name == arch
