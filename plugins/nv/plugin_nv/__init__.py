@@ -11,9 +11,9 @@ __version__ = "0.1.0"
 INTERFACES = ("MOCK", "NVK", "CUDA")   # declared for what comes next (issue 17); none opens yet
 
 def make_device(name: str, target: Any) -> Any:
-  """No NV interface is written yet: only compile-only DEV=NULL:NV:<arch> (the PTX renderer on the NULL device) works."""
+  """No NV interface is written yet: only compile-only DEV=NULL:NV:PTX:<arch> or NULL:NV:CUDA:<arch> works."""
   raise NotImplementedError(f"{name}: no NV interface ({', '.join(INTERFACES)}) is implemented yet; only compile-only "
-                            f"DEV=NULL:NV:<arch> (NV's PTX renderer and ptxas; arch sm_80, sm_86, sm_89, sm_90, sm_100 or sm_120) works so far. "
+                            f"DEV=NULL:NV:<arch> (NV's PTX renderer and ptxas; arch sm_80, sm_86, sm_89, sm_90, sm_100 or sm_120) works so far, or NULL:NV:CUDA:<arch>. "
                             f"To run kernels use another device, e.g. DEV=CPU (pip install ./plugins/cpu)")
 
 # the one place the PTX renderer is built: the NULL device (compile only) borrows it, and so will the device factory
@@ -22,7 +22,7 @@ def make_ptx(arch: str | None = None) -> tuple[Any, Any]:
   from plugin_nv.compiler import PTXCompiler
   return PTXRenderer(arch), PTXCompiler(arch)
 
-# the CUDA C renderer and NVRTC: DEV=NULL:CUDA:<arch> (the renderer by name; NV's default stays PTX)
+# the CUDA C renderer and NVRTC: DEV=NULL:NV:CUDA:<arch> (NV's default stays PTX)
 def make_cuda(arch: str | None = None) -> tuple[Any, Any]:
   from plugin_nv.renderer import CUDARenderer
   from plugin_nv.compiler import NVRTCCompiler
@@ -35,7 +35,7 @@ def core_plugin_info() -> dict[str, Any]: return {"name": "nv", "version": __ver
 def core_devices() -> list[DeviceSpec]:
   return [DeviceSpec("NV", factory=make_device, renderers={"PTX": "plugin_nv:make_ptx", "CUDA": "plugin_nv:make_cuda"}, default_renderer="PTX", interfaces=INTERFACES,
                      priority=60, is_available=lambda: False,
-                     description="NVIDIA GPUs (sm_80..sm_120): PTX via LLVM and ptxas, CUDA C via NVRTC; compile-only so far (DEV=NULL:NV:sm_90)")]
+                     description="NVIDIA GPUs (sm_80..sm_120): PTX via LLVM and ptxas, CUDA C via NVRTC; compile-only so far (DEV=NULL:NV:PTX:sm_90)")]
 
 # the HCQ rules written so far: cubin -> NVProgramData (prep.py); pm_lower and pm_bufferize come with the first interface
 @hookimpl

@@ -37,7 +37,7 @@ def arch_info(arch: str | None) -> ArchInfo:
   """The ArchInfo for `arch` (None: the default sm_90); an arch this plugin does not target is a clear ValueError."""
   name = arch or DEFAULT_ARCH
   if name not in ARCHS:
-    raise ValueError(f"NV arch {name!r} is not supported: choose one of {', '.join(ARCHS)} (e.g. DEV=NULL:NV:{DEFAULT_ARCH})")
+    raise ValueError(f"NV arch {name!r} is not supported: choose one of {', '.join(ARCHS)} (e.g. DEV=NULL:NV:PTX:{DEFAULT_ARCH})")
   return ARCHS[name]
 
 # *** transcendentals: the GPU has no libm, and LLVM's NVPTX backend aborts the process on llvm.sin/pow/log2 (and f64 exp2) ***

@@ -41,7 +41,7 @@ def test_null_device_borrows_the_ptx_renderer(pm: Any) -> None:
   from core.device.plugins import get_plugins
   from core.device.target import parse_target
   from plugin_nv.renderer import PTXRenderer
-  for dev, arch in (("NULL:NV:sm_80", "sm_80"), ("NULL:PTX:sm_120", "sm_120"), ("NULL:NV", "sm_90")):
+  for dev, arch in (("NULL:NV:sm_80", "sm_80"), ("NULL:PTX:sm_120", "sm_120"), ("NULL:NV", "sm_90"), ("NULL:NV:PTX:sm_86", "sm_86")):
     get_plugins().resolve_target(parse_target(dev))   # what opening DEV does first (it reads the entry points)
     d = make_null_device("NULL", parse_target(dev))
     assert isinstance(d.renderer, PTXRenderer) and d.renderer.arch == arch and d.compiler.info.name == arch
@@ -52,13 +52,13 @@ def test_hook_module_imports_nothing_heavy() -> None:
   assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
 
 def test_null_device_borrows_the_cuda_renderer(pm: Any) -> None:
-  # DEV=NULL:CUDA:<arch>: the CUDA C renderer by name (CUDA is NV's alone), compiled by NVRTC
+  # DEV=NULL:NV:CUDA:<arch> or NULL:CUDA:<arch>: the CUDA C renderer (the name CUDA is NV's alone), compiled by NVRTC
   from core.device.null import make_null_device
   from core.device.plugins import get_plugins
   from core.device.target import parse_target
   from plugin_nv.renderer import CUDARenderer
   from plugin_nv.compiler import NVRTCCompiler
-  for dev, arch in (("NULL:CUDA:sm_80", "sm_80"), ("NULL:CUDA", "sm_90")):
+  for dev, arch in (("NULL:CUDA:sm_80", "sm_80"), ("NULL:CUDA", "sm_90"), ("NULL:NV:CUDA:sm_120", "sm_120")):
     get_plugins().resolve_target(parse_target(dev))
     d = make_null_device("NULL", parse_target(dev))
     assert isinstance(d.renderer, CUDARenderer) and isinstance(d.compiler, NVRTCCompiler)
