@@ -25,9 +25,8 @@ class Ops(enum.IntEnum):
   INDEX = enum.auto(); LOAD = enum.auto(); STORE = enum.auto(); BARRIER = enum.auto()  # noqa: E702
   IF = enum.auto(); ENDIF = enum.auto(); VECTORIZE = enum.auto(); GEP = enum.auto(); CAT = enum.auto()  # noqa: E702
   UNROLL = enum.auto(); CONTRACT = enum.auto(); WMMA = enum.auto()  # noqa: E702
-  # command level (HCQ queue IR, core/hcq/queue_ir.py): commands, encoded words, and the writes that fill in late values
-  LAUNCH = enum.auto(); WAIT = enum.auto(); SIGNAL = enum.auto(); TIMESTAMP = enum.auto(); INS = enum.auto(); GETADDR = enum.auto()  # noqa: E702
-  HOST_PATCH = enum.auto(); RING_PATCH = enum.auto(); ADVANCE = enum.auto()  # noqa: E702
+  # command level (HCQ queue IR, core/hcq/queue_ir.py): commands, encoded words, addresses (more at the end)
+  WAIT = enum.auto(); INS = enum.auto(); GETADDR = enum.auto()  # noqa: E702
   # values
   CONST = enum.auto(); VCONST = enum.auto(); CAST = enum.auto(); BITCAST = enum.auto()  # noqa: E702
   # unary
@@ -39,6 +38,10 @@ class Ops(enum.IntEnum):
   XOR = enum.auto(); OR = enum.auto(); AND = enum.auto(); SHL = enum.auto(); SHR = enum.auto()  # noqa: E702
   # ternary
   WHERE = enum.auto(); MULACC = enum.auto()  # noqa: E702
+  # command level, continued: the other queue commands and the writes that fill in late values. Last, so that adding them
+  # left the numbers of the ops above, and with them the canonical order of every kernel's terms, as they were
+  LAUNCH = enum.auto(); SIGNAL = enum.auto(); TIMESTAMP = enum.auto()  # noqa: E702
+  HOST_PATCH = enum.auto(); RING_PATCH = enum.auto(); ADVANCE = enum.auto()  # noqa: E702
   def __repr__(self) -> str: return f"Ops.{self.name}"
 
 class GroupOp:
