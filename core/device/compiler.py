@@ -1,6 +1,6 @@
 """Compiler base: source text -> binary, with a crash-safe on-disk cache keyed by compiler identity and source hash."""
 from __future__ import annotations
-import hashlib, os, pathlib, re, tempfile
+import functools, hashlib, os, pathlib, re, tempfile, threading
 from typing import Any
 from core.helpers import ContextVar, cache_dir
 
@@ -53,6 +53,20 @@ def _write_entry(path: pathlib.Path, lib: bytes) -> None:
       os.unlink(tmp)
       raise
   except OSError: pass
+
+_llvm_lock = threading.Lock()   # LLVM's target registry is initialised once per process
+
+@functools.cache
+def llvm_target(triple: str, what: str) -> Any:
+  """llvmlite's binding with every target LLVM was built with initialised, checked to know `triple` (`what` names the target
+  in the error): what a plugin compiling LLVM IR for a device asks first."""
+  import llvmlite.binding as llvm
+  with _llvm_lock:
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+  try: llvm.Target.from_triple(triple)
+  except RuntimeError as e: raise CompileError(f"this llvmlite's LLVM was built without the {what} target: {e}") from e
+  return llvm
 
 def llvm_object(tm: Any, src: str, opt: int, triple: str | None = None, what: str = "") -> bytes:
   """LLVM IR text -> an object file with llvmlite: parse, verify, optimize at `opt` with the new pass manager and emit for

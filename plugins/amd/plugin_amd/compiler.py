@@ -1,21 +1,11 @@
 """The AMD compiler: LLVM IR -> an amdgcn ELF relocatable code object with llvmlite (no external linker), checked by prep."""
 from __future__ import annotations
-import functools, struct, threading
+import functools, struct
 from typing import Any
-from core.device.compiler import Compiler, CompileError, llvm_object
+from core.device.compiler import Compiler, CompileError, llvm_target, llvm_object
 from plugin_amd.renderer import TRIPLE, ArchInfo, arch_info
 
-_lock = threading.Lock()   # LLVM's target registry is initialised once per process
-
-@functools.cache
-def _llvm() -> Any:
-  import llvmlite.binding as llvm
-  with _lock:
-    llvm.initialize_all_targets()
-    llvm.initialize_all_asmprinters()
-  try: llvm.Target.from_triple(TRIPLE)
-  except RuntimeError as e: raise CompileError(f"this llvmlite's LLVM was built without the AMDGPU target: {e}") from e
-  return llvm
+def _llvm() -> Any: return llvm_target(TRIPLE, "AMDGPU")
 
 def elf_mach(obj: bytes) -> int:
   """EF_AMDGPU_MACH of an ELF code object: the low byte of e_flags."""

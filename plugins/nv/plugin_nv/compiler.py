@@ -1,22 +1,13 @@
 """The NV compilers: LLVM IR -> PTX (llvmlite) -> cubin (ptxas), and CUDA C -> cubin with NVRTC (loaded through ctypes)."""
 from __future__ import annotations
-import ctypes, functools, glob, os, re, shutil, subprocess, tempfile, threading
+import ctypes, functools, glob, os, re, shutil, subprocess, tempfile
 from typing import Any
-from core.device.compiler import Compiler, CompileError
+from core.device.compiler import Compiler, CompileError, llvm_target
 from plugin_nv.renderer import TRIPLE, ArchInfo, arch_info
 
 PTXAS_INSTALL = 'pip install "plugin-nv[ptxas]" (NVIDIA\'s nvidia-cuda-nvcc 13.0 wheel) or install the CUDA toolkit 13.0'
-_lock = threading.Lock()   # LLVM's target registry is initialised once per process
 
-@functools.cache
-def _llvm() -> Any:
-  import llvmlite.binding as llvm
-  with _lock:
-    llvm.initialize_all_targets()
-    llvm.initialize_all_asmprinters()
-  try: llvm.Target.from_triple(TRIPLE)
-  except RuntimeError as e: raise CompileError(f"this llvmlite's LLVM was built without the NVPTX target: {e}") from e
-  return llvm
+def _llvm() -> Any: return llvm_target(TRIPLE, "NVPTX")
 
 def _wheel_ptxas() -> str | None:
   """ptxas inside the nvidia-cuda-nvcc wheel (nvidia/cu13/bin/ptxas in site-packages), found through its metadata."""
