@@ -210,6 +210,10 @@ class CStyleRenderer(Renderer):
     # a union keeps this defined behaviour in C (pointer casts would break strict aliasing)
     return f"((union {{{self.render_dtype(from_dt)} a; {self.render_dtype(dt)} b;}}){{.a=({x})}}).b"
 
+  def render_decl(self, dt: DType, name: str, expr: str) -> str:
+    """The statement that names a value: `T name = expr;` in C (a dialect without C declarations overrides it)."""
+    return f"{self.render_dtype(dt)} {name} = {expr};"
+
   def render_vectorize(self, xs: list[str], dt: DType) -> str: return f"(({self.render_dtype(dt)}){{{','.join(xs)}}})"
   def render_gep(self, x: str, i: int, from_dt: DType) -> str: return f"{x}[{i}]"
   def render_special(self, x: UOp) -> str:
@@ -331,11 +335,11 @@ class CStyleRenderer(Renderer):
         body.append("  " * depth + txt)
       elif u.op is Ops.SPECIAL:
         self.r[u] = u.arg
-        body.append("  " * depth + f"{self.render_dtype(u.dtype)} {u.arg} = {txt};")
+        body.append("  " * depth + self.render_decl(u.dtype, u.arg, txt))
       elif self.inline(u, users.get(u, []), block): self.r[u] = txt
       else:
         self.r[u] = fresh({Ops.LOAD: "val", Ops.CAST: "cast", Ops.BITCAST: "cast", Ops.VECTORIZE: "vec", Ops.VCONST: "const"}.get(u.op, "alu"))
-        body.append("  " * depth + f"{self.render_dtype(u.dtype)} {self.r[u]} = {txt};")
+        body.append("  " * depth + self.render_decl(u.dtype, self.r[u], txt))
       if u.op in (Ops.RANGE, Ops.IF): depth += 1
     prefix = ([HALF_EMULATION] if half and not self.native_half else []) + [self.render_vector_prefix(dt) for dt in vec_types]
     return self.render_kernel(name, bufs, vars_, prefix, body)
