@@ -25,9 +25,9 @@ CONST_BANK_ALIGN = 256
 
 @dataclass(frozen=True)
 class NVProgramData(ProgramData):
-  """ProgramData plus what an NV launch (the QMD) needs. `kernarg_size`/`arg_offsets` describe the parameter area, which the
-  launch copies into constant bank 0 at `cbank0_offset` (the bank is `cbank0_size` bytes; the driver's fields sit below the
-  parameters). Offsets in the image: code at `code_offset` (`code_size` bytes); `const_banks`: (bank, image offset, size)."""
+  """ProgramData plus what an NV launch (the QMD) needs. The kernarg buffer is constant bank 0 itself (`cbank0_size` bytes; the
+  driver's fields sit below the parameters, which start at `cbank0_offset`: `arg_offsets` count from the bank's start) followed
+  by room for the launch's QMD (kernarg_layout). Offsets in the image: code at `code_offset` (`code_size` bytes); `const_banks`: (bank, image offset, size)."""
   arch: str = ""
   regs: int = 0
   shared_size: int = 0
@@ -39,6 +39,18 @@ class NVProgramData(ProgramData):
   code_offset: int = 0
   code_size: int = 0
   const_banks: tuple[tuple[int, int, int], ...] = ()
+  qmd_offset: int = 0                 # the launch's QMD goes at the first 256-byte aligned address from kernargs + qmd_offset
+
+QMD_ALIGN = 256   # SEND_PCAS_A takes the QMD address >> 8
+
+def kernarg_layout(cbank0_size: int, arch: str) -> tuple[int, int]:
+  """(qmd_offset, kernarg_size) of a launch's kernarg buffer: constant bank 0 as the kernel sees it (the driver's part, then
+  the parameters at cbank0_offset; core's host patches write the parameters there), then room for the QMD at a 256-byte aligned
+  address (the kernarg buffer itself is only 64-byte aligned). The launch's pushbuffer writes the QMD there (lower.py)."""
+  from plugin_nv.qmd import ARCHS
+  qmd_size = ARCHS[arch].qmd.size if arch in ARCHS else max(a.qmd.size for a in ARCHS.values())
+  qmd_offset = (cbank0_size + 15) // 16 * 16
+  return qmd_offset, qmd_offset + QMD_ALIGN - 16 + qmd_size
 
 class NVArchDevice(Protocol):
   """What prep asks of the NV HCQ device it prepares for: the arch it runs ("sm_90")."""
@@ -73,10 +85,11 @@ def load_cubin(binary: bytes, name: str, nbufs: int | None = None, nvars: int | 
     if sizes != [8] * nbufs + [4] * nvars:
       raise PrepError(f"kernel {name}: parameter sizes {sizes}, expected {nbufs} buffer addresses (8 bytes) then {nvars} int32 variables (4 bytes)")
   image, banks = kernel_image(k)
-  data = NVProgramData(name=k.name, kernarg_size=k.param_size, kernarg_align=max([4] + sizes), arg_offsets=tuple(p.offset for p in k.params),
+  qmd_offset, kernarg_size = kernarg_layout(k.cbank0_size, cubin.arch)
+  data = NVProgramData(name=k.name, kernarg_size=kernarg_size, kernarg_align=max([4] + sizes), arg_offsets=tuple(k.cbank0_offset + p.offset for p in k.params),
                        arch=cubin.arch, regs=k.regs, shared_size=k.shared_size, cbank0_offset=k.cbank0_offset, cbank0_size=k.cbank0_size,
                        max_threads=k.max_threads or k.req_threads, local_size=k.frame_size, stack_size=k.min_stack_size,
-                       code_offset=0, code_size=len(k.code), const_banks=banks)
+                       code_offset=0, code_size=len(k.code), const_banks=banks, qmd_offset=qmd_offset)
   return data, image
 
 def _prep(ctx: NVArchDevice | None, p: UOp, device: UOp, linear: UOp, binary: UOp) -> UOp:

@@ -39,10 +39,14 @@ def test_prep_rewrite_matches_cuobjdump(arch: str):
           if (m := re.search(r"function: (\w+)\(0x[0-9a-f]+\)\s+register count: (\d+)", v))}
   (_, packed), = ref.ints(".nv.info.r_64_8", "EIATTR_PARAM_CBANK")
   assert (d.name, d.arch, d.regs) == ("r_64_8", arch, regs["r_64_8"])
-  # buffers (8-byte addresses) first, then the int32 variable: where core's kernargs stage writes them
-  assert d.arg_offsets == (0, 8, 16) and d.kernarg_size == 20 == packed >> 16 and d.kernarg_align == 8
-  assert d.cbank0_offset == packed & 0xffff == {"sm_80": 0x160, "sm_90": 0x210, "sm_120": 0x380}[arch]
+  # the kernarg buffer is constant bank 0: buffers (8-byte addresses) first, then the int32 variable, from the parameter offset on
+  c0 = packed & 0xffff
+  assert packed >> 16 == 20 and d.kernarg_align == 8
+  assert d.cbank0_offset == c0 == {"sm_80": 0x160, "sm_90": 0x210, "sm_120": 0x380}[arch] and d.arg_offsets == (c0, c0 + 8, c0 + 16)
   assert d.cbank0_size == ref.sizes[".nv.constant0.r_64_8"] == d.cbank0_offset + 20
+  # then the QMD (256 bytes on sm_8x, 384 later) at the first 256-aligned address past the bank, the buffer being 64-aligned
+  qmd = 256 if arch == "sm_80" else 384
+  assert d.qmd_offset == (c0 + 20 + 15) // 16 * 16 and d.kernarg_size == d.qmd_offset + 240 + qmd
   assert d.shared_size == ref.text_info[".text.r_64_8"][1] == 0 and d.local_size == ref.text_info[".text.r_64_8"][0] == 0
   assert d.max_threads == (32, 4, 1) and d.const_banks == ()
   # the image is the kernel's code, byte for byte as cuobjdump dumps .text.r_64_8
@@ -53,7 +57,7 @@ def test_prep_rewrite_matches_cuobjdump(arch: str):
 def test_shared_memory_and_max_threads():
   binary = ptx_cubin(ADD, "sm_90")
   d, image = load_cubin(binary, "add", 2, 1)
-  assert (d.shared_size, d.max_threads, d.kernarg_size, d.arg_offsets) == (1536, (128, 1, 1), 20, (0, 8, 16))
+  assert (d.shared_size, d.max_threads, d.arg_offsets) == (1536, (128, 1, 1), (0x210, 0x218, 0x220))
   assert image == Cubin(binary).section(".text.add").data
 
 def test_constant_bank_2_rides_behind_the_code():
@@ -82,7 +86,7 @@ def test_parameter_count_and_kind_mismatch():
 def test_device_arch_is_checked():
   binary = ptx_cubin(TWO, "sm_90")
   out = graph_rewrite(program("one_arg", binary, 1, 0), pm_prep_program, FakeNVDevice("sm_90"))
-  assert out.arg.arch == "sm_90" and out.arg.arg_offsets == (0,) and out.arg.kernarg_size == 8
+  assert out.arg.arch == "sm_90" and out.arg.arg_offsets == (0x210,) and out.arg.kernarg_size == 0x220 + 240 + 384
   with pytest.raises(PrepError, match="kernel one_arg: the cubin is for sm_90, the device runs sm_120"):
     graph_rewrite(program("one_arg", binary, 1, 0), pm_prep_program, FakeNVDevice("sm_120"))
   with pytest.raises(PrepError, match="the NV device object passed to prep has no `arch` string"):
