@@ -313,3 +313,32 @@ class LLVMRenderer(Renderer):
     fn = [f"define {self.kernel_cconv}void @{name}({', '.join(params)}) #0 {{", "entry:"]
     fn += ["  " + a for a in self.allocas] + body + ["  ret void", "}"]
     return "\n".join(header + self.globals + list(self.declares) + fn + [f"attributes #0 = {{ {self.kernel_attrs} }}"]) + "\n"
+
+# float -> bfloat16 (round to nearest even, NaN stays NaN): LLVM lowers `fptrunc float to bfloat` on x86 to a call of this
+# compiler-runtime helper, which the process may not have (libgcc has it only from gcc 13): each host module that uses bfloat
+# carries its own (hidden: never exported; not linkonce: the optimizer would drop it), rounding like dtypes.truncate
+TRUNCSFBF2 = """define hidden bfloat @__truncsfbf2(float %x) nounwind {
+  %b = bitcast float %x to i32
+  %lsb = lshr i32 %b, 16
+  %odd = and i32 %lsb, 1
+  %bias = add i32 %odd, 32767
+  %r = add i32 %b, %bias
+  %h = lshr i32 %r, 16
+  %nan = fcmp uno float %x, %x
+  %q = select i1 %nan, i32 32704, i32 %h
+  %t = trunc i32 %q to i16
+  %bf = bitcast i16 %t to bfloat
+  ret bfloat %bf
+}
+"""
+
+class HostLLVMRenderer(LLVMRenderer):
+  """LLVM IR for the CPU this process runs on (the triple and data layout come from the compiler): what core runs on the host
+  for every device (core.device.hostjit) and the base of the CPU backend's LLVM renderer. A barrier is a release fence (the
+  host code's stores become visible before what follows it, e.g. a doorbell write)."""
+  device = "HOST"
+  has_local = False
+  def render_barrier(self) -> str: return "fence release"
+  def render(self, name: str, uops: list[UOp]) -> str:
+    src = super().render(name, uops)
+    return src + TRUNCSFBF2 if "bfloat" in src else src

@@ -1,10 +1,10 @@
 """Stage 9, callify: the submit program, a kernel over host buffers that copies each command buffer into its ring at the
 write pointer (wrapping around, or after a NOP tail where the ring's layout says a submit must not wrap), writes the
 submit-time timeline values into the ring copy, bumps the write pointer, rings the doorbell and advances the host timelines.
-Rendered and compiled by the CPU backend, called with the host buffers."""
+Rendered as host LLVM IR and compiled in process by core itself, called with the host buffers."""
 from __future__ import annotations
-import ctypes
-from typing import Any
+import ctypes, functools
+from typing import Any, Callable
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops, AxisType
 from core.hcq.queue_ir import is_submit, submit_device, submit_queue, queue_of, device_of, kind_of
@@ -117,7 +117,7 @@ def build_submit_program(linear: UOp, ctx: HCQState) -> tuple[list[UOp], list[UO
     new_wptr = b.emit(pos[key] * _u64(4 // unit) if unit != 4 else pos[key])
     b.store(p_wptr, _u64(0), new_wptr)
     # the doorbell is the last write of the submit: the command processor may start as soon as it changes, so the ring
-    # writes before it must be visible first (BARRIER: a release fence on the CPU backend)
+    # writes before it must be visible first (BARRIER: a release fence)
     b.emit(UOp(Ops.BARRIER))
     b.store(p_bell, _u64(0), new_wptr)
   for u in linear.src:
@@ -125,17 +125,22 @@ def build_submit_program(linear: UOp, ctx: HCQState) -> tuple[list[UOp], list[UO
       b.store(b.param(u.src[0], dtypes.uint64), _u64(0), value(u.src[1]))
   return [b.param_of[p] for p in b.params] + b.body, b.params
 
-_programs: dict[str, Any] = {}
+class SubmitProgram:
+  """The loaded submit program: called with the host addresses of its parameters (`bind` fixes them once, as every run passes
+  the same ones)."""
+  def __init__(self, fn: Callable[..., None]): self.fn = fn
+  def __call__(self, *args: int) -> None: self.fn(*args)
+  def bind(self, *args: int) -> Callable[[], None]: return functools.partial(self.fn, *[ctypes.c_void_p(a) for a in args])
 
-def compile_submit_program(uops: list[UOp]) -> tuple[str, bytes, Any]:
-  """(source, binary, loaded program) of the submit program, by Device["CPU"]'s renderer and compiler (cached by source)."""
-  from core.device.registry import Device
-  cpu = Device["CPU"]
-  src0 = cpu.renderer.render("hcq_submit", uops)
-  if (hit := _programs.get(src0)) is None:
-    lib = cpu.compiler.compile_cached(src0)
-    hit = _programs[src0] = (src0, lib, cpu.runtime("hcq_submit", lib))
-  return hit
+def compile_submit_program(uops: list[UOp]) -> tuple[str, bytes, SubmitProgram]:
+  """(source, binary, loaded program) of the submit program: host LLVM IR, compiled and loaded in process by core
+  (core.device.hostjit; cached by source), so any device's queues work without a CPU backend installed."""
+  from core.codegen.llvm_ir import HostLLVMRenderer
+  from core.device.hostjit import host_library
+  src = HostLLVMRenderer().render("hcq_submit", uops)
+  nparams = sum(1 for u in uops if u.op is Ops.PARAM)
+  lib = host_library(src)
+  return src, lib.obj, SubmitProgram(lib.function("hcq_submit", None, *[ctypes.c_void_p] * nparams))
 
 def param_address(buf: UOp, ctx: HCQState) -> int:
   """Host address of a submit-program parameter: a host timeline value, or a (host-visible) device buffer."""
@@ -147,7 +152,7 @@ def callify(linear: UOp, ctx: HCQState) -> tuple[UOp, Any, tuple[int, ...]]:
   uops, params = build_submit_program(linear, ctx)
   src, lib, prg = compile_submit_program(uops)
   # the same compiled PROGRAM shape codegen makes, for the host
-  prog = UOp(Ops.PROGRAM, src=(UOp(Ops.SINK, arg="hcq_submit"), UOp(Ops.DEVICE, arg="CPU"), UOp(Ops.LINEAR, src=tuple(uops)),
+  prog = UOp(Ops.PROGRAM, src=(UOp(Ops.SINK, arg="hcq_submit"), UOp(Ops.DEVICE, arg="HOST"), UOp(Ops.LINEAR, src=tuple(uops)),
                                UOp(Ops.SOURCE, arg=src), UOp(Ops.BINARY, arg=lib)), arg=ProgramSpec("hcq_submit"))
   rest = tuple(u for u in linear.src if not is_submit(u) and u.op is not Ops.ADVANCE)
   call = UOp(Ops.CALL, src=(prog,) + tuple(params))

@@ -12,7 +12,7 @@ whose signal has not arrived (another queue, maybe of another device, may write 
 queue drops what its doorbell announced, and the next wait raises core.hcq.HCQError with the report.
 """
 from __future__ import annotations
-import ctypes, hashlib, importlib.util, struct, threading, time, weakref
+import ctypes, hashlib, struct, threading, time, weakref
 from typing import Callable
 from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp
@@ -21,14 +21,6 @@ from core.device.buffer import Buffer
 from core.device.hcq import HCQDevice, RingLayout, handle_addr
 from core.hcq import HCQError
 from plugin_example.queue import Op, decode, packet_words
-
-CPU_MISSING = ("SIM+EXAMPLE needs plugin-cpu: core compiles the HCQ submit program with Device['CPU']. Install it with "
-               "pip install plugin-cpu (in this repository: pip install ./plugins/cpu, or the extra 'plugin-example[sim]'), "
-               "or use DEV=EXAMPLE (the DIRECT interface)")
-
-def check_submit_compiler() -> None:
-  """Raises RuntimeError with the fix when plugin-cpu, which compiles core's submit program, is not installed."""
-  if importlib.util.find_spec("plugin_cpu") is None: raise RuntimeError(CPU_MISSING)
 
 def peek(addr: int) -> int: return ctypes.c_uint64.from_address(addr).value
 def poke(addr: int, value: int) -> None: ctypes.c_uint64.from_address(addr).value = value
@@ -210,7 +202,6 @@ _by_device_lock = threading.Lock()
 def sim_hcq(device: str) -> SimHCQ:
   """The SimHCQ of a device instance, one per process like the hardware queues it stands for: a device reopened (Device.reset())
   keeps its queues and signals, which core's cached submissions and host timelines refer to."""
-  check_submit_compiler()
   with _by_device_lock:
     if (h := _by_device.get(device)) is None: h = _by_device[device] = SimHCQ(device)
   return h

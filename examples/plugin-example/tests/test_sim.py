@@ -92,11 +92,6 @@ def test_launch_runs_a_loaded_kernel_with_its_kernargs() -> None:
 
 # *** the interface ***
 
-def test_missing_plugin_cpu_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
-  find_spec = iface_sim.importlib.util.find_spec
-  monkeypatch.setattr(iface_sim.importlib.util, "find_spec", lambda name, *a: None if name == "plugin_cpu" else find_spec(name, *a))
-  with pytest.raises(RuntimeError, match="SIM\\+EXAMPLE needs plugin-cpu.*pip install plugin-cpu"): iface_sim.sim_hcq("EXAMPLE:9")
-
 def test_unknown_interface_names_the_choices() -> None:
   from plugin_example.runtime import make_device
   with pytest.raises(ValueError, match=r"EXAMPLE has no interface 'PCI'; choose DIRECT \(the default\) or SIM \(DEV=SIM\+EXAMPLE\)"):
@@ -106,7 +101,6 @@ def test_unknown_interface_names_the_choices() -> None:
 
 @pytest.fixture
 def sim_dev() -> Iterator[None]:
-  pytest.importorskip("plugin_cpu", reason="SIM+EXAMPLE needs plugin-cpu: pip install 'plugin-example[sim]'")
   saved = os.environ.get("DEV")
   os.environ["DEV"] = "SIM+EXAMPLE"
   Device.reset()

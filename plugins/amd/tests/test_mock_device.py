@@ -1,61 +1,11 @@
-"""The MOCK+AMD device: host builds of kernels, its memory, and hand-built PM4/SDMA rings run by its queue workers (copy, kernel,
+"""The MOCK+AMD device: its memory, and hand-built PM4/SDMA rings run by its queue workers (copy, kernel,
 waits between queues, faults). Everything that opens the device runs in one subprocess with DEV=MOCK+AMD (the device registry
 reads DEV once per process); its checks come back as JSON and each test asserts one part."""
 from __future__ import annotations
 import json, os, subprocess, sys
 import numpy as np
 import pytest
-from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
-from amd_test_kernels import c, special, linear, lds_kernel
-
-# *** host builds (no device needed) ***
-
-def grid_kernel(g0: int, g1: int, l0: int) -> list[UOp]:
-  """out[(gidx1*g0 + gidx0)*l0 + lidx0] = gidx0 + 100*gidx1 + 10000*lidx0 + var: every id and the variable land in the output."""
-  out = UOp.param(0, dtypes.int32.ptr(g0 * g1 * l0))
-  v = UOp(Ops.DEFINE_VAR, dtypes.int32, (), ("v", 0, 1000))
-  x, y, lx = special("gidx0", g0), special("gidx1", g1), special("lidx0", l0)
-  return linear(out, v, out.index((y * c(g0) + x) * c(l0) + lx).store(x + y * c(100) + lx * c(10000) + v))
-
-def test_host_build_covers_the_grid_and_block():
-  from plugin_amd.hostbuild import host_build
-  g0, g1, l0 = 5, 3, 4
-  b = host_build("grid_k", grid_kernel(g0, g1, l0))
-  assert (b.nbufs, b.nvars, b.local_size) == (1, 1, (l0, 1, 1))
-  out = np.full(g0 * g1 * l0, -1, np.int32)
-  b.run([out.ctypes.data, 7], (g0, g1, 1), (l0, 1, 1))
-  y, x, lx = np.meshgrid(np.arange(g1), np.arange(g0), np.arange(l0), indexing="ij")
-  np.testing.assert_array_equal(out, (x + 100 * y + 10000 * lx + 7).reshape(-1))
-
-def test_host_build_runs_only_the_dispatched_grid():
-  from plugin_amd.hostbuild import host_build
-  b = host_build("grid_k", grid_kernel(5, 3, 4))
-  out = np.full(60, -1, np.int32)
-  b.run([out.ctypes.data, 0], (2, 1, 1), (4, 1, 1))   # a smaller grid than the kernel's: only those workgroups write
-  assert (out[:8] >= 0).all() and (out[8:] == -1).all()
-
-def test_host_build_runs_barriers_as_work_item_loops():
-  # each workgroup reverses its slice through LDS: every work-item's store must land before any work-item's load
-  from plugin_amd.hostbuild import host_build
-  b = host_build("lds_k", lds_kernel(local=64, groups=4))
-  assert b.local_size == (64, 1, 1)
-  inp, out = np.arange(256, dtype=np.float32), np.zeros(256, np.float32)
-  b.run([out.ctypes.data, inp.ctypes.data], (4, 1, 1), (64, 1, 1))
-  np.testing.assert_array_equal(out, inp.reshape(4, 64)[:, ::-1].reshape(-1))
-
-def test_host_build_refuses_a_barrier_inside_a_loop():
-  from plugin_amd.hostbuild import host_build, HostBuildError
-  from core.ir.dtype import AddrSpace
-  from core.ir.ops import AxisType
-  out = UOp.param(0, dtypes.float32.ptr(64))
-  lid = special("lidx0", 64)
-  lds = UOp(Ops.DEFINE_LOCAL, dtypes.float32.ptr(64, AddrSpace.LOCAL), (), 0)
-  r = UOp(Ops.RANGE, dtypes.int32, (c(4),), (0, AxisType.REDUCE))
-  st = lds.index(lid).store(r.cast(dtypes.float32))
-  bar = UOp(Ops.BARRIER, dtypes.void, (st,))
-  body = out.index(lid).store(lds.after(bar).index(c(63) - lid).load()).end(r)
-  with pytest.raises(HostBuildError, match="inside a loop"): host_build("loop_bar", linear(body))
 
 def test_memory_stays_registered_while_the_cache_holds_it():
   # a buffer freed by the cycle collector goes to the allocator's cache from its owner's __del__, after the collector has
@@ -132,7 +82,7 @@ out["copy_packets"] = [n for _, n in hcq.queue("COPY:0").proc.packets][-2:]
 
 # a dispatch built by lower.py from queue IR: the kernel from amd_test_kernels.loop_kernel (registers, a loop, a variable)
 import sys; sys.path.insert(0, TESTS)
-from amd_test_kernels import loop_kernel
+from core.testing.kernels import loop_kernel
 from plugin_amd.prep import load_code_object
 uops = loop_kernel()
 src_text = dev.renderer.render("loop_k", uops)

@@ -7,7 +7,8 @@ from core.codegen.program import ProgramSpec
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import graph_rewrite
-from amd_test_kernels import ARCH_NAMES, compiler, lds_kernel, llvm_report, loop_kernel
+from core.testing.kernels import lds_kernel, loop_kernel
+from amd_test_kernels import ARCH_NAMES, compiler, llvm_report
 from plugin_amd.elf import ELF
 from plugin_amd.prep import AMDProgramData, KernelDescriptor, PrepError, load_code_object, pm_prep_program, read_metadata
 from plugin_amd.renderer import ARCHS, AMDLLVMRenderer

@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 from core.ir.dtype import dtypes
 from core.ir.ops import Ops
-from amd_test_kernels import ARCH_NAMES, lds_kernel, loop_kernel
+from core.testing.kernels import lds_kernel, loop_kernel
+from amd_test_kernels import ARCH_NAMES
 from plugin_amd.renderer import ARCHS, DEFAULT_ARCH, AMDLLVMRenderer, arch_info
 
 def test_lds_kernel_ir():

@@ -25,7 +25,6 @@ def submit_near_the_end(hcq: AMDHCQ, wptr0: int) -> tuple[list[int], list[int], 
   """Encodes a 64-byte copy and a signal for COPY:0 (device addresses in an AddressSpace the SDMA engine reads), runs core's
   submit program over a 256-byte ring whose write pointer is `wptr0`: (the submit's words, the ring's words, the new write
   pointer, the address space, the engine's actions, src, dst)."""
-  pytest.importorskip("plugin_cpu")
   from core.engine.run import buffer_of
   from core.hcq.callify import callify
   mem = AddressSpace()

@@ -5,7 +5,7 @@ from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
 from core.codegen.c_style import CStyleRenderer, base_rewrite, c_code_for_op
-from core.codegen.llvm_ir import LLVMRenderer, llvm_rewrite
+from core.codegen.llvm_ir import HostLLVMRenderer, llvm_rewrite
 from core.codegen.lowerer import pm_fuse_mulacc
 from core.codegen.decompose import pm_vector_math
 from core.device.compiler import CompileError
@@ -125,24 +125,6 @@ class CPUCRenderer(CStyleRenderer):
     # the block index is the last parameter, after the buffers and the variables, as cpu_launch passes it
     return super().render_kernel(name, bufs, vars_ + self.blocks[:1], prefix, body)
 
-# LLVM lowers float -> bfloat on CPUs without bf16 instructions to a call of __truncsfbf2, which libgcc only has from gcc 13:
-# each module that uses bfloat carries its own (hidden: never exported; not linkonce: the optimizer would drop it), rounding to
-# nearest even like dtypes.truncate
-TRUNCSFBF2 = """define hidden bfloat @__truncsfbf2(float %x) nounwind {
-  %b = bitcast float %x to i32
-  %lsb = lshr i32 %b, 16
-  %odd = and i32 %lsb, 1
-  %bias = add i32 %odd, 32767
-  %r = add i32 %b, %bias
-  %h = lshr i32 %r, 16
-  %nan = fcmp uno float %x, %x
-  %q = select i1 %nan, i32 32704, i32 %h
-  %t = trunc i32 %q to i16
-  %bf = bitcast i16 %t to bfloat
-  ret bfloat %bf
-}
-"""
-
 NT_MD = "!{i32 1}"   # the !nontemporal metadata: a node holding i32 1, as the LangRef asks
 
 def _llvm_stream_store(ctx: CPULLVMRenderer, x: UOp) -> str:
@@ -157,12 +139,10 @@ def _llvm_stream_store(ctx: CPULLVMRenderer, x: UOp) -> str:
           f"  br label %{k}.done\n{ctx.label(k + '.plain')}\n  store {t} {v}, ptr {p}, align {val.dtype.scalar().itemsize}\n"
           f"  br label %{k}.done\n{ctx.label(k + '.done')}")
 
-class CPULLVMRenderer(LLVMRenderer):
+class CPULLVMRenderer(HostLLVMRenderer):
   """The same kernel as LLVM IR for llvmlite; the compiler fills in the host triple and data layout."""
   device = "CPU"
   suffix = "LLVM"
-  def render_barrier(self) -> str: return "fence release"
-  has_local = False
   global_max = None
   supports_float4 = True
   supported_dtypes = _HOST_DTYPES | {dtypes.bfloat16}
@@ -192,7 +172,3 @@ class CPULLVMRenderer(LLVMRenderer):
   def render_params(self, bufs: list[UOp], vars_: list[UOp]) -> list[str]:
     # the block index is the last parameter: after the buffers and the variables, as cpu_launch passes it
     return super().render_params(bufs, vars_) + [f"i32 %{x.arg}" for x in self.blocks[:1]]
-
-  def render(self, name: str, uops: list[UOp]) -> str:
-    src = super().render(name, uops)
-    return src + TRUNCSFBF2 if "bfloat" in src else src

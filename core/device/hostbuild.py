@@ -1,55 +1,47 @@
-"""Host builds of AMD kernels for the MOCK interface: the same linearized uops as host LLVM IR, run one workgroup per pool block."""
+"""Host builds of GPU kernels, for MOCK devices and simulated drivers: a kernel's linearized uops (what its device's renderer
+was given) rendered as LLVM IR for this CPU, one function call per work-item, compiled and loaded in process
+(core.device.hostjit). A device plugin runs them where its software command processor decodes a dispatch."""
 from __future__ import annotations
-import ctypes, functools, hashlib, threading
+import concurrent.futures, ctypes, functools, hashlib, os, threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Callable
+from core.codegen.llvm_ir import HostLLVMRenderer, LLVMRenderer
 from core.helpers import to_function_name
 from core.ir.dtype import AddrSpace, PtrDType, dtypes
 from core.ir.ops import UOp, Ops, GroupOp, AxisType
 
-# Why LLVM and not C: the AMD renderer is an LLVMRenderer, so every uop it accepts (bfloat16 arithmetic, vector ops) the host
-# LLVM renderer accepts too; the host C compiler here (gcc 12) has no bfloat16 arithmetic.
+# Why LLVM and not C: a GPU renderer built on LLVMRenderer accepts bfloat16 arithmetic and vector ops that a host C compiler
+# may not (gcc 12 has no bfloat16 arithmetic), and llvmlite needs no compiler on the machine.
 
 AXES = ("gidx0", "gidx1", "gidx2", "lidx0", "lidx1", "lidx2")
 
 class HostBuildError(RuntimeError):
-  """A kernel the MOCK device can't run on the host (the message says which and why)."""
+  """A kernel the host can't run (the message says which and why)."""
 
-@functools.cache
-def _renderer_class() -> type:
-  from plugin_cpu.renderer import CPULLVMRenderer
+class HostKernelRenderer(HostLLVMRenderer):
+  """A GPU kernel's uops as a host function `void <name>(buffers..., i32 vars..., i32 gidx0..2, i32 lidx0..2)`; `host_build`
+  adds the wrapper that runs workgroups of a grid."""
+  local_addrspace = 0
 
-  class HostKernelRenderer(CPULLVMRenderer):
-    """The AMD kernel's uops as a host function `void host_<name>(buffers..., i32 vars..., i32 gidx0..2, i32 lidx0..2)` plus a
-    wrapper `host_<name>_wg(ptr args, ptr dims, i64 wg)` that runs every work-item of workgroup `wg` in order."""
-    local_addrspace = 0
-
-    def _render(self, name: str, uops: list[UOp]) -> str:
-      self.blocks: list[UOp] = []
-      return super()._render(name, uops)
-
-    def render_special(self, x: UOp) -> str:
-      if x.arg not in AXES: raise HostBuildError(f"thread id {x.arg!r} is not one of {', '.join(AXES)}")
-      if self.ty(x.dtype) == "i32":
-        self.r[x] = f"%{x.arg}"   # the parameter itself
-        return ""
-      return f"{self[x]} = sext i32 %{x.arg} to {self.ty(x.dtype)}"
-
-    def render_params(self, bufs: list[UOp], vars_: list[UOp]) -> list[str]:
-      from core.codegen.llvm_ir import LLVMRenderer
-      return LLVMRenderer.render_params(self, bufs, vars_) + [f"i32 %{a}" for a in AXES]
-
-    def render_define_local(self, x: UOp) -> str:
-      # LDS: a stack array of the call, which runs a whole workgroup (workitem_loops), so one per workgroup
-      assert isinstance(x.dtype, PtrDType)
-      self.r[x] = f"%lds{x.arg}"
-      self.allocas.append(f"%lds{x.arg} = alloca [{x.dtype.size} x {self.mem_ty(x.dtype.base)}], align 16")
+  def render_special(self, x: UOp) -> str:
+    if x.arg not in AXES: raise HostBuildError(f"thread id {x.arg!r} is not one of {', '.join(AXES)}")
+    if self.ty(x.dtype) == "i32":
+      self.r[x] = f"%{x.arg}"   # the parameter itself
       return ""
+    return f"{self[x]} = sext i32 %{x.arg} to {self.ty(x.dtype)}"
 
-    def render_barrier(self) -> str:
-      raise HostBuildError("a BARRIER left after workitem_loops")   # it splits the kernel at every barrier: none reach here
+  def render_params(self, bufs: list[UOp], vars_: list[UOp]) -> list[str]:
+    return LLVMRenderer.render_params(self, bufs, vars_) + [f"i32 %{a}" for a in AXES]
 
-  return HostKernelRenderer
+  def render_define_local(self, x: UOp) -> str:
+    # LDS: a stack array of the call, which runs a whole workgroup (workitem_loops), so one per workgroup
+    assert isinstance(x.dtype, PtrDType)
+    self.r[x] = f"%lds{x.arg}"
+    self.allocas.append(f"%lds{x.arg} = alloca [{x.dtype.size} x {self.mem_ty(x.dtype.base)}], align 16")
+    return ""
+
+  def render_barrier(self) -> str:
+    raise HostBuildError("a BARRIER left after workitem_loops")   # it splits the kernel at every barrier: none reach here
 
 # ops whose value depends only on their sources (rematerialized or spilled when a later region uses them)
 _PURE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.INDEX, Ops.GEP, Ops.VECTORIZE}
@@ -64,7 +56,7 @@ def workitem_loops(uops: list[UOp]) -> list[UOp]:
     if u.op in (Ops.RANGE, Ops.IF): depth += 1
     elif u.op is Ops.END: depth -= sum(1 for r in u.src[1:] if r.op is Ops.RANGE)
     elif u.op is Ops.ENDIF: depth -= 1
-    elif u.op is Ops.BARRIER and depth: raise HostBuildError("a BARRIER inside a loop or branch: the MOCK device runs barriers only "
+    elif u.op is Ops.BARRIER and depth: raise HostBuildError("a BARRIER inside a loop or branch: host builds run barriers only "
                                                              "at the top level of a kernel")
   lsz = [1, 1, 1]
   for u in uops:
@@ -147,8 +139,9 @@ def workitem_loops(uops: list[UOp]) -> list[UOp]:
   return out
 
 def _wrapper(kname: str, nbufs: int, nvars: int, whole_group: bool = False) -> str:
-  """`<kname>_wg(ptr %args, ptr %dims, i64 %wg)`: args = one uint64 per kernel argument, dims = i32 grid x,y,z, block x,y,z."""
-  ln = [f"define void @{kname}_wg(ptr %args, ptr %dims, i64 %wg) #0 {{", "entry:"]
+  """`<kname>_wg(ptr %args, ptr %dims, i64 %first, i64 %end)` runs workgroups [first, end) of the grid: args = one uint64 per
+  kernel argument, dims = i32 grid x,y,z, block x,y,z. `whole_group`: the kernel runs a whole workgroup per call."""
+  ln = [f"define void @{kname}_wg(ptr %args, ptr %dims, i64 %first, i64 %end) #0 {{", "entry:"]
   call_args = []
   for i in range(nbufs + nvars):
     ln += [f"  %ap{i} = getelementptr inbounds i64, ptr %args, i64 {i}", f"  %a{i} = load i64, ptr %ap{i}, align 8"]
@@ -160,16 +153,24 @@ def _wrapper(kname: str, nbufs: int, nvars: int, whole_group: bool = False) -> s
       call_args.append(f"i32 %b{i}")
   for i, d in enumerate(("gx", "gy", "gz", "lx", "ly", "lz")):
     ln += [f"  %{d}p = getelementptr inbounds i32, ptr %dims, i64 {i}", f"  %{d} = load i32, ptr %{d}p, align 4"]
-  # workgroup index -> (x, y, z), x fastest, as the hardware numbers workgroups of a dispatch
-  ln += ["  %gx64 = zext i32 %gx to i64", "  %gy64 = zext i32 %gy to i64", "  %g0w = urem i64 %wg, %gx64", "  %gt = udiv i64 %wg, %gx64",
+  ln += ["  %gx64 = zext i32 %gx to i64", "  %gy64 = zext i32 %gy to i64", "  %lxy = mul i32 %lx, %ly",
+         "  %nl = add i32 0, 1" if whole_group else "  %nl = mul i32 %lxy, %lz", "  %any = icmp ult i64 %first, %end",
+         "  br i1 %any, label %group, label %done",
+         # workgroup index -> (x, y, z), x fastest, as the hardware numbers workgroups of a dispatch
+         "group:", "  %wg = phi i64 [ %first, %entry ], [ %wgn, %next ]", "  %g0w = urem i64 %wg, %gx64", "  %gt = udiv i64 %wg, %gx64",
          "  %g1w = urem i64 %gt, %gy64", "  %g2w = udiv i64 %gt, %gy64", "  %g0 = trunc i64 %g0w to i32", "  %g1 = trunc i64 %g1w to i32",
-         "  %g2 = trunc i64 %g2w to i32", "  %lxy = mul i32 %lx, %ly",
-         "  %nl = add i32 0, 1" if whole_group else "  %nl = mul i32 %lxy, %lz", "  br label %loop", "loop:",
-         "  %l = phi i32 [ 0, %entry ], [ %ln, %loop ]", "  %l0 = urem i32 %l, %lx", "  %lt = udiv i32 %l, %lx", "  %l1 = urem i32 %lt, %ly",
-         "  %l2 = udiv i32 %lt, %ly",
+         "  %g2 = trunc i64 %g2w to i32", "  br label %item",
+         "item:", "  %l = phi i32 [ 0, %group ], [ %ln, %item ]", "  %l0 = urem i32 %l, %lx", "  %lt = udiv i32 %l, %lx",
+         "  %l1 = urem i32 %lt, %ly", "  %l2 = udiv i32 %lt, %ly",
          f"  call void @{kname}({', '.join(call_args + ['i32 %g0', 'i32 %g1', 'i32 %g2', 'i32 %l0', 'i32 %l1', 'i32 %l2'])})",
-         "  %ln = add i32 %l, 1", "  %more = icmp ult i32 %ln, %nl", "  br i1 %more, label %loop, label %done", "done:", "  ret void", "}"]
+         "  %ln = add i32 %l, 1", "  %more = icmp ult i32 %ln, %nl", "  br i1 %more, label %item, label %next",
+         "next:", "  %wgn = add i64 %wg, 1", "  %again = icmp ult i64 %wgn, %end", "  br i1 %again, label %group, label %done",
+         "done:", "  ret void", "}"]
   return "\n".join(ln) + "\n"
+
+@functools.cache
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+  return concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="core-hostbuild")
 
 @dataclass
 class HostBuild:
@@ -179,38 +180,38 @@ class HostBuild:
   nvars: int
   local_size: tuple[int, int, int]
   src: str = field(repr=False)
-  program: Any = field(repr=False)   # plugin_cpu.runtime.CPUProgram of the wrapper
+  fn: Callable[..., None] = field(repr=False)   # the wrapper: (args, dims, first workgroup, end)
 
   def run(self, args: list[int], grid: tuple[int, int, int], block: tuple[int, int, int]) -> None:
-    """Runs the whole grid: every workgroup a block of the CPU plugin's pool, its work-items in order inside it."""
+    """Runs the whole grid: workgroups split in contiguous ranges over a pool of host threads (the call releases the GIL),
+    each workgroup's work-items in order."""
     if len(args) != self.nbufs + self.nvars: raise HostBuildError(f"{self.name}: {len(args)} arguments, expected {self.nbufs + self.nvars}")
     a = (ctypes.c_uint64 * max(len(args), 1))(*[v & 0xFFFFFFFFFFFFFFFF for v in args])
     dims = (ctypes.c_int32 * 6)(*grid, *block)
-    self.program(ctypes.addressof(a), ctypes.addressof(dims), global_size=(grid[0] * grid[1] * grid[2],))
+    n = grid[0] * grid[1] * grid[2]
+    pa, pd = ctypes.addressof(a), ctypes.addressof(dims)
+    parts = min(n, os.cpu_count() or 1)
+    if parts <= 1: return self.fn(pa, pd, 0, n)
+    bounds = [n * i // parts for i in range(parts + 1)]
+    for f in [_pool().submit(self.fn, pa, pd, lo, hi) for lo, hi in zip(bounds, bounds[1:])]: f.result()
 
 _lock = threading.Lock()
 _builds: dict[str, HostBuild] = {}
 
 def host_build(name: str, uops: tuple[UOp, ...] | list[UOp]) -> HostBuild:
-  """The host build of a kernel's linearized uops (its PROGRAM's LINEAR), compiled once per process (and cached on disk by the
-  CPU plugin's LLVM compiler)."""
+  """The host build of a kernel's linearized uops (its PROGRAM's LINEAR), compiled once per process (and cached on disk)."""
+  from core.device.hostjit import host_library
   kname = "host_" + to_function_name(name)
   # a kernel sharing LDS between its work-items runs as one call per workgroup
   group = any(u.op in (Ops.BARRIER, Ops.DEFINE_LOCAL) for u in uops)
-  src = _renderer_class()().render(kname, workitem_loops(list(uops)) if group else list(uops))
-  src += _wrapper(kname, sum(1 for u in uops if u.op is Ops.PARAM), sum(1 for u in uops if u.op is Ops.DEFINE_VAR), whole_group=group)
+  nbufs, nvars = sum(1 for u in uops if u.op is Ops.PARAM), sum(1 for u in uops if u.op is Ops.DEFINE_VAR)
+  src = HostKernelRenderer().render(kname, workitem_loops(list(uops)) if group else list(uops)) + _wrapper(kname, nbufs, nvars, whole_group=group)
   key = hashlib.sha256(src.encode()).hexdigest()
   with _lock:
     if (hit := _builds.get(key)) is not None: return hit
-  from plugin_cpu.compiler import LLVMCompiler
-  from plugin_cpu.runtime import CPUProgram
-  lib = _compiler(LLVMCompiler).compile_cached(src)
   local = [1, 1, 1]
   for u in uops:
     if u.op is Ops.SPECIAL and u.arg.startswith("lidx"): local[int(u.arg[4:])] = int(u.src[0].arg)
-  b = HostBuild(name, sum(1 for u in uops if u.op is Ops.PARAM), sum(1 for u in uops if u.op is Ops.DEFINE_VAR), (local[0], local[1], local[2]),
-                src, CPUProgram(kname + "_wg", lib))
+  fn = host_library(src).function(kname + "_wg", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+  b = HostBuild(name, nbufs, nvars, (local[0], local[1], local[2]), src, fn)
   with _lock: return _builds.setdefault(key, b)
-
-@functools.cache
-def _compiler(cls: type) -> Any: return cls()

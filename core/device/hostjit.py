@@ -1,0 +1,59 @@
+"""Host code in this process: LLVM IR compiled by llvmlite and loaded by its JIT linker, with no C compiler and no backend
+plugin. Core uses it for what runs on the host for every device: the HCQ submit program, and the host builds of GPU
+kernels that MOCK devices run (core/device/hostbuild.py)."""
+from __future__ import annotations
+import ctypes, functools, hashlib, threading
+from typing import Any, Callable
+from core.device.compiler import Compiler, llvm_object
+
+class HostCompiler(Compiler):
+  """LLVM IR -> an object file for this CPU (its features, O2), cached on disk like every compiler's output."""
+  def __init__(self, opt: int = 2):
+    import llvmlite.binding as llvm
+    from core.device.compiler import llvm_target
+    llvm_target(llvm.get_process_triple(), "host")
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    llvm.initialize_native_asmparser()
+    self.cpu, self.features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+    self.tm = llvm.Target.from_triple(llvm.get_process_triple()).create_target_machine(cpu=self.cpu, features=self.features, opt=opt,
+                                                                                        reloc="pic", codemodel="default")
+    self.opt = opt
+    super().__init__(f"host_{'.'.join(map(str, llvm.llvm_version_info))}_{self.tm.triple}_{self.cpu}_"
+                     f"{hashlib.sha256(self.features.encode()).hexdigest()[:8]}_O{opt}")
+
+  def compile(self, src: str) -> bytes: return llvm_object(self.tm, src, self.opt, what="the host")
+
+class HostLibrary:
+  """Object code loaded into this process by llvmlite's MCJIT linker (relocated, symbols such as libm's resolved against the
+  process). Kept alive as long as any function taken from it is: the code lives in the engine's memory."""
+  def __init__(self, obj: bytes, compiler: HostCompiler):
+    import llvmlite.binding as llvm
+    self.obj = obj
+    self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), compiler.tm)
+    self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    self.engine.finalize_object()
+
+  def address(self, name: str) -> int:
+    if not (addr := self.engine.get_function_address(name)): raise RuntimeError(f"the host library has no function named {name!r}")
+    return addr
+
+  def function(self, name: str, restype: Any, *argtypes: Any) -> Callable[..., Any]:
+    """A ctypes function for the symbol `name` (it holds this library alive); ctypes releases the GIL while it runs."""
+    fn = ctypes.CFUNCTYPE(restype, *argtypes)(self.address(name))
+    fn._library = self   # type: ignore[attr-defined]
+    return fn
+
+@functools.cache
+def host_compiler() -> HostCompiler: return HostCompiler()
+
+_lock = threading.Lock()
+_libraries: dict[str, HostLibrary] = {}
+
+def host_library(src: str) -> HostLibrary:
+  """LLVM IR `src` (from core.codegen.llvm_ir.HostLLVMRenderer, or whole modules) compiled (disk cache) and loaded once per process."""
+  with _lock:
+    if (hit := _libraries.get(src)) is not None: return hit
+  comp = host_compiler()
+  lib = HostLibrary(comp.compile_cached(src), comp)
+  with _lock: return _libraries.setdefault(src, lib)
