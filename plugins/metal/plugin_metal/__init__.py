@@ -1,14 +1,48 @@
-"""The METAL plugin's hooks: declares the METAL device, which is not implemented yet (never available, opening it says so)."""
+"""The METAL plugin's hooks: declares the METAL device (the MSL renderer; MTL interface on macOS, MOCK: command-buffer programs
+replayed on the host with each kernel's MSL built as C++) and its HCQ rules."""
 from __future__ import annotations
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 from core.device.hookspecs import hookimpl
-from core.device.spec import DeviceSpec, placeholder_spec
+from core.device.spec import DeviceSpec
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:
+  from core.ir.pattern import PatternMatcher
+
+__version__ = "0.2.0"
+INTERFACES = ("MTL", "MOCK")   # the first is the default (DEV=METAL); runtime.make_device opens either
+
+def is_available() -> bool:
+  """Metal exists only on macOS (the framework is opened when the device is first used, not here)."""
+  return sys.platform == "darwin"
+
+# the one place the MSL renderer is built: the device factory and the NULL device (DEV=NULL:METAL, compile only) come here
+def make_msl(arch: str | None = None) -> tuple[Any, Any]:
+  from plugin_metal.renderer import MetalRenderer
+  from plugin_metal.compiler import make_compiler
+  return MetalRenderer(arch), make_compiler()
 
 @hookimpl
 def core_plugin_info() -> dict[str, Any]: return {"name": "metal", "version": __version__, "api": (2, 0)}
 
 @hookimpl
 def core_devices() -> list[DeviceSpec]:
-  return [placeholder_spec("METAL", interfaces=('MTL',), renderers=('MSL',), priority=60)]
+  return [DeviceSpec("METAL", factory="plugin_metal.runtime:make_device", renderers={"MSL": "plugin_metal:make_msl"}, default_renderer="MSL",
+                     interfaces=INTERFACES, priority=60, is_available=is_available,
+                     description="Apple GPUs through Metal (MSL); MOCK+METAL runs the MSL as C++ on the host")]
+
+# the HCQ rules (both interfaces replay the same command-buffer programs), imported only when core's HCQ pipeline asks for them
+@hookimpl
+def core_pm_prep_program(device: str) -> PatternMatcher:
+  from plugin_metal.prep import pm_prep_program
+  return pm_prep_program
+
+@hookimpl
+def core_pm_lower(device: str) -> PatternMatcher:
+  from plugin_metal.lower import pm_lower
+  return pm_lower
+
+@hookimpl
+def core_pm_bufferize(device: str) -> PatternMatcher:
+  from plugin_metal.bufferize import pm_bufferize
+  return pm_bufferize

@@ -1,0 +1,56 @@
+"""METAL's MOCK interface (DEV=MOCK+METAL): the command-buffer programs in the rings are replayed on the host, each DISPATCH running
+the kernel's own MSL built as C++ against the host <metal_stdlib> (hostbuild.py), so what is checked is the MSL the device gets."""
+from __future__ import annotations
+import ctypes, importlib.util, threading, time
+from typing import Any
+from plugin_metal.cmdbuf import Call
+from plugin_metal.queues import MetalHCQ, peek, poke
+
+CPU_MISSING = ("MOCK+METAL needs plugin-cpu: core compiles the HCQ submit program with Device['CPU']. "
+               "pip install ./plugins/cpu (plugin-metal declares it), or DEV=NULL:METAL to compile only")
+
+class MockEncoder:
+  """A compute/blit encoder in software: the bound pipeline and buffers, each call done at once on this thread (in order, so a
+  memory barrier has nothing left to do)."""
+  def __init__(self, hcq: MockHCQ):
+    self.hcq = hcq
+    self.pipeline: Any = None
+    self.bound: dict[int, int] = {}
+
+  def signal_value(self, addr: int) -> int: return peek(addr)
+  def flush(self) -> None: pass
+
+  def call(self, call: Call, f: tuple[int, ...]) -> None:
+    if call is Call.SET_PIPELINE:
+      if (k := self.hcq.programs.get(handle := peek(f[0]))) is None: raise ValueError(f"SET_PIPELINE of handle {handle}, never loaded")
+      self.pipeline = k
+    elif call is Call.SET_BUFFER: self.bound[f[0]] = f[1]
+    elif call is Call.SET_BUFFER_AT: self.bound[f[0]] = peek(f[1])
+    elif call is Call.DISPATCH:
+      if self.pipeline is None: raise ValueError("DISPATCH with no pipeline set")
+      n = max(self.bound, default=-1) + 1
+      if (missing := [i for i in range(n) if i not in self.bound]): raise ValueError(f"DISPATCH of {self.pipeline.name}: no buffer at {missing}")
+      self.pipeline.dispatch([self.bound[i] for i in range(n)], f[:3], f[3:])
+      self.bound = {}
+    elif call is Call.BLIT_COPY: ctypes.memmove(f[0], f[1], f[2])
+    elif call is Call.SIGNAL: poke(f[0], f[1])
+    elif call is Call.TIMESTAMP: poke(f[0], time.monotonic_ns())
+    # MEMORY_BARRIER: every call completes before the next; WAIT reaches here only once its signal arrived
+
+class MockHCQ(MetalHCQ):
+  """The MOCK's queues: replayed by MockEncoder; a program is its MSL's host build."""
+  def new_encoder(self, queue: str) -> MockEncoder: return MockEncoder(self)
+  def _load(self, name: str, lib: bytes) -> Any:
+    from plugin_metal.hostbuild import host_kernel
+    return host_kernel(name, lib.decode())
+
+_by_device: dict[str, MockHCQ] = {}
+_by_device_lock = threading.Lock()
+
+def mock_hcq(device: str) -> MockHCQ:
+  """The MockHCQ of a device instance, one per process like the queues it stands for (a reopened device keeps its queues and
+  signals, which core's cached submissions and host timelines refer to)."""
+  if importlib.util.find_spec("plugin_cpu") is None: raise RuntimeError(CPU_MISSING)
+  with _by_device_lock:
+    if (h := _by_device.get(device)) is None: h = _by_device[device] = MockHCQ(device)
+  return h

@@ -1,0 +1,50 @@
+"""The METAL runtime: host-visible memory, the direct-call program, and make_device, which builds the Compiled device of the
+interface DEV names (MTL: Metal on macOS, iface_mtl.py; MOCK: the host replays command-buffer programs, iface_mock.py)."""
+from __future__ import annotations
+import ctypes, time
+from typing import Any
+from core.device.allocator import BufferSpec, LRUAllocator
+from core.device.compiled import Compiled
+from plugin_metal import INTERFACES
+
+class HostAllocator(LRUAllocator):
+  """MOCK memory: ctypes byte arrays (zero-copy host access, views at an offset); an address is the host pointer."""
+  def _alloc(self, size: int, options: BufferSpec) -> Any: return (ctypes.c_uint8 * size)()
+  def _offset(self, opaque: Any, size: int, offset: int) -> Any: return (ctypes.c_uint8 * size).from_buffer(opaque, offset)
+  def _as_buffer(self, opaque: Any) -> memoryview: return memoryview(opaque).cast("B")
+  def _copyin(self, dest: Any, src: memoryview) -> None: ctypes.memmove(dest, bytes(src), src.nbytes)
+  def _copyout(self, dest: memoryview, src: Any) -> None: dest[:] = memoryview(src).cast("B")
+
+def arg_addresses(bufs: tuple[Any, ...], vals: tuple[int, ...]) -> tuple[list[int], Any]:
+  """What a dispatch binds at [[buffer(0..)]]: each buffer's address, then the address of each variable's int32 (the array that
+  holds the variables is returned too: it must live until the kernel ran)."""
+  ints = (ctypes.c_int32 * max(1, len(vals)))(*vals)
+  addrs = [b if isinstance(b, int) else ctypes.addressof(b) for b in bufs]
+  return addrs + [ctypes.addressof(ints) + 4 * i for i in range(len(vals))], ints
+
+class MockProgram:
+  """A kernel called directly (outside core's HCQ pipeline): its MSL's host build, run on this thread."""
+  def __init__(self, name: str, lib: bytes):
+    from plugin_metal.hostbuild import host_kernel
+    self.name, self.kernel = name, host_kernel(name, lib.decode())
+
+  def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] = (1, 1, 1),
+               vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+    st = time.perf_counter()
+    args, keep = arg_addresses(bufs, vals)
+    self.kernel.dispatch(args, global_size, local_size)
+    del keep
+    return time.perf_counter() - st if wait else None
+
+def make_device(name: str, target: Any = None) -> Compiled:
+  """The METAL device for DEV target `target`: MTL (the default; macOS only) or MOCK (DEV=MOCK+METAL, anywhere with clang++)."""
+  iface = (getattr(target, "interface", None) or INTERFACES[0]).upper()
+  if iface not in INTERFACES: raise ValueError(f"{name} has no interface {iface!r}; choose {' or '.join(INTERFACES)} (DEV=MOCK+{name})")
+  if iface == "MTL":
+    from plugin_metal.iface_mtl import make_mtl_device
+    return make_mtl_device(name, target)
+  from plugin_metal.renderer import MetalRenderer
+  from plugin_metal.compiler import MetalCheckCompiler
+  from plugin_metal.iface_mock import mock_hcq
+  return Compiled(name, HostAllocator(name), MetalRenderer(getattr(target, "arch", None)), MetalCheckCompiler(), MockProgram, target=target,
+                  hcq=mock_hcq(name))
