@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")"
 PY="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check ./ "./plugins/cpu[llvm]" scikit-learn
+.venv/bin/python -m pip install -q --disable-pip-version-check ./ ./plugins/cpu scikit-learn
 exec .venv/bin/python examples/train_digits.py "$@"

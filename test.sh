@@ -10,8 +10,7 @@ rc=0
 python -m pytest -n auto -q tests "$@" || rc=1
 DEV=PYTHON CORE_TEST_SCALE=0.25 python -m pytest -n auto -q --core-conformance || rc=1
 if python -c "import plugin_cpu" 2>/dev/null; then
-  devs="CPU:C DIRECT+CPU:C"; python -c "import llvmlite" 2>/dev/null && devs="$devs CPU:LLVM DIRECT+CPU:LLVM"
-  for d in $devs; do DEV=$d python -m pytest -n auto -q --core-conformance || rc=1; done
+  for d in CPU:C DIRECT+CPU:C CPU:LLVM DIRECT+CPU:LLVM; do DEV=$d python -m pytest -n auto -q --core-conformance || rc=1; done
   NOOPT=1 DEV=CPU python -m pytest -n auto -q --core-conformance || rc=1
 fi
 exit $rc

@@ -1,6 +1,7 @@
 """The HCQ device contract: what a plugin's runtime offers core's command-queue pipeline (core/hcq), as one typed base class."""
 from __future__ import annotations
 import abc, ctypes
+import numpy as np
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -9,12 +10,14 @@ if TYPE_CHECKING:
   from core.ir.ops import UOp
 
 def handle_addr(buf: Buffer) -> int:
-  """The address behind an allocated Buffer's allocator handle, an int or a ctypes object (allocated now if it is not yet;
-  0 for a zero-size buffer). A device whose addresses differ from its handles' says so in HCQDevice.addr."""
+  """The address behind an allocated Buffer's allocator handle: an int, a ctypes object, or a numpy array (the built-in PYTHON
+  device's host memory); allocated now if it is not yet, 0 for a zero-size buffer. A device whose addresses differ from its
+  handles' says so in HCQDevice.addr."""
   if not buf.is_allocated(): buf.allocate()
   h = buf._buf
   if h is None: return 0
-  return h if isinstance(h, int) else ctypes.addressof(h)
+  if isinstance(h, int): return h
+  return int(h.ctypes.data) if isinstance(h, np.ndarray) else ctypes.addressof(h)
 
 @dataclass(frozen=True)
 class RingLayout:

@@ -128,14 +128,18 @@ submit("COMPUTE:0", pm4.release_mem(gen, addr(sig4), 99))
 hcq.wait_signal(sig4, 99, 5.0)
 out["after_faults"] = u64(sig4)
 
-# a schedule through core's pipeline: a CPU tensor copied in (staged on COPY:0, the compute queue waits), a kernel, copied out
+# a schedule through core's pipeline across two MOCK GPUs: a kernel on AMD, its output copied by AMD:1's SDMA engine (which waits
+# for AMD's kernel), a kernel on AMD:1 (which waits for the copy), read back. Only core and this plugin are installed: the host
+# side (submit programs, host builds) is core's own
 from core.tensor import Tensor
+from core.device.registry import Device
 a = np.arange(24, dtype=np.float32).reshape(4, 6)
-t = (Tensor(a, device="CPU").to("AMD") * 2 + Tensor(np.ones((4, 6), np.float32), device="AMD")).sum(1)
-out["pipeline"] = t.to("CPU").numpy().tolist()
+t = ((Tensor(a, device="AMD") * 2).contiguous().to("AMD:1") + Tensor(np.ones((4, 6), np.float32), device="AMD:1")).sum(1)
+out["pipeline"] = t.numpy().tolist()
 out["pipeline_expected"] = (a * 2 + 1).sum(1).tolist()
-out["pipeline_copy_packets"] = sorted(set(n for _, n in hcq.queue("COPY:0").proc.packets))
-out["pipeline_compute_packets"] = sorted(set(n for _, n in hcq.queue("COMPUTE:0").proc.packets))
+hcq1 = Device["AMD:1"].hcq
+out["pipeline_copy_packets"] = sorted(set(n for _, n in hcq1.queue("COPY:0").proc.packets))
+out["pipeline_compute_packets"] = sorted(set(n for _, n in hcq1.queue("COMPUTE:0").proc.packets))
 
 # a long reduction with few outputs is shared by each workgroup (GROUP: LDS and a barrier), run by the host build's work-item loops
 from core.hcq import state

@@ -34,7 +34,7 @@ def submit_near_the_end(hcq: AMDHCQ, wptr0: int) -> tuple[list[int], list[int], 
   sig_u = qir.queue_buffer("timeline_signal", "COPY:0", "AMD")
   addr = {src_u: src, dst_u: dst, sig_u: sig}.__getitem__
   words = b"".join(resolve_ins(lower_command(c, "COPY:0", hcq.arch), addr) for c in (qir.copy(dst_u, src_u, 64), qir.signal(sig_u, qir.u64(9))))
-  bufs = {k: UOp.new_buffer("CPU", n, dt) for k, n, dt in (("ring", RING // 4, dtypes.uint32), ("wptr", 1, dtypes.uint64),
+  bufs = {k: UOp.new_buffer("PYTHON", n, dt) for k, n, dt in (("ring", RING // 4, dtypes.uint32), ("wptr", 1, dtypes.uint64),
                                                            ("doorbell", 1, dtypes.uint64), ("cmd", len(words) // 4, dtypes.uint32))}
   buffer_of(bufs["ring"]).copyin(memoryview(struct.pack(f"<{RING // 4}I", *[JUNK] * (RING // 4))))
   buffer_of(bufs["wptr"]).copyin(memoryview(struct.pack("<Q", wptr0)))

@@ -1,6 +1,7 @@
-"""The CPU plugin's native library: every native/*.c compiled together once with the system C compiler, cached, loaded by ctypes."""
+"""The CPU plugin's native library (thread pool, command processor): native/*.c, built when the plugin is installed (setup.py), or
+else compiled together on first use with the system C compiler and cached; loaded by ctypes."""
 from __future__ import annotations
-import ctypes, hashlib, json, os, pathlib, re, subprocess, tempfile, threading
+import ctypes, hashlib, importlib.machinery, json, os, pathlib, re, subprocess, tempfile, threading
 from core.helpers import cache_dir
 from core.device.compiler import Compiler, CompileError
 from plugin_cpu.compiler import find_cc, cc_identity, host_id
@@ -50,19 +51,34 @@ class NativeCompiler(Compiler):
         raise CompileError(f"building the CPU plugin's native library failed ({' '.join(cmd)}):\n{ret.stderr.decode(errors='replace')}")
       return pathlib.Path(out).read_bytes()
 
+def source_hash() -> str:
+  """sha256 of the native sources as one JSON map (setup.py computes the same when it builds the library at install time)."""
+  return hashlib.sha256(json.dumps(sources(), sort_keys=True).encode()).hexdigest()
+
+def prebuilt() -> pathlib.Path | None:
+  """The library setup.py built when the plugin was installed (plugin_cpu/_native*.so), or None when there is none or it was
+  built from other sources than the ones installed (an edited checkout)."""
+  for path in sorted(NATIVE_DIR.parent.glob("_native*" + (importlib.machinery.EXTENSION_SUFFIXES[0] if importlib.machinery.EXTENSION_SUFFIXES else ".so"))):
+    try: fn = ctypes.CDLL(str(path)).cpu_native_source_hash
+    except (OSError, AttributeError): continue
+    fn.restype = ctypes.c_char_p
+    if fn() == source_hash().encode(): return path
+  return None
+
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
-_fd: int | None = None   # the memfd of the loaded library, open for the life of the process
+_fd: int | None = None   # the memfd of a library built at run time, open for the life of the process
 
 def lib() -> ctypes.CDLL:
-  """The native library, built on first use (then cached on disk) and loaded once per process: one pool for everyone, also when
-  threads ask at once. cpu_launch and cpu_pool_* get their argtypes here; the command processor's are set by its user."""
+  """The native library, loaded once per process (one pool for everyone, also when threads ask at once): the one built at
+  install time when it matches the sources, else built now with the system C compiler (then cached on disk). cpu_launch and
+  cpu_pool_* get their argtypes here; the command processor's are set by its user."""
   global _lib, _fd
   if _lib is not None: return _lib
   with _lock:
     if _lib is None:
-      so = NativeCompiler().compile_cached(json.dumps(sources(), sort_keys=True))
-      dll, _fd = load_library(so, "core_cpu_native")
+      if (path := prebuilt()) is not None: dll = ctypes.CDLL(str(path))
+      else: dll, _fd = load_library(NativeCompiler().compile_cached(json.dumps(sources(), sort_keys=True)), "core_cpu_native")
       dll.cpu_launch.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int64]
       dll.cpu_launch.restype = ctypes.c_int
       dll.cpu_pool_threads.argtypes, dll.cpu_pool_threads.restype = [], ctypes.c_int

@@ -343,3 +343,8 @@ static void at_exit(void) {
   stop_locked();
   pthread_mutex_unlock(&P.launch_lock);
 }
+
+#ifdef CPU_NATIVE_SOURCE_HASH
+/* set by setup.py when the library is built at install time: the runtime compares it with the installed sources' hash */
+const char *cpu_native_source_hash(void) { return CPU_NATIVE_SOURCE_HASH; }
+#endif

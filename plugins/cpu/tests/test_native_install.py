@@ -1,0 +1,35 @@
+"""The native library built at install time (setup.py): found when its sources match, ignored when they don't, and enough for
+DEV=CPU:LLVM on a machine with no C compiler at all."""
+from __future__ import annotations
+import os, pathlib, subprocess, sys
+import pytest
+from plugin_cpu import native
+
+def require_prebuilt() -> pathlib.Path:
+  if (path := native.prebuilt()) is None:
+    # CI installs the plugin with a compiler present, so the library must have been built then
+    if os.environ.get("CI"): pytest.fail("the CPU plugin was installed without its native library (setup.py's build_ext failed)")
+    pytest.skip("this install has no prebuilt native library (no C compiler when it was installed)")
+  return path
+
+def test_the_prebuilt_library_matches_the_installed_sources():
+  path = require_prebuilt()
+  assert path.parent == native.NATIVE_DIR.parent and path.name.startswith("_native")
+
+def test_a_library_built_from_other_sources_is_not_used(monkeypatch: pytest.MonkeyPatch):
+  require_prebuilt()
+  monkeypatch.setattr(native, "source_hash", lambda: "0" * 64)   # as if a .c file had been edited after the install
+  assert native.prebuilt() is None
+
+def test_cpu_llvm_runs_without_a_c_compiler(tmp_path: pathlib.Path):
+  require_prebuilt()
+  pytest.importorskip("llvmlite")
+  # an empty PATH: no cc, gcc or clang to find; an empty kernel cache so every kernel is really compiled
+  bindir = tmp_path / "bin"
+  bindir.mkdir()
+  env = {k: v for k, v in os.environ.items() if k not in ("CC", "DEV", "CORE_CACHE_DIR")}
+  env.update(PATH=str(bindir), DEV="CPU:LLVM", CORE_CACHE_DIR=str(tmp_path / "cache"))
+  code = "from core import Tensor; import numpy as np; print((Tensor(np.arange(1000, dtype=np.float32)) * 2).sum().item())"
+  r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+  assert r.returncode == 0, r.stderr
+  assert float(r.stdout.strip()) == 999000.0
