@@ -91,8 +91,8 @@ class MetalCompiler(Compiler):
     super().__init__(None)
 
   def compile(self, src: str) -> bytes:
-    from plugin_metal.objc import new_library
-    new_library(self.device, src)
+    from plugin_metal.objc import new_library, release
+    release(new_library(self.device, src))
     return src.encode()
 
 def make_compiler() -> Compiler:

@@ -1,0 +1,131 @@
+"""Metal through the Objective-C runtime with ctypes (no PyObjC): objc_msgSend called with each method's own C signature, and
+the few Metal objects this plugin makes (device, libraries, pipelines, buffers, queues, command buffers, encoders, events).
+macOS only; nothing here is imported elsewhere. NOT RUN YET: written from Apple's documented API, never executed on a Mac."""
+from __future__ import annotations
+import ctypes, functools
+from typing import Any
+from core.device.compiler import CompileError
+
+MTLResourceStorageModeShared = 0          # CPU and GPU see the same memory: buffer addresses are host pointers
+MTLBarrierScopeBuffers = 1
+MTLCommandBufferStatusCompleted, MTLCommandBufferStatusError = 4, 5
+
+class MTLSize(ctypes.Structure):
+  _fields_ = [("width", ctypes.c_ulong), ("height", ctypes.c_ulong), ("depth", ctypes.c_ulong)]
+
+@functools.cache
+def _libs() -> tuple[Any, Any]:
+  objc = ctypes.CDLL("/usr/lib/libobjc.A.dylib")
+  objc.objc_getClass.restype, objc.objc_getClass.argtypes = ctypes.c_void_p, [ctypes.c_char_p]
+  objc.sel_registerName.restype, objc.sel_registerName.argtypes = ctypes.c_void_p, [ctypes.c_char_p]
+  objc.objc_autoreleasePoolPush.restype, objc.objc_autoreleasePoolPush.argtypes = ctypes.c_void_p, []
+  objc.objc_autoreleasePoolPop.restype, objc.objc_autoreleasePoolPop.argtypes = None, [ctypes.c_void_p]
+  ctypes.CDLL("/System/Library/Frameworks/Foundation.framework/Foundation")   # NSString, NSError
+  metal = ctypes.CDLL("/System/Library/Frameworks/Metal.framework/Metal")
+  metal.MTLCreateSystemDefaultDevice.restype, metal.MTLCreateSystemDefaultDevice.argtypes = ctypes.c_void_p, []
+  return objc, metal
+
+@functools.cache
+def _sel(name: str) -> int: return _libs()[0].sel_registerName(name.encode())
+
+@functools.cache
+def _cls(name: str) -> int: return _libs()[0].objc_getClass(name.encode())
+
+@functools.cache
+def _msg_fn(restype: Any, argtypes: tuple[Any, ...]) -> Any:
+  # objc_msgSend is not variadic on arm64: each call goes through a prototype with the method's exact argument types
+  if not (addr := ctypes.cast(_libs()[0].objc_msgSend, ctypes.c_void_p).value): raise RuntimeError("libobjc has no objc_msgSend")
+  return ctypes.CFUNCTYPE(restype, ctypes.c_void_p, ctypes.c_void_p, *argtypes)(addr)
+
+def msg(obj: Any, sel: str, *args: Any, restype: Any = ctypes.c_void_p, argtypes: tuple[Any, ...] = ()) -> Any:
+  """[obj sel...] with the C types of its arguments and result (default: objects, as void pointers)."""
+  if len(argtypes) != len(args): argtypes = tuple(argtypes) + (ctypes.c_void_p,) * (len(args) - len(argtypes))
+  return _msg_fn(restype, tuple(argtypes))(obj, _sel(sel), *args)
+
+def nsstring(s: str) -> int: return msg(_cls("NSString"), "stringWithUTF8String:", s.encode(), argtypes=(ctypes.c_char_p,))
+def pystring(ns: int) -> str: return (msg(ns, "UTF8String", restype=ctypes.c_char_p) or b"").decode(errors="replace") if ns else ""
+def release(obj: int) -> None:
+  if obj: msg(obj, "release", restype=None)
+def retain(obj: int) -> int: return msg(obj, "retain")
+def error_text(err: ctypes.c_void_p) -> str: return pystring(msg(err.value, "localizedDescription")) if err.value else "no NSError given"
+
+class AutoreleasePool:
+  """Objects Metal returns autoreleased (command buffers, encoders) are freed when the pool ends; keep one with `retain`."""
+  def __enter__(self) -> AutoreleasePool:
+    self.pool = _libs()[0].objc_autoreleasePoolPush()
+    return self
+  def __exit__(self, *exc: Any) -> None: _libs()[0].objc_autoreleasePoolPop(self.pool)
+
+@functools.cache
+def metal_device() -> int:
+  """The system's default MTLDevice; RuntimeError when there is none."""
+  if not (dev := _libs()[1].MTLCreateSystemDefaultDevice()): raise RuntimeError("MTLCreateSystemDefaultDevice() returned nil: no Metal GPU here")
+  return dev
+
+def device_name(dev: int) -> str: return pystring(msg(dev, "name"))
+
+def new_library(dev: int, src: str) -> int:
+  """MSL -> MTLLibrary, fast math off (NaN and inf behave as IEEE); CompileError with Metal's message when it is rejected."""
+  with AutoreleasePool():
+    opts = msg(msg(_cls("MTLCompileOptions"), "alloc"), "init")
+    msg(opts, "setFastMathEnabled:", False, restype=None, argtypes=(ctypes.c_bool,))
+    err = ctypes.c_void_p()
+    lib = msg(dev, "newLibraryWithSource:options:error:", nsstring(src), opts, ctypes.byref(err),
+              argtypes=(ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)))
+    release(opts)
+    if not lib: raise CompileError(f"Metal rejected the MSL: {error_text(err)}\n--- source ---\n{src}")
+  return lib
+
+def new_pipeline(dev: int, src: str, name: str) -> int:
+  """The MTLComputePipelineState of kernel `name` in the MSL `src`."""
+  lib = new_library(dev, src)
+  with AutoreleasePool():
+    fn = msg(lib, "newFunctionWithName:", nsstring(name))
+    if not fn: raise CompileError(f"the MSL has no kernel function {name!r}")
+    err = ctypes.c_void_p()
+    pso = msg(dev, "newComputePipelineStateWithFunction:error:", fn, ctypes.byref(err), argtypes=(ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)))
+    release(fn)
+    release(lib)
+    if not pso: raise CompileError(f"Metal made no pipeline for {name}: {error_text(err)}")
+  return pso
+
+def max_threads(pso: int) -> int: return msg(pso, "maxTotalThreadsPerThreadgroup", restype=ctypes.c_ulong)
+
+def new_buffer(dev: int, size: int) -> tuple[int, int]:
+  """A shared-storage MTLBuffer of `size` bytes and its host address; MemoryError when Metal gives none."""
+  buf = msg(dev, "newBufferWithLength:options:", size, MTLResourceStorageModeShared, argtypes=(ctypes.c_ulong, ctypes.c_ulong))
+  if not buf: raise MemoryError(f"newBufferWithLength:{size} returned nil")
+  return buf, msg(buf, "contents")
+
+def new_queue(dev: int) -> int: return msg(dev, "newCommandQueue")
+def new_event(dev: int) -> int: return msg(dev, "newSharedEvent")
+def event_value(ev: int) -> int: return msg(ev, "signaledValue", restype=ctypes.c_uint64)
+
+# *** command buffers and encoders (their objects are autoreleased: used inside an AutoreleasePool, command buffers retained) ***
+
+def command_buffer(queue: int) -> int: return retain(msg(queue, "commandBuffer"))
+def compute_encoder(cb: int) -> int: return retain(msg(cb, "computeCommandEncoder"))
+def blit_encoder(cb: int) -> int: return retain(msg(cb, "blitCommandEncoder"))
+def end_encoding(enc: int) -> None:
+  msg(enc, "endEncoding", restype=None)
+  release(enc)
+def set_pipeline(enc: int, pso: int) -> None: msg(enc, "setComputePipelineState:", pso, restype=None)
+def set_buffer(enc: int, buf: int, offset: int, index: int) -> None:
+  msg(enc, "setBuffer:offset:atIndex:", buf, offset, index, restype=None, argtypes=(ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong))
+def dispatch(enc: int, grid: tuple[int, ...], tg: tuple[int, ...]) -> None:
+  msg(enc, "dispatchThreadgroups:threadsPerThreadgroup:", MTLSize(*grid), MTLSize(*tg), restype=None, argtypes=(MTLSize, MTLSize))
+def memory_barrier(enc: int) -> None: msg(enc, "memoryBarrierWithScope:", MTLBarrierScopeBuffers, restype=None, argtypes=(ctypes.c_ulong,))
+def blit_copy(enc: int, src: int, src_off: int, dst: int, dst_off: int, size: int) -> None:
+  msg(enc, "copyFromBuffer:sourceOffset:toBuffer:destinationOffset:size:", src, src_off, dst, dst_off, size, restype=None,
+      argtypes=(ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong))
+def encode_signal(cb: int, ev: int, value: int) -> None:
+  msg(cb, "encodeSignalEvent:value:", ev, value, restype=None, argtypes=(ctypes.c_void_p, ctypes.c_uint64))
+def encode_wait(cb: int, ev: int, value: int) -> None:
+  msg(cb, "encodeWaitForEvent:value:", ev, value, restype=None, argtypes=(ctypes.c_void_p, ctypes.c_uint64))
+def commit(cb: int) -> None: msg(cb, "commit", restype=None)
+
+def wait_completed(cb: int) -> str | None:
+  """Waits for the command buffer; None when it completed, else Metal's error text."""
+  msg(cb, "waitUntilCompleted", restype=None)
+  if msg(cb, "status", restype=ctypes.c_long) == MTLCommandBufferStatusCompleted: return None
+  return error_text(ctypes.c_void_p(msg(cb, "error")))
