@@ -10,6 +10,7 @@ from core.device.hcq import HCQDevice, handle_addr
 from core.device.compiled import BindableProgram
 from core.hcq.prep import schedule_linear, prep_runtime
 from core.hcq.lower import lower_to_queues
+from core.hcq.timestamps import add_timestamps, read_times
 from core.hcq.deps import dependencies
 from core.hcq.merge import merge_submits
 from core.hcq.encode import encode
@@ -21,7 +22,7 @@ from core.helpers import HCQ_TIMEOUT, SPEC
 from core.ir.spec import type_verify, queue_spec
 
 STAGES: list[tuple[str, Callable[[UOp, HCQState], UOp]]] = [
-  ("prep runtime", prep_runtime), ("lower to queues", lower_to_queues), ("dependencies", dependencies),
+  ("prep runtime", prep_runtime), ("lower to queues", lower_to_queues), ("timestamps", add_timestamps), ("dependencies", dependencies),
   ("merge", lambda x, ctx: merge_submits(x)), ("encode", encode), ("pack", pack), ("bufferize", bufferize),
   ("resolve patches", resolve_patches),
 ]
@@ -33,11 +34,12 @@ def _slots(items: list) -> list[UOp]:
 class Submission:
   """A lowered schedule: the pipeline's own buffers, the host patches that depend on the schedule's buffers or variables,
   and the compiled submit program. `run(bufs, var_vals)` patches what changed since the last run and submits."""
-  def __init__(self, items: list, ctx: HCQState):
+  def __init__(self, items: list, ctx: HCQState, timed: bool = False):
     self.ctx, self.slots = ctx, _slots(items)
     linear = schedule_linear(items)
     self.stage_graphs: dict[str, UOp] = {}
     for name, stage in STAGES:
+      if name == "timestamps" and not timed: continue   # only profiled submissions time their commands
       linear = stage(linear, ctx)
       if SPEC: type_verify(linear, queue_spec)
       self.stage_graphs[name] = linear
@@ -48,23 +50,29 @@ class Submission:
     self._launch = self.prg.bind(*self.args) if isinstance(self.prg, BindableProgram) else (lambda: self.prg(*self.args))
     self.keep = [ctx.buffer_of(b) for b in ctx.internal]   # the pipeline's buffers live as long as the submission
     slot_index = {b: i for i, b in enumerate(self.slots)}
-    # per-run host patches: (slot index, target Buffer, byte offset, width, addend, reading device) and (variable, target, offset, width)
-    self.addr_patches: list[tuple[int, Any, int, int, int, str]] = []
+    # per-run host patches: (slot index, target Buffer, byte offset, width, addend, shift, reading device) and (variable, target,
+    # offset, width); an address patch writes ((address + addend) >> shift) truncated to its width (shift: the high dword of an
+    # address a command takes as two 32-bit fields, upper first)
+    self.addr_patches: list[tuple[int, Any, int, int, int, int, str]] = []
     self.var_patches: list[tuple[Any, Any, int, int]] = []
     for p in self.final.src:
       if p.op is not Ops.HOST_PATCH: continue
       target, v, width = ctx.buffer_of(p.src[0]), p.src[1], p.src[1].dtype.itemsize
-      addend = 0
+      addend, shift = 0, 0
+      while v.op is Ops.CAST: v = v.src[0]
+      if v.op is Ops.SHR and v.src[1].op is Ops.CONST: v, shift = v.src[0], v.src[1].arg
+      while v.op is Ops.CAST: v = v.src[0]
       if v.op is Ops.ADD and v.src[1].op is Ops.CONST: v, addend = v.src[0], v.src[1].arg
       while v.op is Ops.CAST: v = v.src[0]
-      if v.op is Ops.GETADDR and v.src[0] in slot_index: self.addr_patches.append((slot_index[v.src[0]], target, p.arg, width, addend, v.src[1].arg))
-      elif v.op is Ops.DEFINE_VAR: self.var_patches.append((v.arg, target, p.arg, width))
-      else: raise RuntimeError(f"HCQ: can't patch {v.op.name} per run (a host patch must be GETADDR(buffer)+c or a variable)")
-    # the per-run patches as (slot, host view of the target or None, target, offset, struct format, mask, addend, width, the
+      if v.op is Ops.GETADDR and v.src[0] in slot_index:
+        self.addr_patches.append((slot_index[v.src[0]], target, p.arg, width, addend, shift, v.src[1].arg))
+      elif v.op is Ops.DEFINE_VAR and not (addend or shift): self.var_patches.append((v.arg, target, p.arg, width))
+      else: raise RuntimeError(f"HCQ: can't patch {v.op.name} per run (a host patch must be (GETADDR(buffer)+c) >> k or a variable)")
+    # the per-run patches as (slot, host view of the target or None, target, offset, struct format, mask, addend, shift, width, the
     # reading device's addr() when it has its own view of addresses, else None: the handle's address): a view written with
     # pack_into costs a fraction of write_value's lookups (the targets live as long as the submission)
-    self._fast_patches = [(i, _host_view(t), t, off, "<Q" if w == 8 else "<I", (1 << 8 * w) - 1, add, w, _own_addr(ctx.hcq_of(d)))
-                          for i, t, off, w, add, d in self.addr_patches]
+    self._fast_patches = [(i, _host_view(t), t, off, "<Q" if w == 8 else "<I", (1 << 8 * w) - 1, add, sh, w, _own_addr(ctx.hcq_of(d)))
+                          for i, t, off, w, add, sh, d in self.addr_patches]
     self.last_addrs: list[int | None] = [None] * len(self.slots)
     self.last_vars: dict[Any, int] = {}
     # the queues this submission signals, and the real signal buffer of every queue it touches (for waits and errors)
@@ -82,14 +90,14 @@ class Submission:
       except AttributeError: h = b.allocate()._buf
       addrs.append(_addressof(h) if isinstance(h, _CArray) else handle_addr(b))
     last = self.last_addrs
-    for i, view, target, off, fmt, mask, addend, width, own_addr in self._fast_patches:
+    for i, view, target, off, fmt, mask, addend, shift, width, own_addr in self._fast_patches:
       # a slot whose memory changed is patched with its address as the reading device sees it
       if (a := addrs[i]) is not None and a != last[i]:
         if own_addr is not None: a = own_addr(bufs[i])
-        if view is not None: _pack_into(fmt, view, off, (a + addend) & mask)
+        if view is not None: _pack_into(fmt, view, off, ((a + addend) >> shift) & mask)
         else:
           from core.hcq.patches import write_value
-          write_value(target, off, a + addend, width)
+          write_value(target, off, (a + addend) >> shift, width)
     self.last_addrs = addrs
     if self.var_patches:
       from core.hcq.patches import write_value
@@ -101,6 +109,10 @@ class Submission:
     for key, tl in self._timelines: _start[key] = tl[0]
     self._launch()
     if wait: self.wait()
+
+  def times(self) -> list[tuple[Any, int, int]]:
+    """(timestamps.Timed, start ns, duration ns) of each launch and copy of the latest run ([] unless built with timed=True)."""
+    return read_times(self.ctx.timed, self.ctx) if self.ctx.timed else []
 
   def wait(self, timeout_s: float | None = None) -> None:
     """Block until every queue of this submission reached its final timeline value (HCQ_TIMEOUT seconds at most)."""
