@@ -53,8 +53,10 @@ def kernarg_layout(cbank0_size: int, arch: str) -> tuple[int, int]:
   return qmd_offset, qmd_offset + QMD_ALIGN - 16 + qmd_size
 
 class NVArchDevice(Protocol):
-  """What prep asks of the NV HCQ device it prepares for: the arch it runs ("sm_90")."""
+  """What prep asks of the NV HCQ device it prepares for: the arch it runs ("sm_90"), and `register_program`, told of each
+  prepared kernel (its linearized uops, data and image: a software GPU files a host build of it; hardware needs nothing)."""
   arch: str
+  def register_program(self, name: str, uops: tuple[UOp, ...], data: NVProgramData, image: bytes) -> None: ...
 
 def kernel_image(k: Kernel) -> tuple[bytes, tuple[tuple[int, int, int], ...]]:
   """The image (code, then the extra constant banks) and (bank, offset, size) of each bank in it."""
@@ -100,6 +102,7 @@ def _prep(ctx: NVArchDevice | None, p: UOp, device: UOp, linear: UOp, binary: UO
       raise PrepError(f"kernel {p.arg.name}: the NV device {type(ctx).__name__} passed to prep has no `arch` string (e.g. 'sm_90')")
   nbufs = sum(1 for u in linear.src if u.op is Ops.PARAM)
   data, image = load_cubin(binary.arg, to_function_name(p.arg.name), nbufs, len(p.arg.vars), arch)
+  if ctx is not None: ctx.register_program(p.arg.name, linear.src, data, image)
   return UOp(Ops.PROGRAM, src=(device, UOp(Ops.BINARY, arg=image)), arg=data)
 
 # a prepared PROGRAM (DEVICE, BINARY) no longer matches compiled_program, so the rewrite reaches a fixed point

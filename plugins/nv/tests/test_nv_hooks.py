@@ -1,4 +1,4 @@
-"""The NV plugin's registration: its entry point and hooks, the PTX renderer borrowed by NULL, no interface opening yet."""
+"""The NV plugin's registration: its entry point and hooks, the PTX renderer borrowed by NULL, which interfaces open."""
 from __future__ import annotations
 from typing import Any
 import pytest
@@ -11,20 +11,24 @@ def test_entry_point_spec_and_hooks(pm: Any) -> None:
   spec = check_registration(pm, "NV", "plugin-nv", "plugin_nv", ("MOCK", "NVK", "CUDA"), ["PTX", "CUDA"])
   assert spec.default_renderer == "PTX" and spec.priority == 60
 
-def test_the_prep_rules_are_the_hcq_hook_so_far(pm: Any) -> None:
+def test_the_hcq_rules_are_the_hooks(pm: Any) -> None:
   from plugin_nv.prep import pm_prep_program
-  assert pm.pm_prep_program("NV") is pm_prep_program and pm.pm_lower("NV") is None and pm.pm_bufferize("NV:1") is None
+  from plugin_nv.lower import pm_lower
+  from plugin_nv.bufferize import pm_bufferize
+  assert pm.pm_prep_program("NV") is pm_prep_program and pm.pm_lower("NV") is pm_lower and pm.pm_bufferize("NV:1") is pm_bufferize
 
 def test_never_available_and_never_auto_selected(pm: Any) -> None:
   assert pm.spec("NV").available() is False
   assert pm.best_device() != "NV"
 
-def test_opening_the_device_says_only_compile_only_works(pm: Any) -> None:
+def test_only_the_mock_interface_opens(pm: Any) -> None:
+  from core.device.spec import resolve
   from core.device.target import Target
   spec = pm.spec("NV")
-  for iface in ("MOCK", "NVK", "CUDA"):
-    with pytest.raises(NotImplementedError, match=r"only compile-only DEV=NULL:NV:<arch> \(NV's PTX renderer and ptxas; arch sm_80, .* works so far"):
-      spec.factory("NV", Target(interface=iface, device="NV"))
+  for iface in ("NVK", "CUDA"):
+    with pytest.raises(NotImplementedError, match=f"the NV {iface} interface is not written yet; DEV=MOCK\\+NV runs kernels"):
+      resolve(spec.factory)("NV", Target(interface=iface, device="NV"))
+  with pytest.raises(ValueError, match="NV has no interface .KFD."): resolve(spec.factory)("NV", Target(interface="KFD", device="NV"))
 
 def test_ptx_renderer_for_each_arch(pm: Any) -> None:
   from plugin_nv.renderer import PTXRenderer

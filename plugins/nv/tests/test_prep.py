@@ -26,6 +26,8 @@ def words(listing: ElfListing, section: str) -> bytes: return b"".join(struct.pa
 @dataclasses.dataclass
 class FakeNVDevice:
   arch: str
+  registered: list = dataclasses.field(default_factory=list)
+  def register_program(self, name, uops, data, image) -> None: self.registered.append((name, len(uops), data.name, len(image)))
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_prep_rewrite_matches_cuobjdump(arch: str):
@@ -85,8 +87,11 @@ def test_parameter_count_and_kind_mismatch():
 
 def test_device_arch_is_checked():
   binary = ptx_cubin(TWO, "sm_90")
-  out = graph_rewrite(program("one_arg", binary, 1, 0), pm_prep_program, FakeNVDevice("sm_90"))
+  dev = FakeNVDevice("sm_90")
+  out = graph_rewrite(program("one_arg", binary, 1, 0), pm_prep_program, dev)
   assert out.arg.arch == "sm_90" and out.arg.arg_offsets == (0x210,) and out.arg.kernarg_size == 0x220 + 240 + 384
+  # the device is told of the kernel (its LINEAR's uops: one PARAM), for a software GPU's host build
+  assert dev.registered == [("one_arg", 1, "one_arg", len(out.src[1].arg))]
   with pytest.raises(PrepError, match="kernel one_arg: the cubin is for sm_90, the device runs sm_120"):
     graph_rewrite(program("one_arg", binary, 1, 0), pm_prep_program, FakeNVDevice("sm_120"))
   with pytest.raises(PrepError, match="the NV device object passed to prep has no `arch` string"):
