@@ -1,0 +1,111 @@
+"""The CL+QCOM device: any OpenCL driver through libOpenCL (pocl here, Qualcomm's on a phone): cl_mem buffers, kernels
+loaded from the compiler's binaries, in-order enqueue, events for timing."""
+from __future__ import annotations
+import ctypes
+from typing import Any
+from core.device.allocator import BufferSpec, LRUAllocator
+from core.helpers import to_function_name
+from plugin_qcom import cl
+from plugin_qcom.compiler import build
+from plugin_qcom.renderer import CLCaps
+
+class CLMem:
+  """A cl_mem handle; a sub-buffer keeps its parent alive."""
+  __slots__ = ("mem", "size", "parent")
+  def __init__(self, mem: int, size: int, parent: CLMem | None = None):
+    self.mem, self.size, self.parent = mem, size, parent
+  def __del__(self) -> None:
+    # a sub-buffer is released with its handle (the allocator frees only whole buffers)
+    try:
+      if self.parent is not None: cl.lib().clReleaseMemObject(self.mem)
+    except (AttributeError, TypeError): pass   # interpreter shutdown
+  @property
+  def arg(self) -> ctypes.c_void_p: return ctypes.c_void_p(self.mem)
+
+class CLAllocator(LRUAllocator):
+  """cl_mem buffers of one context. Views are sub-buffers, so their offset must be a multiple of the device's
+  CL_DEVICE_MEM_BASE_ADDR_ALIGN; copies are blocking reads and writes on the in-order queue (after the kernels before them)."""
+  def __init__(self, device: str, ctx: cl.CLContext):
+    super().__init__(device)
+    self.ctx = ctx
+  def _alloc(self, size: int, options: BufferSpec) -> CLMem:
+    if options.external_ptr is not None:
+      return CLMem(cl.call_handle("clCreateBuffer", self.ctx.context, cl.CL_MEM_READ_WRITE | cl.CL_MEM_USE_HOST_PTR, size,
+                                  options.external_ptr), size)
+    try: return CLMem(cl.call_handle("clCreateBuffer", self.ctx.context, cl.CL_MEM_READ_WRITE, size, None), size)
+    except cl.CLError as e: raise MemoryError(str(e)) from e
+  def _free(self, opaque: CLMem, options: BufferSpec) -> None: cl.lib().clReleaseMemObject(opaque.mem)
+  def _offset(self, opaque: CLMem, size: int, offset: int) -> CLMem:
+    if offset % self.ctx.info.base_align:
+      raise NotImplementedError(f"{self.device}: a view at byte offset {offset} is not a multiple of the device's sub-buffer "
+                                f"alignment ({self.ctx.info.base_align} bytes, CL_DEVICE_MEM_BASE_ADDR_ALIGN)")
+    region = (ctypes.c_size_t * 2)(offset, size)
+    mem = cl.call_handle("clCreateSubBuffer", opaque.mem, cl.CL_MEM_READ_WRITE, cl.CL_BUFFER_CREATE_TYPE_REGION, region)
+    return CLMem(mem, size, opaque)
+  def _copyin(self, dest: CLMem, src: memoryview) -> None:
+    data = src.cast("B") if not src.readonly else memoryview(bytes(src))
+    ptr = (ctypes.c_uint8 * data.nbytes).from_buffer(data) if not data.readonly else ctypes.c_char_p(data.tobytes())
+    cl.check("clEnqueueWriteBuffer", cl.lib().clEnqueueWriteBuffer(self.ctx.queue, dest.mem, 1, 0, data.nbytes, ptr, 0, None, None))
+  def _copyout(self, dest: memoryview, src: CLMem) -> None:
+    ptr = (ctypes.c_uint8 * dest.nbytes).from_buffer(dest.cast("B"))
+    cl.check("clEnqueueReadBuffer", cl.lib().clEnqueueReadBuffer(self.ctx.queue, src.mem, 1, 0, dest.nbytes, ptr, 0, None, None))
+
+class CLProgram:
+  """One kernel of a driver binary: created from the binary, built, and enqueued with the launch's grid. `global_size` counts
+  work-groups (as every backend's launch does); OpenCL's global size is that times the local size."""
+  def __init__(self, ctx: cl.CLContext, name: str, lib: bytes):
+    self.ctx, self.name = ctx, to_function_name(name)
+    c = cl.lib()
+    status = ctypes.c_int32()
+    size, data = ctypes.c_size_t(len(lib)), ctypes.c_char_p(lib)
+    self.prog = cl.call_handle("clCreateProgramWithBinary", ctx.context, 1, ctypes.byref(ctypes.c_void_p(ctx.device)), ctypes.byref(size),
+                               ctypes.byref(data), ctypes.byref(status))
+    cl.check("clCreateProgramWithBinary (binary status)", status.value)
+    build(ctx, self.prog, f"the binary of kernel {self.name}")
+    self.kernel = cl.call_handle("clCreateKernel", self.prog, self.name.encode())
+    self._c = c
+
+  def __del__(self) -> None:
+    try:
+      if (k := self.__dict__.pop("kernel", None)) is not None: self._c.clReleaseKernel(k)
+      if (p := self.__dict__.pop("prog", None)) is not None: self._c.clReleaseProgram(p)
+    except (AttributeError, TypeError): pass   # interpreter shutdown
+
+  def set_args(self, bufs: tuple[Any, ...], vals: tuple[int, ...]) -> None:
+    c = self._c
+    for i, b in enumerate(bufs):
+      mem = ctypes.c_void_p(b.mem if isinstance(b, CLMem) else b)
+      cl.check(f"clSetKernelArg({self.name}, {i})", c.clSetKernelArg(self.kernel, i, ctypes.sizeof(mem), ctypes.byref(mem)))
+    for i, v in enumerate(vals, len(bufs)):
+      iv = ctypes.c_int32(v)
+      cl.check(f"clSetKernelArg({self.name}, {i})", c.clSetKernelArg(self.kernel, i, 4, ctypes.byref(iv)))
+
+  def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] = (1, 1, 1),
+               vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+    with self.ctx.lock:
+      self.set_args(bufs, vals)
+      gs, ls = (tuple(x) + (1,) * (3 - len(x)) for x in (global_size, local_size))
+      gws = (ctypes.c_size_t * 3)(*(g * l for g, l in zip(gs, ls)))
+      lws = (ctypes.c_size_t * 3)(*ls)
+      ev = ctypes.c_void_p()
+      err = self._c.clEnqueueNDRangeKernel(self.ctx.queue, self.kernel, 3, None, gws, lws, 0, None, ctypes.byref(ev) if wait else None)
+      cl.check(f"clEnqueueNDRangeKernel({self.name}, groups {gs}, local {ls})", err)
+    if not wait: return None
+    try:
+      cl.check("clWaitForEvents", self._c.clWaitForEvents(1, ctypes.byref(ev)))
+      return event_seconds(ev)
+    finally: self._c.clReleaseEvent(ev)
+
+def event_seconds(ev: ctypes.c_void_p) -> float:
+  """The time between a finished command's start and end (profiling is on in every CLContext queue)."""
+  st, en = ctypes.c_uint64(), ctypes.c_uint64()
+  c = cl.lib()
+  cl.check("clGetEventProfilingInfo", c.clGetEventProfilingInfo(ev, cl.CL_PROFILING_COMMAND_START, 8, ctypes.byref(st), None))
+  cl.check("clGetEventProfilingInfo", c.clGetEventProfilingInfo(ev, cl.CL_PROFILING_COMMAND_END, 8, ctypes.byref(en), None))
+  return (en.value - st.value) * 1e-9
+
+def caps_of(ctx: cl.CLContext) -> CLCaps:
+  """The renderer's view of an OpenCL device."""
+  i = ctx.info
+  return CLCaps(fp16=i.fp16, fp64=i.fp64, max_work_group=i.max_work_group, max_work_items=(tuple(i.max_work_items) + (1, 1, 1))[:3],  # type: ignore[arg-type]
+                local_mem=i.local_mem, name=i.name)

@@ -1,0 +1,131 @@
+"""pm_lower for QCOM: queue IR commands -> INS (A6xx PM4 words) with patches for addresses and timeline values.
+
+Signals and waits: CP_EVENT_WRITE(CACHE_FLUSH_TS) writes a 32-bit value once everything before it is done, and
+CP_WAIT_REG_MEM compares 32 bits, so a 64-bit timeline signal gets its high dword from a CP_MEM_WRITE just before and
+waits compare the low dword (timeline values stay below 2**32, four billion submits)."""
+from __future__ import annotations
+import struct
+from typing import Any
+from core.device.hcq import EncodeCtx
+from core.ir.dtype import dtypes
+from core.ir.ops import UOp, Ops
+from core.ir.pattern import PatternMatcher, UPat
+from plugin_qcom import pm4, regs
+from plugin_qcom.prep import QCOMProgramData
+
+class Words:
+  """Command dwords plus (byte offset, value UOp) patches for what is known only later."""
+  def __init__(self) -> None:
+    self.words: list[int] = []
+    self.patches: list[tuple[int, UOp]] = []
+  def add(self, words: list[int]) -> int:
+    start = len(self.words)
+    self.words.extend(words)
+    return start
+  def set(self, dw: int, value: Any, width: int) -> None:
+    """Fill `width` (4 or 8) bytes at dword `dw`: an int (or CONST) now, anything else as a patch."""
+    if isinstance(value, UOp) and value.op is Ops.CONST: value = value.arg
+    if isinstance(value, int):
+      if not 0 <= value < 1 << (8 * width): raise ValueError(f"value {value:#x} does not fit in {width} bytes")
+      self.words[dw] = value & 0xFFFFFFFF
+      if width == 8: self.words[dw + 1] = value >> 32
+      return
+    self.patches.append((4 * dw, value.cast(dtypes.uint64 if width == 8 else dtypes.uint32)))
+  def ins(self) -> UOp:
+    data = struct.pack(f"<{len(self.words)}I", *self.words)
+    return UOp(Ops.INS, dtypes.void, tuple(v for _, v in self.patches), (data, tuple(o for o, _ in self.patches)))
+
+def getaddr(buf: UOp) -> UOp: return buf if buf.op is Ops.GETADDR else UOp(Ops.GETADDR, dtypes.uint64, (buf,))
+def _plus(a: UOp, off: int) -> UOp: return a + UOp.const(dtypes.uint64, off) if off else a
+def _value(v: UOp) -> Any: return int(v.arg) if v.op is Ops.CONST else v
+def _lo32(v: Any) -> Any: return v & 0xFFFFFFFF if isinstance(v, int) else v.cast(dtypes.uint32)
+def _hi32(v: Any) -> Any: return v >> 32 if isinstance(v, int) else (v.cast(dtypes.uint64) >> 32).cast(dtypes.uint32)
+
+def lower_launch(cmd: UOp) -> UOp:
+  """LAUNCH(PROGRAM(image), kernargs): compute mode, shader registers, the NDRANGE, the shader and the argument constants
+  (CP_LOAD_STATE6_FRAG, indirect from memory), then CP_EXEC_CS with the work-group counts."""
+  prog, kernargs = cmd.src[0], cmd.src[1]
+  data, image = prog.arg, prog.src[1]
+  if not isinstance(data, QCOMProgramData): raise TypeError(f"QCOM launch of a program prepared as {type(data).__name__}, not QCOMProgramData")
+  gs, ls = (tuple(x) + (1,) * (3 - len(x)) for x in cmd.arg)
+  if not all(isinstance(x, int) and x > 0 for x in gs + ls): raise ValueError(f"{data.name}: global {gs} and local {ls} must be positive ints")
+  code = _plus(getaddr(image), data.code_offset)
+  w = Words()
+  w.add(pm4.set_marker(pm4.RM6_COMPUTE))
+  w.add(pm4.pkt4(regs.SP_CS_CTRL_REG0, [regs.cs_ctrl_reg0(data.full_regs, data.half_regs)]))
+  w.add(pm4.pkt4(regs.SP_CS_CONFIG, [regs.SP_CS_CONFIG_ENABLED]))
+  w.add(pm4.pkt4(regs.HLSQ_CS_CNTL, [regs.HLSQ_CS_CNTL_ENABLED | -(-(data.const_offset + data.const_units) // 4)]))
+  at = w.add(pm4.pkt4(regs.SP_CS_OBJ_START, [0, 0]))
+  w.set(at + 1, code, 8)
+  w.add(pm4.pkt4(regs.SP_CS_INSTRLEN, [data.instrlen]))
+  w.add(pm4.pkt4(regs.HLSQ_CS_NDRANGE_0, [regs.ndrange_0(ls), gs[0] * ls[0], 0, gs[1] * ls[1], 0, gs[2] * ls[2], 0]))
+  w.add(pm4.pkt4(regs.HLSQ_CS_KERNEL_GROUP_X, [1, 1, 1]))
+  at = w.add(pm4.load_state6(pm4.ST6_SHADER, pm4.SS6_INDIRECT, pm4.SB6_CS_SHADER, data.code_units))
+  w.set(at + pm4.LOAD_STATE6_ADDR_DW, code, 8)
+  at = w.add(pm4.load_state6(pm4.ST6_CONSTANTS, pm4.SS6_INDIRECT, pm4.SB6_CS_SHADER, data.const_units, dst_off=data.const_offset))
+  w.set(at + pm4.LOAD_STATE6_ADDR_DW, getaddr(kernargs), 8)
+  w.add(pm4.exec_cs(gs))   # type: ignore[arg-type]
+  return w.ins()
+
+def lower_signal(signal: UOp, value: UOp) -> UOp:
+  v = _value(value)
+  w = Words()
+  hi = w.add(pm4.mem_write(0, [0]))
+  w.set(hi + pm4.MEM_WRITE_ADDR_DW, _plus(getaddr(signal), 4), 8)
+  w.set(hi + pm4.MEM_WRITE_DATA_DW, _hi32(v), 4)
+  ev = w.add(pm4.event_write(pm4.CACHE_FLUSH_TS))
+  w.set(ev + pm4.EVENT_ADDR_DW, getaddr(signal), 8)
+  w.set(ev + pm4.EVENT_VALUE_DW, _lo32(v), 4)
+  return w.ins()
+
+def lower_wait(signal: UOp, value: UOp) -> UOp:
+  v = _value(value)
+  if isinstance(v, int) and not 0 <= v < 1 << 32: raise ValueError(f"wait value {v:#x}: CP_WAIT_REG_MEM compares 32 bits")
+  w = Words()
+  at = w.add(pm4.wait_reg_mem(0, 0))
+  w.set(at + pm4.WAIT_ADDR_DW, getaddr(signal), 8)
+  w.set(at + pm4.WAIT_REF_DW, _lo32(v), 4)
+  return w.ins()
+
+def lower_timestamp(buf: UOp) -> UOp:
+  w = Words()
+  at = w.add(pm4.event_write(pm4.CACHE_FLUSH_TS, timestamp=True))
+  w.set(at + pm4.EVENT_ADDR_DW, getaddr(buf), 8)
+  return w.ins()
+
+def lower_barrier() -> UOp:
+  w = Words()
+  w.add(pm4.wait_for_idle())
+  return w.ins()
+
+def lower_copy(dest: UOp, src: UOp, nbytes: int) -> UOp:
+  """CP_MEMCPY copies whole dwords: a size that is not a multiple of 4 is rounded up, which stays inside both buffers because
+  every QCOM allocation is a multiple of 256 bytes (iface_mock.ALIGN) and core copies whole buffers."""
+  w = Words()
+  at = w.add(pm4.memcpy(-(-nbytes // 4), 0, 0))
+  w.set(at + pm4.MEMCPY_SRC_DW, getaddr(src), 8)
+  w.set(at + pm4.MEMCPY_DST_DW, getaddr(dest), 8)
+  return w.ins()
+
+def lower_command(cmd: UOp, queue: str = "COMPUTE:0") -> UOp:
+  """The INS for one queue command (QCOM has one queue kind: COMPUTE, which also copies)."""
+  if not queue.startswith("COMPUTE"): raise ValueError(f"QCOM has only COMPUTE:n queues, not {queue!r}")
+  if cmd.op is Ops.LAUNCH: return lower_launch(cmd)
+  if cmd.op is Ops.SIGNAL: return lower_signal(cmd.src[0], cmd.src[1])
+  if cmd.op is Ops.WAIT: return lower_wait(cmd.src[0], cmd.src[1])
+  if cmd.op is Ops.TIMESTAMP: return lower_timestamp(cmd.src[0])
+  if cmd.op is Ops.BARRIER: return lower_barrier()
+  if cmd.op is Ops.COPY: return lower_copy(cmd.src[0], cmd.src[1], cmd.arg)
+  raise ValueError(f"QCOM pm_lower: no lowering for {cmd.op.name}")
+
+def _lower(ctx: EncodeCtx, cmd: UOp) -> UOp: return lower_command(cmd, ctx.queue)
+
+# the HCQ contract's pm_lower (ctx: core.device.hcq.EncodeCtx)
+pm_lower = PatternMatcher([
+  (UPat(Ops.LAUNCH, src=(UPat(Ops.PROGRAM), UPat()), name="cmd"), _lower),
+  (UPat(Ops.COPY, src=(UPat(), UPat()), name="cmd"), _lower),
+  (UPat(Ops.WAIT, src=(UPat(), UPat()), name="cmd"), _lower),
+  (UPat(Ops.SIGNAL, src=(UPat(Ops.BUFFER), UPat()), name="cmd"), _lower),
+  (UPat(Ops.BARRIER, src=(), name="cmd"), _lower),
+  (UPat(Ops.TIMESTAMP, src=(UPat(),), name="cmd"), _lower),
+], name="lower QCOM queue commands")

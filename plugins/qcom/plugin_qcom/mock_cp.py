@@ -1,0 +1,154 @@
+"""A software Adreno command processor: decodes the PM4 stream lower.py writes (type-4 register writes, type-7 packets), checks
+every header and field, performs memory writes, waits and timestamps, and runs each CP_EXEC_CS through a `Launcher` (the MOCK
+interface's runs the kernel's OpenCL C on the CL interface). A malformed packet is a `PacketError` naming its byte offset."""
+from __future__ import annotations
+import bisect, ctypes, dataclasses, struct, threading, time
+from typing import Any, Protocol
+from plugin_qcom import pm4, regs
+from plugin_qcom.pm4 import PacketError
+from plugin_qcom.prep import signature
+
+class Memory:
+  """The device memory the processor may touch: registered host allocations (start, size). Any other address is a fault."""
+  def __init__(self) -> None:
+    self._starts: list[int] = []
+    self._spans: dict[int, tuple[int, Any]] = {}
+    self._lock = threading.Lock()
+  def register(self, addr: int, size: int, keep: Any = None) -> None:
+    with self._lock:
+      if addr not in self._spans: bisect.insort(self._starts, addr)
+      self._spans[addr] = (size, keep)
+  def unregister(self, addr: int) -> None:
+    with self._lock:
+      if self._spans.pop(addr, None) is not None: self._starts.remove(addr)
+  def span(self, addr: int, n: int = 1) -> tuple[int, int]:
+    """(start, size) of the allocation holding [addr, addr+n); PacketError when none does."""
+    with self._lock:
+      i = bisect.bisect_right(self._starts, addr) - 1
+      if i >= 0:
+        start = self._starts[i]
+        size = self._spans[start][0]
+        if addr + n <= start + size: return start, size
+    raise PacketError(f"address {addr:#x} (+{n} bytes) is not in memory this device allocated")
+  def read(self, addr: int, n: int) -> bytes:
+    self.span(addr, n)
+    return ctypes.string_at(addr, n)
+  def write(self, addr: int, data: bytes) -> None:
+    self.span(addr, len(data))
+    ctypes.memmove(addr, data, len(data))
+
+class Launcher(Protocol):
+  """Runs one dispatch: the kernel's code bytes, its buffer addresses and int arguments, work-group counts and size."""
+  def __call__(self, code: bytes, bufs: list[int], vals: list[int], groups: tuple[int, int, int], local: tuple[int, int, int]) -> None: ...
+
+@dataclasses.dataclass
+class Shader:
+  addr: int
+  units: int
+
+class Blocked(Exception):
+  """A CP_WAIT_REG_MEM whose condition is not met yet: the processor stops before it and resumes there later."""
+
+class CommandProcessor:
+  """State: the register file (type-4 writes), the compute shader CP_LOAD_STATE6 loaded, the constant file."""
+  def __init__(self, memory: Memory, launch: Launcher):
+    self.mem, self.launch = memory, launch
+    self.regs: dict[int, int] = {}
+    self.shader: Shader | None = None
+    self.consts = bytearray(16 * 1024)   # 1024 vec4 constants
+    self.executed: list[str] = []        # packet names run, newest last (tests and fault reports read it)
+
+  def reg(self, r: int, offset: int) -> int:
+    if r not in self.regs: raise PacketError(f"byte {offset}: CP_EXEC_CS before {regs.NAMES.get(r, hex(r))} was written")
+    return self.regs[r]
+
+  def run(self, words: list[int], base: int = 0) -> int:
+    """Runs packets from `words` (byte offsets in messages start at `base`); returns how many words were consumed, fewer
+    than all when a wait is not satisfied yet (resume from there)."""
+    i = 0
+    while i < len(words):
+      off = base + 4 * i
+      h = pm4.decode_header(words[i], off)
+      if i + 1 + h.count > len(words):
+        raise PacketError(f"byte {off}: {self._name(h)} says {h.count} dwords follow, only {len(words) - i - 1} were submitted")
+      body = words[i + 1:i + 1 + h.count]
+      try: self.packet(h, body, off)
+      except Blocked: return i
+      i += 1 + h.count
+    return i
+
+  def _name(self, h: pm4.Header) -> str:
+    return f"type-4 write of {regs.NAMES.get(h.code, hex(h.code))}" if h.kind == 4 else pm4.OPCODE_NAMES.get(h.code, f"opcode {h.code:#x}")
+
+  def packet(self, h: pm4.Header, body: list[int], off: int) -> None:
+    if h.kind == 4:
+      if h.count == 0: raise PacketError(f"byte {off}: a type-4 packet writing no registers")
+      for k, v in enumerate(body): self.regs[h.code + k] = v
+      self.executed.append("PKT4")
+      return
+    op, name = h.code, pm4.OPCODE_NAMES.get(h.code)
+    if name is None: raise PacketError(f"byte {off}: unknown type-7 opcode {op:#x}")
+    want = {pm4.CP_WAIT_FOR_IDLE: 0, pm4.CP_SET_MARKER: 1, pm4.CP_LOAD_STATE6_FRAG: 3, pm4.CP_EXEC_CS: 4, pm4.CP_EVENT_WRITE: 4,
+            pm4.CP_WAIT_REG_MEM: 6, pm4.CP_MEMCPY: 5}.get(op)
+    if want is not None and h.count != want: raise PacketError(f"byte {off}: {name} has {h.count} dwords, expected {want}")
+    a64 = lambda k: body[k] | body[k + 1] << 32  # noqa: E731
+    if op in (pm4.CP_NOP, pm4.CP_WAIT_FOR_IDLE, pm4.CP_WAIT_FOR_ME): pass   # one packet at a time: everything before is done
+    elif op == pm4.CP_SET_MARKER:
+      if body[0] & 0xF != pm4.RM6_COMPUTE: raise PacketError(f"byte {off}: CP_SET_MARKER mode {body[0]:#x}; this processor runs RM6_COMPUTE (8) only")
+    elif op == pm4.CP_LOAD_STATE6_FRAG: self.load_state(body[0], a64(1), off)
+    elif op == pm4.CP_EXEC_CS: self.exec_cs((body[1], body[2], body[3]), off)
+    elif op == pm4.CP_EVENT_WRITE:
+      event, addr = body[0] & 0xFF, a64(1)
+      if event != pm4.CACHE_FLUSH_TS: raise PacketError(f"byte {off}: CP_EVENT_WRITE event {event:#x}; this processor handles CACHE_FLUSH_TS (0x4)")
+      if body[0] >> pm4.EVENT_TIMESTAMP_BIT & 1: self.mem.write(addr, struct.pack("<Q", time.perf_counter_ns()))
+      else: self.mem.write(addr, struct.pack("<I", body[3]))
+    elif op == pm4.CP_MEM_WRITE:
+      if h.count < 3: raise PacketError(f"byte {off}: CP_MEM_WRITE with {h.count} dwords: an address and at least one value")
+      self.mem.write(a64(0), struct.pack(f"<{h.count - 2}I", *body[2:]))
+    elif op == pm4.CP_WAIT_REG_MEM:
+      fn, addr, ref, mask = body[0] & 7, a64(1), body[3], body[4]
+      if not body[0] & pm4.POLL_MEMORY: raise PacketError(f"byte {off}: CP_WAIT_REG_MEM on a register; this processor polls memory only")
+      v = struct.unpack("<I", self.mem.read(addr, 4))[0] & mask
+      ok = {0: True, 1: v < ref, 2: v <= ref, 3: v == ref, 4: v != ref, 5: v >= ref, 6: v > ref}.get(fn)
+      if ok is None: raise PacketError(f"byte {off}: CP_WAIT_REG_MEM function {fn} is not one of 0..6")
+      if not ok: raise Blocked
+    elif op == pm4.CP_MEMCPY:
+      n, src, dst = 4 * body[0], a64(1), a64(3)
+      self.mem.write(dst, self.mem.read(src, n))
+    else: raise PacketError(f"byte {off}: {name} is not handled by this processor")
+    self.executed.append(name)
+
+  def load_state(self, dw0: int, addr: int, off: int) -> None:
+    dst, st, src, block, units = dw0 & 0x3FFF, dw0 >> 14 & 3, dw0 >> 16 & 3, dw0 >> 18 & 0xF, dw0 >> 22
+    if src != pm4.SS6_INDIRECT: raise PacketError(f"byte {off}: CP_LOAD_STATE6_FRAG state source {src}; this processor loads SS6_INDIRECT (2) only")
+    if block != pm4.SB6_CS_SHADER: raise PacketError(f"byte {off}: CP_LOAD_STATE6_FRAG state block {block:#x}; compute loads SB6_CS_SHADER (0xd)")
+    if units == 0: raise PacketError(f"byte {off}: CP_LOAD_STATE6_FRAG of 0 units")
+    if st == pm4.ST6_SHADER:
+      self.mem.span(addr, 128 * units)
+      self.shader = Shader(addr, units)
+    elif st == pm4.ST6_CONSTANTS:
+      if 16 * (dst + units) > len(self.consts): raise PacketError(f"byte {off}: constants {dst}..{dst + units} past the 1024-vec4 constant file")
+      self.consts[16 * dst:16 * (dst + units)] = self.mem.read(addr, 16 * units)
+    else: raise PacketError(f"byte {off}: CP_LOAD_STATE6_FRAG state type {st} for SB6_CS_SHADER (0: shader, 1: constants)")
+
+  def exec_cs(self, groups: tuple[int, int, int], off: int) -> None:
+    if self.shader is None: raise PacketError(f"byte {off}: CP_EXEC_CS before a shader was loaded (CP_LOAD_STATE6_FRAG ST6_SHADER)")
+    obj = self.reg(regs.SP_CS_OBJ_START, off) | self.reg(regs.SP_CS_OBJ_START + 1, off) << 32
+    if obj != self.shader.addr: raise PacketError(f"byte {off}: SP_CS_OBJ_START {obj:#x} is not the loaded shader {self.shader.addr:#x}")
+    if not self.reg(regs.SP_CS_CONFIG, off) & regs.SP_CS_CONFIG_ENABLED: raise PacketError(f"byte {off}: CP_EXEC_CS with SP_CS_CONFIG.ENABLED clear")
+    instrlen = self.reg(regs.SP_CS_INSTRLEN, off)
+    if not 0 < 8 * instrlen <= 128 * self.shader.units:
+      raise PacketError(f"byte {off}: SP_CS_INSTRLEN {instrlen} instructions does not fit the {self.shader.units} loaded 128-byte units")
+    local = regs.local_of(self.reg(regs.HLSQ_CS_NDRANGE_0, off))
+    glob = tuple(self.reg(regs.HLSQ_CS_NDRANGE_0 + k, off) for k in (1, 3, 5))
+    if any(g == 0 for g in groups) or tuple(g * n for g, n in zip(groups, local)) != glob:
+      raise PacketError(f"byte {off}: CP_EXEC_CS of {groups} groups of {local} items, but HLSQ_CS_NDRANGE says {glob} items")
+    code = self.mem.read(self.shader.addr, 8 * instrlen)
+    try: name, nbufs, nvars = signature(code.rstrip(b"\0").decode())
+    except (UnicodeDecodeError, ValueError) as e: raise PacketError(f"byte {off}: the shader at {obj:#x} is not a kernel this processor runs: {e}") from e
+    if (self.reg(regs.HLSQ_CS_CNTL, off) & 0xFF) * 4 * 16 < 8 * nbufs + 4 * nvars:
+      raise PacketError(f"byte {off}: HLSQ_CS_CNTL.CONSTLEN is smaller than kernel {name}'s {nbufs} buffer and {nvars} int arguments")
+    bufs = list(struct.unpack_from(f"<{nbufs}Q", self.consts, 0))
+    vals = list(struct.unpack_from(f"<{nvars}i", self.consts, 8 * nbufs))
+    for k, b in enumerate(bufs): self.mem.span(b)   # every argument must point into device memory
+    self.launch(code, bufs, vals, groups, local)

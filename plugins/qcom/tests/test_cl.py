@@ -1,0 +1,69 @@
+"""The CL interface: device discovery, build errors with the log and the failing line, the binary cache, buffers and
+sub-buffers, kernels with events; and a whole Tensor program on DEV=CL+QCOM against numpy."""
+from __future__ import annotations
+from typing import Any
+import numpy as np
+import pytest
+from core.device.allocator import BufferSpec
+from core.device.compiler import CompileError
+
+def test_device_info_is_read(clctx: Any) -> None:
+  i = clctx.info
+  assert i.name and i.version.startswith("OpenCL") and i.max_work_group >= 1 and i.base_align >= 4 and len(i.max_work_items) >= 3
+
+def test_build_error_shows_the_log_and_the_failing_line(clctx: Any) -> None:
+  from plugin_qcom.compiler import CLCompiler
+  src = "__kernel void k(__global float* a) {\n  a[0] = 1.0f;\n  a[1] = undefined_name;\n}\n"
+  with pytest.raises(CompileError) as e: CLCompiler(clctx).compile(src)
+  msg = str(e.value)
+  assert "build log" in msg and "undefined_name" in msg and ">    3 |   a[1] = undefined_name;" in msg
+
+def test_binaries_are_cached_by_source(clctx: Any, tmp_path: Any, monkeypatch: Any) -> None:
+  from plugin_qcom.compiler import CLCompiler
+  monkeypatch.setenv("CORE_CACHE_DIR", str(tmp_path))
+  monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+  comp = CLCompiler(clctx)
+  src = "__kernel void twice(__global int* a) { a[get_global_id(0)] *= 2; }\n"
+  first = comp.compile_cached(src)
+  assert comp.cache_path(src) is not None and comp.compile_cached(src) == first and comp.cache_hits == 1 and comp.cache_misses == 1
+
+def test_buffers_sub_buffers_kernels_and_events(clctx: Any) -> None:
+  from plugin_qcom.compiler import CLCompiler
+  from plugin_qcom.iface_cl import CLAllocator, CLProgram
+  alloc = CLAllocator("QCOM", clctx)
+  buf = alloc.alloc(4096, BufferSpec())
+  data = np.arange(1024, dtype=np.int32)
+  alloc._copyin(buf, memoryview(data).cast("B"))
+  align = clctx.info.base_align
+  view = alloc._offset(buf, 64 * 4, align)   # elements align/4 .. align/4+63
+  prg = CLProgram(clctx, "twice", CLCompiler(clctx).compile("__kernel void twice(__global int* a, const int k) { a[get_global_id(0)] *= k; }\n"))
+  t = prg(view, global_size=(4, 1, 1), local_size=(16, 1, 1), vals=(3,), wait=True)
+  assert isinstance(t, float) and t >= 0
+  out = np.empty(1024, np.int32)
+  alloc._copyout(memoryview(out).cast("B"), buf)
+  want = data.copy()
+  want[align // 4:align // 4 + 64] *= 3
+  np.testing.assert_array_equal(out, want)
+  with pytest.raises(NotImplementedError, match="not a multiple of the device's sub-buffer alignment"): alloc._offset(buf, 16, 4)
+
+def run_dev(dev: str, code: str) -> str:
+  """Runs `code` in a subprocess with DEV=`dev` (the device registry reads DEV once per process); returns its stdout."""
+  import os, subprocess, sys
+  r = subprocess.run([sys.executable, "-c", code], env={**os.environ, "DEV": dev}, capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  return r.stdout
+
+MATMUL = """
+import numpy as np
+from core import Tensor
+x = np.random.default_rng(0).standard_normal((16, 32)).astype(np.float32)
+w = np.random.default_rng(1).standard_normal((32, 8)).astype(np.float32)
+got = (Tensor(x) @ Tensor(w)).relu().sum(axis=0).numpy()
+np.testing.assert_allclose(got, np.maximum(x @ w, 0).sum(0), rtol=1e-5, atol=1e-5)
+h = np.random.default_rng(2).uniform(-4, 4, 33).astype(np.float16)
+np.testing.assert_array_equal((Tensor(h) * Tensor(h) + 1).numpy(), h * h + np.float16(1))
+print(Tensor(x).device)
+"""
+
+def test_tensor_program_on_cl_qcom(clctx: Any) -> None:
+  assert run_dev("CL+QCOM", MATMUL).strip() == "QCOM"
