@@ -23,6 +23,9 @@ class ProgramSpec:
 def program_device(p: UOp) -> str: return p.src[1].arg
 def program_uops(p: UOp) -> tuple[UOp, ...]: return p.src[2].src
 def program_source(p: UOp) -> str: return p.src[3].arg
+def program_shape(p: UOp) -> list[int]:
+  """The kernel's loop and thread extents in order (what DEBUG=2 shows as its shape)."""
+  return [u.src[0].arg for u in program_uops(p) if u.op in (Ops.RANGE, Ops.SPECIAL) and u.src[0].op is Ops.CONST]
 def program_binary(p: UOp) -> bytes:
   if len(p.src) < 5: raise RuntimeError(f"kernel {p.arg.name} is not compiled yet (its PROGRAM has no BINARY: see compile_program)")
   return p.src[4].arg

@@ -77,6 +77,10 @@ class HCQDevice(abc.ABC):
     """True when a copy between this device and `other_device` must go through a host staging buffer (no DMA path)."""
     return False
 
+  def timestamp_ns(self, ticks: int) -> int:
+    """A value a TIMESTAMP command wrote, in nanoseconds (the default: the device writes nanoseconds)."""
+    return ticks
+
 @dataclass(frozen=True)
 class EncodeCtx:
   """The ctx a plugin's pm_lower rules get: the device's HCQ object and the submit being encoded (its device and queue;

@@ -11,7 +11,8 @@ from core.engine.run import buffer_of, _BUF
 from core.device.buffer import Buffer
 from core.device.registry import Device
 import core.engine.jit as _jit
-from core.helpers import DEBUG, prod
+from core.helpers import prod
+from core.device import profiler
 
 # _walk marks an inner node whose subgraph reads no buffer, holds no ASSIGN, BIND or result and no memo entry with
 # `node.__dict__["_plain"] = _plain_epoch`; a later walk takes such a node as one leaf. A memo entry or a run ASSIGN set on a
@@ -276,8 +277,8 @@ def realize(*roots: UOp) -> list[UOp]:
     w = _walk(todo, check_memo=False)
     assert w is not None
   key, inputs, has_assign, _ = w
-  # a Jit capture and DEBUG output need the schedule items
-  if capturing is None and DEBUG.value < 2 and (fast := _run_eager(key, inputs)) is not None:
+  # a Jit capture and DEBUG/PROFILE reports need the schedule items
+  if capturing is None and not profiler.timing() and (fast := _run_eager(key, inputs)) is not None:
     res_list, e = fast
     if has_assign or substituted:
       for i in e.written: _version[inputs[i]] = _version.get(inputs[i], 0) + 1

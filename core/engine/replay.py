@@ -5,7 +5,7 @@ from core.ir.ops import UOp, Ops
 from core.device.buffer import Buffer
 from core.device.counters import GlobalCounters
 from core.engine.run import buffer_of, get_runner, run_item, _ensure
-from core.helpers import DEBUG
+from core.device import profiler
 
 class DirectReplay:
   """The items of a Jit capture on direct-path devices. `inputs[i]` replaces the captured buffer `input_bufs[i]`."""
@@ -26,7 +26,7 @@ class DirectReplay:
     by_arg = {v.arg: val for v, val in var_vals.items()}
     for it, runner, slots, fixed in zip(self.items, self.runners, self.slots, self.fixed):
       bufs: list[Buffer] = [inputs[s] if s >= 0 else f for s, f in zip(slots, fixed)]  # type: ignore[misc]
-      if runner is None or DEBUG >= 2:
+      if runner is None or profiler.timing():
         run_item(it.ast, bufs, var_vals)
         continue
       if bufs[0].size == 0: continue

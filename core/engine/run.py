@@ -1,12 +1,13 @@
-"""Execute schedule items on devices: compile-once runners, copies, DEBUG=2 kernel lines."""
+"""Execute schedule items on devices: compile-once runners, copies, and what DEBUG=2 and PROFILE=1 report of them."""
 from __future__ import annotations
 import time
 from typing import Any
 from core.ir.ops import UOp, Ops
+from core.device import profiler
 from core.device.buffer import Buffer
 from core.device.counters import GlobalCounters
-from core.codegen.program import get_program, compile_program, program_binary, program_source, program_uops, ProgramSpec
-from core.helpers import DEBUG, colored, prod
+from core.codegen.program import get_program, compile_program, program_binary, program_source, program_shape, ProgramSpec
+from core.helpers import DEBUG, prod
 
 # the Buffer behind a BUFFER uop lives in the node's own __dict__ under this name: it dies with the node (like a
 # WeakKeyDictionary entry) but costs no weak reference to set or to drop (every eager op makes one)
@@ -46,7 +47,7 @@ def get_runner(ast: UOp, device_name: str) -> CompiledRunner:
   if (r := _runners.get(key)) is None:
     from core.device.registry import Device
     dev = Device[device_name]
-    r = _runners[key] = CompiledRunner(get_program(ast, dev.renderer), dev)
+    with profiler.compiling(device_name, str(ast.arg)): r = _runners[key] = CompiledRunner(get_program(ast, dev.renderer), dev)
   return r
 
 def _ensure(b: Buffer) -> Buffer:
@@ -64,23 +65,23 @@ def run_copy(dest: Buffer, src: Buffer) -> None:
 def run_item(ast: UOp, bufs: list[Buffer], var_vals: dict[UOp, int] | None = None) -> None:
   for b in bufs: _ensure(b)
   if ast.op is Ops.COPY:
+    st = time.perf_counter_ns()
     run_copy(bufs[0], bufs[1])
-    if DEBUG >= 2: print(f"*** {bufs[0].device:8s} copy {bufs[0].nbytes:10d} bytes {bufs[1].device} -> {bufs[0].device}")
+    if profiler.timing(): profiler.copy(bufs[0].device, "direct", bufs[1].device, bufs[0].nbytes, st, time.perf_counter_ns() - st)
     return
   runner = get_runner(ast, bufs[0].device)
   if bufs[0].size == 0: return
-  t = runner(bufs, var_vals, wait=DEBUG >= 2)
+  timed = profiler.timing()
+  st = time.perf_counter_ns()
+  t = runner(bufs, var_vals, wait=timed)
   GlobalCounters.kernel_count += 1
   GlobalCounters.global_ops += runner.spec.estimates.get("ops", 0)
   GlobalCounters.global_mem += runner.spec.estimates.get("mem", 0)
-  if t is not None: GlobalCounters.time_sum_s += t
-  if DEBUG >= 2:
-    shape = [u.src[0].arg for u in program_uops(runner.program) if u.op in (Ops.RANGE, Ops.SPECIAL) and u.src[0].op is Ops.CONST]
-    tm = t or 0.0
-    gflops = runner.spec.estimates.get("ops", 0) / tm * 1e-9 if tm else 0.0
-    gbs = runner.spec.estimates.get("mem", 0) / tm * 1e-9 if tm else 0.0
-    print(f"*** {bufs[0].device:8s} {GlobalCounters.kernel_count:5d} {colored(runner.spec.name, 'cyan'):30s} "
-          f"shape {str(shape):20s} tm {tm*1e6:9.2f}us ({gflops:8.2f} GFLOP/s {gbs:7.2f} GB/s)")
+  if timed:
+    # the runtime's own measure of the kernel when it returns one, else the host's around the waited call
+    dur = int(t * 1e9) if t is not None else time.perf_counter_ns() - st
+    profiler.kernel(bufs[0].device, "direct", runner.spec.name, program_shape(runner.program), st, dur, runner.spec.estimates.get("ops", 0),
+                    runner.spec.estimates.get("mem", 0), GlobalCounters.kernel_count)
 
 def sizes(u: UOp) -> int: return prod(u.shape or ())
 
@@ -119,25 +120,43 @@ def _schedule_key(items: list) -> tuple[tuple, list[UOp]]:
   idx = {b: i for i, b in enumerate(slots)}
   return (tuple((it.ast, tuple(idx[b] for b in it.bufs)) for it in items), tuple((b.src[1].arg, b.arg, b.dtype) for b in slots)), slots
 
-def hcq_submission(items: list) -> tuple[Any, list[UOp]]:
-  """The cached (or newly lowered) Submission of an all-HCQ schedule, and the buffers to run it with."""
+def hcq_submission(items: list, timed: bool = False) -> tuple[Any, list[UOp]]:
+  """The cached (or newly lowered) Submission of an all-HCQ schedule, and the buffers to run it with. `timed`: its launches
+  and copies carry timestamps (a submission of its own: the commands differ)."""
   key, slots = _schedule_key(items)
+  key = key + (timed,)
   if (sub := _submissions.get(key)) is None:
     from core.hcq.pipeline import Submission
     from core.hcq.state import HCQState
-    sub = Submission(items, HCQState.default(buffer_of))
+    sub = Submission(items, HCQState.default(buffer_of), timed=timed)
     if len(_submissions) >= SUBMISSION_CACHE_SIZE: _submissions.pop(next(iter(_submissions)))
     _submissions[key] = sub
   return sub, slots
 
 def run_hcq(items: list, var_vals: dict[UOp, int] | None = None) -> None:
-  sub, slots = hcq_submission(items)
+  sub, slots = hcq_submission(items, timed := profiler.timing())
   for b in slots:
     if (buf := buffer_of(b)).is_allocated() is False: buf.allocate()
   sub.run([buffer_of(b) for b in slots], var_vals)
-  GlobalCounters.kernel_count += sum(1 for it in items if it.ast.op is not Ops.COPY)
-  if DEBUG >= 2:
-    for it in items: print(f"*** {it.bufs[0].src[1].arg:8s} hcq {'copy' if it.ast.op is Ops.COPY else it.ast.arg}")
+  if timed: report_hcq(sub, items)
+  else: GlobalCounters.kernel_count += sum(1 for it in items if it.ast.op is not Ops.COPY)
+
+def report_hcq(sub: Any, items: list) -> None:
+  """DEBUG=2 lines and trace events of a timed submission's run, from its devices' timestamps: the timed launches are the
+  schedule's kernels in order (their ProgramSpec gives shape and work), copies name their source."""
+  from core.hcq.state import compile_kernel
+  kernels = [compile_kernel(it.ast, it.bufs[0].src[1].arg) for it in items if it.ast.op is not Ops.COPY]
+  progs = iter(kernels)
+  for t, start, dur in sub.times():
+    if t.kind == "copy":
+      profiler.copy(t.device, t.queue, t.name, t.nbytes, start, dur)
+      continue
+    spec: ProgramSpec = (p := next(progs)).arg
+    GlobalCounters.kernel_count += 1
+    GlobalCounters.global_ops += spec.estimates.get("ops", 0)
+    GlobalCounters.global_mem += spec.estimates.get("mem", 0)
+    profiler.kernel(t.device, t.queue, spec.name, program_shape(p), start, dur, spec.estimates.get("ops", 0), spec.estimates.get("mem", 0),
+                    GlobalCounters.kernel_count)
 
 def run_items(items: list, var_vals: dict[UOp, int] | None = None) -> None:
   """Run schedule items in order: runs of consecutive HCQ items go through one HCQ submission, the rest directly."""
@@ -156,6 +175,7 @@ class HCQReplay:
   """Jit replay of a captured all-HCQ schedule: the submission lowered once is patched with the changed input buffers and
   variable values and submitted again (no re-encoding). Called like DirectReplay: (inputs, var_vals)."""
   def __init__(self, items: list, input_bufs: list[UOp]):
+    self.items = items
     self.sub, slots = hcq_submission(items)
     self.gen = _submissions.gen
     pos = {b: i for i, b in enumerate(input_bufs)}
@@ -168,7 +188,13 @@ class HCQReplay:
     """Its submission is still the cached one (tests drop the cache when they swap devices)."""
     return _submissions.gen == self.gen
   def __call__(self, inputs: list[Buffer], var_vals: dict[UOp, int] | None) -> None:
-    self.sub.run(inputs if self.identity else [inputs[s] if s >= 0 else f for s, f in zip(self.slots, self.fixed)], var_vals)
+    bufs = inputs if self.identity else [inputs[s] if s >= 0 else f for s, f in zip(self.slots, self.fixed)]
+    if profiler.timing():
+      # reports want each command's time: the same schedule as a timed submission (lowered once, cached like this one)
+      sub, _ = hcq_submission(self.items, timed=True)
+      sub.run(bufs, var_vals)
+      return report_hcq(sub, self.items)
+    self.sub.run(bufs, var_vals)
     GlobalCounters.kernel_count += self.kernels
 
 def hcq_replay_for(items: list, input_bufs: list[UOp]) -> HCQReplay | None:

@@ -10,6 +10,7 @@ from core.device.hcq import HCQDevice, handle_addr
 from core.device.compiled import BindableProgram
 from core.hcq.prep import schedule_linear, prep_runtime
 from core.hcq.lower import lower_to_queues
+from core.hcq.timestamps import add_timestamps, read_times
 from core.hcq.deps import dependencies
 from core.hcq.merge import merge_submits
 from core.hcq.encode import encode
@@ -21,7 +22,7 @@ from core.helpers import HCQ_TIMEOUT, SPEC
 from core.ir.spec import type_verify, queue_spec
 
 STAGES: list[tuple[str, Callable[[UOp, HCQState], UOp]]] = [
-  ("prep runtime", prep_runtime), ("lower to queues", lower_to_queues), ("dependencies", dependencies),
+  ("prep runtime", prep_runtime), ("lower to queues", lower_to_queues), ("timestamps", add_timestamps), ("dependencies", dependencies),
   ("merge", lambda x, ctx: merge_submits(x)), ("encode", encode), ("pack", pack), ("bufferize", bufferize),
   ("resolve patches", resolve_patches),
 ]
@@ -33,11 +34,12 @@ def _slots(items: list) -> list[UOp]:
 class Submission:
   """A lowered schedule: the pipeline's own buffers, the host patches that depend on the schedule's buffers or variables,
   and the compiled submit program. `run(bufs, var_vals)` patches what changed since the last run and submits."""
-  def __init__(self, items: list, ctx: HCQState):
+  def __init__(self, items: list, ctx: HCQState, timed: bool = False):
     self.ctx, self.slots = ctx, _slots(items)
     linear = schedule_linear(items)
     self.stage_graphs: dict[str, UOp] = {}
     for name, stage in STAGES:
+      if name == "timestamps" and not timed: continue   # only profiled submissions time their commands
       linear = stage(linear, ctx)
       if SPEC: type_verify(linear, queue_spec)
       self.stage_graphs[name] = linear
@@ -107,6 +109,10 @@ class Submission:
     for key, tl in self._timelines: _start[key] = tl[0]
     self._launch()
     if wait: self.wait()
+
+  def times(self) -> list[tuple[Any, int, int]]:
+    """(timestamps.Timed, start ns, duration ns) of each launch and copy of the latest run ([] unless built with timed=True)."""
+    return read_times(self.ctx.timed, self.ctx) if self.ctx.timed else []
 
   def wait(self, timeout_s: float | None = None) -> None:
     """Block until every queue of this submission reached its final timeline value (HCQ_TIMEOUT seconds at most)."""

@@ -13,8 +13,9 @@ def compile_kernel(ast: UOp, device: str) -> UOp:
   if (hit := _compiled.get((ast, device))) is None:
     from core.device.registry import Device
     from core.codegen.program import get_program, compile_program, program_source
+    from core.device import profiler
     dev = Device[device]
-    hit = _compiled[(ast, device)] = compile_program(get_program(ast, dev.renderer), dev.compiler)
+    with profiler.compiling(device, str(ast.arg)): hit = _compiled[(ast, device)] = compile_program(get_program(ast, dev.renderer), dev.compiler)
     if DEBUG >= 4: print(program_source(hit))
   return hit
 
@@ -38,6 +39,7 @@ class HCQState:
   internal: dict[UOp, None] = field(default_factory=dict)       # real buffers owned by the pipeline or plugin (not schedule slots)
   commands: dict[UOp, list[tuple[str, int]]] = field(default_factory=dict)  # encoded submit -> [(command kind, byte offset)]
   bufmap: dict[UOp, UOp] = field(default_factory=dict)          # placeholder -> the real buffer bufferize gave it
+  timed: list[Any] = field(default_factory=list)                # timestamps.Timed of each timed command (profiling only)
 
   @staticmethod
   def default(buffer_of: Callable[[UOp], Any]) -> HCQState:

@@ -5,9 +5,9 @@ from core.ir.pattern import PatternMatcher, UPat
 from plugin_amd.runtime import AMDHCQ, PER_QUEUE
 
 # per-queue tags ("ring" | "wptr" | "doorbell" | "timeline_signal", queue) map to the queue's one buffer each (the ring's
-# placeholder has size 0: the real one is ring_size bytes); "program", "kernargs", "cmdbuf", "scratch" and "staging" get a
+# placeholder has size 0: the real one is ring_size bytes); "program", "kernargs", "cmdbuf", "scratch", "staging" and "timestamps" get a
 # fresh allocation of the placeholder's size (core packs program/kernarg/cmdbuf placeholders first and uploads their contents)
-KINDS = ("program", "kernargs", "cmdbuf", "scratch", "staging") + PER_QUEUE
+KINDS = ("program", "kernargs", "cmdbuf", "scratch", "staging", "timestamps") + PER_QUEUE
 
 def _kind(b: UOp) -> str | None:
   t = b.tag
