@@ -2,7 +2,7 @@
 avg/max pooling and interpolate."""
 from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
-from core.helpers import make_tuple
+from core.helpers import make_tuple, prod
 from core.ir.dtype import dtypes, least_upper_dtype, sum_acc_dtype
 
 if TYPE_CHECKING:
@@ -41,6 +41,18 @@ class ConvMixin:
       x = x.movedim(-2, ax).movedim(-1, ax + 1)
     order = list(range(lead)) + [lead + 2 * i for i in range(nd)] + [lead + 2 * i + 1 for i in range(nd)]
     return x.permute(order)
+
+  def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:  # type: ignore[misc]
+    """Windows of `size` every `step` along `dim` (torch.Tensor.unfold): that dim becomes the window count and a last dim
+    of `size` is added."""
+    from core.tensor.movement import _axis
+    ax = _axis(dim, self.ndim, "unfold")
+    n = self.shape[ax] if self.ndim else 1
+    if size < 0: raise RuntimeError(f"unfold: size must be >= 0, got {size}")
+    if step <= 0: raise RuntimeError(f"unfold: step must be > 0, got {step}")
+    if size > n: raise RuntimeError(f"unfold: size {size} is larger than dim {ax} of size {n}")
+    if self.ndim == 0: return self.reshape(1).unfold(0, size, step).reshape(size)
+    return _window_last(self.movedim(ax, -1), size, step, 1).movedim(-2, ax)
 
   def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1, dilation: Any = 1,  # type: ignore[misc]
              padding: Any = 0, dtype: Any = None) -> Tensor:
@@ -87,24 +99,86 @@ class ConvMixin:
     w = w.flip(tuple(range(2, 2 + nd)))
     return x.conv2d(w, bias, groups=groups, dilation=dilation)
 
+  def _pool_pads(self: Tensor, k: tuple[int, ...], stride: Any, dilation: Any, padding: Any,  # type: ignore[misc]
+                 ceil_mode: bool) -> tuple[list[tuple[int, int]], list[tuple[int, int]], tuple[int, ...]]:
+    """(the padding asked for, the padding to apply, the output sizes) of the last len(k) dims. ceil_mode rounds the
+    output size up (torch's rule: a last window must start inside the input or its left padding) by padding more on
+    the right."""
+    nd = len(k)
+    s, d = make_tuple(stride if stride is not None else k, nd), make_tuple(dilation, nd)
+    pads = _padding(padding, nd)
+    applied, outs = [], []
+    for i, (n, (pb, pa)) in enumerate(zip(self.shape[-nd:], pads)):
+      span, total = d[i] * (k[i] - 1) + 1, n + pb + pa
+      if total < span: raise ValueError(f"pool: window {k[i]} (dilation {d[i]}) doesn't fit in padded size {total}")
+      o = (total - span) // s[i] + 1
+      if ceil_mode:
+        o = -(-(total - span) // s[i]) + 1
+        if (o - 1) * s[i] >= n + pb: o -= 1
+      applied.append((pb, pa + max(0, (o - 1) * s[i] + span - total)))
+      outs.append(o)
+    return pads, applied, tuple(outs)
+
+  def _pooled(self: Tensor, k: tuple[int, ...], stride: Any, dilation: Any, pads: list[tuple[int, int]],  # type: ignore[misc]
+              outs: tuple[int, ...], value: Any) -> Tensor:
+    """The (..., *outs, *k) windows of self padded by `pads` with `value`."""
+    nd = len(k)
+    x = self.pad([None] * (self.ndim - nd) + pads, value=value) if any(b or a for b, a in pads) else self
+    x = x._pool(k, stride if stride is not None else k, dilation)
+    return x.shrink([None] * (self.ndim - nd) + [(0, o) for o in outs] + [None] * nd)
+
   def avg_pool2d(self: Tensor, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1, padding: Any = 0,  # type: ignore[misc]
                  ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
+    """Average over windows of the last len(kernel_size) dims. The divisor counts the window's elements inside the input,
+    and inside the asked-for padding too with count_include_pad (never the extra padding of ceil_mode), as in torch."""
     k = make_tuple(kernel_size, 2) if isinstance(kernel_size, int) else tuple(kernel_size)
-    if ceil_mode: raise NotImplementedError("avg_pool2d: ceil_mode=True is not supported yet")
-    pads = [None] * (self.ndim - len(k)) + _padding(padding, len(k))
+    pads, applied, outs = self._pool_pads(k, stride, dilation, padding, ceil_mode)
     x = self._float()
-    win = x.pad(pads)._pool(k, stride if stride is not None else k, dilation)
     axes = tuple(range(-len(k), 0))
-    if count_include_pad or padding == 0: return win.mean(axes)
-    counts = x._const(1.0).pad(pads)._pool(k, stride if stride is not None else k, dilation).sum(axes)
+    win = x._pooled(k, stride, dilation, applied, outs, 0.0)
+    if applied == pads and (count_include_pad or not any(b or a for b, a in pads)): return win.mean(axes)
+    # ones over the region that counts, zero-padded to the applied padding
+    spatial = x.shape[-len(k):]
+    region = x._const(1.0, shape=tuple(n + b + a for n, (b, a) in zip(spatial, pads)) if count_include_pad else spatial)
+    extra = [(b - rb, a - ra) for (b, a), (rb, ra) in zip(applied, pads if count_include_pad else [(0, 0)] * len(k))]
+    counts = region._pooled(k, stride, dilation, extra, outs, 0.0).sum(axes)
     return win.sum(axes) / counts
+
   def max_pool2d(self: Tensor, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1, padding: Any = 0,  # type: ignore[misc]
-                 ceil_mode: bool = False) -> Tensor:
+                 ceil_mode: bool = False, return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+    """Max over windows of the last len(kernel_size) dims. return_indices also gives, per output, the int32 index of the
+    (first) maximum in the flattened pooled dims of the input, as max_unpool2d takes it."""
+    from core.tensor.tensor import Tensor
     k = make_tuple(kernel_size, 2) if isinstance(kernel_size, int) else tuple(kernel_size)
-    if ceil_mode: raise NotImplementedError("max_pool2d: ceil_mode=True is not supported yet")
-    pads = [None] * (self.ndim - len(k)) + _padding(padding, len(k))
-    x = self.pad(pads, value=self.dtype.min) if padding != 0 else self
-    return x._pool(k, stride if stride is not None else k, dilation).max(tuple(range(-len(k), 0)))
+    _, applied, outs = self._pool_pads(k, stride, dilation, padding, ceil_mode)
+    axes = tuple(range(-len(k), 0))
+    win = self._pooled(k, stride, dilation, applied, outs, self.dtype.min)
+    best = win.max(axes)
+    if not return_indices: return best
+    spatial = self.shape[-len(k):]
+    size = prod(spatial)
+    pos = Tensor.arange(size, device=self.device, dtype=dtypes.int32).reshape(spatial)._pooled(k, stride, dilation, applied, outs, size)
+    first = (win == best.reshape(best.shape + (1,) * len(k))).where(pos, size).min(axes)
+    return best, first.detach()
+
+  def max_unpool2d(self: Tensor, indices: Tensor, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1,  # type: ignore[misc]
+                   padding: Any = 0, output_size: Any = None) -> Tensor:
+    """Puts each value at its index from max_pool2d(return_indices=True) in a zero tensor of the pooled input's shape
+    (output_size, or the size the pooling arguments imply)."""
+    from core.tensor.tensor import Tensor
+    k = make_tuple(kernel_size, 2) if isinstance(kernel_size, int) else tuple(kernel_size)
+    nd = len(k)
+    if indices.shape != self.shape: raise ValueError(f"max_unpool2d: indices {indices.shape} must have the shape of the input {self.shape}")
+    lead, spatial = self.shape[:-nd], self.shape[-nd:]
+    if output_size is None:
+      s, d = make_tuple(stride if stride is not None else k, nd), make_tuple(dilation, nd)
+      outs = tuple((n - 1) * s[i] - pb - pa + d[i] * (k[i] - 1) + 1 for i, (n, (pb, pa)) in enumerate(zip(spatial, _padding(padding, nd))))
+    else: outs = tuple(output_size)[-nd:]
+    size, q = prod(outs), prod(spatial)
+    hit = indices.reshape(lead + (1, q)) == Tensor.arange(size, device=self.device).reshape(size, 1)
+    # overlapping windows can repeat an index (always with the same value): take it once, not a sum of the copies
+    picked = hit.where(self.reshape(lead + (1, q)), self._const(self.dtype.min, shape=())).max(-1)
+    return hit.any(-1).where(picked, self._const(0, shape=())).reshape(lead + outs)
   avg_pool = avg_pool2d
   max_pool = max_pool2d
 

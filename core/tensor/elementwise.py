@@ -10,6 +10,9 @@ if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
 
 LN2 = math.log(2)
+# erfc(z) ~= t * exp(-z^2 + sum(c_i t^i)), t = 1 / (1 + z/2): Numerical Recipes' Chebyshev fit
+_ERFC_COEFFS = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587,
+                -0.82215223, 0.17087277)
 
 class ElementwiseMixin:
   def _float(self: Tensor) -> Tensor: return self.cast(least_upper_float(self.dtype))  # type: ignore[misc]
@@ -35,7 +38,7 @@ class ElementwiseMixin:
     a, b = self._operands(x, reverse)
     if rounding_mode == "trunc": return a._alu(Ops.IDIV, b) if dtypes.is_int(a.dtype) else a.div(b).trunc().cast(a.dtype)
     if rounding_mode == "floor": return a.floordiv(b)
-    if rounding_mode is not None: raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    if rounding_mode is not None: raise RuntimeError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
     a, b = a._float(), b._float()
     return a._alu(Ops.MUL, b.reciprocal())
   def floordiv(self: Tensor, x: Any, reverse: bool = False) -> Tensor:  # type: ignore[misc]
@@ -56,9 +59,24 @@ class ElementwiseMixin:
     r = a._alu(Ops.MOD, b)
     if dtypes.is_unsigned(a.dtype): return r
     return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
+  def copysign(self: Tensor, other: Any) -> Tensor:  # type: ignore[misc]
+    """|self| with the sign of `other` (a -0.0 counts as negative); the dtype follows the usual promotion."""
+    a, b = self._operands(other)
+    neg = (b < 0) | ((b == 0) & (b.reciprocal() < 0)) if dtypes.is_float(b.dtype) else b < 0
+    mag = a.abs()
+    return neg.where(-mag, mag)
+  def logaddexp(self: Tensor, other: Any) -> Tensor:  # type: ignore[misc]
+    """log(exp(self) + exp(other)) without overflow: shifted by the larger operand (by 0 where that is infinite)."""
+    a, b = self._operands(other)
+    a, b = a._float(), b._float()
+    m = a.maximum(b).detach()
+    m = m.isinf().where(0, m)
+    return ((a - m).exp() + (b - m).exp()).log() + m
   def fmod(self: Tensor, x: Any) -> Tensor:  # type: ignore[misc]
+    """C's fmod: the remainder with the sign of self. An infinite divisor leaves a finite self unchanged."""
     a, b = self._operands(x)
-    return a._alu(Ops.MOD, b) if dtypes.is_int(a.dtype) else a - b * a.div(b).trunc()
+    if dtypes.is_int(a.dtype): return a._alu(Ops.MOD, b)
+    return (b.isinf() & a.isfinite()).where(a, a - b * a.div(b).trunc())
 
   # these run on a Tensor; mypy sees the mixin: methods declaring self: Tensor give [misc], ones on Tensor give [attr-defined]
   def __add__(self, x: Any) -> Tensor: return self.add(x)  # type: ignore[misc]
@@ -115,6 +133,16 @@ class ElementwiseMixin:
     if not dtypes.is_float(self.dtype): return self._const(False, dtypes.bool)
     return ((self == math.inf) & detect_positive) | ((self == -math.inf) & detect_negative)
   def isfinite(self: Tensor) -> Tensor: return (self.isinf() | self.isnan()).logical_not()  # type: ignore[misc]
+  def isclose(self: Tensor, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:  # type: ignore[misc]
+    """|self - other| <= atol + rtol * |other| like numpy/torch; equal values (infinities too) are close, NaNs only with equal_nan."""
+    a, b = self._operands(other)
+    close = (a == b) | (a.isfinite() & b.isfinite() & ((a - b).abs() <= atol + rtol * b.abs()))
+    return close | (a.isnan() & b.isnan()) if equal_nan else close
+  def allclose(self: Tensor, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:  # type: ignore[misc]
+    return self.isclose(other, rtol, atol, equal_nan).all()
+  def masked_fill(self: Tensor, mask: Tensor, value: Any) -> Tensor:  # type: ignore[misc]
+    """`value` where `mask` is true, else self; the result keeps self's dtype."""
+    return mask.where(value, self).cast(self.dtype)
 
   def where(self: Tensor, x: Any, y: Any) -> Tensor:  # type: ignore[misc]
     """x where self is true, else y; x and y broadcast and promote (scalars are weak)."""
@@ -145,7 +173,7 @@ class ElementwiseMixin:
 
   def sign(self: Tensor) -> Tensor:  # type: ignore[misc]
     ret = (self < 0).where(self._const(-1), (self > 0).where(self._const(1), self._const(0))) if self.dtype is not dtypes.bool else self
-    return ret + self * 0 if dtypes.is_float(self.dtype) else ret  # NaN stays NaN
+    return self.isnan().where(self, ret) if dtypes.is_float(self.dtype) else ret  # NaN stays NaN
   def abs(self: Tensor) -> Tensor:  # type: ignore[misc]
     if dtypes.is_unsigned(self.dtype) or self.dtype is dtypes.bool: return self
     return self * self.sign() if dtypes.is_float(self.dtype) else (self < 0).where(-self, self)
@@ -183,6 +211,23 @@ class ElementwiseMixin:
   def cos(self: Tensor) -> Tensor: return ((math.pi / 2) - self._float()).sin()  # type: ignore[misc]
   def tan(self: Tensor) -> Tensor: return self.sin() / self.cos()  # type: ignore[misc]
   def square(self: Tensor) -> Tensor: return self * self  # type: ignore[misc]
+  def erf(self: Tensor) -> Tensor:  # type: ignore[misc]
+    """The error function to float32 accuracy: its Taylor series for |x| < 0.5, else 1 - erfc(|x|) with the Chebyshev
+    fit of erfc (Numerical Recipes' erfcc, relative error < 1.2e-7), signed. Each branch sees a clamped input, so the
+    branch that where() drops can't overflow into a NaN gradient."""
+    x = self._float()
+    small = x.clip(-0.5, 0.5)
+    x2 = small * small
+    term, series = small, small
+    for n in range(1, 9):
+      term = term * x2 * (-1.0 / n)
+      series = series + term * (1.0 / (2 * n + 1))
+    z = x.abs().maximum(0.5)
+    t = (1 + 0.5 * z).reciprocal()
+    poly: Any = _ERFC_COEFFS[-1]
+    for c in _ERFC_COEFFS[-2::-1]: poly = t * poly + c
+    big = 1 - t * (-z * z + poly).exp()
+    return (x.abs() < 0.5).where(series * (2 / math.sqrt(math.pi)), x.sign() * big)
 
   def pow(self: Tensor, x: Any, reverse: bool = False) -> Tensor:  # type: ignore[misc]
     """self ** x. Small non-negative int exponents multiply (exact, keep the dtype); otherwise exp2(y*log2|b|) with the
@@ -204,7 +249,9 @@ class ElementwiseMixin:
     y_odd = y_int & ((yf * 0.5).trunc() != yf * 0.5)
     neg = bf < 0
     ret = neg.where(y_int.where(y_odd.where(-mag, mag), mag._const(math.nan)), mag)
-    ret = (yf == 0).where(ret._const(1.0), ret)
+    # IEEE pow: x**0 and 1**y are 1 (even for NaN), and so is (-1)**(+-inf); the log form gives NaN there
+    one = (yf == 0) | (bf == 1) | ((bf == -1) & yf.isinf())
+    ret = one.where(ret._const(1.0), ret)
     if dtypes.is_float(out_dt): return ret
     return ret.round().cast(out_dt)
 
@@ -237,7 +284,9 @@ class ElementwiseMixin:
 
   # *** activations ***
 
-  def relu(self: Tensor) -> Tensor: return (self > 0).where(self, 0)  # type: ignore[misc]
+  def relu(self: Tensor) -> Tensor:  # type: ignore[misc]
+    keep = self > 0
+    return (keep | self.isnan() if dtypes.is_float(self.dtype) else keep).where(self, 0)   # relu(NaN) is NaN
   def relu6(self: Tensor) -> Tensor: return self.relu() - (self - 6).relu()  # type: ignore[misc]
   def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor: return (self < 0).where(self * neg_slope, self)  # type: ignore[misc]
   def elu(self: Tensor, alpha: float = 1.0) -> Tensor: return (self > 0).where(self, (self.exp() - 1) * alpha)  # type: ignore[misc]
@@ -252,9 +301,12 @@ class ElementwiseMixin:
   def atanh(self: Tensor) -> Tensor: return ((1 + self) / (1 - self)).log() / 2  # type: ignore[misc]
   def asinh(self: Tensor) -> Tensor: return (self + (self.square() + 1).sqrt()).log()  # type: ignore[misc]
   def acosh(self: Tensor) -> Tensor: return (self + (self.square() - 1).sqrt()).log()  # type: ignore[misc]
-  def gelu(self: Tensor) -> Tensor:  # type: ignore[misc]
-    """The tanh approximation of GELU."""
-    return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
+  def gelu(self: Tensor, approximate: str = "tanh") -> Tensor:  # type: ignore[misc]
+    """GELU: x * Phi(x). approximate="tanh" (the default, as in tinygrad) uses the tanh formula, "none" the exact erf form."""
+    if approximate == "tanh": ret = 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
+    elif approximate == "none": ret = 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
+    else: raise ValueError(f"gelu: approximate must be 'tanh' or 'none', got {approximate!r}")
+    return (self == -math.inf).where(0.0, ret)   # -inf * 0 would be NaN; the limit is 0
   def quick_gelu(self: Tensor) -> Tensor: return self * (self * 1.702).sigmoid()  # type: ignore[misc]
   def silu(self: Tensor) -> Tensor: return self * self.sigmoid()  # type: ignore[misc]
   swish = silu

@@ -112,10 +112,99 @@ class IndexingMixin:
     picked = mask.where(x.expand(full), 0)
     return picked.sum(-1, dtype=picked.dtype if picked.dtype is not dtypes.bool else dtypes.uint8).cast(self.dtype)
 
-  def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:  # type: ignore[misc]
+  def one_hot(self: Tensor, num_classes: int) -> Tensor:  # type: ignore[misc]
+    """(..., num_classes) int32 with a 1 at each element's value. As in tinygrad, num_classes must be given (>= 0)."""
     from core.tensor.tensor import Tensor
-    if num_classes == -1: num_classes = int(self.max().item()) + 1
+    if not dtypes.is_int(self.dtype): raise RuntimeError(f"one_hot needs an int tensor, got {self.dtype}")
+    if num_classes < 0: raise ValueError(f"one_hot: num_classes must be >= 0, got {num_classes}")
     return (self.unsqueeze(-1) == Tensor.arange(num_classes, device=self.device)).cast(dtypes.default_int)
+
+  # *** data-dependent selection: the result size is read from the device (not capturable in a Jit unless `size` is given) ***
+
+  def masked_select(self: Tensor, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:  # type: ignore[misc]
+    """The elements where `mask` (broadcast to self) is true, flattened in row-major order. With `size`, exactly that
+    many (cut, or padded with fill_value), without reading the count from the device."""
+    from core.tensor.tensor import Tensor
+    if mask.dtype is not dtypes.bool: raise RuntimeError(f"masked_select needs a bool mask, got {mask.dtype}")
+    shape = Tensor._broadcast_shape(self.shape, mask.shape)
+    x, m = self._broadcast_to(shape).flatten(), mask._broadcast_to(shape).flatten()
+    count = int(m.sum().item()) if size is None else size
+    if count == 0 or x.numel() == 0: return Tensor.full((count,), fill_value, dtype=self.dtype, device=self.device)
+    # the k-th selected element sits at position #{j : (number of trues in m[0..j]) <= k}
+    k = Tensor.arange(count, device=self.device)
+    src = (m.cumsum().unsqueeze(0) <= k.unsqueeze(1)).sum(1)
+    picked = x[src.minimum(x.numel() - 1)]
+    return picked if size is None else (k < m.sum()).where(picked, fill_value).cast(self.dtype)
+
+  def nonzero(self: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:  # type: ignore[misc]
+    """(count, ndim) int32 coordinates of the nonzero elements, in row-major order (torch.nonzero)."""
+    from core.tensor.tensor import Tensor
+    nz = self != 0
+    if self.ndim == 0:
+      return Tensor.full((int(nz.item()) if size is None else size, 0), 0, dtype=dtypes.int32, device=self.device)
+    coords = [Tensor.arange(s, device=self.device).reshape([s if j == i else 1 for j in range(self.ndim)])._broadcast_to(self.shape)
+              for i, s in enumerate(self.shape)]
+    grid = coords[0].unsqueeze(-1).cat(*[c.unsqueeze(-1) for c in coords[1:]], dim=-1)
+    sel = grid.masked_select(nz.unsqueeze(-1), None if size is None else size * self.ndim, fill_value)
+    return sel.reshape(-1, self.ndim).cast(dtypes.int32)
+
+  # *** scatter: one-hot masks and reductions, no data-dependent stores ***
+
+  def _scatter_parts(self: Tensor, dim: int, index: Tensor, src: Tensor) -> tuple[int, Tensor, Tensor, Tensor]:  # type: ignore[misc]
+    """(dim, hit, values, iota) at self's shape plus a last axis j over index's `dim`: hit[..., k (at dim), ..., j] says
+    index[..., j (at dim), ...] == k, values holds src[..., j, ...] there. Dims index doesn't cover are never hit."""
+    from core.tensor.tensor import Tensor
+    from core.tensor.movement import _axis
+    d = _axis(dim, self.ndim, "scatter")
+    if not (index.ndim == self.ndim == src.ndim):
+      raise RuntimeError(f"scatter: self {self.shape}, index {index.shape} and src {src.shape} need the same number of dims")
+    if not dtypes.is_int(index.dtype): raise RuntimeError(f"scatter: index must be an int tensor, got {index.dtype}")
+    if any((i != d and it > st) or it > sr for i, (st, it, sr) in enumerate(zip(self.shape, index.shape, src.shape))):
+      raise RuntimeError(f"scatter: index {index.shape} must be no larger than src {src.shape}, nor than self {self.shape} outside dim {d}")
+    if src.dtype != self.dtype: raise RuntimeError(f"scatter: src dtype {src.dtype} differs from self dtype {self.dtype}")
+    n, m = self.shape[d], index.shape[d]
+    src = src.shrink([(0, s) for s in index.shape])
+    # move dim d of index/src to a new last axis and put the target position k at d
+    idx = index.unsqueeze(-1).transpose(d, -1)
+    val = src.unsqueeze(-1).transpose(d, -1)
+    k = Tensor.arange(n, device=self.device).reshape([n if i == d else 1 for i in range(self.ndim)] + [1])
+    hit = idx == k
+    full = tuple(n if i == d else s for i, s in enumerate(index.shape)) + (m,)
+    hit, val = hit._broadcast_to(full), val._broadcast_to(full)
+    pad = [(0, st - s) if i != d else None for i, (st, s) in enumerate(zip(self.shape, full))] + [None]
+    iota = Tensor.arange(m, device=self.device)
+    return d, hit.pad(pad), val.pad(pad), iota
+
+  def scatter(self: Tensor, dim: int, index: Tensor, src: Any, reduce: str | None = None) -> Tensor:  # type: ignore[misc]
+    """out[index[i][j]][j] = src[i][j] (dim 0) and so on for other dims; where several go to one place the last one
+    wins. reduce="add"/"multiply" combine them with self instead (as scatter_reduce with include_self)."""
+    from core.tensor.tensor import Tensor
+    if reduce not in (None, "add", "multiply"): raise TypeError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
+    if not isinstance(src, Tensor): src = Tensor.full(index.shape, src, dtype=self.dtype, device=self.device)
+    elif reduce is not None: raise TypeError("scatter: reduce= takes a scalar src; use scatter_reduce for tensors")
+    if reduce is not None: return self.scatter_reduce(dim, index, src, "sum" if reduce == "add" else "prod")
+    _, hit, val, iota = self._scatter_parts(dim, index, src)
+    last = hit.where(iota, -1).max(-1, keepdim=True)
+    chosen = hit & (iota == last)
+    picked = chosen.where(val, val._const(0)).sum(-1, dtype=self.dtype if self.dtype is not dtypes.bool else dtypes.uint8).cast(self.dtype)
+    return (last.squeeze(-1) >= 0).where(picked, self)
+
+  def scatter_reduce(self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool = True) -> Tensor:  # type: ignore[misc]
+    """Combines the src values scattered to each place with `reduce` ("sum", "prod", "mean", "amax", "amin"), together
+    with self's value there unless include_self=False (places nothing is scattered to keep self)."""
+    if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+      raise RuntimeError(f"scatter_reduce: reduce must be 'sum', 'prod', 'mean', 'amax' or 'amin', got {reduce!r}")
+    _, hit, val, _ = self._scatter_parts(dim, index, src)
+    touched = hit.any(-1)
+    def own(neutral: Any) -> Tensor: return self if include_self else touched.where(self._const(neutral), self)
+    if reduce == "sum": return (hit.where(val, 0).sum(-1, dtype=self.dtype) + own(0)).cast(self.dtype)
+    if reduce == "prod": return (hit.where(val, 1).prod(-1, dtype=self.dtype) * own(1)).cast(self.dtype)
+    if reduce == "amax": return hit.where(val, self.dtype.min).max(-1).maximum(own(self.dtype.min))
+    if reduce == "amin": return hit.where(val, self.dtype.max).min(-1).minimum(own(self.dtype.max))
+    total = hit.where(val, 0).sum(-1, dtype=self.dtype) + own(0)
+    count = hit.sum(-1) + (1 if include_self else touched.logical_not().cast(dtypes.int32))
+    if dtypes.is_float(self.dtype): return (total / count.cast(self.dtype)).cast(self.dtype)
+    return total.floordiv(count.cast(self.dtype)).cast(self.dtype)   # torch's integer mean rounds down
 
   def __setitem__(self: Tensor, indices: Any, v: Any) -> None:  # type: ignore[misc]
     """Writes `v` (broadcast) into the indexed part. Basic indices assign into a view of the buffer; tensor indices

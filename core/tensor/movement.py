@@ -183,4 +183,62 @@ class MovementMixin:
   def unbind(self: Tensor, dim: int = 0) -> list[Tensor]:  # type: ignore[misc]
     return [t.squeeze(dim) for t in self.split(1, dim)]
 
+  def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:  # type: ignore[misc]
+    """Shifts elements circularly along `dims` (the flattened tensor when dims is None), like torch.roll."""
+    if dims is None: return self.flatten().roll(shifts, 0).reshape(self.shape)
+    ds = (dims,) if isinstance(dims, int) else tuple(dims)
+    ss = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    if len(ds) != len(ss): raise RuntimeError(f"roll: {len(ss)} shifts for {len(ds)} dims")
+    x = self
+    for d, s in zip(ds, ss):
+      ax = _axis(d, self.ndim, "roll")
+      n = x.shape[ax]
+      if n == 0 or s % n == 0: continue
+      head, tail = x.split([n - s % n, s % n], ax)
+      x = tail.cat(head, dim=ax)
+    return x
+
+  def _tri_mask(self: Tensor, diagonal: int, upper: bool) -> Tensor:  # type: ignore[misc]
+    from core.tensor.tensor import Tensor
+    if self.ndim < 2: raise ValueError(f"{'triu' if upper else 'tril'} needs at least 2 dims, got shape {self.shape}")
+    r, c = self.shape[-2], self.shape[-1]
+    rows = Tensor.arange(r, device=self.device).reshape(r, 1) + diagonal
+    cols = Tensor.arange(c, device=self.device).reshape(1, c)
+    return rows <= cols if upper else rows >= cols
+  def triu(self: Tensor, diagonal: int = 0) -> Tensor:  # type: ignore[misc]
+    """The elements on and above the `diagonal`-th diagonal of the last two dims; the rest are 0."""
+    return self._tri_mask(diagonal, True).where(self, self._const(0))
+  def tril(self: Tensor, diagonal: int = 0) -> Tensor:  # type: ignore[misc]
+    """The elements on and below the `diagonal`-th diagonal of the last two dims; the rest are 0."""
+    return self._tri_mask(diagonal, False).where(self, self._const(0))
+
+  def diag(self: Tensor) -> Tensor:  # type: ignore[misc]
+    """A 1-D tensor as the diagonal of a square matrix (each element followed by n zeros, read back with period n+1)."""
+    if self.ndim != 1: raise ValueError(f"diag needs a 1-D tensor, got shape {self.shape}")
+    n = self.shape[0]
+    return self.unsqueeze(-1).pad([None, (0, n)]).flatten()[:n * n].reshape(n, n)
+  def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:  # type: ignore[misc]
+    """The `offset`-th diagonal of the (dim1, dim2) planes, as a new last dim (torch.diagonal)."""
+    a, b = _axis(dim1, self.ndim, "diagonal"), _axis(dim2, self.ndim, "diagonal")
+    if a == b: raise RuntimeError(f"diagonal: dim1 and dim2 are the same dim ({a})")
+    x = self.permute([i for i in range(self.ndim) if i not in (a, b)] + [a, b])
+    r, c = x.shape[-2], x.shape[-1]
+    lo_r, lo_c = max(0, -offset), max(0, offset)
+    d = max(0, min(r - lo_r, c - lo_c))
+    x = x.shrink([None] * (x.ndim - 2) + [(min(lo_r, r), min(lo_r, r) + d), (min(lo_c, c), min(lo_c, c) + d)])
+    if d == 0: return x.reshape(x.shape[:-2] + (0,))
+    return x.flatten(-2)[..., ::d + 1]
+
+  def meshgrid(self: Tensor, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:  # type: ignore[misc]
+    """Coordinate grids from 1-D (or 0-d) tensors; indexing "ij" (matrix) or "xy" (Cartesian: the first two swap)."""
+    if indexing not in ("ij", "xy"): raise RuntimeError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    ts = (self, *args)
+    sizes = [t.numel() for t in ts]
+    if indexing == "xy" and len(ts) > 1: sizes[0], sizes[1] = sizes[1], sizes[0]
+    out = []
+    for i, t in enumerate(ts):
+      pos = (1 if i == 0 else 0 if i == 1 else i) if indexing == "xy" and len(ts) > 1 else i
+      out.append(t.reshape([-1 if j == pos else 1 for j in range(len(ts))]).expand(sizes))
+    return tuple(out)
+
   def _inverse_permute(self: Tensor, order: Sequence[int]) -> Tensor: return self.permute(argsort(list(order)))  # type: ignore[misc]

@@ -1,6 +1,7 @@
 """Neural-network functionals on Tensor: normalization and losses."""
 from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Sequence
+from core.ir.dtype import dtypes
 
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
@@ -58,28 +59,74 @@ class NNOpsMixin:
     if reduction == "mean": return loss.sum() / keep.sum().maximum(1).cast(loss.dtype)
     return _reduction(loss, reduction)
 
-  def cross_entropy(self: Tensor, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:  # type: ignore[misc]
-    """torch.nn.functional.cross_entropy: logits (N, C, ...) with class indices (N, ...) or probabilities (N, C, ...)."""
+  def cross_entropy(self: Tensor, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0,  # type: ignore[misc]
+                    weight: Tensor | None = None, ignore_index: int = -100) -> Tensor:
+    """torch.nn.functional.cross_entropy: logits (N, C, ...) (or (C,)) with class indices (N, ...) or probabilities of
+    self's shape. `weight` scales each class; "mean" over indices divides by the summed weights of the counted targets.
+    weight and ignore_index are keywords after tinygrad's arguments (tinygrad has neither)."""
     from core.tensor.tensor import Tensor
-    c = self.shape[1] if self.ndim > 1 else self.shape[0]
+    if not 0.0 <= label_smoothing <= 1.0: raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
+    if reduction not in ("none", "sum", "mean"): raise ValueError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
     cax = 1 if self.ndim > 1 else 0
-    if Y.ndim < self.ndim:
-      shape = [1] * Y.ndim
-      shape.insert(cax, c)
-      Y = (Y.unsqueeze(cax) == Tensor.arange(c, device=self.device).reshape(shape)).cast(self.dtype)
-    Y = Y * (1 - label_smoothing) + label_smoothing / c
-    return _reduction(-(self.log_softmax(cax) * Y).sum(cax), reduction)
-
-  def nll_loss(self: Tensor, Y: Tensor, reduction: str = "mean", ignore_index: int | None = None) -> Tensor:  # type: ignore[misc]
-    from core.tensor.tensor import Tensor
-    c, cax = self.shape[1] if self.ndim > 1 else self.shape[0], 1 if self.ndim > 1 else 0
-    shape = [1] * Y.ndim
-    shape.insert(cax, c)
-    keep = Y != (-100 if ignore_index is None else ignore_index)
-    onehot = (Y.unsqueeze(cax) == Tensor.arange(c, device=self.device).reshape(shape)) & keep.unsqueeze(cax)
-    loss = -(self * onehot).sum(cax)
-    if reduction == "mean": return loss.sum() / keep.sum().cast(loss.dtype)
+    c = self.shape[cax]
+    along = [c if i == cax else 1 for i in range(self.ndim)]
+    w = Tensor.ones(c, device=self.device) if weight is None else weight
+    logp = self.log_softmax(cax)
+    if Y.shape == self.shape:   # class probabilities
+      Yp = Y * (1 - label_smoothing) + label_smoothing / c
+      return _reduction(-(logp * Yp * w.reshape(along)).sum(cax), reduction)
+    if Y.shape != self.shape[:cax] + self.shape[cax + 1:]:
+      raise RuntimeError(f"cross_entropy: target shape {Y.shape} fits neither input {self.shape} nor its shape without dim {cax}")
+    keep = Y != ignore_index
+    onehot = (Y.unsqueeze(cax) == Tensor.arange(c, device=self.device).reshape(along)) & keep.unsqueeze(cax)
+    wl = logp * w.reshape(along)
+    loss = -(wl * onehot).sum(cax) * (1 - label_smoothing) - wl.sum(cax) * keep * (label_smoothing / c)
+    if reduction == "mean": return loss.sum() / (onehot * w.reshape(along)).sum()
     return _reduction(loss, reduction)
+
+  def nll_loss(self: Tensor, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None,  # type: ignore[misc]
+               reduction: str = "mean") -> Tensor:
+    """Negative log likelihood of log-probabilities (N, C, ...) (or (C,)) at class indices Y (N, ...); `weight` scales
+    each class and "mean" divides by the summed weights of the targets that count (those != ignore_index)."""
+    from core.tensor.tensor import Tensor
+    if reduction not in ("none", "sum", "mean"): raise ValueError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
+    cax = 1 if self.ndim > 1 else 0
+    c = self.shape[cax]
+    along = [c if i == cax else 1 for i in range(self.ndim)]
+    keep = Y != (-100 if ignore_index is None else ignore_index)
+    onehot = (Y.unsqueeze(cax) == Tensor.arange(c, device=self.device).reshape(along)) & keep.unsqueeze(cax)
+    wy = onehot.cast(self.dtype) if weight is None else onehot.where(weight.reshape(along).cast(self.dtype), 0)
+    loss = -(self * wy).sum(cax)
+    if reduction == "mean": return loss.sum() / wy.sum()
+    return _reduction(loss, reduction)
+
+  def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:  # type: ignore[misc]
+    """self / max(||self||_p along dim, eps) (torch.nn.functional.normalize)."""
+    a = self._float().abs()
+    if p == 2: norm = (a * a).sum(dim, keepdim=True).sqrt()
+    elif p == 1: norm = a.sum(dim, keepdim=True)
+    elif p == float("inf"): norm = a.max(dim, keepdim=True)
+    else: norm = a.pow(p).sum(dim, keepdim=True).pow(1 / p)
+    return self / norm.maximum(eps)
+
+  def scaled_dot_product_attention(self: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,  # type: ignore[misc]
+                                   dropout_p: float = 0.0, is_causal: bool = False, enable_gqa: bool = False,
+                                   scale: float | None = None) -> Tensor:
+    """softmax(q k^T * scale + mask) v with q = self (..., L, E), k (..., S, E), v (..., S, Ev). A bool mask says where to
+    attend, a float mask is added; is_causal masks the upper triangle (top-left aligned, as in torch); enable_gqa
+    repeats each key/value head for its group of query heads; dropout_p applies in training mode only."""
+    import math
+    if enable_gqa and self.ndim >= 3 and key.shape[-3] != self.shape[-3]:
+      if self.shape[-3] % key.shape[-3]: raise ValueError(f"sdpa: {self.shape[-3]} query heads aren't a multiple of {key.shape[-3]} key heads")
+      key = key.repeat_interleave(self.shape[-3] // key.shape[-3], dim=-3)
+      value = value.repeat_interleave(self.shape[-3] // value.shape[-3], dim=-3)
+    qk = self.matmul(key.transpose(-2, -1)) * (1 / math.sqrt(self.shape[-1]) if scale is None else scale)
+    if is_causal:
+      if attn_mask is not None: raise RuntimeError("sdpa: attn_mask and is_causal=True can't be used together")
+      attn_mask = qk._const(True, dtypes.bool, shape=qk.shape[-2:]).tril()
+    if attn_mask is not None:
+      qk = qk + (attn_mask.where(0.0, -math.inf) if attn_mask.dtype is dtypes.bool else attn_mask)
+    return qk.softmax(-1).cast(self.dtype).dropout(dropout_p) @ value
 
   def mse_loss(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor: return _reduction((self - Y).square(), reduction)  # type: ignore[misc]
 

@@ -101,9 +101,10 @@ class ReduceMixin:
     return (-self if dtypes.is_float(self.dtype) else self.bitwise_not()).argmax(axis, keepdim)
 
   def logsumexp(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:  # type: ignore[misc]
-    m = self.max(axis, keepdim=True).detach()
+    x = self._float()   # in float from the start: x - max(x) must not wrap around in a small unsigned dtype
+    m = x.max(axis, keepdim=True).detach()
     m = m.isinf().where(0, m)  # all -inf (or an inf) rows: shift by 0 so inf - inf can't make NaN
-    ret = (self - m).exp().sum(axis, keepdim=True).log() + m
+    ret = (x - m).exp().sum(axis, keepdim=True).log() + m
     return ret if keepdim else ret.squeeze(_axes(axis, self.ndim, "logsumexp"))
 
   def _cum(self: Tensor, op: Ops, axis: int) -> Tensor:  # type: ignore[misc]
@@ -131,17 +132,61 @@ class ReduceMixin:
     w = w.unflatten(-1, (n, L + 1))[..., :n]
     return w._reduce(op, -1, False).movedim(-1, ax)
   def cumsum(self: Tensor, axis: int = 0) -> Tensor:  # type: ignore[misc]
-    if self.ndim == 0: return self
+    if self.ndim == 0: return self._scalar_cum(axis)
     acc = sum_acc_dtype(self.dtype)
     ret = self.cast(acc)._cum(Ops.ADD, axis)
     return ret.cast(self.dtype) if self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
   def cumprod(self: Tensor, axis: int = 0) -> Tensor:  # type: ignore[misc]
-    if self.ndim == 0: return self
+    if self.ndim == 0: return self._scalar_cum(axis)
     acc = sum_acc_dtype(self.dtype)
     ret = self.cast(acc)._cum(Ops.MUL, axis)
     return ret.cast(self.dtype) if self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
-  def cummax(self: Tensor, axis: int = 0) -> Tensor:  # type: ignore[misc]
-    return self if self.ndim == 0 else self._cum(Ops.MAX, axis)
+  def _scalar_cum(self: Tensor, axis: int) -> Tensor:  # type: ignore[misc]
+    from core.tensor.movement import _axis
+    _axis(axis, 0, "cumulative op")   # a 0-d tensor takes axis 0 or -1 only (IndexError otherwise)
+    return self
+
+  def _cum_index(self: Tensor, values: Tensor, axis: int) -> Tensor:  # type: ignore[misc]
+    """For cummax/cummin: the last index j <= i where self[j] equals values[i]. A position that attains the running
+    extreme marks itself; a running max of the marks carries the latest one forward (between two marks the extreme
+    can't change)."""
+    from core.tensor.tensor import Tensor
+    from core.tensor.movement import _axis
+    ax = _axis(axis, self.ndim, "cummax")
+    n = self.shape[ax]
+    pos = Tensor.arange(n, device=self.device).reshape((n,) + (1,) * (self.ndim - ax - 1))
+    return (self == values).where(pos, -1)._cum(Ops.MAX, ax).cast(dtypes.int32)
+  def cummax(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:  # type: ignore[misc]
+    """(running maximum along `axis`, index where it was attained: the latest index among equal values, as in torch)."""
+    if self.ndim == 0: return self._scalar_cum(axis), self._const(0, dtypes.int32)
+    if self.dtype is dtypes.bool:
+      v, i = self.cast(dtypes.uint8).cummax(axis)
+      return v.cast(dtypes.bool), i
+    values = self._cum(Ops.MAX, axis)
+    return values, self.detach()._cum_index(values.detach(), axis)
+  def cummin(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:  # type: ignore[misc]
+    """(running minimum along `axis`, index where it was attained)."""
+    if self.ndim == 0: return self._scalar_cum(axis), self._const(0, dtypes.int32)
+    if self.dtype is dtypes.bool:
+      v, i = self.cast(dtypes.uint8).cummin(axis)
+      return v.cast(dtypes.bool), i
+    # the negation (floats) or bitwise not (ints) reverses the order, as in min()
+    flip = (lambda t: -t) if dtypes.is_float(self.dtype) else (lambda t: t.bitwise_not())
+    values = flip(flip(self)._cum(Ops.MAX, axis))
+    return values, self.detach()._cum_index(values.detach(), axis)
+  def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:  # type: ignore[misc]
+    """log(cumsum(exp(x))) without overflow or underflow: a log-step (Hillis-Steele) scan with logaddexp, which is
+    associative, so step k combines each element with the one 2^k before it."""
+    from core.tensor.movement import _axis
+    if self.ndim == 0: return self._scalar_cum(axis)._float()
+    ax = _axis(axis, self.ndim, "logcumsumexp")
+    x = self._float().movedim(ax, -1)
+    n, d = x.shape[-1], 1
+    while d < n:
+      shifted = x.pad([None] * (x.ndim - 1) + [(d, -d)], value=-math.inf)
+      x = x.logaddexp(shifted).contiguous().contiguous_backward()   # a buffer per step (and per gradient step): no doubling
+      d *= 2
+    return x.movedim(-1, ax)
 
   # *** matmul ***
 

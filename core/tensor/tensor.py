@@ -13,6 +13,7 @@ from core.tensor.elementwise import ElementwiseMixin
 from core.tensor.reduce import ReduceMixin
 from core.tensor.conv import ConvMixin
 from core.tensor.nnops import NNOpsMixin
+from core.tensor.sort import SortMixin
 
 def canonical_device(device: str | None) -> str:
   from core.device.registry import Device
@@ -32,18 +33,27 @@ def _host_bytes(data: Any, dtype: DType | None) -> tuple[bytes, DType, tuple[int
   if want.fmt is None: return np.ascontiguousarray(arr, dtype=np.float32).tobytes(), dtypes.float32, arr.shape, want
   return np.ascontiguousarray(arr, dtype=to_np(want)).tobytes(), want, arr.shape, None
 
-class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, ElementwiseMixin, ReduceMixin, ConvMixin, NNOpsMixin):
+class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, ElementwiseMixin, ReduceMixin, ConvMixin, NNOpsMixin, SortMixin):
   """A lazily evaluated n-dimensional array. Operations build a UOp graph; `realize()`/`numpy()` run it on `device`."""
   training: ClassVar[bool] = False
   no_grad: ClassVar[bool] = False
   _all: ClassVar[weakref.WeakSet[Tensor]] = weakref.WeakSet()   # the live tensors that (ever) had requires_grad set true
+  # every tensor made with requires_grad None ("may need a gradient"), for backward(): weak references in a plain list
+  # (a cheap append per op), the dead ones dropped whenever the list has doubled since the last sweep
+  _maybe: ClassVar[list[weakref.ref[Tensor]]] = []
+  _maybe_sweep_at: ClassVar[int] = 4096
   __hash__ = object.__hash__  # __eq__ builds a comparison, so keep identity hashing
 
   def __init__(self, data: Any, device: str | None = None, dtype: DTypeLike | None = None, requires_grad: bool | None = None):
     self.grad: Tensor | None = None
     self._requires_grad: bool | None
     if requires_grad: self.requires_grad = requires_grad
-    else: self._requires_grad = requires_grad   # the setter's work is for true only
+    else:
+      self._requires_grad = requires_grad   # the setter's work is for true only
+      if requires_grad is None:
+        maybe = Tensor._maybe
+        maybe.append(weakref.ref(self))
+        if len(maybe) > Tensor._maybe_sweep_at: Tensor._sweep_maybe()
     if type(data) is UOp and device is None and dtype is None:   # every op's result (_wrap): nothing to convert
       self.uop: UOp = data
       return
@@ -83,6 +93,11 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
     if v and "_in_all" not in self.__dict__:   # once: the weak set compares equal-hash entries with ==, which Tensor overloads
       self._in_all = True
       Tensor._all.add(self)
+
+  @staticmethod
+  def _sweep_maybe() -> None:
+    Tensor._maybe[:] = [r for r in Tensor._maybe if r() is not None]
+    Tensor._maybe_sweep_at = max(4096, 2 * len(Tensor._maybe))
 
   @classmethod
   def _wrap(cls, uop: UOp, *parents: Tensor) -> Tensor:
@@ -270,14 +285,18 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
     self.requires_grad = requires_grad
     return self
 
-  def gradient(self, *targets: Tensor, gradient: Tensor | None = None, materialize_grads: builtins.bool = False) -> list[Tensor]:
-    """d(self)/d(target) for each target, as new lazy tensors. `self` must be a scalar unless `gradient` is given."""
+  def _gradients(self, targets: list[Tensor], gradient: Tensor | None) -> dict[UOp, UOp]:
     from core.tensor.gradient import compute_gradient
     if gradient is None:
       if self.numel() != 1: raise ValueError(f"gradient of a non-scalar tensor (shape {self.shape}) needs gradient=")
       gradient = Tensor(UOp.const(self.dtype, 1.0, self.device, self.shape), requires_grad=False)
     if gradient.shape != self.shape: raise ValueError(f"gradient shape {gradient.shape} doesn't match tensor shape {self.shape}")
-    grads = compute_gradient(self.uop, gradient.uop.cast(self.dtype), [t.uop for t in targets])
+    return compute_gradient(self.uop, gradient.uop.cast(self.dtype), [t.uop for t in targets])
+
+  def gradient(self, *targets: Tensor, gradient: Tensor | None = None, materialize_grads: builtins.bool = False) -> list[Tensor]:
+    """d(self)/d(target) for each target (a leaf or an intermediate tensor of self's graph), as new lazy tensors. `self`
+    must be a scalar unless `gradient` is given."""
+    grads = self._gradients(list(targets), gradient)
     out = []
     for t in targets:
       g = grads.get(t.uop)
@@ -289,14 +308,24 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
     return out
 
   def backward(self, gradient: Tensor | None = None) -> Tensor:
-    """Accumulates d(self)/d(t) into `t.grad` for every live tensor `t` with requires_grad=True that self depends on."""
+    """Accumulates d(self)/d(t) into `t.grad` for every live tensor `t` in self's graph whose requires_grad is not False:
+    True ones always (zeros where no gradient reaches them), float ones left at None where a gradient reaches them."""
     nodes = self.uop.toposort()
-    targets = [t for t in list(Tensor._all) if t.requires_grad and t.uop in nodes]
-    if not targets: raise RuntimeError("backward: no tensor in this graph has requires_grad=True")
-    grads = self.gradient(*targets, gradient=gradient, materialize_grads=True)
-    for t, g in zip(targets, grads):
+    needed = {id(t): t for t in list(Tensor._all) if t.requires_grad and t.uop in nodes}
+    maybe = {id(t): t for r in Tensor._maybe if (t := r()) is not None and t._requires_grad is None and dtypes.is_float(t.dtype)
+             and id(t) not in needed and t.uop in nodes}
+    targets = list(needed.values()) + list(maybe.values())
+    grads = self._gradients(targets, gradient)
+    if not needed and not any(t.uop in grads for t in maybe.values()):
+      raise RuntimeError("backward: no tensor in this graph needs a gradient (requires_grad is False or no gradient reaches it)")
+    for t in targets:
+      g = grads.get(t.uop)
+      if g is None:
+        if id(t) in maybe: continue
+        g = t.uop.const_like(0)
       if g.shape != t.shape: raise RuntimeError(f"internal error: gradient shape {g.shape} for tensor of shape {t.shape}")
-      t.grad = g if t.grad is None else t.grad + g
+      gt = Tensor(g, requires_grad=False)
+      t.grad = gt if t.grad is None else t.grad + gt
     return self
 
   class train(contextlib.ContextDecorator):

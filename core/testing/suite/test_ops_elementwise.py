@@ -209,3 +209,63 @@ def test_isnan_isinf():
   a = np.array([1.0, np.nan, np.inf, -np.inf], dtype=np.float32)
   np.testing.assert_equal(Tensor(a).isnan().numpy(), np.isnan(a))
   np.testing.assert_equal(Tensor(a).isinf().numpy(), np.isinf(a))
+
+_np_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+def test_erf_gelu_exact():
+  check_op([(4, 5)], Tensor.erf, _np_erf, low=-3, high=3)
+  x = np.linspace(-6, 6, 241).astype(np.float32)
+  np.testing.assert_allclose(Tensor(x).erf().numpy(), _np_erf(x.astype(np.float64)), rtol=5e-7, atol=2e-7)   # float32 accuracy
+  np.testing.assert_allclose(Tensor([1e-6, -3e-4]).erf().numpy(), _np_erf(np.array([1e-6, -3e-4])), rtol=1e-6)
+  check_op([(3, 4)], lambda t: t.gelu(approximate="none"), lambda x: 0.5 * x * (1 + _np_erf(x / np.sqrt(2))), low=-3, high=3)
+  with pytest.raises(ValueError): Tensor([1.0]).gelu(approximate="fast")
+
+def test_copysign_logaddexp():
+  check_op([(3, 4), (3, 4)], lambda a, b: a.copysign(b), np.copysign)
+  np.testing.assert_equal(Tensor([1.0, -2.0, 3.0, 4.0]).copysign(Tensor([-0.0, 0.0, -np.inf, np.inf])).numpy(), [-1.0, 2.0, -3.0, 4.0])
+  check_op([(3, 4), (1, 4)], lambda a, b: a.logaddexp(b), np.logaddexp, low=-5, high=5)
+  a = np.array([-np.inf, -np.inf, 1000.0, -1000.0, np.inf, np.nan], np.float32)
+  b = np.array([-np.inf, 0.0, 1000.0, -1001.0, 1.0, 0.0], np.float32)
+  with np.errstate(invalid="ignore"): want = np.logaddexp(a, b)
+  np.testing.assert_allclose(Tensor(a).logaddexp(Tensor(b)).numpy(), want, rtol=1e-6)
+
+def test_isclose():
+  a = np.array([1.0, 1.0, 1e-9, np.inf, np.inf, -np.inf, np.nan, np.nan, 100.0], np.float32)
+  b = np.array([1.0 + 1e-6, 1.1, 0.0, np.inf, 1e38, np.inf, np.nan, 1.0, 100.001], np.float32)
+  np.testing.assert_equal(Tensor(a).isclose(Tensor(b)).numpy(), np.isclose(a, b))
+  np.testing.assert_equal(Tensor(a).isclose(Tensor(b), equal_nan=True).numpy(), np.isclose(a, b, equal_nan=True))
+  np.testing.assert_equal(Tensor(a).isclose(Tensor(b), rtol=0.2, atol=0.5).numpy(), np.isclose(a, b, rtol=0.2, atol=0.5))
+  assert Tensor([1.0, 2.0]).allclose(Tensor([1.0, 2.0 + 1e-7])).item()
+
+def test_div_rounding_mode():
+  check_op([(3, 4), (3, 4)], lambda a, b: a.div(b, rounding_mode="trunc"), lambda a, b: np.trunc(a / b), grad=False)
+  check_op([(3, 4), (3, 4)], lambda a, b: a.div(b, rounding_mode="floor"), lambda a, b: np.floor(a / b), grad=False)
+  a, b = np.array([7, -7, 7, -7, 0], np.int32), np.array([2, 2, -2, -2, 3], np.int32)
+  np.testing.assert_equal(Tensor(a).div(Tensor(b), rounding_mode="trunc").numpy(), np.trunc(a / b).astype(np.int32))
+  np.testing.assert_equal(Tensor(a).div(Tensor(b), rounding_mode="floor").numpy(), a // b)
+  assert Tensor(a).div(Tensor(b), rounding_mode="floor").dtype is dtypes.int32 and Tensor(a).div(Tensor(b)).dtype is dtypes.float32
+  with pytest.raises(RuntimeError): Tensor(a).div(2, rounding_mode="typo")
+
+def test_special_values():
+  x = np.array([-np.inf, -2.0, -0.0, 0.0, 2.0, np.inf, np.nan], np.float32)
+  t = Tensor(x)
+  with np.errstate(all="ignore"):
+    np.testing.assert_equal(t.abs().numpy(), np.abs(x))
+    np.testing.assert_equal(t.sign().numpy(), np.sign(x))
+    np.testing.assert_equal(t.relu().numpy(), np.where(np.isnan(x), np.nan, np.maximum(x, 0)))
+    np.testing.assert_allclose(t.sigmoid().numpy(), _np_sigmoid(x.astype(np.float64)), rtol=1e-6)
+    np.testing.assert_allclose(t.softplus().numpy(), _np_softplus(x.astype(np.float64)), rtol=1e-6)
+    np.testing.assert_allclose(t.erf().numpy(), _np_erf(x.astype(np.float64)), rtol=1e-6)
+    for approximate in ("tanh", "none"):
+      got = t.gelu(approximate=approximate).numpy()
+      np.testing.assert_allclose(got[[0, 5, 6]], [0.0, np.inf, np.nan])
+
+def test_pow_fmod_special_values():
+  b = np.array([0.0, -2.0, -2.0, 2.0, 0.5, 2.0, -1.0, 1.0, -np.inf, 1.0, 0.0, np.nan], np.float32)
+  e = np.array([0.0, 0.5, 3.0, np.inf, np.inf, -np.inf, np.inf, np.nan, 3.0, -np.inf, -1.0, 0.0], np.float32)
+  with np.errstate(all="ignore"): want = np.power(b, e)
+  np.testing.assert_allclose((Tensor(b) ** Tensor(e)).numpy(), want, rtol=1e-6)   # 0**0, 1**nan, (-1)**inf, (-2)**0.5, ...
+  a = np.array([5.0, -5.0, np.inf, 7.5, -7.5, 0.0], np.float32)
+  d = np.array([np.inf, -np.inf, 2.0, 2.0, 2.0, 3.0], np.float32)
+  with np.errstate(all="ignore"): want = np.fmod(a, d)
+  np.testing.assert_equal(Tensor(a).fmod(Tensor(d)).numpy(), want)

@@ -128,3 +128,55 @@ def test_gather():
 def test_int_getitem_dtypes(dt):
   x = Tensor([[1, 0, 1], [0, 1, 1]], dtype=dt)
   np.testing.assert_equal(x[:, Tensor([2, 0])].numpy(), x.numpy()[:, [2, 0]])
+
+@pytest.mark.parametrize("mode,npmode", [("reflect", "reflect"), ("replicate", "edge"), ("circular", "wrap")])
+def test_pad_modes_negative(mode, npmode):
+  # negative amounts crop first; the mode then pads what is left
+  check_op([(4, 5)], lambda t: t.pad(((-1, 2), (2, -2)), mode=mode), lambda x: np.pad(x[1:, :3], ((0, 2), (2, 0)), mode=npmode))
+  check_op([(2, 5)], lambda t: t.pad((-1, 3), mode=mode), lambda x: np.pad(x[:, 1:], ((0, 0), (0, 3)), mode=npmode))
+
+@pytest.mark.parametrize("d", [-2, -1, 0, 1, 3])
+def test_tril_triu(d):
+  check_op([(4, 5)], lambda t: t.tril(d), lambda x: np.tril(x, d))
+  check_op([(2, 3, 4)], lambda t: t.triu(d), lambda x: np.triu(x, d))
+  np.testing.assert_equal(Tensor.ones(3, 3, dtype=dtypes.bool).tril(d).numpy(), np.tril(np.ones((3, 3), bool), d))
+
+def test_roll():
+  check_op([(3, 4)], lambda t: t.roll(1, 0), lambda x: np.roll(x, 1, 0))
+  check_op([(3, 4)], lambda t: t.roll((-1, 6), (1, 0)), lambda x: np.roll(x, (-1, 6), (1, 0)))
+  check_op([(3, 4)], lambda t: t.roll(5), lambda x: np.roll(x, 5))
+  check_op([(2, 3, 4)], lambda t: t.roll(2, -1), lambda x: np.roll(x, 2, -1))
+  assert Tensor.ones(0, 3).roll(1, 0).shape == (0, 3)
+  with pytest.raises(RuntimeError): Tensor.ones(3).roll((1, 2), 0)
+
+def test_diag_diagonal():
+  check_op([(4,)], lambda t: t.diag(), np.diag)
+  for shape, off, d1, d2 in [((4, 4), 0, 0, 1), ((3, 5), 2, 0, 1), ((5, 3), -1, 0, 1), ((2, 3, 4), 0, -2, -1), ((2, 3, 4), 1, 2, 0),
+                             ((3, 3), 4, 0, 1)]:
+    check_op([shape], lambda t: t.diagonal(off, d1, d2), lambda x: np.diagonal(x, off, d1, d2))
+  with pytest.raises(RuntimeError): Tensor.ones(3, 3).diagonal(dim1=1, dim2=1)
+  with pytest.raises(ValueError): Tensor.ones(3, 3).diag()
+
+def test_meshgrid():
+  a, b, c = np.arange(3.0), np.arange(2.0) + 5, np.arange(4.0) - 1
+  for indexing in ("ij", "xy"):
+    got = Tensor(a).meshgrid(Tensor(b), Tensor(c), indexing=indexing)
+    for g, w in zip(got, np.meshgrid(a, b, c, indexing=indexing)): np.testing.assert_equal(g.numpy(), w)
+    gx, gy = Tensor(a).meshgrid(Tensor(b), indexing=indexing)
+    wx, wy = np.meshgrid(a, b, indexing=indexing)
+    np.testing.assert_equal(gx.numpy(), wx)
+    np.testing.assert_equal(gy.numpy(), wy)
+  with pytest.raises(RuntimeError): Tensor(a).meshgrid(Tensor(b), indexing="bad")
+
+@pytest.mark.parametrize("dim,size,step", [(0, 2, 2), (0, 3, 2), (1, 2, 1), (-1, 5, 3), (1, 0, 2)], ids=str)
+def test_unfold(dim, size, step):
+  def np_unfold(x):
+    n = x.shape[dim]
+    wins = [np.take(x, np.arange(i * step, i * step + size), axis=dim) for i in range((n - size) // step + 1)]
+    return np.stack([np.moveaxis(w, dim, -1) for w in wins], dim % x.ndim)   # window count at dim, window elements last
+  check_op([(6, 5)], lambda t: t.unfold(dim, size, step), np_unfold)
+
+def test_unfold_errors():
+  with pytest.raises(RuntimeError): Tensor.ones(8).unfold(0, 9, 3)
+  with pytest.raises(IndexError): Tensor.ones(8).unfold(1, 8, 3)
+  with pytest.raises(RuntimeError): Tensor.ones(8).unfold(0, 1, -1)

@@ -117,3 +117,55 @@ def test_large_reduction():
   pattern = (np.arange(n, dtype=np.int64) % 7).astype(np.float32) * 0.25
   got = (Tensor.arange(n) % 7).cast(dtypes.float32).mul(0.25).sum().item()
   assert got == pytest.approx(pattern.astype(np.float64).sum(), rel=1e-6)
+
+def np_cum_index(x, axis, better):
+  """Values and indices of a running max/min; the index is the latest position holding the running value (torch)."""
+  x = np.moveaxis(x, axis, -1)
+  vals, idx = np.empty_like(x), np.zeros(x.shape, np.int32)
+  for pos in np.ndindex(*x.shape[:-1]):
+    best, at = None, 0
+    for j, v in enumerate(x[pos]):
+      if best is None or not better(best, v): best, at = v, j
+      vals[pos + (j,)], idx[pos + (j,)] = best, at
+  return np.moveaxis(vals, -1, axis), np.moveaxis(idx, -1, axis)
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_cummax_cummin(axis):
+  check_op([(4, 5)], lambda t: t.cummax(axis)[0], lambda x: np.maximum.accumulate(x, axis))
+  check_op([(4, 5)], lambda t: t.cummin(axis)[0], lambda x: np.minimum.accumulate(x, axis))
+  x = rng(6).integers(-3, 3, size=(4, 5)).astype(np.int32)   # ties
+  v, i = Tensor(x).cummax(axis)
+  wv, wi = np_cum_index(x, axis, lambda best, v: best > v)
+  np.testing.assert_equal(v.numpy(), wv)
+  np.testing.assert_equal(i.numpy(), wi)
+  v, i = Tensor(x.astype(np.float32)).cummin(axis)
+  wv, wi = np_cum_index(x, axis, lambda best, v: best < v)
+  np.testing.assert_equal(v.numpy(), wv)
+  np.testing.assert_equal(i.numpy(), wi)
+  assert i.dtype is dtypes.int32
+
+@pytest.mark.parametrize("n", [1, 6, 17])
+def test_logcumsumexp(n):
+  check_op([(2, n)], lambda t: t.logcumsumexp(1), lambda x: np.logaddexp.accumulate(x, 1), low=-5, high=5)
+  check_op([(n, 3)], lambda t: t.logcumsumexp(0), lambda x: np.logaddexp.accumulate(x, 0), low=-5, high=5)
+
+def test_logcumsumexp_extremes():
+  x = np.array([-1000.0, 0.0, 3.0, -np.inf, 2.0, 1000.0], np.float32)   # far apart: no overflow, no underflow to -inf
+  np.testing.assert_allclose(Tensor(x).logcumsumexp().numpy(), np.logaddexp.accumulate(x.astype(np.float64)), rtol=1e-6)
+  np.testing.assert_equal(Tensor([-np.inf, -np.inf]).logcumsumexp().numpy(), [-np.inf, -np.inf])
+
+def test_cumulative_zero_size_and_scalar():
+  for f in (lambda t: t.cumsum(1), lambda t: t.cumprod(1), lambda t: t.cummax(1)[0], lambda t: t.cummin(1)[1], lambda t: t.logcumsumexp(1)):
+    assert f(Tensor.ones(3, 0)).shape == (3, 0)
+  assert Tensor(2.0).cumsum().item() == 2.0 and Tensor(2.0).cummax()[1].item() == 0
+  for f in (Tensor.cumsum, Tensor.cumprod, lambda t, a: t.cummax(a), lambda t, a: t.cummin(a)):
+    with pytest.raises(IndexError): f(Tensor(2.0), 1)
+    with pytest.raises(IndexError): f(Tensor.ones(3), -2)
+
+# torch sums ellipsis dims left out of the output; numpy refuses, so its formula names them
+@pytest.mark.parametrize("formula,np_formula,shapes", [("...ij,...jk", None, [(2, 2, 3), (2, 3, 4)]), ("i...->...", None, [(3, 2, 2)]),
+                                                       ("...i,i->...", None, [(2, 3, 4), (4,)]), ("b...,b...->b", "bx,bx->b", [(2, 3), (2, 3)]),
+                                                       ("...ii->...i", None, [(2, 3, 3)]), ("ij...,jk...->ik...", None, [(2, 3, 2), (3, 2, 2)])],
+                         ids=str)
+def test_einsum_ellipsis(formula, np_formula, shapes):
+  check_op(shapes, lambda *ts: Tensor.einsum(formula, *ts), lambda *xs: np.einsum(np_formula or formula, *xs))
