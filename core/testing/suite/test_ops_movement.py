@@ -158,7 +158,8 @@ def test_diag_diagonal():
   with pytest.raises(ValueError): Tensor.ones(3, 3).diag()
 
 def test_meshgrid():
-  a, b, c = np.arange(3.0), np.arange(2.0) + 5, np.arange(4.0) - 1
+  # float32: the test is about the grid, and a device without float64 (WEBGPU) must run it too
+  a, b, c = np.arange(3, dtype=np.float32), np.arange(2, dtype=np.float32) + 5, np.arange(4, dtype=np.float32) - 1
   for indexing in ("ij", "xy"):
     got = Tensor(a).meshgrid(Tensor(b), Tensor(c), indexing=indexing)
     for g, w in zip(got, np.meshgrid(a, b, c, indexing=indexing)): np.testing.assert_equal(g.numpy(), w)
