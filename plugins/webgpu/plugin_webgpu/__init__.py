@@ -1,14 +1,29 @@
-"""The WEBGPU plugin's hooks: declares the WEBGPU device, which is not implemented yet (never available, opening it says so)."""
+"""The WEBGPU plugin's hooks: declares the WEBGPU device (WGSL on the wgpu package's WebGPU, e.g. Mesa's lavapipe software GPU)."""
 from __future__ import annotations
 from typing import Any
 from core.device.hookspecs import hookimpl
-from core.device.spec import DeviceSpec, placeholder_spec
+from core.device.spec import DeviceSpec
 
 __version__ = "0.1.0"
+INTERFACES = ("WGPU",)
+
+def _available() -> bool:
+  from plugin_webgpu.gpu import unavailable_reason
+  return unavailable_reason() is None
+
+# the one place the WGSL renderer is built for compiling alone: DEV=NULL:WEBGPU borrows it (the validator still needs an adapter)
+def make_wgsl(arch: str | None = None) -> tuple[Any, Any]:
+  from plugin_webgpu.gpu import gpu
+  from plugin_webgpu.compiler import WGSLCompiler
+  from plugin_webgpu.runtime import make_renderer
+  return make_renderer(gpu()), WGSLCompiler()
 
 @hookimpl
 def core_plugin_info() -> dict[str, Any]: return {"name": "webgpu", "version": __version__, "api": (2, 0)}
 
 @hookimpl
 def core_devices() -> list[DeviceSpec]:
-  return [placeholder_spec("WEBGPU", interfaces=('DAWN',), renderers=('WGSL',), priority=30)]
+  return [DeviceSpec("WEBGPU", factory="plugin_webgpu.runtime:make_device", renderers={"WGSL": "plugin_webgpu:make_wgsl"},
+                     default_renderer="WGSL", interfaces=INTERFACES, priority=30, is_available=_available,
+                     description="WebGPU through the wgpu package (WGSL compute shaders); unavailable without wgpu and a Vulkan "
+                                 "driver (apt install mesa-vulkan-drivers libvulkan1)")]

@@ -1,14 +1,25 @@
-"""The WEBGPU placeholder plugin: loads cleanly, is never auto-selected, and opening it says "not implemented yet"."""
+"""The WEBGPU plugin's registration: core finds it, its spec is as declared, the doctor shows it with its DEV strings."""
 from __future__ import annotations
 from typing import Any
 import pytest
-from core.testing.plugin_checks import plugin_manager, check_registration, check_placeholder
+from core.testing.plugin_checks import plugin_manager, check_registration
 
 @pytest.fixture
 def pm() -> Any: return plugin_manager("WEBGPU", "plugin-webgpu")
 
 def test_entry_point_spec_and_hooks(pm: Any) -> None:
-  check_registration(pm, "WEBGPU", "plugin-webgpu", "plugin_webgpu", ('DAWN',), ['WGSL'])
+  spec = check_registration(pm, "WEBGPU", "plugin-webgpu", "plugin_webgpu", ("WGPU",), ["WGSL"])
+  assert spec.default_renderer == "WGSL" and spec.priority < 100   # never chosen over the CPU when DEV is unset
 
-def test_placeholder_says_not_implemented(pm: Any) -> None:
-  check_placeholder(pm, "WEBGPU")
+def test_doctor_lists_webgpu_and_says_what_it_needs(pm: Any) -> None:
+  from core.device.__main__ import report
+  text = report(pm)
+  line = next(ln for ln in text.splitlines() if ln.strip().startswith("WEBGPU "))
+  assert ("available" in line) and "apt install mesa-vulkan-drivers libvulkan1" in text and "DEV=WEBGPU:WGSL" in text
+
+def test_unavailable_reason_without_wgpu(monkeypatch: pytest.MonkeyPatch) -> None:
+  import importlib.util
+  from plugin_webgpu import gpu
+  real = importlib.util.find_spec
+  monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wgpu" else real(name, *a))
+  assert gpu.unavailable_reason() == "the wgpu package is not installed (pip install ./plugins/webgpu)"

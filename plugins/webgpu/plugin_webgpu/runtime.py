@@ -1,0 +1,131 @@
+"""The WEBGPU runtime over wgpu: storage-buffer allocator (write_buffer uploads, mapped staging read-back), programs, device."""
+from __future__ import annotations
+import dataclasses, time
+from typing import Any
+from core.device.allocator import BufferSpec, LRUAllocator
+from core.device.compiled import Compiled
+from plugin_webgpu.gpu import GPU, gpu
+from plugin_webgpu.compiler import WGSLCompiler, pipeline
+from plugin_webgpu.renderer import WGSLRenderer
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class WGBuffer:
+  """A handle: `size` bytes at `offset` in the GPUBuffer `buf` (a view shares its base's GPUBuffer)."""
+  buf: Any
+  offset: int
+  size: int
+
+def _span(offset: int, size: int) -> tuple[int, int]:
+  """The 4-byte aligned byte range around [offset, offset+size): copies and write_buffer move whole words."""
+  lo = offset & ~3
+  return lo, ((offset + size + 3) & ~3) - lo
+
+def read_words(g: GPU, buf: Any, offset: int, size: int) -> memoryview:
+  """`size` bytes (a multiple of 4) at `offset` (4-aligned) of `buf`, through a mapped staging buffer; waits for the queue."""
+  wgpu = g.wgpu
+  with g.lock:
+    staging = g.device.create_buffer(size=size, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+    enc = g.device.create_command_encoder()
+    enc.copy_buffer_to_buffer(buf, offset, staging, 0, size)
+    g.device.queue.submit([enc.finish()])
+    staging.map_sync(wgpu.MapMode.READ)
+    data = memoryview(staging.read_mapped()).cast("B")
+    out = memoryview(bytearray(data))
+    staging.unmap()
+    staging.destroy()
+  return out
+
+def wait_idle(g: GPU) -> None:
+  """Blocks until everything submitted so far has run: a one-word copy submitted last, then mapped (the queue runs in order).
+  (wgpu 0.32's on_submitted_work_done_sync fails in its callback binding.)"""
+  wgpu = g.wgpu
+  with g.lock:
+    if (probe := g.__dict__.get("_idle_probe")) is None:
+      probe = g.__dict__["_idle_probe"] = g.device.create_buffer(size=4, usage=wgpu.BufferUsage.COPY_SRC)
+  read_words(g, probe, 0, 4)
+
+class WebGPUAllocator(LRUAllocator):
+  """Storage buffers (usable as copy source and destination), sizes rounded up to whole 4-byte words."""
+  def __init__(self, name: str, g: GPU):
+    super().__init__(name)
+    self.gpu = g
+  def _alloc(self, size: int, options: BufferSpec) -> WGBuffer:
+    wgpu, limit = self.gpu.wgpu, self.gpu.limits.get("max-buffer-size", 1 << 31)
+    if size > limit: raise MemoryError(f"{size} bytes is more than this adapter's maxBufferSize ({limit})")
+    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+    with self.gpu.lock: return WGBuffer(self.gpu.device.create_buffer(size=(size + 3) & ~3, usage=usage), 0, size)
+  def _free(self, opaque: WGBuffer, options: BufferSpec) -> None: pass   # wgpu releases the buffer with its last reference
+  def _offset(self, opaque: WGBuffer, size: int, offset: int) -> WGBuffer: return WGBuffer(opaque.buf, opaque.offset + offset, size)
+  def _copyin(self, dest: WGBuffer, src: memoryview) -> None:
+    src = src.cast("B")
+    lo, n = _span(dest.offset, src.nbytes)
+    if lo == dest.offset and n == src.nbytes: data: Any = src
+    else:   # not whole words: read the words around it, patch, write them back (ordered on the queue like everything else)
+      data = read_words(self.gpu, dest.buf, lo, n)
+      data[dest.offset - lo:dest.offset - lo + src.nbytes] = src
+    with self.gpu.lock: self.gpu.device.queue.write_buffer(dest.buf, lo, data)
+  def _copyout(self, dest: memoryview, src: WGBuffer) -> None:
+    lo, n = _span(src.offset, dest.nbytes)
+    dest.cast("B")[:] = read_words(self.gpu, src.buf, lo, n)[src.offset - lo:src.offset - lo + dest.nbytes]
+
+def bind_entries(g: GPU, meta: dict[str, Any], bufs: tuple[WGBuffer, ...], vals: tuple[int, ...]) -> tuple[list[dict[str, Any]], bytes]:
+  """The bind group entries for `bufs` (each bound at its offset aligned down to the adapter's storage offset alignment) and
+  the argument words: each variable, then each buffer's element offset past its binding's start."""
+  align, words = g.offset_alignment, [v & 0xffffffff for v in vals]
+  entries: list[dict[str, Any]] = []
+  for binding, dt, itemsize, _ in meta["bufs"]:
+    h = bufs[binding]
+    base = h.offset - h.offset % align
+    entries.append({"binding": binding, "resource": {"buffer": h.buf, "offset": base, "size": ((h.offset + h.size + 3) & ~3) - base}})
+    words.append((h.offset - base) // itemsize)
+  words += [0] * (-len(words) % 4 or (4 if not words else 0))
+  return entries, b"".join(w.to_bytes(4, "little") for w in words)
+
+class WebGPUProgram:
+  """A kernel: its compute pipeline; a call binds the buffers and the argument uniform, dispatches, submits."""
+  def __init__(self, name: str, lib: bytes, g: GPU | None = None):
+    self.name, self.gpu = name, g or gpu()
+    self.p = pipeline(lib.decode())
+    self.meta = self.p.meta
+
+  def encode(self, enc: Any, bufs: tuple[WGBuffer, ...], vals: tuple[int, ...]) -> Any:
+    """Records the dispatch into the command encoder `enc` (a compute pass of its own); returns the bind group."""
+    g, wgpu = self.gpu, self.gpu.wgpu
+    entries, args = bind_entries(g, self.meta, bufs, vals)
+    ubuf = g.device.create_buffer_with_data(data=args, usage=wgpu.BufferUsage.UNIFORM)
+    nbind = max((b[0] for b in self.meta["bufs"]), default=-1) + 1
+    entries.append({"binding": nbind, "resource": {"buffer": ubuf, "offset": 0, "size": len(args)}})
+    bg = g.device.create_bind_group(layout=self.p.layout, entries=entries)
+    cp = enc.begin_compute_pass()
+    cp.set_pipeline(self.p.pipeline)
+    cp.set_bind_group(0, bg)
+    cp.dispatch_workgroups(*self.meta["dispatch"])
+    cp.end()
+    return bg
+
+  def __call__(self, *bufs: WGBuffer, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] = (1, 1, 1),
+               vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+    g = self.gpu
+    with g.lock:
+      st = time.perf_counter()
+      enc = g.device.create_command_encoder()
+      self.encode(enc, bufs, vals)
+      g.device.queue.submit([enc.finish()])
+      if not wait: return None
+      wait_idle(g)
+      return time.perf_counter() - st
+
+def make_renderer(g: GPU | None) -> WGSLRenderer:
+  """The WGSL renderer for the adapter `g` (f16 and limits as granted), or with WebGPU's default limits when there is none."""
+  return WGSLRenderer(f16=g.f16, limits=g.limits) if g is not None else WGSLRenderer()
+
+def make_device(name: str, target: Any = None) -> Compiled:
+  """The WEBGPU device: the process's wgpu device (lavapipe, or any adapter wgpu finds). Interface WGPU: kernels are
+  dispatched one by one, each a submitted command encoder."""
+  iface = (getattr(target, "interface", None) or "WGPU").upper()
+  if iface not in ("WGPU",): raise ValueError(f"{name} has no interface {iface!r}; choose WGPU (DEV={name})")
+  g = gpu()
+  renderer = make_renderer(g)
+  renderer.device = name
+  def program(pname: str, lib: bytes) -> WebGPUProgram: return WebGPUProgram(pname, lib, g)
+  return Compiled(name, WebGPUAllocator(name, g), renderer, WGSLCompiler(), program, target)
