@@ -77,6 +77,9 @@ class HCQDevice(abc.ABC):
     """True when a copy between this device and `other_device` must go through a host staging buffer (no DMA path)."""
     return False
 
+  # bytes a TIMESTAMP command writes at its buffer, the time being the last 8 (NV's semaphore reports are 16: payload, then time)
+  timestamp_size: int = 8
+
   def timestamp_ns(self, ticks: int) -> int:
     """A value a TIMESTAMP command wrote, in nanoseconds (the default: the device writes nanoseconds)."""
     return ticks

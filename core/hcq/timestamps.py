@@ -1,6 +1,6 @@
 """Stage 2b, timestamps (only when times are wanted: DEBUG>=2 or PROFILE, core.device.profiler.timing()): a TIMESTAMP
-before and after every launch and copy, into one "timestamps" placeholder per device (two uint64 per command, start then
-end). The plugin lowers TIMESTAMP like any command and maps the placeholder in pm_bufferize; after a run the Submission
+before and after every launch and copy, into one "timestamps" placeholder per device (two slots per command, start then
+end; a slot is the device's HCQDevice.timestamp_size bytes, the time in its last 8). The plugin lowers TIMESTAMP like any command and maps the placeholder in pm_bufferize; after a run the Submission
 reads the values back (`read_times`) and the device converts its ticks (HCQDevice.timestamp_ns)."""
 from __future__ import annotations
 from dataclasses import dataclass
@@ -15,7 +15,7 @@ KIND = "timestamps"
 @dataclass(frozen=True)
 class Timed:
   """A timed command: its device and queue, "kernel" (`name`: the program) or "copy" (`name`: the source device, `nbytes`),
-  and its pair in the device's timestamps placeholder (`ph`, slot k: uint64 2k is the start, 2k+1 the end)."""
+  and its pair in the device's timestamps placeholder (`ph`, slot k: timestamp 2k is the start, 2k+1 the end, each `size` bytes)."""
   device: str
   queue: str
   kind: str
@@ -23,14 +23,16 @@ class Timed:
   nbytes: int
   ph: UOp
   slot: int
+  size: int = 8
 
-def _view(ph: UOp, i: int) -> UOp: return UOp(Ops.BUFFER_VIEW, dtypes.uint64, (ph,), (8, 8 * i))
+def _view(ph: UOp, i: int, size: int) -> UOp: return UOp(Ops.BUFFER_VIEW, dtypes.uint64, (ph,), (size, size * i))
 
 def add_timestamps(linear: UOp, ctx: HCQState) -> UOp:
   timed = [(submit_device(u), c) for u in linear.src if is_submit(u) for c in u.src[0].src if c.op in (Ops.LAUNCH, Ops.COPY)]
   counts: dict[str, int] = {}
   for dev, _ in timed: counts[dev] = counts.get(dev, 0) + 1
-  phs = {dev: placeholder(KIND, dev, 2 * n, dtypes.uint64) for dev, n in counts.items()}
+  size = {dev: ctx.hcq_of(dev).timestamp_size for dev in counts}
+  phs = {dev: placeholder(KIND, dev, 2 * n * size[dev] // 8, dtypes.uint64) for dev, n in counts.items()}
   used: dict[str, int] = {}
   out: list[UOp] = []
   for u in linear.src:
@@ -43,9 +45,9 @@ def add_timestamps(linear: UOp, ctx: HCQState) -> UOp:
         cmds.append(c)
         continue
       k = used[dev] = used.get(dev, -1) + 1
-      cmds += [timestamp(_view(phs[dev], 2 * k)), c, timestamp(_view(phs[dev], 2 * k + 1))]
-      if c.op is Ops.LAUNCH: ctx.timed.append(Timed(dev, submit_queue(u), "kernel", c.src[0].arg.name, 0, phs[dev], k))
-      else: ctx.timed.append(Timed(dev, submit_queue(u), "copy", device_of(c.src[1]), c.arg, phs[dev], k))
+      cmds += [timestamp(_view(phs[dev], 2 * k, size[dev])), c, timestamp(_view(phs[dev], 2 * k + 1, size[dev]))]
+      if c.op is Ops.LAUNCH: ctx.timed.append(Timed(dev, submit_queue(u), "kernel", c.src[0].arg.name, 0, phs[dev], k, size[dev]))
+      else: ctx.timed.append(Timed(dev, submit_queue(u), "copy", device_of(c.src[1]), c.arg, phs[dev], k, size[dev]))
     out.append(u.replace(src=(u.src[0].replace(src=tuple(cmds)),) + u.src[1:]))
   return linear.replace(src=tuple(out))
 
@@ -62,6 +64,7 @@ def read_times(timed: list[Timed], ctx: HCQState) -> list[tuple[Timed, int, int]
   out = []
   for t in timed:
     hcq = ctx.hcq_of(t.device)
-    start, end = hcq.timestamp_ns(int(vals[t.ph][2 * t.slot])), hcq.timestamp_ns(int(vals[t.ph][2 * t.slot + 1]))
+    w = t.size // 8   # uint64s per timestamp: the time is the last
+    start, end = hcq.timestamp_ns(int(vals[t.ph][w * (2 * t.slot + 1) - 1])), hcq.timestamp_ns(int(vals[t.ph][w * (2 * t.slot + 2) - 1]))
     out.append((t, start, max(end - start, 0)))
   return out
