@@ -3,14 +3,15 @@
 Per-queue tags map to the channel's own buffers: ("ring", q) the pushbuffer ring core's submit program writes methods into,
 ("wptr", q) and ("doorbell", q) its dword write pointer and the copy the interface publishes GPFIFO entries up to, and
 ("timeline_signal", q) the channel's semaphore. "program" (kernel images), "kernargs" (constant bank 0 of each launch with its
-QMD behind it), "cmdbuf", "scratch" and "staging" get a fresh allocation of the placeholder's size. The GPFIFO ring, the USERD page
+QMD behind it), "cmdbuf", "scratch", "staging" and "timestamps" (16 bytes per TIMESTAMP) get a fresh allocation of the
+placeholder's size. The GPFIFO ring, the USERD page
 with GP_PUT and the work-submit token are the channel's and never reach core (runtime.NVHCQ says who writes them)."""
 from __future__ import annotations
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
 from plugin_nv.runtime import NVHCQ, PER_QUEUE
 
-KINDS = ("program", "kernargs", "cmdbuf", "scratch", "staging") + PER_QUEUE
+KINDS = ("program", "kernargs", "cmdbuf", "scratch", "staging", "timestamps") + PER_QUEUE
 
 def _kind(b: UOp) -> str | None:
   t = b.tag

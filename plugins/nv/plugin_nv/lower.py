@@ -9,7 +9,8 @@ them with SET_OBJECT when it creates the channel); semaphores are host methods, 
 - WAIT: SEM_ADDR, SEM_PAYLOAD (64 bits), SEM_EXECUTE ACQ_STRICT_GEQ with a 64-bit payload: the channel waits until the
   signal >= value (all 64 bits compared).
 - SIGNAL: the same methods with RELEASE, RELEASE_WFI (earlier work finishes first) and a 64-bit payload.
-- TIMESTAMP: RELEASE with RELEASE_TIMESTAMP: a 16-byte report at the buffer, payload 0 then the time in ns at byte 8.
+- TIMESTAMP: RELEASE with RELEASE_TIMESTAMP: a 16-byte report at the buffer, payload 0 then the time in ns at byte 8
+  (NVHCQ.timestamp_size = 16 tells core's timestamps stage).
 - BARRIER: compute WAIT_FOR_IDLE then INVALIDATE_SHADER_CACHES (instruction, data with flush, constant); copy: a NOP (the copy
   engine runs its LAUNCH_DMAs in order, each flushed).
 - COPY: OFFSET_IN/OUT (upper dword first), LINE_LENGTH_IN, LAUNCH_DMA (1D pitch copy, non-pipelined, flushed), split at

@@ -28,6 +28,7 @@ class NVHCQ(HCQDevice):
   queues: tuple[str, ...] = ("COMPUTE:0", "COPY:0")
   kind = "NV"
   arch: str
+  timestamp_size = 16   # a TIMESTAMP is a semaphore release with RELEASE_TIMESTAMP: 8 bytes of payload, then the time (ns)
 
   def __init__(self, device: str, arch: str, ring_size: int = 1 << 20):
     if ring_size < 64 or ring_size & (ring_size - 1): raise ValueError(f"{device}: ring size {ring_size} is not a power of two >= 64")

@@ -3,7 +3,7 @@ the submit program) on the software GPU, against numpy; the GPFIFO entries and U
 written into a channel comes back as an HCQError naming where and what, and the device keeps working. Each device runs in a
 subprocess (the device registry reads DEV once per process); its checks come back as JSON."""
 from __future__ import annotations
-import json, os, subprocess, sys
+import json, os, re, subprocess, sys
 import pytest
 from nv_test_kernels import have_nvrtc
 from nvtools import require
@@ -96,3 +96,14 @@ def test_cuda_renderer_on_the_mock():
     pytest.skip(msg)
   r = run_device("MOCK+NV:CUDA:sm_90")
   assert r["matmul"] < 1e-4 and r["softmax"] < 1e-6 and r["arch"] == "sm_90"
+
+def test_kernel_times_come_from_the_channel_timestamps():
+  # DEBUG=2: core wraps each launch in TIMESTAMPs (16-byte semaphore reports here, the time in the last 8) and prints the span
+  require("ptxas")
+  code = "import numpy as np; from core import Tensor; a = Tensor(np.ones((128, 128), dtype=np.float32)); print((a @ a).numpy()[0, 0])"
+  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "DEV": "MOCK+NV", "DEBUG": "2"}, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.startswith("*** NV") and "COMPUTE:0" in ln]
+  assert lines and "128.0" in r.stdout
+  us = float(re.search(r"tm\s+([0-9.]+)us", lines[0]).group(1))
+  assert 0 < us < 60e6   # a real span of the host build's run, not a payload or a raw counter
