@@ -205,12 +205,20 @@ class PluginManager:
                           f"  fix: remove it from CORE_DISABLED_PLUGINS to use {dev}, or pick another device with DEV=.")
       hint = f" Install its plugin: pip install ./plugins/{OFFICIAL_PLUGINS[dev]}" if dev in OFFICIAL_PLUGINS else \
         " If a third-party plugin provides it, install that distribution (it must declare an entry point in group core.plugins)."
+      # a renderer or interface name given as the device (DEV=CUDA): point at the device that has it
+      if (other := self._named_part(dev)): hint = f" {other}"
       raise UnknownDeviceError(f"no installed plugin provides device {dev!r}.{did_you_mean(dev, self.by_device)} "
                                f"Known devices: {', '.join(sorted(self.by_device))}.{hint}")
     rec = self.by_device[dev]
     self.load(rec)
     if rec.error is not None: raise PluginError(str(rec.error)) from rec.error.__cause__
     return rec.specs[dev]
+
+  def _named_part(self, name: str) -> str:
+    """For a DEV device name that is really a renderer or an interface of installed devices: the DEV strings meant."""
+    meant = [f"DEV={s.name}:{name} (the {name} renderer of {s.name})" for _, s in self.all_specs() if name in s.renderers] + \
+            [f"DEV={name}+{s.name} (the {name} interface of {s.name})" for _, s in self.all_specs() if name in s.interfaces]
+    return f"{name} is not a device; did you mean {' or '.join(meant)}?" if meant else ""
 
   def all_specs(self) -> list[tuple[PluginRecord, DeviceSpec]]:
     """Loads every enabled plugin (failures are kept on their records) and returns the specs that loaded."""
@@ -221,9 +229,10 @@ class PluginManager:
     return out
 
   def best_device(self) -> str | None:
-    """The highest-priority available device; broken, conflicting and unavailable ones are skipped quietly."""
-    cands = [s for _, s in self.all_specs() if s.priority >= 0 and s.available()]
-    return max(cands, key=lambda s: (s.priority, s.name)).name if cands else None
+    """The highest-priority available device whose factory resolves; broken, conflicting and unavailable ones are skipped
+    quietly (the doctor shows why)."""
+    cands = sorted((s for _, s in self.all_specs() if s.priority >= 0 and s.available()), key=lambda s: (-s.priority, s.name))
+    return next((s.name for s in cands if s.factory_error() is None), None)
 
   def resolve_target(self, t: Target) -> DeviceSpec:
     """Checks that the target's device, interface and renderer exist (with "did you mean" on typos); returns the device's spec."""
@@ -234,7 +243,11 @@ class PluginManager:
     if t.renderer is not None:
       if spec.name == "NULL": self.borrowed_renderer_spec(t.renderer)
       elif t.renderer not in spec.renderers:
-        raise UnknownDeviceError(f"device {spec.name} has no renderer {t.renderer!r} (DEV={t}).{did_you_mean(t.renderer, spec.renderers)} "
+        hint = did_you_mean(t.renderer, spec.renderers)
+        # DEV=MOCK+AMD:gfx942: an architecture where the renderer goes
+        if not hint and t.arch is None and (r := spec.renderer_name(None)) is not None and any(c.isdigit() for c in t.renderer):
+          hint = f" If {t.renderer.lower()} is an architecture, it goes after the renderer: DEV={dataclasses.replace(t, renderer=r, arch=t.renderer.lower())}."
+        raise UnknownDeviceError(f"device {spec.name} has no renderer {t.renderer!r} (DEV={t}).{hint} "
                                  f"It offers: {', '.join(spec.renderers) or 'none'}.")
     return spec
 

@@ -24,7 +24,8 @@ class DeviceSpec:
   borrows these to compile without running. default_renderer: used when DEV names none. priority: auto-selection
   order when DEV is unset (higher wins; negative: never auto-selected). factory: lazy reference to
   `factory(name: str, target: Target) -> Compiled`, called only when the device is first used. is_available: a cheap
-  probe (no driver opened, nothing compiled) saying whether the factory can work on this machine."""
+  probe (no driver opened, nothing compiled) saying whether the default interface can work on this machine;
+  unavailable_reason: when it can't, why and what would fix it (the doctor prints it)."""
   name: str
   factory: LazyRef
   renderers: Mapping[str, LazyRef] = dataclasses.field(default_factory=dict)
@@ -33,6 +34,7 @@ class DeviceSpec:
   priority: int = 0
   is_available: Callable[[], bool] = lambda: True
   description: str = ""
+  unavailable_reason: Callable[[], str] | None = None
 
   def __post_init__(self) -> None:
     if not self.name or not self.name.isidentifier() or self.name != self.name.upper():
@@ -58,10 +60,26 @@ class DeviceSpec:
     try: return bool(self.is_available())
     except Exception: return False
 
+  def why_unavailable(self) -> str:
+    """The plugin's reason the device is unavailable here (or what its probe raised)."""
+    try: self.is_available()
+    except Exception as e: return f"its availability probe raised {type(e).__name__}: {e}"
+    if self.unavailable_reason is None: return "its plugin's availability probe said no (it gives no reason)"
+    try: return self.unavailable_reason()
+    except Exception as e: return f"its unavailable_reason() raised {type(e).__name__}: {e}"
+
+  def factory_error(self) -> str | None:
+    """None when the factory reference resolves (its module imports), else why not: a device whose factory can't even be
+    imported is broken, and never picked when DEV is unset."""
+    try: resolve(self.factory)
+    except Exception as e: return f"its factory {self.factory!r} does not resolve: {type(e).__name__}: {e}"
+    return None
+
 def placeholder_spec(name: str, interfaces: tuple[str, ...], renderers: tuple[str, ...], priority: int) -> DeviceSpec:
   """A declared-but-unimplemented device: never available, and opening it (or borrowing its renderer) says so plainly."""
   msg = (f"the {name} backend is not implemented yet: plugin-{name.lower()} only declares the device. "
          f"Use another device, e.g. DEV=CPU (pip install ./plugins/cpu) or DEV=PYTHON.")
   def not_implemented(*args: Any) -> Any: raise NotImplementedError(msg)
   return DeviceSpec(name, factory=not_implemented, renderers={r: not_implemented for r in renderers}, default_renderer=renderers[0],
-                    interfaces=interfaces, priority=priority, is_available=lambda: False, description="not implemented yet")
+                    interfaces=interfaces, priority=priority, is_available=lambda: False, description="not implemented yet",
+                    unavailable_reason=lambda: msg)

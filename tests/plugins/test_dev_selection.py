@@ -30,6 +30,10 @@ def test_dev_sets_default_and_renderer(site: FakeSite, fresh_device, monkeypatch
   ("PYTHN", "no installed plugin provides device 'PYTHN'. Did you mean PYTHON?"),
   ("PYTHON:PYTON", "device PYTHON has no renderer 'PYTON' (DEV=PYTHON:PYTON). Did you mean PYTHON?"),
   ("NULL:FAKR", "no installed plugin offers a renderer named 'FAKR' for the NULL device. Did you mean FAKE or FAKEDEV?"),
+  # a renderer or an interface named as the device, and an architecture where the renderer goes
+  ("FAKE", "FAKE is not a device; did you mean DEV=FAKEDEV:FAKE (the FAKE renderer of FAKEDEV)?"),
+  ("MOCK", "DEV=MOCK+FAKEDEV (the MOCK interface of FAKEDEV)"),
+  ("PYTHON:gfx942", "If gfx942 is an architecture, it goes after the renderer: DEV=PYTHON:PYTHON:gfx942."),
 ])
 def test_unknown_dev_fails_loudly_with_suggestion(site: FakeSite, fresh_device, monkeypatch, dev: str, says: str) -> None:
   site.add("plugin-fake", ["FAKEDEV"], good_hooks("fake", ["FAKEDEV"]).replace('{"PYTHON": "core', '{"FAKE": "core').replace('"PYTHON",', '"FAKE",'))
@@ -92,6 +96,43 @@ def test_doctor_lists_plugins_devices_and_dev_strings(site: FakeSite) -> None:
   assert "plugin-good" in text and "2.5" in text and "api 2.0" in text and "plugin-broken" in text and "ERROR" in text and "no libdrm" in text
   assert "GOOD     available" in text and "<- default" in text and "DEV=GOOD:PYTHON" in text and "DEV=MOCK+GOOD" in text
   assert "NULL" in text and "DEV=PYTHON" in text and "DEV is unset: the default is GOOD" in text
+
+def doctor(site: FakeSite, *args: str, dev: str | None = None) -> subprocess.CompletedProcess:
+  repo = pathlib.Path(core.__file__).parent.parent
+  env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site.root), str(repo)]), "CORE_DISABLED_PLUGINS": ""}
+  env.pop("DEV", None)
+  if dev is not None: env["DEV"] = dev
+  return subprocess.run([sys.executable, "-m", "core.device", *args], capture_output=True, text=True, env=env, cwd=str(site.root))
+
+UNAVAILABLE = good_hooks("gpu", ["GPU"], priority=2000).replace("priority=2000)", "priority=2000, is_available=lambda: False, "
+                                                                 "unavailable_reason=lambda: 'no /dev/gpu0: install the gpu driver')")
+
+def test_doctor_says_why_a_device_is_unavailable_and_checks_dev(site: FakeSite) -> None:
+  site.add("plugin-gpu", ["GPU"], UNAVAILABLE)
+  out = doctor(site)
+  assert out.returncode == 0 and "GPU      unavailable" in out.stdout and "why: no /dev/gpu0: install the gpu driver" in out.stdout
+  # DEV naming the unavailable default interface: exit 1 with the reason; its other interface is fine
+  bad = doctor(site, dev="GPU")
+  assert bad.returncode == 1 and "device GPU is unavailable here: no /dev/gpu0" in bad.stderr and "MOCK+GPU" in bad.stderr
+  ok = doctor(site, "--dev", "MOCK+GPU")
+  assert ok.returncode == 0 and "DEV=MOCK+GPU can be used" in ok.stdout
+  typo = doctor(site, "--dev", "GPUU")
+  assert typo.returncode == 1 and "Did you mean GPU" in typo.stderr
+  syntax = doctor(site, "--dev", "A+B+C")
+  assert syntax.returncode == 1 and "at most one INTERFACE+ prefix" in syntax.stderr
+
+def test_doctor_help() -> None:
+  out = subprocess.run([sys.executable, "-m", "core.device", "--help"], capture_output=True, text=True)
+  assert out.returncode == 0 and "--dev" in out.stdout and "DEV grammar" in out.stdout
+
+def test_a_device_whose_factory_does_not_resolve_is_broken_and_never_picked(site: FakeSite, fresh_device, monkeypatch) -> None:
+  site.add("plugin-half", ["HALF"], good_hooks("half", ["HALF"], priority=5000).replace('factory="core.device.python:make_python_device"',
+                                                                                       'factory="no_such_module_xyz:make"'))
+  monkeypatch.delenv("DEV", raising=False)
+  assert fresh_device.reset().DEFAULT != "HALF"
+  out = doctor(site)
+  assert "HALF     broken" in out.stdout and "no_such_module_xyz" in out.stdout and "DEV is unset: the default is HALF" not in out.stdout
+  assert doctor(site, dev="HALF").returncode == 1
 
 def test_a_fake_plugin_device_computes(site: FakeSite, fresh_device) -> None:
   from core.device.buffer import Buffer

@@ -27,6 +27,7 @@ def core_plugin_info() -> dict[str, Any]: return {"name": "example", "version": 
 def core_devices() -> list[DeviceSpec]:
   return [DeviceSpec("EXAMPLE", factory="plugin_example.runtime:make_device", renderers={"C": "plugin_example:make_c"}, default_renderer="C",
                      interfaces=("DIRECT", "SIM"), priority=10, is_available=has_c_compiler,
+                     unavailable_reason=lambda: "no C compiler on PATH (CC, cc, gcc, clang): install one, e.g. apt install gcc",
                      description="example third-party backend: host C compiler + ctypes (SIM: simulated command queues)")]
 
 # the command-queue rules (queue.py), asked only for this plugin's devices when one runs through core's HCQ pipeline (SIM)

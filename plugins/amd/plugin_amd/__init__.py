@@ -16,6 +16,10 @@ def is_available() -> bool:
   whether AMD is picked when DEV is unset; DEV=MOCK+AMD opens the software GPU anywhere.)"""
   return os.path.exists("/dev/kfd") or bool(os.environ.get("AMD_KFD_SIM"))
 
+def unavailable_reason() -> str:
+  return ("no /dev/kfd here (the amdgpu driver's compute node: no AMD GPU, or its driver is not loaded). DEV=MOCK+AMD runs the same "
+          "command streams on a software GPU, DEV=NULL:AMD:<arch> compiles only, AMD_KFD_SIM=<arch> simulates the driver")
+
 # the one place the AMD renderer is built: the device factory (runtime.make_device) and the NULL device (compile only) come here
 def make_llvm(arch: str | None = None) -> tuple[Any, Any]:
   from plugin_amd.renderer import AMDLLVMRenderer
@@ -28,7 +32,7 @@ def core_plugin_info() -> dict[str, Any]: return {"name": "amd", "version": __ve
 @hookimpl
 def core_devices() -> list[DeviceSpec]:
   return [DeviceSpec("AMD", factory="plugin_amd.runtime:make_device", renderers={"LLVM": "plugin_amd:make_llvm"}, default_renderer="LLVM",
-                     interfaces=INTERFACES, priority=60, is_available=is_available,
+                     interfaces=INTERFACES, priority=60, is_available=is_available, unavailable_reason=unavailable_reason,
                      description="AMD GPUs (gfx90a, gfx942, gfx950, gfx1100, gfx1201): LLVM code objects, PM4/SDMA queues")]
 
 # the HCQ rules, one set each for every interface, imported only when core's HCQ pipeline asks for them

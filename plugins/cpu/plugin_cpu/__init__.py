@@ -16,6 +16,10 @@ def is_available() -> bool:
   if any(shutil.which(c) for c in ([os.environ["CC"]] if os.getenv("CC") else []) + ["clang", "gcc", "cc"]): return True
   return platform.machine().lower() in ("x86_64", "amd64") and any(pathlib.Path(__file__).parent.glob("_native*.so"))
 
+def unavailable_reason() -> str:
+  return ("no C compiler on PATH (CC, clang, gcc, cc) to build the plugin's native library, and no prebuilt one (it is built when the "
+          "plugin is installed on a machine with a compiler). Install gcc or clang (apt install gcc), then reinstall the plugin")
+
 # the one place the CPU renderers are built: the device factory and the NULL device (compile only) both come here
 def make_c(arch: str | None = None) -> tuple[Any, Any]:
   from plugin_cpu.renderer import CPUCRenderer
@@ -51,5 +55,5 @@ def core_devices() -> list[DeviceSpec]:
   # LLVM is the default: with the optimizer its kernels run as fast as C's (bench/suite.py: matmul 1024 52 vs 59 GFLOP/s, sum
   # 20 vs 17 GB/s) and a kernel compiles in-process in ~20 ms instead of ~60 ms with the C compiler
   return [DeviceSpec("CPU", factory="plugin_cpu.runtime:make_device", renderers={"C": "plugin_cpu:make_c", "LLVM": "plugin_cpu:make_llvm"},
-                     default_renderer="LLVM", interfaces=("HCQ", "DIRECT"), priority=100, is_available=is_available,
+                     default_renderer="LLVM", interfaces=("HCQ", "DIRECT"), priority=100, is_available=is_available, unavailable_reason=unavailable_reason,
                      description="host CPU, kernels compiled to shared objects")]
