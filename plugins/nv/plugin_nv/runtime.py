@@ -121,9 +121,10 @@ DEFAULT_MOCK_ARCH = "sm_90"
 
 def make_device(name: str, target: Target | None = None) -> Compiled:
   """The Compiled device for DEV=MOCK+NV[:PTX|CUDA[:ARCH]] (default sm_90): the interface's allocator and HCQ object, the
-  renderer the DEV string names."""
+  renderer the DEV string names. NVK+NV and CUDA+NV (and NV, which means NVK) are not written yet."""
   from plugin_nv import INTERFACES, make_cuda, make_ptx
-  iface = (target.interface if target is not None else None) or "MOCK"
+  # DEV=NV names no interface: that means the hardware (NVK), never silently the software GPU
+  iface = (target.interface if target is not None else None) or "NVK"
   arch = (target.arch if target is not None else None) or DEFAULT_MOCK_ARCH
   rname = (target.renderer if target is not None else None) or "PTX"
   allocator: LRUAllocator

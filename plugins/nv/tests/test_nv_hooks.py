@@ -25,8 +25,8 @@ def test_only_the_mock_interface_opens(pm: Any) -> None:
   from core.device.spec import resolve
   from core.device.target import Target
   spec = pm.spec("NV")
-  for iface in ("NVK", "CUDA"):
-    with pytest.raises(NotImplementedError, match=f"the NV {iface} interface is not written yet; DEV=MOCK\\+NV runs kernels"):
+  for iface in ("NVK", "CUDA", None):   # DEV=NV means the hardware, not the software GPU
+    with pytest.raises(NotImplementedError, match=f"the NV {iface or 'NVK'} interface is not written yet; DEV=MOCK\\+NV runs kernels"):
       resolve(spec.factory)("NV", Target(interface=iface, device="NV"))
   with pytest.raises(ValueError, match="NV has no interface .KFD."): resolve(spec.factory)("NV", Target(interface="KFD", device="NV"))
 
