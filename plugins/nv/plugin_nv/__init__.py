@@ -9,7 +9,12 @@ if TYPE_CHECKING:
   from core.ir.pattern import PatternMatcher
 
 __version__ = "0.1.0"
-INTERFACES = ("MOCK", "NVK", "CUDA")   # MOCK runs kernels on the software GPU; NVK and CUDA are declared for what comes next (issue 17)
+# the first is the default (DEV=NV): the kernel driver. NVK and CUDA are declared for what comes next (issue 17); MOCK runs kernels
+# on the software GPU
+INTERFACES = ("NVK", "CUDA", "MOCK")
+
+def unavailable_reason() -> str:
+  return "the NVK and CUDA interfaces are not written yet: DEV=MOCK+NV runs on the software GPU, DEV=NULL:NV:PTX:sm_90 compiles only"
 
 # the one place the PTX renderer is built: the NULL device (compile only) borrows it, and so will the device factory
 def make_ptx(arch: str | None = None) -> tuple[Any, Any]:
@@ -30,7 +35,7 @@ def core_plugin_info() -> dict[str, Any]: return {"name": "nv", "version": __ver
 def core_devices() -> list[DeviceSpec]:
   # never picked when DEV is unset: no hardware interface is written yet, and MOCK (DEV=MOCK+NV) is asked for by name
   return [DeviceSpec("NV", factory="plugin_nv.runtime:make_device", renderers={"PTX": "plugin_nv:make_ptx", "CUDA": "plugin_nv:make_cuda"},
-                     default_renderer="PTX", interfaces=INTERFACES, priority=60, is_available=lambda: False,
+                     default_renderer="PTX", interfaces=INTERFACES, priority=60, is_available=lambda: False, unavailable_reason=unavailable_reason,
                      description="NVIDIA GPUs (sm_80..sm_120): PTX via LLVM and ptxas, CUDA C via NVRTC; GPFIFO channels and QMD launches, "
                                  "run on a software GPU (DEV=MOCK+NV) or compiled only (DEV=NULL:NV:PTX:sm_90)")]
 

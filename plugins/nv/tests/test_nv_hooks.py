@@ -8,8 +8,9 @@ from core.testing.plugin_checks import plugin_manager, check_registration
 def pm() -> Any: return plugin_manager("NV", "plugin-nv")
 
 def test_entry_point_spec_and_hooks(pm: Any) -> None:
-  spec = check_registration(pm, "NV", "plugin-nv", "plugin_nv", ("MOCK", "NVK", "CUDA"), ["PTX", "CUDA"])
+  spec = check_registration(pm, "NV", "plugin-nv", "plugin_nv", ("NVK", "CUDA", "MOCK"), ["PTX", "CUDA"])
   assert spec.default_renderer == "PTX" and spec.priority == 60
+  assert spec.unavailable_reason is not None and "DEV=MOCK+NV runs on the software GPU" in spec.unavailable_reason()
 
 def test_the_hcq_rules_are_the_hooks(pm: Any) -> None:
   from plugin_nv.prep import pm_prep_program
