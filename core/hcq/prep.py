@@ -26,8 +26,13 @@ def _stage_copy(ctx: HCQState, call: UOp) -> UOp | None:
   # a copy between devices that can't reach each other's memory goes through a staging buffer the plugin provides
   dest, src = call.src[1], call.src[2]
   ddev, sdev = dest.src[1].arg, src.src[1].arg
-  if ddev == sdev or not ctx.hcq_of(ddev).needs_staging(sdev): return None
-  stage = placeholder("staging", ddev, dest.arg * dest.dtype.itemsize)
+  # asked of both ends (the contract is symmetric): the staging buffer is on the device that asked for it, so a device whose
+  # memory no other can address (WEBGPU's GPU buffers) stages a copy out of it in its own host-visible buffer
+  if ddev == sdev: return None
+  if ctx.hcq_of(ddev).needs_staging(sdev): on = ddev
+  elif ctx.hcq_of(sdev).needs_staging(ddev): on = sdev
+  else: return None
+  stage = placeholder("staging", on, dest.arg * dest.dtype.itemsize)
   return UOp(Ops.LINEAR, src=(UOp(Ops.CALL, src=(call.src[0], stage, src), arg=sdev), UOp(Ops.CALL, src=(call.src[0], dest, stage), arg=ddev)))
 
 pm_compile_calls = PatternMatcher([
