@@ -19,13 +19,15 @@ CL_MAP_READ, CL_MAP_WRITE = 1 << 0, 1 << 1
 CL_PROGRAM_BINARY_SIZES, CL_PROGRAM_BINARIES, CL_PROGRAM_BUILD_LOG = 0x1165, 0x1166, 0x1183
 CL_BUFFER_CREATE_TYPE_REGION = 0x1220
 CL_PROFILING_COMMAND_START, CL_PROFILING_COMMAND_END = 0x1282, 0x1283
+CL_KERNEL_NUM_ARGS, CL_KERNEL_ARG_NAME = 0x1191, 0x119A
+BUILD_OPTIONS = b"-cl-kernel-arg-info"   # argument names: a kernel's dataN parameters say which buffer slot each is
 
 # the error names of CL/cl.h, so a failure says what it was
 ERRORS = {0: "CL_SUCCESS", -1: "CL_DEVICE_NOT_FOUND", -2: "CL_DEVICE_NOT_AVAILABLE", -3: "CL_COMPILER_NOT_AVAILABLE",
           -4: "CL_MEM_OBJECT_ALLOCATION_FAILURE", -5: "CL_OUT_OF_RESOURCES", -6: "CL_OUT_OF_HOST_MEMORY",
           -7: "CL_PROFILING_INFO_NOT_AVAILABLE", -8: "CL_MEM_COPY_OVERLAP", -9: "CL_IMAGE_FORMAT_MISMATCH",
           -10: "CL_IMAGE_FORMAT_NOT_SUPPORTED", -11: "CL_BUILD_PROGRAM_FAILURE", -12: "CL_MAP_FAILURE",
-          -13: "CL_MISALIGNED_SUB_BUFFER_OFFSET", -14: "CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST", -30: "CL_INVALID_VALUE",
+          -13: "CL_MISALIGNED_SUB_BUFFER_OFFSET", -14: "CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST", -19: "CL_KERNEL_ARG_INFO_NOT_AVAILABLE", -30: "CL_INVALID_VALUE",
           -32: "CL_INVALID_PLATFORM", -33: "CL_INVALID_DEVICE", -34: "CL_INVALID_CONTEXT", -36: "CL_INVALID_COMMAND_QUEUE",
           -37: "CL_INVALID_HOST_PTR", -38: "CL_INVALID_MEM_OBJECT", -42: "CL_INVALID_BINARY", -44: "CL_INVALID_PROGRAM",
           -45: "CL_INVALID_PROGRAM_EXECUTABLE", -46: "CL_INVALID_KERNEL_NAME", -48: "CL_INVALID_KERNEL", -49: "CL_INVALID_ARG_INDEX",
@@ -65,6 +67,8 @@ _SIGS: dict[str, tuple[Any, list[Any]]] = {
   "clReleaseProgram": (I32, [P]),
   "clCreateKernel": (P, [P, ctypes.c_char_p, PI32]),
   "clReleaseKernel": (I32, [P]),
+  "clGetKernelInfo": (I32, [P, U32, SZ, P, ctypes.POINTER(SZ)]),
+  "clGetKernelArgInfo": (I32, [P, U32, U32, SZ, P, ctypes.POINTER(SZ)]),
   "clSetKernelArg": (I32, [P, U32, SZ, P]),
   "clEnqueueNDRangeKernel": (I32, [P, P, U32, P, ctypes.POINTER(SZ), ctypes.POINTER(SZ), U32, P, P]),
   "clWaitForEvents": (I32, [U32, P]),
@@ -164,7 +168,7 @@ def devices() -> tuple[tuple[int, int], ...]:
     if cl.clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 0, None, ctypes.byref(m)) != CL_SUCCESS: continue
     devs = (P * m.value)()
     check("clGetDeviceIDs", cl.clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, m.value, devs, None))
-    out += [(int(p), int(dv)) for dv in devs]
+    out += [(int(p or 0), int(dv or 0)) for dv in devs]
   return tuple(out)
 
 class CLContext:

@@ -24,7 +24,7 @@ def build_log(ctx: cl.CLContext, prog: int) -> str:
 
 def build(ctx: cl.CLContext, prog: int, what: str, src: str | None = None) -> None:
   """clBuildProgram; a failure raises CompileError with the driver's build log and, given the source, the failing lines."""
-  err = cl.lib().clBuildProgram(prog, 1, ctypes.byref(ctypes.c_void_p(ctx.device)), None, None, None)
+  err = cl.lib().clBuildProgram(prog, 1, ctypes.byref(ctypes.c_void_p(ctx.device)), cl.BUILD_OPTIONS, None, None)
   if err == cl.CL_SUCCESS: return
   log = build_log(ctx, prog)
   cl.lib().clReleaseProgram(prog)
@@ -47,7 +47,7 @@ class CLCompiler(Compiler):
   def __init__(self, ctx: cl.CLContext):
     self.ctx = ctx
     i = ctx.info
-    super().__init__(f"qcom_cl_{i.platform}_{i.name}_{i.driver}")
+    super().__init__(f"qcom_cl_arginfo_{i.platform}_{i.name}_{i.driver}")
 
   def compile(self, src: str) -> bytes:
     c = cl.lib()

@@ -64,6 +64,7 @@ class CLProgram:
     build(ctx, self.prog, f"the binary of kernel {self.name}")
     self.kernel = cl.call_handle("clCreateKernel", self.prog, self.name.encode())
     self._c = c
+    self.slots = buffer_slots(self.kernel)
 
   def __del__(self) -> None:
     try:
@@ -73,6 +74,8 @@ class CLProgram:
 
   def set_args(self, bufs: tuple[Any, ...], vals: tuple[int, ...]) -> None:
     c = self._c
+    # the schedule passes every buffer of the call in slot order, also one the kernel never uses (it has no parameter then)
+    if self.slots is not None and len(bufs) != len(self.slots): bufs = tuple(bufs[s] for s in self.slots)
     for i, b in enumerate(bufs):
       mem = ctypes.c_void_p(b.mem if isinstance(b, CLMem) else b)
       cl.check(f"clSetKernelArg({self.name}, {i})", c.clSetKernelArg(self.kernel, i, ctypes.sizeof(mem), ctypes.byref(mem)))
@@ -95,6 +98,19 @@ class CLProgram:
       cl.check("clWaitForEvents", self._c.clWaitForEvents(1, ctypes.byref(ev)))
       return event_seconds(ev)
     finally: self._c.clReleaseEvent(ev)
+
+def buffer_slots(kernel: int) -> tuple[int, ...] | None:
+  """The buffer slot of each `dataN` parameter of a kernel, from its argument names (built with -cl-kernel-arg-info); None
+  when the driver keeps no names."""
+  c = cl.lib()
+  n = ctypes.c_uint32()
+  cl.check("clGetKernelInfo", c.clGetKernelInfo(kernel, cl.CL_KERNEL_NUM_ARGS, 4, ctypes.byref(n), None))
+  slots = []
+  for i in range(n.value):
+    name = ctypes.create_string_buffer(64)
+    if c.clGetKernelArgInfo(kernel, i, cl.CL_KERNEL_ARG_NAME, 64, name, None) != cl.CL_SUCCESS: return None
+    if name.value.startswith(b"data") and name.value[4:].isdigit(): slots.append(int(name.value[4:]))
+  return tuple(slots)
 
 def event_seconds(ev: ctypes.c_void_p) -> float:
   """The time between a finished command's start and end (profiling is on in every CLContext queue)."""

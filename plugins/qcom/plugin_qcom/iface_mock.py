@@ -95,7 +95,14 @@ class MockHCQ(QCOMHCQ):
     self.rptr = 0   # dwords consumed since the queue was created
 
   def _drain(self) -> bool:
-    """Runs the ring from the read pointer to the doorbell; True when something ran. A fault is recorded (and the rest of the
+    """Runs every MOCK+QCOM device's ring (a queue here may wait on another instance's signal, and only waiting threads run
+    the processors); True when something ran."""
+    moved = False
+    for h in list(_by_device.values()): moved = h._drain_own() or moved
+    return moved
+
+  def _drain_own(self) -> bool:
+    """Runs this ring from the read pointer to the doorbell; True when something ran. A fault is recorded (and the rest of the
     submitted words skipped, as a hung GPU queue would never run them) for wait_signal to raise."""
     with self._lock:
       ring, bell = self.queue_buffer("ring", "COMPUTE:0"), self.queue_buffer("doorbell", "COMPUTE:0")

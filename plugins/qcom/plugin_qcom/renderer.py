@@ -34,7 +34,7 @@ def _cl_mulacc(a: str, b: str, c: str, dt: DType) -> str:
   # fma rounds once, as the other backends' fused accumulator updates; integer and half updates stay a*b+c
   return f"fma({a},{b},{c})" if dt.scalar() in (dtypes.float32, dtypes.float64) else f"(({a}*{b})+{c})"
 
-cl_code_for_op = {**c_code_for_op, Ops.SQRT: _cl_math("sqrt"), Ops.EXP2: _cl_math("exp2"), Ops.LOG2: _cl_math("log2"),
+cl_code_for_op: dict[Ops, Callable[..., str]] = {**c_code_for_op, Ops.SQRT: _cl_math("sqrt"), Ops.EXP2: _cl_math("exp2"), Ops.LOG2: _cl_math("log2"),
                   Ops.SIN: _cl_math("sin"), Ops.TRUNC: _cl_math("trunc"), Ops.POW: lambda a, b, dt: f"pow({a},{b})",
                   Ops.MULACC: _cl_mulacc}
 
@@ -100,6 +100,8 @@ class OpenCLRenderer(CStyleRenderer):
   has_shared = True
   supports_float4 = True
   global_max = (2**31 - 1, 65535, 65535)
+  local: tuple[int, ...] = (1, 1, 1)        # per render: the work-group size reqd_work_group_size names
+  dts: frozenset[DType] = frozenset()      # per render: the scalar dtypes the kernel touches (which pragmas it needs)
 
   def __init__(self, caps: CLCaps = ADRENO, device: str = "QCOM"):
     self.caps, self.device, self.arch = caps, device, caps.name
@@ -178,9 +180,10 @@ class OpenCLRenderer(CStyleRenderer):
     return CStyleRenderer.render(ctx, name, uops)
 
   def render_kernel(self, name: str, bufs: list[UOp], vars_: list[UOp], prefix: list[str], body: list[str]) -> str:
-    head = []
+    # OpenCL C may fuse a*b+c on its own (FP_CONTRACT defaults on): off, so only MULACC (fma) rounds once, as on every backend
+    head = ["#pragma OPENCL FP_CONTRACT OFF"]
     if dtypes.float16 in self.dts: head.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable" if self.caps.fp16 else HALF_HELPERS)
-    if dtypes.float64 in self.dts: head.insert(0, "#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+    if dtypes.float64 in self.dts: head.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
     args = [f"{self.buffer_prefix_for(b.dtype)}{self.render_dtype(b.dtype)}{self.buffer_suffix} {self[b]}" for b in bufs]
     args += [f"{self.arg_int_prefix} {self[v]}" for v in vars_]
     attr = "__attribute__((reqd_work_group_size({},{},{}))) ".format(*self.local)

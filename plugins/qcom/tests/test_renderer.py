@@ -15,7 +15,7 @@ def test_kernel_signature_ids_local_memory_and_barrier() -> None:
 
 def test_adreno_half_is_native() -> None:
   src = OpenCLRenderer(ADRENO).render("h", half_kernel())
-  assert src.startswith("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
+  assert src.startswith("#pragma OPENCL FP_CONTRACT OFF\n#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
   assert "__global half* restrict data0" in src and "vload_half" not in src and "const int k" in src
 
 def test_half_without_fp16_goes_through_vload_half() -> None:
