@@ -50,14 +50,21 @@ class CreationMixin:
     """[start, stop) in steps of `step`, like Python's range; float arguments give default_float."""
     if stop is None: start, stop = 0, start
     if step == 0: raise ValueError("arange: step must not be 0")
-    dt = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else \
-      (dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.default_int)
     n = max(0, math.ceil((stop - start) / step))
+    last = start + (n - 1) * step if n else start
+    if "dtype" in kwargs: dt = to_dtype(kwargs.pop("dtype"))
+    elif any(isinstance(x, float) for x in (start, stop, step)): dt = dtypes.default_float
+    # an int range beyond default_int's takes int64 (tinygrad's rule)
+    else: dt = dtypes.default_int if dtypes.default_int.min <= min(start, last) and max(start, last) <= dtypes.default_int.max else dtypes.int64
+    if dtypes.is_int(dt) and n and not (dt.min <= min(start, last) and max(start, last) <= dt.max):
+      raise OverflowError(f"arange: values from {start} to {last} don't fit in {dt}")
     device, rg = kwargs.pop("device", None), kwargs.pop("requires_grad", None)
     if kwargs: raise TypeError(f"arange got unknown arguments {list(kwargs)}")
     if n == 0: return cls.full((0,), 0, dtype=dt, device=device, requires_grad=rg)
     idx = cls._iota(n, device)
-    ret = (idx.cast(dt) * step + start) if dtypes.is_float(dt) else (idx * step + start).cast(dt)  # type: ignore[attr-defined]
+    # floats and 64-bit ints compute in their own dtype; smaller ints in int32, then cast
+    wide = dtypes.is_float(dt) or dt.itemsize > 4
+    ret = (idx.cast(dt) * step + start) if wide else (idx * step + start).cast(dt)  # type: ignore[attr-defined]
     ret.requires_grad = rg
     return ret
 
@@ -65,6 +72,7 @@ class CreationMixin:
   def linspace(cls, start: float, stop: float, steps: int, **kwargs: Any) -> Tensor:
     if steps < 0: raise ValueError(f"linspace: steps must be >= 0, got {steps}")
     dt = to_dtype(kwargs.pop("dtype", dtypes.default_float))
+    if dt is dtypes.bool: raise ValueError("linspace: a bool dtype has no evenly spaced values")
     if steps == 1: return cls.full((1,), start, dtype=dt, **kwargs)
     if steps == 0: return cls.full((0,), 0, dtype=dt, **kwargs)
     idx = cls._iota(steps, kwargs.get("device")).cast(dtypes.float32 if dt.itemsize <= 4 else dtypes.float64)  # type: ignore[attr-defined]

@@ -239,7 +239,8 @@ class ElementwiseMixin:
         e >>= 1
         if e: base = base * base
       return acc if acc is not None else self.ones_like()
-    if not reverse and isinstance(x, int) and not isinstance(x, bool) and x < 0 and dtypes.is_float(self.dtype):
+    if not reverse and isinstance(x, int) and not isinstance(x, bool) and x < 0:
+      if not dtypes.is_float(self.dtype): raise RuntimeError(f"integer tensors ({self.dtype}) can't be raised to a negative integer power")
       return self.pow(-x).reciprocal()
     b, y = self._operands(x, reverse)
     out_dt = b.dtype

@@ -44,6 +44,7 @@ class IndexingMixin:
         x = x.shrink([(i, i + 1) if k == ax else None for k in range(x.ndim)])
         x = x.reshape(x.shape[:ax] + x.shape[ax + 1:])
       elif isinstance(i, slice):
+        if any(isinstance(v, Tensor) for v in (i.start, i.stop, i.step)): raise TypeError("a Tensor can't be a slice bound; use an int")
         n = x.shape[ax]
         start, stop, step = i.indices(n)
         count = len(range(start, stop, step))

@@ -101,7 +101,7 @@ class MovementMixin:
   def pad(self: Tensor, padding: Any, mode: str = "constant", value: float = 0.0) -> Tensor:  # type: ignore[misc]
     """Pads (or, with negative amounts, crops) each dim. Modes: constant, reflect, replicate, circular."""
     pads = self._pad_arg(padding)
-    if mode not in ("constant", "reflect", "replicate", "circular"): raise ValueError(f"pad: unknown mode {mode!r}")
+    if mode not in ("constant", "reflect", "replicate", "circular"): raise NotImplementedError(f"pad: unknown mode {mode!r}")
     # negative pads are crops: do them first, then pad with what is left
     crop = [(max(0, -b), s - max(0, -a)) for (b, a), s in zip(pads, self.shape)]
     if any(e < b for b, e in crop): raise ValueError(f"pad: negative padding {pads} removes more than shape {self.shape}")

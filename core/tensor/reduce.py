@@ -192,9 +192,9 @@ class ReduceMixin:
 
   def dot(self: Tensor, w: Tensor, dtype: DTypeLike | None = None) -> Tensor:  # type: ignore[misc]
     """Matrix product with numpy's rules for 1-D operands and batch broadcasting; sums in sum_acc_dtype."""
-    if self.ndim == 0 or w.ndim == 0: raise ValueError(f"matmul needs at least 1-D operands, got {self.shape} and {w.shape}")
+    if self.ndim == 0 or w.ndim == 0: raise RuntimeError(f"matmul needs at least 1-D operands, got {self.shape} and {w.shape}")
     k = self.shape[-1]
-    if w.shape[-min(w.ndim, 2)] != k: raise ValueError(f"matmul: shapes {self.shape} and {w.shape} don't line up ({k} vs {w.shape[-min(w.ndim, 2)]})")
+    if w.shape[-min(w.ndim, 2)] != k: raise RuntimeError(f"matmul: shapes {self.shape} and {w.shape} don't line up ({k} vs {w.shape[-min(w.ndim, 2)]})")
     if dtype is None and self.ndim == 2 == w.ndim and (dt := self.dtype) is w.dtype and sum_acc_dtype(dt) is dt and \
        self.device == w.device and dtypes.is_float(dt):
       # the common case (2-D, one float dtype) built on UOps and wrapped once: the same graph as the general path below

@@ -75,6 +75,23 @@ def test_exception_types():
   with pytest.raises(ValueError): Tensor([1, 2]).one_hot(-1)
   with pytest.raises(ValueError): t.gelu("exact")
   with pytest.raises(TypeError): t.scatter(0, Tensor([[0]]), 1.0, reduce="max")
+  with pytest.raises(RuntimeError): t @ Tensor.ones(3, 2)
+  with pytest.raises(RuntimeError): Tensor(3.0) @ t
+  with pytest.raises(NotImplementedError): t.pad((1, 0), mode="typo")
+  with pytest.raises(ValueError): t.pad((1, 0, 2))
+  with pytest.raises(RuntimeError): Tensor([-2, 0, 2]) ** -2
+  with pytest.raises(ValueError): Tensor.linspace(5, 10, 3, dtype=dtypes.bool)
+  with pytest.raises(ValueError): t[::0]
+  with pytest.raises(TypeError): t[:Tensor([2]), 1]
+  with pytest.raises(IndexError): Tensor(2.0)[:]
+
+def test_arange_int_range():
+  for args, dt in [((2**33,), dtypes.int32), ((129,), dtypes.int8), ((-129, 128), dtypes.int8), ((128, 0, -1), dtypes.int8), ((127, -130, -1), dtypes.int8)]:
+    with pytest.raises(OverflowError): Tensor.arange(*args, dtype=dt)
+  np.testing.assert_equal(Tensor.arange(127, -129, -1, dtype=dtypes.int8).numpy(), np.arange(127, -129, -1, dtype=np.int8))
+  big = Tensor.arange(2**31, 2**31 + 3)   # beyond default_int: int64, like tinygrad
+  assert big.dtype is dtypes.int64
+  np.testing.assert_equal(big.numpy(), np.arange(2**31, 2**31 + 3))
 
 # *** empty slices and zero-size dims ***
 
