@@ -110,7 +110,7 @@ def buffer_slots(kernel: int) -> tuple[int, ...] | None:
     name = ctypes.create_string_buffer(64)
     if c.clGetKernelArgInfo(kernel, i, cl.CL_KERNEL_ARG_NAME, 64, name, None) != cl.CL_SUCCESS: return None
     if name.value.startswith(b"data") and name.value[4:].isdigit(): slots.append(int(name.value[4:]))
-  return tuple(slots)
+  return tuple(slots) if slots else None   # not one of core's kernels (they name every buffer dataN): arguments as given
 
 def event_seconds(ev: ctypes.c_void_p) -> float:
   """The time between a finished command's start and end (profiling is on in every CLContext queue)."""
