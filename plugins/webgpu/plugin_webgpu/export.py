@@ -83,7 +83,7 @@ def export_jit(jit: Any, path: str | pathlib.Path) -> dict[str, Any]:
   for n, buf in weights.items():
     data = np.empty(buf.size, dtype=to_np(buf.dtype))
     buf.copyout(memoryview(data.data).cast("B"))
-    weights[n] = Tensor(data, device="CPU")
+    weights[n] = Tensor(data, device="PYTHON")   # host bytes for safe_save; PYTHON is core's own device
   safe_save(weights, out / "weights.safetensors")
   manifest = {"format": "core-webgpu-bundle/1", "buffers": buffers, "dispatches": dispatches,
               "inputs": [names[b] for b in jit.input_bufs], "outputs": [names[b] for b in outputs], "weights": "weights.safetensors"}

@@ -1,6 +1,6 @@
 """The WEBGPU runtime over wgpu: storage-buffer allocator (write_buffer uploads, mapped staging read-back), programs, device."""
 from __future__ import annotations
-import dataclasses, time
+import ctypes, time
 from typing import Any
 from core.device.allocator import BufferSpec, LRUAllocator
 from core.device.compiled import Compiled
@@ -8,12 +8,13 @@ from plugin_webgpu.gpu import GPU, gpu
 from plugin_webgpu.compiler import WGSLCompiler, pipeline
 from plugin_webgpu.renderer import WGSLRenderer
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class WGBuffer:
-  """A handle: `size` bytes at `offset` in the GPUBuffer `buf` (a view shares its base's GPUBuffer)."""
-  buf: Any
-  offset: int
-  size: int
+class WGBuffer(ctypes.Structure):
+  """A handle: `size` bytes at `offset` in the GPUBuffer `buf` (a view shares its base's GPUBuffer). A ctypes object only so
+  core's HCQ pipeline can take its (host) address to notice a changed buffer; the device address is WebGPUHCQ.addr's."""
+  _fields_ = [("_tag", ctypes.c_uint8)]
+  def __init__(self, buf: Any, offset: int, size: int):
+    super().__init__()
+    self.buf, self.offset, self.size = buf, offset, size
 
 def _span(offset: int, size: int) -> tuple[int, int]:
   """The 4-byte aligned byte range around [offset, offset+size): copies and write_buffer move whole words."""
@@ -45,28 +46,43 @@ def wait_idle(g: GPU) -> None:
   read_words(g, probe, 0, 4)
 
 class WebGPUAllocator(LRUAllocator):
-  """Storage buffers (usable as copy source and destination), sizes rounded up to whole 4-byte words."""
+  """Storage buffers (usable as copy source and destination), sizes rounded up to whole 4-byte words. `BufferSpec(host=True)`
+  is host memory instead (a ctypes array): the rings, signals and kernel arguments the HCQ command processor reads."""
   def __init__(self, name: str, g: GPU):
     super().__init__(name)
     self.gpu = g
-  def _alloc(self, size: int, options: BufferSpec) -> WGBuffer:
+  def _alloc(self, size: int, options: BufferSpec) -> WGBuffer | ctypes.Array:
+    if options.host: return (ctypes.c_uint8 * size)()
     wgpu, limit = self.gpu.wgpu, self.gpu.limits.get("max-buffer-size", 1 << 31)
     if size > limit: raise MemoryError(f"{size} bytes is more than this adapter's maxBufferSize ({limit})")
     usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
     with self.gpu.lock: return WGBuffer(self.gpu.device.create_buffer(size=(size + 3) & ~3, usage=usage), 0, size)
-  def _free(self, opaque: WGBuffer, options: BufferSpec) -> None: pass   # wgpu releases the buffer with its last reference
-  def _offset(self, opaque: WGBuffer, size: int, offset: int) -> WGBuffer: return WGBuffer(opaque.buf, opaque.offset + offset, size)
-  def _copyin(self, dest: WGBuffer, src: memoryview) -> None:
+  def _free(self, opaque: Any, options: BufferSpec) -> None: pass   # wgpu releases the buffer with its last reference
+  def _offset(self, opaque: Any, size: int, offset: int) -> Any:
+    if isinstance(opaque, WGBuffer): return WGBuffer(opaque.buf, opaque.offset + offset, size)
+    return (ctypes.c_uint8 * size).from_buffer(opaque, offset)
+  def _as_buffer(self, opaque: Any) -> memoryview | None: return None if isinstance(opaque, WGBuffer) else memoryview(opaque).cast("B")
+  def _copyin(self, dest: Any, src: memoryview) -> None:
     src = src.cast("B")
-    lo, n = _span(dest.offset, src.nbytes)
-    if lo == dest.offset and n == src.nbytes: data: Any = src
-    else:   # not whole words: read the words around it, patch, write them back (ordered on the queue like everything else)
-      data = read_words(self.gpu, dest.buf, lo, n)
-      data[dest.offset - lo:dest.offset - lo + src.nbytes] = src
-    with self.gpu.lock: self.gpu.device.queue.write_buffer(dest.buf, lo, data)
-  def _copyout(self, dest: memoryview, src: WGBuffer) -> None:
+    if not isinstance(dest, WGBuffer):
+      memoryview(dest).cast("B")[:] = src
+      return
+    write_bytes(self.gpu, dest, src)
+  def _copyout(self, dest: memoryview, src: Any) -> None:
+    if not isinstance(src, WGBuffer):
+      dest.cast("B")[:] = memoryview(src).cast("B")
+      return
     lo, n = _span(src.offset, dest.nbytes)
     dest.cast("B")[:] = read_words(self.gpu, src.buf, lo, n)[src.offset - lo:src.offset - lo + dest.nbytes]
+
+def write_bytes(g: GPU, dest: WGBuffer, src: memoryview) -> None:
+  """Writes `src` at dest's offset, ordered on the queue after everything submitted before."""
+  lo, n = _span(dest.offset, src.nbytes)
+  if lo == dest.offset and n == src.nbytes: data: Any = src
+  else:   # not whole words: read the words around it, patch, write them back (ordered on the queue like everything else)
+    data = read_words(g, dest.buf, lo, n)
+    data[dest.offset - lo:dest.offset - lo + src.nbytes] = src
+  with g.lock: g.device.queue.write_buffer(dest.buf, lo, data)
 
 def bind_entries(g: GPU, meta: dict[str, Any], bufs: tuple[WGBuffer, ...], vals: tuple[int, ...]) -> tuple[list[dict[str, Any]], bytes]:
   """The bind group entries for `bufs` (each bound at its offset aligned down to the adapter's storage offset alignment) and
@@ -88,14 +104,18 @@ class WebGPUProgram:
     self.p = pipeline(lib.decode())
     self.meta = self.p.meta
 
-  def encode(self, enc: Any, bufs: tuple[WGBuffer, ...], vals: tuple[int, ...]) -> Any:
-    """Records the dispatch into the command encoder `enc` (a compute pass of its own); returns the bind group."""
+  def bind_group(self, bufs: tuple[WGBuffer, ...], vals: tuple[int, ...]) -> Any:
+    """The bind group of one launch: the buffers and a uniform of the argument words."""
     g, wgpu = self.gpu, self.gpu.wgpu
     entries, args = bind_entries(g, self.meta, bufs, vals)
     ubuf = g.device.create_buffer_with_data(data=args, usage=wgpu.BufferUsage.UNIFORM)
     nbind = max((b[0] for b in self.meta["bufs"]), default=-1) + 1
     entries.append({"binding": nbind, "resource": {"buffer": ubuf, "offset": 0, "size": len(args)}})
-    bg = g.device.create_bind_group(layout=self.p.layout, entries=entries)
+    return g.device.create_bind_group(layout=self.p.layout, entries=entries)
+
+  def encode(self, enc: Any, bufs: tuple[WGBuffer, ...], vals: tuple[int, ...], bg: Any = None) -> Any:
+    """Records the dispatch into the command encoder `enc` (a compute pass of its own); returns the bind group."""
+    if bg is None: bg = self.bind_group(bufs, vals)
     cp = enc.begin_compute_pass()
     cp.set_pipeline(self.p.pipeline)
     cp.set_bind_group(0, bg)
@@ -120,12 +140,14 @@ def make_renderer(g: GPU | None) -> WGSLRenderer:
   return WGSLRenderer(f16=g.f16, limits=g.limits) if g is not None else WGSLRenderer()
 
 def make_device(name: str, target: Any = None) -> Compiled:
-  """The WEBGPU device: the process's wgpu device (lavapipe, or any adapter wgpu finds). Interface WGPU: kernels are
-  dispatched one by one, each a submitted command encoder."""
-  iface = (getattr(target, "interface", None) or "WGPU").upper()
-  if iface not in ("WGPU",): raise ValueError(f"{name} has no interface {iface!r}; choose WGPU (DEV={name})")
+  """The WEBGPU device: the process's wgpu device (lavapipe, or any adapter wgpu finds). Interface HCQ (the default): core's
+  HCQ pipeline lowers whole schedules into packets that iface_hcq.py's command processor replays as command encoders;
+  DIRECT: kernels are dispatched one by one, each a submitted command encoder."""
+  iface = (getattr(target, "interface", None) or "HCQ").upper()
+  if iface not in ("HCQ", "DIRECT"): raise ValueError(f"{name} has no interface {iface!r}; choose HCQ (the default) or DIRECT (DEV=DIRECT+{name})")
   g = gpu()
   renderer = make_renderer(g)
   renderer.device = name
   def program(pname: str, lib: bytes) -> WebGPUProgram: return WebGPUProgram(pname, lib, g)
-  return Compiled(name, WebGPUAllocator(name, g), renderer, WGSLCompiler(), program, target)
+  from plugin_webgpu.iface_hcq import webgpu_hcq
+  return Compiled(name, WebGPUAllocator(name, g), renderer, WGSLCompiler(), program, target, hcq=webgpu_hcq(name, g) if iface == "HCQ" else None)

@@ -8,7 +8,7 @@ from core.testing.plugin_checks import plugin_manager, check_registration
 def pm() -> Any: return plugin_manager("WEBGPU", "plugin-webgpu")
 
 def test_entry_point_spec_and_hooks(pm: Any) -> None:
-  spec = check_registration(pm, "WEBGPU", "plugin-webgpu", "plugin_webgpu", ("WGPU",), ["WGSL"])
+  spec = check_registration(pm, "WEBGPU", "plugin-webgpu", "plugin_webgpu", ("HCQ", "DIRECT"), ["WGSL"])
   assert spec.default_renderer == "WGSL" and spec.priority < 100   # never chosen over the CPU when DEV is unset
 
 def test_doctor_lists_webgpu_and_says_what_it_needs(pm: Any) -> None:

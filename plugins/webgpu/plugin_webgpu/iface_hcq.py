@@ -1,0 +1,277 @@
+"""WEBGPU's HCQ interface: queues in host memory and a software command processor that replays queue.py's packets as wgpu
+command-encoder calls.
+
+Core's submit program copies packets into a queue's ring and rings its doorbell (host memory). The processor runs them: on
+the thread that waits (`wait_signal`, `synchronize`) and on a small background thread (another device's queue may wait on a
+WEBGPU signal while the host waits on that device). LAUNCHes and GPU-to-GPU COPYs are recorded into one command encoder;
+it is submitted at a SIGNAL or TIMESTAMP (whose value is written once the submitted work completed), before a copy that
+involves host memory, and when the queue runs dry. A replayed schedule sends the same kernel arguments again: their bind
+groups are kept (keyed by the program and the argument bytes), so a Jit replay only records set_pipeline, set_bind_group and
+dispatch_workgroups per kernel, never a new bind group or uniform for unchanged work."""
+from __future__ import annotations
+import collections, ctypes, hashlib, itertools, struct, threading, time, weakref
+from typing import Any, Callable
+from core.ir.dtype import DType, dtypes
+from core.ir.ops import UOp
+from core.device.allocator import BufferSpec
+from core.device.buffer import Buffer
+from core.device.hcq import HCQDevice, RingLayout, handle_addr
+from core.hcq import HCQError
+from plugin_webgpu.gpu import GPU
+from plugin_webgpu.queue import DEVICE_BIT, Op, decode, packet_words
+from plugin_webgpu.runtime import WGBuffer, WebGPUProgram, read_words, write_bytes
+
+def peek(addr: int) -> int: return ctypes.c_uint64.from_address(addr).value
+def poke(addr: int, value: int) -> None: ctypes.c_uint64.from_address(addr).value = value
+
+# *** GPU buffers by address: DEVICE_BIT | slot << 32 | offset ***
+
+_slots: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+_slot_of: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+_next_slot = itertools.count(1)
+_slot_lock = threading.Lock()
+
+def device_addr(h: WGBuffer) -> int:
+  with _slot_lock:
+    if (s := _slot_of.get(h.buf)) is None:
+      s = _slot_of[h.buf] = next(_next_slot)
+      _slots[s] = h.buf
+  return DEVICE_BIT | s << 32 | h.offset
+
+def resolve(addr: int, nbytes: int | None = None) -> WGBuffer:
+  """The GPU buffer at a device address (to the buffer's end when `nbytes` is None)."""
+  if (buf := _slots.get((addr & ~DEVICE_BIT) >> 32)) is None: raise ValueError(f"address 0x{addr:x} names no live WEBGPU buffer")
+  off = addr & 0xffffffff
+  return WGBuffer(buf, off, buf.size - off if nbytes is None else nbytes)
+
+# *** programs loaded by pm_prep_program: a LAUNCH's image holds the handle ***
+
+_programs: dict[int, WebGPUProgram] = {}
+_handles: dict[bytes, int] = {}
+_load_lock = threading.Lock()
+
+class Queue:
+  """One queue: ring, wptr, doorbell, timeline signal (host memory), and the processor's read pointer (bytes since creation)."""
+  def __init__(self, device: str, name: str, ring_size: int):
+    self.device, self.name, self.ring_size, self.rptr = device, name, ring_size, 0
+    opts = BufferSpec(host=True, nolru=True)
+    self.buffers = {"ring": Buffer(device, ring_size // 4, dtypes.uint32, opts).allocate()}
+    for kind in ("wptr", "doorbell", "timeline_signal"): self.buffers[kind] = Buffer(device, 1, dtypes.uint64, opts).allocate()
+    self.addr = {kind: handle_addr(b) for kind, b in self.buffers.items()}
+    self.fault: str | None = None
+
+  def ring_bytes(self, off: int, n: int) -> bytes:
+    start = off % self.ring_size
+    first = min(n, self.ring_size - start)
+    return ctypes.string_at(self.addr["ring"] + start, first) + ctypes.string_at(self.addr["ring"], n - first)
+
+  def next_packet(self) -> tuple[Op, tuple[int, ...]]:
+    header = struct.unpack("<Q", self.ring_bytes(self.rptr, 8))[0]
+    (op, fields), = decode(self.ring_bytes(self.rptr, 8 * packet_words(header)))
+    return op, fields
+
+class Processor:
+  """Replays packets into command encoders. One per device process-wide; `lock` makes one thread run it at a time."""
+  def __init__(self, g: GPU):
+    self.gpu, self.enc, self.lock = g, None, threading.RLock()
+    self.groups: collections.OrderedDict[tuple[int, bytes], Any] = collections.OrderedDict()   # (handle, kernargs) -> bind group
+    self.made = 0   # bind groups made (a Jit replay of unchanged work makes none)
+
+  def encoder(self) -> Any:
+    if self.enc is None: self.enc = self.gpu.device.create_command_encoder()
+    return self.enc
+
+  def flush(self, wait: bool = False) -> None:
+    """Submits what was recorded; `wait`: returns once the GPU finished it (and everything before)."""
+    from plugin_webgpu.runtime import wait_idle
+    if self.enc is not None:
+      with self.gpu.lock: self.gpu.device.queue.submit([self.enc.finish()])
+      self.enc = None
+    if wait: wait_idle(self.gpu)
+
+  def launch(self, image: int, kernargs: int, counts: int) -> None:
+    if (prg := _programs.get(handle := peek(image))) is None: raise ValueError(f"LAUNCH of program handle {handle}, which was never loaded")
+    nbufs, nvars = counts & 0xffffffff, counts >> 32
+    raw = ctypes.string_at(kernargs, 8 * (nbufs + nvars))
+    if (bg := self.groups.get(key := (handle, raw))) is None:
+      slots = struct.unpack(f"<{nbufs + nvars}Q", raw)
+      bufs = tuple(resolve(a) for a in slots[:nbufs])
+      bg = self.groups[key] = prg.bind_group(bufs, tuple(ctypes.c_int32(s & 0xffffffff).value for s in slots[nbufs:]))
+      self.made += 1
+      if len(self.groups) > 4096: self.groups.popitem(last=False)
+    else: self.groups.move_to_end(key)
+    prg.encode(self.encoder(), (), (), bg)
+
+  def copy(self, dst: int, src: int, nbytes: int) -> None:
+    if dst & DEVICE_BIT and src & DEVICE_BIT and (dst | src | nbytes) & 3 == 0:
+      d, s = resolve(dst, nbytes), resolve(src, nbytes)
+      self.encoder().copy_buffer_to_buffer(s.buf, s.offset, d.buf, d.offset, nbytes)
+      return
+    self.flush(wait=not dst & DEVICE_BIT)   # host reads of GPU data wait for the work before; writes are queue-ordered
+    if src & DEVICE_BIT:
+      s = resolve(src, nbytes)
+      lo = s.offset & ~3
+      data = bytes(read_words(self.gpu, s.buf, lo, ((s.offset + nbytes + 3) & ~3) - lo)[s.offset - lo:s.offset - lo + nbytes])
+    else: data = ctypes.string_at(src, nbytes)
+    if dst & DEVICE_BIT: write_bytes(self.gpu, resolve(dst, nbytes), memoryview(data))
+    else: ctypes.memmove(dst, data, nbytes)
+
+  def execute(self, op: Op, fields: tuple[int, ...]) -> None:
+    if op is Op.LAUNCH: self.launch(*fields)
+    elif op is Op.COPY: self.copy(*fields)
+    elif op is Op.SIGNAL:
+      self.flush(wait=True)
+      poke(fields[0], fields[1])
+    elif op is Op.TIMESTAMP:
+      self.flush(wait=True)
+      poke(fields[0], time.monotonic_ns())
+
+  def step(self, q: Queue) -> bool:
+    """Runs the packet at q's read pointer; False when there is none or it is an unsatisfied WAIT (what was recorded is
+    submitted then, so the GPU works while the queue waits)."""
+    bell = peek(q.addr["doorbell"])
+    if q.rptr >= bell:
+      self.flush()
+      return False
+    try:
+      op, fields = q.next_packet()
+      if op is Op.WAIT and peek(fields[0]) < fields[1]:
+        self.flush()
+        return False
+      self.execute(op, fields)
+      q.rptr += 8 * (len(fields) + 1)
+    except Exception as e:
+      self.enc = None   # what was recorded for the faulting submit is dropped with it
+      q.fault = f"{q.device} {q.name}: fault at ring byte {q.rptr}: {type(e).__name__}: {e}"
+      q.rptr = bell
+    return True
+
+class WebGPUHCQ(HCQDevice):
+  """The HCQDevice of a WEBGPU device: one compute queue (copies share it: WebGPU has one queue per device), the buffers
+  pm_bufferize hands out (host memory), GPU buffer addresses, and waits that run the command processor."""
+  queues = ("COMPUTE:0",)
+
+  def __init__(self, device: str, g: GPU, ring_size: int = 1 << 20):
+    self.device, self.gpu, self._ring_size = device, g, ring_size
+    self._queues: dict[str, Queue] = {}
+    self._lock = threading.Lock()
+    self._queue_uops: dict[tuple[str, str], UOp] = {}
+    self._owned: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+    self.proc = _processor(g)
+    _live.add(self)
+    _start_background()
+
+  def ring_size(self, queue: str) -> int:
+    if queue not in self.queues: raise ValueError(f"{self.device} has no queue {queue!r}; its queues are {', '.join(self.queues)}")
+    return self._ring_size
+
+  def ring_layout(self, queue: str) -> RingLayout: return RingLayout(unit=1, nop=None)
+  def buffer_of(self, u: UOp) -> Buffer | None: return self._owned.get(u)
+  def needs_staging(self, other_device: str) -> bool: return not other_device.split(":")[0] == "WEBGPU"
+  def timeline_signal(self, queue: str) -> Buffer | None: return self.queue(queue).buffers["timeline_signal"]
+
+  def addr(self, buf: Buffer) -> int:
+    if not buf.is_allocated(): buf.allocate()
+    return device_addr(buf._buf) if isinstance(buf._buf, WGBuffer) else handle_addr(buf)
+
+  def wait_signal(self, signal: Buffer, value: int, timeout_s: float) -> None:
+    addr = self.addr(signal)
+    self._run_until(lambda: peek(addr) >= value, timeout_s, lambda: f"waiting for signal 0x{addr:x} to reach {value}; it is {peek(addr)}")
+
+  def synchronize(self) -> None:
+    from core.helpers import HCQ_TIMEOUT
+    def idle() -> bool: return all(q.rptr >= peek(q.addr["doorbell"]) for q in self._queues.values())
+    self._run_until(idle, float(HCQ_TIMEOUT.value), lambda: "in synchronize")
+    self.proc.flush(wait=True)
+
+  def error(self) -> str | None:
+    return "\n".join(r) if (r := take_faults(list(self._queues.values()))) else None
+
+  # *** what the rules ask ***
+
+  def load_program(self, name: str, lib: bytes) -> int:
+    key = hashlib.sha256(name.encode() + b"\0" + lib).digest()
+    with _load_lock:
+      if (handle := _handles.get(key)) is None:
+        handle = _handles[key] = len(_programs) + 1
+        _programs[handle] = WebGPUProgram(name, lib, self.gpu)
+    return handle
+
+  def queue(self, name: str) -> Queue:
+    self.ring_size(name)
+    with self._lock:
+      if (q := self._queues.get(name)) is None: q = self._queues[name] = Queue(self.device, name, self._ring_size)
+    return q
+
+  def queue_buffer(self, kind: str, queue: str) -> UOp:
+    if (u := self._queue_uops.get((kind, queue))) is None:
+      b = self.queue(queue).buffers[kind]
+      u = self._queue_uops[(kind, queue)] = UOp.new_buffer(self.device, b.size, b.dtype)
+      self._owned[u] = b
+    return u
+
+  def fresh_buffer(self, size: int, dtype: DType) -> UOp:
+    u = UOp.new_buffer(self.device, size, dtype)
+    self._owned[u] = Buffer(self.device, size, dtype, BufferSpec(host=True, nolru=True)).allocate()
+    return u
+
+  def _run_until(self, done: Callable[[], bool], timeout_s: float, what: Callable[[], str]) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+      run_queues()
+      if reports := take_faults([q for h in list(_live) for q in h._queues.values()]):
+        raise HCQError(f"{self.device}: the WEBGPU command processor reported a fault:\n  " + "\n  ".join(reports), device=self.device)
+      if done(): return
+      if time.monotonic() >= deadline:
+        raise HCQError(f"{self.device}: timed out after {timeout_s:g} s (HCQ_TIMEOUT) {what()}", device=self.device)
+      time.sleep(0.0002)
+
+def take_faults(queues: list[Queue]) -> list[str]:
+  reports = [q.fault for q in queues if q.fault is not None]
+  for q in queues: q.fault = None
+  return reports
+
+# *** running the processor: the waiting thread and a background thread ***
+
+_live: weakref.WeakSet[WebGPUHCQ] = weakref.WeakSet()
+_procs: dict[int, Processor] = {}
+
+def _processor(g: GPU) -> Processor:
+  if (p := _procs.get(id(g))) is None: p = _procs[id(g)] = Processor(g)
+  return p
+
+def run_queues() -> bool:
+  """Runs packets of every WEBGPU queue until none can move; True when one did."""
+  any_moved = moved = True
+  any_moved = False
+  while moved:
+    moved = False
+    for h in list(_live):
+      with h.proc.lock:
+        for q in list(h._queues.values()):
+          while h.proc.step(q): moved = any_moved = True
+  return any_moved
+
+_bg_started = False
+def _start_background() -> None:
+  # another device's queue may wait for a WEBGPU signal while the host thread waits on that device: keep WEBGPU moving
+  global _bg_started
+  if _bg_started: return
+  _bg_started = True
+  def loop() -> None:
+    idle = 0.0005
+    while True:
+      try: moved = run_queues()
+      except Exception: moved = False   # a fault is stored on its queue and raised by the next wait
+      idle = 0.0005 if moved else min(idle * 2, 0.005)
+      time.sleep(idle)
+  threading.Thread(target=loop, name="webgpu-command-processor", daemon=True).start()
+
+_by_device: dict[str, WebGPUHCQ] = {}
+_by_device_lock = threading.Lock()
+
+def webgpu_hcq(device: str, g: GPU) -> WebGPUHCQ:
+  """The WebGPUHCQ of a device instance, one per process like the queues it stands for (a reopened device keeps its queues)."""
+  with _by_device_lock:
+    if (h := _by_device.get(device)) is None: h = _by_device[device] = WebGPUHCQ(device, g)
+  return h

@@ -1,0 +1,108 @@
+"""WEBGPU's command format and the three HCQ rule sets core's pipeline asks for (pm_prep_program, pm_lower, pm_bufferize).
+
+The API owns WebGPU's queues, so the "command processor" is software (iface_hcq.py): it reads these packets from a ring in
+host memory and replays them as command-encoder calls (a compute pass with pipeline, bind group and dispatch_workgroups per
+LAUNCH; copy_buffer_to_buffer or a queue write/read per COPY), submitting at each SIGNAL so a signal is written only once
+the work before it completed.
+
+Packets: little-endian uint64 words, a header `opcode | nwords << 8` then one word per field:
+  LAUNCH    (1, 4 words): image address (8 bytes there: the program's handle), kernargs address, nbufs | nvars << 32
+  COPY      (2, 4 words): destination address, source address, nbytes
+  WAIT      (3, 3 words): signal address, value   the queue stops here until the uint64 *signal >= value
+  SIGNAL    (4, 3 words): signal address, value   *signal = value once everything before it has completed on the GPU
+  TIMESTAMP (5, 2 words): address                 *address = host monotonic ns once the work before it completed
+  BARRIER   (6, 1 word)                           nothing: WebGPU orders the passes of one queue
+Addresses: host memory (rings, signals, kernargs, staging) by its address; a GPU buffer as DEVICE_BIT | slot << 32 | offset
+(iface_hcq.py's table of GPU buffers). Kernel arguments: one 8-byte slot per argument, buffer addresses then int32 variables."""
+from __future__ import annotations
+import enum, struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from core.ir.dtype import dtypes
+from core.ir.ops import UOp, Ops
+from core.ir.pattern import PatternMatcher, UPat
+from core.hcq.queue_ir import ProgramData, getaddr, ins
+from core.codegen.program import compiled_program
+
+if TYPE_CHECKING:
+  from core.device.hcq import EncodeCtx
+  from plugin_webgpu.iface_hcq import WebGPUHCQ
+
+class Op(enum.IntEnum):
+  LAUNCH = 1
+  COPY = 2
+  WAIT = 3
+  SIGNAL = 4
+  TIMESTAMP = 5
+  BARRIER = 6
+
+WORDS = {Op.LAUNCH: 4, Op.COPY: 4, Op.WAIT: 3, Op.SIGNAL: 3, Op.TIMESTAMP: 2, Op.BARRIER: 1}
+DEVICE_BIT = 1 << 63   # never set in a user-space host address
+
+def packet(op: Op, *fields: int) -> bytes:
+  if len(fields) != WORDS[op] - 1: raise ValueError(f"a {op.name} packet has {WORDS[op] - 1} fields, got {len(fields)}")
+  return struct.pack(f"<{WORDS[op]}Q", op | WORDS[op] << 8, *fields)
+
+def field(i: int) -> int: return 8 * (i + 1)
+
+def packet_words(header: int) -> int:
+  """The length in words of the packet that starts with `header` (ValueError when it starts none)."""
+  op, n = header & 0xff, header >> 8
+  if op not in WORDS or n != WORDS[Op(op)]: raise ValueError(f"bad packet header 0x{header:016x} (opcode {op}, {n} words)")
+  return n
+
+def decode(words: bytes) -> list[tuple[Op, tuple[int, ...]]]:
+  """Packets -> [(opcode, fields)] (ValueError on a bad header or a packet cut short)."""
+  out, off = [], 0
+  while off < len(words):
+    n = packet_words(struct.unpack_from("<Q", words, off)[0])
+    if off + 8 * n > len(words): raise ValueError(f"packet at byte {off} needs {8 * n} bytes, only {len(words) - off} left")
+    header, *fields = struct.unpack_from(f"<{n}Q", words, off)
+    out.append((Op(header & 0xff), tuple(fields)))
+    off += 8 * n
+  return out
+
+# *** pm_prep_program (ctx: the device's WebGPUHCQ): the pipeline made once, its handle is the image ***
+
+@dataclass(frozen=True)
+class WebGPUProgramData(ProgramData):
+  handle: int = 0
+  nbufs: int = 0
+  nvars: int = 0
+
+def prep_program(ctx: WebGPUHCQ, p: UOp, device: UOp, linear: UOp, binary: UOp) -> UOp:
+  spec = p.arg
+  nbufs, nvars = sum(1 for u in linear.src if u.op is Ops.PARAM), len(spec.vars)
+  handle = ctx.load_program(spec.name, binary.arg)
+  nargs = nbufs + nvars
+  data = WebGPUProgramData(spec.name, 8 * nargs, 8, tuple(range(0, 8 * nargs, 8)), handle=handle, nbufs=nbufs, nvars=nvars)
+  return UOp(Ops.PROGRAM, src=(device, UOp(Ops.BINARY, arg=struct.pack("<Q", handle))), arg=data)
+
+pm_prep_program = PatternMatcher([(compiled_program, prep_program)], name="webgpu prep program")
+
+# *** pm_lower (ctx: EncodeCtx): abstract commands -> INS(packet words, patches) ***
+
+def _u64(v: UOp) -> UOp: return v if v.dtype == dtypes.uint64 else v.cast(dtypes.uint64)
+
+def lower_launch(ctx: EncodeCtx, cmd: UOp, prog: UOp, kernargs: UOp) -> UOp:
+  data: WebGPUProgramData = prog.arg
+  return ins(packet(Op.LAUNCH, 0, 0, data.nbufs | data.nvars << 32), [(field(0), getaddr(prog.src[1])), (field(1), getaddr(kernargs))])
+
+def lower_signal_op(op: Op, sig: UOp, value: UOp) -> UOp: return ins(packet(op, 0, 0), [(field(0), getaddr(sig)), (field(1), _u64(value))])
+
+pm_lower = PatternMatcher([
+  (UPat(Ops.LAUNCH, src=(UPat(Ops.PROGRAM, name="prog"), UPat(name="kernargs")), name="cmd"), lower_launch),
+  (UPat(Ops.COPY, src=(UPat(name="dst"), UPat(name="src")), name="cmd"),
+   lambda ctx, cmd, dst, src: ins(packet(Op.COPY, 0, 0, cmd.arg), [(field(0), getaddr(dst)), (field(1), getaddr(src))])),
+  (UPat(Ops.WAIT, src=(UPat(name="sig"), UPat(name="value"))), lambda ctx, sig, value: lower_signal_op(Op.WAIT, sig, value)),
+  (UPat(Ops.SIGNAL, src=(UPat(Ops.BUFFER, name="sig"), UPat(name="value"))), lambda ctx, sig, value: lower_signal_op(Op.SIGNAL, sig, value)),
+  (UPat(Ops.TIMESTAMP, src=(UPat(name="buf"),)), lambda ctx, buf: ins(packet(Op.TIMESTAMP, 0), [(field(0), getaddr(buf))])),
+  (UPat(Ops.BARRIER, src=()), lambda ctx: ins(packet(Op.BARRIER))),
+], name="webgpu lower")
+
+# *** pm_bufferize (ctx: the device's WebGPUHCQ): every placeholder is host memory the processor and the host both read ***
+
+pm_bufferize = PatternMatcher([
+  (UPat(Ops.BUFFER, name="b", custom=lambda b: isinstance(b.tag, tuple)), lambda ctx, b: ctx.queue_buffer(*b.tag)),
+  (UPat(Ops.BUFFER, name="b", custom=lambda b: isinstance(b.tag, str)), lambda ctx, b: ctx.fresh_buffer(b.arg, b.dtype)),
+], name="webgpu bufferize")
