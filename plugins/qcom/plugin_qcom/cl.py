@@ -20,6 +20,7 @@ CL_PROGRAM_BINARY_SIZES, CL_PROGRAM_BINARIES, CL_PROGRAM_BUILD_LOG = 0x1165, 0x1
 CL_BUFFER_CREATE_TYPE_REGION = 0x1220
 CL_PROFILING_COMMAND_START, CL_PROFILING_COMMAND_END = 0x1282, 0x1283
 CL_KERNEL_NUM_ARGS, CL_KERNEL_ARG_NAME = 0x1191, 0x119A
+CL_RGBA, CL_HALF_FLOAT, CL_FLOAT, CL_MEM_OBJECT_IMAGE2D = 0x10B5, 0x10DD, 0x10DE, 0x10F1
 BUILD_OPTIONS = b"-cl-kernel-arg-info"   # argument names: a kernel's dataN parameters say which buffer slot each is
 
 # the error names of CL/cl.h, so a failure says what it was
@@ -57,6 +58,9 @@ _SIGS: dict[str, tuple[Any, list[Any]]] = {
   "clEnqueueWriteBuffer": (I32, [P, P, U32, SZ, SZ, P, U32, P, P]),
   "clEnqueueReadBuffer": (I32, [P, P, U32, SZ, SZ, P, U32, P, P]),
   "clEnqueueCopyBuffer": (I32, [P, P, P, SZ, SZ, SZ, U32, P, P]),
+  "clCreateImage": (P, [P, U64, P, P, P, PI32]),
+  "clEnqueueWriteImage": (I32, [P, P, U32, ctypes.POINTER(SZ), ctypes.POINTER(SZ), SZ, SZ, P, U32, P, P]),
+  "clEnqueueReadImage": (I32, [P, P, U32, ctypes.POINTER(SZ), ctypes.POINTER(SZ), SZ, SZ, P, U32, P, P]),
   "clEnqueueMapBuffer": (P, [P, P, U32, U64, SZ, SZ, U32, P, P, PI32]),
   "clEnqueueUnmapMemObject": (I32, [P, P, P, U32, P, P]),
   "clCreateProgramWithSource": (P, [P, U32, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(SZ), PI32]),
@@ -76,6 +80,13 @@ _SIGS: dict[str, tuple[Any, list[Any]]] = {
   "clReleaseEvent": (I32, [P]),
   "clFinish": (I32, [P]),
 }
+
+class cl_image_format(ctypes.Structure):
+  _fields_ = [("image_channel_order", U32), ("image_channel_data_type", U32)]
+
+class cl_image_desc(ctypes.Structure):
+  _fields_ = [("image_type", U32), ("image_width", SZ), ("image_height", SZ), ("image_depth", SZ), ("image_array_size", SZ),
+              ("image_row_pitch", SZ), ("image_slice_pitch", SZ), ("num_mip_levels", U32), ("num_samples", U32), ("buffer", P)]
 
 def find_library() -> str | None:
   """libOpenCL's file name: the ICD loader (Debian: ocl-icd-libopencl1), None when it is not installed."""

@@ -22,6 +22,17 @@ class CLMem:
   @property
   def arg(self) -> ctypes.c_void_p: return ctypes.c_void_p(self.mem)
 
+class CLImage(CLMem):
+  """A 2-D RGBA image of `height` x `width` pixels, float or half channels (what IMAGE buffers will live in): read in kernels
+  with read_imagef and a nearest, unnormalized, clamp sampler, written with write_imagef."""
+  __slots__ = ("height", "width", "half")
+  def __init__(self, mem: int, height: int, width: int, half: bool):
+    super().__init__(mem, height * width * (8 if half else 16))
+    self.height, self.width, self.half = height, width, half
+
+def _region(img: CLImage) -> tuple[ctypes.Array, ctypes.Array]:
+  return (ctypes.c_size_t * 3)(0, 0, 0), (ctypes.c_size_t * 3)(img.width, img.height, 1)
+
 class CLAllocator(LRUAllocator):
   """cl_mem buffers of one context. Views are sub-buffers, so their offset must be a multiple of the device's
   CL_DEVICE_MEM_BASE_ADDR_ALIGN; copies are blocking reads and writes on the in-order queue (after the kernels before them)."""
@@ -43,12 +54,35 @@ class CLAllocator(LRUAllocator):
     mem = cl.call_handle("clCreateSubBuffer", opaque.mem, cl.CL_MEM_READ_WRITE, cl.CL_BUFFER_CREATE_TYPE_REGION, region)
     return CLMem(mem, size, opaque)
   def _copyin(self, dest: CLMem, src: memoryview) -> None:
+    if isinstance(dest, CLImage): return self._copyin_image(dest, src)
     data = src.cast("B") if not src.readonly else memoryview(bytes(src))
     ptr = (ctypes.c_uint8 * data.nbytes).from_buffer(data) if not data.readonly else ctypes.c_char_p(data.tobytes())
     cl.check("clEnqueueWriteBuffer", cl.lib().clEnqueueWriteBuffer(self.ctx.queue, dest.mem, 1, 0, data.nbytes, ptr, 0, None, None))
   def _copyout(self, dest: memoryview, src: CLMem) -> None:
     ptr = (ctypes.c_uint8 * dest.nbytes).from_buffer(dest.cast("B"))
+    if isinstance(src, CLImage):
+      org, reg = _region(src)
+      cl.check("clEnqueueReadImage", cl.lib().clEnqueueReadImage(self.ctx.queue, src.mem, 1, org, reg, 0, 0, ptr, 0, None, None))
+      return
     cl.check("clEnqueueReadBuffer", cl.lib().clEnqueueReadBuffer(self.ctx.queue, src.mem, 1, 0, dest.nbytes, ptr, 0, None, None))
+
+  def alloc_image(self, height: int, width: int, half: bool = False) -> CLImage:
+    """A `height` x `width` RGBA image of float (or half) channels; refused beyond the device's 2-D image limits."""
+    wmax, hmax = self.ctx.info.image2d_max
+    if not self.ctx.info.image_support: raise NotImplementedError(f"{self.device}: the OpenCL device has no image support")
+    if not (1 <= width <= wmax and 1 <= height <= hmax):
+      raise ValueError(f"{self.device}: a {height}x{width} image exceeds the device's 2-D image limit of {hmax}x{wmax} (height x width)")
+    fmt = cl.cl_image_format(cl.CL_RGBA, cl.CL_HALF_FLOAT if half else cl.CL_FLOAT)
+    desc = cl.cl_image_desc(image_type=cl.CL_MEM_OBJECT_IMAGE2D, image_width=width, image_height=height)
+    mem = cl.call_handle("clCreateImage", self.ctx.context, cl.CL_MEM_READ_WRITE, ctypes.byref(fmt), ctypes.byref(desc), None)
+    return CLImage(mem, height, width, half)
+
+  def _copyin_image(self, dest: CLImage, src: memoryview) -> None:
+    data = bytearray(src.cast("B"))
+    if len(data) != dest.size: raise ValueError(f"{self.device}: {len(data)} bytes for a {dest.height}x{dest.width} image of {dest.size}")
+    org, reg = _region(dest)
+    ptr = (ctypes.c_uint8 * len(data)).from_buffer(data)
+    cl.check("clEnqueueWriteImage", cl.lib().clEnqueueWriteImage(self.ctx.queue, dest.mem, 1, org, reg, 0, 0, ptr, 0, None, None))
 
 class CLProgram:
   """One kernel of a driver binary: created from the binary, built, and enqueued with the launch's grid. `global_size` counts

@@ -67,3 +67,34 @@ print(Tensor(x).device)
 
 def test_tensor_program_on_cl_qcom(clctx: Any) -> None:
   assert run_dev("CL+QCOM", MATMUL).strip() == "QCOM"
+
+def test_images_create_upload_read_back_and_sample(clctx: Any) -> None:
+  from plugin_qcom.compiler import CLCompiler
+  from plugin_qcom.iface_cl import CLAllocator, CLProgram
+  alloc = CLAllocator("QCOM", clctx)
+  pix = np.random.default_rng(3).standard_normal((5, 7, 4)).astype(np.float32)   # (height, width, RGBA)
+  img = alloc.alloc_image(5, 7)
+  alloc._copyin(img, memoryview(pix).cast("B"))
+  back = np.empty_like(pix)
+  alloc._copyout(memoryview(back).cast("B"), img)
+  np.testing.assert_array_equal(back, pix)
+  # read_imagef with int2 (x, y) and a nearest, unnormalized, clamp sampler: out of range reads give the border (0)
+  src = ("__constant sampler_t smp = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_CLAMP | CLK_FILTER_NEAREST;\n"
+         "__kernel void rd(__global float4* out, read_only image2d_t im) { int x = get_global_id(0), y = get_global_id(1);\n"
+         "  out[y*8+x] = read_imagef(im, smp, (int2)(x, y)); }\n")
+  prg = CLProgram(clctx, "rd", CLCompiler(clctx).compile(src))
+  out = alloc.alloc(6 * 8 * 16, BufferSpec())
+  prg(out, img, global_size=(8, 6, 1), local_size=(1, 1, 1))
+  got = np.empty((6, 8, 4), np.float32)
+  alloc._copyout(memoryview(got).cast("B"), out)
+  want = np.zeros((6, 8, 4), np.float32)
+  want[:5, :7] = pix
+  np.testing.assert_array_equal(got, want)
+  half = alloc.alloc_image(2, 3, half=True)
+  hp = np.arange(24, dtype=np.float16).reshape(2, 3, 4)
+  alloc._copyin(half, memoryview(hp).cast("B"))
+  hb = np.empty_like(hp)
+  alloc._copyout(memoryview(hb).cast("B"), half)
+  np.testing.assert_array_equal(hb, hp)
+  wmax, hmax = clctx.info.image2d_max
+  with pytest.raises(ValueError, match="exceeds the device's 2-D image limit"): alloc.alloc_image(hmax + 1, 4)
