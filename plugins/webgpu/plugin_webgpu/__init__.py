@@ -42,7 +42,10 @@ def core_plugin_info() -> dict[str, Any]: return {"name": "webgpu", "version": _
 
 @hookimpl
 def core_devices() -> list[DeviceSpec]:
+  # the doctor prints the description: where the device can't open, it says why (a file check, no driver opened)
+  from plugin_webgpu.gpu import unavailable_reason
+  why = unavailable_reason()
   return [DeviceSpec("WEBGPU", factory="plugin_webgpu.runtime:make_device", renderers={"WGSL": "plugin_webgpu:make_wgsl"},
                      default_renderer="WGSL", interfaces=INTERFACES, priority=30, is_available=_available,
-                     description="WebGPU through the wgpu package (WGSL compute shaders); unavailable without wgpu and a Vulkan "
-                                 "driver (apt install mesa-vulkan-drivers libvulkan1)")]
+                     description="WebGPU through the wgpu package (WGSL compute shaders; needs wgpu and a Vulkan driver: apt install "
+                                 "mesa-vulkan-drivers libvulkan1)" + (f"; unavailable here: {why}" if why else ""))]

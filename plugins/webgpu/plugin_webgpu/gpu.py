@@ -66,6 +66,11 @@ def unavailable_reason() -> str | None:
   """Why the device can't open here, found without opening a driver (None: it may open): wgpu missing, or no Vulkan loader."""
   import importlib.util, ctypes.util
   if importlib.util.find_spec("wgpu") is None: return "the wgpu package is not installed (pip install ./plugins/webgpu)"
-  if os.name == "posix" and not os.uname().sysname == "Darwin" and ctypes.util.find_library("vulkan") is None:
-    return "no Vulkan loader (libvulkan.so.1): apt install libvulkan1 mesa-vulkan-drivers"
+  if os.name != "posix" or os.uname().sysname == "Darwin": return None   # Metal / D3D12: nothing to check without opening
+  if ctypes.util.find_library("vulkan") is None: return "no Vulkan loader (libvulkan.so.1): apt install libvulkan1 mesa-vulkan-drivers"
+  dirs = [os.path.join(d, "vulkan", "icd.d") for d in ("/usr/share", "/usr/local/share", "/etc",
+          *os.environ.get("XDG_DATA_DIRS", "").split(":")) if d]
+  if not os.environ.get("VK_ICD_FILENAMES") and not os.environ.get("VK_DRIVER_FILES") and \
+     not any(os.path.isdir(d) and any(f.endswith(".json") for f in os.listdir(d)) for d in dirs):
+    return "no Vulkan driver (no ICD in /usr/share/vulkan/icd.d): apt install mesa-vulkan-drivers for lavapipe, or a GPU driver"
   return None

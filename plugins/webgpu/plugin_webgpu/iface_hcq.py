@@ -242,8 +242,7 @@ def _processor(g: GPU) -> Processor:
 
 def run_queues() -> bool:
   """Runs packets of every WEBGPU queue until none can move; True when one did."""
-  any_moved = moved = True
-  any_moved = False
+  any_moved, moved = False, True
   while moved:
     moved = False
     for h in list(_live):

@@ -23,3 +23,19 @@ def test_unavailable_reason_without_wgpu(monkeypatch: pytest.MonkeyPatch) -> Non
   real = importlib.util.find_spec
   monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wgpu" else real(name, *a))
   assert gpu.unavailable_reason() == "the wgpu package is not installed (pip install ./plugins/webgpu)"
+
+def test_unavailable_reason_without_a_vulkan_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+  import os
+  from plugin_webgpu import gpu
+  for k in ("VK_ICD_FILENAMES", "VK_DRIVER_FILES"): monkeypatch.delenv(k, raising=False)
+  monkeypatch.setattr(os.path, "isdir", lambda p: False)
+  if os.uname().sysname == "Darwin": pytest.skip("macOS has no Vulkan ICD check")
+  reason = gpu.unavailable_reason()
+  assert reason is not None and "apt install" in reason
+
+def test_doctor_says_why_when_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+  import plugin_webgpu
+  from plugin_webgpu import gpu
+  monkeypatch.setattr(gpu, "unavailable_reason", lambda: "no Vulkan driver (test)")
+  spec, = plugin_webgpu.core_devices()
+  assert spec.available() is False and spec.description.endswith("unavailable here: no Vulkan driver (test)")
