@@ -10,6 +10,7 @@ from core.device.hcq import EncodeCtx
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
+from core.hcq.queue_ir import getaddr, ins
 from plugin_qcom import pm4, regs
 from plugin_qcom.prep import QCOMProgramData
 
@@ -31,12 +32,8 @@ class Words:
       if width == 8: self.words[dw + 1] = value >> 32
       return
     self.patches.append((4 * dw, value.cast(dtypes.uint64 if width == 8 else dtypes.uint32)))
-  def ins(self) -> UOp:
-    data = struct.pack(f"<{len(self.words)}I", *self.words)
-    return UOp(Ops.INS, dtypes.void, tuple(v for _, v in self.patches), (data, tuple(o for o, _ in self.patches)))
+  def ins(self) -> UOp: return ins(struct.pack(f"<{len(self.words)}I", *self.words), self.patches)
 
-def getaddr(buf: UOp) -> UOp: return buf if buf.op is Ops.GETADDR else UOp(Ops.GETADDR, dtypes.uint64, (buf,))
-def _plus(a: UOp, off: int) -> UOp: return a + UOp.const(dtypes.uint64, off) if off else a
 def _value(v: UOp) -> Any: return int(v.arg) if v.op is Ops.CONST else v
 def _lo32(v: Any) -> Any: return v & 0xFFFFFFFF if isinstance(v, int) else v.cast(dtypes.uint32)
 def _hi32(v: Any) -> Any: return v >> 32 if isinstance(v, int) else (v.cast(dtypes.uint64) >> 32).cast(dtypes.uint32)
@@ -49,7 +46,7 @@ def lower_launch(cmd: UOp) -> UOp:
   if not isinstance(data, QCOMProgramData): raise TypeError(f"QCOM launch of a program prepared as {type(data).__name__}, not QCOMProgramData")
   gs, ls = (tuple(x) + (1,) * (3 - len(x)) for x in cmd.arg)
   if not all(isinstance(x, int) and x > 0 for x in gs + ls): raise ValueError(f"{data.name}: global {gs} and local {ls} must be positive ints")
-  code = _plus(getaddr(image), data.code_offset)
+  code = getaddr(image, data.code_offset)
   w = Words()
   w.add(pm4.set_marker(pm4.RM6_COMPUTE))
   w.add(pm4.pkt4(regs.SP_CS_CTRL_REG0, [regs.cs_ctrl_reg0(data.full_regs, data.half_regs)]))
@@ -71,7 +68,7 @@ def lower_signal(signal: UOp, value: UOp) -> UOp:
   v = _value(value)
   w = Words()
   hi = w.add(pm4.mem_write(0, [0]))
-  w.set(hi + pm4.MEM_WRITE_ADDR_DW, _plus(getaddr(signal), 4), 8)
+  w.set(hi + pm4.MEM_WRITE_ADDR_DW, getaddr(signal, 4), 8)
   w.set(hi + pm4.MEM_WRITE_DATA_DW, _hi32(v), 4)
   ev = w.add(pm4.event_write(pm4.CACHE_FLUSH_TS))
   w.set(ev + pm4.EVENT_ADDR_DW, getaddr(signal), 8)

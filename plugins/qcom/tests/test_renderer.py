@@ -4,11 +4,21 @@ from __future__ import annotations
 from typing import Any
 import numpy as np
 import pytest
-from qcom_kernels import half_kernel, loop_kernel, reverse_kernel
+from core.ir.dtype import dtypes
+from core.ir.ops import UOp, Ops
+from core.testing.kernels import c, lds_kernel, linear, loop_kernel, special
 from plugin_qcom.renderer import ADRENO, CLCaps, OpenCLRenderer
 
+def half_kernel(n: int = 8) -> list[UOp]:
+  """out[i] = a[i] * b[i] + 1 + k in half, with int variable k: one rounding per op."""
+  out, a, b = (UOp.param(i, dtypes.float16.ptr(n)) for i in range(3))
+  k = UOp(Ops.DEFINE_VAR, dtypes.int32, (), ("k", 0, 10))
+  i = special("gidx0", n)
+  v = a.index(i).load() * b.index(i).load() + c(1.0, dtypes.float16) + k.cast(dtypes.float16)
+  return linear(out, a, b, k, out.index(i).store(v))
+
 def test_kernel_signature_ids_local_memory_and_barrier() -> None:
-  src = OpenCLRenderer().render("rev", reverse_kernel(16, 4))
+  src = OpenCLRenderer().render("rev", lds_kernel(16, 4))
   assert "__kernel __attribute__((reqd_work_group_size(16,1,1))) void rev(__global float* restrict data0, __global float* restrict data1)" in src
   assert "int gidx0 = (int)get_group_id(0);" in src and "int lidx0 = (int)get_local_id(0);" in src
   assert "__local float temp0[16];" in src and "barrier(CLK_LOCAL_MEM_FENCE);" in src
@@ -25,10 +35,9 @@ def test_half_without_fp16_goes_through_vload_half() -> None:
 
 def test_work_group_over_the_device_limit_is_refused() -> None:
   with pytest.raises(ValueError, match="a work-group of 2048x1x1 items; the device allows 1024"):
-    OpenCLRenderer(ADRENO).render("rev", reverse_kernel(2048, 1))
+    OpenCLRenderer(ADRENO).render("rev", lds_kernel(2048, 1))
 
 def test_double_only_where_the_device_has_it() -> None:
-  from core.ir.dtype import dtypes
   assert dtypes.float64 not in OpenCLRenderer(ADRENO).supported_dtypes
   assert dtypes.float64 in OpenCLRenderer(CLCaps(fp64=True)).supported_dtypes
 
@@ -49,14 +58,14 @@ def _run(clctx: Any, caps: CLCaps, uops: list, args: list[np.ndarray], groups: t
 def test_reverse_through_local_memory_runs(clctx: Any) -> None:
   from plugin_qcom.iface_cl import caps_of
   x = np.arange(64, dtype=np.float32)
-  out = _run(clctx, caps_of(clctx), reverse_kernel(16, 4), [np.zeros(64, np.float32), x], (4, 1, 1), (16, 1, 1))[0]
+  out = _run(clctx, caps_of(clctx), lds_kernel(16, 4), [np.zeros(64, np.float32), x], (4, 1, 1), (16, 1, 1))[0]
   np.testing.assert_array_equal(out, x.reshape(4, 16)[:, ::-1].ravel())
 
-def test_register_loop_runs(clctx: Any) -> None:
+def test_register_loop_with_a_variable_runs(clctx: Any) -> None:
   from plugin_qcom.iface_cl import caps_of
-  x = np.random.default_rng(0).standard_normal(32).astype(np.float32)
-  out = _run(clctx, caps_of(clctx), loop_kernel(), [np.zeros(4, np.float32), x], (4, 1, 1), (1, 1, 1))[0]
-  np.testing.assert_allclose(out, x.reshape(4, 8).sum(1), rtol=1e-6)
+  x = np.random.default_rng(0).standard_normal(512).astype(np.float32)
+  out = _run(clctx, caps_of(clctx), loop_kernel(dtypes.float32, Ops.SQRT), [np.zeros(64, np.float32), np.abs(x)], (64, 1, 1), (1, 1, 1), vals=(3,))[0]
+  np.testing.assert_allclose(out, (np.sqrt(np.abs(x)) * 3).reshape(64, 8).sum(1), rtol=1e-5)
 
 def test_half_rounds_like_numpy_on_the_driver(clctx: Any) -> None:
   from plugin_qcom.iface_cl import caps_of
