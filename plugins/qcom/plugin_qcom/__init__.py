@@ -17,6 +17,10 @@ def is_available() -> bool:
   """An Adreno kernel driver node exists (nothing is opened). CL and MOCK run wherever OpenCL does, but only when DEV names them."""
   return os.path.exists("/dev/kgsl-3d0")
 
+def unavailable_reason() -> str:
+  return ("no Adreno kernel driver (/dev/kgsl-3d0), and KGSL+QCOM is not finished anyway; DEV=CL+QCOM runs on any OpenCL driver "
+          "(apt-get install pocl-opencl-icd ocl-icd-libopencl1), DEV=MOCK+QCOM runs the Adreno command stream in software")
+
 # the one place the OpenCL renderer is built for compile-only use (DEV=NULL:QCOM): Adreno's capabilities (native half, no
 # double); the compiler is the first OpenCL driver's, which must accept them (the device factory builds its own, runtime.py)
 def make_cl(arch: str | None = None) -> tuple[Any, Any]:
@@ -31,7 +35,7 @@ def core_plugin_info() -> dict[str, Any]: return {"name": "qcom", "version": __v
 @hookimpl
 def core_devices() -> list[DeviceSpec]:
   return [DeviceSpec("QCOM", factory="plugin_qcom.runtime:make_device", renderers={"CL": "plugin_qcom:make_cl"}, default_renderer="CL",
-                     interfaces=INTERFACES, priority=40, is_available=is_available,
+                     interfaces=INTERFACES, priority=40, is_available=is_available, unavailable_reason=unavailable_reason,
                      description="Qualcomm Adreno GPUs (A6xx/A7xx): OpenCL C; KGSL command streams, any OpenCL driver (CL+QCOM), "
                                  "a software command processor (MOCK+QCOM)")]
 
