@@ -28,6 +28,8 @@ class OutOfMemory(MemoryError):
 class Allocator(Generic[T]):
   """Allocates opaque handles of device memory. Subclasses implement _alloc/_free and the copies they support."""
   default_spec = BufferSpec()
+  # whether _alloc honours BufferSpec.external_ptr (wraps memory at a host address someone else owns): Tensor.from_blob needs it
+  supports_external_ptr: bool = False
   device: str = "?"
   used: int = 0   # bytes handed out and not yet freed (cache excluded); class defaults so a subclass may skip __init__
 

@@ -9,6 +9,8 @@ from core.device.counters import GlobalCounters
 class Buffer:
   """`size` elements of `dtype` on `device`. A view (base given) covers base bytes [offset, offset+nbytes) and keeps its base alive."""
   _buf: Any  # the allocator's handle; absent until allocate() (is_allocated tests for it)
+  keepalive: Any = None  # an object owning memory this buffer wraps (Tensor.from_dlpack's source), alive as long as the buffer
+  rewritten: bool = False  # core writes it again later for other values (a Jit's captured buffers): numpy() copies it
   def __init__(self, device: str, size: int, dtype: DType, options: BufferSpec | None = None, base: Buffer | None = None, offset: int = 0):
     if size < 0: raise ValueError(f"Buffer on {device}: size must be >= 0, got {size}")
     self.device, self.size, self.dtype, self.options, self.offset = device, size, dtype, options, offset

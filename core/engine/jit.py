@@ -103,6 +103,10 @@ class Jit(Generic[R]):
       self.items, self.signature, self.ret = cap.items, sig, ret
       self.rng_base, self.rng_draws = cap.rng_base, Tensor._rng_counter - cap.rng_start
       self.input_bufs = [_base_buffer(t.uop) for t in inputs]
+      # every replay writes the captured buffers again: a zero-copy numpy view of one would change under its owner
+      for it in self.items:
+        for b in it.bufs:
+          if b not in self.input_bufs: buffer_of(b).rewritten = True
       self.ret_uops = [t.uop for t in _tensors_in((ret,) if not isinstance(ret, (tuple, list)) else tuple(ret), {})]
       self.cnt = 2
       return ret

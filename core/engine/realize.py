@@ -314,15 +314,25 @@ def from_host(data: memoryview | bytes | bytearray, dtype: DType, device: str, s
   if n: buf.copyin(mv)
   return u.reshape(shape)
 
-def to_host(u: UOp) -> memoryview:
-  """Realize `u` and return its bytes, row-major and contiguous."""
+def realized_buffer(u: UOp) -> tuple[Buffer, int]:
+  """Realize `u`: the Buffer holding its elements row-major from its start (allocated), and how many of them it uses (symbolic
+  shapes use the start of a buffer sized for the largest value their variables allow)."""
   r = realize(u)[0]
-  if (cb := contiguous_buffer(r)) is None: raise RuntimeError(f"to_host: {r.op.name} did not realize to a buffer")
+  if (cb := contiguous_buffer(r)) is None: raise RuntimeError(f"{r.op.name} did not realize to a buffer")
   buf = buffer_of(cb[0])
+  if buf.nbytes and not buf.is_allocated(): buf.allocate()
+  return buf, sym_val(cb[1])
+
+def to_host(u: UOp) -> memoryview:
+  """Realize `u` and return a copy of its bytes, row-major and contiguous."""
+  buf, n = realized_buffer(u)
   out = memoryview(bytearray(buf.nbytes))
-  if buf.nbytes:
-    if not buf.is_allocated(): buf.allocate()
-    buf.copyout(out)
-  # symbolic shapes use the start of a buffer sized for the largest value their variables allow
-  return out[:sym_val(cb[1]) * buf.dtype.itemsize]
+  if buf.nbytes: buf.copyout(out)
+  return out[:n * buf.dtype.itemsize]
+
+def adopt_buffer(buf: Buffer, shape: tuple[int, ...]) -> UOp:
+  """A realized uop over an existing (allocated) Buffer: foreign memory wrapped without a copy (Tensor.from_blob)."""
+  u = UOp.new_buffer(buf.device, buf.size, buf.dtype)
+  u.__dict__[_BUF] = buf
+  return u.reshape(shape)
 

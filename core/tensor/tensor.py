@@ -14,6 +14,7 @@ from core.tensor.reduce import ReduceMixin
 from core.tensor.conv import ConvMixin
 from core.tensor.nnops import NNOpsMixin
 from core.tensor.sort import SortMixin
+from core.tensor.interop import InteropMixin, host_array
 
 def canonical_device(device: str | None) -> str:
   from core.device.registry import Device
@@ -33,7 +34,8 @@ def _host_bytes(data: Any, dtype: DType | None) -> tuple[bytes, DType, tuple[int
   if want.fmt is None: return np.ascontiguousarray(arr, dtype=np.float32).tobytes(), dtypes.float32, arr.shape, want
   return np.ascontiguousarray(arr, dtype=to_np(want)).tobytes(), want, arr.shape, None
 
-class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, ElementwiseMixin, ReduceMixin, ConvMixin, NNOpsMixin, SortMixin):
+class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, ElementwiseMixin, ReduceMixin, ConvMixin, NNOpsMixin, SortMixin,
+             InteropMixin):
   """A lazily evaluated n-dimensional array. Operations build a UOp graph; `realize()`/`numpy()` run it on `device`."""
   training: ClassVar[bool] = False
   no_grad: ClassVar[bool] = False
@@ -143,7 +145,9 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
     if self.dtype.fmt is None: return self.cast(dtypes.float32).numpy()
     shape = tuple(sym_val(d) for d in self.shape)   # a symbolic shape reads with its variables' current values
     if prod(shape) == 0: return np.zeros(shape, dtype=to_np(self.dtype))
-    # self stays lazy (reading must not cut the autograd graph); an assign in it runs once (core.engine.realize)
+    # self stays lazy (reading must not cut the autograd graph); an assign in it runs once (core.engine.realize).
+    # Host memory (the CPU device) is not copied: a read-only view that keeps the memory alive (interop.host_array)
+    if (a := host_array(self)) is not None: return a.reshape(shape)
     from core.engine.realize import to_host
     return np.frombuffer(bytes(to_host(self.uop)), dtype=to_np(self.dtype)).reshape(shape).copy()
   def data(self) -> memoryview:

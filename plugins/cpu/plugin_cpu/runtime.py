@@ -11,6 +11,7 @@ CPU_MAX_ARGS = 64  # as in native/pool.h
 
 class CPUAllocator(LRUAllocator):
   """Host memory as ctypes byte arrays whose address is 64-byte aligned. Views (`_offset`) keep their base alive."""
+  supports_external_ptr = True
   def _alloc(self, size: int, options: BufferSpec) -> Any:
     if options.external_ptr is not None: return (ctypes.c_uint8 * size).from_address(options.external_ptr)
     from plugin_cpu.hostmem import alloc_host

@@ -1,0 +1,99 @@
+"""Sharing tensor memory with other libraries without copies: numpy (`__array__`, `numpy()`), DLPack (`__dlpack__`,
+`Tensor.from_dlpack`) and foreign pointers (`Tensor.from_blob`). Zero-copy works where the device's memory is host memory
+this process can address (the CPU device); elsewhere the data is copied (numpy) or the call says why it can't share."""
+from __future__ import annotations
+from typing import TYPE_CHECKING, Any
+from core.ir.dtype import DType, DTypeLike, dtypes, to_dtype, to_np, from_np
+from core.helpers import prod
+
+if TYPE_CHECKING:
+  import numpy as np
+  from core.device.buffer import Buffer
+  from core.tensor.tensor import Tensor
+
+class _Pinned:
+  """What a zero-copy numpy array views: a realized Buffer's host memory through __array_interface__. The array keeps this
+  object, and so the Buffer, alive: the memory can't go back to the allocator (and to another tensor) while it is viewed."""
+  def __init__(self, buf: Buffer, addr: int, shape: tuple[int, ...], dtype: DType, readonly: bool):
+    self.buf = buf
+    self.__array_interface__ = {"shape": shape, "typestr": to_np(dtype).str, "data": (addr, readonly), "version": 3}
+
+def host_array(t: Tensor, readonly: bool = True) -> np.ndarray | None:
+  """A numpy array over t's realized memory, or None when its device's memory is not host memory this process can see (or
+  the dtype has no numpy equivalent)."""
+  import numpy as np
+  from core.engine.realize import realized_buffer
+  if t.dtype.fmt is None: return None
+  buf, n = realized_buffer(t.uop)
+  shape = tuple(int(d) for d in t.shape) if n == buf.size else _sym_shape(t)
+  if n == 0 or buf.rewritten or (mv := buf.host_view()) is None: return None
+  if mv.readonly and not readonly: return None
+  addr = np.frombuffer(mv, dtype=np.uint8).ctypes.data   # the view's start (a view Buffer's offset included)
+  return np.asarray(_Pinned(buf, addr, shape, t.dtype, readonly))
+
+def _sym_shape(t: Tensor) -> tuple[int, ...]:
+  from core.ir.ops import sym_val
+  return tuple(sym_val(d) for d in t.shape)
+
+class InteropMixin:
+  """numpy, DLPack and raw-pointer interop of Tensor."""
+
+  def __array__(self: Any, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+    """`np.asarray(t)`: the tensor's values (a read-only view of its memory when the device's memory is host memory)."""
+    import numpy as np
+    a = self.numpy() if copy is not True else self.numpy().copy()
+    if dtype is not None and np.dtype(dtype) != a.dtype:
+      if copy is False: raise ValueError(f"np.asarray(copy=False) of a {self.dtype} tensor as {np.dtype(dtype)} needs a copy")
+      a = a.astype(dtype)
+    return a
+
+  def __dlpack__(self: Any, *, stream: Any = None, max_version: tuple[int, int] | None = None, dl_device: Any = None,
+                 copy: bool | None = None) -> Any:
+    """A DLPack capsule over the tensor's memory (host devices): the consumer (torch.from_dlpack, np.from_dlpack) shares it."""
+    a = host_array(self, readonly=False)
+    if a is None:
+      if copy is False: raise BufferError(f"{self.device} memory is not host memory this process can share without a copy")
+      import numpy as np
+      a = np.ascontiguousarray(self.numpy())   # a copy, which the consumer then owns
+    kwargs = {k: v for k, v in (("stream", stream), ("max_version", max_version), ("dl_device", dl_device), ("copy", copy)) if v is not None}
+    return a.__dlpack__(**kwargs)  # type: ignore[arg-type]
+
+  def __dlpack_device__(self: Any) -> tuple[int, int]:
+    """(kDLCPU, 0): what DLPack consumers get is host memory (shared on host devices, a host copy from the others)."""
+    return (1, 0)
+
+  @classmethod
+  def from_blob(cls, ptr: int, shape: tuple[int, ...], dtype: DTypeLike | None = None, device: str | None = None) -> Tensor:
+    """A tensor over `prod(shape)` elements of `dtype` (default float32) at host address `ptr`, without a copy. The memory
+    stays the caller's: it must outlive the tensor. The device must be one whose memory is host memory (CPU)."""
+    from core.device.allocator import BufferSpec
+    from core.device.buffer import Buffer
+    from core.device.registry import Device
+    from core.engine.realize import adopt_buffer
+    from core.tensor.tensor import Tensor, canonical_device
+    if not isinstance(ptr, int) or ptr <= 0: raise ValueError(f"from_blob: ptr must be a positive int address, got {ptr!r}")
+    shape = tuple(shape)
+    if not all(isinstance(s, int) and s >= 0 for s in shape): raise ValueError(f"from_blob: shape must be non-negative ints, got {shape}")
+    dt = to_dtype(dtype) if dtype is not None else dtypes.float32
+    dev = canonical_device(device)
+    if not Device[dev].allocator.supports_external_ptr:
+      raise ValueError(f"from_blob: {dev} can't wrap host memory (its allocator does not take external pointers); use a CPU device, "
+                       f"or Tensor(np.ctypeslib.as_array(...)) to copy")
+    buf = Buffer(dev, prod(shape), dt, BufferSpec(external_ptr=ptr)).allocate()
+    return Tensor(adopt_buffer(buf, shape))
+
+  @classmethod
+  def from_dlpack(cls, x: Any, device: str | None = None) -> Tensor:
+    """A tensor over a DLPack producer's memory (a numpy array, a torch CPU tensor, ...): shared without a copy when it is
+    C-contiguous host memory and the device can wrap it (CPU), else copied to `device`."""
+    import numpy as np
+    from core.device.registry import Device
+    from core.tensor.tensor import Tensor, canonical_device
+    a = np.from_dlpack(x)
+    dev = canonical_device(device)
+    if not a.flags.c_contiguous or a.size == 0 or not Device[dev].allocator.supports_external_ptr:
+      return Tensor(np.ascontiguousarray(a), device=dev)
+    t = Tensor.from_blob(a.ctypes.data, a.shape, from_np(a.dtype), dev)
+    from core.engine.realize import realized_buffer
+    realized_buffer(t.uop)[0].keepalive = a   # the producer's memory lives as long as the buffer viewing it
+    return t

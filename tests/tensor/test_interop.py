@@ -1,0 +1,82 @@
+"""Zero-copy interop: numpy views of host memory (kept alive, read-only, copies where core rewrites the memory), DLPack both
+ways (numpy always, torch when installed), and tensors over foreign pointers."""
+from __future__ import annotations
+import gc
+import numpy as np
+import pytest
+from core import Tensor, Jit
+from core.device.registry import Device
+
+@pytest.fixture
+def cpu() -> str:
+  pytest.importorskip("plugin_cpu", reason="zero-copy needs a device whose memory is host memory: the CPU plugin")
+  return "CPU"
+
+def test_asarray_is_numeric():
+  t = Tensor([[1, 2], [3, 4]], dtype="int32")
+  a = np.asarray(t)
+  assert a.dtype == np.int32 and a.tolist() == [[1, 2], [3, 4]]
+  assert np.asarray(t, dtype=np.float64).dtype == np.float64 and np.array(t + 1).tolist() == [[2, 3], [4, 5]]
+  with pytest.raises(ValueError, match="needs a copy"): np.asarray(t, dtype=np.float32, copy=False)
+  assert np.asarray(t, copy=True).flags.writeable
+
+def test_numpy_is_a_read_only_view_of_host_memory(cpu):
+  t = (Tensor(np.arange(8, dtype=np.float32), device=cpu) * 3).realize()
+  a, b = t.numpy(), t.numpy()
+  assert np.shares_memory(a, b) and not a.flags.writeable and a.tolist() == [3.0 * i for i in range(8)]
+  with pytest.raises(ValueError, match="read-only"): a[0] = 1
+
+def test_a_numpy_view_keeps_its_memory_from_being_reused(cpu):
+  a = (Tensor(np.full(4096, 7, np.float32), device=cpu) + 1).numpy()
+  gc.collect()
+  # same-size buffers come from the allocator's cache of freed blocks: none of them may be the viewed one
+  others = [(Tensor(np.full(4096, i, np.float32), device=cpu) * 1).realize() for i in range(8)]
+  assert (a == 8).all() and len(others) == 8
+
+def test_jit_outputs_are_copied_because_replays_rewrite_them(cpu):
+  @Jit
+  def f(x): return (x * 2).realize()
+  got = [f(Tensor(np.full(16, i, np.float32), device=cpu)).numpy() for i in range(4)]
+  assert [g[0] for g in got] == [0, 2, 4, 6]
+
+def test_numpy_of_the_python_device_is_a_view_too():
+  # core's PYTHON device keeps buffers in numpy arrays: host memory as well (devices without a host view copy)
+  t = (Tensor(np.arange(5, dtype=np.int32), device="PYTHON") + 1).realize()
+  a = t.numpy()
+  assert a.tolist() == [1, 2, 3, 4, 5] and not a.flags.writeable and np.shares_memory(a, t.numpy())
+
+def test_dlpack_to_numpy_shares_memory(cpu):
+  t = (Tensor(np.arange(6, dtype=np.float32), device=cpu) * 2).realize()
+  assert t.__dlpack_device__() == (1, 0)
+  a = np.from_dlpack(t)
+  assert a.tolist() == [0, 2, 4, 6, 8, 10] and np.shares_memory(a, t.numpy())
+
+def test_from_dlpack_wraps_numpy_memory_without_a_copy(cpu):
+  src = np.arange(6, dtype=np.int32).reshape(2, 3)
+  t = Tensor.from_dlpack(src, device=cpu)
+  assert t.shape == (2, 3) and t.dtype.name == "int32" and (t + 1).tolist() == [[1, 2, 3], [4, 5, 6]]
+  src[0, 0] = 100   # the tensor is a view of src's memory
+  assert (t * 1).tolist()[0][0] == 100
+  del src
+  gc.collect()
+  assert (t + 0).tolist()[1] == [3, 4, 5]   # the buffer keeps the source array alive
+  strided = Tensor.from_dlpack(np.arange(10, dtype=np.float32)[::2], device=cpu)   # not contiguous: copied
+  assert strided.tolist() == [0, 2, 4, 6, 8]
+
+def test_dlpack_with_torch(cpu):
+  torch = pytest.importorskip("torch")
+  t = (Tensor(np.arange(4, dtype=np.float32), device=cpu) + 1).realize()
+  tt = torch.from_dlpack(t)
+  assert tt.tolist() == [1, 2, 3, 4]
+  back = Tensor.from_dlpack(torch.arange(5, dtype=torch.float32) * 3, device=cpu)
+  assert back.tolist() == [0, 3, 6, 9, 12]
+
+def test_from_blob(cpu):
+  src = np.arange(12, dtype=np.float32)
+  t = Tensor.from_blob(src.ctypes.data, (3, 4), dtype="float32", device=cpu)
+  assert (t.sum(1)).tolist() == [6.0, 22.0, 38.0] and t.device == Device.canonicalize(cpu)
+  src[:] = 1
+  assert (t * 1).sum().item() == 12.0
+  with pytest.raises(ValueError, match="ptr must be a positive int"): Tensor.from_blob(0, (1,))
+  with pytest.raises(ValueError, match="shape must be non-negative ints"): Tensor.from_blob(src.ctypes.data, (-1,))
+  with pytest.raises(ValueError, match="PYTHON can't wrap host memory"): Tensor.from_blob(src.ctypes.data, (2,), device="PYTHON")
