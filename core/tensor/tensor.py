@@ -108,6 +108,15 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
     rg = True if True in rgs else (None if None in rgs or not rgs else False)
     return cls(uop, requires_grad=rg)
 
+  @classmethod
+  def from_url(cls, url: str, gunzip: bool = False, name: str | None = None, allow_caching: bool = True, device: str | None = None,
+               **kwargs: Any) -> Tensor:
+    """The bytes at `url` as a 1-d uint8 tensor, downloaded once into core's cache folder (see core.fetch.fetch for kwargs)."""
+    import numpy as np
+    from core.fetch import fetch
+    path = fetch(url, name=name, gunzip=gunzip, allow_caching=allow_caching, **kwargs)
+    return cls(np.fromfile(path, dtype=np.uint8), device=device, requires_grad=False)
+
   # *** properties ***
 
   @property

@@ -1,4 +1,4 @@
-"""Model state: walk a model for its tensors (state_dict), load them back, and save/load safetensors files."""
+"""Model state: walk a model for its tensors (state_dict), load them back, save/load safetensors; torch_load, gguf_load and fetch."""
 from __future__ import annotations
 import json, os, pathlib, struct, tempfile
 from collections import OrderedDict
@@ -6,6 +6,10 @@ from typing import Any
 from core.helpers import prod
 from core.ir.dtype import DType, dtypes, to_np
 from core.tensor.tensor import Tensor
+# other formats live in their own modules; re-exported here, next to safetensors
+from core.tensor.nn.torch_load import torch_load as torch_load
+from core.tensor.nn.gguf import gguf_load as gguf_load
+from core.fetch import fetch as fetch
 
 # *** state_dict ***
 
