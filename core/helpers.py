@@ -93,6 +93,7 @@ class Context(contextlib.ContextDecorator):
     for k, v in self.old.items(): ContextVar._registry[k].value = v
 
 DEBUG, SPEC, TRACK_REWRITES = ContextVar("DEBUG", 0), ContextVar("SPEC", 0), ContextVar("TRACK_REWRITES", 0)
+VIZ = ContextVar("VIZ", 0)   # record every rewrite pass for the web page of core/viz
 BEAM, NOOPT, JIT = ContextVar("BEAM", 0), ContextVar("NOOPT", 0), ContextVar("JIT", 1)
 # seconds the host waits on an HCQ signal before raising core.hcq.HCQError (a float: HCQ_TIMEOUT=0.5 works)
 HCQ_TIMEOUT = ContextVar("HCQ_TIMEOUT", 120.0)  # type: ignore[arg-type]

@@ -7,7 +7,7 @@ from core.ir.ops import UOp, Ops, GroupOp
 from core.ir.pattern import UPat, graph_rewrite
 from core.codegen.lowerer import lower_kernel
 from core.codegen.linearize import linearize, finalize
-from core.helpers import SPEC, prod
+from core.helpers import SPEC, VIZ, prod
 
 @dataclass(frozen=True)
 class ProgramSpec:
@@ -50,6 +50,12 @@ def get_program(ast: UOp, renderer: Any, optimize: bool = True) -> UOp:
   """PROGRAM(ast, DEVICE, LINEAR, SOURCE) arg=ProgramSpec: optimize (unless `optimize` is False: the AST already carries its
   opts), lower the kernel `ast` (a SINK whose arg is the kernel name) and render it with `renderer`."""
   name = ast.arg or "kernel"
+  if VIZ:
+    from core.viz import kernel
+    with kernel(f"{name} ({renderer.device})"): return _get_program(ast, renderer, optimize, name)
+  return _get_program(ast, renderer, optimize, name)
+
+def _get_program(ast: UOp, renderer: Any, optimize: bool, name: str) -> UOp:
   from core.codegen.opt import optimize as optimize_kernel
   from core.codegen.opt.expander import expand_kernel
   sink = expand_kernel(optimize_kernel(ast, renderer) if optimize else ast, vectorize=getattr(renderer, "supports_float4", False))

@@ -4,7 +4,7 @@ import collections, inspect, itertools, math
 from typing import Any, Callable, Iterable, Sequence
 from core.ir.dtype import DType
 from core.ir.ops import UOp, Ops, GroupOp
-from core.helpers import TRACK_REWRITES
+from core.helpers import TRACK_REWRITES, VIZ
 
 class UPat:
   """A pattern over UOps.
@@ -259,15 +259,19 @@ def _all_ops(pat: UPat) -> Iterable[Ops]:
 rewrite_stats: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
 _tracked_matchers: dict[str, PatternMatcher] = {}
 
+def rule_label(pm: PatternMatcher, i: int) -> str:
+  """Rule `i` of `pm` for people: where its function is defined (file:line) and its pattern."""
+  pat, fn = pm.rules[i]
+  code = getattr(fn, "__code__", None)
+  where = f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno}" if code is not None else repr(fn)
+  return f"{where:24s} {pat!r}"[:200]
+
 def print_rewrite_stats(file: Any = None) -> None:
   """Print, per named pass, how many times each rule fired (needs TRACK_REWRITES=1)."""
   for name, counts in rewrite_stats.items():
     pm = _tracked_matchers[name]
     print(f"pass {name}: {sum(counts.values())} rewrites", file=file)
-    for i, n in counts.most_common():
-      pat, fn = pm.rules[i]
-      where = f"{getattr(fn, '__code__', None) and fn.__code__.co_filename.rsplit('/', 1)[-1]}:{getattr(fn, '__code__', None) and fn.__code__.co_firstlineno}"
-      print(f"  {n:8d}  {where:24s} {pat!r}"[:160], file=file)
+    for i, n in counts.most_common(): print(f"  {n:8d}  {rule_label(pm, i)}"[:160], file=file)
 
 # *** graph rewrite ***
 
@@ -278,10 +282,8 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
   `memo` (node -> its final rewrite) carries over between calls with the same `pm`, `ctx` and direction, so graphs that
   share subgraphs (unrolled copies of one index expression) rewrite each shared node once."""
   pass_name = name or pm.name or "unnamed"
-  track: collections.Counter | None = None
-  if TRACK_REWRITES:
-    track = rewrite_stats[pass_name]
-    _tracked_matchers[pass_name] = pm
+  # which rules fired in this call, when TRACK_REWRITES or VIZ asks
+  track: collections.Counter | None = collections.Counter() if TRACK_REWRITES or VIZ else None
   rewrite = pm.rewrite
   done: dict[UOp, UOp] = {} if memo is None else memo
   # stack entries: (node, stage, work) -- stage 0: start, 1: sources done, 2: take the answer of `work`
@@ -321,6 +323,13 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
         push((r, 0, r))
     else:
       done[n] = done[w]
+  if track is not None:
+    if TRACK_REWRITES:
+      rewrite_stats[pass_name].update(track)
+      _tracked_matchers[pass_name] = pm
+    if VIZ:
+      from core.viz import record
+      record(pass_name, pm, sink, done[sink], track)
   return done[sink]
 
 def graph_rewrite_map(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False, name: str | None = None) -> dict[UOp, UOp]:
