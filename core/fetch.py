@@ -43,7 +43,8 @@ def fetch(url: str, name: str | os.PathLike | None = None, subdir: str | None = 
           done += len(chunk)
           if show: _progress(sys.stderr, path.name, done, total, t0)
       except (http.client.HTTPException, ConnectionError, TimeoutError) as e:
-        raise DownloadError(f"fetch {url}: the download broke off after {done} bytes ({type(e).__name__}: {e})") from None
+        raise DownloadError(f"fetch {url}: the server sent {done} of {total or 'an unknown number of'} bytes, then "
+                            f"{type(e).__name__}: {e}") from None
       if show: sys.stderr.write("\n")
       if total is not None and done != total: raise DownloadError(f"fetch {url}: the server sent {done} of {total} bytes")
     if gunzip:
