@@ -1,6 +1,6 @@
 """Queue IR: builders for placeholders, GETADDR, timeline values, the abstract commands, submits and encoded INS."""
 from __future__ import annotations
-import functools, itertools
+import functools, itertools, struct
 from dataclasses import dataclass
 from typing import Any
 from core.ir.dtype import DType, dtypes
@@ -81,6 +81,38 @@ def submit_device(u: UOp) -> str: return u.src[1].arg
 def ins(words: bytes, patches: list[tuple[int, UOp]] | tuple[tuple[int, UOp], ...] = ()) -> UOp:
   """An encoded command: `words` with each (byte offset, value) patched in later (value dtype gives the width)."""
   return UOp(Ops.INS, src=tuple(v for _, v in patches), arg=(bytes(words), tuple(o for o, _ in patches)))
+
+class Words:
+  """What a plugin's pm_lower builds a command from: 32-bit words, plus (byte offset, value) patches for the fields known only
+  later (an address, a timeline value); `ins()` is the encoded INS."""
+  def __init__(self) -> None:
+    self.words: list[int] = []
+    self.patches: list[tuple[int, UOp]] = []
+  def add(self, words: list[int]) -> int:
+    """Appends `words`; returns the index of the first."""
+    start = len(self.words)
+    self.words.extend(words)
+    return start
+  def set(self, dw: int, value: Any, width: int) -> None:
+    """Fills `width` bytes (4 or 8) at word `dw`: an int (or CONST) is written now, anything else becomes a patch."""
+    if isinstance(value, UOp) and value.op is Ops.CONST: value = value.arg
+    if isinstance(value, int):
+      if not 0 <= value < 1 << (8 * width): raise ValueError(f"value {value:#x} does not fit in {width} bytes")
+      self.words[dw] = value & 0xFFFFFFFF
+      if width == 8: self.words[dw + 1] = value >> 32
+      return
+    self.patches.append((4 * dw, value.cast(dtypes.uint64 if width == 8 else dtypes.uint32)))
+  def ins(self) -> UOp: return ins(struct.pack(f"<{len(self.words)}I", *self.words), self.patches)
+
+def const_value(v: UOp) -> Any:
+  """A command operand as an int when it is a constant (encoded now), else the UOp (a patch)."""
+  return v.arg if v.op is Ops.CONST else v
+def lo32(v: Any) -> Any:
+  """The low 32 bits of an int or a 64-bit value UOp."""
+  return v & 0xFFFFFFFF if isinstance(v, int) else v.cast(dtypes.uint32)
+def hi32(v: Any) -> Any:
+  """The high 32 bits of an int or a 64-bit value UOp."""
+  return v >> 32 if isinstance(v, int) else (v.cast(dtypes.uint64) >> UOp.const(dtypes.uint64, 32)).cast(dtypes.uint32)
 
 def host_patch(buf: UOp, offset: int, value: UOp) -> UOp:
   """A write the host does before submitting: `value` (its dtype gives the width) at byte `offset` of `buf`."""

@@ -1,11 +1,11 @@
 """pm_lower for AMD: queue IR commands -> INS (PM4 words on COMPUTE queues, SDMA words on COPY queues) with patches."""
 from __future__ import annotations
-import struct
 from typing import Any, Callable
 from core.device.hcq import EncodeCtx
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
+from core.hcq.queue_ir import Words, const_value, hi32, lo32
 from plugin_amd import pm4, sdma
 from plugin_amd.prep import AMDProgramData, USER_SGPRS
 from plugin_amd.runtime import AMDHCQ
@@ -18,32 +18,7 @@ from plugin_amd.regs import gen_of, sh_offset, NUM_USER_DATA, DISPATCH_INITIATOR
 # Waits compare the low 32 bits of a signal (WAIT_REG_MEM/POLL_REGMEM are 32-bit compares): timeline values must stay
 # below 2**32, which a per-submit increment reaches after four billion submits.
 
-class _Words:
-  """Command dwords plus (byte offset, value UOp) patches for what is known only later."""
-  def __init__(self) -> None:
-    self.words: list[int] = []
-    self.patches: list[tuple[int, UOp]] = []
-  def add(self, words: list[int]) -> int:
-    start = len(self.words)
-    self.words.extend(words)
-    return start
-  def set(self, dw: int, value: Any, width: int) -> None:
-    """Fill `width` bytes at dword `dw`: an int (or CONST) is written now, anything else becomes a patch."""
-    if isinstance(value, UOp) and value.op is Ops.CONST: value = value.arg
-    if isinstance(value, int):
-      if not 0 <= value < 1 << (8 * width): raise ValueError(f"value {value:#x} does not fit in {width} bytes")
-      self.words[dw] = value & 0xFFFFFFFF
-      if width == 8: self.words[dw + 1] = value >> 32
-      return
-    self.patches.append((4 * dw, value.cast(dtypes.uint64 if width == 8 else dtypes.uint32)))
-  def ins(self) -> UOp:
-    data = struct.pack(f"<{len(self.words)}I", *self.words)
-    return UOp(Ops.INS, dtypes.void, tuple(v for _, v in self.patches), (data, tuple(o for o, _ in self.patches)))
-
 def getaddr(buf: UOp) -> UOp: return buf if buf.op is Ops.GETADDR else UOp(Ops.GETADDR, dtypes.uint64, (buf,))
-def _lo32(v: Any) -> Any: return v & 0xFFFFFFFF if isinstance(v, int) else v.cast(dtypes.uint32)
-def _hi32(v: Any) -> Any: return v >> 32 if isinstance(v, int) else (v.cast(dtypes.uint64) >> 32).cast(dtypes.uint32)
-def _const_value(v: UOp) -> Any: return v.arg if v.op is Ops.CONST else v
 
 def _check_wait_value(v: Any) -> None:
   if isinstance(v, int) and not 0 <= v < 1 << 32:
@@ -51,7 +26,7 @@ def _check_wait_value(v: Any) -> None:
 
 # *** compute queue (PM4) ***
 
-def _user_sgprs(props: int, kernargs: UOp, w: _Words) -> tuple[list[int], Callable[[int], None]]:
+def _user_sgprs(props: int, kernargs: UOp, w: Words) -> tuple[list[int], Callable[[int], None]]:
   """The COMPUTE_USER_DATA values for the enabled kernel inputs, and a hook placing the kernarg patch once emitted."""
   values: list[int] = []
   kernarg_index = -1
@@ -79,7 +54,7 @@ def lower_launch(gen: str, cmd: UOp, hcq: AMDHCQ | None = None) -> UOp:
   props = data.kernel_code_properties
   if wave32 and gen == "gfx9": raise ValueError(f"{data.name}: wave32 program on gfx9, which runs wave64 only")
   if not all(isinstance(x, int) and x > 0 for x in local_size): raise ValueError(f"local size {local_size} must be positive ints")
-  w = _Words()
+  w = Words()
   w.add(pm4.acquire_mem(gen))
   pgm = w.add(pm4.set_sh_reg(sh_offset(gen, "COMPUTE_PGM_LO"), [0, 0]))
   w.set(pgm + pm4.SET_SH_REG_VALUES_DW, ((getaddr(image) + entry) if entry else getaddr(image)) >> 8, 8)   # PGM_LO/HI = code address >> 8
@@ -102,32 +77,32 @@ def lower_launch(gen: str, cmd: UOp, hcq: AMDHCQ | None = None) -> UOp:
 
 def _lower_wait(packet: list[int], addr_dw: int, ref_dw: int, signal: UOp, value: UOp) -> UOp:
   """A memory poll until the signal's low dword >= value: WAIT_REG_MEM (PM4) or POLL_REGMEM (SDMA), same patches."""
-  w = _Words()
+  w = Words()
   at = w.add(packet)
-  _check_wait_value(v := _const_value(value))
+  _check_wait_value(v := const_value(value))
   w.set(at + addr_dw, getaddr(signal), 8)
-  w.set(at + ref_dw, _lo32(v), 4)
+  w.set(at + ref_dw, lo32(v), 4)
   return w.ins()
 
 def lower_compute_wait(gen: str, signal: UOp, value: UOp) -> UOp:
   return _lower_wait(pm4.wait_reg_mem(0, 0), pm4.WAIT_ADDR_DW, pm4.WAIT_REF_DW, signal, value)
 
 def lower_compute_signal(gen: str, signal: UOp, value: UOp) -> UOp:
-  w = _Words()
+  w = Words()
   at = w.add(pm4.release_mem(gen, 0, 0, data_sel=pm4.DATA_SEL_64))
   w.set(at + pm4.RELEASE_ADDR_DW, getaddr(signal), 8)
-  w.set(at + pm4.RELEASE_DATA_DW, _const_value(value), 8)
+  w.set(at + pm4.RELEASE_DATA_DW, const_value(value), 8)
   return w.ins()
 
 def lower_compute_timestamp(gen: str, buf: UOp) -> UOp:
-  w = _Words()
+  w = Words()
   at = w.add(pm4.release_mem(gen, 0, data_sel=pm4.DATA_SEL_GPU_CLOCK, event_type=pm4.BOTTOM_OF_PIPE_TS, cache_flush=False))
   w.set(at + pm4.RELEASE_ADDR_DW, getaddr(buf), 8)
   return w.ins()
 
 def lower_compute_barrier(gen: str) -> UOp:
   """Wait for earlier dispatches (CS_PARTIAL_FLUSH), then invalidate caches so later ones see their writes."""
-  w = _Words()
+  w = Words()
   w.add(pm4.event_write(pm4.CS_PARTIAL_FLUSH, pm4.EVENT_INDEX_CS_PARTIAL_FLUSH))
   w.add(pm4.acquire_mem(gen))
   return w.ins()
@@ -135,7 +110,7 @@ def lower_compute_barrier(gen: str) -> UOp:
 # *** copy queue (SDMA) ***
 
 def lower_copy(gen: str, dest: UOp, src: UOp, nbytes: int) -> UOp:
-  w = _Words()
+  w = Words()
   for off, n in sdma.copy_chunks(gen, nbytes):
     at = w.add(sdma.copy_linear_one(gen, 0, 0, n))
     w.set(at + sdma.COPY_SRC_DW, getaddr(src) + off if off else getaddr(src), 8)
@@ -147,24 +122,24 @@ def lower_sdma_wait(gen: str, signal: UOp, value: UOp) -> UOp:
 
 def lower_sdma_signal(gen: str, signal: UOp, value: UOp) -> UOp:
   """Two FENCEs, high dword first (sdma.fence64 says why)."""
-  w = _Words()
-  v = _const_value(value)
+  w = Words()
+  v = const_value(value)
   hi, lo = w.add(sdma.fence(0, 0)), w.add(sdma.fence(0, 0))
   w.set(hi + sdma.FENCE_ADDR_DW, getaddr(signal) + 4, 8)
-  w.set(hi + sdma.FENCE_DATA_DW, _hi32(v), 4)
+  w.set(hi + sdma.FENCE_DATA_DW, hi32(v), 4)
   w.set(lo + sdma.FENCE_ADDR_DW, getaddr(signal), 8)
-  w.set(lo + sdma.FENCE_DATA_DW, _lo32(v), 4)
+  w.set(lo + sdma.FENCE_DATA_DW, lo32(v), 4)
   return w.ins()
 
 def lower_sdma_timestamp(gen: str, buf: UOp) -> UOp:
-  w = _Words()
+  w = Words()
   at = w.add(sdma.timestamp(0))
   w.set(at + sdma.TIMESTAMP_ADDR_DW, getaddr(buf), 8)
   return w.ins()
 
 def lower_sdma_barrier(gen: str) -> UOp:
   """The SDMA engine runs packets in order and each copy completes before the next packet; a NOP keeps one INS."""
-  w = _Words()
+  w = Words()
   w.add(sdma.nop(1))
   return w.ins()
 
