@@ -7,7 +7,7 @@ A bundle is a folder:
   k<N>.wgsl            each kernel's WGSL, exactly as the framework ran it
   weights.safetensors  the contents of every buffer the captured kernels read before writing (the model's weights)
   runner.js            a small ES module over the browser's WebGPU API: load(url) -> run({input: TypedArray}) -> outputs
-  index.html           a page that loads the bundle, runs it on zero inputs and prints the outputs
+  index.html           a page that loads the bundle, runs it on zero inputs, prints the outputs and POSTs them to ./result
 
 `replay_bundle` runs a bundle's manifest, shaders and weights through wgpu without the framework: what the JS runner does,
 in Python, so a test can compare the bundle's outputs with the framework's."""
@@ -104,6 +104,8 @@ try {
   const results = await model.run(inputs);
   out.textContent = JSON.stringify(Object.fromEntries(Object.entries(results).map(([k, v]) => [k, Array.from(v)])));
 } catch (e) { out.textContent = "error: " + e; }
+// a test harness serving the bundle takes the result here (a plain file server just refuses the POST)
+fetch("result", {method: "POST", body: out.textContent}).catch(() => {});
 </script>
 """
 

@@ -161,6 +161,7 @@ class WGSLRenderer(CStyleRenderer):
   # per render (set on the copy render() works on): workgroup arrays, buffers stored into, launch and workgroup sizes
   workgroup_vars: list[str]
   written: set[UOp]
+  uses_f16: bool
   gsize: list[int]
   lsize: list[int]
 
@@ -316,6 +317,8 @@ class WGSLRenderer(CStyleRenderer):
     ctx = copy.copy(self)
     ctx.workgroup_vars = []
     ctx.written = {_base(u.src[0].src[0]) for u in uops if u.op is Ops.STORE and u.src[0].op is Ops.INDEX}
+    # `enable f16;` only in kernels that use half: a shader without it runs on adapters without shader-f16 (browsers)
+    ctx.uses_f16 = self.f16 and any(dt.base.scalar() is dtypes.float16 for u in uops for dt in (u.dtype, *(s.dtype for s in u.src)))
     ctx.gsize, ctx.lsize = [1, 1, 1], [1, 1, 1]
     for u in uops:
       if u.op is Ops.SPECIAL: (ctx.gsize if u.arg.startswith("gidx") else ctx.lsize)[int(u.arg[-1])] = u.src[0].arg
@@ -335,14 +338,14 @@ class WGSLRenderer(CStyleRenderer):
     slots = [self[v] for v in vars_] + [f"o{b.arg}" for b in bufs]
     meta = {"name": name, "bufs": [[b.arg, b.dtype.base.name, b.dtype.base.itemsize, b in self.written] for b in bufs],
             "vars": [v.arg[0] for v in vars_], "workgroups": n, "dispatch": [nx, ny, 1], "local": self.lsize}
-    lines = [META + json.dumps(meta, separators=(",", ":"))] + (["enable f16;"] if self.f16 else [])
+    lines = [META + json.dumps(meta, separators=(",", ":"))] + (["enable f16;"] if self.uses_f16 else [])
     for b in bufs:
       s = b.dtype.base.scalar()
       el = ("atomic<u32>" if b in self.written else "u32") if s in PACKED else _VALUE_TYPE[s]
       lines.append(f"@group(0) @binding({b.arg}) var<storage, {'read_write' if b in self.written else 'read'}> {self[b]}: array<{el}>;")
     nbind = max((b.arg for b in bufs), default=-1) + 1
     lines.append(f"@group(0) @binding({nbind}) var<uniform> core_args: array<vec4<u32>, {max(1, -(-len(slots) // 4))}>;")
-    lines += self.workgroup_vars + [HELPERS, HELPERS_MATH, HELPERS_WIDE] + ([HELPERS_F16] if self.f16 else []) + prefix
+    lines += self.workgroup_vars + [HELPERS, HELPERS_MATH, HELPERS_WIDE] + ([HELPERS_F16] if self.uses_f16 else []) + prefix
     lines.append(f"@compute @workgroup_size({', '.join(map(str, self.lsize))})")
     lines.append("fn main(@builtin(workgroup_id) core_wg: vec3<u32>, @builtin(local_invocation_id) core_lid: vec3<u32>) {")
     lines.append(f"  let core_g: u32 = core_wg.x + core_wg.y * {nx}u;")

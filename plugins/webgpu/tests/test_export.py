@@ -37,3 +37,45 @@ def test_export_needs_a_capture(webgpu: Any, tmp_path: pathlib.Path) -> None:
   @Jit
   def f(x: Tensor) -> Tensor: return x * 2
   with pytest.raises(ExportError, match="call it twice"): export_jit(f, tmp_path)
+
+def _chromium() -> str | None:
+  import shutil
+  return next((p for c in ("chromium", "chromium-browser", "google-chrome") if (p := shutil.which(c))), None)
+
+@pytest.mark.skipif(_chromium() is None, reason="no Chromium on this machine (the CI image has none): the bundle is checked by replay_bundle only")
+def test_bundle_runs_in_headless_chromium(webgpu: Any, tmp_path: pathlib.Path) -> None:
+  # the page loads the bundle with runner.js and the browser's WebGPU, runs it on zero inputs and POSTs the output bytes back
+  import http.server, subprocess, threading, time
+  from plugin_webgpu.export import export_jit
+  Tensor.manual_seed(0)
+  l1 = Linear(8, 4)
+  for p in (l1.weight, l1.bias): p.replace(p.to("WEBGPU")).realize()
+  @Jit
+  def model(x: Tensor) -> Tensor: return l1(x).relu() * 2
+  for _ in range(3): model(Tensor(np.ones((3, 8), dtype=np.float32), device="WEBGPU"))
+  export_jit(model, tmp_path / "b")
+  want = model(Tensor(np.zeros((3, 8), dtype=np.float32), device="WEBGPU")).numpy()
+  got: list[bytes] = []
+  class Handler(http.server.SimpleHTTPRequestHandler):
+    def __init__(self, *a: Any, **k: Any) -> None: super().__init__(*a, directory=str(tmp_path / "b"), **k)
+    def log_message(self, *a: Any) -> None: pass
+    def do_POST(self) -> None:
+      got.append(self.rfile.read(int(self.headers["Content-Length"])))
+      self.send_response(204)
+      self.end_headers()
+  server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+  threading.Thread(target=server.serve_forever, daemon=True).start()
+  chrome = subprocess.Popen([str(_chromium()), "--headless=new", "--no-sandbox", "--disable-gpu-sandbox", "--enable-unsafe-webgpu",
+                             "--enable-features=Vulkan", f"--user-data-dir={tmp_path / 'profile'}", f"http://127.0.0.1:{server.server_port}/index.html"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  try:
+    deadline = time.monotonic() + 60
+    while not got and time.monotonic() < deadline: time.sleep(0.1)
+  finally:
+    chrome.kill()
+    chrome.wait()
+    server.shutdown()
+  assert got, "Chromium never reported the bundle's result"
+  assert not got[0].startswith(b"error"), f"the bundle failed in Chromium: {got[0].decode()}"
+  res = json.loads(got[0])
+  np.testing.assert_allclose(np.frombuffer(bytes(res["output0"]), dtype=np.float32).reshape(want.shape), want, rtol=1e-6, atol=1e-6)
