@@ -70,3 +70,13 @@ def test_too_many_storage_buffers_is_a_clear_error(webgpu: Any) -> None:
   acc = ts[0]
   for t in ts[1:]: acc = acc + t
   with pytest.raises(ValueError, match=f"more than the {n} storage buffers per shader stage"): acc.realize()
+
+def test_more_than_65535_workgroups_fold_into_two_dimensions(webgpu: Any) -> None:
+  a = np.arange(70001, dtype=np.float32)
+  np.testing.assert_array_equal((Tensor(a, device="WEBGPU") * 2 + 1).numpy(), a * 2 + 1)
+  from plugin_webgpu.renderer import shader_meta
+  from core.codegen.program import program_source
+  from core.hcq.state import _compiled
+  metas = [shader_meta(program_source(p)) for (_, dev), p in list(_compiled.items()) if dev.startswith("WEBGPU")]
+  big = [m for m in metas if m["workgroups"] >= 70001]
+  assert big and all(m["dispatch"][0] <= 65535 and m["dispatch"][0] * m["dispatch"][1] >= m["workgroups"] for m in big)
