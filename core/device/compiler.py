@@ -1,6 +1,6 @@
 """Compiler base: source text -> binary, with a crash-safe on-disk cache keyed by compiler identity and source hash."""
 from __future__ import annotations
-import functools, hashlib, os, pathlib, re, tempfile, threading
+import functools, hashlib, os, pathlib, re, stat, tempfile, threading
 from typing import Any
 from core.helpers import ContextVar, cache_dir
 
@@ -35,7 +35,13 @@ class Compiler:
     return lib
 
 def _read_entry(path: pathlib.Path) -> bytes | None:
-  try: data = path.read_bytes()
+  # opened without blocking and read only when it is a regular file: a FIFO or device node planted in the cache never hangs us
+  try:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+      if not stat.S_ISREG(os.fstat(fd).st_mode): return None
+      with os.fdopen(fd, "rb", closefd=False) as f: data = f.read()
+    finally: os.close(fd)
   except OSError: return None
   head, digest, lib = data[:len(_MAGIC)], data[len(_MAGIC):len(_MAGIC)+32], data[len(_MAGIC)+32:]
   if head != _MAGIC or hashlib.sha256(lib).digest() != digest: return None

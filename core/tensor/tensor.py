@@ -20,8 +20,9 @@ def canonical_device(device: str | None) -> str:
   from core.device.registry import Device
   return Device.DEFAULT if device is None else Device.canonicalize(device)
 
-def _host_bytes(data: Any, dtype: DType | None) -> tuple[bytes, DType, tuple[int, ...], DType | None]:
-  """(row-major bytes, storage dtype, shape, dtype to cast to afterwards) for a list/tuple or numpy array."""
+def _host_bytes(data: Any, dtype: DType | None) -> tuple[memoryview, DType, tuple[int, ...], DType | None]:
+  """(row-major bytes, storage dtype, shape, dtype to cast to afterwards) for a list/tuple or numpy array: a view of the
+  array itself when it is already contiguous in the storage dtype (the device buffer is the only copy)."""
   import numpy as np
   if isinstance(data, np.ndarray): arr, src = data, from_np(data.dtype)
   else:
@@ -31,8 +32,9 @@ def _host_bytes(data: Any, dtype: DType | None) -> tuple[bytes, DType, tuple[int
     if src.fmt is None: src, dtype = dtypes.float32, dtype
   want = src if dtype is None else dtype
   # bf16/fp8 have no numpy type: store as float32 and cast in the graph
-  if want.fmt is None: return np.ascontiguousarray(arr, dtype=np.float32).tobytes(), dtypes.float32, arr.shape, want
-  return np.ascontiguousarray(arr, dtype=to_np(want)).tobytes(), want, arr.shape, None
+  def raw(a: Any) -> memoryview: return memoryview(a.reshape(-1).view(np.uint8)) if a.size else memoryview(b"")
+  if want.fmt is None: return raw(np.ascontiguousarray(arr, dtype=np.float32)), dtypes.float32, arr.shape, want
+  return raw(np.ascontiguousarray(arr, dtype=to_np(want))), want, arr.shape, None
 
 class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, ElementwiseMixin, ReduceMixin, ConvMixin, NNOpsMixin, SortMixin,
              InteropMixin):
@@ -306,9 +308,10 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
     if gradient.shape != self.shape: raise ValueError(f"gradient shape {gradient.shape} doesn't match tensor shape {self.shape}")
     return compute_gradient(self.uop, gradient.uop.cast(self.dtype), [t.uop for t in targets])
 
-  def gradient(self, *targets: Tensor, gradient: Tensor | None = None, materialize_grads: builtins.bool = False) -> list[Tensor]:
+  def gradient(self, *targets: Tensor, gradient: Tensor | None = None, materialize_grads: builtins.bool = True) -> list[Tensor]:
     """d(self)/d(target) for each target (a leaf or an intermediate tensor of self's graph), as new lazy tensors. `self`
-    must be a scalar unless `gradient` is given."""
+    must be a scalar unless `gradient` is given. A target no gradient reaches gets zeros, as in tinygrad (an empty sum
+    doesn't read its input, a comparison has no gradient); materialize_grads=False raises instead."""
     grads = self._gradients(list(targets), gradient)
     out = []
     for t in targets:

@@ -60,8 +60,33 @@ def _tensor_bytes(t: Tensor) -> bytes:
   if t.dtype in _CARRIER: t = t.bitcast(_CARRIER[t.dtype])
   return t.numpy().astype(to_np(t.dtype).newbyteorder("<"), copy=False).tobytes()
 
+def _umask() -> int:
+  mask = os.umask(0)
+  os.umask(mask)
+  return mask
+
+class _RemoveOnTerm:
+  """While a file is being written: a SIGTERM (the default action kills without running finally blocks) first removes the
+  temporary file, then terminates as it would have. Only the main thread can set signal handlers; elsewhere it does nothing."""
+  def __init__(self, tmp: str):
+    self.tmp = tmp
+    self.prev: Any = None
+  def __enter__(self) -> None:
+    import signal, threading
+    if threading.current_thread() is not threading.main_thread(): return
+    def on_term(signum: int, frame: Any) -> None:
+      try: os.unlink(self.tmp)
+      except OSError: pass
+      signal.signal(signal.SIGTERM, self.prev if self.prev is not None else signal.SIG_DFL)
+      os.kill(os.getpid(), signal.SIGTERM)
+    self.prev = signal.signal(signal.SIGTERM, on_term)
+  def __exit__(self, *exc: object) -> None:
+    import signal
+    if self.prev is not None: signal.signal(signal.SIGTERM, self.prev)
+
 def safe_save(tensors: dict[str, Tensor], fn: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
-  """Writes `tensors` to a .safetensors file; written to a temporary file first and renamed, so a failure leaves no partial file."""
+  """Writes `tensors` to a .safetensors file: into a temporary file first, renamed when complete, so a failure (or a SIGTERM)
+  leaves no partial file behind; the file gets the permissions the user's umask gives a new file."""
   header: dict[str, Any] = {}
   chunks: list[bytes] = []
   offset = 0
@@ -78,42 +103,91 @@ def safe_save(tensors: dict[str, Tensor], fn: str | os.PathLike, metadata: dict[
   path = pathlib.Path(fn)
   fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
   try:
-    with os.fdopen(fd, "wb") as f:
-      f.write(struct.pack("<Q", len(hdr)) + hdr)
-      for c in chunks: f.write(c)
-    os.replace(tmp, path)
+    with _RemoveOnTerm(tmp):
+      with os.fdopen(fd, "wb") as f:
+        f.write(struct.pack("<Q", len(hdr)) + hdr)
+        for c in chunks: f.write(c)
+        os.fchmod(f.fileno(), 0o666 & ~_umask())   # mkstemp makes it 0600; a saved model is an ordinary file
+      os.replace(tmp, path)
   except BaseException:
     if os.path.exists(tmp): os.unlink(tmp)
     raise
 
+MAX_HEADER = 100 << 20   # bytes of JSON header accepted (real files have kilobytes; a bigger one is damage or an attack)
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+  keys = [k for k, _ in pairs]
+  if len(set(keys)) != len(keys): raise ValueError(f"duplicate names {sorted({k for k in keys if keys.count(k) > 1})}")
+  return dict(pairs)
+
 def safe_load_metadata(fn: str | os.PathLike) -> tuple[dict[str, Any], int]:
-  """(the parsed JSON header, the file offset where tensor data starts)."""
+  """(the parsed JSON header, the file offset where tensor data starts); a malformed header raises ValueError saying what."""
   with open(fn, "rb") as f:
     head = f.read(8)
     if len(head) != 8: raise ValueError(f"{fn}: not a safetensors file (shorter than the 8-byte header length)")
     (n,) = struct.unpack("<Q", head)
     size = os.fstat(f.fileno()).st_size
     if n > size - 8: raise ValueError(f"{fn}: header length {n} runs past the end of the {size}-byte file")
-    try: header = json.loads(f.read(n))
+    if n > MAX_HEADER: raise ValueError(f"{fn}: a {n}-byte header is more than the {MAX_HEADER} bytes accepted")
+    try: header = json.loads(f.read(n), object_pairs_hook=_no_duplicates)
     except (UnicodeDecodeError, json.JSONDecodeError) as e: raise ValueError(f"{fn}: the safetensors header is not valid JSON: {e}") from e
+    except RecursionError: raise ValueError(f"{fn}: the safetensors header nests too deeply") from None
+    except ValueError as e: raise ValueError(f"{fn}: the safetensors header has {e}") from None
   if not isinstance(header, dict): raise ValueError(f"{fn}: the safetensors header must be a JSON object")
   return header, 8 + n
 
-def safe_load(fn: str | os.PathLike, device: str | None = None) -> dict[str, Tensor]:
-  """Reads a .safetensors file into a dict of tensors on `device` (the default device when None)."""
-  import numpy as np
-  header, start = safe_load_metadata(fn)
-  raw = pathlib.Path(fn).read_bytes()[start:]
-  ret: dict[str, Tensor] = {}
+def _entries(fn: Any, header: dict[str, Any], data_size: int) -> list[tuple[str, DType, tuple[int, ...], int, int]]:
+  """(name, dtype, shape, begin, end) of every tensor, each field checked, sorted by offset with no overlaps."""
+  out = []
   for name, info in header.items():
-    if name == "__metadata__": continue
-    if info.get("dtype") not in SAFE_DTYPES: raise ValueError(f"{fn}: tensor {name!r} has unknown dtype {info.get('dtype')!r}")
-    dtype, shape, (begin, end) = SAFE_DTYPES[info["dtype"]], tuple(info["shape"]), info["data_offsets"]
-    if not 0 <= begin <= end <= len(raw) or end - begin != prod(shape) * dtype.itemsize:
-      raise ValueError(f"{fn}: tensor {name!r} ({info['dtype']} {list(shape)}) has data_offsets {[begin, end]} that don't fit its size "
-                       f"or the {len(raw)}-byte data section")
-    carrier = _CARRIER.get(dtype, dtype)
-    arr = np.frombuffer(raw, dtype=to_np(carrier).newbyteorder("<"), count=prod(shape), offset=begin).astype(to_np(carrier)).reshape(shape)
-    t = Tensor(arr, device=device, requires_grad=False)
-    ret[name] = t.bitcast(dtype) if carrier is not dtype else t
+    if name == "__metadata__":
+      if not isinstance(info, dict) or not all(isinstance(v, str) for v in info.values()):
+        raise ValueError(f"{fn}: __metadata__ must map names to strings")
+      continue
+    if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
+      raise ValueError(f"{fn}: tensor {name!r} must have exactly dtype, shape and data_offsets, got {info!r}"[:300])
+    dt, shape, offs = info["dtype"], info["shape"], info["data_offsets"]
+    if not isinstance(dt, str) or dt not in SAFE_DTYPES: raise ValueError(f"{fn}: tensor {name!r} has unknown dtype {dt!r}")
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+      raise ValueError(f"{fn}: tensor {name!r} has shape {shape!r}, not a list of non-negative ints")
+    if not isinstance(offs, list) or len(offs) != 2 or not all(type(o) is int for o in offs):
+      raise ValueError(f"{fn}: tensor {name!r} has data_offsets {offs!r}, not [begin, end]")
+    dtype, (begin, end) = SAFE_DTYPES[dt], offs
+    if not 0 <= begin <= end <= data_size or end - begin != prod(shape) * dtype.itemsize:
+      raise ValueError(f"{fn}: tensor {name!r} ({dt} {shape}) has data_offsets {offs} that don't fit its size "
+                       f"or the {data_size}-byte data section")
+    out.append((name, dtype, tuple(shape), begin, end))
+  by_offset = sorted(out, key=lambda e: (e[3], e[4]))
+  for a, b in zip(by_offset, by_offset[1:]):
+    if b[3] < a[4]: raise ValueError(f"{fn}: tensors {a[0]!r} and {b[0]!r} overlap (bytes {a[3]}-{a[4]} and {b[3]}-{b[4]})")
+  return out
+
+def safe_load(fn: str | os.PathLike, device: str | None = None) -> dict[str, Tensor]:
+  """Reads a .safetensors file into a dict of tensors on `device` (the default device when None). The file is mapped, not
+  read: each tensor is copied once, from the mapping into its device buffer, and its pages are dropped from memory after."""
+  import mmap
+  import numpy as np
+  from core.engine.realize import from_host
+  from core.tensor.tensor import canonical_device
+  header, start = safe_load_metadata(fn)
+  dev = canonical_device(device)
+  ret: dict[str, Tensor] = {}
+  with open(fn, "rb") as f:
+    size = os.fstat(f.fileno()).st_size
+    entries = _entries(fn, header, size - start)
+    if size == 0 or not entries: return {name: Tensor.empty(*shape, dtype=dtype, device=dev) for name, dtype, shape, _, _ in entries}
+    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+      for name, dtype, shape, begin, end in entries:
+        carrier = _CARRIER.get(dtype, dtype)
+        view = memoryview(mm)[start + begin:start + end]
+        try:
+          if not np.little_endian and carrier.itemsize > 1:   # the file is little-endian
+            view = memoryview(np.frombuffer(view, dtype=to_np(carrier).newbyteorder("<")).astype(to_np(carrier)))  # type: ignore[arg-type]
+          t = Tensor(from_host(view, carrier, dev, shape) if prod(shape) else Tensor.empty(*shape, dtype=carrier, device=dev).uop,
+                     requires_grad=False)
+        finally: view.release()
+        # the pages were read once: give them back now, so loading costs the tensors' memory and not the file's as well
+        lo = (start + begin) // mmap.PAGESIZE * mmap.PAGESIZE
+        if end > begin and hasattr(mm, "madvise"): mm.madvise(mmap.MADV_DONTNEED, lo, start + end - lo)
+        ret[name] = t.bitcast(dtype) if carrier is not dtype else t
   return ret
