@@ -10,6 +10,9 @@ CXX_INSTALL = "install clang 15 or newer (Debian/Ubuntu: apt-get install clang-1
 # C++17 for __builtin_bit_cast and `if constexpr`-free templates; -fwrapv and -ffp-contract=off keep int overflow and a*b+c as
 # the reference computes them; -w: Metal's [[...]] attributes are unknown to the host compiler
 CHECK_FLAGS = ("-std=c++17", "-fsyntax-only", "-w", "-x", "c++")
+# the second pass: C++ for OpenCL, where device/threadgroup/constant are real address spaces (a cast between two is an error);
+# without OpenCL's own header, whose global math overloads would make `trunc` ambiguous with metal::trunc
+CHECK_CL_FLAGS = ("-cl-std=clc++1.0", "-cl-no-stdinc", "-fsyntax-only", "-w", "-x", "clcpp")
 BUILD_FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-w", "-fwrapv", "-ffp-contract=off", "-fno-math-errno", "-x", "c++")
 
 @functools.cache
@@ -46,14 +49,16 @@ def _cxx_key(cxx: str, flags: tuple[str, ...], *texts: str) -> str:
   return f"{os.path.basename(cxx)}_{_version(cxx)}_{h}"
 
 class MetalCheckCompiler(Compiler):
-  """Linux: clang++ checks the MSL against the host <metal_stdlib> (syntax, types, overloads); the 'binary' is the source itself,
+  """Linux: clang++ checks the MSL against the host <metal_stdlib> (syntax, types, overloads; then address spaces, as C++ for
+  OpenCL); the 'binary' is the source itself,
   as Metal compiles it on the device (newLibraryWithSource), so the MOCK and a Mac get the text that was checked."""
   def __init__(self, cxx: str | None = None):
     self.cxx = cxx or find_cxx()
-    super().__init__(f"metal_check_{_cxx_key(self.cxx, CHECK_FLAGS, METAL_STDLIB)}")
+    super().__init__(f"metal_check_{_cxx_key(self.cxx, CHECK_FLAGS + CHECK_CL_FLAGS, METAL_STDLIB)}")
 
   def compile(self, src: str) -> bytes:
-    _run([self.cxx, *CHECK_FLAGS, "-I", shim_dir(), "-"], f"checking MSL with {os.path.basename(self.cxx)}", src)
+    for flags, what in ((CHECK_FLAGS, "as C++"), (CHECK_CL_FLAGS, "as C++ for OpenCL (address spaces)")):
+      _run([self.cxx, *flags, "-I", shim_dir(), "-"], f"checking MSL {what} with {os.path.basename(self.cxx)}", src)
     return src.encode()
 
 _SIGNATURE = re.compile(r"^kernel void (\w+)\((.*?)\)\s*\{", re.M | re.S)

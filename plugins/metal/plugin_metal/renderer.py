@@ -1,10 +1,12 @@
 """The MSL renderer: Metal Shading Language through core's C-style renderer (kernel functions, address spaces, [[buffer(n)]])."""
 from __future__ import annotations
 import copy
+from typing import Any
 from core.helpers import prod
 from core.ir.dtype import DType, PtrDType, AddrSpace, dtypes
 from core.ir.ops import UOp, Ops
-from core.codegen.c_style import CStyleRenderer, c_code_for_op
+from core.ir.pattern import UPat, PatternMatcher
+from core.codegen.c_style import CStyleRenderer, base_rewrite, c_code_for_op
 
 def _msl_math(fn: str):  # noqa: ANN202
   # metal::precise:: gives the correctly rounded (or libm-grade) result whatever the compile options; half and bfloat compute in
@@ -18,6 +20,16 @@ def _msl_trunc(x: str, dt: DType) -> str: return f"trunc({x})" if dt.scalar() is
 
 msl_code_for_op = {**c_code_for_op, Ops.SQRT: _msl_math("sqrt"), Ops.EXP2: _msl_math("exp2"), Ops.LOG2: _msl_math("log2"),
                    Ops.SIN: _msl_math("sin"), Ops.TRUNC: _msl_trunc, Ops.POW: _msl_pow}
+
+def _msl_load(ctx: MetalRenderer, x: UOp) -> str:
+  # a masked load picks between memory and a value: both sides are made thread values of the type first, or the operands of ?:
+  # would be of different address spaces (device T and thread T)
+  idx = x.src[0]
+  ptr = ctx.render_vec_ptr(idx, x.dtype)
+  if len(idx.src) < 3: return f"(*{ptr})"
+  alt = ctx[x.src[1]] if len(x.src) > 1 and x.src[1].dtype is not dtypes.void else ctx.render_const(0, x.dtype)
+  t = ctx.render_dtype(x.dtype)
+  return f"({ctx[idx.src[2]]}?({t})(*{ptr}):({t})({alt}))"
 
 # the thread-position arguments every kernel takes (Metal fills them from the attribute, the MOCK passes them in this order)
 GROUP_ARG, LOCAL_ARG = "gid", "lid"
@@ -41,6 +53,7 @@ class MetalRenderer(CStyleRenderer):
               dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong", dtypes.float16: "half",
               dtypes.bfloat16: "bfloat", dtypes.float32: "float", dtypes.void: "void", dtypes.index: "long"}
   code_for_op = msl_code_for_op
+  string_rewrite = PatternMatcher([(UPat(Ops.LOAD, name="x"), _msl_load)]) + base_rewrite
   vector_alu: frozenset[Ops] = frozenset()
   has_local = True
   has_shared = True
@@ -73,6 +86,13 @@ class MetalRenderer(CStyleRenderer):
       return f"(({self.render_dtype(dt)})((float)({x})))"
     if dt in (dtypes.float16, dtypes.bfloat16) and from_dt not in (dtypes.float32, dt): return f"(({self.render_dtype(dt)})((float)({x})))"
     return super().render_cast(dt, from_dt, x)
+
+  def render_const(self, v: Any, dt: DType) -> str:
+    # 64-bit literals as `long`/`ulong` (suffixes l, ul): MSL has no `long long`, which the `ll` suffix would make
+    if (s := dt.scalar()) in (dtypes.int64, dtypes.uint64, dtypes.index):
+      v, suffix = int(v), "ul" if s is dtypes.uint64 else "l"
+      return f"({v + 1}{suffix}-1)" if v == s.min and v < 0 else f"({v}{suffix})" if v < 0 else f"{v}{suffix}"
+    return super().render_const(v, dt)
 
   def render_bitcast(self, dt: DType, from_dt: DType, x: str) -> str:
     # vectors are structs, which as_type does not take: lane by lane when the lanes match in size

@@ -4,21 +4,33 @@ from __future__ import annotations
 import hashlib, os, pathlib, tempfile
 from core.helpers import cache_dir
 
-# Address spaces are checked only as far as C++ can: `constant` is const, the others vanish. `threadgroup` arrays are made
-# `static` by the MOCK build (hostbuild.py), so the threads of a threadgroup, run in turn on one host thread, share them.
+# As C++ (the check's first pass and the MOCK's builds) `constant` is const and the other address spaces vanish; `threadgroup`
+# arrays are made `static` by the MOCK build (compiler.host_source), so the threads of a threadgroup, run in turn on one host
+# thread, share them. As C++ for OpenCL (the check's second pass) the address spaces are OpenCL's.
 METAL_STDLIB = r"""#pragma once
+#ifdef __OPENCL_CPP_VERSION__
+/* the check's second pass, as C++ for OpenCL: Metal's address spaces are OpenCL's, so a pointer cast between two of them fails */
+#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+#define device __global
+#define thread __private
+#define threadgroup __local
+#define constant __constant
+#undef INFINITY
+#undef NAN
+#else
 #define kernel
 #define device
 #define thread
 #define threadgroup
 #define constant const
+typedef _Float16 half;
+#endif
 #define INFINITY __builtin_inff()
 #define NAN __builtin_nanf("")
 typedef unsigned char uchar;
 typedef unsigned short ushort;
 typedef unsigned int uint;
 typedef unsigned long ulong;
-typedef _Float16 half;
 typedef uint uint3 __attribute__((ext_vector_type(3)));
 /* bfloat: the top 16 bits of a float; float -> bfloat rounds to nearest even, NaN stays a quiet NaN */
 struct bfloat {

@@ -10,7 +10,7 @@ from metal_tools import need_cxx
 SCRIPT = r'''
 import ctypes, json, numpy as np
 from core.tensor.tensor import Tensor
-from core.engine.jit import Jit
+from core.tensor.jit import Jit
 from core.device.registry import Device
 from core.device.buffer import Buffer
 from core.ir.dtype import dtypes

@@ -1,7 +1,7 @@
 """The MSL renderer, checked on the NULL device (DEV=NULL:METAL): representative Tensor programs are rendered to MSL and every
 kernel is checked by clang++ against the host <metal_stdlib>; the text carries Metal's forms. One subprocess: DEV is read once."""
 from __future__ import annotations
-import json, os, subprocess, sys
+import json, os, re, subprocess, sys
 import pytest
 from metal_tools import need_cxx
 
@@ -37,7 +37,7 @@ def test_every_kernel_is_a_metal_kernel_function(sources: dict[str, list[str]]) 
     for s in srcs:
       assert s.startswith("#include <metal_stdlib>\nusing namespace metal;\n") and "kernel void " in s, name
       assert "device " in s and "[[buffer(0)]]" in s and "[[threadgroup_position_in_grid]]" in s, name
-      assert "double" not in s and "long long" not in s, name   # Metal has neither
+      assert "double" not in s and "long long" not in s and not re.search(r"\dll\b", s), name   # Metal has neither
 
 def test_grouped_reduction_uses_threadgroup_memory_and_barriers(sources: dict[str, list[str]]) -> None:
   s = "\n".join(sources["group_sum"])
@@ -60,3 +60,13 @@ def test_check_compiler_rejects_wrong_msl() -> None:
   with pytest.raises(CompileError, match="undeclared identifier"): MetalCheckCompiler().compile(good.replace("d[gid.x] =", "e[gid.x] ="))
   # a `constant` argument is read-only
   with pytest.raises(CompileError): MetalCheckCompiler().compile(good.replace("device float* d", "constant float* d"))
+
+def test_check_compiler_rejects_a_cast_between_address_spaces() -> None:
+  need_cxx()
+  from core.device.compiler import CompileError
+  from plugin_metal.compiler import MetalCheckCompiler
+  src = ("#include <metal_stdlib>\nusing namespace metal;\nkernel void k(device float* d [[buffer(0)]], uint3 gid [[threadgroup_position_in_grid]], "
+         "uint3 lid [[thread_position_in_threadgroup]]) {\n  threadgroup float temp0[16];\n  temp0[lid.x] = d[lid.x];\n"
+         "  threadgroup_barrier(mem_flags::mem_threadgroup);\n  d[lid.x] = *((threadgroup float*)(temp0+15-lid.x));\n}\n")
+  assert MetalCheckCompiler().compile(src) == src.encode()
+  with pytest.raises(CompileError, match="address space"): MetalCheckCompiler().compile(src.replace("(threadgroup float*)", "(device float*)"))
