@@ -30,7 +30,7 @@ def _args(nwords: int) -> list[int]:
 def export_jit(jit: Any, path: str | pathlib.Path) -> dict[str, Any]:
   """Writes the bundle of `jit` (called at least twice, so its kernels are captured) into the folder `path`; returns the
   manifest. Every captured kernel must run on a WEBGPU device."""
-  from core.engine.jit import _base_buffer
+  from core.tensor.jit import _base_buffer
   from core.engine.run import buffer_of, get_runner
   from core.codegen.program import program_source
   from core import Tensor

@@ -21,6 +21,8 @@ from plugin_webgpu.gpu import GPU
 from plugin_webgpu.queue import DEVICE_BIT, Op, decode, packet_words
 from plugin_webgpu.runtime import WGBuffer, WebGPUProgram, read_words, write_bytes
 
+QUERIES = 512   # timestamp queries per query set: a flush resolves them all
+
 def peek(addr: int) -> int: return ctypes.c_uint64.from_address(addr).value
 def poke(addr: int, value: int) -> None: ctypes.c_uint64.from_address(addr).value = value
 
@@ -76,6 +78,14 @@ class Processor:
     self.gpu, self.enc, self.lock = g, None, threading.RLock()
     self.groups: collections.OrderedDict[tuple[int, bytes], Any] = collections.OrderedDict()   # (handle, kernargs) -> bind group
     self.made = 0   # bind groups made (a Jit replay of unchanged work makes none)
+    # timestamp queries (adapter feature "timestamp-query"): a TIMESTAMP pair around a LAUNCH becomes the compute pass's
+    # begin/end writes into a query set, resolved at the next flush; other TIMESTAMPs read the host clock after completion
+    self.queries = "timestamp-query" in g.features
+    self.qset: Any = None
+    self.q_addrs: list[int] = []        # query index -> the host address its time goes to
+    self.begin: int | None = None       # a TIMESTAMP waiting for the LAUNCH after it
+    self.end_slot: int | None = None    # the query index the next TIMESTAMP's address fills
+    self.timed = 0                      # launches timed by queries
 
   def encoder(self) -> Any:
     if self.enc is None: self.enc = self.gpu.device.create_command_encoder()
@@ -84,10 +94,39 @@ class Processor:
   def flush(self, wait: bool = False) -> None:
     """Submits what was recorded; `wait`: returns once the GPU finished it (and everything before)."""
     from plugin_webgpu.runtime import wait_idle
+    if self.q_addrs and self.end_slot is None: return self.resolve_times()
     if self.enc is not None:
       with self.gpu.lock: self.gpu.device.queue.submit([self.enc.finish()])
       self.enc = None
     if wait: wait_idle(self.gpu)
+
+  def resolve_times(self) -> None:
+    """Submits with the query set resolved, waits, and writes each query's time (ns) to its address."""
+    g, n = self.gpu, len(self.q_addrs)
+    rbuf = g.device.create_buffer(size=8 * n, usage=g.wgpu.BufferUsage.QUERY_RESOLVE | g.wgpu.BufferUsage.COPY_SRC)
+    self.encoder().resolve_query_set(self.qset, 0, n, rbuf, 0)
+    addrs, self.q_addrs = self.q_addrs, []
+    self.flush()
+    for addr, t in zip(addrs, struct.unpack(f"<{n}Q", read_words(g, rbuf, 0, 8 * n))): poke(addr, t)
+
+  def timestamp(self, addr: int, next_is_launch: bool) -> None:
+    if self.end_slot is not None:
+      self.q_addrs[self.end_slot], self.end_slot = addr, None
+    elif self.queries and next_is_launch: self.begin = addr
+    else:
+      self.flush(wait=True)
+      poke(addr, time.monotonic_ns())
+
+  def pass_timestamps(self) -> Any:
+    """The timestamp_writes of the LAUNCH being recorded, when a TIMESTAMP asked for its start."""
+    if self.begin is None: return None
+    if self.qset is None: self.qset = self.gpu.device.create_query_set(type="timestamp", count=QUERIES)
+    if len(self.q_addrs) + 2 > QUERIES: self.flush(wait=True)
+    i = len(self.q_addrs)
+    self.q_addrs += [self.begin, 0]
+    self.begin, self.end_slot = None, i + 1
+    self.timed += 1
+    return {"query_set": self.qset, "beginning_of_pass_write_index": i, "end_of_pass_write_index": i + 1}
 
   def launch(self, image: int, kernargs: int, counts: int) -> None:
     if (prg := _programs.get(handle := peek(image))) is None: raise ValueError(f"LAUNCH of program handle {handle}, which was never loaded")
@@ -100,7 +139,7 @@ class Processor:
       self.made += 1
       if len(self.groups) > 4096: self.groups.popitem(last=False)
     else: self.groups.move_to_end(key)
-    prg.encode(self.encoder(), (), (), bg)
+    prg.encode(self.encoder(), (), (), bg, self.pass_timestamps())
 
   def copy(self, dst: int, src: int, nbytes: int) -> None:
     if dst & DEVICE_BIT and src & DEVICE_BIT and (dst | src | nbytes) & 3 == 0:
@@ -116,15 +155,13 @@ class Processor:
     if dst & DEVICE_BIT: write_bytes(self.gpu, resolve(dst, nbytes), memoryview(data))
     else: ctypes.memmove(dst, data, nbytes)
 
-  def execute(self, op: Op, fields: tuple[int, ...]) -> None:
+  def execute(self, op: Op, fields: tuple[int, ...], next_op: Op | None = None) -> None:
     if op is Op.LAUNCH: self.launch(*fields)
     elif op is Op.COPY: self.copy(*fields)
     elif op is Op.SIGNAL:
       self.flush(wait=True)
       poke(fields[0], fields[1])
-    elif op is Op.TIMESTAMP:
-      self.flush(wait=True)
-      poke(fields[0], time.monotonic_ns())
+    elif op is Op.TIMESTAMP: self.timestamp(fields[0], next_op is Op.LAUNCH)
 
   def step(self, q: Queue) -> bool:
     """Runs the packet at q's read pointer; False when there is none or it is an unsatisfied WAIT (what was recorded is
@@ -138,10 +175,12 @@ class Processor:
       if op is Op.WAIT and peek(fields[0]) < fields[1]:
         self.flush()
         return False
-      self.execute(op, fields)
-      q.rptr += 8 * (len(fields) + 1)
+      nxt = q.rptr + 8 * (len(fields) + 1)
+      next_op = Op(struct.unpack("<Q", q.ring_bytes(nxt, 8))[0] & 0xff) if op is Op.TIMESTAMP and nxt < bell else None
+      self.execute(op, fields, next_op)
+      q.rptr = nxt
     except Exception as e:
-      self.enc = None   # what was recorded for the faulting submit is dropped with it
+      self.enc, self.q_addrs, self.begin, self.end_slot = None, [], None, None   # what the faulting submit recorded is dropped
       q.fault = f"{q.device} {q.name}: fault at ring byte {q.rptr}: {type(e).__name__}: {e}"
       q.rptr = bell
     return True

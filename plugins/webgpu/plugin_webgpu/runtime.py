@@ -113,10 +113,11 @@ class WebGPUProgram:
     entries.append({"binding": nbind, "resource": {"buffer": ubuf, "offset": 0, "size": len(args)}})
     return g.device.create_bind_group(layout=self.p.layout, entries=entries)
 
-  def encode(self, enc: Any, bufs: tuple[WGBuffer, ...], vals: tuple[int, ...], bg: Any = None) -> Any:
-    """Records the dispatch into the command encoder `enc` (a compute pass of its own); returns the bind group."""
+  def encode(self, enc: Any, bufs: tuple[WGBuffer, ...], vals: tuple[int, ...], bg: Any = None, timestamp_writes: Any = None) -> Any:
+    """Records the dispatch into the command encoder `enc` (a compute pass of its own, its start and end written into a
+    timestamp query set when `timestamp_writes` says where); returns the bind group."""
     if bg is None: bg = self.bind_group(bufs, vals)
-    cp = enc.begin_compute_pass()
+    cp = enc.begin_compute_pass(timestamp_writes=timestamp_writes) if timestamp_writes is not None else enc.begin_compute_pass()
     cp.set_pipeline(self.p.pipeline)
     cp.set_bind_group(0, bg)
     cp.dispatch_workgroups(*self.meta["dispatch"])
