@@ -7,7 +7,7 @@ import json, os, subprocess, sys
 CODE = """
 import time, json, numpy as np
 from core import Tensor
-from core.engine.jit import Jit
+from core.tensor.jit import Jit
 KERNELS = {kernels}
 @Jit
 def f(x):

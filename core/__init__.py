@@ -15,8 +15,8 @@ _lazy = {
   "Variable": ("core.ir.ops", "Variable"),
   "UOp": ("core.ir.ops", "UOp"),
   "Ops": ("core.ir.ops", "Ops"),
-  "Jit": ("core.engine.jit", "Jit"),
-  "TinyJit": ("core.engine.jit", "Jit"),
+  "Jit": ("core.tensor.jit", "Jit"),
+  "TinyJit": ("core.tensor.jit", "Jit"),
   "GlobalCounters": ("core.device.counters", "GlobalCounters"),
   "nn": ("core.tensor.nn", None),
 }

@@ -51,7 +51,9 @@ def get_program(ast: UOp, renderer: Any, optimize: bool = True) -> UOp:
   opts), lower the kernel `ast` (a SINK whose arg is the kernel name) and render it with `renderer`."""
   name = ast.arg or "kernel"
   if VIZ:
-    from core.viz import kernel
+    from core.ir.rewrite_log import kernel
+    from core.viz.server import serve_at_exit
+    serve_at_exit()
     with kernel(f"{name} ({renderer.device})"): return _get_program(ast, renderer, optimize, name)
   return _get_program(ast, renderer, optimize, name)
 

@@ -1,6 +1,6 @@
 """Host code in this process: LLVM IR compiled by llvmlite and loaded by its JIT linker, with no C compiler and no backend
 plugin. Core uses it for what runs on the host for every device: the HCQ submit program, and the host builds of GPU
-kernels that MOCK devices run (core/device/hostbuild.py)."""
+kernels that MOCK devices run (core/codegen/hostbuild.py)."""
 from __future__ import annotations
 import ctypes, functools, hashlib, threading
 from typing import Any, Callable

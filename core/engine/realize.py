@@ -10,7 +10,7 @@ from core.schedule.realize_points import contiguous_buffer
 from core.engine.run import buffer_of, _BUF
 from core.device.buffer import Buffer
 from core.device.registry import Device
-import core.engine.jit as _jit
+from core.engine import capture as _capture
 from core.helpers import prod
 from core.device import profiler
 
@@ -270,7 +270,7 @@ def realize(*roots: UOp) -> list[UOp]:
     if not (r.op is Ops.BUFFER or (r.op is Ops.RESHAPE and r.src[0].op is Ops.BUFFER and len(r.src) == 1 and
                                    all(type(d) is int for d in r.arg))): break
   else: return list(roots)
-  capturing = _jit.capturing
+  capturing = _capture.capturing
   todo, substituted = list(roots), False
   if (w := _walk(todo, check_memo=True)) is None:
     todo, substituted = _substitute_realized(todo), True

@@ -328,7 +328,7 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
       rewrite_stats[pass_name].update(track)
       _tracked_matchers[pass_name] = pm
     if VIZ:
-      from core.viz import record
+      from core.ir.rewrite_log import record
       record(pass_name, pm, sink, done[sink], track)
   return done[sink]
 

@@ -42,12 +42,13 @@ class RandomMixin:
     """n uint32 random words. Each call uses a new key (seed, counter); the counter words are 0..ceil(n/2)-1."""
     from core.tensor.tensor import Tensor
     key0, key1 = Tensor._seed & M32, Tensor._rng_counter & M32
-    from core.engine import jit
-    if jit.capturing is not None:
+    from core.engine import capture
+    from core.tensor.jit import JitCapture
+    if isinstance(cap := capture.capturing, JitCapture):
       # inside a Jit the counter can't be a constant (a replay would repeat the numbers): read it from a buffer that
       # the Jit refills before every replay
       from core.tensor.tensor import canonical_device
-      key1 = jit.capturing.rng_key(canonical_device(device), Tensor._rng_counter)
+      key1 = cap.rng_key(canonical_device(device), Tensor._rng_counter)
     Tensor._rng_counter += 1
     half = -(-n // 2)
     ctr = cls._iota(half, device).cast(dtypes.uint32)  # type: ignore[attr-defined]

@@ -3,7 +3,7 @@ JSON endpoints: /api/kernels, /api/kernel/<k> (its passes), /api/graph/<k>/<pass
 from __future__ import annotations
 import http.server, json, os, pathlib, threading
 from typing import Any
-from core.viz import groups
+from core.ir.rewrite_log import groups
 
 PAGE = pathlib.Path(__file__).with_name("page.html")
 MAX_NODES = 3000   # a bigger graph is cut (the page says so): a browser lays out a few thousand boxes, not a whole model
@@ -49,6 +49,17 @@ def serve(port: int = 0) -> http.server.ThreadingHTTPServer:
   srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
   threading.Thread(target=srv.serve_forever, daemon=True, name="core-viz").start()
   return srv
+
+_at_exit = False
+
+def serve_at_exit() -> None:
+  """Serves the page when the process ends (once), if the user asked with the environment variable VIZ: a Context(VIZ=1)
+  block (a test) records without serving."""
+  global _at_exit
+  if _at_exit or os.environ.get("VIZ", "0") in ("", "0"): return
+  _at_exit = True
+  import atexit
+  atexit.register(serve_forever)
 
 def serve_forever() -> None:
   """At exit of a VIZ=1 run: serve on VIZ_PORT (default 8000) until Ctrl-C."""

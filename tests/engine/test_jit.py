@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 from core import Tensor, Jit, TinyJit, GlobalCounters
-from core.engine.jit import JitError
+from core.tensor.jit import JitError
 
 def test_replays_with_new_inputs():
   @Jit

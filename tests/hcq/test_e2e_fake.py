@@ -34,7 +34,7 @@ def test_cross_device_copy_waits_for_producer(fake):
   assert ("COPY:0", 3) in ex1   # a WAIT ran on FAKE:1's copy queue
 
 def test_jit_replays_submission(fake):
-  from core.engine.jit import Jit
+  from core.tensor.jit import Jit
   from core.engine.run import HCQReplay
   @Jit
   def f(x, y): return (x * y + 1).sum()

@@ -6,7 +6,7 @@ import json, os, shutil, subprocess, sys, time, urllib.request
 from typing import Any
 import pytest
 from core import Tensor
-from core import viz
+from core.ir import rewrite_log as viz
 from core.helpers import Context
 from core.viz.server import serve
 

@@ -1,6 +1,6 @@
 """Model state: walk a model for its tensors (state_dict), load them back, save/load safetensors; torch_load, gguf_load and fetch."""
 from __future__ import annotations
-import json, os, pathlib, struct, tempfile
+import json, os, pathlib, secrets, struct
 from collections import OrderedDict
 from typing import Any
 from core.helpers import prod
@@ -67,19 +67,22 @@ def _umask() -> int:
 
 class _RemoveOnTerm:
   """While a file is being written: a SIGTERM (the default action kills without running finally blocks) first removes the
-  temporary file, then terminates as it would have. Only the main thread can set signal handlers; elsewhere it does nothing."""
-  def __init__(self, tmp: str):
-    self.tmp = tmp
+  temporary file named in `tmp` (once set), then terminates as it would have. Only the main thread can set signal handlers;
+  elsewhere it does nothing. Entered before the file is created, so no signal falls between creating and guarding it."""
+  def __init__(self) -> None:
+    self.tmp: str | None = None
     self.prev: Any = None
-  def __enter__(self) -> None:
+  def __enter__(self) -> _RemoveOnTerm:
     import signal, threading
-    if threading.current_thread() is not threading.main_thread(): return
-    def on_term(signum: int, frame: Any) -> None:
-      try: os.unlink(self.tmp)
-      except OSError: pass
-      signal.signal(signal.SIGTERM, self.prev if self.prev is not None else signal.SIG_DFL)
-      os.kill(os.getpid(), signal.SIGTERM)
-    self.prev = signal.signal(signal.SIGTERM, on_term)
+    if threading.current_thread() is threading.main_thread():
+      def on_term(signum: int, frame: Any) -> None:
+        if self.tmp is not None:
+          try: os.unlink(self.tmp)
+          except OSError: pass
+        signal.signal(signal.SIGTERM, self.prev if self.prev is not None else signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+      self.prev = signal.signal(signal.SIGTERM, on_term)
+    return self
   def __exit__(self, *exc: object) -> None:
     import signal
     if self.prev is not None: signal.signal(signal.SIGTERM, self.prev)
@@ -101,17 +104,19 @@ def safe_save(tensors: dict[str, Tensor], fn: str | os.PathLike, metadata: dict[
   hdr = json.dumps(header, separators=(",", ":")).encode()
   hdr += b" " * (-len(hdr) % 8)  # the format pads the header with spaces so the data starts 8-byte aligned
   path = pathlib.Path(fn)
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-  try:
-    with _RemoveOnTerm(tmp):
+  with _RemoveOnTerm() as guard:
+    # named before it exists, so a signal at any point finds the name to remove
+    guard.tmp = tmp = str(path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
       with os.fdopen(fd, "wb") as f:
         f.write(struct.pack("<Q", len(hdr)) + hdr)
         for c in chunks: f.write(c)
-        os.fchmod(f.fileno(), 0o666 & ~_umask())   # mkstemp makes it 0600; a saved model is an ordinary file
+        os.fchmod(f.fileno(), 0o666 & ~_umask())   # created 0600 (nobody reads it half written); a saved model is an ordinary file
       os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp): os.unlink(tmp)
-    raise
+    except BaseException:
+      if os.path.exists(tmp): os.unlink(tmp)
+      raise
 
 MAX_HEADER = 100 << 20   # bytes of JSON header accepted (real files have kilobytes; a bigger one is damage or an attack)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from core.tensor.tensor import Tensor
-from core.engine.jit import Jit, JitError
+from core.tensor.jit import Jit, JitError
 from core.testing.helpers import rng, scaled
 
 def test_replay_matches_numpy_on_new_inputs():

@@ -11,7 +11,7 @@ and stores the new write pointer into the doorbell; each queue's worker thread n
 sleeps between polls and `wait_signal` wakes it at once, so a submit followed by a wait costs no polling delay) and runs the
 processor over the new ring bytes. Waits between queues (WAIT_REG_MEM / POLL_REGMEM) block only their own worker.
 
-Dispatches: at pm_prep_program time the device builds each kernel for the host (core.device.hostbuild) and files it under its code
+Dispatches: at pm_prep_program time the device builds each kernel for the host (core.codegen.hostbuild) and files it under its code
 bytes (register_program); a DISPATCH_DIRECT finds the program by the code at COMPUTE_PGM_LO/HI (cached by address, re-checked
 every time), reads its arguments from the kernarg buffer (address from the user SGPRs) and runs the host build over the
 packet's grid.

@@ -12,7 +12,7 @@ Memory: each buffer object is a memfd; MAP_MEMORY_TO_GPU maps it at its GPU addr
 uses it, is also its host address) and enters it in this GPU's page tables (`vm`, a HostMemory). The queues' command processors
 are mock_cp.py's PM4 and SDMA processors on mock_cp.RingWorker threads, reading the doorbells in the units the hardware uses
 (PM4 compute: dwords; SDMA: bytes) and writing the read pointer back; they touch only what `vm` maps (anything else is a fault, as
-a GPU page fault would be). Kernels run as host builds (core.device.hostbuild) filed by register_program, as on MOCK+AMD.
+a GPU page fault would be). Kernels run as host builds (core.codegen.hostbuild) filed by register_program, as on MOCK+AMD.
 
 Limits (what the simulation does not model): AQL queues, events/interrupts, scratch, and the driver's own memory-limit accounting
 beyond a fixed VRAM budget. A buffer object's GPU address must be a host range reserved through this seam (the simulated GPU

@@ -1,12 +1,12 @@
 """The software command processor that MOCK+AMD and the simulated KFD driver (kfd_sim.py) run: decodes PM4 (compute) and SDMA
-(copy) rings word by word and acts on host memory; dispatches run the host build (core.device.hostbuild) filed for the code they point at;
+(copy) rings word by word and acts on host memory; dispatches run the host build (core.codegen.hostbuild) filed for the code they point at;
 a worker thread per ring serves its doorbell."""
 from __future__ import annotations
 import bisect, collections, ctypes, struct, threading, time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from plugin_amd import pm4, sdma
-from core.device.hostbuild import HostBuild
+from core.codegen.hostbuild import HostBuild
 from plugin_amd.regs import gen_of, sh_offset, sh_name, SH_REG_START, DISPATCH_INITIATOR_COMPUTE_SHADER_EN, \
   DISPATCH_INITIATOR_CS_W32_EN, NUM_USER_DATA
 
@@ -357,7 +357,7 @@ PROGRAMS = ProgramTable()
 def register_program(name: str, uops: tuple[Any, ...], data: Any, image: bytes) -> None:
   """Build kernel `name` (its linearized uops) for the host and file it under its code (`data`: its AMDProgramData, `image`:
   the code object as loaded)."""
-  from core.device.hostbuild import host_build
+  from core.codegen.hostbuild import host_build
   PROGRAMS.add(image, data, host_build(name, uops))
 
 def run_dispatch(d: Dispatch, mem: HostMemory) -> None:

@@ -1,10 +1,10 @@
 """Core's host code: LLVM IR compiled and loaded in process (core.device.hostjit), and host builds of GPU kernels
-(core.device.hostbuild) that MOCK devices run: grid and block coverage, variables, barriers as work-item loops."""
+(core.codegen.hostbuild) that MOCK devices run: grid and block coverage, variables, barriers as work-item loops."""
 from __future__ import annotations
 import ctypes
 import numpy as np
 import pytest
-from core.device.hostbuild import HostBuildError, host_build
+from core.codegen.hostbuild import HostBuildError, host_build
 from core.device.hostjit import HostCompiler, host_library
 from core.ir.dtype import AddrSpace, dtypes
 from core.ir.ops import UOp, Ops, AxisType

@@ -1,48 +1,47 @@
-"""Jit: run a function once, capture the kernels of its second call, then replay them with new input buffers."""
+"""Jit: run a function once, capture the kernels of its second call, then replay them with new input buffers. It lives at the
+tensor level (it takes and returns Tensors); the engine only records schedules into the capture (core/engine/capture.py)."""
 from __future__ import annotations
-import functools
+import functools, struct
 from typing import Any, Callable, Generic, TypeVar
-from core.ir.ops import UOp, Ops
+from core.ir.dtype import dtypes
+from core.ir.ops import UOp, Ops, arg_uops
 from core.helpers import JIT, prod
+from core.engine import capture
+from core.schedule.kernelize import rebind
+from core.schedule.realize_points import contiguous_buffer
+from core.engine.replay import DirectReplay
+from core.engine.run import buffer_of, hcq_replay_for
+from core.tensor.tensor import Tensor
 
 R = TypeVar("R")
 
-class _Capture:
-  """What a Jit records during its capturing call: the schedule items, and the random-number counters it must refill."""
+class JitCapture(capture.Capture):
+  """What a Jit records during its capturing call: the schedule items (the engine adds them), and the random-number
+  counters it must refill before each replay."""
   def __init__(self) -> None:
-    from core.tensor.tensor import Tensor
-    self.items: list[Any] = []
+    super().__init__()
     self.rng_start = Tensor._rng_counter
     self.rng_base: dict[str, Any] = {}   # device -> uint32 Tensor (a buffer) holding the counter at the start of a call
-  def add(self, items: list[Any]) -> None: self.items.extend(items)
   def rng_key(self, device: str, counter: int) -> Any:
     """The random key of the draw numbered `counter`, as a graph value: base buffer + offset within the call."""
-    from core.tensor.tensor import Tensor
-    from core.ir.dtype import dtypes
     if device not in self.rng_base:
-      global capturing
-      saved, capturing = capturing, None   # the buffer itself is set up outside the capture
+      saved, capture.capturing = capture.capturing, None   # the buffer itself is set up outside the capture
       try: self.rng_base[device] = Tensor([self.rng_start & 0xFFFFFFFF], dtype=dtypes.uint32, device=device).contiguous().realize()
-      finally: capturing = saved
+      finally: capture.capturing = saved
     return self.rng_base[device].reshape(()) + (counter - self.rng_start)
-
-capturing: _Capture | None = None
 
 class JitError(RuntimeError): pass
 
 def _tensors_in(args: tuple, kwargs: dict) -> list[Any]:
-  from core.tensor.tensor import Tensor
   vals = list(args) + [kwargs[k] for k in sorted(kwargs)]
   return [v for v in vals if isinstance(v, Tensor)]
 
 def _base_buffer(u: UOp) -> UOp:
-  from core.schedule.realize_points import contiguous_buffer
   if (cb := contiguous_buffer(u)) is None: raise JitError(f"Jit input did not realize to a buffer ({u.op.name})")
   return cb[0]
 
 def _bound_vars(args: tuple, kwargs: dict, inputs: list[Any]) -> dict[UOp, int]:
   """{variable: value} of every bound Variable passed in, directly or inside an input's shape."""
-  from core.ir.ops import arg_uops
   out: dict[UOp, int] = {}
   roots = [a for a in list(args) + list(kwargs.values()) if isinstance(a, UOp)]
   for t in inputs: roots += [u for d in t.shape if isinstance(d, UOp) for u in arg_uops(d)]
@@ -72,8 +71,6 @@ class Jit(Generic[R]):
   def __get__(self, obj: Any, objtype: Any = None) -> Any: return functools.partial(self.__call__, obj)  # methods
 
   def __call__(self, *args: Any, **kwargs: Any) -> R:
-    global capturing
-    from core.engine.run import buffer_of
     inputs = _tensors_in(args, kwargs)
     for t in inputs: t.realize()
     for t in inputs:
@@ -91,15 +88,12 @@ class Jit(Generic[R]):
       self.cnt = 1
       return self.fxn(*args, **kwargs)
     if self.cnt == 1:
-      capturing = _Capture()
-      try: ret = self.fxn(*args, **kwargs)
-      finally: cap, capturing = capturing, None
-      # everything the function returns must be computed now, inside the capture
-      capturing = cap
+      capture.capturing = cap = JitCapture()
       try:
+        ret = self.fxn(*args, **kwargs)
+        # everything the function returns must be computed now, inside the capture
         for t in _tensors_in((ret,) if not isinstance(ret, (tuple, list)) else tuple(ret), {}): t.realize()
-      finally: capturing = None
-      from core.tensor.tensor import Tensor
+      finally: capture.capturing = None
       self.items, self.signature, self.ret = cap.items, sig, ret
       self.rng_base, self.rng_draws = cap.rng_base, Tensor._rng_counter - cap.rng_start
       self.input_bufs = [_base_buffer(t.uop) for t in inputs]
@@ -116,20 +110,13 @@ class Jit(Generic[R]):
     mapping = {old: _base_buffer(t.uop) for old, t in zip(self.input_bufs, inputs)}
     if self.rng_draws:
       # fresh random numbers on every replay: the draws continue the global counter exactly as eager calls would
-      import struct
-      from core.tensor.tensor import Tensor
       for t in self.rng_base.values(): buffer_of(_base_buffer(t.uop)).copyin(struct.pack("<I", Tensor._rng_counter & 0xFFFFFFFF))
       Tensor._rng_counter += self.rng_draws
-    if self.replay is None:
-      from core.engine.run import hcq_replay_for   # HCQ devices replay the captured submission, patched (core/hcq)
-      self.replay = hcq_replay_for(self.items, self.input_bufs)
-    if self.replay is None:
-      from core.engine.replay import DirectReplay
-      self.replay = DirectReplay(self.items, self.input_bufs)
+    # HCQ devices replay the captured submission, patched (core/hcq); the others kernel by kernel
+    if self.replay is None: self.replay = hcq_replay_for(self.items, self.input_bufs) or DirectReplay(self.items, self.input_bufs)
     self.replay([buffer_of(mapping[b]) for b in self.input_bufs], var_vals)
     # the returned tensors keep the captured buffers, except where they are (views of) this call's inputs; their
     # symbolic shapes take this call's values
-    from core.schedule.kernelize import rebind
     for t, u in zip(_tensors_in((self.ret,) if not isinstance(self.ret, (tuple, list)) else tuple(self.ret), {}), self.ret_uops):
       # a plain buffer (the usual return) needs no graph walk
       t.uop = mapping.get(u, u) if u.op is Ops.BUFFER and not var_vals else rebind(u.substitute(mapping), var_vals)
