@@ -1,0 +1,112 @@
+"""Writes docs/tensor-api.md: every public Tensor method in one table (name, what it does, differences from tinygrad and
+PyTorch), from the class itself. `python docs/tensor_api.py` regenerates it; tests/test_docs.py fails when it is stale.
+What a method does comes from the first line of its docstring, else from SUMMARY below; a public method with neither is an
+error, so nothing new goes undocumented."""
+from __future__ import annotations
+import inspect, pathlib, sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+OUT = ROOT / "docs" / "tensor-api.md"
+
+# one line each, for methods whose docstring is missing (short elementwise ops, aliases, properties)
+SUMMARY = {
+  "T": "the transpose of a 2-D tensor (the last two axes reversed for more)", "abs": "absolute value", "acos": "arc cosine",
+  "acosh": "inverse hyperbolic cosine", "add": "self + x, broadcast, with an optional alpha", "all": "True where every element (on an axis) is true",
+  "allclose": "whether every element is close to the other's (isclose with rtol/atol)", "any": "True where some element (on an axis) is true",
+  "argmin": "the index of the smallest element (on an axis)", "argsort": "the indices that sort the tensor along a dimension",
+  "asin": "arc sine", "asinh": "inverse hyperbolic sine", "atanh": "inverse hyperbolic tangent",
+  "bitcast": "the same bits read as another dtype of the same size", "bitwise_and": "bitwise and", "bitwise_not": "bitwise not",
+  "bitwise_or": "bitwise or", "bitwise_xor": "bitwise exclusive or", "bool": "cast to bool", "cast": "cast to a dtype",
+  "ceil": "round up", "celu": "continuously differentiable ELU", "chunk": "split into n pieces along a dimension",
+  "clamp": "limit to [min, max]", "clip": "limit to [min, max] (alias of clamp)", "contiguous": "materialize in row-major order (a realize point)",
+  "contiguous_backward": "make the gradient contiguous in the backward pass", "cos": "cosine", "cosh": "hyperbolic cosine",
+  "cpu": "the tensor on the CPU device", "cumprod": "cumulative product along a dimension", "cumsum": "cumulative sum along a dimension",
+  "data": "the realized bytes as a memoryview (a copy)", "detach": "the same values, cut from the autograd graph",
+  "device": "the device the tensor lives on", "double": "cast to float64", "dtype": "the element type",
+  "element_size": "bytes per element", "elu": "exponential linear unit", "empty_like": "an uninitialized tensor of the same shape",
+  "eq": "elementwise ==", "exp": "e to the power", "exp2": "2 to the power", "expand_as": "broadcast to another tensor's shape",
+  "expm1": "exp(x) - 1", "flatten": "merge dimensions start..end into one", "flip": "reverse along axes", "float": "cast to float32",
+  "floor": "round down", "frac": "the fractional part, x - trunc(x)", "full": "a tensor filled with one value",
+  "full_like": "a tensor of the same shape filled with one value", "ge": "elementwise >=", "glorot_uniform": "Glorot (Xavier) uniform init",
+  "gt": "elementwise >", "half": "cast to float16", "hardsigmoid": "piecewise-linear sigmoid", "hardswish": "x * hardsigmoid(x)",
+  "hardtanh": "clamp to [min_val, max_val]", "int": "cast to int32", "is_floating_point": "whether the dtype is a float",
+  "isfinite": "True where neither inf nor nan", "isinf": "True where +-inf (selectable sign)", "isnan": "True where nan",
+  "item": "the single element as a Python number", "kaiming_normal": "Kaiming (He) normal init", "le": "elementwise <=",
+  "leaky_relu": "relu with a small negative slope", "lerp": "linear interpolation self + w * (end - self)",
+  "linspace": "n evenly spaced values from start to stop", "log": "natural logarithm", "log10": "base-10 logarithm",
+  "log1p": "log(1 + x)", "log2": "base-2 logarithm", "log_softmax": "log of softmax, computed stably", "logical_and": "elementwise and of truth values",
+  "logical_not": "elementwise not of truth values", "logical_or": "elementwise or of truth values", "logical_xor": "elementwise xor of truth values",
+  "logsigmoid": "log(sigmoid(x)), stable", "logsumexp": "log(sum(exp(x))) along an axis, stable", "long": "cast to int64",
+  "lshift": "shift bits left", "lt": "elementwise <", "matmul": "matrix product (batched, broadcast)", "max": "largest element (on an axis)",
+  "maximum": "elementwise max of two tensors", "mean": "mean (on an axis)", "min": "smallest element (on an axis)",
+  "minimum": "elementwise min of two tensors", "mish": "x * tanh(softplus(x))", "moveaxis": "move a dimension to another position",
+  "movedim": "move a dimension to another position (alias of moveaxis)", "mse_loss": "mean squared error against a target",
+  "mul": "self * x, broadcast", "nbytes": "bytes the tensor's elements take", "ndim": "number of dimensions", "ne": "elementwise !=",
+  "neg": "negation", "normal": "normal random values with mean and std", "numel": "number of elements",
+  "numpy": "the values as a numpy array (a read-only view of host memory where possible)", "ones": "a tensor of ones",
+  "ones_like": "ones of the same shape", "permute": "reorder dimensions", "prod": "product (on an axis)",
+  "quick_gelu": "x * sigmoid(1.702 x)", "rand_like": "uniform random values of the same shape", "randn_like": "normal random values of the same shape",
+  "reciprocal": "1 / x", "relu": "max(x, 0)", "relu6": "min(max(x, 0), 6)", "repeat_interleave": "repeat each element n times along a dimension",
+  "replace": "make this tensor hold another's graph (same shape and dtype)", "requires_grad": "whether gradients flow to it (None: may need one)",
+  "requires_grad_": "set requires_grad in place", "rms_norm": "x / sqrt(mean(x^2) + eps) over the last axis", "rsqrt": "1 / sqrt(x)",
+  "scaled_uniform": "uniform init scaled by 1/sqrt(numel)", "selu": "scaled exponential linear unit", "sequential": "apply a list of layers in order",
+  "shape": "the dimensions", "shrink": "keep a (start, end) range of each dimension", "sign": "-1, 0 or 1 by the sign (nan stays nan)",
+  "silu": "x * sigmoid(x)", "sin": "sine", "sinh": "hyperbolic sine", "size": "the shape, or one dimension of it",
+  "softmax": "exp(x) / sum(exp(x)) along an axis, stable", "softmin": "softmax of -x", "softsign": "x / (1 + |x|)",
+  "split": "split into pieces of given sizes along a dimension", "sqrt": "square root", "square": "x * x",
+  "squeeze": "drop size-1 dimensions", "stack": "join tensors along a new dimension", "std": "standard deviation (on an axis, with correction)",
+  "std_mean": "(std, mean) together", "sub": "self - x, broadcast, with an optional alpha", "swish": "x * sigmoid(x) (alias of silu)",
+  "tan": "tangent", "tanh": "hyperbolic tangent", "to_": "move this tensor to another device in place", "tolist": "the values as nested Python lists",
+  "transpose": "swap two dimensions", "trunc": "round toward zero", "unbind": "split into the slices along a dimension",
+  "unflatten": "split one dimension into several", "uniform": "uniform random values in [low, high)", "unsqueeze": "insert a size-1 dimension",
+  "var": "variance (on an axis, with correction)", "var_mean": "(var, mean) together", "view": "reshape (alias)", "zeros": "a tensor of zeros",
+  "zeros_like": "zeros of the same shape",
+}
+
+# where this framework's behaviour differs from tinygrad's or PyTorch's; everything else follows tinygrad
+DIFFERENCES = {
+  "numpy": "a read-only view of the tensor's memory on host devices (CPU, PYTHON), a copy elsewhere and for buffers a Jit rewrites; tinygrad and PyTorch hand out writable arrays",
+  "__array__": "as numpy()",
+  "from_blob": "the device must wrap host memory (CPU); tinygrad wraps any device's pointer",
+  "from_dlpack": "numpy and torch CPU producers; device memory (CUDA capsules) is not taken",
+  "__dlpack__": "always host memory (a copy from devices without host-visible memory)",
+  "data": "a copy of the bytes (tinygrad: a memoryview of the buffer)",
+}
+
+SECTIONS = [("CreationMixin", "Creation"), ("RandomMixin", "Random numbers"), ("MovementMixin", "Movement"), ("IndexingMixin", "Indexing"),
+            ("ElementwiseMixin", "Elementwise"), ("ReduceMixin", "Reductions"), ("SortMixin", "Sorting"), ("ConvMixin", "Convolutions and pooling"),
+            ("NNOpsMixin", "Neural-network ops and losses"), ("InteropMixin", "Interop"), ("Tensor", "Tensor itself: data, autograd, devices")]
+
+def _owner(cls: type, name: str) -> str:
+  return next(c.__name__ for c in cls.__mro__ if name in c.__dict__)
+
+def _summary(cls: type, name: str) -> str:
+  doc = inspect.getdoc(getattr(cls, name)) or ""
+  first = doc.strip().split("\n\n")[0].replace("\n", " ").strip()
+  if first and not (isinstance(inspect.getattr_static(cls, name), property) and name in SUMMARY): return first
+  if name in SUMMARY: return SUMMARY[name]
+  raise ValueError(f"Tensor.{name} has no docstring and no entry in docs/tensor_api.py SUMMARY: document it")
+
+def render() -> str:
+  sys.path.insert(0, str(ROOT))
+  from core.tensor.tensor import Tensor
+  names = sorted(n for n in dir(Tensor) if not n.startswith("_")) + ["__array__", "__dlpack__"]
+  out = ["# The Tensor API", "",
+         "Every public method and property of `core.Tensor`, generated from the class by `python docs/tensor_api.py` (a test",
+         "fails when this page is stale). Names, arguments, broadcasting and dtype promotion follow tinygrad's Tensor, which",
+         "mostly matches PyTorch's; the last column says where this framework differs.", ""]
+  if (lost := [n for n in names if _owner(Tensor, n) not in dict(SECTIONS)]):
+    raise ValueError(f"no section of docs/tensor_api.py SECTIONS holds {lost} (from {sorted({_owner(Tensor, n) for n in lost})})")
+  for owner, title in SECTIONS:
+    mine = [n for n in names if _owner(Tensor, n) == owner]
+    if not mine: continue
+    out += [f"## {title}", "", "| name | what it does | differences |", "|---|---|---|"]
+    for n in mine:
+      text = _summary(Tensor, n).replace("|", "\\|")
+      out.append(f"| `{n}` | {text} | {DIFFERENCES.get(n, 'as tinygrad').replace('|', chr(92) + '|')} |")
+    out.append("")
+  return "\n".join(out)
+
+if __name__ == "__main__":
+  OUT.write_text(render())
+  print(f"wrote {OUT}")
