@@ -13,7 +13,7 @@ def _window_last(x: Tensor, k: int, s: int, d: int) -> Tensor:
   rows of length L+d shifts row j by j*d; a stride-s pick of the first o*s columns then gives the windows."""
   n = x.shape[-1]
   o = (n - d * (k - 1) - 1) // s + 1
-  if o <= 0: raise ValueError(f"window of size {k} (dilation {d}) doesn't fit in a dim of size {n}")
+  if o <= 0: raise RuntimeError(f"window of size {k} (dilation {d}) doesn't fit in a dim of size {n}")
   L = max(n, k * d) + s
   lead = x.shape[:-1]
   x = x.pad([None] * len(lead) + [(0, L - n)])

@@ -104,8 +104,10 @@ class ElementwiseMixin:
   def __ror__(self, x: Any) -> Tensor: return self.bitwise_or(x, True)  # type: ignore[misc]
   def __xor__(self, x: Any) -> Tensor: return self.bitwise_xor(x)  # type: ignore[misc]
   def __rxor__(self, x: Any) -> Tensor: return self.bitwise_xor(x, True)  # type: ignore[misc]
-  def __lshift__(self, x: int) -> Tensor: return self.lshift(x)  # type: ignore[misc]
-  def __rshift__(self, x: int) -> Tensor: return self.rshift(x)  # type: ignore[misc]
+  def __lshift__(self, x: Any) -> Tensor: return self.lshift(x)  # type: ignore[misc]
+  def __rshift__(self, x: Any) -> Tensor: return self.rshift(x)  # type: ignore[misc]
+  def __rlshift__(self, x: Any) -> Tensor: return self.lshift(x, True)  # type: ignore[misc]
+  def __rrshift__(self, x: Any) -> Tensor: return self.rshift(x, True)  # type: ignore[misc]
   def __lt__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x)  # type: ignore[misc]
   def __gt__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x, True)  # type: ignore[misc]
   def __le__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x, True).logical_not()  # type: ignore[misc]
@@ -164,9 +166,10 @@ class ElementwiseMixin:
     # max of negations keeps MAX's NaN handling for floats; ints use a compare so INT_MIN can't overflow
     return -((-a).maximum(-b)) if dtypes.is_float(a.dtype) else (a < b).where(a, b)
   def clip(self: Tensor, min_: Any = None, max_: Any = None) -> Tensor:  # type: ignore[misc]
-    if min_ is None and max_ is None: raise ValueError("clip needs at least one of min_ or max_")
-    ret = self if min_ is None else self.maximum(min_)
-    return ret if max_ is None else ret.minimum(max_)
+    if min_ is None and max_ is None: raise RuntimeError("clip needs at least one of min_ or max_")
+    # where, not maximum/minimum: at a bound the gradient is 1 (torch), not split as for a tie; NaN passes through
+    ret = self if min_ is None else (self < min_).where(min_, self)
+    return ret if max_ is None else (ret > max_).where(max_, ret)
   clamp = clip
 
   # *** sign, abs, rounding ***
@@ -211,6 +214,23 @@ class ElementwiseMixin:
   def cos(self: Tensor) -> Tensor: return ((math.pi / 2) - self._float()).sin()  # type: ignore[misc]
   def tan(self: Tensor) -> Tensor: return self.sin() / self.cos()  # type: ignore[misc]
   def square(self: Tensor) -> Tensor: return self * self  # type: ignore[misc]
+  def atan(self: Tensor) -> Tensor:  # type: ignore[misc]
+    """|x| > 1 folds to pi/2 - atan(1/x); two half-angle steps (atan(x) = 2 atan(x / (1 + sqrt(1 + x^2)))) bring the
+    argument under tan(pi/16) ~ 0.2, where 7 terms of the Taylor series are exact to float32."""
+    x = self._float()
+    big = x.abs() > 1
+    z = big.where(big.where(x, 1.0).reciprocal(), x)   # no 1/0 even in the branch where() drops
+    for _ in range(2): z = z / (1 + (1 + z * z).sqrt())
+    z2, term, series = z * z, z, z
+    for n in range(1, 7):
+      term = term * z2 * -1.0
+      series = series + term * (1.0 / (2 * n + 1))
+    small = series * 4
+    return big.where(x.sign() * (math.pi / 2) - small, small)
+  def asin(self: Tensor) -> Tensor:  # type: ignore[misc]
+    x = self._float()
+    return (x / (1 - x * x).sqrt()).atan()   # NaN outside [-1, 1]; +-1 gives +-inf, whose atan is +-pi/2
+  def acos(self: Tensor) -> Tensor: return (math.pi / 2) - self.asin()  # type: ignore[misc]
   def erf(self: Tensor) -> Tensor:  # type: ignore[misc]
     """The error function to float32 accuracy: its Taylor series for |x| < 0.5, else 1 - erfc(|x|) with the Chebyshev
     fit of erfc (Numerical Recipes' erfcc, relative error < 1.2e-7), signed. Each branch sees a clamped input, so the
@@ -232,6 +252,8 @@ class ElementwiseMixin:
   def pow(self: Tensor, x: Any, reverse: bool = False) -> Tensor:  # type: ignore[misc]
     """self ** x. Small non-negative int exponents multiply (exact, keep the dtype); otherwise exp2(y*log2|b|) with the
     sign fixed for negative bases with integer exponents; int results are rounded back to the int dtype."""
+    # an integral float exponent of a float tensor multiplies too: exact, and its gradient has no 0 * inf at a zero base
+    if not reverse and isinstance(x, float) and x.is_integer() and abs(x) <= 64 and dtypes.is_float(self.dtype): x = int(x)
     if not reverse and isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 64:
       acc, base, e = None, self, x
       while e:
@@ -276,12 +298,14 @@ class ElementwiseMixin:
     if self.dtype is dtypes.bool: return self.logical_not()
     self._need_int("bitwise_not")
     return self._alu(Ops.XOR, self._const(-1 if not dtypes.is_unsigned(self.dtype) else self.dtype.max))
-  def lshift(self: Tensor, x: int) -> Tensor:  # type: ignore[misc]
-    self._need_int("<<")
-    return self._alu(Ops.SHL, self._const(x))
-  def rshift(self: Tensor, x: int) -> Tensor:  # type: ignore[misc]
-    self._need_int(">>")
-    return self._alu(Ops.SHR, self._const(x))
+  def _shift(self: Tensor, op: Ops, x: Any, reverse: bool) -> Tensor:  # type: ignore[misc]
+    a, b = self._operands(x, reverse)
+    if not (dtypes.is_int(a.dtype) or a.dtype is dtypes.bool): raise RuntimeError(f"shifts need int tensors, got {a.dtype}")
+    return a._alu(op, b)
+  def lshift(self: Tensor, x: Any, reverse: bool = False) -> Tensor: return self._shift(Ops.SHL, x, reverse)  # type: ignore[misc]
+  def rshift(self: Tensor, x: Any, reverse: bool = False) -> Tensor:  # type: ignore[misc]
+    """Arithmetic shift: signed values keep their sign."""
+    return self._shift(Ops.SHR, x, reverse)
 
   # *** activations ***
 
@@ -293,7 +317,12 @@ class ElementwiseMixin:
   def elu(self: Tensor, alpha: float = 1.0) -> Tensor: return (self > 0).where(self, (self.exp() - 1) * alpha)  # type: ignore[misc]
   def celu(self: Tensor, alpha: float = 1.0) -> Tensor: return self.maximum(0) + ((self / alpha).exp() - 1).minimum(0) * alpha  # type: ignore[misc]
   def selu(self: Tensor, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor: return self.elu(alpha) * gamma  # type: ignore[misc]
-  def sigmoid(self: Tensor) -> Tensor: return (1 + (-self._float()).exp()).reciprocal()  # type: ignore[misc]
+  def sigmoid(self: Tensor) -> Tensor:  # type: ignore[misc]
+    """1 / (1 + e^-x), as e^-|x| / (1 + e^-|x|) for x < 0: exp never overflows, so neither value nor gradient is NaN at
+    large |x|."""
+    x = self._float()
+    e = (-x.abs()).exp()
+    return (x >= 0).where((1 + e).reciprocal(), e / (1 + e))
   def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:  # type: ignore[misc]
     return (self * alpha + beta).relu() - (self * alpha + beta - 1).relu()
   def tanh(self: Tensor) -> Tensor: return (self * 2).sigmoid() * 2 - 1  # type: ignore[misc]

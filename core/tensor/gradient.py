@@ -38,6 +38,19 @@ def _reduce_max_grad(ctx: UOp, ret: UOp) -> tuple[UOp]:
   count = is_max.cast(ctx.dtype).r(Ops.ADD, ret.arg[1])
   return (is_max.where(_div(ctx, count).expand(x.shape), UOp.const(ctx.dtype, 0, x.device, x.shape)),)
 
+def _prod_grad(ctx: UOp, ret: UOp) -> tuple[UOp]:
+  """d(prod)/dx_i is the product of the other elements. prod/x_i is that only without zeros: with one zero, the zero's
+  slot gets the product of the nonzero elements and every other slot 0; with two or more zeros everything is 0."""
+  x = ret.src[0]
+  assert x.shape is not None
+  axes = ret.arg[1]
+  zero = _eq(x, x.const_like(0))
+  nonzero_prod = zero.where(x.const_like(1), x).r(Ops.MUL, axes).expand(x.shape)
+  zeros = zero.where(x.const_like(1), x.const_like(0)).r(Ops.ADD, axes).expand(x.shape)
+  none, one = _eq(zeros, zeros.const_like(0)), _eq(zeros, zeros.const_like(1))
+  others = zero.where(one.where(nonzero_prod, x.const_like(0)), none.where(_div(nonzero_prod, zero.where(x.const_like(1), x)), x.const_like(0)))
+  return (ctx.expand(x.shape) * others,)
+
 def _pad_grad(ctx: UOp, ret: UOp) -> tuple[UOp]:
   assert ret.src[0].shape is not None
   return (ctx.shrink(tuple((b, b + s) for (b, _), s in zip(ret.arg, ret.src[0].shape))),)
@@ -77,9 +90,7 @@ pm_gradient = PatternMatcher([
   # reductions
   (UPat(Ops.REDUCE_AXIS, name="ret", arg=None, custom=lambda u: u.arg[0] is Ops.ADD), lambda ctx, ret: (ctx.expand(ret.src[0].shape),)),
   (UPat(Ops.REDUCE_AXIS, name="ret", custom=lambda u: u.arg[0] is Ops.MAX), _reduce_max_grad),
-  # d(prod)/dx_i = prod / x_i (a zero input gives NaN, as in tinygrad)
-  (UPat(Ops.REDUCE_AXIS, name="ret", custom=lambda u: u.arg[0] is Ops.MUL),
-   lambda ctx, ret: (_div((ctx * ret).expand(ret.src[0].shape), ret.src[0]),)),
+  (UPat(Ops.REDUCE_AXIS, name="ret", custom=lambda u: u.arg[0] is Ops.MUL), _prod_grad),
   # markers and copies
   (UPat(Ops.CONTIGUOUS, name="ret"), lambda ctx, ret: (ctx,)),
   (UPat(Ops.CONTIGUOUS_BACKWARD, name="ret"), lambda ctx, ret: (ctx.contiguous(),)),

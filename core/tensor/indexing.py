@@ -20,6 +20,9 @@ def _strided(x: Tensor, ax: int, start: int, step: int, count: int) -> Tensor:
   x = x.shrink([(0, 1) if i == ax + 1 else None for i in range(x.ndim)])
   return x.reshape(x.shape[:ax + 1] + x.shape[ax + 2:])
 
+def _has_float(v: Any) -> bool:
+  return isinstance(v, float) or (isinstance(v, (list, tuple)) and any(_has_float(x) for x in v))
+
 class IndexingMixin:
   def _basic_index(self: Tensor, idx: tuple[Any, ...]) -> tuple[Tensor, list[tuple[int, Tensor]]]:  # type: ignore[misc]
     """Applies ints, slices and None; returns the view and [(dim in the view, index tensor)] still to gather."""
@@ -55,6 +58,8 @@ class IndexingMixin:
           x = _strided(x, ax, 0, -step, count)
         ax += 1
       elif isinstance(i, (Tensor, list, tuple)):
+        if not isinstance(i, Tensor) and (_has_float(i) or (len(i) and all(isinstance(v, bool) for v in i))):
+          raise IndexError(f"indices must be ints (boolean masks aren't supported), got {i}")
         t = i if isinstance(i, Tensor) else Tensor(list(i), device=self.device, dtype=dtypes.int32)
         if not dtypes.is_int(t.dtype): raise IndexError(f"tensor indices must be integers, got {t.dtype}")
         tensors.append((ax, t))
@@ -104,7 +109,7 @@ class IndexingMixin:
     from core.tensor.movement import _axis
     d = _axis(dim, self.ndim, "gather")
     if index.ndim != self.ndim or any(a > b for i, (a, b) in enumerate(zip(index.shape, self.shape)) if i != d):
-      raise ValueError(f"gather: index shape {index.shape} must have the rank of {self.shape} and no larger dims outside dim {d}")
+      raise RuntimeError(f"gather: index shape {index.shape} must have the rank of {self.shape} and no larger dims outside dim {d}")
     n = self.shape[d]
     x = self.shrink([None if i == d else (0, s) for i, s in enumerate(index.shape)])
     x = x.unsqueeze(-1).transpose(d, -1)  # dim d moves to the end, a 1 takes its place

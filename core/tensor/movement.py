@@ -21,7 +21,7 @@ class MovementMixin:
     new = argfix(shape, *args)
     if new == self.shape: return self
     new = tuple(self.shape[i] if d is None else d for i, d in enumerate(new))
-    if new.count(-1) > 1: raise ValueError(f"reshape {self.shape} -> {new}: only one dim can be -1")
+    if new.count(-1) > 1: raise RuntimeError(f"reshape {self.shape} -> {new}: only one dim can be -1")
     if -1 in new:
       rest = prod(d for d in new if d != -1)
       if rest == 0 or self.numel() % rest: raise ValueError(f"reshape {self.shape} -> {new}: can't infer the -1 dim")
@@ -34,7 +34,7 @@ class MovementMixin:
 
   def permute(self: Tensor, order: Any, *args: int) -> Tensor:  # type: ignore[misc]
     o = tuple(_axis(d, self.ndim, "permute") for d in argfix(order, *args))
-    if sorted(o) != list(range(self.ndim)): raise ValueError(f"permute: {o} is not a permutation of the {self.ndim} dims of {self.shape}")
+    if sorted(o) != list(range(self.ndim)): raise RuntimeError(f"permute: {o} is not a permutation of the {self.ndim} dims of {self.shape}")
     return self._mop(self.uop.permute(o))
   def transpose(self: Tensor, dim0: int = 1, dim1: int = 0) -> Tensor:  # type: ignore[misc]
     order = list(range(self.ndim))
@@ -59,7 +59,7 @@ class MovementMixin:
     return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1:])
   def squeeze(self: Tensor, dim: int | Sequence[int] | None = None) -> Tensor:  # type: ignore[misc]
     if dim is None: return self.reshape(tuple(d for d in self.shape if d != 1))
-    dims = {_axis(d, self.ndim, "squeeze") for d in ((dim,) if isinstance(dim, int) else dim)} if self.ndim else set()
+    dims = {_axis(d, self.ndim, "squeeze") for d in ((dim,) if isinstance(dim, int) else dim)}
     return self.reshape(tuple(d for i, d in enumerate(self.shape) if not (i in dims and d == 1)))
   def unsqueeze(self: Tensor, dim: int) -> Tensor:  # type: ignore[misc]
     d = _axis(dim, self.ndim + 1, "unsqueeze")
@@ -85,7 +85,9 @@ class MovementMixin:
     return self._mop(self.uop.shrink(a))  # type: ignore[arg-type]
 
   def flip(self: Tensor, axis: int | Sequence[int], *args: int) -> Tensor:  # type: ignore[misc]
-    axes = {_axis(a, self.ndim, "flip") for a in argfix(axis, *args)}
+    given = [_axis(a, self.ndim, "flip") for a in argfix(axis, *args)]
+    if len(set(given)) != len(given): raise RuntimeError(f"flip: dims {given} repeat a dim")
+    axes = set(given)
     return self._mop(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
 
   def _pad_arg(self: Tensor, padding: Any) -> list[tuple[int, int]]:  # type: ignore[misc]
@@ -102,11 +104,17 @@ class MovementMixin:
     """Pads (or, with negative amounts, crops) each dim. Modes: constant, reflect, replicate, circular."""
     pads = self._pad_arg(padding)
     if mode not in ("constant", "reflect", "replicate", "circular"): raise NotImplementedError(f"pad: unknown mode {mode!r}")
-    # negative pads are crops: do them first, then pad with what is left
+    # negative pads are crops. torch crops first for circular (the wrap comes from what is left) and pads first for
+    # reflect and replicate (they read the whole input); for constant the order doesn't matter
+    pos = [(max(0, b), max(0, a)) for b, a in pads]
+    if mode in ("reflect", "replicate") and any(b < 0 or a < 0 for b, a in pads):
+      padded = self.pad(pos, mode=mode)
+      crop = [(max(0, -b), s - max(0, -a)) for (b, a), s in zip(pads, padded.shape)]
+      if any(e < b for b, e in crop): raise ValueError(f"pad: negative padding {pads} removes more than shape {self.shape}")
+      return padded.shrink(crop)
     crop = [(max(0, -b), s - max(0, -a)) for (b, a), s in zip(pads, self.shape)]
     if any(e < b for b, e in crop): raise ValueError(f"pad: negative padding {pads} removes more than shape {self.shape}")
     x = self.shrink(crop)
-    pos = [(max(0, b), max(0, a)) for b, a in pads]
     if not any(b or a for b, a in pos): return x
     if mode == "constant":
       ret = x._mop(x.uop.pad(tuple(pos)))
@@ -131,6 +139,9 @@ class MovementMixin:
 
   def cat(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:  # type: ignore[misc]
     """Joins tensors along `dim`: each is padded to the full length with zeros and the results are added."""
+    if isinstance(self, (list, tuple)):   # Tensor.cat([a, b])
+      if args: raise ValueError("cat: pass the tensors either as one sequence or one by one, not both")
+      return self[0].cat(*self[1:], dim=dim)
     ts = [self, *args]
     d = _axis(dim, self.ndim, "cat")
     for t in ts:
@@ -148,6 +159,9 @@ class MovementMixin:
     for p in parts[1:]: out = out._alu(Ops.OR if dt is dtypes.bool else Ops.ADD, p)
     return out
   def stack(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:  # type: ignore[misc]
+    if isinstance(self, (list, tuple)):   # Tensor.stack([a, b])
+      if args: raise ValueError("stack: pass the tensors either as one sequence or one by one, not both")
+      return self[0].stack(*self[1:], dim=dim)
     d = _axis(dim, self.ndim + 1, "stack")
     return self.unsqueeze(d).cat(*[t.unsqueeze(d) for t in args], dim=d)
 

@@ -103,7 +103,8 @@ class NNOpsMixin:
   def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:  # type: ignore[misc]
     """self / max(||self||_p along dim, eps) (torch.nn.functional.normalize)."""
     a = self._float().abs()
-    if p == 2: norm = (a * a).sum(dim, keepdim=True).sqrt()
+    if p == 0: norm = (a != 0).sum(dim, keepdim=True).cast(a.dtype)   # the count of nonzero elements, as torch
+    elif p == 2: norm = (a * a).sum(dim, keepdim=True).sqrt()
     elif p == 1: norm = a.sum(dim, keepdim=True)
     elif p == float("inf"): norm = a.max(dim, keepdim=True)
     else: norm = a.pow(p).sum(dim, keepdim=True).pow(1 / p)

@@ -11,7 +11,8 @@ if TYPE_CHECKING:
 def _axes(axis: int | Sequence[int] | None, ndim: int, op: str) -> tuple[int, ...]:
   from core.tensor.movement import _axis
   if axis is None: return tuple(range(ndim))
-  return tuple(sorted({_axis(a, ndim, op) for a in ((axis,) if isinstance(axis, int) else axis)}))
+  axes = tuple(sorted({_axis(a, ndim, op) for a in ((axis,) if isinstance(axis, int) else axis)}))
+  return axes if ndim else ()   # a 0-d tensor takes axis 0 or -1, and there is nothing to reduce
 
 SPLIT_REDUCE = 1 << 14  # longer float sums are split in two stages
 
@@ -37,6 +38,7 @@ def _split_sum(u: UOp, shape: tuple, axes: tuple[int, ...], n: int) -> UOp:
 class ReduceMixin:
   def _reduce(self: Tensor, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:  # type: ignore[misc]
     axes = _axes(axis, self.ndim, op.name.lower())
+    if not axes: return self
     shape = self.shape
     kept = tuple(1 if i in axes else s for i, s in enumerate(shape))
     n = math.prod(shape[a] for a in axes)
@@ -225,6 +227,7 @@ class ReduceMixin:
     formula = formula.replace(" ", "")
     lhs, arrow, rhs = formula.partition("->")
     ins = lhs.split(",")
+    if any(s.count("...") > 1 for s in ins): raise RuntimeError(f"einsum {formula!r}: an operand can have only one ellipsis")
     if len(ins) != len(ops): raise ValueError(f"einsum {formula!r}: {len(ins)} inputs in the formula but {len(ops)} tensors")
     free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in formula]
     ell = max((t.ndim - len(s.replace("...", "")) for s, t in zip(ins, ops) if "..." in s), default=0)
@@ -235,7 +238,7 @@ class ReduceMixin:
     sizes: dict[str, int] = {}
     xs = []
     for s, t in zip(ins, ops):
-      if len(s) != t.ndim: raise ValueError(f"einsum {formula!r}: {s!r} has {len(s)} labels for a tensor of shape {t.shape}")
+      if len(s) != t.ndim: raise RuntimeError(f"einsum {formula!r}: {s!r} has {len(s)} labels for a tensor of shape {t.shape}")
       if len(set(s)) != len(s):  # repeated label: take the diagonal
         for c in set(s):
           while s.count(c) > 1:
@@ -247,7 +250,7 @@ class ReduceMixin:
             s = s[:i] + s[i + 1:j] + s[j + 1:]
             s = s[:i] + c + s[i:]
       for c, d in zip(s, t.shape):
-        if c in sizes and 1 not in (sizes[c], d) and sizes[c] != d: raise ValueError(f"einsum {formula!r}: label {c} has sizes {sizes[c]} and {d}")
+        if c in sizes and 1 not in (sizes[c], d) and sizes[c] != d: raise RuntimeError(f"einsum {formula!r}: label {c} has sizes {sizes[c]} and {d}")
         sizes[c] = max(sizes.get(c, 1), d) if d != 0 else 0
       order = sorted(range(len(s)), key=lambda i: letters.index(s[i]))
       t = t.permute(order).reshape([t.shape[s.index(c)] if c in s else 1 for c in letters])
@@ -266,6 +269,8 @@ class ReduceMixin:
     x = self.cast(dtype) if dtype is not None else self._float()
     e = (x - x.max(axis, keepdim=True).detach()).exp()
     return e / e.sum(axis, keepdim=True)
+  def softmin(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:  # type: ignore[misc]
+    return (-self).softmax(axis, dtype)
   def log_softmax(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:  # type: ignore[misc]
     x = self.cast(dtype) if dtype is not None else self._float()
     m = x - x.max(axis, keepdim=True).detach()

@@ -50,9 +50,11 @@ def test_gradient_wrt_intermediates():
   np.testing.assert_allclose(gc.numpy(), bn, rtol=1e-6)
   np.testing.assert_allclose(gb.numpy(), np.exp(bn) * (1 + bn), rtol=1e-5)
   np.testing.assert_allclose(ga.numpy(), 3 * np.exp(bn) * (1 + bn), rtol=1e-5)
-  with pytest.raises(RuntimeError): loss.gradient(Tensor([1.0, 2.0]))   # not in the graph
-  (z,) = loss.gradient(Tensor([1.0, 2.0]), materialize_grads=True)
+  (z,) = loss.gradient(Tensor([1.0, 2.0]))   # not in the graph: zeros, as in tinygrad
   np.testing.assert_equal(z.numpy(), [0.0, 0.0])
+  with pytest.raises(RuntimeError): loss.gradient(Tensor([1.0, 2.0]), materialize_grads=False)
+  (ge,) = Tensor.ones(0, 3).sum().gradient(e := Tensor.ones(0, 3))   # an empty sum doesn't read its input
+  assert ge.shape == e.shape
 
 # *** exception types ***
 
@@ -84,6 +86,25 @@ def test_exception_types():
   with pytest.raises(ValueError): t[::0]
   with pytest.raises(TypeError): t[:Tensor([2]), 1]
   with pytest.raises(IndexError): Tensor(2.0)[:]
+
+def test_tinygrad_exception_types():
+  t = Tensor.ones(3, 4, 5)
+  with pytest.raises(RuntimeError): t.permute(0, 2)
+  with pytest.raises(RuntimeError): t.flip((0, 0))
+  with pytest.raises(RuntimeError): t.reshape(-1, -1, 5)
+  with pytest.raises(RuntimeError): Tensor.einsum("ij,jk->ik", Tensor.ones(2, 3), Tensor.ones(4, 5))
+  with pytest.raises(RuntimeError): Tensor.einsum("...ik...,...jk->", t, t)
+  with pytest.raises(RuntimeError): Tensor.einsum("ij->i", t)
+  with pytest.raises(RuntimeError): t.gather(0, Tensor([1]))
+  with pytest.raises(RuntimeError): Tensor.ones(1, 1, 6, 7).conv2d(Tensor.ones(6, 1, 3, 3), dilation=3)
+  with pytest.raises(RuntimeError): t.clip(None, None)
+  with pytest.raises(IndexError): Tensor(1.0).squeeze(1)
+  with pytest.raises(IndexError): t[[True, False]]
+  with pytest.raises(IndexError): t[[1.5]]
+  with pytest.raises(ValueError): Tensor.stack((Tensor([1, 2]), Tensor([3, 4])), Tensor([5, 6]))
+  np.testing.assert_equal(Tensor.stack([Tensor([1, 2]), Tensor([3, 4])], dim=1).numpy(), [[1, 3], [2, 4]])
+  np.testing.assert_equal(Tensor.cat((Tensor([1]), Tensor([2, 3]))).numpy(), [1, 2, 3])
+  assert Tensor(2.0).squeeze(0).shape == () and Tensor(2.0).squeeze(-1).shape == ()
 
 def test_arange_int_range():
   for args, dt in [((2**33,), dtypes.int32), ((129,), dtypes.int8), ((-129, 128), dtypes.int8), ((128, 0, -1), dtypes.int8), ((127, -130, -1), dtypes.int8)]:

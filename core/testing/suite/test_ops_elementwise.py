@@ -269,3 +269,30 @@ def test_pow_fmod_special_values():
   d = np.array([np.inf, -np.inf, 2.0, 2.0, 2.0, 3.0], np.float32)
   with np.errstate(all="ignore"): want = np.fmod(a, d)
   np.testing.assert_equal(Tensor(a).fmod(Tensor(d)).numpy(), want)
+
+def test_inverse_trig():
+  check_op([(3, 5)], Tensor.atan, np.arctan, low=-4, high=4)
+  check_op([(3, 5)], Tensor.asin, np.arcsin, low=-0.95, high=0.95)
+  check_op([(3, 5)], Tensor.acos, np.arccos, low=-0.95, high=0.95)
+  x = np.array([-1e30, -300.0, -1.0, -0.0, 1e-7, 1.0, 300.0, np.inf, -np.inf], np.float32)
+  np.testing.assert_allclose(Tensor(x).atan().numpy(), np.arctan(x.astype(np.float64)), rtol=1e-6, atol=1e-7)
+  np.testing.assert_allclose(Tensor([-1.0, 1.0]).asin().numpy(), [-np.pi / 2, np.pi / 2], rtol=1e-6)
+  assert np.isnan(Tensor([1.5]).asin().item()) and np.isnan(Tensor([-1.5]).acos().item())
+
+def test_extreme_gradients_and_clip_bounds():
+  check_op([(2, 3)], Tensor.sigmoid, _np_sigmoid, low=-400, high=-300)   # exp(-x) would overflow: no NaN value or gradient
+  check_op([(2, 3)], Tensor.sigmoid, _np_sigmoid, low=300, high=400)
+  check_op([(2, 3)], Tensor.tanh, np.tanh, low=-303, high=-300, grad_atol=1e-6)
+  check_op([(2, 3)], lambda t: t.gelu(), lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))), low=-400, high=-300)
+  t = Tensor([-3.0, -2.5, 0.0, 1.5, 2.0])
+  t.clip(-2.5, 1.5).sum().backward()
+  np.testing.assert_equal(t.grad.numpy(), [0.0, 1.0, 1.0, 1.0, 0.0])   # 1 at the bounds, as torch
+  np.testing.assert_equal(Tensor([-1.0, 5.0]).clip(3, 0).numpy(), [0.0, 0.0])   # min > max: max wins
+
+def test_shift_by_tensor():
+  a = np.array([-8, 5, -2**31, 7], np.int32)
+  s = np.array([1, 2, 1, 0], np.int32)
+  np.testing.assert_equal((Tensor(a) << Tensor(s)).numpy(), a << s)
+  np.testing.assert_equal((Tensor(a) >> Tensor(s)).numpy(), a >> s)
+  np.testing.assert_equal((3 << Tensor(s)).numpy(), 3 << s)
+  with pytest.raises(RuntimeError): Tensor([1.0]) << 2

@@ -131,9 +131,11 @@ def test_int_getitem_dtypes(dt):
 
 @pytest.mark.parametrize("mode,npmode", [("reflect", "reflect"), ("replicate", "edge"), ("circular", "wrap")])
 def test_pad_modes_negative(mode, npmode):
-  # negative amounts crop first; the mode then pads what is left
+  # negative amounts crop; circular wraps what is left
   check_op([(4, 5)], lambda t: t.pad(((-1, 2), (2, -2)), mode=mode), lambda x: np.pad(x[1:, :3], ((0, 2), (2, 0)), mode=npmode))
   check_op([(2, 5)], lambda t: t.pad((-1, 3), mode=mode), lambda x: np.pad(x[:, 1:], ((0, 0), (0, 3)), mode=npmode))
+  if mode != "circular":   # reflect and replicate pad from the whole input, then crop (torch's order)
+    check_op([(2, 5)], lambda t: t.pad((3, -3), mode=mode), lambda x: np.pad(x, ((0, 0), (3, 0)), mode=npmode)[:, :-3])
 
 @pytest.mark.parametrize("d", [-2, -1, 0, 1, 3])
 def test_tril_triu(d):

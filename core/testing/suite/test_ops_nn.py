@@ -187,9 +187,10 @@ def _np_unpool(y, idx, shape):
     for c in range(shape[1]): out[b, c, idx[b, c].ravel()] = y[b, c].ravel()
   return out.reshape(shape)
 
-@pytest.mark.parametrize("p,dim", [(2.0, 1), (1.0, 0), (3.0, -1), (float("inf"), 1)], ids=str)
+@pytest.mark.parametrize("p,dim", [(2.0, 1), (1.0, 0), (3.0, -1), (float("inf"), 1), (0, 1), (-1, 0)], ids=str)
 def test_normalize(p, dim):
   def want(x):
+    if p == 0: return x / np.maximum((x != 0).sum(dim, keepdims=True), 1e-12)   # torch: the count of nonzero elements
     n = np.abs(x).max(dim, keepdims=True) if p == float("inf") else (np.abs(x) ** p).sum(dim, keepdims=True) ** (1 / p)
     return x / np.maximum(n, 1e-12)
   check_op([(3, 4)], lambda t: t.normalize(p, dim), want)

@@ -170,3 +170,15 @@ def test_cumulative_zero_size_and_scalar():
                          ids=str)
 def test_einsum_ellipsis(formula, np_formula, shapes):
   check_op(shapes, lambda *ts: Tensor.einsum(formula, *ts), lambda *xs: np.einsum(np_formula or formula, *xs))
+
+def test_prod_gradient_with_zeros():
+  for v in ([1.0, 2.0, 3.0], [0.0, 2.0, 3.0], [0.0, 0.0, 3.0]):
+    check_op([(3,)], lambda t: t.prod(), lambda x: x.prod(), inputs=[np.array(v, np.float32)])
+  x = np.array([[0.0, 2.0, 3.0], [1.0, 0.0, 0.0], [2.0, 3.0, 4.0]], np.float32)
+  check_op([x.shape], lambda t: t.prod(1), lambda a: a.prod(1), inputs=[x])
+
+def test_reduce_scalar_with_axis():
+  for f, nf in ((lambda t: t.sum(0), np.sum), (lambda t: t.max(-1), np.max), (lambda t: t.softmax(0), lambda x: np.ones_like(x)),
+                (lambda t: t.log_softmax(-1), lambda x: np.zeros_like(x)), (lambda t: t.logsumexp(0), lambda x: x)):
+    check_op([()], f, nf)
+  check_op([(3, 4)], lambda t: t.softmin(1), lambda x: np.exp(-x) / np.exp(-x).sum(1, keepdims=True))
