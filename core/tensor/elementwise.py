@@ -267,13 +267,20 @@ class ElementwiseMixin:
     b, y = self._operands(x, reverse)
     out_dt = b.dtype
     bf, yf = b._float(), y._float()
-    mag = (yf * bf.abs().log2()).exp2()
+    # IEEE pow: x**0 and 1**y are 1 (even for NaN), and so is (-1)**(+-inf); the log form gives NaN there. Those places
+    # compute with base 1 (the double where): their dropped branch then has a finite gradient, not 0 * NaN
+    one = (yf == 0) | (bf == 1) | ((bf == -1) & yf.isinf())
+    zero = (bf == 0) & one.logical_not()
+    mag = (yf * (one | zero).where(1.0, bf).abs().log2()).exp2()
     y_int = yf.trunc() == yf
     y_odd = y_int & ((yf * 0.5).trunc() != yf * 0.5)
     neg = bf < 0
-    ret = neg.where(y_int.where(y_odd.where(-mag, mag), mag._const(math.nan)), mag)
-    # IEEE pow: x**0 and 1**y are 1 (even for NaN), and so is (-1)**(+-inf); the log form gives NaN there
-    one = (yf == 0) | (bf == 1) | ((bf == -1) & yf.isinf())
+    # a negative base needs an integer exponent, except -inf (IEEE: (-inf)**y is |(-inf)**y| unless y is an odd integer);
+    # the NaN is a factor of mag only there, so the gradient is NaN there (as torch) and nowhere else
+    bad = neg & (y_int | bf.isinf()).logical_not()
+    ret = neg.where(y_odd.where(-mag, mag * bad.where(math.nan, 1.0)), mag)
+    # 0**y: 0 for y > 0 (as base * [y == 1], so the gradient y * 0**(y-1) is right for y >= 1), inf for y < 0
+    ret = zero.where((yf > 0).where(bf * (yf == 1).where(1.0, 0.0), math.inf), ret)
     ret = one.where(ret._const(1.0), ret)
     if dtypes.is_float(out_dt): return ret
     return ret.round().cast(out_dt)

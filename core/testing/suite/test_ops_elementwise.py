@@ -261,10 +261,15 @@ def test_special_values():
       np.testing.assert_allclose(got[[0, 5, 6]], [0.0, np.inf, np.nan])
 
 def test_pow_fmod_special_values():
-  b = np.array([0.0, -2.0, -2.0, 2.0, 0.5, 2.0, -1.0, 1.0, -np.inf, 1.0, 0.0, np.nan], np.float32)
-  e = np.array([0.0, 0.5, 3.0, np.inf, np.inf, -np.inf, np.inf, np.nan, 3.0, -np.inf, -1.0, 0.0], np.float32)
+  b = np.array([0.0, -2.0, -2.0, 2.0, 0.5, 2.0, -1.0, 1.0, -np.inf, 1.0, 0.0, np.nan, -np.inf, -np.inf, -np.inf], np.float32)
+  e = np.array([0.0, 0.5, 3.0, np.inf, np.inf, -np.inf, np.inf, np.nan, 3.0, -np.inf, -1.0, 0.0, 0.3, 3.3, -3.0], np.float32)
   with np.errstate(all="ignore"): want = np.power(b, e)
   np.testing.assert_allclose((Tensor(b) ** Tensor(e)).numpy(), want, rtol=1e-6)   # 0**0, 1**nan, (-1)**inf, (-2)**0.5, ...
+  t = Tensor([-1.5, 0.7, 0.0, 2.0])
+  (g,) = (t ** 5.5).sum().gradient(t)   # NaN only where the value is NaN; x**0 has gradient 0 even at a zero base
+  np.testing.assert_allclose(g.numpy(), [np.nan, 5.5 * 0.7 ** 4.5, 0.0, 5.5 * 2.0 ** 4.5], rtol=1e-5)
+  (g,) = (t ** Tensor([0.0, 0.0, 0.0, 0.0])).sum().gradient(t)
+  np.testing.assert_equal(g.numpy(), [0.0, 0.0, 0.0, 0.0])
   a = np.array([5.0, -5.0, np.inf, 7.5, -7.5, 0.0], np.float32)
   d = np.array([np.inf, -np.inf, 2.0, 2.0, 2.0, 3.0], np.float32)
   with np.errstate(all="ignore"): want = np.fmod(a, d)
