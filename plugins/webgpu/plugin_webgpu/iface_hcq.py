@@ -9,7 +9,7 @@ involves host memory, and when the queue runs dry. A replayed schedule sends the
 groups are kept (keyed by the program and the argument bytes), so a Jit replay only records set_pipeline, set_bind_group and
 dispatch_workgroups per kernel, never a new bind group or uniform for unchanged work."""
 from __future__ import annotations
-import collections, ctypes, hashlib, itertools, struct, threading, time, weakref
+import collections, ctypes, hashlib, struct, threading, time, weakref
 from typing import Any, Callable
 from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp
@@ -19,32 +19,12 @@ from core.device.hcq import HCQDevice, RingLayout, handle_addr
 from core.hcq import HCQError
 from plugin_webgpu.gpu import GPU
 from plugin_webgpu.queue import DEVICE_BIT, Op, decode, packet_words
-from plugin_webgpu.runtime import WGBuffer, WebGPUProgram, read_words, write_bytes
+from plugin_webgpu.runtime import WGBuffer, WebGPUProgram, device_addr, read_words, resolve, write_bytes
 
 QUERIES = 512   # timestamp queries per query set: a flush resolves them all
 
 def peek(addr: int) -> int: return ctypes.c_uint64.from_address(addr).value
 def poke(addr: int, value: int) -> None: ctypes.c_uint64.from_address(addr).value = value
-
-# *** GPU buffers by address: DEVICE_BIT | slot << 32 | offset ***
-
-_slots: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
-_slot_of: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-_next_slot = itertools.count(1)
-_slot_lock = threading.Lock()
-
-def device_addr(h: WGBuffer) -> int:
-  with _slot_lock:
-    if (s := _slot_of.get(h.buf)) is None:
-      s = _slot_of[h.buf] = next(_next_slot)
-      _slots[s] = h.buf
-  return DEVICE_BIT | s << 32 | h.offset
-
-def resolve(addr: int, nbytes: int | None = None) -> WGBuffer:
-  """The GPU buffer at a device address (to the buffer's end when `nbytes` is None)."""
-  if (buf := _slots.get((addr & ~DEVICE_BIT) >> 32)) is None: raise ValueError(f"address 0x{addr:x} names no live WEBGPU buffer")
-  off = addr & 0xffffffff
-  return WGBuffer(buf, off, buf.size - off if nbytes is None else nbytes)
 
 # *** programs loaded by pm_prep_program: a LAUNCH's image holds the handle ***
 
@@ -75,7 +55,8 @@ class Queue:
 class Processor:
   """Replays packets into command encoders. One per device process-wide; `lock` makes one thread run it at a time."""
   def __init__(self, g: GPU):
-    self.gpu, self.enc, self.lock = g, None, threading.RLock()
+    # every wgpu call of the process holds g.lock: wgpu-py's error capture and object state are not thread-safe
+    self.gpu, self.enc, self.lock = g, None, g.lock
     self.groups: collections.OrderedDict[tuple[int, bytes], Any] = collections.OrderedDict()   # (handle, kernargs) -> bind group
     self.made = 0   # bind groups made (a Jit replay of unchanged work makes none)
     # timestamp queries (adapter feature "timestamp-query"): a TIMESTAMP pair around a LAUNCH becomes the compute pass's

@@ -72,7 +72,8 @@ class WebGPUProgramData(ProgramData):
 
 def prep_program(ctx: WebGPUHCQ, p: UOp, device: UOp, linear: UOp, binary: UOp) -> UOp:
   spec = p.arg
-  nbufs, nvars = sum(1 for u in linear.src if u.op is Ops.PARAM), len(spec.vars)
+  # one slot per call buffer up to the highest the kernel binds: a kernel may leave one of its call's buffers unused
+  nbufs, nvars = max((u.arg + 1 for u in linear.src if u.op is Ops.PARAM), default=0), len(spec.vars)
   handle = ctx.load_program(spec.name, binary.arg)
   nargs = nbufs + nvars
   data = WebGPUProgramData(spec.name, 8 * nargs, 8, tuple(range(0, 8 * nargs, 8)), handle=handle, nbufs=nbufs, nvars=nvars)

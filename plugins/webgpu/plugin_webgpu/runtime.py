@@ -1,12 +1,13 @@
 """The WEBGPU runtime over wgpu: storage-buffer allocator (write_buffer uploads, mapped staging read-back), programs, device."""
 from __future__ import annotations
-import ctypes, time
+import ctypes, itertools, threading, time
 from typing import Any
 from core.device.allocator import BufferSpec, LRUAllocator
 from core.device.compiled import Compiled
 from plugin_webgpu.gpu import GPU, gpu
 from plugin_webgpu.compiler import WGSLCompiler, pipeline
 from plugin_webgpu.renderer import WGSLRenderer
+from plugin_webgpu.queue import DEVICE_BIT
 
 class WGBuffer(ctypes.Structure):
   """A handle: `size` bytes at `offset` in the GPUBuffer `buf` (a view shares its base's GPUBuffer). A ctypes object only so
@@ -15,6 +16,32 @@ class WGBuffer(ctypes.Structure):
   def __init__(self, buf: Any, offset: int, size: int):
     super().__init__()
     self.buf, self.offset, self.size = buf, offset, size
+
+# *** GPU buffers by address (what HCQ packets and kernel arguments carry): DEVICE_BIT | slot << 32 | offset ***
+# Strong references, dropped when the allocator frees the buffer: a weak table could hand the command processor a buffer
+# in the middle of being finalized by another thread.
+
+_slots: dict[int, Any] = {}
+_slot_of: dict[int, int] = {}   # id(GPUBuffer) -> slot (the buffer is alive while it is in _slots)
+_next_slot = itertools.count(1)
+_slot_lock = threading.Lock()
+
+def device_addr(h: WGBuffer) -> int:
+  with _slot_lock:
+    if (s := _slot_of.get(id(h.buf))) is None:
+      s = _slot_of[id(h.buf)] = next(_next_slot)
+      _slots[s] = h.buf
+  return DEVICE_BIT | s << 32 | h.offset
+
+def forget(buf: Any) -> None:
+  with _slot_lock:
+    if (s := _slot_of.pop(id(buf), None)) is not None: del _slots[s]
+
+def resolve(addr: int, nbytes: int | None = None) -> WGBuffer:
+  """The GPU buffer at a device address (to the buffer's end when `nbytes` is None)."""
+  if (buf := _slots.get((addr & ~DEVICE_BIT) >> 32)) is None: raise ValueError(f"address 0x{addr:x} names no live WEBGPU buffer")
+  off = addr & 0xffffffff
+  return WGBuffer(buf, off, buf.size - off if nbytes is None else nbytes)
 
 def _span(offset: int, size: int) -> tuple[int, int]:
   """The 4-byte aligned byte range around [offset, offset+size): copies and write_buffer move whole words."""
@@ -57,7 +84,9 @@ class WebGPUAllocator(LRUAllocator):
     if size > limit: raise MemoryError(f"{size} bytes is more than this adapter's maxBufferSize ({limit})")
     usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
     with self.gpu.lock: return WGBuffer(self.gpu.device.create_buffer(size=(size + 3) & ~3, usage=usage), 0, size)
-  def _free(self, opaque: Any, options: BufferSpec) -> None: pass   # wgpu releases the buffer with its last reference
+  def _free(self, opaque: Any, options: BufferSpec) -> None:
+    # wgpu releases the buffer with its last reference; its address stops naming it now
+    if isinstance(opaque, WGBuffer): forget(opaque.buf)
   def _offset(self, opaque: Any, size: int, offset: int) -> Any:
     if isinstance(opaque, WGBuffer): return WGBuffer(opaque.buf, opaque.offset + offset, size)
     return (ctypes.c_uint8 * size).from_buffer(opaque, offset)
