@@ -1,0 +1,942 @@
+"""ONNX operators as compositions of core Tensor methods: one small function per op (or family), registered by op_type.
+Inputs come positionally (None for an omitted optional one), attributes as keyword-only parameters with ONNX's defaults;
+parameters starting with an underscore are context the runner fills in (_opset, _nout), never attributes."""
+from __future__ import annotations
+import math
+from typing import Any, Sequence
+import numpy as np
+from core.helpers import prod
+from core.ir.dtype import dtypes
+from core.tensor.tensor import Tensor
+from core.onnx.dtypes import onnx_dtype
+from core.onnx.registry import OnnxError, op
+
+def _ints(v: Any) -> list[int]: return [int(i) for i in np.asarray(v).reshape(-1).tolist()]
+def _ax(a: int, nd: int) -> int: return a + nd if a < 0 else a
+def _const_like(x: Tensor, v: Any) -> Tensor: return Tensor(v, device=x.device, dtype=x.dtype)
+def _i64(x: Tensor) -> Tensor: return x.cast(dtypes.int64)
+
+# *** elementwise ***
+
+_UNARY = {"Abs": Tensor.abs, "Neg": Tensor.neg, "Exp": Tensor.exp, "Log": Tensor.log, "Sqrt": Tensor.sqrt, "Reciprocal": Tensor.reciprocal,
+          "Floor": Tensor.floor, "Ceil": Tensor.ceil, "Round": Tensor.round, "Sign": Tensor.sign, "Sin": Tensor.sin, "Cos": Tensor.cos,
+          "Tan": Tensor.tan, "Sinh": Tensor.sinh, "Cosh": Tensor.cosh, "Tanh": Tensor.tanh, "Asinh": Tensor.asinh, "Acosh": Tensor.acosh,
+          "Atanh": Tensor.atanh, "Relu": Tensor.relu, "Sigmoid": Tensor.sigmoid, "Softsign": Tensor.softsign, "Erf": Tensor.erf,
+          "IsNaN": Tensor.isnan, "Not": Tensor.logical_not, "BitwiseNot": Tensor.bitwise_not, "Mish": Tensor.mish}
+for _name, _fn in _UNARY.items():
+  op(_name)(lambda x, _f=_fn: _f(x))
+
+@op("Identity")
+def identity(x: Tensor) -> Tensor: return x
+@op("Softplus")
+def softplus(x: Tensor) -> Tensor: return x.softplus()
+@op("HardSigmoid")
+def hard_sigmoid(x: Tensor, *, alpha: float = 0.2, beta: float = 0.5) -> Tensor: return (x * alpha + beta).clip(0, 1)
+@op("HardSwish")
+def hard_swish(x: Tensor) -> Tensor: return x * (x * (1 / 6) + 0.5).clip(0, 1)
+@op("Elu")
+def elu(x: Tensor, *, alpha: float = 1.0) -> Tensor: return (x > 0).where(x, (x.exp() - 1) * alpha)
+@op("Celu")
+def celu(x: Tensor, *, alpha: float = 1.0) -> Tensor: return x.maximum(0) + ((x / alpha).exp() - 1).minimum(0) * alpha
+@op("Selu")
+def selu(x: Tensor, *, alpha: float = 1.67326319217681884765625, gamma: float = 1.05070102214813232421875) -> Tensor:
+  return (x > 0).where(x, (x.exp() - 1) * alpha) * gamma
+@op("LeakyRelu")
+def leaky_relu(x: Tensor, *, alpha: float = 0.01) -> Tensor: return (x >= 0).where(x, x * alpha)
+@op("ThresholdedRelu")
+def thresholded_relu(x: Tensor, *, alpha: float = 1.0) -> Tensor: return (x > alpha).where(x, 0)
+@op("PRelu")
+def prelu(x: Tensor, slope: Tensor) -> Tensor: return (x >= 0).where(x, x * slope)
+@op("Gelu")
+def gelu(x: Tensor, *, approximate: str = "none") -> Tensor:
+  if approximate == "tanh": return x * 0.5 * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
+  return x * 0.5 * (1 + (x * (1 / math.sqrt(2))).erf())
+@op("Swish")
+def swish(x: Tensor, *, alpha: float = 1.0) -> Tensor: return x * (x * alpha).sigmoid()
+@op("Shrink")
+def shrink(x: Tensor, *, bias: float = 0.0, lambd: float = 0.5) -> Tensor:
+  return (x < -lambd).where(x + bias, (x > lambd).where(x - bias, 0)).cast(x.dtype)
+@op("IsInf")
+def isinf(x: Tensor, *, detect_negative: int = 1, detect_positive: int = 1) -> Tensor:
+  return ((x == math.inf) & bool(detect_positive)) | ((x == -math.inf) & bool(detect_negative))
+
+def _atan(x: Tensor) -> Tensor:
+  """atan from odd minimax-style series after reducing |x| to [0, tan(pi/12)] (Cephes-like range reduction)."""
+  a = x.abs()
+  big = a > 1
+  t = big.where(1 / a.maximum(1e-30), a)     # atan(a) = pi/2 - atan(1/a)
+  mid = t > 0.2679491924311227               # tan(pi/12): atan(t) = pi/6 + atan((t*sqrt3 - 1) / (t + sqrt3))
+  u = mid.where((t * math.sqrt(3) - 1) / (t + math.sqrt(3)), t)
+  u2 = u * u
+  r = u * (1 + u2 * (-1 / 3 + u2 * (1 / 5 + u2 * (-1 / 7 + u2 * (1 / 9 + u2 * (-1 / 11))))))
+  r = mid.where(r + math.pi / 6, r)
+  r = big.where(math.pi / 2 - r, r)
+  return x.sign() * r
+@op("Atan")
+def atan(x: Tensor) -> Tensor: return _atan(x)
+@op("Asin")
+def asin(x: Tensor) -> Tensor: return _atan(x / (1 - x * x).sqrt())
+@op("Acos")
+def acos(x: Tensor) -> Tensor: return math.pi / 2 - _atan(x / (1 - x * x).sqrt())
+
+def _binary(fn: Any) -> Any: return lambda a, b: fn(a, b)
+_BINARY: dict[str, Any] = {"Add": Tensor.add, "Sub": Tensor.sub, "Mul": Tensor.mul, "Equal": Tensor.eq, "Less": Tensor.lt, "LessOrEqual": Tensor.le,
+                   "Greater": Tensor.gt, "GreaterOrEqual": Tensor.ge, "And": Tensor.logical_and, "Or": Tensor.logical_or,
+                   "Xor": Tensor.logical_xor, "BitwiseAnd": Tensor.bitwise_and, "BitwiseOr": Tensor.bitwise_or,
+                   "BitwiseXor": Tensor.bitwise_xor}
+for _name, _fn in _BINARY.items(): op(_name)(_binary(_fn))
+
+@op("Div")
+def div(a: Tensor, b: Tensor) -> Tensor:
+  return a.div(b, rounding_mode="trunc") if dtypes.is_int(a.dtype) else a / b
+@op("Pow")
+def pow_(a: Tensor, b: Tensor) -> Tensor:
+  if dtypes.is_int(a.dtype): return a.cast(dtypes.float64).pow(b.cast(dtypes.float64)).round().cast(a.dtype)   # 9**3 is 728.99..
+  return a.pow(b.cast(a.dtype)).cast(a.dtype)
+@op("Mod")
+def mod(a: Tensor, b: Tensor, *, fmod: int = 0) -> Tensor:
+  if fmod or not dtypes.is_float(a.dtype): return a.fmod(b) if fmod else a.mod(b)
+  r = a.fmod(b)   # then the sign of the divisor, as Python's % (this keeps fmod's inf/nan rules: x % inf is x)
+  return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
+@op("BitShift")
+def bit_shift(a: Tensor, b: Tensor, *, direction: str) -> Tensor:
+  bits = a.dtype.itemsize * 8
+  out = (b < 0) | (b >= bits)   # out-of-range shifts give 0 (-1 for a right shift of a negative signed value)
+  safe = out.where(0, b).cast(a.dtype)
+  r = a.lshift(safe) if direction == "LEFT" else a.rshift(safe)
+  fill = (a < 0).where(-1, 0).cast(a.dtype) if direction == "RIGHT" and not dtypes.is_unsigned(a.dtype) else a.zeros_like()
+  return out.where(fill, r)
+@op("Where")
+def where(c: Tensor, a: Tensor, b: Tensor) -> Tensor: return c.where(a, b)
+
+def _fold(fn: Any) -> Any:
+  def variadic(*xs: Tensor) -> Tensor:
+    ret = xs[0]
+    for x in xs[1:]: ret = fn(ret, x)
+    return ret
+  return variadic
+op("Max")(_fold(Tensor.maximum))
+op("Min")(_fold(Tensor.minimum))
+op("Sum")(_fold(Tensor.add))
+@op("Mean")
+def mean_(*xs: Tensor) -> Tensor: return _fold(Tensor.add)(*xs) / len(xs)
+
+@op("Clip")
+def clip(x: Tensor, lo: Tensor | None = None, hi: Tensor | None = None, *, min: float | None = None, max: float | None = None) -> Tensor:
+  lo_, hi_ = lo if lo is not None else min, hi if hi is not None else max
+  if lo_ is not None: x = x.maximum(lo_).cast(x.dtype)
+  if hi_ is not None: x = x.minimum(hi_).cast(x.dtype)
+  return x
+
+@op("Cast")
+def cast(x: Tensor, *, to: int, saturate: int = 1) -> Tensor:
+  dt = onnx_dtype(to, "Cast: ")
+  if dtypes.is_float(x.dtype) and dtypes.is_int(dt) and dt is not dtypes.bool: x = x.trunc()
+  return x.cast(dt)
+@op("CastLike")
+def cast_like(x: Tensor, like: Tensor, *, saturate: int = 1) -> Tensor:
+  if dtypes.is_float(x.dtype) and dtypes.is_int(like.dtype) and like.dtype is not dtypes.bool: x = x.trunc()
+  return x.cast(like.dtype)
+
+# *** reductions ***
+
+def _reduce_axes(x: Tensor, axes: Any, attr_axes: Sequence[int] | None, noop: int) -> tuple[int, ...] | None:
+  ax = _ints(axes) if axes is not None else (list(attr_axes) if attr_axes is not None else [])
+  if not ax: return None if noop else tuple(range(x.ndim))
+  return tuple(_ax(a, x.ndim) for a in ax)
+
+def _reducer(body: Any, post: Any = None) -> Any:
+  def reduce(x: Tensor, axes: Any = None, *, axes_attr: Any = None, keepdims: int = 1, noop_with_empty_axes: int = 0) -> Tensor:
+    ax = _reduce_axes(x, axes, axes_attr, noop_with_empty_axes)
+    if ax is None: return x if post is None else post(x)
+    return body(x, ax, bool(keepdims))
+  return reduce
+
+def _sum(x: Tensor, ax: tuple[int, ...], k: bool) -> Tensor: return x.sum(ax, keepdim=k).cast(x.dtype)
+_REDUCERS: dict[str, tuple[Any, Any]] = {
+  "ReduceSum": (_sum, None),
+  "ReduceMean": (lambda x, ax, k: x.mean(ax, keepdim=k).cast(x.dtype), None),
+  "ReduceMax": (lambda x, ax, k: x.max(ax, keepdim=k), None),
+  "ReduceMin": (lambda x, ax, k: x.min(ax, keepdim=k), None),
+  "ReduceProd": (lambda x, ax, k: x.prod(ax, keepdim=k).cast(x.dtype), None),
+  "ReduceL1": (lambda x, ax, k: _sum(x.abs(), ax, k), Tensor.abs),
+  "ReduceL2": (lambda x, ax, k: _sum(x * x, ax, k).cast(dtypes.float32).sqrt().cast(x.dtype), lambda x: (x * x).sqrt()),
+  "ReduceSumSquare": (lambda x, ax, k: _sum(x * x, ax, k), lambda x: x * x),
+  "ReduceLogSum": (lambda x, ax, k: _sum(x, ax, k).log(), Tensor.log),
+  "ReduceLogSumExp": (lambda x, ax, k: x.logsumexp(ax, keepdim=k).cast(x.dtype), None),
+}
+
+# axes come as an attribute before opset 18 (13 for ReduceSum) and as an optional input after
+for _name, (_body, _post) in _REDUCERS.items():
+  _r = _reducer(_body, _post)
+  def _reduce_op(x: Tensor, axes_in: Any = None, *, axes: Any = None, keepdims: int = 1, noop_with_empty_axes: int = 0, _r: Any = _r) -> Tensor:
+    return _r(x, axes_in, axes_attr=axes, keepdims=keepdims, noop_with_empty_axes=noop_with_empty_axes)
+  op(_name, static=(1,))(_reduce_op)
+
+def _arg(best: str) -> Any:
+  def arg(x: Tensor, *, axis: int = 0, keepdims: int = 1, select_last_index: int = 0) -> Tensor:
+    ax = _ax(axis, x.ndim)
+    if select_last_index:
+      i = getattr(x.flip(ax), best)(ax, keepdim=bool(keepdims))
+      return _i64(x.shape[ax] - 1 - i.cast(dtypes.int64))
+    return _i64(getattr(x, best)(ax, keepdim=bool(keepdims)))
+  return arg
+op("ArgMax")(_arg("argmax"))
+op("ArgMin")(_arg("argmin"))
+
+@op("CumSum", static=(1,))
+def cumsum(x: Tensor, axis: Any, *, exclusive: int = 0, reverse: int = 0) -> Tensor:
+  ax = _ax(_ints(axis)[0], x.ndim)
+  if reverse: x = x.flip(ax)
+  r = x.cumsum(ax).cast(x.dtype)
+  if exclusive: r = r - x
+  return r.flip(ax) if reverse else r
+
+@op("CumProd", static=(1,))
+def cumprod(x: Tensor, axis: Any, *, exclusive: int = 0, reverse: int = 0) -> Tensor:
+  ax = _ax(_ints(axis)[0], x.ndim)
+  if reverse: x = x.flip(ax)
+  if exclusive:   # shift by one, a 1 first
+    x = x.pad([(1, 0) if i == ax else None for i in range(x.ndim)], value=1).shrink([(0, x.shape[ax]) if i == ax else None for i in range(x.ndim)])
+  r = x.cumprod(ax).cast(x.dtype)
+  return r.flip(ax) if reverse else r
+
+# *** softmax family ***
+
+def _softmax_like(fn: Any) -> Any:
+  def softmax(x: Tensor, *, axis: int = -1, _opset: int = 13) -> Tensor:
+    if _opset >= 13: return fn(x, axis)
+    # before opset 13 the input was coerced to 2-d at axis (default 1) and normalized over the flattened tail
+    ax = _ax(axis if axis != -1 or _opset >= 13 else 1, x.ndim)
+    return fn(x.reshape(prod(x.shape[:ax]), -1), -1).reshape(x.shape)
+  return softmax
+op("Softmax")(_softmax_like(lambda x, a: x.softmax(a)))
+op("LogSoftmax")(_softmax_like(lambda x, a: x.log_softmax(a)))
+def _hardmax(x: Tensor, a: int) -> Tensor:
+  a = _ax(a, x.ndim)
+  pos = Tensor.arange(x.shape[a], device=x.device).reshape([-1 if i == a else 1 for i in range(x.ndim)])
+  return (pos == x.argmax(a, keepdim=True)).cast(x.dtype)
+op("Hardmax")(_softmax_like(_hardmax))
+
+# *** linear algebra ***
+
+@op("MatMul")
+def matmul(a: Tensor, b: Tensor) -> Tensor: return a @ b
+@op("Gemm")
+def gemm(a: Tensor, b: Tensor, c: Tensor | None = None, *, alpha: float = 1.0, beta: float = 1.0, transA: int = 0, transB: int = 0) -> Tensor:
+  y = (a.T if transA else a) @ (b.T if transB else b)
+  if alpha != 1.0: y = y * alpha
+  if c is not None: y = y + (c * beta if beta != 1.0 else c)
+  return y.cast(a.dtype)
+@op("Einsum")
+def einsum(*xs: Tensor, equation: str) -> Tensor: return Tensor.einsum(equation.replace(" ", ""), *xs).cast(xs[0].dtype)
+
+# *** shape and movement ***
+
+@op("Shape")
+def shape(x: Tensor, *, start: int = 0, end: int | None = None) -> np.ndarray:
+  return np.array(x.shape[slice(start, end)], dtype=np.int64)
+@op("Size")
+def size(x: Tensor) -> np.ndarray: return np.array(prod(x.shape), dtype=np.int64)
+@op("Reshape", static=(1,))
+def reshape(x: Tensor, shape: Any, *, allowzero: int = 0) -> Tensor:
+  s = _ints(shape)
+  if not allowzero: s = [x.shape[i] if v == 0 else v for i, v in enumerate(s)]
+  return x.reshape(s)
+@op("Flatten")
+def flatten(x: Tensor, *, axis: int = 1) -> Tensor:
+  ax = _ax(axis, x.ndim)
+  return x.reshape(prod(x.shape[:ax]), prod(x.shape[ax:]))
+@op("Transpose")
+def transpose(x: Tensor, *, perm: Sequence[int] | None = None) -> Tensor:
+  return x.permute(list(perm) if perm is not None else list(range(x.ndim))[::-1])
+@op("Squeeze", static=(1,))
+def squeeze(x: Tensor, axes_in: Any = None, *, axes: Sequence[int] | None = None) -> Tensor:
+  ax = _ints(axes_in) if axes_in is not None else axes
+  if ax is None: return x.reshape([d for d in x.shape if d != 1])
+  axs = {_ax(a, x.ndim) for a in ax}
+  return x.reshape([d for i, d in enumerate(x.shape) if i not in axs])
+@op("Unsqueeze", static=(1,))
+def unsqueeze(x: Tensor, axes_in: Any = None, *, axes: Sequence[int] | None = None) -> Tensor:
+  ax = _ints(axes_in) if axes_in is not None else list(axes or [])
+  nd = x.ndim + len(ax)
+  new, it = sorted(_ax(a, nd) for a in ax), iter(x.shape)
+  return x.reshape([1 if i in new else next(it) for i in range(nd)])
+@op("Concat")
+def concat(*xs: Tensor, axis: int) -> Tensor:
+  xs = tuple(x for x in xs if prod(x.shape) > 0) or xs[:1]
+  return xs[0].cat(*xs[1:], dim=axis) if len(xs) > 1 else xs[0]
+@op("Split", static=(1,))
+def split(x: Tensor, sizes: Any = None, *, axis: int = 0, num_outputs: int | None = None, split: Sequence[int] | None = None,
+          _nout: int = 1) -> list[Tensor]:
+  ax = _ax(axis, x.ndim)
+  n = x.shape[ax]
+  if sizes is not None or split is not None: parts = _ints(sizes) if sizes is not None else list(split or [])
+  else:
+    k = num_outputs or _nout
+    c = -(-n // k)
+    parts = [c] * (n // c) + ([n % c] if n % c else [])
+  out, start = [], 0
+  for p in parts:
+    out.append(x.shrink([(start, start + p) if i == ax else None for i in range(x.ndim)]))
+    start += p
+  return out
+@op("Slice", static=(1, 2, 3, 4))
+def slice_(x: Tensor, starts: Any, ends: Any, axes: Any = None, steps: Any = None) -> Tensor:
+  st, en = _ints(starts), _ints(ends)
+  ax = [_ax(a, x.ndim) for a in _ints(axes)] if axes is not None else list(range(len(st)))
+  sp = _ints(steps) if steps is not None else [1] * len(st)
+  idx: list[Any] = [slice(None)] * x.ndim
+  for a, s, e, k in zip(ax, st, en, sp): idx[a] = slice(s, e, k)
+  return x[tuple(idx)]
+@op("Expand", static=(1,))
+def expand(x: Tensor, shape: Any) -> Tensor:
+  s = _ints(shape)
+  nd = max(len(s), x.ndim)
+  xs, ss = [1] * (nd - x.ndim) + list(x.shape), [1] * (nd - len(s)) + s
+  return x.reshape(xs).expand([max(a, b) if a == 1 or b == 1 else a for a, b in zip(xs, ss)])
+@op("Tile", static=(1,))
+def tile(x: Tensor, repeats: Any) -> Tensor: return x.repeat(_ints(repeats))
+@op("Pad", static=(1, 2, 3))
+def pad(x: Tensor, pads: Any, value: Any = None, axes: Any = None, *, mode: str = "constant") -> Tensor:
+  p = _ints(pads)
+  ax = [_ax(a, x.ndim) for a in _ints(axes)] if axes is not None else list(range(x.ndim))
+  per: list[Any] = [None] * x.ndim
+  for i, a in enumerate(ax): per[a] = (p[i], p[i + len(ax)])
+  modes = {"constant": "constant", "reflect": "reflect", "edge": "replicate", "wrap": "circular"}
+  if mode not in modes: raise OnnxError(f"Pad: mode {mode!r}")
+  v = np.asarray(value).reshape(-1)[0].item() if value is not None and np.asarray(value).size else 0
+  return x.pad(per, mode=modes[mode], value=v)
+@op("Trilu", static=(1,))
+def trilu(x: Tensor, k: Any = None, *, upper: int = 1) -> Tensor:
+  d = _ints(k)[0] if k is not None else 0
+  return x.triu(d) if upper else x.tril(d)
+@op("DepthToSpace")
+def depth_to_space(x: Tensor, *, blocksize: int, mode: str = "DCR") -> Tensor:
+  b, c, h, w = x.shape
+  if mode == "DCR": y = x.reshape(b, blocksize, blocksize, c // blocksize ** 2, h, w).permute(0, 3, 4, 1, 5, 2)
+  else: y = x.reshape(b, c // blocksize ** 2, blocksize, blocksize, h, w).permute(0, 1, 4, 2, 5, 3)
+  return y.reshape(b, c // blocksize ** 2, h * blocksize, w * blocksize)
+@op("SpaceToDepth")
+def space_to_depth(x: Tensor, *, blocksize: int, mode: str = "DCR") -> Tensor:
+  b, c, h, w = x.shape
+  y = x.reshape(b, c, h // blocksize, blocksize, w // blocksize, blocksize)
+  y = y.permute(0, 3, 5, 1, 2, 4) if mode == "DCR" else y.permute(0, 1, 3, 5, 2, 4)
+  return y.reshape(b, c * blocksize ** 2, h // blocksize, w // blocksize)
+
+# *** constants and creation ***
+
+@op("Constant")
+def constant(*, value: Any = None, value_float: float | None = None, value_floats: Sequence[float] | None = None, value_int: int | None = None,
+             value_ints: Sequence[int] | None = None) -> np.ndarray:
+  if value is not None: return np.asarray(value)
+  if value_float is not None: return np.array(value_float, dtype=np.float32)
+  if value_floats is not None: return np.array(value_floats, dtype=np.float32)
+  if value_int is not None: return np.array(value_int, dtype=np.int64)
+  if value_ints is not None: return np.array(value_ints, dtype=np.int64)
+  raise OnnxError("Constant: no value attribute")
+@op("ConstantOfShape", static=(0,))
+def constant_of_shape(shape: Any, *, value: Any = None, _device: str | None = None) -> Tensor:
+  v = np.asarray(value if value is not None else np.zeros(1, np.float32)).reshape(-1)
+  from core.ir.dtype import from_np
+  return Tensor.full(tuple(_ints(shape)), v[0].item(), device=_device, dtype=from_np(v.dtype))
+@op("Range", static=(0, 1, 2))
+def range_(start: Any, limit: Any, delta: Any) -> np.ndarray:
+  s, lim, d = (np.asarray(v).reshape(-1)[0] for v in (start, limit, delta))
+  n = max(int(math.ceil((lim - s) / d)), 0)
+  return (s + np.arange(n, dtype=np.asarray(start).dtype) * d).astype(np.asarray(start).dtype)
+@op("EyeLike")
+def eye_like(x: Tensor, *, dtype: int | None = None, k: int = 0) -> Tensor:
+  dt = onnx_dtype(dtype) if dtype is not None else x.dtype
+  n, m = x.shape
+  i = Tensor.arange(n, device=x.device).reshape(n, 1)
+  j = Tensor.arange(m, device=x.device).reshape(1, m)
+  return (j - i == k).cast(dt)
+@op("OneHot", static=(1,))
+def one_hot(idx: Tensor, depth: Any, values: Tensor, *, axis: int = -1) -> Tensor:
+  d = int(np.asarray(depth).reshape(-1)[0])
+  i = idx.cast(dtypes.int64)
+  i = (i < 0).where(i + d, i)
+  hot = i.unsqueeze(-1) == Tensor.arange(d, device=idx.device, dtype=dtypes.int64)
+  out = hot.where(values[1], values[0])
+  return out.movedim(-1, _ax(axis, idx.ndim + 1))
+@op("Dropout", static=(1, 2))
+def dropout(x: Tensor, ratio_in: Any = None, training_mode: Any = None, *, ratio: float = 0.5, seed: int | None = None, _nout: int = 1) -> Any:
+  if training_mode is not None and bool(np.asarray(training_mode).reshape(-1)[0]): raise OnnxError("Dropout: training_mode=True")
+  return (x, Tensor.full(x.shape, True, device=x.device, dtype=dtypes.bool)) if _nout > 1 else x
+
+# *** gather / scatter / selection ***
+
+def _norm_idx(idx: Tensor, n: int) -> Tensor:
+  i = idx.cast(dtypes.int64) if idx.dtype is not dtypes.int32 else idx
+  return (i < 0).where(i + n, i)
+@op("Gather")
+def gather(x: Tensor, idx: Tensor, *, axis: int = 0) -> Tensor:
+  ax = _ax(axis, x.ndim)
+  i = _norm_idx(idx, x.shape[ax])
+  if i.ndim == 0:   # a 0-d index drops the axis (core's tensor indexing keeps it as size 1)
+    return x[(slice(None),) * ax + (i.reshape(1),)].reshape(x.shape[:ax] + x.shape[ax + 1:])
+  return x[(slice(None),) * ax + (i,)]
+@op("GatherElements")
+def gather_elements(x: Tensor, idx: Tensor, *, axis: int = 0) -> Tensor:
+  ax = _ax(axis, x.ndim)
+  return x.gather(ax, _norm_idx(idx, x.shape[ax]))
+@op("GatherND")
+def gather_nd(x: Tensor, idx: Tensor, *, batch_dims: int = 0) -> Tensor:
+  k = idx.shape[-1]
+  b = batch_dims
+  # flatten the batch dims and the k indexed dims into one linear index per gathered slice
+  bshape, ishape, rest = x.shape[:b], x.shape[b:b + k], x.shape[b + k:]
+  nb = prod(bshape)
+  xf = x.reshape(nb * prod(ishape), *rest) if rest else x.reshape(nb * prod(ishape))
+  i = _norm_idx(idx, 1).cast(dtypes.int64)
+  strides = [prod(ishape[j + 1:]) for j in range(k)]
+  lin = (i * Tensor(np.array(strides, dtype=np.int64), device=x.device)).sum(-1)
+  mid = idx.shape[b:-1]
+  lin = lin.reshape(nb, prod(mid)) + Tensor.arange(nb, device=x.device, dtype=dtypes.int64).reshape(nb, 1) * prod(ishape)
+  return xf[lin.reshape(-1)].reshape(*bshape, *mid, *rest)
+_SCATTER_REDUCE = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
+@op("ScatterElements", "Scatter")
+def scatter_elements(x: Tensor, idx: Tensor, upd: Tensor, *, axis: int = 0, reduction: str = "none") -> Tensor:
+  ax = _ax(axis, x.ndim)
+  i = _norm_idx(idx, x.shape[ax])
+  if reduction == "none": return x.scatter(ax, i, upd)
+  return x.scatter_reduce(ax, i, upd, _SCATTER_REDUCE[reduction])
+@op("ScatterND")
+def scatter_nd(x: Tensor, idx: Tensor, upd: Tensor, *, reduction: str = "none") -> Tensor:
+  k = idx.shape[-1]
+  lead, rest = x.shape[:k], x.shape[k:]
+  strides = [prod(lead[j + 1:]) for j in range(k)]
+  lin = (idx.cast(dtypes.int64) * Tensor(np.array(strides, dtype=np.int64), device=x.device)).sum(-1).reshape(-1)
+  n, m = prod(lead), prod(rest)
+  xf, uf = x.reshape(n, m), upd.reshape(-1, m)
+  full = lin.reshape(-1, 1).expand(lin.shape[0], m)
+  if reduction == "none": out = xf.scatter(0, full, uf)
+  else: out = xf.scatter_reduce(0, full, uf, _SCATTER_REDUCE[reduction])
+  return out.reshape(x.shape)
+@op("TopK", static=(1,))
+def topk(x: Tensor, k: Any, *, axis: int = -1, largest: int = 1, sorted: int = 1) -> tuple[Tensor, Tensor]:
+  v, i = x.topk(_ints(k)[0], dim=_ax(axis, x.ndim), largest=bool(largest))
+  return v, _i64(i)
+@op("NonZero", static=(0,))
+def nonzero(x: Any) -> np.ndarray: return np.array(np.nonzero(np.asarray(x)), dtype=np.int64)
+@op("Compress", static=(1,))
+def compress(x: Tensor, cond: Any, *, axis: int | None = None) -> Tensor:
+  keep = [i for i, c in enumerate(np.asarray(cond).reshape(-1).tolist()) if c]
+  if axis is None: x, ax = x.reshape(-1), 0
+  else: ax = _ax(axis, x.ndim)
+  return x[(slice(None),) * ax + (Tensor(np.array(keep, dtype=np.int64), device=x.device),)]
+
+# *** convolution and pooling ***
+
+def _conv_pads(spatial: Sequence[int], ks: Sequence[int], strides: Sequence[int], dil: Sequence[int], pads: Sequence[int] | None,
+               auto_pad: str) -> list[tuple[int, int]]:
+  nd = len(ks)
+  if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+    out = []
+    for n, k, s, d in zip(spatial, ks, strides, dil):
+      total = max(0, (-(-n // s) - 1) * s + (k - 1) * d + 1 - n)
+      lo = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+      out.append((lo, total - lo))
+    return out
+  if auto_pad == "VALID" or pads is None: return [(0, 0)] * nd
+  return [(pads[i], pads[i + nd]) for i in range(nd)]
+
+def _flat(p: list[tuple[int, int]]) -> list[int]: return [v for pair in p[::-1] for v in pair]   # torch's last-dim-first order
+
+@op("Conv")
+def conv(x: Tensor, w: Tensor, b: Tensor | None = None, *, auto_pad: str = "NOTSET", dilations: Sequence[int] | None = None, group: int = 1,
+         kernel_shape: Sequence[int] | None = None, pads: Sequence[int] | None = None, strides: Sequence[int] | None = None) -> Tensor:
+  ks = w.shape[2:]
+  nd = len(ks)
+  s, d = list(strides or [1] * nd), list(dilations or [1] * nd)
+  p = _conv_pads(x.shape[2:], ks, s, d, pads, auto_pad)
+  return x.conv2d(w, b, groups=group, stride=s, dilation=d, padding=_flat(p) if any(a or c for a, c in p) else 0)
+
+@op("ConvTranspose")
+def conv_transpose(x: Tensor, w: Tensor, b: Tensor | None = None, *, auto_pad: str = "NOTSET", dilations: Sequence[int] | None = None,
+                   group: int = 1, kernel_shape: Sequence[int] | None = None, output_padding: Sequence[int] | None = None,
+                   output_shape: Sequence[int] | None = None, pads: Sequence[int] | None = None, strides: Sequence[int] | None = None) -> Tensor:
+  ks = w.shape[2:]
+  nd = len(ks)
+  s, d = list(strides or [1] * nd), list(dilations or [1] * nd)
+  op_ = list(output_padding or [0] * nd)
+  if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+    target = list(output_shape)[-nd:] if output_shape is not None else [n * si for n, si in zip(x.shape[2:], s)]
+    pp = []
+    for i in range(nd):
+      total = s[i] * (x.shape[2 + i] - 1) + op_[i] + (ks[i] - 1) * d[i] + 1 - target[i]
+      lo = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+      pp.append((lo, total - lo))
+    if any(a < 0 or c < 0 for a, c in pp):  # a larger output than the conv gives: extra output_padding at the end
+      op_ = [o - min(0, c) for o, (a, c) in zip(op_, pp)]
+      pp = [(max(0, a), max(0, c)) for a, c in pp]
+  else: pp = _conv_pads(x.shape[2:], ks, s, d, pads, "NOTSET" if auto_pad == "VALID" else auto_pad)
+  return x.conv_transpose2d(w, b, groups=group, stride=s, dilation=d, padding=_flat(pp), output_padding=op_)
+
+def _pool_args(x: Tensor, kernel_shape: Sequence[int], strides: Sequence[int] | None, dilations: Sequence[int] | None, pads: Sequence[int] | None,
+               auto_pad: str) -> tuple[list[int], list[int], list[int], list[tuple[int, int]]]:
+  nd = len(kernel_shape)
+  s, d = list(strides or [1] * nd), list(dilations or [1] * nd)
+  return list(kernel_shape), s, d, _conv_pads(x.shape[2:], kernel_shape, s, d, pads, auto_pad)
+
+@op("MaxPool")
+def max_pool(x: Tensor, *, kernel_shape: Sequence[int], auto_pad: str = "NOTSET", ceil_mode: int = 0, dilations: Sequence[int] | None = None,
+             pads: Sequence[int] | None = None, storage_order: int = 0, strides: Sequence[int] | None = None, _nout: int = 1) -> Any:
+  k, s, d, p = _pool_args(x, kernel_shape, strides, dilations, pads, auto_pad)
+  if _nout == 1: return x.max_pool2d(k, s, d, _flat(p), ceil_mode=bool(ceil_mode))
+  if storage_order: raise OnnxError("MaxPool: attribute storage_order=1 (column-major indices)")
+  y, i = x.max_pool2d(k, s, d, _flat(p), ceil_mode=bool(ceil_mode), return_indices=True)  # type: ignore[misc]
+  sp = prod(x.shape[2:])
+  base = Tensor.arange(prod(x.shape[:2]), device=x.device, dtype=dtypes.int64).reshape(*x.shape[:2], *([1] * len(k))) * sp
+  return y, i.cast(dtypes.int64) + base
+@op("AveragePool")
+def avg_pool(x: Tensor, *, kernel_shape: Sequence[int], auto_pad: str = "NOTSET", ceil_mode: int = 0, count_include_pad: int = 0,
+             dilations: Sequence[int] | None = None, pads: Sequence[int] | None = None, strides: Sequence[int] | None = None) -> Tensor:
+  k, s, d, p = _pool_args(x, kernel_shape, strides, dilations, pads, auto_pad)
+  return x.avg_pool2d(k, s, d, _flat(p), ceil_mode=bool(ceil_mode), count_include_pad=bool(count_include_pad)).cast(x.dtype)
+@op("LpPool")
+def lp_pool(x: Tensor, *, kernel_shape: Sequence[int], auto_pad: str = "NOTSET", ceil_mode: int = 0, dilations: Sequence[int] | None = None,
+            p: int = 2, pads: Sequence[int] | None = None, strides: Sequence[int] | None = None) -> Tensor:
+  k, s, d, pp = _pool_args(x, kernel_shape, strides, dilations, pads, auto_pad)
+  win = x.abs().pow(p).avg_pool2d(k, s, d, _flat(pp), ceil_mode=bool(ceil_mode), count_include_pad=True) * prod(k)
+  return win.pow(1 / p)
+@op("GlobalAveragePool")
+def global_avg_pool(x: Tensor) -> Tensor: return x.mean(tuple(range(2, x.ndim)), keepdim=True)
+@op("GlobalMaxPool")
+def global_max_pool(x: Tensor) -> Tensor: return x.max(tuple(range(2, x.ndim)), keepdim=True)
+@op("GlobalLpPool")
+def global_lp_pool(x: Tensor, *, p: int = 2) -> Tensor: return x.abs().pow(p).sum(tuple(range(2, x.ndim)), keepdim=True).pow(1 / p)
+
+# *** normalization ***
+
+def _chan(t: Tensor, nd: int) -> Tensor: return t.reshape(1, -1, *([1] * (nd - 2)))
+@op("BatchNormalization")
+def batch_norm(x: Tensor, scale: Tensor, bias: Tensor, mean: Tensor, var: Tensor, *, epsilon: float = 1e-5, momentum: float = 0.9,
+               training_mode: int = 0, spatial: int = 1, _nout: int = 1) -> Any:
+  if training_mode:
+    axes = tuple(i for i in range(x.ndim) if i != 1)
+    bm, bv = x.mean(axes), x.var(axes, correction=0)
+    y = (x - _chan(bm, x.ndim)) * (_chan(bv, x.ndim) + epsilon).rsqrt() * _chan(scale, x.ndim) + _chan(bias, x.ndim)
+    return y, mean * momentum + bm * (1 - momentum), var * momentum + bv * (1 - momentum)
+  return (x - _chan(mean, x.ndim)) * (_chan(var, x.ndim) + epsilon).rsqrt() * _chan(scale, x.ndim) + _chan(bias, x.ndim)
+@op("InstanceNormalization")
+def instance_norm(x: Tensor, scale: Tensor, bias: Tensor, *, epsilon: float = 1e-5) -> Tensor:
+  axes = tuple(range(2, x.ndim))
+  return x.layernorm(axes, eps=epsilon) * _chan(scale, x.ndim) + _chan(bias, x.ndim)
+@op("LayerNormalization")
+def layer_norm(x: Tensor, scale: Tensor, bias: Tensor | None = None, *, axis: int = -1, epsilon: float = 1e-5, stash_type: int = 1,
+               _nout: int = 1) -> Any:
+  axes = tuple(range(_ax(axis, x.ndim), x.ndim))
+  xf = x.cast(dtypes.float32) if stash_type == 1 else x
+  m = xf.mean(axes, keepdim=True)
+  inv = ((xf - m).square().mean(axes, keepdim=True) + epsilon).rsqrt()
+  y = ((xf - m) * inv).cast(x.dtype) * scale
+  if bias is not None: y = y + bias
+  return (y, m, inv) if _nout > 1 else y
+@op("GroupNormalization")
+def group_norm(x: Tensor, scale: Tensor, bias: Tensor, *, num_groups: int, epsilon: float = 1e-5, stash_type: int = 1) -> Tensor:
+  n, c = x.shape[:2]
+  g = x.reshape(n, num_groups, -1).layernorm(-1, eps=epsilon).reshape(x.shape)
+  if scale.shape[0] != c: scale, bias = scale.repeat_interleave(c // num_groups), bias.repeat_interleave(c // num_groups)   # opset 18 form
+  return g * _chan(scale, x.ndim) + _chan(bias, x.ndim)
+@op("RMSNormalization")
+def rms_norm(x: Tensor, scale: Tensor, *, axis: int = -1, epsilon: float = 1e-5, stash_type: int = 1) -> Tensor:
+  axes = tuple(range(_ax(axis, x.ndim), x.ndim))
+  xf = x.cast(dtypes.float32)
+  return (xf * (xf.square().mean(axes, keepdim=True) + epsilon).rsqrt()).cast(x.dtype) * scale
+@op("LpNormalization")
+def lp_norm(x: Tensor, *, axis: int = -1, p: int = 2) -> Tensor:
+  n = x.abs().sum(axis, keepdim=True) if p == 1 else x.square().sum(axis, keepdim=True).sqrt()
+  return (n == 0).where(0, x / n)
+@op("MeanVarianceNormalization")
+def mvn(x: Tensor, *, axes: Sequence[int] = (0, 2, 3)) -> Tensor:
+  ax = tuple(axes)
+  m = x.mean(ax, keepdim=True)
+  return (x - m) / ((x - m).square().mean(ax, keepdim=True).sqrt() + 1e-9)
+@op("LRN")
+def lrn(x: Tensor, *, size: int, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0) -> Tensor:
+  sq = x.square()
+  c = x.shape[1]
+  lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+  padded = sq.pad([None, (lo, hi)] + [None] * (x.ndim - 2))
+  win = padded.shrink([None, (0, c)] + [None] * (x.ndim - 2))
+  for i in range(1, size): win = win + padded.shrink([None, (i, i + c)] + [None] * (x.ndim - 2))
+  return x / (bias + alpha / size * win).pow(beta)
+
+# *** resize: per axis, nearest picks a source index; linear and cubic apply an (out, in) interpolation matrix ***
+
+def _src_coords(n: int, o: int, scale: float, mode: str, roi: tuple[float, float] | None) -> np.ndarray:
+  i = np.arange(o, dtype=np.float64)
+  if mode == "asymmetric": return i / scale
+  if mode == "half_pixel": return (i + 0.5) / scale - 0.5
+  if mode == "pytorch_half_pixel": return (i + 0.5) / scale - 0.5 if o > 1 else np.zeros(o)
+  if mode == "align_corners": return i * (n - 1) / (n * scale - 1) if n * scale > 1 else np.zeros(o)
+  if mode == "half_pixel_symmetric":
+    adj = o / (scale * n)
+    return n / 2 * (1 - adj) + (i + 0.5) / scale - 0.5
+  if mode == "tf_crop_and_resize" and roi is not None:
+    a, b = roi
+    return a * (n - 1) + i * (b - a) * (n - 1) / (o - 1) if o > 1 else np.full(o, 0.5 * (a + b) * (n - 1))
+  raise OnnxError(f"Resize: attribute coordinate_transformation_mode={mode!r}")
+
+def _cubic(d: np.ndarray, a: float) -> np.ndarray:
+  d = np.abs(d)
+  near = ((a + 2) * d - (a + 3)) * d * d + 1
+  far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+  return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
+
+def _interp_matrix(n: int, src: np.ndarray, mode: str, scale: float, a: float, exclude_outside: bool, antialias: bool) -> np.ndarray:
+  kern = (lambda d: np.maximum(0.0, 1 - np.abs(d))) if mode == "linear" else (lambda d: _cubic(d, a))
+  support = 1.0 if mode == "linear" else 2.0
+  s = scale if antialias and scale < 1 else 1.0   # antialiasing stretches the kernel by 1/scale when shrinking
+  m = np.zeros((len(src), n))
+  for r, x in enumerate(src):
+    lo, hi = int(np.floor(x - support / s)), int(np.ceil(x + support / s))
+    js = np.arange(lo, hi + 1)
+    w = kern((js - x) * s)
+    if exclude_outside:
+      keep = (js >= 0) & (js < n)
+      js, w = js[keep], w[keep]
+    if exclude_outside or antialias: w = w / w.sum() if w.sum() else w
+    np.add.at(m[r], np.clip(js, 0, n - 1), w)
+  return m
+
+@op("Resize", static=(1, 2, 3))
+def resize(x: Tensor, roi: Any = None, scales: Any = None, sizes: Any = None, *, mode: str = "nearest",
+           coordinate_transformation_mode: str = "half_pixel", nearest_mode: str = "round_prefer_floor", cubic_coeff_a: float = -0.75,
+           exclude_outside: int = 0, extrapolation_value: float = 0.0, antialias: int = 0, axes: Sequence[int] | None = None,
+           keep_aspect_ratio_policy: str = "stretch") -> Tensor:
+  ax = [_ax(a, x.ndim) for a in axes] if axes is not None else list(range(x.ndim))
+  ins = [x.shape[a] for a in ax]
+  if sizes is not None and np.asarray(sizes).size:
+    want = _ints(sizes)
+    if keep_aspect_ratio_policy == "stretch": outs, scs = want, [o / n for o, n in zip(want, ins)]
+    else:
+      pick = min if keep_aspect_ratio_policy == "not_larger" else max
+      sc = pick(o / n for o, n in zip(want, ins))
+      outs, scs = [int(math.floor(sc * n + 0.5)) for n in ins], [sc] * len(ins)
+  else:
+    scs = [float(v) for v in np.asarray(scales, dtype=np.float64).reshape(-1)]
+    outs = [int(math.floor(n * s)) for n, s in zip(ins, scs)]
+  roi_v = np.asarray(roi, dtype=np.float64).reshape(-1) if roi is not None and np.asarray(roi).size else None
+  for k, (a, n, o, sc) in enumerate(zip(ax, ins, outs, scs)):
+    r = (float(roi_v[k]), float(roi_v[k + len(ax)])) if roi_v is not None else None
+    src = _src_coords(n, o, sc, coordinate_transformation_mode, r)
+    outside = (src < 0) | (src > n - 1) if coordinate_transformation_mode == "tf_crop_and_resize" else np.zeros(o, bool)
+    if mode == "nearest":
+      j = {"floor": np.floor(src), "ceil": np.ceil(src), "round_prefer_ceil": np.floor(src + 0.5)}.get(nearest_mode, np.ceil(src - 0.5))
+      x = x[(slice(None),) * a + (Tensor(np.clip(j, 0, n - 1).astype(np.int64), device=x.device),)]
+    elif mode in ("linear", "cubic"):
+      m = _interp_matrix(n, src, mode, sc, cubic_coeff_a, bool(exclude_outside), bool(antialias))
+      y = x.cast(dtypes.float32) if not dtypes.is_float(x.dtype) else x
+      y = (y.movedim(a, -1) @ Tensor(m.T.astype(np.float32), device=x.device).cast(y.dtype)).movedim(-1, a)
+      x = y.round().clip(x.dtype.min, x.dtype.max).cast(x.dtype) if not dtypes.is_float(x.dtype) else y
+    else: raise OnnxError(f"Resize: attribute mode={mode!r}")
+    if outside.any():
+      sel = Tensor(outside.reshape([-1 if i == a else 1 for i in range(x.ndim)]), device=x.device)
+      x = sel.where(_const_like(x, extrapolation_value), x)
+  return x
+
+@op("Upsample", static=(1,))
+def upsample(x: Tensor, scales: Any, *, mode: str = "nearest") -> Tensor:
+  return resize(x, None, scales, None, mode=mode, coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+
+# *** attention ***
+
+@op("Attention")
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, past_k: Tensor | None = None, past_v: Tensor | None = None,
+              nonpad_kv_seqlen: Tensor | None = None, *, is_causal: int = 0, kv_num_heads: int | None = None, q_num_heads: int | None = None,
+              qk_matmul_output_mode: int = 0, scale: float | None = None, softcap: float = 0.0, softmax_precision: int | None = None,
+              left_window_size: int = -1, right_window_size: int = -1, _nout: int = 1) -> Any:
+  three_d = q.ndim == 3
+  if three_d:
+    if q_num_heads is None or kv_num_heads is None: raise OnnxError("Attention: 3-d inputs need q_num_heads and kv_num_heads")
+    def heads(t: Tensor, h: int) -> Tensor: return t.reshape(t.shape[0], t.shape[1], h, -1).transpose(1, 2)
+    q, k, v = heads(q, q_num_heads), heads(k, kv_num_heads), heads(v, kv_num_heads)
+  if past_k is not None: k = past_k.cat(k, dim=2)
+  if past_v is not None: v = past_v.cat(v, dim=2)
+  present_k, present_v = k, v
+  odt = q.dtype
+  if odt in (dtypes.float16, dtypes.bfloat16): q, k, v = q.float(), k.float(), v.float()   # half inputs: compute in float32
+  sq, skv = q.shape[2], k.shape[2]
+  if q.shape[1] != k.shape[1]:   # grouped-query attention: each kv head serves consecutive q heads
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+  sc = math.sqrt(scale if scale is not None else 1 / math.sqrt(q.shape[3]))
+  qk = (q * sc) @ (k.transpose(-1, -2) * sc)
+  if softcap > 0: qk = (qk / softcap).tanh() * softcap
+  neg = -math.inf
+  bias: Tensor | None = None
+  if mask is not None:
+    if mask.shape[-1] < skv: mask = mask.pad([None] * (mask.ndim - 1) + [(0, skv - mask.shape[-1])], value=False if mask.dtype is dtypes.bool else neg)
+    bias = mask.where(0.0, neg).cast(q.dtype) if mask.dtype is dtypes.bool else mask.cast(q.dtype)
+  # where query row i sits among the keys: after the past cache, or (an external cache) after nonpad_kv_seqlen - sq per batch
+  off: Any = past_k.shape[2] if past_k is not None else 0
+  if past_k is None and nonpad_kv_seqlen is not None: off = (nonpad_kv_seqlen.cast(dtypes.int64) - sq).reshape(-1, 1, 1, 1)
+  diff = Tensor.arange(sq, device=q.device).reshape(sq, 1) + off - Tensor.arange(skv, device=q.device).reshape(1, skv)
+  if is_causal:
+    causal = (diff >= 0).where(0.0, neg).cast(q.dtype)
+    bias = causal if bias is None else bias + causal
+  if left_window_size >= 0 or right_window_size >= 0:
+    ok = diff == diff
+    if left_window_size >= 0: ok = ok & (diff <= left_window_size)
+    if right_window_size >= 0: ok = ok & (-diff <= right_window_size)
+    win = ok.where(0.0, neg).cast(q.dtype)
+    bias = win if bias is None else bias + win
+  if nonpad_kv_seqlen is not None:
+    keep = Tensor.arange(skv, device=q.device).reshape(1, skv) < nonpad_kv_seqlen.reshape(-1, 1)
+    pm = keep.where(0.0, neg).cast(q.dtype).reshape(-1, 1, 1, skv)
+    bias = pm if bias is None else bias + pm
+  scores = qk if bias is None else qk + bias
+  mx = scores.max(-1, keepdim=True)
+  dead = mx == neg   # a row with every key masked gives zeros, not NaN
+  e = (scores - dead.where(0.0, mx)).exp()
+  probs = e / e.sum(-1, keepdim=True).maximum(1e-30)
+  if bias is not None: probs = (bias.max(-1, keepdim=True) == neg).where(0.0, probs)
+  out = (probs @ v).cast(odt)
+  if three_d: out = out.transpose(1, 2).reshape(out.shape[0], out.shape[2], -1)
+  extra = {0: qk, 1: qk, 2: scores, 3: probs}[qk_matmul_output_mode]
+  return (out, present_k, present_v, extra.cast(odt))[:max(_nout, 1)]
+
+# *** losses ***
+
+def _nll(logp: Tensor, target: Tensor, weight: Tensor | None, reduction: str, ignore_index: int | None) -> Tensor:
+  c = logp.shape[1]
+  t = target.cast(dtypes.int64)
+  cls = Tensor.arange(c, device=logp.device, dtype=dtypes.int64).reshape(1, c, *([1] * (logp.ndim - 2)))
+  hot = t.unsqueeze(1) == cls
+  picked = hot.where(logp, 0).sum(1)
+  w = hot.where(weight.reshape(1, c, *([1] * (logp.ndim - 2))), 0).sum(1) if weight is not None else picked.ones_like()
+  if ignore_index is not None: w = (t == ignore_index).where(0, w)
+  loss = -picked * w
+  if reduction == "none": return loss
+  if reduction == "sum": return loss.sum()
+  return loss.sum() / w.sum()
+
+@op("NegativeLogLikelihoodLoss")
+def nll_loss(x: Tensor, target: Tensor, weight: Tensor | None = None, *, ignore_index: int | None = None, reduction: str = "mean") -> Tensor:
+  return _nll(x, target, weight, reduction, ignore_index).cast(x.dtype)
+
+@op("SoftmaxCrossEntropyLoss")
+def softmax_ce_loss(x: Tensor, target: Tensor, weight: Tensor | None = None, *, ignore_index: int | None = None, reduction: str = "mean",
+                    _nout: int = 1) -> Any:
+  logp = x.log_softmax(1)
+  loss = _nll(logp, target, weight, reduction, ignore_index).cast(x.dtype)
+  return (loss, logp) if _nout > 1 else loss
+
+# *** more sequence-model and signal ops ***
+
+@op("RotaryEmbedding")
+def rotary_embedding(x: Tensor, cos: Tensor, sin: Tensor, pos: Tensor | None = None, *, interleaved: int = 0, num_heads: int = 0,
+                     rotary_embedding_dim: int = 0) -> Tensor:
+  shape4 = x.ndim == 4
+  y = x.transpose(1, 2) if shape4 else x.reshape(x.shape[0], x.shape[1], num_heads, -1)   # (b, s, h, d)
+  d = rotary_embedding_dim or y.shape[3]
+  rot, keep = y[..., :d], y[..., d:]
+  if pos is not None: cos, sin = cos[pos.cast(dtypes.int64)], sin[pos.cast(dtypes.int64)]
+  cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
+  x1, x2 = (rot[..., 0::2], rot[..., 1::2]) if interleaved else (rot[..., :d // 2], rot[..., d // 2:])
+  re, im = cos * x1 - sin * x2, sin * x1 + cos * x2
+  rot = re.unsqueeze(-1).cat(im.unsqueeze(-1), dim=-1).reshape(rot.shape) if interleaved else re.cat(im, dim=-1)
+  out = rot.cat(keep, dim=-1) if keep.shape[-1] else rot
+  return out.transpose(1, 2) if shape4 else out.reshape(x.shape)
+
+@op("SwiGLU")
+def swiglu(a: Tensor, b: Tensor, *, alpha: float = 1.0) -> Tensor: return a * (a * alpha).sigmoid() * b
+
+def _window(fn: Any) -> Any:
+  def window(size: Any, *, output_datatype: int = 1, periodic: int = 1) -> Tensor:
+    n = int(np.asarray(size).reshape(-1)[0])
+    return fn(Tensor.arange(n, dtype=dtypes.float64), n if periodic else n - 1).cast(onnx_dtype(output_datatype))
+  return window
+op("HannWindow", static=(0,))(_window(lambda i, n: (i * (math.pi / n)).sin().square()))
+op("HammingWindow", static=(0,))(_window(lambda i, n: 25 / 46 - (i * (2 * math.pi / n)).cos() * (21 / 46)))
+op("BlackmanWindow", static=(0,))(_window(lambda i, n: 0.42 - (i * (2 * math.pi / n)).cos() * 0.5 + (i * (4 * math.pi / n)).cos() * 0.08))
+
+@op("ReverseSequence", static=(1,))
+def reverse_sequence(x: Tensor, lens: Any, *, batch_axis: int = 1, time_axis: int = 0) -> Tensor:
+  t = x.shape[time_axis]
+  idx = np.tile(np.arange(t).reshape(-1, 1), (1, x.shape[batch_axis]))   # (time, batch): the source time step
+  for b, n in enumerate(_ints(lens)): idx[:n, b] = np.arange(n)[::-1]
+  if time_axis != 0: idx = idx.T
+  full = Tensor(idx.reshape(idx.shape + (1,) * (x.ndim - 2)), device=x.device).expand(x.shape)
+  return x.gather(time_axis, full)
+
+@op("MaxUnpool", static=(2,))
+def max_unpool(x: Tensor, idx: Tensor, output_shape: Any = None, *, kernel_shape: Sequence[int], pads: Sequence[int] | None = None,
+               strides: Sequence[int] | None = None) -> Tensor:
+  nd = len(kernel_shape)
+  s, p = list(strides or [1] * nd), list(pads or [0] * 2 * nd)
+  outs = _ints(output_shape)[2:] if output_shape is not None else [(n - 1) * s[i] - p[i] - p[i + nd] + kernel_shape[i] for i, n in enumerate(x.shape[2:])]
+  total = prod(x.shape[:2]) * prod(outs)
+  flat = Tensor.zeros(total, device=x.device, dtype=x.dtype).scatter(0, idx.cast(dtypes.int64).reshape(-1), x.reshape(-1))
+  return flat.reshape(*x.shape[:2], *outs)
+
+@op("Unique", static=(0,))
+def unique(x: Any, *, axis: int | None = None, sorted: int = 1) -> tuple[np.ndarray, ...]:
+  a = np.asarray(x)
+  y, first, inverse, counts = np.unique(a, return_index=True, return_inverse=True, return_counts=True, axis=axis)
+  if not sorted:   # the order of first appearance
+    order = np.argsort(first)
+    y = np.take(y, order, axis=axis if axis is not None else 0)
+    remap = np.empty_like(order)
+    remap[order] = np.arange(len(order))
+    first, counts, inverse = first[order], counts[order], remap[inverse.reshape(-1)]
+  return y, first.astype(np.int64), inverse.reshape(-1).astype(np.int64), counts.astype(np.int64)
+
+@op("Det")
+def det(x: Tensor) -> Tensor:
+  """Gaussian elimination with partial pivoting, unrolled over the (static) matrix size."""
+  n = x.shape[-1]
+  a, d = x, x[..., 0, 0].ones_like()
+  rows = Tensor.arange(n, device=x.device)
+  for k in range(n):
+    piv = a[..., k:, k].abs().argmax(-1) + k   # (...,)
+    pk = piv.unsqueeze(-1)
+    src = (rows == pk).where(k, (rows == k).where(pk, rows))   # swap rows k and piv
+    a = a.gather(-2, src.unsqueeze(-1).expand(*a.shape))
+    d = d * (piv == k).where(1.0, -1.0).cast(x.dtype) * a[..., k, k]
+    if k + 1 < n:
+      f = a[..., k + 1:, k:k + 1] / a[..., k:k + 1, k:k + 1]
+      a = a[..., :k + 1, :].cat(a[..., k + 1:, :] - f * a[..., k:k + 1, :], dim=-2)
+  return d
+
+def _q_shape(x: Tensor, scale: Tensor, axis: int) -> list[int]:
+  return [-1 if i == _ax(axis, x.ndim) else 1 for i in range(x.ndim)] if scale.ndim == 1 and scale.shape[0] > 1 else list(scale.shape)
+@op("DequantizeLinear")
+def dequantize_linear(x: Tensor, scale: Tensor, zero: Tensor | None = None, *, axis: int = 1, block_size: int = 0,
+                      output_dtype: int = 0) -> Tensor:
+  if block_size: raise OnnxError(f"DequantizeLinear: attribute block_size={block_size}")
+  shp = _q_shape(x, scale, axis)
+  y = x.cast(dtypes.float32)
+  if zero is not None: y = y - zero.cast(dtypes.float32).reshape(shp)
+  return (y * scale.cast(dtypes.float32).reshape(shp)).cast(onnx_dtype(output_dtype) if output_dtype else scale.dtype)
+@op("QuantizeLinear")
+def quantize_linear(x: Tensor, scale: Tensor, zero: Tensor | None = None, *, axis: int = 1, block_size: int = 0, output_dtype: int = 0,
+                    saturate: int = 1, precision: int = 0) -> Tensor:
+  if block_size: raise OnnxError(f"QuantizeLinear: attribute block_size={block_size}")
+  out = zero.dtype if zero is not None else (onnx_dtype(output_dtype) if output_dtype else dtypes.uint8)
+  if not dtypes.is_int(out): raise OnnxError(f"QuantizeLinear: output type {out} (only integer outputs)")
+  shp = _q_shape(x, scale, axis)
+  y = (x.cast(dtypes.float32) / scale.cast(dtypes.float32).reshape(shp)).round()
+  if zero is not None: y = y + zero.cast(dtypes.float32).reshape(shp)
+  return y.clip(out.min, out.max).cast(out)
+@op("DynamicQuantizeLinear")
+def dynamic_quantize_linear(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+  lo, hi = x.min().minimum(0), x.max().maximum(0)
+  scale = (hi - lo) / 255
+  zp = (-lo / scale).round().clip(0, 255)
+  y = ((x / scale).round() + zp).clip(0, 255).cast(dtypes.uint8)
+  return y, scale.cast(dtypes.float32), zp.cast(dtypes.uint8)
+
+# *** recurrent layers: the time loop is unrolled (sequence lengths are static) ***
+
+def _activation(name: str, alpha: float | None, beta: float | None) -> Any:
+  acts: dict[str, Any] = {
+    "Sigmoid": Tensor.sigmoid, "Tanh": Tensor.tanh, "Relu": Tensor.relu, "Softsign": Tensor.softsign, "Softplus": Tensor.softplus,
+    "Affine": lambda x: x * (alpha if alpha is not None else 1.0) + (beta or 0.0),
+    "LeakyRelu": lambda x: leaky_relu(x, alpha=alpha if alpha is not None else 0.01),
+    "ThresholdedRelu": lambda x: thresholded_relu(x, alpha=alpha if alpha is not None else 1.0),
+    "ScaledTanh": lambda x: (x * (beta if beta is not None else 1.0)).tanh() * (alpha if alpha is not None else 1.0),
+    "HardSigmoid": lambda x: hard_sigmoid(x, alpha=alpha if alpha is not None else 0.2, beta=beta if beta is not None else 0.5),
+    "Elu": lambda x: elu(x, alpha=alpha if alpha is not None else 1.0)}
+  if name not in acts: raise OnnxError(f"attribute activations: {name!r}")
+  return acts[name]
+
+def _recurrent(kind: str, x: Tensor, w: Tensor, r: Tensor, b: Tensor | None, seq_lens: Tensor | None, h0: Tensor | None, c0: Tensor | None,
+               p: Tensor | None, hidden_size: int, direction: str, layout: int, acts: list[str], alpha: list[float], beta: list[float],
+               clip: float | None, extra: int) -> tuple[Tensor, Tensor, Tensor]:
+  if seq_lens is not None and len(set(_ints(seq_lens.numpy()))) > 1: raise OnnxError(f"{kind}: input sequence_lens with different lengths")
+  gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[kind]
+  per_dir = {"RNN": 1, "GRU": 2, "LSTM": 3}[kind]
+  if layout: x = x.transpose(0, 1)   # (seq, batch, input)
+  seq, batch = x.shape[0], x.shape[1]
+  ndir, hs = w.shape[0], hidden_size
+  defaults = {"RNN": ["Tanh"], "GRU": ["Sigmoid", "Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"]}[kind]
+  names = acts or defaults * ndir
+  fns = [_activation(n, alpha[i] if i < len(alpha) else None, beta[i] if i < len(beta) else None) for i, n in enumerate(names)]
+  ys, hs_out, cs_out = [], [], []
+  for d in range(ndir):
+    f = fns[d * per_dir:(d + 1) * per_dir]
+    wd, rd = w[d], r[d]   # (gates*hs, input), (gates*hs, hs)
+    bd = b[d] if b is not None else Tensor.zeros(2 * gates * hs, device=x.device, dtype=x.dtype)
+    wb, rb = bd[:gates * hs], bd[gates * hs:]
+    h = h0[d] if h0 is not None else Tensor.zeros(batch, hs, device=x.device, dtype=x.dtype)
+    c = c0[d] if c0 is not None else Tensor.zeros(batch, hs, device=x.device, dtype=x.dtype)
+    pd = p[d] if p is not None else None
+    xw = x @ wd.T + wb   # (seq, batch, gates*hs): the input projections of every step at once
+    steps = range(seq - 1, -1, -1) if direction == "reverse" or (direction == "bidirectional" and d == 1) else range(seq)
+    outs: list[Tensor] = [None] * seq   # type: ignore[list-item]
+    def cl(t: Tensor) -> Tensor: return t.clip(-clip, clip) if clip is not None else t
+    for t in steps:
+      xt = xw[t]
+      if kind == "RNN": h = f[0](cl(xt + h @ rd.T + rb))
+      elif kind == "GRU":
+        hr = h @ rd[:2 * hs].T + rb[:2 * hs]
+        z, rr = f[0](cl(xt[:, :hs] + hr[:, :hs])), f[0](cl(xt[:, hs:2 * hs] + hr[:, hs:]))
+        if extra: hh = f[1](cl(xt[:, 2 * hs:] + rr * (h @ rd[2 * hs:].T + rb[2 * hs:])))
+        else: hh = f[1](cl(xt[:, 2 * hs:] + (rr * h) @ rd[2 * hs:].T + rb[2 * hs:]))
+        h = (1 - z) * hh + z * h
+      else:
+        g = xt + h @ rd.T + rb
+        gi, go, gf, gc = (g[:, k * hs:(k + 1) * hs] for k in range(4))
+        if pd is not None: gi, gf = gi + pd[:hs] * c, gf + pd[2 * hs:] * c
+        i_, f_ = f[0](cl(gi)), f[0](cl(gf))
+        if extra: f_ = 1 - i_   # input_forget: the forget gate couples to the input gate
+        c = f_ * c + i_ * f[1](cl(gc))
+        if pd is not None: go = go + pd[hs:2 * hs] * c
+        h = f[0](cl(go)) * f[2](c)
+      outs[t] = h
+    ys.append(Tensor.stack(*outs, dim=0))
+    hs_out.append(h)
+    cs_out.append(c)
+  y = Tensor.stack(*ys, dim=1)   # (seq, dirs, batch, hs)
+  yh, yc = Tensor.stack(*hs_out, dim=0), Tensor.stack(*cs_out, dim=0)
+  if layout: y, yh, yc = y.permute(2, 0, 1, 3), yh.transpose(0, 1), yc.transpose(0, 1)
+  return y, yh, yc
+
+def _rnn_op(kind: str) -> Any:
+  def rnn(x: Tensor, w: Tensor, r: Tensor, b: Tensor | None = None, seq_lens: Tensor | None = None, h0: Tensor | None = None,
+          c0: Tensor | None = None, p: Tensor | None = None, *, hidden_size: int, activations: Sequence[str] = (),
+          activation_alpha: Sequence[float] = (), activation_beta: Sequence[float] = (), clip: float | None = None, direction: str = "forward",
+          layout: int = 0, input_forget: int = 0, linear_before_reset: int = 0, _nout: int = 1) -> tuple[Tensor, ...]:
+    if kind != "LSTM": c0, p = None, None
+    extra = linear_before_reset if kind == "GRU" else input_forget
+    y, yh, yc = _recurrent(kind, x, w, r, b, seq_lens, h0, c0, p, hidden_size, direction, layout, list(activations), list(activation_alpha),
+                           list(activation_beta), clip, extra)
+    return (y, yh, yc)[:_nout]
+  return rnn
+op("RNN")(_rnn_op("RNN"))
+op("GRU")(_rnn_op("GRU"))
+op("LSTM")(_rnn_op("LSTM"))
+
+@op("BitCast")
+def bitcast(x: Tensor, *, to: int) -> Tensor:
+  dt = onnx_dtype(to, "BitCast: ")
+  return x.cast(dt) if x.dtype is dtypes.bool and dt in (dtypes.uint8, dtypes.int8) else x.bitcast(dt)   # core can't bitcast bool
+
+@op("CenterCropPad", static=(1,))
+def center_crop_pad(x: Tensor, shape: Any, *, axes: Sequence[int] | None = None) -> Tensor:
+  ax = [_ax(a, x.ndim) for a in axes] if axes is not None else list(range(x.ndim))
+  for a, t in zip(ax, _ints(shape)):
+    n = x.shape[a]
+    if t < n: x = x.shrink([((n - t) // 2, (n - t) // 2 + t) if i == a else None for i in range(x.ndim)])
+    elif t > n: x = x.pad([((t - n) // 2, t - n - (t - n) // 2) if i == a else None for i in range(x.ndim)])
+  return x
+
+@op("MatMulInteger")
+def matmul_integer(a: Tensor, b: Tensor, az: Tensor | None = None, bz: Tensor | None = None) -> Tensor:
+  a32, b32 = a.cast(dtypes.int32), b.cast(dtypes.int32)
+  if az is not None: a32 = a32 - (az.cast(dtypes.int32).reshape(-1, 1) if az.ndim == 1 and az.shape[0] > 1 else az.cast(dtypes.int32))
+  if bz is not None: b32 = b32 - bz.cast(dtypes.int32)
+  return a32 @ b32
+
+@op("ConvInteger")
+def conv_integer(x: Tensor, w: Tensor, xz: Tensor | None = None, wz: Tensor | None = None, *, auto_pad: str = "NOTSET",
+                 dilations: Sequence[int] | None = None, group: int = 1, kernel_shape: Sequence[int] | None = None, pads: Sequence[int] | None = None,
+                 strides: Sequence[int] | None = None) -> Tensor:
+  x32, w32 = x.cast(dtypes.int32), w.cast(dtypes.int32)
+  if xz is not None: x32 = x32 - xz.cast(dtypes.int32)   # padding then reads 0 after the shift, as the spec asks
+  if wz is not None: w32 = w32 - (wz.cast(dtypes.int32).reshape(-1, *([1] * (w.ndim - 1))) if wz.ndim == 1 else wz.cast(dtypes.int32))
+  return conv(x32, w32, None, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides)
