@@ -1,7 +1,7 @@
 """Environment flags, Context, and the small utilities every layer shares."""
 from __future__ import annotations
-import contextlib, functools, os, pathlib, sys
-from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+import collections, contextlib, functools, os, pathlib, sys
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Sequence, TypeVar
 
 T = TypeVar("T")
 
@@ -63,6 +63,30 @@ def colored(s: str, color: str | None = None) -> str:
 def getenv(key: str, default: Any = 0) -> Any:
   """Reads an env var once, typed like `default`."""
   return type(default)(os.getenv(key, default))
+
+class LRUCache(collections.OrderedDict):
+  """A cache bounded to `max_entries` (CORE_CACHE_<NAME> overrides it), dropping the least recently used entry first; it
+  counts hits, misses and evictions, and every instance is listed by name in `LRUCache.all` (DEBUG=2 prints them at exit)."""
+  all: ClassVar[dict[str, LRUCache]] = {}
+  def __init__(self, name: str, max_entries: int):
+    super().__init__()
+    self.name, self.max_entries = name, int(os.getenv(f"CORE_CACHE_{name.upper()}", max_entries))
+    self.hits = self.misses = self.evictions = 0
+    LRUCache.all[name] = self
+  def get(self, key: Any, default: Any = None) -> Any:
+    try: self.move_to_end(key)
+    except KeyError:
+      self.misses += 1
+      return default
+    self.hits += 1
+    return super().__getitem__(key)
+  def __setitem__(self, key: Any, value: Any) -> None:
+    super().__setitem__(key, value)
+    self.move_to_end(key)
+    while len(self) > self.max_entries:
+      self.popitem(last=False)
+      self.evictions += 1
+  def stats(self) -> str: return f"{self.name} {len(self)}/{self.max_entries} (hits {self.hits}, misses {self.misses}, evicted {self.evictions})"
 
 class ContextVar:
   """An integer setting read from the environment once and overridable with `Context(...)`."""

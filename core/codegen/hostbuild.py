@@ -6,7 +6,7 @@ import concurrent.futures, ctypes, functools, hashlib, os, threading
 from dataclasses import dataclass, field
 from typing import Callable
 from core.codegen.llvm_ir import HostLLVMRenderer, LLVMRenderer
-from core.helpers import to_function_name
+from core.helpers import LRUCache, to_function_name
 from core.ir.dtype import AddrSpace, PtrDType, dtypes
 from core.ir.ops import UOp, Ops, GroupOp, AxisType
 
@@ -196,7 +196,7 @@ class HostBuild:
     for f in [_pool().submit(self.fn, pa, pd, lo, hi) for lo, hi in zip(bounds, bounds[1:])]: f.result()
 
 _lock = threading.Lock()
-_builds: dict[str, HostBuild] = {}
+_builds: LRUCache = LRUCache("host_builds", 512)
 
 def host_build(name: str, uops: tuple[UOp, ...] | list[UOp]) -> HostBuild:
   """The host build of a kernel's linearized uops (its PROGRAM's LINEAR), compiled once per process (and cached on disk)."""
@@ -214,4 +214,6 @@ def host_build(name: str, uops: tuple[UOp, ...] | list[UOp]) -> HostBuild:
     if u.op is Ops.SPECIAL and u.arg.startswith("lidx"): local[int(u.arg[4:])] = int(u.src[0].arg)
   fn = host_library(src).function(kname + "_wg", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
   b = HostBuild(name, nbufs, nvars, (local[0], local[1], local[2]), src, fn)
-  with _lock: return _builds.setdefault(key, b)
+  with _lock:
+    if (hit := _builds.get(key)) is None: _builds[key] = hit = b
+    return hit

@@ -77,7 +77,7 @@ def linearize(sink: UOp) -> list[UOp]:
       emitted += 1
       if it.op is Ops.RANGE:
         out.append(it)
-        emit(it)
+        emit(it)  # noqa: F821  (deleted once the outer function is done, to break the cycle)
         out.append(end_of[it])
       else: out.append(it)
       for us in users.get(it, []):
@@ -95,6 +95,7 @@ def linearize(sink: UOp) -> list[UOp]:
     return block_cache[r]
 
   emit(None)
+  del emit   # the recursive closure is a reference cycle holding the kernel's graph: break it, don't leave it for the gc
   # kernel arguments first, in slot order (buffers), then variables by name: renderers declare them in list order
   args = sorted((u for u in out if u.op is Ops.PARAM), key=lambda u: u.arg) + sorted((u for u in out if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg)
   return args + [u for u in out if u.op not in (Ops.PARAM, Ops.DEFINE_VAR)]

@@ -1,6 +1,6 @@
 """Allocator bases: raw device memory behind opaque handles, an LRU cache of freed blocks, honest OutOfMemory errors."""
 from __future__ import annotations
-import collections, dataclasses
+import collections, dataclasses, os
 from typing import Any, Generic, TypeVar
 from core.helpers import fmt_bytes
 
@@ -61,21 +61,27 @@ class Allocator(Generic[T]):
     """A zero-copy host view of the memory, or None when the host can't address it (copies go through _copyout)."""
     return None
 
+# bytes of freed blocks an LRUAllocator keeps for reuse (CORE_ALLOC_CACHE_MB): beyond it the blocks freed longest ago go back
+# to the device, so a run of ever-new sizes (eager ops on new shapes) does not hold every size it ever freed
+ALLOC_CACHE_BYTES = int(os.getenv("CORE_ALLOC_CACHE_MB", "128")) << 20
+
 class LRUAllocator(Allocator[T]):
-  """Keeps freed blocks by (size, options) and hands them out again; flushes them all before giving up on memory."""
+  """Keeps freed blocks by (size, options) and hands them out again, up to ALLOC_CACHE_BYTES (the least recently freed sizes
+  go back to the device first); flushes them all before giving up on memory."""
   @property
-  def cache(self) -> collections.defaultdict[tuple[int, BufferSpec], list[T]]:
-    # created on first use so subclasses need not call __init__
-    if "_cache" not in self.__dict__: self.__dict__["_cache"] = collections.defaultdict(list)
+  def cache(self) -> collections.OrderedDict[tuple[int, BufferSpec], list[T]]:
+    # created on first use so subclasses need not call __init__; ordered by when a size was last freed (oldest first)
+    if "_cache" not in self.__dict__: self.__dict__["_cache"] = collections.OrderedDict()
     return self.__dict__["_cache"]
 
   @property
-  def cached_bytes(self) -> int: return sum(size * len(v) for (size, _), v in self.cache.items())
+  def cached_bytes(self) -> int: return self.__dict__.get("_cached", 0)
 
   def alloc(self, size: int, options: BufferSpec | None = None) -> T:
     opts = options or self.default_spec
     if (cache := self.__dict__.get("_cache")) is not None and (blocks := cache.get((size, opts))):
       self.used += size
+      self.__dict__["_cached"] = self.__dict__.get("_cached", 0) - size
       return blocks.pop()
     try: return super().alloc(size, opts)
     except MemoryError:
@@ -90,12 +96,24 @@ class LRUAllocator(Allocator[T]):
 
   def free(self, opaque: T, size: int, options: BufferSpec | None = None) -> None:
     opts = options or self.default_spec
-    if opts.nolru or opts.external_ptr is not None: return super().free(opaque, size, opts)
+    if opts.nolru or opts.external_ptr is not None or size > ALLOC_CACHE_BYTES: return super().free(opaque, size, opts)
     self.used -= size
-    (self.__dict__.get("_cache") or self.cache)[(size, opts)].append(opaque)
+    cache = self.cache
+    if (blocks := cache.get(key := (size, opts))) is None: blocks = cache[key] = []
+    else: cache.move_to_end(key)
+    blocks.append(opaque)
+    self.__dict__["_cached"] = cached = self.__dict__.get("_cached", 0) + size
+    while cached > ALLOC_CACHE_BYTES:
+      (old_size, old_opts), old = next(iter(cache.items()))
+      if old:
+        self._free(old.pop(0), old_opts)
+        cached -= old_size
+      if not old: del cache[(old_size, old_opts)]   # (emptied by allocs too: those are dropped here)
+    self.__dict__["_cached"] = cached
 
   def free_cache(self) -> None:
     """Returns every cached block to the device."""
     for (_, opts), blocks in self.cache.items():
       for b in blocks: self._free(b, opts)
     self.cache.clear()
+    self.__dict__["_cached"] = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes, functools, hashlib, threading
 from typing import Any, Callable
 from core.device.compiler import Compiler, llvm_object
+from core.helpers import LRUCache
 
 class HostCompiler(Compiler):
   """LLVM IR -> an object file for this CPU (its features, O2), cached on disk like every compiler's output."""
@@ -48,7 +49,7 @@ class HostLibrary:
 def host_compiler() -> HostCompiler: return HostCompiler()
 
 _lock = threading.Lock()
-_libraries: dict[str, HostLibrary] = {}
+_libraries: LRUCache = LRUCache("host_libraries", 512)
 
 def host_library(src: str) -> HostLibrary:
   """LLVM IR `src` (from core.codegen.llvm_ir.HostLLVMRenderer, or whole modules) compiled (disk cache) and loaded once per process."""
@@ -56,4 +57,6 @@ def host_library(src: str) -> HostLibrary:
     if (hit := _libraries.get(src)) is not None: return hit
   comp = host_compiler()
   lib = HostLibrary(comp.compile_cached(src), comp)
-  with _lock: return _libraries.setdefault(src, lib)
+  with _lock:
+    if (hit := _libraries.get(src)) is None: _libraries[src] = hit = lib
+    return hit

@@ -9,7 +9,7 @@ import atexit, json, os, threading, time
 from dataclasses import dataclass, field
 from typing import Any
 from core.device.counters import GlobalCounters
-from core.helpers import ContextVar, DEBUG, colored
+from core.helpers import ContextVar, DEBUG, LRUCache, colored
 
 PROFILE = ContextVar("PROFILE", 0)
 
@@ -104,5 +104,7 @@ def write_trace(path: str | None = None) -> str:
   return path
 
 def _finish() -> None:
-  if DEBUG >= 2: print(summary())
+  if DEBUG >= 2:
+    print(summary())
+    print("*** caches: " + "; ".join(c.stats() for c in LRUCache.all.values()))
   if PROFILE and events(): print(f"*** profile: {len(events())} events written to {write_trace()}")

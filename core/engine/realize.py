@@ -1,6 +1,5 @@
 """realize(): schedule tensor graphs, run the kernels, and remember which nodes now live in buffers."""
 from __future__ import annotations
-import collections
 from typing import Any
 from core.ir.dtype import DType
 from core.ir.ops import UOp, Ops, GroupOp, sym_val
@@ -11,7 +10,7 @@ from core.engine.run import buffer_of, _BUF
 from core.device.buffer import Buffer
 from core.device.registry import Device
 from core.engine import capture as _capture
-from core.helpers import prod
+from core.helpers import LRUCache, prod
 from core.device import profiler
 
 # _walk marks an inner node whose subgraph reads no buffer, holds no ASSIGN, BIND or result and no memo entry with
@@ -66,8 +65,7 @@ def run_schedule(items: list[ScheduleItem], var_vals: dict[UOp, int] | None = No
 # *** schedule cache: a graph that differs only in which buffers it reads reuses the schedule (eager ops repeat) ***
 
 # structural key -> (planned items over placeholders, each root's result, variable values)
-_schedule_cache: collections.OrderedDict[tuple, tuple[list[ScheduleItem], list[UOp], dict[UOp, int], list[UOp]]] = collections.OrderedDict()
-SCHEDULE_CACHE_SIZE = 2048
+_schedule_cache: LRUCache = LRUCache("schedules", 2048)
 
 _NO_FAST = object()
 
@@ -162,8 +160,6 @@ def _scheduled(todo: list[UOp], key: tuple, inputs: list[UOp]) -> tuple[list[Sch
     res = [results[r] for r in ph_sink.src]
     items = plan_memory(items, set(to_ph.values()) | {_base(r) for r in res})
     hit = _schedule_cache[key] = (items, res, var_vals, list(to_ph.values()))
-    if len(_schedule_cache) > SCHEDULE_CACHE_SIZE: _schedule_cache.popitem(last=False)
-  else: _schedule_cache.move_to_end(key)
   items, res, var_vals, phs = hit
   # placeholders back to this call's buffers; buffers the schedule creates are fresh for every call
   back: dict[UOp, UOp] = dict(zip(phs, inputs))
@@ -243,7 +239,7 @@ class _Eager:
     return out
 
 # schedule cache key -> its _Eager (None: that schedule can't take the fast path)
-_eager: dict[tuple, _Eager | None] = {}
+_eager: LRUCache = LRUCache("eager_plans", 2048)
 _MISS: Any = object()
 
 def _run_eager(key: tuple, inputs: list[UOp]) -> tuple[list[UOp], _Eager] | None:
@@ -255,7 +251,6 @@ def _run_eager(key: tuple, inputs: list[UOp]) -> tuple[list[UOp], _Eager] | None
   if e is _MISS or not e.valid():
     items, res, var_vals, phs = _schedule_cache[key]
     e = _Eager(items, res, phs, var_vals)
-    if len(_eager) >= SCHEDULE_CACHE_SIZE: _eager.pop(next(iter(_eager)))
     _eager[key] = e if e.ok else None
     if not e.ok: return None
   return e(inputs), e

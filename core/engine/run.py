@@ -7,7 +7,7 @@ from core.device import profiler
 from core.device.buffer import Buffer
 from core.device.counters import GlobalCounters
 from core.codegen.program import get_program, compile_program, program_binary, program_source, program_shape, ProgramSpec
-from core.helpers import DEBUG, prod
+from core.helpers import DEBUG, LRUCache, prod
 
 # the Buffer behind a BUFFER uop lives in the node's own __dict__ under this name: it dies with the node (like a
 # WeakKeyDictionary entry) but costs no weak reference to set or to drop (every eager op makes one)
@@ -39,7 +39,8 @@ class CompiledRunner:
     except KeyError as e: raise RuntimeError(f"kernel {self.spec.name} needs a value for variable {e.args[0][0]!r}") from None
     return self.prg(*[b._buf for b in bufs], global_size=self.spec.global_size, local_size=self.spec.local_size, vals=vals, wait=wait)
 
-_runners: dict[tuple[UOp, str], CompiledRunner] = {}
+# compiled kernels by (kernel, device): a bounded LRU, so a long run of new shapes does not keep every kernel it ever made
+_runners: LRUCache = LRUCache("runners", 512)
 
 def get_runner(ast: UOp, device_name: str) -> CompiledRunner:
   """Compile once per (kernel, device): the AST is hash-consed, so equal kernels share a runner (eager op cache)."""
@@ -95,7 +96,7 @@ def _item_hcq(ast: UOp, bufs: tuple[UOp, ...]) -> bool:
   # a copy runs through HCQ only when both ends are HCQ devices; otherwise the direct copy does it
   return all(is_hcq(b.src[1].arg) for b in bufs) if ast.op is Ops.COPY else is_hcq(bufs[0].src[1].arg)
 
-class _SubmissionCache(dict):
+class _SubmissionCache(LRUCache):
   """The cached submissions; `gen` counts removals, so a holder of one (an eager plan) checks it is still current cheaply."""
   gen = 0
   def clear(self) -> None:
@@ -104,15 +105,14 @@ class _SubmissionCache(dict):
   def pop(self, *args: Any) -> Any:
     self.gen += 1
     return super().pop(*args)
-  def popitem(self) -> Any:
+  def popitem(self, last: bool = True) -> Any:
     self.gen += 1
-    return super().popitem()
+    return super().popitem(last)
   def __delitem__(self, key: Any) -> None:
     self.gen += 1
     super().__delitem__(key)
 
-_submissions: _SubmissionCache = _SubmissionCache()
-SUBMISSION_CACHE_SIZE = 512
+_submissions: _SubmissionCache = _SubmissionCache("submissions", 512)
 
 def _schedule_key(items: list) -> tuple[tuple, list[UOp]]:
   """A key equal for schedules that differ only in which buffers they use (the submission is patched with those), and the buffers."""
@@ -129,7 +129,6 @@ def hcq_submission(items: list, timed: bool = False) -> tuple[Any, list[UOp]]:
     from core.hcq.pipeline import Submission
     from core.hcq.state import HCQState
     sub = Submission(items, HCQState.default(buffer_of), timed=timed)
-    if len(_submissions) >= SUBMISSION_CACHE_SIZE: _submissions.pop(next(iter(_submissions)))
     _submissions[key] = sub
   return sub, slots
 

@@ -4,9 +4,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 from core.ir.ops import UOp
 from core.device.hcq import HCQDevice
-from core.helpers import DEBUG
+from core.helpers import DEBUG, LRUCache
 
-_compiled: dict[tuple[UOp, str], UOp] = {}
+_compiled: LRUCache = LRUCache("hcq_programs", 512)   # compiled kernels of HCQ schedules by (kernel, device)
 
 def compile_kernel(ast: UOp, device: str) -> UOp:
   """The compiled PROGRAM(SINK, DEVICE, LINEAR, SOURCE, BINARY) of a kernel for `device`, once per (kernel, device)."""

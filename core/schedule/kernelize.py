@@ -1,6 +1,6 @@
 """Cut a tensor graph into kernels and emit the linear schedule: a `LINEAR` of `CALL(kernel, *buffers)`."""
 from __future__ import annotations
-import collections, functools
+import functools
 from dataclasses import dataclass
 from typing import cast
 from core.ir.dtype import dtypes
@@ -9,7 +9,7 @@ from core.ir.pattern import graph_rewrite, PatternMatcher, UPat
 from core.schedule.realize_points import find_realize_points, contiguous_buffer
 from core.schedule.indexing import pm_index, KernelCtx, push, flat_index, output_ranges, TRUE
 from core.schedule.split_reduce import pm_split_reduce
-from core.helpers import prod, SPEC, NOOPT
+from core.helpers import LRUCache, prod, SPEC, NOOPT
 
 @dataclass
 class ScheduleItem:
@@ -159,12 +159,13 @@ def _order_points(sink: UOp, points: set[UOp]) -> tuple[list[UOp], set[UOp]]:
     for a in [p for p in pending if p in deps and p is not u]:
       if a in pending:
         pending.remove(a)
-        emit_pending_needed_by(a)
+        emit_pending_needed_by(a)  # noqa: F821  (deleted after the loop, to break the cycle)
         order.append(a)
   for u in topo:
     if pending: emit_pending_needed_by(u)
     if u.op is Ops.ASSIGN: pending.append(u)
     else: order.append(u)
+  del emit_pending_needed_by   # a recursive closure is a reference cycle: without this, every call leaves garbage for the gc
   # the remaining assigns: one that reads another's target (old value) or needs its result goes first
   graphs = {a: a.src[1].toposort(gate=lambda x: x.op is not Ops.BUFFER) for a in pending}
   cyclic: set[UOp] = set()
@@ -193,8 +194,7 @@ def _pm_index_symbolic() -> PatternMatcher:
 # loop id). Training builds the same kernels for every layer of equal shape and again for every step before a Jit
 # captures: the index pass (movement ops to index arithmetic, then symbolic simplification) is most of scheduling, so it
 # runs once per structure.
-_indexed: collections.OrderedDict[tuple, tuple[UOp, tuple[UOp, ...], int]] = collections.OrderedDict()
-INDEXED_CACHE_SIZE = 4096
+_indexed: LRUCache = LRUCache("indexed_kernels", 4096)
 
 def placeholder(b: UOp, i: int, kind: str) -> UOp:
   """A stand-in for BUFFER `b` with the same device, size and dtype, numbered `i`: graphs over placeholders are keys of
@@ -214,8 +214,6 @@ def _item(ast: UOp, ctx: KernelCtx, shape: tuple) -> ScheduleItem:
       from core.ir.spec import type_verify, kernel_spec
       type_verify(out, kernel_spec)
     hit = _indexed[key] = (out, tuple(sorted(pctx.params, key=lambda b: pctx.params[b].arg)), pctx.next_axis)
-    if len(_indexed) > INDEXED_CACHE_SIZE: _indexed.popitem(last=False)
-  else: _indexed.move_to_end(key)
   out, order, ctx.next_axis = hit
   real = {v: k for k, v in ph.items()}
   for b in order:

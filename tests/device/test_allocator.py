@@ -66,3 +66,24 @@ def test_subclass_may_skip_init() -> None:
   x = a.alloc(8)
   a.free(x, 8)
   assert a.alloc(8) is x and a.used == 8
+
+def test_the_cache_of_freed_blocks_is_bounded_oldest_first(monkeypatch):
+  import core.device.allocator as A
+  monkeypatch.setattr(A, "ALLOC_CACHE_BYTES", 1000)
+  class Counting(A.LRUAllocator):
+    def __init__(self) -> None:
+      super().__init__("TEST")
+      self.released: list[int] = []
+    def _alloc(self, size, options): return bytearray(size)
+    def _free(self, opaque, options): self.released.append(len(opaque))
+  a = Counting()
+  blocks = [a.alloc(n) for n in (300, 400, 500, 200)]
+  for b in blocks: a.free(b, len(b))
+  # 1400 bytes freed into a 1000-byte cache: the first-freed sizes went back to the device until it fit
+  assert a.released == [300, 400] and a.cached_bytes == 700
+  assert len(a.alloc(500)) == 500 and a.cached_bytes == 200 and a.released == [300, 400]   # a hit from the cache
+  big = a.alloc(2000)
+  a.free(big, 2000)   # larger than the whole cache: straight back to the device
+  assert a.released[-1] == 2000 and a.cached_bytes == 200
+  a.free_cache()
+  assert a.cached_bytes == 0 and sorted(a.released) == [200, 300, 400, 2000]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from core import Tensor
+from core.helpers import LRUCache
 from core.ir.ops import Ops, AxisType
 from core.device.registry import Device
 from core.codegen.opt import Kernel, Opt, OptOps, KernelOptError
@@ -26,7 +27,7 @@ def with_opts(monkeypatch):
     monkeypatch.setattr(run_mod, "_runners", {})
     monkeypatch.setattr(state_mod, "_compiled", {})
     monkeypatch.setattr(realize_mod, "_eager", {})
-    monkeypatch.setattr(realize_mod, "_schedule_cache", type(realize_mod._schedule_cache)())
+    monkeypatch.setattr(realize_mod, "_schedule_cache", LRUCache("schedules (test)", 2048))
     import core.codegen.program as prog_mod
     real = prog_mod.get_program
     def record(*a, **kw):
