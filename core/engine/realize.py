@@ -289,8 +289,10 @@ def realize(*roots: UOp) -> list[UOp]:
     # the caller's graphs (before memo substitution) hold the ASSIGN nodes other tensors may still reference
     for u in UOp(Ops.SINK, src=tuple(roots) + tuple(todo)).toposort(gate=lambda u: u.op is not Ops.BUFFER and u not in _assigned):
       if u.op is Ops.ASSIGN and u not in _assigned: _assigned[u] = u.src[0]
-  for r, res in zip(roots, res_list):
-    # _realized[r] = (res, version), inlined: every eager op passes here (only views can be contiguous buffers already)
+  # _realized[r] = (res, version), inlined: every eager op passes here (only views can be contiguous buffers already). Not for
+  # graphs that read no buffer (Tensor.ones(n) + 1): recomputing one is a fill, and its nodes are shared with the kernel's AST,
+  # which the compile caches keep: a memo there would keep the result's memory alive after its tensor is gone
+  for r, res in zip(roots, res_list) if inputs else ():
     if r is not res and (r.op not in _VIEWS or contiguous_buffer(r) is None):
       d = r.__dict__
       if "_plain" in d: _plain_epoch += 1

@@ -128,7 +128,11 @@ def hcq_submission(items: list, timed: bool = False) -> tuple[Any, list[UOp]]:
   if (sub := _submissions.get(key)) is None:
     from core.hcq.pipeline import Submission
     from core.hcq.state import HCQState
-    sub = Submission(items, HCQState.default(buffer_of), timed=timed)
+    from core.schedule.kernelize import ScheduleItem, placeholder
+    # lowered over stand-ins of the schedule's buffers: every run passes its own Buffers, and a cached submission must not
+    # keep the memory of the run that built it alive (a deleted 256 MiB tensor stayed allocated that way)
+    stand = {b: placeholder(b, i, "hcq slot") for i, b in enumerate(slots)}
+    sub = Submission([ScheduleItem(it.ast, tuple(stand[b] for b in it.bufs)) for it in items], HCQState.default(buffer_of), timed=timed)
     _submissions[key] = sub
   return sub, slots
 

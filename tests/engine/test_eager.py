@@ -57,16 +57,23 @@ def test_realized_buffer_comes_back_as_it_is():
   p = a.reshape(2, 3).permute(1, 0)
   np.testing.assert_allclose(p.numpy(), np.arange(6).reshape(2, 3).T)
 
-def test_marked_constant_subgraph_still_sees_a_later_memo():
-  # the walk takes a buffer-free subgraph it has seen as one leaf; realizing that subgraph later must still be noticed
+def test_a_realized_constant_subgraph_is_not_memoized_and_its_memory_goes_with_its_tensor():
+  # a buffer-free graph (a fill) is recomputed where it is used again rather than memoized: its nodes are shared with the
+  # kernel's AST, which the compile caches keep, and a memo there kept the result's memory alive after `del`
+  from core.device.counters import GlobalCounters
   a = Tensor(np.arange(8, dtype=np.float32)).realize()
   x = Tensor.arange(8).cast(a.dtype) * 2
   for _ in range(3): np.testing.assert_allclose((a + x).numpy(), np.arange(8) * 3)
-  assert R._walk([(a + x).uop], True) is not None
   keep = x.uop
   x.realize()
-  assert R._walk([(a + Tensor(keep)).uop], True) is None   # a memo hit: substitute x's buffer first
+  assert R._walk([(a + Tensor(keep)).uop], True) is not None   # no memo to substitute: the walk's fast key still holds
   np.testing.assert_allclose((a + Tensor(keep)).numpy(), np.arange(8) * 3)
+  dev = a.device
+  before = GlobalCounters.mem_used[dev]
+  big = (Tensor.ones(1 << 20, device=dev) + 1).realize()
+  assert GlobalCounters.mem_used[dev] >= before + (4 << 20)
+  del big
+  assert GlobalCounters.mem_used[dev] < before + (4 << 20)
 
 def _general_walk(monkeypatch, roots: list) -> tuple | None:
   with monkeypatch.context() as m:
