@@ -2,7 +2,7 @@
 
 Constants and signatures are those of the Khronos OpenCL headers (CL/cl.h, OpenCL 1.2 API, which every driver offers)."""
 from __future__ import annotations
-import ctypes, ctypes.util, dataclasses, functools, threading
+import atexit, ctypes, ctypes.util, dataclasses, functools, os, shutil, tempfile, threading
 from typing import Any
 
 # CL/cl.h
@@ -105,6 +105,11 @@ def lib() -> Any:
   """libOpenCL with the signatures above set; raises RuntimeError with the fix when it is missing."""
   name = find_library()
   if name is None: raise RuntimeError(f"QCOM's CL interface needs libOpenCL, which was not found: {INSTALL}")
+  # pocl's kernel cache is not safe for processes compiling at the same time (pocl issues #430, #1480: nondeterministic crashes,
+  # which pytest-xdist workers hit): unless told otherwise, each process gets its own, removed at exit. Other drivers ignore it.
+  if "POCL_CACHE_DIR" not in os.environ and "POCL_KERNEL_CACHE" not in os.environ:
+    d = os.environ["POCL_CACHE_DIR"] = tempfile.mkdtemp(prefix="core-pocl-")
+    atexit.register(shutil.rmtree, d, True)
   cl = ctypes.CDLL(name)
   for fn, (res, args) in _SIGS.items():
     f = getattr(cl, fn)
