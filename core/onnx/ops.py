@@ -2,7 +2,7 @@
 Inputs come positionally (None for an omitted optional one), attributes as keyword-only parameters with ONNX's defaults;
 parameters starting with an underscore are context the runner fills in (_opset, _nout), never attributes."""
 from __future__ import annotations
-import math
+import itertools, math
 from typing import Any, Sequence
 import numpy as np
 from core.helpers import prod
@@ -940,3 +940,179 @@ def conv_integer(x: Tensor, w: Tensor, xz: Tensor | None = None, wz: Tensor | No
   if xz is not None: x32 = x32 - xz.cast(dtypes.int32)   # padding then reads 0 after the shift, as the spec asks
   if wz is not None: w32 = w32 - (wz.cast(dtypes.int32).reshape(-1, *([1] * (w.ndim - 1))) if wz.ndim == 1 else wz.cast(dtypes.int32))
   return conv(x32, w32, None, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides)
+
+def _requant(y: Tensor, scale: Tensor, zero: Tensor) -> Tensor:
+  q = (y / scale.float()).round() + zero.float()
+  return q.clip(zero.dtype.min, zero.dtype.max).cast(zero.dtype)
+
+@op("QLinearMatMul")
+def qlinear_matmul(a: Tensor, a_s: Tensor, a_z: Tensor, b: Tensor, b_s: Tensor, b_z: Tensor, y_s: Tensor, y_z: Tensor) -> Tensor:
+  # a's scale and zero point are per row (or one), b's per column (or one)
+  def rows(t: Tensor) -> Tensor: return t.float().reshape(-1, 1) if t.numel() > 1 else t.float()
+  fa = (a.float() - rows(a_z)) * rows(a_s)
+  fb = (b.float() - b_z.float()) * b_s.float()
+  return _requant(fa @ fb, y_s, y_z)
+
+@op("QLinearConv")
+def qlinear_conv(x: Tensor, x_s: Tensor, x_z: Tensor, w: Tensor, w_s: Tensor, w_z: Tensor, y_s: Tensor, y_z: Tensor, b: Tensor | None = None, *,
+                 auto_pad: str = "NOTSET", dilations: Sequence[int] | None = None, group: int = 1, kernel_shape: Sequence[int] | None = None,
+                 pads: Sequence[int] | None = None, strides: Sequence[int] | None = None) -> Tensor:
+  per = [-1] + [1] * (w.ndim - 1)
+  fw = (w.float() - (w_z.float().reshape(per) if w_z.numel() > 1 else w_z.float())) * (w_s.float().reshape(per) if w_s.numel() > 1 else w_s.float())
+  fx = (x.float() - x_z.float()) * x_s.float()
+  fb = b.float() * (x_s.float() * w_s.float()).reshape(-1) if b is not None else None
+  y = conv(fx, fw, fb, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides)
+  return _requant(y, y_s, y_z)
+
+@op("AffineGrid", static=(1,))
+def affine_grid(theta: Tensor, size: Any, *, align_corners: int = 0) -> Tensor:
+  """Sampling grids (N, *spatial, nd) in [-1, 1] coordinates: theta (N, nd, nd+1) applied to the base grid."""
+  n, c, *sp = _ints(size)
+  def axis(k: int) -> np.ndarray:
+    if align_corners: return np.linspace(-1, 1, k) if k > 1 else np.zeros(1)
+    return (np.arange(k) * 2 + 1) / k - 1
+  mesh = np.meshgrid(*[axis(k) for k in sp], indexing="ij")[::-1]   # x varies along the last dim
+  base = np.stack(list(mesh) + [np.ones_like(mesh[0])], axis=-1).reshape(-1, len(sp) + 1)   # (P, nd+1)
+  grid = Tensor(base.astype(np.float32), device=theta.device).cast(theta.dtype) @ theta.transpose(1, 2)   # (N, P, nd)
+  return grid.reshape(n, *sp, len(sp))
+
+# *** GridSample: each output point reads its taps from the flattened input with gather ***
+
+def _reflect(x: Tensor, lo: float, hi: float) -> Tensor:
+  span = hi - lo
+  if span <= 0: return x.zeros_like()
+  r = (x - lo).abs().mod(2 * span)
+  return span - (r - span).abs() + lo
+
+def _cubic_w(t: Tensor, a: float = -0.75) -> list[Tensor]:
+  """The four cubic-convolution weights of taps at offsets -1, 0, 1, 2 for a fraction t."""
+  def near(d: Tensor) -> Tensor: return ((a + 2) * d - (a + 3)) * d * d + 1
+  def far(d: Tensor) -> Tensor: return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+  return [far(t + 1), near(t), near(1 - t), far(2 - t)]
+
+@op("GridSample")
+def grid_sample(x: Tensor, grid: Tensor, *, align_corners: int = 0, mode: str = "linear", padding_mode: str = "zeros") -> Tensor:
+  n, c, *sp = x.shape
+  nd = len(sp)
+  outs = grid.shape[1:-1]
+  p_out = prod(outs)
+  g = grid.float().reshape(n, p_out, nd)
+  coords = []   # per spatial dim (outermost first), pixel coordinates (n, p_out)
+  for d in range(nd):
+    size = sp[d]
+    v = g[:, :, nd - 1 - d]   # the grid's last entry is x (the innermost dim)
+    v = (v + 1) / 2 * (size - 1) if align_corners else ((v + 1) * size - 1) / 2
+    if padding_mode == "border": v = v.clip(0, size - 1)
+    elif padding_mode == "reflection": v = _reflect(v, 0, size - 1) if align_corners else _reflect(v, -0.5, size - 0.5).clip(0, size - 1)
+    coords.append(v)
+  if mode in ("linear", "bilinear"): offs, tap = [0, 1], "linear"
+  elif mode == "nearest": offs, tap = [0], "nearest"
+  elif mode in ("cubic", "bicubic"): offs, tap = [-1, 0, 1, 2], "cubic"
+  else: raise OnnxError(f"GridSample: attribute mode={mode!r}")
+  bases, weights = [], []
+  for v in coords:
+    if tap == "nearest": bases.append(v.round()); weights.append([v.ones_like()])
+    else:
+      f = v.floor()
+      bases.append(f)
+      t = v - f
+      weights.append([1 - t, t] if tap == "linear" else _cubic_w(t))
+  flat = x.reshape(n, c, prod(sp))
+  out: Tensor | None = None
+  for combo in itertools.product(range(len(offs)), repeat=nd):
+    lin, w, ok = None, None, None
+    for d, k in enumerate(combo):
+      i = bases[d] + offs[k]
+      inside = (i >= 0) & (i <= sp[d] - 1)
+      if padding_mode == "border": i = i.clip(0, sp[d] - 1)
+      elif padding_mode == "reflection": i = _reflect(i, 0, sp[d] - 1).round() if tap == "cubic" else i.clip(0, sp[d] - 1)
+      else: i = i.clip(0, sp[d] - 1)
+      ii = i.cast(dtypes.int32)
+      stride = prod(sp[d + 1:])
+      lin = ii * stride if lin is None else lin + ii * stride
+      w = weights[d][k] if w is None else w * weights[d][k]
+      if padding_mode == "zeros": ok = inside if ok is None else ok & inside   # other modes moved every tap inside
+    assert lin is not None and w is not None
+    val = flat.gather(2, lin.reshape(n, 1, p_out).expand(n, c, p_out)).float()
+    term = (w if ok is None else ok.where(w, 0)).reshape(n, 1, p_out) * val
+    out = term if out is None else out + term
+  assert out is not None
+  return out.reshape(n, c, *outs).cast(x.dtype)
+
+# *** DFT as matmuls with cosine/sine matrices (the signal's last dim holds [real] or [real, imag]) ***
+
+@op("DFT", static=(1, 2))
+def dft(x: Tensor, dft_length: Any = None, axis_in: Any = None, *, axis: int | None = None, inverse: int = 0, onesided: int = 0,
+        _opset: int = 20) -> Tensor:
+  ax = _ints(axis_in)[0] if axis_in is not None and np.asarray(axis_in).size else (axis if axis is not None else (1 if _opset < 20 else -2))
+  ax = _ax(ax, x.ndim)
+  n = x.shape[ax]
+  length = _ints(dft_length)[0] if dft_length is not None and np.asarray(dft_length).size else (2 * (n - 1) if inverse and onesided else n)
+  a = x[..., 0].movedim(ax, -1)
+  b = x[..., 1].movedim(ax, -1) if x.shape[-1] == 2 else None
+  m = min(n, length) if not (inverse and onesided) else n
+  a, b = a[..., :m], (b[..., :m] if b is not None else None)
+  k_out = length // 2 + 1 if onesided and not inverse else length
+  j = np.arange(m).reshape(-1, 1)
+  theta = 2 * np.pi * j * np.arange(k_out).reshape(1, -1) / length
+  if inverse and onesided:   # a half spectrum in, a real signal out: the missing half is the conjugate mirror
+    c = np.where((np.arange(m) == 0) | (2 * np.arange(m) == length), 1.0, 2.0).reshape(-1, 1)
+    cm, sm = (np.cos(theta) * c / length, np.sin(theta) * c / length)
+  else: cm, sm = np.cos(theta), np.sin(theta)
+  C, S = (Tensor(v.astype(np.float32), device=x.device).cast(x.dtype) for v in (cm, sm))
+  if inverse and onesided:
+    re = a @ C - (b @ S if b is not None else 0)
+    return re.movedim(-1, ax).unsqueeze(-1)
+  if inverse:
+    re = (a @ C - (b @ S if b is not None else 0)) / length
+    im = (a @ S + (b @ C if b is not None else 0)) / length
+  else:
+    re = a @ C + (b @ S if b is not None else 0)
+    im = (b @ C if b is not None else 0) - a @ S
+  return re.movedim(-1, ax).unsqueeze(-1).cat(im.movedim(-1, ax).unsqueeze(-1), dim=-1)
+
+@op("NonMaxSuppression", static=(0, 1, 2, 3, 4))
+def non_max_suppression(boxes: Any, scores: Any, max_out: Any = None, iou_threshold: Any = None, score_threshold: Any = None, *,
+                        center_point_box: int = 0) -> np.ndarray:
+  """Greedy suppression per batch and class; the output's size depends on the data, so it runs on the host like NonZero."""
+  bx, sc = np.asarray(boxes, dtype=np.float64), np.asarray(scores, dtype=np.float64)
+  k = _ints(max_out)[0] if max_out is not None and np.asarray(max_out).size else 0
+  iou_t = float(np.asarray(iou_threshold).reshape(-1)[0]) if iou_threshold is not None and np.asarray(iou_threshold).size else 0.0
+  sc_t = float(np.asarray(score_threshold).reshape(-1)[0]) if score_threshold is not None and np.asarray(score_threshold).size else None
+  if center_point_box:   # (cx, cy, w, h) -> corners
+    ctr, half = bx[..., :2], bx[..., 2:] / 2
+    bx = np.concatenate([ctr - half, ctr + half], axis=-1)[..., [1, 0, 3, 2]]
+  lo, hi = np.minimum(bx[..., :2], bx[..., 2:]), np.maximum(bx[..., :2], bx[..., 2:])
+  out = []
+  for b in range(sc.shape[0]):
+    area = np.prod(hi[b] - lo[b], axis=-1)
+    for c in range(sc.shape[1]):
+      order = [i for i in np.argsort(-sc[b, c], kind="stable") if sc_t is None or sc[b, c, i] > sc_t]
+      keep: list[int] = []
+      for i in order:
+        if len(keep) >= k: break
+        inter = np.prod(np.clip(np.minimum(hi[b, i], hi[b, keep]) - np.maximum(lo[b, i], lo[b, keep]), 0, None), axis=-1)
+        iou = inter / np.maximum(area[i] + area[keep] - inter, 1e-12)
+        if not keep or not np.any(iou > iou_t): keep.append(int(i))
+      out += [[b, c, i] for i in keep]
+  return np.array(out, dtype=np.int64).reshape(-1, 3)
+
+@op("Col2Im", static=(1, 2))
+def col2im(x: Tensor, image_shape: Any, block_shape: Any, *, dilations: Sequence[int] | None = None, pads: Sequence[int] | None = None,
+           strides: Sequence[int] | None = None) -> Tensor:
+  """Sums the columns (N, C*prod(block), L) back into images: a one-hot (block*L -> pixel) matrix built on the host."""
+  img, blk = _ints(image_shape), _ints(block_shape)
+  nd = len(img)
+  d, s = list(dilations or [1] * nd), list(strides or [1] * nd)
+  p = list(pads or [0] * 2 * nd)
+  outs = [(img[i] + p[i] + p[i + nd] - d[i] * (blk[i] - 1) - 1) // s[i] + 1 for i in range(nd)]
+  kb, nl, npx = prod(blk), prod(outs), prod(img)
+  m = np.zeros((kb * nl, npx), dtype=np.float32)
+  for bi, boff in enumerate(itertools.product(*[range(v) for v in blk])):
+    for li, loff in enumerate(itertools.product(*[range(v) for v in outs])):
+      pos = [loff[i] * s[i] - p[i] + boff[i] * d[i] for i in range(nd)]
+      if all(0 <= pos[i] < img[i] for i in range(nd)): m[bi * nl + li, int(np.ravel_multi_index(pos, img))] += 1
+  n, ck = x.shape[0], x.shape[1]
+  c = ck // kb
+  y = x.reshape(n, c, kb * nl) @ Tensor(m, device=x.device).cast(x.dtype)
+  return y.reshape(n, c, *img)

@@ -8,6 +8,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 import numpy as np
+from core.helpers import getenv
+from core.ir.dtype import dtypes
 from core.tensor.tensor import Tensor
 from core.onnx.dtypes import onnx_dtype, to_numpy, to_tensor
 from core.onnx.registry import ATTR_ALIASES, OPS, OnnxError, OpDef
@@ -40,13 +42,15 @@ def _attr_value(a: Any) -> Any:
 def _node_label(n: Any, i: int) -> str: return n.name or f"#{i} ({', '.join(n.output)})"
 
 class OnnxRunner:
-  """Runs an ONNX model (a ModelProto or a path) on `device` (default: DEV). runner({name: Tensor | ndarray}) -> {output: Tensor}."""
-  def __init__(self, model: Any, device: str | None = None):
+  """Runs an ONNX model (a ModelProto or a path) on `device` (default: DEV). runner({name: Tensor | ndarray}) -> {output: Tensor}.
+  float16 (default: the FLOAT16 env var) keeps float32 weights and inputs in half, so the model computes in half."""
+  def __init__(self, model: Any, device: str | None = None, float16: bool | None = None):
     import onnx
     from onnx import numpy_helper
     if isinstance(model, (str, os.PathLike)): model = onnx.load(os.fspath(model))
     self.model = model
     self.device = device
+    self.float16 = bool(getenv("FLOAT16", 0)) if float16 is None else float16
     self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     newest = onnx.defs.onnx_opset_version()
     if self.opset > newest: raise OnnxError(f"model opset {self.opset} is newer than the installed onnx knows ({newest})")
@@ -55,12 +59,14 @@ class OnnxRunner:
     for init in g.initializer:
       arr = numpy_helper.to_array(init)
       onnx_dtype(init.data_type, f"initializer {init.name!r}: ")
-      self.consts.tensors[init.name] = to_tensor(arr, device)
+      self.consts.tensors[init.name] = self._half(to_tensor(arr, device))
       if arr.size <= HOST_LIMIT: self.consts.host[init.name] = arr
     self.input_names = [i.name for i in g.input if i.name not in self.consts.tensors]
     self.output_names = [o.name for o in g.output]
     self.nodes = [self._prepare(n, i) for i, n in enumerate(g.node)]
     self._fold_cache: dict[tuple, tuple[list[Any], list[Tensor | None]]] = {}
+
+  def _half(self, t: Tensor) -> Tensor: return t.cast(dtypes.float16) if self.float16 and t.dtype is dtypes.float32 else t
 
   def _prepare(self, n: Any, i: int) -> _Node:
     label = _node_label(n, i)
@@ -78,7 +84,7 @@ class OnnxRunner:
 
   def _tensor(self, env: _Env, name: str) -> Tensor:
     if (t := env.tensors.get(name)) is None:
-      t = env.tensors[name] = to_tensor(env.host[name], self.device)
+      t = env.tensors[name] = self._half(to_tensor(env.host[name], self.device))
     return t
 
   def _host(self, env: _Env, name: str) -> np.ndarray:
@@ -120,7 +126,7 @@ class OnnxRunner:
     for name in self.input_names:
       if name not in inputs: raise OnnxError(f"missing input {name!r} (the model takes {self.input_names})")
     for name, v in inputs.items():
-      env.tensors[name] = v if isinstance(v, Tensor) else to_tensor(v, self.device)
+      env.tensors[name] = self._half(v if isinstance(v, Tensor) else to_tensor(v, self.device))
       env.host.pop(name, None)
     for i, node in enumerate(self.nodes): self._run_node(i, node, env)
     return {name: self._tensor(env, name) for name in self.output_names}

@@ -160,3 +160,13 @@ def test_unsupported_attribute_names_it():
 
 def test_missing_input_is_reported():
   with pytest.raises(OnnxError, match="missing input 'x'"): OnnxRunner(_single("Relu"))({})
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_model_in_half(name):
+  """FLOAT16=1's mode (weights, inputs and compute in half) against onnxruntime in float32, within half tolerance."""
+  model, shape = MODELS[name]()
+  x = np.random.default_rng(8).standard_normal(shape).astype(np.float32)
+  want = ort_run(model, x)
+  got = OnnxRunner(model, float16=True)({"x": x})[model.graph.output[0].name]
+  assert got.dtype.name == "float16"
+  np.testing.assert_allclose(got.float().numpy(), want, rtol=2e-2, atol=2e-2)
