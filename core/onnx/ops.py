@@ -1116,3 +1116,26 @@ def col2im(x: Tensor, image_shape: Any, block_shape: Any, *, dilations: Sequence
   c = ck // kb
   y = x.reshape(n, c, kb * nl) @ Tensor(m, device=x.device).cast(x.dtype)
   return y.reshape(n, c, *img)
+
+@op("TensorScatter")
+def tensor_scatter(cache: Tensor, upd: Tensor, write_indices: Tensor | None = None, *, axis: int = -2, mode: str = "linear") -> Tensor:
+  """Writes upd into the cache along axis from each batch's write index (wrapping around in circular mode)."""
+  ax = _ax(axis, cache.ndim)
+  b, m, s = cache.shape[0], cache.shape[ax], upd.shape[ax]
+  w = write_indices.cast(dtypes.int64) if write_indices is not None else Tensor.zeros(b, device=cache.device, dtype=dtypes.int64)
+  k = Tensor.arange(m, device=cache.device, dtype=dtypes.int64).reshape(1, m) - w.reshape(b, 1)   # (b, m): the update row each slot reads
+  if mode == "circular": k = k.mod(m)
+  shape = [b] + [1] * (ax - 1) + [m] + [1] * (cache.ndim - ax - 1)
+  inside = ((k >= 0) & (k < s)).reshape(shape)
+  idx = k.clip(0, s - 1).reshape(shape).expand(*cache.shape[:ax], m, *cache.shape[ax + 1:])
+  return inside.where(upd.gather(ax, idx), cache)
+
+@op("STFT", static=(1, 3))
+def stft(x: Tensor, frame_step: Any, window: Tensor | None = None, frame_length: Any = None, *, onesided: int = 1) -> Tensor:
+  """Windowed DFTs of frames (batch, length, comps) -> (batch, frames, bins, 2)."""
+  step = _ints(frame_step)[0]
+  fl = _ints(frame_length)[0] if frame_length is not None and np.asarray(frame_length).size else (window.shape[0] if window is not None else x.shape[1])
+  nf = (x.shape[1] - fl) // step + 1
+  frames = Tensor.stack(*[x[:, f * step:f * step + fl] for f in range(nf)], dim=1)   # (batch, frames, fl, comps)
+  if window is not None: frames = frames * window.reshape(1, 1, fl, 1).cast(x.dtype)
+  return dft(frames, None, np.array([2]), onesided=onesided)
