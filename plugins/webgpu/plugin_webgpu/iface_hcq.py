@@ -9,7 +9,7 @@ involves host memory, and when the queue runs dry. A replayed schedule sends the
 groups are kept (keyed by the program and the argument bytes), so a Jit replay only records set_pipeline, set_bind_group and
 dispatch_workgroups per kernel, never a new bind group or uniform for unchanged work."""
 from __future__ import annotations
-import collections, ctypes, hashlib, struct, threading, time, weakref
+import collections, ctypes, hashlib, struct, threading, time, traceback, weakref
 from typing import Any, Callable
 from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp
@@ -162,7 +162,8 @@ class Processor:
       q.rptr = nxt
     except Exception as e:
       self.enc, self.q_addrs, self.begin, self.end_slot = None, [], None, None   # what the faulting submit recorded is dropped
-      q.fault = f"{q.device} {q.name}: fault at ring byte {q.rptr}: {type(e).__name__}: {e}"
+      where = traceback.extract_tb(e.__traceback__)[-1]   # the line that failed: the report names it
+      q.fault = f"{q.device} {q.name}: fault at ring byte {q.rptr}: {type(e).__name__}: {e} ({where.filename}:{where.lineno})"
       q.rptr = bell
     return True
 
