@@ -17,11 +17,15 @@ class HostCompiler(Compiler):
     llvm.initialize_native_asmprinter()
     llvm.initialize_native_asmparser()
     self.cpu, self.features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
-    self.tm = llvm.Target.from_triple(llvm.get_process_triple()).create_target_machine(cpu=self.cpu, features=self.features, opt=opt,
-                                                                                        reloc="pic", codemodel="default")
     self.opt = opt
+    self.tm = self.target_machine()
     super().__init__(f"host_{'.'.join(map(str, llvm.llvm_version_info))}_{self.tm.triple}_{self.cpu}_"
                      f"{hashlib.sha256(self.features.encode()).hexdigest()[:8]}_O{opt}")
+
+  def target_machine(self) -> Any:
+    import llvmlite.binding as llvm
+    return llvm.Target.from_triple(llvm.get_process_triple()).create_target_machine(cpu=self.cpu, features=self.features, opt=self.opt,
+                                                                                     reloc="pic", codemodel="default")
 
   def compile(self, src: str) -> bytes: return llvm_object(self.tm, src, self.opt, what="the host")
 
@@ -31,7 +35,9 @@ class HostLibrary:
   def __init__(self, obj: bytes, compiler: HostCompiler):
     import llvmlite.binding as llvm
     self.obj = obj
-    self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), compiler.tm)
+    # an engine owns the target machine it is given (llvmlite marks it owned and disposes of it with the engine): each library
+    # gets its own, or dropping one library (the LRU cache evicts them) frees the machine every later engine still uses
+    self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), compiler.target_machine())
     self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
     self.engine.finalize_object()
 
