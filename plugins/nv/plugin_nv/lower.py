@@ -16,65 +16,40 @@ them with SET_OBJECT when it creates the channel); semaphores are host methods, 
 - COPY: OFFSET_IN/OUT (upper dword first), LINE_LENGTH_IN, LAUNCH_DMA (1D pitch copy, non-pipelined, flushed), split at
   LINE_LENGTH_IN's 32-bit maximum."""
 from __future__ import annotations
-import struct
 from math import prod
 from typing import Any
 from core.device.hcq import EncodeCtx
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
+from core.hcq.queue_ir import Words, const_value, hi32, lo32
 from plugin_nv import pushbuf as pb
 from plugin_nv.prep import NVProgramData, QMD_ALIGN
 from plugin_nv.qmd import address_fields, address_slot, arch_info, build_qmd
 
-class _Words:
-  """Pushbuffer dwords plus (byte offset, value UOp) patches for what is known only later."""
-  def __init__(self) -> None:
-    self.words: list[int] = []
-    self.patches: list[tuple[int, UOp]] = []
-  def add(self, words: list[int]) -> int:
-    start = len(self.words)
-    self.words.extend(words)
-    return start
-  def set(self, dw: int, value: Any, width: int) -> None:
-    """Fill `width` bytes (4 or 8) at dword `dw`: an int (or CONST) now, anything else as a patch."""
-    if isinstance(value, UOp) and value.op is Ops.CONST: value = value.arg
-    if isinstance(value, int):
-      if not 0 <= value < 1 << (8 * width): raise ValueError(f"value {value:#x} does not fit in {width} bytes")
-      self.words[dw] = value & 0xFFFFFFFF
-      if width == 8: self.words[dw + 1] = value >> 32
-      return
-    self.patches.append((4 * dw, value.cast(dtypes.uint64 if width == 8 else dtypes.uint32)))
-  def ins(self) -> UOp:
-    data = struct.pack(f"<{len(self.words)}I", *self.words)
-    return UOp(Ops.INS, dtypes.void, tuple(v for _, v in self.patches), (data, tuple(o for o, _ in self.patches)))
-
 def getaddr(buf: UOp) -> UOp: return buf if buf.op is Ops.GETADDR else UOp(Ops.GETADDR, dtypes.uint64, (buf,))
 def _u64(v: int) -> UOp: return UOp.const(dtypes.uint64, v)
-def _lo32(v: Any) -> Any: return v & 0xFFFFFFFF if isinstance(v, int) else v.cast(dtypes.uint32)
-def _hi32(v: Any) -> Any: return v >> 32 if isinstance(v, int) else (v.cast(dtypes.uint64) >> _u64(32)).cast(dtypes.uint32)
-def _value(v: UOp) -> Any: return v.arg if v.op is Ops.CONST else v
 def _plus(a: UOp, off: int) -> UOp: return a + _u64(off) if off else a
 
 # *** host methods: semaphores ***
 
-def _semaphore(w: _Words, addr: Any, payload: Any, execute: int) -> None:
+def _semaphore(w: Words, addr: Any, payload: Any, execute: int) -> None:
   at = w.add(pb.incr(pb.SUBCH_HOST, pb.SEM_ADDR_LO, 0, 0, 0, 0, execute))
   w.set(at + 1, addr, 8)        # SEM_ADDR_LO, SEM_ADDR_HI: the address, little endian
   w.set(at + 3, payload, 8)     # SEM_PAYLOAD_LO, SEM_PAYLOAD_HI
 
 def lower_wait(signal: UOp, value: UOp) -> UOp:
-  w = _Words()
-  _semaphore(w, getaddr(signal), _value(value), pb.SEM_OP_ACQ_STRICT_GEQ | pb.SEM_PAYLOAD_64BIT)
+  w = Words()
+  _semaphore(w, getaddr(signal), const_value(value), pb.SEM_OP_ACQ_STRICT_GEQ | pb.SEM_PAYLOAD_64BIT)
   return w.ins()
 
 def lower_signal(signal: UOp, value: UOp) -> UOp:
-  w = _Words()
-  _semaphore(w, getaddr(signal), _value(value), pb.SEM_OP_RELEASE | pb.SEM_RELEASE_WFI | pb.SEM_PAYLOAD_64BIT)
+  w = Words()
+  _semaphore(w, getaddr(signal), const_value(value), pb.SEM_OP_RELEASE | pb.SEM_RELEASE_WFI | pb.SEM_PAYLOAD_64BIT)
   return w.ins()
 
 def lower_timestamp(buf: UOp) -> UOp:
-  w = _Words()
+  w = Words()
   _semaphore(w, getaddr(buf), 0, pb.SEM_OP_RELEASE | pb.SEM_RELEASE_WFI | pb.SEM_PAYLOAD_64BIT | pb.SEM_RELEASE_TIMESTAMP)
   return w.ins()
 
@@ -96,11 +71,11 @@ def lower_launch(arch: str, cmd: UOp) -> UOp:
   info = arch_info(arch)
   q = build_qmd(arch, data, grid, block)   # type: ignore[arg-type]
   qwords = q.words()
-  w = _Words()
+  w = Words()
   qaddr = qmd_address(kernargs, data)
   i2m = w.add(pb.incr(pb.SUBCH_COMPUTE, pb.C_LINE_LENGTH_IN, len(qwords) * 4, 1, 0, 0))
-  w.set(i2m + 3, _hi32(qaddr), 4)   # OFFSET_OUT_UPPER
-  w.set(i2m + 4, _lo32(qaddr), 4)   # OFFSET_OUT
+  w.set(i2m + 3, hi32(qaddr), 4)   # OFFSET_OUT_UPPER
+  w.set(i2m + 4, lo32(qaddr), 4)   # OFFSET_OUT
   w.add(pb.incr(pb.SUBCH_COMPUTE, pb.C_LAUNCH_DMA, pb.C_LAUNCH_DMA_PITCH))
   body = w.add(pb.nonincr(pb.SUBCH_COMPUTE, pb.C_LOAD_INLINE_DATA, *qwords)) + 1
   # the QMD's addresses: the code, constant bank 0 (the kernarg buffer itself) and each extra bank in the image
@@ -117,7 +92,7 @@ def lower_launch(arch: str, cmd: UOp) -> UOp:
   return w.ins()
 
 def lower_compute_barrier() -> UOp:
-  w = _Words()
+  w = Words()
   w.add(pb.incr(pb.SUBCH_COMPUTE, pb.C_WAIT_FOR_IDLE, 0))
   w.add(pb.incr(pb.SUBCH_COMPUTE, pb.C_INVALIDATE_SHADER_CACHES, pb.INVALIDATE_ALL_SHADER_CACHES))
   return w.ins()
@@ -129,20 +104,20 @@ def copy_chunks(nbytes: int, max_copy: int = pb.MAX_COPY) -> list[tuple[int, int
   return [(off, min(max_copy, nbytes - off)) for off in range(0, nbytes, max_copy)]
 
 def lower_copy(dest: UOp, src: UOp, nbytes: int) -> UOp:
-  w = _Words()
+  w = Words()
   for off, n in copy_chunks(nbytes):
     at = w.add(pb.incr(pb.SUBCH_COPY, pb.D_OFFSET_IN_UPPER, 0, 0, 0, 0))
     s, d = _plus(getaddr(src), off), _plus(getaddr(dest), off)
-    w.set(at + 1, _hi32(s), 4)
-    w.set(at + 2, _lo32(s), 4)
-    w.set(at + 3, _hi32(d), 4)
-    w.set(at + 4, _lo32(d), 4)
+    w.set(at + 1, hi32(s), 4)
+    w.set(at + 2, lo32(s), 4)
+    w.set(at + 3, hi32(d), 4)
+    w.set(at + 4, lo32(d), 4)
     w.add(pb.incr(pb.SUBCH_COPY, pb.D_LINE_LENGTH_IN, n, 1))
     w.add(pb.incr(pb.SUBCH_COPY, pb.D_LAUNCH_DMA, pb.D_LAUNCH_DMA_COPY_1D))
   return w.ins()
 
 def lower_copy_barrier() -> UOp:
-  w = _Words()
+  w = Words()
   w.add(pb.incr(pb.SUBCH_COPY, pb.D_NOP, 0))
   return w.ins()
 
