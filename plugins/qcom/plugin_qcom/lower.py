@@ -4,39 +4,13 @@ Signals and waits: CP_EVENT_WRITE(CACHE_FLUSH_TS) writes a 32-bit value once eve
 CP_WAIT_REG_MEM compares 32 bits, so a 64-bit timeline signal gets its high dword from a CP_MEM_WRITE just before and
 waits compare the low dword (timeline values stay below 2**32, four billion submits)."""
 from __future__ import annotations
-import struct
-from typing import Any
 from core.device.hcq import EncodeCtx
-from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
-from core.hcq.queue_ir import getaddr, ins
+from core.hcq.queue_ir import Words, const_value, getaddr, hi32, lo32
 from plugin_qcom import pm4, regs
 from plugin_qcom.prep import QCOMProgramData
 
-class Words:
-  """Command dwords plus (byte offset, value UOp) patches for what is known only later."""
-  def __init__(self) -> None:
-    self.words: list[int] = []
-    self.patches: list[tuple[int, UOp]] = []
-  def add(self, words: list[int]) -> int:
-    start = len(self.words)
-    self.words.extend(words)
-    return start
-  def set(self, dw: int, value: Any, width: int) -> None:
-    """Fill `width` (4 or 8) bytes at dword `dw`: an int (or CONST) now, anything else as a patch."""
-    if isinstance(value, UOp) and value.op is Ops.CONST: value = value.arg
-    if isinstance(value, int):
-      if not 0 <= value < 1 << (8 * width): raise ValueError(f"value {value:#x} does not fit in {width} bytes")
-      self.words[dw] = value & 0xFFFFFFFF
-      if width == 8: self.words[dw + 1] = value >> 32
-      return
-    self.patches.append((4 * dw, value.cast(dtypes.uint64 if width == 8 else dtypes.uint32)))
-  def ins(self) -> UOp: return ins(struct.pack(f"<{len(self.words)}I", *self.words), self.patches)
-
-def _value(v: UOp) -> Any: return int(v.arg) if v.op is Ops.CONST else v
-def _lo32(v: Any) -> Any: return v & 0xFFFFFFFF if isinstance(v, int) else v.cast(dtypes.uint32)
-def _hi32(v: Any) -> Any: return v >> 32 if isinstance(v, int) else (v.cast(dtypes.uint64) >> 32).cast(dtypes.uint32)
 
 def lower_launch(cmd: UOp) -> UOp:
   """LAUNCH(PROGRAM(image), kernargs): compute mode, shader registers, the NDRANGE, the shader and the argument constants
@@ -65,23 +39,23 @@ def lower_launch(cmd: UOp) -> UOp:
   return w.ins()
 
 def lower_signal(signal: UOp, value: UOp) -> UOp:
-  v = _value(value)
+  v = const_value(value)
   w = Words()
   hi = w.add(pm4.mem_write(0, [0]))
   w.set(hi + pm4.MEM_WRITE_ADDR_DW, getaddr(signal, 4), 8)
-  w.set(hi + pm4.MEM_WRITE_DATA_DW, _hi32(v), 4)
+  w.set(hi + pm4.MEM_WRITE_DATA_DW, hi32(v), 4)
   ev = w.add(pm4.event_write(pm4.CACHE_FLUSH_TS))
   w.set(ev + pm4.EVENT_ADDR_DW, getaddr(signal), 8)
-  w.set(ev + pm4.EVENT_VALUE_DW, _lo32(v), 4)
+  w.set(ev + pm4.EVENT_VALUE_DW, lo32(v), 4)
   return w.ins()
 
 def lower_wait(signal: UOp, value: UOp) -> UOp:
-  v = _value(value)
+  v = const_value(value)
   if isinstance(v, int) and not 0 <= v < 1 << 32: raise ValueError(f"wait value {v:#x}: CP_WAIT_REG_MEM compares 32 bits")
   w = Words()
   at = w.add(pm4.wait_reg_mem(0, 0))
   w.set(at + pm4.WAIT_ADDR_DW, getaddr(signal), 8)
-  w.set(at + pm4.WAIT_REF_DW, _lo32(v), 4)
+  w.set(at + pm4.WAIT_REF_DW, lo32(v), 4)
   return w.ins()
 
 def lower_timestamp(buf: UOp) -> UOp:
