@@ -1,4 +1,5 @@
-"""Helpers for the NV plugin tests: hand-linearized kernels, a cubin's ELF header fields, and a numpy evaluator of ALU graphs."""
+"""Helpers for the NV plugin tests: hand-linearized kernels (built with core.testing.kernels), a cubin's ELF header fields, and a
+numpy evaluator of ALU graphs."""
 from __future__ import annotations
 import functools, struct
 from fractions import Fraction
@@ -6,18 +7,9 @@ from typing import Any
 import numpy as np
 from core.ir.dtype import AddrSpace, DType, dtypes
 from core.ir.ops import UOp, Ops, AxisType
+from core.testing.kernels import c, linear, special
 
 ARCH_NAMES = ["sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"]
-
-def linear(*roots: UOp) -> list[UOp]:
-  """Every node under `roots` in dependency order (a hand-driven linearizer)."""
-  out: dict[UOp, None] = {}
-  for r in roots:
-    for u in r.toposort(): out.setdefault(u, None)
-  return list(out)
-
-def c(v: Any, dt: DType = dtypes.int32) -> UOp: return UOp.const(dt, v)
-def special(name: str, n: int) -> UOp: return UOp(Ops.SPECIAL, dtypes.int32, (c(n),), name)
 
 def shared_kernel(threads: int = 128, blocks: int = 8) -> list[UOp]:
   """out[b*T + t] = in[b*T + (T-1-t)]: each block reverses its slice through shared memory (store, barrier, load)."""

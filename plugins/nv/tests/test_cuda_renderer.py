@@ -5,7 +5,8 @@ import pytest
 from core.device.compiler import CompileError
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
-from nv_test_kernels import ARCH_NAMES, c, cubin_sm, elf_header, have_nvrtc, linear, loop_kernel, shared_kernel, special
+from core.testing.kernels import c, linear, special
+from nv_test_kernels import ARCH_NAMES, cubin_sm, elf_header, have_nvrtc, loop_kernel, shared_kernel
 from plugin_nv import compiler as nv_compiler
 from plugin_nv.compiler import NVRTCCompiler
 from plugin_nv.renderer import CUDARenderer
