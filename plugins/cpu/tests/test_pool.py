@@ -141,7 +141,8 @@ def test_long_block_wait_sleeps(cc):
   assert wall >= 0.3 and cpu < 0.1, (cpu, wall)
 
 def run_py(code: str, **env: str) -> str:
-  e = {k: v for k, v in os.environ.items() if k != "CPU_THREADS"} | env
+  # the child imports conftest from its working folder (this one): PYTHONSAFEPATH (CI) would keep that off sys.path
+  e = {k: v for k, v in os.environ.items() if k not in ("CPU_THREADS", "PYTHONSAFEPATH")} | env
   res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, timeout=300,
                        cwd=os.path.dirname(os.path.abspath(__file__)))
   assert res.returncode == 0, res.stderr

@@ -101,6 +101,7 @@ def test_tensor_ops_run_threaded(ren):
   # through the optimizer's thread split, the lowerer's gidx0 and the direct launch path, with two pool threads
   env = dict(os.environ, DEV=f"DIRECT+CPU:{ren}", CPU_THREADS="2")
   env.pop("NOOPT", None)
+  env.pop("PYTHONSAFEPATH", None)   # the child imports conftest from its working folder (this one)
   res = subprocess.run([sys.executable, "-c", END_TO_END], capture_output=True, text=True, env=env, timeout=600,
                        cwd=os.path.dirname(os.path.abspath(__file__)))
   assert res.returncode == 0, res.stderr[-3000:]
