@@ -78,13 +78,20 @@ def llvm_object(tm: Any, src: str, opt: int, triple: str | None = None, what: st
   """LLVM IR text -> an object file with llvmlite: parse, verify, optimize at `opt` with the new pass manager and emit for
   the target machine `tm` (shared by every plugin that compiles LLVM IR). `what` names the target in errors."""
   import llvmlite.binding as llvm
+  # a context of its own: LLVM keeps every type and constant a module creates in its context until the context goes, so
+  # compiling into the global one grows the process by tens of KB per kernel, forever
+  ctx = llvm.create_context()
   try:
-    mod = llvm.parse_assembly(src)
-    mod.triple, mod.data_layout = triple or tm.triple, str(tm.target_data)
-    mod.verify()
-  except RuntimeError as e:
-    raise CompileError(f"llvmlite (LLVM {'.'.join(map(str, llvm.llvm_version_info))}) rejected the IR{' for ' + what if what else ''}: {e}\n"
-                       f"--- source ---\n{src}") from e
-  pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=opt))
-  pb.getModulePassManager().run(mod, pb)
-  return tm.emit_object(mod)
+    try:
+      mod = llvm.parse_assembly(src, context=ctx)
+      mod.triple, mod.data_layout = triple or tm.triple, str(tm.target_data)
+      mod.verify()
+    except RuntimeError as e:
+      raise CompileError(f"llvmlite (LLVM {'.'.join(map(str, llvm.llvm_version_info))}) rejected the IR{' for ' + what if what else ''}: {e}\n"
+                         f"--- source ---\n{src}") from e
+    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=opt))
+    pb.getModulePassManager().run(mod, pb)
+    obj = tm.emit_object(mod)
+    mod.close()
+    return obj
+  finally: ctx.close()

@@ -17,11 +17,14 @@ for i in range(1500):
 print(marks[1] - marks[0], max(len(c) for c in LRUCache.all.values()), len(gc.garbage))
 """
 
-def test_new_kernels_every_op_level_off():
+def test_new_kernels_every_op_level_off(tmp_path):
   env = {**os.environ, **{f"CORE_CACHE_{n}": "100" for n in ("RUNNERS", "HCQ_PROGRAMS", "SCHEDULES", "EAGER_PLANS", "INDEXED_KERNELS",
                                                               "SUBMISSIONS", "HOST_BUILDS", "HOST_LIBRARIES")}}
   env.pop("DEBUG", None)
-  r = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True, timeout=600)
+  env["CORE_CACHE_DIR"] = str(tmp_path)
+  # the first run fills the on-disk compile cache; the second measures: what is left is the framework's own retention. (A
+  # compile itself still costs ~50 KB for good: llvmlite's pass builder does not give all its memory back, a known issue.)
+  for _ in range(2): r = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True, timeout=600)
   assert r.returncode == 0, r.stderr
   grew, biggest, garbage = map(int, r.stdout.split())
   assert biggest <= 100 and garbage == 0
