@@ -7,6 +7,8 @@ from core.device.target import Target
 
 # devices whose plugins live in this repo, so an error can say exactly what to install
 OFFICIAL_PLUGINS = {"CPU": "cpu", "AMD": "amd", "NV": "nv", "QCOM": "qcom", "METAL": "metal", "WEBGPU": "webgpu"}
+# device names core keeps for itself besides its built-in specs' (DISK is the tensor layer's file-backed storage)
+RESERVED_NAMES = frozenset({"DISK"})
 
 class PluginError(RuntimeError):
   """A plugin or device could not be used; the message names the plugin, the cause and a fix."""
@@ -97,12 +99,31 @@ class PluginManager:
         by_key[(_norm(name), ep.value)].devices.append(ep.name.upper())
     for rec in recs:
       rec.disabled = rec.builtin_specs is None and self._is_disabled(rec)
+      if not rec.disabled and (taken := self._claims_reserved(rec)): rec.error = self._reserved_error(rec, taken)
+    # plugins refused for claiming a reserved name go last and never conflict: the name's owner keeps it, and asking for one
+    # of their devices (with no owner installed) raises the refusal
+    for rec in sorted(recs, key=lambda r: r.error is not None):
       for dev in rec.devices:
         if rec.disabled: self.disabled_devices.setdefault(dev, rec)
+        elif rec.error is not None: self.by_device.setdefault(dev, rec)
         elif dev in self.by_device and _norm(self.by_device[dev].dist) != _norm(rec.dist):
           self.conflicts.setdefault(dev, [self.by_device[dev]]).append(rec)
         else: self.by_device.setdefault(dev, rec)
     return recs
+
+  def _claims_reserved(self, rec: PluginRecord) -> list[str]:
+    """The device names `rec` declares that belong to core (its built-in devices, DISK) or to another official plugin."""
+    if rec.builtin_specs is not None: return []
+    builtin = {s.name for s in self._builtins or []} | RESERVED_NAMES
+    return [d for d in rec.devices if d in builtin or (d in OFFICIAL_PLUGINS and _norm(rec.dist) != f"plugin-{OFFICIAL_PLUGINS[d]}")]
+
+  def _reserved_error(self, rec: PluginRecord, taken: list[str]) -> PluginError:
+    owners = ", ".join(f"{d} ({'core' if d not in OFFICIAL_PLUGINS else 'plugin-' + OFFICIAL_PLUGINS[d]})" for d in taken)
+    short = re.sub(r"^plugin[-_]", "", _norm(rec.dist))
+    return PluginError(f"plugin {rec.label()} (entry point {', '.join(rec.devices)} = {rec.value}) claims the device name(s) {owners}, "
+                       f"which belong to core or its official plugins; a plugin can't replace them, so it is not loaded.\n"
+                       f"  fix: set CORE_DISABLED_PLUGINS={short} to skip this plugin, or ask its authors to pick another device name "
+                       f"(an upper-case identifier no one else uses).")
 
   def _is_disabled(self, rec: PluginRecord) -> bool:
     # a plugin answers to its distribution name with or without "plugin-", its module name, and its device names
