@@ -125,13 +125,17 @@ def _thread_ids(loops: list[UOp], prefix: str, ndim: int) -> tuple[dict[UOp, UOp
   sub: dict[UOp, UOp] = {}
   sizes = []
   for gi, grp in enumerate(reversed(groups)):
-    total = prod(r.src[0].arg for r in grp)
+    # a symbolic loop end (a Variable's shape) launches its largest value; the extra threads redo the last iteration (their
+    # index is clamped), so they read in bounds and store the same value to the same place: no gates, one kernel for all values
+    ext = [int(r.src[0].vmax) for r in grp]
+    total = prod(ext)
     sp = UOp.special(total, f"{prefix}{gi}")
     sizes.append(total)
     stride = 1
-    for r in reversed(grp):
-      sub[r] = sp if len(grp) == 1 else (sp // stride) % r.src[0].arg
-      stride *= r.src[0].arg
+    for r, n in zip(reversed(grp), reversed(ext)):
+      i = sp if len(grp) == 1 else (sp // stride) % n
+      sub[r] = i if r.src[0].op is Ops.CONST else (i < r.src[0]).where(i, r.src[0] - 1)
+      stride *= n
   return sub, sizes
 
 def map_globals(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0) -> tuple[UOp, tuple[int, ...], tuple[int, ...]]:
@@ -184,6 +188,7 @@ def lower_index_dtype(sink: UOp) -> UOp:
 
 def lower_kernel(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0) -> tuple[UOp, tuple[int, ...], tuple[int, ...]]:
   """The lowered kernel, its launch size and its workgroup size."""
-  sink = gate_group_stores(graph_rewrite(sink, pm_lower_reduce, LowerCtx(sink), name="lower reduce"))
+  from core.codegen.opt.tc import pm_wmma_accumulate
+  sink = gate_group_stores(graph_rewrite(sink, pm_lower_reduce + pm_wmma_accumulate, LowerCtx(sink), name="lower reduce"))
   sink, gsize, lsize = map_globals(sink, global_max, threads)
   return lower_index_dtype(sink), gsize, lsize

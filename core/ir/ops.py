@@ -188,7 +188,7 @@ class UOp(metaclass=UOpMeta):
       if ps is None: return None
       if op is Ops.PERMUTE: return tuple(ps[i] for i in self.arg)
       if op is Ops.PAD: return tuple(d + b + a for d, (b, a) in zip(ps, self.arg))
-      if op is Ops.SHRINK: return tuple(e - b for b, e in self.arg)
+      if op is Ops.SHRINK: return tuple(e if isinstance(b, int) and b == 0 else e - b for b, e in self.arg)
       if op is Ops.FLIP: return ps
       return tuple(1 if i in self.arg[1] else d for i, d in enumerate(ps))
     if op in GroupOp.Elementwise or op in (Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.COPY, Ops.ASSIGN, Ops.AFTER):

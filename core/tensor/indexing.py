@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from core.helpers import prod
 from core.ir.dtype import dtypes
+from core.ir.ops import UOp, sint
 
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
@@ -19,6 +20,16 @@ def _strided(x: Tensor, ax: int, start: int, step: int, count: int) -> Tensor:
   x = x.reshape(x.shape[:ax] + (count, step) + x.shape[ax + 1:])
   x = x.shrink([(0, 1) if i == ax + 1 else None for i in range(x.ndim)])
   return x.reshape(x.shape[:ax + 1] + x.shape[ax + 2:])
+
+def _symbolic_bounds(i: slice, n: sint, ax: int) -> tuple[sint, sint]:
+  """(start, stop) of a step-1 slice whose bounds or dim are symbolic (bound Variables): None means the dim's ends, a
+  negative int counts from the end; a symbolic bound is taken as it is (shrink checks it with its current value)."""
+  if i.step not in (None, 1): raise IndexError(f"dim {ax}: a slice with a symbolic bound or size must have step 1, got {i.step}")
+  def bound(v: Any, default: sint) -> sint:
+    if v is None: return default
+    if isinstance(v, int) and v < 0: return n + v if isinstance(n, UOp) else max(0, n + v)
+    return min(v, n) if isinstance(v, int) and isinstance(n, int) else v
+  return bound(i.start, 0), bound(i.stop, n)
 
 def _has_float(v: Any) -> bool:
   return isinstance(v, float) or (isinstance(v, (list, tuple)) and any(_has_float(x) for x in v))
@@ -49,6 +60,10 @@ class IndexingMixin:
       elif isinstance(i, slice):
         if any(isinstance(v, Tensor) for v in (i.start, i.stop, i.step)): raise TypeError("a Tensor can't be a slice bound; use an int")
         n = x.shape[ax]
+        if any(isinstance(v, UOp) for v in (i.start, i.stop)) or isinstance(n, UOp):
+          x = x.shrink([_symbolic_bounds(i, n, ax) if k == ax else None for k in range(x.ndim)])
+          ax += 1
+          continue
         start, stop, step = i.indices(n)
         count = len(range(start, stop, step))
         if step > 0: x = _strided(x, ax, start, step, count)

@@ -25,7 +25,7 @@ def host_array(t: Tensor, readonly: bool = True) -> np.ndarray | None:
   from core.engine.realize import realized_buffer
   if t.dtype.fmt is None: return None
   buf, n = realized_buffer(t.uop)
-  shape = tuple(int(d) for d in t.shape) if n == buf.size else _sym_shape(t)
+  shape = _sym_shape(t)   # symbolic dims read with their variables' current values
   if n == 0 or buf.rewritten or (mv := buf.host_view()) is None: return None
   if mv.readonly and not readonly: return None
   addr = np.frombuffer(mv, dtype=np.uint8).ctypes.data   # the view's start (a view Buffer's offset included)

@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 from core.helpers import prod, argfix, argsort
 from core.ir.dtype import dtypes
-from core.ir.ops import UOp, Ops, sym_val
+from core.ir.ops import UOp, Ops, sint, sym_val
 
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
@@ -78,10 +78,11 @@ class MovementMixin:
     return x._mop(x.uop.expand(new))
   def expand_as(self: Tensor, other: Tensor) -> Tensor: return self.expand(other.shape)  # type: ignore[misc]
 
-  def shrink(self: Tensor, arg: Sequence[tuple[int, int] | None]) -> Tensor:  # type: ignore[misc]
+  def shrink(self: Tensor, arg: Sequence[tuple[sint, sint] | None]) -> Tensor:  # type: ignore[misc]
     a = tuple((0, s) if x is None else tuple(x) for x, s in zip(arg, self.shape))
     for (b, e), s in zip(a, self.shape):
-      if not 0 <= b <= e <= s: raise ValueError(f"shrink {self.shape} by {a}: ranges must satisfy 0 <= start <= end <= size")
+      # symbolic bounds (bound Variables) are checked with their current values
+      if not 0 <= sym_val(b) <= sym_val(e) <= sym_val(s): raise ValueError(f"shrink {self.shape} by {a}: ranges must satisfy 0 <= start <= end <= size")
     return self._mop(self.uop.shrink(a))  # type: ignore[arg-type]
 
   def flip(self: Tensor, axis: int | Sequence[int], *args: int) -> Tensor:  # type: ignore[misc]

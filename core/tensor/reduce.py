@@ -71,11 +71,17 @@ class ReduceMixin:
     axes = _axes(axis, self.ndim, "mean")
     n = math.prod(self.shape[a] for a in axes)
     s = self.sum(axis, keepdim, dtype=sum_acc_dtype(out))
+    if not isinstance(n, int): return (s / self._symbolic_count(axes, s.dtype)).cast(out)
     return (s * (1 / n) if n else s * math.nan).cast(out)  # an empty mean is NaN, like numpy
+  def _symbolic_count(self: Tensor, axes: Sequence[int], dtype: DType, correction: int = 0) -> Tensor:  # type: ignore[misc]
+    """The number of elements over `axes` when some of them are symbolic (bound Variables): a sum of ones, so it is a
+    value the kernel reads at run time (the same kernel serves every binding)."""
+    return (self._const(1, dtype, tuple(self.shape[a] for a in axes)).sum() - correction).maximum(0)
   def var(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:  # type: ignore[misc]
     axes = _axes(axis, self.ndim, "var")
     n = math.prod(self.shape[a] for a in axes)
     d = self - self.mean(axes, keepdim=True)
+    if not isinstance(n, int): return (d * d).sum(axes, keepdim) / self._symbolic_count(axes, d.dtype, correction)
     return (d * d).sum(axes, keepdim) / max(0, n - correction)
   def std(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:  # type: ignore[misc]
     return self.var(axis, keepdim, correction).sqrt()
