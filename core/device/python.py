@@ -3,12 +3,13 @@ from __future__ import annotations
 import functools, json, time
 from typing import Any, Callable, Sequence
 import numpy as np
-from core.helpers import ContextVar, prod
+from core.helpers import ContextVar, getenv, prod
 from core.ir.dtype import AddrSpace, DType, PtrDType, dtypes, to_np
 from core.ir.ops import GroupOp, Ops, UOp
 from core.device.allocator import Allocator, BufferSpec
 from core.device.compiler import Compiler
 from core.device.renderer import Renderer
+from core.device.tensor_core import TENSOR_CORES, TensorCore, tensor_core
 from core.device.compiled import Compiled
 
 # *** C semantics of ALU ops and casts on numpy arrays (core.ir.alu.exec_alu is the specification) ***
@@ -150,6 +151,13 @@ class PythonRenderer(Renderer):
   has_atomics = False
   # numpy has no bfloat16 or fp8
   supported_dtypes = frozenset((dtypes.bool,) + dtypes.ints + (dtypes.float16, dtypes.float32, dtypes.float64))
+  def __init__(self, tc: str | None = None):
+    # PYTHON_TC=METAL|NV: offer that vendor's tensor cores (those of dtypes numpy has), which the interpreter runs lane by lane
+    # from their layouts, so the TC option's kernels for that target are checked numerically here
+    vendor = getenv("PYTHON_TC", "") if tc is None else tc
+    if vendor and vendor not in TENSOR_CORES:
+      raise ValueError(f"PYTHON_TC={vendor!r}: choose one of {', '.join(TENSOR_CORES)} (or leave it unset for no tensor cores)")
+    self.tensor_cores = tuple(t for t in TENSOR_CORES.get(vendor, ()) if t.dtype_in in self.supported_dtypes)
   def render(self, name: str, uops: list[UOp]) -> str: return serialize_uops(name, uops)
 
 class PythonCompiler(Compiler):
@@ -163,7 +171,31 @@ FOLD_LOOPS = ContextVar("PYTHON_FOLD_LOOPS", 1)  # 0: run every loop iteration b
 
 _NOOPS = frozenset({Ops.SINK, Ops.NOOP, Ops.BARRIER, Ops.GROUP})  # BARRIER: all threads run each op in lockstep anyway
 _SUPPORTED = GroupOp.ALU | _NOOPS | frozenset({Ops.AFTER, Ops.PARAM, Ops.DEFINE_VAR, Ops.DEFINE_REG, Ops.DEFINE_LOCAL, Ops.CONST, Ops.VCONST,
-  Ops.SPECIAL, Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.CAST, Ops.BITCAST, Ops.VECTORIZE, Ops.GEP})
+  Ops.SPECIAL, Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.CAST, Ops.BITCAST, Ops.VECTORIZE, Ops.GEP,
+  Ops.WMMA})
+
+@functools.cache
+def _wmma_gather(key: str) -> tuple[TensorCore, tuple[np.ndarray, ...]]:
+  """The tensor core and, per operand, flat (lane * elements + element) positions: of A's M*K, B's K*N and C's M*N elements in
+  row-major order (which fragment slot holds each), and of each lane's D elements in the row-major M*N result."""
+  tc = tensor_core(key)
+  def owners(lay: Any) -> np.ndarray:
+    return np.array([(lambda le: le[0] * lay.elements + le[1])(lay.owner(r, c)) for r in range(lay.rows) for c in range(lay.cols)])
+  d = np.array([(lambda rc: rc[0] * tc.c.cols + rc[1])(tc.c.coords(lane, e)) for lane in range(tc.threads) for e in range(tc.c.elements)])
+  return tc, (owners(tc.a), owners(tc.b), owners(tc.c), d)
+
+def run_wmma(key: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, n: int) -> np.ndarray:
+  """Ops.WMMA over `n` threads (consecutive runs of tc.threads form a warp): each value is (threads or 1, fragment elements).
+  The warp's matrices are gathered from its lanes' fragments by the layouts, multiplied exactly (float64 holds every product
+  of two halves or two floats' 24-bit mantissas up to rounding once) and accumulated, and each lane gets its elements of D."""
+  tc, (ia, ib, ic, idd) = _wmma_gather(key)
+  M, N, K = tc.dims
+  if n % tc.threads: raise RuntimeError(f"WMMA {key}: {n} threads are not whole warps of {tc.threads}")
+  w = n // tc.threads
+  def warp(x: np.ndarray, idx: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    return np.broadcast_to(x, (n, x.shape[-1])).reshape(w, -1)[:, idx].reshape((w,) + shape).astype(np.float64)
+  d = warp(a, ia, (M, K)) @ warp(b, ib, (K, N)) + warp(c, ic, (M, N))
+  return d.reshape(w, M * N)[:, idd].reshape(n, tc.c.elements).astype(np_dtype(tc.dtype_acc))
 
 class _Ptr:
   """A pointer value: its memory, and per thread the element index and whether the access is allowed.
@@ -401,6 +433,7 @@ class PythonProgram:
       elif op is Ops.BITCAST: vals[pc] = bitcast(vals[src[0]], dtype)
       elif op is Ops.VECTORIZE: vals[pc] = np.stack(np.broadcast_arrays(*[vals[x] for x in src]), axis=-1).astype(ndt, copy=False)
       elif op is Ops.GEP: vals[pc] = vals[src[0]][..., arg[0]] if len(arg) == 1 else vals[src[0]][..., list(arg)]
+      elif op is Ops.WMMA: vals[pc] = run_wmma(arg, vals[src[0]], vals[src[1]], vals[src[2]], n)
       # the rest (SINK, NOOP, BARRIER, GROUP) do nothing: every thread runs each op in lockstep, so a barrier always holds
       pc += 1
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 from typing import Any, ClassVar
 from core.ir.dtype import DType, dtypes
+from core.device.tensor_core import TensorCore
 
 class Renderer:
   """Describes what a target can do and turns a linearized kernel into source. Subclasses override the class attributes."""
@@ -22,6 +23,7 @@ class Renderer:
   has_atomics: ClassVar[bool] = False
   max_buffer_size: ClassVar[int | None] = None              # bytes; None: no limit beyond memory
   extra_matcher: Any = None                                 # PatternMatcher applied before render, or None
+  tensor_cores: tuple[TensorCore, ...] = ()                 # matrix units the optimizer's TC option may use (Ops.WMMA)
 
   def render(self, name: str, uops: list[Any]) -> str: raise NotImplementedError(f"{type(self).__name__} must implement render(name, uops)")
   def __repr__(self) -> str: return f"{type(self).__name__}(device={self.device!r})"

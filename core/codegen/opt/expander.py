@@ -95,7 +95,7 @@ class Expander:
       # pure math on the vector axis (an arange, a mask): one scalar expression per lane
       return UOp.vectorize(*[self.sub(u, env, k) for k in range(self.width)])
     srcs = [self(s, env) for s in u.src]
-    if any(s.dtype.count > 1 for s in srcs):
+    if self.width > 1 and any(s.dtype.count > 1 for s in srcs):
       srcs = [self.bcast(s) for s in srcs]
       return u.replace(src=tuple(srcs), dtype=u.dtype.vec(self.width))
     return _simplify(u.replace(src=tuple(srcs)), self._simplified) if u.dtype is dtypes.index or u.dtype is dtypes.bool else u.replace(src=tuple(srcs))
@@ -184,7 +184,8 @@ def expand_kernel(sink: UOp, vectorize: bool = True) -> UOp:
   regs = sorted({u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] in REGISTER_AXES and range_size(u) is not None},
                 key=lambda r: r.arg[0])
   if not regs: return sink
-  if vectorize and any(u.dtype.scalar() not in VECTOR_SAFE_DTYPES for u in sink.toposort() if not isinstance(u.dtype, PtrDType)):
+  # a WMMA's operands are vectors already (one lane's fragments): its kernel is unrolled, not vectorized
+  if vectorize and any(u.op is Ops.WMMA or u.dtype.scalar() not in VECTOR_SAFE_DTYPES for u in sink.toposort() if not isinstance(u.dtype, PtrDType)):
     vectorize = False
   vec = pick_vector_axis(sink, regs) if vectorize else None
   ex = Expander([r for r in regs if r is not vec], vec)

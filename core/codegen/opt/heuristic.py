@@ -2,7 +2,7 @@
 from __future__ import annotations
 from typing import Any
 from core.ir.ops import UOp, Ops, AxisType
-from core.helpers import prod
+from core.helpers import ContextVar, prod
 from core.codegen.opt.kernel import Kernel, Opt, OptOps, KernelOptError, range_size
 from core.codegen.opt.expander import contiguous_offset, VECTOR_MEM_DTYPES
 from core.codegen.opt.pack import PACK_MAX_BYTES
@@ -183,8 +183,19 @@ def _local(k: Kernel) -> Kernel:
   if loops and (amt := _pick_amt(range_size(loops[-1]), (WG_LOCAL, 16, 8, 4, 2))): k = _try(k, Opt(OptOps.LOCAL, _pos(k, loops[-1]), amt))
   return k
 
+TC = ContextVar("TC", 1)      # 0: never use the renderer's tensor cores (Opt TC); 1: use one whenever a kernel fits it
+
+def _tensor_core(k: Kernel) -> Kernel | None:
+  """k on the first of the renderer's tensor cores that computes it (TC=0 turns them off), else None."""
+  if not TC: return None
+  for i in range(len(getattr(k.renderer, "tensor_cores", ()))):
+    try: return k.apply(Opt(OptOps.TC, i))
+    except KernelOptError: pass
+  return None
+
 def hand_coded(k: Kernel) -> Kernel:
   rnd = k.renderer
+  if (tc := _tensor_core(k)) is not None: return tc
   if getattr(rnd, "has_local", False): k = _group_reduce(k)
   stores = [u for u in k.ast.toposort() if u.op is Ops.STORE]
   if len(stores) != 1 or stores[0].src[0].op is not Ops.INDEX: return k

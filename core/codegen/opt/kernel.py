@@ -15,9 +15,11 @@ class OptOps(enum.Enum):
   the inputs that loop `axis` reuses into a contiguous thread-private buffer before the loop (opt/pack.py); TILE splits a LOOP
   into two nested loops (the inner one innermost of the loops, so SWAPs and PACKs can put other loops between them); PADTO
   rounds an output axis up to a multiple of `amt` (the extra iterations compute on zeros and store nothing), so a later split
-  by `amt` divides it; NOOP does nothing."""
+  by `amt` divides it; TC computes the kernel's sum of products on tensor core number `axis` of the renderer's tensor_cores
+  (opt/tc.py: it must come first, and no LOCAL or GROUP may follow, which would move the warp's lanes off lidx0); NOOP does
+  nothing."""
   UPCAST = "UPCAST"; UNROLL = "UNROLL"; THREAD = "THREAD"; LOCAL = "LOCAL"; GROUP = "GROUP"; SWAP = "SWAP"; PACK = "PACK"  # noqa: E702
-  PADTO = "PADTO"; TILE = "TILE"; NOOP = "NOOP"  # noqa: E702
+  PADTO = "PADTO"; TILE = "TILE"; TC = "TC"; NOOP = "NOOP"  # noqa: E702
 
 @dataclass(frozen=True)
 class Opt:
@@ -60,6 +62,11 @@ class Kernel:
   def apply(self, opt: Opt) -> Kernel:
     """The kernel with `opt` applied; KernelOptError when it does not fit."""
     if opt.op is OptOps.NOOP: return Kernel(self.ast, self.renderer, self.applied + (opt,))
+    if opt.op is OptOps.TC:
+      from core.codegen.opt.tc import apply_tensor_core
+      tcs = getattr(self.renderer, "tensor_cores", ())
+      if not 0 <= opt.axis < len(tcs): raise KernelOptError(f"{opt}: the renderer has {len(tcs)} tensor cores")
+      return Kernel(apply_tensor_core(self.ast, tcs[opt.axis]), self.renderer, self.applied + (opt,))
     if not 0 <= opt.axis < len(self.axes): raise KernelOptError(f"{opt}: kernel {self.ast.arg} has {len(self.axes)} axes")
     r = self.axes[opt.axis]
     if opt.op is OptOps.SWAP:
@@ -100,6 +107,8 @@ class Kernel:
     elif opt.op is OptOps.TILE:
       if kind is not AxisType.LOOP: raise KernelOptError(f"{opt}: TILE needs a LOOP axis, not {kind.name}")
       ast = split_axis(self.ast, r, amt, AxisType.LOOP)
+    elif opt.op in (OptOps.LOCAL, OptOps.GROUP) and any(o.op is OptOps.TC for o in self.applied):
+      raise KernelOptError(f"{opt}: after TC the warp's lanes must stay the innermost work-item id")
     elif opt.op is OptOps.LOCAL:
       if not getattr(rnd, "has_local", False): raise KernelOptError(f"{opt}: the renderer has no local (workgroup) ids")
       if kind not in (AxisType.LOOP, AxisType.GLOBAL): raise KernelOptError(f"{opt}: LOCAL needs an output axis, not {kind.name}")

@@ -12,6 +12,7 @@ def _actions(k: Kernel) -> list[Opt]:
   rnd = k.renderer
   out: list[Opt] = []
   threads = getattr(rnd, "threads", 0)
+  out += [Opt(OptOps.TC, i) for i in range(len(getattr(rnd, "tensor_cores", ())))]
   for i, r in enumerate(k.axes):
     kind, n = r.arg[1], range_size(r)
     if n is None or n < 2: continue
