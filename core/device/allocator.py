@@ -1,10 +1,14 @@
 """Allocator bases: raw device memory behind opaque handles, an LRU cache of freed blocks, honest OutOfMemory errors."""
 from __future__ import annotations
-import collections, dataclasses, os
+import collections, dataclasses, os, threading
 from typing import Any, Generic, TypeVar
 from core.helpers import fmt_bytes
 
 T = TypeVar("T")
+
+# guards the allocators' caches and counters: buffers are freed on whichever thread drops their last reference, at any time.
+# Reentrant: a garbage collection during an alloc can free a buffer on the same thread
+_lock = threading.RLock()
 
 @dataclasses.dataclass(frozen=True)
 class BufferSpec:
@@ -79,41 +83,44 @@ class LRUAllocator(Allocator[T]):
 
   def alloc(self, size: int, options: BufferSpec | None = None) -> T:
     opts = options or self.default_spec
-    if (cache := self.__dict__.get("_cache")) is not None and (blocks := cache.get((size, opts))):
-      self.used += size
-      self.__dict__["_cached"] = self.__dict__.get("_cached", 0) - size
-      return blocks.pop()
-    try: return super().alloc(size, opts)
-    except MemoryError:
-      # the memory may be sitting in our own cache: give it back to the device and try once more
-      n, nbytes = sum(len(v) for v in self.cache.values()), self.cached_bytes
-      self.free_cache()
+    with _lock:
+      if (cache := self.__dict__.get("_cache")) is not None and (blocks := cache.get((size, opts))):
+        self.used += size
+        self.__dict__["_cached"] = self.__dict__.get("_cached", 0) - size
+        return blocks.pop()
       try: return super().alloc(size, opts)
-      except MemoryError as e:
-        raise OutOfMemory(f"{self.device}: out of memory allocating {fmt_bytes(size)} ({size} bytes): {fmt_bytes(self.used)} in use, "
-                          f"and the cache of {n} freed buffers ({fmt_bytes(nbytes)}) was flushed first. Free tensors you no longer need "
-                          f"or use smaller batches.") from e
+      except MemoryError:
+        # the memory may be sitting in our own cache: give it back to the device and try once more
+        n, nbytes = sum(len(v) for v in self.cache.values()), self.cached_bytes
+        self.free_cache()
+        try: return super().alloc(size, opts)
+        except MemoryError as e:
+          raise OutOfMemory(f"{self.device}: out of memory allocating {fmt_bytes(size)} ({size} bytes): {fmt_bytes(self.used)} in use, "
+                            f"and the cache of {n} freed buffers ({fmt_bytes(nbytes)}) was flushed first. Free tensors you no longer need "
+                            f"or use smaller batches.") from e
 
   def free(self, opaque: T, size: int, options: BufferSpec | None = None) -> None:
     opts = options or self.default_spec
-    if opts.nolru or opts.external_ptr is not None or size > ALLOC_CACHE_BYTES: return super().free(opaque, size, opts)
-    self.used -= size
-    cache = self.cache
-    if (blocks := cache.get(key := (size, opts))) is None: blocks = cache[key] = []
-    else: cache.move_to_end(key)
-    blocks.append(opaque)
-    self.__dict__["_cached"] = cached = self.__dict__.get("_cached", 0) + size
-    while cached > ALLOC_CACHE_BYTES:
-      (old_size, old_opts), old = next(iter(cache.items()))
-      if old:
-        self._free(old.pop(0), old_opts)
-        cached -= old_size
-      if not old: del cache[(old_size, old_opts)]   # (emptied by allocs too: those are dropped here)
-    self.__dict__["_cached"] = cached
+    with _lock:
+      if opts.nolru or opts.external_ptr is not None or size > ALLOC_CACHE_BYTES: return super().free(opaque, size, opts)
+      self.used -= size
+      cache = self.cache
+      if (blocks := cache.get(key := (size, opts))) is None: blocks = cache[key] = []
+      else: cache.move_to_end(key)
+      blocks.append(opaque)
+      self.__dict__["_cached"] = cached = self.__dict__.get("_cached", 0) + size
+      while cached > ALLOC_CACHE_BYTES:
+        (old_size, old_opts), old = next(iter(cache.items()))
+        if old:
+          self._free(old.pop(0), old_opts)
+          cached -= old_size
+        if not old: del cache[(old_size, old_opts)]   # (emptied by allocs too: those are dropped here)
+      self.__dict__["_cached"] = cached
 
   def free_cache(self) -> None:
     """Returns every cached block to the device."""
-    for (_, opts), blocks in self.cache.items():
-      for b in blocks: self._free(b, opts)
-    self.cache.clear()
-    self.__dict__["_cached"] = 0
+    with _lock:
+      for (_, opts), blocks in self.cache.items():
+        for b in blocks: self._free(b, opts)
+      self.cache.clear()
+      self.__dict__["_cached"] = 0

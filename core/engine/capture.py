@@ -1,11 +1,24 @@
-"""What a Jit capture needs from the engine: while `capturing` is set, every schedule realize() runs is also recorded in it.
-The Jit itself lives at the tensor level (core/tensor/jit.py); the engine knows only this hook."""
+"""What a Jit capture needs from the engine: while a capture is current on a thread, every schedule realize() runs on that
+thread is also recorded in it. The Jit itself lives at the tensor level (core/tensor/jit.py); the engine knows only this hook.
+The current capture is per thread, so another thread's work never lands in a Jit capture."""
 from __future__ import annotations
-from typing import Any
+import contextlib, threading
+from typing import Any, Iterator
 
 class Capture:
   """The schedule items run while capturing, in order."""
   def __init__(self) -> None: self.items: list[Any] = []
   def add(self, items: list[Any]) -> None: self.items.extend(items)
 
-capturing: Capture | None = None
+_local = threading.local()
+
+def current() -> Capture | None:
+  """The capture of this thread, or None."""
+  return getattr(_local, "capturing", None)
+
+@contextlib.contextmanager
+def capturing(cap: Capture | None) -> Iterator[Capture | None]:
+  """Makes `cap` this thread's capture for the block (None: nothing is recorded in it), then restores the previous one."""
+  prev, _local.capturing = current(), cap
+  try: yield cap
+  finally: _local.capturing = prev

@@ -10,6 +10,7 @@ from core.engine.run import buffer_of, _BUF
 from core.device.buffer import Buffer
 from core.device.registry import Device
 from core.engine import capture as _capture
+from core.engine.lock import engine_lock
 from core.helpers import LRUCache, prod
 from core.device import profiler
 
@@ -68,6 +69,7 @@ def run_schedule(items: list[ScheduleItem], var_vals: dict[UOp, int] | None = No
 _schedule_cache: LRUCache = LRUCache("schedules", 2048)
 
 _NO_FAST = object()
+_unique_ids = UOp.unique_ids
 
 def _walk_one(u: UOp) -> tuple[tuple, list[UOp], bool, bool] | None | object:
   """_walk of one root whose sources are all leaves (buffers or marked subgraphs): x + 1, a * b. The same key, inputs and
@@ -217,9 +219,7 @@ class _Eager:
     for dev, size, dtype, named in self.created:
       if named:
         # UOp.new_buffer with the DEVICE node at hand, and buffer_of's entry set directly
-        n = UOp._unique_counter
-        UOp._unique_counter = n + 1
-        u = UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, arg=n), dev), size)
+        u = UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, arg=next(_unique_ids)), dev), size)
         b = u.__dict__.setdefault(_BUF, Buffer(dev.arg, size, dtype))
         uops.append(u)
       else:
@@ -258,14 +258,17 @@ def _run_eager(key: tuple, inputs: list[UOp]) -> tuple[list[UOp], _Eager] | None
 _VIEWS = (Ops.RESHAPE, Ops.SHRINK, Ops.BUFFER)   # the ops contiguous_buffer can answer something other than None for
 
 def realize(*roots: UOp) -> list[UOp]:
-  """Compute the graphs `roots`; return for each an equivalent uop over a realized buffer."""
-  global _plain_epoch
+  """Compute the graphs `roots`; return for each an equivalent uop over a realized buffer (under the engine lock)."""
   # already a buffer, or a static reshape of one: realize returns it as it is (a Jit's inputs, a second .realize())
   for r in roots:
     if not (r.op is Ops.BUFFER or (r.op is Ops.RESHAPE and r.src[0].op is Ops.BUFFER and len(r.src) == 1 and
                                    all(type(d) is int for d in r.arg))): break
   else: return list(roots)
-  capturing = _capture.capturing
+  with engine_lock: return _realize_graphs(roots)
+
+def _realize_graphs(roots: tuple[UOp, ...]) -> list[UOp]:
+  global _plain_epoch
+  capturing = _capture.current()
   todo, substituted = list(roots), False
   if (w := _walk(todo, check_memo=True)) is None:
     todo, substituted = _substitute_realized(todo), True
@@ -322,9 +325,10 @@ def realized_buffer(u: UOp) -> tuple[Buffer, int]:
 
 def to_host(u: UOp) -> memoryview:
   """Realize `u` and return a copy of its bytes, row-major and contiguous."""
-  buf, n = realized_buffer(u)
-  out = memoryview(bytearray(buf.nbytes))
-  if buf.nbytes: buf.copyout(out)
+  with engine_lock:   # the buffer may be a Jit's, which another thread's replay writes
+    buf, n = realized_buffer(u)
+    out = memoryview(bytearray(buf.nbytes))
+    if buf.nbytes: buf.copyout(out)
   return out[:n * buf.dtype.itemsize]
 
 def adopt_buffer(buf: Buffer, shape: tuple[int, ...]) -> UOp:

@@ -1,6 +1,6 @@
 """The UOp IR: one `Ops` enum and the immutable, hash-consed `UOp` node every stage rewrites."""
 from __future__ import annotations
-import enum, functools, math, struct, weakref
+import enum, functools, itertools, math, struct, weakref
 from typing import Any, Callable, Iterator, Sequence, Union
 from core.ir.dtype import ConstType, DType, PtrDType, dtypes, truncate, AddrSpace
 from core.helpers import prod, all_int, fast_members
@@ -95,7 +95,11 @@ class UOpMeta(type):
     else:
       ret = super().__call__(op, dtype, src, arg, tag)
       ret._key = key
-    _ucache[key] = weakref.ref(ret)
+    # setdefault is one atomic step: when two threads build the same node at once, both get the one stored first
+    ref = weakref.ref(ret)
+    if (old := _ucache.setdefault(key, ref)) is not ref:
+      if (first := old()) is not None: return first
+      _ucache[key] = ref
     return ret
 
 class UOp(metaclass=UOpMeta):
@@ -317,11 +321,11 @@ class UOp(metaclass=UOpMeta):
   def new_buffer(device: str, size: int, dtype: DType, num: int | None = None) -> UOp:
     """A fresh buffer node: the UNIQUE source makes two buffers of equal size different nodes."""
     return UOp(Ops.BUFFER, dtype, (UOp.unique(num), UOp(Ops.DEVICE, arg=device)), size)
-  _unique_counter = 0
+  # next() on a count is atomic under the GIL: two threads never get the same number (and so never one shared buffer node)
+  unique_ids = itertools.count()
   @staticmethod
   def unique(num: int | None = None) -> UOp:
-    if num is None: num, UOp._unique_counter = UOp._unique_counter, UOp._unique_counter + 1
-    return UOp(Ops.UNIQUE, arg=num)
+    return UOp(Ops.UNIQUE, arg=next(UOp.unique_ids) if num is None else num)
 
   # kernel level
   @staticmethod

@@ -1,12 +1,13 @@
 """Jit: run a function once, capture the kernels of its second call, then replay them with new input buffers. It lives at the
 tensor level (it takes and returns Tensors); the engine only records schedules into the capture (core/engine/capture.py)."""
 from __future__ import annotations
-import functools, struct
+import functools, struct, threading
 from typing import Any, Callable, Generic, TypeVar
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops, arg_uops
 from core.helpers import JIT, prod
 from core.engine import capture
+from core.engine.lock import engine_lock
 from core.schedule.kernelize import rebind
 from core.schedule.realize_points import contiguous_buffer
 from core.engine.replay import DirectReplay
@@ -25,9 +26,8 @@ class JitCapture(capture.Capture):
   def rng_key(self, device: str, counter: int) -> Any:
     """The random key of the draw numbered `counter`, as a graph value: base buffer + offset within the call."""
     if device not in self.rng_base:
-      saved, capture.capturing = capture.capturing, None   # the buffer itself is set up outside the capture
-      try: self.rng_base[device] = Tensor([self.rng_start & 0xFFFFFFFF], dtype=dtypes.uint32, device=device).contiguous().realize()
-      finally: capture.capturing = saved
+      with capture.capturing(None):   # the buffer itself is set up outside the capture
+        self.rng_base[device] = Tensor([self.rng_start & 0xFFFFFFFF], dtype=dtypes.uint32, device=device).contiguous().realize()
     return self.rng_base[device].reshape(()) + (counter - self.rng_start)
 
 class JitError(RuntimeError): pass
@@ -64,6 +64,8 @@ class Jit(Generic[R]):
     self.rng_draws = 0
     self.ret_uops: list[UOp] = []
     self.replay: Any = None
+    # one call at a time per Jit: its calls count, capture and replay into the same buffers (threads sharing a Jit take turns)
+    self._lock = threading.RLock()
     functools.update_wrapper(self, fxn)  # type: ignore[arg-type]
 
   def reset(self) -> None: self.cnt, self.items, self.input_bufs, self.ret, self.replay = 0, [], [], None, None
@@ -71,6 +73,9 @@ class Jit(Generic[R]):
   def __get__(self, obj: Any, objtype: Any = None) -> Any: return functools.partial(self.__call__, obj)  # methods
 
   def __call__(self, *args: Any, **kwargs: Any) -> R:
+    with self._lock: return self._call(args, kwargs)
+
+  def _call(self, args: tuple, kwargs: dict[str, Any]) -> R:
     inputs = _tensors_in(args, kwargs)
     for t in inputs: t.realize()
     for t in inputs:
@@ -88,12 +93,10 @@ class Jit(Generic[R]):
       self.cnt = 1
       return self.fxn(*args, **kwargs)
     if self.cnt == 1:
-      capture.capturing = cap = JitCapture()
-      try:
+      with capture.capturing(cap := JitCapture()):   # this thread's realizes only
         ret = self.fxn(*args, **kwargs)
         # everything the function returns must be computed now, inside the capture
         for t in _tensors_in((ret,) if not isinstance(ret, (tuple, list)) else tuple(ret), {}): t.realize()
-      finally: capture.capturing = None
       self.items, self.signature, self.ret = cap.items, sig, ret
       self.rng_base, self.rng_draws = cap.rng_base, Tensor._rng_counter - cap.rng_start
       self.input_bufs = [_base_buffer(t.uop) for t in inputs]
@@ -107,6 +110,10 @@ class Jit(Generic[R]):
     if sig != self.signature:
       raise JitError(f"Jit {getattr(self.fxn, '__name__', 'function')}: inputs changed from {self.signature} to {sig}; "
                      "a Jit replays fixed shapes and dtypes (make a new Jit, or call .reset())")
+    with engine_lock: return self._replay(inputs, var_vals)
+
+  def _replay(self, inputs: list[Any], var_vals: dict[UOp, int]) -> R:
+    """Runs the captured kernels on this call's inputs (under the engine lock: the submission and buffers are shared state)."""
     mapping = {old: _base_buffer(t.uop) for old, t in zip(self.input_bufs, inputs)}
     if self.rng_draws:
       # fresh random numbers on every replay: the draws continue the global counter exactly as eager calls would

@@ -1,6 +1,6 @@
 """Deterministic random tensors: threefry-2x32 built from uint32 graph ops, keyed by (seed, per-call counter)."""
 from __future__ import annotations
-import math
+import math, threading
 from typing import TYPE_CHECKING, Any, ClassVar
 from core.helpers import prod, argfix
 from core.ir.dtype import DTypeLike, dtypes, to_dtype
@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 THREEFRY_ROTATIONS = (13, 15, 26, 6, 17, 29, 16, 24)
 THREEFRY_PARITY = 0x1BD11BDA
 M32 = 0xFFFFFFFF
+_counter_lock = threading.Lock()
 
 def threefry2x32(x0: Any, x1: Any, k0: int, k1: int) -> tuple[Any, Any]:
   """Encrypts counters (x0, x1) with key (k0, k1). Works on uint32 Tensors (wrapping adds) and on Python ints
@@ -41,15 +42,17 @@ class RandomMixin:
   def _random_bits(cls, n: int, device: str | None = None) -> Tensor:
     """n uint32 random words. Each call uses a new key (seed, counter); the counter words are 0..ceil(n/2)-1."""
     from core.tensor.tensor import Tensor
-    key0, key1 = Tensor._seed & M32, Tensor._rng_counter & M32
+    with _counter_lock:   # threads drawing at once each get a counter value of their own
+      counter = Tensor._rng_counter
+      Tensor._rng_counter = counter + 1
+    key0, key1 = Tensor._seed & M32, counter & M32
     from core.engine import capture
     from core.tensor.jit import JitCapture
-    if isinstance(cap := capture.capturing, JitCapture):
+    if isinstance(cap := capture.current(), JitCapture):
       # inside a Jit the counter can't be a constant (a replay would repeat the numbers): read it from a buffer that
       # the Jit refills before every replay
       from core.tensor.tensor import canonical_device
-      key1 = cap.rng_key(canonical_device(device), Tensor._rng_counter)
-    Tensor._rng_counter += 1
+      key1 = cap.rng_key(canonical_device(device), counter)
     half = -(-n // 2)
     ctr = cls._iota(half, device).cast(dtypes.uint32)  # type: ignore[attr-defined]
     hi = (Tensor._seed >> 32) & M32  # seeds wider than 32 bits feed the second counter word

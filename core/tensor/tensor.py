@@ -1,6 +1,6 @@
 """The user-facing lazy Tensor: construction, dtype/device plumbing, realization, host transfer and autograd entry points."""
 from __future__ import annotations
-import builtins, contextlib, functools, weakref
+import builtins, contextlib, functools, threading, weakref
 from typing import Any, ClassVar
 from core.helpers import prod
 from core.ir.dtype import DType, DTypeLike, ConstType, dtypes, to_dtype, from_np, to_np, least_upper_dtype
@@ -15,6 +15,8 @@ from core.tensor.conv import ConvMixin
 from core.tensor.nnops import NNOpsMixin
 from core.tensor.sort import SortMixin
 from core.tensor.interop import InteropMixin, host_array
+
+_all_lock = threading.Lock()   # Tensor._all is added to and read from any thread
 
 def canonical_device(device: str | None) -> str:
   from core.device.registry import Device
@@ -96,12 +98,22 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
     self._requires_grad = v
     if v and "_in_all" not in self.__dict__:   # once: the weak set compares equal-hash entries with ==, which Tensor overloads
       self._in_all = True
-      Tensor._all.add(self)
+      with _all_lock: Tensor._all.add(self)
 
   @staticmethod
   def _sweep_maybe() -> None:
-    Tensor._maybe[:] = [r for r in Tensor._maybe if r() is not None]
-    Tensor._maybe_sweep_at = max(4096, 2 * len(Tensor._maybe))
+    # only the first n entries are replaced (one atomic slice assignment): what other threads append meanwhile stays
+    maybe = Tensor._maybe
+    n = len(maybe)
+    maybe[:n] = [r for r in maybe[:n] if r() is not None]
+    Tensor._maybe_sweep_at = max(4096, 2 * len(maybe))
+
+  @staticmethod
+  def _grad_tensors() -> list[Tensor]:
+    """A snapshot of the live tensors that had requires_grad set true (iterating the weak set itself fails when another
+    thread adds to it meanwhile), without those another thread is still building (no uop yet)."""
+    with _all_lock: ts = list(Tensor._all)
+    return [t for t in ts if "uop" in t.__dict__]
 
   @classmethod
   def _wrap(cls, uop: UOp, *parents: Tensor) -> Tensor:
@@ -327,9 +339,10 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
     """Accumulates d(self)/d(t) into `t.grad` for every live tensor `t` in self's graph whose requires_grad is not False:
     True ones always (zeros where no gradient reaches them), float ones left at None where a gradient reaches them."""
     nodes = self.uop.toposort()
-    needed = {id(t): t for t in list(Tensor._all) if t.requires_grad and t.uop in nodes}
-    maybe = {id(t): t for r in Tensor._maybe if (t := r()) is not None and t._requires_grad is None and dtypes.is_float(t.dtype)
-             and id(t) not in needed and t.uop in nodes}
+    # other threads may be adding tensors meanwhile (one still in its __init__ has no uop yet): read snapshots
+    needed = {id(t): t for t in Tensor._grad_tensors() if t.requires_grad and t.uop in nodes}
+    maybe = {id(t): t for r in Tensor._maybe[:] if (t := r()) is not None and t._requires_grad is None and "uop" in t.__dict__
+             and dtypes.is_float(t.dtype) and id(t) not in needed and t.uop in nodes}
     targets = list(needed.values()) + list(maybe.values())
     grads = self._gradients(targets, gradient)
     if not needed and not any(t.uop in grads for t in maybe.values()):

@@ -14,7 +14,7 @@ def _readers(written: list[Tensor], skip: list[Tensor]) -> list[Tensor]:
   from core.schedule.realize_points import contiguous_buffer
   bufs = {cb[0] for t in written if (cb := contiguous_buffer(t.uop)) is not None}
   skip_ids = {id(t) for t in skip + written}
-  cands = [t for t in list(Tensor._all) if id(t) not in skip_ids and contiguous_buffer(t.uop) is None]
+  cands = [t for t in Tensor._grad_tensors() if id(t) not in skip_ids and contiguous_buffer(t.uop) is None]
   if not bufs or not cands: return []
   reads: dict[UOp, bool] = {}
   for u in UOp(Ops.SINK, src=tuple(t.uop for t in cands)).toposort():
