@@ -216,6 +216,9 @@ class CStyleRenderer(Renderer):
 
   def render_vectorize(self, xs: list[str], dt: DType) -> str: return f"(({self.render_dtype(dt)}){{{','.join(xs)}}})"
   def render_gep(self, x: str, i: int, from_dt: DType) -> str: return f"{x}[{i}]"
+  def param_name(self, p: UOp) -> str:
+    """The name of a kernel parameter: `data<slot>` (runtimes that map arguments by name parse it)."""
+    return f"data{p.arg}"
   def render_special(self, x: UOp) -> str:
     raise NotImplementedError(f"{type(self).__name__} has no thread ids; render SPECIAL {x.arg} in a subclass")
 
@@ -317,7 +320,7 @@ class CStyleRenderer(Renderer):
         if dt.base.count > 1: vec_types[dt.base] = None
         half = half or dt.base.scalar() is dtypes.float16
       if u.op is Ops.PARAM:
-        self.r[u] = f"data{u.arg}"
+        self.r[u] = self.param_name(u)
         bufs.append(u)
         continue
       if u.op is Ops.DEFINE_VAR:

@@ -7,7 +7,7 @@ from core.ir.ops import UOp, Ops, GroupOp
 from core.ir.pattern import UPat, graph_rewrite
 from core.codegen.lowerer import lower_kernel
 from core.codegen.linearize import linearize, finalize
-from core.helpers import SPEC, VIZ, prod
+from core.helpers import SPEC, VIZ, IMAGE, prod
 
 @dataclass(frozen=True)
 class ProgramSpec:
@@ -62,6 +62,9 @@ def _get_program(ast: UOp, renderer: Any, optimize: bool, name: str) -> UOp:
   from core.codegen.opt.expander import expand_kernel
   sink = expand_kernel(optimize_kernel(ast, renderer) if optimize else ast, vectorize=getattr(renderer, "supports_float4", False))
   sink, gsize, lsize = lower_kernel(sink, getattr(renderer, "global_max", None), getattr(renderer, "threads", 0))
+  if IMAGE:
+    from core.codegen.image import lower_images
+    sink = lower_images(sink, renderer)
   if dtypes.bfloat16 not in renderer.supported_dtypes and any(u.dtype.base is dtypes.bfloat16 for u in sink.toposort()):
     from core.codegen.decompose import pm_emulate_bf16
     sink = graph_rewrite(sink, pm_emulate_bf16, name="emulate bf16")

@@ -19,7 +19,8 @@ class Renderer:
                                                             # <= 1: unknown, the optimizer assumes 16 when supports_float4
   threads: ClassVar[int] = 0                                # worker threads running GLOBAL blocks (gidx0); 0: no thread pool
   supported_dtypes: ClassVar[frozenset[DType]] = frozenset(d for d in dtypes.all if d not in dtypes.fp8s and d is not dtypes.bfloat16)
-  has_images: ClassVar[bool] = False
+  has_images: ClassVar[bool] = False                        # IMAGE=1/2 may read and write buffers as 2-D RGBA images
+  image_max: ClassVar[tuple[int, int]] = (0, 0)             # the largest image, (width, height) in pixels
   has_atomics: ClassVar[bool] = False
   max_buffer_size: ClassVar[int | None] = None              # bytes; None: no limit beyond memory
   extra_matcher: Any = None                                 # PatternMatcher applied before render, or None

@@ -90,6 +90,24 @@ class PtrDType(DType):
     if self.addrspace != AddrSpace.GLOBAL: args.append(repr(self.addrspace))
     return f"{self._base!r}.ptr({', '.join(args)})" + (f".vec({self.v})" if self.v != 1 else "")
 
+class ImageDType(PtrDType):
+  """A kernel parameter holding a 2-D RGBA image of `shape` (height, width) pixels of float32 or float16 channels: the same
+  bytes as a row-major buffer of height*width*4 elements, read and written a pixel (4 channels) at (x, y) at a time."""
+  __slots__ = ("shape",)
+  shape: tuple[int, int]
+  def __new__(cls, base: DType, shape: tuple[int, int]):   # type: ignore[override]
+    key = (cls, base, tuple(shape))
+    if (ret := DType._cache.get(key)) is not None: return ret
+    ret = object.__new__(cls)
+    vals = (base.priority, base.itemsize, base.name, base.fmt, 1, None, base, AddrSpace.GLOBAL, 1, shape[0] * shape[1] * 4, tuple(shape))
+    for k, val in zip(("priority", "itemsize", "name", "fmt", "count", "_scalar", "_base", "addrspace", "v", "size", "shape"), vals):
+      object.__setattr__(ret, k, val)
+    DType._cache[key] = ret
+    return ret
+  def __reduce__(self): return (ImageDType, (self._base, self.shape))
+  def vec(self, n: int) -> PtrDType: raise TypeError(f"{self} is read and written a pixel at a time: it has no vector of pointers")
+  def __repr__(self) -> str: return f"dtypes.image{'h' if self._base is dtypes.float16 else 'f'}({self.shape})"
+
 class dtypes:
   """All dtypes, their aliases, and predicates over them."""
   void: ClassVar[DType] = DType(-1, 0, "void", None)
@@ -153,6 +171,14 @@ class dtypes:
             dtypes.fp8e4m3: (4, 3), dtypes.fp8e5m2: (5, 2)}[x.scalar()]
   @staticmethod
   def fields() -> dict[str, DType]: return DTYPES_DICT
+  @staticmethod
+  def imagef(shape: tuple[builtins.int, builtins.int]) -> ImageDType:
+    """A (height, width) RGBA image of float32 channels (see ImageDType)."""
+    return ImageDType(dtypes.float32, shape)
+  @staticmethod
+  def imageh(shape: tuple[builtins.int, builtins.int]) -> ImageDType:
+    """A (height, width) RGBA image of float16 channels, read and written as float."""
+    return ImageDType(dtypes.float16, shape)
 
 # sets for the predicates above, which the simplifier calls on every node; a pointer's _scalar is None, so it tests itself
 _FLOATS, _UINTS = frozenset(dtypes.floats), frozenset(dtypes.uints)

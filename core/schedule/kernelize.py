@@ -9,7 +9,7 @@ from core.ir.pattern import graph_rewrite, PatternMatcher, UPat
 from core.schedule.realize_points import find_realize_points, contiguous_buffer
 from core.schedule.indexing import pm_index, KernelCtx, push, flat_index, output_ranges, TRUE
 from core.schedule.split_reduce import pm_split_reduce
-from core.helpers import LRUCache, prod, SPEC, NOOPT
+from core.helpers import LRUCache, prod, SPEC, NOOPT, IMAGE
 
 @dataclass
 class ScheduleItem:
@@ -138,6 +138,10 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     items.append(_item(_store_kernel(ctx, out, None, body, shape), ctx, shape))
     done[u] = view
   results = {o: rebind(done.get(r, r), var_vals) for o, r in zip(orig_roots, roots)}
+  if IMAGE:
+    from core.schedule.image import mark_images
+    written = {it.bufs[0] for it in items if it.bufs}
+    items = [ScheduleItem(mark_images(it.ast, it.bufs, written, IMAGE.value), it.bufs) for it in items]
   return items, results, var_vals
 
 def _to_temporary(items: list[ScheduleItem], value: UOp, shape: tuple) -> UOp:
