@@ -139,8 +139,14 @@ def _render_end(ctx: LLVMRenderer, x: UOp) -> str:
     out.append(f"{n} = add {t} {ctx[r]}, 1\n  store {t} {n}, {ctx.private_ptr()} {ctx[r]}.addr\n  br label %{k}.head\n{ctx.label(k + '.exit')}")
   return "\n  ".join(out)
 
+def _literal(u: UOp) -> bool:
+  """Rendered as an LLVM constant in place (no instruction): constants, and vectors of them."""
+  return u.op in (Ops.CONST, Ops.VCONST, Ops.AFTER) or (u.op is Ops.VECTORIZE and all(s.op is Ops.CONST for s in u.src))
+
 def _render_vectorize(ctx: LLVMRenderer, x: UOp) -> str:
   t, et, cur, out = ctx.ty(x.dtype), ctx.ty(x.dtype.scalar()), "poison", []
+  # a vector of constants is a literal: one insertelement per lane made upcast kernels' IR (and compile time) several times larger
+  if _literal(x): return "<" + ", ".join(f"{et} {ctx[s]}" for s in x.src) + ">"
   for i, s in enumerate(x.src):
     nxt = ctx[x] if i == len(x.src) - 1 else ctx.tmp()
     out.append(f"{nxt} = insertelement {t} {cur}, {et} {ctx[s]}, i32 {i}")
@@ -301,11 +307,11 @@ class LLVMRenderer(Renderer):
         self.loop_label[u], self.open_order[u] = self.fresh_label("loop"), i
         self.r[u] = f"%ridx{self.nlabel}"
       elif u.op is Ops.DEFINE_REG: self.r[u] = f"%acc{u.arg}"
-      elif u.op not in (Ops.CONST, Ops.VCONST, Ops.AFTER): self.r[u] = f"%v{i}"
+      elif not _literal(u): self.r[u] = f"%v{i}"
       txt = self.string_rewrite.rewrite(u, ctx=self)
       if txt is None: raise NotImplementedError(f"{type(self).__name__} can't render {u.op.name} ({u.dtype}) in kernel {name}")
       assert isinstance(txt, str), f"rule for {u.op.name} returned {type(txt).__name__}, not str"
-      if u.op in (Ops.CONST, Ops.VCONST, Ops.AFTER): self.r[u] = txt
+      if _literal(u): self.r[u] = txt
       elif txt: body.append("  " + txt)
     header = [f"target triple = \"{self.target_triple}\""] if self.target_triple else []
     if self.data_layout: header.append(f"target datalayout = \"{self.data_layout}\"")

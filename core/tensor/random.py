@@ -40,24 +40,27 @@ class RandomMixin:
 
   @classmethod
   def _random_bits(cls, n: int, device: str | None = None) -> Tensor:
-    """n uint32 random words. Each call uses a new key (seed, counter); the counter words are 0..ceil(n/2)-1."""
+    """n uint32 random words. Each call uses a new key (seed, counter); the counter words are 0..ceil(n/2)-1, and block i gives
+    words 2i and 2i+1."""
     from core.tensor.tensor import Tensor
     with _counter_lock:   # threads drawing at once each get a counter value of their own
       counter = Tensor._rng_counter
       Tensor._rng_counter = counter + 1
-    key0, key1 = Tensor._seed & M32, counter & M32
+    key0 = Tensor._seed & M32
     from core.engine import capture
     from core.tensor.jit import JitCapture
-    if isinstance(cap := capture.current(), JitCapture):
-      # inside a Jit the counter can't be a constant (a replay would repeat the numbers): read it from a buffer that
-      # the Jit refills before every replay
-      from core.tensor.tensor import canonical_device
-      key1 = cap.rng_key(canonical_device(device), counter)
+    # the counter is read from a buffer, never baked in as a constant: every draw of one size then shares one compiled
+    # kernel (threefry kernels are big), and inside a Jit the buffer is refilled before each replay
+    from core.tensor.tensor import canonical_device
+    if isinstance(cap := capture.current(), JitCapture): key1 = cap.rng_key(canonical_device(device), counter)
+    else: key1 = Tensor([counter & M32], dtype=dtypes.uint32, device=device).reshape(())
     half = -(-n // 2)
     ctr = cls._iota(half, device).cast(dtypes.uint32)  # type: ignore[attr-defined]
     hi = (Tensor._seed >> 32) & M32  # seeds wider than 32 bits feed the second counter word
     y0, y1 = threefry2x32(ctr, ctr._const(hi), key0, key1)
-    return y0.cat(y1)[:n]
+    # interleaved (word 2i and 2i+1 are one block's two outputs): a kernel computes each block once for its two lanes,
+    # where concatenating the halves would compute every block twice, once per half
+    return y0.stack(y1, dim=-1).flatten()[:n]
 
   @classmethod
   def rand(cls, *shape: Any, device: str | None = None, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:

@@ -1,7 +1,7 @@
 """Hand-coded optimizations: register blocking for matmul/conv, SIMD-width vectors along the contiguous axis, thread blocks."""
 from __future__ import annotations
 from typing import Any
-from core.ir.ops import UOp, Ops, AxisType
+from core.ir.ops import UOp, Ops, AxisType, GroupOp
 from core.helpers import ContextVar, prod
 from core.codegen.opt.kernel import Kernel, Opt, OptOps, KernelOptError, range_size
 from core.codegen.opt.expander import contiguous_offset, VECTOR_MEM_DTYPES
@@ -19,6 +19,7 @@ MM_PACK_BOTH_MIN_K = 256      # reduce length below which copying the row block 
                               # K=128: 98 packed vs 132 GFLOP/s not; K=256: 127 vs 95)
 MIN_THREADED_WORK = 1 << 15   # iterations below which a kernel runs on one thread: dispatching blocks costs more
 TRANSPOSE_MIN_ROW = 512       # output rows this long read a line per element of a transposed input: more lines than L1 holds
+ALU_HEAVY = 64                # arithmetic ops per element above which an elementwise kernel is compute-bound
 RED_STREAMS = 4               # rows a thread's block of a reduction along memory reads at once, far apart
 WG_FEW_OUTPUTS = 4096         # outputs below which a GPU has idle lanes unless the work-items of a group share a reduction
 WG_LONG_REDUCE = 256          # reductions this long are shared by a workgroup (GROUP of WG_GROUP, or a quarter of it)
@@ -40,6 +41,8 @@ def _try(k: Kernel, *opts: Opt) -> Kernel:
 
 def _pick_amt(n: int | None, wants: tuple[int, ...]) -> int:
   return next((a for a in wants if n is not None and 2 <= a <= n and n % a == 0), 0)
+
+def _alu_count(k: Kernel) -> int: return sum(1 for u in k.ast.toposort() if u.op in GroupOp.ALU)
 
 def _loads(k: Kernel) -> list[UOp]: return [u for u in k.ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
 
@@ -243,7 +246,10 @@ def hand_coded(k: Kernel) -> Kernel:
       if vec_ok and across is not None and (range_size(contig_out) or 0) >= TRANSPOSE_MIN_ROW and _pick_amt(range_size(contig_out), (lanes,)):
         k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), lanes), Opt(OptOps.UPCAST, _pos(k, across), lanes))
         transposed = k.applied[-1].op is OptOps.UPCAST
-      elif amt := _pick_amt(range_size(contig_out), (2 * lanes, lanes, 4, 2)): k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt))
+      # two vectors per iteration keep two loads in flight, which pays in memory-bound kernels; a kernel with much arithmetic
+      # per element (random bits: 20 threefry rounds) gains nothing and would compile twice the code
+      elif amt := _pick_amt(range_size(contig_out), (lanes, 4, 2) if _alu_count(k) > ALU_HEAVY else (2 * lanes, lanes, 4, 2)):
+        k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt))
   if getattr(rnd, "has_local", False): return _local(k)
   threads = getattr(rnd, "threads", 0)
   work = prod(range_size(r) or 1 for r in k.axes)
