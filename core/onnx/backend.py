@@ -4,7 +4,6 @@ from typing import Any
 import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep
-from core.onnx.dtypes import to_numpy
 from core.onnx.runner import OnnxRunner
 
 class CoreRep(BackendRep):
@@ -14,8 +13,8 @@ class CoreRep(BackendRep):
     else:
       vals = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
       feed = dict(zip(self.runner.input_names, vals))
-    outs = self.runner(feed)
-    return tuple(to_numpy(outs[n]) for n in self.runner.output_names)
+    outs = self.runner.numpy(feed)
+    return tuple(outs[n] for n in self.runner.output_names)
 
 class CoreBackend(Backend):
   @classmethod

@@ -6,9 +6,10 @@ import itertools, math
 from typing import Any, Sequence
 import numpy as np
 from core.helpers import prod
-from core.ir.dtype import dtypes
+from core.ir.dtype import DType, dtypes
 from core.tensor.tensor import Tensor
 from core.onnx.dtypes import onnx_dtype
+from core.onnx.narrow import NARROW, Narrow, to_narrow
 from core.onnx.registry import OnnxError, op
 
 def _ints(v: Any) -> list[int]: return [int(i) for i in np.asarray(v).reshape(-1).tolist()]
@@ -128,15 +129,18 @@ def clip(x: Tensor, lo: Tensor | None = None, hi: Tensor | None = None, *, min: 
   if hi_ is not None: x = x.minimum(hi_).cast(x.dtype)
   return x
 
-@op("Cast")
-def cast(x: Tensor, *, to: int, saturate: int = 1) -> Tensor:
-  dt = onnx_dtype(to, "Cast: ")
+def _cast(x: Tensor, to: int | DType, saturate: int, round_mode: str) -> Tensor | Narrow:
+  """x (a narrow value's storage is exact, so it casts as its storage dtype) cast to an ONNX type or a core dtype."""
+  if isinstance(to, int) and to in NARROW: return to_narrow(x, to, bool(saturate), round_mode)
+  dt = to if isinstance(to, DType) else onnx_dtype(to, "Cast: ")
   if dtypes.is_float(x.dtype) and dtypes.is_int(dt) and dt is not dtypes.bool: x = x.trunc()
   return x.cast(dt)
+@op("Cast")
+def cast(x: Tensor, *, to: int, saturate: int = 1, round_mode: str = "up", _narrow: Sequence[int | None] = ()) -> Tensor | Narrow:
+  return _cast(x, to, saturate, round_mode)
 @op("CastLike")
-def cast_like(x: Tensor, like: Tensor, *, saturate: int = 1) -> Tensor:
-  if dtypes.is_float(x.dtype) and dtypes.is_int(like.dtype) and like.dtype is not dtypes.bool: x = x.trunc()
-  return x.cast(like.dtype)
+def cast_like(x: Tensor, like: Tensor, *, saturate: int = 1, round_mode: str = "up", _narrow: Sequence[int | None] = ()) -> Tensor | Narrow:
+  return _cast(x, _narrow[1] if _narrow[1] is not None else like.dtype, saturate, round_mode)
 
 # *** reductions ***
 
@@ -806,7 +810,7 @@ def _q_shape(x: Tensor, scale: Tensor, axis: int) -> list[int]:
   return [-1 if i == _ax(axis, x.ndim) else 1 for i in range(x.ndim)] if scale.ndim == 1 and scale.shape[0] > 1 else list(scale.shape)
 @op("DequantizeLinear")
 def dequantize_linear(x: Tensor, scale: Tensor, zero: Tensor | None = None, *, axis: int = 1, block_size: int = 0,
-                      output_dtype: int = 0) -> Tensor:
+                      output_dtype: int = 0, _narrow: Sequence[int | None] = ()) -> Tensor:
   if block_size: raise OnnxError(f"DequantizeLinear: attribute block_size={block_size}")
   shp = _q_shape(x, scale, axis)
   y = x.cast(dtypes.float32)
@@ -814,13 +818,18 @@ def dequantize_linear(x: Tensor, scale: Tensor, zero: Tensor | None = None, *, a
   return (y * scale.cast(dtypes.float32).reshape(shp)).cast(onnx_dtype(output_dtype) if output_dtype else scale.dtype)
 @op("QuantizeLinear")
 def quantize_linear(x: Tensor, scale: Tensor, zero: Tensor | None = None, *, axis: int = 1, block_size: int = 0, output_dtype: int = 0,
-                    saturate: int = 1, precision: int = 0) -> Tensor:
+                    saturate: int = 1, precision: int = 0, _narrow: Sequence[int | None] = ()) -> Tensor | Narrow:
   if block_size: raise OnnxError(f"QuantizeLinear: attribute block_size={block_size}")
+  narrow = _narrow[2] if len(_narrow) > 2 and _narrow[2] is not None else (output_dtype if output_dtype in NARROW else None)
+  shp = _q_shape(x, scale, axis)
+  y = x.cast(dtypes.float32) / scale.cast(dtypes.float32).reshape(shp)
+  if narrow is not None and NARROW[narrow].storage is dtypes.float32:   # float8/float4: the cast rounds (and saturates)
+    return to_narrow(y + zero.cast(dtypes.float32).reshape(shp) if zero is not None else y, narrow, bool(saturate))
+  y = y.round()
+  if zero is not None: y = y + zero.cast(dtypes.float32).reshape(shp)
+  if narrow is not None: return Narrow(y.clip(NARROW[narrow].lo, NARROW[narrow].hi).cast(NARROW[narrow].storage), narrow)
   out = zero.dtype if zero is not None else (onnx_dtype(output_dtype) if output_dtype else dtypes.uint8)
   if not dtypes.is_int(out): raise OnnxError(f"QuantizeLinear: output type {out} (only integer outputs)")
-  shp = _q_shape(x, scale, axis)
-  y = (x.cast(dtypes.float32) / scale.cast(dtypes.float32).reshape(shp)).round()
-  if zero is not None: y = y + zero.cast(dtypes.float32).reshape(shp)
   return y.clip(out.min, out.max).cast(out)
 @op("DynamicQuantizeLinear")
 def dynamic_quantize_linear(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:

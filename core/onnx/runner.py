@@ -2,7 +2,8 @@
 
 Values known on the host (initializers, Constant nodes, Shape results and what is computed from only those) are kept as
 numpy arrays beside their Tensors, so shape-like inputs (Reshape's shape, Slice's starts, ...) never need a device read;
-such host-only nodes are evaluated once per distinct input and cached, which also keeps them out of a Jit capture."""
+such host-only nodes are evaluated once per distinct input and cached, which also keeps them out of a Jit capture.
+Values of ONNX types core has no dtype for (float8, 4-bit, ...) are held in a wider dtype and tracked by name (core.onnx.narrow)."""
 from __future__ import annotations
 import os
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from core.helpers import getenv
 from core.ir.dtype import dtypes
 from core.tensor.tensor import Tensor
 from core.onnx.dtypes import onnx_dtype, to_numpy, to_tensor
+from core.onnx.narrow import NARROW, Narrow, from_storage, narrow_elem, storage_array
 from core.onnx.registry import ATTR_ALIASES, OPS, OnnxError, OpDef
 import core.onnx.ops  # noqa: F401  (registers the ops)
 
@@ -30,6 +32,7 @@ class _Node:
 class _Env:
   tensors: dict[str, Tensor] = field(default_factory=dict)
   host: dict[str, np.ndarray] = field(default_factory=dict)
+  narrow: dict[str, int] = field(default_factory=dict)   # name -> the ONNX element type a narrow value holds
 
 def _attr_value(a: Any) -> Any:
   from onnx import helper, numpy_helper
@@ -58,15 +61,30 @@ class OnnxRunner:
     self.consts = _Env()
     for init in g.initializer:
       arr = numpy_helper.to_array(init)
-      onnx_dtype(init.data_type, f"initializer {init.name!r}: ")
-      self.consts.tensors[init.name] = self._half(to_tensor(arr, device))
-      if arr.size <= HOST_LIMIT: self.consts.host[init.name] = arr
+      if init.data_type not in NARROW: onnx_dtype(init.data_type, f"initializer {init.name!r}: ")
+      self._put(self.consts, init.name, arr)
     self.input_names = [i.name for i in g.input if i.name not in self.consts.tensors]
     self.output_names = [o.name for o in g.output]
     self.nodes = [self._prepare(n, i) for i, n in enumerate(g.node)]
     self._fold_cache: dict[tuple, tuple[list[Any], list[Tensor | None]]] = {}
 
   def _half(self, t: Tensor) -> Tensor: return t.cast(dtypes.float16) if self.float16 and t.dtype is dtypes.float32 else t
+
+  def _put(self, env: _Env, name: str, v: Any) -> None:
+    """Stores an input or initializer (a Tensor or array); small arrays are kept on the host too, narrow ones as storage."""
+    if isinstance(v, Tensor):
+      env.tensors[name] = self._half(v)
+      env.host.pop(name, None)
+    elif (elem := narrow_elem(v)) is not None:
+      env.tensors[name], env.narrow[name] = to_tensor(storage_array(v, elem), self.device), elem
+      env.host.pop(name, None)
+      return
+    else:
+      arr = np.asarray(v)
+      env.tensors[name] = self._half(to_tensor(arr, self.device))
+      if arr.size <= HOST_LIMIT: env.host[name] = arr
+      else: env.host.pop(name, None)
+    env.narrow.pop(name, None)
 
   def _prepare(self, n: Any, i: int) -> _Node:
     label = _node_label(n, i)
@@ -103,12 +121,23 @@ class OnnxRunner:
         self._store(node, env, *hit)
         return
     args = [None if not nm else (self._host(env, nm) if i in node.opdef.static else self._tensor(env, nm)) for i, nm in enumerate(node.inputs)]
-    try: out = node.opdef.fn(*args, **node.kwargs)
+    kwargs = node.kwargs
+    if "_narrow" in node.opdef.context: kwargs = {**kwargs, "_narrow": [env.narrow.get(nm) if nm else None for nm in node.inputs]}
+    elif bad := [nm for nm in names if nm in env.narrow]:
+      raise OnnxError(f"node {node.name}: op {node.op_type} does not take {NARROW[env.narrow[bad[0]]].name} inputs ({bad[0]!r})")
+    try: out = node.opdef.fn(*args, **kwargs)
     except OnnxError as e: raise OnnxError(f"node {node.name}: {e}") from None
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    for nm, o in zip(node.outputs, outs):
+      if isinstance(o, Narrow): env.narrow[nm] = o.elem
+      elif isinstance(o, np.ndarray) and (elem := narrow_elem(o)) is not None: env.narrow[nm] = elem   # a narrow Constant
+      else: env.narrow.pop(nm, None)
+    outs = [o.t if isinstance(o, Narrow) else (to_tensor(storage_array(o, env.narrow[nm]), self.device) if nm in env.narrow else o)
+            for nm, o in zip(node.outputs, outs)]
     hosts: list[Any] = [o if isinstance(o, np.ndarray) else None for o in outs]
     tensors: list[Tensor | None] = [o if isinstance(o, Tensor) else None for o in outs]
-    if key is not None or not names:   # computed from host values only: keep small results on the host, once
+    if (key is not None or not names) and not any(nm in env.narrow for nm in node.outputs):
+      # computed from host values only: keep small results on the host, once
       hosts = [h if h is not None else (to_numpy(t) if t is not None and t.numel() <= HOST_LIMIT else None) for h, t in zip(hosts, tensors)]
       if key is not None: self._fold_cache[key] = (hosts, tensors)
     self._store(node, env, hosts, tensors)
@@ -121,12 +150,23 @@ class OnnxRunner:
       if t is not None: env.tensors[nm] = t
       else: env.tensors.pop(nm, None)
 
-  def __call__(self, inputs: dict[str, Any]) -> dict[str, Tensor]:
-    env = _Env(dict(self.consts.tensors), dict(self.consts.host))
+  def _execute(self, inputs: dict[str, Any]) -> _Env:
+    env = _Env(dict(self.consts.tensors), dict(self.consts.host), dict(self.consts.narrow))
     for name in self.input_names:
       if name not in inputs: raise OnnxError(f"missing input {name!r} (the model takes {self.input_names})")
     for name, v in inputs.items():
-      env.tensors[name] = self._half(v if isinstance(v, Tensor) else to_tensor(v, self.device))
-      env.host.pop(name, None)
+      self._put(env, name, v)
+      env.host.pop(name, None)   # graph inputs change between calls: never folded
     for i, node in enumerate(self.nodes): self._run_node(i, node, env)
+    return env
+
+  def __call__(self, inputs: dict[str, Any]) -> dict[str, Tensor]:
+    """The outputs as Tensors; an output of a narrow ONNX type (float8, int4, ...) comes in its storage dtype."""
+    env = self._execute(inputs)
     return {name: self._tensor(env, name) for name in self.output_names}
+
+  def numpy(self, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The outputs as numpy arrays, narrow ONNX types as the ml_dtypes types onnx uses."""
+    env = self._execute(inputs)
+    return {n: from_storage(to_numpy(self._tensor(env, n)), env.narrow[n]) if n in env.narrow else to_numpy(self._tensor(env, n))
+            for n in self.output_names}
