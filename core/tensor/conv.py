@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 from core.helpers import make_tuple, prod
 from core.ir.dtype import dtypes, least_upper_dtype, sum_acc_dtype
+from core.tensor.validate import check_ints
 
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
@@ -100,13 +101,17 @@ class ConvMixin:
     return x.conv2d(w, bias, groups=groups, dilation=dilation)
 
   def _pool_pads(self: Tensor, k: tuple[int, ...], stride: Any, dilation: Any, padding: Any,  # type: ignore[misc]
-                 ceil_mode: bool) -> tuple[list[tuple[int, int]], list[tuple[int, int]], tuple[int, ...]]:
+                 ceil_mode: bool, method: str = "pool") -> tuple[list[tuple[int, int]], list[tuple[int, int]], tuple[int, ...]]:
     """(the padding asked for, the padding to apply, the output sizes) of the last len(k) dims. ceil_mode rounds the
     output size up (torch's rule: a last window must start inside the input or its left padding) by padding more on
     the right."""
     nd = len(k)
-    s, d = make_tuple(stride if stride is not None else k, nd), make_tuple(dilation, nd)
-    pads = _padding(padding, nd)
+    if not 0 < nd <= self.ndim: raise ValueError(f"Tensor.{method}: kernel_size {k} needs 1 to {self.ndim} dims (the input has shape {self.shape})")
+    check_ints(method, "kernel_size", k, lo=1)
+    s = make_tuple(check_ints(method, "stride", stride if stride is not None else k, lo=1, n=nd), nd)
+    d = make_tuple(check_ints(method, "dilation", dilation, lo=1, n=nd), nd)
+    pads = _padding(padding if isinstance(padding, int) else list(padding), nd)
+    check_ints(method, "padding", [v for pair in pads for v in pair], lo=0)
     applied, outs = [], []
     for i, (n, (pb, pa)) in enumerate(zip(self.shape[-nd:], pads)):
       span, total = d[i] * (k[i] - 1) + 1, n + pb + pa
@@ -132,7 +137,7 @@ class ConvMixin:
     """Average over windows of the last len(kernel_size) dims. The divisor counts the window's elements inside the input,
     and inside the asked-for padding too with count_include_pad (never the extra padding of ceil_mode), as in torch."""
     k = make_tuple(kernel_size, 2) if isinstance(kernel_size, int) else tuple(kernel_size)
-    pads, applied, outs = self._pool_pads(k, stride, dilation, padding, ceil_mode)
+    pads, applied, outs = self._pool_pads(k, stride, dilation, padding, ceil_mode, "avg_pool2d")
     x = self._float()
     axes = tuple(range(-len(k), 0))
     win = x._pooled(k, stride, dilation, applied, outs, 0.0)
@@ -150,7 +155,7 @@ class ConvMixin:
     (first) maximum in the flattened pooled dims of the input, as max_unpool2d takes it."""
     from core.tensor.tensor import Tensor
     k = make_tuple(kernel_size, 2) if isinstance(kernel_size, int) else tuple(kernel_size)
-    _, applied, outs = self._pool_pads(k, stride, dilation, padding, ceil_mode)
+    _, applied, outs = self._pool_pads(k, stride, dilation, padding, ceil_mode, "max_pool2d")
     axes = tuple(range(-len(k), 0))
     win = self._pooled(k, stride, dilation, applied, outs, self.dtype.min)
     best = win.max(axes)

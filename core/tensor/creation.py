@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING, Any
 from core.helpers import prod, argfix
 from core.ir.dtype import DTypeLike, dtypes, to_dtype
 from core.ir.ops import UOp
+from core.tensor.validate import scalar_dtype, check_scalar_fits
 
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
@@ -27,7 +28,8 @@ class CreationMixin:
   def full(cls, shape: tuple[int, ...] | int, fill_value: Any, device: str | None = None, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
     from core.tensor.tensor import canonical_device
     s = _shape((shape,) if isinstance(shape, int) else tuple(shape))
-    dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
+    dt = to_dtype(dtype) if dtype is not None else scalar_dtype(fill_value)
+    check_scalar_fits("full", "fill_value", fill_value, dt)
     return cls(UOp.const(dt, fill_value, canonical_device(device), s), **kwargs)  # type: ignore[call-arg,return-value]
   @classmethod
   def zeros(cls, *shape: Any, **kwargs: Any) -> Tensor: return cls.full(_shape(shape), 0.0, **{"dtype": dtypes.default_float, **kwargs})

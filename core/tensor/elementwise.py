@@ -5,6 +5,7 @@ import math
 from typing import TYPE_CHECKING, Any
 from core.ir.dtype import dtypes, least_upper_float, least_upper_dtype
 from core.ir.ops import Ops
+from core.tensor.validate import scalar_dtype
 
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
@@ -153,7 +154,7 @@ class ElementwiseMixin:
     if isinstance(x, Tensor): a, b = x._operands(y)
     elif isinstance(y, Tensor): b, a = y._operands(x)
     else:
-      dt = dtypes.from_py(x) if type(x) is type(y) else least_upper_dtype(dtypes.from_py(x), dtypes.from_py(y))
+      dt = least_upper_dtype(scalar_dtype(x), scalar_dtype(y))
       a, b = cond._const(x, dt), cond._const(y, dt)
     shape = Tensor._broadcast_shape(cond.shape, a.shape)
     a, b, cond = a._broadcast_to(shape), b._broadcast_to(shape), cond._broadcast_to(shape)
@@ -349,6 +350,7 @@ class ElementwiseMixin:
   swish = silu
   def softplus(self: Tensor, beta: float = 1.0) -> Tensor:  # type: ignore[misc]
     """log(1 + exp(beta*x)) / beta, written as max(bx, 0) + log(1 + exp(-|bx|)) so it can't overflow."""
+    if beta == 0: raise ValueError("Tensor.softplus: argument 'beta' must be nonzero")
     bx = self._float() * beta
     return (bx.relu() + (1 + (-bx.abs()).exp()).log()) * (1 / beta)
   def mish(self: Tensor) -> Tensor: return self * self.softplus().tanh()  # type: ignore[misc]

@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from core.helpers import prod
 from core.ir.dtype import dtypes
+from core.tensor.validate import check_index_values, check_index_tensor
 from core.ir.ops import UOp, sint
 
 if TYPE_CHECKING:
@@ -75,8 +76,14 @@ class IndexingMixin:
       elif isinstance(i, (Tensor, list, tuple)):
         if not isinstance(i, Tensor) and (_has_float(i) or (len(i) and all(isinstance(v, bool) for v in i))):
           raise IndexError(f"indices must be ints (boolean masks aren't supported), got {i}")
+        if not isinstance(i, Tensor):   # Python ints are checked here, like a plain int index (tensor values can't be: see docs)
+          import numpy as np
+          try: vals = np.asarray(i, dtype=np.int64)
+          except (ValueError, TypeError, OverflowError): raise IndexError(f"Tensor.__getitem__: a list index must hold ints in a rectangular nesting, got {i!r}"[:300]) from None
+          check_index_values("__getitem__", vals.reshape(-1).tolist(), x.shape[ax], ax)
         t = i if isinstance(i, Tensor) else Tensor(list(i), device=self.device, dtype=dtypes.int32)
         if not dtypes.is_int(t.dtype): raise IndexError(f"tensor indices must be integers, got {t.dtype}")
+        if isinstance(i, Tensor): check_index_tensor("__getitem__", "index", t, -x.shape[ax], x.shape[ax], ax)
         tensors.append((ax, t))
         ax += 1
       else: raise TypeError(f"can't index a Tensor with {type(i).__name__}")
@@ -123,6 +130,8 @@ class IndexingMixin:
     from core.tensor.tensor import Tensor
     from core.tensor.movement import _axis
     d = _axis(dim, self.ndim, "gather")
+    if not dtypes.is_int(index.dtype): raise TypeError(f"Tensor.gather: argument 'index' must be an int tensor, got {index.dtype}")
+    check_index_tensor("gather", "index", index, 0, self.shape[d], d)
     if index.ndim != self.ndim or any(a > b for i, (a, b) in enumerate(zip(index.shape, self.shape)) if i != d):
       raise RuntimeError(f"gather: index shape {index.shape} must have the rank of {self.shape} and no larger dims outside dim {d}")
     n = self.shape[d]
@@ -138,6 +147,7 @@ class IndexingMixin:
     from core.tensor.tensor import Tensor
     if not dtypes.is_int(self.dtype): raise RuntimeError(f"one_hot needs an int tensor, got {self.dtype}")
     if num_classes < 0: raise ValueError(f"one_hot: num_classes must be >= 0, got {num_classes}")
+    check_index_tensor("one_hot", "self", self, 0, num_classes)
     return (self.unsqueeze(-1) == Tensor.arange(num_classes, device=self.device)).cast(dtypes.default_int)
 
   # *** data-dependent selection: the result size is read from the device (not capturable in a Jit unless `size` is given) ***
@@ -180,6 +190,7 @@ class IndexingMixin:
     if not (index.ndim == self.ndim == src.ndim):
       raise RuntimeError(f"scatter: self {self.shape}, index {index.shape} and src {src.shape} need the same number of dims")
     if not dtypes.is_int(index.dtype): raise RuntimeError(f"scatter: index must be an int tensor, got {index.dtype}")
+    check_index_tensor("scatter", "index", index, 0, self.shape[d], d)
     if any((i != d and it > st) or it > sr for i, (st, it, sr) in enumerate(zip(self.shape, index.shape, src.shape))):
       raise RuntimeError(f"scatter: index {index.shape} must be no larger than src {src.shape}, nor than self {self.shape} outside dim {d}")
     if src.dtype != self.dtype: raise RuntimeError(f"scatter: src dtype {src.dtype} differs from self dtype {self.dtype}")

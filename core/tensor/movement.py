@@ -4,6 +4,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from core.helpers import prod, argfix, argsort
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops, sint, sym_val
+from core.tensor.validate import check_shape, check_ints, check_int
 
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
@@ -18,7 +19,7 @@ class MovementMixin:
 
   def reshape(self: Tensor, shape: Any, *args: int) -> Tensor:  # type: ignore[misc]
     """A new shape with the same number of elements; one dim may be -1 (inferred), None keeps that dim."""
-    new = argfix(shape, *args)
+    new = check_shape("reshape", "shape", argfix(shape, *args), allow=(-1, None))
     if new == self.shape: return self
     new = tuple(self.shape[i] if d is None else d for i, d in enumerate(new))
     if new.count(-1) > 1: raise RuntimeError(f"reshape {self.shape} -> {new}: only one dim can be -1")
@@ -67,7 +68,7 @@ class MovementMixin:
 
   def expand(self: Tensor, shape: Any, *args: int) -> Tensor:  # type: ignore[misc]
     """Broadcasts size-1 dims (and new leading dims) to `shape`; -1 keeps a dim."""
-    new = argfix(shape, *args)
+    new = check_shape("expand", "shape", argfix(shape, *args), allow=(-1,))
     if len(new) < self.ndim: raise ValueError(f"expand {self.shape} -> {new}: the target has fewer dims")
     base = (1,) * (len(new) - self.ndim) + self.shape
     new = tuple(b if n == -1 else n for b, n in zip(base, new))
@@ -168,13 +169,14 @@ class MovementMixin:
 
   def repeat(self: Tensor, repeats: Any, *args: int) -> Tensor:  # type: ignore[misc]
     """Tiles the tensor `repeats[i]` times along dim i (like torch.Tensor.repeat)."""
-    reps = argfix(repeats, *args)
+    reps = check_ints("repeat", "repeats", argfix(repeats, *args), lo=0)
     if len(reps) < self.ndim: raise ValueError(f"repeat: {reps} has fewer entries than the {self.ndim} dims of {self.shape}")
     base = (1,) * (len(reps) - self.ndim) + self.shape
     x = self.reshape([v for s in base for v in (1, s)])
     x = x.expand([v for r, s in zip(reps, base) for v in (r, s)])
     return x.reshape([r * s for r, s in zip(reps, base)])
   def repeat_interleave(self: Tensor, repeats: int, dim: int | None = None) -> Tensor:  # type: ignore[misc]
+    repeats = check_int("repeat_interleave", "repeats", repeats, lo=0)
     x, d = (self.flatten(), 0) if dim is None else (self, _axis(dim, self.ndim, "repeat_interleave"))
     x = x.unsqueeze(d + 1).expand([repeats if i == d + 1 else -1 for i in range(x.ndim + 1)])
     return x.flatten(d, d + 1)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Sequence
 from core.ir.dtype import dtypes
+from core.tensor.validate import check_index_tensor
 
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
@@ -50,6 +51,7 @@ class NNOpsMixin:
     """Cross entropy of logits (..., classes) against int labels Y (...); labels equal to ignore_index don't count."""
     from core.tensor.tensor import Tensor
     n = self.shape[-1]
+    check_index_tensor("sparse_categorical_crossentropy", "Y", Y, 0, n, ignore=ignore_index)
     logp = self.log_softmax(-1)
     keep = (Y != ignore_index)
     onehot = (Y.unsqueeze(-1) == Tensor.arange(n, device=self.device)) & keep.unsqueeze(-1)
@@ -77,6 +79,7 @@ class NNOpsMixin:
       return _reduction(-(logp * Yp * w.reshape(along)).sum(cax), reduction)
     if Y.shape != self.shape[:cax] + self.shape[cax + 1:]:
       raise RuntimeError(f"cross_entropy: target shape {Y.shape} fits neither input {self.shape} nor its shape without dim {cax}")
+    check_index_tensor("cross_entropy", "Y", Y, 0, c, ignore=ignore_index)
     keep = Y != ignore_index
     onehot = (Y.unsqueeze(cax) == Tensor.arange(c, device=self.device).reshape(along)) & keep.unsqueeze(cax)
     wl = logp * w.reshape(along)
@@ -93,6 +96,7 @@ class NNOpsMixin:
     cax = 1 if self.ndim > 1 else 0
     c = self.shape[cax]
     along = [c if i == cax else 1 for i in range(self.ndim)]
+    check_index_tensor("nll_loss", "Y", Y, 0, c, ignore=-100 if ignore_index is None else ignore_index)
     keep = Y != (-100 if ignore_index is None else ignore_index)
     onehot = (Y.unsqueeze(cax) == Tensor.arange(c, device=self.device).reshape(along)) & keep.unsqueeze(cax)
     wy = onehot.cast(self.dtype) if weight is None else onehot.where(weight.reshape(along).cast(self.dtype), 0)

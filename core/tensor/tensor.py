@@ -15,6 +15,7 @@ from core.tensor.conv import ConvMixin
 from core.tensor.nnops import NNOpsMixin
 from core.tensor.sort import SortMixin
 from core.tensor.interop import InteropMixin, host_array
+from core.tensor.validate import scalar_dtype, check_scalar_fits
 
 _all_lock = threading.Lock()   # Tensor._all is added to and read from any thread
 
@@ -30,6 +31,12 @@ def _host_bytes(data: Any, dtype: DType | None) -> tuple[memoryview, DType, tupl
   else:
     src = dtypes.from_py(data) if dtype is None else dtype
     try: arr = np.array(data, dtype=to_np(src) if src.fmt is not None else np.float32)
+    except OverflowError as e:
+      # ints beyond the dtype: promoted (int64, uint64) as a scalar would be when no dtype was asked for, else an error
+      if dtype is not None: raise ValueError(f"Tensor(list): a value doesn't fit {dtype} ({e})") from None
+      arr = np.array(data)
+      if arr.dtype.kind not in "iu": raise ValueError("Tensor(list): a Python int doesn't fit any integer dtype (int64 or uint64)") from None
+      src = from_np(arr.dtype)
     except ValueError as e: raise ValueError(f"Tensor(list): the nested lists are ragged, can't make a rectangular tensor ({e})") from None
     if src.fmt is None: src, dtype = dtypes.float32, dtype
   want = src if dtype is None else dtype
@@ -73,7 +80,8 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
       dev = canonical_device(device)
       if data is None: data = []
       if isinstance(data, (bool, int, float)):
-        uop = UOp.const(dt or dtypes.from_py(data), data, dev, ())
+        if dt is not None: check_scalar_fits("__init__", "data", data, dt)
+        uop = UOp.const(dt or scalar_dtype(data), data, dev, ())
       elif isinstance(data, (bytes, bytearray, memoryview)):
         from core.engine.realize import from_host
         uop = from_host(bytes(data), dtypes.uint8, dev, (len(data),))
@@ -292,6 +300,9 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
       elif isinstance(y, float) and not dtypes.is_float(xdt): dt = dtypes.default_float
       elif isinstance(y, int) and not isinstance(y, bool) and xdt is dtypes.bool: dt = dtypes.default_int
       else: dt = xdt
+      # an int scalar the dtype can't hold promotes the operation (uint8 vs -1 compares in int32, int32 + 2**40 adds in
+      # int64): wrapping it to the dtype would silently change the answer
+      if type(y) is int and dtypes.is_int(dt) and not dt.min <= y <= dt.max: dt = least_upper_dtype(dt, scalar_dtype(y))
       xshape = x.shape
       if dt is xdt and all([type(d) is int for d in xshape]):
         # the common eager case (x + 1): the scalar built at x's shape directly, the same graph the general path makes
