@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse, math, os, random, statistics, sys, time, traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
-import numpy as np
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))                    # bench/suite_libs.py
+# peers at their best: older OpenBLAS builds needed these, but they hold a current numpy to an older, slower kernel (a 2048
+# matmul on a Zen 5: 248 GFLOP/s with them, 457 without); they must go before numpy loads its BLAS
+for _var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"): os.environ.pop(_var, None)
+import numpy as np  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))                    # bench/suite_libs.py, bench/machine.py
 sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # core from a checkout
 from suite_libs import LOADERS, Case, NotApplicable, conv_reference, fused_reference, jit_reference, mlp_reference  # noqa: E402
+import machine as machine_bench  # noqa: E402
 
 F32 = np.float32
 
@@ -179,14 +183,30 @@ def load_note() -> str:
   load, cores = os.getloadavg()[0], len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
   return f"load average {load:.1f} on {cores} cores" + (" (busy: other processes share the cores, figures are contended)" if load > cores * 0.75 else "")
 
+def blas_info() -> str:
+  """The BLAS libraries loaded in this process (numpy's, torch's), with the kernel each chose for this CPU."""
+  try: from threadpoolctl import threadpool_info
+  except ImportError: return "BLAS: threadpoolctl not installed (pip install threadpoolctl to see each peer's BLAS kernel)"
+  libs = [f"{i.get('internal_api')} {i.get('version')} kernel {i.get('architecture') or '?'}, {i.get('num_threads')} threads "
+          f"({os.path.basename(i.get('filepath', ''))})" for i in threadpool_info() if i.get("user_api") == "blas"]
+  return "BLAS: " + ("; ".join(libs) if libs else "none loaded")
+
+def _share(r: Result, m: machine_bench.Machine | None) -> str:
+  """Our figure as a share of what the machine measured: FLOP/s of the FMA peak, bytes/s of the best stream bandwidth."""
+  ours = r.cells.get("ours")
+  if m is None or ours is None or ours.value is None: return "-"
+  if r.row.unit == "GFLOP/s": return f"{100 * ours.value / m.peak_all:.0f}% peak"
+  if r.row.unit == "GB/s": return f"{100 * ours.value / max(m.copy_all, m.triad_all):.0f}% bw"
+  return "-"
+
 def _fmt(v: float) -> str: return f"{v:.3g}" if v < 100 else f"{v:.0f}"
 
 def _cell_text(c: Cell | None) -> str:
   if c is None: return "-"
   return c.status if c.status else _fmt(c.value) if c.value is not None else "-"
 
-def print_table(results: list[Result], libs: list[str], out: TextIO) -> None:
-  head = ["row", "work", "unit", *libs, "ratio", "target", "met", "ours 1st call"]
+def print_table(results: list[Result], libs: list[str], out: TextIO, machine: machine_bench.Machine | None = None) -> None:
+  head = ["row", "work", "unit", *libs, "of machine", "ratio", "target", "met", "ours 1st call"]
   lines = []
   for r in results:
     ratio = r.ratio
@@ -196,7 +216,7 @@ def print_table(results: list[Result], libs: list[str], out: TextIO) -> None:
       ttxt = f"{'>=' if r.row.higher_better else '<='} {r.row.target}x {r.row.ref}" + ("" if r.row.higher_better else " time")
     met = {True: "yes", False: "NO", None: "?"}[r.met]
     first = (c := r.cells.get("ours")) and c.first_s
-    lines.append([r.row.key, r.row.describe(r.size), r.row.unit, *[_cell_text(r.cells.get(lib)) for lib in libs], rtxt, ttxt, met,
+    lines.append([r.row.key, r.row.describe(r.size), r.row.unit, *[_cell_text(r.cells.get(lib)) for lib in libs], _share(r, machine), rtxt, ttxt, met,
                   "-" if not first else f"{first * 1e3:.1f} ms"])
   widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
   for i, line in enumerate([head, *lines]):
@@ -204,7 +224,8 @@ def print_table(results: list[Result], libs: list[str], out: TextIO) -> None:
     if i == 0: print("  ".join("-" * w for w in widths), file=out)
 
 def run(rows: list[str] | None = None, quick: bool = False, repeat: int = 10, budget_s: float = 2.0, stat: str = "min",
-        peers: list[str] | None = None, wrong: set[str] | frozenset[str] = frozenset(), out: TextIO = sys.stdout) -> list[Result]:
+        peers: list[str] | None = None, wrong: set[str] | frozenset[str] = frozenset(), out: TextIO = sys.stdout,
+        measure_machine: bool = True) -> list[Result]:
   """Runs the suite and prints the table; returns the results. `wrong`: rows whose result of ours is perturbed before the
   check (to test the check itself)."""
   todo = [r for r in ROWS if rows is None or r.key in rows]
@@ -222,6 +243,9 @@ def run(rows: list[str] | None = None, quick: bool = False, repeat: int = 10, bu
   for name in names[1:]:
     if name in libs: print(f"{name}: {libs[name].info}", file=out)
   for n in notes: print(n, file=out)
+  print(blas_info(), file=out)
+  machine = machine_bench.measure(quick=quick) if measure_machine else None
+  if machine is not None: print(machine.text(), file=out)
   print(f"figures: steady state, the {stat} of up to {repeat} timed calls after a warm-up call (at most ~{budget_s:g} s of "
         "timing per cell); 'ours 1st call' is our first call (compile + run)", file=out)
   out.flush()
@@ -246,7 +270,7 @@ def run(rows: list[str] | None = None, quick: bool = False, repeat: int = 10, bu
     results.append(res)
     del data, want
   print(file=out)
-  print_table(results, names, out)
+  print_table(results, names, out, machine)
   for e in errors: print(e, file=out)
   print(f"at the end: {load_note()}", file=out)
   return results
@@ -259,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("--budget", type=float, default=2.0, help="stop timing a cell after about this many seconds (default 2)")
   p.add_argument("--stat", choices=("min", "median"), default="min", help="figure of the timed calls (default min)")
   p.add_argument("--peers", default=",".join(PEERS), help=f"peers to compare with (default {','.join(PEERS)}; '' for none)")
+  p.add_argument("--no-machine", action="store_true", help="skip measuring the machine's FMA peak and memory bandwidth")
   p.add_argument("--inject-wrong", default="", help="rows whose result of ours is perturbed, to see the check catch it (testing)")
   a = p.parse_args(argv)
   rows = None
@@ -267,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     if (bad := [r for r in rows if r not in ROW_KEYS]): p.error(f"unknown row(s) {bad}; rows are {','.join(ROW_KEYS)}")
   peers = [x.strip() for x in a.peers.split(",") if x.strip()]
   if (bad := [x for x in peers if x not in PEERS]): p.error(f"unknown peer(s) {bad}; peers are {','.join(PEERS)}")
-  results = run(rows, a.quick, a.repeat, a.budget, a.stat, peers, {r for r in a.inject_wrong.split(",") if r})
+  results = run(rows, a.quick, a.repeat, a.budget, a.stat, peers, {r for r in a.inject_wrong.split(",") if r}, measure_machine=not a.no_machine)
   # a wrong or failing result of ours is an error exit (missing peers never are)
   return 1 if any(r.cells["ours"].status in ("WRONG", "err") for r in results) else 0
 

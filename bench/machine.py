@@ -1,0 +1,145 @@
+"""What the machine itself can do, measured in the same run as the rows that are judged against it: the float32 FMA peak (a
+loop of independent vector FMAs, compiled for this CPU by core's host JIT) and memory bandwidth (STREAM-like copy and
+triad loops over arrays far larger than the caches), on one thread and on every core the process may use.
+Run alone: python bench/machine.py"""
+from __future__ import annotations
+import ctypes, os, threading, time
+from dataclasses import dataclass
+import numpy as np
+
+ACCUMULATORS = 12          # independent FMA chains: more than FMA latency x pipes (4 cycles x 2 on Zen), so the pipes stay full
+FMA_ITERS = 2_000_000      # per thread: about 0.1 s at 5 GHz
+STREAM_FLOATS = 1 << 25    # 128 MiB per array: well past any L3 here
+
+def _ir(width: int) -> str:
+  v = f"<{width} x float>"
+  init = "\n".join(f"  %a{i}.0 = insertelement {v} zeroinitializer, float {i + 1}.0, i32 0" for i in range(ACCUMULATORS))
+  phis = "\n".join(f"  %a{i} = phi {v} [%a{i}.0, %entry], [%n{i}, %loop]" for i in range(ACCUMULATORS))
+  # a = a * 0.5 + 0.25 converges to 0.5: no overflow, no denormals to slow it down
+  m, c = (f"<{', '.join([f'float {x}'] * width)}>" for x in ("0.5", "0.25"))
+  fmas = "\n".join(f"  %n{i} = call {v} @llvm.fma.v{width}f32({v} %a{i}, {v} {m}, {v} {c})" for i in range(ACCUMULATORS))
+  sums = [f"%n{i}" for i in range(ACCUMULATORS)]
+  adds, k = [], 0
+  while len(sums) > 1:
+    a, b, *sums = sums
+    adds.append(f"  %s{k} = fadd {v} {a}, {b}")
+    sums.append(f"%s{k}")
+    k += 1
+  return f"""declare {v} @llvm.fma.v{width}f32({v}, {v}, {v})
+define void @fma_loop(i64 %iters, ptr %out) {{
+entry:
+{init}
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%i.next, %loop]
+{phis}
+{fmas}
+  %i.next = add i64 %i, 1
+  %done = icmp eq i64 %i.next, %iters
+  br i1 %done, label %exit, label %loop
+exit:
+{chr(10).join(adds)}
+  store {v} {sums[0]}, ptr %out, align 4
+  ret void
+}}
+define void @copy(ptr noalias %dst, ptr noalias %src, i64 %n) {{
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%i.next, %loop]
+  %ps = getelementptr inbounds float, ptr %src, i64 %i
+  %x = load float, ptr %ps
+  %pd = getelementptr inbounds float, ptr %dst, i64 %i
+  store float %x, ptr %pd
+  %i.next = add i64 %i, 1
+  %done = icmp eq i64 %i.next, %n
+  br i1 %done, label %exit, label %loop
+exit:
+  ret void
+}}
+define void @triad(ptr noalias %a, ptr noalias %b, ptr noalias %c, i64 %n) {{
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%i.next, %loop]
+  %pb = getelementptr inbounds float, ptr %b, i64 %i
+  %pc = getelementptr inbounds float, ptr %c, i64 %i
+  %x = load float, ptr %pb
+  %y = load float, ptr %pc
+  %z = call float @llvm.fma.f32(float %y, float 3.0, float %x)
+  %pa = getelementptr inbounds float, ptr %a, i64 %i
+  store float %z, ptr %pa
+  %i.next = add i64 %i, 1
+  %done = icmp eq i64 %i.next, %n
+  br i1 %done, label %exit, label %loop
+exit:
+  ret void
+}}
+declare float @llvm.fma.f32(float, float, float)
+"""
+
+def vector_width() -> int:
+  """float32 lanes of the widest vectors this CPU has (the FMA loop's vector type)."""
+  import llvmlite.binding as llvm
+  feats = llvm.get_host_cpu_features()
+  return 16 if feats.get("avx512f") else 8 if feats.get("avx2") or feats.get("avx") else 4
+
+def cores() -> int:
+  """The cores this process may run on (an affinity mask or a container's cpuset can allow fewer than the machine has)."""
+  return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+def _parallel(threads: int, work: list) -> float:
+  """Seconds for `threads` threads to run their calls at once (ctypes releases the GIL while each call runs)."""
+  start = threading.Barrier(threads + 1)
+  def go(fn: object, args: tuple) -> None:
+    start.wait()
+    fn(*args)  # type: ignore[operator]
+  ts = [threading.Thread(target=go, args=w) for w in work]
+  for t in ts: t.start()
+  start.wait()
+  st = time.perf_counter()
+  for t in ts: t.join()
+  return time.perf_counter() - st
+
+@dataclass
+class Machine:
+  width: int
+  threads: int
+  peak_1: float        # GFLOP/s float32, one thread
+  peak_all: float      # GFLOP/s float32, every core
+  copy_1: float        # GB/s read + written
+  copy_all: float
+  triad_1: float
+  triad_all: float
+  def text(self) -> str:
+    return (f"measured: float32 FMA peak {self.peak_all:.0f} GFLOP/s on {self.threads} threads ({self.peak_1:.0f} on 1; {self.width}-wide "
+            f"vectors); memory copy {self.copy_all:.1f} GB/s ({self.copy_1:.1f} on 1), triad {self.triad_all:.1f} GB/s ({self.triad_1:.1f} on 1)")
+
+def measure(repeat: int = 3, quick: bool = False) -> Machine:
+  """Best of `repeat` runs of each loop, on one thread and on every core (`quick`: small sizes, a smoke test; the bandwidth
+  then measures the caches, not memory)."""
+  from core.device.hostjit import host_library
+  width, n = vector_width(), cores()
+  iters, floats = (FMA_ITERS // 100, STREAM_FLOATS >> 8) if quick else (FMA_ITERS, STREAM_FLOATS)
+  lib = host_library(_ir(width))
+  fma = lib.function("fma_loop", None, ctypes.c_int64, ctypes.c_void_p)
+  copy = lib.function("copy", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+  triad = lib.function("triad", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+  sink = np.zeros((max(n, 1), width), np.float32)
+  def peak(threads: int) -> float:
+    flops = 2 * width * ACCUMULATORS * iters * threads
+    return max(flops / _parallel(threads, [(fma, (iters, sink[t].ctypes.data)) for t in range(threads)]) for _ in range(repeat)) / 1e9
+  a, b, c = (np.full(floats, 1.0, np.float32) for _ in range(3))   # touched now: first-touch page faults are not timed
+  def chunks(threads: int, *arrays: np.ndarray) -> list[tuple[int, ...]]:
+    step = -(-floats // threads)
+    return [tuple(x.ctypes.data + 4 * lo for x in arrays) + (min(step, floats - lo),) for lo in range(0, floats, step)]
+  def stream(fn: object, threads: int, arrays: tuple[np.ndarray, ...]) -> float:
+    moved = 4 * floats * len(arrays)
+    return max(moved / _parallel(threads, [(fn, args) for args in chunks(threads, *arrays)]) for _ in range(repeat)) / 1e9
+  return Machine(width, n, peak(1), peak(n), stream(copy, 1, (a, b)), stream(copy, n, (a, b)),
+                 stream(triad, 1, (a, b, c)), stream(triad, n, (a, b, c)))
+
+if __name__ == "__main__":
+  import sys
+  sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+  print(measure().text())
