@@ -4,7 +4,7 @@ was given) rendered as LLVM IR for this CPU, one function call per work-item, co
 from __future__ import annotations
 import concurrent.futures, ctypes, functools, hashlib, os, threading
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 from core.codegen.llvm_ir import HostLLVMRenderer, LLVMRenderer
 from core.helpers import LRUCache, to_function_name
 from core.ir.dtype import AddrSpace, PtrDType, dtypes
@@ -138,6 +138,60 @@ def workitem_loops(uops: list[UOp]) -> list[UOp]:
     push(UOp(Ops.END, dtypes.void, (out[-1], rk)))
   return out
 
+def _wmma_lane(w: UOp, lid: UOp) -> UOp:
+  """One lane's result of WMMA `w` without the other lanes' registers: element e of this lane's D is row m, column n (the C
+  layout), and each A[m][k] and B[k][n] it needs is the fragment element of the lane that holds it, recomputed here by putting
+  that lane's id into the fragment's expression (fragments are loads from kernel buffers, the same for any lane that reads)."""
+  from core.device.tensor_core import tensor_core
+  from core.codegen.opt.tc import lane_index, bits_of
+  from core.ir.symbolic import symbolic
+  from core.ir.pattern import graph_rewrite
+  tc = tensor_core(w.arg)
+  a, b, c = w.src
+  for f in (a, b):
+    if f.op is not Ops.VECTORIZE or any(x.op in (Ops.DEFINE_REG, Ops.DEFINE_LOCAL) for x in f.toposort()):
+      raise HostBuildError(f"WMMA {w.arg}: a fragment that is not loads from kernel buffers can't be read for another lane")
+  size = int(lid.src[0].arg)
+  lane = lid % tc.threads if size != tc.threads else lid
+  base = lid - lane if size != tc.threads else None
+  simp = lambda x: graph_rewrite(x, symbolic, name="wmma lane")  # noqa: E731
+  def elem(frag: UOp, lay: Any, rc: dict[str, UOp]) -> UOp:
+    other = bits_of(lay.lane_bits, rc, lid.dtype)
+    e = simp(bits_of(lay.elem_bits, rc, lid.dtype))
+    vals = [frag.src[i].substitute({lid: simp(other if base is None else base + other)}) for i in range(lay.elements)]
+    if e.op is Ops.CONST: return vals[e.arg]
+    out = vals[0]
+    for i in range(1, len(vals)): out = e.eq(i).where(vals[i], out)
+    return out
+  outs = []
+  for e in range(tc.c.elements):
+    m, n = simp(lane_index(tc.c, lane, e, "r")), simp(lane_index(tc.c, lane, e, "c"))
+    acc = c.gep(e)
+    for k in range(tc.dims[2]):
+      kk = UOp.const(lid.dtype, k)
+      acc = acc + elem(a, tc.a, {"r": m, "c": kk}).cast(tc.dtype_acc) * elem(b, tc.b, {"r": kk, "c": n}).cast(tc.dtype_acc)
+    outs.append(acc)
+  return UOp.vectorize(*outs)
+
+def lower_wmma(uops: list[UOp]) -> list[UOp]:
+  """Each WMMA replaced by the sums one lane computes (_wmma_lane), its new nodes placed just before it: a host build runs the
+  lanes of a warp one after another, so none can hand its fragments to the others."""
+  lid = next((u for u in uops if u.op is Ops.SPECIAL and u.arg == "lidx0"), None)
+  if lid is None: raise HostBuildError("a WMMA in a kernel without work-item ids (lidx0 is the warp's lanes)")
+  out: list[UOp] = []
+  seen: set[UOp] = set()
+  done: dict[UOp, UOp] = {}
+  for u in uops:
+    nu = u.replace(src=tuple(done.get(s, s) for s in u.src)) if any(s in done for s in u.src) else u
+    if u.op is Ops.WMMA:
+      nu = _wmma_lane(nu, lid)
+      for x in nu.toposort():
+        if x not in seen: out.append(x); seen.add(x)  # noqa: E702
+    else: out.append(nu)
+    seen.add(nu)
+    if nu is not u: done[u] = nu
+  return out
+
 def _wrapper(kname: str, nbufs: int, nvars: int, whole_group: bool = False) -> str:
   """`<kname>_wg(ptr %args, ptr %dims, i64 %first, i64 %end)` runs workgroups [first, end) of the grid: args = one uint64 per
   kernel argument, dims = i32 grid x,y,z, block x,y,z. `whole_group`: the kernel runs a whole workgroup per call."""
@@ -202,6 +256,7 @@ def host_build(name: str, uops: tuple[UOp, ...] | list[UOp]) -> HostBuild:
   """The host build of a kernel's linearized uops (its PROGRAM's LINEAR), compiled once per process (and cached on disk)."""
   from core.device.hostjit import host_library
   kname = "host_" + to_function_name(name)
+  if any(u.op is Ops.WMMA for u in uops): uops = lower_wmma(list(uops))
   # a kernel sharing LDS between its work-items runs as one call per workgroup
   group = any(u.op in (Ops.BARRIER, Ops.DEFINE_LOCAL) for u in uops)
   nbufs, nvars = sum(1 for u in uops if u.op is Ops.PARAM), sum(1 for u in uops if u.op is Ops.DEFINE_VAR)

@@ -15,9 +15,9 @@ from core.device.tensor_core import TensorCore, LaneLayout
 from core.codegen.opt.kernel import KernelOptError, range_size, pad_axis, nest_ends
 
 def lane_index(lay: LaneLayout, lane: UOp, elem: int, dim: str) -> UOp:
-  """The row (dim "r") or column ("c") that lane `lane` (an index UOp) holds as element `elem`: runs of lane-id bits that land
+  """The row (dim "r") or column ("c") that lane `lane` (an integer UOp) holds as element `elem`: runs of lane-id bits that land
   on consecutive bits of that dimension become one (lane // 2**i) % 2**len * 2**b term."""
-  out: UOp = UOp.const(dtypes.index, sum(1 << b for i, (d, b) in enumerate(lay.elem_bits) if d == dim and (elem >> i) & 1))
+  out: UOp = UOp.const(lane.dtype, sum(1 << b for i, (d, b) in enumerate(lay.elem_bits) if d == dim and (elem >> i) & 1))
   i = 0
   while i < len(lay.lane_bits):
     d, b = lay.lane_bits[i]
@@ -140,3 +140,12 @@ pm_wmma_accumulate = PatternMatcher([
   (UPat(Ops.ADD, src=(UPat(name="acc"), UPat(Ops.WMMA, name="w"))), _fuse_accumulate),
   (UPat(Ops.ADD, src=(UPat(Ops.WMMA, name="w"), UPat(name="acc"))), _fuse_accumulate),
 ], name="wmma accumulate")
+
+def bits_of(bits: tuple[tuple[str, int], ...], rc: dict[str, UOp], dt: object) -> UOp:
+  """The lane id (or element index) that holds the matrix element at rc["r"], rc["c"] (integer UOps): bit i is bit b of rc[d]
+  for bits[i] == (d, b). The inverse of lane_index, for code that must find another lane's element."""
+  out: UOp = UOp.const(dt, 0)  # type: ignore[arg-type]
+  for i, (d, b) in enumerate(bits):
+    bit = (rc[d] // (1 << b) if b else rc[d]) % 2
+    out = out + (bit * (1 << i) if i else bit)
+  return out

@@ -7,8 +7,9 @@ from core.ir.ops import UOp, Ops
 from core.ir.pattern import UPat, PatternMatcher
 from core.codegen.decompose import fast_exp2, fast_log2
 from core.codegen.lowerer import pm_fuse_mulacc
-from core.codegen.llvm_ir import LLVMRenderer
-from core.codegen.c_style import CStyleRenderer, c_code_for_op
+from core.codegen.llvm_ir import LLVMRenderer, llvm_rewrite
+from core.codegen.c_style import CStyleRenderer, base_rewrite, c_code_for_op
+from core.device.tensor_core import TENSOR_CORES, tensor_core
 
 TRIPLE = "nvptx64-nvidia-cuda"
 DEFAULT_ARCH = "sm_90"
@@ -142,6 +143,57 @@ pm_nv_math = PatternMatcher([
 # the intrinsics NVPTX lowers to exact instructions (sqrt.rn, cvt.rzi, fma.rn); anything else must be decomposed by pm_nv_math
 _NATIVE = ("sqrt", "trunc", "fmuladd")
 
+# *** tensor cores: mma.sync.aligned.m16n8k16.row.col.f32.<f16|bf16>.<f16|bf16>.f32 (sm_80 and later) ***
+# Operands per lane (PTX ISA, "Matrix Fragments for mma.m16n8k16"): A is four .b32 registers of two elements each (the lower
+# element in the low half), B two, C and D four .f32. core.device.tensor_core describes which matrix element each one is.
+
+def _ptx_wmma(ctx: PTXRenderer, x: UOp) -> str:
+  tc = tensor_core(x.arg)
+  a, b, c = x.src
+  ein, lines, args = ctx.ty(a.dtype.scalar()), [], []   # args: (LLVM type, value) of the intrinsic's operands
+  for src in (a, b):
+    for i in range(src.dtype.count // 2):
+      pair = ctx.tmp()
+      lines.append(f"{pair} = shufflevector {ctx.ty(src.dtype)} {ctx[src]}, {ctx.ty(src.dtype)} poison, <2 x i32> <i32 {2 * i}, i32 {2 * i + 1}>")
+      if tc.dtype_in is dtypes.float16: args.append(("<2 x half>", pair))
+      else:   # the bf16 intrinsic takes the pairs as i32
+        word = ctx.tmp()
+        lines.append(f"{word} = bitcast <2 x {ein}> {pair} to i32")
+        args.append(("i32", word))
+  for i in range(c.dtype.count):
+    e = ctx.tmp()
+    lines.append(f"{e} = extractelement <4 x float> {ctx[c]}, i32 {i}")
+    args.append(("float", e))
+  fn = "@llvm.nvvm.mma.m16n8k16.row.col.f32.f32" if tc.dtype_in is dtypes.float16 else "@llvm.nvvm.mma.m16n8k16.row.col.bf16"
+  res = "{float, float, float, float}"
+  ctx.declares[f"declare {res} {fn}({', '.join(t for t, _ in args)})"] = None
+  d, cur = ctx.tmp(), "poison"
+  lines.append(f"{d} = call {res} {fn}({', '.join(f'{t} {v}' for t, v in args)})")
+  for i in range(4):
+    e, nxt = ctx.tmp(), (ctx[x] if i == 3 else ctx.tmp())
+    lines += [f"{e} = extractvalue {res} {d}, {i}", f"{nxt} = insertelement <4 x float> {cur}, float {e}, i32 {i}"]
+    cur = nxt
+  return "\n  ".join(lines)
+
+def _cuda_wmma(ctx: CUDARenderer, x: UOp) -> str:
+  tc = tensor_core(x.arg)
+  name = f"core_mma_m16n8k16_{tc.dtype_in.name}"
+  if name not in ctx.wmma_defs:
+    t = "f16" if tc.dtype_in is dtypes.float16 else "bf16"
+    bits = "__half_as_ushort" if tc.dtype_in is dtypes.float16 else "__bfloat16_as_ushort"
+    ta, tb = ctx.render_dtype(x.src[0].dtype), ctx.render_dtype(x.src[1].dtype)
+    # each .b32 register: two elements, the first in the low half
+    pack = lambda v, n: [f"(unsigned)({bits}({v}.v[{2 * i}]))|((unsigned)({bits}({v}.v[{2 * i + 1}]))<<16)" for i in range(n)]  # noqa: E731
+    regs = pack("a", 4) + pack("b", 2)
+    ctx.wmma_defs[name] = (
+      f"__device__ __forceinline__ floatx4 {name}({ta} a, {tb} b, floatx4 c) {{\n"
+      f"  unsigned r[6] = {{{', '.join(regs)}}};\n  floatx4 d;\n"
+      f"  asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%10,%11,%12,%13}};\"\n"
+      f"    : \"=f\"(d.v[0]), \"=f\"(d.v[1]), \"=f\"(d.v[2]), \"=f\"(d.v[3])\n"
+      f"    : \"r\"(r[0]), \"r\"(r[1]), \"r\"(r[2]), \"r\"(r[3]), \"r\"(r[4]), \"r\"(r[5]), "
+      f"\"f\"(c.v[0]), \"f\"(c.v[1]), \"f\"(c.v[2]), \"f\"(c.v[3]));\n  return d;\n}}")
+  return f"{name}({ctx[x.src[0]]}, {ctx[x.src[1]]}, {ctx[x.src[2]]})"
+
 class PTXRenderer(LLVMRenderer):
   """One kernel as a `ptx_kernel` function: buffers are `ptr addrspace(1)`, DEFINE_LOCAL is `.shared` (addrspace 3),
   gidx = %ctaid, lidx = %tid, BARRIER = bar.sync 0. The compiler turns the IR into PTX and ptxas the PTX into a cubin."""
@@ -161,6 +213,8 @@ class PTXRenderer(LLVMRenderer):
   supports_float4 = True
   supported_dtypes = frozenset((dtypes.bool,) + dtypes.ints + (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64))
   extra_matcher = pm_fuse_mulacc + pm_nv_math
+  string_rewrite = PatternMatcher([(UPat(Ops.WMMA, name="x"), _ptx_wmma)]) + llvm_rewrite
+  tensor_cores = TENSOR_CORES["NV"]   # every arch here is sm_80 or later: mma.sync m16n8k16 for half and bfloat16
 
   def __init__(self, arch: str | None = None):
     self.info = arch_info(arch)
@@ -247,6 +301,9 @@ class CUDARenderer(CStyleRenderer):
   supports_float4 = True
   supported_dtypes = PTXRenderer.supported_dtypes
   extra_matcher = pm_fuse_mulacc
+  string_rewrite = PatternMatcher([(UPat(Ops.WMMA, name="x"), _cuda_wmma)]) + base_rewrite
+  tensor_cores = TENSOR_CORES["NV"]
+  wmma_defs: dict[str, str] = {}        # per render: the mma.sync helper functions the kernel calls
   threads_per_block = 1                  # per render: the block size __launch_bounds__ names
   dts: frozenset[DType] = frozenset()    # per render: the scalar dtypes the kernel touches (which headers it includes)
 
@@ -286,7 +343,7 @@ class CUDARenderer(CStyleRenderer):
     if prod(local) > 1024 or any(n > m for n, m in zip(local, self.local_max)):
       raise ValueError(f"kernel {name}: a block of {'x'.join(map(str, local))} threads; NV allows 1024 in all, at most {self.local_max}")
     ctx = copy.copy(self)
-    ctx.threads_per_block = prod(local)
+    ctx.threads_per_block, ctx.wmma_defs = prod(local), {}
     ctx.dts = frozenset(dt.base.scalar() for u in uops for dt in (u.dtype, *(s.dtype for s in u.src)))
     return CStyleRenderer.render(ctx, name, uops)
 
@@ -295,5 +352,5 @@ class CUDARenderer(CStyleRenderer):
     # bit casts through memcpy: defined behaviour for any pair of same-sized types, and NVRTC turns it into a register move
     if any("core_bitcast<" in ln for ln in body):
       head.append("template <class T, class F> __device__ __forceinline__ T core_bitcast(F x) { T y; memcpy(&y, &x, sizeof(T)); return y; }")
-    src = super().render_kernel(name, bufs, vars_, head + prefix, body)
+    src = super().render_kernel(name, bufs, vars_, head + prefix + list(self.wmma_defs.values()), body)
     return src.replace(f'{self.kernel_prefix}void {name}(', f'{self.kernel_prefix}void __launch_bounds__({self.threads_per_block}) {name}(', 1)

@@ -8,7 +8,7 @@ import functools, glob, importlib.util, os, re, shutil, subprocess, tempfile
 from pathlib import Path
 import pytest
 
-WHEELS = {"ptxas": "nvidia-cuda-nvcc", "cuobjdump": "nvidia-cuda-cuobjdump"}
+WHEELS = {"ptxas": "nvidia-cuda-nvcc", "cuobjdump": "nvidia-cuda-cuobjdump", "nvdisasm": "nvidia-cuda-nvdisasm"}
 
 @functools.cache
 def find_tool(name: str) -> str | None:

@@ -198,3 +198,20 @@ def test_python_tc_names_a_vendor():
   assert [t.key for t in PythonRenderer(tc="NV").tensor_cores] == ["NV:m16n8k16:float16:float32"]   # numpy has no bfloat16
   assert PythonRenderer(tc="").tensor_cores == ()
   with pytest.raises(ValueError, match="METAL"): PythonRenderer(tc="AMD")
+
+# *** host builds (the MOCK devices' way of running a GPU kernel): each lane computes its WMMA results alone ***
+
+@pytest.mark.parametrize("vendor", ["METAL", "NV"])
+@pytest.mark.parametrize("shape", [(32, 48, 16), (20, 30, 12)], ids=lambda s: "x".join(map(str, s)))
+def test_host_build_lowers_wmma_per_lane(vendor, shape):
+  from core.codegen.hostbuild import host_build
+  m, k, n = shape
+  a, b = rng.standard_normal((m, k)).astype(np.float16), rng.standard_normal((k, n)).astype(np.float16)
+  item = kernel(lambda x, y: x.float() @ y.float(), a, b)
+  p = get_program(Kernel(item.ast, PythonRenderer(tc=vendor)).apply(Opt(OptOps.TC, 0)).ast, PythonRenderer(tc=vendor), optimize=False)
+  assert wmmas(list(program_uops(p)))
+  build = host_build(p.arg.name, program_uops(p))
+  out = np.zeros((m, n), np.float32)
+  bufs = [out, np.ascontiguousarray(a), np.ascontiguousarray(b)]   # the kernel's buffers: the output, then a and b
+  build.run([x.ctypes.data for x in bufs], tuple(p.arg.global_size), tuple(p.arg.local_size))
+  np.testing.assert_allclose(out, a.astype(np.float32) @ b.astype(np.float32), rtol=1e-5, atol=1e-5)
