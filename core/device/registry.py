@@ -20,8 +20,12 @@ class _Device:
 
   @staticmethod
   def canonicalize(name: str) -> str:
-    """"cpu" -> "CPU", "CPU:0" -> "CPU", "CPU:1" -> "CPU:1". Renderers are not part of a device name: choose them with DEV."""
+    """"cpu" -> "CPU", "CPU:0" -> "CPU", "CPU:1" -> "CPU:1". Renderers are not part of a device name: choose them with DEV.
+    "disk:<path>" -> "DISK:<absolute path>": everything after the first ':' is the file, whatever ':' or '/' it holds."""
     base, _, idx = name.partition(":")
+    if base.upper() == "DISK":
+      if not idx: raise ValueError(f"device name {name!r}: DISK needs a file, as in 'disk:/path/to/file'")
+      return "DISK:" + os.path.abspath(os.path.expanduser(idx))
     if idx and not idx.isdigit():
       raise ValueError(f"device name {name!r} must be DEVICE or DEVICE:N (N an instance number); pick a renderer with DEV={name} instead")
     base = base.upper()
@@ -68,7 +72,7 @@ class _Device:
           except PluginError as e:
             _note(e, f"(DEV={dev})")
             raise
-          self._default = first.device
+          self._default = first.device if first.path is None else self.canonicalize(f"DISK:{first.path}")
         elif (best := get_plugins().best_device()) is None:
           raise RuntimeError("no device is available: install a backend (pip install ./plugins/cpu) or set DEV=PYTHON")
         else: self._default = best

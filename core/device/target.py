@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses, re
 
 GRAMMAR = ("[INTERFACE[:INDICES]+]DEVICE[:RENDERER[:ARCH]], several separated by ';' (e.g. CPU, CPU:LLVM, NV:PTX:sm_90, KFD:0,1+AMD); "
-           "NULL[:DEVICE][:RENDERER][:ARCH] compiles only (NULL:NV:PTX:sm_90)")
+           "NULL[:DEVICE][:RENDERER][:ARCH] compiles only (NULL:NV:PTX:sm_90); DISK:<path> is a file")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
 _ARCH = re.compile(r"[A-Za-z0-9_.\-]+$")
 
@@ -16,6 +16,7 @@ class Target:
   device: str = ""
   renderer: str | None = None
   arch: str | None = None
+  path: str | None = None   # DISK's file: DISK:<path> (the path taken whole, ':' and '/' included)
 
   def __post_init__(self) -> None:
     if not self.device: raise ValueError("a Target needs a device name")
@@ -23,6 +24,7 @@ class Target:
   def __str__(self) -> str:
     head = "" if self.interface is None else self.interface + (":" + ",".join(map(str, self.indices)) if self.indices else "") + "+"
     tail = "" if self.renderer is None else ":" + self.renderer + ("" if self.arch is None else ":" + self.arch)
+    if self.path is not None: tail = ":" + self.path
     return head + self.device + tail
 
 class DevSyntaxError(ValueError):
@@ -48,6 +50,8 @@ def parse_target(s: str) -> Target:
       if any(i < 0 for i in indices): raise DevSyntaxError(f"DEV={whole!r}: indices must be >= 0")
   parts = s.split(":")
   device = _name(parts[0], "device", whole)
+  # DISK:<path>: a file, not a renderer; the path keeps its case and any ':' in it (C:\x, /a:b)
+  if device == "DISK" and len(parts) > 1: return Target(interface, indices, device, path=s.split(":", 1)[1])
   # NULL:DEVICE:RENDERER:ARCH: the renderer of a device, named by both
   if device == "NULL" and len(parts) == 4: parts = [parts[0], _name(parts[1], "device", whole) + ":" + _name(parts[2], "renderer", whole), parts[3]]
   elif len(parts) > 3: raise DevSyntaxError(f"DEV={whole!r}: too many ':' parts; the grammar is {GRAMMAR}")

@@ -58,6 +58,8 @@ def _ensure(b: Buffer) -> Buffer:
 def run_copy(dest: Buffer, src: Buffer) -> None:
   if dest.nbytes == 0: return
   if (mv := src.host_view()) is not None: dest.copyin(mv)
+  # a source without a host view (a file, a GPU) is read straight into host-visible destination memory: no staging copy
+  elif (dv := dest.host_view()) is not None and not dv.readonly: src.copyout(dv)
   else:
     tmp = memoryview(bytearray(src.nbytes))
     src.copyout(tmp)

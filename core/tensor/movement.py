@@ -4,6 +4,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from core.helpers import prod, argfix, argsort
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops, sint, sym_val
+from core.tensor.disk import on_disk, disk_view
 from core.tensor.validate import check_shape, check_ints, check_int
 
 if TYPE_CHECKING:
@@ -15,7 +16,10 @@ def _axis(dim: int, ndim: int, op: str) -> int:
 
 class MovementMixin:
   def _mop(self: Tensor, uop: UOp) -> Tensor:  # type: ignore[misc]
-    return self if uop is self.uop else type(self)._wrap(uop, self)   # identity moves (UOp returns itself) keep the tensor
+    if uop is self.uop: return self   # identity moves (UOp returns itself) keep the tensor
+    # a contiguous slice of a file (DISK) is a view of it at once: DISK runs no kernels, so it can't be a lazy view
+    if on_disk(uop) and (view := disk_view(uop)) is not None: uop = view
+    return type(self)._wrap(uop, self)
 
   def reshape(self: Tensor, shape: Any, *args: int) -> Tensor:  # type: ignore[misc]
     """A new shape with the same number of elements; one dim may be -1 (inferred), None keeps that dim."""

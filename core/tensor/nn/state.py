@@ -168,31 +168,33 @@ def _entries(fn: Any, header: dict[str, Any], data_size: int) -> list[tuple[str,
   return out
 
 def safe_load(fn: str | os.PathLike, device: str | None = None) -> dict[str, Tensor]:
-  """Reads a .safetensors file into a dict of tensors on `device` (the default device when None). The file is mapped, not
-  read: each tensor is copied once, from the mapping into its device buffer, and its pages are dropped from memory after."""
-  import mmap
+  """Reads a .safetensors file into a dict of tensors on `device` (the default device when None). The file is read through
+  the DISK device: each tensor's bytes go from the file straight into its device buffer (pread, no mapping and no staging
+  copy), so loading holds the tensors' memory and not the file's as well. `device="disk:<fn>"` returns the views of the file
+  itself, read only when moved elsewhere."""
   import numpy as np
-  from core.engine.realize import from_host
   from core.tensor.tensor import canonical_device
+  from core.tensor.disk import disk_view
   header, start = safe_load_metadata(fn)
   dev = canonical_device(device)
+  size = os.path.getsize(fn)
+  entries = _entries(fn, header, size - start)
+  if size == 0 or not entries: return {name: Tensor.empty(*shape, dtype=dtype, device=dev) for name, dtype, shape, _, _ in entries}
+  disk = Tensor.empty(size, dtype=dtypes.uint8, device=f"disk:{os.fspath(fn)}", requires_grad=False)
   ret: dict[str, Tensor] = {}
-  with open(fn, "rb") as f:
-    size = os.fstat(f.fileno()).st_size
-    entries = _entries(fn, header, size - start)
-    if size == 0 or not entries: return {name: Tensor.empty(*shape, dtype=dtype, device=dev) for name, dtype, shape, _, _ in entries}
-    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-      for name, dtype, shape, begin, end in entries:
-        carrier = _CARRIER.get(dtype, dtype)
-        view = memoryview(mm)[start + begin:start + end]
-        try:
-          if not np.little_endian and carrier.itemsize > 1:   # the file is little-endian
-            view = memoryview(np.frombuffer(view, dtype=to_np(carrier).newbyteorder("<")).astype(to_np(carrier)))  # type: ignore[arg-type]
-          t = Tensor(from_host(view, carrier, dev, shape) if prod(shape) else Tensor.empty(*shape, dtype=carrier, device=dev).uop,
-                     requires_grad=False)
-        finally: view.release()
-        # the pages were read once: give them back now, so loading costs the tensors' memory and not the file's as well
-        lo = (start + begin) // mmap.PAGESIZE * mmap.PAGESIZE
-        if end > begin and hasattr(mm, "madvise"): mm.madvise(mmap.MADV_DONTNEED, lo, start + end - lo)
-        ret[name] = t.bitcast(dtype) if carrier is not dtype else t
+  for name, dtype, shape, begin, end in entries:
+    carrier = _CARRIER.get(dtype, dtype)
+    if not prod(shape):
+      ret[name] = Tensor.empty(*shape, dtype=dtype, device=dev, requires_grad=False)
+      continue
+    view = disk_view(disk[start + begin:start + end].uop, carrier)
+    assert view is not None, "a byte range of a file is always one run"
+    t = Tensor(view.reshape(shape), requires_grad=False)
+    if dev.startswith("DISK:"):
+      ret[name] = t
+      continue
+    if not np.little_endian and carrier.itemsize > 1:   # the file is little-endian: swap on the host
+      t = Tensor(np.frombuffer(t.data(), dtype=to_np(carrier).newbyteorder("<")).astype(to_np(carrier)).reshape(shape), device=dev)
+    t = t.to(dev).realize()
+    ret[name] = t.bitcast(dtype) if carrier is not dtype else t
   return ret
