@@ -5,6 +5,13 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 if TYPE_CHECKING:
   from core.device.hcq import HCQDevice
 
+class KernelFault(RuntimeError):
+  """A kernel crashed on a device that runs it directly (a wild address, a division by zero): the message names the kernel,
+  the signal and the address. The kernel's writes may be partial; the device stays usable for the next launch."""
+  def __init__(self, msg: str, kernel: str, address: int | None = None):
+    super().__init__(msg)
+    self.kernel, self.address = kernel, address
+
 class Program(Protocol):
   """A loaded kernel, built by `device.runtime(name, lib)`. Returns seconds taken when `wait`, else None."""
   def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] = (1, 1, 1),

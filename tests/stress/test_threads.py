@@ -76,6 +76,9 @@ def train(tid: int, steps: int) -> list[np.ndarray]:
   return [w1.numpy(), w2.numpy()]
 
 def models(steps: int) -> Callable[[int], int]:
+  from core import Tensor
+  # training mode is process-wide (core/engine/lock.py lists what is): set once before the threads start, not per thread
+  Tensor.training = True
   # the reference: the same training of each thread's model, one after another on this thread
   ref = [train(tid, steps) for tid in range(THREADS)]
   def run(tid: int) -> int:

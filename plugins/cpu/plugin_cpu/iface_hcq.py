@@ -35,8 +35,9 @@ def native() -> ctypes.CDLL:
                           ("cmdproc_error", [c_vp, ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(c_u64), ctypes.POINTER(ctypes.c_uint32)], c_u64),
                           ("cmdproc_describe", [c_vp, ctypes.c_char_p, ctypes.c_int], None),
                           ("cmdproc_faults", [], c_u64), ("cmdproc_drain", [], ctypes.c_int), ("cmdproc_pending", [], ctypes.c_int),
-                          ("cmdproc_wait_signal", [c_vp, c_u64, ctypes.c_int64, c_u64], ctypes.c_int),
-                          ("cmdproc_wait_clean", [c_vp, c_u64, ctypes.c_int64, c_u64], ctypes.c_int),
+                          ("cmdproc_wait_signal", [c_vp, c_u64, ctypes.c_int64, c_u64, ctypes.c_int64], ctypes.c_int),
+                          ("cmdproc_wait_clean", [c_vp, c_u64, ctypes.c_int64, c_u64, ctypes.c_int64], ctypes.c_int),
+                          ("cmdproc_interrupt", [c_vp, ctypes.c_int], ctypes.c_int),
                           ("cmdproc_idle_clean", [c_u64], ctypes.c_int)):
     fn = getattr(dll, name)
     fn.argtypes, fn.restype = args, res
@@ -86,6 +87,9 @@ class CPUQueue:
     buf, off, op = ctypes.create_string_buffer(512), ctypes.c_uint64(), ctypes.c_uint32()
     n = native().cmdproc_error(self.handle, buf, len(buf), ctypes.byref(off), ctypes.byref(op))
     return int(n), buf.value.decode(), off.value, op.value
+  def interrupt(self, timeout: bool) -> bool:
+    """Stops the kernel this queue runs now, on whichever thread (reported as a fault of that packet); False if none runs."""
+    return bool(self.handle) and bool(native().cmdproc_interrupt(self.handle, int(timeout)))
   def close(self) -> None:
     if self.handle: native().cmdproc_destroy(self.handle)
     self.handle = None
@@ -181,7 +185,24 @@ class CPUHCQ(HCQDevice):
   def wait_signal(self, signal_buf: Buffer, value: int, timeout_s: float | None = None) -> None:
     """Blocks until the uint64 at `signal_buf` is >= value. Raises HCQError when a queue of this device reports a fault (also
     when the signal arrived: the work it covers may be incomplete) or after `timeout_s` (default HCQ_TIMEOUT); on a timeout a
-    queue blocked in a WAIT gives it up, so the device keeps running later submits."""
+    queue blocked in a WAIT gives it up and a kernel still running is stopped, so the device keeps running later submits.
+    The deadline holds also while this thread runs the kernel itself (host draining): the queue's worker stops it then.
+    Ctrl-C during the wait stops the running kernels too (their reports are consumed) and raises KeyboardInterrupt."""
+    try: self._wait_signal(signal_buf, value, timeout_s)
+    except KeyboardInterrupt:
+      self._stop_kernels(timeout=False)
+      raise
+
+  def _stop_kernels(self, timeout: bool) -> None:
+    """Stops the kernels this device's queues run now and waits (up to 1 s) for their reports, which are then consumed: they
+    belong to the error being raised, not to a later wait."""
+    stopped = [(q, q.fault()[0]) for q in list(self._queues.values()) if q.interrupt(timeout)]
+    until = time.monotonic() + 1.0
+    for q, n in stopped:
+      while q.fault()[0] == n and time.monotonic() < until: time.sleep(0.001)
+    self._unreported("read")
+
+  def _wait_signal(self, signal_buf: Buffer, value: int, timeout_s: float | None) -> None:
     if not self._running:   # a signal may be written by any queue: make sure they all run
       for name in self.queues: self.queue(name)
       self._running = True
@@ -191,18 +212,20 @@ class CPUHCQ(HCQDevice):
     # the fast path of every submit: no fault anywhere since this object last looked, and the signal arrives within a short
     # slice (the native wait runs the submitted packets on this thread when no worker has them); no report is read then.
     # One native call checks the fault count before and after the wait.
-    if self._fault_mark >= 0:
-      fast_ns = FAST_SLICE_NS if timeout_s is None or timeout_s * 1e9 >= FAST_SLICE_NS else max(0, int(timeout_s * 1e9))
-      if lib.cmdproc_wait_clean(addr, value, fast_ns, self._fault_mark) == 0: return
     timeout_s = hcq_timeout() if timeout_s is None else timeout_s
-    deadline = time.monotonic() + timeout_s
+    # when the wait gives up, as CLOCK_MONOTONIC ns (time.monotonic's clock): a kernel this thread runs itself is stopped then
+    deadline_ns = time.monotonic_ns() + int(timeout_s * 1e9)
+    if self._fault_mark >= 0:
+      fast_ns = FAST_SLICE_NS if timeout_s * 1e9 >= FAST_SLICE_NS else max(0, int(timeout_s * 1e9))
+      if lib.cmdproc_wait_clean(addr, value, fast_ns, self._fault_mark, deadline_ns) == 0: return
+    deadline = deadline_ns / 1e9
     while True:
       # short slices: ctypes drops the GIL during the call, and Ctrl-C is handled between slices
       snapshot = lib.cmdproc_faults()   # read before the reports are checked: a fault recorded after it ends the wait
       if (faults := self._unreported()): self._raise_faults(faults)
       self._fault_mark = snapshot       # every fault up to the snapshot is now reported
       left = deadline - time.monotonic()
-      ret = lib.cmdproc_wait_signal(addr, value, int(max(0.0, min(left, 0.1)) * 1e9), snapshot) if left > 0 else 1
+      ret = lib.cmdproc_wait_signal(addr, value, int(max(0.0, min(left, 0.1)) * 1e9), snapshot, deadline_ns) if left > 0 else 1
       if ret == 0:
         if (faults := self._unreported()): self._raise_faults(faults)
         return
@@ -211,6 +234,7 @@ class CPUHCQ(HCQDevice):
     states = [q.describe() for q in self._queues.values()]
     faults = self._unreported()
     if faults: self._raise_faults(faults)
+    self._stop_kernels(timeout=True)   # a kernel a worker still runs: stopped, so later submits don't queue behind it
     # give up the WAITs that block a queue, so later submits run; their "aborted" reports belong to this error
     blocked = [q for q in self._queues.values() if "blocked in the WAIT" in q.describe()]
     for q in blocked:

@@ -83,6 +83,7 @@ def lib() -> ctypes.CDLL:
       dll.cpu_launch.restype = ctypes.c_int
       dll.cpu_pool_threads.argtypes, dll.cpu_pool_threads.restype = [], ctypes.c_int
       dll.cpu_pool_shutdown.argtypes, dll.cpu_pool_shutdown.restype = [], None
+      dll.cpu_guard_check.argtypes, dll.cpu_guard_check.restype = [], None
       _lib = dll
   return _lib
 

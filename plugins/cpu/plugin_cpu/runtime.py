@@ -1,10 +1,10 @@
 """The CPU plugin's runtime: 64-byte aligned host memory, kernels loaded from memory (memfd), and the device factory."""
 from __future__ import annotations
-import _ctypes, ctypes, functools, os, time
+import _ctypes, ctypes, functools, os, signal, time
 from typing import Any, Callable
 from core.helpers import to_function_name
 from core.device.allocator import BufferSpec, LRUAllocator
-from core.device.compiled import Compiled
+from core.device.compiled import Compiled, KernelFault
 
 ALIGN = 64  # a cache line, and enough for any AVX-512 vector load
 CPU_MAX_ARGS = 64  # as in native/pool.h
@@ -23,6 +23,16 @@ class CPUAllocator(LRUAllocator):
     if src.readonly: memoryview(dest).cast("B")[:] = src.cast("B")  # ctypes can't take the address of read-only memory
     else: ctypes.memmove(dest, (ctypes.c_uint8 * src.nbytes).from_buffer(src), src.nbytes)
   def _copyout(self, dest: memoryview, src: Any) -> None: ctypes.memmove((ctypes.c_uint8 * dest.nbytes).from_buffer(dest), src, dest.nbytes)
+
+@functools.cache
+def _guarded_launcher() -> Any:
+  """cpu_launch_guarded, called like _launcher plus three pointers the launch fills when a block faults or is interrupted
+  (signal, address, block). Kernels run under the native fault guard: a wild address or SIGINT leaves the kernel, not the
+  process (native/pool.h)."""
+  from plugin_cpu import native
+  fn = native.lib()["cpu_launch_guarded"]
+  fn.restype = ctypes.c_int
+  return fn
 
 @functools.cache
 def _launcher() -> Any:
@@ -55,7 +65,12 @@ class CPUProgram:
       self.fxn.restype = None
     self.fn = ctypes.c_void_p(ctypes.cast(self.fxn, ctypes.c_void_p).value)
     self._launch = _launcher()
-    # argument arrays not in use: a launch takes one and gives it back, so two threads never fill the same one
+    self._guarded = _guarded_launcher()
+    # the fault and interrupt handlers, (re)installed where someone (faulthandler, signal.signal) replaced them since
+    from plugin_cpu import native
+    native.lib().cpu_guard_check()
+    # argument arrays not in use, each with the slots a faulting launch fills: a launch takes one and gives it back, so two
+    # threads never fill the same one
     self._free: list[Any] = []
     self._nblocks: dict[tuple[int, ...], ctypes.c_int64] = {}
 
@@ -72,8 +87,8 @@ class CPUProgram:
                vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
     # the hot path of every kernel launch: each line here costs tens of ns (an empty launch is about 1 us in all)
     if (nb := self._nblocks.get(global_size)) is None: nb = self._nblocks[global_size] = _nblocks_arg(self.name, global_size)
-    try: args = self._free.pop()
-    except IndexError: args = (ctypes.c_int64 * CPU_MAX_ARGS)()
+    try: args, out, pout = self._free.pop()
+    except IndexError: args, out, pout = _launch_arrays()
     i = 0
     try:
       for b in bufs:
@@ -87,12 +102,24 @@ class CPUProgram:
                                         f"{CPU_MAX_ARGS} a launch passes") from None
     if wait:
       st = time.perf_counter()
-      ret = self._launch(self.fn, i, args, nb)
+      ret = self._guarded(self.fn, i, args, nb, *pout)
       tm: float | None = time.perf_counter() - st
-    else: ret, tm = self._launch(self.fn, i, args, nb), None
-    self._free.append(args)
+    else: ret, tm = self._guarded(self.fn, i, args, nb, *pout), None
+    self._free.append((args, out, pout))
+    if ret == -2: self._stopped(int(out[0]) & 0xFFFFFFFF, int(out[1]) & (2**64 - 1), int(out[2]), global_size[0])
     if ret != 0: raise RuntimeError(f"CPU: cpu_launch of {self.name} failed ({i} arguments, global size {global_size})")
     return tm
+
+  def _stopped(self, signo: int, addr: int, block: int, nblocks: int) -> None:
+    """Raises for a launch that a signal stopped: KeyboardInterrupt for Ctrl-C (Python's own handler ran already), else
+    KernelFault naming the kernel, the signal and the address."""
+    if signo == signal.SIGINT:
+      ctypes.pythonapi.PyErr_CheckSignals()   # raises the KeyboardInterrupt (or whatever the SIGINT handler raises)
+      raise KernelFault(f"CPU: kernel {self.name} was interrupted by SIGINT; its results are incomplete", self.name)
+    if signo == signal.SIGURG: raise KernelFault(f"CPU: kernel {self.name} was interrupted; its results are incomplete", self.name)
+    where = f" in block {block} of {nblocks}" if nblocks > 1 and block >= 0 else ""
+    raise KernelFault(f"CPU: kernel {self.name} faulted: {signal.Signals(signo).name} ({signal.strsignal(signo)}) at address 0x{addr:x}{where}. "
+                      "Its writes may be partial; the device stays usable", self.name, addr)
 
   def bind(self, *args: int, global_size: tuple[int, ...] = (1, 1, 1)) -> Callable[[], None]:
     """A launch with fixed integer arguments (addresses, int32 values), its argument array built once: calling it costs one
@@ -104,6 +131,12 @@ class CPUProgram:
       if launch(fn, n, arr, nb) != 0: raise RuntimeError(f"CPU: cpu_launch of {name} failed ({n} arguments, global size {global_size})")
     call.keep = self   # type: ignore[attr-defined]  # the program (its code) lives as long as the bound launch
     return call
+
+def _launch_arrays() -> tuple[Any, Any, tuple[Any, ...]]:
+  """An argument array, and three int64 slots for a stopped launch's signal, address and block with pointers to them."""
+  out = (ctypes.c_int64 * 3)()
+  base = ctypes.addressof(out)
+  return (ctypes.c_int64 * CPU_MAX_ARGS)(), out, tuple(ctypes.c_void_p(base + 8 * k) for k in range(3))
 
 def _nblocks_arg(name: str, global_size: tuple[int, ...]) -> ctypes.c_int64:
   if global_size[1:] not in ((), (1,), (1, 1)) or not global_size or global_size[0] < 0:

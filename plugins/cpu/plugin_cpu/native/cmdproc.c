@@ -27,6 +27,15 @@ A one-block LAUNCH runs on the worker itself and is guarded; a kernel launched o
 cpu_launch_guarded, where each block is guarded on whichever thread runs it (a faulting block is abandoned, the others finish).
 A WAIT never gives up by itself; the host may abort it (cmdproc_abort_wait) after its own timeout, which counts as a fault.
 
+Stopping a kernel: a LAUNCH still running can be stopped on whichever thread runs it. cmdproc_interrupt (the host's timeout,
+or Ctrl-C while the host waits) and the queue's worker, when a host thread draining the queue runs past its wait's deadline
+(HCQ_TIMEOUT: that thread can't watch the clock while it runs the kernel), send CPU_INTERRUPT_SIGNAL to it; SIGINT arriving on
+a thread that runs a kernel does the same after Python's handler ran. The guard jumps out of the kernel (a multi-block launch
+is cancelled: blocks not started are skipped, running ones are interrupted), and the packet is reported like a fault. Limits:
+the kernel is left at an arbitrary point, so its output is incomplete (the error says so); a kernel that blocks signals or
+sits in a system call leaves only when that returns; a fault on a thread with no alternate stack (a host thread) is caught
+unless it is a stack overflow.
+
 Sleeping: an idle worker spins briefly, then sleeps on a process-wide futex word with a timeout growing to 2 ms; the host's kick
 wakes it. Threads waiting on a signal value sleep on another word, which SIGNAL packets and faults bump, so most waits end early,
 a submit does not wake idle workers, and an idle device costs no CPU.
@@ -79,6 +88,10 @@ typedef struct cmdproc_queue {
   uint64_t fault_offset;            /* offset and opcode of the latest faulting packet */
   uint32_t fault_opcode;
   char report[REPORT_LEN];          /* the latest fault */
+  _Atomic int stop_req;             /* why the packet at stop_at - 1 must stop (STOP_TIMEOUT, STOP_INTERRUPT), or 0 */
+  _Atomic uint64_t stop_at;
+  _Atomic int64_t deadline_ns;      /* while a host runs the queue: when its wait gives up (CLOCK_MONOTONIC), or 0 */
+  pthread_t runner;                 /* the thread that owns the queue now (valid while owner is 1) */
   pthread_t thread;
   void *altstack;
 } cmdproc_queue;
@@ -142,48 +155,97 @@ static __thread sigjmp_buf *t_guard __attribute__((tls_model("initial-exec")));
 static __thread int t_signo __attribute__((tls_model("initial-exec")));
 static __thread void *t_addr __attribute__((tls_model("initial-exec")));
 static __thread int t_host __attribute__((tls_model("initial-exec")));   /* set while a host thread drains a queue */
+static __thread cmdproc_queue *t_queue __attribute__((tls_model("initial-exec")));   /* the queue this thread runs now */
 static struct sigaction g_old[NSIG];
 static const int g_fault_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
+/* every signal on_signal handles: the faults, SIGINT (Ctrl-C during a kernel) and the interrupt the host sends */
+static const int g_guard_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGINT, CPU_INTERRUPT_SIGNAL};
+enum { STOP_TIMEOUT = 1, STOP_INTERRUPT = 2 };
 
-static void on_fault(int sig, siginfo_t *info, void *uctx) {
-  sigjmp_buf *g = t_guard;
-  if (g != NULL) {
-    t_guard = NULL;
-    t_signo = sig;
-    t_addr = info ? info->si_addr : NULL;
-    siglongjmp(*g, 1);
+/* the handler that was there before us, called as the kernel would have called it */
+static void chain(int sig, siginfo_t *info, void *uctx) {
+  struct sigaction *old = &g_old[sig];
+  if (old->sa_flags & SA_SIGINFO) { if (old->sa_sigaction) old->sa_sigaction(sig, info, uctx); }
+  else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN) old->sa_handler(sig);
+}
+
+/* Faults and interrupts of a thread running a guarded kernel jump back to its guard: t_guard (a packet of the command
+   processor) or cpu_pool_guard (a block of a guarded launch, pool.c). An interrupt also cancels the pool job the thread
+   runs or launched, so the blocks on other threads stop too. Everything else goes to the handler that was there before
+   (Python's SIGINT handler is always called first: it makes the interpreter raise KeyboardInterrupt when the call returns). */
+static void on_signal(int sig, siginfo_t *info, void *uctx) {
+  int interrupt = cpu_is_interrupt(sig);
+  if (sig == SIGINT) {
+    struct sigaction *old = &g_old[sig];
+    if (!(old->sa_flags & SA_SIGINFO) && old->sa_handler == SIG_IGN) return;
+    if (!(old->sa_flags & SA_SIGINFO) && old->sa_handler == SIG_DFL) { signal(sig, SIG_DFL); raise(sig); return; }
+    chain(sig, info, uctx);
+  } else if (sig == CPU_INTERRUPT_SIGNAL) {
+    /* ours only when something asked this thread to stop: its queue, or the pool job it runs or waits for */
+    cmdproc_queue *q = t_queue;
+    uint32_t job = cpu_pool_job ? cpu_pool_job : cpu_pool_launching;
+    if (q && atomic_load(&q->stop_req)) {
+      if (atomic_load(&q->stop_at) != atomic_load(&q->cur_offset) + 1) return;   /* late: that packet is over */
+    } else if (!job) { chain(sig, info, uctx); return; }
   }
+  if (interrupt && (cpu_pool_job || cpu_pool_launching)) cpu_pool_cancel(cpu_pool_job ? cpu_pool_job : cpu_pool_launching);
   /* a block of a guarded multi-block launch, on any pool thread (cpu_launch_guarded, pool.c) */
-  if ((g = cpu_pool_guard) != NULL) {
+  sigjmp_buf *g = cpu_pool_guard;
+  if (g != NULL) {
     cpu_pool_guard = NULL;
     cpu_pool_signo = sig;
-    cpu_pool_addr = info ? info->si_addr : NULL;
+    cpu_pool_addr = info && !interrupt ? info->si_addr : NULL;
     siglongjmp(*g, 1);
   }
-  /* not a worker running a packet: behave as if we were never installed (Python's faulthandler, or the default action) */
+  if ((g = t_guard) != NULL) {
+    t_guard = NULL;
+    t_signo = sig;
+    t_addr = info && !interrupt ? info->si_addr : NULL;
+    siglongjmp(*g, 1);
+  }
+  if (interrupt) return;   /* no kernel on this thread to leave (a launcher waiting for its job sees the cancel) */
+  /* a fault outside any kernel: behave as if we were never installed (Python's faulthandler, or the default action) */
   struct sigaction *old = &g_old[sig];
-  if (old->sa_flags & SA_SIGINFO) { if (old->sa_sigaction) { old->sa_sigaction(sig, info, uctx); return; } }
-  else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN) { old->sa_handler(sig); return; }
+  if ((old->sa_flags & SA_SIGINFO) ? old->sa_sigaction != NULL : (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN)) {
+    chain(sig, info, uctx);
+    return;
+  }
   /* returning re-runs the faulting instruction, which now gets the default action */
   signal(sig, SIG_DFL);
 }
 
-/* installs on_fault for the fault signals where it is not the handler (first use, or someone such as Python's faulthandler
+/* installs on_signal where it is not the handler (first use, or someone such as Python's faulthandler or signal.signal
    replaced it since: then that handler becomes the one we chain to) */
 static void install_handlers(void) {
   static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
   struct sigaction sa, cur;
   memset(&sa, 0, sizeof(sa));
-  sa.sa_sigaction = on_fault;
-  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;  /* the guard unblocks the signal again after jumping out (unblock_faults) */
+  sa.sa_sigaction = on_signal;
+  /* the guard unblocks the signal again after jumping out (unblock_faults); SA_RESTART: an interrupted system call elsewhere
+     (a host thread's sleep) goes on */
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
   sigemptyset(&sa.sa_mask);
   pthread_mutex_lock(&lock);
-  for (size_t i = 0; i < sizeof(g_fault_signals) / sizeof(g_fault_signals[0]); i++) {
-    int sig = g_fault_signals[i];
-    if (sigaction(sig, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_fault) continue;
+  for (size_t i = 0; i < sizeof(g_guard_signals) / sizeof(g_guard_signals[0]); i++) {
+    int sig = g_guard_signals[i];
+    if (sigaction(sig, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_signal) continue;
     sigaction(sig, &sa, &g_old[sig]);
   }
   pthread_mutex_unlock(&lock);
+}
+
+static _Atomic int g_installed;
+void cpu_guard_install(void) { if (!atomic_load(&g_installed)) { install_handlers(); atomic_store(&g_installed, 1); } }
+void cpu_guard_check(void) { install_handlers(); atomic_store(&g_installed, 1); }
+
+/* why a kernel stopped, for a report: the signal, or the reason the host gave for interrupting it */
+static const char *stop_reason(cmdproc_queue *q, int sig) {
+  if (sig == SIGINT) return "interrupted by SIGINT (Ctrl-C); the kernel was stopped";
+  if (sig == CPU_INTERRUPT_SIGNAL) {
+    int req = q ? atomic_load(&q->stop_req) : 0;
+    return req == STOP_TIMEOUT ? "stopped: it ran past the host's deadline (HCQ_TIMEOUT)" : "interrupted by the host; the kernel was stopped";
+  }
+  return NULL;
 }
 
 static void record(cmdproc_queue *q, uint64_t off, uint32_t op, const char *what) {
@@ -220,6 +282,8 @@ static int run_packet(cmdproc_queue *q, const uint32_t *p, uint32_t op, char *wh
       t_guard = NULL;
       r = cpu_launch_guarded(fn, nargs, args, nblocks, &signo, &addr, &block);
       t_guard = g;
+      const char *why = r == -2 ? stop_reason(q, signo) : NULL;
+      if (why) { snprintf(what, REPORT_LEN, "%s (kernel at %p, %lld blocks)", why, fn, (long long)nblocks); return -1; }
       if (r == -2) {
         snprintf(what, REPORT_LEN, "signal %d (%s) at address %p in block %lld of %lld of the kernel at %p", signo, strsignal(signo), addr,
                  (long long)block, (long long)nblocks, fn);
@@ -292,9 +356,12 @@ static int guarded(cmdproc_queue *q, const uint32_t *p, uint32_t op, uint64_t of
     if (r >= 0) return r;
   } else {
     cpu_unblock_faults();
-    snprintf(what, REPORT_LEN, "%s at address %p", signal_name(t_signo), t_addr);
+    const char *why = stop_reason(q, t_signo);
+    if (why) snprintf(what, REPORT_LEN, "%s", why);
+    else snprintf(what, REPORT_LEN, "%s at address %p", signal_name(t_signo), t_addr);
   }
   record(q, off, op, what);
+  atomic_store(&q->stop_req, 0);
   return -1;
 }
 
@@ -304,8 +371,18 @@ static inline uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static int try_own(cmdproc_queue *q) { int z = 0; return atomic_compare_exchange_strong(&q->owner, &z, 1); }
-static void disown(cmdproc_queue *q) { atomic_store_explicit(&q->owner, 0, memory_order_release); }
+static int try_own(cmdproc_queue *q) {
+  int z = 0;
+  if (!atomic_compare_exchange_strong(&q->owner, &z, 1)) return 0;
+  q->runner = pthread_self();
+  t_queue = q;
+  return 1;
+}
+static void disown(cmdproc_queue *q) {
+  t_queue = NULL;
+  atomic_store(&q->stop_req, 0);
+  atomic_store_explicit(&q->owner, 0, memory_order_release);
+}
 
 /* runs the owned queue's packets up to the doorbell; a host (t_host) stops before a WAIT that is not satisfied. Returns the
    number of packets run (skipped ones included). */
@@ -375,7 +452,17 @@ static void *worker(void *arg) {
        hand-off; the worker takes it only when nobody did within HANDOFF_NS (or a host is running it right now) */
     uint64_t now = now_ns();
     if (end != seen_end) { seen_end = end; seen_ns = now; }
-    if (now - seen_ns < HANDOFF_NS || !try_own(q)) { backoff_wait(&b, &g_work, e); continue; }
+    if (now - seen_ns < HANDOFF_NS || !try_own(q)) {
+      /* a host running this queue's packets cannot watch the time itself: stop its packet once its wait's deadline passed */
+      int64_t dl = atomic_load(&q->deadline_ns);
+      if (dl && (int64_t)now >= dl && atomic_load(&q->owner) && atomic_load(&q->busy) == 1 && !atomic_load(&q->stop_req)) {
+        atomic_store(&q->stop_at, atomic_load(&q->cur_offset) + 1);
+        atomic_store(&q->stop_req, STOP_TIMEOUT);
+        pthread_kill(q->runner, CPU_INTERRUPT_SIGNAL);
+      }
+      backoff_wait(&b, &g_work, e);
+      continue;
+    }
     b.spins = 0; b.sleep_ns = SLEEP_MIN_NS;
     drain(q);
     disown(q);
@@ -383,8 +470,9 @@ static void *worker(void *arg) {
   return NULL;
 }
 
-/* a host's pass over every queue nobody owns: runs what it can; returns the number of packets run */
-static int host_drain_all(void) {
+/* a host's pass over every queue nobody owns: runs what it can; returns the number of packets run. `deadline_ns`: when the
+   host's wait gives up (0: never); the queue's worker stops a packet that runs past it (the host can't while it runs it) */
+static int host_drain_all(int64_t deadline_ns) {
   int n = 0;
   /* the fault handlers are process-wide: cmdproc_create installed them (and re-installs them over a replacement, such as
      Python's faulthandler enabled later), so a kernel's fault on this thread reaches on_fault as on a worker */
@@ -394,7 +482,9 @@ static int host_drain_all(void) {
     if (__atomic_load_n(q->doorbell, __ATOMIC_ACQUIRE) == atomic_load(&q->rptr)) continue;
     if (!try_own(q)) continue;
     t_host = 1;
+    atomic_store(&q->deadline_ns, deadline_ns);
     n += drain(q);
+    atomic_store(&q->deadline_ns, 0);
     t_host = 0;
     disown(q);
   }
@@ -453,6 +543,18 @@ void cmdproc_destroy(void *h) {
 
 uint64_t cmdproc_rptr(void *h) { return atomic_load(&((cmdproc_queue *)h)->rptr); }
 void cmdproc_kick(void) { wake_all(); }
+/* stops the LAUNCH the queue runs right now (if any), whichever thread runs it: it is abandoned and reported as a fault
+   ("interrupted by the host", or with `timeout` "ran past the host's deadline"); the packets after it run as after a fault.
+   Returns 1 when a launch was running. */
+int cmdproc_interrupt(void *h, int timeout) {
+  cmdproc_queue *q = h;
+  if (!atomic_load(&q->owner) || atomic_load(&q->busy) != 1 || atomic_load(&q->cur_opcode) != OP_LAUNCH) return 0;
+  atomic_store(&q->stop_at, atomic_load(&q->cur_offset) + 1);
+  atomic_store(&q->stop_req, timeout ? STOP_TIMEOUT : STOP_INTERRUPT);
+  pthread_kill(q->runner, CPU_INTERRUPT_SIGNAL);
+  return 1;
+}
+
 /* makes the WAIT the queue is blocked in right now (if any) fail as a fault; a later WAIT is not affected */
 void cmdproc_abort_wait(void *h) {
   cmdproc_queue *q = h;
@@ -490,7 +592,7 @@ void cmdproc_describe(void *h, char *buf, int size) {
 }
 
 /* the host runs what it can of every queue nobody runs right now (host draining); returns the number of packets run */
-int cmdproc_drain(void) { return host_drain_all(); }
+int cmdproc_drain(void) { return host_drain_all(0); }
 
 /* how many queues have packets their worker or a host has not run yet (-1: some queue is not known to the registry) */
 int cmdproc_pending(void) {
@@ -513,7 +615,7 @@ uint64_t cmdproc_faults(void) { return atomic_load(&g_faults); }
 /* the host's wait: until *signal >= value (0), `timeout_ns` passed (1), or the process-wide fault count differs from `faults`
    (2). It runs what it can of the queues itself first (host draining, above); when that is not enough it wakes the workers,
    which may be asleep with work it could not take (a WAIT). ctypes drops the GIL here. */
-int cmdproc_wait_signal(const uint64_t *signal, uint64_t value, int64_t timeout_ns, uint64_t faults) {
+int cmdproc_wait_signal(const uint64_t *signal, uint64_t value, int64_t timeout_ns, uint64_t faults, int64_t deadline_ns) {
   struct timespec t0, t;
   int woke = 0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -522,7 +624,7 @@ int cmdproc_wait_signal(const uint64_t *signal, uint64_t value, int64_t timeout_
     uint32_t e = atomic_load(&g_sig.epoch);
     /* run what is pending first: then a wait returns only after the work submitted before it ran (when this thread could run
        it), even if the signal already held the value */
-    if (host_drain_all() > 0) { b.spins = 0; b.sleep_ns = SLEEP_MIN_NS; continue; }
+    if (host_drain_all(deadline_ns) > 0) { b.spins = 0; b.sleep_ns = SLEEP_MIN_NS; continue; }
     if (__atomic_load_n(signal, __ATOMIC_ACQUIRE) >= value) return 0;
     if (atomic_load(&g_faults) != faults) return 2;
     if (!woke) { wake(&g_work); woke = 1; }   /* what is left (a WAIT not satisfied yet) may need a worker */
@@ -535,7 +637,7 @@ int cmdproc_wait_signal(const uint64_t *signal, uint64_t value, int64_t timeout_
 /* the fast path of a host wait in one call (each ctypes call costs a microsecond or so): 0 when no fault was recorded since
    `faults` (the count when the caller last read the reports), the signal reached `value` within `timeout_ns`, and still no
    fault was recorded after it; 1 otherwise, and the caller takes its slow path, which reads the reports */
-int cmdproc_wait_clean(const uint64_t *signal, uint64_t value, int64_t timeout_ns, uint64_t faults) {
+int cmdproc_wait_clean(const uint64_t *signal, uint64_t value, int64_t timeout_ns, uint64_t faults, int64_t deadline_ns) {
   if (atomic_load(&g_faults) != faults) return 1;
-  return cmdproc_wait_signal(signal, value, timeout_ns, faults) == 0 && atomic_load(&g_faults) == faults ? 0 : 1;
+  return cmdproc_wait_signal(signal, value, timeout_ns, faults, deadline_ns) == 0 && atomic_load(&g_faults) == faults ? 0 : 1;
 }

@@ -20,6 +20,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,8 +35,14 @@ typedef uint64_t u64;
 __thread sigjmp_buf *cpu_pool_guard __attribute__((tls_model("initial-exec")));
 __thread int cpu_pool_signo __attribute__((tls_model("initial-exec")));
 __thread void *cpu_pool_addr __attribute__((tls_model("initial-exec")));
-/* the first fault of the current guarded job (fault_set: 0 none, 1 being written, 2 written) */
-static struct { int set, signo; void *addr; int64_t block; } F;
+__thread uint32_t cpu_pool_job __attribute__((tls_model("initial-exec")));
+__thread uint32_t cpu_pool_launching __attribute__((tls_model("initial-exec")));
+/* the first fault of a guarded launch (set: 0 none, 1 being written, 2 written): F for pool jobs (under launch_lock), a local
+   one for launches that run on the calling thread alone */
+typedef struct { int set, signo; void *addr; int64_t block; } fault_rec;
+static fault_rec F;
+/* the guarded pool job being cancelled (an interrupt: SIGINT, or the host giving up on it), or 0 */
+static _Atomic uint32_t g_cancel;
 #define LOAD(p, mo) __atomic_load_n(p, __ATOMIC_##mo)
 #define STORE(p, v, mo) __atomic_store_n(p, v, __ATOMIC_##mo)
 #define MAX_THREADS 1024
@@ -50,14 +57,18 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-static void word_wait(uint32_t *addr, uint32_t expected) {
+/* sleeps while *addr == expected, at most timeout_ns (0: no limit) */
+static void word_wait_for(uint32_t *addr, uint32_t expected, long timeout_ns) {
 #ifdef __linux__
   /* the kernel re-checks *addr == expected atomically, so a wake between our check and the sleep is never lost */
-  syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+  struct timespec ts = {timeout_ns / 1000000000L, timeout_ns % 1000000000L};
+  syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, expected, timeout_ns ? &ts : NULL, NULL, 0);
 #else
+  (void)timeout_ns;
   if (LOAD(addr, ACQUIRE) == expected) usleep(50);
 #endif
 }
+static void word_wait(uint32_t *addr, uint32_t expected) { word_wait_for(addr, expected, 0); }
 
 static void word_wake(uint32_t *addr, int n) {
 #ifdef __linux__
@@ -134,6 +145,7 @@ static struct {
   LINE u64 claim;                  /* job id << 32 | blocks not yet claimed */
   LINE uint32_t done;              /* blocks of the current job finished; the launcher polls and sleeps on it */
   int launcher_sleeping;
+  uint32_t *running;               /* per worker: the guarded job whose block it is running, or 0 (to interrupt it) */
 } P = {.init_lock = PTHREAD_MUTEX_INITIALIZER, .launch_lock = PTHREAD_MUTEX_INITIALIZER};
 
 void cpu_unblock_faults(void) {
@@ -146,9 +158,9 @@ void cpu_unblock_faults(void) {
   pthread_sigmask(SIG_UNBLOCK, &set, NULL);
 }
 
-/* runs one block; under a guard a fault abandons the block and is recorded (the first one wins) */
-static void run_block(slots_t *sl, int64_t b, int guarded) {
-  if (!guarded) { call_block(sl, b); return; }
+/* runs one block; under a guard (f) a fault abandons the block and is recorded (the first one wins) */
+static void run_block(slots_t *sl, int64_t b, fault_rec *f) {
+  if (!f) { call_block(sl, b); return; }
   sigjmp_buf jb;
   /* the signal mask is not saved (a system call per block); after a fault the signal is unblocked here instead */
   if (sigsetjmp(jb, 0) == 0) {
@@ -160,14 +172,17 @@ static void run_block(slots_t *sl, int64_t b, int guarded) {
   cpu_pool_guard = NULL;
   cpu_unblock_faults();
   int expect = 0;
-  if (__atomic_compare_exchange_n(&F.set, &expect, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-    F.signo = cpu_pool_signo; F.addr = cpu_pool_addr; F.block = b;
-    STORE(&F.set, 2, RELEASE);
+  if (__atomic_compare_exchange_n(&f->set, &expect, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    f->signo = cpu_pool_signo; f->addr = cpu_pool_addr; f->block = b;
+    STORE(&f->set, 2, RELEASE);
   }
 }
 
-/* claims and runs blocks of job `job` until none is left; the caller has seen gen == job */
-static void work(uint32_t job) {
+void cpu_pool_cancel(uint32_t job) { if (job) atomic_store(&g_cancel, job); }
+
+/* claims and runs blocks of job `job` until none is left; the caller has seen gen == job. `self`: this thread's slot in
+   P.running (-1: the launcher). Blocks of a cancelled job are claimed and counted but not run. */
+static void work(uint32_t job, int self) {
   slots_t sl;
   /* read the fields before claiming: a successful claim proves they belonged to `job` (see the top of the file) */
   void *fn = LOAD(&P.fn, RELAXED);
@@ -181,15 +196,27 @@ static void work(uint32_t job) {
     if ((uint32_t)(c >> 32) != job || (uint32_t)c == 0) return;
     if (!__atomic_compare_exchange_n(&P.claim, &c, c - 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) continue;
     if (!ready) { slots_init(&sl, fn, nargs, args); ready = 1; }
-    run_block(&sl, nblocks - (int64_t)(uint32_t)c, guarded);
+    if (!guarded) run_block(&sl, nblocks - (int64_t)(uint32_t)c, NULL);
+    else if (atomic_load(&g_cancel) != job) {
+      cpu_pool_job = job;
+      if (self >= 0) STORE(&P.running[self], job, SEQ_CST);
+      run_block(&sl, nblocks - (int64_t)(uint32_t)c, &F);
+      if (self >= 0) STORE(&P.running[self], 0, RELEASE);
+      cpu_pool_job = 0;
+    }
     if (__atomic_add_fetch(&P.done, 1, __ATOMIC_SEQ_CST) == (uint32_t)nblocks && LOAD(&P.launcher_sleeping, SEQ_CST))
       word_wake(&P.done, 1);
     c = LOAD(&P.claim, ACQUIRE);
   }
 }
 
+typedef struct { uint32_t gen; int self; } worker_arg;
+
 static void *worker_main(void *arg) {
-  uint32_t last = (uint32_t)(uintptr_t)arg;
+  worker_arg wa = *(worker_arg *)arg;
+  free(arg);
+  uint32_t last = wa.gen;
+  cpu_unblock_faults();
   for (;;) {
     if (!spin_while_equal(&P.gen, last, P.spin_ns)) {
       __atomic_add_fetch(&P.sleepers, 1, __ATOMIC_SEQ_CST);
@@ -198,7 +225,7 @@ static void *worker_main(void *arg) {
     }
     if (LOAD(&P.stop, ACQUIRE)) return NULL;
     last = LOAD(&P.gen, ACQUIRE);
-    work(last);
+    work(last, wa.self);
   }
 }
 
@@ -223,6 +250,7 @@ static void after_fork_child(void) {
   pthread_mutex_init(&P.init_lock, NULL);
   pthread_mutex_init(&P.launch_lock, NULL);
   P.workers = NULL;
+  P.running = NULL;
   P.nthreads = P.sleepers = P.launcher_sleeping = P.stop = 0;
   STORE(&P.started, 0, RELEASE);
 }
@@ -238,13 +266,18 @@ static void pool_start_locked(void) {
     int n = pool_size();
     P.stop = 0;
     P.workers = n > 1 ? calloc((size_t)n - 1, sizeof(pthread_t)) : NULL;
+    P.running = n > 1 ? calloc((size_t)n - 1, sizeof(uint32_t)) : NULL;
     int made = 0;
-    if (P.workers) {
+    if (P.workers && P.running) {
       pthread_attr_t attr;
       pthread_attr_init(&attr);
       pthread_attr_setstacksize(&attr, 8 << 20);   /* kernels keep register arrays on the stack */
-      for (; made < n - 1; made++)
-        if (pthread_create(&P.workers[made], &attr, worker_main, (void *)(uintptr_t)LOAD(&P.gen, RELAXED)) != 0) break;
+      for (; made < n - 1; made++) {
+        worker_arg *wa = malloc(sizeof(*wa));
+        if (!wa) break;
+        wa->gen = LOAD(&P.gen, RELAXED); wa->self = made;
+        if (pthread_create(&P.workers[made], &attr, worker_main, wa) != 0) { free(wa); break; }
+      }
       pthread_attr_destroy(&attr);
     }
     P.nthreads = made + 1;    /* fewer threads than asked if the system refused some: still correct */
@@ -262,29 +295,45 @@ int cpu_pool_threads(void) {
   return P.nthreads;
 }
 
-static void run_serial(void *fn, int nargs, const u64 *args, int64_t nblocks, int guarded) {
+/* the blocks one after another on this thread; under a guard (f) the first fault stops the launch */
+static void run_serial(void *fn, int nargs, const u64 *args, int64_t nblocks, fault_rec *f) {
   slots_t sl;
   slots_init(&sl, fn, nargs, args);
-  for (int64_t b = 0; b < nblocks; b++) run_block(&sl, b, guarded);
+  for (int64_t b = 0; b < nblocks; b++) {
+    run_block(&sl, b, f);
+    if (f && LOAD(&f->set, ACQUIRE) == 2 && cpu_is_interrupt(f->signo)) break;   /* a fault leaves the other blocks to run */
+  }
 }
 
-/* the first fault of a guarded job, read before the launch lock is released (another launch resets it) */
-static int take_fault(int *signo, void **addr, int64_t *block) {
-  if (LOAD(&F.set, ACQUIRE) != 2) return 0;
-  *signo = F.signo; *addr = F.addr; *block = F.block;
+/* the first fault of a guarded launch (for a pool job: read before the launch lock is released, another launch resets it) */
+static int take_fault(fault_rec *f, int *signo, void **addr, int64_t *block) {
+  if (LOAD(&f->set, ACQUIRE) != 2) return 0;
+  *signo = f->signo; *addr = f->addr; *block = f->block;
   return -2;
+}
+
+/* a cancelled job: interrupt the workers still running one of its blocks (their handler leaves the block, cmdproc.c) */
+static void interrupt_workers(uint32_t job) {
+  for (int i = 0; i < P.nthreads - 1; i++)
+    if (LOAD(&P.running[i], SEQ_CST) == job) pthread_kill(P.workers[i], CPU_INTERRUPT_SIGNAL);
 }
 
 static int launch(void *fn, int nargs, const uint64_t *args, int64_t nblocks, int guarded, int *signo, void **addr, int64_t *block) {
   if (nargs < 0 || nargs > CPU_MAX_ARGS || nblocks > INT32_MAX) return -1;
   if (nblocks <= 0) return 0;
-  if (!guarded && (nblocks == 1 || (LOAD(&P.started, ACQUIRE) && P.nthreads == 1))) { run_serial(fn, nargs, args, nblocks, 0); return 0; }
+  if (guarded) cpu_guard_install();
+  if (nblocks == 1 || (LOAD(&P.started, ACQUIRE) && P.nthreads == 1)) {
+    /* on this thread alone, holding no lock (one thread per launch may run here at once) */
+    fault_rec local = {0, 0, NULL, 0};
+    run_serial(fn, nargs, args, nblocks, guarded ? &local : NULL);
+    return guarded ? take_fault(&local, signo, addr, block) : 0;
+  }
   pthread_mutex_lock(&P.launch_lock);
   if (!LOAD(&P.started, ACQUIRE)) pool_start_locked();
   if (guarded) STORE(&F.set, 0, RELAXED);
-  if (P.nthreads == 1 || nblocks == 1) {
-    run_serial(fn, nargs, args, nblocks, guarded);
-    int r = guarded ? take_fault(signo, addr, block) : 0;
+  if (P.nthreads == 1) {
+    run_serial(fn, nargs, args, nblocks, guarded ? &F : NULL);
+    int r = guarded ? take_fault(&F, signo, addr, block) : 0;
     pthread_mutex_unlock(&P.launch_lock);
     return r;
   }
@@ -298,16 +347,26 @@ static int launch(void *fn, int nargs, const uint64_t *args, int64_t nblocks, in
   STORE(&P.claim, (u64)job << 32 | (u64)nblocks, RELEASE);
   STORE(&P.gen, job, SEQ_CST);
   if (LOAD(&P.sleepers, SEQ_CST) > 0) word_wake(&P.gen, INT_MAX);
-  work(job);
-  /* wait for blocks other threads are still running */
+  if (guarded) cpu_pool_launching = job;
+  work(job, -1);
+  /* wait for blocks other threads are still running; a guarded job cancelled meanwhile (an interrupt) has them left */
   uint32_t d;
+  int kicked = 0;
   while ((d = LOAD(&P.done, ACQUIRE)) != (uint32_t)nblocks) {
+    if (guarded && !kicked && atomic_load(&g_cancel) == job) { interrupt_workers(job); kicked = 1; }
     if (spin_while_equal(&P.done, d, P.spin_ns)) continue;
     STORE(&P.launcher_sleeping, 1, SEQ_CST);
-    if ((d = LOAD(&P.done, SEQ_CST)) != (uint32_t)nblocks) word_wait(&P.done, d);
+    /* a guarded launch sleeps in slices, so a cancel that arrives meanwhile is seen */
+    if ((d = LOAD(&P.done, SEQ_CST)) != (uint32_t)nblocks) word_wait_for(&P.done, d, guarded ? 20000000 : 0);
     STORE(&P.launcher_sleeping, 0, RELAXED);
   }
-  int r = guarded ? take_fault(signo, addr, block) : 0;
+  cpu_pool_launching = 0;
+  if (guarded && atomic_load(&g_cancel) == job) {
+    atomic_store(&g_cancel, 0);
+    /* cancelled before any block saw the interrupt (the rest were skipped): still a failed launch */
+    if (LOAD(&F.set, ACQUIRE) != 2) { F.signo = CPU_INTERRUPT_SIGNAL; F.addr = NULL; F.block = -1; STORE(&F.set, 2, RELEASE); }
+  }
+  int r = guarded ? take_fault(&F, signo, addr, block) : 0;
   pthread_mutex_unlock(&P.launch_lock);
   return r;
 }
@@ -325,7 +384,9 @@ static void stop_locked(void) {
   word_wake(&P.gen, INT_MAX);
   for (int i = 0; i < P.nthreads - 1; i++) pthread_join(P.workers[i], NULL);
   free(P.workers);
+  free(P.running);
   P.workers = NULL;
+  P.running = NULL;
   P.nthreads = 0;
   STORE(&P.stop, 0, RELAXED);
   STORE(&P.started, 0, RELEASE);

@@ -3,6 +3,7 @@
 #ifndef CPU_POOL_H
 #define CPU_POOL_H
 #include <stdint.h>
+#include <signal.h>
 
 #define CPU_MAX_ARGS 64
 
@@ -15,13 +16,27 @@
 int cpu_launch(void *fn, int nargs, const uint64_t *args, int64_t nblocks);
 
 /* cpu_launch whose blocks run under a fault guard: a block that raises SIGSEGV/SIGBUS/SIGFPE/SIGILL is abandoned (the
-   signal handler of the command processor, cmdproc.c, jumps back to cpu_pool_guard), the other blocks still run, and the
-   launch returns -2 with the first fault's signal, address and block in *signo, *addr, *block. Needs that handler. */
+   signal handler, cmdproc.c, jumps back to cpu_pool_guard), the other blocks still run, and the launch returns -2 with the
+   first fault's signal, address and block in *signo, *addr, *block. An interrupt (SIGINT, or CPU_INTERRUPT_SIGNAL sent by
+   cmdproc_interrupt or the host's deadline) stops the whole launch instead: the blocks running are left, the rest skipped,
+   and *signo is SIGINT or CPU_INTERRUPT_SIGNAL. Installs the handler on first use (cpu_guard_install). */
 int cpu_launch_guarded(void *fn, int nargs, const uint64_t *args, int64_t nblocks, int *signo, void **addr, int64_t *block);
+
+/* the signal that asks a thread running a guarded kernel to leave it (SIGURG: ignored by default, so a stray one is harmless) */
+#define CPU_INTERRUPT_SIGNAL SIGURG
+static inline int cpu_is_interrupt(int sig) { return sig == SIGINT || sig == CPU_INTERRUPT_SIGNAL; }
+/* installs the fault and interrupt handlers once per process (cmdproc.c); cpu_guard_check re-installs them where someone
+   replaced them since (Python's faulthandler, signal.signal(SIGINT, ...)), and costs a few system calls */
+void cpu_guard_install(void);
+void cpu_guard_check(void);
+/* stops the guarded pool job `job` (from a signal handler too): blocks not started are skipped, running ones interrupted */
+void cpu_pool_cancel(uint32_t job);
 
 /* set on a thread while it runs a guarded block: where the fault handler jumps, and where it leaves the signal's details */
 #include <setjmp.h>
 extern __thread sigjmp_buf *cpu_pool_guard;
+extern __thread uint32_t cpu_pool_job;         /* the guarded pool job whose block this thread runs, or 0 */
+extern __thread uint32_t cpu_pool_launching;   /* the guarded pool job this thread launched and waits for, or 0 */
 extern __thread int cpu_pool_signo;
 extern __thread void *cpu_pool_addr;
 /* unblocks SIGSEGV/SIGBUS/SIGFPE/SIGILL on this thread: a guard calls it after its handler jumped out of a fault (the guards
