@@ -76,7 +76,42 @@ DIFFERENCES = {
   "interpolate": "uint8 bilinear results can round differently from tinygrad",
   "sum": "dtype='' raises ValueError (unknown dtype), not tinygrad's AttributeError",
   "prod": "dtype='' raises ValueError (unknown dtype), not tinygrad's AttributeError",
+  "gather": "an index outside [0, n) reads 0, as in tinygrad (torch raises); CHECK_BOUNDS=1 raises IndexError (see Index bounds)",
+  "one_hot": "a value outside [0, num_classes) gives an all-zero row, as in tinygrad; CHECK_BOUNDS=1 raises IndexError",
+  "scatter": "an index outside [0, n) writes nothing; CHECK_BOUNDS=1 raises IndexError",
+  "sparse_categorical_crossentropy": "a label outside [0, classes) (other than ignore_index) adds 0 to the loss; CHECK_BOUNDS=1 raises IndexError",
+  "cross_entropy": "a label outside [0, classes) (other than ignore_index) adds 0 to the loss (torch raises); CHECK_BOUNDS=1 raises IndexError",
+  "nll_loss": "a label outside [0, classes) (other than ignore_index) adds 0 to the loss (torch raises); CHECK_BOUNDS=1 raises IndexError",
+  "full": "an int fill_value beyond int32 gives int64 (uint64 beyond that), as tinygrad's arange; one that doesn't fit an explicit dtype raises ValueError",
 }
+
+# the rules for bad input, after the tables
+BAD_INPUT = """## Bad input and index bounds
+
+Arguments: every public method checks its arguments. Types come from the method's annotations (core/tensor/validate.py wraps
+each method when the class is built), so `t.unsqueeze([0])` raises `TypeError: Tensor.unsqueeze: argument 'dim' must be int,
+got list [0]`; values are checked by the method (`avg_pool2d(0)`: `ValueError ... 'kernel_size[0]' must be >= 1`). Bad input
+raises `TypeError`, `ValueError` or `IndexError` naming the method and the argument (some older checks raise `RuntimeError`,
+as tinygrad and PyTorch do there); an allocation the device can't hold raises `core.device.allocator.OutOfMemory` (a
+`MemoryError`) with the size and the device. tests/tensor/test_fuzz_api.py fuzzes the whole API to keep it that way.
+
+Python indices (`t[5]`, `t[[0, 5, -9]]`) are checked: outside `[-n, n)` is an `IndexError`, negative ones wrap.
+
+Tensor indices are values on the device, so they are not checked by default. The one rule, tinygrad's: an index or label
+outside the valid range selects nothing and reads 0. `gather`, `scatter` and `one_hot` take `[0, n)`; fancy indexing
+(`t[idx]`) first wraps `[-n, 0)` like numpy; the class labels of `sparse_categorical_crossentropy`, `cross_entropy` and
+`nll_loss` take `[0, classes)` or `ignore_index`, and another label adds 0 to the loss (it still counts in the mean's
+divisor of sparse_categorical_crossentropy). `CHECK_BOUNDS=1` (or `Context(CHECK_BOUNDS=1)`) checks them instead: when the
+op is built, a reduction kernel on the index's device finds the first offending position and the op raises
+`IndexError: Tensor.gather: index[1] = 7 is out of range for dim 0 of size 3`. It runs on every device and renderer (it is
+ordinary tensor code, not a renderer feature), costs one small kernel and a read-back per indexing op, and is skipped while a
+Jit captures (a replay would not repeat it).
+
+Python scalars: an int beyond int32 becomes int64 (then uint64) where no dtype is given (`Tensor.full((2,), 2**40)`,
+`Tensor(2**40)`, `Tensor([2**40])`); as an operand of an int tensor it promotes the op (`int32_t + 2**40` is int64,
+`uint8_t == -1` compares in int32); an int that doesn't fit an explicitly given dtype, or any 64-bit dtype, raises
+`ValueError`.
+"""
 
 SECTIONS = [("CreationMixin", "Creation"), ("RandomMixin", "Random numbers"), ("MovementMixin", "Movement"), ("IndexingMixin", "Indexing"),
             ("ElementwiseMixin", "Elementwise"), ("ReduceMixin", "Reductions"), ("SortMixin", "Sorting"), ("ConvMixin", "Convolutions and pooling"),
@@ -110,7 +145,7 @@ def render() -> str:
       text = _summary(Tensor, n).replace("|", "\\|")
       out.append(f"| `{n}` | {text} | {DIFFERENCES.get(n, 'as tinygrad').replace('|', chr(92) + '|')} |")
     out.append("")
-  return "\n".join(out)
+  return "\n".join(out + [BAD_INPUT])
 
 if __name__ == "__main__":
   OUT.write_text(render())

@@ -108,8 +108,8 @@ class ConvMixin:
     nd = len(k)
     if not 0 < nd <= self.ndim: raise ValueError(f"Tensor.{method}: kernel_size {k} needs 1 to {self.ndim} dims (the input has shape {self.shape})")
     check_ints(method, "kernel_size", k, lo=1)
-    s = make_tuple(check_ints(method, "stride", stride if stride is not None else k, lo=1, n=nd), nd)
-    d = make_tuple(check_ints(method, "dilation", dilation, lo=1, n=nd), nd)
+    s = check_ints(method, "stride", stride if stride is not None else k, lo=1, n=nd)
+    d = check_ints(method, "dilation", dilation, lo=1, n=nd)
     pads = _padding(padding if isinstance(padding, int) else list(padding), nd)
     check_ints(method, "padding", [v for pair in pads for v in pair], lo=0)
     applied, outs = [], []

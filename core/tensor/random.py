@@ -4,6 +4,7 @@ import math, threading
 from typing import TYPE_CHECKING, Any, ClassVar
 from core.helpers import prod, argfix
 from core.ir.dtype import DTypeLike, dtypes, to_dtype
+from core.tensor.validate import check_shape
 
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
@@ -27,6 +28,12 @@ def threefry2x32(x0: Any, x1: Any, k0: int, k1: int) -> tuple[Any, Any]:
       x1 = rotl(x1, r) ^ x0
     x0, x1 = wrap(x0 + ks[(group + 1) % 3]), wrap(x1 + ((ks[(group + 2) % 3] + group + 1) & M32))
   return x0, x1
+
+def _fan_shape(method: str, shape: tuple[Any, ...]) -> tuple[int, ...]:
+  """The shape of a fan-scaled init: at least one dim; a fan of 0 (no elements to draw) is scaled as a fan of 1."""
+  s = check_shape(method, "shape", argfix(*shape))
+  if not s: raise ValueError(f"Tensor.{method}: argument 'shape' needs at least one dim (the fan comes from it), got {s}")
+  return s
 
 class RandomMixin:
   _seed: ClassVar[int] = 0
@@ -66,7 +73,7 @@ class RandomMixin:
   def rand(cls, *shape: Any, device: str | None = None, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
     """Uniform in [0, 1): the top 23 random bits become the mantissa of a float in [1, 2), minus 1."""
     from core.tensor.tensor import Tensor
-    s, dt = argfix(*shape), to_dtype(dtype or dtypes.default_float)
+    s, dt = check_shape("rand", "shape", argfix(*shape)), to_dtype(dtype or dtypes.default_float)
     if not dtypes.is_float(dt): raise TypeError(f"rand needs a float dtype, got {dt}")
     if prod(s) == 0: return Tensor.full(s, 0.0, dtype=dt, device=device, **kwargs)
     bits = cls._random_bits(prod(s), device)
@@ -111,23 +118,23 @@ class RandomMixin:
 
   @classmethod
   def scaled_uniform(cls, *shape: Any, **kwargs: Any) -> Tensor:
-    s = argfix(*shape)
-    return cls.uniform(*s, low=-1.0, high=1.0, **kwargs) * (prod(s) ** -0.5)
+    s = check_shape("scaled_uniform", "shape", argfix(*shape))
+    return cls.uniform(*s, low=-1.0, high=1.0, **kwargs) * (max(prod(s), 1) ** -0.5)   # no elements: nothing to scale
   @classmethod
   def glorot_uniform(cls, *shape: Any, **kwargs: Any) -> Tensor:
-    s = argfix(*shape)
-    bound = math.sqrt(6 / (s[0] + prod(s[1:])))
+    s = _fan_shape("glorot_uniform", shape)
+    bound = math.sqrt(6 / max(s[0] + prod(s[1:]), 1))
     return cls.uniform(*s, low=-bound, high=bound, **kwargs)
   @classmethod
   def kaiming_uniform(cls, *shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
     """He init for leaky_relu(a): bound = gain * sqrt(3 / fan_in), fan_in = prod(shape[1:])."""
-    s = argfix(*shape)
-    bound = math.sqrt(2.0 / (1 + a * a)) * math.sqrt(3.0 / prod(s[1:]))
+    s = _fan_shape("kaiming_uniform", shape)
+    bound = math.sqrt(2.0 / (1 + a * a)) * math.sqrt(3.0 / max(prod(s[1:]), 1))
     return cls.uniform(*s, low=-bound, high=bound, **kwargs)
   @classmethod
   def kaiming_normal(cls, *shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
-    s = argfix(*shape)
-    return cls.normal(*s, std=math.sqrt(2.0 / (1 + a * a)) / math.sqrt(prod(s[1:])), **kwargs)
+    s = _fan_shape("kaiming_normal", shape)
+    return cls.normal(*s, std=math.sqrt(2.0 / (1 + a * a)) / math.sqrt(max(prod(s[1:]), 1)), **kwargs)
 
   def rand_like(self: Tensor, **kwargs: Any) -> Tensor:  # type: ignore[misc]
     return type(self).rand(*self.shape, **{"dtype": self.dtype, "device": self.device, **kwargs})

@@ -32,12 +32,12 @@ def check_int(method: str, arg: str, v: Any, lo: int | None = None, hi: int | No
   return v
 
 def check_ints(method: str, arg: str, v: Any, lo: int | None = None, n: int | None = None) -> tuple[int, ...]:
-  """An int or a sequence of ints (each >= lo), as a tuple (of length n when given)."""
+  """An int or a sequence of ints (each >= lo), as a tuple; with `n`, exactly n values (a single one is repeated)."""
   vals = (v,) if isinstance(v, numbers.Integral) and not isinstance(v, bool) else v
   if not isinstance(vals, (tuple, list)): raise TypeError(f"{_what(method, arg)} must be an int or a sequence of ints, got {_name(v)} {v!r}")
   out = tuple(check_int(method, f"{arg}[{i}]", x, lo) for i, x in enumerate(vals))
   if n is not None and len(out) not in (1, n): raise ValueError(f"{_what(method, arg)} must have 1 or {n} values, got {len(out)}")
-  return out
+  return out * n if n is not None and len(out) == 1 else out
 
 def check_shape(method: str, arg: str, shape: Any, allow: Sequence[int | None] = ()) -> tuple[Any, ...]:
   """Every dim an int >= 0 (or one of `allow`, e.g. -1 for reshape's inferred dim), a symbolic dim (UOp), or None when
