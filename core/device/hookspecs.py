@@ -1,6 +1,6 @@
 """The plugin contract: every hook a backend plugin may implement, declared once (pluggy project "core")."""
 from __future__ import annotations
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 import pluggy
 
 if TYPE_CHECKING:
@@ -47,3 +47,16 @@ def core_pm_bufferize(device: str) -> PatternMatcher | None:
   allocates the packed kinds (programs, kernargs, command buffers) itself and any other placeholder is an error."""
 
 HOOK_NAMES = ("core_plugin_info", "core_devices", "core_pm_prep_program", "core_pm_lower", "core_pm_bufferize")
+
+def hcq_rules(prep: str, lower: str, bufferize: str) -> tuple[Callable[[str], Any], Callable[[str], Any], Callable[[str], Any]]:
+  """A plugin's three HCQ rule hooks from lazy references ("package.module:attribute"), each imported only when the pipeline
+  first asks for it (a plugin whose device never runs an HCQ schedule never imports its rules). In the plugin's module:
+  `core_pm_prep_program, core_pm_lower, core_pm_bufferize = hcq_rules("pkg.prep:pm_prep_program", "pkg.lower:pm_lower", ...)`;
+  a plugin whose rules differ per device name implements the hooks itself."""
+  from core.device.spec import resolve
+  def hook(ref: str) -> Callable[[str], Any]:
+    def rules(device: str) -> Any: return resolve(ref)   # pluggy passes the hookspec's arguments by name: `device` is required
+    rules.__qualname__ = rules.__name__ = f"rules {ref}"
+    return hookimpl(rules)
+  return hook(prep), hook(lower), hook(bufferize)
+

@@ -1,12 +1,9 @@
 """plugin-example's hooks: declares the EXAMPLE device. Cheap to import; the renderer, compiler and runtime load on first use."""
 from __future__ import annotations
 import os, shutil
-from typing import TYPE_CHECKING, Any
-from core.device.hookspecs import hookimpl
+from typing import Any
+from core.device.hookspecs import hookimpl, hcq_rules
 from core.device.spec import DeviceSpec
-
-if TYPE_CHECKING:
-  from core.ir.pattern import PatternMatcher
 
 __version__ = "0.1.0"
 
@@ -31,17 +28,5 @@ def core_devices() -> list[DeviceSpec]:
                      description="example third-party backend: host C compiler + ctypes (SIM: simulated command queues)")]
 
 # the command-queue rules (queue.py), asked only for this plugin's devices when one runs through core's HCQ pipeline (SIM)
-@hookimpl
-def core_pm_prep_program(device: str) -> PatternMatcher:
-  from plugin_example.queue import pm_prep_program
-  return pm_prep_program
-
-@hookimpl
-def core_pm_lower(device: str) -> PatternMatcher:
-  from plugin_example.queue import pm_lower
-  return pm_lower
-
-@hookimpl
-def core_pm_bufferize(device: str) -> PatternMatcher:
-  from plugin_example.queue import pm_bufferize
-  return pm_bufferize
+core_pm_prep_program, core_pm_lower, core_pm_bufferize = hcq_rules("plugin_example.queue:pm_prep_program", "plugin_example.queue:pm_lower",
+                                                                 "plugin_example.queue:pm_bufferize")

@@ -1,12 +1,9 @@
 """The AMD plugin's hooks: declares the AMD device (LLVM renderer for gfx9/gfx11/gfx12, KFD and MOCK interfaces) and its HCQ rules."""
 from __future__ import annotations
 import os
-from typing import TYPE_CHECKING, Any
-from core.device.hookspecs import hookimpl
+from typing import Any
+from core.device.hookspecs import hookimpl, hcq_rules
 from core.device.spec import DeviceSpec
-
-if TYPE_CHECKING:
-  from core.ir.pattern import PatternMatcher
 
 __version__ = "0.1.0"
 INTERFACES = ("KFD", "MOCK")   # the first is the default (DEV=AMD); runtime.make_device opens either
@@ -36,17 +33,5 @@ def core_devices() -> list[DeviceSpec]:
                      description="AMD GPUs (gfx90a, gfx942, gfx950, gfx1100, gfx1201): LLVM code objects, PM4/SDMA queues")]
 
 # the HCQ rules, one set each for every interface, imported only when core's HCQ pipeline asks for them
-@hookimpl
-def core_pm_prep_program(device: str) -> PatternMatcher:
-  from plugin_amd.prep import pm_prep_program
-  return pm_prep_program
-
-@hookimpl
-def core_pm_lower(device: str) -> PatternMatcher:
-  from plugin_amd.lower import pm_lower
-  return pm_lower
-
-@hookimpl
-def core_pm_bufferize(device: str) -> PatternMatcher:
-  from plugin_amd.bufferize import pm_bufferize
-  return pm_bufferize
+core_pm_prep_program, core_pm_lower, core_pm_bufferize = hcq_rules("plugin_amd.prep:pm_prep_program", "plugin_amd.lower:pm_lower",
+                                                                 "plugin_amd.bufferize:pm_bufferize")

@@ -1,12 +1,9 @@
 """The CPU plugin's hooks: declares the CPU device; its renderer, compiler and runtime are imported only when it is built."""
 from __future__ import annotations
 import os, pathlib, platform, shutil
-from typing import TYPE_CHECKING, Any
-from core.device.hookspecs import hookimpl
+from typing import Any
+from core.device.hookspecs import hookimpl, hcq_rules
 from core.device.spec import DeviceSpec
-
-if TYPE_CHECKING:
-  from core.ir.pattern import PatternMatcher
 
 __version__ = "0.1.0"
 
@@ -32,20 +29,8 @@ def make_llvm(arch: str | None = None) -> tuple[Any, Any]:
   return CPULLVMRenderer(), LLVMCompiler(cpu=arch)
 
 # the HCQ rules (plugin_cpu.queue) are imported only when core's HCQ pipeline asks for them
-@hookimpl
-def core_pm_prep_program(device: str) -> PatternMatcher:
-  from plugin_cpu.queue import pm_prep_program
-  return pm_prep_program
-
-@hookimpl
-def core_pm_lower(device: str) -> PatternMatcher:
-  from plugin_cpu.queue import pm_lower
-  return pm_lower
-
-@hookimpl
-def core_pm_bufferize(device: str) -> PatternMatcher:
-  from plugin_cpu.queue import pm_bufferize
-  return pm_bufferize
+core_pm_prep_program, core_pm_lower, core_pm_bufferize = hcq_rules("plugin_cpu.queue:pm_prep_program", "plugin_cpu.queue:pm_lower",
+                                                                 "plugin_cpu.queue:pm_bufferize")
 
 @hookimpl
 def core_plugin_info() -> dict[str, Any]: return {"name": "cpu", "version": __version__, "api": (2, 0)}

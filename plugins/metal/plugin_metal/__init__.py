@@ -2,12 +2,9 @@
 replayed on the host with each kernel's MSL built as C++) and its HCQ rules."""
 from __future__ import annotations
 import sys
-from typing import TYPE_CHECKING, Any
-from core.device.hookspecs import hookimpl
+from typing import Any
+from core.device.hookspecs import hookimpl, hcq_rules
 from core.device.spec import DeviceSpec
-
-if TYPE_CHECKING:
-  from core.ir.pattern import PatternMatcher
 
 __version__ = "0.2.0"
 INTERFACES = ("MTL", "MOCK")   # the first is the default (DEV=METAL); runtime.make_device opens either
@@ -32,17 +29,5 @@ def core_devices() -> list[DeviceSpec]:
                      description="Apple GPUs through Metal (MSL); MOCK+METAL runs the MSL as C++ on the host")]
 
 # the HCQ rules (both interfaces replay the same command-buffer programs), imported only when core's HCQ pipeline asks for them
-@hookimpl
-def core_pm_prep_program(device: str) -> PatternMatcher:
-  from plugin_metal.prep import pm_prep_program
-  return pm_prep_program
-
-@hookimpl
-def core_pm_lower(device: str) -> PatternMatcher:
-  from plugin_metal.lower import pm_lower
-  return pm_lower
-
-@hookimpl
-def core_pm_bufferize(device: str) -> PatternMatcher:
-  from plugin_metal.bufferize import pm_bufferize
-  return pm_bufferize
+core_pm_prep_program, core_pm_lower, core_pm_bufferize = hcq_rules("plugin_metal.prep:pm_prep_program", "plugin_metal.lower:pm_lower",
+                                                                 "plugin_metal.bufferize:pm_bufferize")

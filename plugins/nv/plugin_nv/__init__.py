@@ -1,12 +1,9 @@
 """The NV plugin's hooks: declares the NV device (PTX and CUDA renderers for sm_80..sm_120; the MOCK interface runs kernels on a
 software GPU that decodes the GPFIFO channels' methods and QMDs) and its HCQ rules."""
 from __future__ import annotations
-from typing import TYPE_CHECKING, Any
-from core.device.hookspecs import hookimpl
+from typing import Any
+from core.device.hookspecs import hookimpl, hcq_rules
 from core.device.spec import DeviceSpec
-
-if TYPE_CHECKING:
-  from core.ir.pattern import PatternMatcher
 
 __version__ = "0.1.0"
 # the first is the default (DEV=NV): the kernel driver. NVK and CUDA are declared for what comes next (issue 17); MOCK runs kernels
@@ -41,17 +38,5 @@ def core_devices() -> list[DeviceSpec]:
 
 # the HCQ rules, imported only when core's HCQ pipeline asks for them: cubin -> NVProgramData (prep.py), commands -> pushbuffer
 # methods (lower.py), placeholders -> the channel's and fresh buffers (bufferize.py)
-@hookimpl
-def core_pm_prep_program(device: str) -> PatternMatcher:
-  from plugin_nv.prep import pm_prep_program
-  return pm_prep_program
-
-@hookimpl
-def core_pm_lower(device: str) -> PatternMatcher:
-  from plugin_nv.lower import pm_lower
-  return pm_lower
-
-@hookimpl
-def core_pm_bufferize(device: str) -> PatternMatcher:
-  from plugin_nv.bufferize import pm_bufferize
-  return pm_bufferize
+core_pm_prep_program, core_pm_lower, core_pm_bufferize = hcq_rules("plugin_nv.prep:pm_prep_program", "plugin_nv.lower:pm_lower",
+                                                                 "plugin_nv.bufferize:pm_bufferize")

@@ -1,12 +1,9 @@
 """The QCOM plugin's hooks: declares the QCOM device (Adreno A6xx/A7xx: OpenCL C renderer; KGSL, CL and MOCK interfaces) and its HCQ rules."""
 from __future__ import annotations
 import os
-from typing import TYPE_CHECKING, Any
-from core.device.hookspecs import hookimpl
+from typing import Any
+from core.device.hookspecs import hookimpl, hcq_rules
 from core.device.spec import DeviceSpec
-
-if TYPE_CHECKING:
-  from core.ir.pattern import PatternMatcher
 
 __version__ = "0.1.0"
 # KGSL: the Adreno kernel driver (the default on a phone); CL: any OpenCL driver, kernels enqueued one by one; MOCK: a
@@ -40,17 +37,5 @@ def core_devices() -> list[DeviceSpec]:
                                  "a software command processor (MOCK+QCOM)")]
 
 # the HCQ rules (KGSL and MOCK), imported only when core's HCQ pipeline asks for them
-@hookimpl
-def core_pm_prep_program(device: str) -> PatternMatcher:
-  from plugin_qcom.prep import pm_prep_program
-  return pm_prep_program
-
-@hookimpl
-def core_pm_lower(device: str) -> PatternMatcher:
-  from plugin_qcom.lower import pm_lower
-  return pm_lower
-
-@hookimpl
-def core_pm_bufferize(device: str) -> PatternMatcher:
-  from plugin_qcom.bufferize import pm_bufferize
-  return pm_bufferize
+core_pm_prep_program, core_pm_lower, core_pm_bufferize = hcq_rules("plugin_qcom.prep:pm_prep_program", "plugin_qcom.lower:pm_lower",
+                                                                 "plugin_qcom.bufferize:pm_bufferize")

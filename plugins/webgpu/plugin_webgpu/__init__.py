@@ -1,7 +1,7 @@
 """The WEBGPU plugin's hooks: declares the WEBGPU device (WGSL on the wgpu package's WebGPU, e.g. Mesa's lavapipe software GPU)."""
 from __future__ import annotations
-from typing import TYPE_CHECKING, Any
-from core.device.hookspecs import hookimpl
+from typing import Any
+from core.device.hookspecs import hookimpl, hcq_rules
 from core.device.spec import DeviceSpec
 
 __version__ = "0.1.0"
@@ -18,24 +18,10 @@ def make_wgsl(arch: str | None = None) -> tuple[Any, Any]:
   from plugin_webgpu.runtime import make_renderer
   return make_renderer(gpu()), WGSLCompiler()
 
-if TYPE_CHECKING:
-  from core.ir.pattern import PatternMatcher
 
 # the HCQ rules (plugin_webgpu.queue) are imported only when core's HCQ pipeline asks for them
-@hookimpl
-def core_pm_prep_program(device: str) -> PatternMatcher:
-  from plugin_webgpu.queue import pm_prep_program
-  return pm_prep_program
-
-@hookimpl
-def core_pm_lower(device: str) -> PatternMatcher:
-  from plugin_webgpu.queue import pm_lower
-  return pm_lower
-
-@hookimpl
-def core_pm_bufferize(device: str) -> PatternMatcher:
-  from plugin_webgpu.queue import pm_bufferize
-  return pm_bufferize
+core_pm_prep_program, core_pm_lower, core_pm_bufferize = hcq_rules("plugin_webgpu.queue:pm_prep_program", "plugin_webgpu.queue:pm_lower",
+                                                                 "plugin_webgpu.queue:pm_bufferize")
 
 @hookimpl
 def core_plugin_info() -> dict[str, Any]: return {"name": "webgpu", "version": __version__, "api": (2, 0)}
