@@ -180,3 +180,16 @@ def test_queue_only_device_is_refused_clearly(tmp_path):
           "compile_model(resnet()[0]).save('m.core')\nload_compiled('m.core')\n")
   r = subprocess.run([sys.executable, "-c", code], env={**os.environ, "DEV": "MOCK+AMD"}, cwd=tmp_path, capture_output=True, text=True, timeout=600)
   assert r.returncode != 0 and "CompiledFileError" in r.stderr and "only through its command queues" in r.stderr, r.stderr[-3000:]
+
+def test_bench_rows_run_and_check_against_onnxruntime(capsys):
+  """bench/onnx_models.py in a short run: its rows print, and every runner's output was checked against onnxruntime first
+  (a smoke run: nothing about speed is asserted)."""
+  pytest.importorskip("onnxruntime") if os.environ.get("CI") != "true" else None
+  import importlib.util
+  spec = importlib.util.spec_from_file_location("bench_onnx_models", os.path.join(ROOT, "bench", "onnx_models.py"))
+  assert spec is not None and spec.loader is not None
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  rows = mod.main(["--quick", "--models", "transformer"])
+  assert [r["model"] for r in rows] == ["transformer"] and all(rows[0][k] > 0 for k in ("onnxruntime", "core Jit", "core compiled"))
+  assert "transformer  2x8x32" in capsys.readouterr().out
