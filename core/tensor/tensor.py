@@ -2,7 +2,7 @@
 from __future__ import annotations
 import builtins, contextlib, functools, threading, weakref
 from typing import Any, ClassVar
-from core.helpers import prod
+from core.helpers import TRAINING, prod
 from core.ir.dtype import DType, DTypeLike, ConstType, dtypes, to_dtype, from_np, to_np, least_upper_dtype
 from core.ir.ops import UOp, Ops, sym_val
 from core.tensor.creation import CreationMixin
@@ -45,10 +45,17 @@ def _host_bytes(data: Any, dtype: DType | None) -> tuple[memoryview, DType, tupl
   if want.fmt is None: return raw(np.ascontiguousarray(arr, dtype=np.float32)), dtypes.float32, arr.shape, want
   return raw(np.ascontiguousarray(arr, dtype=to_np(want))), want, arr.shape, None
 
+class _TensorType(type):
+  """Tensor's metaclass: `Tensor.training` reads and sets the TRAINING setting, so `Tensor.train()`, `Tensor.training = True`
+  and `Context(TRAINING=1)` are one switch."""
+  @property
+  def training(cls) -> bool: return bool(TRAINING.value)
+  @training.setter
+  def training(cls, mode: bool) -> None: TRAINING.value = int(bool(mode))
+
 class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, ElementwiseMixin, ReduceMixin, ConvMixin, NNOpsMixin, SortMixin,
-             InteropMixin):
+             InteropMixin, metaclass=_TensorType):
   """A lazily evaluated n-dimensional array. Operations build a UOp graph; `realize()`/`numpy()` run it on `device`."""
-  training: ClassVar[bool] = False
   no_grad: ClassVar[bool] = False
   _all: ClassVar[weakref.WeakSet[Tensor]] = weakref.WeakSet()   # the live tensors that (ever) had requires_grad set true
   # every tensor made with requires_grad None ("may need a gradient"), for backward(): weak references in a plain list

@@ -101,6 +101,7 @@ def test_jit_adam_step_matches_eager():
   def run(use_jit):
     ps = [Tensor(p.copy(), requires_grad=True) for p in init]
     opt = optim.Adam(ps, lr=0.01)
+    @Tensor.train()
     def step(x):
       opt.zero_grad()
       loss = _mlp(ps, x).square().sum()

@@ -42,7 +42,11 @@ class Optimizer:
 
   def step(self) -> None:
     """Applies one update with the current `.grad`s and realizes parameters, optimizer state and buffers. Live lazy tensors that
-    read the parameters (the loss) are realized first, with the gradients: they keep the values of the weights before the step."""
+    read the parameters (the loss) are realized first, with the gradients: they keep the values of the weights before the step.
+    Runs only in training mode (as in tinygrad): a step taken by mistake outside it would change the weights silently."""
+    if not Tensor.training:
+      raise RuntimeError(f"{type(self).__name__}.step() outside training mode: wrap the training step in `with Tensor.train():` "
+                         "(or `with Context(TRAINING=1):`, or set Tensor.training = True)")
     # the gradients and buffer updates (BatchNorm running stats) read the parameters' old values; they are computed
     # before the first parameter is overwritten, so no kernel sees a half-updated model whatever order the schedule picks
     pre = [p.grad for p in self.params if p.grad is not None] + self.buffers

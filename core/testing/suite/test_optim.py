@@ -6,6 +6,7 @@ import pytest
 from core.tensor.tensor import Tensor
 from core.tensor import nn
 from core.tensor.nn.optim import SGD, Adam, AdamW, LAMB, Optimizer
+from core.helpers import Context, TRAINING
 
 X = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
 W0 = np.random.default_rng(1).standard_normal((4, 3)).astype(np.float32)
@@ -177,3 +178,25 @@ def test_loss_read_after_step_is_the_loss_before_it():
   opt.step()
   np.testing.assert_allclose(loss.item(), float(((X.astype(np.float64) @ W0) ** 2).sum()), rtol=1e-4)
   np.testing.assert_allclose(w.numpy(), W0 - 0.1 * 2 * X.T.astype(np.float64) @ (X.astype(np.float64) @ W0), rtol=1e-4, atol=1e-5)
+
+def test_step_outside_training_mode_raises_and_changes_nothing():
+  w = Tensor(W0.copy(), requires_grad=True)
+  opt = SGD([w], lr=0.1)
+  (w * w).sum().backward()
+  with Tensor.train(False):
+    with pytest.raises(RuntimeError, match=r"step\(\) outside training mode.*Tensor.train\(\)"): opt.step()
+  np.testing.assert_array_equal(w.numpy(), W0)
+  with Context(TRAINING=1): opt.step()   # Context(TRAINING=1) is the same switch
+  np.testing.assert_allclose(w.numpy(), W0 - 0.1 * 2 * W0, rtol=1e-6)
+
+def test_context_training_and_tensor_train_are_one_switch():
+  with Tensor.train(False):
+    assert not Tensor.training and not TRAINING
+    with Context(TRAINING=1): assert Tensor.training
+    with Tensor.train():
+      assert TRAINING.value == 1
+      with Context(TRAINING=0): assert not Tensor.training
+      assert Tensor.training
+    Tensor.training = True
+    assert TRAINING.value == 1
+  assert Tensor.training   # the autouse fixture's setting, restored by train(False)'s exit
