@@ -13,7 +13,8 @@ class HostKernel:
   memory, and for each variable the address of its int32 (Metal binds a `constant int&` as a buffer too)."""
   def __init__(self, name: str, msl: str):
     self.name, self.msl = name, msl
-    self.barriers = "threadgroup_barrier(" in msl   # only then run threads as fibers (plain calls are much cheaper)
+    # only then run threads as fibers (plain calls are much cheaper); a simdgroup multiply waits for its simdgroup like a barrier
+    self.barriers = "threadgroup_barrier(" in msl or "simdgroup_multiply_accumulate(" in msl
     lib = host_compiler().compile_cached(msl)  # type: ignore[attr-defined]
     with tempfile.NamedTemporaryFile(suffix=".so", delete=False) as f: f.write(lib)
     try: self.lib = ctypes.CDLL(f.name)

@@ -7,6 +7,7 @@ from core.ir.dtype import DType, PtrDType, AddrSpace, dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import UPat, PatternMatcher
 from core.codegen.c_style import CStyleRenderer, base_rewrite, c_code_for_op
+from core.device.tensor_core import TENSOR_CORES, tensor_core
 
 def _msl_math(fn: str):  # noqa: ANN202
   # metal::precise:: gives the correctly rounded (or libm-grade) result whatever the compile options; half and bfloat compute in
@@ -31,6 +32,21 @@ def _msl_load(ctx: MetalRenderer, x: UOp) -> str:
   t = ctx.render_dtype(x.dtype)
   return f"({ctx[idx.src[2]]}?({t})(*{ptr}):({t})({alt}))"
 
+def _msl_wmma(ctx: MetalRenderer, x: UOp) -> str:
+  # simdgroup_matrix 8x8: each thread's two elements of A, B and C go in through thread_elements(), D comes out the same way
+  tc = tensor_core(x.arg)
+  t = ctx.render_dtype(tc.dtype_in)
+  name = f"core_simdgroup_mma_{t}"
+  if name not in ctx.wmma_defs:
+    ta, tb, tc_ = (ctx.render_dtype(s.dtype) for s in x.src)
+    ctx.wmma_defs[name] = "\n".join([
+      f"inline {tc_} {name}({ta} a, {tb} b, {tc_} c) {{",
+      f"  simdgroup_{t}8x8 ma, mb;", "  simdgroup_float8x8 mc;",
+      *[f"  m{v}.thread_elements()[{i}] = {v}.v[{i}];" for v in "abc" for i in range(2)],
+      "  simdgroup_multiply_accumulate(mc, ma, mb, mc);",
+      f"  return {tc_}{{{{mc.thread_elements()[0], mc.thread_elements()[1]}}}};", "}"])
+  return f"{name}({ctx[x.src[0]]}, {ctx[x.src[1]]}, {ctx[x.src[2]]})"
+
 # the thread-position arguments every kernel takes (Metal fills them from the attribute, the MOCK passes them in this order)
 GROUP_ARG, LOCAL_ARG = "gid", "lid"
 
@@ -53,7 +69,9 @@ class MetalRenderer(CStyleRenderer):
               dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong", dtypes.float16: "half",
               dtypes.bfloat16: "bfloat", dtypes.float32: "float", dtypes.void: "void", dtypes.index: "long"}
   code_for_op = msl_code_for_op
-  string_rewrite = PatternMatcher([(UPat(Ops.LOAD, name="x"), _msl_load)]) + base_rewrite
+  string_rewrite = PatternMatcher([(UPat(Ops.LOAD, name="x"), _msl_load), (UPat(Ops.WMMA, name="x"), _msl_wmma)]) + base_rewrite
+  tensor_cores = TENSOR_CORES["METAL"]   # simdgroup_half8x8 / simdgroup_float8x8, float accumulate
+  wmma_defs: dict[str, str] = {}         # per render: the simdgroup helper functions the kernel calls
   vector_alu: frozenset[Ops] = frozenset()
   has_local = True
   has_shared = True
@@ -107,11 +125,13 @@ class MetalRenderer(CStyleRenderer):
     for u in uops:
       if u.op is Ops.SPECIAL and u.arg.startswith("lidx"): local[int(u.arg[-1])] = u.src[0].arg
     if prod(local) > 1024: raise ValueError(f"kernel {name}: a threadgroup of {'x'.join(map(str, local))} threads; Metal allows 1024")
-    return CStyleRenderer.render(copy.copy(self), name, uops)
+    ctx = copy.copy(self)
+    ctx.wmma_defs = {}
+    return CStyleRenderer.render(ctx, name, uops)
 
   def render_kernel(self, name: str, bufs: list[UOp], vars_: list[UOp], prefix: list[str], body: list[str]) -> str:
     args = [f"device {self.render_dtype(b.dtype.base)}* {self[b]} [[buffer({i})]]" for i, b in enumerate(bufs)]
     args += [f"{self.arg_int_prefix} {self[v]} [[buffer({len(bufs) + i})]]" for i, v in enumerate(vars_)]
     args += [f"uint3 {GROUP_ARG} [[threadgroup_position_in_grid]]", f"uint3 {LOCAL_ARG} [[thread_position_in_threadgroup]]"]
     head = ["#include <metal_stdlib>", "using namespace metal;"]
-    return "\n".join(head + prefix + [f"{self.kernel_prefix}void {name}({', '.join(args)}) {{"] + body + ["}"]) + "\n"
+    return "\n".join(head + prefix + list(self.wmma_defs.values()) + [f"{self.kernel_prefix}void {name}({', '.join(args)}) {{"] + body + ["}"]) + "\n"
