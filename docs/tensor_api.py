@@ -60,7 +60,9 @@ SUMMARY = {
   "transpose": "swap two dimensions", "trunc": "round toward zero", "unbind": "split into the slices along a dimension",
   "unflatten": "split one dimension into several", "uniform": "uniform random values in [low, high)", "unsqueeze": "insert a size-1 dimension",
   "var": "variance (on an axis, with correction)", "var_mean": "(var, mean) together", "view": "reshape (alias)", "zeros": "a tensor of zeros",
-  "zeros_like": "zeros of the same shape",
+  "zeros_like": "zeros of the same shape", "no_grad": "when True, new tensors don't track gradients (a class-level switch)",
+  "CHUNK_SIZE": "bytes per chunk of fs_store's hash tree (default 1 MiB)",
+  "training": "training mode (dropout, BatchNorm statistics, optimizer steps): the TRAINING setting, so Context(TRAINING=1) sets it too",
 }
 
 # where this framework's behaviour differs from tinygrad's or PyTorch's; everything else follows tinygrad
@@ -82,6 +84,9 @@ DIFFERENCES = {
   "sparse_categorical_crossentropy": "a label outside [0, classes) (other than ignore_index) adds 0 to the loss; CHECK_BOUNDS=1 raises IndexError",
   "cross_entropy": "a label outside [0, classes) (other than ignore_index) adds 0 to the loss (torch raises); CHECK_BOUNDS=1 raises IndexError",
   "nll_loss": "a label outside [0, classes) (other than ignore_index) adds 0 to the loss (torch raises); CHECK_BOUNDS=1 raises IndexError",
+  "fs_store": "BLAKE2b-128 chunk hashes in a local folder (CORE_FS_DIR); tinygrad hashes on the device and can use a remote store, so roots differ from tinygrad's",
+  "fs_load": "reads the local store only (CORE_FS_DIR); a chunk that fails its hash raises core.tensor.fs.CorruptChunk",
+  "training": "a class-level switch only (Tensor.training), not an attribute of each tensor",
   "full": "an int fill_value beyond int32 gives int64 (uint64 beyond that), as tinygrad's arange; one that doesn't fit an explicit dtype raises ValueError",
 }
 
@@ -115,13 +120,18 @@ Python scalars: an int beyond int32 becomes int64 (then uint64) where no dtype i
 
 SECTIONS = [("CreationMixin", "Creation"), ("RandomMixin", "Random numbers"), ("MovementMixin", "Movement"), ("IndexingMixin", "Indexing"),
             ("ElementwiseMixin", "Elementwise"), ("ReduceMixin", "Reductions"), ("SortMixin", "Sorting"), ("ConvMixin", "Convolutions and pooling"),
-            ("NNOpsMixin", "Neural-network ops and losses"), ("InteropMixin", "Interop"), ("Tensor", "Tensor itself: data, autograd, devices")]
+            ("NNOpsMixin", "Neural-network ops and losses"), ("InteropMixin", "Interop"),
+            ("StoreMixin", "Content-addressed storage"), ("Tensor", "Tensor itself: data, autograd, devices")]
 
 def _owner(cls: type, name: str) -> str:
-  return next(c.__name__ for c in cls.__mro__ if name in c.__dict__)
+  # a name no class in the MRO holds is the metaclass's (Tensor.training)
+  return next((c.__name__ for c in cls.__mro__ if name in c.__dict__), "Tensor")
 
 def _summary(cls: type, name: str) -> str:
-  doc = inspect.getdoc(getattr(cls, name)) or ""
+  # a plain value (CHUNK_SIZE, no_grad) has its type's docstring, not its own
+  static = inspect.getattr_static(cls, name)
+  own = callable(static) or isinstance(static, (property, classmethod, staticmethod))
+  doc = (inspect.getdoc(getattr(cls, name)) if own else "") or ""
   first = doc.strip().split("\n\n")[0].replace("\n", " ").strip()
   if first and not (isinstance(inspect.getattr_static(cls, name), property) and name in SUMMARY): return first
   if name in SUMMARY: return SUMMARY[name]
@@ -130,7 +140,7 @@ def _summary(cls: type, name: str) -> str:
 def render() -> str:
   sys.path.insert(0, str(ROOT))
   from core.tensor.tensor import Tensor
-  names = sorted(n for n in dir(Tensor) if not n.startswith("_")) + ["__array__", "__dlpack__"]
+  names = sorted(n for n in dir(Tensor) if not n.startswith("_")) + ["__array__", "__dlpack__", "training"]
   out = ["# The Tensor API", "",
          "Every public method and property of `core.Tensor`, generated from the class by `python docs/tensor_api.py` (a test",
          "fails when this page is stale). Names, arguments, broadcasting and dtype promotion follow tinygrad's Tensor, which",

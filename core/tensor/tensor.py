@@ -15,6 +15,7 @@ from core.tensor.conv import ConvMixin
 from core.tensor.nnops import NNOpsMixin
 from core.tensor.sort import SortMixin
 from core.tensor.interop import InteropMixin, host_array
+from core.tensor.fs import StoreMixin
 from core.tensor.validate import scalar_dtype, check_scalar_fits
 
 _all_lock = threading.Lock()   # Tensor._all is added to and read from any thread
@@ -54,7 +55,7 @@ class _TensorType(type):
   def training(cls, mode: bool) -> None: TRAINING.value = int(bool(mode))
 
 class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, ElementwiseMixin, ReduceMixin, ConvMixin, NNOpsMixin, SortMixin,
-             InteropMixin, metaclass=_TensorType):
+             InteropMixin, StoreMixin, metaclass=_TensorType):
   """A lazily evaluated n-dimensional array. Operations build a UOp graph; `realize()`/`numpy()` run it on `device`."""
   no_grad: ClassVar[bool] = False
   _all: ClassVar[weakref.WeakSet[Tensor]] = weakref.WeakSet()   # the live tensors that (ever) had requires_grad set true
