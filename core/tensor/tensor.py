@@ -331,13 +331,13 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
     self.requires_grad = requires_grad
     return self
 
-  def _gradients(self, targets: list[Tensor], gradient: Tensor | None) -> dict[UOp, UOp]:
+  def _gradients(self, targets: list[Tensor], gradient: Tensor | None, uops: list[UOp] | None = None) -> dict[UOp, UOp]:
     from core.tensor.gradient import compute_gradient
     if gradient is None:
       if self.numel() != 1: raise ValueError(f"gradient of a non-scalar tensor (shape {self.shape}) needs gradient=")
       gradient = Tensor(UOp.const(self.dtype, 1.0, self.device, self.shape), requires_grad=False)
     if gradient.shape != self.shape: raise ValueError(f"gradient shape {gradient.shape} doesn't match tensor shape {self.shape}")
-    return compute_gradient(self.uop, gradient.uop.cast(self.dtype), [t.uop for t in targets])
+    return compute_gradient(self.uop, gradient.uop.cast(self.dtype), [t.uop for t in targets] if uops is None else uops)
 
   def gradient(self, *targets: Tensor, gradient: Tensor | None = None, materialize_grads: builtins.bool = True) -> list[Tensor]:
     """d(self)/d(target) for each target (a leaf or an intermediate tensor of self's graph), as new lazy tensors. `self`
@@ -358,19 +358,20 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
     """Accumulates d(self)/d(t) into `t.grad` for every live tensor `t` in self's graph whose requires_grad is not False:
     True ones always (zeros where no gradient reaches them), float ones left at None where a gradient reaches them."""
     nodes = self.uop.toposort()
-    # other threads may be adding tensors meanwhile (one still in its __init__ has no uop yet): read snapshots
-    needed = {id(t): t for t in Tensor._grad_tensors() if t.requires_grad and t.uop in nodes}
-    maybe = {id(t): t for r in Tensor._maybe[:] if (t := r()) is not None and t._requires_grad is None and "uop" in t.__dict__
-             and dtypes.is_float(t.dtype) and id(t) not in needed and t.uop in nodes}
+    # other threads may be adding tensors (one still in its __init__ has no uop yet) or realizing them (a new uop) meanwhile:
+    # snapshots, and each tensor's uop read once
+    needed = {id(t): (t, u) for t in Tensor._grad_tensors() if t.requires_grad and (u := t.uop) in nodes}
+    maybe = {id(t): (t, u) for r in Tensor._maybe[:] if (t := r()) is not None and t._requires_grad is None
+             and (u := t.__dict__.get("uop")) is not None and dtypes.is_float(u.dtype) and id(t) not in needed and u in nodes}
     targets = list(needed.values()) + list(maybe.values())
-    grads = self._gradients(targets, gradient)
-    if not needed and not any(t.uop in grads for t in maybe.values()):
+    grads = self._gradients([t for t, _ in targets], gradient, [u for _, u in targets])
+    if not needed and not any(u in grads for _, u in maybe.values()):
       raise RuntimeError("backward: no tensor in this graph needs a gradient (requires_grad is False or no gradient reaches it)")
-    for t in targets:
-      g = grads.get(t.uop)
+    for t, u in targets:
+      g = grads.get(u)
       if g is None:
         if id(t) in maybe: continue
-        g = t.uop.const_like(0)
+        g = u.const_like(0)
       if g.shape != t.shape: raise RuntimeError(f"internal error: gradient shape {g.shape} for tensor of shape {t.shape}")
       gt = Tensor(g, requires_grad=False)
       t.grad = gt if t.grad is None else t.grad + gt

@@ -14,12 +14,13 @@ def _readers(written: list[Tensor], skip: list[Tensor]) -> list[Tensor]:
   from core.schedule.realize_points import contiguous_buffer
   bufs = {cb[0] for t in written if (cb := contiguous_buffer(t.uop)) is not None}
   skip_ids = {id(t) for t in skip + written}
-  cands = [t for t in Tensor._grad_tensors() if id(t) not in skip_ids and contiguous_buffer(t.uop) is None]
+  # each tensor's graph is read once: another thread may realize one of them (and so replace its uop) meanwhile
+  cands = [(t, u) for t in Tensor._grad_tensors() if id(t) not in skip_ids and contiguous_buffer(u := t.uop) is None]
   if not bufs or not cands: return []
   reads: dict[UOp, bool] = {}
-  for u in UOp(Ops.SINK, src=tuple(t.uop for t in cands)).toposort():
+  for u in UOp(Ops.SINK, src=tuple(u for _, u in cands)).toposort():
     reads[u] = u in bufs or any(reads[s] for s in u.src)
-  return [t for t in cands if reads[t.uop]]
+  return [t for t, u in cands if reads[u]]
 
 class Optimizer:
   """Holds the parameters to train, the buffers to keep realized (e.g. BatchNorm running stats) and `lr` as a Tensor.
