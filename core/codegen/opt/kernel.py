@@ -145,9 +145,10 @@ def apply_opts(ast: UOp, opts: list[Opt] | tuple[Opt, ...], renderer: Any = None
   for o in opts: k = k.apply(o)
   return k.ast
 
-def pad_axis(ast: UOp, r: UOp, size: int) -> UOp:
+def pad_axis(ast: UOp, r: UOp, size: int, gate_stores: bool = True) -> UOp:
   """Output axis r (size n) iterated to `size` > n: every load that uses it and every store is gated by r < n, so the extra
-  iterations read nothing (a gated load gives 0) and write nothing."""
+  iterations read nothing (a gated load gives 0) and write nothing. `gate_stores=False` pads a reduce axis: only its loads are
+  gated (what the extra iterations add must then be nothing, as 0 * x in a sum of products)."""
   n = range_size(r)
   assert n is not None
   new = UOp.range(size, r.arg[0], r.arg[1])
@@ -160,6 +161,7 @@ def pad_axis(ast: UOp, r: UOp, size: int) -> UOp:
       src = src[:2] + ((src[2] & ok if len(src) > 2 else ok),) + src[3:]
     done[u] = u if all(a is b for a, b in zip(src, u.src)) else u.replace(src=src)
   out = done[ast]
+  if not gate_stores: return nest_ends(out)
   # a store whose index does not use r (a broadcast output) still must not run on the extra iterations
   stores = {u: u.replace(src=(u.src[0].replace(src=u.src[0].src[:2] + ((u.src[0].src[2] & ok if len(u.src[0].src) > 2 else ok),)),)
                                 + u.src[1:])

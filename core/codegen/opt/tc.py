@@ -41,20 +41,6 @@ def _simplify_indices(ast: UOp) -> UOp:
          for u in ast.toposort() if u.op is Ops.INDEX}
   return ast.substitute(sub) if sub else ast
 
-def _pad_reduce(ast: UOp, r: UOp, size: int) -> UOp:
-  """Reduce axis r iterated to `size`: the loads that use it are gated by r < n (a gated load gives 0, and 0 * x adds nothing)."""
-  n = range_size(r)
-  assert n is not None
-  new = UOp.range(size, r.arg[0], r.arg[1])
-  ok = new < n
-  done: dict[UOp, UOp] = {r: new}
-  for u in ast.toposort(gate=lambda u: u not in done):
-    if u in done: continue
-    src = tuple(done[s] for s in u.src)
-    if u.op is Ops.INDEX and any(s is not o for s, o in zip(src, u.src)): src = src[:2] + ((src[2] & ok if len(src) > 2 else ok),) + src[3:]
-    done[u] = u if all(a is b for a, b in zip(src, u.src)) else u.replace(src=src)
-  return done[ast]
-
 def _padded(n: int, d: int) -> int:
   p = -(-n // d) * d
   if p > 2 * n: raise KernelOptError(f"TC: an axis of {n} padded to a multiple of {d} more than doubles")
@@ -107,7 +93,8 @@ def apply_tensor_core(ast: UOp, tc: TensorCore) -> UOp:
     r = _by_id(ast, rid)
     size = range_size(r)
     assert size is not None
-    if size % d: ast = pad_axis(ast, r, _padded(size, d)) if r.arg[1] is AxisType.LOOP else nest_ends(_pad_reduce(ast, r, _padded(size, d)))
+    # a padded reduce step adds a product of gated loads (0 * 0): only output axes gate the stores
+    if size % d: ast = pad_axis(ast, r, _padded(size, d), gate_stores=r.arg[1] is AxisType.LOOP)
   st, red, la, lb, m, n, k = _match(ast, tc)
   if (m.arg[0], n.arg[0], k.arg[0]) != ids: raise KernelOptError("TC: padding changed which axes match")
   lane = UOp.range(tc.threads, max(u.arg[0] for u in ast.toposort() if u.op is Ops.RANGE) + 1, AxisType.LOCAL)
