@@ -3,13 +3,17 @@
 The file is a JSON header and raw byte sections (never pickle): `MAGIC`, the header's length (8 bytes, little endian), the
 header, then the sections the header points into by (offset, length): each program's binary as the device's compiler made
 it and each weight's bytes. Inputs, outputs and scratch buffers are saved as sizes and dtypes only. The header names the
-device kind (device, renderer, arch), the core version and the format version; a file of another kind or version is refused."""
+device kind (device, renderer, arch), the core version and the format version; a file of another kind or version is refused.
+Replay: devices whose runtime launches kernels get each binary loaded once and called (GraphReplay); devices whose kernels run
+only in their command queues get the saved programs (binary, linearized uops, source) fed to core's HCQ pipeline in place of
+compiled kernels (HCQGraphReplay)."""
 from __future__ import annotations
 import json, struct
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from core.ir.ops import UOp, Ops
 from core.ir.dtype import DType, dtypes
+from core.ir.serialize import SerializeError, uops_from_data, uops_to_data
 from core.device.buffer import Buffer
 from core.device.counters import GlobalCounters
 
@@ -36,12 +40,17 @@ def _kind_str(k: dict[str, Any]) -> str: return f"{k.get('device')} (renderer {k
 
 @dataclass
 class ExportedProgram:
-  """One kernel launch: its compiled binary, launch dims and the graph's buffers it takes, in argument order."""
+  """One kernel launch: its compiled binary, launch dims and the graph's buffers it takes, in argument order (`outs`: the
+  positions it writes). `linear` (the linearized program as core/ir/serialize.py data) and `source` are what a device's
+  command-queue pipeline reads besides the binary (argument counts, register use): HCQ-only devices replay with them."""
   name: str
   binary: bytes
   global_size: tuple[int, ...]
   local_size: tuple[int, ...]
   bufs: tuple[int, ...]
+  outs: tuple[int, ...] = (0,)
+  linear: list = field(default_factory=list)
+  source: str = ""
 
 @dataclass
 class ExportedBuffer:
@@ -75,7 +84,7 @@ class CompiledGraph:
       return [pos - len(b), len(b)]
     header = {"format": "core-compiled", "format_version": FORMAT_VERSION, "core_version": self.core_version, "kind": self.kind,
               "programs": [{"name": p.name, "binary": section(p.binary), "global_size": list(p.global_size), "local_size": list(p.local_size),
-                            "bufs": list(p.bufs)} for p in self.programs],
+                            "bufs": list(p.bufs), "outs": list(p.outs), "linear": p.linear, "source": p.source} for p in self.programs],
               "buffers": [{"size": b.size, "dtype": b.dtype.name, "role": b.role, "data": None if b.data is None else section(b.data)}
                           for b in self.buffers],
               "inputs": self.inputs, "outputs": self.outputs, "meta": self.meta}
@@ -143,7 +152,8 @@ def graph_from_bytes(raw: bytes) -> CompiledGraph:
     progs.append(ExportedProgram(_get(p, "name", str, where), _section(_get(p, "binary", list, where), data, where + ".binary"),
                                  _ints(_get(p, "global_size", list, where), where + ".global_size", 1),
                                  _ints(_get(p, "local_size", list, where), where + ".local_size", 1),
-                                 _ints(_get(p, "bufs", list, where), where + ".bufs", 0, len(bufs))))
+                                 _ints(_get(p, "bufs", list, where), where + ".bufs", 0, len(bufs)), _ints(_get(p, "outs", list, where), where + ".outs"),
+                                 _get(p, "linear", list, where), _get(p, "source", str, where)))
   ins = list(_ints(_get(h, "inputs", list, "header"), "inputs", 0, len(bufs)))
   outs = list(_ints(_get(h, "outputs", list, "header"), "outputs", 0, len(bufs)))
   return CompiledGraph(kind, progs, bufs, ins, outs, _get(h, "meta", dict, "header"), _get(h, "core_version", str, "header"))
@@ -153,12 +163,17 @@ def read_graph(path: str) -> CompiledGraph:
 
 # *** making one from a capture ***
 
+def _linear_data(p: UOp, program_uops: Callable) -> list:
+  # a program whose uops hold an arg outside the safe set still replays by direct launches: only HCQ-only devices need them
+  try: return uops_to_data(list(program_uops(p)))
+  except SerializeError: return []
+
 def export_items(items: list[Any], input_bufs: list[UOp], output_bufs: list[UOp], meta: dict[str, Any] | None = None) -> CompiledGraph:
   """The CompiledGraph of captured schedule items (kernels only, on one device) run with `input_bufs` as inputs. A buffer read
   before any item writes it is a weight: its current contents are saved."""
   from core.engine.run import buffer_of
   from core.hcq.state import compile_kernel
-  from core.codegen.program import program_binary
+  from core.codegen.program import program_binary, program_source, program_uops
   if not items: raise CompiledFileError("nothing to export: the capture ran no kernels")
   slots = list(dict.fromkeys([*input_bufs, *(b for it in items for b in it.bufs), *output_bufs]))
   devices = {b.src[1].arg for b in slots}
@@ -176,7 +191,8 @@ def export_items(items: list[Any], input_bufs: list[UOp], output_bufs: list[UOp]
     for i, b in enumerate(it.bufs):
       if i in spec.outs: written.add(b)
       elif b not in written: read_first.add(b)
-    progs.append(ExportedProgram(spec.name, program_binary(p), tuple(spec.global_size), tuple(spec.local_size), tuple(idx[b] for b in it.bufs)))
+    progs.append(ExportedProgram(spec.name, program_binary(p), tuple(spec.global_size), tuple(spec.local_size), tuple(idx[b] for b in it.bufs),
+                                 tuple(spec.outs), _linear_data(p, program_uops), program_source(p)))
   def exported(b: UOp) -> ExportedBuffer:
     if b.op is not Ops.BUFFER: raise CompiledFileError(f"export supports plain buffers, got {b.op.name}")
     role = "input" if b in input_bufs else "output" if b in output_bufs else "weight" if b in read_first else "scratch"
@@ -189,9 +205,21 @@ def export_items(items: list[Any], input_bufs: list[UOp], output_bufs: list[UOp]
 
 # *** replaying one ***
 
-class GraphReplay:
-  """A CompiledGraph loaded on `device`: buffers allocated (weights uploaded) and programs loaded once; a call copies the inputs
-  in, launches every program and returns the output Buffers. It asks the device for its runtime only, never its compiler."""
+def load_replay(graph: CompiledGraph, device: str, queues: bool | None = None) -> GraphReplay | HCQGraphReplay:
+  """The replay of `graph` on `device`: direct launches where the device's runtime takes them, else through its command queues
+  (`queues` True/False forces one; the CPU has both)."""
+  from core.device.registry import Device
+  graph.check_kind(device_kind(device))
+  if queues is None and Device[device].hcq is not None:
+    try: return GraphReplay(graph, device)
+    except NoDirectLaunch: return HCQGraphReplay(graph, device)
+  return HCQGraphReplay(graph, device) if queues else GraphReplay(graph, device)
+
+class NoDirectLaunch(CompiledFileError):
+  """The device runs kernels only inside its command queues."""
+
+class _Replay:
+  """What both replays share: the graph's buffers allocated on `device` and the weights uploaded once."""
   def __init__(self, graph: CompiledGraph, device: str):
     from core.device.registry import Device
     graph.check_kind(device_kind(device))
@@ -199,22 +227,70 @@ class GraphReplay:
     self.bufs = [Buffer(device, b.size, b.dtype).allocate() for b in graph.buffers]
     for b, eb in zip(self.bufs, graph.buffers):
       if eb.data is not None: b.copyin(eb.data)
+  def _run(self) -> None: raise NotImplementedError
+  def __call__(self, inputs: list[bytes | memoryview]) -> list[Buffer]:
+    """Copies `inputs` (the graph's inputs in order, as bytes) in, runs every program, and returns the output Buffers."""
+    if len(inputs) != len(self.graph.inputs): raise ValueError(f"the compiled graph takes {len(self.graph.inputs)} inputs, got {len(inputs)}")
+    for i, data in zip(self.graph.inputs, inputs): self.bufs[i].copyin(data)
+    self._run()
+    self.dev.synchronize()
+    return [self.bufs[i] for i in self.graph.outputs]
+
+class GraphReplay(_Replay):
+  """A CompiledGraph loaded on `device` for direct launches: each saved binary loaded with the device's runtime once, then called
+  per run. It never asks the device's compiler for anything."""
+  def __init__(self, graph: CompiledGraph, device: str):
+    super().__init__(graph, device)
     # a kernel writing nothing (an empty output) is not launched, as in the engine
     self.launches: list[tuple[Callable, tuple, tuple, tuple]] = [(self._load(p), tuple(self.bufs[i]._buf for i in p.bufs), p.global_size, p.local_size)
                                                                  for p in graph.programs if graph.buffers[p.bufs[0]].size > 0]
 
   def _load(self, p: ExportedProgram) -> Callable:
-    # devices whose kernels run only inside their command queues (MOCK+AMD, ...) have no direct launch to replay with
-    no_direct = (f"{self.device} ({device_kind(self.device)['dev']}) runs kernels only through its command queues; a compiled file is replayed "
-                 "by direct launches, which it lacks: load it on a DEV with a direct runtime (CPU, CL+QCOM, WEBGPU)")
-    if self.dev.runtime is None: raise CompiledFileError(no_direct)
+    no_direct = f"{self.device} ({device_kind(self.device)['dev']}) runs kernels only through its command queues"
+    if self.dev.runtime is None: raise NoDirectLaunch(no_direct)
     try: return self.dev.runtime(p.name, p.binary)
-    except NotImplementedError as e: raise CompiledFileError(f"{no_direct} ({e})") from None
+    except NotImplementedError as e: raise NoDirectLaunch(f"{no_direct} ({e})") from None
 
-  def __call__(self, inputs: list[bytes | memoryview]) -> list[Buffer]:
-    if len(inputs) != len(self.graph.inputs): raise ValueError(f"the compiled graph takes {len(self.graph.inputs)} inputs, got {len(inputs)}")
-    for i, data in zip(self.graph.inputs, inputs): self.bufs[i].copyin(data)
+  def _run(self) -> None:
     for prg, args, gs, ls in self.launches: prg(*args, global_size=gs, local_size=ls, vals=())
     GlobalCounters.kernel_count += len(self.launches)
-    self.dev.synchronize()
-    return [self.bufs[i] for i in self.graph.outputs]
+
+class HCQGraphReplay(_Replay):
+  """A CompiledGraph on a device whose kernels run only in its command queues: the saved programs (binary, linearized uops,
+  source, launch dims) are handed to core's HCQ pipeline in place of compiled kernels, which lowers the schedule once (the
+  host submit program is built by core's host JIT; no kernel is compiled); each run patches in nothing new and submits."""
+  def __init__(self, graph: CompiledGraph, device: str):
+    import dataclasses
+    from core.codegen.program import ProgramSpec
+    from core.hcq.pipeline import Submission
+    from core.hcq.state import HCQState
+    from core.schedule.kernelize import ScheduleItem
+    from core.engine.run import buffer_of
+    super().__init__(graph, device)
+    if self.dev.hcq is None: raise CompiledFileError(f"{device} ({device_kind(device)['dev']}) has no command queues to replay through")
+    dev_uop = UOp(Ops.DEVICE, arg=device)
+    slots = [UOp(Ops.BUFFER, b.dtype, (UOp(Ops.UNIQUE, arg=("compiled file", i)), dev_uop), b.size) for i, b in enumerate(graph.buffers)]
+    programs: dict[UOp, UOp] = {}
+    items = []
+    for i, p in enumerate(graph.programs):
+      if graph.buffers[p.bufs[0]].size == 0: continue
+      if not p.linear: raise CompiledFileError(f"kernel {p.name} was saved without its linearized program, which {device}'s command queues need")
+      try: linear = uops_from_data(p.linear)
+      except SerializeError as e: raise CompiledFileError(f"malformed compiled file: programs[{i}].linear: {e}") from None
+      # the kernel's stand-in: a SINK no other kernel shares; the pipeline asks `compile` for its PROGRAM, which is the saved one
+      sink = UOp(Ops.SINK, src=(UOp(Ops.UNIQUE, arg=("compiled program", i)),), arg=p.name)
+      spec = ProgramSpec(p.name, p.global_size, p.local_size, (), p.outs)
+      programs[sink] = UOp(Ops.PROGRAM, src=(sink, dev_uop, UOp(Ops.LINEAR, src=tuple(linear)), UOp(Ops.SOURCE, arg=p.source),
+                                             UOp(Ops.BINARY, arg=p.binary)), arg=spec)
+      items.append(ScheduleItem(sink, tuple(slots[j] for j in p.bufs)))
+    def saved_program(ast: UOp, dev: str) -> UOp:
+      if (prg := programs.get(ast)) is None: raise CompiledFileError(f"the HCQ pipeline asked for a kernel the compiled file does not have ({ast.arg})")
+      return prg
+    by_slot = dict(zip(slots, self.bufs))
+    self.sub = Submission(items, dataclasses.replace(HCQState.default(buffer_of), compile=saved_program))
+    self.run_bufs = [by_slot[s] for s in self.sub.slots]
+    self.kernels = len(items)
+
+  def _run(self) -> None:
+    self.sub.run(self.run_bufs)
+    GlobalCounters.kernel_count += self.kernels

@@ -5,7 +5,7 @@ import os
 from typing import Any
 import numpy as np
 from core.ir.dtype import to_np
-from core.engine.export import CompiledFileError, CompiledGraph, GraphReplay, read_graph
+from core.engine.export import CompiledFileError, CompiledGraph, load_replay, read_graph
 
 def _input_specs(model: Any, runner: Any, shapes: dict[str, tuple[int, ...]]) -> list[tuple[str, tuple[int, ...], Any]]:
   """(name, shape, numpy dtype) of each graph input: dims from `shapes`, else the model's fixed dims (unknown dims: 1)."""
@@ -54,8 +54,9 @@ def compile_model(model: Any, device: str | None = None, shapes: dict[str, tuple
 
 class CompiledModel:
   """A compiled ONNX model loaded on a device: model({name: ndarray | Tensor}) -> {output name: ndarray}. Nothing is compiled:
-  the saved binaries are loaded with the device's runtime."""
-  def __init__(self, graph: CompiledGraph, device: str | None = None):
+  the saved binaries are loaded with the device's runtime, or on devices that run kernels only in their command queues handed to
+  core's HCQ pipeline (`queues`: True/False forces either where a device has both, as the CPU does)."""
+  def __init__(self, graph: CompiledGraph, device: str | None = None, queues: bool | None = None):
     from core.device.registry import Device
     self.graph = graph
     self.device = Device.canonicalize(device or Device.DEFAULT)
@@ -65,7 +66,7 @@ class CompiledModel:
     except (KeyError, TypeError, ValueError) as e: raise CompiledFileError(f"malformed compiled ONNX model: its input/output table is damaged ({e!r})") from None
     if len(self.inputs) != len(graph.inputs) or len(self.outputs) != len(graph.outputs):
       raise CompiledFileError("malformed compiled ONNX model: its input/output table does not match its buffers")
-    self.replay = GraphReplay(graph, self.device)
+    self.replay = load_replay(graph, self.device, queues)
 
   @property
   def input_names(self) -> list[str]: return [n for n, _, _ in self.inputs]
@@ -85,7 +86,7 @@ class CompiledModel:
     return {name: np.frombuffer(b.copyout(memoryview(bytearray(b.nbytes))), dtype=dt).reshape(shape).copy()
             for (name, shape, dt), b in zip(self.outputs, bufs)}
 
-def load_compiled(path: str | os.PathLike, device: str | None = None) -> CompiledModel:
+def load_compiled(path: str | os.PathLike, device: str | None = None, queues: bool | None = None) -> CompiledModel:
   """Loads a file written by `python -m core.onnx compile` (or compile_model(...).save) on `device` (default: DEV); refuses a file
   made for another device kind or core version, and a damaged one, with a CompiledFileError."""
-  return CompiledModel(read_graph(os.fspath(path)), device)
+  return CompiledModel(read_graph(os.fspath(path)), device, queues)

@@ -35,8 +35,11 @@ def resnet_file(tmp_path_factory):
   compile_model(model).save(path)
   return model, shape, path
 
+@pytest.mark.parametrize("queues", [None, True])
 @pytest.mark.parametrize("name", list(MODELS))
-def test_replay_matches_fresh_runner_without_compiling(name, tmp_path, request):
+def test_replay_matches_fresh_runner_without_compiling(name, queues, tmp_path, request):
+  """Default replay (direct launches on CPU) and through the command queues (core's HCQ pipeline fed the saved programs)."""
+  if queues and Device[Device.DEFAULT].hcq is None: pytest.skip(f"{Device.DEFAULT} has no command queues")
   model, shape = MODELS[name]()
   path = str(tmp_path / f"{name}.core")
   compile_model(model).save(path)
@@ -44,7 +47,8 @@ def test_replay_matches_fresh_runner_without_compiling(name, tmp_path, request):
   xs = [rng.standard_normal(shape).astype(np.float32) for _ in range(2)]
   wants = [fresh(model, x) for x in xs]
   request.getfixturevalue("no_compiler")
-  m = load_compiled(path)
+  m = load_compiled(path, queues=queues)
+  assert type(m.replay).__name__ == ("HCQGraphReplay" if queues else "GraphReplay")
   out = model.graph.output[0].name
   for x, want in zip(xs, wants):   # new inputs, twice: the second call must not see the first one's values
     got = m({"x": x})[out]
@@ -154,32 +158,26 @@ _OTHER_DEV = textwrap.dedent("""
   want = OnnxRunner(model)({"x": x})[model.graph.output[0].name].numpy()
   def boom(*a, **k): raise AssertionError("compiler ran")
   Device[Device.DEFAULT].compiler.compile = Device[Device.DEFAULT].compiler.compile_cached = program.get_program = boom
-  got = load_compiled("m.core")({"x": x})[model.graph.output[0].name]
+  m = load_compiled("m.core")
+  got = m({"x": x})[model.graph.output[0].name]
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-  print("replayed", Device.DEFAULT)
+  print("replayed", Device.DEFAULT, type(m.replay).__name__)
 """)
 
 def _available(dev: str) -> bool:
   """The plugin of `dev` is installed (and for CL+QCOM an OpenCL driver is there); the default-interface probe can't tell."""
   import ctypes.util, importlib.util
-  plugin = {"CL+QCOM": "plugin_qcom", "MOCK+AMD": "plugin_amd"}[dev]
+  plugin = "plugin_" + dev.split("+")[-1].split(":")[0].lower()
   return importlib.util.find_spec(plugin) is not None and (dev != "CL+QCOM" or ctypes.util.find_library("OpenCL") is not None)
 
-@pytest.mark.parametrize("dev", ["CPU:C", "DIRECT+CPU", "CL+QCOM"])
+@pytest.mark.parametrize("dev", ["CPU:C", "DIRECT+CPU", "CL+QCOM", "MOCK+AMD", "MOCK+NV", "MOCK+QCOM"])
 def test_compile_and_replay_on_other_devs(dev, tmp_path):
-  """Each DEV with a direct runtime compiles and replays in a process of its own (DEV is read once per process)."""
-  if dev == "CL+QCOM" and not _available(dev): pytest.skip("CL+QCOM needs the qcom plugin and an OpenCL driver (pocl)")
+  """Each DEV compiles and replays in a process of its own (DEV is read once per process): direct launches where the runtime
+  takes them (CPU, CL+QCOM), the HCQ pipeline fed the saved programs on the devices that run kernels only in their queues."""
+  if not _available(dev): pytest.skip(f"{dev} needs its plugin" + (" and an OpenCL driver (pocl)" if dev == "CL+QCOM" else ""))
   r = subprocess.run([sys.executable, "-c", _OTHER_DEV], env={**os.environ, "DEV": dev}, cwd=tmp_path, capture_output=True, text=True, timeout=600)
   assert r.returncode == 0, r.stderr[-3000:]
   assert "replayed" in r.stdout
-
-def test_queue_only_device_is_refused_clearly(tmp_path):
-  """MOCK+AMD runs kernels only through its command queues: the file compiles, loading it says why it can't replay there."""
-  if not _available("MOCK+AMD"): pytest.skip("needs the amd plugin")
-  code = ("from core.onnx import compile_model, load_compiled\nfrom core.onnx.testing import resnet\n"
-          "compile_model(resnet()[0]).save('m.core')\nload_compiled('m.core')\n")
-  r = subprocess.run([sys.executable, "-c", code], env={**os.environ, "DEV": "MOCK+AMD"}, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-  assert r.returncode != 0 and "CompiledFileError" in r.stderr and "only through its command queues" in r.stderr, r.stderr[-3000:]
 
 def test_bench_rows_run_and_check_against_onnxruntime(capsys):
   """bench/onnx_models.py in a short run: its rows print, and every runner's output was checked against onnxruntime first
