@@ -48,7 +48,8 @@ class Narrow:
 
 def narrow_elem(arr: Any) -> int | None:
   """The ONNX element type of a numpy array of a narrow ml_dtypes type, else None."""
-  return _BY_NP.get(getattr(getattr(arr, "dtype", None), "name", ""))
+  import numpy as np
+  return _BY_NP.get(arr.dtype.name) if isinstance(arr, (np.ndarray, np.generic)) else None
 
 def storage_array(arr: Any, elem: int) -> Any:
   """A narrow numpy array as its storage dtype (exact)."""

@@ -10,7 +10,7 @@ from core.ir.dtype import DType, dtypes
 from core.tensor.tensor import Tensor
 from core.onnx.dtypes import onnx_dtype
 from core.onnx.narrow import NARROW, Narrow, to_narrow
-from core.onnx.registry import OnnxError, op
+from core.onnx.registry import EMPTY, Graph, OnnxError, Seq, op
 
 def _ints(v: Any) -> list[int]: return [int(i) for i in np.asarray(v).reshape(-1).tolist()]
 def _ax(a: int, nd: int) -> int: return a + nd if a < 0 else a
@@ -129,10 +129,20 @@ def clip(x: Tensor, lo: Tensor | None = None, hi: Tensor | None = None, *, min: 
   if hi_ is not None: x = x.minimum(hi_).cast(x.dtype)
   return x
 
+def _double_to_half(x: Tensor) -> Tensor:
+  """float64 -> float16 through float32 rounded to odd (toward zero, the last bit set when inexact), which makes the second
+  rounding exact: devices without a direct conversion (the CPU's needs __truncdfhf2) get the correctly rounded half."""
+  f = x.cast(dtypes.float32)
+  back, bits = f.cast(dtypes.float64), f.bitcast(dtypes.uint32)
+  bits = (back.abs() > x.abs()).where(bits - 1, bits)   # one step toward zero where float32 rounded away from it
+  bits = (back != x).where(bits | 1, bits)
+  return bits.bitcast(dtypes.float32).cast(dtypes.float16)
+
 def _cast(x: Tensor, to: int | DType, saturate: int, round_mode: str) -> Tensor | Narrow:
   """x (a narrow value's storage is exact, so it casts as its storage dtype) cast to an ONNX type or a core dtype."""
   if isinstance(to, int) and to in NARROW: return to_narrow(x, to, bool(saturate), round_mode)
   dt = to if isinstance(to, DType) else onnx_dtype(to, "Cast: ")
+  if x.dtype is dtypes.float64 and dt is dtypes.float16: return _double_to_half(x)
   if dtypes.is_float(x.dtype) and dtypes.is_int(dt) and dt is not dtypes.bool: x = x.trunc()
   return x.cast(dt)
 @op("Cast")
@@ -1148,3 +1158,123 @@ def stft(x: Tensor, frame_step: Any, window: Tensor | None = None, frame_length:
   frames = Tensor.stack(*[x[:, f * step:f * step + fl] for f in range(nf)], dim=1)   # (batch, frames, fl, comps)
   if window is not None: frames = frames * window.reshape(1, 1, fl, 1).cast(x.dtype)
   return dft(frames, None, np.array([2]), onesided=onesided)
+
+# *** control flow: the runner hands each GRAPH attribute over as a callable Graph that runs in the node's scope ***
+
+def _truth(v: Any) -> bool:
+  """A condition value (a host array or a Tensor, read back: the branch taken depends on the data)."""
+  return bool(np.asarray(v.numpy() if isinstance(v, Tensor) else v).reshape(-1)[0])
+def _tensor_of(v: Any, like: Tensor | None = None) -> Tensor:
+  if isinstance(v, Tensor): return v
+  return Tensor(np.asarray(v), device=like.device if like is not None else None)
+
+@op("If", static=(0,))
+def if_(cond: Any, *, then_branch: Graph, else_branch: Graph) -> list[Any]:
+  return (then_branch if _truth(cond) else else_branch)()
+
+@op("Loop", static=(0,))
+def loop(trip: Any, cond: Any, *carried: Any, body: Graph) -> list[Any]:
+  """Runs the body while the iteration count is under trip (when given) and its condition holds; the scan outputs (the
+  body's outputs after the carried ones) are stacked along a new first axis."""
+  n = int(np.asarray(trip).reshape(-1)[0]) if trip is not None else None
+  go = _truth(cond) if cond is not None else True
+  vals, scans, i = list(carried), [], 0
+  while go and (n is None or i < n):
+    outs = body(np.array(i, dtype=np.int64), np.array(go), *vals)
+    go, vals = _truth(outs[0]), outs[1:1 + len(carried)]
+    scans.append(outs[1 + len(carried):])
+    i += 1
+  k = len(body.outputs) - 1 - len(carried)
+  if not scans and k: raise OnnxError("Loop: scan outputs of a loop that runs no iteration (their shape is unknown)")
+  stacked = [Tensor.stack(*[_tensor_of(s[j]) for s in scans], dim=0) for j in range(k)]
+  return vals + stacked
+
+def _slice_at(x: Tensor, ax: int, i: int) -> Tensor: return x.shrink([(i, i + 1) if d == ax else None for d in range(x.ndim)]).squeeze(ax)
+
+def _scan(states: list[Any], xs: list[Tensor], body: Graph, in_axes: Sequence[int], in_dirs: Sequence[int], out_axes: Sequence[int],
+          out_dirs: Sequence[int]) -> list[Any]:
+  axes = [_ax(a, x.ndim) for a, x in zip(in_axes, xs)]
+  steps = xs[0].shape[axes[0]]
+  outs: list[list[Tensor]] = []
+  for t in range(steps):
+    ins = [_slice_at(x, a, steps - 1 - t if d else t) for x, a, d in zip(xs, axes, in_dirs)]
+    res = body(*states, *ins)
+    states = res[:len(states)]
+    outs.append([_tensor_of(r) for r in res[len(states):]])
+  k = len(body.outputs) - len(states)
+  ys = []
+  for j in range(k):
+    parts = [o[j] for o in outs]
+    if out_dirs[j]: parts = parts[::-1]
+    y = Tensor.stack(*parts, dim=0)
+    ys.append(y.movedim(0, _ax(out_axes[j], y.ndim)))
+  return list(states) + ys
+
+@op("Scan")
+def scan(*xs: Any, body: Graph, num_scan_inputs: int, scan_input_axes: Sequence[int] | None = None, scan_input_directions: Sequence[int] | None = None,
+         scan_output_axes: Sequence[int] | None = None, scan_output_directions: Sequence[int] | None = None, directions: Sequence[int] | None = None,
+         _opset: int = 13) -> list[Any]:
+  """Iterates the body over slices of the scan inputs, threading the state inputs through (opset 8: a leading batch axis,
+  each batch item scanned on its own; sequence_lens is not supported)."""
+  k = len(body.outputs) - (len(xs) - num_scan_inputs - (1 if _opset < 9 else 0))
+  if _opset < 9:
+    if xs[0] is not None: raise OnnxError("Scan: input sequence_lens (opset 8)")
+    xs = xs[1:]
+    n_state = len(xs) - num_scan_inputs
+    dirs = list(directions or [0] * num_scan_inputs)
+    per = [_scan([_tensor_of(s)[b] for s in xs[:n_state]], [x[b] for x in xs[n_state:]], body, [0] * num_scan_inputs, dirs, [0] * k, [0] * k)
+           for b in range(xs[n_state].shape[0])]
+    return [Tensor.stack(*[_tensor_of(p[j]) for p in per], dim=0) for j in range(len(per[0]))]
+  n_state = len(xs) - num_scan_inputs
+  return _scan(list(xs[:n_state]), list(xs[n_state:]), body, scan_input_axes or [0] * num_scan_inputs,
+               scan_input_directions or [0] * num_scan_inputs, scan_output_axes or [0] * k, scan_output_directions or [0] * k)
+
+# *** sequences (Seq lists of Tensors) and optionals (the value, or None when empty) ***
+
+@op("SequenceConstruct")
+def sequence_construct(*xs: Tensor) -> Seq: return Seq(xs)
+@op("SequenceEmpty")
+def sequence_empty(*, dtype: int = 1) -> Seq: return Seq()
+@op("SequenceLength")
+def sequence_length(s: Seq) -> np.ndarray: return np.array(len(s), dtype=np.int64)
+@op("SequenceAt", static=(1,))
+def sequence_at(s: Seq, pos: Any) -> Tensor: return s[_ints(pos)[0]]
+@op("SequenceInsert", static=(2,))
+def sequence_insert(s: Seq, x: Tensor, pos: Any = None) -> Seq:
+  out = Seq(s)
+  out.insert(_ints(pos)[0] if pos is not None else len(s), x)
+  return out
+@op("SequenceErase", static=(1,))
+def sequence_erase(s: Seq, pos: Any = None) -> Seq:
+  out = Seq(s)
+  del out[_ints(pos)[0] if pos is not None else -1]
+  return out
+@op("ConcatFromSequence")
+def concat_from_sequence(s: Seq, *, axis: int, new_axis: int = 0) -> Tensor:
+  if new_axis: return Tensor.stack(*s, dim=_ax(axis, s[0].ndim + 1))
+  return s[0].cat(*s[1:], dim=axis) if len(s) > 1 else s[0]
+@op("SplitToSequence", static=(1,))
+def split_to_sequence(x: Tensor, sizes: Any = None, *, axis: int = 0, keepdims: int = 1) -> Seq:
+  ax = _ax(axis, x.ndim)
+  if sizes is None:   # one piece per index along axis
+    return Seq(_slice_at(x, ax, i) if not keepdims else x.shrink([(i, i + 1) if d == ax else None for d in range(x.ndim)]) for i in range(x.shape[ax]))
+  sz = _ints(sizes)
+  if np.asarray(sizes).ndim == 0:   # a scalar: equal pieces of that size, the last one shorter
+    n = x.shape[ax]
+    sz = [sz[0]] * (n // sz[0]) + ([n % sz[0]] if n % sz[0] else [])
+  return Seq(split(x, np.array(sz, dtype=np.int64), axis=ax))
+@op("SequenceMap")
+def sequence_map(s: Seq, *others: Any, body: Graph) -> list[Seq]:
+  outs: list[Seq] = [Seq() for _ in body.outputs]
+  for i in range(len(s)):
+    res = body(s[i], *[o[i] if isinstance(o, Seq) else o for o in others])
+    for acc, r in zip(outs, res): acc.append(_tensor_of(r))
+  return outs
+@op("Optional")
+def optional(x: Any = None, *, type: Any = None) -> Any: return EMPTY if x is None else x
+@op("OptionalHasElement")
+def optional_has_element(x: Any = None) -> np.ndarray: return np.array(x is not None)
+@op("OptionalGetElement")
+def optional_get_element(x: Any) -> Any:
+  if x is None: raise OnnxError("OptionalGetElement: the optional is empty")
+  return x

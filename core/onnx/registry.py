@@ -9,6 +9,22 @@ from typing import Any, Callable
 class OnnxError(NotImplementedError):
   """An op or attribute the runner does not support, or a model it can't run; the message names the node."""
 
+class Seq(list):
+  """An ONNX sequence value (a list of Tensors): what sequence ops take and return."""
+
+class _Empty:
+  def __repr__(self) -> str: return "EMPTY"
+EMPTY = _Empty()   # an op returns this for an empty optional (the op's parameter then receives None)
+
+@dataclass(frozen=True)
+class Graph:
+  """A GRAPH attribute (If's branches, Loop's and Scan's body) as the op receives it: called with the body's inputs
+  (Tensors, host arrays, Seqs or None), it runs the body in the node's scope and returns the body's outputs."""
+  run: Callable[..., list[Any]]
+  inputs: tuple[str, ...]
+  outputs: tuple[str, ...]
+  def __call__(self, *args: Any) -> list[Any]: return self.run(*args)
+
 @dataclass(frozen=True)
 class OpDef:
   fn: Callable[..., Any]

@@ -12,11 +12,9 @@ from core.onnx.backend import CoreBackend  # noqa: E402
 EXCLUDED: dict[str, str] = {
   # dtypes
   r"string|strnormalizer|regex_full_match|tfidfvectorizer|label_encoder": "dtype core lacks: strings",
-  r"DOUBLE_to_FLOAT16": "the CPU device has no double->half conversion (its kernels call __truncdfhf2, which libc/libm lack)",
   # value kinds the runner has no representation for
-  r"optional|test_sequence_|identity_sequence|identity_opt|split_to_sequence|test_loop1|test_if_|test_scan": "op not supported yet: sequence/optional "
-    "values and control flow with subgraphs (If, Loop, Scan, Sequence*, Optional*)",
-  r"range_.*_expanded": "op not supported yet: Loop (the expanded Range function body loops)",
+  r"loop16_seq_none": "onnx's harness fails it for every backend: its expected sequence holds a 0-d array, and assert_similar_outputs "
+    "recurses into the elements and calls len() on it (core's output matches the expected values)",
   # ops not supported yet
   r"affine_grid.*_expanded": "not supported yet: the expanded AffineGrid function graph",
   r"linear_attention|causal_conv_with_state(?!.*_expanded)|flexattention(?!.*_expanded)": "op not supported yet: LinearAttention, "
@@ -35,7 +33,7 @@ EXCLUDED: dict[str, str] = {
   r"attention_4d_(causal_|gqa_with_past_and_present_)?fp16_expanded": "not matched yet: the expanded fp16 attention graphs differ from "
     "the fp16 reference beyond rtol 1e-3 (core accumulates half sums in float32)",
 }
-FLOOR = 0.89   # the share of node tests that run and pass on DEV=CPU: 1695 of 1884 (89.97%) with onnx 1.23.2
+FLOOR = 0.92   # the share of node tests that run and pass on DEV=CPU: 1741 of 1884 (92.4%) with onnx 1.23.2
 
 backend_test = onnx.backend.test.BackendTest(CoreBackend, __name__)
 backend_test.include(r"test_.*_cpu$")

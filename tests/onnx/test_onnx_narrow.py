@@ -68,3 +68,14 @@ def test_an_op_that_does_not_take_narrow_inputs_names_node_op_and_type():
   from core.onnx import OnnxError, OnnxRunner
   m = _model(helper.make_node("Cast", ["x"], ["q"], to=17), helper.make_node("Relu", ["q"], ["y"], name="act"), out_type=17)
   with pytest.raises(OnnxError, match=r"node act: op Relu does not take FLOAT8E4M3FN inputs"): OnnxRunner(m)({"x": np.zeros(4, np.float32)})
+
+def test_double_to_half_is_correctly_rounded():
+  from onnx import TensorProto, helper
+  from core.onnx import OnnxRunner
+  # halfway cases of float16 that float32 would round first (1 + 2**-11 + 2**-40 must go up, not tie to even)
+  x = np.concatenate([[1 + 2 ** -11 + 2 ** -40, 1 + 2 ** -11, 1 + 3 * 2 ** -11 - 2 ** -40, 65504.0, 65520.0, 1e300, -1e-300, 2 ** -25 + 2 ** -60, 0.0, np.nan],
+                      _rng.standard_normal(200) * 100])
+  g = helper.make_graph([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT16)], "g",
+                        [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [len(x)])], [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [len(x)])])
+  got = OnnxRunner(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])).numpy({"x": x})["y"]
+  np.testing.assert_array_equal(got, x.astype(np.float16))
