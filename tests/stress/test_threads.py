@@ -112,6 +112,32 @@ def main(n: int) -> dict[str, Any]:
     for e in errors: print(e, file=sys.stderr)
   return out
 
+def _switch_often(fn: Callable[[int], Any]) -> list[Any]:
+  """fn(thread index) on THREADS threads with the interpreter switching threads as often as it can (races show up)."""
+  old, out = sys.getswitchinterval(), [None] * THREADS
+  sys.setswitchinterval(1e-6)
+  try:
+    def body(i: int) -> None: out[i] = fn(i)
+    ts = [threading.Thread(target=body, args=(i,)) for i in range(THREADS)]
+    for t in ts: t.start()
+    for t in ts: t.join()
+  finally: sys.setswitchinterval(old)
+  return out
+
+def test_buffer_numbers_are_unique_across_threads() -> None:
+  # two threads that got one number would share one BUFFER node, and so one device buffer
+  from core.ir.ops import UOp
+  nums = [u.arg for lst in _switch_often(lambda i: [UOp.unique() for _ in range(20000)]) for u in lst]
+  assert len(set(nums)) == len(nums) == THREADS * 20000
+
+def test_hash_consing_gives_one_node_across_threads() -> None:
+  # every thread builds the same nodes at once: each must get the one node the first builder stored
+  from core.ir.dtype import dtypes
+  from core.ir.ops import UOp, Ops
+  base = 1 + 10 ** 9 + int(np.random.default_rng().integers(0, 10 ** 6)) * 10 ** 5   # nodes nobody else has built
+  built = _switch_often(lambda i: [UOp(Ops.CONST, dtypes.int64, (), base + k) for k in range(20000)])
+  assert all(built[t][k] is built[0][k] for t in range(1, THREADS) for k in range(20000))
+
 DEVICES = ["CPU", "DIRECT+CPU", "MOCK+AMD"]
 
 @pytest.mark.parametrize("dev", DEVICES)
