@@ -361,8 +361,8 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
     # other threads may be adding tensors (one still in its __init__ has no uop yet) or realizing them (a new uop) meanwhile:
     # snapshots, and each tensor's uop read once
     needed = {id(t): (t, u) for t in Tensor._grad_tensors() if t.requires_grad and (u := t.uop) in nodes}
-    maybe = {id(t): (t, u) for r in Tensor._maybe[:] if (t := r()) is not None and t._requires_grad is None
-             and (u := t.__dict__.get("uop")) is not None and dtypes.is_float(u.dtype) and id(t) not in needed and u in nodes}
+    maybe = {id(t): (t, m) for r in Tensor._maybe[:] if (t := r()) is not None and t._requires_grad is None
+             and (m := t.__dict__.get("uop")) is not None and dtypes.is_float(m.dtype) and id(t) not in needed and m in nodes}
     targets = list(needed.values()) + list(maybe.values())
     grads = self._gradients([t for t, _ in targets], gradient, [u for _, u in targets])
     if not needed and not any(u in grads for _, u in maybe.values()):
