@@ -1,5 +1,5 @@
 """What the NV device's interfaces share: the HCQ object's base class (NVHCQ) and make_device, which builds the Compiled device
-of the interface DEV names (iface_mock.py; NVK and CUDA are not written yet)."""
+of the interface DEV names (iface_mock.py, iface_nvk.py, iface_cuda.py)."""
 from __future__ import annotations
 import ctypes, threading, time, weakref
 from typing import Any
@@ -120,22 +120,26 @@ def no_direct_path(name: str, lib: bytes) -> Program:
 DEFAULT_MOCK_ARCH = "sm_90"
 
 def make_device(name: str, target: Target | None = None) -> Compiled:
-  """The Compiled device for DEV=MOCK+NV[:PTX|CUDA[:ARCH]] (default sm_90): the interface's allocator and HCQ object, the
-  renderer the DEV string names. NVK+NV and CUDA+NV (and NV, which means NVK) are not written yet."""
+  """The Compiled device for DEV=MOCK+NV[:PTX|CUDA[:ARCH]] (default sm_90), NVK+NV[...] (NV means NVK; the arch is the GPU's) or
+  CUDA+NV[...]: the interface's allocator and HCQ object (CUDA: its direct runtime), the renderer the DEV string names."""
   from plugin_nv import INTERFACES, make_cuda, make_ptx
   # DEV=NV names no interface: that means the hardware (NVK), never silently the software GPU
   iface = (target.interface if target is not None else None) or "NVK"
-  arch = (target.arch if target is not None else None) or DEFAULT_MOCK_ARCH
+  arch = target.arch if target is not None else None
   rname = (target.renderer if target is not None else None) or "PTX"
+  if iface not in INTERFACES: raise ValueError(f"NV has no interface {iface!r}; it offers {', '.join(INTERFACES)} (e.g. DEV=MOCK+NV)")
+  if rname not in ("PTX", "CUDA"): raise ValueError(f"NV has no renderer {rname!r}; it offers PTX and CUDA")
+  if iface == "CUDA":
+    from plugin_nv.iface_cuda import make_cuda_device
+    return make_cuda_device(name, target, rname, arch)
   allocator: LRUAllocator
+  hcq: NVHCQ
   if iface == "MOCK":
     from plugin_nv.iface_mock import open_device
-    allocator, hcq = open_device(name, arch)
-  elif iface in INTERFACES:
-    raise NotImplementedError(f"{name}: the NV {iface} interface is not written yet; DEV=MOCK+NV runs kernels on the software GPU, "
-                              "DEV=NULL:NV:PTX:<arch> compiles only")
-  else: raise ValueError(f"NV has no interface {iface!r}; it offers {', '.join(INTERFACES)} (e.g. DEV=MOCK+NV)")
-  if rname not in ("PTX", "CUDA"): raise ValueError(f"NV has no renderer {rname!r}; it offers PTX and CUDA")
+    allocator, hcq = open_device(name, arch or DEFAULT_MOCK_ARCH)
+  else:
+    from plugin_nv.iface_nvk import open_device as open_nvk
+    allocator, hcq = open_nvk(name, arch)
   renderer, compiler = (make_ptx if rname == "PTX" else make_cuda)(hcq.arch)
   renderer.device = name
   return Compiled(name, allocator, renderer, compiler, no_direct_path, target, hcq=hcq)

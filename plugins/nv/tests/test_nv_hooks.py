@@ -18,17 +18,24 @@ def test_the_hcq_rules_are_the_hooks(pm: Any) -> None:
   from plugin_nv.bufferize import pm_bufferize
   assert pm.pm_prep_program("NV") is pm_prep_program and pm.pm_lower("NV") is pm_lower and pm.pm_bufferize("NV:1") is pm_bufferize
 
-def test_never_available_and_never_auto_selected(pm: Any) -> None:
-  assert pm.spec("NV").available() is False
-  assert pm.best_device() != "NV"
+def test_available_only_with_the_kernel_driver(pm: Any) -> None:
+  from plugin_nv.nvk import gpu_present
+  assert pm.spec("NV").available() is gpu_present()
+  if not gpu_present(): assert pm.best_device() != "NV"
 
-def test_only_the_mock_interface_opens(pm: Any) -> None:
+@pytest.mark.skipif(__import__("plugin_nv.nvk", fromlist=["gpu_present"]).gpu_present(), reason="this machine has the NVIDIA driver")
+def test_without_a_driver_the_hardware_interfaces_say_what_is_missing(pm: Any, monkeypatch: Any) -> None:
   from core.device.spec import resolve
   from core.device.target import Target
+  from plugin_nv import iface_cuda
+  monkeypatch.delenv("NVK_SIM", raising=False)
   spec = pm.spec("NV")
-  for iface in ("NVK", "CUDA", None):   # DEV=NV means the hardware, not the software GPU
-    with pytest.raises(NotImplementedError, match=f"the NV {iface or 'NVK'} interface is not written yet; DEV=MOCK\\+NV runs kernels"):
+  for iface in ("NVK", None):   # DEV=NV means the kernel driver, not the software GPU
+    with pytest.raises(OSError, match="NVK\\+NV needs /dev/nvidiactl .*Use MOCK\\+NV for the software GPU, NVK_SIM=sm_90"):
       resolve(spec.factory)("NV", Target(interface=iface, device="NV"))
+  if iface_cuda.find_libcuda() is None:
+    with pytest.raises(iface_cuda.CUDAError, match="CUDA\\+NV needs libcuda.so.1"):
+      resolve(spec.factory)("NV", Target(interface="CUDA", device="NV"))
   with pytest.raises(ValueError, match="NV has no interface .KFD."): resolve(spec.factory)("NV", Target(interface="KFD", device="NV"))
 
 def test_ptx_renderer_for_each_arch(pm: Any) -> None:
