@@ -1278,3 +1278,59 @@ def optional_has_element(x: Any = None) -> np.ndarray: return np.array(x is not 
 def optional_get_element(x: Any) -> Any:
   if x is None: raise OnnxError("OptionalGetElement: the optional is empty")
   return x
+
+# *** recurrent-state ops of opset 27 and ai.onnx.preview ***
+
+@op("CausalConvWithState")
+def causal_conv_with_state(x: Tensor, w: Tensor, b: Tensor | None = None, past: Tensor | None = None, *, activation: str = "none") -> tuple[Tensor, Tensor]:
+  """Depthwise causal conv1d over (batch, channels, length) with the last k-1 positions carried as state."""
+  if activation not in ("none", "silu", "swish"): raise OnnxError(f"CausalConvWithState: attribute activation={activation!r}")
+  k = w.shape[2]
+  padded = x.pad([None, None, (k - 1, 0)]) if past is None else past.cast(x.dtype).cat(x, dim=2)
+  y = conv(padded, w, b, group=x.shape[1]).cast(x.dtype)
+  if activation != "none": y = (y.float() * y.float().sigmoid()).cast(x.dtype)
+  return y, padded[:, :, padded.shape[2] - (k - 1):]
+
+@op("LinearAttention")
+def linear_attention(q: Tensor, k: Tensor, v: Tensor, past: Tensor | None = None, decay: Tensor | None = None, beta: Tensor | None = None, *,
+                     q_num_heads: int, kv_num_heads: int, scale: float = 0.0, update_rule: str = "gated_delta", chunk_size: int = 64) -> tuple[Tensor, Tensor]:
+  """The recurrence S_t = [exp(g_t)] S_{t-1} + k_t (x) v_t (delta rules: v_t replaced by beta_t (v_t - S^T k_t)), o_t = scale q_t^T S_t,
+  unrolled over the (static) sequence in float32; chunk_size is a tuning hint without effect on the result."""
+  if update_rule not in ("linear", "gated", "delta", "gated_delta"): raise OnnxError(f"LinearAttention: attribute update_rule={update_rule!r}")
+  gated, delta = update_rule in ("gated", "gated_delta"), update_rule in ("delta", "gated_delta")
+  if gated != (decay is not None) or delta != (beta is not None): raise OnnxError(f"LinearAttention: update_rule {update_rule!r} with these inputs")
+  bsz, t, _ = q.shape
+  def heads(x: Tensor, h: int) -> Tensor: return x.float().reshape(bsz, t, h, -1).transpose(1, 2)   # (B, H, T, D)
+  q4, k4, v4 = heads(q, q_num_heads), heads(k, kv_num_heads), heads(v, kv_num_heads)
+  dk, dv, group = q4.shape[-1], v4.shape[-1], q_num_heads // kv_num_heads
+  g4 = heads(decay, kv_num_heads) if decay is not None else None       # (B, Hkv, T, 1 or dk)
+  b4 = beta.float().reshape(bsz, t, beta.shape[-1], 1).transpose(1, 2) if beta is not None else None   # (B, Hkv or 1, T, 1)
+  state = past.float() if past is not None else Tensor.zeros(bsz, kv_num_heads, dk, dv, device=q.device)
+  sc = scale if scale else 1 / math.sqrt(dk)
+  outs = []
+  for i in range(t):
+    kt, vt = k4[:, :, i], v4[:, :, i]
+    if g4 is not None: state = state * g4[:, :, i].exp().unsqueeze(-1)
+    if b4 is not None: vt = b4[:, :, i] * (vt - (state * kt.unsqueeze(-1)).sum(-2))
+    state = state + kt.unsqueeze(-1) * vt.unsqueeze(-2)
+    read = state.repeat_interleave(group, dim=1) if group > 1 else state
+    outs.append((q4[:, :, i].unsqueeze(-1) * read).sum(-2) * sc)   # (B, Hq, dv)
+  y = Tensor.stack(*outs, dim=2).transpose(1, 2).reshape(bsz, t, q_num_heads * dv)
+  return y.cast(q.dtype), state.cast(past.dtype if past is not None else q.dtype)
+
+_SOFTMAX_DTYPES = {1: dtypes.float32, 10: dtypes.float16, 11: dtypes.float64, 16: dtypes.bfloat16}
+
+@op("ai.onnx.preview.FlexAttention")
+def flex_attention(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, score_mod: Graph | None = None, prob_mod: Graph | None = None,
+                   softmax_precision: int | None = None) -> Tensor:
+  """Attention whose scores (after Q K^T scale) and probabilities (after softmax) pass through optional subgraphs."""
+  if softmax_precision is not None and softmax_precision not in _SOFTMAX_DTYPES:
+    raise OnnxError(f"FlexAttention: attribute softmax_precision={softmax_precision}")
+  cdt = _SOFTMAX_DTYPES[softmax_precision] if softmax_precision is not None else (dtypes.float64 if q.dtype is dtypes.float64 else dtypes.float32)
+  if q.shape[1] != k.shape[1]: k, v = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1), v.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+  s = math.sqrt(scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
+  scores = ((q * s) @ (k * s).transpose(-1, -2)).cast(cdt)
+  if score_mod is not None: scores = _tensor_of(score_mod(scores)[0], q).cast(cdt)
+  probs = scores.softmax(-1)
+  if prob_mod is not None: probs = _tensor_of(prob_mod(probs)[0], q).cast(cdt)
+  return (probs @ v.cast(cdt)).cast(v.dtype)

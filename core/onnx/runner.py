@@ -107,8 +107,10 @@ class OnnxRunner:
 
   def _prepare(self, n: Any, i: int) -> _Node:
     label = _node_label(n, i)
-    if n.domain not in ("", "ai.onnx"): raise OnnxError(f"node {label}: op {n.domain}.{n.op_type} (domain {n.domain!r}) is not supported")
-    if (opdef := OPS.get(n.op_type)) is None: raise OnnxError(f"node {label}: op {n.op_type} is not supported")
+    name = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"   # ops of other domains register qualified
+    if (opdef := OPS.get(name)) is None:
+      if n.domain in ("", "ai.onnx"): raise OnnxError(f"node {label}: op {n.op_type} is not supported")
+      raise OnnxError(f"node {label}: op {name} (domain {n.domain!r}) is not supported")
     kwargs: dict[str, Any] = {}
     graphs = []
     for a in n.attribute:
