@@ -43,12 +43,10 @@ def _image_params(sink: UOp, image_max: tuple[int, int]) -> dict[UOp, ImageDType
     for idx in users.get(p, []):
       if idx.op is not Ops.INDEX or idx.src[0] is not p or len(idx.src) not in (2, 3) or idx.src[1].dtype.count != 1: ok = False
       for x in users.get(idx, []) if ok else ():
-        if x.op is Ops.LOAD and x.src[0] is idx:
-          loads += 1
-          ok = ok and (x.dtype.count == 1 or (x.dtype.count == 4 and _aligned(idx.src[1])))
+        if x.op is Ops.LOAD and x.src[0] is idx: loads += 1
         elif x.op is Ops.STORE and x.src[0] is idx:
           stores += 1
-          ok = ok and x.src[1].dtype.count == 4 and _aligned(idx.src[1])
+          ok = ok and x.src[1].dtype.count % 4 == 0 and _aligned(idx.src[1])
         else: ok = False
     if ok and not (loads and stores): out[p] = ImageDType(base, shape)
   return out
@@ -65,24 +63,42 @@ def _pixel_index(img: UOp, x: UOp, y: UOp, *gate: UOp) -> UOp:
 
 def _zero(u: UOp) -> bool: return u.op is Ops.CONST and u.arg == 0
 
-def image_load(ld: UOp, idx: UOp, img: UOp) -> UOp:
-  """LOAD(INDEX(image, i[, gate])) -> a pixel read and its channel. Where the alternative of a gated read is 0, the gate moves
-  into the coordinates: x = -1 when it is false, and the clamp-to-border sampler reads the border value, 0, without a branch."""
-  i, gate = idx.src[1], idx.src[2:]
+def _read_pixel(ld: UOp, img: UOp, i: UOp, gate: tuple[UOp, ...], alt: tuple[UOp, ...]) -> UOp:
+  """The pixel holding element i (i a multiple of 4 or not): a float4 (half4 for half images) LOAD at (x, y)."""
   x, y = _coords(img, i)
-  alt = ld.src[1:]
   if gate and (not alt or _zero(alt[0])):
     x, gate, alt = gate[0].where(x, x.const_like(-1)), (), ()
-  px = UOp(Ops.LOAD, ld.dtype.scalar().vec(4), (_pixel_index(img, x, y, *gate),) + tuple(a if a.dtype.count == 4 else
-                                                                                      UOp.vectorize(*[a] * 4) for a in alt))
-  if ld.dtype.count == 4: return px
+  # the alternative of the whole pixel: only the element's channel of a per-element read is used, so its lanes repeat it
+  alt4 = tuple(a if a.dtype.count == 4 else UOp.vectorize(*[a] * 4) for a in alt)
+  return UOp(Ops.LOAD, ld.dtype.scalar().vec(4), (_pixel_index(img, x, y, *gate),) + alt4)
+
+def _channel(px: UOp, i: UOp) -> UOp:
   c = (i % 4).simplify()
   if c.op is Ops.CONST: return px.gep(c.arg)
   return c.eq(0).where(px.gep(0), c.eq(1).where(px.gep(1), c.eq(2).where(px.gep(2), px.gep(3))))
 
+def image_load(ld: UOp, idx: UOp, img: UOp) -> UOp:
+  """LOAD(INDEX(image, i[, gate])) of n elements -> pixel reads and their channels: n/4 whole pixels when i is a multiple of 4
+  and n of 4, else one read per element. Where the alternative of a gated read is 0, the gate moves into the coordinates:
+  x = -1 when it is false, and the clamp-to-border sampler reads the border value, 0, without a branch."""
+  i, gate, alt, n = idx.src[1], idx.src[2:], ld.src[1:], ld.dtype.count
+  if n % 4 == 0 and _aligned(i):
+    pxs = [_read_pixel(ld, img, i + 4 * k if k else i, gate, tuple(a if n == 4 else UOp.vectorize(*[a.gep(4 * k + c) for c in range(4)])
+                                                                     for a in alt)) for k in range(n // 4)]
+    return pxs[0] if n == 4 else UOp.vectorize(*[p.gep(c) for p in pxs for c in range(4)])
+  lanes = [_channel(_read_pixel(ld, img, i + k if k else i, gate, tuple(a.gep(k) if a.dtype.count > 1 else a for a in alt)), i + k if k else i)
+           for k in range(n)]
+  return UOp.vectorize(*lanes)
+
 def image_store(st: UOp, idx: UOp, img: UOp) -> UOp:
-  x, y = _coords(img, idx.src[1])
-  return st.replace(src=(_pixel_index(img, x, y, *idx.src[2:]), st.src[1]) + st.src[2:])
+  """STORE of 4k elements at a multiple of 4 -> k whole-pixel writes (_image_params demoted every other store)."""
+  i, v = idx.src[1], st.src[1]
+  writes = []
+  for k in range(v.dtype.count // 4):
+    x, y = _coords(img, i + 4 * k if k else i)
+    val = v if v.dtype.count == 4 else UOp.vectorize(*[v.gep(4 * k + c) for c in range(4)])
+    writes.append(st.replace(src=(_pixel_index(img, x, y, *idx.src[2:]), val) + st.src[2:]))
+  return writes[0] if len(writes) == 1 else UOp(Ops.GROUP, dtypes.void, tuple(writes))
 
 def _is_image(u: UOp) -> bool: return isinstance(u.dtype, ImageDType)
 def _flat(idx: UOp) -> bool: return idx.src[1].dtype.count == 1   # not rewritten to (x, y) yet

@@ -1,7 +1,7 @@
 """Validity rules per stage (tensor, kernel, program graphs) and `type_verify`, which names the first bad node."""
 from __future__ import annotations
 from typing import Any, Sequence
-from core.ir.dtype import DType, PtrDType, dtypes
+from core.ir.dtype import DType, PtrDType, ImageDType, dtypes
 from core.ir.ops import UOp, Ops, GroupOp
 from core.ir.pattern import UPat, PatternMatcher
 from core.helpers import prod, all_int
@@ -89,7 +89,9 @@ tensor_spec = PatternMatcher([
 
 def _index_ok(x: UOp) -> bool:
   s = x.src
-  if not 2 <= len(s) <= 3 or not isinstance(s[0].dtype, PtrDType) or not _is_index(s[1].dtype): return False
+  # an image is indexed by its (x, y) pixel coordinates (core.codegen.image)
+  coord = _is_index(s[1].dtype) or (isinstance(s[0].dtype, ImageDType) and s[1].dtype.count == 2 and _is_index(s[1].dtype.scalar()))
+  if not 2 <= len(s) <= 3 or not isinstance(s[0].dtype, PtrDType) or not coord: return False
   return (len(s) == 2 or dtypes.is_bool(s[2].dtype)) and isinstance(x.dtype, PtrDType)
 
 def _load_ok(x: UOp) -> bool:

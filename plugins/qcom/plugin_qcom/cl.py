@@ -14,7 +14,7 @@ CL_DEVICE_IMAGE2D_MAX_WIDTH, CL_DEVICE_IMAGE2D_MAX_HEIGHT, CL_DEVICE_IMAGE_SUPPO
 CL_DEVICE_MEM_BASE_ADDR_ALIGN, CL_DEVICE_LOCAL_MEM_SIZE = 0x1019, 0x1023
 CL_DEVICE_NAME, CL_DRIVER_VERSION, CL_DEVICE_VERSION, CL_DEVICE_EXTENSIONS, CL_DEVICE_DOUBLE_FP_CONFIG = 0x102B, 0x102D, 0x102F, 0x1030, 0x1032
 CL_QUEUE_PROFILING_ENABLE = 1 << 1
-CL_MEM_READ_WRITE, CL_MEM_USE_HOST_PTR = 1 << 0, 1 << 3
+CL_MEM_READ_WRITE, CL_MEM_USE_HOST_PTR, CL_MEM_COPY_HOST_PTR = 1 << 0, 1 << 3, 1 << 5
 CL_MAP_READ, CL_MAP_WRITE = 1 << 0, 1 << 1
 CL_PROGRAM_BINARY_SIZES, CL_PROGRAM_BINARIES, CL_PROGRAM_BUILD_LOG = 0x1165, 0x1166, 0x1183
 CL_BUFFER_CREATE_TYPE_REGION = 0x1220
@@ -61,6 +61,8 @@ _SIGS: dict[str, tuple[Any, list[Any]]] = {
   "clCreateImage": (P, [P, U64, P, P, P, PI32]),
   "clEnqueueWriteImage": (I32, [P, P, U32, ctypes.POINTER(SZ), ctypes.POINTER(SZ), SZ, SZ, P, U32, P, P]),
   "clEnqueueReadImage": (I32, [P, P, U32, ctypes.POINTER(SZ), ctypes.POINTER(SZ), SZ, SZ, P, U32, P, P]),
+  "clEnqueueCopyBufferToImage": (I32, [P, P, P, SZ, ctypes.POINTER(SZ), ctypes.POINTER(SZ), U32, P, P]),
+  "clEnqueueCopyImageToBuffer": (I32, [P, P, P, ctypes.POINTER(SZ), ctypes.POINTER(SZ), SZ, U32, P, P]),
   "clEnqueueMapBuffer": (P, [P, P, U32, U64, SZ, SZ, U32, P, P, PI32]),
   "clEnqueueUnmapMemObject": (I32, [P, P, P, U32, P, P]),
   "clCreateProgramWithSource": (P, [P, U32, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(SZ), PI32]),

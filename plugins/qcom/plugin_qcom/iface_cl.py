@@ -1,7 +1,7 @@
 """The CL+QCOM device: any OpenCL driver through libOpenCL (pocl here, Qualcomm's on a phone): cl_mem buffers, kernels
 loaded from the compiler's binaries, in-order enqueue, events for timing."""
 from __future__ import annotations
-import ctypes
+import ctypes, re
 from typing import Any
 from core.device.allocator import BufferSpec, LRUAllocator
 from core.helpers import to_function_name
@@ -30,8 +30,21 @@ class CLImage(CLMem):
     super().__init__(mem, height * width * (8 if half else 16))
     self.height, self.width, self.half = height, width, half
 
-def _region(img: CLImage) -> tuple[ctypes.Array, ctypes.Array]:
+def image_region(img: CLImage) -> tuple[ctypes.Array, ctypes.Array]:
   return (ctypes.c_size_t * 3)(0, 0, 0), (ctypes.c_size_t * 3)(img.width, img.height, 1)
+
+def create_image(ctx: cl.CLContext, height: int, width: int, half: bool, host_ptr: int | None = None) -> CLImage:
+  """A `height` x `width` RGBA image of float (or half) channels; with `host_ptr`, its pixels start as the row-major bytes
+  there (CL_MEM_COPY_HOST_PTR). Refused beyond the device's 2-D image limits."""
+  wmax, hmax = ctx.info.image2d_max
+  if not ctx.info.image_support: raise NotImplementedError("the OpenCL device has no image support")
+  if not (1 <= width <= wmax and 1 <= height <= hmax):
+    raise ValueError(f"a {height}x{width} image exceeds the device's 2-D image limit of {hmax}x{wmax} (height x width)")
+  fmt = cl.cl_image_format(cl.CL_RGBA, cl.CL_HALF_FLOAT if half else cl.CL_FLOAT)
+  desc = cl.cl_image_desc(image_type=cl.CL_MEM_OBJECT_IMAGE2D, image_width=width, image_height=height)
+  flags = cl.CL_MEM_READ_WRITE | (cl.CL_MEM_COPY_HOST_PTR if host_ptr is not None else 0)
+  mem = cl.call_handle("clCreateImage", ctx.context, flags, ctypes.byref(fmt), ctypes.byref(desc), host_ptr)
+  return CLImage(mem, height, width, half)
 
 class CLAllocator(LRUAllocator):
   """cl_mem buffers of one context. Views are sub-buffers, so their offset must be a multiple of the device's
@@ -61,26 +74,20 @@ class CLAllocator(LRUAllocator):
   def _copyout(self, dest: memoryview, src: CLMem) -> None:
     ptr = (ctypes.c_uint8 * dest.nbytes).from_buffer(dest.cast("B"))
     if isinstance(src, CLImage):
-      org, reg = _region(src)
+      org, reg = image_region(src)
       cl.check("clEnqueueReadImage", cl.lib().clEnqueueReadImage(self.ctx.queue, src.mem, 1, org, reg, 0, 0, ptr, 0, None, None))
       return
     cl.check("clEnqueueReadBuffer", cl.lib().clEnqueueReadBuffer(self.ctx.queue, src.mem, 1, 0, dest.nbytes, ptr, 0, None, None))
 
   def alloc_image(self, height: int, width: int, half: bool = False) -> CLImage:
     """A `height` x `width` RGBA image of float (or half) channels; refused beyond the device's 2-D image limits."""
-    wmax, hmax = self.ctx.info.image2d_max
-    if not self.ctx.info.image_support: raise NotImplementedError(f"{self.device}: the OpenCL device has no image support")
-    if not (1 <= width <= wmax and 1 <= height <= hmax):
-      raise ValueError(f"{self.device}: a {height}x{width} image exceeds the device's 2-D image limit of {hmax}x{wmax} (height x width)")
-    fmt = cl.cl_image_format(cl.CL_RGBA, cl.CL_HALF_FLOAT if half else cl.CL_FLOAT)
-    desc = cl.cl_image_desc(image_type=cl.CL_MEM_OBJECT_IMAGE2D, image_width=width, image_height=height)
-    mem = cl.call_handle("clCreateImage", self.ctx.context, cl.CL_MEM_READ_WRITE, ctypes.byref(fmt), ctypes.byref(desc), None)
-    return CLImage(mem, height, width, half)
+    try: return create_image(self.ctx, height, width, half)
+    except ValueError as e: raise ValueError(f"{self.device}: {e}") from None
 
   def _copyin_image(self, dest: CLImage, src: memoryview) -> None:
     data = bytearray(src.cast("B"))
     if len(data) != dest.size: raise ValueError(f"{self.device}: {len(data)} bytes for a {dest.height}x{dest.width} image of {dest.size}")
-    org, reg = _region(dest)
+    org, reg = image_region(dest)
     ptr = (ctypes.c_uint8 * len(data)).from_buffer(data)
     cl.check("clEnqueueWriteImage", cl.lib().clEnqueueWriteImage(self.ctx.queue, dest.mem, 1, org, reg, 0, 0, ptr, 0, None, None))
 
@@ -98,53 +105,81 @@ class CLProgram:
     build(ctx, self.prog, f"the binary of kernel {self.name}")
     self.kernel = cl.call_handle("clCreateKernel", self.prog, self.name.encode())
     self._c = c
-    self.slots = buffer_slots(self.kernel)
+    self.slots, self.images = kernel_args(self.kernel)
+    self._staged: dict[int, CLImage] = {}   # argument position -> the image its buffer is staged through (reused per call)
 
   def __del__(self) -> None:
     try:
       if (k := self.__dict__.pop("kernel", None)) is not None: self._c.clReleaseKernel(k)
+      for img in self.__dict__.pop("_staged", {}).values(): self._c.clReleaseMemObject(img.mem)
       if (p := self.__dict__.pop("prog", None)) is not None: self._c.clReleaseProgram(p)
     except (AttributeError, TypeError): pass   # interpreter shutdown
 
-  def set_args(self, bufs: tuple[Any, ...], vals: tuple[int, ...]) -> None:
+  def set_args(self, bufs: tuple[Any, ...], vals: tuple[int, ...]) -> list[tuple[CLImage, int]]:
+    """Sets the arguments; returns the (image, buffer) pairs whose image the kernel writes, to copy back after it runs."""
     c = self._c
     # the schedule passes every buffer of the call in slot order, also one the kernel never uses (it has no parameter then)
     if self.slots is not None and len(bufs) != len(self.slots): bufs = tuple(bufs[s] for s in self.slots)
+    back: list[tuple[CLImage, int]] = []
     for i, b in enumerate(bufs):
+      if i in self.images and not isinstance(b, CLImage):
+        # an image parameter given a buffer: its bytes are the image's pixels, row by row; the driver has no images over
+        # buffers (cl_khr_image2d_from_buffer), so they are copied into an image here and, when the kernel writes it, back
+        (h, w, half), written = self.images[i]
+        if (img := self._staged.get(i)) is None: img = self._staged[i] = create_image(self.ctx, h, w, half)
+        org, reg = image_region(img)
+        mem_b = b.mem if isinstance(b, CLMem) else b
+        cl.check("clEnqueueCopyBufferToImage", c.clEnqueueCopyBufferToImage(self.ctx.queue, mem_b, img.mem, 0, org, reg, 0, None, None))
+        if written: back.append((img, mem_b))
+        b = img
       mem = ctypes.c_void_p(b.mem if isinstance(b, CLMem) else b)
       cl.check(f"clSetKernelArg({self.name}, {i})", c.clSetKernelArg(self.kernel, i, ctypes.sizeof(mem), ctypes.byref(mem)))
     for i, v in enumerate(vals, len(bufs)):
       iv = ctypes.c_int32(v)
       cl.check(f"clSetKernelArg({self.name}, {i})", c.clSetKernelArg(self.kernel, i, 4, ctypes.byref(iv)))
+    return back
 
   def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] = (1, 1, 1),
                vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
     with self.ctx.lock:
-      self.set_args(bufs, vals)
+      back = self.set_args(bufs, vals)
       gs, ls = (tuple(x) + (1,) * (3 - len(x)) for x in (global_size, local_size))
       gws = (ctypes.c_size_t * 3)(*(g * l for g, l in zip(gs, ls)))
       lws = (ctypes.c_size_t * 3)(*ls)
       ev = ctypes.c_void_p()
       err = self._c.clEnqueueNDRangeKernel(self.ctx.queue, self.kernel, 3, None, gws, lws, 0, None, ctypes.byref(ev) if wait else None)
       cl.check(f"clEnqueueNDRangeKernel({self.name}, groups {gs}, local {ls})", err)
+      for img, mem in back:
+        org, reg = image_region(img)
+        cl.check("clEnqueueCopyImageToBuffer", self._c.clEnqueueCopyImageToBuffer(self.ctx.queue, img.mem, mem, org, reg, 0, 0, None, None))
     if not wait: return None
     try:
       cl.check("clWaitForEvents", self._c.clWaitForEvents(1, ctypes.byref(ev)))
       return event_seconds(ev)
     finally: self._c.clReleaseEvent(ev)
 
-def buffer_slots(kernel: int) -> tuple[int, ...] | None:
-  """The buffer slot of each `dataN` parameter of a kernel, from its argument names (built with -cl-kernel-arg-info); None
-  when the driver keeps no names."""
+# a parameter's name: dataN for buffer slot N; an image names its shape and channel type too (data1_64x16f: 64 rows of 16
+# RGBA pixels of float; h: half), see OpenCLRenderer.param_name
+ARG_NAME = re.compile(rb"data(\d+)(?:_(\d+)x(\d+)([fh]))?")
+CL_KERNEL_ARG_ACCESS_QUALIFIER, CL_KERNEL_ARG_ACCESS_WRITE_ONLY = 0x1197, 0x11A1
+
+def kernel_args(kernel: int) -> tuple[tuple[int, ...] | None, dict[int, tuple[tuple[int, int, bool], bool]]]:
+  """(the buffer slot of each `dataN` parameter, or None when the driver keeps no names; {argument position: ((height, width,
+  half), written)} of the image parameters), from the argument info (built with -cl-kernel-arg-info)."""
   c = cl.lib()
   n = ctypes.c_uint32()
   cl.check("clGetKernelInfo", c.clGetKernelInfo(kernel, cl.CL_KERNEL_NUM_ARGS, 4, ctypes.byref(n), None))
-  slots = []
+  slots, images = [], {}
   for i in range(n.value):
     name = ctypes.create_string_buffer(64)
-    if c.clGetKernelArgInfo(kernel, i, cl.CL_KERNEL_ARG_NAME, 64, name, None) != cl.CL_SUCCESS: return None
-    if name.value.startswith(b"data") and name.value[4:].isdigit(): slots.append(int(name.value[4:]))
-  return tuple(slots) if slots else None   # not one of core's kernels (they name every buffer dataN): arguments as given
+    if c.clGetKernelArgInfo(kernel, i, cl.CL_KERNEL_ARG_NAME, 64, name, None) != cl.CL_SUCCESS: return None, {}
+    if (m := ARG_NAME.fullmatch(name.value)) is None: continue
+    slots.append(int(m.group(1)))
+    if m.group(2):
+      acc = ctypes.c_uint32()
+      cl.check("clGetKernelArgInfo", c.clGetKernelArgInfo(kernel, i, CL_KERNEL_ARG_ACCESS_QUALIFIER, 4, ctypes.byref(acc), None))
+      images[i] = ((int(m.group(2)), int(m.group(3)), m.group(4) == b"h"), acc.value == CL_KERNEL_ARG_ACCESS_WRITE_ONLY)
+  return (tuple(slots) if slots else None), images   # no dataN names: not one of core's kernels, arguments as given
 
 def event_seconds(ev: ctypes.c_void_p) -> float:
   """The time between a finished command's start and end (profiling is on in every CLContext queue)."""
@@ -158,4 +193,4 @@ def caps_of(ctx: cl.CLContext) -> CLCaps:
   """The renderer's view of an OpenCL device."""
   i = ctx.info
   return CLCaps(fp16=i.fp16, fp64=i.fp64, max_work_group=i.max_work_group, max_work_items=(tuple(i.max_work_items) + (1, 1, 1))[:3],  # type: ignore[arg-type]
-                local_mem=i.local_mem, name=i.name)
+                local_mem=i.local_mem, name=i.name, images=i.image_support, image_max=i.image2d_max)

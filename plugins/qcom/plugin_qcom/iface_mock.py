@@ -19,9 +19,10 @@ from core.device.hcq import handle_addr
 from core.device.target import Target
 from plugin_qcom import cl
 from plugin_qcom.compiler import CLCompiler
-from plugin_qcom.iface_cl import CLProgram, caps_of
+from plugin_qcom.iface_cl import CLImage, CLProgram, caps_of, create_image, image_region
 from plugin_qcom.mock_cp import CommandProcessor, Memory, PacketError
-from plugin_qcom.prep import build_image, signature
+from plugin_qcom.prep import build_image, image_args, signature
+from plugin_qcom.descriptors import Image
 from plugin_qcom.renderer import OpenCLRenderer
 from plugin_qcom.runtime import QCOMHCQ, no_direct_path
 
@@ -48,11 +49,11 @@ class MockCompiler(Compiler):
   an error shows at compile time with the build log, and the driver binary the dispatch needs is in the cache already."""
   def __init__(self, clc: CLCompiler):
     self.cl = clc
-    super().__init__(f"qcom_mock_img1_{clc.cachekey}")
+    super().__init__(f"qcom_mock_img2_{clc.cachekey}")
   def compile(self, src: str) -> bytes:
     self.cl.compile_cached(src)
     name, nbufs, nvars = signature(src)
-    return build_image(name, src.encode(), nbufs, nvars)
+    return build_image(name, src.encode(), nbufs, nvars, image_args(src))
 
 class CLLauncher:
   """Runs a dispatch's OpenCL C on the CL interface: programs cached by code, buffers as cl_mem over the host memory."""
@@ -60,20 +61,29 @@ class CLLauncher:
     self.ctx, self.compiler = ctx, compiler
     self._programs: dict[bytes, CLProgram] = {}
 
-  def __call__(self, code: bytes, bufs: list[int], vals: list[int], groups: tuple[int, int, int], local: tuple[int, int, int]) -> None:
+  def __call__(self, code: bytes, bufs: list[int], vals: list[int], groups: tuple[int, int, int], local: tuple[int, int, int],
+               images: dict[int, Image] | None = None) -> None:
     src = code.rstrip(b"\0").decode()
     key = hashlib.sha256(code).digest()
     if (prg := self._programs.get(key)) is None:
       prg = self._programs[key] = CLProgram(self.ctx, signature(src)[0], self.compiler.compile_cached(src))
     c = cl.lib()
     mems: dict[int, int] = {}
+    imgs: dict[int, CLImage] = {}
     try:
-      for b in bufs:
-        if b not in mems:
+      # an image is made from the pixels at its descriptor's BASE, and a written one read back there afterwards
+      for k, im in (images or {}).items(): imgs[k] = create_image(self.ctx, im.height, im.width, im.half, host_ptr=im.base)
+      for k, b in enumerate(bufs):
+        if k not in imgs and b not in mems:
           start, size = MEMORY.span(b)
           mems[b] = cl.call_handle("clCreateBuffer", self.ctx.context, cl.CL_MEM_READ_WRITE | cl.CL_MEM_USE_HOST_PTR, start + size - b, b)
-      prg(*[mems[b] for b in bufs], global_size=groups, local_size=local, vals=tuple(vals))
+      prg(*[imgs[k] if k in imgs else mems[b] for k, b in enumerate(bufs)], global_size=groups, local_size=local, vals=tuple(vals))
       self.ctx.finish()
+      for k, img in imgs.items():
+        if prg.images.get(k, (None, False))[1]:
+          org, reg = image_region(img)
+          cl.check("clEnqueueReadImage", c.clEnqueueReadImage(self.ctx.queue, img.mem, 1, org, reg, 0, 0, ctypes.c_void_p((images or {})[k].base),
+                                                              0, None, None))
       # mapping a CL_MEM_USE_HOST_PTR buffer makes the host memory hold what the kernel wrote
       err = ctypes.c_int32()
       for b, m in mems.items():
@@ -83,7 +93,7 @@ class CLLauncher:
         cl.check("clEnqueueUnmapMemObject", c.clEnqueueUnmapMemObject(self.ctx.queue, m, p, 0, None, None))
       self.ctx.finish()
     finally:
-      for m in mems.values(): c.clReleaseMemObject(m)
+      for m in [*mems.values(), *(i.mem for i in imgs.values())]: c.clReleaseMemObject(m)
 
 class MockHCQ(QCOMHCQ):
   """The HCQDevice of a MOCK+QCOM device (see the module docstring)."""

@@ -8,7 +8,7 @@ from core.device.hcq import EncodeCtx
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
 from core.hcq.queue_ir import Words, const_value, getaddr, hi32, lo32
-from plugin_qcom import pm4, regs
+from plugin_qcom import descriptors, pm4, regs
 from plugin_qcom.prep import QCOMProgramData
 
 
@@ -35,8 +35,31 @@ def lower_launch(cmd: UOp) -> UOp:
   w.set(at + pm4.LOAD_STATE6_ADDR_DW, code, 8)
   at = w.add(pm4.load_state6(pm4.ST6_CONSTANTS, pm4.SS6_INDIRECT, pm4.SB6_CS_SHADER, data.const_units, dst_off=data.const_offset))
   w.set(at + pm4.LOAD_STATE6_ADDR_DW, getaddr(kernargs), 8)
+  if data.images: bind_images(w, data, kernargs)
   w.add(pm4.exec_cs(gs))   # type: ignore[arg-type]
   return w.ins()
+
+def bind_images(w: Words, data: QCOMProgramData, kernargs: UOp) -> None:
+  """The descriptors of a kernel's images go into its kernarg buffer after the constants (their BASE dwords hold the images'
+  addresses, stored there by the kernarg patches): CP_MEM_WRITE of the other dwords and the sampler, then CP_LOAD_STATE6 of
+  the read images' descriptors (ST6_CONSTANTS into SB6_CS_TEX), the sampler (ST6_SHADER into SB6_CS_TEX) and the written
+  images' (ST6_IBO into SB6_CS_SHADER), as freedreno binds a compute shader's textures and storage images."""
+  tex, base = data.tex_offset, descriptors.BASE_DW
+  for k, im in enumerate(data.read_images + data.written_images):
+    desc = descriptors.tex_const(im.height, im.width, im.half)
+    for lo, hi in ((0, base), (base + 2, descriptors.TEX_DWORDS)):
+      at = w.add(pm4.mem_write(0, desc[lo:hi]))
+      w.set(at + pm4.MEM_WRITE_ADDR_DW, getaddr(kernargs, tex + 4 * (descriptors.TEX_DWORDS * k + lo)), 8)
+  at = w.add(pm4.mem_write(0, descriptors.sampler()))
+  w.set(at + pm4.MEM_WRITE_ADDR_DW, getaddr(kernargs, data.sampler_offset), 8)
+  w.add(pm4.wait_for_me())   # the writes land before the state loads read them
+  nread = len(data.read_images)
+  loads = [(pm4.ST6_CONSTANTS, pm4.SB6_CS_TEX, nread, tex), (pm4.ST6_SHADER, pm4.SB6_CS_TEX, 1, data.sampler_offset),
+           (pm4.ST6_IBO, pm4.SB6_CS_SHADER, len(data.written_images), tex + 4 * descriptors.TEX_DWORDS * nread)]
+  for st, sb, n, off in loads:
+    if n == 0: continue
+    at = w.add(pm4.load_state6(st, pm4.SS6_INDIRECT, sb, n))
+    w.set(at + pm4.LOAD_STATE6_ADDR_DW, getaddr(kernargs, off), 8)
 
 def lower_signal(signal: UOp, value: UOp) -> UOp:
   v = const_value(value)

@@ -4,9 +4,9 @@ interface's runs the kernel's OpenCL C on the CL interface). A malformed packet 
 from __future__ import annotations
 import bisect, ctypes, dataclasses, struct, threading, time
 from typing import Any, Protocol
-from plugin_qcom import pm4, regs
+from plugin_qcom import descriptors, pm4, regs
 from plugin_qcom.pm4 import PacketError
-from plugin_qcom.prep import signature
+from plugin_qcom.prep import image_args, signature
 
 class Memory:
   """The device memory the processor may touch: registered host allocations (start, size). Any other address is a fault."""
@@ -38,8 +38,10 @@ class Memory:
     ctypes.memmove(addr, data, len(data))
 
 class Launcher(Protocol):
-  """Runs one dispatch: the kernel's code bytes, its buffer addresses and int arguments, work-group counts and size."""
-  def __call__(self, code: bytes, bufs: list[int], vals: list[int], groups: tuple[int, int, int], local: tuple[int, int, int]) -> None: ...
+  """Runs one dispatch: the kernel's code bytes, its buffer addresses and int arguments, work-group counts and size, and the
+  images bound to its image arguments (argument index -> the decoded descriptor; those arguments' `bufs` entries are unused)."""
+  def __call__(self, code: bytes, bufs: list[int], vals: list[int], groups: tuple[int, int, int], local: tuple[int, int, int],
+               images: dict[int, descriptors.Image] | None = None) -> None: ...
 
 @dataclasses.dataclass
 class Shader:
@@ -56,6 +58,9 @@ class CommandProcessor:
     self.regs: dict[int, int] = {}
     self.shader: Shader | None = None
     self.consts = bytearray(16 * 1024)   # 1024 vec4 constants
+    self.textures: list[list[int]] = []   # TEX_CONST descriptors (SB6_CS_TEX constants), read images
+    self.samplers: list[list[int]] = []   # TEX_SAMP descriptors (SB6_CS_TEX shader state)
+    self.ibos: list[list[int]] = []       # storage image descriptors (ST6_IBO of SB6_CS_SHADER), written images
     self.executed: list[str] = []        # packet names run, newest last (tests and fault reports read it)
 
   def reg(self, r: int, offset: int) -> int:
@@ -121,15 +126,26 @@ class CommandProcessor:
   def load_state(self, dw0: int, addr: int, off: int) -> None:
     dst, st, src, block, units = dw0 & 0x3FFF, dw0 >> 14 & 3, dw0 >> 16 & 3, dw0 >> 18 & 0xF, dw0 >> 22
     if src != pm4.SS6_INDIRECT: raise PacketError(f"byte {off}: CP_LOAD_STATE6_FRAG state source {src}; this processor loads SS6_INDIRECT (2) only")
-    if block != pm4.SB6_CS_SHADER: raise PacketError(f"byte {off}: CP_LOAD_STATE6_FRAG state block {block:#x}; compute loads SB6_CS_SHADER (0xd)")
     if units == 0: raise PacketError(f"byte {off}: CP_LOAD_STATE6_FRAG of 0 units")
+    if block == pm4.SB6_CS_TEX and st in (pm4.ST6_CONSTANTS, pm4.ST6_SHADER):
+      n = descriptors.TEX_DWORDS if st == pm4.ST6_CONSTANTS else descriptors.SAMP_DWORDS
+      words = list(struct.unpack(f"<{n * units}I", self.mem.read(addr, 4 * n * units)))
+      state = [words[k:k + n] for k in range(0, len(words), n)]
+      if st == pm4.ST6_CONSTANTS: self.textures = state
+      else: self.samplers = state
+      return
+    if block != pm4.SB6_CS_SHADER: raise PacketError(f"byte {off}: CP_LOAD_STATE6_FRAG state block {block:#x}; compute loads SB6_CS_SHADER (0xd) and SB6_CS_TEX (0x5)")
+    if st == pm4.ST6_IBO:
+      words = list(struct.unpack(f"<{descriptors.TEX_DWORDS * units}I", self.mem.read(addr, 4 * descriptors.TEX_DWORDS * units)))
+      self.ibos = [words[k:k + descriptors.TEX_DWORDS] for k in range(0, len(words), descriptors.TEX_DWORDS)]
+      return
     if st == pm4.ST6_SHADER:
       self.mem.span(addr, 128 * units)
       self.shader = Shader(addr, units)
     elif st == pm4.ST6_CONSTANTS:
       if 16 * (dst + units) > len(self.consts): raise PacketError(f"byte {off}: constants {dst}..{dst + units} past the 1024-vec4 constant file")
       self.consts[16 * dst:16 * (dst + units)] = self.mem.read(addr, 16 * units)
-    else: raise PacketError(f"byte {off}: CP_LOAD_STATE6_FRAG state type {st} for SB6_CS_SHADER (0: shader, 1: constants)")
+    else: raise PacketError(f"byte {off}: CP_LOAD_STATE6_FRAG state type {st} for SB6_CS_SHADER (0: shader, 1: constants, 3: IBO)")
 
   def exec_cs(self, groups: tuple[int, int, int], off: int) -> None:
     if self.shader is None: raise PacketError(f"byte {off}: CP_EXEC_CS before a shader was loaded (CP_LOAD_STATE6_FRAG ST6_SHADER)")
@@ -150,5 +166,30 @@ class CommandProcessor:
       raise PacketError(f"byte {off}: HLSQ_CS_CNTL.CONSTLEN is smaller than kernel {name}'s {nbufs} buffer and {nvars} int arguments")
     bufs = list(struct.unpack_from(f"<{nbufs}Q", self.consts, 0))
     vals = list(struct.unpack_from(f"<{nvars}i", self.consts, 8 * nbufs))
-    for k, b in enumerate(bufs): self.mem.span(b)   # every argument must point into device memory
-    self.launch(code, bufs, vals, groups, local)
+    images = self.bind_images(image_args(code.rstrip(b"\0").decode()), name, off)
+    for k, b in enumerate(bufs):
+      if k not in images: self.mem.span(b)   # every buffer argument must point into device memory
+    if images: self.launch(code, bufs, vals, groups, local, images)
+    else: self.launch(code, bufs, vals, groups, local)
+
+  def bind_images(self, args: tuple, name: str, off: int) -> dict[int, descriptors.Image]:
+    """The kernel's image arguments bound to the loaded descriptors: its read images to the textures in order, its written
+    ones to the IBOs; each must describe the image the kernel declares, in device memory."""
+    if not args: return {}
+    reads, writes = [a for a in args if not a.written], [a for a in args if a.written]
+    if len(self.textures) < len(reads) or len(self.ibos) < len(writes):
+      raise PacketError(f"byte {off}: kernel {name} reads {len(reads)} and writes {len(writes)} images; {len(self.textures)} texture and "
+                        f"{len(self.ibos)} IBO descriptors are loaded")
+    if reads:
+      if not self.samplers: raise PacketError(f"byte {off}: kernel {name} reads images but no sampler is loaded")
+      descriptors.check_sampler(self.samplers[0], f"byte {off}: sampler 0")
+    out = {}
+    for kind, group, state in (("texture", reads, self.textures), ("IBO", writes, self.ibos)):
+      for k, a in enumerate(group):
+        im = descriptors.decode_tex_const(state[k], f"byte {off}: {kind} {k}")
+        if (im.height, im.width, im.half) != (a.height, a.width, a.half):
+          raise PacketError(f"byte {off}: {kind} {k} is a {im.height}x{im.width} {'half' if im.half else 'float'} image; kernel {name}'s "
+                            f"argument {a.arg} is {a.height}x{a.width} {'half' if a.half else 'float'}")
+        self.mem.span(im.base, im.pitch * im.height)
+        out[a.arg] = im
+    return out

@@ -96,6 +96,7 @@ def memcpy(dwords: int, src: int, dst: int) -> list[int]:
 MEMCPY_SRC_DW, MEMCPY_DST_DW = 2, 4
 
 def wait_for_idle() -> list[int]: return pkt7(CP_WAIT_FOR_IDLE, [])
+def wait_for_me() -> list[int]: return pkt7(CP_WAIT_FOR_ME, [])
 def set_marker(mode: int) -> list[int]: return pkt7(CP_SET_MARKER, [mode])
 def nop(body: int = 0) -> list[int]: return pkt7(CP_NOP, [0] * body)
 

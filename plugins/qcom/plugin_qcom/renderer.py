@@ -4,7 +4,7 @@ in float (drivers without it, e.g. pocl on x86)."""
 from __future__ import annotations
 import copy, dataclasses, math, struct
 from typing import Callable
-from core.ir.dtype import DType, PtrDType, AddrSpace, dtypes
+from core.ir.dtype import DType, PtrDType, ImageDType, AddrSpace, dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
 from core.codegen.c_style import CStyleRenderer, base_rewrite, c_code_for_op
@@ -20,6 +20,8 @@ class CLCaps:
   max_work_items: tuple[int, int, int] = (1024, 1024, 1024)
   local_mem: int = 32 * 1024
   name: str = "a6xx"
+  images: bool = True                        # 2-D images (CL_DEVICE_IMAGE_SUPPORT)
+  image_max: tuple[int, int] = (16384, 16384)   # (width, height): CL_DEVICE_IMAGE2D_MAX_WIDTH/HEIGHT
 
 # Adreno A6xx/A7xx as the Qualcomm OpenCL driver reports them: cl_khr_fp16, no cl_khr_fp64, 1024 work-items, 32 KiB local memory
 ADRENO = CLCaps()
@@ -60,16 +62,25 @@ def _access(ctx: OpenCLRenderer, idx: UOp, dt: DType) -> tuple[str, str]:
     return f"vload{n}(0, {p})", f"vstore{n}({{v}}, 0, {p});"
   return f"(*{p})", f"*{p} = {{v}};"
 
+# images: a nearest, unnormalized sampler clamping to the border (0), so a read outside the image gives 0 (core.codegen.image
+# moves a gate whose alternative is 0 into the coordinates); half is read and written as half only with cl_khr_fp16
+SAMPLER = "__constant sampler_t smp = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_CLAMP | CLK_FILTER_NEAREST;"
+
+def _image_access(ctx: OpenCLRenderer, idx: UOp, dt: DType) -> tuple[str, str]:
+  sfx = "h" if dt.scalar() is dtypes.float16 and ctx.caps.fp16 else "f"
+  img, xy = ctx[idx.src[0]], ctx[idx.src[1]]
+  return f"read_image{sfx}({img}, smp, {xy})", f"write_image{sfx}({img}, {xy}, {{v}});"
+
 def _render_load(ctx: OpenCLRenderer, x: UOp) -> str:
   idx = x.src[0]
-  ld, _ = _access(ctx, idx, x.dtype)
+  ld, _ = _image_access(ctx, idx, x.dtype) if isinstance(idx.src[0].dtype, ImageDType) else _access(ctx, idx, x.dtype)
   if len(idx.src) < 3: return ld
   alt = ctx[x.src[1]] if len(x.src) > 1 and x.src[1].dtype is not dtypes.void else ctx.render_const(0, x.dtype)
   return f"({ctx[idx.src[2]]}?{ld}:{alt})"
 
 def _render_store(ctx: OpenCLRenderer, x: UOp) -> str:
   idx, val = x.src[0], x.src[1]
-  st = _access(ctx, idx, val.dtype)[1].format(v=ctx[val])
+  st = (_image_access if isinstance(idx.src[0].dtype, ImageDType) else _access)(ctx, idx, val.dtype)[1].format(v=ctx[val])
   return f"if ({ctx[idx.src[2]]}) {st}" if len(idx.src) > 2 else st
 
 cl_rewrite = PatternMatcher([
@@ -102,9 +113,11 @@ class OpenCLRenderer(CStyleRenderer):
   global_max = (2**31 - 1, 65535, 65535)
   local: tuple[int, ...] = (1, 1, 1)        # per render: the work-group size reqd_work_group_size names
   dts: frozenset[DType] = frozenset()      # per render: the scalar dtypes the kernel touches (which pragmas it needs)
+  written: frozenset[UOp] = frozenset()   # per render: the parameters the kernel stores to (write_only images)
 
   def __init__(self, caps: CLCaps = ADRENO, device: str = "QCOM"):
     self.caps, self.device, self.arch = caps, device, caps.name
+    self.has_images, self.image_max = caps.images, caps.image_max   # type: ignore[misc]
     self.native_half = True   # core's bit-level emulation is for C compilers; OpenCL has vload_half/vstore_half
     self.local_max = caps.max_work_items[:3]   # type: ignore[misc]
     self.shared_max = caps.local_mem           # type: ignore[misc]
@@ -165,6 +178,11 @@ class OpenCLRenderer(CStyleRenderer):
   def render_special(self, x: UOp) -> str:
     return f"({self.render_dtype(x.dtype)})get_{'group' if x.arg.startswith('gidx') else 'local'}_id({x.arg[-1]})"
 
+  def param_name(self, p: UOp) -> str:
+    # an image parameter names its shape and channel type, so the runtime can make the image from the buffer it is given
+    if isinstance(d := p.dtype, ImageDType): return f"data{p.arg}_{d.shape[0]}x{d.shape[1]}{'h' if d.base is dtypes.float16 else 'f'}"
+    return super().param_name(p)
+
   # *** the kernel ***
 
   def render(self, name: str, uops: list[UOp]) -> str:
@@ -177,6 +195,7 @@ class OpenCLRenderer(CStyleRenderer):
     ctx = copy.copy(self)
     ctx.local = tuple(local)
     ctx.dts = frozenset(dt.base.scalar() for u in uops for dt in (u.dtype, *(s.dtype for s in u.src)))
+    ctx.written = frozenset(u.src[0].src[0] for u in uops if u.op is Ops.STORE and u.src[0].op is Ops.INDEX)
     return CStyleRenderer.render(ctx, name, uops)
 
   def render_kernel(self, name: str, bufs: list[UOp], vars_: list[UOp], prefix: list[str], body: list[str]) -> str:
@@ -184,7 +203,9 @@ class OpenCLRenderer(CStyleRenderer):
     head = ["#pragma OPENCL FP_CONTRACT OFF"]
     if dtypes.float16 in self.dts: head.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable" if self.caps.fp16 else HALF_HELPERS)
     if dtypes.float64 in self.dts: head.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
-    args = [f"{self.buffer_prefix_for(b.dtype)}{self.render_dtype(b.dtype)}{self.buffer_suffix} {self[b]}" for b in bufs]
+    if images := [b for b in bufs if isinstance(b.dtype, ImageDType)]: head.append(SAMPLER)
+    args = [f"{'write_only' if b in self.written else 'read_only'} image2d_t {self[b]}" if b in images else
+            f"{self.buffer_prefix_for(b.dtype)}{self.render_dtype(b.dtype)}{self.buffer_suffix} {self[b]}" for b in bufs]
     args += [f"{self.arg_int_prefix} {self[v]}" for v in vars_]
     attr = "__attribute__((reqd_work_group_size({},{},{}))) ".format(*self.local)
     return "\n".join(head + prefix + [f"{self.kernel_prefix}{attr}void {name}({', '.join(args)}) {{"] + body + ["}"]) + "\n"

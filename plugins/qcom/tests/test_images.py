@@ -1,0 +1,135 @@
+"""IMAGE=1/2 on QCOM: kernels read (and write) buffers as 2-D RGBA images. A conv net on CL+QCOM gives numpy's result with
+and without images and its kernels read the weights with read_imagef; half images; gated reads through the border; the
+texture/sampler descriptors golden from freedreno's register database, and the MOCK processor binding them from the packets."""
+from __future__ import annotations
+import os, re, subprocess, sys, textwrap
+from typing import Any
+import numpy as np
+import pytest
+from plugin_qcom import descriptors
+from plugin_qcom.pm4 import PacketError
+
+# a small conv net (conv 3->8 pad 1, relu, conv 8->16 stride 2, relu, mean, linear 16->10) with fixed weights, in a fresh
+# process per IMAGE value (IMAGE is read when kernels are scheduled); DEBUG=4 prints every kernel's OpenCL C
+NET = textwrap.dedent("""
+  import sys, numpy as np
+  from core import Tensor
+  r = np.random.default_rng(0)
+  x, w1, w2 = r.standard_normal((2, 3, 12, 12)), r.standard_normal((8, 3, 3, 3)), r.standard_normal((16, 8, 3, 3))
+  wl, bl = r.standard_normal((10, 16)), r.standard_normal(10)
+  T = lambda a: Tensor(a.astype(np.float32)).realize()
+  h = T(x).conv2d(T(w1), padding=1).relu().conv2d(T(w2), stride=2).relu().mean(axis=(2, 3))
+  np.save(sys.argv[1], (h @ T(wl).transpose() + T(bl)).numpy())
+""")
+
+def _conv_np(x: np.ndarray, w: np.ndarray, stride: int = 1, pad: int = 0) -> np.ndarray:
+  x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+  n, _, hh, ww = x.shape
+  k = w.shape[2]
+  oh, ow = (hh - k) // stride + 1, (ww - k) // stride + 1
+  out = np.zeros((n, w.shape[0], oh, ow))
+  for i in range(k):
+    for j in range(k): out += np.einsum("ncxy,oc->noxy", x[:, :, i:i + stride * oh:stride, j:j + stride * ow:stride], w[:, :, i, j])
+  return out
+
+def _net_np() -> np.ndarray:
+  r = np.random.default_rng(0)
+  x, w1, w2 = r.standard_normal((2, 3, 12, 12)), r.standard_normal((8, 3, 3, 3)), r.standard_normal((16, 8, 3, 3))
+  wl, bl = r.standard_normal((10, 16)), r.standard_normal(10)
+  h = np.maximum(_conv_np(np.maximum(_conv_np(x, w1, pad=1), 0), w2, stride=2), 0).mean(axis=(2, 3))
+  return h @ wl.T + bl
+
+def _run(tmp_path: Any, code: str, dev: str, image: int) -> tuple[np.ndarray, str]:
+  """Runs `code` (which saves its result to sys.argv[1]) with DEV, IMAGE and DEBUG=4 in a fresh process; (result, stdout)."""
+  out = tmp_path / f"out_{abs(hash(code))}_{dev}_{image}.npy"
+  env = {**os.environ, "DEV": dev, "IMAGE": str(image), "DEBUG": "4"}
+  p = subprocess.run([sys.executable, "-c", code, str(out)], env=env, capture_output=True, text=True, timeout=600)
+  assert p.returncode == 0, p.stderr[-3000:]
+  return np.load(out), p.stdout
+
+def _run_net(tmp_path: Any, dev: str, image: int) -> tuple[np.ndarray, str]: return _run(tmp_path, NET, dev, image)
+
+def _kernels(src: str) -> list[str]:
+  """The OpenCL C of each kernel DEBUG=4 printed."""
+  return [k for k in re.split(r"(?=#pragma OPENCL FP_CONTRACT OFF)", src) if "__kernel" in k]
+
+def test_conv_net_reads_weights_as_images_with_the_same_result(clctx: Any, tmp_path: Any) -> None:
+  plain, src0 = _run_net(tmp_path, "CL+QCOM", 0)
+  img, src1 = _run_net(tmp_path, "CL+QCOM", 1)
+  np.testing.assert_allclose(plain, _net_np(), rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(img, plain, rtol=1e-5, atol=1e-5)
+  assert src0.count("read_imagef(") == 0 and "image2d_t" not in src0
+  reads = src1.count("read_imagef(")
+  convs = [k for k in _kernels(src1) if re.search(r"void r_\w+", k) and "image2d_t" in k]
+  # every reduction kernel that reads a weight reads it as an image, and IMAGE=1 writes no image
+  assert reads > 0 and len(convs) >= 3 and "write_imagef" not in src1, (reads, len(convs))
+  print(f"IMAGE=1 conv net: {reads} read_imagef calls in {len(_kernels(src1))} kernels")
+
+def test_image2_writes_intermediates_as_images(clctx: Any, tmp_path: Any) -> None:
+  img, src = _run_net(tmp_path, "CL+QCOM", 2)
+  np.testing.assert_allclose(img, _net_np(), rtol=1e-4, atol=1e-4)
+  assert "write_only image2d_t" in src and "write_imagef(" in src
+
+def test_mock_binds_images_from_the_packet_stream(clctx: Any, tmp_path: Any) -> None:
+  out, _ = _run_net(tmp_path, "MOCK+QCOM", 2)
+  np.testing.assert_allclose(out, _net_np(), rtol=1e-4, atol=1e-4)
+
+HALF = textwrap.dedent("""
+  import sys, numpy as np
+  from core import Tensor
+  r = np.random.default_rng(1)
+  a, b = r.standard_normal((16, 8)).astype(np.float16), r.standard_normal((8, 12)).astype(np.float16)
+  np.save(sys.argv[1], (Tensor(a).realize() @ Tensor(b).realize()).numpy())
+""")
+
+def test_half_images(clctx: Any, tmp_path: Any) -> None:
+  out, src = _run(tmp_path, HALF, "CL+QCOM", 1)
+  assert re.search(r"read_only image2d_t data1_\d+x\d+h", src) and re.search(r"read_only image2d_t data2_\d+x\d+h", src), src
+  # read_imageh only where the device has cl_khr_fp16; pocl on x86 has not
+  assert ("read_imageh(" if clctx.info.fp16 else "read_imagef(") in src
+  r = np.random.default_rng(1)
+  a, b = r.standard_normal((16, 8)).astype(np.float16), r.standard_normal((8, 12)).astype(np.float16)
+  np.testing.assert_allclose(out.astype(np.float32), a.astype(np.float32) @ b.astype(np.float32), rtol=2e-2, atol=2e-2)
+
+PAD = textwrap.dedent("""
+  import sys, numpy as np
+  from core import Tensor
+  np.save(sys.argv[1], Tensor(np.arange(32, dtype=np.float32).reshape(4, 8)).realize().pad(((1, 1), (4, 4))).numpy())
+""")
+
+def test_gated_read_uses_the_border_not_a_branch(clctx: Any, tmp_path: Any) -> None:
+  out, src = _run(tmp_path, PAD, "CL+QCOM", 1)
+  # the pad's gate became an x coordinate of -1 (outside the image: the sampler reads the border, 0), not `gate?read:0`
+  assert "read_imagef(" in src and not re.search(r"\?\s*read_imagef", src) and "(-1)" in src, src
+  np.testing.assert_array_equal(out, np.pad(np.arange(32, dtype=np.float32).reshape(4, 8), ((1, 1), (4, 4))))
+
+# *** descriptors: words worked out by hand from a6xx_descriptors.xml / a6xx_enums.xml ***
+
+def test_tex_const_words() -> None:
+  # FMT6_32_32_32_32_FLOAT (0x82) << 22, swizzle X,Y,Z,W = 0,1,2,3 at bits 4,7,10,13: 0x20000000 | 0x0 | 1<<7 | 2<<10 | 3<<13
+  d = descriptors.tex_const(3, 5, half=False)
+  assert d[0] == 0x82 << 22 | 1 << 7 | 2 << 10 | 3 << 13 == 0x20806880
+  assert d[1] == 5 | 3 << 15 == 0x18005                  # WIDTH 5, HEIGHT 3
+  assert d[2] == (5 * 16) << 7 | 1 << 29 == 0x20002800   # PITCH 80 bytes, TYPE A6XX_TEX_2D
+  assert d[3:] == [0] * 13 and len(d) == 16
+  h = descriptors.tex_const(2, 7, half=True)
+  assert h[0] >> 22 == 0x62 and h[2] == (7 * 8) << 7 | 1 << 29
+
+def test_sampler_words() -> None:
+  # XY_MAG/XY_MIN nearest (0); WRAP_S/T/R clamp to border (3) at bits 5, 8, 11; UNNORM_COORDS bit 5; FASTBORDERCOLOREN bit 4
+  assert descriptors.sampler() == [3 << 5 | 3 << 8 | 3 << 11, 0x20, 0x10, 0] == [0x1B60, 0x20, 0x10, 0]
+
+def test_descriptor_decode_round_trip_and_refusals() -> None:
+  d = descriptors.tex_const(4, 6, half=True)
+  d[4], d[5] = 0x12345600, 0x7
+  assert descriptors.decode_tex_const(d, "t") == descriptors.Image(0x712345600, 4, 6, True, 48)
+  bad = list(d)
+  bad[0] = (bad[0] & ~(0xFF << 22)) | 0x30 << 22   # FMT6_8_8_8_8_UNORM
+  with pytest.raises(PacketError, match="FMT 0x30"): descriptors.decode_tex_const(bad, "t")
+  bad = list(d)
+  bad[2] = (9 * 8) << 7 | 1 << 29
+  with pytest.raises(PacketError, match="PITCH 72"): descriptors.decode_tex_const(bad, "t")
+  bad = list(d)
+  bad[4] = 0x12345610
+  with pytest.raises(PacketError, match="32-byte aligned"): descriptors.decode_tex_const(bad, "t")
+  with pytest.raises(PacketError, match="not nearest"): descriptors.check_sampler([0, 0x20, 0x10, 0], "s")
