@@ -30,13 +30,15 @@ def core_version() -> str:
 
 def device_kind(device: str) -> dict[str, Any]:
   """What a compiled binary depends on, for the device `device` as DEV resolved it: the device name, the renderer (its class: the
-  code generator and compiler pair actually built) and the arch. `dev` (the DEV entry) is for messages only."""
+  code generator and compiler pair actually built) and the arch. `dev` (the DEV entry) and `compiler` (the compiler's cache key:
+  its version and, with no ARCH, the host target it chose) are recorded for messages only."""
   from core.device.registry import Device
   dev, target = Device[device], Device.target(device)
   return {"device": target.device, "renderer": type(dev.renderer).__name__,
-          "arch": getattr(dev.renderer, "arch", None) or target.arch, "dev": str(target)}
+          "arch": getattr(dev.renderer, "arch", None) or target.arch, "dev": str(target), "compiler": dev.compiler.cachekey}
 
-def _kind_str(k: dict[str, Any]) -> str: return f"{k.get('device')} (renderer {k.get('renderer')}, arch {k.get('arch') or 'default'}, DEV={k.get('dev')})"
+def _kind_str(k: dict[str, Any]) -> str:
+  return f"{k.get('device')} (renderer {k.get('renderer')}, arch {k.get('arch') or 'default'}, DEV={k.get('dev')}, compiler {k.get('compiler')})"
 
 @dataclass
 class ExportedProgram:

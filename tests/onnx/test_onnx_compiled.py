@@ -179,6 +179,40 @@ def test_compile_and_replay_on_other_devs(dev, tmp_path):
   assert r.returncode == 0, r.stderr[-3000:]
   assert "replayed" in r.stdout
 
+_IMAGES = textwrap.dedent("""
+  import re, numpy as np
+  from core.helpers import Context
+  from core.onnx import OnnxRunner, compile_model, load_compiled
+  from core.onnx.testing import mobilenet
+  model, shape = mobilenet()
+  g = compile_model(model)
+  g.save("m.core")
+  image_args = 0
+  for p in g.programs:
+    for i in map(int, re.findall(r"image2d_t data(\\d+)", p.source)):
+      # IMAGE=1 reads as images only what the schedule does not write: the weights and the model's input
+      assert g.buffers[p.bufs[i]].role in ("weight", "input"), (p.name, i, g.buffers[p.bufs[i]].role)
+      image_args += g.buffers[p.bufs[i]].role == "weight"
+  convs = [p for p in g.programs if len(p.bufs) > 3]   # a conv with its folded batch norm: weights, scale, bias, mean, var
+  assert image_args >= len(convs) > 0, (image_args, len(convs))
+  x = np.random.default_rng(14).standard_normal(shape).astype(np.float32)
+  with Context(IMAGE=0): want = OnnxRunner(model)({"x": x})[model.graph.output[0].name].numpy()   # plain buffers
+  got = load_compiled("m.core")({"x": x})[model.graph.output[0].name]
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  print("images", image_args)
+""")
+
+@pytest.mark.parametrize("dev", ["CL+QCOM", "MOCK+QCOM"])
+def test_compiled_vision_model_reads_weights_as_images(dev, tmp_path):
+  """IMAGE=1 on QCOM: the compiled MobileNet's kernels take its weights (and its input, never a buffer they write) as read-only
+  images, at least one weight image per conv kernel, and the replay
+  (direct launches on CL, the command stream on MOCK) gives what plain buffers give."""
+  if not _available(dev): pytest.skip(f"{dev} needs the qcom plugin" + (" and an OpenCL driver (pocl)" if dev == "CL+QCOM" else ""))
+  r = subprocess.run([sys.executable, "-c", _IMAGES], env={**os.environ, "DEV": dev, "IMAGE": "1"}, cwd=tmp_path, capture_output=True, text=True,
+                     timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert "images" in r.stdout
+
 def test_bench_rows_run_and_check_against_onnxruntime(capsys):
   """bench/onnx_models.py in a short run: its rows print, and every runner's output was checked against onnxruntime first
   (a smoke run: nothing about speed is asserted)."""
