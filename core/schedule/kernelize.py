@@ -17,9 +17,17 @@ class ScheduleItem:
   ast: UOp
   bufs: tuple[UOp, ...]
 
-# gradient markers have no runtime meaning
+def _no_elements(x: UOp) -> bool:
+  """x is a tensor-level value with a zero-size dim that is not already a constant."""
+  if x.op in (Ops.CONST, Ops.DEVICE, Ops.UNIQUE, Ops.SINK) or not isinstance(x.device, str) or not any(type(d) is int and d == 0 for d in x.shape or ()):
+    return False
+  return x.base.op is not Ops.CONST
+
+# gradient markers have no runtime meaning; a value with no elements is any constant, so no kernel reads an empty buffer
+# (its memory is a null pointer, which some devices refuse as a kernel argument) and none computes one
 pm_strip_markers = PatternMatcher([
   (UPat((Ops.DETACH, Ops.CONTIGUOUS_BACKWARD), name="x"), lambda x: x.src[0]),
+  (UPat(name="x", custom=_no_elements), lambda x: UOp.const(x.dtype, 0, cast(str, x.device), x.shape)),
 ], name="strip markers")
 
 def _kernel_name(ast: UOp, shape: tuple) -> str:
@@ -138,6 +146,8 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     items.append(_item(_store_kernel(ctx, out, None, body, shape), ctx, shape))
     done[u] = view
   results = {o: rebind(done.get(r, r), var_vals) for o, r in zip(orig_roots, roots)}
+  # a zero-size output has nothing to compute (and an empty launch is a fault on some command processors): no item
+  items = [it for it in items if not (it.bufs and it.bufs[0].op is Ops.BUFFER and it.bufs[0].arg == 0)]
   if IMAGE:
     from core.schedule.image import mark_images
     written = {it.bufs[0] for it in items if it.bufs}
