@@ -133,3 +133,33 @@ def test_descriptor_decode_round_trip_and_refusals() -> None:
   bad[4] = 0x12345610
   with pytest.raises(PacketError, match="32-byte aligned"): descriptors.decode_tex_const(bad, "t")
   with pytest.raises(PacketError, match="not nearest"): descriptors.check_sampler([0, 0x20, 0x10, 0], "s")
+
+def test_launch_binds_images_with_load_state6_packets() -> None:
+  from core.hcq.queue_ir import Words
+  from core.ir.dtype import dtypes
+  from core.ir.ops import UOp
+  from plugin_qcom import lower, pm4
+  from plugin_qcom.prep import ImageArg, build_image, read_image
+  # kernel(out image written, in buffer, in image read, int): two images, one read, one written
+  images = (ImageArg(0, 2, 8, False, True), ImageArg(2, 3, 4, True, False))
+  data = read_image(build_image("k", b"x" * 8, 3, 1, images))
+  assert data.images == images and data.const_bytes == 32 and data.tex_offset == 64 and data.sampler_offset == 64 + 128
+  # each image's argument offset is its descriptor's BASE (dword 4): the read image's descriptor first
+  assert data.arg_offsets == (64 + 64 + 16, 8, 64 + 16, 24) and data.kernarg_size == 64 + 128 + 16
+  w = Words()
+  lower.bind_images(w, data, UOp.new_buffer("QCOM", 256, dtypes.uint8))
+  heads, i = [], 0
+  while i < len(w.words):
+    h = pm4.decode_header(w.words[i], 4 * i)
+    heads.append((h.code, w.words[i + 1:i + 1 + h.count]))
+    i += 1 + h.count
+  writes = [b for c, b in heads if c == pm4.CP_MEM_WRITE]
+  # descriptor dwords 0-3 and 6-15 of each image (BASE is the patched address), then the sampler
+  assert [len(b) - 2 for b in writes] == [4, 10, 4, 10, 4]
+  assert writes[0][2:] == descriptors.tex_const(3, 4, True)[:4] and writes[2][2:] == descriptors.tex_const(2, 8, False)[:4]
+  assert writes[4][2:] == descriptors.sampler()
+  loads = [b[0] for c, b in heads if c == pm4.CP_LOAD_STATE6_FRAG]
+  fields = [(d >> 14 & 3, d >> 16 & 3, d >> 18 & 0xF, d >> 22) for d in loads]
+  assert fields == [(pm4.ST6_CONSTANTS, pm4.SS6_INDIRECT, pm4.SB6_CS_TEX, 1), (pm4.ST6_SHADER, pm4.SS6_INDIRECT, pm4.SB6_CS_TEX, 1),
+                    (pm4.ST6_IBO, pm4.SS6_INDIRECT, pm4.SB6_CS_SHADER, 1)]
+  assert [c for c, _ in heads].index(pm4.CP_WAIT_FOR_ME) < [c for c, _ in heads].index(pm4.CP_LOAD_STATE6_FRAG)

@@ -17,8 +17,9 @@ class Host:
   """Host arrays registered as device memory, each behind a BUFFER uop (for GETADDR patches)."""
   def __init__(self) -> None:
     self.mem, self.arrays, self.uops = Memory(), {}, {}
-  def buf(self, nbytes: int, fill: bytes = b"") -> UOp:
-    a = (ctypes.c_uint8 * max(nbytes, 16))()
+  def buf(self, nbytes: int, fill: bytes = b"", align: int = 1) -> UOp:
+    raw = (ctypes.c_uint8 * (max(nbytes, 16) + align - 1))()
+    a = (ctypes.c_uint8 * max(nbytes, 16)).from_buffer(raw, -ctypes.addressof(raw) % align)   # (keeps raw alive)
     ctypes.memmove(a, fill, len(fill))
     u = UOp.new_buffer("QCOM", nbytes, dtypes.uint8)
     self.mem.register(ctypes.addressof(a), len(a), a)
@@ -115,3 +116,38 @@ print(sum(1 for w in heads if (w >> 16) & 0x7f == pm4.CP_EXEC_CS and w & 0x3fff 
 def test_mock_device_runs_tensors_through_the_packet_stream(clctx: Any) -> None:
   from test_cl import run_dev
   assert int(run_dev("MOCK+QCOM", MOCK_SCRIPT).strip()) >= 2   # each kernel went through a CP_EXEC_CS
+
+IMG_KERNEL = (b"__kernel __attribute__((reqd_work_group_size(1,1,1))) void k(write_only image2d_t data0_2x4f, "
+              b"read_only image2d_t data1_1x8h, const int n) { }")
+
+def image_launch(host: Host, shape_in_descriptor: tuple[int, int]) -> tuple[list[int], UOp, UOp, list[tuple], CommandProcessor]:
+  """A launch of IMG_KERNEL through lower.py whose kernarg buffer is filled the way core's patches fill it (each image's address
+  at its argument offset); the read image's descriptor says `shape_in_descriptor` (the kernel declares 1x8)."""
+  from plugin_qcom.prep import image_args
+  images = tuple(image_args(IMG_KERNEL.decode()))
+  image = build_image("k", IMG_KERNEL, 2, 1, images)
+  data = read_image(image)
+  out, inp = host.buf(2 * 4 * 16, align=32), host.buf(8 * 8, align=32)   # TEX_CONST's BASE is 32-byte aligned
+  args = bytearray(data.kernarg_size)
+  for k, a in enumerate((out, inp)): struct.pack_into("<Q", args, data.arg_offsets[k], host.addr(a))
+  struct.pack_into("<i", args, data.arg_offsets[2], 3)
+  kernargs = host.buf(data.kernarg_size, bytes(args))
+  data = data if shape_in_descriptor == (1, 8) else data.__class__(**{**data.__dict__, "images": (images[0], images[1]._replace(
+    height=shape_in_descriptor[0], width=shape_in_descriptor[1]))})
+  prog = UOp(Ops.PROGRAM, src=(UOp(Ops.DEVICE, arg="QCOM"), host.buf(len(image), image)), arg=data)
+  calls: list[tuple] = []
+  cp = CommandProcessor(host.mem, lambda *a: calls.append(a))
+  return host.words(lower.lower_command(UOp(Ops.LAUNCH, src=(prog, kernargs), arg=((1, 1, 1), (1, 1, 1))))), out, inp, calls, cp
+
+def test_images_are_bound_from_the_descriptors() -> None:
+  host = Host()
+  words, out, inp, calls, cp = image_launch(host, (1, 8))
+  assert cp.run(words) == len(words)
+  (code, bufs, vals, groups, local, images), = calls
+  assert vals == [3] and images[0].base == host.addr(out) and (images[0].height, images[0].width, images[0].half) == (2, 4, False)
+  assert images[1].base == host.addr(inp) and (images[1].height, images[1].width, images[1].half, images[1].pitch) == (1, 8, True, 64)
+
+def test_a_descriptor_that_disagrees_with_the_kernel_is_refused() -> None:
+  host = Host()
+  words, *_, cp = image_launch(host, (2, 4))
+  with pytest.raises(PacketError, match=r"texture 0 is a 2x4 half image; kernel k's argument 1 is 1x8 half"): cp.run(words)
