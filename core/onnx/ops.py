@@ -376,7 +376,9 @@ def one_hot(idx: Tensor, depth: Any, values: Tensor, *, axis: int = -1) -> Tenso
   return out.movedim(-1, _ax(axis, idx.ndim + 1))
 @op("Dropout", static=(1, 2))
 def dropout(x: Tensor, ratio_in: Any = None, training_mode: Any = None, *, ratio: float = 0.5, seed: int | None = None, _nout: int = 1) -> Any:
-  if training_mode is not None and bool(np.asarray(training_mode).reshape(-1)[0]): raise OnnxError("Dropout: training_mode=True")
+  r = float(np.asarray(ratio_in).reshape(-1)[0]) if ratio_in is not None else ratio
+  if training_mode is not None and bool(np.asarray(training_mode).reshape(-1)[0]) and r > 0:
+    raise OnnxError(f"Dropout: training_mode=True with ratio {r} (random dropping is not supported)")
   return (x, Tensor.full(x.shape, True, device=x.device, dtype=dtypes.bool)) if _nout > 1 else x
 
 # *** gather / scatter / selection ***
@@ -818,25 +820,27 @@ def det(x: Tensor) -> Tensor:
 
 def _q_shape(x: Tensor, scale: Tensor, axis: int) -> list[int]:
   return [-1 if i == _ax(axis, x.ndim) else 1 for i in range(x.ndim)] if scale.ndim == 1 and scale.shape[0] > 1 else list(scale.shape)
+def _q_param(p: Tensor, x: Tensor, axis: int, block_size: int) -> Tensor:
+  """A scale or zero point as float32 that broadcasts against x: per tensor, per axis, or per block of block_size along axis."""
+  if not block_size: return p.cast(dtypes.float32).reshape(_q_shape(x, p, axis))
+  ax = _ax(axis, x.ndim)
+  return p.cast(dtypes.float32).repeat_interleave(block_size, dim=ax).shrink([(0, x.shape[ax]) if i == ax else None for i in range(x.ndim)])
 @op("DequantizeLinear")
 def dequantize_linear(x: Tensor, scale: Tensor, zero: Tensor | None = None, *, axis: int = 1, block_size: int = 0,
                       output_dtype: int = 0, _narrow: Sequence[int | None] = ()) -> Tensor:
-  if block_size: raise OnnxError(f"DequantizeLinear: attribute block_size={block_size}")
-  shp = _q_shape(x, scale, axis)
   y = x.cast(dtypes.float32)
-  if zero is not None: y = y - zero.cast(dtypes.float32).reshape(shp)
-  return (y * scale.cast(dtypes.float32).reshape(shp)).cast(onnx_dtype(output_dtype) if output_dtype else scale.dtype)
+  if zero is not None: y = y - _q_param(zero, x, axis, block_size)
+  return (y * _q_param(scale, x, axis, block_size)).cast(onnx_dtype(output_dtype) if output_dtype else scale.dtype)
 @op("QuantizeLinear")
 def quantize_linear(x: Tensor, scale: Tensor, zero: Tensor | None = None, *, axis: int = 1, block_size: int = 0, output_dtype: int = 0,
                     saturate: int = 1, precision: int = 0, _narrow: Sequence[int | None] = ()) -> Tensor | Narrow:
-  if block_size: raise OnnxError(f"QuantizeLinear: attribute block_size={block_size}")
   narrow = _narrow[2] if len(_narrow) > 2 and _narrow[2] is not None else (output_dtype if output_dtype in NARROW else None)
-  shp = _q_shape(x, scale, axis)
-  y = x.cast(dtypes.float32) / scale.cast(dtypes.float32).reshape(shp)
+  y = x.cast(dtypes.float32) / _q_param(scale, x, axis, block_size)
+  zp = _q_param(zero, x, axis, block_size) if zero is not None else None
   if narrow is not None and NARROW[narrow].storage is dtypes.float32:   # float8/float4: the cast rounds (and saturates)
-    return to_narrow(y + zero.cast(dtypes.float32).reshape(shp) if zero is not None else y, narrow, bool(saturate))
+    return to_narrow(y + zp if zp is not None else y, narrow, bool(saturate))
   y = y.round()
-  if zero is not None: y = y + zero.cast(dtypes.float32).reshape(shp)
+  if zp is not None: y = y + zp
   if narrow is not None: return Narrow(y.clip(NARROW[narrow].lo, NARROW[narrow].hi).cast(NARROW[narrow].storage), narrow)
   out = zero.dtype if zero is not None else (onnx_dtype(output_dtype) if output_dtype else dtypes.uint8)
   if not dtypes.is_int(out): raise OnnxError(f"QuantizeLinear: output type {out} (only integer outputs)")
@@ -1334,3 +1338,47 @@ def flex_attention(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = Non
   probs = scores.softmax(-1)
   if prob_mod is not None: probs = _tensor_of(prob_mod(probs)[0], q).cast(cdt)
   return (probs @ v.cast(cdt)).cast(v.dtype)
+
+# *** ai.onnx.preview.training optimizers: one update step for n tensors (inputs: R, T, then n X's, n G's, n of each state) ***
+
+def _groups(xs: Sequence[Tensor], k: int) -> list[list[Tensor]]:
+  n = len(xs) // k
+  return [list(xs[j * n:(j + 1) * n]) for j in range(k)]
+
+@op("ai.onnx.preview.training.Adagrad", static=(0, 1))
+def adagrad(r: Any, t: Any, *xs: Tensor, decay_factor: float = 0.0, epsilon: float = 1e-6, norm_coefficient: float = 0.0) -> list[Tensor]:
+  lr = float(np.asarray(r).reshape(-1)[0]) / (1 + float(np.asarray(t).reshape(-1)[0]) * decay_factor)
+  new_x, new_h = [], []
+  for x, g, h in zip(*_groups(xs, 3)):
+    g = x * norm_coefficient + g
+    h2 = h + g * g
+    new_x.append((x - lr * g / (h2.sqrt() + epsilon)).cast(x.dtype))
+    new_h.append(h2.cast(h.dtype))
+  return new_x + new_h
+
+@op("ai.onnx.preview.training.Adam", static=(0, 1))
+def adam(r: Any, t: Any, *xs: Tensor, alpha: float = 0.9, beta: float = 0.999, epsilon: float = 1e-6, norm_coefficient: float = 0.0,
+         norm_coefficient_post: float = 0.0) -> list[Tensor]:
+  lr, step = float(np.asarray(r).reshape(-1)[0]), float(np.asarray(t).reshape(-1)[0])
+  if step > 0: lr = lr * math.sqrt(1 - beta ** step) / (1 - alpha ** step)   # bias correction
+  new_x, new_v, new_h = [], [], []
+  for x, g, v, h in zip(*_groups(xs, 4)):
+    g = x * norm_coefficient + g
+    v2, h2 = v * alpha + g * (1 - alpha), h * beta + g * g * (1 - beta)
+    new_x.append(((x - lr * v2 / (h2.sqrt() + epsilon)) * (1 - norm_coefficient_post)).cast(x.dtype))
+    new_v.append(v2.cast(v.dtype))
+    new_h.append(h2.cast(h.dtype))
+  return new_x + new_v + new_h
+
+@op("ai.onnx.preview.training.Momentum", static=(0, 1))
+def momentum(r: Any, t: Any, *xs: Tensor, alpha: float, beta: float, mode: str, norm_coefficient: float) -> list[Tensor]:
+  if mode not in ("standard", "nesterov"): raise OnnxError(f"Momentum: attribute mode={mode!r}")
+  lr, step = float(np.asarray(r).reshape(-1)[0]), float(np.asarray(t).reshape(-1)[0])
+  b = beta if step > 0 else 1.0
+  new_x, new_v = [], []
+  for x, g, v in zip(*_groups(xs, 3)):
+    g = x * norm_coefficient + g
+    v2 = v * alpha + g * b
+    new_x.append((x - lr * (g + v2 * alpha if mode == "nesterov" else v2)).cast(x.dtype))
+    new_v.append(v2.cast(v.dtype))
+  return new_x + new_v
