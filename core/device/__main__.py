@@ -20,16 +20,18 @@ def report(pm: PluginManager) -> str:
   best = pm.best_device()
   for rec, spec in sorted(pm.all_specs(), key=lambda rs: (-rs[1].priority, rs[1].name)):
     broken = spec.factory_error()
-    avail = "broken" if broken else "compile-only" if spec.priority < 0 else "available" if spec.available() else "unavailable"
+    avail = "broken" if broken else "files" if spec.name == "DISK" else "compile-only" if spec.priority < 0 else \
+      "available" if spec.available() else "unavailable"
     mark = "  <- default" if spec.name == best else ""
     lines.append(f"  {spec.name:<8} {avail:<12} priority {spec.priority:<4} from {rec.dist}{mark}")
     if spec.description: lines.append(f"      {spec.description}")
     if broken: lines.append(f"      broken: {broken}")
     elif avail == "unavailable": lines.append(f"      why: {spec.why_unavailable()}")
     lines.append(f"      interfaces: {', '.join(spec.interfaces) or '-'}   renderers: "
-                 + (", ".join(r + (' (default)' if r == spec.renderer_name(None) else '') for r in spec.renderers) or "borrowed"))
+                 + (", ".join(r + (" (default)" if r == spec.renderer_name(None) else "") for r in spec.renderers) or ("none" if spec.name == "DISK" else "borrowed")))
     sels = [f"DEV={spec.name}"] + [f"DEV={spec.name}:{r}" for r in spec.renderers] + [f"DEV={i}+{spec.name}" for i in spec.interfaces[1:]]
     if spec.name == "NULL": sels += ["DEV=NULL:<RENDERER>[:ARCH] (e.g. NULL:C, NULL:LLVM, NULL:AMD:gfx1100)"]
+    if spec.name == "DISK": sels = ["device='disk:<path>' (one device per file; DEV=DISK:<path>)"]
     lines.append(f"      select with: {'  '.join(sels)}")
   lines.append(f"DEV is {os.getenv('DEV')!r}" if os.getenv("DEV") else f"DEV is unset: the default is {best}")
   return "\n".join(lines)
