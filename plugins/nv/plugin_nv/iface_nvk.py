@@ -5,12 +5,17 @@ Memory: every buffer is one RM memory object mapped for the CPU and the GPU at t
 buffers, programs and constant buffers video memory, rings, semaphores and the channels' GPFIFO and USERD host memory.
 
 Channels: COMPUTE:0 and COPY:0 are each a channel group with one GPFIFO channel holding the arch's compute or copy object. Core's
-submit program writes methods into the channel's pushbuffer ring and the count of ring dwords into `doorbell`; publishing them is
-`_kick` (every wait and synchronize calls it): a GPFIFO entry per new segment of the ring (split where the ring ends), GP_PUT into
-the channel's USERD memory, then the channel's work-submit token to the usermode doorbell (NOTIFY_CHANNEL_PENDING). Each channel
-starts with a segment that binds its engine object to its subchannel (SET_OBJECT)."""
+submit program writes methods into the channel's pushbuffer ring and the count of ring dwords into `doorbell` (host memory: no
+hardware sees that write), so a host thread per device publishes them, and so does every wait and synchronize (`_kick`): a GPFIFO
+entry per new segment of the ring (split where the ring ends), GP_PUT into the channel's USERD memory, then the channel's
+work-submit token to the usermode doorbell (NOTIFY_CHANNEL_PENDING). The thread is what lets another device wait on this one's
+semaphores without calling into it. Each channel starts with a segment that binds its engine object to its subchannel
+(SET_OBJECT).
+
+Memory of other devices (the semaphore of another HCQ device a channel here waits on) is mapped for the GPU on first use
+(`addr`, nvk.RM.gpu_address)."""
 from __future__ import annotations
-import atexit, ctypes, struct, threading
+import atexit, ctypes, struct, threading, time
 from typing import Any
 from core.device.allocator import BufferSpec, LRUAllocator
 from core.device.buffer import Buffer
@@ -78,7 +83,10 @@ class NVKChannel:
     if bell < self.published or bell - self.published > self.ring_dwords:
       raise nvk.RMError(0, f"{self.name}: doorbell {bell} after {self.published} dwords: not a count of new ring dwords")
     while self.published < bell:
-      while (self.put - self.gp_get()) % self.ch.entries >= self.ch.entries - 1: pass   # the GPFIFO ring is full: the GPU drains it
+      deadline = time.monotonic() + 60
+      while (self.put - self.gp_get()) % self.ch.entries >= self.ch.entries - 1:   # the GPFIFO ring is full: the GPU drains it
+        if time.monotonic() > deadline: raise nvk.RMError(0, f"{self.name}: the GPFIFO ring stayed full for 60 s ({self.describe()})")
+        time.sleep(1e-4)
       off = self.published % self.ring_dwords
       n = min(bell - self.published, self.ring_dwords - off)
       self._entry(self.ring_va + 4 * off, n)
@@ -101,6 +109,8 @@ class NVKHCQ(NVHCQ):
     self._channels: dict[str, NVKChannel] = {}
     self._publish = threading.Lock()
     self.closed = False
+    self._wake = threading.Event()
+    self._publisher: threading.Thread | None = None
 
   def channel(self, name: str) -> NVKChannel:
     if (c := self._channels.get(name)) is None:
@@ -109,11 +119,34 @@ class NVKHCQ(NVHCQ):
         if (c := self._channels.get(name)) is None: c = self._channels[name] = NVKChannel(self, name)
     return c
 
-  def queue_buffer(self, kind: str, queue: str) -> Buffer: return self.channel(queue).buffers[kind]
+  def queue_buffer(self, kind: str, queue: str) -> Buffer:
+    if self._publisher is None or not self._publisher.is_alive():   # started on first use (and again in a forked child)
+      with self._lock:
+        if self._publisher is None or not self._publisher.is_alive():
+          self._publisher = threading.Thread(target=self._publish_loop, name=f"nvk publisher {self.device}", daemon=True)
+          self._publisher.start()
+    return self.channel(queue).buffers[kind]
 
-  def publish(self) -> None:
+  def addr(self, buf: Buffer) -> int: return self.rm.gpu_address(handle_addr(buf), buf.nbytes)
+
+  def publish(self) -> bool:
+    """Publishes what core announced on every channel; True when there was something."""
     with self._publish:
-      for c in list(self._channels.values()): c.publish()
+      chans = [c for c in list(self._channels.values()) if c.doorbell.value != c.published]
+      for c in chans: c.publish()
+    return bool(chans)
+
+  def _publish_loop(self) -> None:
+    idle = time.monotonic()
+    while not self.closed:
+      try:
+        if self.publish():
+          if self.simulated: self.rm.os.kick()   # type: ignore[attr-defined]
+          idle = time.monotonic()
+      except Exception as e:   # a malformed doorbell: reported by the next wait
+        self.faults.append(f"{self.device}: publishing: {e}")
+      self._wake.wait(0.0002 if time.monotonic() - idle < 0.5 else 0.01)
+      self._wake.clear()
 
   def _kick(self) -> None:
     # every device instance on this GPU: a channel here may wait on another instance's semaphore, whose work only reaches the
@@ -137,6 +170,7 @@ class NVKHCQ(NVHCQ):
 
   def close(self) -> None:
     self.closed = True
+    self._wake.set()
     with self._lock:
       self._channels.clear()
       self._uops.clear()

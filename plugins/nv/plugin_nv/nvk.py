@@ -13,7 +13,7 @@ address, as core's patch cache expects. /dev/nvidia-uvm is not used: RM hands ou
 
 `DriverOS` is the seam: OSDriver is the kernel; nvk_sim.SimDriver (NVK_SIM=<arch>) serves the same calls in process."""
 from __future__ import annotations
-import ctypes, ctypes.util, dataclasses, errno, os, threading
+import bisect, ctypes, ctypes.util, dataclasses, errno, os, threading
 from typing import Any, Protocol
 from plugin_nv import pushbuf as pb, rm_abi as R
 from plugin_nv.qmd import ARCHS, arch_info
@@ -124,6 +124,9 @@ class RM:
     self.simulated = self.os.simulated
     self.index, self.lock = index, threading.Lock()
     self._next_handle, self._hint = 0xCF000000, self.VA_BASE
+    self._starts: list[int] = []           # sorted addresses of this client's memory (GPU address == host address)
+    self._sizes: dict[int, int] = {}
+    self._host: dict[int, tuple[int, int]] = {}   # host page range start -> (size, GPU address) of host memory mapped for the GPU
     try: self.ctl = self.os.open("/dev/nvidiactl", os.O_RDWR | os.O_CLOEXEC)
     except OSError as e: raise _open_error("/dev/nvidiactl", e) from None
     self.dev_fd = -1
@@ -205,11 +208,13 @@ class RM:
       return self.os.mmap(addr, size, PROT_READ | PROT_WRITE, MAP_SHARED | (MAP_FIXED if addr else 0), fd, 0)
     finally: self.os.close(fd)   # the mapping keeps what it needs of the file
 
-  def map_gpu(self, handle: int, size: int, va: int) -> int:
-    """NV_ESC_RM_MAP_MEMORY_DMA of memory into the virtual memory object at GPU address `va` (DMA_OFFSET_FIXED)."""
-    p = R.NVOS46_PARAMETERS(hClient=self.root, hDevice=self.device, hDma=self.virtual, hMemory=handle, offset=0, length=size, dmaOffset=va,
-                            flags=R.NVOS46_FLAGS_DMA_OFFSET_FIXED | R.NVOS46_FLAGS_CACHE_SNOOP_ENABLE | R.NVOS46_FLAGS_PAGE_SIZE_4KB)
-    self._ioctl(R.NV_ESC_RM_MAP_MEMORY_DMA, p, f"RM_MAP_MEMORY_DMA of {handle:#x} at {va:#x}")
+  def map_gpu(self, handle: int, size: int, va: int | None) -> int:
+    """NV_ESC_RM_MAP_MEMORY_DMA of memory into the virtual memory object: at GPU address `va` (DMA_OFFSET_FIXED), or where RM
+    places it (None); returns the GPU address."""
+    flags = R.NVOS46_FLAGS_CACHE_SNOOP_ENABLE | R.NVOS46_FLAGS_PAGE_SIZE_4KB | (R.NVOS46_FLAGS_DMA_OFFSET_FIXED if va is not None else 0)
+    p = R.NVOS46_PARAMETERS(hClient=self.root, hDevice=self.device, hDma=self.virtual, hMemory=handle, offset=0, length=size,
+                            dmaOffset=va or 0, flags=flags)
+    self._ioctl(R.NV_ESC_RM_MAP_MEMORY_DMA, p, f"RM_MAP_MEMORY_DMA of {handle:#x}" + (f" at {va:#x}" if va is not None else ""))
     return p.dmaOffset
 
   def alloc_memory(self, size: int, vidmem: bool = False) -> GPUMemory:
@@ -229,12 +234,42 @@ class RM:
       self.os.munmap(addr, size)
       self.free(handle, self.device)
       raise
+    with self.lock:
+      bisect.insort(self._starts, addr)
+      self._sizes[addr] = size
     return GPUMemory(addr, size, handle, vidmem)
 
   def free_memory(self, mem: GPUMemory) -> None:
     """Frees the object (RM drops its CPU and GPU mappings with it) and the host range."""
+    with self.lock:
+      self._starts.pop(bisect.bisect_left(self._starts, mem.va))
+      del self._sizes[mem.va]
     self.free(mem.handle, self.device)
     self.os.munmap(mem.va, mem.size)
+
+  def owns(self, addr: int) -> bool:
+    """Whether `addr` lies in memory this client allocated (whose GPU address is its host address)."""
+    with self.lock:
+      i = bisect.bisect_right(self._starts, addr) - 1
+      return i >= 0 and addr < self._starts[i] + self._sizes[self._starts[i]]
+
+  def gpu_address(self, addr: int, size: int) -> int:
+    """The GPU address of host memory [addr, addr + size): the host address for this client's memory; other memory (another
+    device's semaphore) is described to RM by its pages (NV01_MEMORY_SYSTEM_OS_DESCRIPTOR through NV_ESC_RM_ALLOC_MEMORY) and
+    mapped where RM places it, once per page range."""
+    if self.owns(addr): return addr
+    start, end = addr // PAGE * PAGE, round_up(addr + size, PAGE)
+    with self.lock:
+      for s, (n, va) in self._host.items():
+        if s <= start and end <= s + n: return va + addr - s
+    p = R.nv_ioctl_nvos02_parameters_with_fd(fd=-1)
+    p.params.hRoot, p.params.hObjectParent, p.params.hObjectNew = self.root, self.device, self._handle()
+    p.params.hClass, p.params.pMemory, p.params.limit = R.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, start, end - start - 1
+    p.params.flags = R.NVOS02_FLAGS_PHYSICALITY_NONCONTIGUOUS | R.NVOS02_FLAGS_LOCATION_PCI | R.NVOS02_FLAGS_COHERENCY_CACHED
+    self._ioctl(R.NV_ESC_RM_ALLOC_MEMORY, p, f"RM_ALLOC_MEMORY of host memory [{start:#x}, {end:#x})")
+    va = self.map_gpu(p.params.hObjectNew, end - start, None)
+    with self.lock: self._host[start] = (end - start, va)
+    return va + addr - start
 
   # *** channels ***
 

@@ -11,8 +11,9 @@ power-of-two entry count, USERD and error notifier memory objects and a context 
 class. `explain()` says which check failed (RM itself only returns the status).
 
 Memory objects are memfds. RM_MAP_MEMORY binds one to a /dev/nvidia<N> file, whose mmap maps it; MAP_MEMORY_DMA enters it in
-the GPU's page tables (mock_gpu.VASpace) at the fixed GPU address asked for. Limits of the simulation: GPU addresses must be below
-2**39 and equal to a CPU mapping of the same memory made through this driver (what nvk.RM does), one engine object per channel,
+the GPU's page tables (mock_gpu.VASpace) at the fixed GPU address asked for; host memory described by its pages
+(NV01_MEMORY_SYSTEM_OS_DESCRIPTOR through RM_ALLOC_MEMORY) is mapped where the simulation chooses. Limits of the simulation: GPU addresses must be below
+2**39 and equal to a CPU mapping of the same memory made through this driver (what nvk.RM does) for video and system memory, one engine object per channel,
 no UVM, events, or unmapping of single mappings (RM_FREE of the memory drops them).
 
 Channels: once its group is scheduled, each GPFIFO channel is served by mock_gpu.Channel (iface_mock's software GPU) on its own
@@ -55,9 +56,10 @@ class DevFile:
 ESCAPES: dict[int, tuple[type[ctypes.Structure], ...]] = {
   R.NV_ESC_RM_ALLOC: (R.NVOS21_PARAMETERS, R.NVOS64_PARAMETERS), R.NV_ESC_RM_FREE: (R.NVOS00_PARAMETERS,),
   R.NV_ESC_RM_CONTROL: (R.NVOS54_PARAMETERS,), R.NV_ESC_RM_MAP_MEMORY: (R.nv_ioctl_nvos33_parameters_with_fd,),
-  R.NV_ESC_RM_MAP_MEMORY_DMA: (R.NVOS46_PARAMETERS,), R.NV_ESC_REGISTER_FD: (R.nv_ioctl_register_fd_t,)}
+  R.NV_ESC_RM_MAP_MEMORY_DMA: (R.NVOS46_PARAMETERS,), R.NV_ESC_REGISTER_FD: (R.nv_ioctl_register_fd_t,),
+  R.NV_ESC_RM_ALLOC_MEMORY: (R.nv_ioctl_nvos02_parameters_with_fd,)}
 
-MEMORY_CLASSES = (R.NV01_MEMORY_SYSTEM, R.NV01_MEMORY_LOCAL_USER)
+MEMORY_CLASSES = (R.NV01_MEMORY_SYSTEM, R.NV01_MEMORY_LOCAL_USER, R.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR)
 
 class SimChannel:
   """A GPFIFO channel the simulated GPU serves: its memory, token, engine (mock_gpu.Channel once an engine object exists)."""
@@ -169,11 +171,11 @@ class SimDriver:
       f.registered = arg.ctl_fd
       return
     if f.kind != "ctl": raise OSError(errno.EINVAL, f"escape {nr:#x} on a {f.kind} file: the simulated driver takes RM ioctls on /dev/nvidiactl")
-    st = arg.params if nr == R.NV_ESC_RM_MAP_MEMORY else arg
+    st = arg.params if nr in (R.NV_ESC_RM_MAP_MEMORY, R.NV_ESC_RM_ALLOC_MEMORY) else arg
     with self.lock:
       try:
         {R.NV_ESC_RM_ALLOC: self._alloc, R.NV_ESC_RM_FREE: self._free, R.NV_ESC_RM_CONTROL: self._control,
-         R.NV_ESC_RM_MAP_MEMORY: self._map_memory, R.NV_ESC_RM_MAP_MEMORY_DMA: self._map_dma}[nr](arg)
+         R.NV_ESC_RM_MAP_MEMORY: self._map_memory, R.NV_ESC_RM_MAP_MEMORY_DMA: self._map_dma, R.NV_ESC_RM_ALLOC_MEMORY: self._alloc_os_memory}[nr](arg)
         st.status = 0
       except Refused as e:
         self.reason, st.status = e.why, e.status
@@ -392,6 +394,18 @@ class SimDriver:
       raise Refused("NV_ERR_INVALID_LIMIT", f"mapping [{p.offset:#x}, +{p.length:#x}) of a {mem.extra['size']:#x}-byte object")
     f.mapping = (mem, p.length)
 
+  def _alloc_os_memory(self, a: R.nv_ioctl_nvos02_parameters_with_fd) -> None:
+    p = a.params
+    self._client_of(p.hRoot)
+    parent = self._obj(p.hRoot, p.hObjectParent, "parent", (R.NV01_DEVICE_0,))
+    if p.hClass != R.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR:
+      raise Refused("NV_ERR_INVALID_CLASS", f"RM_ALLOC_MEMORY of class {p.hClass:#x}: the simulated driver describes host memory only (0x71)")
+    if p.hObjectNew == 0 or (p.hRoot, p.hObjectNew) in self.objs: raise Refused("NV_ERR_INVALID_OBJECT_NEW", f"handle {p.hObjectNew:#x} is 0 or in use")
+    if p.pMemory % PAGE or (p.limit + 1) % PAGE: raise Refused("NV_ERR_INVALID_ARGUMENT", f"host memory {p.pMemory:#x} + {p.limit + 1:#x} is not whole pages")
+    o = Obj(p.hObjectNew, p.hClass, parent, p.hRoot)
+    o.extra.update(host=p.pMemory, size=p.limit + 1, gpu=[])
+    self.objs[(p.hRoot, p.hObjectNew)] = o
+
   def _map_dma(self, a: R.NVOS46_PARAMETERS) -> None:
     self._client_of(a.hClient)
     dev = self._obj(a.hClient, a.hDevice, "hDevice", (R.NV01_DEVICE_0,))
@@ -400,8 +414,13 @@ class SimDriver:
     if dma.parent is not dev or mem.parent is not dev: raise Refused("NV_ERR_INVALID_OBJECT_PARENT", f"hDma and hMemory must be objects of device {a.hDevice:#x}")
     if a.offset % PAGE or a.length == 0 or a.offset + a.length > mem.extra["size"]:
       raise Refused("NV_ERR_INVALID_LIMIT", f"[{a.offset:#x}, +{a.length:#x}) is not a page-aligned range of the {mem.extra['size']:#x}-byte memory")
+    if mem.cls == R.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR:   # host memory: mapped where the driver chooses
+      if a.flags & R.NVOS46_FLAGS_DMA_OFFSET_FIXED: raise Refused("NV_ERR_NOT_SUPPORTED", "the simulated driver maps host memory where it chooses only")
+      a.dmaOffset = self.vm.map(mem.extra["host"] + a.offset, a.length, mem)
+      mem.extra["gpu"].append((a.dmaOffset, a.length))
+      return
     if not a.flags & R.NVOS46_FLAGS_DMA_OFFSET_FIXED:
-      raise Refused("NV_ERR_NOT_SUPPORTED", "the simulated driver maps at fixed GPU addresses only (NVOS46_FLAGS_DMA_OFFSET_FIXED)")
+      raise Refused("NV_ERR_NOT_SUPPORTED", "the simulated driver maps video and system memory at fixed GPU addresses only (NVOS46_FLAGS_DMA_OFFSET_FIXED)")
     va = a.dmaOffset
     if va % PAGE or va + a.length > VASpace.ALIAS_BASE: raise Refused("NV_ERR_INVALID_OFFSET", f"GPU address {va:#x}: page aligned, below 2**39 here")
     cpu = self.cpu_maps.get(va)

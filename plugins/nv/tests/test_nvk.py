@@ -3,7 +3,7 @@ it reads, the checks the simulated driver makes on every ioctl (bad handles, wro
 and the op suite's kernels on NVK+NV for three archs (a subprocess each, NVK_SIM=<arch>). The whole conformance suite runs on
 NVK+NV in CI (pyproject's [tool.core] conformance)."""
 from __future__ import annotations
-import ctypes, errno, json, os, subprocess, sys
+import ctypes, errno, json, mmap, os, subprocess, sys
 import pytest
 from plugin_nv import rm_abi as R
 from plugin_nv.nvk import RM, RMError, arch_of
@@ -98,6 +98,18 @@ def test_gpu_mappings_must_be_fixed_and_cpu_mapped(rm: RM):
   with pytest.raises(RMError, match="NV01_MEMORY_SYSTEM with attr LOCATION 0, not PCI"):
     rm.alloc(rm.device, R.NV01_MEMORY_SYSTEM, R.NV_MEMORY_ALLOCATION_PARAMS(owner=rm.root, size=4096))
 
+def test_host_memory_of_others_is_mapped_for_the_gpu(rm: RM):
+  page = mmap.mmap(-1, 4096)   # a page RM did not allocate (as another device's semaphore)
+  host = (ctypes.c_uint64 * 3).from_buffer(page)
+  host[:] = [7, 8, 9]
+  addr = ctypes.addressof(host)
+  va = rm.gpu_address(addr + 8, 8)
+  assert rm.os.vm.u64(va) == 8   # type: ignore[attr-defined]
+  assert rm.gpu_address(addr + 16, 8) == va + 8   # the same page range, mapped once
+  mem = rm.alloc_memory(4096)
+  assert rm.gpu_address(mem.va + 16, 8) == mem.va + 16   # its own memory: the host address
+  rm.free_memory(mem)
+
 def test_missing_and_denied_device_nodes():
   with pytest.raises(OSError, match="NVK\\+NV needs /dev/nvidiactl .*Use MOCK\\+NV"): RM(os_=SimDriver("sm_90", missing=True))
   with pytest.raises(OSError, match="permission denied opening /dev/nvidiactl") as e: RM(os_=SimDriver("sm_90", denied=True))
@@ -114,6 +126,9 @@ out = {"matmul": float(np.abs((Tensor(a) @ Tensor(b)).numpy() - a @ b).max()),
        "exp": float(np.abs(Tensor(a).exp().numpy() - np.exp(a)).max() / np.exp(a).max()),
        "half": float(np.abs(Tensor(a).half().relu().numpy().astype(np.float32) - np.maximum(a.astype(np.float16), 0)).max()),
        "arch": Device[Device.DEFAULT].hcq.arch, "kind": Device[Device.DEFAULT].hcq.kind}
+# across devices: the CPU's queues wait on this device's semaphores (published by its own thread) and the other way round
+c = Tensor(a, device="CPU") + 1
+out["cross"] = float(np.abs(((c.to(Device.DEFAULT) * 2).to("CPU") + c).numpy() - 3 * (a + 1)).max())
 print("RESULT " + json.dumps(out))
 '''
 
@@ -125,4 +140,4 @@ def test_ops_on_nvk_sim(arch: str):
   assert line is not None, p.stdout[-2000:] + p.stderr[-4000:]
   r = json.loads(line[7:])
   assert r["arch"] == arch and r["kind"] == "NVK"
-  assert r["matmul"] < 1e-4 and r["reduce"] < 1e-3 and r["exp"] < 1e-5 and r["half"] == 0.0
+  assert r["matmul"] < 1e-4 and r["reduce"] < 1e-3 and r["exp"] < 1e-5 and r["half"] == 0.0 and r["cross"] < 1e-5
