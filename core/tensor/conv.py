@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 from core.helpers import make_tuple, prod
 from core.ir.dtype import dtypes, least_upper_dtype, sum_acc_dtype
-from core.tensor.validate import check_ints
+from core.tensor.validate import check_ints, check_int
 
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
@@ -29,6 +29,16 @@ def _padding(padding: int | Sequence[int], dims: int) -> list[tuple[int, int]]:
   if len(p) == dims: return [(v, v) for v in p]
   if len(p) == 2 * dims: return [(p[2 * i], p[2 * i + 1]) for i in range(dims)][::-1]
   raise ValueError(f"padding {p} must be an int, {dims} values or {2 * dims} values")
+
+def _check_conv(method: str, x: Tensor, weight: Tensor, groups: int, stride: Any, dilation: Any) -> int:
+  """The number of spatial dims of a convolution, after checking the ranks, groups, strides and dilations."""
+  if weight.ndim < 3: raise ValueError(f"Tensor.{method}: argument 'weight' needs (out, in, *kernel) dims, got shape {weight.shape}")
+  nd = weight.ndim - 2
+  if x.ndim != nd + 2: raise ValueError(f"Tensor.{method}: the input {x.shape} needs {nd + 2} dims for weight {weight.shape}")
+  check_int(method, "groups", groups, lo=1)
+  check_ints(method, "stride", stride, lo=1, n=nd)
+  check_ints(method, "dilation", dilation, lo=1, n=nd)
+  return nd
 
 class ConvMixin:
   def _pool(self: Tensor, k: Sequence[int], stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1) -> Tensor:  # type: ignore[misc]
@@ -58,6 +68,7 @@ class ConvMixin:
   def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1, dilation: Any = 1,  # type: ignore[misc]
              padding: Any = 0, dtype: Any = None) -> Tensor:
     """N-d convolution (1d/2d/3d by weight rank): self (bs, cin, *spatial), weight (cout, cin/groups, *k)."""
+    _check_conv("conv2d", self, weight, groups, stride, dilation)
     bs, cin = self.shape[:2]
     cout, cin_g, *ks = weight.shape
     nd = len(ks)
@@ -83,6 +94,9 @@ class ConvMixin:
                        dilation: Any = 1, padding: Any = 0, output_padding: Any = 0) -> Tensor:
     """The adjoint of conv2d: zeros inserted between inputs (stride), padded by d*(k-1)-p, then a conv with the flipped,
     channel-swapped weight (cin, cout/groups, *k)."""
+    _check_conv("conv_transpose2d", self, weight, groups, stride, dilation)
+    if weight.shape[0] != self.shape[1] or weight.shape[0] % groups:
+      raise ValueError(f"Tensor.conv_transpose2d: weight {weight.shape} needs dim 0 = the input's channels {self.shape[1]}, divisible by groups {groups}")
     cin, rc, *ks = weight.shape
     nd = len(ks)
     s, d, op = make_tuple(stride, nd), make_tuple(dilation, nd), make_tuple(output_padding, nd)
@@ -192,6 +206,8 @@ class ConvMixin:
     from core.tensor.tensor import Tensor
     if mode not in ("nearest", "nearest-exact", "linear", "bilinear", "trilinear"): raise ValueError(f"interpolate: unknown mode {mode!r}")
     if align_corners and mode.startswith("nearest"): raise ValueError("interpolate: align_corners only applies to linear modes")
+    size = check_ints("interpolate", "size", size, lo=1)
+    if len(size) > self.ndim: raise ValueError(f"Tensor.interpolate: argument 'size' {size} has more dims than the input {self.shape}")
     x = self
     for i, out in enumerate(size):
       ax = self.ndim - len(size) + i

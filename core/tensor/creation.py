@@ -3,7 +3,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 from core.helpers import prod, argfix
-from core.ir.dtype import DTypeLike, dtypes, to_dtype
+from core.ir.dtype import DTypeLike, dtypes, to_dtype, from_np
 from core.ir.ops import UOp
 from core.tensor.validate import scalar_dtype, check_scalar_fits
 
@@ -28,6 +28,10 @@ class CreationMixin:
   def full(cls, shape: tuple[int, ...] | int, fill_value: Any, device: str | None = None, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
     from core.tensor.tensor import canonical_device
     s = _shape((shape,) if isinstance(shape, int) else tuple(shape))
+    if type(fill_value).__module__ == "numpy" and getattr(fill_value, "shape", None) == ():   # a numpy scalar keeps its dtype
+      dtype, fill_value = dtype if dtype is not None else from_np(fill_value.dtype), fill_value.item()
+    if not isinstance(fill_value, (bool, int, float)):
+      raise TypeError(f"Tensor.full: argument 'fill_value' must be a number, got {type(fill_value).__name__} {fill_value!r}"[:300])
     dt = to_dtype(dtype) if dtype is not None else scalar_dtype(fill_value)
     check_scalar_fits("full", "fill_value", fill_value, dt)
     return cls(UOp.const(dt, fill_value, canonical_device(device), s), **kwargs)  # type: ignore[call-arg,return-value]

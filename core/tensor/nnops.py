@@ -2,7 +2,7 @@
 from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Sequence
 from core.ir.dtype import dtypes
-from core.tensor.validate import check_index_tensor
+from core.tensor.validate import check_index_tensor, check_axis
 
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
@@ -30,7 +30,7 @@ class NNOpsMixin:
                 axis: int | Sequence[int] = 1) -> Tensor:
     """(x - mean) * weight * invstd + bias, with the per-channel tensors laid along `axis`."""
     axes = (axis,) if isinstance(axis, int) else tuple(axis)
-    axes = tuple(a % self.ndim for a in axes)
+    axes = tuple(check_axis("batchnorm", "axis", a, self.ndim) for a in axes)
     shape = tuple(s if i in axes else 1 for i, s in enumerate(self.shape))
     x = self - mean.reshape(shape)
     if weight is not None: x = x * weight.reshape(shape)
@@ -69,8 +69,10 @@ class NNOpsMixin:
     from core.tensor.tensor import Tensor
     if not 0.0 <= label_smoothing <= 1.0: raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
     if reduction not in ("none", "sum", "mean"): raise ValueError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
+    if self.ndim == 0: raise ValueError("Tensor.cross_entropy: the logits need a class dim, got a 0-d tensor")
     cax = 1 if self.ndim > 1 else 0
     c = self.shape[cax]
+    if c == 0: raise ValueError(f"Tensor.cross_entropy: the logits {self.shape} have no classes (dim {cax} is 0)")
     along = [c if i == cax else 1 for i in range(self.ndim)]
     w = Tensor.ones(c, device=self.device) if weight is None else weight
     logp = self.log_softmax(cax)
@@ -121,6 +123,9 @@ class NNOpsMixin:
     attend, a float mask is added; is_causal masks the upper triangle (top-left aligned, as in torch); enable_gqa
     repeats each key/value head for its group of query heads; dropout_p applies in training mode only."""
     import math
+    if self.ndim < 2 or key.ndim < 2: raise ValueError(f"Tensor.scaled_dot_product_attention: query {self.shape} and key {key.shape} need (..., L, E) dims")
+    if scale is None and self.shape[-1] == 0:
+      raise ValueError("Tensor.scaled_dot_product_attention: the default scale 1/sqrt(E) needs E > 0; pass scale= for an empty embedding")
     if enable_gqa and self.ndim >= 3 and key.shape[-3] != self.shape[-3]:
       if self.shape[-3] % key.shape[-3]: raise ValueError(f"sdpa: {self.shape[-3]} query heads aren't a multiple of {key.shape[-3]} key heads")
       key = key.repeat_interleave(self.shape[-3] // key.shape[-3], dim=-3)

@@ -4,6 +4,7 @@ import math
 from typing import TYPE_CHECKING, Any, Sequence
 from core.ir.dtype import DType, DTypeLike, dtypes, sum_acc_dtype, to_dtype, least_upper_dtype, least_upper_float
 from core.ir.ops import Ops, UOp
+from core.tensor.validate import check_tensor
 
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
@@ -42,7 +43,10 @@ class ReduceMixin:
     shape = self.shape
     kept = tuple(1 if i in axes else s for i, s in enumerate(shape))
     n = math.prod(shape[a] for a in axes)
-    if isinstance(n, int) and n == 0: return self._const(_identity(op, self.dtype), shape=kept if keepdim else _dropped(shape, axes))
+    # an empty axis reduces to the op's identity: a constant, unless the result may need a gradient (then the reduction
+    # stays in the graph, so backward reaches the input; the scheduler makes the empty input a constant, no kernel reads it)
+    if isinstance(n, int) and n == 0 and self.requires_grad is False:
+      return self._const(_identity(op, self.dtype), shape=kept if keepdim else _dropped(shape, axes))
     # built on UOps and wrapped once: a reduction is the most common eager op after elementwise ones
     u = _split_sum(self.uop, shape, axes, n) if op is Ops.ADD and isinstance(n, int) and n > SPLIT_REDUCE and dtypes.is_float(self.dtype) \
       else self.uop.r(op, axes)
@@ -220,6 +224,7 @@ class ReduceMixin:
     if w.ndim == 1: ret = ret.squeeze(-1)
     return ret
   def matmul(self: Tensor, x: Any, reverse: bool = False, dtype: DTypeLike | None = None) -> Tensor:  # type: ignore[misc]
+    check_tensor("matmul", "x", x)
     return x.dot(self, dtype=dtype) if reverse else self.dot(x, dtype=dtype)
   def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:  # type: ignore[misc]
     """x @ weight (+ bias); a 1-D weight scales elementwise."""
@@ -230,6 +235,7 @@ class ReduceMixin:
   def einsum(formula: str, *operands: Any) -> Tensor:
     """Sums of products over labelled axes, e.g. "ij,jk->ik"; "..." stands for leading broadcast dims."""
     ops = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else list(operands)
+    for i, t in enumerate(ops): check_tensor("einsum", f"operands[{i}]", t)
     formula = formula.replace(" ", "")
     lhs, arrow, rhs = formula.partition("->")
     ins = lhs.split(",")

@@ -100,11 +100,26 @@ def test_python_scalars_promote_like_tinygrad_or_raise() -> None:
   (lambda t: t.pad(((0, 1),) * 4, mode=1), TypeError, ["pad", "'mode'", "str"]),
   (lambda t: t.cast(3.5), TypeError, ["cast", "dtype"]),
   (lambda t: Tensor.einsum(1, t), TypeError, ["einsum", "'formula'", "str"]),
+  # found by tests/tensor/test_fuzz_api.py (each was a ZeroDivisionError, AttributeError or AssertionError)
+  (lambda t: Tensor.einsum("i->", "x"), TypeError, ["einsum", "operands[0]", "Tensor"]),
+  (lambda t: t.conv_transpose2d(Tensor.ones(1, 1, 2, 2), groups=0), ValueError, ["conv_transpose2d", "groups", ">= 1"]),
+  (lambda t: t.conv2d(Tensor.ones(2, 2)), ValueError, ["conv2d", "weight"]),
+  (lambda t: t.full_like(()), TypeError, ["full", "fill_value", "number"]),
+  (lambda t: t.matmul(0, True), TypeError, ["matmul", "'x'", "Tensor"]),
+  (lambda t: Tensor(1.0).batchnorm(None, None, Tensor(0.0), Tensor(1.0), axis=3), IndexError, ["batchnorm", "axis"]),
+  (lambda t: Tensor.ones(2, 0).scaled_dot_product_attention(Tensor.ones(2, 0), Tensor.ones(2, 0)), ValueError, ["scaled_dot_product_attention", "E > 0"]),
+  (lambda t: Tensor.ones(3, 0).cross_entropy(Tensor.ones(3, dtype=dtypes.int32)), ValueError, ["cross_entropy", "no classes"]),
+  (lambda t: t.interpolate((0, 2)), ValueError, ["interpolate", "size", ">= 1"]),
+  (lambda t: Tensor.kaiming_normal(), ValueError, ["kaiming_normal", "shape"]),
+  (lambda t: Tensor.rand(2.5), TypeError, ["rand", "shape", "2.5"]),
 ])
 def test_bad_arguments_raise_clear_errors(call, exc, words: list[str]) -> None:
   t = Tensor.ones(1, 1, 4, 4)
   with pytest.raises(exc) as e: call(t)
   for w in words: assert w in str(e.value), f"{w!r} not in {str(e.value)!r}"
+
+def test_empty_inits_have_no_fan_to_divide_by() -> None:
+  assert Tensor.kaiming_uniform(0, 0).shape == (0, 0) and Tensor.scaled_uniform(0).shape == (0,) and Tensor.glorot_uniform(3, 0).shape == (3, 0)
 
 @pytest.mark.parametrize("device", devices())
 def test_huge_allocations_raise_out_of_memory_with_size_and_device(device: str) -> None:
