@@ -501,9 +501,15 @@ def max_pool(x: Tensor, *, kernel_shape: Sequence[int], auto_pad: str = "NOTSET"
              pads: Sequence[int] | None = None, storage_order: int = 0, strides: Sequence[int] | None = None, _nout: int = 1) -> Any:
   k, s, d, p = _pool_args(x, kernel_shape, strides, dilations, pads, auto_pad)
   if _nout == 1: return x.max_pool2d(k, s, d, _flat(p), ceil_mode=bool(ceil_mode))
-  if storage_order: raise OnnxError("MaxPool: attribute storage_order=1 (column-major indices)")
   y, i = x.max_pool2d(k, s, d, _flat(p), ceil_mode=bool(ceil_mode), return_indices=True)  # type: ignore[misc]
-  sp = prod(x.shape[2:])
+  sp, dims = prod(x.shape[2:]), x.shape[2:]
+  if storage_order:   # column-major: the spatial coordinates of the row-major index, recombined with reversed strides
+    i, rest, col = i.cast(dtypes.int64), i.cast(dtypes.int64), None
+    for a in reversed(range(len(dims))):
+      coord, rest = rest.mod(dims[a]), rest.div(dims[a], rounding_mode="trunc")
+      term = coord * prod(dims[:a])
+      col = term if col is None else col + term
+    i = col
   base = Tensor.arange(prod(x.shape[:2]), device=x.device, dtype=dtypes.int64).reshape(*x.shape[:2], *([1] * len(k))) * sp
   return y, i.cast(dtypes.int64) + base
 @op("AveragePool")
@@ -784,10 +790,15 @@ def max_unpool(x: Tensor, idx: Tensor, output_shape: Any = None, *, kernel_shape
                strides: Sequence[int] | None = None) -> Tensor:
   nd = len(kernel_shape)
   s, p = list(strides or [1] * nd), list(pads or [0] * 2 * nd)
-  outs = _ints(output_shape)[2:] if output_shape is not None else [(n - 1) * s[i] - p[i] - p[i + nd] + kernel_shape[i] for i, n in enumerate(x.shape[2:])]
+  # the indices address the default output (the pooled input's shape); an output_shape pads or crops that at the end
+  outs = [(n - 1) * s[i] - p[i] - p[i + nd] + kernel_shape[i] for i, n in enumerate(x.shape[2:])]
   total = prod(x.shape[:2]) * prod(outs)
   flat = Tensor.zeros(total, device=x.device, dtype=x.dtype).scatter(0, idx.cast(dtypes.int64).reshape(-1), x.reshape(-1))
-  return flat.reshape(*x.shape[:2], *outs)
+  y = flat.reshape(*x.shape[:2], *outs)
+  if output_shape is not None:
+    want = _ints(output_shape)[2:]
+    y = y.pad([None, None] + [(0, max(t - o, 0)) for t, o in zip(want, outs)]).shrink([None, None] + [(0, t) for t in want])
+  return y
 
 @op("Unique", static=(0,))
 def unique(x: Any, *, axis: int | None = None, sorted: int = 1) -> tuple[np.ndarray, ...]:
@@ -1382,3 +1393,72 @@ def momentum(r: Any, t: Any, *xs: Tensor, alpha: float, beta: float, mode: str, 
     new_x.append((x - lr * (g + v2 * alpha if mode == "nesterov" else v2)).cast(x.dtype))
     new_v.append(v2.cast(v.dtype))
   return new_x + new_v
+
+# *** RoiAlign: the sampling geometry depends on the boxes' sizes (adaptive sampling_ratio), so the boxes are read on the host
+# like NonMaxSuppression's; the feature map stays on the device and is gathered there ***
+
+def _roi_taps(box: np.ndarray, h: int, w: int, oh: int, ow: int, ratio: int, scale: float, half_pixel: bool) -> tuple[np.ndarray, np.ndarray]:
+  """For one box: the 4 bilinear taps (flat positions, weights) of every sample of every output bin, (oh*ow, samples*4)."""
+  off = 0.5 if half_pixel else 0.0
+  x0, y0, x1, y1 = (float(v) * scale - off for v in box)
+  rw, rh = x1 - x0, y1 - y0
+  if not half_pixel: rw, rh = max(rw, 1.0), max(rh, 1.0)
+  bh, bw = rh / oh, rw / ow
+  gh = ratio if ratio > 0 else int(math.ceil(rh / oh))
+  gw = ratio if ratio > 0 else int(math.ceil(rw / ow))
+  pos, wts = np.zeros((oh * ow, gh * gw * 4), np.int64), np.zeros((oh * ow, gh * gw * 4), np.float64)
+  for p, (ph, pw) in enumerate(itertools.product(range(oh), range(ow))):
+    for s, (iy, ix) in enumerate(itertools.product(range(gh), range(gw))):
+      y, x = y0 + ph * bh + (iy + 0.5) * bh / gh, x0 + pw * bw + (ix + 0.5) * bw / gw
+      if y < -1.0 or y > h or x < -1.0 or x > w: continue   # outside: a zero-weight sample (it still counts)
+      y, x = max(y, 0.0), max(x, 0.0)
+      yl, xl = int(y), int(x)
+      if yl >= h - 1: yl = yh = h - 1; y = yl
+      else: yh = yl + 1
+      if xl >= w - 1: xl = xh = w - 1; x = xl
+      else: xh = xl + 1
+      ly, lx = y - yl, x - xl
+      pos[p, s * 4:s * 4 + 4] = [yl * w + xl, yl * w + xh, yh * w + xl, yh * w + xh]
+      wts[p, s * 4:s * 4 + 4] = [(1 - ly) * (1 - lx), (1 - ly) * lx, ly * (1 - lx), ly * lx]
+  return pos, wts
+
+@op("RoiAlign", static=(1, 2))
+def roi_align(x: Tensor, rois: Any, batch_indices: Any, *, coordinate_transformation_mode: str = "half_pixel", mode: str = "avg",
+              output_height: int = 1, output_width: int = 1, sampling_ratio: int = 0, spatial_scale: float = 1.0) -> Tensor:
+  if mode not in ("avg", "max"): raise OnnxError(f"RoiAlign: attribute mode={mode!r}")
+  n, c, h, w = x.shape
+  boxes, bidx = np.asarray(rois, np.float64).reshape(-1, 4), _ints(batch_indices)
+  taps = [_roi_taps(b, h, w, output_height, output_width, sampling_ratio, spatial_scale, coordinate_transformation_mode == "half_pixel")
+          for b in boxes]
+  k = max(t[0].shape[1] for t in taps)   # rois sample different counts: pad to the most, padded taps masked out
+  r, p = len(taps), output_height * output_width
+  pos, wts, real = np.zeros((r, p, k), np.int64), np.zeros((r, p, k), np.float32), np.zeros((r, 1, 1, k), bool)
+  for i, (ps, ws) in enumerate(taps):
+    pos[i, :, :ps.shape[1]], wts[i, :, :ws.shape[1]], real[i, ..., :ps.shape[1]] = ps, ws, True
+  feats = x.reshape(n, c, h * w)[Tensor(np.array(bidx, np.int64), device=x.device)]   # (r, c, h*w)
+  idx = Tensor(pos.reshape(r, 1, p * k), device=x.device).expand(r, c, p * k)
+  vals = feats.gather(2, idx).reshape(r, c, p, k).float() * Tensor(wts, device=x.device).reshape(r, 1, p, k)
+  if mode == "avg":
+    counts = np.array([max(t[0].shape[1] // 4, 1) for t in taps], np.float32).reshape(r, 1, 1)
+    out = vals.sum(-1) / Tensor(counts, device=x.device)
+  else: out = Tensor(real, device=x.device).where(vals, -math.inf).max(-1)
+  return out.reshape(r, c, output_height, output_width).cast(x.dtype)
+
+@op("MelWeightMatrix", static=(0, 1, 2, 3, 4))
+def mel_weight_matrix(num_mel_bins: Any, dft_length: Any, sample_rate: Any, lower_hz: Any, upper_hz: Any, *, output_datatype: int = 1) -> np.ndarray:
+  """Triangular mel filters (dft_length // 2 + 1, num_mel_bins): a constant of its scalar inputs, built on the host like Range."""
+  nmel, nfft, rate = (int(np.asarray(v).reshape(-1)[0]) for v in (num_mel_bins, dft_length, sample_rate))
+  lo, hi = (float(np.asarray(v).reshape(-1)[0]) for v in (lower_hz, upper_hz))
+  def mel(f: float) -> float: return 2595 * math.log10(1 + f / 700)
+  # num_mel_bins + 2 edges, equally spaced in mel from lo (the step divides the span by the edge count), as spectrogram bins
+  step = (mel(hi) - mel(lo)) / (nmel + 2)
+  hz = 700 * (10 ** ((np.arange(nmel + 2) * step + mel(lo)) / 2595) - 1)
+  edges = (((nfft + 1) * hz) // rate).astype(np.int64)
+  out = np.zeros((nfft // 2 + 1, nmel), np.float64)
+  for i in range(nmel):
+    left, mid, right = (int(v) for v in edges[i:i + 3])
+    if mid == left: out[mid, i] = 1
+    else: out[left:mid + 1, i] = (np.arange(left, mid + 1) - left) / (mid - left)
+    if right > mid: out[mid:right, i] = (right - np.arange(mid, right)) / (right - mid)
+  from core.ir.dtype import to_np
+  return out.astype(to_np(onnx_dtype(output_datatype, "MelWeightMatrix: ")))
