@@ -69,3 +69,13 @@ def test_empty_int_and_bool_reductions() -> None:
   assert np.isnan(z.mean().item()) and np.isnan(z.var().item())
   assert Tensor(np.zeros((0,), bool)).sum().item() == 0
   assert z.argmax(0).shape == (0,) and z.cumsum(1).shape == (3, 0)
+
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "logsumexp"])
+def test_backward_through_an_empty_reduction(op: str) -> None:
+  # torch gives an empty tensor its (empty) gradient; the reduction keeps the input in the graph so backward reaches it
+  t = Tensor(np.zeros((0, 3), np.float32), requires_grad=True)
+  out = getattr(t, op)(0)
+  out.sum().backward()
+  assert t.grad is not None and t.grad.shape == (0, 3)
+  want = {"sum": [0, 0, 0], "mean": [np.nan] * 3, "max": [-np.inf] * 3, "logsumexp": [-np.inf] * 3}[op]
+  np.testing.assert_array_equal(out.numpy(), np.array(want, np.float32))
