@@ -31,10 +31,14 @@ class _NodeMap:
     if self.retires_marks and "_plain" in u.__dict__: _plain_epoch += 1
     u.__dict__[self.name] = v
 
-# tensor node -> (the uop over the buffer holding its value, that buffer's version); dies with the node.
-# A buffer's version goes up when something is assigned into it, which retires every memo entry pointing at it.
+# tensor node -> (the uop over the buffer holding its value, that buffer's version, the assign epoch); dies with the node.
+# A buffer's version goes up when something is assigned into it, which retires every memo entry pointing at it. The assign
+# epoch goes up whenever an assign runs, which retires every memo entry made before: the node may read the buffer assigned
+# into (x * w memoized, then w assigned: x * w built again is the same node, and must not give the old product). A node
+# lives on while any tensor holds it, so this was a silent wrong answer also on one thread (tests/engine/test_assign_memo.py).
 _realized = _NodeMap("_realized", retires_marks=True)
 _version = _NodeMap("_version")
+_assign_epoch = 0
 
 def _base(u: UOp) -> UOp:
   while u.op in GroupOp.Movement: u = u.src[0]
@@ -42,8 +46,8 @@ def _base(u: UOp) -> UOp:
 
 def _memo(u: UOp) -> UOp | None:
   if (e := _realized.get(u)) is None: return None
-  res, ver = e
-  return res if _version.get(_base(res), 0) == ver else None
+  res, ver, epoch = e
+  return res if epoch == _assign_epoch and _version.get(_base(res), 0) == ver else None
 
 # an ASSIGN that has run is its target from then on, whatever is assigned to that buffer later: it must never run twice
 _assigned = _NodeMap("_assigned", retires_marks=True)
@@ -146,7 +150,8 @@ def _walk(roots: list[UOp], check_memo: bool) -> tuple[tuple, list[UOp], bool, b
       if u.op is Ops.ASSIGN: has_assign = True
       elif u.op is Ops.BIND: has_bind = True
       idx[u] = len(key)
-      key.append((u.op, u.dtype, u._key[3], u.tag, tuple([idx[x] for x in u.src])))
+      # an ASSIGN's arg only makes it a node of its own (Tensor.assign): not structure
+      key.append((u.op, u.dtype, u._key[3] if u.op is not Ops.ASSIGN else None, u.tag, tuple([idx[x] for x in u.src])))
       p = u.op is not Ops.ASSIGN and u.op is not Ops.BIND and u not in roots and all([plain[x] for x in u.src])
       if p and check_memo: u.__dict__["_plain"] = epoch
       plain[u] = p
@@ -267,7 +272,7 @@ def realize(*roots: UOp) -> list[UOp]:
   with engine_lock: return _realize_graphs(roots)
 
 def _realize_graphs(roots: tuple[UOp, ...]) -> list[UOp]:
-  global _plain_epoch
+  global _plain_epoch, _assign_epoch
   capturing = _capture.current()
   todo, substituted = list(roots), False
   if (w := _walk(todo, check_memo=True)) is None:
@@ -288,11 +293,12 @@ def _realize_graphs(roots: tuple[UOp, ...]) -> list[UOp]:
       inset = set(inputs)
       for it in items:
         if it.bufs and it.bufs[0] in inset: _version[it.bufs[0]] = _version.get(it.bufs[0], 0) + 1
+  if has_assign: _assign_epoch += 1
   if has_assign or substituted:
     # the caller's graphs (before memo substitution) hold the ASSIGN nodes other tensors may still reference
     for u in UOp(Ops.SINK, src=tuple(roots) + tuple(todo)).toposort(gate=lambda u: u.op is not Ops.BUFFER and u not in _assigned):
       if u.op is Ops.ASSIGN and u not in _assigned: _assigned[u] = u.src[0]
-  # _realized[r] = (res, version), inlined: every eager op passes here (only views can be contiguous buffers already). Not for
+  # _realized[r] = (res, version, epoch), inlined: every eager op passes here (only views can be contiguous buffers already). Not for
   # graphs that read no buffer (Tensor.ones(n) + 1): recomputing one is a fill, and its nodes are shared with the kernel's AST,
   # which the compile caches keep: a memo there would keep the result's memory alive after its tensor is gone
   for r, res in zip(roots, res_list) if inputs else ():
@@ -301,7 +307,7 @@ def _realize_graphs(roots: tuple[UOp, ...]) -> list[UOp]:
       if "_plain" in d: _plain_epoch += 1
       b = res
       while b.op in GroupOp.Movement: b = b.src[0]
-      d["_realized"] = (res, b.__dict__.get("_version", 0))
+      d["_realized"] = (res, b.__dict__.get("_version", 0), _assign_epoch)
   return res_list
 
 def from_host(data: memoryview | bytes | bytearray, dtype: DType, device: str, shape: tuple[int, ...]) -> UOp:

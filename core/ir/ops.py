@@ -315,7 +315,7 @@ class UOp(metaclass=UOpMeta):
     return self if not axes else UOp(Ops.REDUCE_AXIS, self.dtype, (self,), (op, axes))
   def contiguous(self) -> UOp: return UOp(Ops.CONTIGUOUS, self.dtype, (self,))
   def copy_to_device(self, device: str) -> UOp: return UOp(Ops.COPY, self.dtype, (self, UOp(Ops.DEVICE, arg=device)))
-  def assign(self, x: UOp) -> UOp: return UOp(Ops.ASSIGN, self.dtype, (self, x))
+  def assign(self, x: UOp, arg: Any = None) -> UOp: return UOp(Ops.ASSIGN, self.dtype, (self, x), arg)
   def after(self, *deps: UOp) -> UOp: return UOp(Ops.AFTER, self.dtype, (self,) + deps)
   @staticmethod
   def new_buffer(device: str, size: int, dtype: DType, num: int | None = None) -> UOp:

@@ -43,8 +43,14 @@ def _host_bytes(data: Any, dtype: DType | None) -> tuple[memoryview, DType, tupl
   want = src if dtype is None else dtype
   # bf16/fp8 have no numpy type: store as float32 and cast in the graph
   def raw(a: Any) -> memoryview: return memoryview(a.reshape(-1).view(np.uint8)) if a.size else memoryview(b"")
-  if want.fmt is None: return raw(np.ascontiguousarray(arr, dtype=np.float32)), dtypes.float32, arr.shape, want
-  return raw(np.ascontiguousarray(arr, dtype=to_np(want))), want, arr.shape, None
+  try:
+    if want.fmt is None: return raw(np.ascontiguousarray(arr, dtype=np.float32)), dtypes.float32, arr.shape, want
+    return raw(np.ascontiguousarray(arr, dtype=to_np(want))), want, arr.shape, None
+  except MemoryError as e:   # numpy's own: a broadcast or strided input whose contiguous copy doesn't fit in host memory
+    from core.device.allocator import OutOfMemory
+    from core.helpers import fmt_bytes
+    n = prod(arr.shape) * (4 if want.fmt is None else want.itemsize)
+    raise OutOfMemory(f"host: out of memory making the contiguous {fmt_bytes(n)} ({n} bytes) copy of a {arr.shape} input for Tensor(): {e}") from e
 
 class _TensorType(type):
   """Tensor's metaclass: `Tensor.training` reads and sets the TRAINING setting, so `Tensor.train()`, `Tensor.training = True`
@@ -240,7 +246,9 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
     if x.device != self.device: raise ValueError(f"assign: value is on {x.device}, target is on {self.device}; move it with .to()")
     if x.dtype != self.dtype: x = x.cast(self.dtype)
     self._own_buffer()
-    self.uop = self.uop.assign(x.uop)
+    # a node of its own (the arg): hash-consing would make an equal assign built again later the node of one that ran, which the
+    # engine takes as done (core/engine/realize.py: _assigned); the schedule cache key leaves the number out
+    self.uop = self.uop.assign(x.uop, next(UOp.unique_ids))
     return self
   def _own_buffer(self) -> None:
     """Makes this tensor a view of a buffer before it is written to: a lazy value gets a fresh buffer of its own."""
