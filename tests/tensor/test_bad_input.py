@@ -126,3 +126,6 @@ def test_huge_allocations_raise_out_of_memory_with_size_and_device(device: str) 
   with pytest.raises(OutOfMemory) as e: Tensor.zeros(2 ** 38, device=device).contiguous().realize()
   assert device in str(e.value) and "1099511627776 bytes" in str(e.value)
   assert (Tensor([1.0, 2.0], device=device) * 2).tolist() == [2.0, 4.0]   # the device is still usable
+  # a numpy input whose contiguous host copy doesn't fit: the same error (numpy's bare MemoryError before)
+  with pytest.raises(OutOfMemory, match=r"host: out of memory .* \(4398046511104 bytes\)"):
+    Tensor(np.broadcast_to(np.zeros(1, np.float32), (2 ** 40,)), device=device)
