@@ -246,7 +246,9 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
     if x.device != self.device: raise ValueError(f"assign: value is on {x.device}, target is on {self.device}; move it with .to()")
     if x.dtype != self.dtype: x = x.cast(self.dtype)
     self._own_buffer()
-    self.uop = self.uop.assign(x.uop)
+    # a node of its own (the arg): hash-consing would make an equal assign built again later the node of one that ran, which the
+    # engine takes as done (core/engine/realize.py: _assigned); the schedule cache key leaves the number out
+    self.uop = self.uop.assign(x.uop, next(UOp.unique_ids))
     return self
   def _own_buffer(self) -> None:
     """Makes this tensor a view of a buffer before it is written to: a lazy value gets a fresh buffer of its own."""
