@@ -165,6 +165,8 @@ static void run_block(slots_t *sl, int64_t b, fault_rec *f) {
   /* the signal mask is not saved (a system call per block); after a fault the signal is unblocked here instead */
   if (sigsetjmp(jb, 0) == 0) {
     cpu_pool_guard = &jb;
+    /* an interrupt that came before the guard was armed found nothing to leave: it cancelled the job, seen here */
+    if (cpu_pool_job && atomic_load(&g_cancel) == cpu_pool_job) { cpu_pool_guard = NULL; return; }
     call_block(sl, b);
     cpu_pool_guard = NULL;
     return;
@@ -197,10 +199,12 @@ static void work(uint32_t job, int self) {
     if (!__atomic_compare_exchange_n(&P.claim, &c, c - 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) continue;
     if (!ready) { slots_init(&sl, fn, nargs, args); ready = 1; }
     if (!guarded) run_block(&sl, nblocks - (int64_t)(uint32_t)c, NULL);
-    else if (atomic_load(&g_cancel) != job) {
+    else {
+      /* published before the cancel is read (the launcher sets the cancel, then reads `running`): a block that starts as
+         the job is cancelled is either skipped here or interrupted by the launcher */
       cpu_pool_job = job;
       if (self >= 0) STORE(&P.running[self], job, SEQ_CST);
-      run_block(&sl, nblocks - (int64_t)(uint32_t)c, &F);
+      if (atomic_load(&g_cancel) != job) run_block(&sl, nblocks - (int64_t)(uint32_t)c, &F);
       if (self >= 0) STORE(&P.running[self], 0, RELEASE);
       cpu_pool_job = 0;
     }
