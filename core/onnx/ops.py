@@ -1462,3 +1462,52 @@ def mel_weight_matrix(num_mel_bins: Any, dft_length: Any, sample_rate: Any, lowe
     if right > mid: out[mid:right, i] = (right - np.arange(mid, right)) / (right - mid)
   from core.ir.dtype import to_np
   return out.astype(to_np(onnx_dtype(output_datatype, "MelWeightMatrix: ")))
+
+@op("DeformConv")
+def deform_conv(x: Tensor, w: Tensor, offset: Tensor, b: Tensor | None = None, mask: Tensor | None = None, *, dilations: Sequence[int] | None = None,
+                group: int = 1, kernel_shape: Sequence[int] | None = None, offset_group: int = 1, pads: Sequence[int] | None = None,
+                strides: Sequence[int] | None = None) -> Tensor:
+  """2-d convolution whose taps sample the input at learned offsets (bilinear, zero outside the image), optionally masked:
+  the sampled columns (N, C*kh*kw, oh*ow) are gathered on the device, then multiplied by the weights per group."""
+  if x.ndim != 4: raise OnnxError(f"DeformConv: {x.ndim - 2}-d input (only 2-d)")
+  n, c, h, wd = x.shape
+  oc, cg, kh, kw = w.shape
+  dh, dw = dilations or (1, 1)
+  sh, sw = strides or (1, 1)
+  ph, pw = (pads or (0, 0, 0, 0))[:2]
+  oh, ow = offset.shape[-2:]
+  g, k, p = offset_group, kh * kw, oh * ow
+  ki, kj = np.meshgrid(np.arange(kh), np.arange(kw), indexing="ij")
+  oy, ox = np.meshgrid(np.arange(oh), np.arange(ow), indexing="ij")
+  base_y = (ki.reshape(k, 1) * dh + oy.reshape(1, p) * sh - ph).astype(np.float32)   # (k, p): where each tap reads before the offset
+  base_x = (kj.reshape(k, 1) * dw + ox.reshape(1, p) * sw - pw).astype(np.float32)
+  off = offset.float().reshape(n, g, k, 2, p)
+  py, px = off[:, :, :, 0] + Tensor(base_y, device=x.device), off[:, :, :, 1] + Tensor(base_x, device=x.device)   # (n, g, k, p)
+  y0, x0 = py.floor(), px.floor()
+  ly, lx = py - y0, px - x0
+  xf = x.float().reshape(n, g, c // g, h * wd)
+  cols: Tensor | None = None
+  for dy, dx in itertools.product((0, 1), repeat=2):
+    yy, xx = y0 + dy, x0 + dx
+    inside = (yy >= 0) & (yy <= h - 1) & (xx >= 0) & (xx <= wd - 1)
+    wgt = inside.where((ly if dy else 1 - ly) * (lx if dx else 1 - lx), 0.0)
+    lin = (yy.clip(0, h - 1) * wd + xx.clip(0, wd - 1)).cast(dtypes.int32).reshape(n, g, 1, k * p).expand(n, g, c // g, k * p)
+    term = xf.gather(3, lin) * wgt.reshape(n, g, 1, k * p)
+    cols = term if cols is None else cols + term
+  assert cols is not None
+  if mask is not None: cols = cols * mask.float().reshape(n, g, 1, k * p)
+  cols = cols.reshape(n, group, cg * k, p)
+  y = w.float().reshape(1, group, oc // group, cg * k) @ cols   # (n, group, oc/group, p)
+  y = y.reshape(n, oc, oh, ow)
+  if b is not None: y = y + b.float().reshape(1, oc, 1, 1)
+  return y.cast(x.dtype)
+
+# *** ai.onnx.ml (the two elementwise/indexing ops; the tree ensembles, encoders and classifiers are not supported) ***
+
+@op("ai.onnx.ml.Binarizer")
+def binarizer(x: Tensor, *, threshold: float = 0.0) -> Tensor: return (x > threshold).cast(x.dtype)
+@op("ai.onnx.ml.ArrayFeatureExtractor")
+def array_feature_extractor(x: Tensor, idx: Tensor) -> Tensor:
+  """The elements at idx along the last axis (a 1-d input gives a (1, len(idx)) row)."""
+  out = x[..., _norm_idx(idx.reshape(-1), x.shape[-1])]
+  return out.reshape(1, -1) if x.ndim == 1 else out

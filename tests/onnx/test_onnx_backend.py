@@ -19,9 +19,9 @@ EXCLUDED: dict[str, str] = {
   r"causal_conv_with_state_silu_fp16": "not matched: 2 of 64 half outputs are one half-ulp off (rtol 1e-3): the reference rounds "
     "its fp16 convolution differently from core, and SiLU carries the difference (the op and its expanded graph alike)",
   r"test_dft_inverse(_opset19)?_cpu": "float32 rounding: the inverse DFT's near-zero outputs are off by 2e-7, over the test's atol 1e-7",
-  r"deform_conv": "op not supported yet: DeformConv",
   r"image_decoder": "op not supported yet: ImageDecoder (decoding JPEG/PNG/... byte streams)",
-  r"ai_onnx_ml": "op not supported yet: the ai.onnx.ml domain",
+  r"ai_onnx_ml_tree_ensemble": "op not supported yet: ai.onnx.ml.TreeEnsemble (of the ai.onnx.ml domain only Binarizer and "
+    "ArrayFeatureExtractor run)",
   r"bernoulli|training_dropout(?!_zero_ratio)": "random outputs: Bernoulli, RandomUniformLike and Dropout in training mode can't match a "
     "stored result",
   r"test_dynamicquantizelinear(_expanded)?_cpu": "not matched: core divides as x * (1/y), not correctly rounded: -2.5 / 0.019607844 "
@@ -29,7 +29,7 @@ EXCLUDED: dict[str, str] = {
   r"attention_4d_(causal_|gqa_with_past_and_present_)?fp16_expanded": "not matched yet: the expanded fp16 attention graphs differ from "
     "the fp16 reference beyond rtol 1e-3 (core accumulates half sums in float32)",
 }
-FLOOR = 0.96   # the share of node tests that run and pass on DEV=CPU: 1814 of 1884 (96.3%) with onnx 1.23.2
+FLOOR = 0.96   # the share of node tests that run and pass on DEV=CPU: 1820 of 1884 (96.6%) with onnx 1.23.2
 
 backend_test = onnx.backend.test.BackendTest(CoreBackend, __name__)
 backend_test.include(r"test_.*_cpu$")
