@@ -34,7 +34,11 @@ class DiskSpan:
 def _readinto(fd: int, dest: memoryview, offset: int) -> None:
   done = 0
   while done < dest.nbytes:
-    n = os.preadv(fd, [dest[done:]], offset + done)
+    if hasattr(os, "preadv"): n = os.preadv(fd, [dest[done:]], offset + done)
+    else:   # no preadv (older macOS): read, then copy
+      chunk = os.pread(fd, min(dest.nbytes - done, 1 << 26), offset + done)
+      dest[done:done + len(chunk)] = chunk
+      n = len(chunk)
     if n == 0: raise EOFError(f"file ended {dest.nbytes - done} bytes early (offset {offset + done})")
     done += n
 

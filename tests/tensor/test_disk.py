@@ -91,3 +91,10 @@ print(peak() - base)
   assert r.returncode == 0, r.stderr
   grew = int(r.stdout.strip().splitlines()[-1])
   assert grew < 1.3 * size, f"peak RSS grew {grew / 2**20:.0f} MiB loading a {size / 2**20:.0f} MiB file"
+
+def test_reads_without_preadv(tmp_path, monkeypatch):
+  # platforms without os.preadv read with pread and copy
+  data = np.arange(1000, dtype=np.int16)
+  data.tofile(tmp_path / "p.bin")
+  monkeypatch.delattr(os, "preadv", raising=False)
+  np.testing.assert_array_equal(Tensor.empty(1000, dtype=dtypes.int16, device=f"disk:{tmp_path / 'p.bin'}")[100:900].numpy(), data[100:900])
