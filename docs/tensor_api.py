@@ -50,7 +50,7 @@ SUMMARY = {
   "replace": "make this tensor hold another's graph (same shape and dtype)", "requires_grad": "whether gradients flow to it (None: may need one)",
   "requires_grad_": "set requires_grad in place", "rms_norm": "x / sqrt(mean(x^2) + eps) over the last axis", "rsqrt": "1 / sqrt(x)",
   "scaled_uniform": "uniform init scaled by 1/sqrt(numel)", "selu": "scaled exponential linear unit", "sequential": "apply a list of layers in order",
-  "shape": "the dimensions", "shrink": "keep a (start, end) range of each dimension", "sign": "-1, 0 or 1 by the sign (nan stays nan)",
+  "shape": "the dimensions", "shrink": "keep a (start, end) range of each dimension (bounds may be bound Variables: docs/symbolic.md)", "sign": "-1, 0 or 1 by the sign (nan stays nan)",
   "silu": "x * sigmoid(x)", "sin": "sine", "sinh": "hyperbolic sine", "size": "the shape, or one dimension of it",
   "softmax": "exp(x) / sum(exp(x)) along an axis, stable", "softmin": "softmax of -x", "softsign": "x / (1 + |x|)",
   "split": "split into pieces of given sizes along a dimension", "sqrt": "square root", "square": "x * x",
