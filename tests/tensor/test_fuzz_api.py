@@ -13,9 +13,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from core import Tensor, dtypes
 from core.device.allocator import OutOfMemory
 
-# methods the generic fuzzer leaves out: they reach outside the tensor (network, raw pointers, global state) or are
+# methods the fuzzers leave out: they reach outside the tensor (network, raw pointers, files, global state) or are
 # classes/context managers rather than operations
-SKIP = {"from_url", "from_blob", "from_dlpack", "manual_seed", "train", "test", "training", "no_grad", "sequential", "to", "to_", "cpu"}
+SKIP = {"from_url", "from_blob", "from_dlpack", "fs_store", "fs_load", "manual_seed", "train", "test", "training", "no_grad", "sequential",
+        "to", "to_", "cpu"}
 CALL_TIMEOUT_S = 60   # a single call (with its kernels) taking this long is a hang
 
 def public_methods() -> list[str]:
