@@ -20,6 +20,7 @@ from typing import Any
 from core.device.allocator import BufferSpec, LRUAllocator
 from core.device.buffer import Buffer
 from core.device.hcq import handle_addr
+from core.hcq import HCQError
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp
 from plugin_nv import nvk, pushbuf as pb
@@ -81,11 +82,11 @@ class NVKChannel:
     bell = self.doorbell.value
     if bell == self.published: return
     if bell < self.published or bell - self.published > self.ring_dwords:
-      raise nvk.RMError(0, f"{self.name}: doorbell {bell} after {self.published} dwords: not a count of new ring dwords")
+      raise HCQError(f"{self.name}: doorbell {bell} after {self.published} dwords: not a count of new ring dwords", queue=self.name)
     while self.published < bell:
       deadline = time.monotonic() + 60
       while (self.put - self.gp_get()) % self.ch.entries >= self.ch.entries - 1:   # the GPFIFO ring is full: the GPU drains it
-        if time.monotonic() > deadline: raise nvk.RMError(0, f"{self.name}: the GPFIFO ring stayed full for 60 s ({self.describe()})")
+        if time.monotonic() > deadline: raise HCQError(f"{self.name}: the GPFIFO ring stayed full for 60 s ({self.describe()})", queue=self.name)
         time.sleep(1e-4)
       off = self.published % self.ring_dwords
       n = min(bell - self.published, self.ring_dwords - off)

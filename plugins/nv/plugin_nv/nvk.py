@@ -90,7 +90,6 @@ class GPUMemory:
   size: int
   handle: int
   vidmem: bool
-  map_fd: int = -1
 
 @dataclasses.dataclass
 class GPFIFOChannel:
