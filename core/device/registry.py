@@ -82,9 +82,9 @@ class _Device:
     with self._lock: self._default = self.canonicalize(name)
 
   def get_available_devices(self) -> Iterator[str]:
-    """Names of the devices whose probe says they can run here, best first (no device is opened)."""
+    """Names of the devices whose probe says they can run here and whose factory imports, best first (no device is opened)."""
     specs = sorted((s for _, s in get_plugins().all_specs() if s.priority >= 0 and s.available()), key=lambda s: (-s.priority, s.name))
-    yield from (s.name for s in specs)
+    yield from (s.name for s in specs if s.factory_error() is None)
 
   def opened(self) -> list[str]: return list(self._opened)
 

@@ -65,6 +65,12 @@ def test_a_device_whose_factory_does_not_resolve_is_never_picked_and_shows_broke
   assert "no_such_module_for_core_tests" in out
   assert "<- default" in next(ln for ln in out.splitlines() if ln.strip().startswith("LOW"))
 
+def test_available_devices_leave_out_broken_ones(plugins, monkeypatch) -> None:
+  from core.device import registry
+  pm = plugins(("plugin-high", ["HIGH"], 9000, "no_such_module_for_core_tests:make"), ("plugin-low", ["LOW"], 10, GOOD))
+  monkeypatch.setattr(registry, "get_plugins", lambda: pm)
+  assert list(registry.Device.get_available_devices()) == ["LOW", "PYTHON"]
+
 def test_only_broken_devices_leave_the_interpreter_as_default(plugins) -> None:
   pm = plugins(("plugin-high", ["HIGH"], 9000, "no_such_module_for_core_tests:make"))
   assert pm.best_device() == "PYTHON"
