@@ -93,7 +93,7 @@ def test_unknown_device_suggests_close_names(site: FakeSite) -> None:
   site.add("plugin-good", ["GOOD"], good_hooks("good", ["GOOD"]))
   pm = site.manager()
   with pytest.raises(UnknownDeviceError) as e: pm.spec("GODO")
-  assert "no installed plugin provides device 'GODO'. Did you mean GOOD?" in str(e.value) and "Known devices: GOOD, NULL, PYTHON" in str(e.value)
+  assert "no installed plugin provides device 'GODO'. Did you mean GOOD?" in str(e.value) and "Known devices: DISK, GOOD, NULL, PYTHON" in str(e.value)
   with pytest.raises(UnknownDeviceError, match=r"Install its plugin: pip install ./plugins/amd"): pm.spec("AMD")
 
 def test_spec_not_matching_entry_points_is_a_load_error(site: FakeSite) -> None:
