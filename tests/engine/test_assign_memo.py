@@ -1,6 +1,6 @@
 """Assigns and the realize memo: a node kept alive by some tensor (hash-consing makes a graph built again the same node) must
 not carry a value or a 'done' mark across an assign. Both were silent wrong answers on one thread, and frequent ones with
-several threads (another thread's snapshot of the live tensors keeps nodes alive: tests/stress/test_threads.py)."""
+several threads (another thread's snapshot of the live tensors keeps nodes alive: tests/stress/test_thread_safety.py)."""
 import numpy as np
 from core import Tensor
 import core.engine.realize as R

@@ -1,7 +1,7 @@
 """Tensors used from several Python threads at once: four threads doing same-shape ops, four doing mixed ops, one model trained
 per thread (SGD and Adam), and a Jit per thread plus one Jit shared by all, each result checked against numpy or a
 single-threaded run of the same work. Every device interface runs it (in a subprocess each, DEV set): the HCQ CPU, the direct
-CPU and an HCQ MOCK device. Run this file as a script (`DEV=CPU python tests/stress/test_threads.py 200`) to print the counts."""
+CPU and an HCQ MOCK device. Run this file as a script (`DEV=CPU python tests/stress/test_thread_safety.py 200`) to print the counts."""
 from __future__ import annotations
 import json, os, subprocess, sys, threading, traceback
 from typing import Any, Callable
