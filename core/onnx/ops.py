@@ -6,7 +6,7 @@ import itertools, math
 from typing import Any, Sequence
 import numpy as np
 from core.helpers import prod
-from core.ir.dtype import DType, dtypes
+from core.ir.dtype import DType, dtypes, to_np
 from core.tensor.tensor import Tensor
 from core.onnx.dtypes import onnx_dtype
 from core.onnx.narrow import NARROW, Narrow, to_narrow
@@ -1460,7 +1460,6 @@ def mel_weight_matrix(num_mel_bins: Any, dft_length: Any, sample_rate: Any, lowe
     if mid == left: out[mid, i] = 1
     else: out[left:mid + 1, i] = (np.arange(left, mid + 1) - left) / (mid - left)
     if right > mid: out[mid:right, i] = (right - np.arange(mid, right)) / (right - mid)
-  from core.ir.dtype import to_np
   return out.astype(to_np(onnx_dtype(output_datatype, "MelWeightMatrix: ")))
 
 @op("DeformConv")
@@ -1502,7 +1501,7 @@ def deform_conv(x: Tensor, w: Tensor, offset: Tensor, b: Tensor | None = None, m
   if b is not None: y = y + b.float().reshape(1, oc, 1, 1)
   return y.cast(x.dtype)
 
-# *** ai.onnx.ml (the two elementwise/indexing ops; the tree ensembles, encoders and classifiers are not supported) ***
+# *** ai.onnx.ml: Binarizer, ArrayFeatureExtractor, TreeEnsemble (the string encoders and the older classifiers are not supported) ***
 
 @op("ai.onnx.ml.Binarizer")
 def binarizer(x: Tensor, *, threshold: float = 0.0) -> Tensor: return (x > threshold).cast(x.dtype)
@@ -1511,3 +1510,52 @@ def array_feature_extractor(x: Tensor, idx: Tensor) -> Tensor:
   """The elements at idx along the last axis (a 1-d input gives a (1, len(idx)) row)."""
   out = x[..., _norm_idx(idx.reshape(-1), x.shape[-1])]
   return out.reshape(1, -1) if x.ndim == 1 else out
+
+_TREE_AGG = {0: "AVERAGE", 1: "SUM", 2: "MIN", 3: "MAX"}
+
+@op("ai.onnx.ml.TreeEnsemble")
+def tree_ensemble(x: Tensor, *, tree_roots: Sequence[int], nodes_featureids: Sequence[int], nodes_splits: Any, nodes_modes: Any,
+                  nodes_truenodeids: Sequence[int], nodes_falsenodeids: Sequence[int], nodes_trueleafs: Sequence[int],
+                  nodes_falseleafs: Sequence[int], leaf_targetids: Sequence[int], leaf_weights: Any, n_targets: int,
+                  membership_values: Any = None, nodes_missing_value_tracks_true: Sequence[int] | None = None, nodes_hitrates: Any = None,
+                  aggregate_function: int = 1, post_transform: int = 0) -> Tensor:
+  """Every tree walks all samples at once on the device, one level per step (a leaf stays put), for as many steps as there are
+  interior nodes; the leaves' weights are then summed (or averaged, min'd, max'd) per target."""
+  if post_transform != 0: raise OnnxError(f"TreeEnsemble: attribute post_transform={post_transform} (only 0, NONE)")
+  if aggregate_function not in _TREE_AGG: raise OnnxError(f"TreeEnsemble: attribute aggregate_function={aggregate_function}")
+  dev, n = x.device, x.shape[0]
+  modes, splits = np.asarray(nodes_modes).reshape(-1).astype(np.int64), np.asarray(nodes_splits, np.float64).reshape(-1)
+  nn = len(modes)
+  sets = np.full((nn, 1), np.nan)   # each MEMBER node's set, in node order, from the nan-separated membership_values
+  if membership_values is not None and (modes == 6).any():
+    groups: list[list[float]] = [[]]
+    for mv in np.asarray(membership_values, np.float64).reshape(-1).tolist():
+      if math.isnan(mv): groups.append([])
+      else: groups[-1].append(mv)
+    sets = np.full((nn, max(len(g) for g in groups)), np.nan)
+    for at, g in zip(np.flatnonzero(modes == 6), groups): sets[at, :len(g)] = g
+  def table(v: Any, dt: Any = dtypes.int32) -> Tensor: return Tensor(np.asarray(v), device=dev).cast(dt)   # per-node (or per-leaf) values
+  feat, mode, split = table(nodes_featureids), table(modes), table(splits, x.dtype)
+  t_id, f_id, t_leaf, f_leaf = table(nodes_truenodeids), table(nodes_falsenodeids), table(nodes_trueleafs, dtypes.bool), table(nodes_falseleafs, dtypes.bool)
+  tracks = table(nodes_missing_value_tracks_true if nodes_missing_value_tracks_true is not None else [0] * nn, dtypes.bool)
+  member = table(sets, x.dtype)
+  trees = len(tree_roots)
+  node = Tensor(np.tile(np.asarray(tree_roots, np.int32), (n, 1)), device=dev)   # (n, trees)
+  leaf = node.zeros_like().cast(dtypes.bool)
+  for _ in range(nn):
+    v = x.gather(1, feat[node].cast(dtypes.int64))   # (n, trees): the feature each tree's current node tests
+    s, m = split[node], mode[node]
+    cond = (m == 0).where(v <= s, (m == 1).where(v < s, (m == 2).where(v >= s, (m == 3).where(v > s, (m == 4).where(v == s,
+            (m == 5).where(v != s, (v.unsqueeze(-1) == member[node]).any(-1)))))))
+    cond = (v.isnan() & tracks[node]) | (~v.isnan() & cond)
+    nxt, nxt_leaf = cond.where(t_id[node], f_id[node]), cond.where(t_leaf[node], f_leaf[node])
+    node, leaf = leaf.where(node, nxt), leaf | nxt_leaf
+  w = table(leaf_weights, x.dtype)[node]   # (n, trees)
+  hit = table(leaf_targetids)[node].unsqueeze(-1) == Tensor.arange(n_targets, device=dev).reshape(1, 1, n_targets)   # (n, trees, targets)
+  agg = _TREE_AGG[aggregate_function]
+  if agg in ("SUM", "AVERAGE"):
+    out = hit.where(w.unsqueeze(-1), 0).sum(1)
+    return (out / trees if agg == "AVERAGE" else out).cast(x.dtype)
+  big = float(np.finfo(to_np(x.dtype)).max)   # a target no tree reaches keeps the start value: the largest finite (MIN), its negation (MAX)
+  best = hit.where(w.unsqueeze(-1), big if agg == "MIN" else -big)
+  return (best.min(1) if agg == "MIN" else best.max(1)).cast(x.dtype)
