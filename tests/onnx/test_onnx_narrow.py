@@ -79,3 +79,13 @@ def test_double_to_half_is_correctly_rounded():
                         [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [len(x)])], [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [len(x)])])
   got = OnnxRunner(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])).numpy({"x": x})["y"]
   np.testing.assert_array_equal(got, x.astype(np.float16))
+
+def test_narrow_casts_replay_under_jit():
+  from onnx import helper
+  from core import Jit
+  from core.onnx import OnnxRunner
+  r = OnnxRunner(_model(helper.make_node("Cast", ["x"], ["q"], to=19), helper.make_node("Cast", ["q"], ["y"], to=1)))
+  step = Jit(lambda x: r({"x": x})["y"].contiguous())
+  for _ in range(3):
+    x = _rng.standard_normal(4).astype(np.float32) * 1000
+    np.testing.assert_array_equal(step(Tensor(x)).numpy(), numpy_helper.saturate_cast(x, ml_dtypes.float8_e5m2).astype(np.float32))
