@@ -7,7 +7,16 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
   from core.device.buffer import Buffer
+  from core.ir.dtype import DType
   from core.ir.ops import UOp
+
+class HCQError(RuntimeError):
+  """A hardware command queue failed: a wait timed out or the device reported a fault. The message names the device,
+  the queue, the command (its kind and index in its submit) and the signal value seen versus expected."""
+  def __init__(self, msg: str, device: str | None = None, queue: str | None = None, command: str | None = None,
+               seen: int | None = None, expected: int | None = None):
+    super().__init__(msg)
+    self.device, self.queue, self.command, self.seen, self.expected = device, queue, command, seen, expected
 
 def handle_addr(buf: Buffer) -> int:
   """The address behind an allocated Buffer's allocator handle: an int, a ctypes object, or a numpy array (the built-in PYTHON
@@ -92,3 +101,109 @@ class EncodeCtx:
   device: str
   queue: str
 
+
+class RingHCQ(HCQDevice):
+  """What the HCQ devices whose rings live in memory share (AMD, NV, QCOM): fixed queue names, one ring size, the per-queue
+  buffers behind placeholders, fault reports, and host-side waits. A plugin's subclass gives `queues`, `kind` and
+  `ring_layout`; an interface's subclass gives `queue_buffer(kind, queue)` and the hooks the waits call: `_kick()` (look at
+  the doorbells now), `_step()` (run work on the waiting thread; True when something ran), `_busy()` (queues with work
+  left) and `_describe()` (the queues' state, for timeout messages)."""
+  PER_QUEUE = ("ring", "wptr", "doorbell", "timeline_signal")   # placeholder kinds with one buffer per queue
+  kind = "HCQ"   # named in fault reports
+
+  def __init__(self, device: str, ring_size: int = 1 << 20):
+    import threading, weakref
+    if ring_size < 64 or ring_size & (ring_size - 1): raise ValueError(f"{device}: ring size {ring_size} is not a power of two >= 64")
+    self.device, self._ring_size = device, ring_size
+    self._lock = threading.RLock()
+    self._uops: dict[object, UOp] = {}
+    self._owned: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+    self.faults: list[str] = []
+    self._seen = {"raised": 0, "read": 0}   # fault reports each reader (a wait's raise, error()) has seen
+
+  def ring_size(self, queue: str) -> int:
+    self._check(queue)
+    return self._ring_size
+
+  def _check(self, queue: str) -> None:
+    if queue not in self.queues: raise ValueError(f"{self.device} has no queue {queue!r}; its queues are {', '.join(self.queues)}")
+
+  # *** buffers behind placeholders (a plugin's pm_bufferize) ***
+
+  def queue_buffer(self, kind: str, queue: str) -> Buffer: raise NotImplementedError(f"{type(self).__name__} has no queue buffers")
+  def timeline_signal(self, queue: str) -> Buffer | None: return self.queue_buffer("timeline_signal", queue)
+
+  def fresh_buffer(self, tag: object, dtype: DType, size: int) -> Buffer:
+    """The memory of a placeholder that is not per-queue (programs, kernel arguments, scratch): a new allocation."""
+    from core.device.allocator import BufferSpec
+    from core.device.buffer import Buffer
+    return Buffer(self.device, max(size, 1), dtype, BufferSpec(nolru=True)).allocate()
+
+  def buffer_uop(self, tag: object, dtype: DType, size: int) -> UOp:
+    """The real BUFFER uop of a placeholder: per-queue buffers exist once, anything else is a fresh allocation."""
+    from core.ir.ops import UOp
+    with self._lock:
+      if isinstance(tag, tuple) and len(tag) == 2 and tag[0] in self.PER_QUEUE:
+        if (u := self._uops.get(tag)) is None:
+          b = self.queue_buffer(tag[0], tag[1])
+          u = self._uops[tag] = UOp.new_buffer(self.device, b.size, b.dtype)
+          self._owned[u] = b
+        return u
+      u = UOp.new_buffer(self.device, max(size, 1), dtype)
+      self._owned[u] = self.fresh_buffer(tag, dtype, size)
+      return u
+
+  def buffer_of(self, u: UOp) -> Buffer | None: return self._owned.get(u)
+
+  # *** waits and faults ***
+
+  def _kick(self) -> None: pass
+  def _step(self) -> bool: return False
+  def _busy(self) -> list[str]: return []
+  def _describe(self) -> str: return ""
+
+  def _unseen(self, reader: str) -> list[str]:
+    # error() also returns what a wait raised: core reads it to explain the failed wait
+    n = len(self.faults)
+    new, self._seen[reader] = self.faults[self._seen[reader]:n], n
+    if reader == "read": self._seen["raised"] = n
+    return new
+
+  def error(self) -> str | None:
+    faults = self._unseen("read")
+    return "\n".join(faults) if faults else None
+
+  def _raise_faults(self) -> None:
+    if (faults := self._unseen("raised")):
+      raise HCQError(f"{self.device}: the {self.kind} command processor reported a fault:\n  " + "\n  ".join(faults), device=self.device)
+
+  def wait_signal(self, signal: Buffer, value: int, timeout_s: float | None = None) -> None:
+    import time
+    from core.helpers import HCQ_TIMEOUT
+    timeout_s = float(HCQ_TIMEOUT.value) if timeout_s is None else timeout_s
+    self._kick()
+    sig = ctypes.c_uint64.from_address(handle_addr(signal))
+    deadline, pause = time.monotonic() + timeout_s, 1e-5
+    while True:
+      moved = self._step()
+      self._raise_faults()
+      if sig.value >= value: return
+      if time.monotonic() > deadline:
+        raise HCQError(f"{self.device}: timed out after {timeout_s:g} s (HCQ_TIMEOUT) waiting for signal {ctypes.addressof(sig):#x} to "
+                       f"reach {value}; it is {sig.value}. Queues: {self._describe()}", device=self.device, seen=sig.value, expected=value)
+      if not moved:
+        time.sleep(pause)
+        pause = min(pause * 2, 5e-4)
+
+  def synchronize(self, timeout_s: float | None = None) -> None:
+    """Waits until every queue ran everything its doorbell announced."""
+    import time
+    from core.helpers import HCQ_TIMEOUT
+    deadline = time.monotonic() + (float(HCQ_TIMEOUT.value) if timeout_s is None else timeout_s)
+    self._kick()
+    while True:
+      moved, busy = self._step(), self._busy()
+      if not moved and not busy: break
+      if time.monotonic() > deadline: raise HCQError(f"{self.device}: synchronize timed out: {'; '.join(busy)}", device=self.device)
+      if not moved: time.sleep(1e-4)
+    self._raise_faults()

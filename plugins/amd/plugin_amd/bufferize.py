@@ -2,12 +2,12 @@
 from __future__ import annotations
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
-from plugin_amd.runtime import AMDHCQ, PER_QUEUE
+from plugin_amd.runtime import AMDHCQ
 
 # per-queue tags ("ring" | "wptr" | "doorbell" | "timeline_signal", queue) map to the queue's one buffer each (the ring's
 # placeholder has size 0: the real one is ring_size bytes); "program", "kernargs", "cmdbuf", "scratch", "staging" and "timestamps" get a
 # fresh allocation of the placeholder's size (core packs program/kernarg/cmdbuf placeholders first and uploads their contents)
-KINDS = ("program", "kernargs", "cmdbuf", "scratch", "staging", "timestamps") + PER_QUEUE
+KINDS = ("program", "kernargs", "cmdbuf", "scratch", "staging", "timestamps") + AMDHCQ.PER_QUEUE
 
 def _kind(b: UOp) -> str | None:
   t = b.tag
@@ -17,7 +17,7 @@ def _kind(b: UOp) -> str | None:
 def bufferize(ctx: AMDHCQ, b: UOp) -> UOp:
   if (k := _kind(b)) is None:
     raise ValueError(f"{ctx.device}: no buffer for placeholder tag {b.tag!r} (kinds: {', '.join(KINDS)})")
-  if k in PER_QUEUE and b.tag[1] not in ctx.queues:
+  if k in AMDHCQ.PER_QUEUE and b.tag[1] not in ctx.queues:
     raise ValueError(f"{ctx.device}: placeholder {b.tag!r} names a queue this device lacks (it has {', '.join(ctx.queues)})")
   return ctx.buffer_uop(b.tag, b.dtype, b.arg)
 

@@ -9,9 +9,9 @@ with GP_PUT and the work-submit token are the channel's and never reach core (ru
 from __future__ import annotations
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
-from plugin_nv.runtime import NVHCQ, PER_QUEUE
+from plugin_nv.runtime import NVHCQ
 
-KINDS = ("program", "kernargs", "cmdbuf", "scratch", "staging", "timestamps") + PER_QUEUE
+KINDS = ("program", "kernargs", "cmdbuf", "scratch", "staging", "timestamps") + NVHCQ.PER_QUEUE
 
 def _kind(b: UOp) -> str | None:
   t = b.tag
@@ -20,7 +20,7 @@ def _kind(b: UOp) -> str | None:
 
 def bufferize(ctx: NVHCQ, b: UOp) -> UOp:
   if (k := _kind(b)) is None: raise ValueError(f"{ctx.device}: no buffer for placeholder tag {b.tag!r} (kinds: {', '.join(KINDS)})")
-  if k in PER_QUEUE and b.tag[1] not in ctx.queues:
+  if k in NVHCQ.PER_QUEUE and b.tag[1] not in ctx.queues:
     raise ValueError(f"{ctx.device}: placeholder {b.tag!r} names a channel this device lacks (it has {', '.join(ctx.queues)})")
   return ctx.buffer_uop(b.tag, b.dtype, b.arg)
 

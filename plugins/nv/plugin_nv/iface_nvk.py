@@ -106,7 +106,7 @@ class NVKHCQ(NVHCQ):
     super().__init__(device, rm.arch, ring_size)
     self.rm, self.simulated = rm, rm.simulated
     if self.simulated: self.faults = rm.os.faults   # type: ignore[attr-defined]  # the simulated GPU reports into one list per driver
-    self._raised = len(self.faults)
+    self._seen = {"raised": len(self.faults), "read": len(self.faults)}
     self._channels: dict[str, NVKChannel] = {}
     self._publish = threading.Lock()
     self.closed = False

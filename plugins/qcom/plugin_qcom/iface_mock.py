@@ -104,7 +104,7 @@ class MockHCQ(QCOMHCQ):
     self.cp = CommandProcessor(MEMORY, launcher)
     self.rptr = 0   # dwords consumed since the queue was created
 
-  def _drain(self) -> bool:
+  def _step(self) -> bool:
     """Runs every MOCK+QCOM device's ring (a queue here may wait on another instance's signal, and only waiting threads run
     the processors); True when something ran."""
     moved = False
