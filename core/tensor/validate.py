@@ -185,13 +185,25 @@ def _type_checked(fn: Callable, name: str, tensor_cls: type, skip_first: bool) -
   checked.__wrapped_checks__ = checks   # type: ignore[attr-defined]
   return checked
 
+def _on_first_call(owner: type, name: str, fn: Callable, kind: type | None, cls: type) -> Callable:
+  """A stand-in for method `name` that builds its checked version when first called and puts that in its place: evaluating
+  every annotation at import would cost `import core.tensor` about half a second."""
+  @functools.wraps(fn)
+  def first_call(*args: Any, **kwargs: Any) -> Any:
+    checked = _type_checked(fn, name, cls, kind is not staticmethod)
+    setattr(owner, name, kind(checked) if kind is not None else checked)
+    return checked(*args, **kwargs)
+  return first_call
+
 def install(cls: type, names: Sequence[str] | None = None) -> None:
-  """Wraps the public methods of `cls` (and of its mixins) with the argument type checks their annotations allow. Methods,
-  classmethods and staticmethods are wrapped; properties and classes are left alone."""
+  """Wraps the public methods of `cls` (and of its mixins) with the argument type checks their annotations allow, each built
+  on the method's first call. Methods, classmethods and staticmethods are wrapped; properties and classes are left alone."""
   for name in names if names is not None else [n for n in dir(cls) if not n.startswith("_")]:
     owner = next((c for c in cls.__mro__ if name in c.__dict__), None)
     if owner is None: continue
     raw = owner.__dict__[name]
-    if isinstance(raw, classmethod): setattr(owner, name, classmethod(_type_checked(raw.__func__, name, cls, True)))
-    elif isinstance(raw, staticmethod): setattr(owner, name, staticmethod(_type_checked(raw.__func__, name, cls, False)))
-    elif inspect.isfunction(raw): setattr(owner, name, _type_checked(raw, name, cls, True))
+    kind = type(raw) if isinstance(raw, (classmethod, staticmethod)) else None
+    fn = raw.__func__ if kind is not None else raw
+    if kind is None and not inspect.isfunction(raw): continue
+    stub = _on_first_call(owner, name, fn, kind, cls)
+    setattr(owner, name, kind(stub) if kind is not None else stub)
