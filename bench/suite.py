@@ -158,24 +158,17 @@ def measure(case: Case, row: Row, want: Any, size: dict[str, Any], repeat: int, 
 
 def machine_info() -> str:
   cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-  model, flags, mhz = "", set(), 0.0
+  model, flags = "", set[str]()
   try:
     for line in open("/proc/cpuinfo"):
       k, _, v = line.partition(":")
       k = k.strip()
       if k == "model name" and not model: model = v.strip()
       elif k == "flags" and not flags: flags = set(v.split())
-      elif k == "cpu MHz" and not mhz: mhz = float(v)
   except OSError: pass
   simd = next((f for f in ("avx512f", "avx2", "avx", "sse2") if f in flags), "")
-  out = f"{cores} cores, {model or 'unknown CPU'}" + (f", {simd}" if simd else "") + (" fma" if "fma" in flags else "")
-  if (peak := os.getenv("BENCH_PEAK_GFLOPS")): return out + f", peak {peak} GFLOP/s float32 (BENCH_PEAK_GFLOPS)"
-  if mhz and simd:
-    # 2 FMA pipes x float32 lanes x 2 FLOPs at the reported clock; an estimate (turbo clocks run higher, and some cores
-    # split 512-bit ops into two 256-bit halves)
-    lanes = {"avx512f": 16, "avx2": 8, "avx": 8, "sse2": 4}[simd]
-    out += f", peak ~{(cores or 1) * 2 * lanes * 2 * mhz / 1e3:.0f} GFLOP/s float32 (estimate at {mhz:.0f} MHz; set BENCH_PEAK_GFLOPS if known)"
-  return out
+  # the peak and the bandwidth are measured (bench/machine.py), not estimated from the clock
+  return f"{cores} cores, {model or 'unknown CPU'}" + (f", {simd}" if simd else "") + (" fma" if "fma" in flags else "")
 
 def load_note() -> str:
   """The 1-minute load average against the core count: figures taken on a busy machine are contended, and say so."""
