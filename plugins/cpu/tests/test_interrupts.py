@@ -68,7 +68,7 @@ CASES = [(iface, how, nb) for iface in ("direct", "host", "worker") for how in (
 
 @pytest.mark.parametrize("iface,how,nblocks", CASES)
 def test_a_long_kernel_stops_and_the_device_goes_on(iface: str, how: str, nblocks: int) -> None:
-  env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "PYTHONSAFEPATH")}
+  env = {k: v for k, v in os.environ.items() if k != "DEBUG"}   # PYTHONSAFEPATH (CI) kept: the installed plugin, built library and all
   r = subprocess.run([sys.executable, "-c", PROGRAM, iface, how, str(nblocks)], env=env, capture_output=True, text=True, timeout=120)
   assert r.returncode == 0, r.stderr[-3000:]
   res = json.loads(r.stdout.strip().splitlines()[-1])
