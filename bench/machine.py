@@ -11,6 +11,28 @@ ACCUMULATORS = 12          # independent FMA chains: more than FMA latency x pip
 FMA_ITERS = 2_000_000      # per thread: about 0.1 s at 5 GHz
 STREAM_FLOATS = 1 << 25    # 128 MiB per array: well past any L3 here
 
+TRIAD = """  %t = call float @llvm.fma.f32(float %c.v, float 3.0, float %b.v)
+  store float %t, ptr %a.p"""
+
+def _stream(name: str, arrays: list[str], body: str) -> str:
+  """A loop over n floats of `arrays` (the first is written): `body` reads %<array>.v and stores through %<array>.p."""
+  geps = "\n".join(f"  %{a}.p = getelementptr inbounds float, ptr %{a}, i64 %i" for a in arrays)
+  loads = "\n".join(f"  %{a}.v = load float, ptr %{a}.p" for a in arrays[1:])
+  return f"""define void @{name}({", ".join(f"ptr noalias %{a}" for a in arrays)}, i64 %n) {{
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%i.next, %loop]
+{geps}
+{loads}
+{body}
+  %i.next = add i64 %i, 1
+  %done = icmp eq i64 %i.next, %n
+  br i1 %done, label %exit, label %loop
+exit:
+  ret void
+}}"""
+
 def _ir(width: int) -> str:
   v = f"<{width} x float>"
   init = "\n".join(f"  %a{i}.0 = insertelement {v} zeroinitializer, float {i + 1}.0, i32 0" for i in range(ACCUMULATORS))
@@ -42,39 +64,8 @@ exit:
   store {v} {sums[0]}, ptr %out, align 4
   ret void
 }}
-define void @copy(ptr noalias %dst, ptr noalias %src, i64 %n) {{
-entry:
-  br label %loop
-loop:
-  %i = phi i64 [0, %entry], [%i.next, %loop]
-  %ps = getelementptr inbounds float, ptr %src, i64 %i
-  %x = load float, ptr %ps
-  %pd = getelementptr inbounds float, ptr %dst, i64 %i
-  store float %x, ptr %pd
-  %i.next = add i64 %i, 1
-  %done = icmp eq i64 %i.next, %n
-  br i1 %done, label %exit, label %loop
-exit:
-  ret void
-}}
-define void @triad(ptr noalias %a, ptr noalias %b, ptr noalias %c, i64 %n) {{
-entry:
-  br label %loop
-loop:
-  %i = phi i64 [0, %entry], [%i.next, %loop]
-  %pb = getelementptr inbounds float, ptr %b, i64 %i
-  %pc = getelementptr inbounds float, ptr %c, i64 %i
-  %x = load float, ptr %pb
-  %y = load float, ptr %pc
-  %z = call float @llvm.fma.f32(float %y, float 3.0, float %x)
-  %pa = getelementptr inbounds float, ptr %a, i64 %i
-  store float %z, ptr %pa
-  %i.next = add i64 %i, 1
-  %done = icmp eq i64 %i.next, %n
-  br i1 %done, label %exit, label %loop
-exit:
-  ret void
-}}
+{_stream("copy", ["dst", "src"], "  store float %src.v, ptr %dst.p")}
+{_stream("triad", ["a", "b", "c"], TRIAD)}
 declare float @llvm.fma.f32(float, float, float)
 """
 
