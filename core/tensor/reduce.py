@@ -36,6 +36,11 @@ def _split_sum(u: UOp, shape: tuple, axes: tuple[int, ...], n: int) -> UOp:
   x = u.permute(tuple(rest) + axes).reshape(lead + (n,)).pad(((0, 0),) * len(lead) + ((0, m * b - n),))
   return x.reshape(lead + (m, b)).r(Ops.ADD, (len(lead) + 1,)).r(Ops.ADD, (len(lead),))
 
+def _nan_of(t: Tensor) -> Tensor:
+  """NaN in t's shape and dtype, still in t's graph (a gradient reaches t as zeros). Not `t * nan`: a device may assume no
+  NaN in arithmetic (WGSL does) and fold 0 * nan to 0; the constant itself is made from its bits."""
+  return t * 0 + t._const(math.nan)
+
 class ReduceMixin:
   def _reduce(self: Tensor, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:  # type: ignore[misc]
     axes = _axes(axis, self.ndim, op.name.lower())
@@ -76,7 +81,7 @@ class ReduceMixin:
     n = math.prod(self.shape[a] for a in axes)
     s = self.sum(axis, keepdim, dtype=sum_acc_dtype(out))
     if not isinstance(n, int): return (s / self._symbolic_count(axes, s.dtype)).cast(out)
-    return (s * (1 / n) if n else s * math.nan).cast(out)  # an empty mean is NaN, like numpy
+    return (s * (1 / n) if n else _nan_of(s)).cast(out)  # an empty mean is NaN, like numpy
   def _symbolic_count(self: Tensor, axes: Sequence[int], dtype: DType, correction: int = 0) -> Tensor:  # type: ignore[misc]
     """The number of elements over `axes` when some of them are symbolic (bound Variables): a sum of ones, so it is a
     value the kernel reads at run time (the same kernel serves every binding)."""
@@ -86,7 +91,8 @@ class ReduceMixin:
     n = math.prod(self.shape[a] for a in axes)
     d = self - self.mean(axes, keepdim=True)
     if not isinstance(n, int): return (d * d).sum(axes, keepdim) / self._symbolic_count(axes, d.dtype, correction)
-    return (d * d).sum(axes, keepdim) / max(0, n - correction)
+    ss = (d * d).sum(axes, keepdim)
+    return ss / (n - correction) if n > correction else _nan_of(ss)
   def std(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:  # type: ignore[misc]
     return self.var(axis, keepdim, correction).sqrt()
   def var_mean(self: Tensor, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:  # type: ignore[misc]
