@@ -18,7 +18,8 @@ F32 = np.float32
 
 @dataclass
 class Row:
-  """One line of issue 7's table. `ref` is the peer the target's ratio is taken against (None: an absolute target)."""
+  """One line of issue 7's table. `ref` is the peer the target's ratio is taken against ("copy": the memory copy bandwidth
+  measured in the same run; None: an absolute target)."""
   key: str
   unit: str                                   # GFLOP/s, GB/s: higher is better; ms, us: lower is better
   ref: str | None
@@ -41,7 +42,31 @@ def _matmul_data(s: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
   return {"a": _normal(rng, s["n"], s["n"]), "b": _normal(rng, s["n"], s["n"])}
 
 def _conv_data(s: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
-  return {"x": _normal(rng, s["n"], s["c"], s["hw"], s["hw"]), "w": _normal(rng, s["o"], s["c"], 3, 3) / F32(math.sqrt(9 * s["c"]))}
+  k, g = s.get("k", 3), s.get("groups", 1)
+  return {"x": _normal(rng, s["n"], s["c"], s["hw"], s["hw"]), "w": _normal(rng, s["o"], s["c"] // g, k, k) / F32(math.sqrt(k * k * s["c"] / g)),
+          **{a: s[a] for a in ("stride", "padding", "groups") if a in s}}
+
+def _conv_out(s: dict[str, Any]) -> int: return (s["hw"] + 2 * s.get("padding", 1) - s.get("k", 3)) // s.get("stride", 1) + 1
+
+def _conv_flops(s: dict[str, Any]) -> float: return 2 * s["n"] * s["o"] * _conv_out(s) ** 2 * s["c"] // s.get("groups", 1) * s.get("k", 3) ** 2
+
+def _conv_describe(s: dict[str, Any]) -> str:
+  k, st, p, g = s.get("k", 3), s.get("stride", 1), s.get("padding", 1), s.get("groups", 1)
+  return (f"conv2d {s['n']}x{s['c']}x{s['hw']}x{s['hw']} {k}x{k} {s['c']}->{s['o']}" + (f" stride {st}" if st != 1 else "") +
+          (f" pad {p}" if p else "") + (" depthwise" if g == s["c"] and g > 1 else f" groups {g}" if g != 1 else ""))
+
+def _conv_row(key: str, target: float, full: dict[str, Any], quick: dict[str, Any]) -> Row:
+  """A conv2d row against torch; checked on the first and last image (a float64 reference of all would cost more than the row)."""
+  return Row(key, "GFLOP/s", "torch", target, (full, quick), _conv_describe, _conv_data,
+             lambda d: conv_reference(d["x"][[0, -1]], d["w"], d.get("stride", 1), d.get("padding", 1), d.get("groups", 1)),
+             work=_conv_flops, select=lambda got: got[[0, -1]], op="conv2d")
+
+def _permute_row(key: str, order: tuple[int, ...], what: str, full: tuple[int, ...], quick: tuple[int, ...]) -> Row:
+  """A layout change (a permute made contiguous), judged against the copy bandwidth measured in the same run: it moves the
+  same bytes as a copy."""
+  return Row(key, "GB/s", "copy", 0.8, ({"shape": full}, {"shape": quick}), lambda s: f"{what} {'x'.join(map(str, s['shape']))} float32",
+             lambda s, rng: {"x": _normal(rng, *s["shape"]), "order": order}, lambda d: d["x"].transpose(d["order"]),
+             work=lambda s: 2 * 4 * math.prod(s["shape"]), op="permute", atol_rel=0, rtol=0)
 
 def _mlp_data(s: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
   dims, params = s["dims"], []
@@ -61,10 +86,16 @@ ROWS: list[Row] = [
       lambda d: d["a"].astype(np.float64) @ d["b"], work=lambda s: 2 * s["n"] ** 3, op="matmul"),
   Row("matmul2048", "GFLOP/s", "numpy", 0.8, ({"n": 2048}, {"n": 128}), lambda s: f"matmul {s['n']} float32", _matmul_data,
       lambda d: d["a"].astype(np.float64) @ d["b"], work=lambda s: 2 * s["n"] ** 3, op="matmul"),
-  Row("conv2d", "GFLOP/s", "torch", 0.7, ({"n": 32, "c": 64, "hw": 56, "o": 64}, {"n": 2, "c": 8, "hw": 12, "o": 8}),
-      lambda s: f"conv2d {s['n']}x{s['c']}x{s['hw']}x{s['hw']} 3x3 {s['c']}->{s['o']} pad 1", _conv_data,
-      lambda d: conv_reference(d["x"][[0, -1]], d["w"]), work=lambda s: 2 * s["n"] * s["o"] * s["hw"] ** 2 * s["c"] * 9,
-      select=lambda got: got[[0, -1]]),   # the first and last image: a full float64 reference would cost more than the row
+  # issue 23: convolutions at torch's (oneDNN's) speed
+  _conv_row("conv2d", 1.0, {"n": 32, "c": 64, "hw": 56, "o": 64}, {"n": 2, "c": 8, "hw": 12, "o": 8}),
+  _conv_row("conv_stem", 0.8, {"n": 8, "c": 3, "hw": 224, "o": 64, "k": 7, "stride": 2, "padding": 3},
+            {"n": 2, "c": 3, "hw": 32, "o": 8, "k": 7, "stride": 2, "padding": 3}),
+  _conv_row("conv_dw", 1.0, {"n": 8, "c": 32, "hw": 112, "o": 32, "groups": 32}, {"n": 2, "c": 8, "hw": 12, "o": 8, "groups": 8}),
+  _conv_row("conv_dw_s2", 1.0, {"n": 8, "c": 144, "hw": 56, "o": 144, "groups": 144, "stride": 2},
+            {"n": 2, "c": 8, "hw": 12, "o": 8, "groups": 8, "stride": 2}),
+  _conv_row("conv1x1", 1.0, {"n": 32, "c": 256, "hw": 28, "o": 64, "k": 1, "padding": 0}, {"n": 2, "c": 16, "hw": 6, "o": 8, "k": 1, "padding": 0}),
+  _permute_row("nchw_nhwc", (0, 2, 3, 1), "NCHW->NHWC", (32, 64, 56, 56), (2, 8, 12, 12)),
+  _permute_row("nhwc_nchw", (0, 3, 1, 2), "NHWC->NCHW", (32, 56, 56, 64), (2, 12, 12, 8)),
   Row("mul_add", "GB/s", "torch", 0.9, ({"n": 1 << 24}, {"n": 1 << 16}), lambda s: f"a*b+1 on {_count(s['n'])} float32",
       lambda s, rng: {"a": _normal(rng, s["n"]), "b": _normal(rng, s["n"])}, lambda d: d["a"] * d["b"] + F32(1),
       work=lambda s: 3 * 4 * s["n"]),
@@ -99,11 +130,12 @@ class Result:
   row: Row
   size: dict[str, Any]
   cells: dict[str, Cell] = field(default_factory=dict)
+  machine: machine_bench.Machine | None = None   # what a "copy" ref is measured by
   @property
   def ratio(self) -> float | None:
     ours = self.cells.get("ours", Cell()).value
     if self.row.ref is None: return None
-    ref = self.cells.get(self.row.ref, Cell()).value
+    ref = (self.machine.copy_all if self.machine else None) if self.row.ref == "copy" else self.cells.get(self.row.ref, Cell()).value
     if ours is None or ref is None or ours == 0 or ref == 0: return None
     return ours / ref   # throughput: ours/ref (>= target); time: ours/ref (<= target)
   @property
@@ -247,7 +279,7 @@ def run(rows: list[str] | None = None, quick: bool = False, repeat: int = 10, bu
     size = row.sizes[1 if quick else 0]
     data = row.data(size, np.random.default_rng(0))
     want = row.reference(data)
-    res = Result(row, size)
+    res = Result(row, size, machine=machine)
     for name in names:
       if name not in libs: res.cells[name] = Cell(status="-"); continue
       try:

@@ -54,11 +54,19 @@ def jit_reference(x: np.ndarray, kernels: int) -> np.ndarray:
 
 def fused_reference(a: np.ndarray, b: np.ndarray, c: np.ndarray, s: float) -> np.ndarray: return np.maximum(a * b + c, 0) * np.float32(s) - 1
 
-def conv_reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-  """conv2d, 3x3, stride 1, padding 1, NCHW/OIHW, in float64."""
-  xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
-  win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))   # N C H W 3 3
-  return np.einsum("nchwij,ocij->nohw", win, w.astype(np.float64), optimize=True)
+def conv_reference(x: np.ndarray, w: np.ndarray, stride: int = 1, padding: int = 1, groups: int = 1) -> np.ndarray:
+  """conv2d, NCHW/OIHW (w: cout, cin/groups, k, k), square stride and zero padding, in float64."""
+  k = w.shape[-1]
+  xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+  win = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))[:, :, ::stride, ::stride]   # N C OH OW k k
+  n, c, oh, ow = win.shape[:4]
+  win = win.reshape(n, groups, c // groups, oh, ow, k, k)
+  wg = w.astype(np.float64).reshape(groups, w.shape[0] // groups, *w.shape[1:])
+  return np.einsum("ngchwij,gocij->ngohw", win, wg, optimize=True).reshape(n, w.shape[0], oh, ow)
+
+def conv_args(d: dict[str, Any]) -> dict[str, int]:
+  """The conv rows' keyword arguments, as conv2d in ours, tinygrad and torch spell them."""
+  return {"stride": d.get("stride", 1), "padding": d.get("padding", 1), "groups": d.get("groups", 1)}
 
 # *** tensor-style frameworks: ours and tinygrad share the Tensor API, so one adapter runs both ***
 
@@ -86,7 +94,10 @@ class TensorLib:
     return self._single(lambda: a @ b)
   def conv2d(self, d: dict[str, Any]) -> Case:
     x, w = self.t(d["x"]), self.t(d["w"])
-    return self._single(lambda: x.conv2d(w, padding=1))
+    return self._single(lambda: x.conv2d(w, **conv_args(d)))
+  def permute(self, d: dict[str, Any]) -> Case:
+    x = self.t(d["x"])
+    return self._single(lambda: x.permute(*d["order"]).contiguous())
   def mul_add(self, d: dict[str, Any]) -> Case:
     a, b = self.t(d["a"]), self.t(d["b"])
     return self._single(lambda: a * b + 1)
@@ -210,6 +221,12 @@ class NumpyLib:
     return Case(run, lambda: np.asarray(out[0]), count=count)
   def matmul(self, d: dict[str, Any]) -> Case: return self._single(lambda: d["a"] @ d["b"])
   def conv2d(self, d: dict[str, Any]) -> Case: raise NotApplicable("numpy has no conv2d")
+  def permute(self, d: dict[str, Any]) -> Case:
+    o = np.empty(d["x"].transpose(d["order"]).shape, d["x"].dtype)
+    def f() -> Any:
+      np.copyto(o, d["x"].transpose(d["order"]))   # into a preallocated array: the copy alone, no allocation
+      return o
+    return self._single(f)
   def mul_add(self, d: dict[str, Any]) -> Case:
     o = np.empty_like(d["a"])
     def f() -> Any:
@@ -242,7 +259,10 @@ class TorchLib:
     return self._single(lambda: a @ b)
   def conv2d(self, d: dict[str, Any]) -> Case:
     x, w = self.t(d["x"]), self.t(d["w"])
-    return self._single(lambda: self.torch.nn.functional.conv2d(x, w, padding=1))
+    return self._single(lambda: self.torch.nn.functional.conv2d(x, w, **conv_args(d)))
+  def permute(self, d: dict[str, Any]) -> Case:
+    x = self.t(d["x"])
+    return self._single(lambda: x.permute(*d["order"]).contiguous())
   def mul_add(self, d: dict[str, Any]) -> Case:
     a, b = self.t(d["a"]), self.t(d["b"])
     one, o = self.torch.ones(()), self.torch.empty_like(a)

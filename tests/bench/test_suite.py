@@ -47,8 +47,12 @@ def test_quick_every_row(suite):
     assert ours.first_s is not None and ours.first_s > 0
   # numpy runs the rows it has, and says n/a for the rest
   by_key = {r.row.key: r for r in results}
-  for key in ("matmul1024", "matmul2048", "mul_add", "sum", "tiny_op"): assert (by_key[key].cells["numpy"].value or 0) > 0, key
-  for key in ("conv2d", "mlp", "jit_replay", "first_compile"): assert by_key[key].cells["numpy"].status == "n/a", key
+  for key in ("matmul1024", "matmul2048", "nchw_nhwc", "nhwc_nchw", "mul_add", "sum", "tiny_op"): assert (by_key[key].cells["numpy"].value or 0) > 0, key
+  for key in ("conv2d", "conv_stem", "conv_dw", "conv_dw_s2", "conv1x1", "mlp", "jit_replay", "first_compile"):
+    assert by_key[key].cells["numpy"].status == "n/a", key
+  # the layout rows are judged against the copy bandwidth measured in the same run
+  perm = by_key["nchw_nhwc"]
+  assert perm.machine is not None and perm.ratio == pytest.approx(perm.cells["ours"].value / perm.machine.copy_all)
   # the matmul ratio is taken against numpy, and a figure appears for it
   assert by_key["matmul1024"].ratio == pytest.approx(by_key["matmul1024"].cells["ours"].value / by_key["matmul1024"].cells["numpy"].value)
   assert rows["matmul1024"][-4].endswith("x"), rows["matmul1024"]
@@ -57,6 +61,25 @@ def test_quick_every_row(suite):
   m = re.search(r"FMA peak (\d+) GFLOP/s on (\d+) threads \((\d+) on 1.*copy ([\d.]+) GB/s.*triad ([\d.]+) GB/s", text)
   assert m and all(float(x) > 0 for x in m.groups()), text
   assert rows["matmul1024"][-5].endswith("% peak") and rows["sum"][-5].endswith("% bw") and rows["tiny_op"][-5] == "-", text
+
+def test_conv_reference(suite):
+  """The float64 reference the conv rows are checked against, on cases worked out by hand (not by another conv)."""
+  import numpy as np
+  ref = suite.conv_reference
+  x = np.arange(2 * 4 * 5 * 5, dtype=np.float32).reshape(2, 4, 5, 5)
+  # a 1x1 kernel is a matmul over channels
+  w1 = np.arange(3 * 4, dtype=np.float32).reshape(3, 4, 1, 1) - 5
+  np.testing.assert_allclose(ref(x, w1, padding=0), np.einsum("nchw,oc->nohw", x, w1[:, :, 0, 0]))
+  # depthwise (groups = channels) with a kernel of ones: each channel's 3x3 window sums, zero padding at the border
+  ones = np.ones((4, 1, 3, 3), np.float32)
+  got = ref(x, ones, padding=1, groups=4)
+  xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+  assert got[1, 2, 0, 0] == xp[1, 2, 0:3, 0:3].sum() and got[0, 3, 2, 4] == xp[0, 3, 2:5, 4:7].sum()
+  # stride 2 keeps every second output of stride 1
+  np.testing.assert_allclose(ref(x, ones, stride=2, padding=1, groups=4), got[:, :, ::2, ::2])
+  # two groups: the outputs of the second group see only the second half of the channels
+  w2 = np.zeros((2, 2, 1, 1), np.float32); w2[1, 1] = 1
+  np.testing.assert_allclose(ref(x, w2, padding=0, groups=2)[:, 1], x[:, 3])
 
 def test_wrong_result_is_caught(suite):
   out = io.StringIO()
