@@ -1,6 +1,6 @@
 """The HCQ device contract: what a plugin's runtime offers core's command-queue pipeline (core/hcq), as one typed base class."""
 from __future__ import annotations
-import abc, ctypes
+import abc, contextlib, ctypes
 import numpy as np
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -92,6 +92,14 @@ class HCQDevice(abc.ABC):
   def timestamp_ns(self, ticks: int) -> int:
     """A value a TIMESTAMP command wrote, in nanoseconds (the default: the device writes nanoseconds)."""
     return ticks
+
+  def graph_replay(self, key: object) -> contextlib.AbstractContextManager[None]:
+    """Entered by a Jit (core/tensor/jit.py) around each HCQ replay of its capture, on every device it runs on. `key` is
+    the same object on every replay of one Jit capture and dies with it. What reaches this device's queues inside the block
+    is that capture's command buffers, the same words on every replay; only the kernel arguments the host patched (buffer
+    addresses, variable values) differ. A device whose API has device-side graphs may build one from the first replay and
+    afterwards only patch and run it (METAL: an indirect command buffer). The default does nothing."""
+    return contextlib.nullcontext()
 
 @dataclass(frozen=True)
 class EncodeCtx:

@@ -1,7 +1,7 @@
 """Jit: run a function once, capture the kernels of its second call, then replay them with new input buffers. It lives at the
 tensor level (it takes and returns Tensors); the engine only records schedules into the capture (core/engine/capture.py)."""
 from __future__ import annotations
-import functools, struct, threading
+import contextlib, functools, struct, threading
 from typing import Any, Callable, Generic, TypeVar
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops, arg_uops
@@ -12,6 +12,7 @@ from core.schedule.kernelize import rebind
 from core.schedule.realize_points import contiguous_buffer
 from core.engine.replay import DirectReplay
 from core.engine.run import buffer_of, hcq_replay_for
+from core.device.registry import Device
 from core.tensor.tensor import Tensor
 
 R = TypeVar("R")
@@ -64,11 +65,12 @@ class Jit(Generic[R]):
     self.rng_draws = 0
     self.ret_uops: list[UOp] = []
     self.replay: Any = None
+    self.graph_hcqs: list[Any] = []   # the HCQDevices an HCQ replay runs on, told of each replay (HCQDevice.graph_replay)
     # one call at a time per Jit: its calls count, capture and replay into the same buffers (threads sharing a Jit take turns)
     self._lock = threading.RLock()
     functools.update_wrapper(self, fxn)  # type: ignore[arg-type]
 
-  def reset(self) -> None: self.cnt, self.items, self.input_bufs, self.ret, self.replay = 0, [], [], None, None
+  def reset(self) -> None: self.cnt, self.items, self.input_bufs, self.ret, self.replay, self.graph_hcqs = 0, [], [], None, None, []
 
   def __get__(self, obj: Any, objtype: Any = None) -> Any: return functools.partial(self.__call__, obj)  # methods
 
@@ -120,8 +122,18 @@ class Jit(Generic[R]):
       for t in self.rng_base.values(): buffer_of(_base_buffer(t.uop)).copyin(struct.pack("<I", Tensor._rng_counter & 0xFFFFFFFF))
       Tensor._rng_counter += self.rng_draws
     # HCQ devices replay the captured submission, patched (core/hcq); the others kernel by kernel
-    if self.replay is None: self.replay = hcq_replay_for(self.items, self.input_bufs) or DirectReplay(self.items, self.input_bufs)
-    self.replay([buffer_of(mapping[b]) for b in self.input_bufs], var_vals)
+    if self.replay is None:
+      if (hr := hcq_replay_for(self.items, self.input_bufs)) is not None:
+        devs = dict.fromkeys(b.src[1].arg for it in self.items for b in it.bufs)
+        self.replay, self.graph_hcqs = hr, list(dict.fromkeys(h for d in devs if (h := Device[d].hcq) is not None))
+      else: self.replay = DirectReplay(self.items, self.input_bufs)
+    bufs = [buffer_of(mapping[b]) for b in self.input_bufs]
+    if self.graph_hcqs:
+      # each device knows the replay's work is this capture's, the same commands every time: it may run them as a device graph
+      with contextlib.ExitStack() as graphs:
+        for h in self.graph_hcqs: graphs.enter_context(h.graph_replay(self.replay))
+        self.replay(bufs, var_vals)
+    else: self.replay(bufs, var_vals)
     # the returned tensors keep the captured buffers, except where they are (views of) this call's inputs; their
     # symbolic shapes take this call's values
     for t, u in zip(_tensors_in((self.ret,) if not isinstance(self.ret, (tuple, list)) else tuple(self.ret), {}), self.ret_uops):

@@ -43,6 +43,23 @@ def test_jit_replays_submission(fake):
     assert float(f(T(a, "FAKE"), T(b, "FAKE")).numpy()) == pytest.approx(float((a * b + 1).sum()))
   assert isinstance(f.replay, HCQReplay)
 
+def test_jit_replays_run_inside_the_devices_graph_replay(fake, monkeypatch):
+  # the hook a device with device-side graphs uses (HCQDevice.graph_replay): entered around every replay, same key every time,
+  # and the replay's launches run inside it
+  import contextlib
+  from core.tensor.jit import Jit
+  hcq, seen = fake["FAKE"].hcq, []
+  @contextlib.contextmanager
+  def graph_replay(key):
+    n = len(hcq.executed)
+    yield
+    seen.append((key, len(hcq.executed) > n))
+  monkeypatch.setattr(hcq, "graph_replay", graph_replay)
+  @Jit
+  def f(x): return ((x * 2).contiguous() + 1).realize()
+  for i in range(5): np.testing.assert_allclose(f(T(np.arange(4) + i, "FAKE")).numpy(), (np.arange(4) + i) * 2 + 1)
+  assert len(seen) == 3 and all(k is f.replay and ran for k, ran in seen)   # calls 1 and 2 run eagerly and capture
+
 def test_fault_names_command_and_device_recovers(fake):
   T([1, 2], "FAKE").realize()
   fake["FAKE"].hcq.fail_next = True
