@@ -4,6 +4,7 @@ from __future__ import annotations
 import ctypes, importlib.util, threading, time
 from typing import Any
 from plugin_metal.cmdbuf import Call
+from plugin_metal.icb import Icb, IcbCommand
 from plugin_metal.queues import MetalHCQ, peek, poke
 
 CPU_MISSING = ("MOCK+METAL needs plugin-cpu: core compiles the HCQ submit program with Device['CPU']. "
@@ -11,11 +12,14 @@ CPU_MISSING = ("MOCK+METAL needs plugin-cpu: core compiles the HCQ submit progra
 
 class MockEncoder:
   """A compute/blit encoder in software: the bound pipeline and buffers, each call done at once on this thread (in order, so a
-  memory barrier has nothing left to do)."""
+  memory barrier has nothing left to do). An ICB's object is its own copy of the commands, changed only by update_icb, so a
+  replay runs what was encoded into the ICB, not what the program says now."""
   def __init__(self, hcq: MockHCQ):
     self.hcq = hcq
     self.pipeline: Any = None
     self.bound: dict[int, int] = {}
+    self.dispatches = 0       # DISPATCH calls encoded directly
+    self.icb_dispatches = 0   # commands run from ICBs
 
   def signal_value(self, addr: int) -> int: return peek(addr)
   def flush(self) -> None: pass
@@ -32,10 +36,25 @@ class MockEncoder:
       if (missing := [i for i in range(n) if i not in self.bound]): raise ValueError(f"DISPATCH of {self.pipeline.name}: no buffer at {missing}")
       self.pipeline.dispatch([self.bound[i] for i in range(n)], f[:3], f[3:])
       self.bound = {}
+      self.dispatches += 1
     elif call is Call.BLIT_COPY: ctypes.memmove(f[0], f[1], f[2])
     elif call is Call.SIGNAL: poke(f[0], f[1])
     elif call is Call.TIMESTAMP: poke(f[0], time.monotonic_ns())
     # MEMORY_BARRIER: every call completes before the next; WAIT reaches here only once its signal arrived
+
+  def build_icb(self, icb: Icb) -> None: icb.obj = list(icb.commands)
+  def update_icb(self, icb: Icb, changed: list[int]) -> None:
+    for i in changed: icb.obj[i] = icb.commands[i]
+
+  def execute_icb(self, icb: Icb, start: int, count: int) -> None:
+    # in order: a command's barrier (wait for the ones before it) holds already
+    cmd: IcbCommand
+    for cmd in icb.obj[start:start + count]:
+      if (k := self.hcq.programs.get(cmd.pipeline)) is None: raise ValueError(f"ICB command with pipeline handle {cmd.pipeline}, never loaded")
+      bound = dict(cmd.bindings)
+      if (missing := [i for i in range(max(bound, default=-1) + 1) if i not in bound]): raise ValueError(f"ICB command of {k.name}: no buffer at {missing}")
+      k.dispatch([bound[i] for i in range(len(bound))], cmd.grid, cmd.threadgroup)
+      self.icb_dispatches += 1
 
 class MockHCQ(MetalHCQ):
   """The MOCK's queues: replayed by MockEncoder; a program is its MSL's host build."""

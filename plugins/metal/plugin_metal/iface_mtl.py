@@ -13,6 +13,7 @@ from core.device.allocator import BufferSpec, LRUAllocator
 from core.device.compiled import Compiled
 from plugin_metal import objc
 from plugin_metal.cmdbuf import Call
+from plugin_metal.icb import Icb, max_bind_count
 from plugin_metal.queues import MetalHCQ, peek, poke
 
 class Allocations:
@@ -129,6 +130,32 @@ class MtlEncoder:
         self._end()
         objc.encode_wait(self._cb(), self.hcq.event(f[0]), f[1])
     elif call is Call.TIMESTAMP: self.pending.append((f[0], -1))
+
+  # *** indirect command buffers (Jit replays) ***
+
+  def build_icb(self, icb: Icb) -> None:
+    with objc.AutoreleasePool():
+      icb.obj, icb.release = objc.new_icb(self.hcq.dev, len(icb.commands), max_bind_count(icb.commands)), objc.release
+      for i in range(len(icb.commands)): self._encode_icb(icb, i)
+
+  def update_icb(self, icb: Icb, changed: list[int]) -> None:
+    with objc.AutoreleasePool():
+      for i in changed: self._encode_icb(icb, i)
+
+  def _encode_icb(self, icb: Icb, i: int) -> None:
+    c = icb.commands[i]
+    if (p := self.hcq.programs.get(c.pipeline)) is None: raise ValueError(f"ICB command with pipeline handle {c.pipeline}, never loaded")
+    p.check(c.threadgroup)
+    objc.encode_icb_command(icb.obj, i, p.pso, [(*ALLOCATIONS.resolve(addr), idx) for idx, addr in c.bindings], c.grid, c.threadgroup, c.barrier)
+
+  def execute_icb(self, icb: Icb, start: int, count: int) -> None:
+    # a compute encoder of its own: a barrier can't wait for an ICB's commands, an encoder boundary does
+    with objc.AutoreleasePool():
+      self._end()
+      enc = objc.compute_encoder(self._cb())
+      objc.use_resources(enc, list(dict.fromkeys(ALLOCATIONS.resolve(a)[0] for c in icb.commands[start:start + count] for _, a in c.bindings)))
+      objc.execute_icb(enc, icb.obj, start, count)
+      objc.end_encoding(enc)
 
   def flush(self) -> None:
     if not self.cb: return

@@ -9,9 +9,15 @@ from core.device.compiler import CompileError
 MTLResourceStorageModeShared = 0          # CPU and GPU see the same memory: buffer addresses are host pointers
 MTLBarrierScopeBuffers = 1
 MTLCommandBufferStatusCompleted, MTLCommandBufferStatusError = 4, 5
+MTLIndirectCommandTypeConcurrentDispatch = 1 << 5   # compute commands with a grid of whole threadgroups
+MTLResourceUsageRead, MTLResourceUsageWrite = 1, 2
+MTLPipelineOptionNone = 0
 
 class MTLSize(ctypes.Structure):
   _fields_ = [("width", ctypes.c_ulong), ("height", ctypes.c_ulong), ("depth", ctypes.c_ulong)]
+
+class NSRange(ctypes.Structure):
+  _fields_ = [("location", ctypes.c_ulong), ("length", ctypes.c_ulong)]
 
 @functools.cache
 def _libs() -> tuple[Any, Any]:
@@ -77,13 +83,19 @@ def new_library(dev: int, src: str) -> int:
   return lib
 
 def new_pipeline(dev: int, src: str, name: str) -> int:
-  """The MTLComputePipelineState of kernel `name` in the MSL `src`."""
+  """The MTLComputePipelineState of kernel `name` in the MSL `src`, usable in indirect command buffers (a Jit replay puts any
+  kernel into one)."""
   lib = new_library(dev, src)
   with AutoreleasePool():
     fn = msg(lib, "newFunctionWithName:", nsstring(name))
     if not fn: raise CompileError(f"the MSL has no kernel function {name!r}")
+    desc = msg(msg(_cls("MTLComputePipelineDescriptor"), "alloc"), "init")
+    msg(desc, "setComputeFunction:", fn, restype=None)
+    msg(desc, "setSupportIndirectCommandBuffers:", True, restype=None, argtypes=(ctypes.c_bool,))
     err = ctypes.c_void_p()
-    pso = msg(dev, "newComputePipelineStateWithFunction:error:", fn, ctypes.byref(err), argtypes=(ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)))
+    pso = msg(dev, "newComputePipelineStateWithDescriptor:options:reflection:error:", desc, MTLPipelineOptionNone, None, ctypes.byref(err),
+              argtypes=(ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)))
+    release(desc)
     release(fn)
     release(lib)
     if not pso: raise CompileError(f"Metal made no pipeline for {name}: {error_text(err)}")
@@ -123,6 +135,41 @@ def encode_signal(cb: int, ev: int, value: int) -> None:
 def encode_wait(cb: int, ev: int, value: int) -> None:
   msg(cb, "encodeWaitForEvent:value:", ev, value, restype=None, argtypes=(ctypes.c_void_p, ctypes.c_uint64))
 def commit(cb: int) -> None: msg(cb, "commit", restype=None)
+
+# *** indirect command buffers (icb.py): compute commands that own their pipeline and buffers, run by one execute call ***
+
+def new_icb(dev: int, count: int, max_bind_count: int) -> int:
+  """An ICB of `count` concurrent-dispatch commands, each setting its own pipeline and up to `max_bind_count` buffers."""
+  desc = msg(msg(_cls("MTLIndirectCommandBufferDescriptor"), "alloc"), "init")
+  msg(desc, "setCommandTypes:", MTLIndirectCommandTypeConcurrentDispatch, restype=None, argtypes=(ctypes.c_ulong,))
+  msg(desc, "setInheritBuffers:", False, restype=None, argtypes=(ctypes.c_bool,))
+  msg(desc, "setInheritPipelineState:", False, restype=None, argtypes=(ctypes.c_bool,))
+  msg(desc, "setMaxKernelBufferBindCount:", max_bind_count, restype=None, argtypes=(ctypes.c_ulong,))
+  icb = msg(dev, "newIndirectCommandBufferWithDescriptor:maxCommandCount:options:", desc, count, MTLResourceStorageModeShared,
+            argtypes=(ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong))
+  release(desc)
+  if not icb: raise MemoryError(f"newIndirectCommandBufferWithDescriptor: returned nil ({count} commands, {max_bind_count} buffers)")
+  return icb
+
+def encode_icb_command(icb: int, index: int, pso: int, bindings: list[tuple[int, int, int]], grid: tuple[int, ...], tg: tuple[int, ...],
+                       barrier: bool) -> None:
+  """Command `index` of the ICB, from scratch: pipeline, each (MTLBuffer, offset, index) binding, the dispatch, the barrier flag."""
+  cmd = msg(icb, "indirectComputeCommandAtIndex:", index, argtypes=(ctypes.c_ulong,))
+  msg(cmd, "reset", restype=None)
+  msg(cmd, "setComputePipelineState:", pso, restype=None)
+  for buf, offset, i in bindings:
+    msg(cmd, "setKernelBuffer:offset:atIndex:", buf, offset, i, restype=None, argtypes=(ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong))
+  msg(cmd, "concurrentDispatchThreadgroups:threadsPerThreadgroup:", MTLSize(*grid), MTLSize(*tg), restype=None, argtypes=(MTLSize, MTLSize))
+  msg(cmd, "setBarrier" if barrier else "clearBarrier", restype=None)
+
+def use_resources(enc: int, bufs: list[int]) -> None:
+  """Makes the buffers an ICB references resident for the encoder's pass (the ICB's own bindings don't)."""
+  arr = (ctypes.c_void_p * len(bufs))(*bufs)
+  msg(enc, "useResources:count:usage:", arr, len(bufs), MTLResourceUsageRead | MTLResourceUsageWrite, restype=None,
+      argtypes=(ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong))
+
+def execute_icb(enc: int, icb: int, start: int, count: int) -> None:
+  msg(enc, "executeCommandsInBuffer:withRange:", icb, NSRange(start, count), restype=None, argtypes=(ctypes.c_void_p, NSRange))
 
 def wait_completed(cb: int) -> str | None:
   """Waits for the command buffer; None when it completed, else Metal's error text."""

@@ -7,8 +7,8 @@ these rings: the host replays them when it waits (`wait_signal`, `synchronize`),
 none can move (a queue stops at a WAIT whose signal has not arrived; another queue may signal it). An interface supplies the
 `Encoder` that performs the calls (MOCK: on the host; MTL: as Metal encoder calls) and loads programs."""
 from __future__ import annotations
-import ctypes, struct, threading, time, weakref
-from typing import Any, Callable, Protocol
+import contextlib, ctypes, struct, threading, time, weakref
+from typing import Any, Callable, Iterator, Protocol
 from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp
 from core.device.allocator import BufferSpec
@@ -16,6 +16,7 @@ from core.device.buffer import Buffer
 from core.device.hcq import HCQDevice, RingLayout, handle_addr
 from core.hcq import HCQError
 from plugin_metal.cmdbuf import Call, decode, packet_words
+from plugin_metal.icb import COMPUTE_CALLS, GraphState, Icb, commands_of, fits
 
 def peek(addr: int) -> int: return ctypes.c_uint64.from_address(addr).value
 def poke(addr: int, value: int) -> None: ctypes.c_uint64.from_address(addr).value = value
@@ -25,6 +26,10 @@ class Encoder(Protocol):
   def call(self, call: Call, fields: tuple[int, ...]) -> None: ...
   def signal_value(self, addr: int) -> int: ...   # what a WAIT compares: the signal as this interface sees it now
   def flush(self) -> None: ...                     # hand over what was encoded (MTL: commit) before the host stops replaying
+  # indirect command buffers (icb.py), for Jit replays
+  def build_icb(self, icb: Icb) -> None: ...       # make icb.obj and encode every command of icb.commands into it
+  def update_icb(self, icb: Icb, changed: list[int]) -> None: ...   # encode again the commands at these indices
+  def execute_icb(self, icb: Icb, start: int, count: int) -> None: ...   # run commands [start, start+count) in one compute encoder
 
 class MetalQueue:
   """One queue: its four buffers, the replay's read pointer (bytes since creation, like wptr) and its encoder."""
@@ -35,6 +40,8 @@ class MetalQueue:
     for kind in ("wptr", "doorbell", "timeline_signal"): self.buffers[kind] = Buffer(device, 1, dtypes.uint64, opts).allocate()
     self.addr = {kind: handle_addr(b) for kind, b in self.buffers.items()}
     self.fault: str | None = None   # the report of a fault no wait has raised yet
+    self.graph: GraphState | None = None   # during a Jit replay: that capture's ICBs on this queue
+    self.run: list[tuple[Call, tuple[int, ...]]] = []   # the compute calls read since the last other call (graph replays only)
 
   def ring_bytes(self, off: int, n: int) -> bytes:
     start = off % self.ring_size
@@ -53,13 +60,47 @@ class MetalQueue:
     try:
       call, fields = self.next_call()
       if call is Call.WAIT and self.encoder.signal_value(fields[0]) < fields[1]: return False
-      self.encoder.call(call, fields)
+      if self.graph is not None and call in COMPUTE_CALLS: self.run.append((call, fields))
+      else:
+        self.close_run()
+        self.encoder.call(call, fields)
       self.rptr += 8 * (len(fields) + 1)
     except Exception as e:
       # a fault: drop what the doorbell announced (later submits run normally), report it at the next wait
       self.fault = f"{self.device} {self.name}: fault at ring byte {self.rptr}: {type(e).__name__}: {e}"
-      self.rptr = bell
+      self.rptr, self.run = bell, []
     return True
+
+  def close_run(self) -> None:
+    """Runs the compute calls collected during a Jit replay as the capture's next ICB on this queue: built the first time, else
+    the commands that changed encoded again, then executed."""
+    if not self.run: return
+    calls, self.run = self.run, []
+    cmds = commands_of(calls, peek)
+    if self.graph is None or not fits(cmds):
+      for call, fields in calls: self.encoder.call(call, fields)
+      return
+    st, key = self.graph, tuple(calls)
+    n, st.next = st.next, st.next + 1
+    if n < len(st.icbs) and (icb := st.icbs[n]).calls == key:
+      changed = [i for i, (old, new) in enumerate(zip(icb.commands, cmds)) if old != new]
+      icb.commands = cmds
+      if changed: self.encoder.update_icb(icb, changed)
+      icb.encoded += len(changed)
+    else:
+      icb = Icb(key, cmds)
+      self.encoder.build_icb(icb)
+      icb.encoded += len(cmds)
+      if n < len(st.icbs): st.icbs[n] = icb
+      else: st.icbs.append(icb)
+    self.encoder.execute_icb(icb, 0, len(cmds))
+    icb.executed += 1
+
+  def flush(self) -> None:
+    """Runs what a graph replay collected, then hands the encoder's work over."""
+    try: self.close_run()
+    except Exception as e: self.fault = f"{self.device} {self.name}: fault in an indirect command buffer before ring byte {self.rptr}: {type(e).__name__}: {e}"
+    self.encoder.flush()
 
   def describe(self) -> str:
     if self.rptr >= (bell := peek(self.addr["doorbell"])): return f"{self.name} idle at byte {self.rptr}"
@@ -79,7 +120,7 @@ def replay_queues() -> None:
       for hcq in list(_live):
         for q in list(hcq._queues.values()):
           while q.step(): moved = True
-        for q in list(hcq._queues.values()): q.encoder.flush()
+        for q in list(hcq._queues.values()): q.flush()
 
 class MetalHCQ(HCQDevice):
   """The HCQDevice of a METAL device: queues (made on first use), the buffers pm_bufferize hands out, programs loaded by handle
@@ -97,6 +138,9 @@ class MetalHCQ(HCQDevice):
     self._owned: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
     self.programs: dict[int, Any] = {}
     self._handles: dict[tuple[str, bytes], int] = {}
+    # ICBs per Jit capture (the key graph_replay gets) and queue; they go with the capture
+    self.graphs: weakref.WeakKeyDictionary[Any, dict[str, GraphState]] = weakref.WeakKeyDictionary()
+    self._graph: dict[str, GraphState] | None = None   # the current replay's, while one runs
     _live.add(self)
 
   # *** the interface's part ***
@@ -127,6 +171,25 @@ class MetalHCQ(HCQDevice):
   def error(self) -> str | None:
     return "\n".join(reports) if (reports := take_faults(list(self._queues.values()))) else None
 
+  @contextlib.contextmanager
+  def graph_replay(self, key: object) -> Iterator[None]:
+    """A Jit replay: the compute runs its queues replay meanwhile go through the capture's ICBs (queues.MetalQueue.close_run)."""
+    with _replay_lock:
+      self._graph = self.graphs.setdefault(key, {})
+      for q in self._queues.values(): self._enter_graph(q)
+    try: yield
+    finally:
+      with _replay_lock:
+        for q in self._queues.values():
+          q.flush()
+          q.graph = None
+        self._graph = None
+
+  def _enter_graph(self, q: MetalQueue) -> None:
+    if self._graph is None: return
+    q.graph = self._graph.setdefault(q.name, GraphState())
+    q.graph.next = 0
+
   # *** what this plugin's rules ask ***
 
   def load_program(self, name: str, lib: bytes) -> int:
@@ -142,7 +205,9 @@ class MetalHCQ(HCQDevice):
   def queue(self, name: str) -> MetalQueue:
     self.ring_size(name)
     with self._lock:
-      if (q := self._queues.get(name)) is None: q = self._queues[name] = MetalQueue(self.device, name, self._ring_size, self.new_encoder(name))
+      if (q := self._queues.get(name)) is None:
+        q = self._queues[name] = MetalQueue(self.device, name, self._ring_size, self.new_encoder(name))
+        self._enter_graph(q)
     return q
 
   def queue_buffer(self, kind: str, queue: str) -> UOp:
