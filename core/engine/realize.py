@@ -13,6 +13,7 @@ from core.engine import capture as _capture
 from core.engine.lock import engine_lock
 from core.helpers import LRUCache, prod
 from core.device import profiler
+from core.helpers import IMAGE, NOOPT
 
 # _walk marks an inner node whose subgraph reads no buffer, holds no ASSIGN, BIND or result and no memo entry with
 # `node.__dict__["_plain"] = _plain_epoch`; a later walk takes such a node as one leaf. A memo entry or a run ASSIGN set on a
@@ -280,6 +281,9 @@ def _realize_graphs(roots: tuple[UOp, ...]) -> list[UOp]:
     w = _walk(todo, check_memo=False)
     assert w is not None
   key, inputs, has_assign, _ = w
+  # settings the schedule depends on (IMAGE marks image parameters, NOOPT leaves reductions unsplit): switching one in a process
+  # must not reuse a schedule made under the other value
+  if IMAGE.value or NOOPT.value: key = (key, IMAGE.value, NOOPT.value)
   # a Jit capture and DEBUG/PROFILE reports need the schedule items
   if capturing is None and not profiler.timing() and (fast := _run_eager(key, inputs)) is not None:
     res_list, e = fast

@@ -74,6 +74,45 @@ def test_mock_binds_images_from_the_packet_stream(clctx: Any, tmp_path: Any) -> 
   out, _ = _run_net(tmp_path, "MOCK+QCOM", 2)
   np.testing.assert_allclose(out, _net_np(), rtol=1e-4, atol=1e-4)
 
+# IMAGE switched within one process: the same conv (new tensors, same structure, so the schedule cache is asked each time);
+# every launch records whether its kernel takes an image, and DEBUG=4 prints the source of each newly compiled kernel
+SWITCH = textwrap.dedent("""
+  import sys, numpy as np
+  from core import Tensor
+  from core.helpers import Context
+  from plugin_qcom import iface_cl
+  launches = []
+  call = iface_cl.CLProgram.__call__
+  def record(self, *a, **k):
+    launches[-1].append(bool(self.images))
+    return call(self, *a, **k)
+  iface_cl.CLProgram.__call__ = record
+  r = np.random.default_rng(0)
+  x, w = r.standard_normal((2, 3, 10, 10)).astype(np.float32), r.standard_normal((8, 3, 3, 3)).astype(np.float32)
+  outs = []
+  for image in (0, 1, 0, 1):
+    print(f"=== IMAGE={image}", flush=True)
+    launches.append([])
+    with Context(IMAGE=image, DEBUG=4): outs.append(Tensor(x).conv2d(Tensor(w), padding=1).relu().numpy())
+  print("=== launches", [sum(l) for l in launches], [len(l) for l in launches])
+  np.save(sys.argv[1], np.stack(outs))
+""")
+
+def test_switching_image_in_one_process_reschedules(clctx: Any, tmp_path: Any) -> None:
+  """IMAGE is part of the schedule cache's key: IMAGE=0, 1, 0, 1 in one process reads images only under IMAGE=1."""
+  outs, src = _run(tmp_path, SWITCH, "CL+QCOM", 0)
+  parts = src.split("=== IMAGE=")[1:]
+  assert [p[0] for p in parts] == ["0", "1", "0", "1"]
+  # the first IMAGE=0 and IMAGE=1 rounds compile their kernels (the later rounds reuse them): only IMAGE=1's read images
+  assert parts[0].count("read_imagef(") == 0 and parts[1].count("read_imagef(") > 0
+  m = re.search(r"=== launches \[(.*?)\] \[(.*?)\]", src)
+  assert m is not None
+  with_images, total = [int(v) for v in m.group(1).split(",")], [int(v) for v in m.group(2).split(",")]
+  assert with_images[0] == with_images[2] == 0 and with_images[1] > 0 and with_images[3] > 0 and all(t > 0 for t in total), (with_images, total)
+  x, w = (lambda r: (r.standard_normal((2, 3, 10, 10)), r.standard_normal((8, 3, 3, 3))))(np.random.default_rng(0))
+  want = np.maximum(_conv_np(x, w, pad=1), 0)
+  for o in outs: np.testing.assert_allclose(o, want, rtol=1e-4, atol=1e-4)
+
 HALF = textwrap.dedent("""
   import sys, numpy as np
   from core import Tensor
