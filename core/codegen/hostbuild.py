@@ -5,10 +5,12 @@ from __future__ import annotations
 import concurrent.futures, ctypes, functools, hashlib, os, threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
-from core.codegen.llvm_ir import HostLLVMRenderer, LLVMRenderer
+from core.codegen.llvm_ir import HostLLVMRenderer, LLVMRenderer, llvm_rewrite, _render_load, _render_store
+from core.device.compiled import KernelFault
 from core.helpers import LRUCache, to_function_name
 from core.ir.dtype import AddrSpace, PtrDType, dtypes
 from core.ir.ops import UOp, Ops, GroupOp, AxisType
+from core.ir.pattern import PatternMatcher, UPat
 
 # Why LLVM and not C: a GPU renderer built on LLVMRenderer accepts bfloat16 arithmetic and vector ops that a host C compiler
 # may not (gcc 12 has no bfloat16 arithmetic), and llvmlite needs no compiler on the machine.
@@ -18,10 +20,58 @@ AXES = ("gidx0", "gidx1", "gidx2", "lidx0", "lidx1", "lidx2")
 class HostBuildError(RuntimeError):
   """A kernel the host can't run (the message says which and why)."""
 
+# The fault guard of host builds. A GPU kernel that computes a wild address faults on the GPU, and the device reports it; run on
+# the host it would crash the process (or silently read another allocation). Every load and store through a buffer argument is
+# checked against the allocation that argument points into (`spans` given to HostBuild.run); one outside it records its address
+# (the first one wins) and goes to a scratch slot instead, and the run raises KernelFault naming the kernel and the address.
+# Why a check and not the CPU plugin's signal guard (sigsetjmp in the fault handler): core builds host code with llvmlite only,
+# whose JIT linker has no thread-local storage a signal guard needs; and a check also catches a wild access that happens to land
+# in mapped memory, which a signal never sees.
+SCRATCH_BYTES = 256   # the widest access a kernel makes (a 64-lane vector of float32)
+
+def _param_of(p: UOp) -> UOp | None:
+  """The buffer argument (PARAM) a pointer is derived from, or None (registers, LDS)."""
+  while p.op in (Ops.INDEX, Ops.CAST, Ops.BITCAST, Ops.AFTER): p = p.src[0]
+  return p if p.op is Ops.PARAM else None
+
+def _guarded_access(ctx: HostKernelRenderer, x: UOp) -> str | None:
+  idx = x.src[0]
+  if (param := _param_of(idx)) is None: return None   # the plain rule renders it
+  nbytes = (x.dtype if x.op is Ops.LOAD else x.src[1].dtype).itemsize
+  if nbytes > SCRATCH_BYTES: raise HostBuildError(f"a {nbytes}-byte access is wider than the fault guard's {SCRATCH_BYTES}-byte scratch")
+  if not ctx.scratch:
+    ctx.scratch = True
+    ctx.allocas.append(f"%oob.scratch = alloca [{SCRATCH_BYTES} x i8], align 64")
+  a, e, under, over, bad, rec, safe = (ctx.tmp() for _ in range(7))
+  k, d = ctx.fresh_label("oob"), f"%data{param.arg}"
+  lines = [f"{a} = ptrtoint ptr {ctx[idx]} to i64", f"{e} = add i64 {a}, {nbytes}", f"{under} = icmp ult i64 {a}, {d}.lo",
+           f"{over} = icmp ugt i64 {e}, {d}.hi", f"{bad} = or i1 {under}, {over}"]
+  if len(idx.src) > 2:   # a gated access touches memory only where its gate is true
+    g = ctx.tmp()
+    lines.append(f"{g} = and i1 {bad}, {ctx[idx.src[2]]}")
+    bad = g
+  # the fault slot holds address + 1, so that a wild address 0 is seen too
+  lines += [f"br i1 {bad}, label %{k}, label %{k}.ok", ctx.label(k), f"  {rec} = add i64 {a}, 1",
+            f"  cmpxchg ptr %fault, i64 0, i64 {rec} monotonic monotonic", f"  br label %{k}.ok", ctx.label(k + ".ok"),
+            f"  {safe} = select i1 {bad}, ptr %oob.scratch, ptr {ctx[idx]}"]
+  orig, ctx.r[idx] = ctx.r[idx], safe
+  try: body = (_render_load if x.op is Ops.LOAD else _render_store)(ctx, x)
+  finally: ctx.r[idx] = orig
+  return "\n  ".join(lines + [body])
+
+host_kernel_rewrite = PatternMatcher([(UPat((Ops.LOAD, Ops.STORE), name="x"), _guarded_access)]) + llvm_rewrite
+
 class HostKernelRenderer(HostLLVMRenderer):
-  """A GPU kernel's uops as a host function `void <name>(buffers..., i32 vars..., i32 gidx0..2, i32 lidx0..2)`; `host_build`
-  adds the wrapper that runs workgroups of a grid."""
+  """A GPU kernel's uops as a host function `void <name>(buffers..., i32 vars..., i32 gidx0..2, i32 lidx0..2, ptr bounds,
+  ptr fault)`; `host_build` adds the wrapper that runs workgroups of a grid. Accesses through buffers are checked (the guard
+  above): `bounds` holds the [lo, hi) host range each buffer argument may touch, `fault` the first wild address + 1."""
   local_addrspace = 0
+  string_rewrite = host_kernel_rewrite
+  scratch = False   # whether this render has declared the guard's scratch slot
+
+  def _render(self, name: str, uops: list[UOp]) -> str:
+    self.scratch = False
+    return super()._render(name, uops)
 
   def render_special(self, x: UOp) -> str:
     if x.arg not in AXES: raise HostBuildError(f"thread id {x.arg!r} is not one of {', '.join(AXES)}")
@@ -31,7 +81,11 @@ class HostKernelRenderer(HostLLVMRenderer):
     return f"{self[x]} = sext i32 %{x.arg} to {self.ty(x.dtype)}"
 
   def render_params(self, bufs: list[UOp], vars_: list[UOp]) -> list[str]:
-    return LLVMRenderer.render_params(self, bufs, vars_) + [f"i32 %{a}" for a in AXES]
+    for i, b in enumerate(bufs):   # each buffer's allocation, read once at entry
+      for j, end in enumerate(("lo", "hi")):
+        self.allocas += [f"%data{b.arg}.{end}p = getelementptr inbounds i64, ptr %bounds, i64 {2 * i + j}",
+                         f"%data{b.arg}.{end} = load i64, ptr %data{b.arg}.{end}p, align 8"]
+    return LLVMRenderer.render_params(self, bufs, vars_) + [f"i32 %{a}" for a in AXES] + ["ptr %bounds", "ptr %fault"]
 
   def render_define_local(self, x: UOp) -> str:
     # LDS: a stack array of the call, which runs a whole workgroup (workitem_loops), so one per workgroup
@@ -193,9 +247,10 @@ def lower_wmma(uops: list[UOp]) -> list[UOp]:
   return out
 
 def _wrapper(kname: str, nbufs: int, nvars: int, whole_group: bool = False) -> str:
-  """`<kname>_wg(ptr %args, ptr %dims, i64 %first, i64 %end)` runs workgroups [first, end) of the grid: args = one uint64 per
-  kernel argument, dims = i32 grid x,y,z, block x,y,z. `whole_group`: the kernel runs a whole workgroup per call."""
-  ln = [f"define void @{kname}_wg(ptr %args, ptr %dims, i64 %first, i64 %end) #0 {{", "entry:"]
+  """`<kname>_wg(ptr %args, ptr %dims, i64 %first, i64 %end, ptr %bounds, ptr %fault)` runs workgroups [first, end) of the grid:
+  args = one uint64 per kernel argument, dims = i32 grid x,y,z, block x,y,z; bounds and fault go to the kernel (its fault
+  guard). `whole_group`: the kernel runs a whole workgroup per call."""
+  ln = [f"define void @{kname}_wg(ptr %args, ptr %dims, i64 %first, i64 %end, ptr %bounds, ptr %fault) #0 {{", "entry:"]
   call_args = []
   for i in range(nbufs + nvars):
     ln += [f"  %ap{i} = getelementptr inbounds i64, ptr %args, i64 {i}", f"  %a{i} = load i64, ptr %ap{i}, align 8"]
@@ -207,6 +262,7 @@ def _wrapper(kname: str, nbufs: int, nvars: int, whole_group: bool = False) -> s
       call_args.append(f"i32 %b{i}")
   for i, d in enumerate(("gx", "gy", "gz", "lx", "ly", "lz")):
     ln += [f"  %{d}p = getelementptr inbounds i32, ptr %dims, i64 {i}", f"  %{d} = load i32, ptr %{d}p, align 4"]
+  ids = ["i32 %g0", "i32 %g1", "i32 %g2", "i32 %l0", "i32 %l1", "i32 %l2", "ptr %bounds", "ptr %fault"]
   ln += ["  %gx64 = zext i32 %gx to i64", "  %gy64 = zext i32 %gy to i64", "  %lxy = mul i32 %lx, %ly",
          "  %nl = add i32 0, 1" if whole_group else "  %nl = mul i32 %lxy, %lz", "  %any = icmp ult i64 %first, %end",
          "  br i1 %any, label %group, label %done",
@@ -216,7 +272,7 @@ def _wrapper(kname: str, nbufs: int, nvars: int, whole_group: bool = False) -> s
          "  %g2 = trunc i64 %g2w to i32", "  br label %item",
          "item:", "  %l = phi i32 [ 0, %group ], [ %ln, %item ]", "  %l0 = urem i32 %l, %lx", "  %lt = udiv i32 %l, %lx",
          "  %l1 = urem i32 %lt, %ly", "  %l2 = udiv i32 %lt, %ly",
-         f"  call void @{kname}({', '.join(call_args + ['i32 %g0', 'i32 %g1', 'i32 %g2', 'i32 %l0', 'i32 %l1', 'i32 %l2'])})",
+         f"  call void @{kname}({', '.join(call_args + ids)})",
          "  %ln = add i32 %l, 1", "  %more = icmp ult i32 %ln, %nl", "  br i1 %more, label %item, label %next",
          "next:", "  %wgn = add i64 %wg, 1", "  %again = icmp ult i64 %wgn, %end", "  br i1 %again, label %group, label %done",
          "done:", "  ret void", "}"]
@@ -234,20 +290,31 @@ class HostBuild:
   nvars: int
   local_size: tuple[int, int, int]
   src: str = field(repr=False)
-  fn: Callable[..., None] = field(repr=False)   # the wrapper: (args, dims, first workgroup, end)
+  fn: Callable[..., None] = field(repr=False)   # the wrapper: (args, dims, first workgroup, end, bounds, fault)
 
-  def run(self, args: list[int], grid: tuple[int, int, int], block: tuple[int, int, int]) -> None:
+  def run(self, args: list[int], grid: tuple[int, int, int], block: tuple[int, int, int],
+          spans: list[tuple[int, int]] | None = None) -> None:
     """Runs the whole grid: workgroups split in contiguous ranges over a pool of host threads (the call releases the GIL),
-    each workgroup's work-items in order."""
+    each workgroup's work-items in order. `spans`: per buffer argument, the host range [lo, hi) of the allocation it points
+    into (None: anywhere). An access outside it is skipped and raises KernelFault naming the kernel and the address once the
+    grid is done (the device's memory is untouched there, so it stays usable)."""
     if len(args) != self.nbufs + self.nvars: raise HostBuildError(f"{self.name}: {len(args)} arguments, expected {self.nbufs + self.nvars}")
+    if spans is not None and len(spans) != self.nbufs: raise HostBuildError(f"{self.name}: {len(spans)} buffer spans for {self.nbufs} buffers")
     a = (ctypes.c_uint64 * max(len(args), 1))(*[v & 0xFFFFFFFFFFFFFFFF for v in args])
     dims = (ctypes.c_int32 * 6)(*grid, *block)
+    flat = [v for lo, hi in spans for v in (lo, hi)] if spans is not None else [0, 2**64 - 1] * self.nbufs
+    bounds, fault = (ctypes.c_uint64 * max(len(flat), 1))(*flat), (ctypes.c_uint64 * 1)()
     n = grid[0] * grid[1] * grid[2]
-    pa, pd = ctypes.addressof(a), ctypes.addressof(dims)
+    pa, pd, pb, pf = ctypes.addressof(a), ctypes.addressof(dims), ctypes.addressof(bounds), ctypes.addressof(fault)
     parts = min(n, os.cpu_count() or 1)
-    if parts <= 1: return self.fn(pa, pd, 0, n)
-    bounds = [n * i // parts for i in range(parts + 1)]
-    for f in [_pool().submit(self.fn, pa, pd, lo, hi) for lo, hi in zip(bounds, bounds[1:])]: f.result()
+    if parts <= 1: self.fn(pa, pd, 0, n, pb, pf)
+    else:
+      cuts = [n * i // parts for i in range(parts + 1)]
+      for f in [_pool().submit(self.fn, pa, pd, lo, hi, pb, pf) for lo, hi in zip(cuts, cuts[1:])]: f.result()
+    if fault[0]:
+      addr = fault[0] - 1
+      raise KernelFault(f"kernel {self.name} accessed address {addr:#x}, outside the memory of the buffer it indexes (an index out "
+                        "of range); the access was skipped, so its results are wrong. The device stays usable", self.name, addr)
 
 _lock = threading.Lock()
 _builds: LRUCache = LRUCache("host_builds", 512)
@@ -267,7 +334,8 @@ def host_build(name: str, uops: tuple[UOp, ...] | list[UOp]) -> HostBuild:
   local = [1, 1, 1]
   for u in uops:
     if u.op is Ops.SPECIAL and u.arg.startswith("lidx"): local[int(u.arg[4:])] = int(u.src[0].arg)
-  fn = host_library(src).function(kname + "_wg", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+  fn = host_library(src).function(kname + "_wg", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                  ctypes.c_void_p, ctypes.c_void_p)
   b = HostBuild(name, nbufs, nvars, (local[0], local[1], local[2]), src, fn)
   with _lock:
     if (hit := _builds.get(key)) is None: _builds[key] = hit = b

@@ -92,3 +92,47 @@ def test_host_build_refuses_a_barrier_inside_a_loop():
 def test_host_build_checks_the_argument_count():
   b = host_build("grid_k", grid_kernel(2, 1, 1))
   with pytest.raises(HostBuildError, match="1 arguments, expected 2"): b.run([0], (1, 1, 1), (1, 1, 1))
+
+# *** the fault guard: accesses through a buffer argument stay inside the allocation it points into ***
+
+def _shift_kernel(shift: int, gate: bool = False) -> list[UOp]:
+  """out[g] = in[g + shift] + 1 over 64 work-groups; `gate`: the load only where g + shift < 64 (else 0)."""
+  out, inp = UOp.param(0, dtypes.float32.ptr(64)), UOp.param(1, dtypes.float32.ptr(64))
+  g = special("gidx0", 64)
+  i = g + c(shift)
+  idx = inp.index(i, i < c(64)) if gate else inp.index(i)
+  return linear(out, inp, out.index(g).store(idx.load() + c(1.0, dtypes.float32)))
+
+def _spans(*arrs: np.ndarray) -> list[tuple[int, int]]: return [(a.ctypes.data, a.ctypes.data + a.nbytes) for a in arrs]
+
+def test_host_build_wild_read_is_a_fault_naming_kernel_and_address():
+  from core.device.compiled import KernelFault
+  a, o = np.arange(64, dtype=np.float32), np.zeros(64, np.float32)
+  b = host_build("wild_read", _shift_kernel(1 << 28))
+  with pytest.raises(KernelFault, match="kernel wild_read accessed address") as e:
+    b.run([o.ctypes.data, a.ctypes.data], (64, 1, 1), (1, 1, 1), _spans(o, a))
+  # every work-item's read is wild: whichever thread came first, the address is one of them
+  assert e.value.kernel == "wild_read" and (e.value.address - a.ctypes.data) // 4 - (1 << 28) in range(64) and f"{e.value.address:#x}" in str(e.value)
+  # in range: the same kernel shape with shift 0 still runs, and so does one whose out-of-range reads are gated off
+  host_build("in_range", _shift_kernel(0)).run([o.ctypes.data, a.ctypes.data], (64, 1, 1), (1, 1, 1), _spans(o, a))
+  np.testing.assert_array_equal(o, a + 1)
+  host_build("gated", _shift_kernel(60, gate=True)).run([o.ctypes.data, a.ctypes.data], (64, 1, 1), (1, 1, 1), _spans(o, a))
+  np.testing.assert_array_equal(o, np.where(np.arange(64) < 4, np.arange(60, 124), 0) + 1)
+
+def test_host_build_wild_write_is_skipped_and_reported():
+  from core.device.compiled import KernelFault
+  out = UOp.param(0, dtypes.int32.ptr(8))
+  g = special("gidx0", 8)
+  k = linear(out, out.index(g * c(3)).store(g))   # work-items 3..7 write past the 8 ints
+  mem = np.full(32, -1, np.int32)   # the 8 ints of the buffer, then 24 a wild write would overwrite
+  with pytest.raises(KernelFault, match="kernel wild_write accessed address"):
+    host_build("wild_write", k).run([mem.ctypes.data], (8, 1, 1), (1, 1, 1), [(mem.ctypes.data, mem.ctypes.data + 32)])
+  np.testing.assert_array_equal(mem, [0, -1, -1, 1, -1, -1, 2, -1] + [-1] * 24)   # only the in-range stores happened
+
+def test_host_build_without_spans_is_unchecked_and_lds_is_not_checked():
+  a, o = np.arange(64, dtype=np.float32), np.zeros(64, np.float32)
+  host_build("in_range", _shift_kernel(0)).run([o.ctypes.data, a.ctypes.data], (64, 1, 1), (1, 1, 1))
+  np.testing.assert_array_equal(o, a + 1)
+  inp, out = np.arange(256, dtype=np.float32), np.zeros(256, np.float32)
+  host_build("lds_k", lds_kernel(64, 4)).run([out.ctypes.data, inp.ctypes.data], (4, 1, 1), (64, 1, 1), _spans(out, inp))
+  np.testing.assert_array_equal(out, inp.reshape(4, 64)[:, ::-1].reshape(-1))

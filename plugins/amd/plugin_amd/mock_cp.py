@@ -76,6 +76,12 @@ class HostMemory(AddressSpace):
     with self.lock:
       i = bisect.bisect_right(self.starts, addr) - 1
       return i >= 0 and addr + n <= self.starts[i] + self.sizes[self.starts[i]]
+  def span(self, addr: int) -> tuple[int, int]:
+    """The host range [start, end) of the allocation holding `addr` (a kernel's buffer argument may touch only that)."""
+    with self.lock:
+      i = bisect.bisect_right(self.starts, addr) - 1
+      if i < 0 or addr >= self.starts[i] + self.sizes[self.starts[i]]: raise MockError(f"device address {addr:#x} is not {self.what}")
+      return self.starts[i], self.starts[i] + self.sizes[self.starts[i]]
   def view(self, addr: int, n: int) -> memoryview:
     if n == 0: return memoryview(b"")
     if not self.contains(addr, n): raise MockError(f"device address range [{addr:#x}, {addr + n:#x}) is not {self.what}")
@@ -377,14 +383,15 @@ def run_dispatch(d: Dispatch, mem: HostMemory) -> None:
     raise MockError(f"{data.name}: kernarg buffer {kernargs:#x} ({data.kernarg_size} bytes) is not {mem.what}")
   nargs = build.nbufs + build.nvars
   if len(data.arg_offsets) < nargs: raise MockError(f"{data.name}: {len(data.arg_offsets)} argument offsets for {nargs} arguments")
-  args = []
+  args, spans = [], []
   for i, off in enumerate(data.arg_offsets[:nargs]):
     if i < build.nbufs:
       a = mem.u64(kernargs + off)
       if not mem.contains(a, 1): raise MockError(f"{data.name}: buffer argument {i} is {a:#x}, not {mem.what}")
+      spans.append(mem.span(a))   # the kernel's accesses through it are checked against its allocation (a GPU would fault)
     else: a = struct.unpack("<i", mem.view(kernargs + off, 4))[0]
     args.append(a)
-  build.run(args, d.grid, d.block)
+  build.run(args, d.grid, d.block, spans)
 
 class MockActions(Actions):
   """Copies, signals and waits on host memory; dispatches run the host build of the program at the dispatched address.

@@ -10,7 +10,8 @@ class HostKernel(Protocol):
   nbufs: int
   nvars: int
   local_size: tuple[int, int, int]
-  def run(self, args: list[int], grid: tuple[int, int, int], block: tuple[int, int, int]) -> None: ...
+  def run(self, args: list[int], grid: tuple[int, int, int], block: tuple[int, int, int],
+          spans: list[tuple[int, int]] | None = None) -> None: ...
 
 def build_kernel(name: str, uops: tuple[UOp, ...]) -> HostKernel:
   """The host build of kernel `name` from its linearized uops (compiled once per process by core)."""

@@ -75,6 +75,15 @@ class VASpace:
         if va + n <= start + size: return h + va - start
     raise MockFault(f"GPU virtual address range [{va:#x}, {va + n:#x}) is not mapped")
 
+  def host_span(self, va: int) -> tuple[int, int]:
+    """The host range [start, end) of the mapping holding `va` (a kernel's buffer argument may touch only that)."""
+    with self.lock:
+      i = bisect.bisect_right(self.vas, va) - 1
+      if i >= 0:
+        h, size, _ = self.maps[self.vas[i]]
+        if va < self.vas[i] + size: return h, h + size
+    raise MockFault(f"GPU virtual address {va:#x} is not mapped")
+
   def read(self, va: int, n: int) -> bytes: return ctypes.string_at(self.host(va, n), n) if n else b""
   def write(self, va: int, data: bytes) -> None:
     if data: ctypes.memmove(self.host(va, len(data)), data, len(data))
@@ -346,10 +355,12 @@ def run_launch(launch: Launch, mem: VASpace) -> None:
     raise MockFault(f"{name}: block {launch.block}, but the kernel was built for {build.local_size} threads per block")
   cb = mem.read(cb_addr, cb_size)
   args: list[int] = []
+  spans: list[tuple[int, int]] = []   # the kernel's accesses through each buffer are checked against its mapping (a GPU would fault)
   for i, off in enumerate(data.arg_offsets[:build.nbufs + build.nvars]):
     if i < build.nbufs:
       va = struct.unpack_from("<Q", cb, off)[0]
       try: args.append(mem.host(va, 1))
       except MockFault: raise MockFault(f"{name}: buffer argument {i} is {va:#x}, not mapped GPU memory") from None
+      spans.append(mem.host_span(va))
     else: args.append(struct.unpack_from("<i", cb, off)[0])
-  build.run(args, launch.grid, launch.block)
+  build.run(args, launch.grid, launch.block, spans)
