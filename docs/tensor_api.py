@@ -110,7 +110,11 @@ divisor of sparse_categorical_crossentropy). `CHECK_BOUNDS=1` (or `Context(CHECK
 op is built, a reduction kernel on the index's device finds the first offending position and the op raises
 `IndexError: Tensor.gather: index[1] = 7 is out of range for dim 0 of size 3`. It runs on every device and renderer (it is
 ordinary tensor code, not a renderer feature), costs one small kernel and a read-back per indexing op, and is skipped while a
-Jit captures (a replay would not repeat it).
+Jit captures (a replay would not repeat it). Why not a check inside the generated kernels: these ops never use an index
+value as an address (each compares it with an arange and sums a one-hot mask), so no load or store of theirs has an
+address out of range for a compiler to guard; a kernel would need the op's marker carried through the scheduler and an
+error buffer the engine reads back. A kernel that does compute a wild address is a fault (README, "Threads, faults and
+Ctrl-C").
 
 Python scalars: an int beyond int32 becomes int64 (then uint64) where no dtype is given (`Tensor.full((2,), 2**40)`,
 `Tensor(2**40)`, `Tensor([2**40])`); as an operand of an int tensor it promotes the op (`int32_t + 2**40` is int64,
