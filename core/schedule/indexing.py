@@ -48,9 +48,14 @@ def _reshape(x: UOp, r: UOp, v: UOp, idx: tuple[UOp, ...]) -> UOp:
   flat = flat_index(idx, r.shape)
   src_shape = x.shape
   new_idx = []
+  outer = True
   for d, st in zip(src_shape, strides_for(src_shape)):
     if d == 1: new_idx.append(const_index(0))
+    # indices are in bounds wherever the read is valid, so flat < prod(shape) and the outermost dim needs no modulo (where it
+    # is invalid, as in a PAD's border, the load is gated; a modulo there only cost a division per element)
+    elif outer: new_idx.append(flat // st)
     else: new_idx.append((flat // st) % d)
+    if d != 1: outer = False
   return push(x, v, tuple(new_idx))
 
 def _permute(x: UOp, p: UOp, v: UOp, idx: tuple[UOp, ...]) -> UOp:
