@@ -1,7 +1,8 @@
 """The host C++ compiler the Linux checks need (clang++ with _Float16). Missing: the test is skipped, except under CI=true (the
 job installs clang-15), where it fails with what to install."""
 from __future__ import annotations
-import os
+import json, os, subprocess, sys
+from typing import Any
 import pytest
 
 def need_cxx() -> str:
@@ -11,3 +12,10 @@ def need_cxx() -> str:
   except CompileError as e:
     if os.environ.get("CI"): pytest.fail(f"CI=true and no host compiler for MSL: {e}")
     pytest.skip(str(e))
+
+def run_mock_script(script: str) -> dict[str, Any]:
+  """Runs `script` in a subprocess with DEV=MOCK+METAL (the registry reads DEV once) and returns the JSON it prints after "RESULT "."""
+  need_cxx()
+  p = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, DEV="MOCK+METAL"), capture_output=True, text=True, timeout=1200)
+  assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}"
+  return json.loads(next(ln for ln in p.stdout.splitlines() if ln.startswith("RESULT "))[7:])

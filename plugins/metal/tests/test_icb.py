@@ -3,10 +3,9 @@ a symbolic variable, inputs in new buffers every call), proof that the replays r
 no dispatch encoded directly), and the ICB's commands (pipelines, bindings with offsets, grids, barriers). Everything that opens
 the device runs in one subprocess with DEV=MOCK+METAL; its checks come back as JSON."""
 from __future__ import annotations
-import json, os, subprocess, sys
 from typing import Any
 import pytest
-from metal_tools import need_cxx
+from metal_tools import run_mock_script
 
 SCRIPT = r'''
 import ctypes, json, numpy as np
@@ -99,11 +98,7 @@ print("RESULT " + json.dumps(out))
 '''
 
 @pytest.fixture(scope="module")
-def result() -> dict[str, Any]:
-  need_cxx()
-  p = subprocess.run([sys.executable, "-c", SCRIPT], env=dict(os.environ, DEV="MOCK+METAL"), capture_output=True, text=True, timeout=1200)
-  assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}"
-  return json.loads(next(ln for ln in p.stdout.splitlines() if ln.startswith("RESULT "))[7:])
+def result() -> dict[str, Any]: return run_mock_script(SCRIPT)
 
 def test_dependent_kernels_replayed_from_the_icb_match_numpy(result: dict[str, Any]) -> None:
   assert len(result["f_err"]) == 6 and max(result["f_err"]) < 1e-4

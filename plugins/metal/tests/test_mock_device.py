@@ -2,10 +2,9 @@
 C++) against numpy, a Jit replay, and hand-written encoder calls in a ring (blit copy, signal, a fault). Everything that opens the
 device runs in one subprocess with DEV=MOCK+METAL (the registry reads DEV once); its checks come back as JSON."""
 from __future__ import annotations
-import json, os, subprocess, sys
 from typing import Any
 import pytest
-from metal_tools import need_cxx
+from metal_tools import run_mock_script
 
 SCRIPT = r'''
 import ctypes, json, numpy as np
@@ -64,11 +63,7 @@ print("RESULT " + json.dumps(out))
 '''
 
 @pytest.fixture(scope="module")
-def result() -> dict[str, Any]:
-  need_cxx()
-  p = subprocess.run([sys.executable, "-c", SCRIPT], env=dict(os.environ, DEV="MOCK+METAL"), capture_output=True, text=True, timeout=1200)
-  assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}"
-  return json.loads(next(ln for ln in p.stdout.splitlines() if ln.startswith("RESULT "))[7:])
+def result() -> dict[str, Any]: return run_mock_script(SCRIPT)
 
 def test_device_runs_through_the_hcq_pipeline(result: dict[str, Any]) -> None:
   assert result["device"] == "METAL" and result["hcq"] == "MockHCQ"
