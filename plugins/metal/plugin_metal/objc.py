@@ -9,7 +9,7 @@ from core.device.compiler import CompileError
 MTLResourceStorageModeShared = 0          # CPU and GPU see the same memory: buffer addresses are host pointers
 MTLBarrierScopeBuffers = 1
 MTLCommandBufferStatusCompleted, MTLCommandBufferStatusError = 4, 5
-MTLIndirectCommandTypeConcurrentDispatch = 1 << 5   # compute commands with a grid of whole threadgroups
+MTLIndirectCommandTypeConcurrentDispatch = 1 << 5   # (MTLIndirectCommandBuffer.h) compute commands, grids of whole threadgroups
 MTLResourceUsageRead, MTLResourceUsageWrite = 1, 2
 MTLPipelineOptionNone = 0
 
