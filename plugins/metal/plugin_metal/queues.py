@@ -82,18 +82,21 @@ class MetalQueue:
       return
     st, key = self.graph, tuple(calls)
     n, st.next = st.next, st.next + 1
-    if n < len(st.icbs) and (icb := st.icbs[n]).calls == key:
-      changed = [i for i, (old, new) in enumerate(zip(icb.commands, cmds)) if old != new]
-      icb.commands = cmds
-      if changed: self.encoder.update_icb(icb, changed)
-      icb.encoded += len(changed)
-    else:
-      icb = Icb(key, cmds)
-      self.encoder.build_icb(icb)
-      icb.encoded += len(cmds)
-      if n < len(st.icbs): st.icbs[n] = icb
-      else: st.icbs.append(icb)
-    self.encoder.execute_icb(icb, 0, len(cmds))
+    try:
+      if n < len(st.icbs) and (icb := st.icbs[n]).calls == key:
+        changed = [i for i, (old, new) in enumerate(zip(icb.commands, cmds)) if old != new]
+        icb.commands = cmds
+        if changed: self.encoder.update_icb(icb, changed)
+        icb.encoded += len(changed)
+      else:
+        icb = Icb(key, cmds)
+        self.encoder.build_icb(icb)
+        icb.encoded += len(cmds)
+        st.icbs[n:n + 1] = [icb]
+      self.encoder.execute_icb(icb, 0, len(cmds))
+    except Exception:
+      del st.icbs[n:]   # a fault: what the ICB holds is unknown, the next replay builds it again
+      raise
     icb.executed += 1
 
   def flush(self) -> None:

@@ -94,6 +94,19 @@ x = Tensor(np.linspace(-1, 1, 64, dtype=np.float32)).realize()
 res = [h(x).numpy().copy() for _ in range(5)]
 out["h_err"] = max(float(np.abs(r - (np.exp(np.linspace(-1, 1, 64, dtype=np.float32)) + 1)).max()) for r in res)
 out["h_icbs"] = [(len(icb.commands), icb.executed, icb.encoded) for icb in hcq.graphs[h.replay]["COMPUTE:0"].icbs]
+
+# a fault inside an ICB (its pipeline is gone): the replay raises HCQError; the next replay builds the ICB again and is right
+st = hcq.graphs[h.replay]["COMPUTE:0"]
+handle = st.icbs[0].commands[0].pipeline
+saved = hcq.programs.pop(handle)
+try:
+  h(x)
+  out["icb_fault"] = "no error"
+except Exception as e: out["icb_fault"] = f"{type(e).__name__}: {e}"
+hcq.programs[handle] = saved
+r = h(x).numpy()
+out["after_fault_err"] = float(np.abs(r - (np.exp(np.linspace(-1, 1, 64, dtype=np.float32)) + 1)).max())
+out["after_fault_icbs"] = [(len(icb.commands), icb.executed, icb.encoded) for icb in st.icbs]
 print("RESULT " + json.dumps(out))
 '''
 
@@ -134,3 +147,8 @@ def test_symbolic_variable_replays_through_the_icb(result: dict[str, Any]) -> No
   assert len(result["g_err"]) == 6 and max(result["g_err"]) < 1e-4
   assert result["g_vals"] and all(i == v for i, v in result["g_vals"])   # the bound int32 is this call's value
   assert all(executed == 4 for _, executed in result["g_icbs"])
+
+def test_a_fault_in_an_icb_is_raised_and_the_next_replay_rebuilds_it(result: dict[str, Any]) -> None:
+  assert result["icb_fault"].startswith("HCQError") and "never loaded" in result["icb_fault"], result["icb_fault"]
+  (ncmd, executed, encoded), = result["after_fault_icbs"]
+  assert executed == 1 and encoded == ncmd and result["after_fault_err"] < 1e-6
