@@ -65,13 +65,15 @@ def getenv(key: str, default: Any = 0) -> Any:
   return type(default)(os.getenv(key, default))
 
 class LRUCache(collections.OrderedDict):
-  """A cache bounded to `max_entries` (CORE_CACHE_<NAME> overrides it), dropping the least recently used entry first; it
-  counts hits, misses and evictions, and every instance is listed by name in `LRUCache.all` (DEBUG=2 prints them at exit)."""
+  """A cache bounded to `max_entries` (CORE_CACHE_<NAME> overrides it) and, when given `sizeof` (bytes of a value), to
+  `max_bytes` (CORE_CACHE_<NAME>_BYTES), dropping the least recently used entry first; it counts hits, misses and
+  evictions, and every instance is listed by name in `LRUCache.all` (DEBUG=2 prints them at exit)."""
   all: ClassVar[dict[str, LRUCache]] = {}
-  def __init__(self, name: str, max_entries: int):
+  def __init__(self, name: str, max_entries: int, max_bytes: int = 0, sizeof: Callable[[Any], int] | None = None):
     super().__init__()
     self.name, self.max_entries = name, int(os.getenv(f"CORE_CACHE_{name.upper()}", max_entries))
-    self.hits = self.misses = self.evictions = 0
+    self.max_bytes, self.sizeof = int(os.getenv(f"CORE_CACHE_{name.upper()}_BYTES", max_bytes)), sizeof
+    self.hits = self.misses = self.evictions = self.nbytes = 0
     LRUCache.all[name] = self
   def get(self, key: Any, default: Any = None) -> Any:
     try: self.move_to_end(key)
@@ -81,12 +83,33 @@ class LRUCache(collections.OrderedDict):
     self.hits += 1
     return super().__getitem__(key)
   def __setitem__(self, key: Any, value: Any) -> None:
+    if self.sizeof is not None:
+      if key in self: self.nbytes -= self.sizeof(super().__getitem__(key))
+      self.nbytes += self.sizeof(value)
     super().__setitem__(key, value)
     self.move_to_end(key)
-    while len(self) > self.max_entries:
+    # the entry just set stays even when it alone is over the byte bound: its caller is about to use it
+    while len(self) > self.max_entries or (self.max_bytes and self.nbytes > self.max_bytes and len(self) > 1):
       self.popitem(last=False)
       self.evictions += 1
-  def stats(self) -> str: return f"{self.name} {len(self)}/{self.max_entries} (hits {self.hits}, misses {self.misses}, evicted {self.evictions})"
+  def __delitem__(self, key: Any) -> None:
+    if self.sizeof is not None: self.nbytes -= self.sizeof(super().__getitem__(key))
+    super().__delitem__(key)
+  def popitem(self, last: bool = True) -> tuple[Any, Any]:
+    k, v = super().popitem(last)
+    if self.sizeof is not None: self.nbytes -= self.sizeof(v)
+    return k, v
+  def pop(self, key: Any, *default: Any) -> Any:
+    if key not in self: return super().pop(key, *default)
+    v = super().pop(key)
+    if self.sizeof is not None: self.nbytes -= self.sizeof(v)
+    return v
+  def clear(self) -> None:
+    super().clear()
+    self.nbytes = 0
+  def stats(self) -> str:
+    size = f", {self.nbytes / 2**20:.1f}/{self.max_bytes / 2**20:.0f} MiB" if self.sizeof is not None else ""
+    return f"{self.name} {len(self)}/{self.max_entries}{size} (hits {self.hits}, misses {self.misses}, evicted {self.evictions})"
 
 class ContextVar:
   """An integer setting read from the environment once and overridable with `Context(...)`."""

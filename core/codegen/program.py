@@ -26,6 +26,9 @@ def program_source(p: UOp) -> str: return p.src[3].arg
 def program_shape(p: UOp) -> list[int]:
   """The kernel's loop and thread extents in order (what DEBUG=2 shows as its shape)."""
   return [u.src[0].arg for u in program_uops(p) if u.op in (Ops.RANGE, Ops.SPECIAL) and u.src[0].op is Ops.CONST]
+def binary_nbytes(p: UOp) -> int:
+  """Bytes of a compiled PROGRAM's binary (0 for a binary that is not bytes or text): what compiled-kernel caches bound."""
+  return len(b) if len(p.src) == 5 and isinstance(b := p.src[4].arg, (bytes, bytearray, str)) else 0
 def program_binary(p: UOp) -> bytes:
   if len(p.src) < 5: raise RuntimeError(f"kernel {p.arg.name} is not compiled yet (its PROGRAM has no BINARY: see compile_program)")
   return p.src[4].arg

@@ -55,7 +55,7 @@ class HostLibrary:
 def host_compiler() -> HostCompiler: return HostCompiler()
 
 _lock = threading.Lock()
-_libraries: LRUCache = LRUCache("host_libraries", 512)
+_libraries: LRUCache = LRUCache("host_libraries", 512, 256 << 20, lambda lib: len(lib.obj))
 
 def host_library(src: str) -> HostLibrary:
   """LLVM IR `src` (from core.codegen.llvm_ir.HostLLVMRenderer, or whole modules) compiled (disk cache) and loaded once per process."""

@@ -84,11 +84,12 @@ class PluginManager:
     seen: set[str] = set()
     by_key: dict[tuple[str, str], PluginRecord] = {}
     for dist in self._iter_dists():
+      # entry points first: most distributions have none of ours, and reading a name or version parses the whole METADATA
       try:
+        if not (eps := [ep for ep in dist.entry_points if ep.group == hookspecs.ENTRY_POINT_GROUP]): continue
         name, version = dist.metadata["Name"], dist.version
-        eps = [ep for ep in dist.entry_points if ep.group == hookspecs.ENTRY_POINT_GROUP]
       except Exception: continue   # unreadable metadata of some unrelated distribution must not break core
-      if not eps or name is None: continue
+      if name is None: continue
       # the same distribution twice on sys.path (a stale dist-info, an editable install) is one plugin: first wins, like import
       if _norm(name) in seen: continue
       seen.add(_norm(name))

@@ -1,7 +1,7 @@
 """Device: the registry of opened devices ("CPU", "CPU:1"), built from DEV targets and plugin factories on first use."""
 from __future__ import annotations
-import os, threading
-from typing import Any, Iterator
+import contextlib, os, threading
+from typing import Any, Callable, Iterator
 from core.device.plugins import PluginError, get_plugins, set_plugins
 from core.device.spec import resolve
 from core.device.target import Target, parse_dev
@@ -17,6 +17,7 @@ class _Device:
     self._opened: dict[str, Any] = {}
     self._default: str | None = None
     self._targets: dict[str, Target] | None = None
+    self._listeners: list[Callable[[], None]] = []
 
   @staticmethod
   def canonicalize(name: str) -> str:
@@ -88,11 +89,34 @@ class _Device:
 
   def opened(self) -> list[str]: return list(self._opened)
 
+  def on_change(self, fn: Callable[[], None]) -> None:
+    """Calls `fn()` whenever a device name may come to mean another device object (reset, installed): whoever caches work
+    per device name (the engine's schedules, submissions and compiled kernels) drops it there."""
+    self._listeners.append(fn)
+  def _changed(self) -> None:
+    for fn in self._listeners: fn()
+
   def reset(self) -> None:
     """Forgets opened devices, DEV and the plugin manager (tests use this after changing the environment)."""
     with self._lock:
       self._opened.clear()
       self._default = self._targets = None
       set_plugins(None)
+      self._changed()
+
+  @contextlib.contextmanager
+  def installed(self, devs: dict[str, Any]) -> Iterator[None]:
+    """Within the block, these device objects answer to these names (fake devices in tests); then the previous ones do."""
+    with self._lock:
+      saved = {n: self._opened.get(n) for n in devs}
+      self._opened.update(devs)
+      self._changed()
+    try: yield
+    finally:
+      with self._lock:
+        for n, d in saved.items():
+          if d is None: self._opened.pop(n, None)
+          else: self._opened[n] = d
+        self._changed()
 
 Device = _Device()

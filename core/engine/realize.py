@@ -6,52 +6,48 @@ from core.ir.ops import UOp, Ops, GroupOp, sym_val
 from core.schedule.kernelize import create_schedule, ScheduleItem, placeholder
 from core.schedule.memory import plan_memory
 from core.schedule.realize_points import contiguous_buffer
-from core.engine.run import buffer_of, _BUF
+from core.engine.run import buffer_of, _item_hcq, hcq_replay_for
+from core.engine.replay import DirectReplay
+from core.engine.schedule_cache import ScheduleCache, CachedSchedule
+from core.engine.state import facts, NodeFacts
 from core.device.buffer import Buffer
 from core.device.registry import Device
 from core.engine import capture as _capture
 from core.engine.lock import engine_lock
-from core.helpers import LRUCache, prod
+from core.helpers import prod
 from core.device import profiler
 from core.helpers import IMAGE, NOOPT
 
-# _walk marks an inner node whose subgraph reads no buffer, holds no ASSIGN, BIND or result and no memo entry with
-# `node.__dict__["_plain"] = _plain_epoch`; a later walk takes such a node as one leaf. A memo entry or a run ASSIGN set on a
-# marked node moves the epoch on, which retires every mark (a version bump only retires memo entries: marks stay true).
-_plain_epoch = 0
-
-class _NodeMap:
-  """A map from UOp to a value stored in the node's own __dict__: it dies with the node like a WeakKeyDictionary entry, but
-  a lookup costs no weak reference (the eager path asks for every node of every graph it runs)."""
-  def __init__(self, name: str, retires_marks: bool = False): self.name, self.retires_marks = name, retires_marks
-  def get(self, u: UOp, default: Any = None) -> Any: return u.__dict__.get(self.name, default)
-  def __contains__(self, u: UOp) -> bool: return self.name in u.__dict__
-  def __getitem__(self, u: UOp) -> Any: return u.__dict__[self.name]
-  def __setitem__(self, u: UOp, v: Any) -> None:
-    global _plain_epoch
-    if self.retires_marks and "_plain" in u.__dict__: _plain_epoch += 1
-    u.__dict__[self.name] = v
-
-# tensor node -> (the uop over the buffer holding its value, that buffer's version, the assign epoch); dies with the node.
-# A buffer's version goes up when something is assigned into it, which retires every memo entry pointing at it. The assign
-# epoch goes up whenever an assign runs, which retires every memo entry made before: the node may read the buffer assigned
-# into (x * w memoized, then w assigned: x * w built again is the same node, and must not give the old product). A node
-# lives on while any tensor holds it, so this was a silent wrong answer also on one thread (tests/engine/test_assign_memo.py).
-_realized = _NodeMap("_realized", retires_marks=True)
-_version = _NodeMap("_version")
+# The memo (core.engine.state's NodeFacts): a computed node's `realized` is (the uop over the buffer holding its value, that
+# buffer's version, the assign epoch). A buffer's version goes up when something is assigned into it, which retires every memo
+# entry pointing at it. The assign epoch goes up whenever an assign runs, which retires every memo entry made before: the
+# node may read the buffer assigned into (x * w memoized, then w assigned: x * w built again is the same node, and must not
+# give the old product). A node lives on while any tensor holds it, so this was a silent wrong answer also on one thread
+# (tests/engine/test_assign_memo.py). An ASSIGN that has run is its target from then on (`assigned`): it never runs twice.
 _assign_epoch = 0
+
+# _walk marks an inner node whose subgraph reads no buffer, holds no ASSIGN, BIND or result and no memo entry by setting its
+# `plain` to _plain_epoch; a later walk takes such a node as one leaf. A memo entry or a run ASSIGN set on a marked node moves
+# the epoch on, which retires every mark (a version bump only retires memo entries: marks stay true).
+_plain_epoch = 0
+_fget = facts.get_id
 
 def _base(u: UOp) -> UOp:
   while u.op in GroupOp.Movement: u = u.src[0]
   return u
 
-def _memo(u: UOp) -> UOp | None:
-  if (e := _realized.get(u)) is None: return None
+def _memo_of(f: NodeFacts | None) -> UOp | None:
+  if f is None or (e := f.realized) is None: return None
   res, ver, epoch = e
-  return res if epoch == _assign_epoch and _version.get(_base(res), 0) == ver else None
+  return res if epoch == _assign_epoch and ((b := _fget(id(_base(res)))) is not None and b.version or 0) == ver else None
 
-# an ASSIGN that has run is its target from then on, whatever is assigned to that buffer later: it must never run twice
-_assigned = _NodeMap("_assigned", retires_marks=True)
+def _assigned(u: UOp) -> UOp | None: return None if (f := _fget(id(u))) is None else f.assigned
+
+def _retire_marks(f: NodeFacts) -> None:
+  global _plain_epoch
+  if f.plain == _plain_epoch: _plain_epoch += 1
+
+def _bump_version(u: UOp) -> None: facts.of(u).version += 1
 
 def _substitute_realized(roots: list[UOp]) -> list[UOp]:
   """Reuse buffers of already computed subgraphs. The roots themselves always get fresh buffers, so two tensors built the
@@ -59,9 +55,9 @@ def _substitute_realized(roots: list[UOp]) -> list[UOp]:
   rootset = set(roots)
   sink = UOp(Ops.SINK, src=tuple(roots))
   known = {}
-  for u in sink.toposort(gate=lambda u: u not in _assigned and (u in rootset or _memo(u) is None)):
-    if (a := _assigned.get(u)) is not None: known[u] = a
-    elif u not in rootset and (m := _memo(u)) is not None: known[u] = m
+  for u in sink.toposort(gate=lambda u: _assigned(u) is None and (u in rootset or _memo_of(_fget(id(u))) is None)):
+    if (a := _assigned(u)) is not None: known[u] = a
+    elif u not in rootset and (m := _memo_of(_fget(id(u)))) is not None: known[u] = m
   return list(sink.substitute(known).src) if known else roots
 
 def run_schedule(items: list[ScheduleItem], var_vals: dict[UOp, int] | None = None) -> None:
@@ -70,8 +66,8 @@ def run_schedule(items: list[ScheduleItem], var_vals: dict[UOp, int] | None = No
 
 # *** schedule cache: a graph that differs only in which buffers it reads reuses the schedule (eager ops repeat) ***
 
-# structural key -> (planned items over placeholders, each root's result, variable values)
-_schedule_cache: LRUCache = LRUCache("schedules", 2048)
+schedules = ScheduleCache()
+Device.on_change(schedules.clear)
 
 _NO_FAST = object()
 _unique_ids = UOp.unique_ids
@@ -81,10 +77,11 @@ def _walk_one(u: UOp) -> tuple[tuple, list[UOp], bool, bool] | None | object:
   answers as the general walk (it emits the sources in order, then the root), built without its stack; _NO_FAST otherwise."""
   op = u.op
   if op is Ops.BUFFER or op is Ops.ASSIGN or op is Ops.BIND: return _NO_FAST
-  d = u.__dict__
+  f = _fget(id(u))
   epoch = _plain_epoch
-  if d.get("_plain") == epoch: return _NO_FAST
-  if "_assigned" in d: return None
+  if f is not None:
+    if f.plain == epoch: return _NO_FAST
+    if f.assigned is not None: return None
   key: list[tuple] = []
   inputs: list[UOp] = []
   idx: list[int] = []
@@ -96,7 +93,7 @@ def _walk_one(u: UOp) -> tuple[tuple, list[UOp], bool, bool] | None | object:
       idx.append(j)
       key.append((Ops.BUFFER, x.dtype, x.arg, x.src[1].arg, len(inputs)))
       inputs.append(x)
-    elif x.__dict__.get("_plain") == epoch:
+    elif (fx := _fget(id(x))) is not None and fx.plain == epoch:
       pos[x] = j = len(key)
       idx.append(j)
       key.append((None, x))
@@ -134,15 +131,15 @@ def _walk(roots: list[UOp], check_memo: bool) -> tuple[tuple, list[UOp], bool, b
         continue
       if u not in seen:
         seen.add(u)
-        d = u.__dict__
-        if d.get("_plain") == epoch:
+        f = _fget(id(u))
+        if f is not None and f.plain == epoch:
           # a marked subgraph: hash-consing makes the node itself its structure (the key holds it, so it stays the same node)
           stack.pop()
           idx[u] = len(key)
           key.append((None, u))
           plain[u] = True
           continue
-        if check_memo and ("_assigned" in d or ("_realized" in d and u not in roots and _memo(u) is not None)): return None
+        if check_memo and f is not None and (f.assigned is not None or (u not in roots and _memo_of(f) is not None)): return None
         missing = [x for x in u.src if x not in idx]
         if missing:
           stack.extend(reversed(missing))
@@ -154,21 +151,21 @@ def _walk(roots: list[UOp], check_memo: bool) -> tuple[tuple, list[UOp], bool, b
       # an ASSIGN's arg only makes it a node of its own (Tensor.assign): not structure
       key.append((u.op, u.dtype, u._key[3] if u.op is not Ops.ASSIGN else None, u.tag, tuple([idx[x] for x in u.src])))
       p = u.op is not Ops.ASSIGN and u.op is not Ops.BIND and u not in roots and all([plain[x] for x in u.src])
-      if p and check_memo: u.__dict__["_plain"] = epoch
+      if p and check_memo: facts.of(u).plain = epoch
       plain[u] = p
   key.append((Ops.SINK, tuple([idx[r] for r in roots])))   # which nodes are the results, in order
   return tuple(key), inputs, has_assign, has_bind
 
 def _scheduled(todo: list[UOp], key: tuple, inputs: list[UOp]) -> tuple[list[ScheduleItem], list[UOp], dict[UOp, int]]:
   """(planned items, each root's result, variable values) for `todo`, from the cache when possible."""
-  if (hit := _schedule_cache.get(key)) is None:
+  if (hit := schedules.get(key)) is None:
     to_ph = {b: placeholder(b, i, "input") for i, b in enumerate(inputs)}
     ph_sink = UOp(Ops.SINK, src=tuple(todo)).substitute(to_ph)
     items, results, var_vals = create_schedule(list(ph_sink.src))
     res = [results[r] for r in ph_sink.src]
     items = plan_memory(items, set(to_ph.values()) | {_base(r) for r in res})
-    hit = _schedule_cache[key] = (items, res, var_vals, list(to_ph.values()))
-  items, res, var_vals, phs = hit
+    hit = schedules.put(key, CachedSchedule(items, res, var_vals, list(to_ph.values())))
+  items, res, var_vals, phs = hit.items, hit.results, hit.var_vals, hit.inputs
   # placeholders back to this call's buffers; buffers the schedule creates are fresh for every call
   back: dict[UOp, UOp] = dict(zip(phs, inputs))
   new_items = []
@@ -180,13 +177,11 @@ def _scheduled(todo: list[UOp], key: tuple, inputs: list[UOp]) -> tuple[list[Sch
 
 # *** eager fast path: a cached schedule run again with only its buffers bound (no schedule items, no submission lookup) ***
 
-class _Eager:
+class EagerPlan:
   """A cached schedule made runnable over slots: its input placeholders, then the buffers it creates (fresh for every call).
   The replay (core.engine.run's HCQReplay or replay.DirectReplay) is bound to those slots once; each call makes the created
   buffers, runs the replay on this call's Buffers and rebuilds the results over them."""
   def __init__(self, items: list[ScheduleItem], res: list[UOp], phs: list[UOp], var_vals: dict[UOp, int]):
-    from core.engine.run import _item_hcq, hcq_replay_for
-    from core.engine.replay import DirectReplay
     phset = set(phs)
     created = list(dict.fromkeys(b for it in items for b in it.bufs if b not in phset))
     slots = phs + created
@@ -204,29 +199,20 @@ class _Eager:
       while u.op in GroupOp.Movement and len(u.src) == 1: chain, u = [u] + chain, u.src[0]
       self.results.append((index[u], chain) if u in index else (-1, r))
     self.slots = slots
-    self.devices = {b.src[1].arg: Device[b.src[1].arg] for b in slots}
     hcq = [_item_hcq(it.ast, it.bufs) for it in items]
     self.replay: Any = None
     if items and all(hcq): self.replay = hcq_replay_for(items, slots)
     elif items and not any(hcq): self.replay = DirectReplay(items, slots)
     self.ok = not items or self.replay is not None   # a schedule mixing HCQ and direct items takes the general path
-    self.replay_valid = getattr(self.replay, "valid", None)
-
-  def valid(self) -> bool:
-    """The devices are the ones it was built for (tests swap devices) and its HCQ submission is still the cached one."""
-    opened = Device._opened
-    for name, dev in self.devices.items():
-      if opened.get(name) is not dev: return False
-    return self.replay_valid is None or self.replay_valid()
 
   def __call__(self, inputs: list[UOp]) -> list[UOp]:
     uops: list[UOp | None] = list(inputs)
-    bufs = [u.__dict__.get(_BUF) or buffer_of(u) for u in inputs]
+    bufs = [(f.buffer if (f := _fget(id(u))) is not None and f.buffer is not None else buffer_of(u)) for u in inputs]
     for dev, size, dtype, named in self.created:
       if named:
-        # UOp.new_buffer with the DEVICE node at hand, and buffer_of's entry set directly
+        # UOp.new_buffer with the DEVICE node at hand, and buffer_of's entry set directly (the node is this thread's alone)
         u = UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, arg=next(_unique_ids)), dev), size)
-        b = u.__dict__.setdefault(_BUF, Buffer(dev.arg, size, dtype))
+        facts.of(u).buffer = b = Buffer(dev.arg, size, dtype)
         uops.append(u)
       else:
         b = Buffer(dev.arg, size, dtype)   # an intermediate: only its memory is needed, for this run
@@ -244,20 +230,12 @@ class _Eager:
       out.append(v)
     return out
 
-# schedule cache key -> its _Eager (None: that schedule can't take the fast path)
-_eager: LRUCache = LRUCache("eager_plans", 2048)
-_MISS: Any = object()
-
-def _run_eager(key: tuple, inputs: list[UOp]) -> tuple[list[UOp], _Eager] | None:
+def _run_eager(key: tuple, inputs: list[UOp]) -> tuple[list[UOp], EagerPlan] | None:
   """The results of running the cached schedule of `key` on `inputs`, or None when the general path must run it."""
-  # move_to_end both finds the key (KeyError: not cached) and keeps the entry recent: one hash of the key, not two
-  try: _schedule_cache.move_to_end(key)
-  except KeyError: return None
-  if (e := _eager.get(key, _MISS)) is None: return None
-  if e is _MISS or not e.valid():
-    items, res, var_vals, phs = _schedule_cache[key]
-    e = _Eager(items, res, phs, var_vals)
-    _eager[key] = e if e.ok else None
+  if (hit := schedules.get(key)) is None or (e := hit.plan) is False: return None
+  if e is None:
+    e = EagerPlan(hit.items, hit.results, hit.inputs, hit.var_vals)
+    hit.plan = e if e.ok else False
     if not e.ok: return None
   return e(inputs), e
 
@@ -288,7 +266,7 @@ def _realize_graphs(roots: tuple[UOp, ...]) -> list[UOp]:
   if capturing is None and not profiler.timing() and (fast := _run_eager(key, inputs)) is not None:
     res_list, e = fast
     if has_assign or substituted:
-      for i in e.written: _version[inputs[i]] = _version.get(inputs[i], 0) + 1
+      for i in e.written: _bump_version(inputs[i])
   else:
     items, res_list, var_vals = _scheduled(todo, key, inputs)
     if capturing is not None: capturing.add(items)
@@ -296,22 +274,24 @@ def _realize_graphs(roots: tuple[UOp, ...]) -> list[UOp]:
     if has_assign or substituted:
       inset = set(inputs)
       for it in items:
-        if it.bufs and it.bufs[0] in inset: _version[it.bufs[0]] = _version.get(it.bufs[0], 0) + 1
+        if it.bufs and it.bufs[0] in inset: _bump_version(it.bufs[0])
   if has_assign: _assign_epoch += 1
   if has_assign or substituted:
     # the caller's graphs (before memo substitution) hold the ASSIGN nodes other tensors may still reference
-    for u in UOp(Ops.SINK, src=tuple(roots) + tuple(todo)).toposort(gate=lambda u: u.op is not Ops.BUFFER and u not in _assigned):
-      if u.op is Ops.ASSIGN and u not in _assigned: _assigned[u] = u.src[0]
-  # _realized[r] = (res, version, epoch), inlined: every eager op passes here (only views can be contiguous buffers already). Not for
-  # graphs that read no buffer (Tensor.ones(n) + 1): recomputing one is a fill, and its nodes are shared with the kernel's AST,
-  # which the compile caches keep: a memo there would keep the result's memory alive after its tensor is gone
+    for u in UOp(Ops.SINK, src=tuple(roots) + tuple(todo)).toposort(gate=lambda u: u.op is not Ops.BUFFER and _assigned(u) is None):
+      if u.op is Ops.ASSIGN and (f := facts.of(u)).assigned is None:
+        _retire_marks(f)
+        f.assigned = u.src[0]
+  # the memo, for every root (only views can be contiguous buffers already). Not for graphs that read no buffer
+  # (Tensor.ones(n) + 1): recomputing one is a fill, and its nodes are shared with the kernel's AST, which the compile caches
+  # keep: a memo there would keep the result's memory alive after its tensor is gone
   for r, res in zip(roots, res_list) if inputs else ():
     if r is not res and (r.op not in _VIEWS or contiguous_buffer(r) is None):
-      d = r.__dict__
-      if "_plain" in d: _plain_epoch += 1
+      f = facts.of(r)
+      if f.plain == _plain_epoch: _plain_epoch += 1
       b = res
       while b.op in GroupOp.Movement: b = b.src[0]
-      d["_realized"] = (res, b.__dict__.get("_version", 0), _assign_epoch)
+      f.realized = (res, (fb.version if (fb := _fget(id(b))) is not None else 0), _assign_epoch)
   return res_list
 
 def from_host(data: memoryview | bytes | bytearray, dtype: DType, device: str, shape: tuple[int, ...]) -> UOp:
@@ -344,6 +324,6 @@ def to_host(u: UOp) -> memoryview:
 def adopt_buffer(buf: Buffer, shape: tuple[int, ...]) -> UOp:
   """A realized uop over an existing (allocated) Buffer: foreign memory wrapped without a copy (Tensor.from_blob)."""
   u = UOp.new_buffer(buf.device, buf.size, buf.dtype)
-  u.__dict__[_BUF] = buf
+  facts.of(u).buffer = buf
   return u.reshape(shape)
 

@@ -6,21 +6,24 @@ from core.ir.ops import UOp, Ops
 from core.device import profiler
 from core.device.buffer import Buffer
 from core.device.counters import GlobalCounters
-from core.codegen.program import get_program, compile_program, program_binary, program_source, program_shape, ProgramSpec
+from core.device.registry import Device
+from core.codegen.program import get_program, compile_program, binary_nbytes, program_binary, program_source, program_shape, ProgramSpec
 from core.helpers import DEBUG, LRUCache, prod
-
-# the Buffer behind a BUFFER uop lives in the node's own __dict__ under this name: it dies with the node (like a
-# WeakKeyDictionary entry) but costs no weak reference to set or to drop (every eager op makes one)
-_BUF = "_buffer"
+from core.engine.lock import engine_lock
+from core.engine.state import facts
 
 def buffer_of(u: UOp) -> Buffer:
-  """The device Buffer behind a BUFFER uop (created, not yet allocated, on first ask)."""
-  if (b := u.__dict__.get(_BUF)) is not None: return b
+  """The device Buffer behind a BUFFER uop (created, not yet allocated, on first ask; it lives as long as the node)."""
+  if (f := facts.get_id(id(u))) is not None and f.buffer is not None: return f.buffer
   if u.op is not Ops.BUFFER: raise TypeError(f"buffer_of needs a BUFFER uop, got {u.op.name}")
-  b = u.__dict__[_BUF] = Buffer(u.src[1].arg, u.arg, u.dtype)
-  return b
+  return set_buffer(u, Buffer(u.src[1].arg, u.arg, u.dtype))
 
-def has_buffer(u: UOp) -> bool: return _BUF in u.__dict__
+def set_buffer(u: UOp, buf: Buffer) -> Buffer:
+  """Makes `buf` the Buffer of the BUFFER node `u` unless it has one; returns the one it has."""
+  f = facts.of(u)
+  with engine_lock:
+    if f.buffer is None: f.buffer = buf
+  return f.buffer
 
 class CompiledRunner:
   """A compiled kernel for one device: call it with Buffers. `program` is its compiled PROGRAM uop, `spec` that PROGRAM's arg."""
@@ -40,13 +43,13 @@ class CompiledRunner:
     return self.prg(*[b._buf for b in bufs], global_size=self.spec.global_size, local_size=self.spec.local_size, vals=vals, wait=wait)
 
 # compiled kernels by (kernel, device): a bounded LRU, so a long run of new shapes does not keep every kernel it ever made
-_runners: LRUCache = LRUCache("runners", 512)
+_runners: LRUCache = LRUCache("runners", 512, 256 << 20, lambda r: binary_nbytes(r.program))
+Device.on_change(_runners.clear)   # a name may now mean another device object
 
 def get_runner(ast: UOp, device_name: str) -> CompiledRunner:
   """Compile once per (kernel, device): the AST is hash-consed, so equal kernels share a runner (eager op cache)."""
   key = (ast, device_name)
   if (r := _runners.get(key)) is None:
-    from core.device.registry import Device
     dev = Device[device_name]
     with profiler.compiling(device_name, str(ast.arg)): r = _runners[key] = CompiledRunner(get_program(ast, dev.renderer), dev)
   return r
@@ -91,30 +94,14 @@ def sizes(u: UOp) -> int: return prod(u.shape or ())
 # *** HCQ: devices with command queues run whole schedules through core/hcq (lowered once per schedule shape) ***
 
 def is_hcq(device: str) -> bool:
-  from core.device.registry import Device
   return Device[device].hcq is not None
 
 def _item_hcq(ast: UOp, bufs: tuple[UOp, ...]) -> bool:
   # a copy runs through HCQ only when both ends are HCQ devices; otherwise the direct copy does it
   return all(is_hcq(b.src[1].arg) for b in bufs) if ast.op is Ops.COPY else is_hcq(bufs[0].src[1].arg)
 
-class _SubmissionCache(LRUCache):
-  """The cached submissions; `gen` counts removals, so a holder of one (an eager plan) checks it is still current cheaply."""
-  gen = 0
-  def clear(self) -> None:
-    self.gen += 1
-    super().clear()
-  def pop(self, *args: Any) -> Any:
-    self.gen += 1
-    return super().pop(*args)
-  def popitem(self, last: bool = True) -> Any:
-    self.gen += 1
-    return super().popitem(last)
-  def __delitem__(self, key: Any) -> None:
-    self.gen += 1
-    super().__delitem__(key)
-
-_submissions: _SubmissionCache = _SubmissionCache("submissions", 512)
+_submissions: LRUCache = LRUCache("submissions", 512)
+Device.on_change(_submissions.clear)
 
 def _schedule_key(items: list) -> tuple[tuple, list[UOp]]:
   """A key equal for schedules that differ only in which buffers they use (the submission is patched with those), and the buffers."""
@@ -182,16 +169,12 @@ class HCQReplay:
   def __init__(self, items: list, input_bufs: list[UOp]):
     self.items = items
     self.sub, slots = hcq_submission(items)
-    self.gen = _submissions.gen
     pos = {b: i for i, b in enumerate(input_bufs)}
     self.slots = [pos.get(b, -1) for b in slots]
     self.fixed = [None if b in pos else _ensure(buffer_of(b)) for b in slots]
     self.kernels = sum(1 for it in items if it.ast.op is not Ops.COPY)
     # the inputs are exactly the submission's slots, in order (the eager fast path): passed through as they are
     self.identity = self.slots == list(range(len(input_bufs)))
-  def valid(self) -> bool:
-    """Its submission is still the cached one (tests drop the cache when they swap devices)."""
-    return _submissions.gen == self.gen
   def __call__(self, inputs: list[Buffer], var_vals: dict[UOp, int] | None) -> None:
     bufs = inputs if self.identity else [inputs[s] if s >= 0 else f for s, f in zip(self.slots, self.fixed)]
     if profiler.timing():

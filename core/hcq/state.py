@@ -4,14 +4,17 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 from core.ir.ops import UOp
 from core.device.hcq import HCQDevice
+from core.device.registry import Device
 from core.helpers import DEBUG, LRUCache
+from core.codegen.program import binary_nbytes
 
-_compiled: LRUCache = LRUCache("hcq_programs", 512)   # compiled kernels of HCQ schedules by (kernel, device)
+# compiled kernels of HCQ schedules by (kernel, device), bounded by count and by their binaries' bytes
+_compiled: LRUCache = LRUCache("hcq_programs", 512, 256 << 20, binary_nbytes)
+Device.on_change(_compiled.clear)
 
 def compile_kernel(ast: UOp, device: str) -> UOp:
   """The compiled PROGRAM(SINK, DEVICE, LINEAR, SOURCE, BINARY) of a kernel for `device`, once per (kernel, device)."""
   if (hit := _compiled.get((ast, device))) is None:
-    from core.device.registry import Device
     from core.codegen.program import get_program, compile_program, program_source
     from core.device import profiler
     dev = Device[device]
@@ -44,7 +47,6 @@ class HCQState:
   @staticmethod
   def default(buffer_of: Callable[[UOp], Any]) -> HCQState:
     from core.device.plugins import get_plugins
-    from core.device.registry import Device
     def hcq_of(device: str) -> HCQDevice:
       if (h := Device[device].hcq) is None: raise RuntimeError(f"{device} has no command queues (its Compiled device has no hcq)")
       return h

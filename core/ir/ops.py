@@ -104,8 +104,8 @@ class UOpMeta(type):
 
 class UOp(metaclass=UOpMeta):
   """One node: `op` applied to `src` with a static `arg`, producing `dtype`. Its fields never change and equal nodes are one
-  object. The one thing stored on a node later is the engine's Buffer of a BUFFER node (core/engine/run.py: buffer_of, in
-  the node's __dict__, so it dies with the node); it takes no part in equality or hashing."""
+  object. `__dict__` holds only values cached from the fields (shape, device, bounds, the sort key); what the engine learns
+  about a node (its Buffer, the buffer holding its value) lives in the engine's own table (core/engine/state.py)."""
   __slots__ = ("op", "dtype", "src", "arg", "tag", "_key", "__dict__", "__weakref__")
   op: Ops
   dtype: DType

@@ -28,9 +28,9 @@ def test_repeated_assigns_reuse_one_schedule():
   # each assign is a node of its own, but the schedule cache key leaves that out: a training loop schedules once
   c = Tensor(np.array([1., 2., 3.], np.float32)).realize()
   for _ in range(2): c.assign(c * 2 + 1).realize()   # the first graph reads the plain buffer, later ones the assign's result
-  n = len(R._schedule_cache)
+  n = len(R.schedules)
   for _ in range(10): c.assign(c * 2 + 1).realize()
-  assert len(R._schedule_cache) == n
+  assert len(R.schedules) == n
   want = np.array([1., 2., 3.], np.float32)
   for _ in range(12): want = want * 2 + 1
   np.testing.assert_equal(c.numpy(), want)

@@ -13,7 +13,7 @@ def test_repeated_op_takes_the_fast_path_with_fresh_outputs():
   xs = [rng.standard_normal(37).astype(np.float32) for _ in range(4)]
   ts = [Tensor(x).realize() for x in xs]
   outs = [(t * 3 + 1).realize() for t in ts]
-  assert R._eager.get(_key(ts[0] * 3 + 1)) is not None   # built on the second call, reused after
+  assert isinstance(R.schedules.get(_key(ts[0] * 3 + 1)).plan, R.EagerPlan)   # built on the second call, reused after
   for x, o in zip(xs, outs): np.testing.assert_allclose(o.numpy(), x * 3 + 1, rtol=1e-6)
   # every call got its own output buffer: none of the results was overwritten by a later call
   assert len({R.contiguous_buffer(o.uop)[0] for o in outs}) == len(outs)

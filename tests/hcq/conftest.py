@@ -7,19 +7,14 @@ def fake():
   import fakehcq
   from core.device.registry import Device
   from core.hcq import state
-  from core.engine import run
   from core.hcq import callify
   # fresh fake devices start with zeroed signals; the real devices' host timelines stay (their signals keep their values)
   for k in [k for k in callify._host_timelines if k[0].startswith("FAKE")]: del callify._host_timelines[k]
   devs = {n: fakehcq.make_fake(n) for n in ("FAKE", "FAKE:1")}
-  saved = dict(Device._opened)
-  Device._opened.update(devs)
   state.HOOKS = fakehcq.FakeHooks()
-  try: yield devs
+  try:
+    with Device.installed(devs): yield devs
   finally:
     state.HOOKS = None
-    run._submissions.clear()
     fakehcq.FAKES.clear()
     for k in [k for k in callify._host_timelines if k[0].startswith("FAKE")]: del callify._host_timelines[k]
-    Device._opened.clear()
-    Device._opened.update(saved)

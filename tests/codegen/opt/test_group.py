@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from core import Tensor
-from core.helpers import LRUCache
+from core.engine.schedule_cache import ScheduleCache
 from core.ir.ops import Ops, AxisType
 from core.device.registry import Device
 from core.codegen.opt import Kernel, Opt, OptOps, KernelOptError
@@ -26,8 +26,7 @@ def with_opts(monkeypatch):
     # programs built before (with other opts) are not reused: every cache from a graph to its program starts empty
     monkeypatch.setattr(run_mod, "_runners", {})
     monkeypatch.setattr(state_mod, "_compiled", {})
-    monkeypatch.setattr(realize_mod, "_eager", {})
-    monkeypatch.setattr(realize_mod, "_schedule_cache", LRUCache("schedules (test)", 2048))
+    monkeypatch.setattr(realize_mod, "schedules", ScheduleCache())
     import core.codegen.program as prog_mod
     real = prog_mod.get_program
     def record(*a, **kw):
