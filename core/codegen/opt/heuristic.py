@@ -14,6 +14,7 @@ MM_MIN_ACC = 8                # vector accumulators a register tile needs: FMA l
 MM_WINDOW = 4                 # reduce axes this small are unrolled whole
 MM_PACK_REUSE = 4             # row blocks that must reuse a packed panel for the copy to pay
 MM_COL_VECS = 4               # vectors per reduce step of a column reduction (4 x 32 bytes: two cache lines; 6.7 -> 19 GB/s)
+MM_PAD_FULL = 4               # padding allowed (1/4 more work) for an output row that holds no whole vector
 MM_ROW_TILE = 16              # row tiles per packed row block when the row-side input is strided along the reduce axis
 MM_PACK_BOTH_MIN_K = 256      # reduce length below which copying the row block costs more than its reuse saves (a.T @ b with
                               # K=128: 98 packed vs 132 GFLOP/s not; K=256: 127 vs 95)
@@ -86,9 +87,9 @@ def _block_count(n: int, threads: int) -> int:
     if n % want == 0: return want
   return n if n <= 64 * threads else next((b for b in range(4 * threads, 1, -1) if n % b == 0), n)
 
-def _pad_ok(n: int | None, m: int) -> bool:
-  """Padding n up to a multiple of m costs at most an eighth more work."""
-  return n is not None and n % m != 0 and (-n % m) * 8 <= n
+def _pad_ok(n: int | None, m: int, share: int = 8) -> bool:
+  """Padding n up to a multiple of m costs at most 1/share more work."""
+  return n is not None and n % m != 0 and (-n % m) * share <= n
 
 def _packed_both(k: Kernel, col: UOp, row: UOp, row_regs: int) -> Kernel | None:
   """The tile order of a product whose row-side input runs across the reduce axis (a.T @ b: each reduce step reads a few
@@ -120,14 +121,20 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
   axis some input does not use, when the tile has too few accumulators; the reduce unrolled a little. With `pad`, axes the
   tile does not divide are padded to it (PADTO: the extra rows and columns load zeros and store nothing)."""
   rnd = k.renderer
-  vec_loads = [ld for ld in loads if _contiguous_in(k, contig_out, [ld])]
+  # the loads along the vector axis; when none is contiguous in it (a stride-2 conv reads every second input column), those
+  # that use it at all: their gathered vectors are what the tile must reuse across another axis (conv: the output channels)
+  vec_loads = [ld for ld in loads if _contiguous_in(k, contig_out, [ld])] or [ld for ld in loads if contig_out in ld.src[0].src[1].toposort()]
   other = next((r for r in reversed(outs) if r is not contig_out and any(r not in ld.toposort() for ld in vec_loads)), None)
   if other is None: other = next((r for r in reversed(outs) if r is not contig_out and any(r not in ld.toposort() for ld in loads)), None)
   third = next((r for r in reversed(outs) if r is not contig_out and r is not other and any(r not in ld.toposort() for ld in loads)), None)
   reused = any(contig_out not in ld.toposort() for ld in loads)
   if pad:
     # 1023 columns fit no vector and 1000 no pair of them: round up, the panel copy PACK makes reads the gated loads once
-    if _pad_ok(range_size(contig_out), lanes * (MM_J2 if reused else 1)):
+    # a row that holds no whole vector (conv's 56 on 16 lanes) would run on half-width ones, half the FMAs per instruction:
+    # padding may then cost up to 1/MM_PAD_FULL more (3x3 conv 32x64x56x56 on AVX-512: about 1.4x the FLOP rate padded to 64)
+    # (only where some input is contiguous along it: a strided one is gathered lane by lane, padded or not)
+    n_out, full = range_size(contig_out), any(_contiguous_in(k, contig_out, [ld]) for ld in loads)
+    if _pad_ok(n_out, lanes * (MM_J2 if reused else 1), MM_PAD_FULL if full and n_out is not None and n_out % lanes else 8):
       k = _try(k, Opt(OptOps.PADTO, _pos(k, contig_out), lanes * (MM_J2 if reused else 1)))
     if other is not None and _pad_ok(range_size(other), MM_I): k = _try(k, Opt(OptOps.PADTO, _pos(k, other), MM_I))
     contig_out, other = _same(k, contig_out), (_same(k, other) if other is not None else None)
@@ -196,9 +203,23 @@ def _tensor_core(k: Kernel) -> Kernel | None:
     except KernelOptError: pass
   return None
 
+def _merge_loops(k: Kernel) -> Kernel:
+  """Neighbouring output loops that every address walks as one row-major extent become one loop (a 1x1 conv's 28x28 pixels,
+  a permute's h and w): the vectors and thread blocks then split the whole extent, not its short last dimension."""
+  i = 0
+  while i + 1 < len(k.axes):
+    if k.axes[i].arg[1] is AxisType.LOOP and k.axes[i + 1].arg[1] is AxisType.LOOP:
+      try:
+        k = k.apply(Opt(OptOps.MERGE, i, i + 1))
+        continue
+      except KernelOptError: pass
+    i += 1
+  return k
+
 def hand_coded(k: Kernel) -> Kernel:
   rnd = k.renderer
   if (tc := _tensor_core(k)) is not None: return tc
+  if not getattr(rnd, "has_local", False): k = _merge_loops(k)
   if getattr(rnd, "has_local", False): k = _group_reduce(k)
   stores = [u for u in k.ast.toposort() if u.op is Ops.STORE]
   if len(stores) != 1 or stores[0].src[0].op is not Ops.INDEX: return k
@@ -243,7 +264,8 @@ def hand_coded(k: Kernel) -> Kernel:
       # would read one float of each of many rows a row apart (the same few cache sets over and over); else vectors along it
       strided = [ld for ld in loads if contig_out in ld.src[0].src[1].toposort() and not _contiguous_in(k, contig_out, [ld])]
       across = next((r for r in outs if r is not contig_out and _contiguous_in(k, r, strided) and _pick_amt(range_size(r), (lanes,))), None)
-      if vec_ok and across is not None and (range_size(contig_out) or 0) >= TRANSPOSE_MIN_ROW and _pick_amt(range_size(contig_out), (lanes,)):
+      if vec_ok and across is not None and max(range_size(contig_out) or 0, range_size(across) or 0) >= TRANSPOSE_MIN_ROW and \
+         _pick_amt(range_size(contig_out), (lanes,)):
         k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), lanes), Opt(OptOps.UPCAST, _pos(k, across), lanes))
         transposed = k.applied[-1].op is OptOps.UPCAST
       # two vectors per iteration keep two loads in flight, which pays in memory-bound kernels; a kernel with much arithmetic

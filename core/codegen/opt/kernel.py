@@ -17,9 +17,11 @@ class OptOps(enum.Enum):
   rounds an output axis up to a multiple of `amt` (the extra iterations compute on zeros and store nothing), so a later split
   by `amt` divides it; TC computes the kernel's sum of products on tensor core number `axis` of the renderer's tensor_cores
   (opt/tc.py: it must come first, and no LOCAL or GROUP may follow, which would move the warp's lanes off lidx0); NOOP does
-  nothing."""
+  nothing; MERGE makes LOOP `axis` and the LOOP nested in it (`amt`) one loop, where every address uses them as one
+  (axis * size(amt) + amt, times a stride: the spatial axes of a 1x1 conv or a permute), so the vectors along it see the
+  whole row-major extent (28x28 -> 784, 16-lane vectors where 28 took 4)."""
   UPCAST = "UPCAST"; UNROLL = "UNROLL"; THREAD = "THREAD"; LOCAL = "LOCAL"; GROUP = "GROUP"; SWAP = "SWAP"; PACK = "PACK"  # noqa: E702
-  PADTO = "PADTO"; TILE = "TILE"; TC = "TC"; NOOP = "NOOP"  # noqa: E702
+  PADTO = "PADTO"; TILE = "TILE"; TC = "TC"; NOOP = "NOOP"; MERGE = "MERGE"  # noqa: E702
 
 @dataclass(frozen=True)
 class Opt:
@@ -82,6 +84,10 @@ class Kernel:
       if r.arg[1] is not AxisType.LOOP: raise KernelOptError(f"{opt}: PACK needs a LOOP axis, not {r.arg[1].name}")
       if (packed := pack_loads(self.ast, r)) is None: raise KernelOptError(f"{opt}: no input read at fixed strides is reused by this loop")
       return Kernel(packed, self.renderer, self.applied + (opt,))
+    if opt.op is OptOps.MERGE:
+      if not (0 <= opt.amt < len(self.axes)) or opt.amt == opt.axis: raise KernelOptError(f"{opt}: no other axis {opt.amt}")
+      if (merged := merge_axes(self.ast, r, self.axes[opt.amt])) is None: raise KernelOptError(f"{opt}: the axes are not used as one")
+      return Kernel(merged, self.renderer, self.applied + (opt,))
     kind, n = r.arg[1], range_size(r)
     if n is None: raise KernelOptError(f"{opt}: axis {opt.axis} has a symbolic size")
     if opt.op is OptOps.PADTO:
@@ -167,6 +173,36 @@ def pad_axis(ast: UOp, r: UOp, size: int, gate_stores: bool = True) -> UOp:
                                 + u.src[1:])
             for u in out.toposort() if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and new not in u.src[0].toposort()}
   return nest_ends(out.substitute(stores) if stores else out)
+
+def merge_axes(ast: UOp, a: UOp, b: UOp) -> UOp | None:
+  """LOOP ranges a (size A) and b (size B) replaced by one range of size A*B with a's id, or None unless every use of them is
+  an address `a*(B*s) + b*s + rest` (a gate, a broadcast along one of them, or any other use keeps them apart)."""
+  from core.ir.symbolic import split_sum, _build_sum
+  A, B = range_size(a), range_size(b)
+  if A is None or B is None or a.arg[1] is not AxisType.LOOP or b.arg[1] is not AxisType.LOOP: return None
+  new = UOp.range(A * B, a.arg[0], a.arg[1])
+  sub: dict[UOp, UOp] = {}
+  for u in ast.toposort():
+    if u.op is not Ops.INDEX or len(u.src) < 2: continue
+    deps = u.src[1].toposort()
+    if a not in deps and b not in deps: continue
+    if (parts := split_sum(u.src[1])) is None: return None
+    terms, const = parts
+    coef = {x: sum(c for t, c in terms if t is x) for x in (a, b)}
+    if any(t is not a and t is not b and (a in t.toposort() or b in t.toposort()) for t, _ in terms): return None
+    if coef[b] == 0 or coef[a] != coef[b] * B: return None
+    rest = [(t, c) for t, c in terms if t is not a and t is not b]
+    sub[u] = u.replace(src=(u.src[0], _build_sum(u.src[1], rest + [(new, coef[b])], const), *u.src[2:]))
+  out = ast.substitute(sub)
+  done: dict[UOp, UOp] = {}
+  for u in out.toposort():
+    if u.op in (Ops.END, Ops.REDUCE):
+      src = (done[u.src[0]],) + tuple(new if s is a else done[s] for s in u.src[1:] if s is not b)
+    elif u is a or u is b: continue
+    elif any(s is a or s is b for s in u.src): return None   # a use outside an address (a gate, arithmetic on the index)
+    else: src = tuple(done[s] for s in u.src)
+    done[u] = u if src == u.src else u.replace(src=src)
+  return nest_ends(done[out])
 
 def split_axis(ast: UOp, r: UOp, amt: int, kind: AxisType, outer: bool = False) -> UOp:
   """Replace RANGE r (size n) by two ranges: `amt` of role `kind` and n/amt keeping r's role. `outer=False` puts the new

@@ -102,6 +102,56 @@ def test_invalid_opts_raise():
   k = Kernel(item.ast).apply(Opt(U, 0, 32)).apply(Opt(U, 0, 32))   # 1024 register elements: the limit
   with pytest.raises(KernelOptError, match="register elements"): k.apply(Opt(R, k.types().index(AxisType.REDUCE), 2))
 
+def _loop_sizes(k: Kernel) -> list[int | None]: return [n for n, t in zip(k.sizes(), k.types()) if t is AxisType.LOOP]
+
+def test_merge_joins_axes_every_address_walks_as_one():
+  # a permute NCHW -> NHWC: h and w are one row-major extent in both the input and the output; n and c are not
+  item, want = kernel_of(lambda x: x.transpose(0, 2, 3, 1) * 1.0 if isinstance(x, np.ndarray) else x.permute(0, 2, 3, 1).contiguous(), (2, 3, 5, 7))
+  k = Kernel(item.ast)
+  assert _loop_sizes(k) == [2, 5, 7, 3]
+  merged = k.apply(Opt(OptOps.MERGE, 1, 2))
+  assert _loop_sizes(merged) == [2, 35, 3]
+  got, _ = run_with(item, merged.applied)
+  np.testing.assert_array_equal(got.reshape(want.shape), want)
+  # then split again for vectors along the merged extent: still the permute
+  got, _ = run_with(item, [Opt(OptOps.MERGE, 1, 2), Opt(U, 1, 5)])
+  np.testing.assert_array_equal(got.reshape(want.shape), want)
+  # w and c: the output walks them as one (w*3 + c), the input does not (c*35 + w)
+  with pytest.raises(KernelOptError, match="not used as one"): k.apply(Opt(OptOps.MERGE, 2, 3))
+  # a broadcast along one of them keeps them apart: b[j] reads j alone
+  item, want = kernel_of(lambda a, b: a + b, (4, 6), (6,))
+  with pytest.raises(KernelOptError, match="not used as one"): Kernel(item.ast).apply(Opt(OptOps.MERGE, 0, 1))
+  # a pad: the output rows are longer than the input's (16 vs 12), so no one stride serves both
+  item, want = kernel_of(padded, (6, 12))
+  with pytest.raises(KernelOptError, match="not used as one"): Kernel(item.ast).apply(Opt(OptOps.MERGE, 0, 1))
+
+def test_hand_coded_merges_a_1x1_convs_pixels():
+  # 1x1 conv: out[n, o, h, w] = sum_c w[o, c] x[n, c, h, w]; h and w merge into 36 pixels (vectors along them, not along 6)
+  def conv1x1(x, w):
+    if isinstance(x, Tensor): return x.conv2d(w)
+    return np.einsum("nchw,oc->nohw", x, w[:, :, 0, 0])
+  item, want = kernel_of(conv1x1, (2, 8, 6, 6), (4, 8, 1, 1))
+  k = hand_coded(Kernel(item.ast, Device[Device.DEFAULT].renderer))
+  assert any(o.op is OptOps.MERGE for o in k.applied), k.applied
+  got, _ = run_with(item, k.applied)
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+
+def test_hand_coded_strided_conv_reuses_gathered_input_across_output_channels():
+  # stride 2: no load is contiguous along the output width; the input's gathered vectors are reused across output channels
+  # (the axis the input does not use), not across output rows, which the weights would reuse
+  def conv(x, w):
+    if isinstance(x, Tensor): return x.conv2d(w, stride=2)
+    win = np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(2, 3))[:, :, ::2, ::2]
+    return np.einsum("nchwij,ocij->nohw", win, w)
+  item, want = kernel_of(conv, (2, 3, 37, 37), (8, 3, 3, 3))
+  rnd = Device[Device.DEFAULT].renderer
+  k = hand_coded(Kernel(item.ast, rnd))
+  got, _ = run_with(item, k.applied)
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+  if rnd.supports_float4 and getattr(rnd, "threads", 0):
+    assert Kernel(item.ast).types()[:4] == [AxisType.LOOP] * 4   # n, cout, oh, ow
+    assert [o for o in k.applied if o.op is U][1].axis == 1, k.applied   # after the width's vectors: the output channels
+
 def _count_vector_mem(uops) -> int:
   return sum(1 for u in uops if u.op in (Ops.LOAD, Ops.STORE) and (u.dtype if u.op is Ops.LOAD else u.src[1].dtype).count > 1)
 
