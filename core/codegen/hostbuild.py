@@ -21,43 +21,76 @@ class HostBuildError(RuntimeError):
   """A kernel the host can't run (the message says which and why)."""
 
 # The fault guard of host builds. A GPU kernel that computes a wild address faults on the GPU, and the device reports it; run on
-# the host it would crash the process (or silently read another allocation). Every load and store through a buffer argument is
-# checked against the allocation that argument points into (`spans` given to HostBuild.run); one outside it records its address
-# (the first one wins) and goes to a scratch slot instead, and the run raises KernelFault naming the kernel and the address.
+# the host it would crash the process (or silently read another allocation). Each buffer argument is checked against the
+# allocation it points into (`spans` given to HostBuild.run) twice over: at launch, the extent the kernel declares for it
+# (its PARAM's size) must lie inside; and every load and store whose index the IR can't prove inside that extent (the index's
+# vmin/vmax) is checked when it runs. One outside is skipped (a load gives 0, as a gated load whose gate is false) and its
+# address kept, and the run raises KernelFault naming the kernel and the address. Proven accesses (nearly all of them: index
+# math is affine in ids and loops with known bounds) cost nothing, so loops still vectorize.
 # Why a check and not the CPU plugin's signal guard (sigsetjmp in the fault handler): core builds host code with llvmlite only,
 # whose JIT linker has no thread-local storage a signal guard needs; and a check also catches a wild access that happens to land
 # in mapped memory, which a signal never sees.
-SCRATCH_BYTES = 256   # the widest access a kernel makes (a 64-lane vector of float32)
 
 def _param_of(p: UOp) -> UOp | None:
   """The buffer argument (PARAM) a pointer is derived from, or None (registers, LDS)."""
   while p.op in (Ops.INDEX, Ops.CAST, Ops.BITCAST, Ops.AFTER): p = p.src[0]
   return p if p.op is Ops.PARAM else None
 
+def extent(param: UOp) -> int | None:
+  """The bytes a kernel may touch through buffer argument `param` (its declared size), None when it doesn't say."""
+  assert isinstance(param.dtype, PtrDType)
+  return param.dtype.size * param.dtype.base.itemsize if param.dtype.size > 0 else None
+
+def proven_in_extent(idx: UOp, param: UOp, nbytes: int) -> bool:
+  """Whether an access of `nbytes` at pointer `idx` stays inside `param`'s declared extent for every value its index can take."""
+  inner = idx
+  while inner.op in (Ops.CAST, Ops.BITCAST): inner = inner.src[0]   # a vector access: its lanes from the element at the index
+  if inner.op is not Ops.INDEX or (n := extent(param)) is None: return False
+  base = inner.src[0]
+  while base.op is Ops.AFTER: base = base.src[0]
+  if base is not param: return False
+  lo, hi = inner.src[1].vmin, inner.src[1].vmax
+  item = param.dtype.base.itemsize   # type: ignore[attr-defined]
+  return isinstance(lo, int) and isinstance(hi, int) and lo >= 0 and hi * item + nbytes <= n
+
 def _guarded_access(ctx: HostKernelRenderer, x: UOp) -> str | None:
   idx = x.src[0]
-  if (param := _param_of(idx)) is None: return None   # the plain rule renders it
   nbytes = (x.dtype if x.op is Ops.LOAD else x.src[1].dtype).itemsize
-  if nbytes > SCRATCH_BYTES: raise HostBuildError(f"a {nbytes}-byte access is wider than the fault guard's {SCRATCH_BYTES}-byte scratch")
-  if not ctx.scratch:
-    ctx.scratch = True
-    ctx.allocas.append(f"%oob.scratch = alloca [{SCRATCH_BYTES} x i8], align 64")
-  a, e, under, over, bad, rec, safe = (ctx.tmp() for _ in range(7))
-  k, d = ctx.fresh_label("oob"), f"%data{param.arg}"
+  # the plain rule renders accesses through registers and LDS, and those the launch's extent check covers
+  if (param := _param_of(idx)) is None or (not ctx.check_all and proven_in_extent(idx, param, nbytes)): return None
+  if not ctx.guarded:
+    ctx.guarded = True
+    ctx.allocas += ["%oob.acc = alloca i64, align 8", "store i64 0, ptr %oob.acc, align 8"]
+    ctx.declares["declare i64 @llvm.umax.i64(i64, i64)"] = None
+  a, e, under, over, bad, ok, rec, acc, acc2 = (ctx.tmp() for _ in range(9))
+  d = f"%data{param.arg}"
   lines = [f"{a} = ptrtoint ptr {ctx[idx]} to i64", f"{e} = add i64 {a}, {nbytes}", f"{under} = icmp ult i64 {a}, {d}.lo",
-           f"{over} = icmp ugt i64 {e}, {d}.hi", f"{bad} = or i1 {under}, {over}"]
+           f"{over} = icmp ugt i64 {e}, {d}.hi", f"{bad} = or i1 {under}, {over}", f"{ok} = xor i1 {bad}, true"]
   if len(idx.src) > 2:   # a gated access touches memory only where its gate is true
-    g = ctx.tmp()
-    lines.append(f"{g} = and i1 {bad}, {ctx[idx.src[2]]}")
-    bad = g
-  # the fault slot holds address + 1, so that a wild address 0 is seen too
-  lines += [f"br i1 {bad}, label %{k}, label %{k}.ok", ctx.label(k), f"  {rec} = add i64 {a}, 1",
-            f"  cmpxchg ptr %fault, i64 0, i64 {rec} monotonic monotonic", f"  br label %{k}.ok", ctx.label(k + ".ok"),
-            f"  {safe} = select i1 {bad}, ptr %oob.scratch, ptr {ctx[idx]}"]
-  orig, ctx.r[idx] = ctx.r[idx], safe
-  try: body = (_render_load if x.op is Ops.LOAD else _render_store)(ctx, x)
-  finally: ctx.r[idx] = orig
-  return "\n  ".join(lines + [body])
+    g, g2 = ctx.tmp(), ctx.tmp()
+    lines += [f"{g} = and i1 {bad}, {ctx[idx.src[2]]}", f"{g2} = and i1 {ok}, {ctx[idx.src[2]]}"]
+    bad, ok = g, g2
+  # address + 1 is kept, so that a wild address 0 is seen too
+  lines += [f"{rec} = add i64 {a}, 1", f"{rec}.s = select i1 {bad}, i64 {rec}, i64 0", f"{acc} = load i64, ptr %oob.acc, align 8",
+            f"{acc2} = call i64 @llvm.umax.i64(i64 {acc}, i64 {rec}.s)", f"store i64 {acc2}, ptr %oob.acc, align 8"]
+  # the access itself, gated by `ok`: the same access through an INDEX that carries the gate (only the renderer sees it)
+  gate = UOp(Ops.NOOP, dtypes.bool, (), ("oob gate", ok))
+  gidx = UOp(Ops.INDEX, idx.dtype, (idx, UOp.const(dtypes.int32, 0), gate))
+  gx = x.replace(src=(gidx,) + x.src[1:])
+  ctx.r[gate], ctx.r[gidx] = ok, ctx[idx]
+  if x.op is Ops.LOAD: ctx.r[gx] = ctx[x]
+  return "\n  ".join(lines + [(_render_load if x.op is Ops.LOAD else _render_store)(ctx, gx)])
+
+# where a work-item ends: the largest wild address it touched (+ 1) into the fault slot, unless a work-item was first
+GUARD_EXIT = """  %oob.all = load i64, ptr %oob.acc, align 8
+  %oob.any = icmp ne i64 %oob.all, 0
+  br i1 %oob.any, label %oob.report, label %oob.exit
+oob.report:
+  %oob.old = cmpxchg ptr %fault, i64 0, i64 %oob.all monotonic monotonic
+  br label %oob.exit
+oob.exit:
+  ret void
+}"""
 
 host_kernel_rewrite = PatternMatcher([(UPat((Ops.LOAD, Ops.STORE), name="x"), _guarded_access)]) + llvm_rewrite
 
@@ -67,11 +100,13 @@ class HostKernelRenderer(HostLLVMRenderer):
   above): `bounds` holds the [lo, hi) host range each buffer argument may touch, `fault` the first wild address + 1."""
   local_addrspace = 0
   string_rewrite = host_kernel_rewrite
-  scratch = False   # whether this render has declared the guard's scratch slot
+  guarded = False     # whether this render has checked an access (and so declared the guard's register)
+  check_all = False   # check accesses proven inside their buffer's declared extent too (HostBuild.checked)
 
   def _render(self, name: str, uops: list[UOp]) -> str:
-    self.scratch = False
-    return super()._render(name, uops)
+    self.guarded = False
+    src = super()._render(name, uops)
+    return src.replace("  ret void\n}", GUARD_EXIT, 1) if self.guarded else src
 
   def render_special(self, x: UOp) -> str:
     if x.arg not in AXES: raise HostBuildError(f"thread id {x.arg!r} is not one of {', '.join(AXES)}")
@@ -282,6 +317,20 @@ def _wrapper(kname: str, nbufs: int, nvars: int, whole_group: bool = False) -> s
 def _pool() -> concurrent.futures.ThreadPoolExecutor:
   return concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="core-hostbuild")
 
+def _source(kname: str, uops: list[UOp], nbufs: int, nvars: int, check_all: bool) -> str:
+  """LLVM IR of the kernel and its workgroup wrapper."""
+  # a kernel sharing LDS between its work-items runs as one call per workgroup
+  group = any(u.op in (Ops.BARRIER, Ops.DEFINE_LOCAL) for u in uops)
+  r = HostKernelRenderer()
+  r.check_all = check_all
+  return r.render(kname, workitem_loops(uops) if group else uops) + _wrapper(kname, nbufs, nvars, whole_group=group)
+
+def _load(kname: str, src: str) -> Callable[..., None]:
+  """The workgroup wrapper of `src`, compiled and loaded (core.device.hostjit caches both)."""
+  from core.device.hostjit import host_library
+  return host_library(src).function(kname + "_wg", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                    ctypes.c_void_p, ctypes.c_void_p)
+
 @dataclass
 class HostBuild:
   """A kernel compiled for the host. `local_size`: the workgroup size the uops were built for (from their lidx ids)."""
@@ -289,8 +338,19 @@ class HostBuild:
   nbufs: int
   nvars: int
   local_size: tuple[int, int, int]
+  extents: tuple[int | None, ...]   # per buffer argument, the bytes the kernel declares it may touch (None: unknown)
   src: str = field(repr=False)
   fn: Callable[..., None] = field(repr=False)   # the wrapper: (args, dims, first workgroup, end, bounds, fault)
+  uops: list[UOp] = field(repr=False, default_factory=list)
+  _checked: Callable[..., None] | None = field(repr=False, default=None)
+
+  def checked(self) -> Callable[..., None]:
+    """The wrapper of a build that checks every access (built on first use): for a launch whose buffers are smaller than the
+    kernel declares (a kernel padded past its buffer's end guards those accesses with gates the IR can't see through)."""
+    if self._checked is None:
+      kname = "host_" + to_function_name(self.name)
+      self._checked = _load(kname, _source(kname, self.uops, self.nbufs, self.nvars, check_all=True))
+    return self._checked
 
   def run(self, args: list[int], grid: tuple[int, int, int], block: tuple[int, int, int],
           spans: list[tuple[int, int]] | None = None) -> None:
@@ -299,7 +359,11 @@ class HostBuild:
     into (None: anywhere). An access outside it is skipped and raises KernelFault naming the kernel and the address once the
     grid is done (the device's memory is untouched there, so it stays usable)."""
     if len(args) != self.nbufs + self.nvars: raise HostBuildError(f"{self.name}: {len(args)} arguments, expected {self.nbufs + self.nvars}")
-    if spans is not None and len(spans) != self.nbufs: raise HostBuildError(f"{self.name}: {len(spans)} buffer spans for {self.nbufs} buffers")
+    fn = self.fn
+    if spans is not None:
+      if len(spans) != self.nbufs: raise HostBuildError(f"{self.name}: {len(spans)} buffer spans for {self.nbufs} buffers")
+      # the accesses left unchecked are those proven inside each buffer's declared extent: only safe where that fits
+      if any(n is not None and not lo <= a <= a + n <= hi for a, n, (lo, hi) in zip(args, self.extents, spans)): fn = self.checked()
     a = (ctypes.c_uint64 * max(len(args), 1))(*[v & 0xFFFFFFFFFFFFFFFF for v in args])
     dims = (ctypes.c_int32 * 6)(*grid, *block)
     flat = [v for lo, hi in spans for v in (lo, hi)] if spans is not None else [0, 2**64 - 1] * self.nbufs
@@ -307,10 +371,10 @@ class HostBuild:
     n = grid[0] * grid[1] * grid[2]
     pa, pd, pb, pf = ctypes.addressof(a), ctypes.addressof(dims), ctypes.addressof(bounds), ctypes.addressof(fault)
     parts = min(n, os.cpu_count() or 1)
-    if parts <= 1: self.fn(pa, pd, 0, n, pb, pf)
+    if parts <= 1: fn(pa, pd, 0, n, pb, pf)
     else:
       cuts = [n * i // parts for i in range(parts + 1)]
-      for f in [_pool().submit(self.fn, pa, pd, lo, hi, pb, pf) for lo, hi in zip(cuts, cuts[1:])]: f.result()
+      for f in [_pool().submit(fn, pa, pd, lo, hi, pb, pf) for lo, hi in zip(cuts, cuts[1:])]: f.result()
     if fault[0]:
       addr = fault[0] - 1
       raise KernelFault(f"kernel {self.name} accessed address {addr:#x}, outside the memory of the buffer it indexes (an index out "
@@ -321,22 +385,18 @@ _builds: LRUCache = LRUCache("host_builds", 512)
 
 def host_build(name: str, uops: tuple[UOp, ...] | list[UOp]) -> HostBuild:
   """The host build of a kernel's linearized uops (its PROGRAM's LINEAR), compiled once per process (and cached on disk)."""
-  from core.device.hostjit import host_library
   kname = "host_" + to_function_name(name)
-  if any(u.op is Ops.WMMA for u in uops): uops = lower_wmma(list(uops))
-  # a kernel sharing LDS between its work-items runs as one call per workgroup
-  group = any(u.op in (Ops.BARRIER, Ops.DEFINE_LOCAL) for u in uops)
-  nbufs, nvars = sum(1 for u in uops if u.op is Ops.PARAM), sum(1 for u in uops if u.op is Ops.DEFINE_VAR)
-  src = HostKernelRenderer().render(kname, workitem_loops(list(uops)) if group else list(uops)) + _wrapper(kname, nbufs, nvars, whole_group=group)
+  ul = lower_wmma(list(uops)) if any(u.op is Ops.WMMA for u in uops) else list(uops)
+  nbufs, nvars = sum(1 for u in ul if u.op is Ops.PARAM), sum(1 for u in ul if u.op is Ops.DEFINE_VAR)
+  src = _source(kname, ul, nbufs, nvars, check_all=False)
   key = hashlib.sha256(src.encode()).hexdigest()
   with _lock:
     if (hit := _builds.get(key)) is not None: return hit
   local = [1, 1, 1]
-  for u in uops:
+  for u in ul:
     if u.op is Ops.SPECIAL and u.arg.startswith("lidx"): local[int(u.arg[4:])] = int(u.src[0].arg)
-  fn = host_library(src).function(kname + "_wg", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
-                                  ctypes.c_void_p, ctypes.c_void_p)
-  b = HostBuild(name, nbufs, nvars, (local[0], local[1], local[2]), src, fn)
+  extents = tuple(extent(u) for u in ul if u.op is Ops.PARAM)
+  b = HostBuild(name, nbufs, nvars, (local[0], local[1], local[2]), extents, src, _load(kname, src), ul)
   with _lock:
     if (hit := _builds.get(key)) is None: _builds[key] = hit = b
     return hit

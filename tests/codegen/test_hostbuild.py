@@ -136,3 +136,20 @@ def test_host_build_without_spans_is_unchecked_and_lds_is_not_checked():
   inp, out = np.arange(256, dtype=np.float32), np.zeros(256, np.float32)
   host_build("lds_k", lds_kernel(64, 4)).run([out.ctypes.data, inp.ctypes.data], (4, 1, 1), (64, 1, 1), _spans(out, inp))
   np.testing.assert_array_equal(out, inp.reshape(4, 64)[:, ::-1].reshape(-1))
+
+def test_host_build_checks_only_accesses_the_ir_cant_prove_in_range():
+  from core.codegen.hostbuild import HostKernelRenderer
+  # every index of an in-range kernel is proven from its bounds: no check is rendered (loops vectorize as before)
+  assert "oob.acc" not in HostKernelRenderer().render("in_range", _shift_kernel(0))
+  assert "oob.acc" in HostKernelRenderer().render("shifted", _shift_kernel(1))   # in[g + 1] reaches in[64]
+
+def test_host_build_buffer_smaller_than_declared_runs_fully_checked():
+  from core.device.compiled import KernelFault
+  a, o = np.arange(64, dtype=np.float32), np.zeros(64, np.float32)
+  b = host_build("in_range", _shift_kernel(0))
+  # the input's allocation ends halfway: the proven accesses can't be trusted, so a build checking every access runs
+  short = [(o.ctypes.data, o.ctypes.data + 256), (a.ctypes.data, a.ctypes.data + 128)]
+  with pytest.raises(KernelFault, match="kernel in_range accessed address") as e:
+    b.run([o.ctypes.data, a.ctypes.data], (64, 1, 1), (1, 1, 1), short)
+  assert 128 <= e.value.address - a.ctypes.data < 256
+  np.testing.assert_array_equal(o, np.where(np.arange(64) < 32, a + 1, 1))   # the skipped loads read 0
