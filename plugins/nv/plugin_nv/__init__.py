@@ -2,6 +2,7 @@
 resource manager, or its simulation under NVK_SIM=<arch>), CUDA (the CUDA driver API) and MOCK (a software GPU that decodes the
 GPFIFO channels' methods and QMDs)) and its HCQ rules."""
 from __future__ import annotations
+import os
 from typing import Any
 from core.device.hookspecs import hookimpl, hcq_rules
 from core.device.spec import DeviceSpec
@@ -10,10 +11,13 @@ __version__ = "0.1.0"
 # the first is the default (DEV=NV): the kernel driver. CUDA is the driver API (libcuda); MOCK runs kernels on the software GPU
 INTERFACES = ("NVK", "CUDA", "MOCK")
 
+# the kernel driver's device files: their presence is what makes NV a default device
+GPU_FILES = ("/dev/nvidiactl", "/dev/nvidia0")
+
 def is_available() -> bool:
-  # only a real driver makes NV a default: the simulated one (NVK_SIM) and MOCK are asked for by name
-  from plugin_nv.nvk import gpu_present
-  return gpu_present()
+  # only a real driver makes NV a default: the simulated one (NVK_SIM) and MOCK are asked for by name. Two stats, no imports:
+  # every process that picks a default device asks
+  return all(os.path.exists(f) for f in GPU_FILES)
 
 def unavailable_reason() -> str:
   return ("no NVIDIA kernel driver here (/dev/nvidiactl, /dev/nvidia0): DEV=MOCK+NV runs on the software GPU, NVK_SIM=sm_90 DEV=NVK+NV on "

@@ -15,7 +15,7 @@ address, as core's patch cache expects. /dev/nvidia-uvm is not used: RM hands ou
 from __future__ import annotations
 import bisect, ctypes, ctypes.util, dataclasses, errno, os, threading
 from typing import Any, Protocol
-from plugin_nv import pushbuf as pb, rm_abi as R
+from plugin_nv import GPU_FILES, pushbuf as pb, rm_abi as R
 from plugin_nv.qmd import ARCHS, arch_info
 
 PAGE = 4096
@@ -68,7 +68,7 @@ def default_os() -> DriverOS:
 def gpu_present(drv: DriverOS | None = None) -> bool:
   """/dev/nvidiactl and /dev/nvidia0 exist (nothing is opened): what the hardware tests look for."""
   d = drv if drv is not None else OSDriver()
-  return d.exists("/dev/nvidiactl") and d.exists("/dev/nvidia0")
+  return all(d.exists(f) for f in GPU_FILES)
 
 class RMError(OSError):
   """An RM call failed: names the call, the object and the status (or errno)."""
