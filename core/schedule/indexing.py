@@ -43,19 +43,32 @@ class KernelCtx:
 
 # *** one rule per tensor op: where the element at `idx` of the result comes from ***
 
+def _runs(src: tuple[sint, ...], dst: tuple[sint, ...]) -> list[tuple[list[int], list[int]]]:
+  """The dims of a reshape (size-1 dims left out) in runs of equal products: [(src dims, dst dims)]."""
+  s, d = [k for k, n in enumerate(src) if n != 1], [k for k, n in enumerate(dst) if n != 1]
+  if not all(isinstance(n, int) and n > 0 for n in src + dst): return [(s, d)]   # symbolic or empty: one run
+  out: list[tuple[list[int], list[int]]] = []
+  i = j = 0
+  while i < len(s) and j < len(d):
+    rs, rd, a, b = [s[i]], [d[j]], src[s[i]], dst[d[j]]
+    i, j = i + 1, j + 1
+    while a != b:
+      if a < b: rs, a, i = rs + [s[i]], a * src[s[i]], i + 1   # type: ignore[operator]
+      else: rd, b, j = rd + [d[j]], b * dst[d[j]], j + 1   # type: ignore[operator]
+    out.append((rs, rd))
+  return out
+
 def _reshape(x: UOp, r: UOp, v: UOp, idx: tuple[UOp, ...]) -> UOp:
   assert x.shape is not None and r.shape is not None  # tensor-level nodes always have a shape
-  flat = flat_index(idx, r.shape)
-  src_shape = x.shape
-  new_idx = []
-  outer = True
-  for d, st in zip(src_shape, strides_for(src_shape)):
-    if d == 1: new_idx.append(const_index(0))
-    # indices are in bounds wherever the read is valid, so flat < prod(shape) and the outermost dim needs no modulo (where it
-    # is invalid, as in a PAD's border, the load is gated; a modulo there only cost a division per element)
-    elif outer: new_idx.append(flat // st)
-    else: new_idx.append((flat // st) % d)
-    if d != 1: outer = False
+  # dims are regrouped run by run: a dim that maps to one dim keeps its index as it is, and in each run the outermost dim takes
+  # no modulo (indices are in bounds wherever the read is valid; where it is not, as in a PAD's border, the load is gated), so a
+  # read through a pad keeps no division the simplifier could not remove
+  new_idx: list[UOp] = [const_index(0)] * len(x.shape)
+  for rs, rd in _runs(x.shape, r.shape):
+    flat = flat_index(tuple(idx[k] for k in rd), tuple(r.shape[k] for k in rd))
+    for n, (k, st) in enumerate(zip(rs, strides_for(tuple(x.shape[k] for k in rs)))):
+      q = flat if isinstance(st, int) and st == 1 else flat // st
+      new_idx[k] = q if n == 0 else q % x.shape[k]
   return push(x, v, tuple(new_idx))
 
 def _permute(x: UOp, p: UOp, v: UOp, idx: tuple[UOp, ...]) -> UOp:
