@@ -1,6 +1,8 @@
 """Issue 24's speed rows: the three ONNX models the tests use (core/onnx/testing.py: ResNet-style, MobileNet-style with depthwise
 convolutions, a transformer encoder) on core against onnxruntime in the same process. Prints inferences per second of each and
-the ratio core / onnxruntime (the goal: >= 0.8x), for core's Jit replay and for a compiled file's replay (core.onnx.load_compiled).
+the ratio core / onnxruntime (the goal: >= 0.8x) for core's eager runner, its Jit replay and a compiled file's replay
+(core.onnx.load_compiled: direct launches, CPU's default, and through the command queues), with each model's ONNX node and kernel
+counts and the machine's load.
 Every runner's output is checked against onnxruntime's before it is timed. Timing is the median of `--repeat` rounds, each as many
 calls as fill `--seconds`; copies in and out are included on both sides.
 Run: DEV=CPU python bench/onnx_models.py [--quick] [--models resnet,transformer] [--ort-threads 1]"""
@@ -37,17 +39,25 @@ def bench_model(name: str, seconds: float, repeat: int, ort_threads: int) -> dic
   step = Jit(lambda t: runner({"x": t})[out])
   with tempfile.TemporaryDirectory() as d:
     compile_model(model).save(path := os.path.join(d, "m.core"))
-    compiled = load_compiled(path)
+    compiled, queued = load_compiled(path), load_compiled(path, queues=True)
   fns: dict[str, Callable[[], np.ndarray]] = {
     "onnxruntime": lambda: sess.run(None, {"x": x})[0],
-    "core Jit": lambda: step(Tensor(x)).numpy(),
-    "core compiled": lambda: compiled({"x": x})[out],
+    "eager": lambda: runner({"x": Tensor(x)})[out].numpy(),
+    "Jit": lambda: step(Tensor(x)).numpy(),
+    "compiled": lambda: compiled({"x": x})[out],
+    "compiled+queues": lambda: queued({"x": x})[out],
   }
   want = fns["onnxruntime"]()
-  for k in ("core Jit", "core Jit", "core compiled"):   # the Jit's first calls run eagerly and capture: checked too
+  for k in ("eager", "Jit", "Jit", "Jit", "compiled", "compiled+queues"):   # the Jit's first calls run eagerly and capture: checked too
     np.testing.assert_allclose(fns[k](), want, rtol=1e-4, atol=1e-5, err_msg=f"{name}: {k} differs from onnxruntime")
   batch = shape[0]
-  return {"model": name, "shape": shape, **{k: batch * per_second(f, seconds, repeat) for k, f in fns.items()}}
+  load = os.getloadavg()[0]
+  # eager calls take milliseconds: fewer rounds of them
+  rates = {k: batch * per_second(f, seconds, repeat if k != "eager" else max(1, repeat // 2)) for k, f in fns.items()}
+  return {"model": name, "shape": shape, "nodes": len(model.graph.node), "kernels": len(step.items),
+          "load": (load + os.getloadavg()[0]) / 2, **rates}
+
+COLS = ("eager", "Jit", "compiled", "compiled+queues")
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
   from core.onnx.testing import MODELS
@@ -60,15 +70,17 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
   a = p.parse_args(argv)
   seconds, repeat = (0.05, 1) if a.quick else (a.seconds, a.repeat)
   from core import Device
-  print(f"device {Device.DEFAULT}, onnxruntime intra-op threads {a.ort_threads or 'default'}, {os.cpu_count()} CPUs; inferences/s (median of {repeat})")
-  print(f"{'model':12s} {'input':16s} {'onnxruntime':>12s} {'core Jit':>10s} {'ratio':>6s} {'core compiled':>14s} {'ratio':>6s}")
+  print(f"device {Device.DEFAULT}, onnxruntime intra-op threads {a.ort_threads or 'default'}, {os.cpu_count()} CPUs; "
+        f"inferences/s (median of {repeat}) and the ratio to onnxruntime; load: the 1-minute load average while measuring")
+  print(f"{'model':12s} {'input':10s} {'nodes':>5s} {'kernels':>7s} {'load':>5s} {'onnxruntime':>11s} " +
+        " ".join(f"{c:>22s}" for c in COLS))
   rows = []
   for name in a.models.split(","):
     r = bench_model(name, seconds, repeat, a.ort_threads)
     rows.append(r)
     ref = r["onnxruntime"]
-    print(f"{name:12s} {'x'.join(map(str, r['shape'])):16s} {ref:12.1f} {r['core Jit']:10.1f} {r['core Jit'] / ref:5.2f}x "
-          f"{r['core compiled']:14.1f} {r['core compiled'] / ref:5.2f}x")
+    print(f"{name:12s} {'x'.join(map(str, r['shape'])):10s} {r['nodes']:5d} {r['kernels']:7d} {r['load']:5.1f} {ref:11.1f} " +
+          " ".join(f"{r[c]:15.1f} {r[c] / ref:5.2f}x" for c in COLS))
   return rows
 
 if __name__ == "__main__": main()

@@ -16,6 +16,7 @@ from core.helpers import getenv
 from core.ir.dtype import dtypes
 from core.tensor.tensor import Tensor
 from core.onnx.dtypes import onnx_dtype, to_numpy, to_tensor
+from core.onnx.fold import fold_batchnorm
 from core.onnx.narrow import NARROW, Narrow, from_storage, narrow_elem, storage_array
 from core.onnx.registry import ATTR_ALIASES, EMPTY, OPS, Graph, OnnxError, OpDef, Seq
 import core.onnx.ops  # noqa: F401  (registers the ops)
@@ -80,12 +81,18 @@ class OnnxRunner:
   def _graph(self, g: Any, top: bool) -> _Graph:
     from onnx import numpy_helper
     consts = _Env()
+    arrays = {}
     for init in g.initializer:
-      arr = numpy_helper.to_array(init)
       if init.data_type not in NARROW: onnx_dtype(init.data_type, f"initializer {init.name!r}: ")
-      self._put(consts, init.name, arr)
-    inputs = [i.name for i in g.input if not top or i.name not in consts.tensors]   # a top-level input with an initializer is a constant
-    return _Graph([self._prepare(n, i) for i, n in enumerate(g.node)], inputs, [o.name for o in g.output], consts)
+      arrays[init.name] = numpy_helper.to_array(init)
+    nodes, arrays = fold_batchnorm(list(g.node), arrays, {o.name for o in g.output})
+    for name, arr in arrays.items():
+      if (c := self._scalar(arr)) is not None: consts.tensors[name], consts.host[name] = c, arr
+      else: self._put(consts, name, arr)
+    # a top-level input with an initializer is a constant (also when folding left nothing reading it)
+    inits = {init.name for init in g.initializer}
+    inputs = [i.name for i in g.input if not top or i.name not in inits]
+    return _Graph([self._prepare(n, i) for i, n in enumerate(nodes)], inputs, [o.name for o in g.output], consts)
 
   def _half(self, t: Tensor) -> Tensor: return t.cast(dtypes.float16) if self.float16 and t.dtype is dtypes.float32 else t
 
@@ -125,9 +132,16 @@ class OnnxRunner:
     if "_device" in opdef.context: kwargs["_device"] = self.device
     return _Node(label, n.op_type, list(n.input), list(n.output), opdef, kwargs, tuple(graphs))
 
+  def _scalar(self, arr: np.ndarray) -> Tensor | None:
+    """A constant of one element as a constant Tensor (no buffer): kernels fold it in like a Python number, where a 0-d buffer
+    was a load per element that kept a Clip's bounds from vectorizing (a depthwise conv + Relu6 ran ~5x slower)."""
+    if arr.size != 1 or arr.dtype.kind not in "biuf" or arr.dtype.name == "bfloat16" or narrow_elem(arr) is not None: return None
+    return self._half(Tensor.full(arr.shape, arr.reshape(-1)[0], device=self.device))
+
   def _tensor(self, env: _Env, name: str) -> Tensor:
     if (t := env.tensors.get(name)) is None:
-      t = env.tensors[name] = self._half(to_tensor(env.host[name], self.device))
+      h = env.host[name]
+      t = env.tensors[name] = c if (c := self._scalar(h)) is not None else self._half(to_tensor(h, self.device))
     return t
 
   def _host(self, env: _Env, name: str) -> np.ndarray:
