@@ -118,15 +118,19 @@ pm_fuse_mulacc = PatternMatcher([
    fuse_mulacc),
 ], name="fuse mulacc")
 
-def _thread_ids(loops: list[UOp], prefix: str, ndim: int) -> tuple[dict[UOp, UOp], list[int]]:
+def _thread_ids(loops: list[UOp], prefix: str, ndim: int) -> tuple[dict[UOp, UOp], list[int], list[UOp]]:
   """Loops (outermost first) as hardware ids `<prefix>0..` (0 the innermost loop); with more loops than `ndim` ids the outer
-  ones share one id, split back with div/mod. Returns the substitution and the id sizes."""
+  ones share one id, split back with div/mod. Returns the substitution, the id sizes and the conditions a thread must meet
+  to exist (see below)."""
   groups = [loops[:len(loops) - ndim + 1]] + [[r] for r in loops[len(loops) - ndim + 1:]] if len(loops) > ndim else [[r] for r in loops]
   sub: dict[UOp, UOp] = {}
   sizes = []
+  valid: list[UOp] = []
   for gi, grp in enumerate(reversed(groups)):
     # a symbolic loop end (a Variable's shape) launches its largest value; the extra threads redo the last iteration (their
-    # index is clamped), so they read in bounds and store the same value to the same place: no gates, one kernel for all values
+    # index is clamped), so they read in bounds and store the same value to the same place: no gates, one kernel for all values.
+    # An end that can be 0 has no last iteration to redo: there the extra threads keep their index and every global memory
+    # access is gated on `id < end` (gate_invalid_threads)
     ext = [int(r.src[0].vmax) for r in grp]
     total = prod(ext)
     sp = UOp.special(total, f"{prefix}{gi}")
@@ -134,9 +138,27 @@ def _thread_ids(loops: list[UOp], prefix: str, ndim: int) -> tuple[dict[UOp, UOp
     stride = 1
     for r, n in zip(reversed(grp), reversed(ext)):
       i = sp if len(grp) == 1 else (sp // stride) % n
-      sub[r] = i if r.src[0].op is Ops.CONST else (i < r.src[0]).where(i, r.src[0] - 1)
+      end = r.src[0]
+      if end.op is Ops.CONST: sub[r] = i
+      elif end.vmin >= 1: sub[r] = (i < end).where(i, end - 1)
+      else:
+        sub[r] = i
+        valid.append(i < end)
       stride *= n
-  return sub, sizes
+  return sub, sizes, valid
+
+def gate_invalid_threads(sink: UOp, valid: list[UOp]) -> UOp:
+  """Every access to a global buffer (INDEX of a PARAM) gated on `valid`: a thread beyond a symbolic loop end that can be 0
+  neither reads nor writes memory (a gated load gives 0)."""
+  if not valid: return sink
+  cond = valid[0]
+  for v in valid[1:]: cond = cond & v
+  sub: dict[UOp, UOp] = {}
+  for idx in sink.toposort():
+    if idx.op is not Ops.INDEX or idx.src[0].op is not Ops.PARAM: continue
+    gate = idx.src[2] & cond if len(idx.src) > 2 else cond
+    sub[idx] = idx.replace(src=idx.src[:2] + (gate,) + idx.src[3:])
+  return sink.substitute(sub)
 
 def map_globals(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0) -> tuple[UOp, tuple[int, ...], tuple[int, ...]]:
   """Output loops become hardware thread ids (gidx0 is the innermost loop), workgroup axes (LOCAL, GROUP_REDUCE) work-item ids
@@ -151,8 +173,8 @@ def map_globals(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0)
   # a group's work-items innermost (lidx0): neighbours read neighbouring elements of the reduction
   lanes = [r for r in rngs if r.arg[1] is AxisType.LOCAL] + [r for r in rngs if r.arg[1] is AxisType.GROUP_REDUCE]
   if not loops and not lanes: return sink, (1, 1, 1), (1, 1, 1)
-  sub, launch = _thread_ids(loops, "gidx", len(global_max)) if global_max and loops else ({}, [])
-  lsub, local = _thread_ids(lanes, "lidx", 3) if lanes else ({}, [])
+  sub, launch, valid = _thread_ids(loops, "gidx", len(global_max)) if global_max and loops else ({}, [], [])
+  lsub, local, lvalid = _thread_ids(lanes, "lidx", 3) if lanes else ({}, [], [])
   sub.update(lsub)
   # drop the ENDs of loops that became thread ids (wherever they sit in a chain), then replace the ranges
   def strip(u: UOp) -> UOp:
@@ -161,7 +183,7 @@ def map_globals(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0)
     keep = tuple(r for r in u.src[1:] if r not in sub)
     return inner.end(*keep) if keep else inner
   new = sink.replace(src=tuple(strip(s) for s in sink.src))
-  return new.substitute(sub), tuple(launch + [1] * (3 - len(launch))), tuple(local + [1] * (3 - len(local)))
+  return gate_invalid_threads(new.substitute(sub), valid + lvalid), tuple(launch + [1] * (3 - len(launch))), tuple(local + [1] * (3 - len(local)))
 
 def gate_group_stores(sink: UOp) -> UOp:
   """After a group reduction every work-item of the group holds the result: only the first (id 0 on each GROUP_REDUCE axis

@@ -71,3 +71,32 @@ def test_bound_out_of_the_slice_is_refused() -> None:
   _, t = _data()
   with pytest.raises(ValueError, match="shrink"): t[:Variable("k", 1, 20).bind(N + 3)]
   with pytest.raises(IndexError, match="step 1"): t[:Variable("k", 1, 20).bind(2):2]
+
+def test_zero_binding_eager_and_jit(compiles: list[str]) -> None:
+  """A variable that may be 0: the empty slice and its reductions (sums 0, max over nothing -inf, mean NaN), and a symbolic
+  output written to memory, on the same kernels as every other value. Devices that map the loop to thread ids launch the
+  largest value and must keep the extra threads from touching memory when the value is 0."""
+  a, t = _data()
+  v = Variable("i", 0, N)
+  @Jit
+  def f(x: Tensor, vi: Any) -> Tensor: return (x[:vi] * 2).sum(0).realize()
+  @Jit
+  def g(x: Tensor, vi: Any) -> Tensor: return (x[:vi] + 1).contiguous().realize()
+  def check(i: int) -> None:
+    s = t[:v.bind(i)]
+    c = (s * 2 + 1).contiguous().realize()   # a kernel whose output loop is the symbolic one
+    assert c.numpy().shape == (i, 6)
+    np.testing.assert_allclose(c.numpy(), a[:i] * 2 + 1, rtol=1e-6)
+    np.testing.assert_allclose((c - 1).sum(1).numpy(), (a[:i] * 2).sum(1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(s.sum(0).numpy(), a[:i].sum(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(s.max(0).numpy(), a[:i].max(0) if i else np.full(6, -np.inf, np.float32))
+    assert np.isnan(s.mean().numpy()) if i == 0 else np.isclose(s.mean().numpy(), a[:i].mean(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(f(t, v.bind(i)).numpy(), 2 * a[:i].sum(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(g(t, v.bind(i)).numpy(), a[:i] + 1)
+  for i in (2, 0, 3):   # the Jits capture on their second call (a nonzero value), then replay 0
+    check(i)
+  first = len(compiles)
+  for i in (0, 1, N, 0, 4): check(i)
+  assert f.cnt == 2 and g.cnt == 2, "the Jits never captured"
+  assert compiles[first:] == [], f"new bindings compiled new kernels {compiles[first:]}"
+  np.testing.assert_allclose(t.numpy(), a)   # nothing wrote into the sliced tensor
