@@ -15,6 +15,23 @@ LN2 = math.log(2)
 _ERFC_COEFFS = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587,
                 -0.82215223, 0.17087277)
 
+def _pow_float(bf: Tensor, yf: Tensor) -> Tensor:
+  """bf ** yf for float tensors of one shape, IEEE's special cases included: exp2(y*log2|b|) with the sign fixed for negative
+  bases with integer exponents."""
+  # IEEE pow: x**0 and 1**y are 1 (even for NaN), and so is (-1)**(+-inf); the log form gives NaN there, so those places
+  # compute with base 1 and take the constant
+  one = (yf == 0) | (bf == 1) | ((bf == -1) & yf.isinf())
+  zero = (bf == 0) & one.logical_not()
+  mag = (yf * (one | zero).where(1.0, bf).abs().log2()).exp2()
+  y_int = yf.trunc() == yf
+  y_odd = y_int & ((yf * 0.5).trunc() != yf * 0.5)
+  neg = bf < 0
+  # a negative base needs an integer exponent, except -inf (IEEE: (-inf)**y is |(-inf)**y| unless y is an odd integer)
+  bad = neg & (y_int | bf.isinf()).logical_not()
+  ret = neg.where(y_odd.where(-mag, mag * bad.where(math.nan, 1.0)), mag)
+  ret = zero.where((yf > 0).where(0.0, math.inf), ret)   # 0**y: 0 for y > 0, inf for y < 0
+  return one.where(ret._const(1.0), ret)
+
 class ElementwiseMixin:
   def _float(self: Tensor) -> Tensor: return self.cast(least_upper_float(self.dtype))  # type: ignore[misc]
   def _need_int(self: Tensor, op: str) -> None:  # type: ignore[misc]
@@ -268,23 +285,14 @@ class ElementwiseMixin:
     b, y = self._operands(x, reverse)
     out_dt = b.dtype
     bf, yf = b._float(), y._float()
-    # IEEE pow: x**0 and 1**y are 1 (even for NaN), and so is (-1)**(+-inf); the log form gives NaN there. Those places
-    # compute with base 1 (the double where): their dropped branch then has a finite gradient, not 0 * NaN
-    one = (yf == 0) | (bf == 1) | ((bf == -1) & yf.isinf())
-    zero = (bf == 0) & one.logical_not()
-    mag = (yf * (one | zero).where(1.0, bf).abs().log2()).exp2()
-    y_int = yf.trunc() == yf
-    y_odd = y_int & ((yf * 0.5).trunc() != yf * 0.5)
-    neg = bf < 0
-    # a negative base needs an integer exponent, except -inf (IEEE: (-inf)**y is |(-inf)**y| unless y is an odd integer);
-    # the NaN is a factor of mag only there, so the gradient is NaN there (as torch) and nowhere else
-    bad = neg & (y_int | bf.isinf()).logical_not()
-    ret = neg.where(y_odd.where(-mag, mag * bad.where(math.nan, 1.0)), mag)
-    # 0**y: 0 for y > 0 (as base * [y == 1], so the gradient y * 0**(y-1) is right for y >= 1), inf for y < 0
-    ret = zero.where((yf > 0).where(bf * (yf == 1).where(1.0, 0.0), math.inf), ret)
-    ret = one.where(ret._const(1.0), ret)
-    if dtypes.is_float(out_dt): return ret
-    return ret.round().cast(out_dt)
+    bd, yd = bf.detach(), yf.detach()
+    ret = _pow_float(bd, yd)
+    if not dtypes.is_float(out_dt): return ret.round().cast(out_dt)
+    # the gradient is torch's, given directly: the composition's own has 0 * inf at a zero or infinite base.
+    # d/db = y * b**(y-1), 0 where y is 0; d/dy = ret * ln(b), 0 where b is 0 and y >= 0 (NaN for a negative base)
+    db = (yd == 0).where(0.0, yd * _pow_float(bd, yd - 1))
+    dy = ((bd == 0) & (yd >= 0)).where(0.0, ret * bd.log())
+    return ret._with_gradient((bf, db), (yf, dy))
 
   # *** logical and bitwise ***
 

@@ -58,6 +58,16 @@ def _shrink_grad(ctx: UOp, ret: UOp) -> tuple[UOp]:
   assert ret.src[0].shape is not None
   return (ctx.pad(tuple((b, s - e) for (b, e), s in zip(ret.arg, ret.src[0].shape))),)
 
+def with_gradient(value: UOp, *pairs: tuple[UOp, UOp]) -> UOp:
+  """`value`, whose gradient with respect to each x of `pairs` (x, g) is the output gradient times g (g the shape of
+  value, computed without gradients of its own): DETACH(value, x1, g1, x2, g2, ...). The scheduler drops a DETACH for its
+  first source, so x and g cost nothing unless a gradient asks for them."""
+  return UOp(Ops.DETACH, value.dtype, (value,) + tuple(u for p in pairs for u in p), "grad")
+
+def _detach_grad(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
+  # a plain DETACH has no gradient; with_gradient's form gives x_i the output gradient times g_i
+  return (None,) + tuple(ctx * ret.src[k + 1] if k % 2 else None for k in range(1, len(ret.src)))
+
 LN2 = math.log(2)
 
 pm_gradient = PatternMatcher([
@@ -94,7 +104,7 @@ pm_gradient = PatternMatcher([
   # markers and copies
   (UPat(Ops.CONTIGUOUS, name="ret"), lambda ctx, ret: (ctx,)),
   (UPat(Ops.CONTIGUOUS_BACKWARD, name="ret"), lambda ctx, ret: (ctx.contiguous(),)),
-  (UPat(Ops.DETACH, name="ret"), lambda ctx, ret: (None,)),
+  (UPat(Ops.DETACH, name="ret"), _detach_grad),
   (UPat(Ops.COPY, name="ret"), lambda ctx, ret: (ctx.copy_to_device(ret.src[0].device), None)),
   (UPat(Ops.ASSIGN, name="ret"), lambda ctx, ret: (None, None)),
   (UPat((Ops.BUFFER, Ops.CONST, Ops.DEVICE, Ops.UNIQUE, Ops.BUFFER_VIEW), name="ret"), lambda ctx, ret: (None,) * len(ret.src)),

@@ -16,6 +16,7 @@ from core.tensor.nnops import NNOpsMixin
 from core.tensor.sort import SortMixin
 from core.tensor.interop import InteropMixin, host_array
 from core.tensor.fs import StoreMixin
+from core.tensor.gradient import with_gradient
 from core.tensor.validate import scalar_dtype, check_scalar_fits
 
 _all_lock = threading.Lock()   # Tensor._all is added to and read from any thread
@@ -225,6 +226,10 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
   def cpu(self) -> Tensor: return self.to("CPU")
 
   def detach(self) -> Tensor: return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)), requires_grad=False)
+  def _with_gradient(self, *pairs: tuple[Tensor, Tensor]) -> Tensor:
+    """self's value, whose gradient with respect to each x of `pairs` (x, g) is the output gradient times g: a custom
+    gradient for a composition whose own chain rule would meet 0 * inf (core.tensor.gradient.with_gradient)."""
+    return Tensor._wrap(with_gradient(self.uop, *[(x.uop, g.uop) for x, g in pairs]), *[x for x, _ in pairs])
   def contiguous(self) -> Tensor: return Tensor._wrap(self.uop.contiguous(), self)
   def contiguous_backward(self) -> Tensor: return Tensor._wrap(UOp(Ops.CONTIGUOUS_BACKWARD, self.dtype, (self.uop,)), self)
   def clone(self) -> Tensor:
