@@ -92,7 +92,10 @@ class ReduceMixin:
     d = self - self.mean(axes, keepdim=True)
     if not isinstance(n, int): return (d * d).sum(axes, keepdim) / self._symbolic_count(axes, d.dtype, correction)
     ss = (d * d).sum(axes, keepdim)
-    return ss / (n - correction) if n > correction else _nan_of(ss)
+    if n > correction: return ss / (n - correction)
+    # no degrees of freedom left: numpy and torch divide by 0 (inf, or nan where ss is 0, also in the gradient); made as a
+    # product with the constant inf, so no kernel divides by zero. No elements at all: the NaN constant (_nan_of)
+    return ss * math.inf if n else _nan_of(ss)
   def std(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:  # type: ignore[misc]
     return self.var(axis, keepdim, correction).sqrt()
   def var_mean(self: Tensor, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:  # type: ignore[misc]
