@@ -188,12 +188,16 @@ DTYPES_DICT: dict[str, DType] = {d.name: d for d in dtypes.all}
 ALIASES: dict[str, DType] = {k: v for k, v in vars(dtypes).items() if isinstance(v, DType) and k not in ("default_float", "default_int")}
 
 DTypeLike = Union[str, DType]
+class UnknownDTypeError(ValueError, AttributeError):
+  """A dtype name that names no dtype. Also an AttributeError: tinygrad looks names up as attributes of `dtypes`, so code
+  written for it catches that."""
+
 def to_dtype(x: DTypeLike) -> DType:
   """A DType from a DType, a name ("float32", "half") or a numpy dtype."""
   if isinstance(x, DType): return x
   if isinstance(x, str):
     if (d := ALIASES.get(x.lower())) is not None: return d
-    raise ValueError(f"unknown dtype {x!r}; known: {sorted(DTYPES_DICT)}")
+    raise UnknownDTypeError(f"unknown dtype {x!r}; known: {sorted(DTYPES_DICT)}")
   return from_np(x)
 
 # *** promotion: JAX's lattice (https://jax.readthedocs.io/en/latest/jep/9407-type-promotion.html), no weak types ***
