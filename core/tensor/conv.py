@@ -208,6 +208,7 @@ class ConvMixin:
     if align_corners and mode.startswith("nearest"): raise ValueError("interpolate: align_corners only applies to linear modes")
     size = check_ints("interpolate", "size", size, lo=1)
     if len(size) > self.ndim: raise ValueError(f"Tensor.interpolate: argument 'size' {size} has more dims than the input {self.shape}")
+    if self.dtype is dtypes.uint8 and not mode.startswith("nearest"): return _interpolate_uint8(self, size, align_corners)
     x = self
     for i, out in enumerate(size):
       ax = self.ndim - len(size) + i
@@ -230,3 +231,36 @@ class ConvMixin:
         x = xf.gather(ax, i0.reshape(idx_shape).expand(gshape)) * (1 - w) + xf.gather(ax, i1.reshape(idx_shape).expand(gshape)) * w
     return x.cast(self.dtype) if dtypes.is_float(self.dtype) else x.round().cast(self.dtype) if x.dtype != self.dtype else x
 
+
+def _weight_bits(wmax: float) -> int:
+  # the most fractional bits that keep every weight (at most wmax) below 2**15, at most 22
+  p = 0
+  while p < 22 and int(0.5 + wmax * (1 << (p + 1))) < (1 << 15): p += 1
+  return p
+
+def _interpolate_uint8(x: Tensor, size: Sequence[int], align_corners: bool) -> Tensor:
+  """Linear interpolation of uint8 images as PyTorch's CPU kernel computes it: one axis at a time, last first, each in
+  fixed point (weights rounded to as many fractional bits as stay below 2**15) and rounded half up back to uint8."""
+  from core.tensor.tensor import Tensor
+  for i in range(len(size) - 1, -1, -1):
+    ax, out = x.ndim - len(size) + i, size[i]
+    n = x.shape[ax]
+    if out == n: continue
+    i0s, i1s, ws = [], [], []
+    for o in range(out):
+      src = o * (n - 1) / (out - 1) if align_corners and out > 1 else 0.0 if align_corners else max((o + 0.5) * n / out - 0.5, 0.0)
+      i0 = min(int(src), n - 1)
+      i0s.append(i0)
+      i1s.append(min(i0 + 1, n - 1))
+      ws.append(0.0 if i0 == n - 1 else src - i0)
+    bits = _weight_bits(max(max(ws), max(1 - w for w in ws)))
+    shape = [1] * ax + [out] + [1] * (x.ndim - ax - 1)
+    gshape = list(x.shape)
+    gshape[ax] = out
+    def col(v: list[int]) -> Tensor: return Tensor(v, device=x.device, dtype=dtypes.int32).reshape(shape)
+    w1 = col([int(w * (1 << bits) + 0.5) for w in ws])
+    w0 = col([int((1 - w) * (1 << bits) + 0.5) for w in ws])
+    a = x.gather(ax, col(i0s).expand(gshape)).cast(dtypes.int32)
+    b = x.gather(ax, col(i1s).expand(gshape)).cast(dtypes.int32)
+    x = ((a * w0 + b * w1 + (1 << (bits - 1))) >> bits).clip(0, 255).cast(dtypes.uint8)
+  return x
