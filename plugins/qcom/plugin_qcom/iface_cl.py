@@ -10,17 +10,65 @@ from plugin_qcom.compiler import build
 from plugin_qcom.renderer import CLCaps
 
 class CLMem:
-  """A cl_mem handle; a sub-buffer keeps its parent alive."""
-  __slots__ = ("mem", "size", "parent")
-  def __init__(self, mem: int, size: int, parent: CLMem | None = None):
+  """A cl_mem handle; a sub-buffer keeps its parent alive.
+
+  A whole buffer that kernels read or write as an image keeps that image beside it (`shadow`, made on first use): the driver
+  may have no images over buffers (pocl has not), and copying on every launch would cost a copy per kernel argument. Which of
+  the two holds the current bytes is tracked here, and a copy on the in-order queue is made only when a user needs the other
+  one: a kernel taking the buffer as an image (read_only or write_only), a kernel taking it (or a view of it) as a plain pointer,
+  a copy in or out. Weights read as images are thus copied once, and intermediates an IMAGE=2 kernel writes stay images."""
+  __slots__ = ("mem", "size", "parent", "offset", "shadow", "buf_ok", "img_ok")
+  def __init__(self, mem: int, size: int, parent: CLMem | None = None, offset: int = 0):
     self.mem, self.size, self.parent = mem, size, parent
+    self.offset: int = offset + (parent.offset if parent is not None else 0)   # bytes from the start of the root buffer
+    self.shadow: CLImage | None = None
+    self.buf_ok, self.img_ok = True, False   # the buffer's bytes are current; the shadow's (if any) are
+
   def __del__(self) -> None:
-    # a sub-buffer is released with its handle (the allocator frees only whole buffers)
+    # a sub-buffer is released with its handle (the allocator frees only whole buffers), a shadow image with its buffer
     try:
       if self.parent is not None: cl.lib().clReleaseMemObject(self.mem)
+      self.drop_shadow()
     except (AttributeError, TypeError): pass   # interpreter shutdown
   @property
   def arg(self) -> ctypes.c_void_p: return ctypes.c_void_p(self.mem)
+  @property
+  def root(self) -> CLMem: return self if self.parent is None else self.parent.root
+
+  def drop_shadow(self) -> None:
+    if (img := self.shadow) is not None:
+      self.shadow = None
+      cl.lib().clReleaseMemObject(img.mem)
+
+  def need_buffer(self, queue: int) -> None:
+    """Makes the (root) buffer's bytes current: the shadow image's pixels copied back when a kernel wrote them last."""
+    r = self.root
+    if not r.buf_ok and r.shadow is not None:
+      org, reg = image_region(r.shadow)
+      cl.check("clEnqueueCopyImageToBuffer", cl.lib().clEnqueueCopyImageToBuffer(queue, r.shadow.mem, r.mem, org, reg, 0, 0, None, None))
+    r.buf_ok = True
+
+  def wrote_buffer(self) -> None:
+    """The buffer (or a view of it) was written: the shadow image is stale."""
+    r = self.root
+    r.buf_ok, r.img_ok = True, False
+
+  def need_image(self, ctx: cl.CLContext, shape: tuple[int, int, bool]) -> CLImage:
+    """This whole buffer as an image of `shape` (height, width, half) holding its current bytes."""
+    assert self.parent is None, "a view is staged, not shadowed"
+    if self.shadow is not None and (self.shadow.height, self.shadow.width, self.shadow.half) != shape:
+      self.need_buffer(ctx.queue)
+      self.drop_shadow()
+    if self.shadow is None: self.shadow, self.img_ok = create_image(ctx, *shape), False
+    if not self.img_ok:
+      org, reg = image_region(self.shadow)
+      cl.check("clEnqueueCopyBufferToImage", cl.lib().clEnqueueCopyBufferToImage(ctx.queue, self.mem, self.shadow.mem, 0, org, reg, 0, None, None))
+      self.img_ok = True
+    return self.shadow
+
+  def wrote_image(self) -> None:
+    """A kernel wrote the shadow image: the buffer is stale until someone needs it."""
+    self.buf_ok, self.img_ok = False, True
 
 class CLImage(CLMem):
   """A 2-D RGBA image of `height` x `width` pixels, float or half channels (what IMAGE buffers will live in): read in kernels
@@ -58,25 +106,33 @@ class CLAllocator(LRUAllocator):
                                   options.external_ptr), size)
     try: return CLMem(cl.call_handle("clCreateBuffer", self.ctx.context, cl.CL_MEM_READ_WRITE, size, None), size)
     except cl.CLError as e: raise MemoryError(str(e)) from e
-  def _free(self, opaque: CLMem, options: BufferSpec) -> None: cl.lib().clReleaseMemObject(opaque.mem)
+  def _free(self, opaque: CLMem, options: BufferSpec) -> None:
+    opaque.drop_shadow()
+    cl.lib().clReleaseMemObject(opaque.mem)
+  def free(self, opaque: CLMem, size: int, options: BufferSpec | None = None) -> None:
+    opaque.drop_shadow()   # a buffer kept for reuse keeps no image memory
+    super().free(opaque, size, options)
   def _offset(self, opaque: CLMem, size: int, offset: int) -> CLMem:
     if offset % self.ctx.info.base_align:
       raise NotImplementedError(f"{self.device}: a view at byte offset {offset} is not a multiple of the device's sub-buffer "
                                 f"alignment ({self.ctx.info.base_align} bytes, CL_DEVICE_MEM_BASE_ADDR_ALIGN)")
     region = (ctypes.c_size_t * 2)(offset, size)
     mem = cl.call_handle("clCreateSubBuffer", opaque.mem, cl.CL_MEM_READ_WRITE, cl.CL_BUFFER_CREATE_TYPE_REGION, region)
-    return CLMem(mem, size, opaque)
+    return CLMem(mem, size, opaque, offset)
   def _copyin(self, dest: CLMem, src: memoryview) -> None:
     if isinstance(dest, CLImage): return self._copyin_image(dest, src)
     data = src.cast("B") if not src.readonly else memoryview(bytes(src))
+    if dest.parent is not None or data.nbytes < dest.size: dest.need_buffer(self.ctx.queue)   # the bytes not written stay
     ptr = (ctypes.c_uint8 * data.nbytes).from_buffer(data) if not data.readonly else ctypes.c_char_p(data.tobytes())
     cl.check("clEnqueueWriteBuffer", cl.lib().clEnqueueWriteBuffer(self.ctx.queue, dest.mem, 1, 0, data.nbytes, ptr, 0, None, None))
+    dest.wrote_buffer()
   def _copyout(self, dest: memoryview, src: CLMem) -> None:
     ptr = (ctypes.c_uint8 * dest.nbytes).from_buffer(dest.cast("B"))
     if isinstance(src, CLImage):
       org, reg = image_region(src)
       cl.check("clEnqueueReadImage", cl.lib().clEnqueueReadImage(self.ctx.queue, src.mem, 1, org, reg, 0, 0, ptr, 0, None, None))
       return
+    src.need_buffer(self.ctx.queue)
     cl.check("clEnqueueReadBuffer", cl.lib().clEnqueueReadBuffer(self.ctx.queue, src.mem, 1, 0, dest.nbytes, ptr, 0, None, None))
 
   def alloc_image(self, height: int, width: int, half: bool = False) -> CLImage:
@@ -105,7 +161,7 @@ class CLProgram:
     build(ctx, self.prog, f"the binary of kernel {self.name}")
     self.kernel = cl.call_handle("clCreateKernel", self.prog, self.name.encode())
     self._c = c
-    self.slots, self.images = kernel_args(self.kernel)
+    self.slots, self.images, self.readonly = kernel_args(self.kernel)
     self._staged: dict[int, CLImage] = {}   # argument position -> the image its buffer is staged through (reused per call)
 
   def __del__(self) -> None:
@@ -115,23 +171,36 @@ class CLProgram:
       if (p := self.__dict__.pop("prog", None)) is not None: self._c.clReleaseProgram(p)
     except (AttributeError, TypeError): pass   # interpreter shutdown
 
-  def set_args(self, bufs: tuple[Any, ...], vals: tuple[int, ...]) -> list[tuple[CLImage, int]]:
-    """Sets the arguments; returns the (image, buffer) pairs whose image the kernel writes, to copy back after it runs."""
+  def set_args(self, bufs: tuple[Any, ...], vals: tuple[int, ...]) -> list[tuple[CLImage, int, int]]:
+    """Sets the arguments; returns the (image, buffer, byte offset) of staged views whose image the kernel writes, to copy back after
+    it runs. Whole buffers taken as images use their shadow image (CLMem); their copies are made only when the bytes changed."""
     c = self._c
+    q = self.ctx.queue
     # the schedule passes every buffer of the call in slot order, also one the kernel never uses (it has no parameter then)
     if self.slots is not None and len(bufs) != len(self.slots): bufs = tuple(bufs[s] for s in self.slots)
-    back: list[tuple[CLImage, int]] = []
+    back: list[tuple[CLImage, int, int]] = []
     for i, b in enumerate(bufs):
       if i in self.images and not isinstance(b, CLImage):
-        # an image parameter given a buffer: its bytes are the image's pixels, row by row; the driver has no images over
-        # buffers (cl_khr_image2d_from_buffer), so they are copied into an image here and, when the kernel writes it, back
         (h, w, half), written = self.images[i]
-        if (img := self._staged.get(i)) is None: img = self._staged[i] = create_image(self.ctx, h, w, half)
-        org, reg = image_region(img)
-        mem_b = b.mem if isinstance(b, CLMem) else b
-        cl.check("clEnqueueCopyBufferToImage", c.clEnqueueCopyBufferToImage(self.ctx.queue, mem_b, img.mem, 0, org, reg, 0, None, None))
-        if written: back.append((img, mem_b))
-        b = img
+        if isinstance(b, CLMem) and b.parent is None:
+          shadow = b.need_image(self.ctx, (h, w, half))
+          if written: b.wrote_image()
+          b = shadow
+        else:
+          # a view (or a raw handle): its bytes are copied into an image for this launch and, when the kernel writes it, back;
+          # from the root buffer at the view's offset (pocl crashes copying a sub-buffer to an image)
+          if isinstance(b, CLMem): b.need_buffer(q)
+          if (img := self._staged.get(i)) is None: img = self._staged[i] = create_image(self.ctx, h, w, half)
+          org, reg = image_region(img)
+          mem_b, off = (b.root.mem, b.offset) if isinstance(b, CLMem) else (b, 0)
+          cl.check("clEnqueueCopyBufferToImage", c.clEnqueueCopyBufferToImage(q, mem_b, img.mem, off, org, reg, 0, None, None))
+          if written:
+            back.append((img, mem_b, off))
+            if isinstance(b, CLMem): b.wrote_buffer()
+          b = img
+      elif isinstance(b, CLMem) and not isinstance(b, CLImage):
+        b.need_buffer(q)
+        if self.slots is None or i not in self.readonly: b.wrote_buffer()
       mem = ctypes.c_void_p(b.mem if isinstance(b, CLMem) else b)
       cl.check(f"clSetKernelArg({self.name}, {i})", c.clSetKernelArg(self.kernel, i, ctypes.sizeof(mem), ctypes.byref(mem)))
     for i, v in enumerate(vals, len(bufs)):
@@ -149,9 +218,9 @@ class CLProgram:
       ev = ctypes.c_void_p()
       err = self._c.clEnqueueNDRangeKernel(self.ctx.queue, self.kernel, 3, None, gws, lws, 0, None, ctypes.byref(ev) if wait else None)
       cl.check(f"clEnqueueNDRangeKernel({self.name}, groups {gs}, local {ls})", err)
-      for img, mem in back:
+      for img, mem, off in back:
         org, reg = image_region(img)
-        cl.check("clEnqueueCopyImageToBuffer", self._c.clEnqueueCopyImageToBuffer(self.ctx.queue, img.mem, mem, org, reg, 0, 0, None, None))
+        cl.check("clEnqueueCopyImageToBuffer", self._c.clEnqueueCopyImageToBuffer(self.ctx.queue, img.mem, mem, org, reg, off, 0, None, None))
     if not wait: return None
     try:
       cl.check("clWaitForEvents", self._c.clWaitForEvents(1, ctypes.byref(ev)))
@@ -162,24 +231,29 @@ class CLProgram:
 # RGBA pixels of float; h: half), see OpenCLRenderer.param_name
 ARG_NAME = re.compile(rb"data(\d+)(?:_(\d+)x(\d+)([fh]))?")
 CL_KERNEL_ARG_ACCESS_QUALIFIER, CL_KERNEL_ARG_ACCESS_WRITE_ONLY = 0x1197, 0x11A1
+CL_KERNEL_ARG_TYPE_QUALIFIER, CL_KERNEL_ARG_TYPE_CONST = 0x1199, 1 << 0
 
-def kernel_args(kernel: int) -> tuple[tuple[int, ...] | None, dict[int, tuple[tuple[int, int, bool], bool]]]:
+def kernel_args(kernel: int) -> tuple[tuple[int, ...] | None, dict[int, tuple[tuple[int, int, bool], bool]], frozenset[int]]:
   """(the buffer slot of each `dataN` parameter, or None when the driver keeps no names; {argument position: ((height, width,
-  half), written)} of the image parameters), from the argument info (built with -cl-kernel-arg-info)."""
+  half), written)} of the image parameters; the positions of `const` pointers, which the kernel only reads), from the argument
+  info (built with -cl-kernel-arg-info)."""
   c = cl.lib()
   n = ctypes.c_uint32()
   cl.check("clGetKernelInfo", c.clGetKernelInfo(kernel, cl.CL_KERNEL_NUM_ARGS, 4, ctypes.byref(n), None))
-  slots, images = [], {}
+  slots, images, readonly = [], {}, set()
   for i in range(n.value):
     name = ctypes.create_string_buffer(64)
-    if c.clGetKernelArgInfo(kernel, i, cl.CL_KERNEL_ARG_NAME, 64, name, None) != cl.CL_SUCCESS: return None, {}
+    if c.clGetKernelArgInfo(kernel, i, cl.CL_KERNEL_ARG_NAME, 64, name, None) != cl.CL_SUCCESS: return None, {}, frozenset()
     if (m := ARG_NAME.fullmatch(name.value)) is None: continue
     slots.append(int(m.group(1)))
+    q = ctypes.c_uint64()
     if m.group(2):
-      acc = ctypes.c_uint32()
-      cl.check("clGetKernelArgInfo", c.clGetKernelArgInfo(kernel, i, CL_KERNEL_ARG_ACCESS_QUALIFIER, 4, ctypes.byref(acc), None))
-      images[i] = ((int(m.group(2)), int(m.group(3)), m.group(4) == b"h"), acc.value == CL_KERNEL_ARG_ACCESS_WRITE_ONLY)
-  return (tuple(slots) if slots else None), images   # no dataN names: not one of core's kernels, arguments as given
+      cl.check("clGetKernelArgInfo", c.clGetKernelArgInfo(kernel, i, CL_KERNEL_ARG_ACCESS_QUALIFIER, 4, ctypes.byref(q), None))
+      images[i] = ((int(m.group(2)), int(m.group(3)), m.group(4) == b"h"), q.value == CL_KERNEL_ARG_ACCESS_WRITE_ONLY)
+    else:
+      cl.check("clGetKernelArgInfo", c.clGetKernelArgInfo(kernel, i, CL_KERNEL_ARG_TYPE_QUALIFIER, 8, ctypes.byref(q), None))
+      if q.value & CL_KERNEL_ARG_TYPE_CONST: readonly.add(i)
+  return (tuple(slots) if slots else None), images, frozenset(readonly)   # no dataN names: not one of core's kernels, arguments as given
 
 def event_seconds(ev: ctypes.c_void_p) -> float:
   """The time between a finished command's start and end (profiling is on in every CLContext queue)."""

@@ -198,6 +198,11 @@ class OpenCLRenderer(CStyleRenderer):
     ctx.written = frozenset(u.src[0].src[0] for u in uops if u.op is Ops.STORE and u.src[0].op is Ops.INDEX)
     return CStyleRenderer.render(ctx, name, uops)
 
+  def _const(self, b: UOp) -> str:
+    # a global buffer the kernel never stores to is `const`: the CL interface reads that back (argument info) to know which
+    # buffers a launch leaves unchanged, so an image it keeps of one stays current
+    return "const " if b not in self.written and isinstance(b.dtype, PtrDType) and b.dtype.addrspace == AddrSpace.GLOBAL else ""
+
   def render_kernel(self, name: str, bufs: list[UOp], vars_: list[UOp], prefix: list[str], body: list[str]) -> str:
     # OpenCL C may fuse a*b+c on its own (FP_CONTRACT defaults on): off, so only MULACC (fma) rounds once, as on every backend
     head = ["#pragma OPENCL FP_CONTRACT OFF"]
@@ -205,7 +210,7 @@ class OpenCLRenderer(CStyleRenderer):
     if dtypes.float64 in self.dts: head.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
     if images := [b for b in bufs if isinstance(b.dtype, ImageDType)]: head.append(SAMPLER)
     args = [f"{'write_only' if b in self.written else 'read_only'} image2d_t {self[b]}" if b in images else
-            f"{self.buffer_prefix_for(b.dtype)}{self.render_dtype(b.dtype)}{self.buffer_suffix} {self[b]}" for b in bufs]
+            f"{self.buffer_prefix_for(b.dtype)}{self._const(b)}{self.render_dtype(b.dtype)}{self.buffer_suffix} {self[b]}" for b in bufs]
     args += [f"{self.arg_int_prefix} {self[v]}" for v in vars_]
     attr = "__attribute__((reqd_work_group_size({},{},{}))) ".format(*self.local)
     return "\n".join(head + prefix + [f"{self.kernel_prefix}{attr}void {name}({', '.join(args)}) {{"] + body + ["}"]) + "\n"

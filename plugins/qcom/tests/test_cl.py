@@ -98,3 +98,60 @@ def test_images_create_upload_read_back_and_sample(clctx: Any) -> None:
   np.testing.assert_array_equal(hb, hp)
   wmax, hmax = clctx.info.image2d_max
   with pytest.raises(ValueError, match="exceeds the device's 2-D image limit"): alloc.alloc_image(hmax + 1, 4)
+
+# a kernel reading data0 as a 2x4 image of float pixels and writing data1 = 2 * data0 (pixel by pixel)
+IMG_READ = ("__constant sampler_t smp = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_CLAMP | CLK_FILTER_NEAREST;\n"
+            "__kernel void rd(read_only image2d_t data0_2x4f, __global float4* data1) { int x = get_global_id(0), y = get_global_id(1);\n"
+            "  data1[y*4+x] = 2.0f * read_imagef(data0_2x4f, smp, (int2)(x, y)); }\n")
+# writes data0 as an image: pixel p = (p, p, p, p) + data1[0]
+IMG_WRITE = ("__kernel void wr(write_only image2d_t data0_2x4f, __global const float* data1) { int x = get_global_id(0), y = get_global_id(1);\n"
+             "  write_imagef(data0_2x4f, (int2)(x, y), (float4)(y*4+x) + data1[0]); }\n")
+# adds 1 to every element of data0 through a plain pointer
+PLAIN_ADD = "__kernel void add(__global float* data0) { data0[get_global_id(0)] += 1.0f; }\n"
+
+def test_buffers_used_as_images_keep_a_current_shadow_image(clctx: Any) -> None:
+  """A whole buffer a kernel takes as an image is copied into an image once and reused while nothing writes the buffer; a copy
+  in, a plain kernel's write, or an image write each make the other copy stale, and the next user sees the current bytes."""
+  from plugin_qcom.compiler import CLCompiler
+  from plugin_qcom.iface_cl import CLAllocator, CLProgram
+  alloc, comp = CLAllocator("QCOM", clctx), CLCompiler(clctx)
+  rd, wr, add = (CLProgram(clctx, n, comp.compile(s)) for n, s in (("rd", IMG_READ), ("wr", IMG_WRITE), ("add", PLAIN_ADD)))
+  assert wr.readonly == frozenset({1}) and add.readonly == frozenset() and rd.images == {0: ((2, 4, False), False)}
+  buf, out, one = (alloc.alloc(128, BufferSpec()) for _ in range(3))
+  def put(b: Any, a: np.ndarray) -> None: alloc._copyin(b, memoryview(np.ascontiguousarray(a, np.float32)).cast("B"))
+  def get(b: Any, n: int = 32) -> np.ndarray:
+    r = np.empty(n, np.float32)
+    alloc._copyout(memoryview(r).cast("B"), b)
+    return r
+  def read_twice() -> np.ndarray:
+    rd(buf, out, global_size=(4, 2, 1))
+    return get(out)
+  x = np.random.default_rng(5).integers(-50, 50, 32).astype(np.float32)   # whole numbers: every sum below is exact
+  put(buf, x)
+  np.testing.assert_array_equal(read_twice(), 2 * x)
+  shadow = buf.shadow
+  np.testing.assert_array_equal(read_twice(), 2 * x)
+  assert buf.shadow is shadow and buf.img_ok and buf.buf_ok   # reused: nothing wrote the buffer
+  put(buf, x + 3)                                              # a copy in: the image is stale
+  np.testing.assert_array_equal(read_twice(), 2 * (x + 3))
+  add(buf, global_size=(32, 1, 1))                             # a plain kernel writes the buffer
+  np.testing.assert_array_equal(read_twice(), 2 * (x + 4))
+  put(one, np.full(32, 10))
+  wr(buf, one, global_size=(4, 2, 1))                          # a kernel writes the image: the buffer is stale until needed
+  assert not buf.buf_ok and buf.shadow is shadow
+  want = np.repeat(np.arange(8, dtype=np.float32), 4) + 10
+  np.testing.assert_array_equal(read_twice(), 2 * want)        # an image reader takes the image as it is
+  np.testing.assert_array_equal(get(buf), want)                 # a copy out gets the image's pixels
+  wr(buf, one, global_size=(4, 2, 1))
+  add(buf, global_size=(32, 1, 1))                             # a plain kernel after an image write sees the pixels
+  np.testing.assert_array_equal(get(buf), want + 1)
+  np.testing.assert_array_equal(read_twice(), 2 * (want + 1))
+  view = alloc._offset(buf, 128, 0)                             # a view of it: taken as an image, it is staged per launch
+  wr(buf, one, global_size=(4, 2, 1))
+  rd(view, out, global_size=(4, 2, 1))
+  np.testing.assert_array_equal(get(out), 2 * want)
+  add(view, global_size=(32, 1, 1))                            # a plain write through the view makes the root's image stale
+  np.testing.assert_array_equal(read_twice(), 2 * (want + 1))
+  np.testing.assert_array_equal(get(view), want + 1)
+  alloc.free(buf, 128, BufferSpec())
+  assert buf.shadow is None

@@ -19,14 +19,14 @@ def half_kernel(n: int = 8) -> list[UOp]:
 
 def test_kernel_signature_ids_local_memory_and_barrier() -> None:
   src = OpenCLRenderer().render("rev", lds_kernel(16, 4))
-  assert "__kernel __attribute__((reqd_work_group_size(16,1,1))) void rev(__global float* restrict data0, __global float* restrict data1)" in src
+  assert "__kernel __attribute__((reqd_work_group_size(16,1,1))) void rev(__global float* restrict data0, __global const float* restrict data1)" in src
   assert "int gidx0 = (int)get_group_id(0);" in src and "int lidx0 = (int)get_local_id(0);" in src
   assert "__local float temp0[16];" in src and "barrier(CLK_LOCAL_MEM_FENCE);" in src
 
 def test_adreno_half_is_native() -> None:
   src = OpenCLRenderer(ADRENO).render("h", half_kernel())
   assert src.startswith("#pragma OPENCL FP_CONTRACT OFF\n#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
-  assert "__global half* restrict data0" in src and "vload_half" not in src and "const int k" in src
+  assert "__global half* restrict data0" in src and "__global const half* restrict data1" in src and "vload_half" not in src and "const int k" in src
 
 def test_half_without_fp16_goes_through_vload_half() -> None:
   src = OpenCLRenderer(CLCaps(fp16=False)).render("h", half_kernel())
