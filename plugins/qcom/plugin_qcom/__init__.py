@@ -15,7 +15,7 @@ def is_available() -> bool:
   return os.path.exists("/dev/kgsl-3d0")
 
 def unavailable_reason() -> str:
-  return ("no Adreno kernel driver (/dev/kgsl-3d0), and KGSL+QCOM is not finished anyway; DEV=CL+QCOM runs on any OpenCL driver "
+  return ("no Adreno kernel driver (/dev/kgsl-3d0) (KGSL+QCOM is untested on hardware); DEV=CL+QCOM runs on any OpenCL driver "
           "(apt-get install pocl-opencl-icd ocl-icd-libopencl1), DEV=MOCK+QCOM runs the Adreno command stream in software")
 
 # the one place the OpenCL renderer is built for compile-only use (DEV=NULL:QCOM): Adreno's capabilities (native half, no

@@ -82,10 +82,18 @@ def ib_command(gpuaddr: int, size: int) -> kgsl_command_object:
   """One indirect buffer of `size` bytes at `gpuaddr` for IOCTL_KGSL_GPU_COMMAND's cmdlist."""
   return kgsl_command_object(offset=0, gpuaddr=gpuaddr, size=size, flags=KGSL_CMDLIST_IB, id=0)
 
-def gpu_command(context_id: int, ibs: list[kgsl_command_object], timestamp: int = 0) -> tuple[kgsl_gpu_command, ctypes.Array]:
-  """The IOCTL_KGSL_GPU_COMMAND argument submitting `ibs` on a context (the array is returned to keep it alive)."""
+def memobj(gpuaddr: int, size: int, obj_id: int) -> kgsl_command_object:
+  """One memory object a submission uses, for IOCTL_KGSL_GPU_COMMAND's objlist (the driver keeps it alive until retired)."""
+  return kgsl_command_object(offset=0, gpuaddr=gpuaddr, size=size, flags=KGSL_OBJLIST_MEMOBJ, id=obj_id)
+
+def gpu_command(context_id: int, ibs: list[kgsl_command_object], objs: list[kgsl_command_object] | None = None,
+                timestamp: int = 0) -> tuple[kgsl_gpu_command, tuple[ctypes.Array, ...]]:
+  """The IOCTL_KGSL_GPU_COMMAND argument submitting `ibs` (cmdlist) that use the memory objects `objs` (objlist) on a context;
+  the arrays are returned to keep them alive until the ioctl returns."""
   arr = (kgsl_command_object * len(ibs))(*ibs)
+  objs = objs or []
+  objarr = (kgsl_command_object * len(objs))(*objs)
   cmd = kgsl_gpu_command(flags=0, cmdlist=ctypes.addressof(arr), cmdsize=ctypes.sizeof(kgsl_command_object), numcmds=len(ibs),
-                         objlist=0, objsize=ctypes.sizeof(kgsl_command_object), numobjs=0, synclist=0,
-                         syncsize=ctypes.sizeof(kgsl_command_syncpoint), numsyncs=0, context_id=context_id, timestamp=timestamp)
-  return cmd, arr
+                         objlist=ctypes.addressof(objarr) if objs else 0, objsize=ctypes.sizeof(kgsl_command_object), numobjs=len(objs),
+                         synclist=0, syncsize=ctypes.sizeof(kgsl_command_syncpoint), numsyncs=0, context_id=context_id, timestamp=timestamp)
+  return cmd, (arr, objarr)

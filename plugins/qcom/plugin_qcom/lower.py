@@ -33,11 +33,22 @@ def lower_launch(cmd: UOp) -> UOp:
   w.add(pm4.pkt4(regs.HLSQ_CS_KERNEL_GROUP_X, [1, 1, 1]))
   at = w.add(pm4.load_state6(pm4.ST6_SHADER, pm4.SS6_INDIRECT, pm4.SB6_CS_SHADER, data.code_units))
   w.set(at + pm4.LOAD_STATE6_ADDR_DW, code, 8)
+  if data.immediates: write_immediates(w, data, kernargs)
   at = w.add(pm4.load_state6(pm4.ST6_CONSTANTS, pm4.SS6_INDIRECT, pm4.SB6_CS_SHADER, data.const_units, dst_off=data.const_offset))
   w.set(at + pm4.LOAD_STATE6_ADDR_DW, getaddr(kernargs), 8)
   if data.images: bind_images(w, data, kernargs)
   w.add(pm4.exec_cs(gs))   # type: ignore[arg-type]
   return w.ins()
+
+def write_immediates(w: Words, data: QCOMProgramData, kernargs: UOp) -> None:
+  """The constants a driver binary's code expects (adreno_binary.py) written into the kernarg buffer before it is loaded, one
+  CP_MEM_WRITE per dword (2-byte values share their dword)."""
+  dwords: dict[int, int] = {}
+  for off, n, v in data.immediates: dwords[off // 4] = dwords.get(off // 4, 0) | (v & ((1 << 8 * n) - 1)) << 8 * (off % 4)
+  for dw, v in sorted(dwords.items()):
+    at = w.add(pm4.mem_write(0, [v]))
+    w.set(at + pm4.MEM_WRITE_ADDR_DW, getaddr(kernargs, 4 * dw), 8)
+  w.add(pm4.wait_for_me())   # the writes land before the constants load reads them
 
 def bind_images(w: Words, data: QCOMProgramData, kernargs: UOp) -> None:
   """The descriptors of a kernel's images go into its kernarg buffer after the constants (their BASE dwords hold the images'

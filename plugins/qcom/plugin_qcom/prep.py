@@ -59,6 +59,13 @@ class QCOMProgramData(ProgramData):
   half_regs: int = 0
   images: tuple[ImageArg, ...] = ()
   const_bytes: int = 0   # the constants part of the kernarg buffer (the image descriptors follow it)
+  # from a driver binary (adreno_binary.py): constants the code expects at fixed offsets of the kernarg buffer
+  # ((byte offset, bytes, value)), __local and private memory, the program counter offset, the branch stack depth
+  immediates: tuple[tuple[int, int, int], ...] = ()
+  local_mem: int = 0
+  private_mem: int = 0
+  pc_offset: int = 0
+  branch_stack: int = 0
   @property
   def instrlen(self) -> int: return self.code_size // INSTR_BYTES
   @property
@@ -150,14 +157,51 @@ def image_args(src: str) -> tuple[ImageArg, ...]:
   return tuple(out)
 
 def prep_program(ctx: Any, p: UOp, device: UOp, linear: UOp, binary: UOp) -> UOp:
-  """A compiled PROGRAM -> PROGRAM(DEVICE, BINARY(image)) arg=QCOMProgramData, its slots checked against the kernel's."""
+  """A compiled PROGRAM -> PROGRAM(DEVICE, BINARY(image)) arg=QCOMProgramData, its slots checked against the kernel's. The
+  binary is this plugin's program image (MOCK) or the one Qualcomm's OpenCL driver makes (KGSL: adreno_binary.py)."""
   spec = p.arg
+  params = [u for u in linear.src if u.op is Ops.PARAM]
+  if not binary.arg.startswith(MAGIC): return prep_adreno(device, binary.arg, to_function_name(spec.name), params, len(spec.vars))
   data = read_image(binary.arg)
-  nbufs = sum(1 for u in linear.src if u.op is Ops.PARAM)
+  nbufs = len(params)
   if data.name != to_function_name(spec.name): raise PrepError(f"the image holds kernel {data.name!r}, the program is {spec.name!r}")
   if (data.nbufs, data.nvars) != (nbufs, len(spec.vars)):
     raise PrepError(f"kernel {data.name}: the image has {data.nbufs} buffer and {data.nvars} variable slots, the program {nbufs} and {len(spec.vars)}")
   return UOp(Ops.PROGRAM, src=(device, UOp(Ops.BINARY, arg=binary.arg)), arg=data)
+
+def prep_adreno(device: UOp, lib: bytes, name: str, params: list[UOp], nvars: int) -> UOp:
+  """PROGRAM of a driver binary: the code (uploaded alone, 128-byte padded), the binary's argument offsets for buffers and
+  variables, and the image arguments (shapes from the kernel's image PARAMs, read or written as the binary's slot kinds say)
+  bound through descriptors after the constants, as for MOCK."""
+  from core.ir.dtype import ImageDType
+  from plugin_qcom import adreno_binary as ab
+  b = ab.parse(lib, name)
+  nbufs = len(params)
+  if len(b.args) != nbufs + nvars:
+    raise PrepError(f"kernel {name}: the binary has {len(b.args)} arguments, the program {nbufs} buffers and {nvars} variables")
+  images, ends = [], [16] + [o + n for o, n, _ in b.immediates]
+  for i, (a, p) in enumerate(zip(b.args, params + [None] * nvars)):
+    is_img = p is not None and isinstance(p.dtype, ImageDType)
+    if is_img != (a.kind != ab.ARG_VALUE):
+      raise PrepError(f"kernel {name}: argument {i} is {'an image' if is_img else 'not an image'} in the program, kind {a.kind} in the binary")
+    if is_img:
+      assert p is not None and isinstance(p.dtype, ImageDType)
+      images.append(ImageArg(i, p.dtype.shape[0], p.dtype.shape[1], p.dtype.base.itemsize == 2, a.kind == ab.ARG_IBO))
+    else: ends.append(a.offset + (8 if i < nbufs else 4))
+  const = -(-max(ends) // 16) * 16
+  offs = [a.offset for a in b.args]
+  kernarg = const
+  if images:
+    tex = -(-const // 64) * 64
+    for k, im in enumerate(sorted(images, key=lambda i: (i.written, i.arg))): offs[im.arg] = tex + 4 * (TEX_DWORDS * k + 4)
+    kernarg = tex + 4 * (TEX_DWORDS * len(images) + SAMP_DWORDS)
+  code = b.code + b"\0" * (-len(b.code) % CODE_ALIGN)
+  if len(code) // CODE_ALIGN >= 1 << 10: raise PrepError(f"kernel {name}: code of {len(b.code)} bytes is more than CP_LOAD_STATE6's 1023 units of 128")
+  data = QCOMProgramData(name=name, kernarg_size=kernarg, kernarg_align=16, arg_offsets=tuple(offs), code_offset=0, code_size=len(b.code),
+                         nbufs=nbufs, nvars=nvars, nimages=len(images), full_regs=b.full_regs, half_regs=b.half_regs,
+                         images=tuple(images), const_bytes=const, immediates=b.immediates, local_mem=b.local_mem,
+                         private_mem=b.private_mem, pc_offset=b.pc_offset, branch_stack=b.branch_stack)
+  return UOp(Ops.PROGRAM, src=(device, UOp(Ops.BINARY, arg=code)), arg=data)
 
 # the HCQ contract's prep hook (a prepared PROGRAM no longer matches: the rewrite reaches a fixed point)
 pm_prep_program = PatternMatcher([(compiled_program, prep_program)], name="qcom prep program")

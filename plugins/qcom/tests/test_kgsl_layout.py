@@ -22,9 +22,10 @@ def test_ioctl_numbers_by_hand() -> None:
   assert kgsl.IOCTL_KGSL_DRAWCTXT_CREATE == 0xC0080913 and kgsl.IOCTL_KGSL_DEVICE_WAITTIMESTAMP_CTXTID == 0x400C0907
 
 def test_submission_argument_points_at_the_ibs() -> None:
-  cmd, arr = kgsl.gpu_command(5, [kgsl.ib_command(0x1000, 64), kgsl.ib_command(0x2000, 32)])
+  cmd, (arr, objs) = kgsl.gpu_command(5, [kgsl.ib_command(0x1000, 64), kgsl.ib_command(0x2000, 32)], [kgsl.memobj(0x1000, 4096, 3)])
   assert cmd.numcmds == 2 and cmd.cmdlist == ctypes.addressof(arr) and cmd.cmdsize == 32 and cmd.context_id == 5
   assert arr[1].gpuaddr == 0x2000 and arr[1].size == 32 and arr[1].flags == kgsl.KGSL_CMDLIST_IB
+  assert cmd.numobjs == 1 and cmd.objlist == ctypes.addressof(objs) and objs[0].flags == kgsl.KGSL_OBJLIST_MEMOBJ and objs[0].id == 3
 
 def test_layouts_match_the_header() -> None:
   header = os.environ.get("MSM_KGSL_H")
