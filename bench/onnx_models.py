@@ -3,8 +3,9 @@ convolutions, a transformer encoder) on core against onnxruntime in the same pro
 the ratio core / onnxruntime (the goal: >= 0.8x) for core's eager runner, its Jit replay and a compiled file's replay
 (core.onnx.load_compiled: direct launches, CPU's default, and through the command queues), with each model's ONNX node and kernel
 counts and the machine's load.
-Every runner's output is checked against onnxruntime's before it is timed. Timing is the median of `--repeat` rounds, each as many
-calls as fill `--seconds`; copies in and out are included on both sides.
+Every runner's output is checked against onnxruntime's before it is timed. Each of `--repeat` rounds times every runner in turn for
+`--seconds` (so a busy machine's swings fall on all alike); printed are the median rate and the median of the per-round ratios.
+Copies in and out are included on both sides.
 Run: DEV=CPU python bench/onnx_models.py [--quick] [--models resnet,transformer] [--ort-threads 1]"""
 from __future__ import annotations
 import argparse, os, statistics, sys, tempfile, time
@@ -12,17 +13,22 @@ from typing import Any, Callable
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))   # core from a checkout
 import numpy as np  # noqa: E402
 
-def per_second(fn: Callable[[], Any], seconds: float, repeat: int) -> float:
-  """Calls per second: the median over `repeat` rounds of as many calls as fill `seconds` (one warm-up call first)."""
-  fn()
-  rates = []
+def interleaved_rates(fns: dict[str, Callable[[], Any]], seconds: float, repeat: int) -> tuple[dict[str, float], dict[str, float]]:
+  """Calls per second of each fn and its ratio to the first fn: `repeat` rounds, each timing every fn in turn for `seconds` (one
+  warm-up call first), so a change in the machine's load falls on all of them alike; the medians over the rounds, the ratio taken
+  within each round."""
+  for f in fns.values(): f()
+  rounds: dict[str, list[float]] = {k: [] for k in fns}
   for _ in range(repeat):
-    n, st = 0, time.perf_counter()
-    while (el := time.perf_counter() - st) < seconds or n == 0:
-      fn()
-      n += 1
-    rates.append(n / el)
-  return statistics.median(rates)
+    for k, f in fns.items():
+      n, st = 0, time.perf_counter()
+      while (el := time.perf_counter() - st) < seconds or n == 0:
+        f()
+        n += 1
+      rounds[k].append(n / el)
+  ref = next(iter(rounds.values()))
+  return ({k: statistics.median(v) for k, v in rounds.items()},
+          {k: statistics.median(a / b for a, b in zip(v, ref)) for k, v in rounds.items()})
 
 def bench_model(name: str, seconds: float, repeat: int, ort_threads: int) -> dict[str, Any]:
   import onnxruntime as ort
@@ -52,10 +58,9 @@ def bench_model(name: str, seconds: float, repeat: int, ort_threads: int) -> dic
     np.testing.assert_allclose(fns[k](), want, rtol=1e-4, atol=1e-5, err_msg=f"{name}: {k} differs from onnxruntime")
   batch = shape[0]
   load = os.getloadavg()[0]
-  # eager calls take milliseconds: fewer rounds of them
-  rates = {k: batch * per_second(f, seconds, repeat if k != "eager" else max(1, repeat // 2)) for k, f in fns.items()}
+  rates, ratios = interleaved_rates(fns, seconds, repeat)
   return {"model": name, "shape": shape, "nodes": len(model.graph.node), "kernels": len(step.items),
-          "load": (load + os.getloadavg()[0]) / 2, **rates}
+          "load": (load + os.getloadavg()[0]) / 2, **{k: batch * v for k, v in rates.items()}, "ratio": ratios}
 
 COLS = ("eager", "Jit", "compiled", "compiled+queues")
 
@@ -64,14 +69,15 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--quick", action="store_true", help="short rounds (a smoke run, not a measurement)")
   p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {','.join(MODELS)}")
-  p.add_argument("--seconds", type=float, default=1.0, help="length of one timing round")
-  p.add_argument("--repeat", type=int, default=5, help="timing rounds (the median is printed)")
+  p.add_argument("--seconds", type=float, default=0.25, help="how long each runner is timed in one round")
+  p.add_argument("--repeat", type=int, default=9, help="timing rounds (the medians are printed)")
   p.add_argument("--ort-threads", type=int, default=0, help="onnxruntime's intra-op threads (0: its default, all cores)")
   a = p.parse_args(argv)
   seconds, repeat = (0.05, 1) if a.quick else (a.seconds, a.repeat)
   from core import Device
   print(f"device {Device.DEFAULT}, onnxruntime intra-op threads {a.ort_threads or 'default'}, {os.cpu_count()} CPUs; "
-        f"inferences/s (median of {repeat}) and the ratio to onnxruntime; load: the 1-minute load average while measuring")
+        f"inferences/s (median of {repeat} interleaved rounds) and the ratio to onnxruntime (median of the rounds' ratios); "
+        "load: the 1-minute load average while measuring")
   print(f"{'model':12s} {'input':10s} {'nodes':>5s} {'kernels':>7s} {'load':>5s} {'onnxruntime':>11s} " +
         " ".join(f"{c:>22s}" for c in COLS))
   rows = []
@@ -80,7 +86,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     rows.append(r)
     ref = r["onnxruntime"]
     print(f"{name:12s} {'x'.join(map(str, r['shape'])):10s} {r['nodes']:5d} {r['kernels']:7d} {r['load']:5.1f} {ref:11.1f} " +
-          " ".join(f"{r[c]:15.1f} {r[c] / ref:5.2f}x" for c in COLS))
+          " ".join(f"{r[c]:15.1f} {r['ratio'][c]:5.2f}x" for c in COLS))
   return rows
 
 if __name__ == "__main__": main()
