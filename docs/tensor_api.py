@@ -74,10 +74,6 @@ DIFFERENCES = {
   "__dlpack__": "always host memory (a copy from devices without host-visible memory)",
   "data": "a copy of the bytes (tinygrad: a memoryview of the buffer)",
   "fmod": "not exact when |x / y| is beyond float precision (1e20 fmod 3): no exact float remainder yet",
-  "pow": "gradients at a zero or infinite base (and d/dy at a zero base) differ from tinygrad in six edge cases",
-  "interpolate": "uint8 bilinear results can round differently from tinygrad",
-  "sum": "dtype='' raises ValueError (unknown dtype), not tinygrad's AttributeError",
-  "prod": "dtype='' raises ValueError (unknown dtype), not tinygrad's AttributeError",
   "gather": "an index outside [0, n) reads 0, as in tinygrad (torch raises); CHECK_BOUNDS=1 raises IndexError (see Index bounds)",
   "one_hot": "a value outside [0, num_classes) gives an all-zero row, as in tinygrad; CHECK_BOUNDS=1 raises IndexError",
   "scatter": "an index outside [0, n) writes nothing; CHECK_BOUNDS=1 raises IndexError",
@@ -87,6 +83,9 @@ DIFFERENCES = {
   "fs_store": "BLAKE2b-128 chunk hashes in a local folder (CORE_FS_DIR); tinygrad hashes on the device and can use a remote store, so roots differ from tinygrad's",
   "fs_load": "reads the local store only (CORE_FS_DIR); a chunk that fails its hash raises core.tensor.fs.CorruptChunk",
   "training": "a class-level switch only (Tensor.training), not an attribute of each tensor",
+  "pow": "the gradient is torch's at every point (d/db = y*b**(y-1), 0 where y is 0; d/dy = b**y*ln(b), 0 where b is 0 and y >= 0)",
+  "interpolate": "uint8 linear modes compute as PyTorch's CPU kernel: per axis (last first) in fixed point, rounded half up",
+  "bitwise_or": "a Python int operand beyond the tensor's int dtype promotes it (int32 | 0xFFFFFFFF is int64 4294967295; tinygrad and torch wrap to -1)",
   "full": "an int fill_value beyond int32 gives int64 (uint64 beyond that), as tinygrad's arange; one that doesn't fit an explicit dtype raises ValueError",
 }
 
@@ -120,6 +119,22 @@ Python scalars: an int beyond int32 becomes int64 (then uint64) where no dtype i
 `Tensor(2**40)`, `Tensor([2**40])`); as an operand of an int tensor it promotes the op (`int32_t + 2**40` is int64,
 `uint8_t == -1` compares in int32); an int that doesn't fit an explicitly given dtype, or any 64-bit dtype, raises
 `ValueError`.
+"""
+
+# what tinygrad's own Tensor API tests show (tools/tinygrad_compat), after the bad-input rules
+TINYGRAD_TESTS = """## Differences from tinygrad
+
+`python tools/tinygrad_compat/run.py` runs tinygrad's own Tensor API test files, test/backend/test_ops.py (427 tests,
+against PyTorch) and test/test_tiny.py (21), against core through a `tinygrad` shim that only maps names (docs/tinygrad-compat.md).
+Measured on DEV=CPU: 418 of 427 and 19 of 21 pass, 437 of 448 (97.5%); of the 439 that tinygrad itself runs on its CPU
+device, 437 (99.5%). Every test that does not pass, and why:
+
+| test | why |
+|---|---|
+| `test_ops` `TestOps.test_int_or` | deliberate: a Python int that doesn't fit the tensor's int dtype promotes the op (`int32 \\| 0xFFFFFFFF` is int64 4294967295, see "Python scalars" above); tinygrad and torch wrap it to int32 (-1), numpy raises OverflowError |
+| `test_ops` `TestOps.test_sigmoid_alt_extreme` | deliberate: `exp(300) / (1 + exp(300))` is inf/inf, NaN in IEEE float32 as in numpy and torch (value and gradient); tinygrad's simplifier rewrites `x * (1/(1+x))` to `1 - 1/(1+x)` and gets 1 with gradient 0. `Tensor.sigmoid` itself is exact at any input |
+| `test_ops` `test_max_nan`, `test_pow_int`, `test_large_bs_conv`, `test_large_ic_conv`, `test_sd_big_conv`, `test_conv2d_bs_4_cin_1`, `test_conv2d_bs_4_cin_3` | skipped by the file itself on every device (`@unittest.skip`: broken, not supported, slow, redundant) |
+| `test_tiny` `test_image`, `test_beam_image` | skipped by the file itself off tinygrad's CL device (IMAGE kernels) |
 """
 
 SECTIONS = [("CreationMixin", "Creation"), ("RandomMixin", "Random numbers"), ("MovementMixin", "Movement"), ("IndexingMixin", "Indexing"),
@@ -159,7 +174,7 @@ def render() -> str:
       text = _summary(Tensor, n).replace("|", "\\|")
       out.append(f"| `{n}` | {text} | {DIFFERENCES.get(n, 'as tinygrad').replace('|', chr(92) + '|')} |")
     out.append("")
-  return "\n".join(out + [BAD_INPUT])
+  return "\n".join(out + [BAD_INPUT, TINYGRAD_TESTS])
 
 if __name__ == "__main__":
   OUT.write_text(render())

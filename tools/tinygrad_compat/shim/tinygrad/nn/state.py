@@ -1,0 +1,2 @@
+"""tinygrad.nn.state: core's state helpers."""
+from core.tensor.nn.state import *  # noqa: F403
