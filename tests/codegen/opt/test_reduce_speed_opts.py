@@ -12,7 +12,7 @@ from core.engine.run import buffer_of
 from core.codegen.program import get_program, program_uops, program_source
 from core.codegen.opt import Kernel, OptOps, apply_opts
 from core.codegen.opt.kernel import range_size
-from core.codegen.opt.heuristic import hand_coded
+from core.codegen.opt.heuristic import hand_coded, _divmod_in
 from core.codegen.opt.expander import expand_kernel
 
 U, R, T = OptOps.UPCAST, OptOps.UNROLL, OptOps.THREAD
@@ -143,7 +143,10 @@ def test_channel_sum_of_a_pooling_gradient_does_not_gather_across_channels():
   out = gx.sum(axis=(0, 2, 3))
   last = _kernels(out)[-1]
   k = hand_coded(Kernel(last.ast, AVX2()))
-  assert not any(o.op is U for o in k.applied), k.applied
+  # lanes across c only where no load reaches c through div/mod (the index push-down of reshapes now leaves these affine)
+  c = Kernel(last.ast).of_type(AxisType.LOOP)[0]
+  loads = [u for u in last.ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
+  if any(_divmod_in(ld.src[0].src[1], c) for ld in loads): assert not any(o.op is U for o in k.applied), k.applied
   assert len(expand_kernel(k.ast).toposort()) < 400
   # numpy: each window's gradient goes to its maximum (no ties in random normals)
   win = xn.reshape(8, 16, 2, 2, 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(8, 16, 2, 2, 4)
