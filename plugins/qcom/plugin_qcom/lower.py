@@ -24,7 +24,7 @@ def lower_launch(cmd: UOp) -> UOp:
   w = Words()
   w.add(pm4.set_marker(pm4.RM6_COMPUTE))
   w.add(pm4.pkt4(regs.SP_CS_CTRL_REG0, [regs.cs_ctrl_reg0(data.full_regs, data.half_regs)]))
-  w.add(pm4.pkt4(regs.SP_CS_CONFIG, [regs.SP_CS_CONFIG_ENABLED]))
+  w.add(pm4.pkt4(regs.SP_CS_CONFIG, [regs.cs_config(len(data.read_images), 1 if data.read_images else 0, len(data.written_images))]))
   w.add(pm4.pkt4(regs.HLSQ_CS_CNTL, [regs.HLSQ_CS_CNTL_ENABLED | -(-(data.const_offset + data.const_units) // 4)]))
   at = w.add(pm4.pkt4(regs.SP_CS_OBJ_START, [0, 0]))
   w.set(at + 1, code, 8)
@@ -71,6 +71,15 @@ def bind_images(w: Words, data: QCOMProgramData, kernargs: UOp) -> None:
     if n == 0: continue
     at = w.add(pm4.load_state6(st, pm4.SS6_INDIRECT, sb, n))
     w.set(at + pm4.LOAD_STATE6_ADDR_DW, getaddr(kernargs, off), 8)
+  # the shader finds them through these registers (as freedreno programs them for a compute shader's textures and IBOs)
+  bases = [(regs.SP_CS_TEX_CONST, nread, tex), (regs.SP_CS_TEX_SAMP, 1 if nread else 0, data.sampler_offset),
+           (regs.SP_CS_IBO, len(data.written_images), tex + 4 * descriptors.TEX_DWORDS * nread)]
+  for reg, n, off in bases:
+    if n == 0: continue
+    at = w.add(pm4.pkt4(reg, [0, 0]))
+    w.set(at + 1, getaddr(kernargs, off), 8)
+  w.add(pm4.pkt4(regs.SP_CS_TEX_COUNT, [nread]))
+  w.add(pm4.pkt4(regs.SP_CS_IBO_COUNT, [len(data.written_images)]))
 
 def lower_signal(signal: UOp, value: UOp) -> UOp:
   v = const_value(value)

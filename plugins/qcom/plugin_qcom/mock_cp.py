@@ -61,6 +61,7 @@ class CommandProcessor:
     self.textures: list[list[int]] = []   # TEX_CONST descriptors (SB6_CS_TEX constants), read images
     self.samplers: list[list[int]] = []   # TEX_SAMP descriptors (SB6_CS_TEX shader state)
     self.ibos: list[list[int]] = []       # storage image descriptors (ST6_IBO of SB6_CS_SHADER), written images
+    self.loaded_from: dict[str, int] = {}  # "texture"/"sampler"/"IBO" -> the address that state was loaded from
     self.executed: list[str] = []        # packet names run, newest last (tests and fault reports read it)
 
   def reg(self, r: int, offset: int) -> int:
@@ -133,11 +134,13 @@ class CommandProcessor:
       state = [words[k:k + n] for k in range(0, len(words), n)]
       if st == pm4.ST6_CONSTANTS: self.textures = state
       else: self.samplers = state
+      self.loaded_from["texture" if st == pm4.ST6_CONSTANTS else "sampler"] = addr
       return
     if block != pm4.SB6_CS_SHADER: raise PacketError(f"byte {off}: CP_LOAD_STATE6_FRAG state block {block:#x}; compute loads SB6_CS_SHADER (0xd) and SB6_CS_TEX (0x5)")
     if st == pm4.ST6_IBO:
       words = list(struct.unpack(f"<{descriptors.TEX_DWORDS * units}I", self.mem.read(addr, 4 * descriptors.TEX_DWORDS * units)))
       self.ibos = [words[k:k + descriptors.TEX_DWORDS] for k in range(0, len(words), descriptors.TEX_DWORDS)]
+      self.loaded_from["IBO"] = addr
       return
     if st == pm4.ST6_SHADER:
       self.mem.span(addr, 128 * units)
@@ -172,6 +175,21 @@ class CommandProcessor:
     if images: self.launch(code, bufs, vals, groups, local, images)
     else: self.launch(code, bufs, vals, groups, local)
 
+  def check_bases(self, nread: int, nwrite: int, name: str, off: int) -> None:
+    """The registers the shader finds its descriptors through must point where they were loaded from, with the counts."""
+    wanted = [("texture", regs.SP_CS_TEX_CONST, nread), ("sampler", regs.SP_CS_TEX_SAMP, 1 if nread else 0), ("IBO", regs.SP_CS_IBO, nwrite)]
+    for kind, r, n in wanted:
+      if n == 0: continue
+      at = self.reg(r, off) | self.reg(r + 1, off) << 32
+      if at != self.loaded_from.get(kind):
+        raise PacketError(f"byte {off}: kernel {name}: {regs.NAMES[r][:-3]} is {at:#x}, but its {kind} descriptors were loaded from "
+                          f"{self.loaded_from.get(kind, 0):#x}")
+    cfg = self.reg(regs.SP_CS_CONFIG, off)
+    counts = (cfg >> 9 & 0xFF, cfg >> 17 & 0x1F, cfg >> 22 & 0x7F, self.reg(regs.SP_CS_TEX_COUNT, off), self.reg(regs.SP_CS_IBO_COUNT, off))
+    if counts != (nread, 1 if nread else 0, nwrite, nread, nwrite):
+      raise PacketError(f"byte {off}: kernel {name} reads {nread} and writes {nwrite} images, but SP_CS_CONFIG NTEX/NSAMP/NIBO and "
+                        f"SP_CS_TEX_COUNT/IBO_COUNT say {counts}")
+
   def bind_images(self, args: tuple, name: str, off: int) -> dict[int, descriptors.Image]:
     """The kernel's image arguments bound to the loaded descriptors: its read images to the textures in order, its written
     ones to the IBOs; each must describe the image the kernel declares, in device memory."""
@@ -183,6 +201,7 @@ class CommandProcessor:
     if reads:
       if not self.samplers: raise PacketError(f"byte {off}: kernel {name} reads images but no sampler is loaded")
       descriptors.check_sampler(self.samplers[0], f"byte {off}: sampler 0")
+    self.check_bases(len(reads), len(writes), name, off)
     out = {}
     for kind, group, state in (("texture", reads, self.textures), ("IBO", writes, self.ibos)):
       for k, a in enumerate(group):

@@ -123,7 +123,7 @@ def read_image(image: bytes) -> QCOMProgramData:
   if kernarg != want: raise PrepError(f"kernarg size {kernarg} for {nbufs} buffers, {nvars} variables and {nimages} images; the layout needs {want}")
   if -(-code_size // CODE_ALIGN) >= 1 << 10: raise PrepError(f"code of {code_size} bytes is more than CP_LOAD_STATE6's 1023 units of 128")
   name = image[HEADER.size:HEADER.size + name_len].decode()
-  return QCOMProgramData(name=name, kernarg_size=kernarg, kernarg_align=16, arg_offsets=offs, code_offset=code_off, code_size=code_size,
+  return QCOMProgramData(name=name, kernarg_size=kernarg, kernarg_align=64 if images else 16, arg_offsets=offs, code_offset=code_off, code_size=code_size,
                          const_offset=const_off, nbufs=nbufs, nvars=nvars, nimages=nimages, full_regs=full, half_regs=half,
                          images=tuple(images), const_bytes=const)
 
@@ -197,7 +197,7 @@ def prep_adreno(device: UOp, lib: bytes, name: str, params: list[UOp], nvars: in
     kernarg = tex + 4 * (TEX_DWORDS * len(images) + SAMP_DWORDS)
   code = b.code + b"\0" * (-len(b.code) % CODE_ALIGN)
   if len(code) // CODE_ALIGN >= 1 << 10: raise PrepError(f"kernel {name}: code of {len(b.code)} bytes is more than CP_LOAD_STATE6's 1023 units of 128")
-  data = QCOMProgramData(name=name, kernarg_size=kernarg, kernarg_align=16, arg_offsets=tuple(offs), code_offset=0, code_size=len(b.code),
+  data = QCOMProgramData(name=name, kernarg_size=kernarg, kernarg_align=64 if images else 16, arg_offsets=tuple(offs), code_offset=0, code_size=len(b.code),
                          nbufs=nbufs, nvars=nvars, nimages=len(images), full_regs=b.full_regs, half_regs=b.half_regs,
                          images=tuple(images), const_bytes=const, immediates=b.immediates, local_mem=b.local_mem,
                          private_mem=b.private_mem, pc_offset=b.pc_offset, branch_stack=b.branch_stack)

@@ -202,3 +202,49 @@ def test_launch_binds_images_with_load_state6_packets() -> None:
   assert fields == [(pm4.ST6_CONSTANTS, pm4.SS6_INDIRECT, pm4.SB6_CS_TEX, 1), (pm4.ST6_SHADER, pm4.SS6_INDIRECT, pm4.SB6_CS_TEX, 1),
                     (pm4.ST6_IBO, pm4.SS6_INDIRECT, pm4.SB6_CS_SHADER, 1)]
   assert [c for c, _ in heads].index(pm4.CP_WAIT_FOR_ME) < [c for c, _ in heads].index(pm4.CP_LOAD_STATE6_FRAG)
+
+def test_launch_points_the_shader_at_the_descriptors() -> None:
+  """SP_CS_TEX_CONST / SP_CS_TEX_SAMP / SP_CS_IBO hold where each kind of descriptor was loaded from (freedreno's a6xx.xml:
+  0xa9e6, 0xa9e2, 0xa9f2, 64-bit), SP_CS_TEX_COUNT (0xa9ba) and SP_CS_IBO_COUNT (0xaa00) the counts, and SP_CS_CONFIG the
+  counts in NTEX (16:9), NSAMP (21:17), NIBO (28:22)."""
+  from core.hcq.queue_ir import Words, getaddr
+  from core.ir.dtype import dtypes
+  from core.ir.ops import UOp
+  from plugin_qcom import lower, pm4, regs
+  from plugin_qcom.prep import ImageArg, build_image, read_image
+  # two read images and one written: the textures at 64, the sampler after the three descriptors, the IBO after the textures
+  images = (ImageArg(0, 2, 8, False, True), ImageArg(1, 3, 4, False, False), ImageArg(2, 1, 4, False, False))
+  data = read_image(build_image("k", b"x" * 8, 3, 0, images))
+  assert data.kernarg_align == 64 and data.tex_offset == 64   # SP_CS_TEX_CONST needs a 64-byte aligned address
+  kb = UOp.new_buffer("QCOM", 512, dtypes.uint8)
+  w = Words()
+  lower.bind_images(w, data, kb)
+  patch_at = dict(w.patches)
+  writes, i = {}, 0
+  while i < len(w.words):
+    h = pm4.decode_header(w.words[i], 4 * i)
+    if h.kind == 4: writes[h.code] = (i + 1, w.words[i + 1:i + 1 + h.count])
+    i += 1 + h.count
+  for reg, off in ((regs.SP_CS_TEX_CONST, 64), (regs.SP_CS_TEX_SAMP, 64 + 3 * 64), (regs.SP_CS_IBO, 64 + 2 * 64)):
+    at, body = writes[reg]
+    assert len(body) == 2 and patch_at[4 * at] is getaddr(kb, off).cast(dtypes.uint64), hex(reg)
+  assert writes[regs.SP_CS_TEX_COUNT][1] == [2] and writes[regs.SP_CS_IBO_COUNT][1] == [1]
+  assert (regs.SP_CS_TEX_CONST, regs.SP_CS_TEX_SAMP, regs.SP_CS_IBO, regs.SP_CS_TEX_COUNT, regs.SP_CS_IBO_COUNT) == (0xA9E6, 0xA9E2, 0xA9F2, 0xA9BA, 0xAA00)
+  assert regs.cs_config(2, 1, 1) == 1 << 8 | 2 << 9 | 1 << 17 | 1 << 22
+
+def test_processor_refuses_descriptor_registers_that_point_elsewhere() -> None:
+  from plugin_qcom import regs
+  from plugin_qcom.mock_cp import CommandProcessor, Memory
+  cp = CommandProcessor(Memory(), lambda *a: None)
+  cp.loaded_from = {"texture": 0x1000, "sampler": 0x1100, "IBO": 0x1040}
+  good = {regs.SP_CS_TEX_CONST: 0x1000, regs.SP_CS_TEX_CONST + 1: 0, regs.SP_CS_TEX_SAMP: 0x1100, regs.SP_CS_TEX_SAMP + 1: 0,
+          regs.SP_CS_IBO: 0x1040, regs.SP_CS_IBO + 1: 0, regs.SP_CS_CONFIG: regs.cs_config(1, 1, 1), regs.SP_CS_TEX_COUNT: 1, regs.SP_CS_IBO_COUNT: 1}
+  cp.regs = dict(good)
+  cp.check_bases(1, 1, "k", 0)   # consistent: no error
+  cp.regs[regs.SP_CS_TEX_CONST] = 0x2000
+  with pytest.raises(PacketError, match="SP_CS_TEX_CONST is 0x2000, but its texture descriptors were loaded from 0x1000"): cp.check_bases(1, 1, "k", 0)
+  cp.regs = {**good, regs.SP_CS_CONFIG: regs.cs_config(1, 1, 0)}
+  with pytest.raises(PacketError, match=r"writes 1 images, but SP_CS_CONFIG NTEX/NSAMP/NIBO and SP_CS_TEX_COUNT/IBO_COUNT say \(1, 1, 0, 1, 1\)"):
+    cp.check_bases(1, 1, "k", 0)
+  cp.regs = {k: v for k, v in good.items() if k != regs.SP_CS_IBO}
+  with pytest.raises(PacketError, match="before SP_CS_IBO_LO was written"): cp.check_bases(1, 1, "k", 0)
