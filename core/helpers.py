@@ -144,6 +144,7 @@ VIZ = ContextVar("VIZ", 0)   # record every rewrite pass for the web page of cor
 BEAM, NOOPT, JIT = ContextVar("BEAM", 0), ContextVar("NOOPT", 0), ContextVar("JIT", 1)
 # training mode (dropout, BatchNorm batch statistics, optimizer steps): the one switch behind Tensor.training and Tensor.train()
 TRAINING = ContextVar("TRAINING", 0)
+LIFT_CONSTS = ContextVar("LIFT_CONSTS", 1)   # float literals are kernel arguments: kernels differing only in them compile once
 IMAGE = ContextVar("IMAGE", 0)   # 1: kernels read their input buffers as 2-D images where the renderer has them; 2: also write them
 # seconds the host waits on an HCQ signal before raising core.hcq.HCQError (a float: HCQ_TIMEOUT=0.5 works)
 HCQ_TIMEOUT = ContextVar("HCQ_TIMEOUT", 120.0)  # type: ignore[arg-type]

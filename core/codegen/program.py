@@ -1,5 +1,6 @@
 """Kernel AST -> PROGRAM(SINK, DEVICE, LINEAR, SOURCE[, BINARY]): lower, linearize, render and compile a kernel for one device."""
 from __future__ import annotations
+import dataclasses, math, struct
 from dataclasses import dataclass, field
 from typing import Any
 from core.ir.dtype import PtrDType, dtypes
@@ -7,7 +8,7 @@ from core.ir.ops import UOp, Ops, GroupOp
 from core.ir.pattern import UPat, graph_rewrite
 from core.codegen.lowerer import lower_kernel
 from core.codegen.linearize import linearize, finalize
-from core.helpers import SPEC, VIZ, IMAGE, prod
+from core.helpers import LIFT_CONSTS, LRUCache, SPEC, VIZ, IMAGE, prod
 
 @dataclass(frozen=True)
 class ProgramSpec:
@@ -18,6 +19,36 @@ class ProgramSpec:
   vars: tuple[UOp, ...] = ()
   outs: tuple[int, ...] = (0,)
   estimates: dict[str, int] = field(default_factory=dict, compare=False)
+  # values of the variables that stand for the kernel's float literals (lift_constants), by variable arg: fixed per kernel
+  consts: tuple[tuple[Any, int], ...] = ()
+
+def launch_vals(spec: ProgramSpec, by_arg: dict[Any, int]) -> tuple[int, ...]:
+  """The kernel's variable values in `spec.vars` order: its lifted literals, then the caller's variables by (name, min, max)."""
+  fixed = dict(spec.consts)
+  try: return tuple([fixed[v.arg] if v.arg in fixed else by_arg[v.arg] for v in spec.vars])
+  except KeyError as e: raise RuntimeError(f"kernel {spec.name} needs a value for variable {e.args[0][0]!r}") from None
+
+# *** float literals as kernel arguments: kernels that differ only in them (x + 0.5, x + 0.25) are one compiled program ***
+
+LIT_PREFIX = "_lit"   # the lifted variables' names: _lit0, _lit1, ... in the kernel's own order (reserved)
+# kept as literals: values rewrite rules and identities look for (x * 1, x + 0, x * -1), and the non-finite ones
+_KEEP_LITERAL = (0.0, 1.0, -1.0)
+# a kernel with more literals than this keeps them all: it is math with fixed coefficients (an erf polynomial), not a user's
+# scalar, and every variable is a launch argument (METAL binds each in its own buffer slot, 31 in all)
+MAX_LIFTED = 8
+
+def lift_constants(ast: UOp) -> tuple[UOp, tuple[tuple[Any, int], ...]]:
+  """`ast` with each distinct float32 literal (other than 0, 1, -1, inf, nan) read from an int32 kernel variable bitcast to
+  float, numbered in graph order, and the variables' values (the literals' bits); unchanged when it has more than
+  MAX_LIFTED. Equal kernels but for those literals map to one AST, so codegen and compile caches keyed by it serve every value."""
+  lits = [u for u in ast.toposort() if u.op is Ops.CONST and u.dtype is dtypes.float32 and math.isfinite(u.arg) and u.arg not in _KEEP_LITERAL]
+  if not lits or len(lits) > MAX_LIFTED: return ast, ()
+  sub, consts = {}, []
+  for i, c in enumerate(lits):
+    v = UOp.variable(f"{LIT_PREFIX}{i}", -2**31, 2**31 - 1, dtypes.int32)
+    sub[c] = v.bitcast(dtypes.float32)
+    consts.append((v.arg, struct.unpack("<i", struct.pack("<f", c.arg))[0]))
+  return ast.substitute(sub), tuple(consts)
 
 # PROGRAM's sources, in order; later stages fill later ones (get_program: the first four, compile_program: BINARY)
 def program_device(p: UOp) -> str: return p.src[1].arg
@@ -49,9 +80,20 @@ def _estimate(uops: list[UOp], threads: int = 1) -> dict[str, int]:
       if isinstance(base.dtype, PtrDType) and base.op is Ops.PARAM: mem += trips[-1] * (u.dtype if u.op is Ops.LOAD else u.src[1].dtype).itemsize
   return {"ops": ops, "mem": mem}
 
+# programs of lifted ASTs by (AST, renderer, optimize): what kernels differing only in float literals share
+_lifted_programs: LRUCache = LRUCache("lifted_programs", 512)
+
 def get_program(ast: UOp, renderer: Any, optimize: bool = True) -> UOp:
   """PROGRAM(ast, DEVICE, LINEAR, SOURCE) arg=ProgramSpec: optimize (unless `optimize` is False: the AST already carries its
-  opts), lower the kernel `ast` (a SINK whose arg is the kernel name) and render it with `renderer`."""
+  opts), lower the kernel `ast` (a SINK whose arg is the kernel name) and render it with `renderer`. With LIFT_CONSTS (the
+  default) its float literals are kernel arguments (lift_constants): kernels that differ only in them share one PROGRAM
+  (its first source is then the lifted AST) but for the spec's `consts`, this kernel's values."""
+  if not LIFT_CONSTS: return _program(ast, renderer, optimize)
+  lifted, consts = lift_constants(ast)
+  if (prog := _lifted_programs.get(key := (lifted, renderer, optimize))) is None: prog = _lifted_programs[key] = _program(lifted, renderer, optimize)
+  return prog.replace(arg=dataclasses.replace(prog.arg, consts=consts)) if consts else prog
+
+def _program(ast: UOp, renderer: Any, optimize: bool) -> UOp:
   name = ast.arg or "kernel"
   if VIZ:
     from core.ir.rewrite_log import kernel
@@ -90,6 +132,11 @@ def _get_program(ast: UOp, renderer: Any, optimize: bool, name: str) -> UOp:
 compiled_program = UPat(Ops.PROGRAM, src=(UPat(Ops.SINK), UPat(Ops.DEVICE, name="device"), UPat(Ops.LINEAR, name="linear"), UPat(Ops.SOURCE),
                                           UPat(Ops.BINARY, name="binary")), name="p")
 
+# binaries by (compiler, source) in this process: kernels that differ only in their lifted literals share one source
+_binaries: LRUCache = LRUCache("binaries", 512, 256 << 20, len)
+
 def compile_program(p: UOp, compiler: Any) -> UOp:
   """The PROGRAM with its BINARY: the compiler's output for its SOURCE (from the compiler's disk cache when it has it)."""
-  return p if len(p.src) == 5 else p.replace(src=p.src + (UOp(Ops.BINARY, arg=compiler.compile_cached(program_source(p))),))
+  if len(p.src) == 5: return p
+  if (binary := _binaries.get(key := (compiler, program_source(p)))) is None: binary = _binaries[key] = compiler.compile_cached(key[1])
+  return p.replace(src=p.src + (UOp(Ops.BINARY, arg=binary),))

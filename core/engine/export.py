@@ -18,7 +18,7 @@ from core.device.buffer import Buffer
 from core.device.counters import GlobalCounters
 
 MAGIC = b"COREPRG\x00"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2   # 2: programs carry the values of their lifted literals ("vals")
 ROLES = ("input", "output", "weight", "scratch")
 
 class CompiledFileError(ValueError):
@@ -53,6 +53,7 @@ class ExportedProgram:
   outs: tuple[int, ...] = (0,)
   linear: list = field(default_factory=list)
   source: str = ""
+  vals: tuple[int, ...] = ()   # the kernel's variables' values in argument order: its lifted float literals (LIFT_CONSTS)
 
 @dataclass
 class ExportedBuffer:
@@ -86,7 +87,8 @@ class CompiledGraph:
       return [pos - len(b), len(b)]
     header = {"format": "core-compiled", "format_version": FORMAT_VERSION, "core_version": self.core_version, "kind": self.kind,
               "programs": [{"name": p.name, "binary": section(p.binary), "global_size": list(p.global_size), "local_size": list(p.local_size),
-                            "bufs": list(p.bufs), "outs": list(p.outs), "linear": p.linear, "source": p.source} for p in self.programs],
+                            "bufs": list(p.bufs), "outs": list(p.outs), "linear": p.linear, "source": p.source, "vals": list(p.vals)}
+                           for p in self.programs],
               "buffers": [{"size": b.size, "dtype": b.dtype.name, "role": b.role, "data": None if b.data is None else section(b.data)}
                           for b in self.buffers],
               "inputs": self.inputs, "outputs": self.outputs, "meta": self.meta}
@@ -155,7 +157,8 @@ def graph_from_bytes(raw: bytes) -> CompiledGraph:
                                  _ints(_get(p, "global_size", list, where), where + ".global_size", 1),
                                  _ints(_get(p, "local_size", list, where), where + ".local_size", 1),
                                  _ints(_get(p, "bufs", list, where), where + ".bufs", 0, len(bufs)), _ints(_get(p, "outs", list, where), where + ".outs"),
-                                 _get(p, "linear", list, where), _get(p, "source", str, where)))
+                                 _get(p, "linear", list, where), _get(p, "source", str, where),
+                                 _ints(_get(p, "vals", list, where), where + ".vals", -2**31, 2**31)))
   ins = list(_ints(_get(h, "inputs", list, "header"), "inputs", 0, len(bufs)))
   outs = list(_ints(_get(h, "outputs", list, "header"), "outputs", 0, len(bufs)))
   return CompiledGraph(kind, progs, bufs, ins, outs, _get(h, "meta", dict, "header"), _get(h, "core_version", str, "header"))
@@ -189,12 +192,14 @@ def export_items(items: list[Any], input_bufs: list[UOp], output_bufs: list[UOp]
     if it.ast.op is not Ops.SINK: raise CompiledFileError(f"export supports kernels only; the capture has a {it.ast.op.name} (copy between devices?)")
     p = compile_kernel(it.ast, device)
     spec = p.arg
-    if spec.vars: raise CompiledFileError(f"kernel {spec.name} has symbolic variables {[v.arg[0] for v in spec.vars]}: export needs fixed shapes")
+    fixed = dict(spec.consts)
+    if free := [v.arg[0] for v in spec.vars if v.arg not in fixed]:
+      raise CompiledFileError(f"kernel {spec.name} has symbolic variables {free}: export needs fixed shapes")
     for i, b in enumerate(it.bufs):
       if i in spec.outs: written.add(b)
       elif b not in written: read_first.add(b)
     progs.append(ExportedProgram(spec.name, program_binary(p), tuple(spec.global_size), tuple(spec.local_size), tuple(idx[b] for b in it.bufs),
-                                 tuple(spec.outs), _linear_data(p, program_uops), program_source(p)))
+                                 tuple(spec.outs), _linear_data(p, program_uops), program_source(p), tuple(fixed[v.arg] for v in spec.vars)))
   def exported(b: UOp) -> ExportedBuffer:
     if b.op is not Ops.BUFFER: raise CompiledFileError(f"export supports plain buffers, got {b.op.name}")
     role = "input" if b in input_bufs else "output" if b in output_bufs else "weight" if b in read_first else "scratch"
@@ -244,8 +249,8 @@ class GraphReplay(_Replay):
   def __init__(self, graph: CompiledGraph, device: str):
     super().__init__(graph, device)
     # a kernel writing nothing (an empty output) is not launched, as in the engine
-    self.launches: list[tuple[Callable, tuple, tuple, tuple]] = [(self._load(p), tuple(self.bufs[i]._buf for i in p.bufs), p.global_size, p.local_size)
-                                                                 for p in graph.programs if graph.buffers[p.bufs[0]].size > 0]
+    self.launches: list[tuple[Callable, tuple, tuple, tuple, tuple]] = [
+      (self._load(p), tuple(self.bufs[i]._buf for i in p.bufs), p.global_size, p.local_size, p.vals) for p in graph.programs if graph.buffers[p.bufs[0]].size > 0]
 
   def _load(self, p: ExportedProgram) -> Callable:
     no_direct = f"{self.device} ({device_kind(self.device)['dev']}) runs kernels only through its command queues"
@@ -254,7 +259,7 @@ class GraphReplay(_Replay):
     except NotImplementedError as e: raise NoDirectLaunch(f"{no_direct} ({e})") from None
 
   def _run(self) -> None:
-    for prg, args, gs, ls in self.launches: prg(*args, global_size=gs, local_size=ls, vals=())
+    for prg, args, gs, ls, vals in self.launches: prg(*args, global_size=gs, local_size=ls, vals=vals)
     GlobalCounters.kernel_count += len(self.launches)
 
 class HCQGraphReplay(_Replay):
@@ -281,7 +286,10 @@ class HCQGraphReplay(_Replay):
       except SerializeError as e: raise CompiledFileError(f"malformed compiled file: programs[{i}].linear: {e}") from None
       # the kernel's stand-in: a SINK no other kernel shares; the pipeline asks `compile` for its PROGRAM, which is the saved one
       sink = UOp(Ops.SINK, src=(UOp(Ops.UNIQUE, arg=("compiled program", i)),), arg=p.name)
-      spec = ProgramSpec(p.name, p.global_size, p.local_size, (), p.outs)
+      # the kernel's variables (its lifted literals, in argument order) take the saved values
+      variables = tuple(sorted((u for u in linear if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg))
+      if len(variables) != len(p.vals): raise CompiledFileError(f"malformed compiled file: programs[{i}] has {len(variables)} variables and {len(p.vals)} values")
+      spec = ProgramSpec(p.name, p.global_size, p.local_size, variables, p.outs, consts=tuple((v.arg, x) for v, x in zip(variables, p.vals)))
       programs[sink] = UOp(Ops.PROGRAM, src=(sink, dev_uop, UOp(Ops.LINEAR, src=tuple(linear)), UOp(Ops.SOURCE, arg=p.source),
                                              UOp(Ops.BINARY, arg=p.binary)), arg=spec)
       items.append(ScheduleItem(sink, tuple(slots[j] for j in p.bufs)))

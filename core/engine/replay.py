@@ -5,6 +5,7 @@ from core.ir.ops import UOp, Ops
 from core.device.buffer import Buffer
 from core.device.counters import GlobalCounters
 from core.engine.run import buffer_of, get_runner, run_item, _ensure
+from core.codegen.program import launch_vals
 from core.device import profiler
 
 class DirectReplay:
@@ -31,8 +32,7 @@ class DirectReplay:
         continue
       if bufs[0].size == 0: continue
       spec = runner.spec
-      runner.prg(*[b._buf for b in bufs], global_size=spec.global_size, local_size=spec.local_size,
-                 vals=tuple([by_arg[v.arg] for v in spec.vars]))
+      runner.prg(*[b._buf for b in bufs], global_size=spec.global_size, local_size=spec.local_size, vals=launch_vals(spec, by_arg))
       GlobalCounters.kernel_count += 1
       GlobalCounters.global_ops += spec.estimates.get("ops", 0)
       GlobalCounters.global_mem += spec.estimates.get("mem", 0)

@@ -7,7 +7,7 @@ from core.device import profiler
 from core.device.buffer import Buffer
 from core.device.counters import GlobalCounters
 from core.device.registry import Device
-from core.codegen.program import get_program, compile_program, binary_nbytes, program_binary, program_source, program_shape, ProgramSpec
+from core.codegen.program import get_program, compile_program, binary_nbytes, launch_vals, program_binary, program_source, program_shape, ProgramSpec
 from core.helpers import DEBUG, LRUCache, prod
 from core.engine.lock import engine_lock
 from core.engine.state import facts
@@ -37,9 +37,7 @@ class CompiledRunner:
     if DEBUG >= 4: print(program_source(program))
   def __call__(self, bufs: list[Buffer], var_vals: dict[UOp, int] | None = None, wait: bool = False) -> float | None:
     # kernel variables were narrowed to int32/int64 by codegen: match them by (name, min, max)
-    by_arg = {v.arg: val for v, val in (var_vals or {}).items()}
-    try: vals = tuple(by_arg[v.arg] for v in self.spec.vars)
-    except KeyError as e: raise RuntimeError(f"kernel {self.spec.name} needs a value for variable {e.args[0][0]!r}") from None
+    vals = launch_vals(self.spec, {v.arg: val for v, val in (var_vals or {}).items()})
     return self.prg(*[b._buf for b in bufs], global_size=self.spec.global_size, local_size=self.spec.local_size, vals=vals, wait=wait)
 
 # compiled kernels by (kernel, device): a bounded LRU, so a long run of new shapes does not keep every kernel it ever made

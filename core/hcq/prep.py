@@ -1,5 +1,6 @@
 """Stage 1, prep runtime: compile kernels, stage copies that need host memory, prepare programs, fill kernarg buffers."""
 from __future__ import annotations
+import dataclasses
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat, graph_rewrite
@@ -20,7 +21,14 @@ def _compile(ctx: HCQState, call: UOp) -> UOp:
   spec = prog.arg
   # the kernel's parameters are the buffers of the slots it uses, in slot order (the schedule may pass one it never reads)
   slots = sorted(u.arg for u in program_uops(prog) if u.op is Ops.PARAM)
-  return call.replace(src=(prog,) + tuple(call.src[1 + i] for i in slots), arg=(tuple(spec.global_size), tuple(spec.local_size), tuple(spec.vars)))
+  # the kernel's lifted literals are fixed per launch: constants written into its kernargs now, not patched per run; the
+  # program without them is the one every kernel differing only in literals shares (prepared and uploaded once)
+  if spec.consts:
+    fixed = dict(spec.consts)
+    variables = tuple(UOp.const(dtypes.int32, fixed[v.arg]) if v.arg in fixed else v for v in spec.vars)
+    prog = prog.replace(arg=dataclasses.replace(spec, consts=()))
+  else: variables = tuple(spec.vars)
+  return call.replace(src=(prog,) + tuple(call.src[1 + i] for i in slots), arg=(tuple(spec.global_size), tuple(spec.local_size), variables))
 
 def _stage_copy(ctx: HCQState, call: UOp) -> UOp | None:
   # a copy between devices that can't reach each other's memory goes through a staging buffer the plugin provides

@@ -19,7 +19,7 @@ print(marks[1] - marks[0], max(len(c) for c in LRUCache.all.values()), len(gc.ga
 
 def test_new_kernels_every_op_level_off(tmp_path):
   env = {**os.environ, **{f"CORE_CACHE_{n}": "100" for n in ("RUNNERS", "HCQ_PROGRAMS", "SCHEDULES", "INDEXED_KERNELS",
-                                                              "SUBMISSIONS", "HOST_BUILDS", "HOST_LIBRARIES")}}
+                                                              "SUBMISSIONS", "HOST_BUILDS", "HOST_LIBRARIES", "LIFTED_PROGRAMS", "BINARIES")}}
   env.pop("DEBUG", None)
   env["CORE_CACHE_DIR"] = str(tmp_path)
   # the first run fills the on-disk compile cache; the second measures: what is left is the framework's own retention. (A

@@ -23,9 +23,11 @@ RUNNER_JS = pathlib.Path(__file__).with_name("runner.js")
 class ExportError(RuntimeError):
   """The Jit capture holds something a bundle can't express (another device, a symbolic variable, a buffer view)."""
 
-def _args(nwords: int) -> list[int]:
-  # every buffer is bound at its start (element offset 0) and a bundle has no variables: the words are zeros
-  return [0] * max(4, -(-nwords // 4) * 4)
+def _args(vals: tuple[int, ...], nbufs: int) -> list[int]:
+  # the kernel's variables (its lifted float literals: a bundle has no symbolic ones), then each buffer's element offset (0:
+  # every buffer is bound at its start), padded to whole 16-byte uniform rows
+  words = [v & 0xFFFFFFFF for v in vals] + [0] * nbufs
+  return words + [0] * (max(4, -(-len(words) // 4) * 4) - len(words))
 
 def export_jit(jit: Any, path: str | pathlib.Path) -> dict[str, Any]:
   """Writes the bundle of `jit` (called at least twice, so its kernels are captured) into the folder `path`; returns the
@@ -68,7 +70,8 @@ def export_jit(jit: Any, path: str | pathlib.Path) -> dict[str, Any]:
       dispatches.append({"copy": {"from": src, "to": name_of(it.bufs[0])}})
       continue
     runner = get_runner(it.ast, device)
-    if runner.spec.vars: raise ExportError(f"kernel {runner.spec.name} takes symbolic variables; bundles are for fixed shapes")
+    fixed = dict(runner.spec.consts)
+    if any(v.arg not in fixed for v in runner.spec.vars): raise ExportError(f"kernel {runner.spec.name} takes symbolic variables; bundles are for fixed shapes")
     src = program_source(runner.program)
     shader = shaders.setdefault(src, f"k{len(shaders)}.wgsl")
     (out / shader).write_text(src)
@@ -78,7 +81,7 @@ def export_jit(jit: Any, path: str | pathlib.Path) -> dict[str, Any]:
     written.update(it.bufs[b] for b, _, _, w in meta["bufs"] if w)
     binds.update({b: name_of(it.bufs[b]) for b, _, _, w in meta["bufs"] if w})
     dispatches.append({"shader": shader, "name": meta["name"], "bindings": [[b, binds[b], bool(w)] for b, _, _, w in meta["bufs"]],
-                       "args": _args(len(meta["bufs"])), "workgroups": meta["dispatch"]})
+                       "args": _args(tuple(fixed[v.arg] for v in runner.spec.vars), len(meta["bufs"])), "workgroups": meta["dispatch"]})
   for b in outputs: name_of(b)
   for n, buf in weights.items():
     data = np.empty(buf.size, dtype=to_np(buf.dtype))

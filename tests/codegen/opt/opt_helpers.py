@@ -5,7 +5,7 @@ import numpy as np
 from core.ir.ops import UOp
 from core.device.registry import Device
 from core.engine.run import buffer_of
-from core.codegen.program import get_program, program_source
+from core.codegen.program import get_program, launch_vals, program_source
 
 def kernel_of(fn: Any, *shapes: tuple[int, ...], rng: np.random.Generator) -> tuple[Any, np.ndarray]:
   """(the one schedule item of fn over random float32 tensors of `shapes`, fn over the same numpy arrays)."""
@@ -25,5 +25,5 @@ def run_ast(item: Any, ast: UOp, renderer: Any = None) -> tuple[np.ndarray, Any]
   for b in bufs:
     if not b.is_allocated(): b.allocate()
   prg = dev.runtime(spec.arg.name, dev.compiler.compile_cached(program_source(spec)))
-  prg(*[b._buf for b in bufs], global_size=spec.arg.global_size, local_size=spec.arg.local_size, vals=(), wait=True)
+  prg(*[b._buf for b in bufs], global_size=spec.arg.global_size, local_size=spec.arg.local_size, vals=launch_vals(spec.arg, {}), wait=True)
   return bufs[0].numpy(), spec

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from core import Tensor
 from core.engine.schedule_cache import ScheduleCache
+from core.helpers import LRUCache
 from core.ir.ops import Ops, AxisType
 from core.device.registry import Device
 from core.codegen.opt import Kernel, Opt, OptOps, KernelOptError
@@ -28,6 +29,7 @@ def with_opts(monkeypatch):
     monkeypatch.setattr(state_mod, "_compiled", {})
     monkeypatch.setattr(realize_mod, "schedules", ScheduleCache())
     import core.codegen.program as prog_mod
+    monkeypatch.setattr(prog_mod, "_lifted_programs", LRUCache("lifted programs (test)", 512))
     real = prog_mod.get_program
     def record(*a, **kw):
       specs.append(spec := real(*a, **kw))
