@@ -80,7 +80,10 @@ class ReduceMixin:
     axes = _axes(axis, self.ndim, "mean")
     n = math.prod(self.shape[a] for a in axes)
     s = self.sum(axis, keepdim, dtype=sum_acc_dtype(out))
-    if not isinstance(n, int): return (s / self._symbolic_count(axes, s.dtype)).cast(out)
+    if not isinstance(n, int):
+      # a binding of 0 is NaN chosen by a select, not 0 / 0 computed: a device may assume no NaN in arithmetic (WGSL does)
+      c = self._symbolic_count(axes, s.dtype)
+      return c.eq(0).where(_nan_of(s), s / c).cast(out)
     return (s * (1 / n) if n else _nan_of(s)).cast(out)  # an empty mean is NaN, like numpy
   def _symbolic_count(self: Tensor, axes: Sequence[int], dtype: DType, correction: int = 0) -> Tensor:  # type: ignore[misc]
     """The number of elements over `axes` when some of them are symbolic (bound Variables): a sum of ones, so it is a

@@ -28,8 +28,10 @@ def _msl_load(ctx: MetalRenderer, x: UOp) -> str:
   idx = x.src[0]
   ptr = ctx.render_vec_ptr(idx, x.dtype)
   if len(idx.src) < 3: return f"(*{ptr})"
-  if len(x.src) > 1 and x.src[1].dtype is not dtypes.void: alt, lanes = ctx[x.src[1]], x.src[1].dtype.count
-  else: alt, lanes = ctx.render_const(0, x.dtype.scalar()), 1
+  given = x.src[1] if len(x.src) > 1 and x.src[1].dtype is not dtypes.void else None
+  if given is not None and given.op is not Ops.CONST: alt, lanes = ctx[given], given.dtype.count
+  # a constant (of any width: a vector CONST renders as its scalar) is rendered as a scalar of the load's type
+  else: alt, lanes = ctx.render_const(0 if given is None else given.arg, x.dtype.scalar()), 1
   # a vector is a struct: a scalar alternative is spread over its lanes (a C cast can't make a struct of a float)
   if x.dtype.count > 1 and lanes == 1: alt = ctx.render_vectorize([alt] * x.dtype.count, x.dtype)
   t = ctx.render_dtype(x.dtype)
