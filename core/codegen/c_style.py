@@ -98,7 +98,12 @@ def _render_load(ctx: CStyleRenderer, x: UOp) -> str:
   idx = x.src[0]
   ptr = ctx.render_vec_ptr(idx, x.dtype)
   if len(idx.src) < 3: return f"(*{ptr})"
-  alt = ctx[x.src[1]] if len(x.src) > 1 and x.src[1].dtype is not dtypes.void else ctx.render_const(0, x.dtype)
+  given = x.src[1] if len(x.src) > 1 and x.src[1].dtype is not dtypes.void else None
+  if given is not None and given.op is not Ops.CONST: alt = ctx[given]
+  else:
+    # a constant alternative of a vector load is that vector, not its scalar: a struct vector (CUDA's, MSL's) takes no scalar
+    alt = ctx.render_const(0 if given is None else given.arg, x.dtype.scalar())
+    if x.dtype.count > 1: alt = ctx.render_vectorize([alt] * x.dtype.count, x.dtype)
   return f"({ctx[idx.src[2]]}?(*{ptr}):{alt})"
 
 def _render_store(ctx: CStyleRenderer, x: UOp) -> str:
