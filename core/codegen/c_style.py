@@ -94,17 +94,21 @@ def half_bits(v: float) -> int:
 
 # *** string_rewrite: each rule returns the C text of one op (an expression for values, a statement for the rest) ***
 
+def load_alternative(ctx: CStyleRenderer, x: UOp) -> str:
+  """What a gated LOAD gives where its gate is false, as a value of the load's type: a scalar alternative of a vector load
+  (a constant renders as its scalar) is spread over the lanes, since a struct vector (CUDA's, MSL's) takes no scalar."""
+  given = x.src[1] if len(x.src) > 1 and x.src[1].dtype is not dtypes.void else None
+  if given is not None and given.op is not Ops.CONST:
+    if x.dtype.count == 1 or given.dtype.count > 1: return ctx[given]
+    alt = ctx[given]
+  else: alt = ctx.render_const(0 if given is None else given.arg, x.dtype.scalar())
+  return ctx.render_vectorize([alt] * x.dtype.count, x.dtype) if x.dtype.count > 1 else alt
+
 def _render_load(ctx: CStyleRenderer, x: UOp) -> str:
   idx = x.src[0]
   ptr = ctx.render_vec_ptr(idx, x.dtype)
   if len(idx.src) < 3: return f"(*{ptr})"
-  given = x.src[1] if len(x.src) > 1 and x.src[1].dtype is not dtypes.void else None
-  if given is not None and given.op is not Ops.CONST: alt = ctx[given]
-  else:
-    # a constant alternative of a vector load is that vector, not its scalar: a struct vector (CUDA's, MSL's) takes no scalar
-    alt = ctx.render_const(0 if given is None else given.arg, x.dtype.scalar())
-    if x.dtype.count > 1: alt = ctx.render_vectorize([alt] * x.dtype.count, x.dtype)
-  return f"({ctx[idx.src[2]]}?(*{ptr}):{alt})"
+  return f"({ctx[idx.src[2]]}?(*{ptr}):{load_alternative(ctx, x)})"
 
 def _render_store(ctx: CStyleRenderer, x: UOp) -> str:
   idx, val = x.src[0], x.src[1]

@@ -6,7 +6,7 @@ from core.helpers import prod
 from core.ir.dtype import DType, PtrDType, AddrSpace, dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import UPat, PatternMatcher
-from core.codegen.c_style import CStyleRenderer, base_rewrite, c_code_for_op
+from core.codegen.c_style import CStyleRenderer, base_rewrite, c_code_for_op, load_alternative
 from core.device.tensor_core import TENSOR_CORES, tensor_core
 
 def _msl_math(fn: str):  # noqa: ANN202
@@ -28,14 +28,8 @@ def _msl_load(ctx: MetalRenderer, x: UOp) -> str:
   idx = x.src[0]
   ptr = ctx.render_vec_ptr(idx, x.dtype)
   if len(idx.src) < 3: return f"(*{ptr})"
-  given = x.src[1] if len(x.src) > 1 and x.src[1].dtype is not dtypes.void else None
-  if given is not None and given.op is not Ops.CONST: alt, lanes = ctx[given], given.dtype.count
-  # a constant (of any width: a vector CONST renders as its scalar) is rendered as a scalar of the load's type
-  else: alt, lanes = ctx.render_const(0 if given is None else given.arg, x.dtype.scalar()), 1
-  # a vector is a struct: a scalar alternative is spread over its lanes (a C cast can't make a struct of a float)
-  if x.dtype.count > 1 and lanes == 1: alt = ctx.render_vectorize([alt] * x.dtype.count, x.dtype)
   t = ctx.render_dtype(x.dtype)
-  return f"({ctx[idx.src[2]]}?({t})(*{ptr}):({t})({alt}))"
+  return f"({ctx[idx.src[2]]}?({t})(*{ptr}):({t})({load_alternative(ctx, x)}))"
 
 def _msl_wmma(ctx: MetalRenderer, x: UOp) -> str:
   # simdgroup_matrix 8x8: each thread's two elements of A, B and C go in through thread_elements(), D comes out the same way
