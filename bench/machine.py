@@ -1,6 +1,7 @@
 """What the machine itself can do, measured in the same run as the rows that are judged against it: the float32 FMA peak (a
 loop of independent vector FMAs, compiled for this CPU by core's host JIT) and memory bandwidth (STREAM-like copy and
-triad loops over arrays far larger than the caches), on one thread and on every core the process may use.
+triad loops and a read-only sum over arrays far larger than the caches), on one thread and on every core the process may use.
+A reduction reads and hardly writes: its ceiling is the read bandwidth, which a copy's (half writes) understates.
 Run alone: python bench/machine.py"""
 from __future__ import annotations
 import ctypes, os, threading, time
@@ -30,6 +31,34 @@ loop:
   %done = icmp eq i64 %i.next, %n
   br i1 %done, label %exit, label %loop
 exit:
+  ret void
+}}"""
+
+READ_ACCUMULATORS = 8   # vector partial sums in the read loop: more than add latency x pipes, so the loads, not the adds, limit it
+
+def _read(width: int) -> str:
+  """A read-only loop: sums n floats (n a multiple of width x READ_ACCUMULATORS) into vector partial sums and stores their
+  total to %out, so nothing is written per element and the loads cannot be optimized away."""
+  v, k = f"<{width} x float>", READ_ACCUMULATORS
+  phis = "\n".join(f"  %s{j} = phi {v} [zeroinitializer, %entry], [%t{j}, %loop]" for j in range(k))
+  body = "\n".join(f"  %q{j} = add i64 %base, {j}\n  %p{j} = getelementptr inbounds {v}, ptr %src, i64 %q{j}\n"
+                   f"  %x{j} = load {v}, ptr %p{j}, align 4\n  %t{j} = fadd {v} %s{j}, %x{j}" for j in range(k))
+  total = "\n".join(f"  %u{j} = fadd {v} {'%t0' if j == 1 else f'%u{j - 1}'}, %t{j}" for j in range(1, k))
+  return f"""define void @read(ptr noalias %src, ptr noalias %out, i64 %n) {{
+entry:
+  %groups = udiv i64 %n, {width * k}
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%i.next, %loop]
+{phis}
+  %base = mul i64 %i, {k}
+{body}
+  %i.next = add i64 %i, 1
+  %done = icmp eq i64 %i.next, %groups
+  br i1 %done, label %exit, label %loop
+exit:
+{total}
+  store {v} %u{k - 1}, ptr %out, align 4
   ret void
 }}"""
 
@@ -66,6 +95,7 @@ exit:
 }}
 {_stream("copy", ["dst", "src"], "  store float %src.v, ptr %dst.p")}
 {_stream("triad", ["a", "b", "c"], TRIAD)}
+{_read(width)}
 declare float @llvm.fma.f32(float, float, float)
 """
 
@@ -102,9 +132,15 @@ class Machine:
   copy_all: float
   triad_1: float
   triad_all: float
+  read_1: float        # GB/s read (a sum: nothing written per element)
+  read_all: float
+  def bandwidth(self, kind: str) -> float:
+    """The all-core bandwidth of one access pattern: "read" (a reduction), "copy" (read one, write one), "triad" (read two,
+    write one)."""
+    return {"read": self.read_all, "copy": self.copy_all, "triad": self.triad_all}[kind]
   def text(self) -> str:
     return (f"measured: float32 FMA peak {self.peak_all:.0f} GFLOP/s on {self.threads} threads ({self.peak_1:.0f} on 1; {self.width}-wide "
-            f"vectors); memory copy {self.copy_all:.1f} GB/s ({self.copy_1:.1f} on 1), triad {self.triad_all:.1f} GB/s ({self.triad_1:.1f} on 1)")
+            f"vectors); memory copy {self.copy_all:.1f} GB/s ({self.copy_1:.1f} on 1), triad {self.triad_all:.1f} GB/s ({self.triad_1:.1f} on 1), read {self.read_all:.1f} GB/s ({self.read_1:.1f} on 1)")
 
 def measure(repeat: int = 3, quick: bool = False) -> Machine:
   """Best of `repeat` runs of each loop, on one thread and on every core (`quick`: small sizes, a smoke test; the bandwidth
@@ -116,6 +152,7 @@ def measure(repeat: int = 3, quick: bool = False) -> Machine:
   fma = lib.function("fma_loop", None, ctypes.c_int64, ctypes.c_void_p)
   copy = lib.function("copy", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
   triad = lib.function("triad", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+  read = lib.function("read", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
   sink = np.zeros((max(n, 1), width), np.float32)
   def peak(threads: int) -> float:
     flops = 2 * width * ACCUMULATORS * iters * threads
@@ -127,8 +164,12 @@ def measure(repeat: int = 3, quick: bool = False) -> Machine:
   def stream(fn: object, threads: int, arrays: tuple[np.ndarray, ...]) -> float:
     moved = 4 * floats * len(arrays)
     return max(moved / _parallel(threads, [(fn, args) for args in chunks(threads, *arrays)]) for _ in range(repeat)) / 1e9
+  def reads(threads: int) -> float:
+    # each thread's partial sum goes to its own row of `sink`; the chunks are multiples of the loop's group (powers of two)
+    work = [(read, (args[0], sink[t].ctypes.data, args[1])) for t, args in enumerate(chunks(threads, a))]
+    return max(4 * floats / _parallel(threads, work) for _ in range(repeat)) / 1e9
   return Machine(width, n, peak(1), peak(n), stream(copy, 1, (a, b)), stream(copy, n, (a, b)),
-                 stream(triad, 1, (a, b, c)), stream(triad, n, (a, b, c)))
+                 stream(triad, 1, (a, b, c)), stream(triad, n, (a, b, c)), reads(1), reads(n))
 
 if __name__ == "__main__":
   import sys

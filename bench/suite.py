@@ -1,8 +1,8 @@
 """The benchmark suite of issue 7: every row for this project and, in the same process, numpy, torch and tinygrad when
 importable; prints absolute figures, the ratio each target is stated in, and our first-call (compile) times.
-Run: python bench/suite.py [--quick] [--rows matmul1024,sum] [--repeat 10]   (the device comes from DEV, as always)"""
+Run: python bench/suite.py [--quick] [--rows matmul1024,sum] [--repeat 10] [--threads]   (the device comes from DEV, as always)"""
 from __future__ import annotations
-import argparse, math, os, random, statistics, sys, time, traceback
+import argparse, math, os, random, statistics, subprocess, sys, time, traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
 # peers at their best: older OpenBLAS builds needed these, but they hold a current numpy to an older, slower kernel (a 2048
@@ -18,8 +18,9 @@ F32 = np.float32
 
 @dataclass
 class Row:
-  """One line of issue 7's table. `ref` is the peer the target's ratio is taken against ("copy": the memory copy bandwidth
-  measured in the same run; None: an absolute target)."""
+  """One line of issue 7's table. `ref` is the peer the target's ratio is taken against ("copy", "read", "triad": that memory
+  bandwidth measured in the same run; None: an absolute target). `bw` names the bandwidth a GB/s row is also judged against
+  (its access pattern: a reduction reads, a copy or a normalization reads and writes once, a*b+1 is a triad), at `bw_target`."""
   key: str
   unit: str                                   # GFLOP/s, GB/s: higher is better; ms, us: lower is better
   ref: str | None
@@ -33,6 +34,8 @@ class Row:
   rtol: float = 1e-3
   atol_rel: float = 1e-4                                  # absolute tolerance, as a fraction of the reference's max |value|
   op: str = ""                                            # the frameworks' method that builds the row (default: key)
+  bw: str | None = None
+  bw_target: float = 0.9
   @property
   def higher_better(self) -> bool: return self.unit.endswith("/s")
 
@@ -66,7 +69,28 @@ def _permute_row(key: str, order: tuple[int, ...], what: str, full: tuple[int, .
   same bytes as a copy."""
   return Row(key, "GB/s", "copy", 0.8, ({"shape": full}, {"shape": quick}), lambda s: f"{what} {'x'.join(map(str, s['shape']))} float32",
              lambda s, rng: {"x": _normal(rng, *s["shape"]), "order": order}, lambda d: d["x"].transpose(d["order"]),
-             work=lambda s: 2 * 4 * math.prod(s["shape"]), op="permute", atol_rel=0, rtol=0)
+             work=lambda s: 2 * 4 * math.prod(s["shape"]), op="permute", atol_rel=0, rtol=0, bw="copy")
+
+def _rows_data(s: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+  """A (rows, cols) input and, for layernorm, its weight and bias (not 1 and 0, so a kernel that drops them fails the check)."""
+  return {"x": _normal(rng, s["rows"], s["cols"]) * F32(3), "w": _normal(rng, s["cols"]), "b": _normal(rng, s["cols"])}
+
+def _softmax_reference(d: dict[str, Any]) -> np.ndarray:
+  x = d["x"].astype(np.float64)
+  e = np.exp(x - x.max(-1, keepdims=True))
+  return e / e.sum(-1, keepdims=True)
+
+def _layernorm_reference(d: dict[str, Any]) -> np.ndarray:
+  x = d["x"].astype(np.float64)
+  y = x - x.mean(-1, keepdims=True)
+  return y / np.sqrt((y * y).mean(-1, keepdims=True) + 1e-5) * d["w"] + d["b"]
+
+def _rows_row(key: str, what: str, reference: Callable[[dict[str, Any]], Any], full: tuple[int, int], quick: tuple[int, int]) -> Row:
+  """A last-axis normalization of a (rows, cols) float32 input against torch; it reads the input once and writes the output
+  once at best (a row fits in cache between the reduction and the elementwise pass), so it is judged against the copy bandwidth."""
+  return Row(key, "GB/s", "torch", 1.0, ({"rows": full[0], "cols": full[1]}, {"rows": quick[0], "cols": quick[1]}),
+             lambda s: f"{what} {s['rows']}x{s['cols']} float32, last axis", _rows_data, reference,
+             work=lambda s: 2 * 4 * s["rows"] * s["cols"], rtol=1e-4, atol_rel=1e-5, bw="copy")
 
 def _mlp_data(s: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
   dims, params = s["dims"], []
@@ -98,10 +122,16 @@ ROWS: list[Row] = [
   _permute_row("nhwc_nchw", (0, 3, 1, 2), "NHWC->NCHW", (32, 56, 56, 64), (2, 12, 12, 8)),
   Row("mul_add", "GB/s", "torch", 0.9, ({"n": 1 << 24}, {"n": 1 << 16}), lambda s: f"a*b+1 on {_count(s['n'])} float32",
       lambda s, rng: {"a": _normal(rng, s["n"]), "b": _normal(rng, s["n"])}, lambda d: d["a"] * d["b"] + F32(1),
-      work=lambda s: 3 * 4 * s["n"]),
+      work=lambda s: 3 * 4 * s["n"], bw="triad"),
   # uniform [0, 1): every element adds, so a kernel that skips part of the input can't pass the check
   Row("sum", "GB/s", "torch", 0.9, ({"n": 1 << 24}, {"n": 1 << 16}), lambda s: f"sum of {_count(s['n'])} float32",
-      lambda s, rng: {"a": rng.random(s["n"], dtype=F32)}, lambda d: d["a"].astype(np.float64).sum(), work=lambda s: 4 * s["n"], atol_rel=0),
+      lambda s, rng: {"a": rng.random(s["n"], dtype=F32)}, lambda d: d["a"].astype(np.float64).sum(), work=lambda s: 4 * s["n"], atol_rel=0,
+      bw="read"),
+  _rows_row("softmax", "softmax", _softmax_reference, (4096, 1000), (64, 100)),
+  _rows_row("layernorm", "layernorm (weight, bias)", _layernorm_reference, (4096, 1024), (64, 128)),
+  Row("transpose", "GB/s", "torch", 1.0, ({"shape": (4096, 4096)}, {"shape": (64, 96)}),
+      lambda s: f"transpose {'x'.join(map(str, s['shape']))} .T.contiguous() float32", lambda s, rng: {"x": _normal(rng, *s["shape"]), "order": (1, 0)},
+      lambda d: d["x"].T, work=lambda s: 2 * 4 * math.prod(s["shape"]), op="permute", atol_rel=0, rtol=0, bw="copy"),
   Row("mlp", "ms", "torch", 1.2, ({"dims": (784, 512, 512, 10), "batch": 128}, {"dims": (784, 64, 64, 10), "batch": 16}),
       lambda s: f"MLP {'-'.join(map(str, s['dims']))} b{s['batch']} SGD step", _mlp_data, mlp_reference, rtol=1e-2, atol_rel=1e-2),
   Row("tiny_op", "us", None, 50, ({"n": 64, "ops": 100}, {"n": 64, "ops": 20}), lambda s: f"tiny op x+1 ({s['n']} floats), eager",
@@ -115,6 +145,7 @@ ROWS: list[Row] = [
 ]
 ROW_KEYS = [r.key for r in ROWS]
 PEERS = ["numpy", "torch", "tinygrad"]
+BANDWIDTHS = ("copy", "read", "triad")
 
 def _count(n: int) -> str: return f"{n >> 20}M" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n >> 10}K" if n % 1024 == 0 else str(n)
 
@@ -130,12 +161,13 @@ class Result:
   row: Row
   size: dict[str, Any]
   cells: dict[str, Cell] = field(default_factory=dict)
-  machine: machine_bench.Machine | None = None   # what a "copy" ref is measured by
+  machine: machine_bench.Machine | None = None   # what a bandwidth ref ("copy", "read", "triad") is measured by
   @property
   def ratio(self) -> float | None:
     ours = self.cells.get("ours", Cell()).value
     if self.row.ref is None: return None
-    ref = (self.machine.copy_all if self.machine else None) if self.row.ref == "copy" else self.cells.get(self.row.ref, Cell()).value
+    ref = ((self.machine.bandwidth(self.row.ref) if self.machine else None) if self.row.ref in BANDWIDTHS else
+           self.cells.get(self.row.ref, Cell()).value)
     if ours is None or ref is None or ours == 0 or ref == 0: return None
     return ours / ref   # throughput: ours/ref (>= target); time: ours/ref (<= target)
   @property
@@ -144,7 +176,10 @@ class Result:
     if ours.status: return False if ours.status in ("WRONG", "err") else None
     if self.row.ref is None: return None if ours.value is None else ours.value <= self.row.target
     if (r := self.ratio) is None: return None
-    return r >= self.row.target if self.row.higher_better else r <= self.row.target
+    if not (r >= self.row.target if self.row.higher_better else r <= self.row.target): return False
+    # a bandwidth row must also come near the machine's own bandwidth for its access pattern
+    if self.row.bw is None or self.row.ref in BANDWIDTHS or self.machine is None or ours.value is None: return True
+    return ours.value >= self.row.bw_target * self.machine.bandwidth(self.row.bw)
 
 def _close(got: Any, want: Any, row: Row) -> str | None:
   """None when got matches want within the row's tolerance, else what is off."""
@@ -217,11 +252,12 @@ def blas_info() -> str:
   return "BLAS: " + ("; ".join(libs) if libs else "none loaded")
 
 def _share(r: Result, m: machine_bench.Machine | None) -> str:
-  """Our figure as a share of what the machine measured: FLOP/s of the FMA peak, bytes/s of the best stream bandwidth."""
+  """Our figure as a share of what the machine measured: FLOP/s of the FMA peak, bytes/s of the bandwidth of the row's access
+  pattern (named: "% read bw", "% copy bw", "% triad bw")."""
   ours = r.cells.get("ours")
   if m is None or ours is None or ours.value is None: return "-"
   if r.row.unit == "GFLOP/s": return f"{100 * ours.value / m.peak_all:.0f}% peak"
-  if r.row.unit == "GB/s": return f"{100 * ours.value / max(m.copy_all, m.triad_all):.0f}% bw"
+  if r.row.unit == "GB/s" and r.row.bw: return f"{100 * ours.value / m.bandwidth(r.row.bw):.0f}% {r.row.bw} bw"
   return "-"
 
 def _fmt(v: float) -> str: return f"{v:.3g}" if v < 100 else f"{v:.0f}"
@@ -239,6 +275,7 @@ def print_table(results: list[Result], libs: list[str], out: TextIO, machine: ma
     else:
       rtxt = "-" if ratio is None else f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.2g}x"
       ttxt = f"{'>=' if r.row.higher_better else '<='} {r.row.target}x {r.row.ref}" + ("" if r.row.higher_better else " time")
+      if r.row.bw and r.row.ref not in BANDWIDTHS: ttxt += f", {r.row.bw_target}x {r.row.bw} bw"
     met = {True: "yes", False: "NO", None: "?"}[r.met]
     first = (c := r.cells.get("ours")) and c.first_s
     lines.append([r.row.key, r.row.describe(r.size), r.row.unit, *[_cell_text(r.cells.get(lib)) for lib in libs], _share(r, machine), rtxt, ttxt, met,
@@ -296,9 +333,38 @@ def run(rows: list[str] | None = None, quick: bool = False, repeat: int = 10, bu
     del data, want
   print(file=out)
   print_table(results, names, out, machine)
-  for e in errors: print(e, file=out)
+  for err in errors: print(err, file=out)
   print(f"at the end: {load_note()}", file=out)
   return results
+
+def thread_scaling(results: list[Result], quick: bool, repeat: int, budget_s: float, stat: str, out: TextIO,
+                   machine: machine_bench.Machine | None = None) -> dict[str, float]:
+  """Issue 23.9: our throughput rows again on one thread, beside the figures on every core the process may use, and the
+  machine's own 1-thread to all-thread ratio (FMA peak for GFLOP/s rows, copy bandwidth for GB/s rows). The one-thread run is
+  a child process with CPU_THREADS=1: the thread pool and the optimizer read it when they load. Returns the 1-thread figures."""
+  rows = [r for r in results if r.row.higher_better and (c := r.cells.get("ours")) is not None and c.value]
+  cores = machine_bench.cores()
+  if not rows or cores < 2:
+    print(f"thread scaling: {'one core: nothing to compare' if cores < 2 else 'no throughput rows of ours ran'}", file=out)
+    return {}
+  cmd = [sys.executable, os.path.abspath(__file__), "--rows", ",".join(r.row.key for r in rows), "--peers", "", "--no-machine",
+         "--repeat", str(repeat), "--budget", str(budget_s), "--stat", stat, "--values"] + (["--quick"] if quick else [])
+  res = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, CPU_THREADS="1"), timeout=3600)
+  one = {k: float(v) for ln in res.stdout.splitlines() if ln.startswith("value ") for k, v in [ln.split()[1:3]]}
+  print(f"\nthread scaling: ours on 1 thread (CPU_THREADS=1) and on all {cores} cores", file=out)
+  head = ["row", "unit", "1 thread", f"{cores} threads", "speedup", "machine's"]
+  lines = []
+  for r in rows:
+    all_, one_v = r.cells["ours"].value, one.get(r.row.key)
+    mach = None if machine is None else (machine.peak_all / machine.peak_1 if r.row.unit == "GFLOP/s" else machine.copy_all / machine.copy_1)
+    lines.append([r.row.key, r.row.unit, "err" if one_v is None else _fmt(one_v), _fmt(all_ or 0),
+                  "-" if not one_v or not all_ else f"{all_ / one_v:.2f}x", "-" if mach is None else f"{mach:.2f}x"])
+  widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
+  for i, line in enumerate([head, *lines]):
+    print("  ".join(str(x).ljust(w) if j < 2 else str(x).rjust(w) for j, (x, w) in enumerate(zip(line, widths))), file=out)
+    if i == 0: print("  ".join("-" * w for w in widths), file=out)
+  if res.returncode != 0 or len(one) < len(rows): print(f"thread scaling: the 1-thread run failed: {res.stderr.strip()[-500:]}", file=out)
+  return one
 
 def main(argv: list[str] | None = None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -309,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("--stat", choices=("min", "median"), default="min", help="figure of the timed calls (default min)")
   p.add_argument("--peers", default=",".join(PEERS), help=f"peers to compare with (default {','.join(PEERS)}; '' for none)")
   p.add_argument("--no-machine", action="store_true", help="skip measuring the machine's FMA peak and memory bandwidth")
+  p.add_argument("--threads", action="store_true", help="also run our throughput rows on one thread: a 1 vs all-core scaling table")
+  p.add_argument("--values", action="store_true", help=argparse.SUPPRESS)   # the 1-thread child's figures, one per line
   p.add_argument("--inject-wrong", default="", help="rows whose result of ours is perturbed, to see the check catch it (testing)")
   a = p.parse_args(argv)
   rows = None
@@ -318,6 +386,10 @@ def main(argv: list[str] | None = None) -> int:
   peers = [x.strip() for x in a.peers.split(",") if x.strip()]
   if (bad := [x for x in peers if x not in PEERS]): p.error(f"unknown peer(s) {bad}; peers are {','.join(PEERS)}")
   results = run(rows, a.quick, a.repeat, a.budget, a.stat, peers, {r for r in a.inject_wrong.split(",") if r}, measure_machine=not a.no_machine)
+  if a.values:
+    for r in results:
+      if (v := r.cells["ours"].value) is not None: print(f"value {r.row.key} {v}")
+  if a.threads: thread_scaling(results, a.quick, a.repeat, a.budget, a.stat, sys.stdout, results[0].machine if results else None)
   # a wrong or failing result of ours is an error exit (missing peers never are)
   return 1 if any(r.cells["ours"].status in ("WRONG", "err") for r in results) else 0
 

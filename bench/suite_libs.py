@@ -104,6 +104,12 @@ class TensorLib:
   def sum(self, d: dict[str, Any]) -> Case:
     a = self.t(d["a"])
     return self._single(lambda: a.sum())
+  def softmax(self, d: dict[str, Any]) -> Case:
+    x = self.t(d["x"])
+    return self._single(lambda: x.softmax(-1))
+  def layernorm(self, d: dict[str, Any]) -> Case:
+    x, w, b = self.t(d["x"]), self.t(d["w"]), self.t(d["b"])
+    return self._single(lambda: x.layernorm(-1) * w + b)
   def tiny_op(self, d: dict[str, Any]) -> Case:
     a = self.t(d["a"])
     return self._single(lambda: a + 1, count=d["ops"])
@@ -234,6 +240,21 @@ class NumpyLib:
       return np.add(o, 1, out=o)
     return self._single(f)
   def sum(self, d: dict[str, Any]) -> Case: return self._single(lambda: d["a"].sum())
+  def softmax(self, d: dict[str, Any]) -> Case:
+    x, o = d["x"], np.empty_like(d["x"])
+    def f() -> Any:   # numpy's best: in place into one preallocated array
+      np.subtract(x, x.max(-1, keepdims=True), out=o)
+      np.exp(o, out=o)
+      return np.divide(o, o.sum(-1, keepdims=True), out=o)
+    return self._single(f)
+  def layernorm(self, d: dict[str, Any]) -> Case:
+    x, w, b, o = d["x"], d["w"], d["b"], np.empty_like(d["x"])
+    def f() -> Any:
+      np.subtract(x, x.mean(-1, keepdims=True), out=o)
+      np.multiply(o, 1 / np.sqrt(np.square(o).mean(-1, keepdims=True) + np.float32(1e-5)), out=o)
+      np.multiply(o, w, out=o)
+      return np.add(o, b, out=o)
+    return self._single(f)
   def tiny_op(self, d: dict[str, Any]) -> Case: return self._single(lambda: d["a"] + 1, count=d["ops"])
   def mlp(self, d: dict[str, Any]) -> Case: raise NotApplicable("numpy has no autograd")
   def jit_replay(self, d: dict[str, Any]) -> Case: raise NotApplicable("numpy has no jit")
@@ -270,6 +291,12 @@ class TorchLib:
   def sum(self, d: dict[str, Any]) -> Case:
     a = self.t(d["a"])
     return self._single(lambda: a.sum())
+  def softmax(self, d: dict[str, Any]) -> Case:
+    x = self.t(d["x"])
+    return self._single(lambda: self.torch.softmax(x, -1))
+  def layernorm(self, d: dict[str, Any]) -> Case:
+    x, w, b = self.t(d["x"]), self.t(d["w"]), self.t(d["b"])
+    return self._single(lambda: self.torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, 1e-5))
   def tiny_op(self, d: dict[str, Any]) -> Case:
     a = self.t(d["a"])
     return self._single(lambda: a + 1, count=d["ops"])

@@ -47,7 +47,7 @@ def test_quick_every_row(suite):
     assert ours.first_s is not None and ours.first_s > 0
   # numpy runs the rows it has, and says n/a for the rest
   by_key = {r.row.key: r for r in results}
-  for key in ("matmul1024", "matmul2048", "nchw_nhwc", "nhwc_nchw", "mul_add", "sum", "tiny_op"): assert (by_key[key].cells["numpy"].value or 0) > 0, key
+  for key in ("matmul1024", "matmul2048", "nchw_nhwc", "nhwc_nchw", "mul_add", "sum", "softmax", "layernorm", "transpose", "tiny_op"): assert (by_key[key].cells["numpy"].value or 0) > 0, key
   for key in ("conv2d", "conv_stem", "conv_dw", "conv_dw_s2", "conv1x1", "mlp", "jit_replay", "first_compile"):
     assert by_key[key].cells["numpy"].status == "n/a", key
   # the layout rows are judged against the copy bandwidth measured in the same run
@@ -58,9 +58,13 @@ def test_quick_every_row(suite):
   assert rows["matmul1024"][-4].endswith("x"), rows["matmul1024"]
   assert "machine:" in text and "renderer" in text and "cores" in text and "BLAS:" in text
   # the machine's own figures, and the rows as shares of them
-  m = re.search(r"FMA peak (\d+) GFLOP/s on (\d+) threads \((\d+) on 1.*copy ([\d.]+) GB/s.*triad ([\d.]+) GB/s", text)
+  m = re.search(r"FMA peak (\d+) GFLOP/s on (\d+) threads \((\d+) on 1.*copy ([\d.]+) GB/s.*triad ([\d.]+) GB/s.*read ([\d.]+) GB/s", text)
   assert m and all(float(x) > 0 for x in m.groups()), text
-  assert rows["matmul1024"][-5].endswith("% peak") and rows["sum"][-5].endswith("% bw") and rows["tiny_op"][-5] == "-", text
+  assert rows["matmul1024"][-5].endswith("% peak") and rows["tiny_op"][-5] == "-", text
+  # each bandwidth row names the bandwidth it is a share of: a reduction's is the read bandwidth, a layout change's the copy's
+  assert rows["sum"][-5].endswith("% read bw") and rows["transpose"][-5].endswith("% copy bw") and rows["mul_add"][-5].endswith("% triad bw"), text
+  m_all = by_key["sum"].machine
+  assert m_all is not None and m_all.bandwidth("read") == m_all.read_all > 0
 
 def test_conv_reference(suite):
   """The float64 reference the conv rows are checked against, on cases worked out by hand (not by another conv)."""
