@@ -126,3 +126,18 @@ def test_first_call_bench_runs(tmp_path):
   got = mod.first_call("ours", 1, str(tmp_path))
   assert isinstance(got, float) and got > 0, got
   assert any(tmp_path.iterdir()), "the compile cache folder given was not used"
+
+def test_thread_scaling_table(suite, capsys):
+  # --threads: each throughput row of ours again in a child on one thread (CPU_THREADS=1), beside the all-core figure
+  assert suite.main(["--quick", "--rows", "matmul1024,sum,tiny_op", "--repeat", "1", "--budget", "0", "--peers", "", "--no-machine", "--threads"]) == 0
+  text = capsys.readouterr().out
+  lines = text[text.index("thread scaling:"):].splitlines()
+  rows = {(cols := l.split())[0]: cols for l in lines[3:] if l.strip()}
+  cores = len(os.sched_getaffinity(0))
+  if cores < 2:
+    assert "one core" in lines[0], text
+    return
+  assert list(rows) == ["matmul1024", "sum"], text   # tiny_op is a latency row: no scaling figure
+  for key, cols in rows.items():
+    assert float(cols[2]) > 0 and float(cols[3]) > 0, (key, text)
+    assert float(cols[4].rstrip("x")) == pytest.approx(float(cols[3]) / float(cols[2]), rel=0.02, abs=0.01), (key, text)

@@ -140,11 +140,13 @@ def test_long_block_wait_sleeps(cc):
   assert from_dev(out, np.zeros(2, np.int32)).tolist() == [1, 1]
   assert wall >= 0.3 and cpu < 0.1, (cpu, wall)
 
-def run_py(code: str, **env: str) -> str:
+def run_py(code: str, cpus: set[int] | None = None, **env: str) -> str:
   # the child imports conftest from its working folder (this one): PYTHONSAFEPATH (CI) would keep that off sys.path
   e = {k: v for k, v in os.environ.items() if k not in ("CPU_THREADS", "PYTHONSAFEPATH")} | env
+  # `cpus`: the child runs pinned to these CPUs, as under `taskset -c`
+  pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
   res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, timeout=300,
-                       cwd=os.path.dirname(os.path.abspath(__file__)))
+                       cwd=os.path.dirname(os.path.abspath(__file__)), preexec_fn=pin)
   assert res.returncode == 0, res.stderr
   return res.stdout
 
@@ -164,6 +166,12 @@ print(native.pool_threads(), CPUCRenderer.threads, CPULLVMRenderer.threads)
 def test_cpu_threads_setting(threads, renderer_threads):
   # CPU_THREADS=1 turns threading off (one pool thread, no block split); 3 oversubscribes this machine and still works
   assert run_py(CHILD, CPU_THREADS=threads).split() == [threads, str(renderer_threads), str(renderer_threads)]
+
+def test_threads_follow_affinity():
+  # pinned to one CPU (`taskset -c 0`): one pool thread and no block split; pinned to all it may use: one thread per CPU
+  mine = sorted(os.sched_getaffinity(0))
+  assert run_py(CHILD, cpus={mine[0]}).split() == ["1", "0", "0"]
+  if len(mine) > 1: assert run_py(CHILD, cpus=set(mine)).split() == [str(len(mine))] * 3
 
 def test_forked_child_gets_a_working_pool(cc):
   prg = CPUProgram("count", cc.compile(COUNT_SRC))
