@@ -16,6 +16,16 @@ class PluginError(RuntimeError):
 class UnknownDeviceError(PluginError, LookupError):
   """DEV (or Device[...]) names a device, renderer or interface nobody provides."""
 
+def _name_version(dist: Any) -> tuple[str | None, str | None]:
+  """A distribution's Name and Version from its METADATA headers: `dist.metadata` runs the whole file through the email
+  parser, whose import costs more than the rest of discovery."""
+  from core.device.entry_points import FoundDistribution, metadata_head
+  if isinstance(dist, FoundDistribution): return dist.name, dist.version
+  read = getattr(dist, "read_text", None)
+  head = metadata_head((read("METADATA") or read("PKG-INFO") or "") if read is not None else "")
+  if "Name" not in head or "Version" not in head: return dist.metadata["Name"], dist.version
+  return head["Name"], head["Version"]
+
 def _norm(dist: str) -> str: return re.sub(r"[-_.]+", "-", dist).lower()
 def did_you_mean(name: str, choices: Iterable[str], n: int = 3) -> str:
   # compared case-insensitively, suggested as spelled by their owner
@@ -70,6 +80,9 @@ class PluginManager:
 
   def _iter_dists(self) -> Iterable[Any]:
     if self._distributions is not None: return self._distributions()
+    from core.device.entry_points import distributions_with_group
+    from core.device.hookspecs import ENTRY_POINT_GROUP
+    if (found := distributions_with_group(ENTRY_POINT_GROUP)) is not None: return found
     try: import importlib_metadata as md
     except ImportError: import importlib.metadata as md  # type: ignore[no-redef]
     return md.distributions()
@@ -87,7 +100,7 @@ class PluginManager:
       # entry points first: most distributions have none of ours, and reading a name or version parses the whole METADATA
       try:
         if not (eps := [ep for ep in dist.entry_points if ep.group == hookspecs.ENTRY_POINT_GROUP]): continue
-        name, version = dist.metadata["Name"], dist.version
+        name, version = _name_version(dist)
       except Exception: continue   # unreadable metadata of some unrelated distribution must not break core
       if name is None: continue
       # the same distribution twice on sys.path (a stale dist-info, an editable install) is one plugin: first wins, like import

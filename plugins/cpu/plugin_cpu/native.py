@@ -4,7 +4,7 @@ from __future__ import annotations
 import ctypes, hashlib, importlib.machinery, json, os, pathlib, re, subprocess, tempfile, threading
 from core.helpers import cache_dir
 from core.device.compiler import Compiler, CompileError
-from plugin_cpu.compiler import find_cc, cc_identity, host_id
+from plugin_cpu.compiler import find_cc, host_id
 
 NATIVE_DIR = pathlib.Path(__file__).resolve().parent / "native"
 NATIVE_FLAGS = ("-O2", "-fPIC", "-pthread", "-shared", "-Wall")
@@ -22,6 +22,15 @@ def load_library(lib: bytes, tag: str) -> tuple[ctypes.CDLL, int]:
     os.close(fd)
     raise
 
+def cc_file_identity(cc: str) -> str:
+  """Names the compiler in the native library's cache key by the program `cc` resolves to, its size and modification time: a
+  stat instead of `cc --version` (a process spawn, tens of ms on every start of a checkout whose prebuilt library is stale);
+  installing another compiler version replaces the file and so changes the key."""
+  real = os.path.realpath(cc)
+  try: st = os.stat(real)
+  except OSError as e: raise CompileError(f"the C compiler {cc} can't be read: {e}") from e
+  return f"{os.path.basename(cc)}_{hashlib.sha256(f'{real}:{st.st_size}:{st.st_mtime_ns}'.encode()).hexdigest()[:12]}"
+
 def sources() -> dict[str, str]:
   """The native sources by file name (*.c and the headers they include)."""
   return {p.name: p.read_text() for p in sorted(NATIVE_DIR.iterdir()) if p.suffix in (".c", ".h")}
@@ -31,7 +40,7 @@ class NativeCompiler(Compiler):
   the source hash, so an edit to any file rebuilds it."""
   def __init__(self, cc: str | None = None):
     self.cc = cc or find_cc()
-    super().__init__(f"cpu_native_{cc_identity(self.cc)}_{host_id()}")
+    super().__init__(f"cpu_native_{cc_file_identity(self.cc)}_{host_id()}")
 
   def cache_path(self, src: str) -> pathlib.Path:
     # the library is part of the plugin, not a kernel: cached even when CORE_DISABLE_COMPILER_CACHE turns the kernel cache off

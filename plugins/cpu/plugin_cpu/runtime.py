@@ -150,9 +150,10 @@ def _fill_slow(args: Any, bufs: tuple[Any, ...], vals: tuple[int, ...]) -> int:
   return len(bufs) + len(vals)
 
 def llvmlite_available() -> bool:
-  try: import llvmlite.binding  # noqa: F401
-  except ImportError: return False
-  return True
+  # found, not imported: importing llvmlite.binding loads LLVM (tens of ms); whoever compiles imports it
+  import importlib.util
+  try: return importlib.util.find_spec("llvmlite") is not None
+  except (ImportError, ValueError): return False
 
 def make_device(name: str, target: Any = None) -> Compiled:
   """The CPU device for DEV target `target`: renderer LLVM (the default when llvmlite is installed: as fast and it compiles

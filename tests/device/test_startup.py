@@ -1,0 +1,56 @@
+"""Start-up stays lazy (issue 23 item 7): what `import core` and plugin discovery load, checked by the modules a fresh process
+has imported (bench/startup.py has the timings). The entry-point reader must agree with importlib.metadata."""
+from __future__ import annotations
+import json, os, subprocess, sys, zipfile
+import importlib_metadata
+from core.device.entry_points import distributions_with_group, parse_entry_points, metadata_head
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+
+def imported_after(code: str) -> set[str]:
+  """The top-level names of the modules imported in a new interpreter after `code` runs."""
+  probe = code + "\nimport sys, json\nprint('MODS', json.dumps(sorted(sys.modules)))\n"
+  env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+  out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+  assert out.returncode == 0, out.stderr
+  mods = json.loads(next(ln for ln in out.stdout.splitlines() if ln.startswith("MODS"))[5:])
+  return set(mods) | {m.split(".")[0] for m in mods}
+
+def test_import_core_and_tensor_load_nothing_heavy():
+  mods = imported_after("import core\nfrom core import Tensor, dtypes")
+  # LLVM, numpy, the plugin machinery and the metadata readers load when a device is first used, not at import
+  assert not mods & {"llvmlite", "numpy", "pluggy", "importlib_metadata", "email", "plugin_cpu"}, mods & {"llvmlite", "numpy", "pluggy"}
+  assert "core.tensor.tensor" in mods   # the probe itself is real: Tensor did load
+
+def test_plugin_discovery_reads_no_metadata_library():
+  mods = imported_after("from core.device.plugins import get_plugins\nprint(get_plugins().device_names())")
+  assert "importlib_metadata" not in mods and "email.parser" not in mods and "importlib.metadata" not in mods
+  assert "core.device.entry_points" in mods
+
+def _dist(root, folder: str, name: str, version: str, eps: str, meta: str = "METADATA") -> None:
+  d = root / folder
+  d.mkdir()
+  (d / meta).write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nSummary: x\n\nName: not-this-one\n")
+  (d / "entry_points.txt").write_text(eps)
+
+def test_entry_point_reader_agrees_with_importlib_metadata(tmp_path):
+  _dist(tmp_path, "plugin_a-1.2.dist-info", "plugin-a", "1.2", "[console_scripts]\nx = y:z\n\n[core.plugins]\nA = plugin_a\n# a comment\nB=plugin_a:hooks\n")
+  _dist(tmp_path, "plugin_b-0.1.egg-info", "plugin-b", "0.1", "[core.plugins]\nC = plugin_b\n", meta="PKG-INFO")
+  _dist(tmp_path, "plugin_c-0.1.dist-info", "plugin-c", "0.1", "[ core.plugins ]\nD = plugin_c\n")   # another group to both readers
+  _dist(tmp_path, "other-3.0.dist-info", "other", "3.0", "[console_scripts]\ncore.plugins = nope\n")
+  (tmp_path / "nothing-1.0.dist-info").mkdir()   # no entry_points.txt at all
+  ours = {(d.name, d.version): sorted((e.name, e.value) for e in d.entry_points) for d in distributions_with_group("core.plugins", [str(tmp_path)]) or []}
+  theirs = {}
+  for d in importlib_metadata.distributions(path=[str(tmp_path)]):
+    if (eps := sorted((e.name, e.value) for e in d.entry_points if e.group == "core.plugins")): theirs[(d.metadata["Name"], d.version)] = eps
+  assert ours == theirs == {("plugin-a", "1.2"): [("A", "plugin_a"), ("B", "plugin_a:hooks")], ("plugin-b", "0.1"): [("C", "plugin_b")]}
+
+def test_entry_point_reader_defers_zip_paths(tmp_path):
+  z = tmp_path / "bundle.zip"
+  with zipfile.ZipFile(z, "w") as f: f.writestr("p-1.0.dist-info/entry_points.txt", "[core.plugins]\nP = p\n")
+  assert distributions_with_group("core.plugins", [str(tmp_path / "missing"), str(z)]) is None   # importlib.metadata reads zips
+  assert distributions_with_group("core.plugins", [str(tmp_path / "missing")]) == []
+
+def test_parsers():
+  assert [(e.group, e.name, e.value) for e in parse_entry_points("; c\n[g]\na = m:f\n[h]\nb=n\n")] == [("g", "a", "m:f"), ("h", "b", "n")]
+  assert metadata_head("Name: x\nVersion: 2\n\nVersion: 3\n") == {"Name": "x", "Version": "2"}
