@@ -2,8 +2,9 @@
 
 Constants and signatures are those of the Khronos OpenCL headers (CL/cl.h, OpenCL 1.2 API, which every driver offers)."""
 from __future__ import annotations
-import atexit, ctypes, ctypes.util, dataclasses, functools, os, shutil, tempfile, threading
+import atexit, ctypes, ctypes.util, dataclasses, functools, hashlib, os, shutil, tempfile, threading
 from typing import Any
+from core.helpers import LRUCache
 
 # CL/cl.h
 CL_SUCCESS, CL_BUILD_PROGRAM_FAILURE = 0, -11
@@ -189,6 +190,14 @@ def devices() -> tuple[tuple[int, int], ...]:
     out += [(int(p or 0), int(dv or 0)) for dv in devs]
   return tuple(out)
 
+class Program:
+  """A built cl_program handle, released when its last holder (the context's cache, a CLProgram) lets go of it."""
+  __slots__ = ("handle",)
+  def __init__(self, handle: int): self.handle = handle
+  def __del__(self) -> None:
+    try: lib().clReleaseProgram(self.handle)
+    except (AttributeError, TypeError, OSError): pass   # interpreter shutdown
+
 class CLContext:
   """One OpenCL device with its context and an in-order command queue (profiling on, so a waited kernel reports its time)."""
   def __init__(self, index: int = 0):
@@ -201,6 +210,15 @@ class CLContext:
     self.context = call_handle("clCreateContext", None, 1, ctypes.byref(dev), None, None)
     self.queue = call_handle("clCreateCommandQueue", self.context, self.device, CL_QUEUE_PROFILING_ENABLE)
     self.lock = threading.Lock()
+    # built programs by the sha256 of their binary: building (from source or binary) is the costly step on every driver (pocl:
+    # ~0.1 s a kernel), and the compiler has just built the program whose binary a CLProgram then loads
+    self.programs = LRUCache(f"cl_programs_{index}", 512)
+
+  def built(self, binary: bytes) -> Program | None:
+    with self.lock: return self.programs.get(hashlib.sha256(binary).digest())
+
+  def keep(self, binary: bytes, prog: Program) -> None:
+    with self.lock: self.programs[hashlib.sha256(binary).digest()] = prog
 
   def finish(self) -> None: check("clFinish", lib().clFinish(self.queue))
 

@@ -54,7 +54,11 @@ class CLCompiler(Compiler):
     s = ctypes.c_char_p(src.encode())
     prog = cl.call_handle("clCreateProgramWithSource", self.ctx.context, 1, ctypes.byref(s), None)
     build(self.ctx, prog, "the kernel", src)
-    try: return program_binary(prog)
-    finally: c.clReleaseProgram(prog)
+    try: binary = program_binary(prog)
+    except BaseException:
+      c.clReleaseProgram(prog)
+      raise
+    self.ctx.keep(binary, cl.Program(prog))   # the CLProgram loading this binary next takes the built program, not a rebuild
+    return binary
 
   def disassemble(self, lib: bytes) -> str: return f"<{self.ctx.info.platform} binary of {len(lib)} bytes>"

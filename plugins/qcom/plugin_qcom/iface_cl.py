@@ -153,13 +153,16 @@ class CLProgram:
   def __init__(self, ctx: cl.CLContext, name: str, lib: bytes):
     self.ctx, self.name = ctx, to_function_name(name)
     c = cl.lib()
-    status = ctypes.c_int32()
-    size, data = ctypes.c_size_t(len(lib)), ctypes.c_char_p(lib)
-    self.prog = cl.call_handle("clCreateProgramWithBinary", ctx.context, 1, ctypes.byref(ctypes.c_void_p(ctx.device)), ctypes.byref(size),
-                               ctypes.byref(data), ctypes.byref(status))
-    cl.check("clCreateProgramWithBinary (binary status)", status.value)
-    build(ctx, self.prog, f"the binary of kernel {self.name}")
-    self.kernel = cl.call_handle("clCreateKernel", self.prog, self.name.encode())
+    if (prog := ctx.built(lib)) is None:
+      status = ctypes.c_int32()
+      size, data = ctypes.c_size_t(len(lib)), ctypes.c_char_p(lib)
+      handle = cl.call_handle("clCreateProgramWithBinary", ctx.context, 1, ctypes.byref(ctypes.c_void_p(ctx.device)), ctypes.byref(size),
+                              ctypes.byref(data), ctypes.byref(status))
+      cl.check("clCreateProgramWithBinary (binary status)", status.value)
+      build(ctx, handle, f"the binary of kernel {self.name}")
+      ctx.keep(lib, prog := cl.Program(handle))
+    self.prog = prog   # kept while the kernel lives: a kernel must not outlive its program
+    self.kernel = cl.call_handle("clCreateKernel", prog.handle, self.name.encode())
     self._c = c
     self.slots, self.images, self.readonly = kernel_args(self.kernel)
     self._staged: dict[int, CLImage] = {}   # argument position -> the image its buffer is staged through (reused per call)
@@ -168,7 +171,6 @@ class CLProgram:
     try:
       if (k := self.__dict__.pop("kernel", None)) is not None: self._c.clReleaseKernel(k)
       for img in self.__dict__.pop("_staged", {}).values(): self._c.clReleaseMemObject(img.mem)
-      if (p := self.__dict__.pop("prog", None)) is not None: self._c.clReleaseProgram(p)
     except (AttributeError, TypeError): pass   # interpreter shutdown
 
   def set_args(self, bufs: tuple[Any, ...], vals: tuple[int, ...]) -> list[tuple[CLImage, int, int]]:

@@ -44,6 +44,30 @@ def test_buffers_sub_buffers_kernels_and_events(clctx: Any) -> None:
   want = data.copy()
   want[align // 4:align // 4 + 64] *= 3
   np.testing.assert_array_equal(out, want)
+
+def test_a_kernel_is_built_once_per_binary(clctx: Any, monkeypatch: Any) -> None:
+  """The compiler's built program is what CLProgram loads (no second build from its binary); a binary the context does not hold
+  (from the disk cache, or evicted) is built once, and later programs of it share that build."""
+  from plugin_qcom import iface_cl
+  from plugin_qcom.compiler import CLCompiler
+  from plugin_qcom.iface_cl import CLAllocator, CLProgram
+  builds: list[str] = []
+  real = iface_cl.build
+  monkeypatch.setattr(iface_cl, "build", lambda ctx, prog, what, src=None: (builds.append(what), real(ctx, prog, what, src))[1])
+  src = "__kernel void plus_k_once(__global int* a, const int k) { a[get_global_id(0)] += k; }\n"
+  binary = CLCompiler(clctx).compile(src)
+  alloc = CLAllocator("QCOM", clctx)
+  buf = alloc.alloc(64 * 4, BufferSpec())
+  alloc._copyin(buf, memoryview(np.arange(64, dtype=np.int32)).cast("B"))
+  CLProgram(clctx, "plus_k_once", binary)(buf, global_size=(4, 1, 1), local_size=(16, 1, 1), vals=(5,), wait=True)
+  assert builds == []
+  with clctx.lock: clctx.programs.clear()
+  for k in (2, 3):   # the first of these builds the binary, the second reuses that build
+    CLProgram(clctx, "plus_k_once", binary)(buf, global_size=(4, 1, 1), local_size=(16, 1, 1), vals=(k,), wait=True)
+  assert builds == ["the binary of kernel plus_k_once"]
+  out = np.empty(64, np.int32)
+  alloc._copyout(memoryview(out).cast("B"), buf)
+  np.testing.assert_array_equal(out, np.arange(64, dtype=np.int32) + 10)
   with pytest.raises(NotImplementedError, match="not a multiple of the device's sub-buffer alignment"): alloc._offset(buf, 16, 4)
 
 def run_dev(dev: str, code: str) -> str:
