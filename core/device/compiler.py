@@ -1,6 +1,6 @@
 """Compiler base: source text -> binary, with a crash-safe on-disk cache keyed by compiler identity and source hash."""
 from __future__ import annotations
-import functools, hashlib, os, pathlib, re, stat, tempfile, threading
+import dataclasses, functools, hashlib, os, pathlib, re, stat, tempfile, threading
 from typing import Any
 from core.helpers import ContextVar, cache_dir
 
@@ -74,27 +74,63 @@ def llvm_target(triple: str, what: str) -> Any:
   except RuntimeError as e: raise CompileError(f"this llvmlite's LLVM was built without the {what} target: {e}") from e
   return llvm
 
-def llvm_object(tm: Any, src: str, opt: int, triple: str | None = None, what: str = "") -> bytes:
-  """LLVM IR text -> an object file with llvmlite: parse, verify, optimize at `opt` with the new pass manager and emit for
-  the target machine `tm` (shared by every plugin that compiles LLVM IR). `what` names the target in errors."""
+# llvmlite 0.50's create_pass_builder never frees the builder's instrumentation callbacks (about 63 KB per compile; reusing
+# one builder leaks as much and calls the last run's dangling callbacks), so a long-lived process compiles only its first
+# CORE_LLVM_INPROC kernels itself (fast first results, ~30 MB kept) and hands the rest to a worker process
+# (core/device/llvm_worker.py) that is replaced after CORE_LLVM_WORKER_COMPILES compiles, which bounds the leak on both sides
+LLVM_INPROC = ContextVar("CORE_LLVM_INPROC", 500)
+LLVM_WORKER_COMPILES = ContextVar("CORE_LLVM_WORKER_COMPILES", 1000)
+_inproc_lock = threading.Lock()
+inproc_compiles = 0   # LLVM compiles this process ran itself (each leaked its pass builder)
+
+@dataclasses.dataclass(frozen=True)
+class LLVMTarget:
+  """What an llvmlite target machine is made of: enough to build the same machine in the compile worker process."""
+  triple: str
+  cpu: str = ""
+  features: str = ""
+  opt: int = 2
+  reloc: str = "default"
+  codemodel: str = "jitdefault"
+  def machine(self) -> Any: return _target_machine(self)
+
+@functools.cache
+def _target_machine(t: LLVMTarget) -> Any:
+  llvm = llvm_target(t.triple, t.triple)
+  return llvm.Target.from_triple(t.triple).create_target_machine(cpu=t.cpu, features=t.features, opt=t.opt, reloc=t.reloc,
+                                                                 codemodel=t.codemodel)
+
+def llvm_object(target: LLVMTarget, src: str, what: str = "", assembly: bool = False) -> bytes:
+  """LLVM IR text -> an object file (or, with `assembly`, the target's assembly text as bytes) with llvmlite: parse, verify,
+  optimize at the target's opt level with the new pass manager and emit for `target` (shared by every plugin that compiles
+  LLVM IR). `what` names the target in errors. In this process for the first CORE_LLVM_INPROC compiles, then in the compile
+  worker; the bytes are the same either way."""
+  global inproc_compiles
+  with _inproc_lock:
+    here = inproc_compiles < LLVM_INPROC.value
+    if here: inproc_compiles += 1
+  if here: return llvm_compile_here(target, src, what, assembly)
+  from core.device.llvm_worker import compile_in_worker
+  return compile_in_worker(target, src, what, assembly)
+
+def llvm_compile_here(target: LLVMTarget, src: str, what: str = "", assembly: bool = False) -> bytes:
+  """llvm_object's work, always in this process (leaking the pass builder's ~63 KB): what the compile worker runs."""
   import llvmlite.binding as llvm
+  tm = target.machine()
   # a context of its own: LLVM keeps every type and constant a module creates in its context until the context goes, so
   # compiling into the global one grows the process by tens of KB per kernel, forever
   ctx = llvm.create_context()
   try:
     try:
       mod = llvm.parse_assembly(src, context=ctx)
-      mod.triple, mod.data_layout = triple or tm.triple, str(tm.target_data)
+      mod.triple, mod.data_layout = tm.triple, str(tm.target_data)
       mod.verify()
     except RuntimeError as e:
       raise CompileError(f"llvmlite (LLVM {'.'.join(map(str, llvm.llvm_version_info))}) rejected the IR{' for ' + what if what else ''}: {e}\n"
                          f"--- source ---\n{src}") from e
-    # a pass builder per compile, although each leaks about 60 KB (llvmlite 0.50: the builder's instrumentation callbacks are
-    # never freed, and every run adds callbacks into them that point at that run's own stack objects). Reusing one builder
-    # saves no memory (measured: the same growth per compile) and would call those stale callbacks on the next run.
-    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=opt))
+    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=target.opt))
     pb.getModulePassManager().run(mod, pb)
-    obj = tm.emit_object(mod)
+    out = str(tm.emit_assembly(mod)).encode() if assembly else tm.emit_object(mod)
     mod.close()
-    return obj
+    return out
   finally: ctx.close()

@@ -4,7 +4,7 @@ kernels that MOCK devices run (core/codegen/hostbuild.py)."""
 from __future__ import annotations
 import ctypes, functools, hashlib, threading
 from typing import Any, Callable
-from core.device.compiler import Compiler, llvm_object
+from core.device.compiler import Compiler, LLVMTarget, llvm_object
 from core.helpers import LRUCache
 
 class HostCompiler(Compiler):
@@ -18,16 +18,19 @@ class HostCompiler(Compiler):
     llvm.initialize_native_asmparser()
     self.cpu, self.features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
     self.opt = opt
-    self.tm = self.target_machine()
+    self.target = LLVMTarget(llvm.get_process_triple(), self.cpu, self.features, opt, "pic", "default")
+    self.tm = self.target.machine()
     super().__init__(f"host_{'.'.join(map(str, llvm.llvm_version_info))}_{self.tm.triple}_{self.cpu}_"
                      f"{hashlib.sha256(self.features.encode()).hexdigest()[:8]}_O{opt}")
 
   def target_machine(self) -> Any:
+    """A new target machine like the compiler's (an MCJIT engine takes ownership of the one it is given)."""
     import llvmlite.binding as llvm
-    return llvm.Target.from_triple(llvm.get_process_triple()).create_target_machine(cpu=self.cpu, features=self.features, opt=self.opt,
-                                                                                     reloc="pic", codemodel="default")
+    t = self.target
+    return llvm.Target.from_triple(t.triple).create_target_machine(cpu=t.cpu, features=t.features, opt=t.opt, reloc=t.reloc,
+                                                                   codemodel=t.codemodel)
 
-  def compile(self, src: str) -> bytes: return llvm_object(self.tm, src, self.opt, what="the host")
+  def compile(self, src: str) -> bytes: return llvm_object(self.target, src, "the host")
 
 class HostLibrary:
   """Object code loaded into this process by llvmlite's MCJIT linker (relocated, symbols such as libm's resolved against the

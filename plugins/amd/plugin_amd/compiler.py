@@ -2,7 +2,7 @@
 from __future__ import annotations
 import functools, struct
 from typing import Any
-from core.device.compiler import Compiler, CompileError, llvm_target, llvm_object
+from core.device.compiler import Compiler, CompileError, LLVMTarget, llvm_target, llvm_object
 from plugin_amd.renderer import TRIPLE, ArchInfo, arch_info
 
 def _llvm() -> Any: return llvm_target(TRIPLE, "AMDGPU")
@@ -34,11 +34,12 @@ class AMDCompiler(Compiler):
     llvm = _llvm()
     check_arch(self.info.name)
     self.llvm, self.opt = llvm, opt
-    self.tm = llvm.Target.from_triple(TRIPLE).create_target_machine(cpu=self.info.name, features=self.info.features, opt=opt, reloc="pic")
+    self.target = LLVMTarget(TRIPLE, self.info.name, self.info.features, opt, "pic")
+    self.tm = self.target.machine()
     super().__init__(f"amd_llvm_{'.'.join(map(str, llvm.llvm_version_info))}_{self.info.name}{self.info.features}_O{opt}")
 
   def compile(self, src: str) -> bytes:
-    obj = llvm_object(self.tm, src, self.opt, TRIPLE, self.info.name)
+    obj = llvm_object(self.target, src, self.info.name)
     from plugin_amd.prep import PrepError, load_code_object
     try: load_code_object(obj, arch=self.info)
     except PrepError as e: raise CompileError(f"the code object LLVM made for {self.info.name} does not load: {e}\n--- source ---\n{src}") from e

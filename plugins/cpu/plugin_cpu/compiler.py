@@ -1,7 +1,7 @@
 """The CPU plugin's compilers: C source through the system C compiler, LLVM IR through llvmlite; both give shared-object bytes."""
 from __future__ import annotations
 import functools, hashlib, os, platform, shutil, subprocess, tempfile
-from core.device.compiler import Compiler, CompileError, llvm_object
+from core.device.compiler import Compiler, CompileError, LLVMTarget, llvm_object
 from plugin_cpu import elfload
 
 # no -ffast-math: NaN/inf must behave as in IEEE; -fwrapv makes int overflow wrap like the reference ALU;
@@ -128,14 +128,14 @@ class LLVMCompiler(Compiler):
     llvm.initialize_native_asmparser()
     self.cpu = cpu or llvm.get_host_cpu_name()
     self.features = features if features is not None else (llvm.get_host_cpu_features().flatten() if cpu is None else "")
-    target = llvm.Target.from_triple(llvm.get_process_triple())
-    self.tm = target.create_target_machine(cpu=self.cpu, features=self.features, opt=opt, reloc="pic", codemodel="default")
+    self.target = LLVMTarget(llvm.get_process_triple(), self.cpu, self.features, opt, "pic", "default")
+    self.tm = self.target.machine()
     self.opt, self._cc = opt, cc
     feat_hash = hashlib.sha256(self.features.encode()).hexdigest()[:8]
     super().__init__(f"cpu_llvm_{'.'.join(map(str, llvm.llvm_version_info))}_{self.tm.triple}_{self.cpu}_{feat_hash}_O{opt}{'_obj' if elfload.supported() else ''}")
 
   def compile(self, src: str) -> bytes:
-    obj = llvm_object(self.tm, src, self.opt)
+    obj = llvm_object(self.target, src)
     # the runtime loads x86-64 objects itself (plugin_cpu.elfload): a linker process per kernel costs tens of ms
     return obj if elfload.supported() else link_shared(self._cc or find_cc(), obj, src)
 

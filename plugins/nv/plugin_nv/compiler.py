@@ -2,7 +2,7 @@
 from __future__ import annotations
 import ctypes, functools, glob, os, re, shutil, subprocess, tempfile
 from typing import Any
-from core.device.compiler import Compiler, CompileError, llvm_target
+from core.device.compiler import Compiler, CompileError, LLVMTarget, llvm_target, llvm_object
 from plugin_nv.renderer import TRIPLE, ArchInfo, arch_info
 
 PTXAS_INSTALL = 'pip install "plugin-nv[ptxas]" (NVIDIA\'s nvidia-cuda-nvcc 13.0 wheel) or install the CUDA toolkit 13.0'
@@ -45,7 +45,8 @@ class PTXCompiler(Compiler):
   def __init__(self, arch: str | None = None, opt: int = 3):
     self.info: ArchInfo = arch_info(arch)
     self.llvm, self.opt = _llvm(), opt
-    self.tm = self.llvm.Target.from_triple(TRIPLE).create_target_machine(cpu=self.info.name, features=self.info.ptx, opt=opt)
+    self.target = LLVMTarget(TRIPLE, self.info.name, self.info.ptx, opt)
+    self.tm = self.target.machine()
     # without ptxas the IR still renders and turns into PTX (to_ptx); compile() says what to install
     self.ptxas = find_ptxas()
     llvm_ver = ".".join(map(str, self.llvm.llvm_version_info))
@@ -53,18 +54,9 @@ class PTXCompiler(Compiler):
     super().__init__(f"nv_ptx_llvm{llvm_ver}_{self.info.name}{self.info.ptx}_O{opt}_ptxas{ptxas_ver}")
 
   def to_ptx(self, src: str) -> str:
-    """The PTX text LLVM makes of the IR `src` (parse, verify, optimize, emit)."""
-    llvm = self.llvm
-    try:
-      mod = llvm.parse_assembly(src)
-      mod.triple, mod.data_layout = TRIPLE, str(self.tm.target_data)
-      mod.verify()
-    except RuntimeError as e:
-      raise CompileError(f"llvmlite (LLVM {'.'.join(map(str, llvm.llvm_version_info))}) rejected the IR for {self.info.name}: {e}\n"
-                         f"--- source ---\n{src}") from e
-    pb = llvm.create_pass_builder(self.tm, llvm.create_pipeline_tuning_options(speed_level=self.opt))
-    pb.getModulePassManager().run(mod, pb)
-    return str(self.tm.emit_assembly(mod))
+    """The PTX text LLVM makes of the IR `src` (parse, verify, optimize, emit; core's llvm_object, which may run it in the
+    compile worker)."""
+    return llvm_object(self.target, src, self.info.name, assembly=True).decode()
 
   def assemble(self, ptx: str) -> bytes:
     """ptxas -arch=<arch>: the PTX text to a cubin; its complaints become a CompileError with the PTX."""
