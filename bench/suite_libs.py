@@ -4,6 +4,7 @@ import os, tempfile
 from dataclasses import dataclass
 from typing import Any, Callable
 import numpy as np
+import suite_models as models
 
 class NotApplicable(Exception):
   """The framework has no such operation (numpy has no conv2d or autograd): the table shows n/a, not an error."""
@@ -133,6 +134,53 @@ class TensorLib:
       self.sync()
     return Case(run, lambda: [p.numpy() - q for p, q in zip(params, d["params"])], calls_before_check=d["steps"])
 
+  # the real-model rows: built from core's nn layers, so ours alone among the Tensor-API frameworks
+  def _ours_only(self, what: str) -> None:
+    if self.name != "ours": raise NotApplicable(f"{what} is built from core's nn layers")
+  def _jit_case(self, f: Any, args: tuple[Any, ...], result: Callable[[Any], Any]) -> Case:
+    """Repeated calls of a Jit-captured model (checked after its capture and first replay, on the replay's result)."""
+    out: list[Any] = [None]
+    def run() -> None:
+      out[0] = f(*args)
+      self.sync()
+    return Case(run, lambda: result(out[0]), calls_before_check=3)
+  def resnet18(self, d: dict[str, Any]) -> Case:
+    self._ours_only("ResNet-18")
+    model = models.OursResNet(d, self.Tensor)
+    return self._jit_case(self.Jit(lambda x: model(x).realize()), (self.t(d["x"]),), lambda o: o.numpy())
+  def resnet18_train(self, d: dict[str, Any]) -> Case:
+    self._ours_only("ResNet-18")
+    model = models.OursResNet(d, self.Tensor)
+    params = model.params()
+    opt = self.SGD(list(params.values()), lr=d["lr"])
+    @self.Jit
+    def step(x: Any, y: Any) -> Any:
+      with self.train():
+        opt.zero_grad()
+        loss = model(x).sparse_categorical_crossentropy(y).backward()
+        opt.step()
+      return loss.realize()
+    def run() -> None:
+      step(x, y)
+      self.sync()
+    x, y = self.t(d["x"]), self.t(d["y"])
+    names = models.trained_names(d)
+    return Case(run, lambda: [params[k].numpy() - d["params"][k] for k in names], calls_before_check=d["steps"])
+  def gpt2_block(self, d: dict[str, Any]) -> Case:
+    self._ours_only("the transformer block")
+    model = models.OursBlock(d, self.Tensor)
+    x, g = self.Tensor(d["x"].copy(), requires_grad=True).realize(), self.t(d["g"])
+    @self.Jit
+    def f(x: Any) -> list[Any]:
+      out = model(x)
+      grads = (out * g).sum().gradient(*model.params(), x)
+      out.realize(*grads)
+      return [out, *grads]
+    return self._jit_case(f, (x,), lambda o: [t.numpy() for t in o])
+  def sdpa(self, d: dict[str, Any]) -> Case:
+    q, k, v = self.t(d["q"]), self.t(d["k"]), self.t(d["v"])
+    return self._single(lambda: q.scaled_dot_product_attention(k, v, is_causal=True))
+
   def jit_replay(self, d: dict[str, Any]) -> Case:
     k = d["kernels"]
     @self.Jit
@@ -257,6 +305,9 @@ class NumpyLib:
     return self._single(f)
   def tiny_op(self, d: dict[str, Any]) -> Case: return self._single(lambda: d["a"] + 1, count=d["ops"])
   def mlp(self, d: dict[str, Any]) -> Case: raise NotApplicable("numpy has no autograd")
+  def resnet18(self, d: dict[str, Any]) -> Case: raise NotApplicable("numpy has no conv2d")
+  resnet18_train = gpt2_block = mlp
+  def sdpa(self, d: dict[str, Any]) -> Case: raise NotApplicable("numpy has no attention (the reference is numpy's)")
   def jit_replay(self, d: dict[str, Any]) -> Case: raise NotApplicable("numpy has no jit")
   def first_compile(self, d: dict[str, Any]) -> Case: raise NotApplicable("numpy compiles nothing")
 
@@ -312,6 +363,33 @@ class TorchLib:
       loss.backward()
       opt.step()
     return Case(run, lambda: [p.detach().numpy() - q for p, q in zip(params, d["params"])], calls_before_check=d["steps"])
+  def resnet18(self, d: dict[str, Any]) -> Case:
+    torch = self.torch
+    p, x = models.torch_params(torch, d, torch.float32), self.t(d["x"])
+    return self._single(lambda: models.torch_resnet(torch, d, p, x, False))
+  def resnet18_train(self, d: dict[str, Any]) -> Case:
+    torch = self.torch
+    p, names = models.torch_params(torch, d, torch.float32), models.trained_names(d)
+    opt = torch.optim.SGD([p[k] for k in names], lr=d["lr"])
+    x, y = self.t(d["x"]), torch.from_numpy(d["y"].astype(np.int64))
+    def run() -> None:
+      opt.zero_grad()
+      torch.nn.functional.cross_entropy(models.torch_resnet(torch, d, p, x, True), y).backward()
+      opt.step()
+    return Case(run, lambda: [p[k].detach().numpy() - d["params"][k] for k in names], calls_before_check=d["steps"])
+  def gpt2_block(self, d: dict[str, Any]) -> Case:
+    torch = self.torch
+    p = {k: torch.tensor(v, requires_grad=True) for k, v in d["params"].items()}
+    x, g = torch.tensor(d["x"], requires_grad=True), self.t(d["g"])
+    out: list[Any] = [None]
+    def run() -> None:
+      for t in (*p.values(), x): t.grad = None
+      out[0] = models.torch_block(torch, d, p, x)
+      (out[0] * g).sum().backward()
+    return Case(run, lambda: [out[0].detach().numpy(), *[p[k].grad.numpy() for k in models.BLOCK_PARAMS], x.grad.numpy()])
+  def sdpa(self, d: dict[str, Any]) -> Case:
+    q, k, v = self.t(d["q"]), self.t(d["k"]), self.t(d["v"])
+    return self._single(lambda: self.torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
   def jit_replay(self, d: dict[str, Any]) -> Case: raise NotApplicable("torch: no comparable replay (the issue measures none)")
   def first_compile(self, d: dict[str, Any]) -> Case: raise NotApplicable("torch eager compiles nothing")
 

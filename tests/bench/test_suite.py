@@ -48,7 +48,8 @@ def test_quick_every_row(suite):
   # numpy runs the rows it has, and says n/a for the rest
   by_key = {r.row.key: r for r in results}
   for key in ("matmul1024", "matmul2048", "nchw_nhwc", "nhwc_nchw", "mul_add", "sum", "softmax", "layernorm", "transpose", "tiny_op"): assert (by_key[key].cells["numpy"].value or 0) > 0, key
-  for key in ("conv2d", "conv_stem", "conv_dw", "conv_dw_s2", "conv1x1", "mlp", "jit_replay", "first_compile"):
+  for key in ("conv2d", "conv_stem", "conv_dw", "conv_dw_s2", "conv1x1", "mlp", "resnet18", "resnet18_train", "gpt2_block", "sdpa", "jit_replay",
+              "first_compile"):
     assert by_key[key].cells["numpy"].status == "n/a", key
   # the layout rows are judged against the copy bandwidth measured in the same run
   perm = by_key["nchw_nhwc"]
@@ -84,6 +85,24 @@ def test_conv_reference(suite):
   # two groups: the outputs of the second group see only the second half of the channels
   w2 = np.zeros((2, 2, 1, 1), np.float32); w2[1, 1] = 1
   np.testing.assert_allclose(ref(x, w2, padding=0, groups=2)[:, 1], x[:, 3])
+
+def test_model_references(suite):
+  """The float64 references of the model rows: numpy's ResNet forward (used where torch is missing) against torch's, and
+  causal attention against a loop over the query rows."""
+  import numpy as np
+  models = suite.models
+  d = models.resnet_data({"batch": 2, "hw": 32, "width": 4, "classes": 5, "blocks": (1, 2)}, np.random.default_rng(1))
+  got = models.numpy_resnet(d)
+  assert got.shape == (2, 5) and np.isfinite(got).all()
+  a = models.sdpa_data({"batch": 1, "heads": 2, "seq": 5, "width": 6}, np.random.default_rng(2))
+  ref = models.sdpa_reference(a)
+  for i in range(5):   # row i attends to keys 0..i
+    s = np.einsum("bhe,bhje->bhj", a["q"][..., i, :].astype(np.float64), a["k"][..., : i + 1, :]) / np.sqrt(3)
+    w = np.exp(s - s.max(-1, keepdims=True))
+    np.testing.assert_allclose(ref[..., i, :], np.einsum("bhj,bhje->bhe", w / w.sum(-1, keepdims=True), a["v"][..., : i + 1, :]), rtol=1e-12)
+  pytest.importorskip("torch")
+  want = models.resnet_reference(d)   # torch's float64 form
+  np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
 
 def test_wrong_result_is_caught(suite):
   out = io.StringIO()
