@@ -7,9 +7,15 @@ from core.codegen.opt.kernel import Kernel, Opt, OptOps, KernelOptError, range_s
 from core.codegen.opt.expander import contiguous_offset, VECTOR_MEM_DTYPES
 from core.codegen.opt.pack import PACK_MAX_BYTES
 
-# matmul register block, measured on a 2-core AVX-512 host: 2 vectors along the contiguous output axis x 4 rows, no reduce
+# conv register block, measured on a 2-core AVX-512 host: 2 vectors along the contiguous output axis x 4 rows, no reduce
 # unroll (it only added code), and the reused axis's loop outside the other's so a panel of the second input stays in cache
 MM_J2, MM_I, MM_K, MM_SWAP = 2, 4, 1, True
+# matmul register tiles (vectors along the contiguous output axis, rows), best first; the first that fits the host's vector
+# registers (renderer.simd_regs: accumulators + one vector per column + the broadcast row value) and whose packed panel fits
+# is used. CPU time of one thread, 1024/2048 on a Zen 5 (32 zmm), three runs: 4x4 174-202/173-193 GFLOP/s, 2x8 189-192/
+# 145-165, 2x6 142-200/145-165, 2x4 165-174/99-154. With 16 registers (AVX2) 4x4 does not fit; the same Zen 5 running code
+# built for Haswell (ymm only), 1024: 2x4 98 GFLOP/s (about its 256-bit peak), 2x6 78 (1024 rows padded to 1026: gated loads)
+MM_TILES = ((4, 4), (2, 4))
 MM_MIN_ACC = 8                # vector accumulators a register tile needs: FMA latency x FMA units
 MM_WINDOW = 4                 # reduce axes this small are unrolled whole
 MM_PACK_REUSE = 4             # row blocks that must reuse a packed panel for the copy to pay
@@ -87,6 +93,14 @@ def _block_count(n: int, threads: int) -> int:
     if n % want == 0: return want
   return n if n <= 64 * threads else next((b for b in range(4 * threads, 1, -1) if n % b == 0), n)
 
+def mm_tile(renderer: Any, window: bool, col_bytes: int) -> tuple[int, int]:
+  """(vectors, rows) of the register tile for a product over `renderer`; `window`: a reduction that slides over an output
+  axis (conv), which keeps (MM_J2, MM_I); `col_bytes`: bytes of one vector-wide column of the packed panel (reduce length x
+  vector bytes), so a tile whose panel would not fit PACK_MAX_BYTES falls back to a narrower one."""
+  if window: return MM_J2, MM_I
+  regs = getattr(renderer, "simd_regs", 16)
+  return next(((j, i) for j, i in MM_TILES if j * i + j + 1 <= regs and j * col_bytes <= PACK_MAX_BYTES), (MM_J2, MM_I))
+
 def _pad_ok(n: int | None, m: int, share: int = 8) -> bool:
   """Padding n up to a multiple of m costs at most 1/share more work."""
   return n is not None and n % m != 0 and (-n % m) * share <= n
@@ -128,28 +142,31 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
   if other is None: other = next((r for r in reversed(outs) if r is not contig_out and any(r not in ld.toposort() for ld in loads)), None)
   third = next((r for r in reversed(outs) if r is not contig_out and r is not other and any(r not in ld.toposort() for ld in loads)), None)
   reused = any(contig_out not in ld.toposort() for ld in loads)
+  reds = [r for r in k.of_type(AxisType.REDUCE) if range_size(r) is not None]
+  window = any((range_size(r) or 99) <= MM_WINDOW and _sliding(r, outs, loads) for r in reds)
+  tile_j, tile_i = mm_tile(rnd, window, prod(range_size(r) or 1 for r in reds) * lanes * (loads[0].dtype.itemsize if loads else 4))
   if pad:
     # 1023 columns fit no vector and 1000 no pair of them: round up, the panel copy PACK makes reads the gated loads once
     # a row that holds no whole vector (conv's 56 on 16 lanes) would run on half-width ones, half the FMAs per instruction:
     # padding may then cost up to 1/MM_PAD_FULL more (3x3 conv 32x64x56x56 on AVX-512: about 1.4x the FLOP rate padded to 64)
     # (only where some input is contiguous along it: a strided one is gathered lane by lane, padded or not)
     n_out, full = range_size(contig_out), any(_contiguous_in(k, contig_out, [ld]) for ld in loads)
-    if _pad_ok(n_out, lanes * (MM_J2 if reused else 1), MM_PAD_FULL if full and n_out is not None and n_out % lanes else 8):
-      k = _try(k, Opt(OptOps.PADTO, _pos(k, contig_out), lanes * (MM_J2 if reused else 1)))
-    if other is not None and _pad_ok(range_size(other), MM_I): k = _try(k, Opt(OptOps.PADTO, _pos(k, other), MM_I))
+    if _pad_ok(n_out, lanes * (tile_j if reused else 1), MM_PAD_FULL if full and n_out is not None and n_out % lanes else 8):
+      k = _try(k, Opt(OptOps.PADTO, _pos(k, contig_out), lanes * (tile_j if reused else 1)))
+    if other is not None and _pad_ok(range_size(other), tile_i): k = _try(k, Opt(OptOps.PADTO, _pos(k, other), tile_i))
     contig_out, other = _same(k, contig_out), (_same(k, other) if other is not None else None)
   nacc = 1
   if amt_j := _pick_amt(range_size(contig_out), (lanes, 8, 4, 2)):
     k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt_j))
     # a second vector register along the same axis: more independent accumulators (the expander unrolls it)
-    if reused and amt_j == lanes and (j2 := _pick_amt(range_size(_same(k, contig_out)), (MM_J2,))):
+    if reused and amt_j == lanes and (j2 := _pick_amt(range_size(_same(k, contig_out)), (tile_j, 2))):
       k = _try(k, Opt(OptOps.UPCAST, _pos(k, _same(k, contig_out)), j2))
       nacc *= j2
     elif other is None and amt_j == lanes and (j4 := _pick_amt(range_size(_same(k, contig_out)), (MM_COL_VECS, 2))):
       # a column reduction (sum over rows): each reduce step reads a row apart, so read whole cache lines of it per step
       k = _try(k, Opt(OptOps.UPCAST, _pos(k, _same(k, contig_out)), j4))
   amt_i = 0
-  if other is not None and (amt_i := _pick_amt(range_size(other), (MM_I, 4, 3, 2))):
+  if other is not None and (amt_i := _pick_amt(range_size(other), (tile_i, 4, 3, 2))):
     k = _try(k, Opt(OptOps.UPCAST, _pos(k, _same(k, other)), amt_i))
     nacc *= amt_i
   if third is not None and nacc < MM_MIN_ACC and (amt_t := _pick_amt(range_size(third), (MM_MIN_ACC // nacc, 2))):

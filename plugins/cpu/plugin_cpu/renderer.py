@@ -1,6 +1,6 @@
 """The CPU plugin's renderers: host C and host LLVM IR, kernels as plain functions where every axis is a loop."""
 from __future__ import annotations
-import os
+import os, platform
 from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
@@ -25,9 +25,15 @@ def host_threads() -> int:
   try: return len(os.sched_getaffinity(0))
   except (AttributeError, OSError): return os.cpu_count() or 1
 
+def host_vector_regs(simd_bytes: int) -> int:
+  """SIMD registers a kernel may hold values in: 32 with AVX-512 (zmm0-31) and on AArch64 (v0-31), 16 on other x86-64 (the
+  ymm/xmm registers of AVX2, AVX and SSE). The optimizer sizes matmul register tiles by it."""
+  return 32 if simd_bytes == 64 or platform.machine().lower() in ("aarch64", "arm64") else 16
+
 # renderer.threads tells the optimizer how many blocks to cut the outer loop into; 0 (a single thread) means don't
 THREADS = host_threads()
 SIMD_BYTES = host_simd_bytes()
+SIMD_REGS = host_vector_regs(SIMD_BYTES)
 
 # both renderers run the same rules before rendering: FMA for reduction updates, float32 exp2/log2 as vector arithmetic (libm
 # would run once per lane), and (x86-64) which stores stream past the caches
@@ -88,6 +94,7 @@ class CPUCRenderer(CStyleRenderer):
   supported_dtypes = _HOST_DTYPES
   threads = THREADS if THREADS > 1 else 0
   simd_width = SIMD_BYTES
+  simd_regs = SIMD_REGS
   extra_matcher = EXTRA_RULES
   string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _c_stream_store)]) + base_rewrite
   code_for_op = {**c_code_for_op, Ops.MULACC: _c_mulacc}
@@ -148,6 +155,7 @@ class CPULLVMRenderer(HostLLVMRenderer):
   supported_dtypes = _HOST_DTYPES | {dtypes.bfloat16}
   threads = THREADS if THREADS > 1 else 0
   simd_width = SIMD_BYTES
+  simd_regs = SIMD_REGS
   # LLVM tunes most AVX-512 CPUs to 256-bit vectors for loops it vectorizes itself; the attribute asks for the full width
   kernel_attrs = 'nounwind "prefer-vector-width"="512"' if SIMD_BYTES == 64 else "nounwind"
   extra_matcher = EXTRA_RULES

@@ -100,12 +100,13 @@ def test_fuse_mulacc_leaves_other_updates_alone():
   assert not any(u.op is Ops.MULACC for u in program_uops(spec))
 
 def _cpu_renderer():
-  """The default device's renderer as on a 2-core AVX2 host (8 float32 lanes, 2 threads): the plans hand_coded makes depend on
-  both (a.T @ b keeps one panel with 16 lanes or 8 threads), so the plans asserted here are the same on every host."""
+  """The default device's renderer as on a 2-core AVX2 host (8 float32 lanes, 16 vector registers, 2 threads): the plans
+  hand_coded makes depend on them (a.T @ b keeps one panel with 16 lanes or 8 threads; the register tile on the registers),
+  so the plans asserted here are the same on every host."""
   rnd = Device[Device.DEFAULT].renderer
   if not (rnd.supports_float4 and getattr(rnd, "threads", 0) >= 0 and not rnd.has_local): pytest.skip("a CPU-style renderer")
   rnd = copy.copy(rnd)
-  rnd.simd_width, rnd.threads = 32, 2
+  rnd.simd_width, rnd.simd_regs, rnd.threads = 32, 16, 2
   return rnd
 
 def _hand_coded_matmul_packs(shapes, tol: float):
