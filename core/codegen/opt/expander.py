@@ -36,6 +36,15 @@ def contiguous_offset(idx: UOp, v: UOp) -> UOp | None:
   if len(with_v) != 1 or with_v[0] != (v, 1): return None
   return _build_sum(idx, [(t, c) for t, c in terms if t is not v], const)
 
+FOLD_MIN_BYTES = 16   # vector halves at least this wide are added as vectors when the lanes fold (16: every SIMD ISA's narrowest)
+
+def fold_lanes(op: Ops, v: UOp) -> UOp:
+  """The lanes of vector `v` combined by `op`: its halves as vectors while a half is at least FOLD_MIN_BYTES wide (a 64-lane
+  accumulator: 4 vector adds, not 60 scalar ones), then the lanes left one by one in a tree."""
+  while (n := v.dtype.count) % 2 == 0 and n // 2 * v.dtype.scalar().itemsize >= FOLD_MIN_BYTES:
+    v = _combine(op, [v.gep(tuple(range(n // 2))), v.gep(tuple(range(n // 2, n)))])
+  return _combine(op, [v.gep(k) for k in range(v.dtype.count)])
+
 class Expander:
   """Rewrites a kernel whose register axes are `unrolled` (copied per value) and `vec` (lanes of vector dtypes, or None)."""
   def __init__(self, unrolled: list[UOp], vec: UOp | None):
@@ -122,7 +131,7 @@ class Expander:
     if self.vec in rngs:
       # a vector accumulator over the lanes of the vector axis: fold its lanes after the loop
       if red.dtype.count == 1: red = self.bcast(red)
-      return _combine(u.arg, [red.gep(k) for k in range(self.width)])
+      return fold_lanes(u.arg, red)
     return red
 
   def _mem_index(self, idx: UOp, env: dict[UOp, int], dt: DType) -> tuple[str, Any]:
