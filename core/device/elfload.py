@@ -4,7 +4,7 @@ Linking a kernel with the system C compiler costs a process spawn (tens of ms) p
 ourselves and applying its few relocation kinds takes microseconds. Facts from the System V x86-64 psABI (relocation
 types and their formulas) and the ELF-64 object file format."""
 from __future__ import annotations
-import ctypes, ctypes.util, mmap, platform, struct
+import ctypes, ctypes.util, functools, mmap, platform, struct
 from dataclasses import dataclass
 
 class ELFLoadError(RuntimeError): pass
@@ -50,10 +50,15 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype, _libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
 _libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_libs = [_libc] + [ctypes.CDLL(p) for p in (ctypes.util.find_library("m"),) if p]
+@functools.cache
+def _libs() -> list[ctypes.CDLL]:
+  # libm by its usual soname first: ctypes.util.find_library runs ldconfig or a compiler (tens of ms), only needed elsewhere
+  try: return [_libc, ctypes.CDLL("libm.so.6")]
+  except OSError: pass
+  return [_libc] + [ctypes.CDLL(p) for p in (ctypes.util.find_library("m"),) if p]
 
 def _extern(name: str) -> int:
-  for lib in _libs:
+  for lib in _libs():
     try: return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or 0
     except AttributeError: continue
   raise ELFLoadError(f"the kernel calls {name!r}, which neither libc nor libm defines")

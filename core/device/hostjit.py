@@ -1,27 +1,22 @@
-"""Host code in this process: LLVM IR compiled by llvmlite and loaded by its JIT linker, with no C compiler and no backend
+"""Host code in this process: LLVM IR compiled by llvmlite and loaded in process, with no C compiler and no backend
 plugin. Core uses it for what runs on the host for every device: the HCQ submit program, and the host builds of GPU
 kernels that MOCK devices run (core/codegen/hostbuild.py)."""
 from __future__ import annotations
 import ctypes, functools, hashlib, threading
 from typing import Any, Callable
+from core.device import elfload
 from core.device.compiler import Compiler, LLVMTarget, llvm_object
+from core.device.llvm_host import host_llvm
 from core.helpers import LRUCache
 
 class HostCompiler(Compiler):
-  """LLVM IR -> an object file for this CPU (its features, O2), cached on disk like every compiler's output."""
+  """LLVM IR -> an object file for this CPU (its features, O2), cached on disk like every compiler's output. Built from the
+  host's facts as cached on disk (core.device.llvm_host): LLVM itself is loaded only when something is compiled."""
   def __init__(self, opt: int = 2):
-    import llvmlite.binding as llvm
-    from core.device.compiler import llvm_target
-    llvm_target(llvm.get_process_triple(), "host")
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    llvm.initialize_native_asmparser()
-    self.cpu, self.features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
-    self.opt = opt
-    self.target = LLVMTarget(llvm.get_process_triple(), self.cpu, self.features, opt, "pic", "default")
-    self.tm = self.target.machine()
-    super().__init__(f"host_{'.'.join(map(str, llvm.llvm_version_info))}_{self.tm.triple}_{self.cpu}_"
-                     f"{hashlib.sha256(self.features.encode()).hexdigest()[:8]}_O{opt}")
+    host = host_llvm()
+    self.cpu, self.features, self.opt = host.cpu, host.features, opt
+    self.target = LLVMTarget(host.triple, self.cpu, self.features, opt, "pic", "default")
+    super().__init__(f"host_{host.version}_{host.triple}_{self.cpu}_{hashlib.sha256(self.features.encode()).hexdigest()[:8]}_O{opt}")
 
   def target_machine(self) -> Any:
     """A new target machine like the compiler's (an MCJIT engine takes ownership of the one it is given)."""
@@ -30,14 +25,33 @@ class HostCompiler(Compiler):
     return llvm.Target.from_triple(t.triple).create_target_machine(cpu=t.cpu, features=t.features, opt=t.opt, reloc=t.reloc,
                                                                    codemodel=t.codemodel)
 
-  def compile(self, src: str) -> bytes: return llvm_object(self.target, src, "the host")
+  def compile(self, src: str) -> bytes:
+    _init_native()
+    return llvm_object(self.target, src, "the host")
+
+@functools.cache
+def _init_native() -> None:
+  import llvmlite.binding as llvm
+  from core.device.compiler import llvm_target
+  llvm_target(llvm.get_process_triple(), "host")
+  llvm.initialize_native_target()
+  llvm.initialize_native_asmprinter()
+  llvm.initialize_native_asmparser()
 
 class HostLibrary:
-  """Object code loaded into this process by llvmlite's MCJIT linker (relocated, symbols such as libm's resolved against the
-  process). Kept alive as long as any function taken from it is: the code lives in the engine's memory."""
+  """Object code loaded into this process: on x86-64 placed and relocated by core.device.elfload (no LLVM needed, so a warm
+  compile cache never loads it), elsewhere or for what that loader doesn't handle by llvmlite's MCJIT linker (symbols such as
+  libm's resolved against the process). Kept alive as long as any function taken from it is: the code lives in its memory."""
   def __init__(self, obj: bytes, compiler: HostCompiler):
-    import llvmlite.binding as llvm
     self.obj = obj
+    self.loaded: elfload.LoadedObject | None = None
+    if elfload.supported() and elfload.is_relocatable(obj):
+      try:
+        self.loaded = elfload.LoadedObject(obj)
+        return
+      except elfload.ELFLoadError: pass   # a relocation kind or symbol it doesn't handle: LLVM's linker does
+    import llvmlite.binding as llvm
+    _init_native()
     # an engine owns the target machine it is given (llvmlite marks it owned and disposes of it with the engine): each library
     # gets its own, or dropping one library (the LRU cache evicts them) frees the machine every later engine still uses
     self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), compiler.target_machine())
@@ -45,7 +59,8 @@ class HostLibrary:
     self.engine.finalize_object()
 
   def address(self, name: str) -> int:
-    if not (addr := self.engine.get_function_address(name)): raise RuntimeError(f"the host library has no function named {name!r}")
+    addr = self.loaded.symbols.get(name, 0) if self.loaded is not None else self.engine.get_function_address(name)
+    if not addr: raise RuntimeError(f"the host library has no function named {name!r}")
     return addr
 
   def function(self, name: str, restype: Any, *argtypes: Any) -> Callable[..., Any]:

@@ -7,10 +7,10 @@ from core.device.entry_points import distributions_with_group, parse_entry_point
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
-def imported_after(code: str) -> set[str]:
-  """The top-level names of the modules imported in a new interpreter after `code` runs."""
+def imported_after(code: str, **env_vars: str) -> set[str]:
+  """The modules imported in a new interpreter after `code` runs (with `env_vars` set), and their top-level packages."""
   probe = code + "\nimport sys, json\nprint('MODS', json.dumps(sorted(sys.modules)))\n"
-  env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+  env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **env_vars}
   out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
   assert out.returncode == 0, out.stderr
   mods = json.loads(next(ln for ln in out.stdout.splitlines() if ln.startswith("MODS"))[5:])
@@ -26,6 +26,34 @@ def test_plugin_discovery_reads_no_metadata_library():
   mods = imported_after("from core.device.plugins import get_plugins\nprint(get_plugins().device_names())")
   assert "importlib_metadata" not in mods and "email.parser" not in mods and "importlib.metadata" not in mods
   assert "core.device.entry_points" in mods
+
+FIRST_RESULT = "from core import Tensor\nassert (Tensor([1., 2., 3.]) + 1).numpy().tolist() == [2., 3., 4.]"
+
+def test_a_warm_compile_cache_never_loads_llvm(tmp_path):
+  # the first process compiles the kernel and the HCQ submit program (LLVM loaded: the probe sees it); the second finds both
+  # in the cache, names them by the host facts cached beside them and loads the objects itself, so LLVM never loads
+  cold = imported_after(FIRST_RESULT, CORE_CACHE_DIR=str(tmp_path), DEV="CPU:LLVM")
+  assert "llvmlite.binding" in cold
+  warm = imported_after(FIRST_RESULT, CORE_CACHE_DIR=str(tmp_path), DEV="CPU:LLVM")
+  assert "llvmlite" not in warm and "core.device.elfload" in warm
+
+def test_host_llvm_facts_are_cached_and_a_damaged_file_is_asked_again(tmp_path, monkeypatch):
+  from core.device import llvm_host
+  monkeypatch.setenv("CORE_CACHE_DIR", str(tmp_path))
+  llvm_host.host_llvm.cache_clear()
+  try:
+    asked = llvm_host._ask_llvm()
+    assert llvm_host.host_llvm() == asked and asked.cpu and asked.triple and asked.version.count(".") == 2
+    (path,) = (tmp_path / "llvm_host").iterdir()
+    assert json.loads(path.read_text())["features"] == asked.features
+    # what the file says is what later processes use (it is read, not recomputed)
+    path.write_text(json.dumps({**json.loads(path.read_text()), "cpu": "some-other-cpu"}))
+    llvm_host.host_llvm.cache_clear()
+    assert llvm_host.host_llvm().cpu == "some-other-cpu"
+    path.write_text("{not json")
+    llvm_host.host_llvm.cache_clear()
+    assert llvm_host.host_llvm() == asked and json.loads(path.read_text())["cpu"] == asked.cpu
+  finally: llvm_host.host_llvm.cache_clear()
 
 def _dist(root, folder: str, name: str, version: str, eps: str, meta: str = "METADATA") -> None:
   d = root / folder

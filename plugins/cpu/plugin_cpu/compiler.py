@@ -1,7 +1,9 @@
 """The CPU plugin's compilers: C source through the system C compiler, LLVM IR through llvmlite; both give shared-object bytes."""
 from __future__ import annotations
 import functools, hashlib, os, platform, shutil, subprocess, tempfile
+from typing import Any
 from core.device.compiler import Compiler, CompileError, LLVMTarget, llvm_object
+from core.device.llvm_host import host_cpu_id, host_llvm
 from plugin_cpu import elfload
 
 # no -ffast-math: NaN/inf must behave as in IEEE; -fwrapv makes int overflow wrap like the reference ALU;
@@ -48,15 +50,9 @@ def cc_supports(cc: str, feature: str, march: str = "native") -> bool:
   and version in a process."""
   return _probe(cc, cc_version(cc), feature, march)
 
-@functools.cache
 def host_id() -> str:
   """A short hash of this CPU's model and features: -march=native binaries must not be reused on another CPU."""
-  info = ""
-  try:
-    with open("/proc/cpuinfo") as f:
-      info = "".join(ln for ln in f.read().splitlines(True) if ln.split(":")[0].strip() in ("model name", "flags", "Features", "CPU part"))
-  except OSError: pass
-  return platform.machine() + "-" + hashlib.sha256(info.encode()).hexdigest()[:12]
+  return host_cpu_id()
 
 @functools.cache
 def host_flags() -> frozenset[str]:
@@ -121,18 +117,17 @@ class LLVMCompiler(Compiler):
   """LLVM IR -> machine code: llvmlite parses and optimizes (new pass manager, O3, host CPU and features) and emits an object
   file, which the runtime loads in-process on x86-64; elsewhere the C compiler links it into a shared object."""
   def __init__(self, cpu: str | None = None, features: str | None = None, cc: str | None = None, opt: int = 3):
-    import llvmlite.binding as llvm
-    self.llvm = llvm
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    llvm.initialize_native_asmparser()
-    self.cpu = cpu or llvm.get_host_cpu_name()
-    self.features = features if features is not None else (llvm.get_host_cpu_features().flatten() if cpu is None else "")
-    self.target = LLVMTarget(llvm.get_process_triple(), self.cpu, self.features, opt, "pic", "default")
-    self.tm = self.target.machine()
+    # the host's facts from the cache folder (core.device.llvm_host): a warm compile cache never loads LLVM
+    host = host_llvm()
+    self.cpu = cpu or host.cpu
+    self.features = features if features is not None else (host.features if cpu is None else "")
+    self.target = LLVMTarget(host.triple, self.cpu, self.features, opt, "pic", "default")
     self.opt, self._cc = opt, cc
     feat_hash = hashlib.sha256(self.features.encode()).hexdigest()[:8]
-    super().__init__(f"cpu_llvm_{'.'.join(map(str, llvm.llvm_version_info))}_{self.tm.triple}_{self.cpu}_{feat_hash}_O{opt}{'_obj' if elfload.supported() else ''}")
+    super().__init__(f"cpu_llvm_{host.version}_{host.triple}_{self.cpu}_{feat_hash}_O{opt}{'_obj' if elfload.supported() else ''}")
+
+  @functools.cached_property
+  def tm(self) -> Any: return self.target.machine()
 
   def compile(self, src: str) -> bytes:
     obj = llvm_object(self.target, src)

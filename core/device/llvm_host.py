@@ -1,0 +1,63 @@
+"""What LLVM says about this host (its version, the process triple, the host CPU's name and features), remembered on disk so
+a process that only reads compiled binaries from the cache never loads LLVM.
+
+Why: the LLVM compilers name their cache entries by these facts, and asking llvmlite for them means importing
+llvmlite.binding, which loads the LLVM shared library (tens of ms of every start). The facts change only with llvmlite's
+build or the CPU, so the file is named by both: llvmlite's version and its library file's size and time, and this CPU's
+model and feature flags (/proc/cpuinfo where there is one)."""
+from __future__ import annotations
+import dataclasses, functools, hashlib, json, os, platform, threading
+from core.helpers import cache_dir
+
+@dataclasses.dataclass(frozen=True)
+class HostLLVM:
+  version: str    # LLVM's version, "20.1.8"
+  triple: str     # llvm.get_process_triple()
+  cpu: str        # llvm.get_host_cpu_name()
+  features: str   # llvm.get_host_cpu_features().flatten()
+
+@functools.cache
+def host_cpu_id() -> str:
+  """A short hash of this CPU's model and feature flags: binaries built for the host CPU must not be reused on another."""
+  info = ""
+  try:
+    with open("/proc/cpuinfo") as f:
+      info = "".join(ln for ln in f.read().splitlines(True) if ln.split(":")[0].strip() in ("model name", "flags", "Features", "CPU part"))
+  except OSError: pass
+  return platform.machine() + "-" + hashlib.sha256(info.encode()).hexdigest()[:12]
+
+def _llvmlite_identity() -> str:
+  import importlib.util
+  spec = importlib.util.find_spec("llvmlite")
+  if spec is None or not spec.submodule_search_locations: raise ImportError("llvmlite is not installed")
+  folder = os.path.join(list(spec.submodule_search_locations)[0], "binding")
+  stats = sorted((n, os.stat(os.path.join(folder, n)).st_size, os.stat(os.path.join(folder, n)).st_mtime_ns)
+                 for n in os.listdir(folder) if n.startswith("libllvmlite"))
+  return f"{folder}:{stats}"
+
+def _ask_llvm() -> HostLLVM:
+  import llvmlite.binding as llvm
+  llvm.initialize_native_target()
+  return HostLLVM(".".join(map(str, llvm.llvm_version_info)), llvm.get_process_triple(), llvm.get_host_cpu_name(),
+                  llvm.get_host_cpu_features().flatten())
+
+_lock = threading.Lock()
+
+@functools.cache
+def host_llvm() -> HostLLVM:
+  """The facts, read from the cache folder when an earlier process with this llvmlite on this CPU wrote them, else asked of
+  LLVM (importing llvmlite) and written there. A missing or damaged file is asked again; a read-only cache is no error."""
+  with _lock:
+    try: key = hashlib.sha256(f"{_llvmlite_identity()}|{host_cpu_id()}|{platform.processor()}".encode()).hexdigest()[:24]
+    except (ImportError, OSError): return _ask_llvm()   # nothing stable to name the file by: ask every time
+    path = cache_dir() / "llvm_host" / f"{key}.json"
+    try: return HostLLVM(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError): pass
+    facts = _ask_llvm()
+    try:
+      path.parent.mkdir(parents=True, exist_ok=True)
+      tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+      tmp.write_text(json.dumps(dataclasses.asdict(facts)))
+      os.replace(tmp, path)
+    except OSError: pass
+    return facts
