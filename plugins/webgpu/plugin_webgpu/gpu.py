@@ -62,12 +62,25 @@ def gpu() -> GPU:
       raise NoAdapter(f"wgpu could not open a WebGPU device: {type(e).__name__}: {e}. Install a Vulkan driver (Debian: apt install "
                       f"mesa-vulkan-drivers libvulkan1) or use another device, e.g. DEV=CPU") from e
 
+@functools.cache
+def _has_vulkan_loader() -> bool:
+  # the dynamic linker's cache names every library it finds by soname; ctypes.util.find_library would run ldconfig for the
+  # same answer (a process spawn, tens of ms on every start: the default device is picked by asking every plugin)
+  for d in os.environ.get("LD_LIBRARY_PATH", "").split(":"):
+    if d and os.path.exists(os.path.join(d, "libvulkan.so.1")): return True
+  try:
+    with open("/etc/ld.so.cache", "rb") as f:
+      if b"libvulkan.so.1\0" in f.read(): return True
+  except OSError: pass
+  import ctypes.util
+  return ctypes.util.find_library("vulkan") is not None
+
 def unavailable_reason() -> str | None:
   """Why the device can't open here, found without opening a driver (None: it may open): wgpu missing, or no Vulkan loader."""
-  import importlib.util, ctypes.util
+  import importlib.util
   if importlib.util.find_spec("wgpu") is None: return "the wgpu package is not installed (pip install ./plugins/webgpu)"
   if os.name != "posix" or os.uname().sysname == "Darwin": return None   # Metal / D3D12: nothing to check without opening
-  if ctypes.util.find_library("vulkan") is None: return "no Vulkan loader (libvulkan.so.1): apt install libvulkan1 mesa-vulkan-drivers"
+  if not _has_vulkan_loader(): return "no Vulkan loader (libvulkan.so.1): apt install libvulkan1 mesa-vulkan-drivers"
   dirs = [os.path.join(d, "vulkan", "icd.d") for d in ("/usr/share", "/usr/local/share", "/etc",
           *os.environ.get("XDG_DATA_DIRS", "").split(":")) if d]
   if not os.environ.get("VK_ICD_FILENAMES") and not os.environ.get("VK_DRIVER_FILES") and \
