@@ -1,6 +1,6 @@
 """Pattern matching over UOps: `UPat`, `PatternMatcher`, and `graph_rewrite` to a fixed point."""
 from __future__ import annotations
-import collections, inspect, itertools, math
+import collections, functools, inspect, itertools, math, types
 from typing import Any, Callable, Iterable, Sequence
 from core.ir.dtype import DType
 from core.ir.ops import UOp, Ops, GroupOp
@@ -208,6 +208,13 @@ def _unique_perms(pats: tuple[UPat, ...]) -> list[tuple[UPat, ...]]:
 # fn answers a UOp (or None) in graph rewrites; renderers answer strings, spec checks bools, gradients tuples
 Rule = tuple[UPat, Callable[..., Any]]
 
+def _wants_ctx(fn: Callable[..., Any]) -> bool:
+  # a plain function's parameter names are in its code object: inspect.signature costs ~50 us a rule, and building the matchers
+  # of a process's first realize asks it for hundreds of rules (part of every start)
+  code = getattr(fn, "__code__", None)
+  if type(code) is not types.CodeType or isinstance(fn, functools.partial): return "ctx" in inspect.signature(fn).parameters
+  return "ctx" in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+
 class PatternMatcher:
   """An ordered list of (UPat, fn) rules; the first rule whose pattern matches and whose fn returns a UOp wins.
   `fn` gets the named captures as keyword arguments, and `ctx` too if it declares that parameter."""
@@ -216,7 +223,7 @@ class PatternMatcher:
     self.name = name
     self.pdict: dict[Ops, list[tuple[UPat, Callable[..., Any], frozenset[Ops], bool, int]]] = collections.defaultdict(list)
     for i, (pat, fn) in enumerate(self.rules):
-      wants_ctx = "ctx" in inspect.signature(fn).parameters
+      wants_ctx = _wants_ctx(fn)
       for op in (pat.op if pat.op is not None and pat._any is None else _all_ops(pat)):
         self.pdict[op].append((pat, fn, pat.early_reject, wants_ctx, i))
     self._fast: dict[Ops, tuple[tuple[Matcher, Callable[..., Any], frozenset[Ops], bool, int], ...]] | None = None
