@@ -82,3 +82,22 @@ def test_entry_point_reader_defers_zip_paths(tmp_path):
 def test_parsers():
   assert [(e.group, e.name, e.value) for e in parse_entry_points("; c\n[g]\na = m:f\n[h]\nb=n\n")] == [("g", "a", "m:f"), ("h", "b", "n")]
   assert metadata_head("Name: x\nVersion: 2\n\nVersion: 3\n") == {"Name": "x", "Version": "2"}
+
+def test_rule_ctx_detection_agrees_with_inspect():
+  # PatternMatcher reads whether a rule takes ctx from its code object (cheaper than inspect.signature): the same answer
+  import functools, inspect
+  from core.ir.pattern import _wants_ctx
+  def plain(ctx, x): return x
+  def kw_only(x, *, ctx=None): return x
+  def var_kw(x, **kw): return x
+  def uses_ctx_inside(x):
+    ctx = x
+    return ctx
+  class Rules:
+    def method(self, ctx, x): return x
+    def __call__(self, x, ctx): return x
+  fns = [plain, kw_only, var_kw, uses_ctx_inside, lambda x: x, lambda ctx, x: x, Rules().method, Rules(), functools.partial(plain, 1),
+         functools.partial(var_kw)]
+  got = [_wants_ctx(f) for f in fns]
+  assert got == ["ctx" in inspect.signature(f).parameters for f in fns]
+  assert got == [True, True, False, False, False, True, True, True, False, False]
