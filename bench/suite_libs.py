@@ -65,6 +65,12 @@ def conv_reference(x: np.ndarray, w: np.ndarray, stride: int = 1, padding: int =
   wg = w.astype(np.float64).reshape(groups, w.shape[0] // groups, *w.shape[1:])
   return np.einsum("ngchwij,gocij->ngohw", win, wg, optimize=True).reshape(n, w.shape[0], oh, ow)
 
+def host_bf16_dot() -> bool:
+  """The CPU has a bfloat16 dot-product instruction (x86 AVX512_BF16: vdpbf16ps), which the bf16 matmul row is about."""
+  try:
+    with open("/proc/cpuinfo") as f: return "avx512_bf16" in next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
+  except OSError: return False
+
 def conv_args(d: dict[str, Any]) -> dict[str, int]:
   """The conv rows' keyword arguments, as conv2d in ours, tinygrad and torch spell them."""
   return {"stride": d.get("stride", 1), "padding": d.get("padding", 1), "groups": d.get("groups", 1)}
@@ -93,6 +99,11 @@ class TensorLib:
   def matmul(self, d: dict[str, Any]) -> Case:
     a, b = self.t(d["a"]), self.t(d["b"])
     return self._single(lambda: a @ b)
+  cpu_host = False   # ours on the CPU device: the bf16 row needs the host's bf16 dot product
+  def matmul_bf16(self, d: dict[str, Any]) -> Case:
+    if self.cpu_host and not host_bf16_dot(): raise NotApplicable("no avx512_bf16")
+    a, b = self.t(d["a"]).cast("bfloat16").realize(), self.t(d["b"]).cast("bfloat16").realize()
+    return self._single(lambda: a.matmul(b, dtype="float32"))
   def conv2d(self, d: dict[str, Any]) -> Case:
     x, w = self.t(d["x"]), self.t(d["w"])
     return self._single(lambda: x.conv2d(w, **conv_args(d)))
@@ -231,7 +242,9 @@ def load_ours() -> TensorLib:
   extra = [f"{k} {getattr(r, k)}" for k in ("threads", "simd_width") if hasattr(r, k)]
   info = f"DEV={os.getenv('DEV') or '(unset)'} -> device {dev}, target {getattr(d, 'target', '?')}, renderer {type(r).__name__}" + \
          (f" ({', '.join(extra)})" if extra else "") + f", compiler {type(d.compiler).__name__}"
-  return TensorLib("ours", Tensor, Jit, SGD, lambda: d.synchronize(), GlobalCounters, info, Tensor.train)
+  lib = TensorLib("ours", Tensor, Jit, SGD, lambda: d.synchronize(), GlobalCounters, info, Tensor.train)
+  lib.cpu_host = dev.split(":")[0] == "CPU"
+  return lib
 
 def load_tinygrad() -> TensorLib:
   # tinygrad reads DEV too: hide ours while it loads and picks its default device, then put it back
@@ -274,6 +287,7 @@ class NumpyLib:
       for _ in range(count): out[0] = fn()
     return Case(run, lambda: np.asarray(out[0]), count=count)
   def matmul(self, d: dict[str, Any]) -> Case: return self._single(lambda: d["a"] @ d["b"])
+  def matmul_bf16(self, d: dict[str, Any]) -> Case: raise NotApplicable("numpy has no bfloat16")
   def conv2d(self, d: dict[str, Any]) -> Case: raise NotApplicable("numpy has no conv2d")
   def permute(self, d: dict[str, Any]) -> Case:
     o = np.empty(d["x"].transpose(d["order"]).shape, d["x"].dtype)
@@ -329,6 +343,13 @@ class TorchLib:
   def matmul(self, d: dict[str, Any]) -> Case:
     a, b = self.t(d["a"]), self.t(d["b"])
     return self._single(lambda: a @ b)
+  def matmul_bf16(self, d: dict[str, Any]) -> Case:
+    # torch's bfloat16 matmul returns bfloat16 (accumulated in float32 inside): widened for the check, which allows its rounding
+    a, b = self.t(d["a"]).bfloat16(), self.t(d["b"]).bfloat16()
+    out: list[Any] = [None]
+    def run() -> None:
+      with self.torch.no_grad(): out[0] = a @ b
+    return Case(run, lambda: out[0].float().numpy())
   def conv2d(self, d: dict[str, Any]) -> Case:
     x, w = self.t(d["x"]), self.t(d["w"])
     return self._single(lambda: self.torch.nn.functional.conv2d(x, w, **conv_args(d)))

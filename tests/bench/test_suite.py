@@ -41,14 +41,18 @@ def test_quick_every_row(suite):
   rows = _table_rows(text)
   assert list(rows) == suite.ROW_KEYS, text
   assert [r.row.key for r in results] == suite.ROW_KEYS
+  from suite_libs import host_bf16_dot
   for r in results:
     ours = r.cells["ours"]
+    if r.row.key == "matmul_bf16" and not host_bf16_dot():   # a CPU without the bf16 dot product: the row says so
+      assert ours.status == "n/a" and "matmul_bf16: ours n/a (no avx512_bf16)" in text, text
+      continue
     assert ours.status == "" and ours.value is not None and ours.value > 0, (r.row.key, ours, text)
     assert ours.first_s is not None and ours.first_s > 0
   # numpy runs the rows it has, and says n/a for the rest
   by_key = {r.row.key: r for r in results}
   for key in ("matmul1024", "matmul2048", "nchw_nhwc", "nhwc_nchw", "mul_add", "sum", "softmax", "layernorm", "transpose", "tiny_op"): assert (by_key[key].cells["numpy"].value or 0) > 0, key
-  for key in ("conv2d", "conv_stem", "conv_dw", "conv_dw_s2", "conv1x1", "mlp", "resnet18", "resnet18_train", "gpt2_block", "sdpa", "jit_replay",
+  for key in ("matmul_bf16", "conv2d", "conv_stem", "conv_dw", "conv_dw_s2", "conv1x1", "mlp", "resnet18", "resnet18_train", "gpt2_block", "sdpa", "jit_replay",
               "first_compile"):
     assert by_key[key].cells["numpy"].status == "n/a", key
   # the layout rows are judged against the copy bandwidth measured in the same run
@@ -56,6 +60,9 @@ def test_quick_every_row(suite):
   assert perm.machine is not None and perm.ratio == pytest.approx(perm.cells["ours"].value / perm.machine.copy_all)
   # the matmul ratio is taken against numpy, and a figure appears for it
   assert by_key["matmul1024"].ratio == pytest.approx(by_key["matmul1024"].cells["ours"].value / by_key["matmul1024"].cells["numpy"].value)
+  # the bf16 row is judged against our float32 row of the same run
+  bf = by_key["matmul_bf16"]
+  if bf.cells["ours"].value: assert bf.ratio == pytest.approx(bf.cells["ours"].value / by_key["matmul1024"].cells["ours"].value)
   assert rows["matmul1024"][-4].endswith("x"), rows["matmul1024"]
   assert "machine:" in text and "renderer" in text and "cores" in text and "BLAS:" in text
   # the machine's own figures, and the rows as shares of them
@@ -160,3 +167,11 @@ def test_thread_scaling_table(suite, capsys):
   for key, cols in rows.items():
     assert float(cols[2]) > 0 and float(cols[3]) > 0, (key, text)
     assert float(cols[4].rstrip("x")) == pytest.approx(float(cols[3]) / float(cols[2]), rel=0.02, abs=0.01), (key, text)
+
+def test_bf16_row_without_the_instruction(suite, monkeypatch):
+  # on a CPU without AVX512_BF16 the row is n/a for ours, and says why
+  import suite_libs
+  monkeypatch.setattr(suite_libs, "host_bf16_dot", lambda: False)
+  out = io.StringIO()
+  results = suite.run(rows=["matmul_bf16"], quick=True, repeat=1, budget_s=0.0, peers=[], out=out, measure_machine=False)
+  assert results[0].cells["ours"].status == "n/a" and "matmul_bf16: ours n/a (no avx512_bf16)" in out.getvalue(), out.getvalue()
