@@ -64,6 +64,7 @@ class Jit(Generic[R]):
     self.rng_base: dict[str, Any] = {}
     self.rng_draws = 0
     self.ret_uops: list[UOp] = []
+    self.ret_rebuild: list[bool] = []
     self.replay: Any = None
     self.graph_hcqs: list[Any] = []   # the HCQDevices an HCQ replay runs on, told of each replay (HCQDevice.graph_replay)
     # one call at a time per Jit: its calls count, capture and replay into the same buffers (threads sharing a Jit take turns)
@@ -107,6 +108,10 @@ class Jit(Generic[R]):
         for b in it.bufs:
           if b not in self.input_bufs: buffer_of(b).rewritten = True
       self.ret_uops = [t.uop for t in _tensors_in((ret,) if not isinstance(ret, (tuple, list)) else tuple(ret), {})]
+      # per returned uop: whether it reads an input buffer or a variable (then each replay rebuilds it over that call's
+      # inputs); the others, usually a reshape of a captured buffer, are returned as they are without a graph walk
+      ins = set(self.input_bufs)
+      self.ret_rebuild = [any(x in ins or x.op is Ops.BIND or x.op is Ops.DEFINE_VAR for x in u.toposort()) for u in self.ret_uops]
       self.cnt = 2
       return ret
     if sig != self.signature:
@@ -124,8 +129,11 @@ class Jit(Generic[R]):
     # HCQ devices replay the captured submission, patched (core/hcq); the others kernel by kernel
     if self.replay is None:
       if (hr := hcq_replay_for(self.items, self.input_bufs)) is not None:
+        from core.device.hcq import HCQDevice
         devs = dict.fromkeys(b.src[1].arg for it in self.items for b in it.bufs)
-        self.replay, self.graph_hcqs = hr, list(dict.fromkeys(h for d in devs if (h := Device[d].hcq) is not None))
+        # only devices that do something with the hint (the base class's graph_replay does nothing: skipped per replay)
+        self.replay, self.graph_hcqs = hr, list(dict.fromkeys(h for d in devs if (h := Device[d].hcq) is not None and
+                                                              type(h).graph_replay is not HCQDevice.graph_replay))
       else: self.replay = DirectReplay(self.items, self.input_bufs)
     bufs = [buffer_of(mapping[b]) for b in self.input_bufs]
     if self.graph_hcqs:
@@ -136,7 +144,9 @@ class Jit(Generic[R]):
     else: self.replay(bufs, var_vals)
     # the returned tensors keep the captured buffers, except where they are (views of) this call's inputs; their
     # symbolic shapes take this call's values
-    for t, u in zip(_tensors_in((self.ret,) if not isinstance(self.ret, (tuple, list)) else tuple(self.ret), {}), self.ret_uops):
-      # a plain buffer (the usual return) needs no graph walk
-      t.uop = mapping.get(u, u) if u.op is Ops.BUFFER and not var_vals else rebind(u.substitute(mapping), var_vals)
+    for t, u, rebuild in zip(_tensors_in((self.ret,) if not isinstance(self.ret, (tuple, list)) else tuple(self.ret), {}), self.ret_uops,
+                             self.ret_rebuild):
+      # a plain buffer (the usual return), or a view of captured buffers only, needs no graph walk
+      if not rebuild and not var_vals: t.uop = u
+      else: t.uop = mapping.get(u, u) if u.op is Ops.BUFFER and not var_vals else rebind(u.substitute(mapping), var_vals)
     return self.ret

@@ -195,7 +195,8 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
     # Host memory (the CPU device) is not copied: a read-only view that keeps the memory alive (interop.host_array)
     if (a := host_array(self)) is not None: return a.reshape(shape)
     from core.engine.realize import to_host
-    return np.frombuffer(bytes(to_host(self.uop)), dtype=to_np(self.dtype)).reshape(shape).copy()
+    # to_host's bytes are a fresh bytearray no one else holds: the array takes it as its memory (writable, no further copy)
+    return np.frombuffer(to_host(self.uop), dtype=to_np(self.dtype)).reshape(shape)
   def data(self) -> memoryview:
     from core.engine.realize import to_host
     return to_host(self.uop)

@@ -1,0 +1,52 @@
+"""The Jit's per-call shortcuts keep its semantics (issue 24.5: a replay's cost beside its kernels): returned views of captured
+buffers are handed back without a graph walk, views of this call's inputs still follow the inputs, `.numpy()` of a replay's
+output is the caller's own copy, and threads (each with its own Jit, or one shared) still get their own answers."""
+import threading
+import numpy as np
+from core import Tensor, Jit
+
+def test_returned_views_of_captured_buffers_and_of_inputs():
+  @Jit
+  def f(x): return (x * 2 + 1).reshape(2, 4), x.reshape(4, 2), (x + 3)[1:5]
+  rng = np.random.default_rng(1)
+  for _ in range(5):
+    x = rng.standard_normal(8).astype(np.float32)
+    a, b, c = f(Tensor(x))
+    np.testing.assert_allclose(a.numpy(), (x * 2 + 1).reshape(2, 4), rtol=1e-6)
+    np.testing.assert_array_equal(b.numpy(), x.reshape(4, 2))   # a view of the input: this call's input, not the captured one
+    np.testing.assert_allclose(c.numpy(), (x + 3)[1:5], rtol=1e-6)
+  assert f.cnt == 2 and f.ret_rebuild == [False, True, False]
+
+def test_numpy_of_a_replay_output_is_the_callers_copy():
+  @Jit
+  def f(x): return (x * 2).reshape(2, 2)
+  outs = []
+  for i in range(4):
+    t = f(Tensor(np.full(4, i, dtype=np.float32)))
+    a = t.numpy()
+    np.testing.assert_array_equal(a, np.full((2, 2), 2 * i, dtype=np.float32))
+    if a.flags.writeable:   # replay outputs are rewritten by the next replay, so they come back as copies, not views
+      a[0, 0] = -7
+      assert t.numpy()[0, 0] == 2 * i
+    outs.append(a)
+  # earlier results did not change under later replays
+  for i, a in enumerate(outs): assert a[1, 1] == 2 * i
+  assert outs[-1].flags.writeable and outs[-1].flags.c_contiguous
+
+def test_threads_with_own_and_shared_jits_get_their_own_results():
+  def g(x): return (x * 3 - 1).reshape(4, 4)
+  shared, reading = Jit(g), threading.Lock()
+  errors: list[str] = []
+  def work(seed: int) -> None:
+    own, rng = Jit(g), np.random.default_rng(seed)
+    for _ in range(20):
+      x = rng.standard_normal(16).astype(np.float32)
+      want = (x * 3 - 1).reshape(4, 4)
+      if not np.allclose(own(Tensor(x)).numpy(), want, rtol=1e-5, atol=1e-6): errors.append(f"thread {seed}: own Jit wrong")
+      # a Jit's outputs are its own buffers, rewritten by its next call from any thread: a shared one is read before the next
+      with reading:
+        if not np.allclose(shared(Tensor(x)).numpy(), want, rtol=1e-5, atol=1e-6): errors.append(f"thread {seed}: shared Jit wrong")
+  threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+  for t in threads: t.start()
+  for t in threads: t.join()
+  assert not errors, errors[:3]
