@@ -97,6 +97,9 @@ def _render_cast(ctx: LLVMRenderer, x: UOp) -> str:
   else: op = "trunc"
   return f"{ctx[x]} = {op} {ft} {v} to {tt}"
 
+def _masked_intrinsic(op: str, dt: DType) -> str:
+  return f"@llvm.masked.{op}.v{dt.count}{'f' if dtypes.is_float(dt) else 'i'}{dt.scalar().itemsize * 8}.p0"
+
 def _render_load(ctx: LLVMRenderer, x: UOp) -> str:
   idx = x.src[0]
   mt, t = ctx.mem_ty(x.dtype), ctx.ty(x.dtype)
@@ -106,6 +109,12 @@ def _render_load(ctx: LLVMRenderer, x: UOp) -> str:
     m = ctx.tmp()
     return f"{m} = load {mt}, {ptr}, align 1\n  {dest} = icmp ne {mt} {m}, {ctx.mem_const(0, x.dtype)}"
   if len(idx.src) < 3: return load(ctx[x])
+  if idx.src[2].dtype.count > 1:
+    # a gate per lane (Renderer.masked_vectors): the masked-off lanes read nothing and take the alternative's lanes
+    alt = ctx[x.src[1]] if len(x.src) > 1 and x.src[1].dtype is not dtypes.void else ctx.const(0, x.dtype)
+    name = _masked_intrinsic("load", x.dtype)
+    ctx.declares[f"declare {t} {name}(ptr, i32, <{x.dtype.count} x i1>, {t})"] = None
+    return f"{ctx[x]} = call {t} {name}({ptr}, i32 {x.dtype.scalar().itemsize}, {ctx.ty(idx.src[2].dtype)} {ctx[idx.src[2]]}, {t} {alt})"
   # a gated load must not touch memory when the gate is false: branch around it and merge with the alternative
   k, prev, val = ctx.fresh_label("load"), ctx.block, ctx.tmp()
   alt = ctx[x.src[1]] if len(x.src) > 1 and x.src[1].dtype is not dtypes.void else ctx.const(0, x.dtype)
@@ -120,6 +129,10 @@ def _render_store(ctx: LLVMRenderer, x: UOp) -> str:
     pre = f"{v} = zext {ctx.ty(val.dtype)} {ctx[val]} to {ctx.mem_ty(val.dtype)}\n  "
   st = f"{pre}store {ctx.mem_ty(val.dtype)} {v}, {ctx.ptr_ty(idx.dtype)} {ctx[idx]}, align {val.dtype.scalar().itemsize}"
   if len(idx.src) < 3: return st
+  if idx.src[2].dtype.count > 1 and val.dtype.scalar() is not dtypes.bool:   # a gate per lane (Renderer.masked_vectors)
+    t = ctx.ty(val.dtype)
+    ctx.declares[f"declare void {(name := _masked_intrinsic('store', val.dtype))}({t}, ptr, i32, <{val.dtype.count} x i1>)"] = None
+    return f"call void {name}({t} {v}, {ctx.ptr_ty(idx.dtype)} {ctx[idx]}, i32 {val.dtype.scalar().itemsize}, {ctx.ty(idx.src[2].dtype)} {ctx[idx.src[2]]})"
   k = ctx.fresh_label("store")
   return f"br i1 {ctx[idx.src[2]]}, label %{k}, label %{k}.done\n{ctx.label(k)}\n  {st}\n  br label %{k}.done\n{ctx.label(k + '.done')}"
 
@@ -143,10 +156,37 @@ def _literal(u: UOp) -> bool:
   """Rendered as an LLVM constant in place (no instruction): constants, and vectors of them."""
   return u.op in (Ops.CONST, Ops.VCONST, Ops.AFTER) or (u.op is Ops.VECTORIZE and all(s.op is Ops.CONST for s in u.src))
 
+def _shuffle_sources(x: UOp) -> tuple[list[UOp], list[int]] | None:
+  """(the vectors, the shufflevector mask) when every lane of VECTORIZE x is a lane of one of at most two vectors of one type."""
+  if not all(s.op is Ops.GEP and len(s.arg) == 1 for s in x.src): return None
+  srcs = list(dict.fromkeys(s.src[0] for s in x.src))
+  if len(srcs) > 2 or len({s.dtype for s in srcs}) != 1: return None
+  return srcs, [srcs.index(s.src[0]) * srcs[0].dtype.count + s.arg[0] for s in x.src]
+
+BOOL_SPLATS = 4   # distinct values a vector of bools may take to be built by splats (more: lane by lane)
+
 def _render_vectorize(ctx: LLVMRenderer, x: UOp) -> str:
   t, et, cur, out = ctx.ty(x.dtype), ctx.ty(x.dtype.scalar()), "poison", []
   # a vector of constants is a literal: one insertelement per lane made upcast kernels' IR (and compile time) several times larger
   if _literal(x): return "<" + ", ".join(f"{et} {ctx[s]}" for s in x.src) + ">"
+  if (shuffle := _shuffle_sources(x)) is not None:
+    # lanes picked from one or two vectors of a type (the expander's strided loads): one shufflevector, not a lane-by-lane chain
+    srcs, mask = shuffle
+    st = ctx.ty(srcs[0].dtype)
+    return (f"{ctx[x]} = shufflevector {st} {ctx[srcs[0]]}, {st} {ctx[srcs[1]] if len(srcs) > 1 else 'poison'}, "
+            f"<{len(mask)} x i32> <{', '.join(f'i32 {m}' for m in mask)}>")
+  if x.dtype.scalar() is dtypes.bool and len(vals := dict.fromkeys(s for s in x.src if s.op is not Ops.CONST)) <= BOOL_SPLATS < len(x.src):
+    # a per-lane gate whose lanes take a few values (a padded row: all valid but a tail that depends on the loop): each value
+    # splatted and masked to its lanes, or-ed, where an insertelement per lane became a chain of mask-register shifts
+    def lanes(f: Any) -> str: return "<" + ", ".join(f"i1 {'true' if f(s) else 'false'}" for s in x.src) + ">"
+    cur = lanes(lambda s: s.op is Ops.CONST and s.arg)
+    for i, v in enumerate(vals):
+      one, splat, part, nxt = ctx.tmp(), ctx.tmp(), ctx.tmp(), ctx[x] if i == len(vals) - 1 else ctx.tmp()
+      out += [f"{one} = insertelement {t} poison, i1 {ctx[v]}, i32 0",
+              f"{splat} = shufflevector {t} {one}, {t} poison, <{len(x.src)} x i32> zeroinitializer",
+              f"{part} = and {t} {splat}, {lanes(lambda s: s is v)}", f"{nxt} = or {t} {cur}, {part}"]
+      cur = nxt
+    return "\n  ".join(out)
   for i, s in enumerate(x.src):
     nxt = ctx[x] if i == len(x.src) - 1 else ctx.tmp()
     out.append(f"{nxt} = insertelement {t} {cur}, {et} {ctx[s]}, i32 {i}")
@@ -344,6 +384,7 @@ class HostLLVMRenderer(LLVMRenderer):
   host code's stores become visible before what follows it, e.g. a doorbell write)."""
   device = "HOST"
   has_local = False
+  masked_vectors = True
   def render_barrier(self) -> str: return "fence release"
   def render(self, name: str, uops: list[UOp]) -> str:
     src = super().render(name, uops)

@@ -27,15 +27,6 @@ def _combine(op: Ops, xs: list[UOp]) -> UOp:
          ([xs[-1]] if len(xs) % 2 else [])
   return xs[0]
 
-def contiguous_offset(idx: UOp, v: UOp) -> UOp | None:
-  """idx - v when idx is `v + (terms not using v)`, else None (then lanes of v are not neighbours in memory)."""
-  from core.ir.symbolic import split_sum, _build_sum
-  if (parts := split_sum(idx)) is None: return None
-  terms, const = parts
-  with_v = [(t, c) for t, c in terms if v in t.toposort()]
-  if len(with_v) != 1 or with_v[0] != (v, 1): return None
-  return _build_sum(idx, [(t, c) for t, c in terms if t is not v], const)
-
 FOLD_MIN_BYTES = 16   # vector halves at least this wide are added as vectors when the lanes fold (16: every SIMD ISA's narrowest)
 
 def fold_lanes(op: Ops, v: UOp) -> UOp:
@@ -45,10 +36,35 @@ def fold_lanes(op: Ops, v: UOp) -> UOp:
     v = _combine(op, [v.gep(tuple(range(n // 2))), v.gep(tuple(range(n // 2, n)))])
   return _combine(op, [v.gep(k) for k in range(v.dtype.count)])
 
+# strides up to this many elements are read as that many whole vectors and shuffled (a stride-2 conv reads every second input
+# column): more loads per vector than that cost more than the scalar loads they replace
+MAX_SHUFFLED_STRIDE = 4
+
+def strided_offset(idx: UOp, v: UOp) -> tuple[UOp, int] | None:
+  """(idx - c*v, c) when idx is `c*v + (terms not using v)` for a constant c, else None."""
+  from core.ir.symbolic import split_sum, _build_sum
+  if (parts := split_sum(idx)) is None: return None
+  terms, const = parts
+  with_v = [(t, c) for t, c in terms if v in t.toposort()]
+  if len(with_v) != 1 or with_v[0][0] is not v: return None
+  return _build_sum(idx, [(t, c) for t, c in terms if t is not v], const), with_v[0][1]
+
+def contiguous_offset(idx: UOp, v: UOp) -> UOp | None:
+  """idx - v when idx is `v + (terms not using v)`, else None (then lanes of v are not neighbours in memory)."""
+  return o[0] if (o := strided_offset(idx, v)) is not None and o[1] == 1 else None
+
+def strided_lanes(stride: int, width: int) -> tuple[list[int], list[tuple[int, int]]]:
+  """How `width` lanes `stride` elements apart are read as whole vectors of `width`: the vectors' offsets from lane 0 (every
+  one inside the span the lanes cover, the last one ending at the last lane) and, per lane, (vector, element)."""
+  span = stride * (width - 1) + 1
+  starts = [j * width for j in range(-(-span // width) - 1)] + [span - width]
+  lanes = [(min(o // width, len(starts) - 1), o - starts[min(o // width, len(starts) - 1)]) for o in (stride * i for i in range(width))]
+  return starts, lanes
+
 class Expander:
   """Rewrites a kernel whose register axes are `unrolled` (copied per value) and `vec` (lanes of vector dtypes, or None)."""
-  def __init__(self, unrolled: list[UOp], vec: UOp | None):
-    self.unrolled, self.vec = unrolled, vec
+  def __init__(self, unrolled: list[UOp], vec: UOp | None, masked: bool = False):
+    self.unrolled, self.vec, self.masked = unrolled, vec, masked
     self.width: int = (range_size(vec) or 1) if vec is not None else 1
     self.regs = frozenset(unrolled) | ({vec} if vec is not None else set())
     self.memo: dict[tuple[UOp, tuple], UOp] = {}
@@ -134,8 +150,9 @@ class Expander:
       return fold_lanes(u.arg, red)
     return red
 
-  def _mem_index(self, idx: UOp, env: dict[UOp, int], dt: DType) -> tuple[str, Any]:
-    """How to access memory through INDEX `idx`: ("scalar", index), ("vector", index of lane 0) or ("lanes", [index per lane])."""
+  def _mem_index(self, idx: UOp, env: dict[UOp, int], dt: DType, shuffled: bool = False) -> tuple[str, Any]:
+    """How to access memory through INDEX `idx`: ("scalar", index), ("vector", index of lane 0), ("lanes", [index per lane])
+    or, with `shuffled` (loads), ("strided", (stride, [index of each whole vector strided_lanes reads]))."""
     # the buffer may be a register filled by a loop before this one (PACK): expand that loop too
     buf, rest = self(idx.src[0], env), idx.src[1:]
     if self.vec is None or not any(self.vec in self.deps(s) for s in rest):
@@ -144,10 +161,22 @@ class Expander:
     if dt.scalar() in VECTOR_MEM_DTYPES and (valid is None or self.vec not in valid.toposort()) and not any(self.has_mem(s) for s in rest) \
        and (base := contiguous_offset(i, self.vec)) is not None:
       return "vector", idx.replace(src=(buf, base) + ((valid,) if valid is not None else ()))
+    if self.masked and dt.scalar() in VECTOR_MEM_DTYPES and valid is not None and not any(self.has_mem(s) for s in rest) \
+       and (base := contiguous_offset(i, self.vec)) is not None:
+      # neighbouring lanes under a gate of their own (a padded copy's edges, a padded row's tail): one load or store whose
+      # masked-off lanes touch nothing
+      return "vector", idx.replace(src=(buf, base, UOp.vectorize(*[self.sub(rest[1], env, k) for k in range(self.width)])))
+    if shuffled and dt.scalar() in VECTOR_MEM_DTYPES and (valid is None or self.vec not in valid.toposort()) and \
+       not any(self.has_mem(s) for s in rest) and (st := strided_offset(i, self.vec)) is not None and 2 <= st[1] <= MAX_SHUFFLED_STRIDE:
+      # lanes a few elements apart: whole vectors over the span they cover, picked from by a shuffle (a gather is a scalar
+      # load per lane)
+      starts, _ = strided_lanes(st[1], self.width)
+      return "strided", (st[1], [idx.replace(src=(buf, _simplify(st[0] + o, self._simplified)) + ((valid,) if valid is not None else ()))
+                                 for o in starts])
     return "lanes", [idx.replace(src=(buf,) + tuple(self.sub(s, env, k) for s in rest)) for k in range(self.width)]
 
   def _load(self, u: UOp, env: dict[UOp, int]) -> UOp:
-    kind, idx = self._mem_index(u.src[0], env, u.dtype)
+    kind, idx = self._mem_index(u.src[0], env, u.dtype, shuffled=True)
     alt = [self(s, env) for s in u.src[1:]]
     if kind == "scalar":
       if alt and alt[0].dtype.count > 1: raise RuntimeError("expander: a scalar load with a vector alternative")
@@ -156,6 +185,13 @@ class Expander:
       vdt = u.dtype.vec(self.width)
       if len(idx.src) > 2: alt = [self.bcast(alt[0]) if alt else UOp.const(vdt, 0)]
       return UOp(Ops.LOAD, vdt, (idx, *[self.bcast(a) for a in alt]))
+    if kind == "strided":
+      stride, idxs = idx
+      vdt = u.dtype.vec(self.width)
+      if alt and len(idxs[0].src) > 2: alt = [self.bcast(alt[0])]
+      elif len(idxs[0].src) > 2: alt = [UOp.const(vdt, 0)]
+      vecs = [UOp(Ops.LOAD, vdt, (ix, *alt)) for ix in idxs]
+      return UOp.vectorize(*[vecs[j].gep(e) for j, e in strided_lanes(stride, self.width)[1]])
     return UOp.vectorize(*[UOp(Ops.LOAD, u.dtype, (ix, *[a.gep(k) if a.dtype.count > 1 else a for a in alt])) for k, ix in enumerate(idx)])
 
   def _store(self, u: UOp, env: dict[UOp, int]) -> UOp:
@@ -188,8 +224,9 @@ def pick_vector_axis(sink: UOp, regs: list[UOp]) -> UOp | None:
     if score > 0 and (best is None or key > best): best, choice = key, r
   return choice
 
-def expand_kernel(sink: UOp, vectorize: bool = True) -> UOp:
-  """Remove every UPCAST/UNROLL range: the vector axis (if `vectorize`) becomes vector lanes, the rest unrolled copies."""
+def expand_kernel(sink: UOp, vectorize: bool = True, masked: bool = False) -> UOp:
+  """Remove every UPCAST/UNROLL range: the vector axis (if `vectorize`) becomes vector lanes, the rest unrolled copies.
+  `masked`: the renderer loads and stores vectors under a gate per lane (Renderer.masked_vectors)."""
   regs = sorted({u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] in REGISTER_AXES and range_size(u) is not None},
                 key=lambda r: r.arg[0])
   if not regs: return sink
@@ -197,5 +234,5 @@ def expand_kernel(sink: UOp, vectorize: bool = True) -> UOp:
   if vectorize and any(u.op is Ops.WMMA or u.dtype.scalar() not in VECTOR_SAFE_DTYPES for u in sink.toposort() if not isinstance(u.dtype, PtrDType)):
     vectorize = False
   vec = pick_vector_axis(sink, regs) if vectorize else None
-  ex = Expander([r for r in regs if r is not vec], vec)
+  ex = Expander([r for r in regs if r is not vec], vec, masked)
   return ex(sink, {})

@@ -4,7 +4,7 @@ from typing import Any
 from core.ir.ops import UOp, Ops, AxisType, GroupOp
 from core.helpers import ContextVar, prod
 from core.codegen.opt.kernel import Kernel, Opt, OptOps, KernelOptError, range_size
-from core.codegen.opt.expander import contiguous_offset, VECTOR_MEM_DTYPES
+from core.codegen.opt.expander import contiguous_offset, VECTOR_MEM_DTYPES, MAX_SHUFFLED_STRIDE
 from core.codegen.opt.pack import PACK_MAX_BYTES
 
 # conv register block, measured on a 2-core AVX-512 host: 2 vectors along the contiguous output axis x 4 rows, no reduce
@@ -57,13 +57,16 @@ def _contiguous_in(k: Kernel, r: UOp, mem: list[UOp]) -> bool:
   return any(contiguous_offset(m.src[0].src[1], r) is not None for m in mem if r in m.src[0].src[1].toposort())
 
 def _sliding(r: UOp, outs: list[UOp], mem: list[UOp]) -> bool:
-  """Reduce axis r slides a window along an output axis in some load (conv: x[oh + kh], index terms with the same coefficient).
+  """Reduce axis r slides a window along an output axis in some load (conv: x[oh + kh], or x[2*oh + kh] with stride 2).
   Unrolling such a window lets neighbouring taps share loads; other small reduce axes only add code."""
   from core.ir.symbolic import split_sum
   for m in mem:
     if (parts := split_sum(m.src[0].src[1])) is None: continue
     coef = {t: c for t, c in parts[0]}
-    if r in coef and any(coef.get(o) == coef[r] for o in outs): return True
+    # x[s*oh + kh]: the output's coefficient a small multiple of the window's (the stride), and windows of neighbouring outputs
+    # overlap (a channel axis nested inside the batch, x[n*C + c], spans exactly one step of it)
+    if r in coef and any(o in coef and coef[o] % coef[r] == 0 and coef[o] // coef[r] <= MAX_SHUFFLED_STRIDE and
+                         coef[o] < coef[r] * (range_size(r) or 0) for o in outs): return True
   return False
 
 def _divmod_in(idx: UOp, r: UOp) -> bool:
@@ -285,10 +288,17 @@ def hand_coded(k: Kernel) -> Kernel:
          _pick_amt(range_size(contig_out), (lanes,)):
         k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), lanes), Opt(OptOps.UPCAST, _pos(k, across), lanes))
         transposed = k.applied[-1].op is OptOps.UPCAST
-      # two vectors per iteration keep two loads in flight, which pays in memory-bound kernels; a kernel with much arithmetic
-      # per element (random bits: 20 threefry rounds) gains nothing and would compile twice the code
-      elif amt := _pick_amt(range_size(contig_out), (lanes, 4, 2) if _alu_count(k) > ALU_HEAVY else (2 * lanes, lanes, 4, 2)):
-        k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt))
+      else:
+        if vec_ok and getattr(rnd, "masked_vectors", False) and _pad_ok(n := range_size(contig_out), lanes) and (n or 0) > lanes and \
+           not strided:
+          # a row that holds no whole vector (a padded copy's 58 columns): padded to one, the tail's lanes masked, where it would
+          # otherwise take 2-lane vectors; without masked loads and stores the padded lanes would each be a gated scalar access
+          k = _try(k, Opt(OptOps.PADTO, _pos(k, contig_out), lanes))
+          contig_out = _same(k, contig_out)
+        # two vectors per iteration keep two loads in flight, which pays in memory-bound kernels; a kernel with much arithmetic
+        # per element (random bits: 20 threefry rounds) gains nothing and would compile twice the code
+        if amt := _pick_amt(range_size(contig_out), (lanes, 4, 2) if _alu_count(k) > ALU_HEAVY else (2 * lanes, lanes, 4, 2)):
+          k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt))
   if getattr(rnd, "has_local", False): return _local(k)
   threads = getattr(rnd, "threads", 0)
   work = prod(range_size(r) or 1 for r in k.axes)
