@@ -49,6 +49,14 @@ def _try(k: Kernel, *opts: Opt) -> Kernel:
 def _pick_amt(n: int | None, wants: tuple[int, ...]) -> int:
   return next((a for a in wants if n is not None and 2 <= a <= n and n % a == 0), 0)
 
+def _red_vectors(n: int | None, lanes: int) -> tuple[int, ...]:
+  """Vector widths for partial sums along a contiguous reduce axis of n, best first: 4, 2 and 1 full vectors; for a length
+  no full vector divides (softmax's rows of 1000 on 16 lanes) the half or quarter width (down to 4 lanes) that divides it,
+  twice or once: lanes along the rows read whole vectors, where lanes across rows would gather."""
+  full = (4 * lanes, 2 * lanes, lanes)
+  if n is None or _pick_amt(n, full): return full
+  return next(((2 * w, w) for w in (lanes // 2, lanes // 4) if w >= 4 and n % w == 0), full)
+
 def _alu_count(k: Kernel) -> int: return sum(1 for u in k.ast.toposort() if u.op in GroupOp.ALU)
 
 def _loads(k: Kernel) -> list[UOp]: return [u for u in k.ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
@@ -257,7 +265,7 @@ def hand_coded(k: Kernel) -> Kernel:
   # loaded once per row, and lanes across rows would gather x)
   red_loads = [ld for ld in loads if any(r in ld.toposort() for r in reds)]
   along_red = contig_out is not None and not _contiguous_in(k, contig_out, red_loads) and \
-    any(_contiguous_in(k, r, red_loads) and _pick_amt(range_size(r), (lanes,)) for r in reds)
+    any(_contiguous_in(k, r, red_loads) and _pick_amt(range_size(r), _red_vectors(range_size(r), lanes)[-1:]) for r in reds)
   # lanes along the output axis would gather from a load whose index uses it through div/mod (pooling and reshape gradients
   # in NCHW): one index expression per lane per unrolled copy to simplify, a batchnorm backward kernel took 20 s to compile
   gathers = contig_out is not None and any(_divmod_in(ld.src[0].src[1], contig_out) for ld in loads)
@@ -275,9 +283,12 @@ def hand_coded(k: Kernel) -> Kernel:
     elif reds:
       # a reduction along memory: vector partial sums over the contiguous reduce axis, folded after the loop
       red = next((r for r in reversed(reds) if _contiguous_in(k, r, loads)), None)
-      if red is not None and (amt := _pick_amt(range_size(red), (4 * lanes, 2 * lanes, lanes, 4, 2))):
+      if red is not None and (amt := _pick_amt(range_size(red), (*_red_vectors(range_size(red), lanes), 4, 2))):
         k = _try(k, Opt(OptOps.UNROLL, _pos(k, red), amt))
         streaming = True
+        # a vector narrower than the registers is one short add chain: a few of them side by side (copies, not wider lanes)
+        if amt < lanes and k.applied[-1].op is OptOps.UNROLL and (a2 := _pick_amt(range_size(_same(k, red)), (4, 2, 5, 3))):
+          k = _try(k, Opt(OptOps.UNROLL, _pos(k, _same(k, red)), a2))
     elif contig_out is not None:
       # a transpose (a load runs along another output axis, `across`) with long output rows: a lanes x lanes register tile, stored
       # as vectors along the output; its loads touch `lanes` input rows, a few bytes each, where lanes along the output alone
