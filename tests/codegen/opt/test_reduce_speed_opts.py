@@ -181,3 +181,16 @@ def test_softmax_sum_puts_lanes_on_the_reduce_axis():
   (item,) = [it for it in items if it.ast.op is Ops.SINK]
   k = hand_coded(Kernel(item.ast, AVX2()))
   assert [o.op for o in k.applied if o.op in (U, R)] == [R], k.applied
+
+class AVX512(AVX2):
+  simd_width = 64   # 16 float32 lanes
+
+def test_row_no_full_vector_divides_reduces_along_it_in_narrower_vectors():
+  # rows of 1000 (softmax's) on 16 lanes: 8-lane vectors along the row, five of them side by side as independent partial
+  # maxima, where 16 lanes across rows would gather one element of each of 16 rows
+  item, want = _single_kernel(lambda a: a.max(axis=1), (64, 1000))
+  k = hand_coded(Kernel(item.ast, AVX512()))
+  assert [(o.op, o.amt) for o in k.applied if o.op in (U, R)][:2] == [(R, 8), (R, 5)], k.applied
+  assert _loads_by_width(expand_kernel(k.ast)) == [8] * 5, k.applied
+  got = _run(item, k.applied)
+  np.testing.assert_array_equal(got.reshape(want.shape), want)
