@@ -379,8 +379,9 @@ def run(rows: list[str] | None = None, quick: bool = False, repeat: int = 10, bu
 def thread_scaling(results: list[Result], quick: bool, repeat: int, budget_s: float, stat: str, out: TextIO,
                    machine: machine_bench.Machine | None = None) -> dict[str, float]:
   """Issue 23.9: our throughput rows again on one thread, beside the figures on every core the process may use, and the
-  machine's own 1-thread to all-thread ratio (FMA peak for GFLOP/s rows, copy bandwidth for GB/s rows). The one-thread run is
-  a child process with CPU_THREADS=1: the thread pool and the optimizer read it when they load. Returns the 1-thread figures."""
+  machine's own 1-thread to all-thread ratio (FMA peak for GFLOP/s rows, the bandwidth of the row's access pattern for GB/s
+  rows). The one-thread run is a child process with CPU_THREADS=1: the thread pool and the optimizer read it when they load.
+  Returns the 1-thread figures."""
   rows = [r for r in results if r.row.higher_better and (c := r.cells.get("ours")) is not None and c.value]
   cores = machine_bench.cores()
   if not rows or cores < 2:
@@ -395,7 +396,10 @@ def thread_scaling(results: list[Result], quick: bool, repeat: int, budget_s: fl
   lines = []
   for r in rows:
     all_, one_v = r.cells["ours"].value, one.get(r.row.key)
-    mach = None if machine is None else (machine.peak_all / machine.peak_1 if r.row.unit == "GFLOP/s" else machine.copy_all / machine.copy_1)
+    # the machine's own scaling for the row's kind of work: FMA peak, or the bandwidth of its access pattern (copy if unnamed)
+    kind = r.row.bw or (r.row.ref if r.row.ref in BANDWIDTHS else "copy")
+    mach = None if machine is None else (machine.peak_all / machine.peak_1 if r.row.unit == "GFLOP/s" else
+                                         machine.bandwidth(kind) / getattr(machine, f"{kind}_1"))
     lines.append([r.row.key, r.row.unit, "err" if one_v is None else _fmt(one_v), _fmt(all_ or 0),
                   "-" if not one_v or not all_ else f"{all_ / one_v:.2f}x", "-" if mach is None else f"{mach:.2f}x"])
   widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
