@@ -160,7 +160,9 @@ ROWS: list[Row] = [
   Row("resnet18_train", "ms", "torch", 1.0, ({"batch": 8, "hw": 224, "width": 64, "classes": 1000},
                                              {"batch": 4, "hw": 64, "width": 8, "classes": 10, "blocks": (1, 1)}),
       lambda s: f"{_resnet_name(s)} SGD step b{s['batch']} {s['hw']}x{s['hw']}",
-      models.resnet_data, models.resnet_train_reference, rtol=5e-2, atol_rel=5e-2),   # float32 vs float64 over 3 steps: ~4% (torch too)
+      # float32 against float64 over three steps: torch's own float32 run is off by up to 4% of the largest change of stem.w and
+      # 10% of a late layer's (3.1e-5 of 3.1e-4); a wrong gradient is off by about all of it
+      models.resnet_data, models.resnet_train_reference, rtol=5e-2, atol_rel=0.2),
   Row("gpt2_block", "ms", "torch", 1.0, ({"batch": 1, "seq": 256, "width": 768, "heads": 12}, {"batch": 1, "seq": 16, "width": 32, "heads": 2}),
       lambda s: f"transformer block fwd+bwd, seq {s['seq']} width {s['width']} {s['heads']} heads causal", models.block_data,
       models.block_reference, rtol=2e-3, atol_rel=1e-3),
