@@ -3,8 +3,8 @@ a process that only reads compiled binaries from the cache never loads LLVM.
 
 Why: the LLVM compilers name their cache entries by these facts, and asking llvmlite for them means importing
 llvmlite.binding, which loads the LLVM shared library (tens of ms of every start). The facts change only with llvmlite's
-build or the CPU, so the file is named by both: llvmlite's version and its library file's size and time, and this CPU's
-model and feature flags (/proc/cpuinfo where there is one)."""
+build or the CPU, so the file is named by both: llvmlite's library file (path, size and time), and this CPU's model and feature
+flags from /proc/cpuinfo (without one, as on macOS, LLVM is asked in every process)."""
 from __future__ import annotations
 import dataclasses, functools, hashlib, json, os, platform, threading
 from core.helpers import cache_dir
@@ -17,14 +17,16 @@ class HostLLVM:
   features: str   # llvm.get_host_cpu_features().flatten()
 
 @functools.cache
-def host_cpu_id() -> str:
-  """A short hash of this CPU's model and feature flags: binaries built for the host CPU must not be reused on another."""
-  info = ""
+def _cpuinfo() -> str:
+  """This CPU's model and feature flags as /proc/cpuinfo lists them ("" where there is no /proc/cpuinfo)."""
   try:
     with open("/proc/cpuinfo") as f:
-      info = "".join(ln for ln in f.read().splitlines(True) if ln.split(":")[0].strip() in ("model name", "flags", "Features", "CPU part"))
-  except OSError: pass
-  return platform.machine() + "-" + hashlib.sha256(info.encode()).hexdigest()[:12]
+      return "".join(ln for ln in f.read().splitlines(True) if ln.split(":")[0].strip() in ("model name", "flags", "Features", "CPU part"))
+  except OSError: return ""
+
+def host_cpu_id() -> str:
+  """A short hash of this CPU's model and feature flags: binaries built for the host CPU must not be reused on another."""
+  return platform.machine() + "-" + hashlib.sha256(_cpuinfo().encode()).hexdigest()[:12]
 
 def _llvmlite_identity() -> str:
   import importlib.util
@@ -48,8 +50,10 @@ def host_llvm() -> HostLLVM:
   """The facts, read from the cache folder when an earlier process with this llvmlite on this CPU wrote them, else asked of
   LLVM (importing llvmlite) and written there. A missing or damaged file is asked again; a read-only cache is no error."""
   with _lock:
-    try: key = hashlib.sha256(f"{_llvmlite_identity()}|{host_cpu_id()}|{platform.processor()}".encode()).hexdigest()[:24]
-    except (ImportError, OSError): return _ask_llvm()   # nothing stable to name the file by: ask every time
+    # nothing that names this CPU (no /proc/cpuinfo) or llvmlite's build: asked every time, never taken from a shared folder
+    if not _cpuinfo(): return _ask_llvm()
+    try: key = hashlib.sha256(f"{_llvmlite_identity()}|{host_cpu_id()}".encode()).hexdigest()[:24]
+    except (ImportError, OSError): return _ask_llvm()
     path = cache_dir() / "llvm_host" / f"{key}.json"
     try: return HostLLVM(**json.loads(path.read_text()))
     except (OSError, ValueError, TypeError): pass

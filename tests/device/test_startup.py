@@ -53,6 +53,11 @@ def test_host_llvm_facts_are_cached_and_a_damaged_file_is_asked_again(tmp_path, 
     path.write_text("{not json")
     llvm_host.host_llvm.cache_clear()
     assert llvm_host.host_llvm() == asked and json.loads(path.read_text())["cpu"] == asked.cpu
+    # no /proc/cpuinfo to name the CPU by: LLVM is asked, the folder (which another machine may share) is not read
+    path.write_text(json.dumps({**json.loads(path.read_text()), "cpu": "some-other-cpu"}))
+    monkeypatch.setattr(llvm_host, "_cpuinfo", lambda: "")
+    llvm_host.host_llvm.cache_clear()
+    assert llvm_host.host_llvm() == asked
   finally: llvm_host.host_llvm.cache_clear()
 
 def _dist(root, folder: str, name: str, version: str, eps: str, meta: str = "METADATA") -> None:
