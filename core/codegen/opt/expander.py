@@ -63,8 +63,8 @@ def strided_lanes(stride: int, width: int) -> tuple[list[int], list[tuple[int, i
 
 class Expander:
   """Rewrites a kernel whose register axes are `unrolled` (copied per value) and `vec` (lanes of vector dtypes, or None)."""
-  def __init__(self, unrolled: list[UOp], vec: UOp | None, masked: bool = False):
-    self.unrolled, self.vec, self.masked = unrolled, vec, masked
+  def __init__(self, unrolled: list[UOp], vec: UOp | None, masked: bool = False, mem_dtypes: frozenset[DType] = VECTOR_MEM_DTYPES):
+    self.unrolled, self.vec, self.masked, self.mem_dtypes = unrolled, vec, masked, mem_dtypes
     self.width: int = (range_size(vec) or 1) if vec is not None else 1
     self.regs = frozenset(unrolled) | ({vec} if vec is not None else set())
     self.memo: dict[tuple[UOp, tuple], UOp] = {}
@@ -158,21 +158,27 @@ class Expander:
     if self.vec is None or not any(self.vec in self.deps(s) for s in rest):
       return "scalar", idx.replace(src=(buf,) + tuple(self.sub(s, env) if not self.has_mem(s) else self(s, env) for s in rest))
     i, valid = self.sub(rest[0], env), (self.sub(rest[1], env) if len(rest) > 1 else None)
-    if dt.scalar() in VECTOR_MEM_DTYPES and (valid is None or self.vec not in valid.toposort()) and not any(self.has_mem(s) for s in rest) \
+    if dt.scalar() in self.mem_dtypes and (valid is None or self.vec not in valid.toposort()) and not any(self.has_mem(s) for s in rest) \
        and (base := contiguous_offset(i, self.vec)) is not None:
       return "vector", idx.replace(src=(buf, base) + ((valid,) if valid is not None else ()))
-    if self.masked and dt.scalar() in VECTOR_MEM_DTYPES and valid is not None and not any(self.has_mem(s) for s in rest) \
+    if self.masked and dt.scalar() in self.mem_dtypes and valid is not None and not any(self.has_mem(s) for s in rest) \
        and (base := contiguous_offset(i, self.vec)) is not None:
       # neighbouring lanes under a gate of their own (a padded copy's edges, a padded row's tail): one load or store whose
       # masked-off lanes touch nothing
       return "vector", idx.replace(src=(buf, base, UOp.vectorize(*[self.sub(rest[1], env, k) for k in range(self.width)])))
-    if shuffled and dt.scalar() in VECTOR_MEM_DTYPES and (valid is None or self.vec not in valid.toposort()) and \
+    if shuffled and dt.scalar() in self.mem_dtypes and (valid is None or self.vec not in valid.toposort() or self.masked) and \
        not any(self.has_mem(s) for s in rest) and (st := strided_offset(i, self.vec)) is not None and 2 <= st[1] <= MAX_SHUFFLED_STRIDE:
       # lanes a few elements apart: whole vectors over the span they cover, picked from by a shuffle (a gather is a scalar
-      # load per lane)
-      starts, _ = strided_lanes(st[1], self.width)
-      return "strided", (st[1], [idx.replace(src=(buf, _simplify(st[0] + o, self._simplified)) + ((valid,) if valid is not None else ()))
-                                 for o in starts])
+      # load per lane). A gate per lane (a padded row's tail) masks each vector's elements: a lane's gate where a lane reads
+      # it, off elsewhere (the elements between lanes are never needed)
+      starts, lanes = strided_lanes(st[1], self.width)
+      gates: list[UOp | None] = [valid] * len(starts)
+      if valid is not None and self.vec in valid.toposort():
+        lane_of = {jl: k for k, jl in enumerate(lanes)}
+        gates = [UOp.vectorize(*[self.sub(rest[1], env, lane_of[(j, e)]) if (j, e) in lane_of else UOp.const(dtypes.bool, False)
+                                 for e in range(self.width)]) for j in range(len(starts))]
+      return "strided", (st[1], [idx.replace(src=(buf, _simplify(st[0] + o, self._simplified)) + ((g,) if g is not None else ()))
+                                 for o, g in zip(starts, gates)])
     return "lanes", [idx.replace(src=(buf,) + tuple(self.sub(s, env, k) for s in rest)) for k in range(self.width)]
 
   def _load(self, u: UOp, env: dict[UOp, int]) -> UOp:
@@ -204,7 +210,7 @@ class Expander:
     return UOp(Ops.GROUP, dtypes.void, tuple(UOp(Ops.STORE, dtypes.void, (ix, val.gep(k) if val.dtype.count > 1 else val))
                                              for k, ix in enumerate(idx)))
 
-def pick_vector_axis(sink: UOp, regs: list[UOp]) -> UOp | None:
+def pick_vector_axis(sink: UOp, regs: list[UOp], mem_dtypes: frozenset[DType] = VECTOR_MEM_DTYPES) -> UOp | None:
   """The register axis (power-of-two size) along which the most loads/stores touch neighbouring elements (ties: the innermost)."""
   best: tuple[int, bool, Any] | None = None
   choice = None
@@ -219,20 +225,23 @@ def pick_vector_axis(sink: UOp, regs: list[UOp]) -> UOp | None:
       if idx.op is not Ops.INDEX or r not in idx.src[1].toposort(): continue
       dt = m.dtype if m.op is Ops.LOAD else m.src[1].dtype
       i = _simplify(idx.src[1].substitute(others)) if others else idx.src[1]
-      if dt.scalar() in VECTOR_MEM_DTYPES and contiguous_offset(i, r) is not None: score += 2 if m.op is Ops.STORE else 1
+      if dt.scalar() in mem_dtypes and contiguous_offset(i, r) is not None: score += 2 if m.op is Ops.STORE else 1
     key = (score, r.arg[1] is AxisType.UPCAST, r.arg[0])
     if score > 0 and (best is None or key > best): best, choice = key, r
   return choice
 
-def expand_kernel(sink: UOp, vectorize: bool = True, masked: bool = False) -> UOp:
+def expand_kernel(sink: UOp, vectorize: bool = True, masked: bool = False, vector_dtypes: frozenset[DType] = frozenset()) -> UOp:
   """Remove every UPCAST/UNROLL range: the vector axis (if `vectorize`) becomes vector lanes, the rest unrolled copies.
-  `masked`: the renderer loads and stores vectors under a gate per lane (Renderer.masked_vectors)."""
+  `masked`: the renderer loads and stores vectors under a gate per lane (Renderer.masked_vectors). `vector_dtypes`: element
+  types beyond VECTOR_MEM_DTYPES the renderer loads, stores and computes on as vectors (Renderer.vector_dtypes: bfloat16 for
+  the host LLVM renderer on CPUs with a bf16 dot product)."""
   regs = sorted({u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] in REGISTER_AXES and range_size(u) is not None},
                 key=lambda r: r.arg[0])
   if not regs: return sink
   # a WMMA's operands are vectors already (one lane's fragments): its kernel is unrolled, not vectorized
-  if vectorize and any(u.op is Ops.WMMA or u.dtype.scalar() not in VECTOR_SAFE_DTYPES for u in sink.toposort() if not isinstance(u.dtype, PtrDType)):
+  safe, mem = VECTOR_SAFE_DTYPES | vector_dtypes, VECTOR_MEM_DTYPES | vector_dtypes
+  if vectorize and any(u.op is Ops.WMMA or u.dtype.scalar() not in safe for u in sink.toposort() if not isinstance(u.dtype, PtrDType)):
     vectorize = False
-  vec = pick_vector_axis(sink, regs) if vectorize else None
-  ex = Expander([r for r in regs if r is not vec], vec, masked)
+  vec = pick_vector_axis(sink, regs, mem) if vectorize else None
+  ex = Expander([r for r in regs if r is not vec], vec, masked, mem)
   return ex(sink, {})

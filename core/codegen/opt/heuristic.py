@@ -4,7 +4,7 @@ from typing import Any
 from core.ir.ops import UOp, Ops, AxisType, GroupOp
 from core.helpers import ContextVar, prod
 from core.codegen.opt.kernel import Kernel, Opt, OptOps, KernelOptError, range_size
-from core.codegen.opt.expander import contiguous_offset, VECTOR_MEM_DTYPES, MAX_SHUFFLED_STRIDE
+from core.codegen.opt.expander import contiguous_offset, strided_offset, VECTOR_MEM_DTYPES, MAX_SHUFFLED_STRIDE
 from core.codegen.opt.pack import PACK_MAX_BYTES
 
 # conv register block, measured on a 2-core AVX-512 host: 2 vectors along the contiguous output axis x 4 rows, no reduce
@@ -63,6 +63,10 @@ def _loads(k: Kernel) -> list[UOp]: return [u for u in k.ast.toposort() if u.op 
 
 def _contiguous_in(k: Kernel, r: UOp, mem: list[UOp]) -> bool:
   return any(contiguous_offset(m.src[0].src[1], r) is not None for m in mem if r in m.src[0].src[1].toposort())
+
+def _strided_in(r: UOp, ld: UOp) -> bool:
+  """Load ld reads along axis r a few elements apart (a stride-2 conv's input): the expander's shuffled whole vectors."""
+  return (st := strided_offset(ld.src[0].src[1], r)) is not None and 2 <= st[1] <= MAX_SHUFFLED_STRIDE
 
 def _sliding(r: UOp, outs: list[UOp], mem: list[UOp]) -> bool:
   """Reduce axis r slides a window along an output axis in some load (conv: x[oh + kh], or x[2*oh + kh] with stride 2).
@@ -145,7 +149,7 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
   not use (matmul: the rows; conv: the output channels), unrolled so each vector load is reused across it; `third`, a further
   axis some input does not use, when the tile has too few accumulators; the reduce unrolled a little. With `pad`, axes the
   tile does not divide are padded to it (PADTO: the extra rows and columns load zeros and store nothing)."""
-  rnd = k.renderer
+  rnd, masked = k.renderer, getattr(k.renderer, "masked_vectors", False)
   # the loads along the vector axis; when none is contiguous in it (a stride-2 conv reads every second input column), those
   # that use it at all: their gathered vectors are what the tile must reuse across another axis (conv: the output channels)
   vec_loads = [ld for ld in loads if _contiguous_in(k, contig_out, [ld])] or [ld for ld in loads if contig_out in ld.src[0].src[1].toposort()]
@@ -160,8 +164,9 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
     # 1023 columns fit no vector and 1000 no pair of them: round up, the panel copy PACK makes reads the gated loads once
     # a row that holds no whole vector (conv's 56 on 16 lanes) would run on half-width ones, half the FMAs per instruction:
     # padding may then cost up to 1/MM_PAD_FULL more (3x3 conv 32x64x56x56 on AVX-512: about 1.4x the FLOP rate padded to 64)
-    # (only where some input is contiguous along it: a strided one is gathered lane by lane, padded or not)
-    n_out, full = range_size(contig_out), any(_contiguous_in(k, contig_out, [ld]) for ld in loads)
+    # (only where some input is read as whole vectors along it: contiguous, or strided on a renderer that masks the tail's
+    # lanes; a gather is lane by lane, padded or not)
+    n_out, full = range_size(contig_out), any(_contiguous_in(k, contig_out, [ld]) or (masked and _strided_in(contig_out, ld)) for ld in loads)
     if _pad_ok(n_out, lanes * (tile_j if reused else 1), MM_PAD_FULL if full and n_out is not None and n_out % lanes else 8):
       k = _try(k, Opt(OptOps.PADTO, _pos(k, contig_out), lanes * (tile_j if reused else 1)))
     if other is not None and _pad_ok(range_size(other), tile_i): k = _try(k, Opt(OptOps.PADTO, _pos(k, other), tile_i))
@@ -276,8 +281,9 @@ def hand_coded(k: Kernel) -> Kernel:
     if reds and contig_out is not None and \
        (not (along_red or gathers) or _packed_product(k, outs, reds, loads, MM_J2 * lanes * st.src[1].dtype.itemsize)):
       blocked = _register_block(k, outs, loads, contig_out, lanes, pad=not getattr(rnd, "has_local", False))
-      # padding pays only through the packed panel: without it every vector load of the padded axis is a gated gather
-      if any(o.op is OptOps.PADTO for o in blocked.applied) and not any(o.op is OptOps.PACK for o in blocked.applied):
+      # padding pays only through the packed panel or masked vector loads: else every vector load of the padded axis is a gated gather
+      if any(o.op is OptOps.PADTO for o in blocked.applied) and not any(o.op is OptOps.PACK for o in blocked.applied) and \
+         not getattr(rnd, "masked_vectors", False):
         blocked = _register_block(k, outs, loads, contig_out, lanes, pad=False)
       k = blocked
     elif reds:

@@ -53,6 +53,8 @@ CASES = [  # (batch, channels in, size, channels out, kernel, stride, groups)
   (2, 3, 37, 16, 7, 2, 1),        # the stem: 7x7 stride 2
   (1, 12, 22, 12, 3, 3, 4),       # stride 3, groups
   (1, 4, 70, 4, 3, 2, 4),         # output rows of 34: two whole vectors and a rest
+  (1, 8, 57, 8, 3, 2, 8),         # depthwise, rows of 28: padded to whole vectors where the renderer masks the tail
+  (2, 3, 61, 8, 7, 2, 1),         # the stem with rows of 28
 ]
 
 @pytest.mark.parametrize("simd_bytes", [32, 64])
@@ -71,6 +73,8 @@ def test_strided_conv_matches_numpy(simd_bytes, n, c, hw, o, k, stride, groups):
     x_loads = [u for u in program_uops(spec) if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM and
                u.src[0].src[0].arg == 1]
     assert x_loads and all(u.dtype.count > 1 for u in x_loads), [u.dtype for u in x_loads]
+  if any(o.op.name == "PADTO" and o.amt >= 8 for o in k_.applied) and getattr(k_.renderer, "masked_vectors", False):
+    assert _gated_per_lane(spec, Ops.LOAD)   # a row padded to whole vectors: the padded lanes' elements are masked off, not read
 
 @pytest.mark.parametrize("n, c, hw, o, k, stride, groups, pad", [
   (1, 3, 17, 8, 3, 2, 1, 1), (2, 16, 28, 16, 3, 2, 16, 1), (1, 3, 30, 8, 7, 2, 1, 3), (1, 6, 15, 6, 3, 2, 3, 1),
