@@ -44,11 +44,11 @@ def summary(name: str, runs: list[dict]) -> None:
   llvm = sum(r["llvmlite"] for r in runs)
   print(f"  {name:28s} in-process {f('wall')}  cpu {f('cpu')}  whole process {f('process')}  llvmlite loaded in {llvm}/{len(runs)}")
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--runs", type=int, default=7)
   ap.add_argument("--dev", default=os.getenv("DEV", ""))
-  args = ap.parse_args()
+  args = ap.parse_args(argv)
   with tempfile.TemporaryDirectory(prefix="core_startup_") as tmp:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "CORE_CACHE_DIR", "DEV")}
     env.update(PYTHONPYCACHEPREFIX=os.path.join(tmp, "pyc"), PYTHONPATH=ROOT + os.pathsep + env.get("PYTHONPATH", ""))
