@@ -24,6 +24,7 @@ MM_PAD_FULL = 4               # padding allowed (1/4 more work) for an output ro
 MM_ROW_TILE = 16              # row tiles per packed row block when the row-side input is strided along the reduce axis
 MM_PACK_BOTH_MIN_K = 256      # reduce length below which copying the row block costs more than its reuse saves (a.T @ b with
                               # K=128: 98 packed vs 132 GFLOP/s not; K=256: 127 vs 95)
+MASKED_PAD_SHARE = 3         # an elementwise row padded to whole masked vectors may grow by up to 1/3 (26 -> 32 on 16 lanes)
 MIN_THREADED_WORK = 1 << 15   # iterations below which a kernel runs on one thread: dispatching blocks costs more
 TRANSPOSE_MIN_ROW = 512       # output rows this long read a line per element of a transposed input: more lines than L1 holds
 ALU_HEAVY = 64                # arithmetic ops per element above which an elementwise kernel is compute-bound
@@ -306,10 +307,10 @@ def hand_coded(k: Kernel) -> Kernel:
         k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), lanes), Opt(OptOps.UPCAST, _pos(k, across), lanes))
         transposed = k.applied[-1].op is OptOps.UPCAST
       else:
-        if vec_ok and getattr(rnd, "masked_vectors", False) and _pad_ok(n := range_size(contig_out), lanes) and (n or 0) > lanes and \
-           not strided:
-          # a row that holds no whole vector (a padded copy's 58 columns): padded to one, the tail's lanes masked, where it would
-          # otherwise take 2-lane vectors; without masked loads and stores the padded lanes would each be a gated scalar access
+        if vec_ok and getattr(rnd, "masked_vectors", False) and _pad_ok(range_size(contig_out), lanes, MASKED_PAD_SHARE) and not strided:
+          # a row that holds no whole vector (a padded copy's 58 or 26 columns): padded to one, the tail's lanes masked, where it
+          # would otherwise take 2-lane vectors (a masked vector costs about what a full one does, so up to a third more lanes
+          # still take fewer instructions); without masked loads and stores each padded lane would be a gated scalar access
           k = _try(k, Opt(OptOps.PADTO, _pos(k, contig_out), lanes))
           contig_out = _same(k, contig_out)
         # two vectors per iteration keep two loads in flight, which pays in memory-bound kernels; a kernel with much arithmetic

@@ -91,9 +91,11 @@ def _gated_per_lane(spec, op) -> bool:
   return any(u.op is op and u.src[0].op is Ops.INDEX and len(u.src[0].src) > 2 and u.src[0].src[2].dtype.count > 1 for u in program_uops(spec))
 
 @pytest.mark.parametrize("simd_bytes", [32, 64])
-@pytest.mark.parametrize("shape, pads", [((2, 3, 27, 27), (1, 1)), ((1, 5, 21, 37), (3, 3)), ((1, 2, 9, 59), (0, 2))])
+@pytest.mark.parametrize("shape, pads", [((2, 3, 27, 27), (1, 1)), ((1, 5, 21, 37), (3, 3)), ((1, 2, 9, 59), (0, 2)),
+                                         ((1, 4, 24, 24), (1, 1)), ((1, 2, 12, 12), (1, 1))])
 def test_padded_copy_with_masked_vectors(simd_bytes, shape, pads):
-  # the conv's padded input copy: rows of 29, 43 or 63 padded to whole vectors; lanes past the row and the padding's read nothing
+  # the conv's padded input copy: rows of 29, 43, 63, 26 or 14 padded to whole vectors; lanes past the row and the padding's
+  # read nothing
   x = rng.standard_normal(shape).astype(np.float32)
   items, _, _ = create_schedule([Tensor(x).realize().pad((None, None, pads, pads)).contiguous().uop])
   assert len(items) == 1
