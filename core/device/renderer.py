@@ -17,7 +17,10 @@ class Renderer:
   supports_float4: ClassVar[bool] = False                   # vector loads/stores
   simd_width: ClassVar[int] = 1                             # bytes of the widest SIMD register (64: AVX-512, 32: AVX2, 16: SSE/NEON);
                                                             # <= 1: unknown, the optimizer assumes 16 when supports_float4
+  simd_regs: ClassVar[int] = 16                             # SIMD registers (32: AVX-512, AArch64; 16: AVX2): sizes matmul register tiles
   masked_vectors: ClassVar[bool] = False                    # vector loads/stores may have a gate per lane (INDEX(buf, i, <bool x n>))
+  vector_dtypes: ClassVar[frozenset[DType]] = frozenset()   # element types beyond the expander's usual ones it may make vectors of
+                                                            # (the host LLVM renderer's bfloat16 where the CPU has a bf16 dot product)
   threads: ClassVar[int] = 0                                # worker threads running GLOBAL blocks (gidx0); 0: no thread pool
   supported_dtypes: ClassVar[frozenset[DType]] = frozenset(d for d in dtypes.all if d not in dtypes.fp8s and d is not dtypes.bfloat16)
   has_images: ClassVar[bool] = False                        # IMAGE=1/2 may read and write buffers as 2-D RGBA images

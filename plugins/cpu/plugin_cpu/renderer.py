@@ -11,6 +11,7 @@ from core.codegen.decompose import pm_vector_math
 from core.device.compiler import CompileError
 from plugin_cpu.compiler import cc_supports, find_cc, host_simd_bytes, host_x86_fma
 from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, host_streams, pm_streaming_stores, stream_width
+from plugin_cpu.bf16dot import host_bf16_dot, pm_bf16_dot, render_dot
 
 # bf16: gcc before 13 has __bf16 only as a storage type, so the C renderer leaves it to codegen's decompositions
 _HOST_DTYPES = frozenset((dtypes.bool,) + dtypes.ints + (dtypes.float16, dtypes.float32, dtypes.float64))
@@ -34,6 +35,7 @@ def host_vector_regs(simd_bytes: int) -> int:
 THREADS = host_threads()
 SIMD_BYTES = host_simd_bytes()
 SIMD_REGS = host_vector_regs(SIMD_BYTES)
+BF16_DOT = host_bf16_dot()   # bf16 products summed in float32 on vdpbf16ps (plugin_cpu/bf16dot.py), LLVM renderer only
 
 # both renderers run the same rules before rendering: FMA for reduction updates, float32 exp2/log2 as vector arithmetic (libm
 # would run once per lane), and (x86-64) which stores stream past the caches
@@ -158,8 +160,11 @@ class CPULLVMRenderer(HostLLVMRenderer):
   simd_regs = SIMD_REGS
   # LLVM tunes most AVX-512 CPUs to 256-bit vectors for loops it vectorizes itself; the attribute asks for the full width
   kernel_attrs = 'nounwind "prefer-vector-width"="512"' if SIMD_BYTES == 64 else "nounwind"
-  extra_matcher = EXTRA_RULES
-  string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _llvm_stream_store)]) + llvm_rewrite
+  # with the bf16 dot product, bf16 is loaded and multiplied as vectors: the pairs of widened products become vdpbf16ps
+  vector_dtypes = frozenset({dtypes.bfloat16}) if BF16_DOT else frozenset()
+  extra_matcher = pm_bf16_dot + EXTRA_RULES if BF16_DOT else EXTRA_RULES
+  string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _llvm_stream_store), (UPat(Ops.WMMA, name="x"), render_dot)]) + \
+    llvm_rewrite
 
   def _render(self, name: str, uops: list[UOp]) -> str:
     self.blocks: list[UOp] = []
