@@ -16,6 +16,9 @@ MM_J2, MM_I, MM_K, MM_SWAP = 2, 4, 1, True
 # 145-165, 2x6 142-200/145-165, 2x4 165-174/99-154. With 16 registers (AVX2) 4x4 does not fit; the same Zen 5 running code
 # built for Haswell (ymm only), 1024: 2x4 98 GFLOP/s (about its 256-bit peak), 2x6 78 (1024 rows padded to 1026: gated loads)
 MM_TILES = ((4, 4), (2, 4))
+# 2-byte inputs (bf16 on the CPU's dot product: each column vector is interleaved by a shuffle per two reduce steps, so more rows
+# per column vector pay): one Zen 5 thread, 1024/2048: 2x8 324-330/364-372 GFLOP/s, 4x6 289/323, 3x8 267/310, 4x4 279-284/270-295
+MM_TILES_NARROW = ((2, 8), (2, 4))
 MM_MIN_ACC = 8                # vector accumulators a register tile needs: FMA latency x FMA units
 MM_WINDOW = 4                 # reduce axes this small are unrolled whole
 MM_PACK_REUSE = 4             # row blocks that must reuse a packed panel for the copy to pay
@@ -109,13 +112,26 @@ def _block_count(n: int, threads: int) -> int:
     if n % want == 0: return want
   return n if n <= 64 * threads else next((b for b in range(4 * threads, 1, -1) if n % b == 0), n)
 
-def mm_tile(renderer: Any, window: bool, col_bytes: int) -> tuple[int, int]:
+def mm_tile(renderer: Any, window: bool, col_bytes: int, narrow: bool = False) -> tuple[int, int]:
   """(vectors, rows) of the register tile for a product over `renderer`; `window`: a reduction that slides over an output
   axis (conv), which keeps (MM_J2, MM_I); `col_bytes`: bytes of one vector-wide column of the packed panel (reduce length x
-  vector bytes), so a tile whose panel would not fit PACK_MAX_BYTES falls back to a narrower one."""
+  vector bytes), so a tile whose panel would not fit PACK_MAX_BYTES falls back to a narrower one; `narrow`: 2-byte inputs."""
   if window: return MM_J2, MM_I
   regs = getattr(renderer, "simd_regs", 16)
-  return next(((j, i) for j, i in MM_TILES if j * i + j + 1 <= regs and j * col_bytes <= PACK_MAX_BYTES), (MM_J2, MM_I))
+  tiles = MM_TILES_NARROW if narrow else MM_TILES
+  return next(((j, i) for j, i in tiles if j * i + j + 1 <= regs and j * col_bytes <= PACK_MAX_BYTES), (MM_J2, MM_I))
+
+# conv register tiles (vectors along the output row, output channels), widest first: 4x4 where the vector registers hold its 16
+# accumulators, 4 input vectors and a weight (AVX-512's 32; not AVX2's 16). One loaded Zen 5 thread, 3x3 conv 8x64x56x56 by CPU
+# time: 4x4 139-156 GFLOP/s, 2x4 123-131
+CONV_TILES = ((4, 4), (MM_J2, MM_I))
+
+def _conv_tile(renderer: Any, n: int | None, lanes: int) -> tuple[int, int]:
+  """The conv tile for an output row of n: the widest that fits the registers and covers the row whole or padded by at most
+  1/MM_PAD_FULL (a row of 28 on 16 lanes keeps two vectors: four would pad it to 64)."""
+  regs = getattr(renderer, "simd_regs", 16)
+  return next(((j, i) for j, i in CONV_TILES if j * i + j + 1 <= regs and n is not None and
+               (n % (lanes * j) == 0 or _pad_ok(n, lanes * j, MM_PAD_FULL))), (MM_J2, MM_I))
 
 def _pad_ok(n: int | None, m: int, share: int = 8) -> bool:
   """Padding n up to a multiple of m costs at most 1/share more work."""
@@ -160,7 +176,9 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
   reused = any(contig_out not in ld.toposort() for ld in loads)
   reds = [r for r in k.of_type(AxisType.REDUCE) if range_size(r) is not None]
   window = any((range_size(r) or 99) <= MM_WINDOW and _sliding(r, outs, loads) for r in reds)
-  tile_j, tile_i = mm_tile(rnd, window, prod(range_size(r) or 1 for r in reds) * lanes * (loads[0].dtype.itemsize if loads else 4))
+  item = loads[0].dtype.itemsize if loads else 4
+  tile_j, tile_i = mm_tile(rnd, window, prod(range_size(r) or 1 for r in reds) * lanes * item, narrow=item == 2)
+  if window and reused: tile_j, tile_i = _conv_tile(rnd, range_size(contig_out), lanes)
   if pad:
     # 1023 columns fit no vector and 1000 no pair of them: round up, the panel copy PACK makes reads the gated loads once
     # a row that holds no whole vector (conv's 56 on 16 lanes) would run on half-width ones, half the FMAs per instruction:
