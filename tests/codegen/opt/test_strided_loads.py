@@ -8,7 +8,7 @@ import copy
 import numpy as np
 import pytest
 from core import Tensor
-from core.ir.ops import Ops
+from core.ir.ops import Ops, AxisType
 from core.device.registry import Device
 from core.schedule.kernelize import create_schedule
 from core.codegen.opt import Kernel
@@ -35,7 +35,7 @@ def _host_renderer(simd_bytes: int):
   rnd = Device[Device.DEFAULT].renderer
   if not (rnd.supports_float4 and getattr(rnd, "threads", 0) >= 0 and not rnd.has_local): pytest.skip("a CPU-style renderer")
   rnd = copy.copy(rnd)
-  rnd.simd_width, rnd.threads = simd_bytes, 2
+  rnd.simd_width, rnd.threads, rnd.simd_regs = simd_bytes, 2, 16 if simd_bytes == 32 else 32
   return rnd
 
 def _conv_ref(x: np.ndarray, w: np.ndarray, stride: int, groups: int) -> np.ndarray:
@@ -47,6 +47,8 @@ def _conv_ref(x: np.ndarray, w: np.ndarray, stride: int, groups: int) -> np.ndar
   return out.reshape(n, o, *out.shape[-2:])
 
 CASES = [  # (batch, channels in, size, channels out, kernel, stride, groups)
+  (1, 16, 58, 8, 3, 1, 1),        # stride 1, rows of 56: a 4x4 tile of 64 lanes with 32 registers, 2x4 with 16
+  (2, 8, 30, 8, 3, 1, 1),         # rows of 28: two vectors either way
   (1, 3, 17, 8, 3, 2, 1),         # odd size, batch 1
   (2, 16, 29, 16, 3, 2, 16),      # depthwise stride 2 (MobileNet), odd padded width
   (1, 8, 40, 8, 3, 2, 8),         # depthwise, an output row of 19
@@ -68,6 +70,9 @@ def test_strided_conv_matches_numpy(simd_bytes, n, c, hw, o, k, stride, groups):
   got, spec = run_ast(items[0], k_.ast, k_.renderer)
   want = _conv_ref(x, w, stride, groups)
   np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+  # the tile's vector accumulators leave registers for its input vectors (16 on AVX2, 32 on AVX-512)
+  accs = np.prod([r.src[0].arg for r in k_.axes if r.arg[1] is AxisType.UPCAST]) // (simd_bytes // 4)
+  assert accs <= k_.renderer.simd_regs // 2, (accs, k_.applied)
   # an output row with a vector's worth of lanes (even width) reads the input as whole vectors, not lane by lane
   if want.shape[-1] % 2 == 0:
     x_loads = [u for u in program_uops(spec) if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM and
