@@ -7,6 +7,7 @@ from core.ir.ops import UOp, Ops, GroupOp
 from core.ir.pattern import UPat, PatternMatcher
 from core.helpers import to_function_name
 from core.device.renderer import Renderer
+from core.codegen.access_guard import GUARD_NAME, GUARD_PARAM, c_guard_prelude, needs_check
 
 # *** the C meaning of each ALU op; operands arrive rendered (and parenthesized), the last argument is the result dtype ***
 
@@ -104,16 +105,25 @@ def load_alternative(ctx: CStyleRenderer, x: UOp) -> str:
   else: alt = ctx.render_const(0 if given is None else given.arg, x.dtype.scalar())
   return ctx.render_vectorize([alt] * x.dtype.count, x.dtype) if x.dtype.count > 1 else alt
 
+def access_condition(ctx: CStyleRenderer, idx: UOp, nbytes: int, ptr: str | None = None) -> str | None:
+  """When an access of `nbytes` through INDEX `idx` (at `ptr`, default its address) may touch memory: its gate, and with
+  `guard_accesses` the fault guard's check of an access the IR can't prove in range (core/codegen/access_guard.py; C's &&
+  checks only where the gate is true); None: always."""
+  conds = [ctx[idx.src[2]]] if len(idx.src) > 2 else []
+  if ctx.guard_accesses and (param := needs_check(idx, nbytes)) is not None:
+    conds.append(f"CORE_GUARD({ctx.guard_slots[param]}, {ctx[param]}, {ptr or ctx[idx]}, {nbytes})")
+  return "&&".join(conds) if conds else None
+
 def _render_load(ctx: CStyleRenderer, x: UOp) -> str:
-  idx = x.src[0]
-  ptr = ctx.render_vec_ptr(idx, x.dtype)
-  if len(idx.src) < 3: return f"(*{ptr})"
-  return f"({ctx[idx.src[2]]}?(*{ptr}):{load_alternative(ctx, x)})"
+  ptr = ctx.render_vec_ptr(x.src[0], x.dtype)
+  if (cond := access_condition(ctx, x.src[0], x.dtype.itemsize, ptr)) is None: return f"(*{ptr})"
+  return f"({cond}?(*{ptr}):{load_alternative(ctx, x)})"
 
 def _render_store(ctx: CStyleRenderer, x: UOp) -> str:
   idx, val = x.src[0], x.src[1]
-  st = f"*{ctx.render_vec_ptr(idx, val.dtype)} = {ctx[val]};"
-  return f"if ({ctx[idx.src[2]]}) {st}" if len(idx.src) > 2 else st
+  ptr = ctx.render_vec_ptr(idx, val.dtype)
+  st = f"*{ptr} = {ctx[val]};"
+  return f"if ({cond}) {st}" if (cond := access_condition(ctx, idx, val.dtype.itemsize, ptr)) is not None else st
 
 def _render_range(ctx: CStyleRenderer, x: UOp) -> str:
   return f"for ({ctx.render_dtype(x.dtype)} {ctx[x]} = 0; {ctx[x]} < {ctx[x.src[0]]}; {ctx[x]}++) {{"
@@ -162,6 +172,9 @@ class CStyleRenderer(Renderer):
   code_for_op: dict[Ops, Callable[..., str]] = c_code_for_op
   string_rewrite: PatternMatcher = base_rewrite
   extra_matcher: PatternMatcher | None = None
+  # MOCK devices that run the kernel's own source on the host: accesses the IR can't prove in range are checked, and the kernel
+  # takes the guard's table after its buffers (core/codegen/access_guard.py)
+  guard_accesses: bool = False
   # ALU results of these dtypes are cast back, because C computes them in a wider type (int promotion, half excess precision)
   narrow_dtypes: frozenset[DType] = frozenset({dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.float16, dtypes.bfloat16})
   # vector ALU ops the dialect's vector types support directly (others are rendered lane by lane)
@@ -300,6 +313,7 @@ class CStyleRenderer(Renderer):
 
   def _render(self, name: str, uops: list[UOp]) -> str:
     self.r: dict[UOp, str] = {}
+    self.guard_slots: dict[UOp, int] = {}   # a buffer argument's position: its row in the guard's table
     counts: dict[str, int] = {}
     def fresh(prefix: str) -> str:
       counts[prefix] = counts.get(prefix, 0) + 1
@@ -330,6 +344,7 @@ class CStyleRenderer(Renderer):
         half = half or dt.base.scalar() is dtypes.float16
       if u.op is Ops.PARAM:
         self.r[u] = self.param_name(u)
+        self.guard_slots[u] = len(bufs)
         bufs.append(u)
         continue
       if u.op is Ops.DEFINE_VAR:
@@ -354,6 +369,9 @@ class CStyleRenderer(Renderer):
         body.append("  " * depth + self.render_decl(u.dtype, self.r[u], txt))
       if u.op in (Ops.RANGE, Ops.IF): depth += 1
     prefix = ([HALF_EMULATION] if half and not self.native_half else []) + [self.render_vector_prefix(dt) for dt in vec_types]
+    if self.guard_accesses:
+      self.r[GUARD_PARAM] = GUARD_NAME
+      prefix, bufs = prefix + [c_guard_prelude(self.buffer_prefix)], bufs + [GUARD_PARAM]
     return self.render_kernel(name, bufs, vars_, prefix, body)
 
 def _const_in(u: UOp, lo: int, hi: int) -> bool: return u.op is Ops.CONST and lo <= u.arg <= hi

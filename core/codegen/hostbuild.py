@@ -6,7 +6,7 @@ import concurrent.futures, ctypes, functools, hashlib, os, threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from core.codegen.llvm_ir import HostLLVMRenderer, LLVMRenderer, llvm_rewrite, _render_load, _render_store
-from core.device.compiled import KernelFault
+from core.codegen.access_guard import extent, param_of, proven_in_extent, wild_access
 from core.helpers import LRUCache, to_function_name
 from core.ir.dtype import AddrSpace, PtrDType, dtypes
 from core.ir.ops import UOp, Ops, GroupOp, AxisType
@@ -20,9 +20,8 @@ AXES = ("gidx0", "gidx1", "gidx2", "lidx0", "lidx1", "lidx2")
 class HostBuildError(RuntimeError):
   """A kernel the host can't run (the message says which and why)."""
 
-# The fault guard of host builds. A GPU kernel that computes a wild address faults on the GPU, and the device reports it; run on
-# the host it would crash the process (or silently read another allocation). Each buffer argument is checked against the
-# allocation it points into (`spans` given to HostBuild.run) twice over: at launch, the extent the kernel declares for it
+# The fault guard of host builds (the idea, and what it shares with guarded C kernels: core/codegen/access_guard.py). Each
+# buffer argument is checked against the allocation it points into (`spans` given to HostBuild.run) twice over: at launch, the extent the kernel declares for it
 # (its PARAM's size) must lie inside; and every load and store whose index the IR can't prove inside that extent (the index's
 # vmin/vmax) is checked when it runs. One outside is skipped (a load gives 0, as a gated load whose gate is false) and its
 # address kept, and the run raises KernelFault naming the kernel and the address. Proven accesses (nearly all of them: index
@@ -31,33 +30,11 @@ class HostBuildError(RuntimeError):
 # whose JIT linker has no thread-local storage a signal guard needs; and a check also catches a wild access that happens to land
 # in mapped memory, which a signal never sees.
 
-def _param_of(p: UOp) -> UOp | None:
-  """The buffer argument (PARAM) a pointer is derived from, or None (registers, LDS)."""
-  while p.op in (Ops.INDEX, Ops.CAST, Ops.BITCAST, Ops.AFTER): p = p.src[0]
-  return p if p.op is Ops.PARAM else None
-
-def extent(param: UOp) -> int | None:
-  """The bytes a kernel may touch through buffer argument `param` (its declared size), None when it doesn't say."""
-  assert isinstance(param.dtype, PtrDType)
-  return param.dtype.size * param.dtype.base.itemsize if param.dtype.size > 0 else None
-
-def proven_in_extent(idx: UOp, param: UOp, nbytes: int) -> bool:
-  """Whether an access of `nbytes` at pointer `idx` stays inside `param`'s declared extent for every value its index can take."""
-  inner = idx
-  while inner.op in (Ops.CAST, Ops.BITCAST): inner = inner.src[0]   # a vector access: its lanes from the element at the index
-  if inner.op is not Ops.INDEX or (n := extent(param)) is None: return False
-  base = inner.src[0]
-  while base.op is Ops.AFTER: base = base.src[0]
-  if base is not param: return False
-  lo, hi = inner.src[1].vmin, inner.src[1].vmax
-  item = param.dtype.base.itemsize   # type: ignore[attr-defined]
-  return isinstance(lo, int) and isinstance(hi, int) and lo >= 0 and hi * item + nbytes <= n
-
 def _guarded_access(ctx: HostKernelRenderer, x: UOp) -> str | None:
   idx = x.src[0]
   nbytes = (x.dtype if x.op is Ops.LOAD else x.src[1].dtype).itemsize
   # the plain rule renders accesses through registers and LDS, and those the launch's extent check covers
-  if (param := _param_of(idx)) is None or (not ctx.check_all and proven_in_extent(idx, param, nbytes)): return None
+  if (param := param_of(idx)) is None or (not ctx.check_all and proven_in_extent(idx, param, nbytes)): return None
   if not ctx.guarded:
     ctx.guarded = True
     ctx.allocas += ["%oob.acc = alloca i64, align 8", "store i64 0, ptr %oob.acc, align 8"]
@@ -377,8 +354,7 @@ class HostBuild:
       for f in [_pool().submit(fn, pa, pd, lo, hi, pb, pf) for lo, hi in zip(cuts, cuts[1:])]: f.result()
     if fault[0]:
       addr = fault[0] - 1
-      raise KernelFault(f"kernel {self.name} accessed address {addr:#x}, outside the memory of the buffer it indexes (an index out "
-                        "of range); the access was skipped, so its results are wrong. The device stays usable", self.name, addr)
+      raise wild_access(self.name, addr)
 
 _lock = threading.Lock()
 _builds: LRUCache = LRUCache("host_builds", 512)

@@ -2,6 +2,7 @@
 build of that MSL into a shared object; on macOS Metal's own compiler (newLibraryWithSource through libobjc)."""
 from __future__ import annotations
 import functools, hashlib, os, re, shutil, subprocess, sys, tempfile
+from core.codegen.access_guard import GUARD_NAME
 from core.device.compiler import Compiler, CompileError
 from plugin_metal.shim import METAL_STDLIB, RUNNER, shim_dir
 
@@ -63,15 +64,25 @@ class MetalCheckCompiler(Compiler):
 
 _SIGNATURE = re.compile(r"^kernel void (\w+)\((.*?)\)\s*\{", re.M | re.S)
 
-def host_source(msl: str) -> str:
-  """The MOCK's C++: the kernel's MSL unchanged except that threadgroup arrays (declared at the start of a line) become statics
-  the threads of a group share, then the dispatcher with the call of this kernel (buffers, then variables, then positions)."""
+def buffer_params(msl: str) -> tuple[str, list[str]]:
+  """The kernel's name and its [[buffer(i)]] parameters in order (buffers, variables, and last the fault guard's table when
+  the MSL was rendered with guard_accesses)."""
   m = _SIGNATURE.search(msl)
   if m is None: raise CompileError(f"no `kernel void name(...)` line in the MSL:\n{msl}")
-  params = m.group(2).split(", ")
-  args = [f"core_ptr{{args[{i}]}}" if p.startswith("device ") else f"*(const int*)args[{i}]"
-          for i, p in enumerate(q for q in params if "[[buffer(" in q)]
-  call = f"{m.group(1)}({', '.join(args + ['gid', 'lid'])})"
+  return m.group(1), [q for q in m.group(2).split(", ") if "[[buffer(" in q]
+
+def host_source(msl: str) -> str:
+  """The MOCK's C++: the kernel's MSL unchanged except that threadgroup arrays (declared at the start of a line) become statics
+  the threads of a group share, then the dispatcher with the call of this kernel (buffers, then variables, then positions; the
+  guard's table comes from the dispatcher, not from the bound buffers)."""
+  name, params = buffer_params(msl)
+  args, i = [], 0
+  for p in params:
+    if f" {GUARD_NAME} " in p: args.append("(long*)core_guard_table")
+    else:
+      args.append(f"core_ptr{{args[{i}]}}" if p.startswith("device ") else f"*(const int*)args[{i}]")
+      i += 1
+  call = f"{name}({', '.join(args + ['gid', 'lid'])})"
   return re.sub(r"^(\s*)threadgroup ", r"\1static ", msl, flags=re.M) + RUNNER.replace("KERNEL_CALL", call)
 
 class MetalHostCompiler(Compiler):

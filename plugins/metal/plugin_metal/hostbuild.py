@@ -2,6 +2,9 @@
 source) and loaded once per process; a dispatch runs every threadgroup's threads on the calling host thread."""
 from __future__ import annotations
 import ctypes, functools, hashlib, os, tempfile, threading
+from core.codegen.access_guard import GUARD_NAME, guard_fault, guard_table
+from plugin_metal.compiler import buffer_params
+from plugin_metal.runtime import ALLOCATIONS
 
 @functools.cache
 def host_compiler() -> object:
@@ -20,15 +23,23 @@ class HostKernel:
     try: self.lib = ctypes.CDLL(f.name)
     finally: os.unlink(f.name)
     self.fn = self.lib.core_metal_dispatch
-    self.fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32), ctypes.c_int]
+    self.fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32), ctypes.c_int,
+                        ctypes.c_void_p]
     self.fn.restype = ctypes.c_int
+    # a kernel rendered with guard_accesses (MOCK+METAL's): its buffers' accesses not proven in range are checked at run time
+    params = buffer_params(msl)[1]
+    self.guarded = any(f" {GUARD_NAME} " in p for p in params)
+    self.nbufs = sum(1 for p in params if p.startswith("device ") and f" {GUARD_NAME} " not in p)
 
   def dispatch(self, args: list[int], grid: tuple[int, ...], threadgroup: tuple[int, ...]) -> None:
     g, t = (tuple(grid) + (1, 1, 1))[:3], (tuple(threadgroup) + (1, 1, 1))[:3]
     if 0 in g or 0 in t: return
     argv = (ctypes.c_void_p * max(1, len(args)))(*args)
-    if self.fn(argv, (ctypes.c_uint32 * 3)(*g), (ctypes.c_uint32 * 3)(*t), int(self.barriers)) != 0:
+    bufs = args[:self.nbufs]
+    table = guard_table(bufs, [ALLOCATIONS.span(a) for a in bufs]) if self.guarded else None
+    if self.fn(argv, (ctypes.c_uint32 * 3)(*g), (ctypes.c_uint32 * 3)(*t), int(self.barriers), table) != 0:
       raise MemoryError(f"METAL MOCK: no memory for the {t} threads of kernel {self.name}'s threadgroup")
+    if table is not None and (fault := guard_fault(self.name, table, bufs)) is not None: raise fault
 
 _kernels: dict[tuple[str, bytes], HostKernel] = {}
 _lock = threading.Lock()

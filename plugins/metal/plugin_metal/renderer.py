@@ -6,7 +6,7 @@ from core.helpers import prod
 from core.ir.dtype import DType, PtrDType, AddrSpace, dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import UPat, PatternMatcher
-from core.codegen.c_style import CStyleRenderer, base_rewrite, c_code_for_op, load_alternative
+from core.codegen.c_style import CStyleRenderer, access_condition, base_rewrite, c_code_for_op, load_alternative
 from core.device.tensor_core import TENSOR_CORES, tensor_core
 
 def _msl_math(fn: str):  # noqa: ANN202
@@ -27,9 +27,9 @@ def _msl_load(ctx: MetalRenderer, x: UOp) -> str:
   # would be of different address spaces (device T and thread T)
   idx = x.src[0]
   ptr = ctx.render_vec_ptr(idx, x.dtype)
-  if len(idx.src) < 3: return f"(*{ptr})"
+  if (cond := access_condition(ctx, idx, x.dtype.itemsize, ptr)) is None: return f"(*{ptr})"
   t = ctx.render_dtype(x.dtype)
-  return f"({ctx[idx.src[2]]}?({t})(*{ptr}):({t})({load_alternative(ctx, x)}))"
+  return f"({cond}?({t})(*{ptr}):({t})({load_alternative(ctx, x)}))"
 
 def _msl_wmma(ctx: MetalRenderer, x: UOp) -> str:
   # simdgroup_matrix 8x8: each thread's two elements of A, B and C go in through thread_elements(), D comes out the same way

@@ -3,13 +3,21 @@ interface DEV names (MTL: Metal on macOS, iface_mtl.py; MOCK: the host replays c
 from __future__ import annotations
 import ctypes, time
 from typing import Any
+from core.codegen.access_guard import Allocations
 from core.device.allocator import BufferSpec, LRUAllocator
 from core.device.compiled import Compiled
 from plugin_metal import INTERFACES
 
+# every MOCK allocation, so a guarded kernel's accesses are checked against the allocation each buffer argument points into
+ALLOCATIONS = Allocations()
+
 class HostAllocator(LRUAllocator):
   """MOCK memory: ctypes byte arrays (zero-copy host access, views at an offset); an address is the host pointer."""
-  def _alloc(self, size: int, options: BufferSpec) -> Any: return (ctypes.c_uint8 * size)()
+  def _alloc(self, size: int, options: BufferSpec) -> Any:
+    buf = (ctypes.c_uint8 * size)()
+    ALLOCATIONS.add(ctypes.addressof(buf), size)
+    return buf
+  def _free(self, opaque: Any, options: BufferSpec) -> None: ALLOCATIONS.remove(ctypes.addressof(opaque))
   def _offset(self, opaque: Any, size: int, offset: int) -> Any: return (ctypes.c_uint8 * size).from_buffer(opaque, offset)
   def _as_buffer(self, opaque: Any) -> memoryview: return memoryview(opaque).cast("B")
   def _copyin(self, dest: Any, src: memoryview) -> None: ctypes.memmove(dest, bytes(src), src.nbytes)
@@ -46,5 +54,6 @@ def make_device(name: str, target: Any = None) -> Compiled:
   from plugin_metal.renderer import MetalRenderer
   from plugin_metal.compiler import MetalCheckCompiler
   from plugin_metal.iface_mock import mock_hcq
-  return Compiled(name, HostAllocator(name), MetalRenderer(getattr(target, "arch", None)), MetalCheckCompiler(), MockProgram, target=target,
-                  hcq=mock_hcq(name))
+  renderer = MetalRenderer(getattr(target, "arch", None))
+  renderer.guard_accesses = True   # the MSL runs on the host: accesses not proven in range are checked (access_guard)
+  return Compiled(name, HostAllocator(name), renderer, MetalCheckCompiler(), MockProgram, target=target, hcq=mock_hcq(name))

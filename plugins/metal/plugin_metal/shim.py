@@ -88,6 +88,7 @@ static thread_local ucontext_t core_sched;
 static thread_local ucontext_t* core_fibers;
 static thread_local int core_cur, core_fiber_mode, core_yielded;
 static thread_local void** core_args;
+static thread_local void* core_guard_table;   /* the fault guard's table of this dispatch (core/codegen/access_guard.py) */
 static thread_local uint3 core_gid, core_tg;
 void metal::threadgroup_barrier(metal::mem_flags) {
   if (core_fiber_mode) { core_yielded = 1; swapcontext(&core_fibers[core_cur], &core_sched); }
@@ -121,12 +122,13 @@ static void core_thread(int i) {
   KERNEL_CALL;
 }
 static void core_fiber_main() { core_thread(core_cur); }
-extern "C" int core_metal_dispatch(void** args, const uint* grid, const uint* tg, int fibers) {
+extern "C" int core_metal_dispatch(void** args, const uint* grid, const uint* tg, int fibers, void* guard) {
   const ulong stack = 256 * 1024;
   uint n = tg[0] * tg[1] * tg[2];
   char* stacks = 0;
   int* done = 0;
   core_args = args;
+  core_guard_table = guard;
   core_tg = uint3{tg[0], tg[1], tg[2]};
   core_fiber_mode = fibers;
   if (fibers) {

@@ -173,8 +173,8 @@ class CLProgram:
       for img in self.__dict__.pop("_staged", {}).values(): self._c.clReleaseMemObject(img.mem)
     except (AttributeError, TypeError): pass   # interpreter shutdown
 
-  def set_args(self, bufs: tuple[Any, ...], vals: tuple[int, ...]) -> list[tuple[CLImage, int, int]]:
-    """Sets the arguments; returns the (image, buffer, byte offset) of staged views whose image the kernel writes, to copy back after
+  def set_args(self, bufs: tuple[Any, ...], vals: tuple[int, ...], extra: tuple[int, ...] = ()) -> list[tuple[CLImage, int, int]]:
+    """Sets the arguments (`extra`: cl_mem handles of parameters after the buffers, such as MOCK+QCOM's fault guard table); returns the (image, buffer, byte offset) of staged views whose image the kernel writes, to copy back after
     it runs. Whole buffers taken as images use their shadow image (CLMem); their copies are made only when the bytes changed."""
     c = self._c
     q = self.ctx.queue
@@ -205,15 +205,18 @@ class CLProgram:
         if self.slots is None or i not in self.readonly: b.wrote_buffer()
       mem = ctypes.c_void_p(b.mem if isinstance(b, CLMem) else b)
       cl.check(f"clSetKernelArg({self.name}, {i})", c.clSetKernelArg(self.kernel, i, ctypes.sizeof(mem), ctypes.byref(mem)))
-    for i, v in enumerate(vals, len(bufs)):
+    for i, m in enumerate(extra, len(bufs)):
+      mem = ctypes.c_void_p(m)
+      cl.check(f"clSetKernelArg({self.name}, {i})", c.clSetKernelArg(self.kernel, i, ctypes.sizeof(mem), ctypes.byref(mem)))
+    for i, v in enumerate(vals, len(bufs) + len(extra)):
       iv = ctypes.c_int32(v)
       cl.check(f"clSetKernelArg({self.name}, {i})", c.clSetKernelArg(self.kernel, i, 4, ctypes.byref(iv)))
     return back
 
   def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] = (1, 1, 1),
-               vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+               vals: tuple[int, ...] = (), wait: bool = False, extra: tuple[int, ...] = ()) -> float | None:
     with self.ctx.lock:
-      back = self.set_args(bufs, vals)
+      back = self.set_args(bufs, vals, extra)
       gs, ls = (tuple(x) + (1,) * (3 - len(x)) for x in (global_size, local_size))
       gws = (ctypes.c_size_t * 3)(*(g * l for g, l in zip(gs, ls)))
       lws = (ctypes.c_size_t * 3)(*ls)

@@ -12,6 +12,7 @@ the grid in HLSQ_CS_NDRANGE / CP_EXEC_CS, each buffer wrapped as a cl_mem over i
 from __future__ import annotations
 import ctypes, hashlib, struct, threading
 from typing import Any
+from core.codegen.access_guard import GUARD_NAME, guard_fault, guard_table
 from core.device.allocator import BufferSpec, LRUAllocator
 from core.device.compiled import Compiled
 from core.device.compiler import Compiler
@@ -70,14 +71,21 @@ class CLLauncher:
     c = cl.lib()
     mems: dict[int, int] = {}
     imgs: dict[int, CLImage] = {}
+    # a kernel rendered with guard_accesses (all of MOCK+QCOM's): its accesses not proven in range are checked against the
+    # allocation each buffer argument points into, through a table it takes after its buffers
+    table = guard_table(bufs, [_span(b) for b in bufs]) if f" {GUARD_NAME}" in src else None
     try:
+      if table is not None:
+        mems[-1] = cl.call_handle("clCreateBuffer", self.ctx.context, cl.CL_MEM_READ_WRITE | cl.CL_MEM_USE_HOST_PTR, ctypes.sizeof(table),
+                                  ctypes.addressof(table))
       # an image is made from the pixels at its descriptor's BASE, and a written one read back there afterwards
       for k, im in (images or {}).items(): imgs[k] = create_image(self.ctx, im.height, im.width, im.half, host_ptr=im.base)
       for k, b in enumerate(bufs):
         if k not in imgs and b not in mems:
           start, size = MEMORY.span(b)
           mems[b] = cl.call_handle("clCreateBuffer", self.ctx.context, cl.CL_MEM_READ_WRITE | cl.CL_MEM_USE_HOST_PTR, start + size - b, b)
-      prg(*[imgs[k] if k in imgs else mems[b] for k, b in enumerate(bufs)], global_size=groups, local_size=local, vals=tuple(vals))
+      prg(*[imgs[k] if k in imgs else mems[b] for k, b in enumerate(bufs)], global_size=groups, local_size=local, vals=tuple(vals),
+          extra=(mems[-1],) if table is not None else ())
       self.ctx.finish()
       for k, img in imgs.items():
         if prg.images.get(k, (None, False))[1]:
@@ -87,13 +95,19 @@ class CLLauncher:
       # mapping a CL_MEM_USE_HOST_PTR buffer makes the host memory hold what the kernel wrote
       err = ctypes.c_int32()
       for b, m in mems.items():
-        _, size = MEMORY.span(b)
         p = c.clEnqueueMapBuffer(self.ctx.queue, m, 1, cl.CL_MAP_READ, 0, 1, 0, None, None, ctypes.byref(err))
         cl.check("clEnqueueMapBuffer", err.value)
         cl.check("clEnqueueUnmapMemObject", c.clEnqueueUnmapMemObject(self.ctx.queue, m, p, 0, None, None))
       self.ctx.finish()
     finally:
       for m in [*mems.values(), *(i.mem for i in imgs.values())]: c.clReleaseMemObject(m)
+    if table is not None and (fault := guard_fault(signature(src)[0], table, bufs)) is not None: raise fault
+
+def _span(addr: int) -> tuple[int, int]:
+  """[lo, hi) of the MOCK+QCOM allocation holding `addr`; (addr, addr) for none (an image argument's unused entry)."""
+  try: start, size = MEMORY.span(addr)
+  except PacketError: return addr, addr
+  return start, start + size
 
 class MockHCQ(QCOMHCQ):
   """The HCQDevice of a MOCK+QCOM device (see the module docstring)."""
@@ -123,7 +137,7 @@ class MockHCQ(QCOMHCQ):
       todo = [words[(self.rptr + k) % n] for k in range(wptr - self.rptr)]
       try: done = self.cp.run(todo, base=4 * (self.rptr % n))
       except (PacketError, cl.CLError, RuntimeError) as e:
-        self.faults.append(f"COMPUTE:0 at ring dword {self.rptr % n}: {e}")
+        self.faults.append(f"COMPUTE:0 at ring dword {self.rptr % n}: {type(e).__name__}: {e}")
         done = len(todo)
       self.rptr += done
       return done > 0
@@ -146,7 +160,9 @@ def open_device(name: str, target: Target | None) -> Compiled:
   clc = CLCompiler(ctx)
   with _lock:
     if (hcq := _by_device.get(name)) is None: hcq = _by_device[name] = MockHCQ(name, CLLauncher(ctx, clc))
-  return Compiled(name, MockAllocator(name), OpenCLRenderer(caps_of(ctx), name), MockCompiler(clc), no_direct_path, target, hcq=hcq)
+  renderer = OpenCLRenderer(caps_of(ctx), name)
+  renderer.guard_accesses = True   # the OpenCL C runs on the host (pocl): accesses not proven in range are checked (access_guard)
+  return Compiled(name, MockAllocator(name), renderer, MockCompiler(clc), no_direct_path, target, hcq=hcq)
 
 def ring_words(hcq: MockHCQ) -> list[int]:
   """Every word written to the ring so far (tests read the stream the processor ran)."""

@@ -22,6 +22,7 @@ import dataclasses, re, struct
 from typing import NamedTuple
 from typing import Any
 from core.helpers import to_function_name
+from core.codegen.access_guard import GUARD_NAME
 from core.codegen.program import compiled_program
 from core.hcq.queue_ir import ProgramData
 from core.ir.ops import UOp, Ops
@@ -139,7 +140,8 @@ def signature(src: str) -> tuple[str, int, int]:
   """(name, buffer arguments (images included), int arguments) of the one `__kernel` in OpenCL C source."""
   m = _SIGNATURE.search(src)
   if m is None: raise PrepError("the OpenCL C has no __kernel function")
-  args = [a.strip() for a in m.group(2).split(",") if a.strip()]
+  # MOCK+QCOM's fault guard table (core/codegen/access_guard.py) is the MOCK's own argument, not one of the kernel's
+  args = [a.strip() for a in m.group(2).split(",") if a.strip() and not a.strip().endswith(f" {GUARD_NAME}")]
   isbuf = ["*" in a or "image2d_t" in a for a in args]
   nbufs = sum(isbuf)
   if any(isbuf[nbufs:]): raise PrepError(f"kernel {m.group(1)}: buffer arguments must come before the ints")

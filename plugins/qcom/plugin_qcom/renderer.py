@@ -7,7 +7,8 @@ from typing import Callable
 from core.ir.dtype import DType, PtrDType, ImageDType, AddrSpace, dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
-from core.codegen.c_style import CStyleRenderer, base_rewrite, c_code_for_op
+from core.codegen.access_guard import GUARD_PARAM
+from core.codegen.c_style import CStyleRenderer, access_condition, base_rewrite, c_code_for_op
 from core.codegen.lowerer import pm_fuse_mulacc
 from core.helpers import prod
 
@@ -74,14 +75,14 @@ def _image_access(ctx: OpenCLRenderer, idx: UOp, dt: DType) -> tuple[str, str]:
 def _render_load(ctx: OpenCLRenderer, x: UOp) -> str:
   idx = x.src[0]
   ld, _ = _image_access(ctx, idx, x.dtype) if isinstance(idx.src[0].dtype, ImageDType) else _access(ctx, idx, x.dtype)
-  if len(idx.src) < 3: return ld
+  if (cond := access_condition(ctx, idx, x.dtype.itemsize)) is None: return ld
   alt = ctx[x.src[1]] if len(x.src) > 1 and x.src[1].dtype is not dtypes.void else ctx.render_const(0, x.dtype)
-  return f"({ctx[idx.src[2]]}?{ld}:{alt})"
+  return f"({cond}?{ld}:{alt})"
 
 def _render_store(ctx: OpenCLRenderer, x: UOp) -> str:
   idx, val = x.src[0], x.src[1]
   st = (_image_access if isinstance(idx.src[0].dtype, ImageDType) else _access)(ctx, idx, val.dtype)[1].format(v=ctx[val])
-  return f"if ({ctx[idx.src[2]]}) {st}" if len(idx.src) > 2 else st
+  return f"if ({cond}) {st}" if (cond := access_condition(ctx, idx, val.dtype.itemsize)) is not None else st
 
 cl_rewrite = PatternMatcher([
   (UPat(Ops.LOAD, name="x"), _render_load),
@@ -195,7 +196,7 @@ class OpenCLRenderer(CStyleRenderer):
     ctx = copy.copy(self)
     ctx.local = tuple(local)
     ctx.dts = frozenset(dt.base.scalar() for u in uops for dt in (u.dtype, *(s.dtype for s in u.src)))
-    ctx.written = frozenset(u.src[0].src[0] for u in uops if u.op is Ops.STORE and u.src[0].op is Ops.INDEX)
+    ctx.written = frozenset(u.src[0].src[0] for u in uops if u.op is Ops.STORE and u.src[0].op is Ops.INDEX) | {GUARD_PARAM}
     return CStyleRenderer.render(ctx, name, uops)
 
   def _const(self, b: UOp) -> str:
