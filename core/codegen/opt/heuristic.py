@@ -229,6 +229,21 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
     k = _try(k, Opt(OptOps.PACK, _pos(k, _same(k, other))))
   return k
 
+RED_REUSE_ACC = 12            # vector accumulators of a product reduced along memory: each load reused across the others' axes
+
+def _reuse_outputs(k: Kernel, red_loads: list[UOp]) -> Kernel:
+  """A product reduced along memory (a weight gradient: dW[o,c,kh,kw] sums dY[n,o,h,w] * X[n,c,h+kh,w+kw] over n, h, w, whose
+  output rows are too short for vectors): output axes some input does not use unrolled, innermost first, up to RED_REUSE_ACC
+  partial sums, so each vector load feeds several FMAs (dY's across kw, X's across o) instead of one load per FMA each."""
+  nacc, reused = 1, set[UOp]()
+  for r in reversed([r for r in k.of_type(AxisType.LOOP) if range_size(r) is not None]):
+    # one axis per input it is reused by: a second axis only X misses (kh after kw) would add loads as well as sums
+    if not (missed := {ld for ld in red_loads if r not in ld.toposort()}) or missed <= reused: continue
+    if amt := _pick_amt(range_size(r), tuple(a for a in (4, 3, 2) if nacc * a <= RED_REUSE_ACC)):
+      k = _try(k, Opt(OptOps.UPCAST, _pos(k, r), amt))
+      if k.applied[-1].op is OptOps.UPCAST: nacc, reused = nacc * amt, reused | missed
+  return k
+
 def _group_reduce(k: Kernel) -> Kernel:
   """GPU-style renderers (work-item ids, shared memory): a long reduction with few outputs is shared by a workgroup (GROUP),
   else each output would be one work-item looping over the whole reduction while the rest of the GPU idles. Applied first,
@@ -288,7 +303,11 @@ def hand_coded(k: Kernel) -> Kernel:
   # (only loads inside the reduction count: softmax's sum of exp(x - max) also reads max[i], contiguous along the rows but
   # loaded once per row, and lanes across rows would gather x)
   red_loads = [ld for ld in loads if any(r in ld.toposort() for r in reds)]
-  along_red = contig_out is not None and not _contiguous_in(k, contig_out, red_loads) and \
+  # (an output axis too short for any vector, a weight gradient's kernel column of 3, counts as not contiguous when every load
+  # in the reduction reads rows along one reduce axis: `short_red`, register reuse across outputs then, with or without vectors)
+  short_red = contig_out is not None and (range_size(contig_out) or 0) < 4 and any(
+    all(contiguous_offset(ld.src[0].src[1], r) is not None or _strided_in(r, ld) for ld in red_loads) for r in reds)
+  along_red = contig_out is not None and (short_red or not _contiguous_in(k, contig_out, red_loads)) and \
     any(_contiguous_in(k, r, red_loads) and _pick_amt(range_size(r), _red_vectors(range_size(r), lanes)[-1:]) for r in reds)
   # lanes along the output axis would gather from a load whose index uses it through div/mod (pooling and reshape gradients
   # in NCHW): one index expression per lane per unrolled copy to simplify, a batchnorm backward kernel took 20 s to compile
@@ -297,7 +316,7 @@ def hand_coded(k: Kernel) -> Kernel:
   transposed = False  # a transposing copy in register tiles: its thread blocks' tiles run down a column of tiles
   across: UOp | None = None   # the output axis the transposed input is contiguous along
   if vec_ok or getattr(rnd, "threads", 0):
-    if reds and contig_out is not None and \
+    if reds and contig_out is not None and not short_red and \
        (not (along_red or gathers) or _packed_product(k, outs, reds, loads, MM_J2 * lanes * st.src[1].dtype.itemsize)):
       blocked = _register_block(k, outs, loads, contig_out, lanes, pad=not getattr(rnd, "has_local", False))
       # padding pays only through the packed panel or masked vector loads: else every vector load of the padded axis is a gated gather
@@ -311,9 +330,12 @@ def hand_coded(k: Kernel) -> Kernel:
       if red is not None and (amt := _pick_amt(range_size(red), (*_red_vectors(range_size(red), lanes), 4, 2))):
         k = _try(k, Opt(OptOps.UNROLL, _pos(k, red), amt))
         streaming = True
+        if short_red and k.applied[-1].op is OptOps.UNROLL:
+          k, streaming = _reuse_outputs(k, red_loads), False   # sums of products: loads reused across outputs, not more rows
         # a vector narrower than the registers is one short add chain: a few of them side by side (copies, not wider lanes)
-        if amt < lanes and k.applied[-1].op is OptOps.UNROLL and (a2 := _pick_amt(range_size(_same(k, red)), (4, 2, 5, 3))):
+        elif amt < lanes and k.applied[-1].op is OptOps.UNROLL and (a2 := _pick_amt(range_size(_same(k, red)), (4, 2, 5, 3))):
           k = _try(k, Opt(OptOps.UNROLL, _pos(k, _same(k, red)), a2))
+      elif short_red: k = _reuse_outputs(k, red_loads)   # rows too short for a vector (7x7 images): scalar sums, loads reused
     elif contig_out is not None:
       # a transpose (a load runs along another output axis, `across`) with long output rows: a lanes x lanes register tile, stored
       # as vectors along the output; its loads touch `lanes` input rows, a few bytes each, where lanes along the output alone

@@ -1,0 +1,92 @@
+"""conv2d backward: the weight gradient (a product summed over batch and pixels into a few outputs, whose rows of kernel columns
+are too short for vectors) and the input gradient, against numpy at several shapes (stride 1 and 2, padding, groups, batch 1,
+odd sizes). The weight gradient's kernel, as the heuristic optimizes it on AVX2-like and AVX-512-like renderers: results, and
+its loads read whole vectors along the image rows with each load reused across outputs (not one gathered lane at a time)."""
+from __future__ import annotations
+import copy
+import numpy as np
+import pytest
+from core import Tensor
+from core.ir.ops import Ops, AxisType
+from core.device.registry import Device
+from core.schedule.kernelize import create_schedule
+from core.codegen.opt import Kernel
+from core.codegen.opt.heuristic import hand_coded
+from core.codegen.program import program_uops
+from opt_helpers import run_ast
+
+rng = np.random.default_rng(11)
+
+def _windows(xp: np.ndarray, kh: int, kw: int, stride: int) -> np.ndarray:
+  """(n, c, oh, ow, kh, kw) windows of the padded input."""
+  return np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, ::stride, ::stride]
+
+def _grads_ref(x: np.ndarray, w: np.ndarray, g: np.ndarray, stride: int, pad: int, groups: int) -> tuple[np.ndarray, np.ndarray]:
+  """(dL/dx, dL/dw) of L = sum(conv2d(x, w) * g), in float64."""
+  n, c, h, wd = x.shape
+  o, cg, kh, kw = w.shape
+  xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+  win = _windows(xp, kh, kw, stride)
+  oh, ow = win.shape[2:4]
+  gg = g.astype(np.float64).reshape(n, groups, o // groups, oh, ow)
+  dw = np.einsum("ngohw,ngchwij->gocij", gg, win.reshape(n, groups, cg, oh, ow, kh, kw)).reshape(w.shape)
+  # dx: each output pixel's gradient spread back over the window it read
+  cols = np.einsum("ngohw,gocij->ngchwij", gg, w.astype(np.float64).reshape(groups, o // groups, cg, kh, kw)).reshape(n, c, oh, ow, kh, kw)
+  dxp = np.zeros_like(xp)
+  for i in range(kh):
+    for j in range(kw): dxp[:, :, i:i + stride * oh:stride, j:j + stride * ow:stride] += cols[:, :, :, :, i, j]
+  return dxp[:, :, pad:pad + h, pad:pad + wd], dw
+
+CASES = [  # (batch, channels in, size, channels out, kernel, stride, padding, groups)
+  (2, 8, 16, 8, 3, 1, 1, 1),      # rows of 16: whole vectors along the image rows
+  (1, 4, 13, 6, 3, 1, 1, 1),      # batch 1, odd size
+  (2, 6, 15, 8, 3, 2, 1, 1),      # stride 2, odd size
+  (1, 8, 12, 8, 3, 1, 1, 4),      # groups
+  (2, 4, 7, 8, 3, 1, 1, 1),       # 7x7 images (ResNet's last stage): rows too short for a vector
+  (1, 3, 21, 4, 7, 2, 3, 1),      # the stem: 7x7 stride 2
+  (2, 8, 10, 4, 1, 2, 0, 1),      # a 1x1 stride-2 downsample
+]
+
+@pytest.mark.parametrize("n, c, hw, o, k, stride, pad, groups", CASES)
+def test_conv_grads_match_numpy(n, c, hw, o, k, stride, pad, groups):
+  x = rng.standard_normal((n, c, hw, hw)).astype(np.float32)
+  w = rng.standard_normal((o, c // groups, k, k)).astype(np.float32)
+  tx, tw = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+  y = tx.conv2d(tw, stride=stride, padding=pad, groups=groups)
+  g = rng.standard_normal(y.shape).astype(np.float32)
+  (y * Tensor(g)).sum().backward()
+  assert tx.grad is not None and tw.grad is not None
+  want_dx, want_dw = _grads_ref(x, w, g, stride, pad, groups)
+  np.testing.assert_allclose(tw.grad.numpy(), want_dw, rtol=1e-4, atol=1e-3)
+  np.testing.assert_allclose(tx.grad.numpy(), want_dx, rtol=1e-4, atol=1e-3)
+
+def _host_renderer(simd_bytes: int):
+  """The default device's renderer as on a host with `simd_bytes`-wide vectors and 2 threads (16 ymm on AVX2, zmm on AVX-512)."""
+  rnd = Device[Device.DEFAULT].renderer
+  if not (rnd.supports_float4 and getattr(rnd, "threads", 0) >= 0 and not rnd.has_local): pytest.skip("a CPU-style renderer")
+  rnd = copy.copy(rnd)
+  rnd.simd_width, rnd.threads, rnd.simd_regs = simd_bytes, 2, 16 if simd_bytes == 32 else 32
+  return rnd
+
+@pytest.mark.parametrize("simd_bytes", [32, 64])
+@pytest.mark.parametrize("n, c, hw, o, stride", [(2, 8, 18, 8, 1), (1, 4, 34, 12, 1), (2, 6, 9, 8, 1), (1, 4, 35, 4, 2)])
+def test_weight_grad_kernel(simd_bytes, n, c, hw, o, stride):
+  x = rng.standard_normal((n, c, hw, hw)).astype(np.float32)
+  w = rng.standard_normal((o, c, 3, 3)).astype(np.float32)
+  oh = (hw - 3) // stride + 1
+  g = rng.standard_normal((n, o, oh, oh)).astype(np.float32)
+  tw = Tensor(w, requires_grad=True).realize()
+  (gw,) = (Tensor(x).realize().conv2d(tw, stride=stride) * Tensor(g).realize()).sum().gradient(tw)
+  items, _, _ = create_schedule([gw.uop])
+  assert len(items) == 1, [it.ast.arg for it in items]
+  k = hand_coded(Kernel(items[0].ast, _host_renderer(simd_bytes)))
+  got, spec = run_ast(items[0], k.ast, k.renderer)
+  np.testing.assert_allclose(got.reshape(w.shape), _grads_ref(x, w, g, stride, 0, 1)[1], rtol=1e-4, atol=1e-3)
+  # each load is reused across outputs the other input does not use: the kernel column (by dY) and the output channel (by X)
+  ups = [r for r in k.axes if r.arg[1] is AxisType.UPCAST]
+  assert len(ups) == 2 and np.prod([r.src[0].arg for r in ups]) >= 6, k.applied
+  loads = [u for u in program_uops(spec) if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM]
+  if stride == 1 and oh % 8 == 0:
+    # image rows holding whole vectors: both inputs read as vectors along them, partial sums folded after the loop
+    assert any(o.op.name == "UNROLL" for o in k.applied), k.applied
+    assert loads and all(u.dtype.count > 1 for u in loads), [u.dtype for u in loads]
