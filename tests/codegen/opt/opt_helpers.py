@@ -1,7 +1,9 @@
 """Shared by the optimizer tests: run one kernel AST on the default device, bypassing the optimizer, and read its output."""
 from __future__ import annotations
+import copy
 from typing import Any
 import numpy as np
+import pytest
 from core.ir.ops import UOp
 from core.device.registry import Device
 from core.engine.run import buffer_of
@@ -27,3 +29,12 @@ def run_ast(item: Any, ast: UOp, renderer: Any = None) -> tuple[np.ndarray, Any]
   prg = dev.runtime(spec.arg.name, dev.compiler.compile_cached(program_source(spec)))
   prg(*[b._buf for b in bufs], global_size=spec.arg.global_size, local_size=spec.arg.local_size, vals=launch_vals(spec.arg, {}), wait=True)
   return bufs[0].numpy(), spec
+
+def host_renderer(simd_bytes: int) -> Any:
+  """The default device's renderer as on a host with `simd_bytes`-wide vectors and 2 threads (16 ymm on AVX2, zmm on AVX-512);
+  skips where the default device is not CPU-style."""
+  rnd = Device[Device.DEFAULT].renderer
+  if not (rnd.supports_float4 and getattr(rnd, "threads", 0) >= 0 and not rnd.has_local): pytest.skip("a CPU-style renderer")
+  rnd = copy.copy(rnd)
+  rnd.simd_width, rnd.threads, rnd.simd_regs = simd_bytes, 2, 16 if simd_bytes == 32 else 32
+  return rnd

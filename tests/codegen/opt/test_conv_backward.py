@@ -3,17 +3,15 @@ are too short for vectors) and the input gradient, against numpy at several shap
 odd sizes). The weight gradient's kernel, as the heuristic optimizes it on AVX2-like and AVX-512-like renderers: results, and
 its loads read whole vectors along the image rows with each load reused across outputs (not one gathered lane at a time)."""
 from __future__ import annotations
-import copy
 import numpy as np
 import pytest
 from core import Tensor
 from core.ir.ops import Ops, AxisType
-from core.device.registry import Device
 from core.schedule.kernelize import create_schedule
 from core.codegen.opt import Kernel
 from core.codegen.opt.heuristic import hand_coded
 from core.codegen.program import program_uops
-from opt_helpers import run_ast
+from opt_helpers import run_ast, host_renderer
 
 rng = np.random.default_rng(11)
 
@@ -60,14 +58,6 @@ def test_conv_grads_match_numpy(n, c, hw, o, k, stride, pad, groups):
   np.testing.assert_allclose(tw.grad.numpy(), want_dw, rtol=1e-4, atol=1e-3)
   np.testing.assert_allclose(tx.grad.numpy(), want_dx, rtol=1e-4, atol=1e-3)
 
-def _host_renderer(simd_bytes: int):
-  """The default device's renderer as on a host with `simd_bytes`-wide vectors and 2 threads (16 ymm on AVX2, zmm on AVX-512)."""
-  rnd = Device[Device.DEFAULT].renderer
-  if not (rnd.supports_float4 and getattr(rnd, "threads", 0) >= 0 and not rnd.has_local): pytest.skip("a CPU-style renderer")
-  rnd = copy.copy(rnd)
-  rnd.simd_width, rnd.threads, rnd.simd_regs = simd_bytes, 2, 16 if simd_bytes == 32 else 32
-  return rnd
-
 @pytest.mark.parametrize("simd_bytes", [32, 64])
 @pytest.mark.parametrize("n, c, hw, o, stride", [(2, 8, 18, 8, 1), (1, 4, 34, 12, 1), (2, 6, 9, 8, 1), (1, 4, 35, 4, 2)])
 def test_weight_grad_kernel(simd_bytes, n, c, hw, o, stride):
@@ -79,7 +69,7 @@ def test_weight_grad_kernel(simd_bytes, n, c, hw, o, stride):
   (gw,) = (Tensor(x).realize().conv2d(tw, stride=stride) * Tensor(g).realize()).sum().gradient(tw)
   items, _, _ = create_schedule([gw.uop])
   assert len(items) == 1, [it.ast.arg for it in items]
-  k = hand_coded(Kernel(items[0].ast, _host_renderer(simd_bytes)))
+  k = hand_coded(Kernel(items[0].ast, host_renderer(simd_bytes)))
   got, spec = run_ast(items[0], k.ast, k.renderer)
   np.testing.assert_allclose(got.reshape(w.shape), _grads_ref(x, w, g, stride, 0, 1)[1], rtol=1e-4, atol=1e-3)
   # each load is reused across outputs the other input does not use: the kernel column (by dY) and the output channel (by X)

@@ -4,18 +4,16 @@ masked_vectors): a padded copy's rows padded to whole vectors, the edges' lanes 
 AVX2-like (8 float32 lanes) and AVX-512-like (16 lanes) renderers, for the shapes these paths take: odd sizes, padding,
 stride 2 and 3, groups, depthwise, batch 1."""
 from __future__ import annotations
-import copy
 import numpy as np
 import pytest
 from core import Tensor
 from core.ir.ops import Ops, AxisType
-from core.device.registry import Device
 from core.schedule.kernelize import create_schedule
 from core.codegen.opt import Kernel
 from core.codegen.opt.expander import strided_lanes, MAX_SHUFFLED_STRIDE
 from core.codegen.opt.heuristic import hand_coded
 from core.codegen.program import program_uops
-from opt_helpers import run_ast
+from opt_helpers import run_ast, host_renderer
 
 rng = np.random.default_rng(7)
 
@@ -29,14 +27,6 @@ def test_strided_lanes_cover_exactly_the_span(stride, width):
   assert len(starts) <= stride
   assert [starts[j] + e for j, e in lanes] == [stride * i for i in range(width)]
   assert all(0 <= e < width for _, e in lanes)
-
-def _host_renderer(simd_bytes: int):
-  """The default device's renderer as on a host with `simd_bytes`-wide vectors and 2 threads (16 ymm on AVX2, zmm on AVX-512)."""
-  rnd = Device[Device.DEFAULT].renderer
-  if not (rnd.supports_float4 and getattr(rnd, "threads", 0) >= 0 and not rnd.has_local): pytest.skip("a CPU-style renderer")
-  rnd = copy.copy(rnd)
-  rnd.simd_width, rnd.threads, rnd.simd_regs = simd_bytes, 2, 16 if simd_bytes == 32 else 32
-  return rnd
 
 def _conv_ref(x: np.ndarray, w: np.ndarray, stride: int, groups: int) -> np.ndarray:
   n, c, h, wd = x.shape
@@ -66,7 +56,7 @@ def test_strided_conv_matches_numpy(simd_bytes, n, c, hw, o, k, stride, groups):
   w = rng.standard_normal((o, c // groups, k, k)).astype(np.float32)
   items, _, _ = create_schedule([Tensor(x).realize().conv2d(Tensor(w).realize(), stride=stride, groups=groups).uop])
   assert len(items) == 1
-  k_ = hand_coded(Kernel(items[0].ast, _host_renderer(simd_bytes)))
+  k_ = hand_coded(Kernel(items[0].ast, host_renderer(simd_bytes)))
   got, spec = run_ast(items[0], k_.ast, k_.renderer)
   want = _conv_ref(x, w, stride, groups)
   np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
@@ -104,7 +94,7 @@ def test_padded_copy_with_masked_vectors(simd_bytes, shape, pads):
   x = rng.standard_normal(shape).astype(np.float32)
   items, _, _ = create_schedule([Tensor(x).realize().pad((None, None, pads, pads)).contiguous().uop])
   assert len(items) == 1
-  rnd = _host_renderer(simd_bytes)
+  rnd = host_renderer(simd_bytes)
   k = hand_coded(Kernel(items[0].ast, rnd))
   got, spec = run_ast(items[0], k.ast, rnd)
   want = np.pad(x, ((0, 0), (0, 0), pads, pads))
