@@ -5,7 +5,8 @@ from core.ir.dtype import DType, dtypes
 from core.device.tensor_core import TensorCore
 
 class Renderer:
-  """Describes what a target can do and turns a linearized kernel into source. Subclasses override the class attributes."""
+  """Describes what a target can do and turns a linearized kernel into source. Subclasses override the class attributes; those
+  without ClassVar may also differ per instance (a CPU renderer takes the SIMD facts of the CPU model its DEV names)."""
   device: str = ""
   arch: str | None = None
   suffix: ClassVar[str] = ""                                # name of the renderer ("C", "LLVM", ...), for DEBUG output
@@ -15,11 +16,11 @@ class Renderer:
   local_max: ClassVar[tuple[int, ...] | None] = None
   shared_max: ClassVar[int] = 0                             # bytes of shared memory per workgroup
   supports_float4: ClassVar[bool] = False                   # vector loads/stores
-  simd_width: ClassVar[int] = 1                             # bytes of the widest SIMD register (64: AVX-512, 32: AVX2, 16: SSE/NEON);
+  simd_width: int = 1                                       # bytes of the widest SIMD register (64: AVX-512, 32: AVX2, 16: SSE/NEON);
                                                             # <= 1: unknown, the optimizer assumes 16 when supports_float4
-  simd_regs: ClassVar[int] = 16                             # SIMD registers (32: AVX-512, AArch64; 16: AVX2): sizes matmul register tiles
+  simd_regs: int = 16                                       # SIMD registers (32: AVX-512, AArch64; 16: AVX2): sizes matmul register tiles
   masked_vectors: ClassVar[bool] = False                    # vector loads/stores may have a gate per lane (INDEX(buf, i, <bool x n>))
-  vector_dtypes: ClassVar[frozenset[DType]] = frozenset()   # element types beyond the expander's usual ones it may make vectors of
+  vector_dtypes: frozenset[DType] = frozenset()             # element types beyond the expander's usual ones it may make vectors of
                                                             # (the host LLVM renderer's bfloat16 where the CPU has a bf16 dot product)
   threads: ClassVar[int] = 0                                # worker threads running GLOBAL blocks (gidx0); 0: no thread pool
   supported_dtypes: ClassVar[frozenset[DType]] = frozenset(d for d in dtypes.all if d not in dtypes.fp8s and d is not dtypes.bfloat16)

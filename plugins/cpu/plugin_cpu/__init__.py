@@ -21,12 +21,12 @@ def unavailable_reason() -> str:
 def make_c(arch: str | None = None) -> tuple[Any, Any]:
   from plugin_cpu.renderer import CPUCRenderer
   from plugin_cpu.compiler import CCompiler
-  return CPUCRenderer(), CCompiler(march=arch)
+  return CPUCRenderer(arch=arch), CCompiler(march=arch)
 
 def make_llvm(arch: str | None = None) -> tuple[Any, Any]:
   from plugin_cpu.renderer import CPULLVMRenderer
   from plugin_cpu.compiler import LLVMCompiler
-  return CPULLVMRenderer(), LLVMCompiler(cpu=arch)
+  return CPULLVMRenderer(arch=arch), LLVMCompiler(cpu=arch)
 
 # the HCQ rules (plugin_cpu.queue) are imported only when core's HCQ pipeline asks for them
 core_pm_prep_program, core_pm_lower, core_pm_bufferize = hcq_rules("plugin_cpu.queue:pm_prep_program", "plugin_cpu.queue:pm_lower",

@@ -12,18 +12,19 @@ from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
 from core.codegen.opt.tc import pm_wmma_accumulate
+from plugin_cpu.compiler import host_flags
 
 DOT = "x86_dpbf16ps"   # the WMMA arg
 LANES = 16             # float32 lanes of one zmm accumulator
 INTRINSIC = "llvm.x86.avx512bf16.dpbf16ps.512"
 DECLARE = f"declare <16 x float> @{INTRINSIC}(<16 x float>, <32 x bfloat>, <32 x bfloat>)"
 
-def host_bf16_dot() -> bool:
-  """The CPU has AVX512_BF16 and CPU_BF16_DOT is not 0 (0 masks the feature off: the plain path, as on a CPU without it)."""
-  if os.getenv("CPU_BF16_DOT", "").strip() == "0": return False
-  try:
-    with open("/proc/cpuinfo") as f: return "avx512_bf16" in next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
-  except OSError: return False
+def bf16_dot(flags: frozenset[str]) -> bool:
+  """A CPU with these features (compiler.arch_flags) has AVX512_BF16 and CPU_BF16_DOT is not 0 (0 masks the feature off: the
+  plain path, as on a CPU without it)."""
+  return os.getenv("CPU_BF16_DOT", "").strip() != "0" and "avx512_bf16" in flags
+
+def host_bf16_dot() -> bool: return bf16_dot(host_flags())
 
 def _interleave(a: UOp, b: UOp) -> UOp:
   return UOp(Ops.VECTORIZE, a.dtype.scalar().vec(2 * a.dtype.count), tuple(v for i in range(a.dtype.count) for v in (a.gep(i), b.gep(i))))

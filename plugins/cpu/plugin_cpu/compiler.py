@@ -61,19 +61,36 @@ def host_flags() -> frozenset[str]:
     with open("/proc/cpuinfo") as f: return frozenset(next((ln.split(":", 1)[1].split() for ln in f if ln.startswith(("flags", "Features"))), []))
   except OSError: return frozenset()
 
-def host_x86_fma() -> bool:
-  """An x86-64 CPU with FMA3: the C renderer can call GCC/clang's vfmadd builtins (the code is built with -march=native)."""
-  return platform.machine().lower() in ("x86_64", "amd64") and "fma" in host_flags()
+# what `cc -march=X -dM -E` predefines -> the /proc/cpuinfo flag names the plugin decides by
+_ARCH_MACROS = {"__AVX__": "avx", "__AVX2__": "avx2", "__FMA__": "fma", "__AVX512F__": "avx512f", "__AVX512BF16__": "avx512_bf16"}
 
 @functools.cache
-def host_simd_bytes() -> int:
-  """Bytes of this CPU's widest float SIMD register (Renderer.simd_width): 64 with AVX-512, 32 with AVX/AVX2, else 16 (SSE, NEON)."""
+def arch_flags(arch: str | None = None) -> frozenset[str]:
+  """The CPU features kernels for `arch` may use, by /proc/cpuinfo's names: this CPU's for None, else those the C compiler enables
+  for -march=`arch` (a GCC/LLVM CPU name: x86-64-v3, haswell, znver3), which this CPU must have too, since the kernels run here.
+  DEV=CPU:LLVM:haswell thus runs, on any newer x86-64, the code and the tiles an AVX2 CPU gets."""
+  if arch is None: return host_flags()
+  cc = find_cc()
+  try: r = subprocess.run([cc, f"-march={arch}", "-dM", "-E", "-x", "c", os.devnull], capture_output=True, text=True, timeout=60)
+  except (OSError, subprocess.SubprocessError) as e: raise CompileError(f"CPU arch {arch!r}: running {cc} failed: {e}") from e
+  if r.returncode != 0: raise CompileError(f"CPU arch {arch!r}: {os.path.basename(cc)} knows no -march={arch}: {r.stderr.strip()[:300]}")
+  flags = frozenset(f for m, f in _ARCH_MACROS.items() if f"#define {m} " in r.stdout)
+  if host_flags() and (missing := flags - host_flags()):
+    raise CompileError(f"CPU arch {arch!r} uses {', '.join(sorted(missing))}, which this CPU lacks: its kernels could not run here")
+  return flags
+
+def x86_fma(flags: frozenset[str]) -> bool:
+  """An x86-64 CPU with FMA3: the C renderer can call GCC/clang's vfmadd builtins."""
+  return platform.machine().lower() in ("x86_64", "amd64") and "fma" in flags
+
+def host_x86_fma() -> bool: return x86_fma(host_flags())
+
+def simd_bytes(flags: frozenset[str]) -> int:
+  """Bytes of the widest float SIMD register (Renderer.simd_width): 64 with AVX-512, 32 with AVX/AVX2, else 16 (SSE, NEON)."""
   if platform.machine().lower() in ("aarch64", "arm64"): return 16
-  try:
-    with open("/proc/cpuinfo") as f:
-      flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
-  except OSError: return 16
   return 64 if "avx512f" in flags else 32 if "avx" in flags else 16
+
+def host_simd_bytes() -> int: return simd_bytes(host_flags())
 
 def _run(cmd: list[str], what: str, src: str, stdin: bytes | None = None) -> None:
   try: ret = subprocess.run(cmd, input=stdin, capture_output=True, timeout=600)

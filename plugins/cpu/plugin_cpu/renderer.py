@@ -1,6 +1,7 @@
 """The CPU plugin's renderers: host C and host LLVM IR, kernels as plain functions where every axis is a loop."""
 from __future__ import annotations
 import os, platform
+from typing import Callable
 from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
@@ -9,9 +10,9 @@ from core.codegen.llvm_ir import HostLLVMRenderer, llvm_rewrite
 from core.codegen.lowerer import pm_fuse_mulacc
 from core.codegen.decompose import pm_vector_math
 from core.device.compiler import CompileError
-from plugin_cpu.compiler import cc_supports, find_cc, host_simd_bytes, host_x86_fma
+from plugin_cpu.compiler import arch_flags, cc_supports, find_cc, host_simd_bytes, host_x86_fma, simd_bytes, x86_fma
 from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, host_streams, pm_streaming_stores, stream_width
-from plugin_cpu.bf16dot import host_bf16_dot, pm_bf16_dot, render_dot
+from plugin_cpu.bf16dot import bf16_dot, host_bf16_dot, pm_bf16_dot, render_dot
 
 # bf16: gcc before 13 has __bf16 only as a storage type, so the C renderer leaves it to codegen's decompositions
 _HOST_DTYPES = frozenset((dtypes.bool,) + dtypes.ints + (dtypes.float16, dtypes.float32, dtypes.float64))
@@ -39,8 +40,9 @@ BF16_DOT = host_bf16_dot()   # bf16 products summed in float32 on vdpbf16ps (plu
 
 # both renderers run the same rules before rendering: FMA for reduction updates, float32 exp2/log2 as vector arithmetic (libm
 # would run once per lane), and (x86-64) which stores stream past the caches
-EXTRA_RULES = pm_fuse_mulacc + pm_vector_math + pm_streaming_stores(NT_MIN_BYTES, SIMD_BYTES) if host_streams() else \
-  pm_fuse_mulacc + pm_vector_math
+def extra_rules(simd: int) -> PatternMatcher:
+  return pm_fuse_mulacc + pm_vector_math + pm_streaming_stores(NT_MIN_BYTES, simd) if host_streams() else pm_fuse_mulacc + pm_vector_math
+EXTRA_RULES = extra_rules(SIMD_BYTES)
 
 def _check_block(x: UOp) -> None:
   if x.arg != "gidx0": raise NotImplementedError(f"the CPU runs one-dimensional launches: no thread id {x.arg} (only gidx0)")
@@ -48,12 +50,15 @@ def _check_block(x: UOp) -> None:
 # x86 FMA builtins by vector width in bytes (the C code is compiled with -ffp-contract=off, so `a*b+c` is never fused on its own)
 _X86_FMA = {16: "__builtin_ia32_vfmaddps", 32: "__builtin_ia32_vfmaddps256"}
 
-def _c_mulacc(a: str, b: str, c: str, dt: DType) -> str:
-  """One fused multiply-add (one rounding) for the accumulator updates pm_fuse_mulacc makes; `a*b+c` where there is none."""
-  if dt.scalar() is dtypes.float32 and dt.count == 1: return f"__builtin_fmaf({a},{b},{c})"
-  if dt.scalar() is dtypes.float64 and dt.count == 1: return f"__builtin_fma({a},{b},{c})"
-  if dt.scalar() is dtypes.float32 and host_x86_fma() and (fn := _X86_FMA.get(dt.itemsize)): return f"{fn}({a},{b},{c})"
-  return f"(({a}*{b})+{c})"
+def _c_mulacc(fma: bool) -> Callable[[str, str, str, DType], str]:
+  """One fused multiply-add (one rounding) for the accumulator updates pm_fuse_mulacc makes; `a*b+c` where there is none.
+  `fma`: the target CPU has x86 FMA3 (the vector builtins then exist)."""
+  def mulacc(a: str, b: str, c: str, dt: DType) -> str:
+    if dt.scalar() is dtypes.float32 and dt.count == 1: return f"__builtin_fmaf({a},{b},{c})"
+    if dt.scalar() is dtypes.float64 and dt.count == 1: return f"__builtin_fma({a},{b},{c})"
+    if dt.scalar() is dtypes.float32 and fma and (fn := _X86_FMA.get(dt.itemsize)): return f"{fn}({a},{b},{c})"
+    return f"(({a}*{b})+{c})"
+  return mulacc
 
 # GCC's and clang's spellings of one streaming store of an aligned 16/32/64-byte integer vector (the value is bit-cast to it)
 _C_STREAM = {16: "__builtin_ia32_movntdq", 32: "__builtin_ia32_movntdq256", 64: "__builtin_ia32_movntdq512"}
@@ -99,10 +104,16 @@ class CPUCRenderer(CStyleRenderer):
   simd_regs = SIMD_REGS
   extra_matcher = EXTRA_RULES
   string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _c_stream_store)]) + base_rewrite
-  code_for_op = {**c_code_for_op, Ops.MULACC: _c_mulacc}
+  code_for_op = {**c_code_for_op, Ops.MULACC: _c_mulacc(host_x86_fma())}
   vector_alu = CStyleRenderer.vector_alu | {Ops.MULACC}
 
-  def __init__(self, cc: str | None = None):
+  def __init__(self, cc: str | None = None, arch: str | None = None):
+    if arch is not None:   # DEV=CPU:C:<arch>: the vectors, registers and FMA of that CPU model (compiler.arch_flags)
+      self.arch, flags = arch, arch_flags(arch)
+      self.simd_width = simd_bytes(flags)
+      self.simd_regs = host_vector_regs(self.simd_width)
+      self.extra_matcher = extra_rules(self.simd_width)
+      self.code_for_op = {**c_code_for_op, Ops.MULACC: _c_mulacc(x86_fma(flags))}
     # the compiler that will build the kernels ($CC, as CCompiler finds it) decides whether half is native or emulated: clang
     # before 15 has no _Float16 on x86-64. Without a compiler nothing gets built, and CCompiler says so.
     try: self.native_half = cc_supports(cc or find_cc(), "_Float16")
@@ -165,6 +176,16 @@ class CPULLVMRenderer(HostLLVMRenderer):
   extra_matcher = pm_bf16_dot + EXTRA_RULES if BF16_DOT else EXTRA_RULES
   string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _llvm_stream_store), (UPat(Ops.WMMA, name="x"), render_dot)]) + \
     llvm_rewrite
+
+  def __init__(self, arch: str | None = None):
+    if arch is not None:   # DEV=CPU:LLVM:<arch>: the vectors, registers and bf16 dot product of that CPU model (compiler.arch_flags)
+      self.arch, flags = arch, arch_flags(arch)
+      self.simd_width = simd_bytes(flags)
+      self.simd_regs = host_vector_regs(self.simd_width)
+      self.kernel_attrs = 'nounwind "prefer-vector-width"="512"' if self.simd_width == 64 else "nounwind"
+      dot = bf16_dot(flags)
+      self.vector_dtypes = frozenset({dtypes.bfloat16}) if dot else frozenset()
+      self.extra_matcher = pm_bf16_dot + extra_rules(self.simd_width) if dot else extra_rules(self.simd_width)
 
   def _render(self, name: str, uops: list[UOp]) -> str:
     self.blocks: list[UOp] = []
