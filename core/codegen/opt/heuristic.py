@@ -335,7 +335,11 @@ def hand_coded(k: Kernel) -> Kernel:
         # a vector narrower than the registers is one short add chain: a few of them side by side (copies, not wider lanes)
         elif amt < lanes and k.applied[-1].op is OptOps.UNROLL and (a2 := _pick_amt(range_size(_same(k, red)), (4, 2, 5, 3))):
           k = _try(k, Opt(OptOps.UNROLL, _pos(k, _same(k, red)), a2))
-      elif short_red: k = _reuse_outputs(k, red_loads)   # rows too short for a vector (7x7 images): scalar sums, loads reused
+      elif short_red:
+        # rows too short for a vector (7x7 images): scalar sums with loads reused, the row unrolled whole so neighbouring taps
+        # share loads (X[w + kw] over w and kw) and no loop is that short
+        k = _reuse_outputs(k, red_loads)
+        if red is not None and (range_size(_same(k, red)) or 99) <= MM_WINDOW * 2: k = _try(k, Opt(OptOps.UNROLL, _pos(k, _same(k, red)), 0))
     elif contig_out is not None:
       # a transpose (a load runs along another output axis, `across`) with long output rows: a lanes x lanes register tile, stored
       # as vectors along the output; its loads touch `lanes` input rows, a few bytes each, where lanes along the output alone
