@@ -133,7 +133,7 @@ class Jit(Generic[R]):
         devs = dict.fromkeys(b.src[1].arg for it in self.items for b in it.bufs)
         # only devices that do something with the hint (the base class's graph_replay does nothing: skipped per replay)
         self.replay, self.graph_hcqs = hr, list(dict.fromkeys(h for d in devs if (h := Device[d].hcq) is not None and
-                                                              type(h).graph_replay is not HCQDevice.graph_replay))
+                                                              getattr(h.graph_replay, "__func__", None) is not HCQDevice.graph_replay))
       else: self.replay = DirectReplay(self.items, self.input_bufs)
     bufs = [buffer_of(mapping[b]) for b in self.input_bufs]
     if self.graph_hcqs:
