@@ -5,7 +5,7 @@ ourselves and applying its few relocation kinds takes microseconds. Facts from t
 types and their formulas) and the ELF-64 object file format."""
 from __future__ import annotations
 import ctypes, ctypes.util, functools, mmap, platform, struct
-from dataclasses import dataclass
+from core.device.elf import Section, read_elf64
 
 class ELFLoadError(RuntimeError): pass
 
@@ -23,28 +23,10 @@ def _pages(n: int) -> int: return max((n + mmap.PAGESIZE - 1) // mmap.PAGESIZE *
 
 def supported() -> bool: return platform.machine().lower() in ("x86_64", "amd64")
 
-@dataclass(frozen=True)
-class Section:
-  name: str
-  type: int
-  flags: int
-  offset: int
-  size: int
-  link: int
-  info: int
-  align: int
-
 def _sections(obj: bytes) -> list[Section]:
-  if obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1: raise ELFLoadError("not a little-endian ELF64 object")
-  e_type, e_machine = struct.unpack_from("<HH", obj, 16)
-  if e_type != 1: raise ELFLoadError(f"ELF type {e_type} is not a relocatable object (1)")
-  if e_machine != 62: raise ELFLoadError(f"ELF machine {e_machine} is not x86-64 (62)")
-  shoff, = struct.unpack_from("<Q", obj, 0x28)
-  shentsize, shnum, shstrndx = struct.unpack_from("<HHH", obj, 0x3A)
-  raw = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + i * shentsize) for i in range(shnum)]
-  names = raw[shstrndx][4]
-  def name(off: int) -> str: return obj[names + off:obj.index(b"\0", names + off)].decode()
-  return [Section(name(r[0]), r[1], r[2], r[4], r[5], r[6], r[7], max(r[8], 1)) for r in raw]
+  elf = read_elf64(obj, 62, "x86-64", ELFLoadError)
+  if elf.type != 1: raise ELFLoadError(f"ELF type {elf.type} is not a relocatable object (1)")
+  return elf.sections
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype, _libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
@@ -76,7 +58,8 @@ class LoadedObject:
     size = 0
     def place(i: int, s: Section) -> None:
       nonlocal size
-      size = (size + s.align - 1) // s.align * s.align
+      align = max(s.align, 1)
+      size = (size + align - 1) // align * align
       base_off[i] = size
       size += s.size
     alloc = [(i, s) for i, s in enumerate(secs) if s.flags & SHF_ALLOC and s.size]

@@ -2,12 +2,13 @@
 from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
+from core.device.elf import Section, cstr, read_elf64, unpack
 
 class CubinError(ValueError):
   """A cubin this reader can't use: names the part (header, section, record) and what is wrong with it."""
 
 EM_CUDA = 190
-SHT_SYMTAB, SHT_RELA, SHT_NOBITS, SHT_REL = 2, 4, 8, 9
+SHT_SYMTAB, SHT_RELA, SHT_REL = 2, 4, 9
 STT_FUNC = 2
 
 # .nv.info records: u8 format, u8 attribute code, then a u16 that is the value (NVAL/BVAL/HVAL) or the byte size of the
@@ -26,20 +27,6 @@ def sm_of_flags(e_flags: int, abi_version: int) -> int:
   """The SM number in a cubin's e_flags. ELF ABI version 7 (CUDA <= 12.8) keeps it in bits 0-7 (EF_CUDA_SM); version 8
   (CUDA 12.9+ and 13: bits 24-31 are no longer zero) moved it to bits 8-15, e.g. sm_90 -> 0x06005a04, sm_120 -> 0x06007802."""
   return (e_flags >> 8) & 0xff if abi_version >= 8 or e_flags >> 24 else e_flags & 0xff
-
-@dataclass(frozen=True)
-class Section:
-  index: int
-  name: str
-  type: int
-  flags: int
-  offset: int
-  size: int
-  link: int
-  info: int
-  align: int
-  entsize: int
-  data: bytes   # b"" for NOBITS
 
 @dataclass(frozen=True)
 class Symbol:
@@ -92,15 +79,8 @@ class Kernel:
   relocs: tuple[Reloc, ...]      # of .rel.text.<name> / .rela.text.<name>
   records: tuple[Record, ...] = field(repr=False)   # every .nv.info.<name> record, in file order
 
-def _unpack(fmt: str, data: bytes, off: int, what: str) -> tuple:
-  if off < 0 or off + struct.calcsize(fmt) > len(data):
-    raise CubinError(f"{what}: needs {struct.calcsize(fmt)} bytes at offset {off:#x}, the data has {len(data):#x}")
-  return struct.unpack_from(fmt, data, off)
-
-def _cstr(data: bytes, off: int, what: str) -> str:
-  end = data.find(b"\0", off)
-  if off >= len(data) or end < 0: raise CubinError(f"{what}: string offset {off:#x} is outside its string table ({len(data):#x} bytes)")
-  return data[off:end].decode("utf-8", "replace")
+def _unpack(fmt: str, data: bytes, off: int, what: str) -> tuple: return unpack(CubinError, fmt, data, off, what)
+def _cstr(data: bytes, off: int, what: str) -> str: return cstr(CubinError, data, off, what)
 
 def parse_records(data: bytes, where: str) -> tuple[Record, ...]:
   """The records of one .nv.info section; one that runs past the section's end or has an unknown format is an error."""
@@ -123,26 +103,8 @@ class Cubin:
   """A CUDA ELF64 little-endian object (ptxas' or nvcc's -cubin output): sections, symbols, the arch, the kernels."""
   def __init__(self, data: bytes) -> None:
     self.data = bytes(data)
-    if len(self.data) < 64: raise CubinError(f"header: the file has {len(self.data)} bytes, an ELF64 header needs 64")
-    if self.data[:4] != b"\x7fELF": raise CubinError(f"header: bad magic {self.data[:4]!r}, expected b'\\x7fELF'")
-    if self.data[4] != 2 or self.data[5] != 1: raise CubinError(f"header: class {self.data[4]} data {self.data[5]}, expected ELF64 little-endian (2, 1)")
-    self.abi_version = self.data[8]
-    (machine,) = _unpack("<H", self.data, 18, "header")
-    if machine != EM_CUDA: raise CubinError(f"header: e_machine {machine}, expected EM_CUDA ({EM_CUDA}): not a cubin")
-    shoff, self.flags = _unpack("<QI", self.data, 0x28, "header")
-    shentsize, shnum, shstrndx = _unpack("<HHH", self.data, 0x3a, "header")
-    if shentsize != 64: raise CubinError(f"header: section header size {shentsize}, expected 64")
-    if shoff + shnum * 64 > len(self.data):
-      raise CubinError(f"section headers: {shnum} at {shoff:#x} run past the end of the file ({len(self.data):#x} bytes, truncated?)")
-    raw = [_unpack("<IIQQQQIIQQ", self.data, shoff + i * 64, f"section header {i}") for i in range(shnum)]
-    if not 0 < shstrndx < shnum: raise CubinError(f"header: section name table index {shstrndx} of {shnum} sections")
-    def body(i: int, h: tuple) -> bytes:
-      if h[1] == SHT_NOBITS: return b""
-      if h[4] + h[5] > len(self.data): raise CubinError(f"section {i}: {h[5]:#x} bytes at {h[4]:#x} run past the end of the file ({len(self.data):#x} bytes)")
-      return self.data[h[4]:h[4] + h[5]]
-    names = body(shstrndx, raw[shstrndx])
-    self.sections = [Section(i, _cstr(names, h[0], f"section {i} name") if i else "", h[1], h[2], h[4], h[5], h[6], h[7], h[8], h[9], body(i, h))
-                     for i, h in enumerate(raw)]
+    elf = read_elf64(self.data, EM_CUDA, "EM_CUDA", CubinError)
+    self.abi_version, self.flags, self.sections = elf.abi_version, elf.flags, elf.sections
     self.by_name = {s.name: s for s in self.sections}
     self.symbols = self._symbols()
 
