@@ -1,0 +1,84 @@
+"""Convs whose output rows hold few vectors (ResNet's late 7x7 and 14x14 stages): the heuristic puts the vectors along the
+output channels over a packed weight panel and broadcasts the input along a block of the row. Results against numpy on
+AVX2-like (8 float32 lanes, 16 registers) and AVX-512-like (16 lanes, 32 registers) renderers for odd sizes, batch 1, groups,
+stride 2 and padding, the tile's shape (its accumulators fit the registers) and that the channel path is taken; and the
+whole path through Tensor.conv2d on the default device."""
+from __future__ import annotations
+import numpy as np
+import pytest
+from core import Tensor
+from core.ir.ops import Ops, AxisType
+from core.schedule.kernelize import create_schedule
+from core.codegen.opt import Kernel
+from core.codegen.opt.heuristic import hand_coded
+from core.codegen.program import program_uops
+from opt_helpers import run_ast, host_renderer
+
+rng = np.random.default_rng(23)
+
+def _conv_ref(x: np.ndarray, w: np.ndarray, stride: int, pad: int, groups: int) -> np.ndarray:
+  xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+  n, o, (cg, kh, kw) = x.shape[0], w.shape[0], w.shape[1:]
+  win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, ::stride, ::stride]
+  win = win.reshape(n, groups, cg, *win.shape[2:])
+  out = np.einsum("ngchwij,gocij->ngohw", win, w.reshape(groups, o // groups, cg, kh, kw).astype(np.float64))
+  return out.reshape(n, o, *out.shape[-2:])
+
+CASES = [  # (batch, channels in, size, channels out, stride, padding, groups, takes the channel path on 8 / 16 lanes)
+  (2, 32, 7, 32, 1, 1, 1, (True, True)),     # ResNet's last stage: rows of 7 hold no vector
+  (1, 16, 14, 32, 1, 1, 1, (True, True)),    # batch 1, rows of 14
+  (2, 8, 9, 16, 1, 0, 1, (True, True)),      # no padding, odd rows of 7
+  (1, 16, 11, 48, 1, 1, 1, (True, True)),    # odd size 11: a row block of 11, three channel vectors' worth
+  (2, 16, 14, 32, 2, 1, 1, (True, True)),    # stride 2 (the 14 -> 7 downsample)
+  (1, 32, 7, 64, 1, 1, 2, (False, False)),   # groups: the input's channel depends on the output's (o // 32): the row path
+  (1, 4, 6, 16, 1, 1, 1, (True, True)),      # rows of 6, one channel block
+  (1, 8, 8, 16, 1, 1, 1, (False, False)),    # rows of 8 hold no block of 3 or more that is not a power of two: the row path
+  (2, 8, 5, 8, 1, 1, 1, (True, False)),      # 8 channels fill no 16-lane vector
+]
+
+@pytest.mark.parametrize("simd_bytes", [32, 64])
+@pytest.mark.parametrize("n, c, hw, o, stride, pad, groups, channel", CASES)
+def test_small_image_conv_matches_numpy(simd_bytes, n, c, hw, o, stride, pad, groups, channel):
+  x = rng.standard_normal((n, c, hw, hw)).astype(np.float32)
+  w = rng.standard_normal((o, c // groups, 3, 3)).astype(np.float32)
+  items, _, _ = create_schedule([Tensor(x).realize().conv2d(Tensor(w).realize(), stride=stride, padding=pad, groups=groups).uop])
+  conv = items[-1]   # after the padded input's copy, when there is padding
+  rnd = host_renderer(simd_bytes)
+  k = hand_coded(Kernel(conv.ast, rnd))
+  if pad:
+    # the padded copy first, on the same renderer, so the conv reads it
+    pk = hand_coded(Kernel(items[0].ast, rnd))
+    run_ast(items[0], pk.ast, rnd)
+  got, spec = run_ast(conv, k.ast, rnd)
+  want = _conv_ref(x, w, stride, pad, groups)
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-3)
+  lanes = simd_bytes // 4
+  uops = program_uops(spec)
+  # the channel path: the packed weight panel read as whole vectors along the channels, the output stored lane by lane (a vector
+  # of channels is 16 elements a plane apart); the row path reads the panel as broadcast scalars
+  reg_loads = [u for u in uops if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is not Ops.PARAM]
+  stores = [u for u in uops if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM]
+  took = bool(reg_loads) and all(u.dtype.count == lanes for u in reg_loads) and all(u.src[1].dtype.count == 1 for u in stores)
+  assert took == channel[simd_bytes == 64], k.applied
+  if took:
+    # the accumulators (a block of pixels times the channel vectors), a weight vector per channel vector (the weights' register
+    # axes: the copy into the panel reads buffer 2) and the broadcast input fit the registers
+    ups = [r for r in k.axes if r.arg[1] is AxisType.UPCAST]
+    w_load = next(u for u in k.ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM and
+                  u.src[0].src[0].arg == 2)
+    accs = int(np.prod([r.src[0].arg for r in ups])) // lanes
+    w_vecs = int(np.prod([r.src[0].arg for r in ups if r in w_load.toposort()])) // lanes
+    assert accs + w_vecs + 1 <= rnd.simd_regs and w_vecs >= 1, k.applied
+
+@pytest.mark.parametrize("n, c, hw, o, stride, pad", [(2, 32, 7, 32, 1, 1), (1, 16, 14, 16, 1, 1), (3, 16, 13, 32, 2, 1),
+                                                      (1, 3, 9, 16, 1, 0)])
+def test_small_image_conv_through_tensor(n, c, hw, o, stride, pad):
+  # the default device's own renderer and optimizer, forward and in a small net (conv -> relu -> conv)
+  x = rng.standard_normal((n, c, hw, hw)).astype(np.float32)
+  w = rng.standard_normal((o, c, 3, 3)).astype(np.float32)
+  w2 = rng.standard_normal((o, o, 3, 3)).astype(np.float32)
+  y = Tensor(x).conv2d(Tensor(w), stride=stride, padding=pad)
+  want = _conv_ref(x, w, stride, pad, 1)
+  np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-3)
+  got2 = y.relu().conv2d(Tensor(w2), padding=1).numpy()
+  np.testing.assert_allclose(got2, _conv_ref(np.maximum(want, 0), w2, 1, 1, 1), rtol=1e-4, atol=1e-2)
