@@ -83,6 +83,9 @@ tensor_spec = PatternMatcher([
   (UPat((Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD), src=(UPat.var("y"),), name="x"), lambda x, y: x.dtype is y.dtype),
   # a custom gradient (core.tensor.gradient.with_gradient): DETACH(value, x1, g1, x2, g2, ...)
   (UPat(Ops.DETACH, src=(UPat.var("y"),), allow_any_len=True, arg="grad", name="x"), lambda x, y: x.dtype is y.dtype and len(x.src) % 2 == 1),
+  # a custom vector-Jacobian product (core.tensor.gradient.custom_vjp): DETACH(value, *inputs), arg ("vjp", name, params)
+  (UPat(Ops.DETACH, src=(UPat.var("y"),), allow_any_len=True, name="x", custom=lambda u: isinstance(u.arg, tuple) and u.arg[:1] == ("vjp",)),
+   lambda x, y: x.dtype is y.dtype),
   (UPat(Ops.COPY, src=(UPat.var("y"), UPat(Ops.DEVICE)), name="x"), lambda x, y: x.dtype is y.dtype),
   (UPat(Ops.ASSIGN, src=(UPat.var("t"), UPat.var("v")), name="x"), lambda x, t, v: x.dtype is t.dtype is v.dtype and t.shape == v.shape),
   (UPat(Ops.AFTER, name="x", allow_any_len=True, src=(UPat.var("y"),)), lambda x, y: x.dtype is y.dtype),

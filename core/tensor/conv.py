@@ -4,6 +4,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 from core.helpers import make_tuple, prod
 from core.ir.dtype import dtypes, least_upper_dtype, sum_acc_dtype
+from core.ir.ops import UOp
+from core.tensor.gradient import custom_vjp, register_vjp
 from core.tensor.validate import check_ints, check_int
 
 if TYPE_CHECKING:
@@ -39,6 +41,39 @@ def _check_conv(method: str, x: Tensor, weight: Tensor, groups: int, stride: Any
   check_ints(method, "stride", stride, lo=1, n=nd)
   check_ints(method, "dilation", dilation, lo=1, n=nd)
   return nd
+
+def _transposed(x: Tensor, weight: Tensor, groups: int, s: tuple[int, ...], d: tuple[int, ...], pads: list[tuple[int, int]],
+                op: tuple[int, ...], bias: Tensor | None = None) -> Tensor:
+  """conv_transpose2d with its arguments checked and normalized (strides, dilations, (before, after) pads, output padding)."""
+  cin, rc, *ks = weight.shape
+  nd = len(ks)
+  for i in range(nd):
+    ax = 2 + i
+    if s[i] > 1:  # n -> (n-1)*s + 1 with s-1 zeros between neighbours
+      n = x.shape[ax]
+      x = x.unsqueeze(ax + 1).pad([(0, s[i] - 1) if j == ax + 1 else None for j in range(x.ndim + 1)]).flatten(ax, ax + 1)
+      x = x.shrink([(0, (n - 1) * s[i] + 1) if j == ax else None for j in range(x.ndim)])
+  full = [(d[i] * (ks[i] - 1) - pads[i][0], d[i] * (ks[i] - 1) - pads[i][1] + op[i]) for i in range(nd)]
+  # zero-stuffed and padded in a copy of its own, for the reason conv2d copies its padded input
+  if any(v > 1 for v in s) or any(b or a for b, a in full): x = x.pad([None, None] + full).contiguous()
+  w = weight.reshape(groups, cin // groups, rc, *ks).transpose(1, 2).reshape(groups * rc, cin // groups, *ks)
+  w = w.flip(tuple(range(2, 2 + nd)))
+  return x.conv2d(w, bias, groups=groups, dilation=d)
+
+@register_vjp("conv_input")
+def _conv_input_grad(ctx: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp | None, ...]:
+  """conv2d's gradient for its input x: the transposed conv of the output gradient with the same weight, strides,
+  dilations, groups and padding, and the output padding that gives back x's exact size (the rows and columns the forward's
+  windows never reached get zero). None for the weight, whose gradient comes through the forward's graph."""
+  from core.tensor.tensor import Tensor
+  x, w = inputs
+  groups, s, d, pads = params
+  assert x.shape is not None and ctx.shape is not None and w.shape is not None
+  ks, o, n = w.shape[2:], ctx.shape[2:], x.shape[2:]
+  op = tuple(n[i] - ((o[i] - 1) * s[i] - pads[i][0] - pads[i][1] + d[i] * (ks[i] - 1) + 1) for i in range(len(ks)))
+  dy, wt = Tensor(ctx, requires_grad=False), Tensor(w, requires_grad=False)
+  dx = _transposed(dy.cast(least_upper_dtype(ctx.dtype, w.dtype)), wt, groups, s, d, list(pads), op)
+  return (dx.cast(x.dtype).uop, None)
 
 class ConvMixin:
   def _pool(self: Tensor, k: Sequence[int], stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1) -> Tensor:  # type: ignore[misc]
@@ -77,7 +112,12 @@ class ConvMixin:
       raise ValueError(f"conv: input channels {cin} != weight {weight.shape[1]} * groups {groups}, or out channels {cout} not divisible")
     # the padded input is its own (copy) kernel: read through a PAD, every load of the conv kernel would be gated and its index
     # wrapped, which keeps the optimizer from vectorizing and register-tiling it; the copy costs one pass over the input
-    x = self.pad([None, None] + _padding(padding, nd)).contiguous() if padding != 0 else self
+    pads = _padding(padding, nd)
+    # the input's gradient is a transposed conv (_conv_input_grad), not autograd through the windows below: that would build
+    # a product 9x (kh*kw) the size of the input and fold it back with div/mod indexing; the weight keeps its chain rule
+    custom = dtypes.is_float(self.dtype)
+    x = self.detach() if custom else self
+    x = x.pad([None, None] + pads).contiguous() if any(b or a for b, a in pads) else x
     x = x._pool(ks, stride, dilation)  # (bs, cin, *o, *k)
     os_ = x.shape[2:2 + nd]
     rc = cout // groups
@@ -87,6 +127,9 @@ class ConvMixin:
     prodt = x * w
     red = tuple([3] + list(range(4 + nd, 4 + 2 * nd)))
     ret = prodt.sum(red, dtype=sum_acc_dtype(prodt.dtype)).cast(out_dt).reshape(bs, cout, *os_)
+    if custom:
+      params = (groups, make_tuple(stride, nd), make_tuple(dilation, nd), tuple(pads))
+      ret = type(self)._wrap(custom_vjp(ret.uop, "conv_input", params, self.uop, weight.uop), ret, self)
     return ret if bias is None else ret + bias.reshape(1, -1, *([1] * nd))
   conv = conv2d
 
@@ -100,19 +143,7 @@ class ConvMixin:
     cin, rc, *ks = weight.shape
     nd = len(ks)
     s, d, op = make_tuple(stride, nd), make_tuple(dilation, nd), make_tuple(output_padding, nd)
-    pads = _padding(padding, nd)
-    x = self
-    for i in range(nd):
-      ax = 2 + i
-      if s[i] > 1:  # n -> (n-1)*s + 1 with s-1 zeros between neighbours
-        n = x.shape[ax]
-        x = x.unsqueeze(ax + 1).pad([(0, s[i] - 1) if j == ax + 1 else None for j in range(x.ndim + 1)]).flatten(ax, ax + 1)
-        x = x.shrink([(0, (n - 1) * s[i] + 1) if j == ax else None for j in range(x.ndim)])
-    full = [None, None] + [(d[i] * (ks[i] - 1) - pads[i][0], d[i] * (ks[i] - 1) - pads[i][1] + op[i]) for i in range(nd)]
-    x = x.pad(full)
-    w = weight.reshape(groups, cin // groups, rc, *ks).transpose(1, 2).reshape(groups * rc, cin // groups, *ks)
-    w = w.flip(tuple(range(2, 2 + nd)))
-    return x.conv2d(w, bias, groups=groups, dilation=dilation)
+    return _transposed(self, weight, groups, s, d, _padding(padding, nd), op, bias)
 
   def _pool_pads(self: Tensor, k: tuple[int, ...], stride: Any, dilation: Any, padding: Any,  # type: ignore[misc]
                  ceil_mode: bool, method: str = "pool") -> tuple[list[tuple[int, int]], list[tuple[int, int]], tuple[int, ...]]:

@@ -2,6 +2,7 @@
 gradients of its sources; `compute_gradient` applies it over the graph in reverse topological order."""
 from __future__ import annotations
 import math
+from typing import Callable
 from core.helpers import argsort
 from core.ir.dtype import dtypes, sum_acc_dtype
 from core.ir.ops import UOp, Ops, GroupOp
@@ -64,7 +65,27 @@ def with_gradient(value: UOp, *pairs: tuple[UOp, UOp]) -> UOp:
   first source, so x and g cost nothing unless a gradient asks for them."""
   return UOp(Ops.DETACH, value.dtype, (value,) + tuple(u for p in pairs for u in p), "grad")
 
+# name -> rule(output gradient, inputs, params) giving each input's gradient (None for none), for custom_vjp
+VJPRule = Callable[[UOp, tuple[UOp, ...], tuple], tuple["UOp | None", ...]]
+VJP_RULES: dict[str, VJPRule] = {}
+
+def register_vjp(name: str) -> Callable[[VJPRule], VJPRule]:
+  """Registers a custom_vjp rule under `name` (a decorator)."""
+  def deco(fn: VJPRule) -> VJPRule:
+    VJP_RULES[name] = fn
+    return fn
+  return deco
+
+def custom_vjp(value: UOp, name: str, params: tuple, *inputs: UOp) -> UOp:
+  """`value`, whose gradient with respect to each of `inputs` is VJP_RULES[name](output gradient, inputs, params), an
+  expression of any shape built only when a gradient asks for it: DETACH(value, *inputs) with arg ("vjp", name, params)
+  (hashable params, no state on the node). The output gradient also flows on into value's own graph, so value computes
+  the inputs the rule handles from their .detach() and the rest (a weight) keep their ordinary chain rule."""
+  assert name in VJP_RULES, f"no vjp rule registered as {name!r}"
+  return UOp(Ops.DETACH, value.dtype, (value,) + inputs, ("vjp", name, params))
+
 def _detach_grad(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
+  if isinstance(ret.arg, tuple) and ret.arg[0] == "vjp": return (ctx,) + VJP_RULES[ret.arg[1]](ctx, ret.src[1:], ret.arg[2])
   # a plain DETACH has no gradient; with_gradient's form gives x_i the output gradient times g_i
   return (None,) + tuple(ctx * ret.src[k + 1] if k % 2 else None for k in range(1, len(ret.src)))
 
