@@ -211,22 +211,27 @@ class Expander:
                                              for k, ix in enumerate(idx)))
 
 def pick_vector_axis(sink: UOp, regs: list[UOp], mem_dtypes: frozenset[DType] = VECTOR_MEM_DTYPES) -> UOp | None:
-  """The register axis (power-of-two size) along which the most loads/stores touch neighbouring elements (ties: the innermost)."""
-  best: tuple[int, bool, Any] | None = None
+  """The register axis (power-of-two size) along which the most loads inside a reduction touch neighbouring elements, then the
+  most loads/stores (ties: the innermost)."""
+  best: tuple[int, int, bool, Any] | None = None
   choice = None
   mem = [u for u in sink.toposort() if u.op in (Ops.LOAD, Ops.STORE)]
   for r in regs:
     n = range_size(r)
     if n is None or n < 2 or n & (n - 1): continue   # vector types have a power-of-two number of lanes
     others = {x: UOp.const(dtypes.index, 0) for x in regs if x is not r}
-    score = 0
+    score = inner = 0
     for m in mem:
       idx = m.src[0]
       if idx.op is not Ops.INDEX or r not in idx.src[1].toposort(): continue
       dt = m.dtype if m.op is Ops.LOAD else m.src[1].dtype
       i = _simplify(idx.src[1].substitute(others)) if others else idx.src[1]
-      if dt.scalar() in mem_dtypes and contiguous_offset(i, r) is not None: score += 2 if m.op is Ops.STORE else 1
-    key = (score, r.arg[1] is AxisType.UPCAST, r.arg[0])
+      if dt.scalar() in mem_dtypes and contiguous_offset(i, r) is not None:
+        score += 2 if m.op is Ops.STORE else 1
+        # a load that moves with a reduction runs once per reduce step, one of the outputs' once per output (a fused
+        # batchnorm's per-channel scale and shift after a conv must not pull the lanes onto the channels)
+        inner += any(x.op is Ops.RANGE and x.arg[1] in (AxisType.REDUCE, AxisType.UNROLL) for x in idx.src[1].toposort())
+    key = (inner, score, r.arg[1] is AxisType.UPCAST, r.arg[0])
     if score > 0 and (best is None or key > best): best, choice = key, r
   return choice
 

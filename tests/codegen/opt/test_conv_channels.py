@@ -82,3 +82,26 @@ def test_small_image_conv_through_tensor(n, c, hw, o, stride, pad):
   np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-3)
   got2 = y.relu().conv2d(Tensor(w2), padding=1).numpy()
   np.testing.assert_allclose(got2, _conv_ref(np.maximum(want, 0), w2, 1, 1, 1), rtol=1e-4, atol=1e-2)
+
+@pytest.mark.parametrize("simd_bytes", [32, 64])
+def test_per_channel_epilogue_keeps_the_lanes_on_the_row(simd_bytes):
+  # a conv with a batchnorm's four parameters per output channel and a relu in its kernel (ResNet's conv-bn-relu): those
+  # loads run once per output, the input's once per reduce step, so the lanes stay along the output row (rows of 56: whole
+  # vectors after padding) and do not move to the channels the four parameters are contiguous along
+  x = rng.standard_normal((2, 8, 58, 58)).astype(np.float32)
+  w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+  mean, var, gamma, beta = (rng.standard_normal(16).astype(np.float32) for _ in range(4))
+  var = np.abs(var) + 0.5
+  ch = [Tensor(v).realize().reshape(1, 16, 1, 1) for v in (mean, var, gamma, beta)]
+  y = ((Tensor(x).realize().conv2d(Tensor(w).realize()) - ch[0]) * (ch[2] / ch[1].sqrt()) + ch[3]).relu()
+  items, _, _ = create_schedule([y.uop])
+  assert len(items) == 1, [it.ast.arg for it in items]
+  rnd = host_renderer(simd_bytes)
+  k = hand_coded(Kernel(items[0].ast, rnd))
+  got, spec = run_ast(items[0], k.ast, rnd)
+  c = lambda v: v.astype(np.float64)[None, :, None, None]
+  want = np.maximum((_conv_ref(x, w, 1, 0, 1) - c(mean)) * (c(gamma) / np.sqrt(c(var))) + c(beta), 0)
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-3)
+  x_loads = [u for u in program_uops(spec) if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM and
+             u.src[0].src[0].arg == 1]
+  assert x_loads and all(u.dtype.count == simd_bytes // 4 for u in x_loads), [u.dtype for u in x_loads]
