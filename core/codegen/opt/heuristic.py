@@ -173,15 +173,19 @@ def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp
   rnd = k.renderer
   n_out = range_size(contig_out)
   if getattr(rnd, "has_local", False) or n_out is None or n_out >= CHANNEL_ROW_VECTORS * lanes: return None
-  x_loads = [ld for ld in loads if contig_out in ld.toposort()]
-  w_loads = [ld for ld in loads if contig_out not in ld.toposort()]
+  # the product's inputs: loads inside the reduction (a fused batchnorm's parameters or a residual are read once per output)
+  reds = [r for r in k.of_type(AxisType.REDUCE) if range_size(r) is not None]
+  red_loads = [ld for ld in loads if any(r in ld.toposort() for r in reds)]
+  x_loads = [ld for ld in red_loads if contig_out in ld.toposort()]
+  w_loads = [ld for ld in red_loads if contig_out not in ld.toposort()]
   chan = next((r for r in reversed(outs) if r is not contig_out and all(r not in ld.toposort() for ld in x_loads) and
                all(r in ld.toposort() for ld in w_loads)), None)
   if chan is None or not x_loads or not w_loads or (nc := range_size(chan)) is None or nc % lanes: return None
-  reds = [r for r in k.of_type(AxisType.REDUCE) if range_size(r) is not None]
   windows = [r for r in reds if (range_size(r) or 99) <= MM_WINDOW and _sliding(r, [contig_out], x_loads)]
   if not windows: return None
-  regs, red_len, item = getattr(rnd, "simd_regs", 16), prod(range_size(r) or 1 for r in reds), w_loads[0].dtype.itemsize
+  # each weight's panel holds its own reduction (a conv with its 1x1 shortcut conv fused in: 512x3x3 and 256 long)
+  regs, item = getattr(rnd, "simd_regs", 16), w_loads[0].dtype.itemsize
+  red_len = max(prod(range_size(r) or 1 for r in reds if r in ld.toposort()) for ld in w_loads)
   win = prod(range_size(r) or 1 for r in windows)
   tiles = [(j * rows, j, rows) for j in (4, 2, 1) for rows in range(3, n_out + 1) if (nc // lanes) % j == 0 and n_out % rows == 0 and
            rows & (rows - 1) and j * rows + j + 1 <= regs and lanes * j * rows * win <= MAX_REGISTER_ELEMS and

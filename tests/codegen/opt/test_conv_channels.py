@@ -105,3 +105,28 @@ def test_per_channel_epilogue_keeps_the_lanes_on_the_row(simd_bytes):
   x_loads = [u for u in program_uops(spec) if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM and
              u.src[0].src[0].arg == 1]
   assert x_loads and all(u.dtype.count == simd_bytes // 4 for u in x_loads), [u.dtype for u in x_loads]
+
+@pytest.mark.parametrize("simd_bytes", [32, 64])
+@pytest.mark.parametrize("shortcut", ["residual", "conv"])
+def test_small_image_conv_with_its_block_epilogue(simd_bytes, shortcut):
+  # ResNet's last block on 7x7 images in one kernel: the conv, a per-channel scale, and the shortcut (an input added once per
+  # output, or a 1x1 stride-2 conv with a reduction of its own): the channel path still applies (only loads inside a
+  # reduction are the product's inputs; each weight's panel holds its own reduction)
+  x = rng.standard_normal((2, 16, 9, 9)).astype(np.float32)
+  w = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
+  sc = rng.standard_normal(32).astype(np.float32)
+  s_in = rng.standard_normal((2, 32, 7, 7) if shortcut == "residual" else (2, 8, 13, 13)).astype(np.float32)
+  w2 = rng.standard_normal((32, 8, 1, 1)).astype(np.float32)
+  s = Tensor(s_in).realize()
+  short = s if shortcut == "residual" else s.conv2d(Tensor(w2).realize(), stride=2)
+  y = (Tensor(x).realize().conv2d(Tensor(w).realize()) * Tensor(sc).realize().reshape(1, 32, 1, 1) + short).relu()
+  items, _, _ = create_schedule([y.uop])
+  assert len(items) == 1, [it.ast.arg for it in items]
+  rnd = host_renderer(simd_bytes)
+  k = hand_coded(Kernel(items[0].ast, rnd))
+  got, spec = run_ast(items[0], k.ast, rnd)
+  want_short = s_in.astype(np.float64) if shortcut == "residual" else _conv_ref(s_in, w2, 2, 0, 1)
+  want = np.maximum(_conv_ref(x, w, 1, 0, 1) * sc.astype(np.float64)[None, :, None, None] + want_short, 0)
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-3)
+  reg_loads = [u for u in program_uops(spec) if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is not Ops.PARAM]
+  assert reg_loads and all(u.dtype.count == simd_bytes // 4 for u in reg_loads), k.applied
