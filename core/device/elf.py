@@ -1,5 +1,5 @@
 """ELF64 little-endian section headers, the part of the object file format every reader here shares (the CPU's in-process
-loader, core/device/elfload.py; NV's cubin reader): the header checked, each section with its name and bytes, every offset and
+loader, core/device/elfload.py; NV's cubin reader, AMD's code-object loader): the header checked, each section with its name and bytes, every offset and
 size checked against the file. Facts from the ELF-64 object file format."""
 from __future__ import annotations
 import struct
@@ -13,6 +13,7 @@ class Section:
   name: str
   type: int
   flags: int
+  addr: int
   offset: int
   size: int
   link: int
@@ -24,6 +25,8 @@ class Section:
 @dataclass(frozen=True)
 class ELF:
   type: int          # e_type: 1 relocatable, 2 executable, 3 shared object
+  machine: int       # e_machine
+  entry: int         # e_entry
   flags: int         # e_flags (machine-specific: a cubin's SM)
   abi_version: int   # e_ident[EI_ABIVERSION]
   sections: list[Section]
@@ -40,15 +43,16 @@ def cstr(err: type[Exception], data: bytes, off: int, what: str) -> str:
   if off >= len(data) or end < 0: raise err(f"{what}: string offset {off:#x} is outside its string table ({len(data):#x} bytes)")
   return data[off:end].decode("utf-8", "replace")
 
-def read_elf64(data: bytes, machine: int, machine_name: str, err: type[Exception] = ValueError) -> ELF:
-  """The header and sections of an ELF64 little-endian file for e_machine `machine` (named `machine_name` in errors); anything
-  malformed or truncated raises `err` naming the part (header, section headers, section N) and what is wrong."""
+def read_elf64(data: bytes, machine: int | None, machine_name: str = "", err: type[Exception] = ValueError) -> ELF:
+  """The header and sections of an ELF64 little-endian file for e_machine `machine` (named `machine_name` in errors; None: any,
+  left to the caller); anything malformed or truncated raises `err` naming the part (header, section headers, section N) and
+  what is wrong."""
   if len(data) < 64: raise err(f"header: the file has {len(data)} bytes, an ELF64 header needs 64")
   if data[:4] != b"\x7fELF": raise err(f"header: bad magic {data[:4]!r}, expected b'\\x7fELF'")
   if data[4] != 2 or data[5] != 1: raise err(f"header: class {data[4]} data {data[5]}, expected ELF64 little-endian (2, 1)")
   e_type, e_machine = unpack(err, "<HH", data, 16, "header")
-  if e_machine != machine: raise err(f"header: e_machine {e_machine}, expected {machine_name} ({machine})")
-  shoff, flags = unpack(err, "<QI", data, 0x28, "header")
+  if machine is not None and e_machine != machine: raise err(f"header: e_machine {e_machine}, expected {machine_name} ({machine})")
+  entry, shoff, flags = unpack(err, "<Q8xQI", data, 0x18, "header")
   shentsize, shnum, shstrndx = unpack(err, "<HHH", data, 0x3a, "header")
   if shentsize != 64: raise err(f"header: section header size {shentsize}, expected 64")
   if shoff + shnum * 64 > len(data):
@@ -60,5 +64,5 @@ def read_elf64(data: bytes, machine: int, machine_name: str, err: type[Exception
     if h[4] + h[5] > len(data): raise err(f"section {i}: {h[5]:#x} bytes at {h[4]:#x} run past the end of the file ({len(data):#x} bytes)")
     return data[h[4]:h[4] + h[5]]
   names = body(shstrndx, raw[shstrndx])
-  return ELF(e_type, flags, data[8], [Section(i, cstr(err, names, h[0], f"section {i} name") if i else "", h[1], h[2], h[4], h[5], h[6], h[7],
-                                              h[8], h[9], body(i, h)) for i, h in enumerate(raw)])
+  return ELF(e_type, e_machine, entry, flags, data[8], [Section(i, cstr(err, names, h[0], f"section {i} name") if i else "", h[1], h[2],
+                                                                h[3], h[4], h[5], h[6], h[7], h[8], h[9], body(i, h)) for i, h in enumerate(raw)])

@@ -2,6 +2,7 @@
 sections of a relocatable AMDGPU object into one image and applies its R_AMDGPU_* relocations (ELF gABI, LLVM AMDGPUUsage)."""
 from __future__ import annotations
 import dataclasses, struct
+from core.device.elf import Section, read_elf64
 
 class ELFError(ValueError):
   """The bytes are not an ELF object this reader can load."""
@@ -19,21 +20,6 @@ RELOC_NAMES = {0: "R_AMDGPU_NONE", 1: "R_AMDGPU_ABS32_LO", 2: "R_AMDGPU_ABS32_HI
                5: "R_AMDGPU_REL64", 6: "R_AMDGPU_ABS32", 7: "R_AMDGPU_GOTPCREL", 8: "R_AMDGPU_GOTPCREL32_LO", 9: "R_AMDGPU_GOTPCREL32_HI",
                10: "R_AMDGPU_REL32_LO", 11: "R_AMDGPU_REL32_HI", 13: "R_AMDGPU_RELATIVE64", 16: "R_AMDGPU_REL16"}
 _ABSOLUTE = frozenset({R_AMDGPU_ABS32_LO, R_AMDGPU_ABS32_HI, R_AMDGPU_ABS64, R_AMDGPU_ABS32, R_AMDGPU_RELATIVE64})
-
-@dataclasses.dataclass(frozen=True)
-class Section:
-  index: int
-  name: str
-  type: int
-  flags: int
-  addr: int
-  offset: int
-  size: int
-  link: int
-  info: int
-  align: int
-  entsize: int
-  data: bytes   # b"" for NOBITS
 
 @dataclasses.dataclass(frozen=True)
 class Symbol:
@@ -70,21 +56,8 @@ class ELF:
   """An ELF64 little-endian file: header fields, sections (with names and bytes), symbols, RELA relocations, notes."""
   def __init__(self, data: bytes):
     self.data = bytes(data)
-    if len(self.data) < 64 or self.data[:4] != b"\x7fELF": raise ELFError("not an ELF file (bad magic)")
-    if self.data[4] != 2 or self.data[5] != 1: raise ELFError(f"only ELF64 little-endian is supported (class {self.data[4]}, data {self.data[5]})")
-    (self.type, self.machine, _, self.entry, _, shoff, self.flags, _, _, _, shentsize, shnum,
-     shstrndx) = struct.unpack_from("<HHIQQQIHHHHHH", self.data, 16)
-    if shoff == 0 or shnum == 0: raise ELFError("the ELF has no section headers")
-    if shentsize != 64: raise ELFError(f"section header size {shentsize}, expected 64")
-    if shoff + shnum * 64 > len(self.data): raise ELFError(f"section headers ({shnum} at {shoff}) run past the end of the {len(self.data)}-byte file")
-    raw = [struct.unpack_from("<IIQQQQIIQQ", self.data, shoff + i * 64) for i in range(shnum)]
-    if shstrndx >= shnum: raise ELFError(f"section name table index {shstrndx} out of range ({shnum} sections)")
-    def body(h: tuple) -> bytes:
-      if h[1] == SHT_NOBITS: return b""
-      if h[4] + h[5] > len(self.data): raise ELFError(f"section at {h[4]} of {h[5]} bytes runs past the end of the file")
-      return self.data[h[4]:h[4] + h[5]]
-    names = body(raw[shstrndx])
-    self.sections = [Section(i, _cstr(names, h[0]), h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9], body(h)) for i, h in enumerate(raw)]
+    elf = read_elf64(self.data, None, err=ELFError)   # the machine is load()'s to check: any ELF64 can be inspected
+    self.type, self.machine, self.entry, self.flags, self.sections = elf.type, elf.machine, elf.entry, elf.flags, elf.sections
     self.symbols: list[Symbol] = []
     if (symtab := next((s for s in self.sections if s.type == SHT_SYMTAB), None)) is not None:
       strtab = self.sections[symtab.link].data
