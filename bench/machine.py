@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 
 ACCUMULATORS = 12          # independent FMA chains: more than FMA latency x pipes (4 cycles x 2 on Zen), so the pipes stay full
-FMA_ITERS = 2_000_000      # per thread: about 0.1 s at 5 GHz
+FMA_ITERS = 30_000_000     # per thread: 6 cycles each (12 FMAs, 2 pipes), ~40 ms at 4.5 GHz: long against starting threads
+                           # (at 2M, ~3 ms, two threads measured only 1.4x one)
 STREAM_FLOATS = 1 << 25    # 128 MiB per array: well past any L3 here
 
 TRIAD = """  %t = call float @llvm.fma.f32(float %c.v, float 3.0, float %b.v)

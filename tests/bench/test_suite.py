@@ -175,3 +175,16 @@ def test_bf16_row_without_the_instruction(suite, monkeypatch):
   out = io.StringIO()
   results = suite.run(rows=["matmul_bf16"], quick=True, repeat=1, budget_s=0.0, peers=[], out=out, measure_machine=False)
   assert results[0].cells["ours"].status == "n/a" and "matmul_bf16: ours n/a (no avx512_bf16)" in out.getvalue(), out.getvalue()
+
+def test_matmul_is_judged_against_numpy_and_the_peak(suite):
+  # issue 23.4: >= 1.0x numpy and >= 85% of the measured FMA peak; either miss is a miss
+  m = suite.machine_bench.Machine(16, 2, 200.0, 400.0, 30.0, 40.0, 30.0, 40.0, 30.0, 40.0)
+  row = next(r for r in suite.ROWS if r.key == "matmul1024")
+  def result(ours: float, numpy: float):
+    return suite.Result(row, row.sizes[1], {"ours": suite.Cell(ours), "numpy": suite.Cell(numpy)}, m)
+  assert result(350.0, 340.0).met is True
+  assert result(330.0, 300.0).met is False    # 1.1x numpy, 82% of peak
+  assert result(350.0, 360.0).met is False    # 87% of peak, 0.97x numpy
+  out = io.StringIO()
+  suite.print_table([result(350.0, 340.0)], ["numpy"], out, m)
+  assert ">= 1.0x numpy, 85% peak" in out.getvalue()
