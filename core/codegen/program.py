@@ -37,17 +37,25 @@ _KEEP_LITERAL = (0.0, 1.0, -1.0)
 # scalar, and every variable is a launch argument (METAL binds each in its own buffer slot, 31 in all)
 MAX_LIFTED = 8
 
+def liftable(u: UOp) -> bool:
+  """Whether `u` is a float literal lift_constants makes a kernel argument (the eager path keys its schedules without them)."""
+  return u.op is Ops.CONST and u.dtype is dtypes.float32 and math.isfinite(u.arg) and u.arg not in _KEEP_LITERAL
+
+def lit_bits(value: float) -> int:
+  """A float32 literal's bits as the int32 a lifted variable carries."""
+  return struct.unpack("<i", struct.pack("<f", value))[0]
+
 def lift_constants(ast: UOp) -> tuple[UOp, tuple[tuple[Any, int], ...]]:
   """`ast` with each distinct float32 literal (other than 0, 1, -1, inf, nan) read from an int32 kernel variable bitcast to
   float, numbered in graph order, and the variables' values (the literals' bits); unchanged when it has more than
   MAX_LIFTED. Equal kernels but for those literals map to one AST, so codegen and compile caches keyed by it serve every value."""
-  lits = [u for u in ast.toposort() if u.op is Ops.CONST and u.dtype is dtypes.float32 and math.isfinite(u.arg) and u.arg not in _KEEP_LITERAL]
+  lits = [u for u in ast.toposort() if liftable(u)]
   if not lits or len(lits) > MAX_LIFTED: return ast, ()
   sub, consts = {}, []
   for i, c in enumerate(lits):
     v = UOp.variable(f"{LIT_PREFIX}{i}", -2**31, 2**31 - 1, dtypes.int32)
     sub[c] = v.bitcast(dtypes.float32)
-    consts.append((v.arg, struct.unpack("<i", struct.pack("<f", c.arg))[0]))
+    consts.append((v.arg, lit_bits(c.arg)))
   return ast.substitute(sub), tuple(consts)
 
 # PROGRAM's sources, in order; later stages fill later ones (get_program: the first four, compile_program: BINARY)

@@ -16,7 +16,9 @@ from core.engine import capture as _capture
 from core.engine.lock import engine_lock
 from core.helpers import prod
 from core.device import profiler
-from core.helpers import IMAGE, NOOPT
+from core.helpers import IMAGE, NOOPT, LIFT_CONSTS
+from core.ir.dtype import dtypes
+from core.codegen.program import liftable, lit_bits, MAX_LIFTED
 
 # The memo (core.engine.state's NodeFacts): a computed node's `realized` is (the uop over the buffer holding its value, that
 # buffer's version, the assign epoch). A buffer's version goes up when something is assigned into it, which retires every memo
@@ -70,9 +72,12 @@ schedules = ScheduleCache()
 Device.on_change(schedules.clear)
 
 _NO_FAST = object()
+Walk = tuple[tuple, list[UOp], bool, bool, tuple[UOp, ...]]
+_LIT = "lit"   # a key entry's arg for a scalar that is an input (its position in the walk's literals follows its sources)
+LIT_VAR = "_scalar"   # the scheduled scalars' variables: _scalar0, _scalar1, ... in walk order (reserved names)
 _unique_ids = UOp.unique_ids
 
-def _walk_one(u: UOp) -> tuple[tuple, list[UOp], bool, bool] | None | object:
+def _walk_one(u: UOp) -> Walk | None | object:
   """_walk of one root whose sources are all leaves (buffers or marked subgraphs): x + 1, a * b. The same key, inputs and
   answers as the general walk (it emits the sources in order, then the root), built without its stack; _NO_FAST otherwise."""
   op = u.op
@@ -100,17 +105,21 @@ def _walk_one(u: UOp) -> tuple[tuple, list[UOp], bool, bool] | None | object:
     else: return _NO_FAST
   key.append((op, u.dtype, u._key[3], u.tag, tuple(idx)))
   key.append((Ops.SINK, (len(key) - 1,)))
-  return tuple(key), inputs, False, False
+  return tuple(key), inputs, False, False, ()
 
-def _walk(roots: list[UOp], check_memo: bool) -> tuple[tuple, list[UOp], bool, bool] | None:
-  """One pass over the graphs: (structural key, input buffers in order, has ASSIGN, has BIND); None when part of it is
-  already computed (a memo hit or an ASSIGN that ran) and must be substituted first. The key is the graph with its
-  buffers numbered, so two graphs with equal keys differ only in which buffers they read. (The hot path of every eager
-  op: one iterative post-order walk that builds the key as it goes, memo entries read from the nodes themselves.)"""
+def _walk(roots: list[UOp], check_memo: bool, lift: bool = True) -> Walk | None:
+  """One pass over the graphs: (structural key, input buffers in order, has ASSIGN, has BIND, float literals); None when
+  part of it is already computed (a memo hit or an ASSIGN that ran) and must be substituted first. The key is the graph
+  with its buffers numbered and, with `lift`, its float literals (codegen's liftable ones) numbered too: two graphs with
+  equal keys differ only in which buffers they read and which scalars they use (x * 2.5, x * 3.5), and share a schedule
+  whose kernels take those scalars as variables. (The hot path of every eager op: one iterative post-order walk that builds
+  the key as it goes, memo entries read from the nodes themselves.)"""
   if len(roots) == 1 and check_memo and (w := _walk_one(roots[0])) is not _NO_FAST: return w   # type: ignore[return-value]
+  lift = lift and bool(LIFT_CONSTS)
   idx: dict[UOp, int] = {}
   key: list[tuple] = []
   inputs: list[UOp] = []
+  lits: list[UOp] = []
   has_assign = has_bind = False
   seen: set[UOp] = set()
   plain: dict[UOp, bool] = {}   # emitted node -> markable (see _plain_epoch)
@@ -128,6 +137,12 @@ def _walk(roots: list[UOp], check_memo: bool) -> tuple[tuple, list[UOp], bool, b
         key.append((Ops.BUFFER, u.dtype, u.arg, u.src[1].arg, len(inputs)))
         inputs.append(u)
         plain[u] = False
+        continue
+      if u.op is Ops.DEVICE:   # a leaf too, keyed by its name: never marked, so the first walk's key is every later walk's
+        stack.pop()
+        idx[u] = len(key)
+        key.append((Ops.DEVICE, u.arg))
+        plain[u] = True
         continue
       if u not in seen:
         seen.add(u)
@@ -148,24 +163,52 @@ def _walk(roots: list[UOp], check_memo: bool) -> tuple[tuple, list[UOp], bool, b
       if u.op is Ops.ASSIGN: has_assign = True
       elif u.op is Ops.BIND: has_bind = True
       idx[u] = len(key)
+      if lift and u.op is Ops.CONST and u.src and liftable(u):
+        # a scalar: its value is an input of the schedule, not structure (a marked subgraph must not hold one: never marked)
+        key.append((Ops.CONST, u.dtype, _LIT, u.tag, (idx[u.src[0]], len(lits))))
+        lits.append(u)
+        plain[u] = False
+        continue
       # an ASSIGN's arg only makes it a node of its own (Tensor.assign): not structure
       key.append((u.op, u.dtype, u._key[3] if u.op is not Ops.ASSIGN else None, u.tag, tuple([idx[x] for x in u.src])))
       p = u.op is not Ops.ASSIGN and u.op is not Ops.BIND and u not in roots and all([plain[x] for x in u.src])
-      if p and check_memo: facts.of(u).plain = epoch
+      # (only walks that number literals mark: a marked node is keyed as itself, so one marked by a walk that keeps them
+      # would hold its literals' values in every later key)
+      if p and check_memo and lift: facts.of(u).plain = epoch
       plain[u] = p
   key.append((Ops.SINK, tuple([idx[r] for r in roots])))   # which nodes are the results, in order
-  return tuple(key), inputs, has_assign, has_bind
+  # more scalars than a kernel takes as arguments: math with fixed coefficients, keyed (and compiled) with its values
+  if len(lits) > MAX_LIFTED: return _walk(roots, check_memo, lift=False)
+  return tuple(key), inputs, has_assign, has_bind, tuple(lits)
 
-def _scheduled(todo: list[UOp], key: tuple, inputs: list[UOp]) -> tuple[list[ScheduleItem], list[UOp], dict[UOp, int]]:
-  """(planned items, each root's result, variable values) for `todo`, from the cache when possible."""
+def _lit_var(i: int) -> UOp: return UOp.variable(f"{LIT_VAR}{i}", -2**31, 2**31 - 1, dtypes.int32)
+
+def _lit_value(c: UOp, v: UOp) -> UOp:
+  """The tensor-level stand-in of literal `c`: 0 + v's bits read as float, v bound to c's. The 0 keeps c's DEVICE source (a
+  tensor-level node finds its device through its sources, and a bound variable loses its value's when it is unbound). It
+  costs one scalar add per kernel and is exact: a liftable literal is never -0.0 or nan."""
+  bits = UOp(Ops.BIND, dtypes.int32, (v, UOp.const(dtypes.int32, lit_bits(c.arg)))).bitcast(dtypes.float32)
+  return UOp(Ops.ADD, dtypes.float32, (UOp.const(dtypes.float32, 0.0, c.src[0].arg), bits))
+
+def _with_lits(hit: CachedSchedule, lits: tuple[UOp, ...]) -> dict[UOp, int]:
+  """The cached schedule's variable values with its scalar variables set to this call's literals."""
+  if not lits: return hit.var_vals
+  return {**hit.var_vals, **{v: lit_bits(c.arg) for v, c in zip(hit.lit_vars, lits)}}
+
+def _scheduled(todo: list[UOp], key: tuple, inputs: list[UOp], lits: tuple[UOp, ...] = ()) -> tuple[list[ScheduleItem], list[UOp], dict[UOp, int]]:
+  """(planned items, each root's result, variable values) for `todo`, from the cache when possible. `lits`: the walk's float
+  literals, scheduled as bound int32 variables read as float bits (the form codegen lifts literals to), so the schedule and
+  its kernels serve every value and each call binds its own."""
   if (hit := schedules.get(key)) is None:
     to_ph = {b: placeholder(b, i, "input") for i, b in enumerate(inputs)}
-    ph_sink = UOp(Ops.SINK, src=tuple(todo)).substitute(to_ph)
+    lit_vars = [_lit_var(i) for i in range(len(lits))]
+    sub = {**to_ph, **{c: _lit_value(c, v) for c, v in zip(lits, lit_vars)}}
+    ph_sink = UOp(Ops.SINK, src=tuple(todo)).substitute(sub)
     items, results, var_vals = create_schedule(list(ph_sink.src))
     res = [results[r] for r in ph_sink.src]
     items = plan_memory(items, set(to_ph.values()) | {_base(r) for r in res})
-    hit = schedules.put(key, CachedSchedule(items, res, var_vals, list(to_ph.values())))
-  items, res, var_vals, phs = hit.items, hit.results, hit.var_vals, hit.inputs
+    hit = schedules.put(key, CachedSchedule(items, res, var_vals, list(to_ph.values()), lit_vars))
+  items, res, var_vals, phs = hit.items, hit.results, _with_lits(hit, lits), hit.inputs
   # placeholders back to this call's buffers; buffers the schedule creates are fresh for every call
   back: dict[UOp, UOp] = dict(zip(phs, inputs))
   new_items = []
@@ -205,7 +248,7 @@ class EagerPlan:
     elif items and not any(hcq): self.replay = DirectReplay(items, slots)
     self.ok = not items or self.replay is not None   # a schedule mixing HCQ and direct items takes the general path
 
-  def __call__(self, inputs: list[UOp]) -> list[UOp]:
+  def __call__(self, inputs: list[UOp], var_vals: dict[UOp, int]) -> list[UOp]:
     uops: list[UOp | None] = list(inputs)
     bufs = [(f.buffer if (f := _fget(id(u))) is not None and f.buffer is not None else buffer_of(u)) for u in inputs]
     for dev, size, dtype, named in self.created:
@@ -218,7 +261,7 @@ class EagerPlan:
         b = Buffer(dev.arg, size, dtype)   # an intermediate: only its memory is needed, for this run
         uops.append(None)
       bufs.append(b)
-    if self.replay is not None: self.replay(bufs, self.var_vals)
+    if self.replay is not None: self.replay(bufs, var_vals)
     out = []
     for i, chain in self.results:
       if i < 0:
@@ -230,14 +273,14 @@ class EagerPlan:
       out.append(v)
     return out
 
-def _run_eager(key: tuple, inputs: list[UOp]) -> tuple[list[UOp], EagerPlan] | None:
-  """The results of running the cached schedule of `key` on `inputs`, or None when the general path must run it."""
+def _run_eager(key: tuple, inputs: list[UOp], lits: tuple[UOp, ...] = ()) -> tuple[list[UOp], EagerPlan] | None:
+  """The results of running the cached schedule of `key` on `inputs` and scalars `lits`, or None when the general path must run it."""
   if (hit := schedules.get(key)) is None or (e := hit.plan) is False: return None
   if e is None:
     e = EagerPlan(hit.items, hit.results, hit.inputs, hit.var_vals)
     hit.plan = e if e.ok else False
     if not e.ok: return None
-  return e(inputs), e
+  return e(inputs, _with_lits(hit, lits)), e
 
 _VIEWS = (Ops.RESHAPE, Ops.SHRINK, Ops.BUFFER)   # the ops contiguous_buffer can answer something other than None for
 
@@ -254,21 +297,23 @@ def _realize_graphs(roots: tuple[UOp, ...]) -> list[UOp]:
   global _plain_epoch, _assign_epoch
   capturing = _capture.current()
   todo, substituted = list(roots), False
-  if (w := _walk(todo, check_memo=True)) is None:
+  # a Jit capture keeps its scalars as literals: its replay binds only the variables of its inputs' shapes
+  lift = capturing is None
+  if (w := _walk(todo, check_memo=True, lift=lift)) is None:
     todo, substituted = _substitute_realized(todo), True
-    w = _walk(todo, check_memo=False)
+    w = _walk(todo, check_memo=False, lift=lift)
     assert w is not None
-  key, inputs, has_assign, _ = w
+  key, inputs, has_assign, _, lits = w
   # settings the schedule depends on (IMAGE marks image parameters, NOOPT leaves reductions unsplit): switching one in a process
   # must not reuse a schedule made under the other value
   if IMAGE.value or NOOPT.value: key = (key, IMAGE.value, NOOPT.value)
   # a Jit capture and DEBUG/PROFILE reports need the schedule items
-  if capturing is None and not profiler.timing() and (fast := _run_eager(key, inputs)) is not None:
+  if capturing is None and not profiler.timing() and (fast := _run_eager(key, inputs, lits)) is not None:
     res_list, e = fast
     if has_assign or substituted:
       for i in e.written: _bump_version(inputs[i])
   else:
-    items, res_list, var_vals = _scheduled(todo, key, inputs)
+    items, res_list, var_vals = _scheduled(todo, key, inputs, lits)
     if capturing is not None: capturing.add(items)
     run_schedule(items, var_vals)
     if has_assign or substituted:

@@ -9,11 +9,13 @@ from core.ir.ops import UOp
 from core.helpers import LRUCache
 
 class CachedSchedule:
-  """A schedule planned over placeholders of its input buffers. `plan`: its eager plan (realize.EagerPlan), built on the
-  second use; None until then, False when the schedule cannot take the eager path (it mixes HCQ and direct items)."""
-  __slots__ = ("items", "results", "var_vals", "inputs", "plan")
-  def __init__(self, items: list[Any], results: list[UOp], var_vals: dict[UOp, int], inputs: list[UOp]):
-    self.items, self.results, self.var_vals, self.inputs = items, results, var_vals, inputs
+  """A schedule planned over placeholders of its input buffers and over variables for its float literals (`lit_vars`).
+  `plan`: its eager plan (realize.EagerPlan), built on the second use; None until then, False when the schedule cannot take
+  the eager path (it mixes HCQ and direct items)."""
+  __slots__ = ("items", "results", "var_vals", "inputs", "lit_vars", "plan")
+  def __init__(self, items: list[Any], results: list[UOp], var_vals: dict[UOp, int], inputs: list[UOp], lit_vars: list[UOp] | None = None):
+    # lit_vars: the int32 variables standing for the graph's float literals, in walk order (each call binds its own values)
+    self.items, self.results, self.var_vals, self.inputs, self.lit_vars = items, results, var_vals, inputs, lit_vars or []
     self.plan: Any = None
 
 class ScheduleCache:

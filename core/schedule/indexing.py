@@ -136,6 +136,8 @@ pm_index = PatternMatcher([
   (UPat(Ops.INDEX, src=(UPat(Ops.BUFFER, name="b"),), allow_any_len=True, tag=PUSH, name="ix"),
    lambda ctx, ix, b: _buffer(ctx, b, ix.src[1], ix.src[2:])),
   (UPat(Ops.INDEX, src=(UPat(Ops.CONST, name="c"),), allow_any_len=True, tag=PUSH), _const),
+  # a scalar variable as a value (the eager path's float literals, core/engine/realize.py): the same at every element
+  (UPat(Ops.INDEX, src=(UPat(Ops.DEFINE_VAR, name="v"),), allow_any_len=True, tag=PUSH), lambda v: v),
 ], name="index")
 
 def output_ranges(ctx: KernelCtx, shape: tuple[sint, ...]) -> list[UOp]:
