@@ -111,13 +111,17 @@ class ConvMixin:
     if cin != cin_g * groups or cout % groups:
       raise ValueError(f"conv: input channels {cin} != weight {weight.shape[1]} * groups {groups}, or out channels {cout} not divisible")
     # the padded input is its own (copy) kernel: read through a PAD, every load of the conv kernel would be gated and its index
-    # wrapped, which keeps the optimizer from vectorizing and register-tiling it; the copy costs one pass over the input
+    # wrapped, which keeps the optimizer from vectorizing and register-tiling it; the copy costs one pass over the input.
+    # Not for a depthwise conv (one input channel per group): its k*k products per input element cost about what that copy
+    # does, and where the optimizer packs an input panel that copy reads the gated loads once (MobileNet's 3x3s, CPU time on a
+    # loaded 2-core host: 8x96x112 stride 2 10-15 -> 5.5 ms, 8x144x56 4.2-6.6 -> 3.0-4.2 ms, 7x7 and 14x14 about even)
     pads = _padding(padding, nd)
+    depthwise = groups > 1 and cin_g == 1
     # the input's gradient is a transposed conv (_conv_input_grad), not autograd through the windows below: that would build
     # a product 9x (kh*kw) the size of the input and fold it back with div/mod indexing; the weight keeps its chain rule
     custom = dtypes.is_float(self.dtype)
     x = self.detach() if custom else self
-    x = x.pad([None, None] + pads).contiguous() if any(b or a for b, a in pads) else x
+    if any(b or a for b, a in pads): x = x.pad([None, None] + pads) if depthwise else x.pad([None, None] + pads).contiguous()
     x = x._pool(ks, stride, dilation)  # (bs, cin, *o, *k)
     os_ = x.shape[2:2 + nd]
     rc = cout // groups

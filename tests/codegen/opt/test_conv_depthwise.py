@@ -1,0 +1,78 @@
+"""Depthwise convs (one input channel per group, MobileNet's 3x3s) read their padded input in place: no copy kernel of the
+padded input before the conv, and the conv's input loads gated at the border. Results against numpy on AVX2-like (8 float32 lanes, 16 registers) and AVX-512-like (16 lanes, 32 registers)
+renderers for odd channel counts, stride 2, padding, a channel multiplier and batch 1; and through Tensor.conv2d on the
+default device, forward and backward."""
+from __future__ import annotations
+import numpy as np
+import pytest
+from core import Tensor
+from core.ir.ops import Ops
+from core.schedule.kernelize import create_schedule
+from core.codegen.opt import Kernel
+from core.codegen.opt.heuristic import hand_coded
+from core.codegen.program import program_uops
+from opt_helpers import run_ast, host_renderer
+from test_conv_channels import _conv_ref
+
+rng = np.random.default_rng(61)
+
+CASES = [  # (batch, channels, size, channel multiplier, kernel, stride, padding)
+  (2, 32, 20, 1, 3, 1, 1),     # MobileNet's stride-1 3x3
+  (2, 48, 16, 1, 3, 2, 1),     # its stride-2 3x3
+  (1, 13, 11, 1, 3, 1, 1),     # batch 1, odd channels and size
+  (1, 7, 15, 1, 3, 2, 1),      # stride 2 over an odd size
+  (2, 6, 9, 2, 3, 1, 1),       # two output channels per input channel
+  (1, 8, 12, 1, 5, 1, 2),      # a 5x5 window, padding 2
+]
+
+def _input_loads(uops: list) -> list:
+  return [u for u in uops if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM and
+          u.src[0].src[0].arg == 1]
+
+@pytest.mark.parametrize("simd_bytes", [32, 64])
+@pytest.mark.parametrize("n, c, hw, mult, ks, stride, pad", CASES)
+def test_depthwise_conv_reads_its_padded_input_in_place(simd_bytes, n, c, hw, mult, ks, stride, pad):
+  x = rng.standard_normal((n, c, hw, hw)).astype(np.float32)
+  w = rng.standard_normal((c * mult, 1, ks, ks)).astype(np.float32)
+  y = Tensor(x).realize().conv2d(Tensor(w).realize(), stride=stride, padding=pad, groups=c)
+  items, _, _ = create_schedule([y.uop])
+  assert len(items) == 1, [it.ast.arg for it in items]   # no copy kernel of the padded input
+  rnd = host_renderer(simd_bytes)
+  k = hand_coded(Kernel(items[0].ast, rnd))
+  got, spec = run_ast(items[0], k.ast, rnd)
+  want = _conv_ref(x, w, stride, pad, c)
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+  # the border is read through gates, not by wrapped or clamped indices
+  loads = _input_loads(program_uops(spec))
+  assert loads and any(len(u.src[0].src) > 2 for u in loads), k.applied
+
+def test_grouped_conv_keeps_its_padded_copy():
+  # groups with several input channels each stay on the copy: their products per input element repay it
+  y = Tensor.ones(1, 8, 10, 10).conv2d(Tensor.ones(8, 4, 3, 3), padding=1, groups=2)
+  items, _, _ = create_schedule([y.uop])
+  assert len(items) == 2, [it.ast.arg for it in items]
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_conv_through_tensor(stride):
+  # the default device's renderer and optimizer, and the gradients of both inputs (the weight's through the padded view)
+  x = rng.standard_normal((2, 12, 10, 10)).astype(np.float32)
+  w = rng.standard_normal((12, 1, 3, 3)).astype(np.float32)
+  xt, wt = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+  y = xt.conv2d(wt, stride=stride, padding=1, groups=12)
+  want = _conv_ref(x, w, stride, 1, 12)
+  np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)
+  g = rng.standard_normal(want.shape).astype(np.float32)
+  (y * Tensor(g)).sum().backward()
+  # the gradients by the conv's linearity: dW[c, i, j] = sum g[n, c] * xpad[n, c, windows shifted by (i, j)], dX by the adjoint
+  xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+  o = want.shape[-1]
+  dw = np.zeros((12, 3, 3))
+  dxp = np.zeros_like(xp)
+  for i in range(3):
+    for j in range(3):
+      win = xp[:, :, i:i + stride * o:stride, j:j + stride * o:stride]
+      dw[:, i, j] = (g * win).sum((0, 2, 3))
+      dxp[:, :, i:i + stride * o:stride, j:j + stride * o:stride] += g * w[None, :, 0, i, j, None, None]
+  assert wt.grad is not None and xt.grad is not None
+  np.testing.assert_allclose(wt.grad.numpy()[:, 0], dw, rtol=1e-4, atol=1e-3)
+  np.testing.assert_allclose(xt.grad.numpy(), dxp[:, :, 1:-1, 1:-1], rtol=1e-4, atol=1e-3)
