@@ -12,7 +12,7 @@ Kernel arguments: one uint64 slot per argument (buffer addresses, then int32 var
 kernarg_size = 8 * nargs; the pool appends the block index.
 """
 from __future__ import annotations
-import ctypes, hashlib, struct, threading
+import ctypes, hashlib, struct, threading, weakref
 from dataclasses import dataclass, field
 from typing import Any
 from core.ir.dtype import dtypes
@@ -59,12 +59,13 @@ class CPUProgramData(ProgramData):
   nargs: int = 0
   program: Any = field(default=None, compare=False, hash=False, repr=False)   # the loaded CPUProgram: keeps the code mapped
 
-_programs: dict[tuple[str, bytes], Any] = {}
+# while anything holds a program (a CPUProgramData in a cached or Jit-captured submission), a second load of the same bytes
+# reuses it; when nothing does, it is unloaded (a plain dict kept every program ever loaded: ~14 KB per new kernel, forever)
+_programs: weakref.WeakValueDictionary[tuple[str, bytes], Any] = weakref.WeakValueDictionary()
 _load_lock = threading.Lock()
 
 def load_program(name: str, lib: bytes) -> Any:
-  """The CPUProgram of (name, library bytes), loaded once per process and kept (like the direct path's runners), because
-  submissions captured by the pipeline or a Jit may launch it at any later time."""
+  """The CPUProgram of (name, library bytes), loaded once while in use: the CPUProgramData that launches it holds it."""
   key = (name, hashlib.sha256(lib).digest())
   with _load_lock:
     if (prg := _programs.get(key)) is None:

@@ -303,3 +303,30 @@ def test_synchronize_runs_pending_packets_and_reports_faults(dev, kernels):
   submit(q, CQ.enc_launch(fn(kernels, "crash"), addr(kernargs(addr(X))), 1, 1) + CQ.enc_signal(addr(sig), 2))
   with pytest.raises(HCQError, match="SIGSEGV"): dev.synchronize(5)
   dev.synchronize(5)   # reported once
+
+def test_a_program_is_loaded_once_while_held_and_unloaded_after():
+  import gc
+  lib = CCompiler().compile("void only_here(int* out) { out[0] = 7; }")
+  a = CQ.load_program("only_here", lib)
+  assert CQ.load_program("only_here", lib) is a
+  key = next(k for k, v in CQ._programs.items() if v is a)
+  del a
+  gc.collect()
+  assert key not in CQ._programs   # nothing holds it: unloaded, not kept for the life of the process
+
+def test_programs_of_evicted_submissions_are_unloaded(tmp_path):
+  # 40 eager ops, each a new kernel, with every cache that may hold a loaded program bounded to 4 entries: the loaded
+  # programs stay near that bound (they grew by one per new kernel, without end, before)
+  code = """
+import gc
+from core import Tensor
+from plugin_cpu import queue
+for i in range(40): assert (Tensor.ones(8 + i) * 2 + 1).sum().item() == 3 * (8 + i)
+gc.collect()
+print(len(queue._programs))
+"""
+  env = {**os.environ, "DEV": "CPU", "CORE_CACHE_DIR": str(tmp_path), **{f"CORE_CACHE_{n}": "4" for n in ("SUBMISSIONS", "HCQ_PROGRAMS", "RUNNERS")}}
+  import subprocess, sys
+  out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stderr
+  assert int(out.stdout.split()[-1]) <= 12, out.stdout
