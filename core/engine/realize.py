@@ -77,9 +77,17 @@ _LIT = "lit"   # a key entry's arg for a scalar that is an input (its position i
 LIT_VAR = "_scalar"   # the scheduled scalars' variables: _scalar0, _scalar1, ... in walk order (reserved names)
 _unique_ids = UOp.unique_ids
 
+def _scalar_chain(x: UOp) -> list[UOp] | None:
+  """[the liftable tensor-level literal, then the movement ops over it, bottom up] when `x` is a broadcast scalar (x * 2.5's
+  EXPAND(RESHAPE(CONST))), else None."""
+  chain: list[UOp] = []
+  while x.op in GroupOp.Movement and len(x.src) == 1: chain, x = [x] + chain, x.src[0]
+  return [x] + chain if x.op is Ops.CONST and len(x.src) == 1 and liftable(x) else None
+
 def _walk_one(u: UOp) -> Walk | None | object:
-  """_walk of one root whose sources are all leaves (buffers or marked subgraphs): x + 1, a * b. The same key, inputs and
-  answers as the general walk (it emits the sources in order, then the root), built without its stack; _NO_FAST otherwise."""
+  """_walk of one root whose sources are all leaves (buffers or marked subgraphs) or broadcast scalars: x + 1, a * b, x * 2.5.
+  The same key, inputs and answers as the general walk with literals numbered (it emits the sources in order, then the
+  root), built without its stack; _NO_FAST otherwise."""
   op = u.op
   if op is Ops.BUFFER or op is Ops.ASSIGN or op is Ops.BIND: return _NO_FAST
   f = _fget(id(u))
@@ -90,7 +98,8 @@ def _walk_one(u: UOp) -> Walk | None | object:
   key: list[tuple] = []
   inputs: list[UOp] = []
   idx: list[int] = []
-  pos: dict[UOp, int] = {}   # a source given twice (a + a) is one leaf
+  lits: list[UOp] = []
+  pos: dict[UOp, int] = {}   # a node given twice (a + a) is one entry
   for x in u.src:
     if (j := pos.get(x)) is not None: idx.append(j)
     elif x.op is Ops.BUFFER:
@@ -102,10 +111,26 @@ def _walk_one(u: UOp) -> Walk | None | object:
       pos[x] = j = len(key)
       idx.append(j)
       key.append((None, x))
+    elif LIFT_CONSTS and (chain := _scalar_chain(x)) is not None:
+      for n in chain:
+        if n in pos: continue
+        # a node with facts (a memo, a mark) is one the general walk may key otherwise: it decides
+        if _fget(id(n)) is not None: return _NO_FAST
+        if n.op is Ops.CONST:
+          if (jd := pos.get(dev := n.src[0])) is None:
+            pos[dev] = jd = len(key)
+            key.append((Ops.DEVICE, dev.arg))
+          pos[n] = len(key)
+          key.append((Ops.CONST, n.dtype, _LIT, n.tag, (jd, len(lits))))
+          lits.append(n)
+        else:
+          pos[n] = len(key)
+          key.append((n.op, n.dtype, n._key[3], n.tag, (pos[n.src[0]],)))
+      idx.append(pos[x])
     else: return _NO_FAST
   key.append((op, u.dtype, u._key[3], u.tag, tuple(idx)))
   key.append((Ops.SINK, (len(key) - 1,)))
-  return tuple(key), inputs, False, False, ()
+  return tuple(key), inputs, False, False, tuple(lits)
 
 def _walk(roots: list[UOp], check_memo: bool, lift: bool = True) -> Walk | None:
   """One pass over the graphs: (structural key, input buffers in order, has ASSIGN, has BIND, float literals); None when
@@ -114,7 +139,7 @@ def _walk(roots: list[UOp], check_memo: bool, lift: bool = True) -> Walk | None:
   equal keys differ only in which buffers they read and which scalars they use (x * 2.5, x * 3.5), and share a schedule
   whose kernels take those scalars as variables. (The hot path of every eager op: one iterative post-order walk that builds
   the key as it goes, memo entries read from the nodes themselves.)"""
-  if len(roots) == 1 and check_memo and (w := _walk_one(roots[0])) is not _NO_FAST: return w   # type: ignore[return-value]
+  if len(roots) == 1 and check_memo and lift and (w := _walk_one(roots[0])) is not _NO_FAST: return w   # type: ignore[return-value]
   lift = lift and bool(LIFT_CONSTS)
   idx: dict[UOp, int] = {}
   key: list[tuple] = []

@@ -129,3 +129,18 @@ def test_jit_capture_keeps_its_scalars():
   for k in range(4):
     an = np.full(8, k, np.float32)
     np.testing.assert_allclose(f(Tensor(an).realize()).numpy(), an * 2.5 + 0.5)
+
+def test_the_one_level_walk_of_scalar_ops_matches_the_general_walk(monkeypatch):
+  x = Tensor(np.arange(6, dtype=np.float32)).realize()
+  y = Tensor(np.ones(6, np.float32)).realize()
+  graphs = [x * 2.5, 2.5 * x, x + 0.3, x.maximum(4.5), (x > 2).where(2.5, x), (x > 2).where(2.5, 3.5), x * y, x.reshape(2, 3) * 1.5]
+  for t in graphs:
+    fast = R._walk([t.uop], True)
+    with monkeypatch.context() as m:
+      m.setattr(R, "_walk_one", lambda u: R._NO_FAST)
+      slow = R._walk([t.uop], True)
+    assert fast == slow
+  n = sum(len(w[4]) for w in [R._walk([t.uop], True) for t in graphs] if w is not None)
+  assert n == 10   # 2.5; 2.5; 0.3; 4.5; 2.0 (x > 2 on floats) and 2.5; 2.0, 2.5 and 3.5; none; 1.5
+  for t, want in zip(graphs, [np.arange(6) * 2.5, np.arange(6) * 2.5, np.arange(6) + np.float32(0.3), np.maximum(np.arange(6), 4.5)]):
+    np.testing.assert_allclose(t.numpy(), want.astype(np.float32), rtol=1e-6)
