@@ -23,6 +23,13 @@ class BindableProgram(Protocol):
   conversion (the HCQ submit program is called with the same host addresses on every run)."""
   def bind(self, *args: Any) -> Callable[[], Any]: ...
 
+@runtime_checkable
+class PreparableProgram(Protocol):
+  """A Program that can build one launch's arguments once: `prepare(*bufs, ...)` (the arguments of __call__ without `wait`)
+  returns a call without arguments that launches as __call__ would (a compiled file's replay: the same buffers on every run)."""
+  def prepare(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] = (1, 1, 1),
+              vals: tuple[int, ...] = ()) -> Callable[[], None]: ...
+
 class Compiled:
   """A device ready to use. `runtime(name, lib)` loads a compiled kernel as a Program; `target` is the DEV entry it came from.
   `hcq`: the device's command-queue side (core/device/hcq.py); when given, schedules run through core's HCQ pipeline."""

@@ -8,13 +8,14 @@ Replay: devices whose runtime launches kernels get each binary loaded once and c
 only in their command queues get the saved programs (binary, linearized uops, source) fed to core's HCQ pipeline in place of
 compiled kernels (HCQGraphReplay)."""
 from __future__ import annotations
-import json, struct
+import functools, json, struct
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from core.ir.ops import UOp, Ops
 from core.ir.dtype import DType, dtypes
 from core.ir.serialize import SerializeError, uops_from_data, uops_to_data
 from core.device.buffer import Buffer
+from core.device.compiled import PreparableProgram
 from core.device.counters import GlobalCounters
 
 MAGIC = b"COREPRG\x00"
@@ -251,6 +252,10 @@ class GraphReplay(_Replay):
     # a kernel writing nothing (an empty output) is not launched, as in the engine
     self.launches: list[tuple[Callable, tuple, tuple, tuple, tuple]] = [
       (self._load(p), tuple(self.bufs[i]._buf for i in p.bufs), p.global_size, p.local_size, p.vals) for p in graph.programs if graph.buffers[p.bufs[0]].size > 0]
+    # the buffers never change: a runtime that can build a launch's arguments once (`prepare`) is called with no arguments per run
+    self.calls: list[Callable[[], Any]] = [
+      prg.prepare(*args, global_size=gs, local_size=ls, vals=vals) if isinstance(prg, PreparableProgram) else
+      functools.partial(prg, *args, global_size=gs, local_size=ls, vals=vals) for prg, args, gs, ls, vals in self.launches]
 
   def _load(self, p: ExportedProgram) -> Callable:
     no_direct = f"{self.device} ({device_kind(self.device)['dev']}) runs kernels only through its command queues"
@@ -259,8 +264,8 @@ class GraphReplay(_Replay):
     except NotImplementedError as e: raise NoDirectLaunch(f"{no_direct} ({e})") from None
 
   def _run(self) -> None:
-    for prg, args, gs, ls, vals in self.launches: prg(*args, global_size=gs, local_size=ls, vals=vals)
-    GlobalCounters.kernel_count += len(self.launches)
+    for call in self.calls: call()
+    GlobalCounters.kernel_count += len(self.calls)
 
 class HCQGraphReplay(_Replay):
   """A CompiledGraph on a device whose kernels run only in its command queues: the saved programs (binary, linearized uops,

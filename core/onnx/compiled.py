@@ -83,8 +83,11 @@ class CompiledModel:
         raise ValueError(f"input {name!r}: compiled for {shape} {dt.name}, got {a.shape} {a.dtype.name} (compile again for other shapes)")
       arrays.append(a)
     bufs = self.replay([a.data.cast("B") for a in arrays])
-    return {name: np.frombuffer(b.copyout(memoryview(bytearray(b.nbytes))), dtype=dt).reshape(shape).copy()
-            for (name, shape, dt), b in zip(self.outputs, bufs)}
+    outs = {}
+    for (name, shape, dt), b in zip(self.outputs, bufs):
+      if (o := np.empty(shape, dt)).nbytes: b.copyout(o.data.cast("B"))   # straight into the returned array: one copy
+      outs[name] = o
+    return outs
 
 def load_compiled(path: str | os.PathLike, device: str | None = None, queues: bool | None = None) -> CompiledModel:
   """Loads a file written by `python -m core.onnx compile` (or compile_model(...).save) on `device` (default: DEV); refuses a file

@@ -31,7 +31,8 @@ LAUNCH_KERNARGS, COPY_DST, COPY_SRC, SIGNAL_ADDR, SIGNAL_VALUE, TIMESTAMP_ADDR =
 
 def header(op: int, dwords: int | None = None) -> int: return op | (DWORDS[op] if dwords is None else dwords) << 16
 def enc_launch(fn: int, kernargs: int, nargs: int, nblocks: int) -> bytes:
-  return struct.pack("<IIQQQ", header(OP_LAUNCH), nargs, fn, kernargs, nblocks)
+  # a negative nblocks: its blocks run one after another on the queue's thread (native/pool.h)
+  return struct.pack("<IIQQq", header(OP_LAUNCH), nargs, fn, kernargs, nblocks)
 def enc_copy(dst: int, src: int, nbytes: int) -> bytes: return struct.pack("<IIQQQ", header(OP_COPY), 0, dst, src, nbytes)
 def enc_wait(signal: int, value: int) -> bytes: return struct.pack("<IIQQ", header(OP_WAIT), 0, signal, value)
 def enc_signal(signal: int, value: int) -> bytes: return struct.pack("<IIQQ", header(OP_SIGNAL), 0, signal, value)
@@ -45,7 +46,7 @@ def decode(words: bytes) -> list[tuple[str, tuple[int, ...]]]:
     hdr = struct.unpack_from("<I", words, off)[0]
     op, n = hdr & 0xffff, hdr >> 16
     if op not in DWORDS or n != DWORDS[op]: raise ValueError(f"bad packet header 0x{hdr:08x} at byte {off}")
-    fmt = {OP_LAUNCH: "<IQQQ", OP_COPY: "<xxxxQQQ", OP_WAIT: "<xxxxQQ", OP_SIGNAL: "<xxxxQQ", OP_TIMESTAMP: "<xxxxQ", OP_BARRIER: "<xxxx"}[op]
+    fmt = {OP_LAUNCH: "<IQQq", OP_COPY: "<xxxxQQQ", OP_WAIT: "<xxxxQQ", OP_SIGNAL: "<xxxxQQ", OP_TIMESTAMP: "<xxxxQ", OP_BARRIER: "<xxxx"}[op]
     out.append((OP_NAMES[op], struct.unpack_from(fmt, words, off + 4)))
     off += 4 * n
   return out
@@ -57,6 +58,7 @@ class CPUProgramData(ProgramData):
   """A loaded CPU kernel: `fn` is its address; one uint64 kernarg slot per argument (buffers, then variables)."""
   fn: int = 0
   nargs: int = 0
+  serial: bool = False   # its blocks run on the queue's thread, not the pool: too little work to split (runtime.serial_by_estimate)
   program: Any = field(default=None, compare=False, hash=False, repr=False)   # the loaded CPUProgram: keeps the code mapped
 
 # while anything holds a program (a CPUProgramData in a cached or Jit-captured submission), a second load of the same bytes
@@ -74,11 +76,13 @@ def load_program(name: str, lib: bytes) -> Any:
   return prg
 
 def prep_program(ctx: Any, p: UOp, device: UOp, linear: UOp, binary: UOp) -> UOp:
+  from plugin_cpu.runtime import serial_by_estimate
   spec = p.arg
   prg = load_program(spec.name, binary.arg)
   fn = ctypes.cast(prg.fxn, ctypes.c_void_p).value or 0
   nargs = sum(1 for u in linear.src if u.op is Ops.PARAM) + len(spec.vars)
-  data = CPUProgramData(spec.name, 8 * nargs, 8, tuple(range(0, 8 * nargs, 8)), fn=fn, nargs=nargs, program=prg)
+  data = CPUProgramData(spec.name, 8 * nargs, 8, tuple(range(0, 8 * nargs, 8)), fn=fn, nargs=nargs, program=prg,
+                        serial=serial_by_estimate(spec.estimates))
   # the image is the function's address: the code itself stays where the loader mapped it
   return UOp(Ops.PROGRAM, src=(device, UOp(Ops.BINARY, arg=struct.pack("<Q", fn))), arg=data)
 
@@ -101,7 +105,8 @@ def lower_launch(ctx: Any, cmd: UOp, prog: UOp, kernargs: UOp) -> UOp:
   gs = tuple(cmd.arg[0])
   if any(g != 1 for g in gs[1:]):
     raise RuntimeError(f"{ctx.device}: kernel {data.name} has global size {gs}; the CPU runs blocks along the first axis only")
-  return _ins(enc_launch(data.fn, 0, data.nargs, gs[0] if gs else 1), [(LAUNCH_KERNARGS, getaddr(kernargs))])
+  n = gs[0] if gs else 1
+  return _ins(enc_launch(data.fn, 0, data.nargs, -n if data.serial and n > 1 else n), [(LAUNCH_KERNARGS, getaddr(kernargs))])
 
 pm_lower = PatternMatcher([
   (UPat(Ops.LAUNCH, src=(UPat(Ops.PROGRAM, name="prog", custom=lambda u: isinstance(u.arg, CPUProgramData)), UPat(name="kernargs")),

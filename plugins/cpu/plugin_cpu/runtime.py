@@ -8,6 +8,21 @@ from core.device.compiled import Compiled, KernelFault
 
 ALIGN = 64  # a cache line, and enough for any AVX-512 vector load
 CPU_MAX_ARGS = 64  # as in native/pool.h
+# A launch of several blocks whose whole work takes less than this many microseconds on one thread runs its blocks on the calling
+# thread: handing blocks to the pool (waking its threads, waiting for the last) costs microseconds, more on a busy machine, and
+# can only save part of a kernel this short. Each program times its first SERIAL_PROBES launches per global size on one thread
+# and keeps the faster way; results are the same either way (blocks are independent). $CPU_SERIAL_US: 0 never runs them serially.
+SERIAL_US = float(os.getenv("CPU_SERIAL_US", "") or 8.0)
+SERIAL_PROBES = 3
+# Command-queue launches are encoded before anything runs, so there the choice is made from the kernel's estimates instead: below
+# both bounds (about the work of a few microseconds on one core) its blocks run on the queue's thread. $CPU_SERIAL_OPS: 0 never.
+SERIAL_OPS = int(os.getenv("CPU_SERIAL_OPS", "") or 1 << 17)
+SERIAL_MEM = 1 << 20   # bytes
+
+def serial_by_estimate(estimates: dict[str, int]) -> bool:
+  """Whether a kernel of these estimates (ProgramSpec.estimates: ops, mem bytes) is too small to hand its blocks to the pool;
+  False when they are unknown (a compiled file's programs carry none)."""
+  return SERIAL_OPS > 0 and "ops" in estimates and estimates["ops"] < SERIAL_OPS and estimates.get("mem", 0) < SERIAL_MEM
 
 class CPUAllocator(LRUAllocator):
   """Host memory as ctypes byte arrays whose address is 64-byte aligned. Views (`_offset`) keep their base alive."""
@@ -72,7 +87,10 @@ class CPUProgram:
     # argument arrays not in use, each with the slots a faulting launch fills: a launch takes one and gives it back, so two
     # threads never fill the same one
     self._free: list[Any] = []
+    # per global size: the block count passed to the launch (negative: run serially on the calling thread), and while it is
+    # being decided the one-thread times of the launches so far
     self._nblocks: dict[tuple[int, ...], ctypes.c_int64] = {}
+    self._probing: dict[tuple[int, ...], list[float]] = {}
 
   def __del__(self) -> None:
     # unload first: only then may the fd number (and so the path) be reused by another program
@@ -86,7 +104,6 @@ class CPUProgram:
   def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] = (1, 1, 1),
                vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
     # the hot path of every kernel launch: each line here costs tens of ns (an empty launch is about 1 us in all)
-    if (nb := self._nblocks.get(global_size)) is None: nb = self._nblocks[global_size] = _nblocks_arg(self.name, global_size)
     try: args, out, pout = self._free.pop()
     except IndexError: args, out, pout = _launch_arrays()
     i = 0
@@ -100,15 +117,55 @@ class CPUProgram:
     except TypeError: i = _fill_slow(args, bufs, vals)   # buffers given as addresses (int) or None
     except IndexError: raise ValueError(f"CPU: kernel {self.name} has {len(bufs) + len(vals)} arguments, more than the "
                                         f"{CPU_MAX_ARGS} a launch passes") from None
-    if wait:
+    try: return self._go(args, i, global_size, out, pout, wait)
+    finally: self._free.append((args, out, pout))
+
+  def _go(self, args: Any, n: int, global_size: tuple[int, ...], out: Any, pout: tuple[Any, ...], wait: bool) -> float | None:
+    """One guarded launch of `n` prepared arguments; the seconds it took when `wait` (or while its block count is being decided)."""
+    if (nb := self._nblocks.get(global_size)) is None: nb = self._new_nblocks(global_size)
+    if wait or (self._probing and global_size in self._probing):
       st = time.perf_counter()
-      ret = self._guarded(self.fn, i, args, nb, *pout)
+      ret = self._guarded(self.fn, n, args, nb, *pout)
       tm: float | None = time.perf_counter() - st
-    else: ret, tm = self._guarded(self.fn, i, args, nb, *pout), None
-    self._free.append((args, out, pout))
+      if ret == 0 and (times := self._probing.get(global_size)) is not None: self._probed(global_size, times, tm or 0.0)
+    else: ret, tm = self._guarded(self.fn, n, args, nb, *pout), None
     if ret == -2: self._stopped(int(out[0]) & 0xFFFFFFFF, int(out[1]) & (2**64 - 1), int(out[2]), global_size[0])
-    if ret != 0: raise RuntimeError(f"CPU: cpu_launch of {self.name} failed ({i} arguments, global size {global_size})")
+    if ret != 0: raise RuntimeError(f"CPU: cpu_launch of {self.name} failed ({n} arguments, global size {global_size})")
     return tm
+
+  def _new_nblocks(self, global_size: tuple[int, ...]) -> ctypes.c_int64:
+    nb = _nblocks_arg(self.name, global_size)
+    if nb.value > 1 and SERIAL_US > 0:
+      # serial while it is timed; _probed settles it
+      self._probing[global_size] = []
+      nb = ctypes.c_int64(-nb.value)
+    self._nblocks[global_size] = nb
+    return nb
+
+  def _probed(self, global_size: tuple[int, ...], times: list[float], tm: float) -> None:
+    times.append(tm)
+    if len(times) >= SERIAL_PROBES:
+      # the best time: a preempted probe on a busy machine says nothing about the kernel
+      if min(times) * 1e6 >= SERIAL_US: self._nblocks[global_size] = ctypes.c_int64(global_size[0])
+      self._probing.pop(global_size, None)
+
+  def serial(self, global_size: tuple[int, ...]) -> bool | None:
+    """Whether launches of `global_size` run their blocks on the calling thread (None: not decided yet, or one block)."""
+    nb = self._nblocks.get(global_size)
+    return None if nb is None or global_size in self._probing or abs(nb.value) <= 1 else nb.value < 0
+
+  def prepare(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] = (1, 1, 1),
+              vals: tuple[int, ...] = ()) -> Callable[[], None]:
+    """A guarded launch whose buffers and values never change (a replay's), its argument array built once: calling it skips the
+    per-launch argument filling of __call__. Faults and interrupts raise as from __call__."""
+    if len(bufs) + len(vals) > CPU_MAX_ARGS:
+      raise ValueError(f"CPU: kernel {self.name} has {len(bufs) + len(vals)} arguments, more than the {CPU_MAX_ARGS} a launch passes")
+    args, out, pout = _launch_arrays()
+    n = _fill_slow(args, bufs, vals)
+    go = self._go
+    def call() -> None: go(args, n, global_size, out, pout, False)
+    call.keep = (self, bufs)   # type: ignore[attr-defined]  # the program and the buffers live as long as the prepared launch
+    return call
 
   def _stopped(self, signo: int, addr: int, block: int, nblocks: int) -> None:
     """Raises for a launch that a signal stopped: KeyboardInterrupt for Ctrl-C (Python's own handler ran already), else

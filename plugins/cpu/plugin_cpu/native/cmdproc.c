@@ -273,7 +273,8 @@ static int run_packet(cmdproc_queue *q, const uint32_t *p, uint32_t op, char *wh
     void *fn = (void *)(uintptr_t)rd64(p, 2);
     const uint64_t *args = (const uint64_t *)(uintptr_t)rd64(p, 4);
     int r;
-    if (nblocks <= 1) r = nblocks == 1 ? cpu_launch(fn, nargs, args, 1) : 0;   /* one block runs right here, holding no lock */
+    /* one block, or blocks asked to run serially (a negative count), run right here, holding no lock */
+    if (nblocks <= 1) r = nblocks == 0 ? 0 : cpu_launch(fn, nargs, args, nblocks);
     else {
       /* every block runs under the pool's own guard (this thread's is lifted: the pool holds its launch lock, so jumping
          out of the launch would deadlock later ones); a faulting block is abandoned, the others finish */

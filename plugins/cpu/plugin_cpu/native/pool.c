@@ -323,10 +323,13 @@ static void interrupt_workers(uint32_t job) {
 }
 
 static int launch(void *fn, int nargs, const uint64_t *args, int64_t nblocks, int guarded, int *signo, void **addr, int64_t *block) {
-  if (nargs < 0 || nargs > CPU_MAX_ARGS || nblocks > INT32_MAX) return -1;
-  if (nblocks <= 0) return 0;
+  if (nargs < 0 || nargs > CPU_MAX_ARGS || nblocks > INT32_MAX || nblocks < -(int64_t)INT32_MAX) return -1;
+  if (nblocks == 0) return 0;
+  /* a negative count asks for its blocks one after another on this thread: a kernel too small to pay for waking the pool */
+  int serial = nblocks < 0;
+  if (serial) nblocks = -nblocks;
   if (guarded) cpu_guard_install();
-  if (nblocks == 1 || (LOAD(&P.started, ACQUIRE) && P.nthreads == 1)) {
+  if (serial || nblocks == 1 || (LOAD(&P.started, ACQUIRE) && P.nthreads == 1)) {
     /* on this thread alone, holding no lock (one thread per launch may run here at once) */
     fault_rec local = {0, 0, NULL, 0};
     run_serial(fn, nargs, args, nblocks, guarded ? &local : NULL);

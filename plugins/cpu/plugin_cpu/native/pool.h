@@ -10,6 +10,8 @@
 /* Runs fn(args[0], ..., args[nargs-1], (int64)b) for every b in [0, nblocks) on the persistent pool and returns
    when all are done. Each argument is passed as one 64-bit integer slot: pointers, and int32 values sign-extended
    (valid on x86-64 SysV and AArch64 AAPCS64, where a callee reads the low 32 bits of an int parameter).
+   A negative nblocks runs the -nblocks blocks one after another on the calling thread instead (no pool handoff: for
+   kernels whose work is too small to split).
    Returns 0, or -1 if nargs is outside [0, CPU_MAX_ARGS] or nblocks does not fit the kernel's `int gidx0`.
    Safe to call from several threads at once: launches that need the pool take turns, one-block launches run at once
    on the calling thread. */
