@@ -3,6 +3,7 @@ from __future__ import annotations
 import hashlib, re, threading
 from typing import Any
 from core.device.compiler import Compiler, CompileError
+from core.helpers import LRUCache
 from plugin_webgpu.gpu import GPU, gpu
 from plugin_webgpu.renderer import shader_meta
 
@@ -31,7 +32,9 @@ class Pipeline:
     self.pipeline = g.device.create_compute_pipeline(layout=g.device.create_pipeline_layout(bind_group_layouts=[self.layout]),
                                                      compute={"module": module, "entry_point": "main"})
 
-_pipelines: dict[str, Pipeline] = {}
+# recent pipelines, so the runtime's load right after a compile (and an export) finds the one the compile validated; a
+# program in use holds its own (a plain dict kept every pipeline ever made)
+_pipelines: LRUCache = LRUCache("webgpu_pipelines", 256)
 _plock = threading.Lock()
 
 def pipeline(src: str) -> Pipeline:

@@ -9,7 +9,7 @@ involves host memory, and when the queue runs dry. A replayed schedule sends the
 groups are kept (keyed by the program and the argument bytes), so a Jit replay only records set_pipeline, set_bind_group and
 dispatch_workgroups per kernel, never a new bind group or uniform for unchanged work."""
 from __future__ import annotations
-import collections, ctypes, hashlib, struct, threading, time, traceback, weakref
+import collections, ctypes, hashlib, itertools, struct, threading, time, traceback, weakref
 from typing import Any, Callable
 from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp
@@ -28,8 +28,11 @@ def poke(addr: int, value: int) -> None: ctypes.c_uint64.from_address(addr).valu
 
 # *** programs loaded by pm_prep_program: a LAUNCH's image holds the handle ***
 
-_programs: dict[int, WebGPUProgram] = {}
-_handles: dict[bytes, int] = {}
+# a LAUNCH's image holds a handle; the WebGPUProgramData of the submissions that launch it holds the program, so a program
+# nothing can launch any more is dropped (its pipeline with it). Handles are never reused.
+_programs: weakref.WeakValueDictionary[int, WebGPUProgram] = weakref.WeakValueDictionary()
+_by_key: weakref.WeakValueDictionary[bytes, WebGPUProgram] = weakref.WeakValueDictionary()
+_next_handle = itertools.count(1)
 _load_lock = threading.Lock()
 
 class Queue:
@@ -110,7 +113,7 @@ class Processor:
     return {"query_set": self.qset, "beginning_of_pass_write_index": i, "end_of_pass_write_index": i + 1}
 
   def launch(self, image: int, kernargs: int, counts: int) -> None:
-    if (prg := _programs.get(handle := peek(image))) is None: raise ValueError(f"LAUNCH of program handle {handle}, which was never loaded")
+    if (prg := _programs.get(handle := peek(image))) is None: raise ValueError(f"LAUNCH of program handle {handle}, which is not loaded")
     nbufs, nvars = counts & 0xffffffff, counts >> 32
     raw = ctypes.string_at(kernargs, 8 * (nbufs + nvars))
     if (bg := self.groups.get(key := (handle, raw))) is None:
@@ -210,13 +213,15 @@ class WebGPUHCQ(HCQDevice):
 
   # *** what the rules ask ***
 
-  def load_program(self, name: str, lib: bytes) -> int:
+  def load_program(self, name: str, lib: bytes) -> WebGPUProgram:
+    """The program of (name, WGSL), made once while in use; `handle` is what a LAUNCH names it by."""
     key = hashlib.sha256(name.encode() + b"\0" + lib).digest()
     with _load_lock:
-      if (handle := _handles.get(key)) is None:
-        handle = _handles[key] = len(_programs) + 1
-        _programs[handle] = WebGPUProgram(name, lib, self.gpu)
-    return handle
+      if (prg := _by_key.get(key)) is None:
+        prg = _by_key[key] = WebGPUProgram(name, lib, self.gpu)
+        prg.handle = next(_next_handle)
+        _programs[prg.handle] = prg
+    return prg
 
   def queue(self, name: str) -> Queue:
     self.ring_size(name)

@@ -16,8 +16,9 @@ Addresses: host memory (rings, signals, kernargs, staging) by its address; a GPU
 (iface_hcq.py's table of GPU buffers). Kernel arguments: one 8-byte slot per argument, buffer addresses then int32 variables."""
 from __future__ import annotations
 import enum, struct
+import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
@@ -69,15 +70,17 @@ class WebGPUProgramData(ProgramData):
   handle: int = 0
   nbufs: int = 0
   nvars: int = 0
+  program: Any = dataclasses.field(default=None, compare=False, hash=False, repr=False)   # keeps the program the handle names alive
 
 def prep_program(ctx: WebGPUHCQ, p: UOp, device: UOp, linear: UOp, binary: UOp) -> UOp:
   spec = p.arg
   # one slot per call buffer up to the highest the kernel binds: a kernel may leave one of its call's buffers unused
   nbufs, nvars = max((u.arg + 1 for u in linear.src if u.op is Ops.PARAM), default=0), len(spec.vars)
-  handle = ctx.load_program(spec.name, binary.arg)
+  prg = ctx.load_program(spec.name, binary.arg)
   nargs = nbufs + nvars
-  data = WebGPUProgramData(spec.name, 8 * nargs, 8, tuple(range(0, 8 * nargs, 8)), handle=handle, nbufs=nbufs, nvars=nvars)
-  return UOp(Ops.PROGRAM, src=(device, UOp(Ops.BINARY, arg=struct.pack("<Q", handle))), arg=data)
+  data = WebGPUProgramData(spec.name, 8 * nargs, 8, tuple(range(0, 8 * nargs, 8)), handle=prg.handle, nbufs=nbufs, nvars=nvars,
+                           program=prg)
+  return UOp(Ops.PROGRAM, src=(device, UOp(Ops.BINARY, arg=struct.pack("<Q", prg.handle))), arg=data)
 
 pm_prep_program = PatternMatcher([(compiled_program, prep_program)], name="webgpu prep program")
 

@@ -130,6 +130,7 @@ class WebGPUProgram:
   """A kernel: its compute pipeline; a call binds the buffers and the argument uniform, dispatches, submits."""
   def __init__(self, name: str, lib: bytes, g: GPU | None = None):
     self.name, self.gpu = name, g or gpu()
+    self.handle = 0   # what a LAUNCH packet names it by (iface_hcq's load_program numbers it)
     self.p = pipeline(lib.decode())
     self.meta = self.p.meta
 

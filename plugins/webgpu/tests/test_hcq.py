@@ -53,5 +53,21 @@ def test_a_bad_launch_is_a_reported_fault(webgpu: Any) -> None:
   ctypes.memmove(q.addr["ring"] + start % q.ring_size, words, len(words))
   poke(q.addr["wptr"], start + len(words))
   poke(q.addr["doorbell"], start + len(words))
-  with pytest.raises(HCQError, match="program handle 999999, which was never loaded"): h.synchronize()
+  with pytest.raises(HCQError, match="program handle 999999, which is not loaded"): h.synchronize()
   np.testing.assert_array_equal((Tensor([1.0, 2.0], device="WEBGPU") + 1).numpy(), [2.0, 3.0])   # the queue runs on afterwards
+
+def test_a_program_is_made_once_while_held_and_dropped_after(webgpu: Any) -> None:
+  import gc
+  from plugin_webgpu import iface_hcq
+  src = Tensor(np.zeros(3, np.float32), device="WEBGPU")   # any compiled kernel's WGSL will do: build one of ours
+  np.testing.assert_array_equal((src + 5).numpy(), [5.0, 5.0, 5.0])
+  from plugin_webgpu.compiler import _pipelines
+  wgsl = next(iter(_pipelines.values())).src.encode()
+  a = webgpu.hcq.load_program("held", wgsl)
+  assert webgpu.hcq.load_program("held", wgsl) is a and iface_hcq._programs[a.handle] is a
+  handle = a.handle
+  del a
+  gc.collect()
+  assert handle not in iface_hcq._programs   # nothing launches it any more: dropped with its pipeline
+  b = webgpu.hcq.load_program("held", wgsl)
+  assert b.handle > handle   # a handle is never reused: a stale LAUNCH can't run another program
