@@ -218,7 +218,9 @@ def _lit_value(c: UOp, v: UOp) -> UOp:
 def _with_lits(hit: CachedSchedule, lits: tuple[UOp, ...]) -> dict[UOp, int]:
   """The cached schedule's variable values with its scalar variables set to this call's literals."""
   if not lits: return hit.var_vals
-  return {**hit.var_vals, **{v: lit_bits(c.arg) for v, c in zip(hit.lit_vars, lits)}}
+  out = dict(hit.var_vals) if hit.var_vals else {}
+  for v, c in zip(hit.lit_vars, lits): out[v] = lit_bits(c.arg)
+  return out
 
 def _scheduled(todo: list[UOp], key: tuple, inputs: list[UOp], lits: tuple[UOp, ...] = ()) -> tuple[list[ScheduleItem], list[UOp], dict[UOp, int]]:
   """(planned items, each root's result, variable values) for `todo`, from the cache when possible. `lits`: the walk's float

@@ -75,6 +75,9 @@ class Submission:
                           for i, t, off, w, add, sh, d in self.addr_patches]
     self.last_addrs: list[int | None] = [None] * len(self.slots)
     self.last_vars: dict[Any, int] = {}
+    # the variable patches the same way: (variable arg, host view of the target or None, target, offset, format, mask, width);
+    # an eager op with a new scalar patches one each run (core/engine/realize.py)
+    self._fast_vars = [(arg, _host_view(t), t, off, "<Q" if w == 8 else "<I", (1 << 8 * w) - 1, w) for arg, t, off, w in self.var_patches]
     # the queues this submission signals, and the real signal buffer of every queue it touches (for waits and errors)
     self.queues = sorted({(device_of(u.src[0]), u.src[0].tag[1]) for u in self.stage_graphs["dependencies"].src
                           if u.op is Ops.ADVANCE})
@@ -99,13 +102,19 @@ class Submission:
           from core.hcq.patches import write_value
           write_value(target, off, (a + addend) >> shift, width)
     self.last_addrs = addrs
-    if self.var_patches:
-      from core.hcq.patches import write_value
+    if self._fast_vars:
       by_arg = {v.arg: val for v, val in (var_vals or {}).items()}
-      for arg, target, off, width in self.var_patches:
-        if arg not in by_arg: raise RuntimeError(f"HCQ: the schedule needs a value for variable {arg[0]!r}")
-        if self.last_vars.get(arg) != by_arg[arg]: write_value(target, off, by_arg[arg], width)
-      self.last_vars = {a: by_arg[a] for a, *_ in self.var_patches}
+      # compared with the previous run's values, not updated in the loop: one variable may have a patch in several kernels
+      last_v, now = self.last_vars, {}
+      for arg, view, target, off, fmt, mask, width in self._fast_vars:
+        if (val := by_arg.get(arg)) is None: raise RuntimeError(f"HCQ: the schedule needs a value for variable {arg[0]!r}")
+        if last_v.get(arg) != val:
+          if view is not None: _pack_into(fmt, view, off, val & mask)
+          else:
+            from core.hcq.patches import write_value
+            write_value(target, off, val, width)
+        now[arg] = val
+      self.last_vars = now
     for key, tl in self._timelines: _start[key] = tl[0]
     self._launch()
     if wait: self.wait()

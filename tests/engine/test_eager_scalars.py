@@ -144,3 +144,14 @@ def test_the_one_level_walk_of_scalar_ops_matches_the_general_walk(monkeypatch):
   assert n == 10   # 2.5; 2.5; 0.3; 4.5; 2.0 (x > 2 on floats) and 2.5; 2.0, 2.5 and 3.5; none; 1.5
   for t, want in zip(graphs, [np.arange(6) * 2.5, np.arange(6) * 2.5, np.arange(6) + np.float32(0.3), np.maximum(np.arange(6), 4.5)]):
     np.testing.assert_allclose(t.numpy(), want.astype(np.float32), rtol=1e-6)
+
+def test_one_scalar_in_several_kernels_gets_each_new_value(schedules_made):
+  # the literal's variable is patched into both kernels' arguments on every run (HCQ), not only the first kernel's
+  an = np.arange(12, dtype=np.float32)
+  a = Tensor(an).realize()
+  for v in (2.5, 3.5, 4.25, 3.5):
+    x, y = (a + v).reshape(3, 4), (a * v).reshape(4, 3)
+    Tensor.realize(x, y)
+    np.testing.assert_allclose(x.numpy(), (an + np.float32(v)).reshape(3, 4))
+    np.testing.assert_allclose(y.numpy(), (an * np.float32(v)).reshape(4, 3))
+  assert schedules_made[0] == 1
