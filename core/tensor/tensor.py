@@ -65,7 +65,8 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
              InteropMixin, StoreMixin, metaclass=_TensorType):
   """A lazily evaluated n-dimensional array. Operations build a UOp graph; `realize()`/`numpy()` run it on `device`."""
   no_grad: ClassVar[bool] = False
-  _all: ClassVar[weakref.WeakSet[Tensor]] = weakref.WeakSet()   # the live tensors that (ever) had requires_grad set true
+  # the live tensors that (ever) had requires_grad set true or were assigned to
+  _all: ClassVar[weakref.WeakSet[Tensor]] = weakref.WeakSet()
   # every tensor made with requires_grad None ("may need a gradient"), for backward(): weak references in a plain list
   # (a cheap append per op), the dead ones dropped whenever the list has doubled since the last sweep
   _maybe: ClassVar[list[weakref.ref[Tensor]]] = []
@@ -119,7 +120,9 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
   @requires_grad.setter
   def requires_grad(self, v: bool | None) -> None:
     self._requires_grad = v
-    if v and "_in_all" not in self.__dict__:   # once: the weak set compares equal-hash entries with ==, which Tensor overloads
+    if v: self._join_all()
+  def _join_all(self) -> None:
+    if "_in_all" not in self.__dict__:   # once: the weak set compares equal-hash entries with ==, which Tensor overloads
       self._in_all = True
       with _all_lock: Tensor._all.add(self)
 
@@ -133,7 +136,7 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
 
   @staticmethod
   def _grad_tensors() -> list[Tensor]:
-    """A snapshot of the live tensors that had requires_grad set true (iterating the weak set itself fails when another
+    """A snapshot of the live tensors that had requires_grad set true or an assign (iterating the weak set itself fails when another
     thread adds to it meanwhile), without those another thread is still building (no uop yet)."""
     with _all_lock: ts = list(Tensor._all)
     return [t for t in ts if "uop" in t.__dict__]
@@ -252,6 +255,9 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
     if x.device != self.device: raise ValueError(f"assign: value is on {x.device}, target is on {self.device}; move it with .to()")
     if x.dtype != self.dtype: x = x.cast(self.dtype)
     self._own_buffer()
+    # a pending write is one of the live tensors Optimizer.step finds: a BatchNorm's running statistics read the forward pass,
+    # which then runs once with the gradients instead of again (its buffers gone) when the next step's assign realizes them
+    self._join_all()
     # a node of its own (the arg): hash-consing would make an equal assign built again later the node of one that ran, which the
     # engine takes as done (core/engine/realize.py: _assigned); the schedule cache key leaves the number out
     self.uop = self.uop.assign(x.uop, next(UOp.unique_ids))

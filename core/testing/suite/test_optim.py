@@ -136,6 +136,24 @@ def test_step_realizes_batchnorm_running_stats():
   np.testing.assert_allclose(bn.running_mean.numpy(), 0.1 * x.mean(0), rtol=1e-5)
   np.testing.assert_allclose(bn.running_var.numpy(), 0.9 + 0.1 * x.var(0) * 2, rtol=1e-5)
 
+def test_step_realizes_running_stats_left_out_of_the_optimizer():
+  # torch's habit: only the trained parameters go to the optimizer. The running statistics' pending writes read the forward
+  # pass of the weights before the step; step() realizes them with the gradients (the next step's assign would otherwise run
+  # them later, a second forward pass of the old weights), and they hold the old weights' statistics
+  from core.schedule.realize_points import contiguous_buffer
+  layer, bn = nn.Linear(4, 3), nn.BatchNorm(3)
+  layer.weight, layer.bias = Tensor(W0.T.copy()), Tensor(B0)
+  w0, b0 = W0.T.astype(np.float64), B0.astype(np.float64)
+  opt = SGD([layer.weight, layer.bias, bn.weight, bn.bias], lr=0.5)
+  assert not opt.buffers
+  bn(layer(Tensor(X))).square().sum().backward()
+  opt.step()
+  assert contiguous_buffer(bn.running_mean.uop) is not None and contiguous_buffer(bn.running_var.uop) is not None
+  h = X.astype(np.float64) @ w0.T + b0
+  assert not np.allclose(layer.weight.numpy(), w0)
+  np.testing.assert_allclose(bn.running_mean.numpy(), 0.1 * h.mean(0), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(bn.running_var.numpy(), 0.9 + 0.1 * h.var(0, ddof=1), rtol=1e-5)
+
 def test_optimizer_needs_a_parameter():
   with pytest.raises(ValueError, match="requires grad"): SGD([Tensor([1.0], requires_grad=False)], lr=0.1)
   with pytest.raises(ValueError, match="nesterov"): SGD([Tensor([1.0])], lr=0.1, nesterov=True)
