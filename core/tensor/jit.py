@@ -65,13 +65,17 @@ class Jit(Generic[R]):
     self.rng_draws = 0
     self.ret_uops: list[UOp] = []
     self.ret_rebuild: list[bool] = []
+    self.ret_tensors: list[Any] = []   # the Tensors in what the function returned, whose uops each replay sets
+    self.concrete = False   # every captured input shape is plain ints: a call with exactly those shapes takes the fast check
     self.replay: Any = None
     self.graph_hcqs: list[Any] = []   # the HCQDevices an HCQ replay runs on, told of each replay (HCQDevice.graph_replay)
     # one call at a time per Jit: its calls count, capture and replay into the same buffers (threads sharing a Jit take turns)
     self._lock = threading.RLock()
     functools.update_wrapper(self, fxn)  # type: ignore[arg-type]
 
-  def reset(self) -> None: self.cnt, self.items, self.input_bufs, self.ret, self.replay, self.graph_hcqs = 0, [], [], None, None, []
+  def reset(self) -> None:
+    self.cnt, self.items, self.input_bufs, self.ret, self.replay, self.graph_hcqs = 0, [], [], None, None, []
+    self.ret_tensors, self.concrete = [], False
 
   def __get__(self, obj: Any, objtype: Any = None) -> Any: return functools.partial(self.__call__, obj)  # methods
 
@@ -81,6 +85,12 @@ class Jit(Generic[R]):
   def _call(self, args: tuple, kwargs: dict[str, Any]) -> R:
     inputs = _tensors_in(args, kwargs)
     for t in inputs: t.realize()
+    # the replay of a call whose inputs have exactly the captured concrete shapes and no Variable is passed: none of the symbolic
+    # handling below applies, and the signature compares as plain tuples
+    if self.cnt == 2 and self.concrete and JIT and len(inputs) == len(self.signature) and \
+       not any(isinstance(a, UOp) for a in args) and not any(isinstance(a, UOp) for a in kwargs.values()) and \
+       all(t.shape == s and t.dtype == dt and t.device == dev for t, (s, dt, dev) in zip(inputs, self.signature)):
+      with engine_lock: return self._replay(inputs, {})
     for t in inputs:
       # a symbolic input is read through its symbolic shape only (never through the concrete shape it came from), so
       # the captured kernels index it correctly for every value of its variables
@@ -107,7 +117,9 @@ class Jit(Generic[R]):
       for it in self.items:
         for b in it.bufs:
           if b not in self.input_bufs: buffer_of(b).rewritten = True
-      self.ret_uops = [t.uop for t in _tensors_in((ret,) if not isinstance(ret, (tuple, list)) else tuple(ret), {})]
+      self.ret_tensors = _tensors_in((ret,) if not isinstance(ret, (tuple, list)) else tuple(ret), {})
+      self.ret_uops = [t.uop for t in self.ret_tensors]
+      self.concrete = all(isinstance(d, int) for s, _, _ in sig for d in s)
       # per returned uop: whether it reads an input buffer or a variable (then each replay rebuilds it over that call's
       # inputs); the others, usually a reshape of a captured buffer, are returned as they are without a graph walk
       ins = set(self.input_bufs)
@@ -121,7 +133,7 @@ class Jit(Generic[R]):
 
   def _replay(self, inputs: list[Any], var_vals: dict[UOp, int]) -> R:
     """Runs the captured kernels on this call's inputs (under the engine lock: the submission and buffers are shared state)."""
-    mapping = {old: _base_buffer(t.uop) for old, t in zip(self.input_bufs, inputs)}
+    new = [_base_buffer(t.uop) for t in inputs]
     if self.rng_draws:
       # fresh random numbers on every replay: the draws continue the global counter exactly as eager calls would
       for t in self.rng_base.values(): buffer_of(_base_buffer(t.uop)).copyin(struct.pack("<I", Tensor._rng_counter & 0xFFFFFFFF))
@@ -135,7 +147,7 @@ class Jit(Generic[R]):
         self.replay, self.graph_hcqs = hr, list(dict.fromkeys(h for d in devs if (h := Device[d].hcq) is not None and
                                                               getattr(h.graph_replay, "__func__", None) is not HCQDevice.graph_replay))
       else: self.replay = DirectReplay(self.items, self.input_bufs)
-    bufs = [buffer_of(mapping[b]) for b in self.input_bufs]
+    bufs = [buffer_of(b) for b in new]
     if self.graph_hcqs:
       # each device knows the replay's work is this capture's, the same commands every time: it may run them as a device graph
       with contextlib.ExitStack() as graphs:
@@ -144,9 +156,11 @@ class Jit(Generic[R]):
     else: self.replay(bufs, var_vals)
     # the returned tensors keep the captured buffers, except where they are (views of) this call's inputs; their
     # symbolic shapes take this call's values
-    for t, u, rebuild in zip(_tensors_in((self.ret,) if not isinstance(self.ret, (tuple, list)) else tuple(self.ret), {}), self.ret_uops,
-                             self.ret_rebuild):
+    mapping: dict[UOp, UOp] | None = None
+    for t, u, rebuild in zip(self.ret_tensors, self.ret_uops, self.ret_rebuild):
       # a plain buffer (the usual return), or a view of captured buffers only, needs no graph walk
       if not rebuild and not var_vals: t.uop = u
-      else: t.uop = mapping.get(u, u) if u.op is Ops.BUFFER and not var_vals else rebind(u.substitute(mapping), var_vals)
+      else:
+        if mapping is None: mapping = dict(zip(self.input_bufs, new))
+        t.uop = mapping.get(u, u) if u.op is Ops.BUFFER and not var_vals else rebind(u.substitute(mapping), var_vals)
     return self.ret

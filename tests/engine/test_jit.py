@@ -14,6 +14,22 @@ def test_replays_with_new_inputs():
     np.testing.assert_allclose(out, (x * y + 1).sum(axis=1), rtol=1e-5, atol=1e-5)
   assert f.cnt == 2 and len(f.items) >= 1
 
+def test_replay_returns_tuples_views_of_inputs_and_keyword_inputs():
+  # a tuple of a computed tensor and a reshape of the input (rebuilt over each call's input), one input passed by keyword
+  @Jit
+  def f(a, *, b): return (a * b).sum(axis=0), a.reshape(-1)
+  rng = np.random.default_rng(1)
+  for _ in range(5):
+    x, y = rng.standard_normal((2, 4, 4), dtype=np.float32)
+    s, v = f(Tensor(x), b=Tensor(y))
+    np.testing.assert_allclose(s.numpy(), (x * y).sum(axis=0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(v.numpy(), x.reshape(-1))
+  with pytest.raises(JitError, match="inputs changed"): f(Tensor(x), b=Tensor(y[:2]))
+  f.reset()
+  for _ in range(3):   # after reset the Jit captures again, for the new shapes
+    s, _ = f(Tensor(x[:2]), b=Tensor(y[:2]))
+    np.testing.assert_allclose(s.numpy(), (x[:2] * y[:2]).sum(axis=0), rtol=1e-5, atol=1e-6)
+
 def test_replay_runs_only_captured_kernels():
   @Jit
   def f(a): return (a + 1).exp()
