@@ -2,6 +2,7 @@
 from __future__ import annotations
 import functools, operator
 from core.ir.ops import UOp, Ops, GroupOp, sint
+from core.helpers import prod
 
 # more ALU ops than this, recomputed for every broadcast copy, costs more than a buffer round trip
 RECOMPUTE_LIMIT = 10
@@ -16,6 +17,41 @@ def contiguous_buffer(u: UOp) -> tuple[UOp, sint] | None:
   return (u, u.arg) if u.op is Ops.BUFFER else None
 
 def _grows(e: UOp) -> bool: return e.op is Ops.EXPAND and e.src[0].shape != e.shape
+
+# a row reduction broadcast back over its own row stays in its consumer's kernel when the row is at most this many bytes:
+# the kernel reduces each row and then runs the elementwise loop over the same row, which is still in L1/L2 (32 KiB is
+# L1 on most cores and 8K float32s; a pass over one row a few times from L2 costs less than a buffer round trip)
+ROW_FUSE_BYTES = 32 * 1024
+
+def row_fusable(e: UOp, s: UOp, points: set[UOp]) -> set[UOp] | None:
+  """Whether `s`, broadcast by the EXPAND `e`, can be computed once per row in e's consumer: every reduction in s (down to
+  buffers and realize points) reduces exactly the axes e grows, over an input of e's shape, and a row fits ROW_FUSE_BYTES.
+  The consumer then loops over the other axes, and each row's reductions need not depend on the position in the row.
+  Returns the reductions to realize first (None: not fusable): the kernel reads a row's input once per pass (each
+  reduction and the elementwise loop), so a reduction computing each input element (attention's q @ k^T before its
+  softmax) gets a buffer instead of being recomputed in every pass."""
+  view = e.src[0]
+  if e.shape is None or view.shape is None or len(view.shape) != len(e.shape): return None
+  grown = tuple(i for i, (a, b) in enumerate(zip(view.shape, e.shape)) if a != b)
+  if not grown or not all(isinstance(e.shape[i], int) for i in grown): return None
+  # between the reductions and the EXPAND only size-1 dims may come and go (keepdim=False and back), elementwise
+  row = tuple(d for d in view.shape if d != 1)
+  inner: set[UOp] = set()
+  found = False
+  data: dict[UOp, bool] = {}   # whether a node reads a buffer or a reduction (else it is a constant, broadcast at will)
+  # reductions inside a reduction's input are broadcast by EXPANDs of their own, which are checked on their own
+  for u in s.toposort(gate=lambda x: x not in points and x.op not in (Ops.BUFFER, Ops.REDUCE_AXIS)):
+    data[u] = u in points or u.op in (Ops.BUFFER, Ops.REDUCE_AXIS) or any(data.get(x, False) for x in u.src)
+    if u in points or u.op is Ops.BUFFER or not data[u]: continue
+    if (u.op in GroupOp.ALU or u.op in (Ops.RESHAPE, Ops.REDUCE_AXIS)) and tuple(d for d in (u.shape or ()) if d != 1) != row: return None
+    if u.op is Ops.REDUCE_AXIS:
+      if u.shape != view.shape or u.src[0].shape != e.shape or tuple(sorted(u.arg[1])) != grown: return None
+      if prod(e.shape[i] for i in grown) * u.src[0].dtype.itemsize > ROW_FUSE_BYTES: return None
+      found = True
+      inner |= {x for x in u.src[0].toposort(gate=lambda x: x not in points and x.op is not Ops.BUFFER and not _grows(x))
+                if x.op is Ops.REDUCE_AXIS and x not in points}
+    elif u.op in GroupOp.Movement and u.op is not Ops.RESHAPE and u is not s: return None
+  return inner if found else None
 
 def find_realize_points(sink: UOp) -> set[UOp]:
   """Nodes whose values must live in a buffer: the outputs, explicit CONTIGUOUS, copies and assigns, reductions used
@@ -48,6 +84,10 @@ def find_realize_points(sink: UOp) -> set[UOp]:
     s = e.src[0]
     while s.op in GroupOp.Movement: s = s.src[0]
     if s in points or s.op in (Ops.BUFFER, Ops.CONST): continue
+    if (inner := row_fusable(e, s, points)) is not None:
+      points |= inner
+      if inner: cost.clear()
+      continue
     if cost_of(s) > RECOMPUTE_LIMIT:
       points.add(s)
       cost.clear()   # costs above s change now that s is a buffer

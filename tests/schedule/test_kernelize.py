@@ -27,10 +27,15 @@ def test_reduce_fuses_with_following_elementwise():
   assert any(u.op is Ops.REDUCE for u in items[0].ast.toposort())
 
 def test_broadcast_reduce_is_realized_once():
-  # softmax-like: max over a row, expanded back over the row
+  # softmax-like: max over a row, expanded back over the row; a short row stays in one kernel (tests/schedule/test_row_fusion.py),
+  # a row over ROW_FUSE_BYTES gets its maxima realized once
+  from core.schedule.realize_points import ROW_FUSE_BYTES
   a = buf(12, (3, 4))
+  assert len(create_schedule([a - a.r(Ops.MAX, (1,)).expand((3, 4))])[0]) == 1
+  n = ROW_FUSE_BYTES // 4 + 1
+  a = buf(3 * n, (3, n))
   m = a.r(Ops.MAX, (1,))
-  out = a - m.expand((3, 4))
+  out = a - m.expand((3, n))
   items, _, _ = create_schedule([out])
   assert len(items) == 2
   assert items[0].bufs[0].arg == 3   # the row maxima live in their own buffer

@@ -247,6 +247,31 @@ def expand_kernel(sink: UOp, vectorize: bool = True, masked: bool = False, vecto
   safe, mem = VECTOR_SAFE_DTYPES | vector_dtypes, VECTOR_MEM_DTYPES | vector_dtypes
   if vectorize and any(u.op is Ops.WMMA or u.dtype.scalar() not in safe for u in sink.toposort() if not isinstance(u.dtype, PtrDType)):
     vectorize = False
-  vec = pick_vector_axis(sink, regs, mem) if vectorize else None
-  ex = Expander([r for r in regs if r is not vec], vec, masked, mem)
-  return ex(sink, {})
+  for group in register_groups(sink, regs):
+    vec = pick_vector_axis(sink, group, mem) if vectorize else None
+    sink = Expander([r for r in group if r is not vec], vec, masked, mem)(sink, {})
+  return sink
+
+def register_groups(sink: UOp, regs: list[UOp]) -> list[list[UOp]]:
+  """The register axes in groups that share no node while open (a REDUCE or END closes its ranges): a fused row kernel's
+  max, sum and output loops (realize_points.row_fusable) each get vector lanes of their own. Inner groups come first (the
+  last node using a group is below every node of the groups after it), so each later pass sees the earlier ones' results
+  only through closed reductions, as scalars."""
+  parent = {r: r for r in regs}
+  def find(r: UOp) -> UOp:
+    while parent[r] is not r: r = parent[r]
+    return r
+  opened: dict[UOp, frozenset[UOp]] = {}
+  last: dict[UOp, int] = {}
+  for i, u in enumerate(sink.toposort()):
+    o = frozenset({u}) & parent.keys() if u.op is Ops.RANGE else frozenset().union(*(opened[x] for x in u.src))
+    if u.op in (Ops.REDUCE, Ops.END): o = o - set(u.src[1:])
+    opened[u] = o
+    if o:
+      first, *rest = o
+      for r in rest:
+        if find(r) is not find(first): parent[find(r)] = find(first)
+      for r in o: last[r] = i
+  groups: dict[UOp, list[UOp]] = {}
+  for r in regs: groups.setdefault(find(r), []).append(r)
+  return sorted(groups.values(), key=lambda g: max(last.get(r, -1) for r in g))

@@ -333,6 +333,19 @@ def _merge_loops(k: Kernel) -> Kernel:
     i += 1
   return k
 
+def _row_pass(k: Kernel, reds: list[UOp], contig_out: UOp, loads: list[UOp], lanes: int) -> Kernel | None:
+  """Row reductions fused with the elementwise pass over the same row (realize_points.row_fusable: softmax, layernorm): no
+  reduction uses the output loop, so each runs once per row before it. Each contiguous reduce axis gets vector partial
+  results (as a reduction along memory) and the output loop vectors; None when the kernel is not of that form."""
+  rs = [u for u in k.ast.toposort() if u.op is Ops.REDUCE]
+  if not rs or any(contig_out in u.toposort() for u in rs): return None
+  for red in reds:
+    if _contiguous_in(k, red, loads) and (amt := _pick_amt(range_size(red), (*_red_vectors(range_size(red), lanes)[-2:], 4, 2))):
+      k = _try(k, Opt(OptOps.UNROLL, _pos(k, red), amt))
+  if amt := _pick_amt(range_size(contig_out), (2 * lanes, lanes, lanes // 2, 4, 2)):
+    k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt))
+  return k
+
 def hand_coded(k: Kernel) -> Kernel:
   rnd = k.renderer
   if (tc := _tensor_core(k)) is not None: return tc
@@ -366,7 +379,8 @@ def hand_coded(k: Kernel) -> Kernel:
   transposed = False  # a transposing copy in register tiles: its thread blocks' tiles run down a column of tiles
   across: UOp | None = None   # the output axis the transposed input is contiguous along
   if vec_ok or getattr(rnd, "threads", 0):
-    if reds and contig_out is not None and not short_red and \
+    if reds and contig_out is not None and (row := _row_pass(k, reds, contig_out, loads, lanes)) is not None: k = row
+    elif reds and contig_out is not None and not short_red and \
        (not (along_red or gathers) or _packed_product(k, outs, reds, loads, MM_J2 * lanes * st.src[1].dtype.itemsize)):
       blocked = _channel_block(k, outs, loads, contig_out, lanes) if vec_ok else None
       if blocked is None: blocked = _register_block(k, outs, loads, contig_out, lanes, pad=not getattr(rnd, "has_local", False))

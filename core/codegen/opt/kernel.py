@@ -57,7 +57,12 @@ class Kernel:
   def types(self) -> list[AxisType]: return [r.arg[1] for r in self.axes]
   def sizes(self) -> list[int | None]: return [range_size(r) for r in self.axes]
   def of_type(self, *ts: AxisType) -> list[UOp]: return [r for r in self.axes if r.arg[1] in ts]
-  def register_elems(self) -> int: return prod(range_size(r) or 1 for r in self.of_type(*REGISTER_AXES))
+  def register_elems(self) -> int:
+    """Register elements of the largest group of register axes expanded together (expander.register_groups: a fused row
+    kernel's reductions and its output loop are expanded one after another, so their sizes do not multiply)."""
+    from core.codegen.opt.expander import register_groups
+    if not (regs := self.of_type(*REGISTER_AXES)): return 1
+    return max(prod(range_size(r) or 1 for r in g) for g in register_groups(self.ast, regs))
   def __repr__(self) -> str:
     return f"Kernel({self.ast.arg}: " + ", ".join(f"{r.arg[1].name}{range_size(r) or '?'}" for r in self.axes) + ")"
 
