@@ -2,7 +2,7 @@
 variables bound per call), so a new value plans no new schedule, and every value gives numpy's result."""
 import numpy as np
 import pytest
-from core import Tensor, dtypes
+from core import Tensor, Variable, dtypes
 from core.engine import realize as R
 from core.tensor.jit import Jit
 
@@ -155,3 +155,18 @@ def test_one_scalar_in_several_kernels_gets_each_new_value(schedules_made):
     np.testing.assert_allclose(x.numpy(), (an + np.float32(v)).reshape(3, 4))
     np.testing.assert_allclose(y.numpy(), (an * np.float32(v)).reshape(4, 3))
   assert schedules_made[0] == 1
+
+def test_scalars_across_devices_and_with_symbolic_shapes(schedules_made):
+  xn = np.arange(12, dtype=np.float32)
+  x = Tensor(xn).realize()
+  for v in (2.5, 3.5, 0.75):
+    # a copy to a second device, then the literal on that device; and the literal before the copy
+    np.testing.assert_allclose((x.to("CPU:1") * v + 0.5).numpy(), xn * np.float32(v) + np.float32(0.5))
+    np.testing.assert_allclose(((x * v).to("CPU:1") + 1.5).numpy(), xn * np.float32(v) + np.float32(1.5))
+  assert schedules_made[0] == 2
+  # a bound shape variable next to the literals' variables: each call binds both
+  tn = np.arange(40, dtype=np.float32).reshape(4, 10)
+  t = Tensor(tn).realize()
+  for n, v in [(3, 2.5), (5, 3.5), (7, 0.25)]:
+    s = t.shrink(((0, 4), (0, Variable("i", 1, 10).bind(n))))
+    np.testing.assert_allclose((s * v).sum(axis=1).numpy(), (tn[:, :n] * np.float32(v)).sum(axis=1), rtol=1e-6)
