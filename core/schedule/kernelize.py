@@ -202,7 +202,8 @@ def _unsafe_self_read(value: UOp, target: UOp, buf: UOp) -> bool:
 @functools.cache
 def _pm_index_symbolic() -> PatternMatcher:
   from core.ir.symbolic import symbolic
-  return pm_index + symbolic
+  from core.schedule.count_fold import pm_count_fold
+  return pm_index + symbolic + pm_count_fold
 
 # kernel before indexing, over numbered placeholder buffers -> (indexed kernel, the placeholders in PARAM order, the next
 # loop id). Training builds the same kernels for every layer of equal shape and again for every step before a Jit

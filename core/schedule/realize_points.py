@@ -3,10 +3,14 @@ from __future__ import annotations
 import functools, operator
 from core.ir.ops import UOp, Ops, GroupOp, sint
 from core.helpers import prod
+from core.ir.dtype import dtypes
 
 # more ALU ops than this, recomputed for every broadcast copy, costs more than a buffer round trip
 RECOMPUTE_LIMIT = 10
 _EXPENSIVE = 1 << 30
+# a value computed from indices and constants only (an arange, a causal mask from two of them) reads no memory recomputed,
+# where its buffer is one read per element: recomputed up to this many ALU ops (random bits, ~100 ops from a counter, are not)
+INDEX_RECOMPUTE_LIMIT = 40
 
 def contiguous_buffer(u: UOp) -> tuple[UOp, sint] | None:
   """(BUFFER, number of elements used) when u is a row-major view of the start of a buffer: reshapes, and for
@@ -23,7 +27,7 @@ def _grows(e: UOp) -> bool: return e.op is Ops.EXPAND and e.src[0].shape != e.sh
 # L1 on most cores and 8K float32s; a pass over one row a few times from L2 costs less than a buffer round trip)
 ROW_FUSE_BYTES = 32 * 1024
 
-def row_fusable(e: UOp, s: UOp, points: set[UOp]) -> set[UOp] | None:
+def row_fusable(e: UOp, s: UOp, points: set[UOp], counts: frozenset[UOp] = frozenset()) -> set[UOp] | None:
   """Whether `s`, broadcast by the EXPAND `e`, can be computed once per row in e's consumer: every reduction in s (down to
   buffers and realize points) reduces exactly the axes e grows, over an input of e's shape, and a row fits ROW_FUSE_BYTES.
   The consumer then loops over the other axes, and each row's reductions need not depend on the position in the row.
@@ -49,7 +53,7 @@ def row_fusable(e: UOp, s: UOp, points: set[UOp]) -> set[UOp] | None:
       if prod(e.shape[i] for i in grown) * u.src[0].dtype.itemsize > ROW_FUSE_BYTES: return None
       found = True
       inner |= {x for x in u.src[0].toposort(gate=lambda x: x not in points and x.op is not Ops.BUFFER and not _grows(x))
-                if x.op is Ops.REDUCE_AXIS and x not in points}
+                if x.op is Ops.REDUCE_AXIS and x not in points and x not in counts}
     elif u.op in GroupOp.Movement and u.op is not Ops.RESHAPE and u is not s: return None
   return inner if found else None
 
@@ -60,6 +64,8 @@ def find_realize_points(sink: UOp) -> set[UOp]:
   would each recompute (a matmul whose output feeds both relu and, in the backward pass, relu's mask)."""
   users: dict[UOp, list[UOp]] = {}
   nodes = list(sink.toposort(gate=lambda u: u.op is not Ops.BUFFER))
+  data = _reads_data(nodes)
+  counts = _counts(nodes, data)
   for u in nodes:
     for s in u.src: users.setdefault(s, []).append(u)
   points: set[UOp] = set()
@@ -69,14 +75,14 @@ def find_realize_points(sink: UOp) -> set[UOp]:
     if u.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY): points.add(u)
     # a copy moves whole row-major buffers: any other view of a buffer (transposed, shrunk, flipped) is made contiguous first
     if u.op is Ops.COPY and contiguous_buffer(u.src[0]) is None: points.add(u.src[0])
-    if u.op is Ops.REDUCE_AXIS and len(set(users.get(u, []))) > 1: points.add(u)
+    if u.op is Ops.REDUCE_AXIS and u not in counts and len(set(users.get(u, []))) > 1: points.add(u)
   cost: dict[UOp, int] = {}
   def cost_of(u: UOp) -> int:
     # iterative: graphs can be deep
     for x in u.toposort(gate=lambda x: x not in cost and x not in points and x.op is not Ops.BUFFER):
       if x in cost: continue
       if x in points or x.op in (Ops.BUFFER, Ops.CONST, Ops.DEVICE, Ops.UNIQUE): cost[x] = 0
-      elif x.op is Ops.REDUCE_AXIS: cost[x] = _EXPENSIVE
+      elif x.op is Ops.REDUCE_AXIS: cost[x] = 1 if x in counts else _EXPENSIVE
       else: cost[x] = min(_EXPENSIVE, sum(cost[s] for s in x.src) + (1 if x.op in GroupOp.ALU else 0))
     return cost[u]
   for e in nodes:
@@ -84,11 +90,11 @@ def find_realize_points(sink: UOp) -> set[UOp]:
     s = e.src[0]
     while s.op in GroupOp.Movement: s = s.src[0]
     if s in points or s.op in (Ops.BUFFER, Ops.CONST): continue
-    if (inner := row_fusable(e, s, points)) is not None:
+    if (inner := row_fusable(e, s, points, counts)) is not None:
       points |= inner
       if inner: cost.clear()
       continue
-    if cost_of(s) > RECOMPUTE_LIMIT:
+    if cost_of(s) > (INDEX_RECOMPUTE_LIMIT if not data[s] else RECOMPUTE_LIMIT):
       points.add(s)
       cost.clear()   # costs above s change now that s is a buffer
   # a reduction read through a PAD is realized first: fused, the reduction runs over the padded grid too, and its window index math
@@ -104,6 +110,20 @@ def find_realize_points(sink: UOp) -> set[UOp]:
     points.add(shared)
     cost.clear()
   return points
+
+def _reads_data(nodes: list[UOp]) -> dict[UOp, bool]:
+  """Per node (sources first): whether its value depends on memory or a variable, not only on indices and constants."""
+  data: dict[UOp, bool] = {}
+  for u in nodes:
+    data[u] = u.op in (Ops.BUFFER, Ops.DEFINE_VAR, Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN) or any(data.get(x, True) for x in u.src)
+  return data
+
+def _counts(nodes: list[UOp], data: dict[UOp, bool]) -> frozenset[UOp]:
+  """Integer sums over one axis of constants only (arange's running sums of ones): count_fold turns them into index
+  arithmetic in the kernel, so they cost no more than an ALU op and are recomputed where used (a causal mask from
+  indices is a comparison in the attention kernel, not a buffer)."""
+  return frozenset(u for u in nodes if u.op is Ops.REDUCE_AXIS and u.arg[0] is Ops.ADD and len(u.arg[1]) == 1 and
+                   dtypes.is_int(u.dtype) and not data[u])
 
 def _recomputed_reduce(nodes: list[UOp], users: dict[UOp, list[UOp]], points: set[UOp], cost_of) -> UOp | None:
   """The first node (sources first) holding an unrealized reduction that more than one kernel computes. Each kernel
