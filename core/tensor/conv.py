@@ -64,7 +64,8 @@ def _transposed(x: Tensor, weight: Tensor, groups: int, s: tuple[int, ...], d: t
 def _conv_input_grad(ctx: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp | None, ...]:
   """conv2d's gradient for its input x: the transposed conv of the output gradient with the same weight, strides,
   dilations, groups and padding, and the output padding that gives back x's exact size (the rows and columns the forward's
-  windows never reached get zero). None for the weight, whose gradient comes through the forward's graph."""
+  windows never reached get zero). The weight's gradient is _weight_grad's (None for a depthwise conv's: it comes through
+  the forward's graph)."""
   from core.tensor.tensor import Tensor
   x, w = inputs
   groups, s, d, pads = params
@@ -73,7 +74,31 @@ def _conv_input_grad(ctx: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[
   op = tuple(n[i] - ((o[i] - 1) * s[i] - pads[i][0] - pads[i][1] + d[i] * (ks[i] - 1) + 1) for i in range(len(ks)))
   dy, wt = Tensor(ctx, requires_grad=False), Tensor(w, requires_grad=False)
   dx = _transposed(dy.cast(least_upper_dtype(ctx.dtype, w.dtype)), wt, groups, s, d, list(pads), op)
-  return (dx.cast(x.dtype).uop, None)
+  if not _weight_grad_by_channels(groups, w.shape): return (dx.cast(x.dtype).uop, None)
+  return (dx.cast(x.dtype).uop, _weight_grad(Tensor(x, requires_grad=False), dy, wt, groups, s, d, pads).uop)
+
+def _weight_grad_by_channels(groups: int, wshape: tuple) -> bool:
+  """Whether conv2d's weight gets its gradient from _weight_grad: every conv with several output channels per group (a
+  depthwise conv's has no channel axis to put vectors on, and keeps the chain rule through the forward's windows)."""
+  return wshape[0] // groups >= 4
+
+def _weight_grad(x: Tensor, dy: Tensor, w: Tensor, groups: int, s: tuple[int, ...], d: tuple[int, ...], pads: tuple) -> Tensor:
+  """dW[o, c, *k] = sum over n and the output positions p of dY[n, o, p] * X[n, c, p*s + k*d], as a matrix product whose
+  output channels o run innermost: dY copied once to (n, *p, o), the sum written as (groups, c, *k, o) and read back permuted.
+  The chain rule's form keeps o outermost, so its rows are the kernel's few columns (3) and every load runs along the image
+  row (7 wide in ResNet's last stage): no vectors across outputs and no register reuse of a row of dY."""
+  cout, cin_g, *ks = w.shape
+  nd, bs, rc = len(ks), dy.shape[0], cout // groups
+  os_ = dy.shape[2:]
+  xp = x.pad([None, None] + list(pads)).contiguous() if any(b or a for b, a in pads) else x
+  win = xp._pool(ks, s, d).reshape(bs, groups, cin_g, *os_, *ks)     # (n, g, c, *p, *k)
+  p_ax = tuple(range(3, 3 + nd))
+  win = win.permute(0, *p_ax, 1, 2, *range(3 + nd, 3 + 2 * nd)).unsqueeze(-1)   # (n, *p, g, c, *k, 1)
+  dyt = dy.reshape(bs, groups, rc, *os_).permute(0, *p_ax, 1, 2).contiguous()    # (n, *p, g, o)
+  dyt = dyt.reshape(bs, *os_, groups, 1, *([1] * nd), rc)
+  prodt = win * dyt.cast(least_upper_dtype(dy.dtype, w.dtype))
+  dw = prodt.sum(tuple(range(1 + nd)), dtype=sum_acc_dtype(prodt.dtype)).contiguous()     # (g, c, *k, o)
+  return dw.permute(0, 2 + nd, *range(1, 2 + nd)).reshape(cout, cin_g, *ks).cast(w.dtype)
 
 class ConvMixin:
   def _pool(self: Tensor, k: Sequence[int], stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1) -> Tensor:  # type: ignore[misc]
@@ -118,9 +143,11 @@ class ConvMixin:
     pads = _padding(padding, nd)
     depthwise = groups > 1 and cin_g == 1
     # the input's gradient is a transposed conv (_conv_input_grad), not autograd through the windows below: that would build
-    # a product 9x (kh*kw) the size of the input and fold it back with div/mod indexing; the weight keeps its chain rule
+    # a product 9x (kh*kw) the size of the input and fold it back with div/mod indexing; the weight's is _weight_grad's
     custom = dtypes.is_float(self.dtype)
     x = self.detach() if custom else self
+    w_in = weight   # the weight's gradient too comes from the rule (_weight_grad), except a depthwise conv's
+    if custom and _weight_grad_by_channels(groups, weight.shape): weight = weight.detach()
     if any(b or a for b, a in pads): x = x.pad([None, None] + pads) if depthwise else x.pad([None, None] + pads).contiguous()
     x = x._pool(ks, stride, dilation)  # (bs, cin, *o, *k)
     os_ = x.shape[2:2 + nd]
@@ -133,7 +160,7 @@ class ConvMixin:
     ret = prodt.sum(red, dtype=sum_acc_dtype(prodt.dtype)).cast(out_dt).reshape(bs, cout, *os_)
     if custom:
       params = (groups, make_tuple(stride, nd), make_tuple(dilation, nd), tuple(pads))
-      ret = type(self)._wrap(custom_vjp(ret.uop, "conv_input", params, self.uop, weight.uop), ret, self)
+      ret = type(self)._wrap(custom_vjp(ret.uop, "conv_input", params, self.uop, w_in.uop), ret, self, w_in)
     return ret if bias is None else ret + bias.reshape(1, -1, *([1] * nd))
   conv = conv2d
 

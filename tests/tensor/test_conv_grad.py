@@ -1,5 +1,6 @@
 """Gradients of conv (1d/2d/3d) for the input and the weight against a float64 numpy reference: the input's gradient is a
-transposed conv (core.tensor.gradient.custom_vjp), the weight's the ordinary chain rule."""
+transposed conv (core.tensor.gradient.custom_vjp), the weight's a product with the output channels innermost (conv._weight_grad;
+the chain rule through the windows where a group has fewer than 4 output channels)."""
 import itertools
 import numpy as np
 import pytest
@@ -39,6 +40,8 @@ CASES = [
   ((1, 2, 7, 9), (3, 2, 2, 3), 1, 2, 1, (1, 2, 0, 1), [(0, 1), (1, 2)]),            # asymmetric (torch's flat order)
   ((2, 3, 5, 5), (4, 3, 1, 1), 1, 2, 1, 0, [(0, 0), (0, 0)]),                       # 1x1 stride 2 (a downsample)
   ((1, 3, 17), (4, 3, 5), 1, 3, 2, 2, [(2, 2)]),                                    # conv1d
+  ((2, 4, 11, 10), (8, 2, 3, 3), 2, 2, 2, 2, [(2, 2), (2, 2)]),                   # groups of 4 outputs, stride and dilation 2
+  ((1, 4, 6, 5, 7), (8, 2, 3, 1, 3), 2, (2, 1, 1), 1, 1, [(1, 1)] * 3),             # conv3d, groups of 4 outputs
   ((2, 4, 6, 5, 7), (4, 2, 3, 2, 3), 2, (1, 2, 2), 1, 1, [(1, 1)] * 3),             # conv3d
 ]
 
