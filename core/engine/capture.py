@@ -22,3 +22,15 @@ def capturing(cap: Capture | None) -> Iterator[Capture | None]:
   prev, _local.capturing = current(), cap
   try: yield cap
   finally: _local.capturing = prev
+
+def literals_kept() -> bool:
+  """Whether realizes on this thread compile float literals into their kernels (a capture does; see keeping_literals)."""
+  return current() is not None or getattr(_local, "keep_literals", False)
+
+@contextlib.contextmanager
+def keeping_literals() -> Iterator[None]:
+  """Eager realizes in the block keep float literals in their kernels, as a capture does, instead of passing them as
+  arguments: a Jit's first (eager) call then compiles the kernels its capture replays, not a second set of its own."""
+  prev, _local.keep_literals = getattr(_local, "keep_literals", False), True
+  try: yield
+  finally: _local.keep_literals = prev

@@ -325,7 +325,7 @@ def _realize_graphs(roots: tuple[UOp, ...]) -> list[UOp]:
   capturing = _capture.current()
   todo, substituted = list(roots), False
   # a Jit capture keeps its scalars as literals: its replay binds only the variables of its inputs' shapes
-  lift = capturing is None
+  lift = not _capture.literals_kept()
   if (w := _walk(todo, check_memo=True, lift=lift)) is None:
     todo, substituted = _substitute_realized(todo), True
     w = _walk(todo, check_memo=False, lift=lift)

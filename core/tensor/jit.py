@@ -104,7 +104,7 @@ class Jit(Generic[R]):
     if not JIT: return self.fxn(*args, **kwargs)
     if self.cnt == 0:
       self.cnt = 1
-      return self.fxn(*args, **kwargs)
+      with capture.keeping_literals(): return self.fxn(*args, **kwargs)   # the kernels the capture will replay
     if self.cnt == 1:
       with capture.capturing(cap := JitCapture()):   # this thread's realizes only
         ret = self.fxn(*args, **kwargs)

@@ -97,3 +97,27 @@ def test_symbolic_variable_bound_per_call():
 def test_symbolic_shape_out_of_range_is_refused():
   from core import Variable
   with pytest.raises(ValueError, match="outside its range"): Variable("i", 1, 10).bind(11)
+
+def test_first_call_compiles_what_the_capture_replays(monkeypatch):
+  # eager float literals are kernel arguments, but a Jit's kernels keep them: its first (eager) call must compile those same
+  # kernels, or every Jit'd function with a float literal compiles its kernels twice
+  from core.codegen import program
+  names: list[str] = []
+  orig = program._get_program
+  def counting(ast, *args, **kwargs):
+    names.append(ast.arg)
+    return orig(ast, *args, **kwargs)
+  monkeypatch.setattr(program, "_get_program", counting)
+  @Jit
+  def f(a): return (a * 2.75 - 0.5).exp2().sum(axis=1).realize()
+  x = np.random.default_rng(7).standard_normal((5, 9), dtype=np.float32)
+  np.testing.assert_allclose(f(Tensor(x)).numpy(), np.exp2(x * 2.75 - 0.5).sum(axis=1), rtol=1e-5)
+  first = len(names)
+  assert first >= 1
+  for i in range(3): np.testing.assert_allclose(f(Tensor(x + i)).numpy(), np.exp2((x + i) * 2.75 - 0.5).sum(axis=1), rtol=1e-5)
+  assert names[first:] == [], f"the capture compiled kernels of its own: {names[first:]}"
+  # outside a Jit the literal is an argument again: a new value compiles nothing
+  (Tensor(x) * 2.75).realize()
+  n = len(names)
+  np.testing.assert_allclose((Tensor(x) * 3.25).numpy(), x * 3.25)
+  assert len(names) == n
