@@ -231,7 +231,8 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
   panel_reds = [r for r in reds if other is None or any(r in ld.toposort() for ld in _panel_loads(k, other))]
   col_bytes = prod(range_size(r) or 1 for r in panel_reds) * lanes * item
   tile_j, tile_i = mm_tile(rnd, window, col_bytes, narrow=item == 2)
-  if other is not None and not window and tile_j * col_bytes > PACK_MAX_BYTES >= col_bytes and _panel_reuse(k, other) > (range_size(other) or 0):
+  if other is not None and not window and not getattr(rnd, "has_local", False) and tile_j * col_bytes > PACK_MAX_BYTES >= col_bytes and \
+     _panel_reuse(k, other) > (range_size(other) or 0):
     # the panel is read again for every step of the reduce axes it does not use (8x512x7x7 conv summed by the pooling): a
     # one-vector tile over a packed panel beats two vectors gathered each step (one AVX-512 thread: 65 -> 17.5 ms)
     tile_j = 1
