@@ -8,7 +8,9 @@ from core.tensor.jit import Jit
 
 @pytest.fixture
 def schedules_made(monkeypatch):
-  """The number of schedules planned (cache misses) since the fixture was made."""
+  """The number of schedules planned (cache misses) since the fixture was made, from an empty schedule cache (another test
+  may have planned the same structure)."""
+  R.schedules.clear()
   made = [0]
   real = R.create_schedule
   def counting(roots):
