@@ -9,7 +9,7 @@ from core.ir.dtype import dtypes
 RECOMPUTE_LIMIT = 10
 _EXPENSIVE = 1 << 30
 # a value computed from indices and constants only (an arange, a causal mask from two of them) reads no memory recomputed,
-# where its buffer is one read per element: recomputed up to this many ALU ops (random bits, ~100 ops from a counter, are not)
+# where its buffer is one read per element: recomputed up to this many ALU ops (a hash of a counter, ~100 ops, is not)
 INDEX_RECOMPUTE_LIMIT = 40
 
 def contiguous_buffer(u: UOp) -> tuple[UOp, sint] | None:
