@@ -97,7 +97,12 @@ def _weight_grad(x: Tensor, dy: Tensor, w: Tensor, groups: int, s: tuple[int, ..
   dyt = dy.reshape(bs, groups, rc, *os_).permute(0, *p_ax, 1, 2).contiguous()    # (n, *p, g, o)
   dyt = dyt.reshape(bs, *os_, groups, 1, *([1] * nd), rc)
   prodt = win * dyt.cast(least_upper_dtype(dy.dtype, w.dtype))
-  dw = prodt.sum(tuple(range(1 + nd)), dtype=sum_acc_dtype(prodt.dtype)).contiguous()     # (g, c, *k, o)
+  acc = sum_acc_dtype(prodt.dtype)
+  if bs > 1 and cin_g * prod(ks) <= prod(os_):
+    # a long sum (many pixels per image) into a small weight: one partial sum per image first, so each image's rows of dY
+    # are read by every output tile while they are still in cache, then the images' partials added (a buffer no bigger than dY)
+    dw = prodt.sum(tuple(range(1, 1 + nd)), dtype=acc).contiguous().sum(0, dtype=acc).contiguous()
+  else: dw = prodt.sum(tuple(range(1 + nd)), dtype=acc).contiguous()     # (g, c, *k, o)
   return dw.permute(0, 2 + nd, *range(1, 2 + nd)).reshape(cout, cin_g, *ks).cast(w.dtype)
 
 class ConvMixin:
