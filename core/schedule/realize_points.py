@@ -27,13 +27,16 @@ def _grows(e: UOp) -> bool: return e.op is Ops.EXPAND and e.src[0].shape != e.sh
 # L1 on most cores and 8K float32s; a pass over one row a few times from L2 costs less than a buffer round trip)
 ROW_FUSE_BYTES = 32 * 1024
 
-def row_fusable(e: UOp, s: UOp, points: set[UOp], counts: frozenset[UOp] = frozenset()) -> set[UOp] | None:
+def row_fusable(e: UOp, s: UOp, points: set[UOp], counts: frozenset[UOp] = frozenset(),
+                assigned: frozenset[UOp] = frozenset()) -> set[UOp] | None:
   """Whether `s`, broadcast by the EXPAND `e`, can be computed once per row in e's consumer: every reduction in s (down to
   buffers and realize points) reduces exactly the axes e grows, over an input of e's shape, and a row fits ROW_FUSE_BYTES.
   The consumer then loops over the other axes, and each row's reductions need not depend on the position in the row.
   Returns the reductions to realize first (None: not fusable): the kernel reads a row's input once per pass (each
   reduction and the elementwise loop), so a reduction computing each input element (attention's q @ k^T before its
-  softmax) gets a buffer instead of being recomputed in every pass."""
+  softmax) gets a buffer instead of being recomputed in every pass. A reduction reading a buffer that the graph assigns to
+  is not fused: the kernel's threads would write parts of it while others still reduce over them (LAMB's norm of the
+  weight it updates)."""
   view = e.src[0]
   if e.shape is None or view.shape is None or len(view.shape) != len(e.shape): return None
   grown = tuple(i for i, (a, b) in enumerate(zip(view.shape, e.shape)) if a != b)
@@ -52,6 +55,8 @@ def row_fusable(e: UOp, s: UOp, points: set[UOp], counts: frozenset[UOp] = froze
       if u.shape != view.shape or u.src[0].shape != e.shape or tuple(sorted(u.arg[1])) != grown: return None
       if prod(e.shape[i] for i in grown) * u.src[0].dtype.itemsize > ROW_FUSE_BYTES: return None
       found = True
+      below = list(u.src[0].toposort(gate=lambda x: x not in points and x.op is not Ops.BUFFER))
+      if any(x in assigned for x in below): return None
       inner |= {x for x in u.src[0].toposort(gate=lambda x: x not in points and x.op is not Ops.BUFFER and not _grows(x))
                 if x.op is Ops.REDUCE_AXIS and x not in points and x not in counts}
     elif u.op in GroupOp.Movement and u.op is not Ops.RESHAPE and u is not s: return None
@@ -66,6 +71,7 @@ def find_realize_points(sink: UOp) -> set[UOp]:
   nodes = list(sink.toposort(gate=lambda u: u.op is not Ops.BUFFER))
   data = _reads_data(nodes)
   counts = _counts(nodes, data)
+  assigned = frozenset(_base(u.src[0]) for u in nodes if u.op is Ops.ASSIGN)
   for u in nodes:
     for s in u.src: users.setdefault(s, []).append(u)
   points: set[UOp] = set()
@@ -90,7 +96,7 @@ def find_realize_points(sink: UOp) -> set[UOp]:
     s = e.src[0]
     while s.op in GroupOp.Movement: s = s.src[0]
     if s in points or s.op in (Ops.BUFFER, Ops.CONST): continue
-    if (inner := row_fusable(e, s, points, counts)) is not None:
+    if (inner := row_fusable(e, s, points, counts, assigned)) is not None:
       points |= inner
       if inner: cost.clear()
       continue
@@ -110,6 +116,10 @@ def find_realize_points(sink: UOp) -> set[UOp]:
     points.add(shared)
     cost.clear()
   return points
+
+def _base(u: UOp) -> UOp:
+  while u.op in GroupOp.Movement: u = u.src[0]
+  return u
 
 def _reads_data(nodes: list[UOp]) -> dict[UOp, bool]:
   """Per node (sources first): whether its value depends on memory or a variable, not only on indices and constants."""

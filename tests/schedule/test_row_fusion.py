@@ -103,3 +103,13 @@ def test_sdpa_computes_qk_once(causal):
   # q @ k^T, the softmax (its causal mask a comparison of indices inside it, count_fold), the product with v
   assert len(ks) == 3
   np.testing.assert_allclose(out.numpy(), _np_sdpa(q, k, v, causal), rtol=1e-4, atol=1e-5)
+
+def test_reduction_of_an_assigned_buffer_is_realized_first():
+  # x <- x / ||x row||: fused, a thread would overwrite rows another still reads (a whole-tensor norm reads every row)
+  x = np.random.default_rng(8).standard_normal((64, 100)).astype(np.float32)
+  t = Tensor(x.copy()).realize()
+  t.assign(t / (t * t).sum().sqrt()).realize()
+  np.testing.assert_allclose(t.numpy(), x / np.sqrt((x * x).sum()), rtol=1e-5, atol=1e-7)
+  r = Tensor(x.copy()).realize()
+  r.assign(r - r.max(1, keepdim=True)).realize()
+  np.testing.assert_allclose(r.numpy(), x - x.max(1, keepdims=True), rtol=1e-6)
