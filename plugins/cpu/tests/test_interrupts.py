@@ -40,7 +40,8 @@ if iface == "direct":
   prg(X._buf, vals=(0,), global_size=(nblocks, 1, 1))
 else:
   from plugin_cpu import iface_hcq as H, queue as CQ
-  fn = ctypes.cast(CQ.load_program("spin", lib).fxn, ctypes.c_void_p).value
+  prg = CQ.load_program("spin", lib)   # held: a program nothing holds is unloaded
+  fn = ctypes.cast(prg.fxn, ctypes.c_void_p).value
   dev = H.CPUHCQ("CPU", ring_size=4096)
   q, sig = dev.queue("COMPUTE:0"), Buffer("CPU", 1, dtypes.uint64).copyin(bytes(8))
   def submit(secs, value):
