@@ -206,6 +206,11 @@ def _walk(roots: list[UOp], check_memo: bool, lift: bool = True) -> Walk | None:
   if len(lits) > MAX_LIFTED: return _walk(roots, check_memo, lift=False)
   return tuple(key), inputs, has_assign, has_bind, tuple(lits)
 
+def fuse_rows(device: str) -> bool:
+  """Row reductions stay in their consumer's kernel only where one thread runs a row's passes well: a renderer without
+  workgroups (a CPU). A GPU's row kernel would give a whole row to one work-item, untuned against its group reductions."""
+  return not Device[device].renderer.has_local
+
 def _lit_var(i: int) -> UOp: return UOp.variable(f"{LIT_VAR}{i}", -2**31, 2**31 - 1, dtypes.int32)
 
 def _lit_value(c: UOp, v: UOp) -> UOp:
@@ -231,7 +236,7 @@ def _scheduled(todo: list[UOp], key: tuple, inputs: list[UOp], lits: tuple[UOp, 
     lit_vars = [_lit_var(i) for i in range(len(lits))]
     sub = {**to_ph, **{c: _lit_value(c, v) for c, v in zip(lits, lit_vars)}}
     ph_sink = UOp(Ops.SINK, src=tuple(todo)).substitute(sub)
-    items, results, var_vals = create_schedule(list(ph_sink.src))
+    items, results, var_vals = create_schedule(list(ph_sink.src), fuse_rows)
     res = [results[r] for r in ph_sink.src]
     items = plan_memory(items, set(to_ph.values()) | {_base(r) for r in res})
     hit = schedules.put(key, CachedSchedule(items, res, var_vals, list(to_ph.values()), lit_vars))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 import functools
 from dataclasses import dataclass
-from typing import cast
+from typing import Callable, cast
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops, GroupOp, arg_uops, map_arg
 from core.ir.pattern import graph_rewrite, PatternMatcher, UPat
@@ -91,9 +91,10 @@ def _store_kernel(ctx: KernelCtx, out_buf: UOp, out_view: UOp | None, value: UOp
   for r in reversed([r for r in ranges if r.op is Ops.RANGE]): st = st.end(r)
   return UOp(Ops.SINK, dtypes.void, (st,))
 
-def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
+def create_schedule(roots: list[UOp], fuse_rows: Callable[[str], bool] = lambda device: True) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
   """Kernels to run, in order; a map from each root to the UOp over its realized buffer; the values of the variables
-  the kernels take (symbolic shapes are unbound in kernels so one compiled kernel serves every value)."""
+  the kernels take (symbolic shapes are unbound in kernels so one compiled kernel serves every value). `fuse_rows`: see
+  find_realize_points."""
   # results are keyed by the caller's roots, which may still hold DETACH/CONTIGUOUS_BACKWARD markers and bound variables
   orig_roots = list(roots)
   sink = graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(roots)), pm_strip_markers, name="strip markers")
@@ -105,7 +106,7 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
   if SPEC:
     from core.ir.spec import type_verify, tensor_spec
     type_verify(sink, tensor_spec)
-  points = find_realize_points(sink)
+  points = find_realize_points(sink, fuse_rows)
   items: list[ScheduleItem] = []
   done: dict[UOp, UOp] = {}   # realize point -> its result (a BUFFER, reshaped to the point's shape)
   order, cyclic = _order_points(sink, points)

@@ -1,6 +1,7 @@
 """Decide which tensor-level nodes become buffers (kernel boundaries)."""
 from __future__ import annotations
 import functools, operator
+from typing import Callable
 from core.ir.ops import UOp, Ops, GroupOp, sint
 from core.helpers import prod
 from core.ir.dtype import dtypes
@@ -62,11 +63,12 @@ def row_fusable(e: UOp, s: UOp, points: set[UOp], counts: frozenset[UOp] = froze
     elif u.op in GroupOp.Movement and u.op is not Ops.RESHAPE and u is not s: return None
   return inner if found else None
 
-def find_realize_points(sink: UOp) -> set[UOp]:
+def find_realize_points(sink: UOp, fuse_rows: Callable[[str], bool] = lambda device: True) -> set[UOp]:
   """Nodes whose values must live in a buffer: the outputs, explicit CONTIGUOUS, copies and assigns, reductions used
   twice, any value that an EXPAND broadcasts when it is expensive to compute (a reduction, or a long chain of ALU
   ops): fusing those into the consumer would recompute them once per broadcast element, and a reduction two kernels
-  would each recompute (a matmul whose output feeds both relu and, in the backward pass, relu's mask)."""
+  would each recompute (a matmul whose output feeds both relu and, in the backward pass, relu's mask). `fuse_rows(device)`:
+  whether row reductions on that device may stay in their consumer's kernel (row_fusable)."""
   users: dict[UOp, list[UOp]] = {}
   nodes = list(sink.toposort(gate=lambda u: u.op is not Ops.BUFFER))
   data = _reads_data(nodes)
@@ -96,7 +98,7 @@ def find_realize_points(sink: UOp) -> set[UOp]:
     s = e.src[0]
     while s.op in GroupOp.Movement: s = s.src[0]
     if s in points or s.op in (Ops.BUFFER, Ops.CONST): continue
-    if (inner := row_fusable(e, s, points, counts, assigned)) is not None:
+    if isinstance(e.device, str) and fuse_rows(e.device) and (inner := row_fusable(e, s, points, counts, assigned)) is not None:
       points |= inner
       if inner: cost.clear()
       continue

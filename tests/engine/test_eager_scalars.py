@@ -13,9 +13,9 @@ def schedules_made(monkeypatch):
   R.schedules.clear()
   made = [0]
   real = R.create_schedule
-  def counting(roots):
+  def counting(roots, *args):
     made[0] += 1
-    return real(roots)
+    return real(roots, *args)
   monkeypatch.setattr(R, "create_schedule", counting)
   return made
 

@@ -113,3 +113,13 @@ def test_reduction_of_an_assigned_buffer_is_realized_first():
   r = Tensor(x.copy()).realize()
   r.assign(r - r.max(1, keepdim=True)).realize()
   np.testing.assert_allclose(r.numpy(), x - x.max(1, keepdims=True), rtol=1e-6)
+
+def test_row_fusion_is_per_device(x):
+  # only renderers without workgroups fuse rows: a GPU's row kernel would give a whole row to one work-item
+  from core.engine.realize import fuse_rows
+  assert fuse_rows("CPU") and not fuse_rows("PYTHON")
+  t = Tensor(x).softmax(-1)
+  assert len([it for it in create_schedule([t.uop], lambda d: False)[0] if it.ast.op is Ops.SINK]) == 3
+  p = Tensor(x, device="PYTHON").softmax(-1)
+  assert len([it for it in create_schedule([p.uop], fuse_rows)[0] if it.ast.op is Ops.SINK]) == 3
+  np.testing.assert_allclose(p.numpy(), np_softmax(x), rtol=1e-5, atol=1e-7)
