@@ -249,13 +249,14 @@ class GraphReplay(_Replay):
   per run. It never asks the device's compiler for anything."""
   def __init__(self, graph: CompiledGraph, device: str):
     super().__init__(graph, device)
-    # a kernel writing nothing (an empty output) is not launched, as in the engine
-    self.launches: list[tuple[Callable, tuple, tuple, tuple, tuple]] = [
-      (self._load(p), tuple(self.bufs[i]._buf for i in p.bufs), p.global_size, p.local_size, p.vals) for p in graph.programs if graph.buffers[p.bufs[0]].size > 0]
-    # the buffers never change: a runtime that can build a launch's arguments once (`prepare`) is called with no arguments per run
-    self.calls: list[Callable[[], Any]] = [
-      prg.prepare(*args, global_size=gs, local_size=ls, vals=vals) if isinstance(prg, PreparableProgram) else
-      functools.partial(prg, *args, global_size=gs, local_size=ls, vals=vals) for prg, args, gs, ls, vals in self.launches]
+    # a kernel writing nothing (an empty output) is not launched, as in the engine; the buffers never change, so a runtime that
+    # can build a launch's arguments once (`prepare`) is called with no arguments per run
+    self.calls: list[Callable[[], Any]] = [self._call(p) for p in graph.programs if graph.buffers[p.bufs[0]].size > 0]
+
+  def _call(self, p: ExportedProgram) -> Callable[[], Any]:
+    prg, args = self._load(p), tuple(self.bufs[i]._buf for i in p.bufs)
+    if isinstance(prg, PreparableProgram): return prg.prepare(*args, global_size=p.global_size, local_size=p.local_size, vals=p.vals)
+    return functools.partial(prg, *args, global_size=p.global_size, local_size=p.local_size, vals=p.vals)
 
   def _load(self, p: ExportedProgram) -> Callable:
     no_direct = f"{self.device} ({device_kind(self.device)['dev']}) runs kernels only through its command queues"
