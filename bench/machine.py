@@ -2,10 +2,14 @@
 loop of independent vector FMAs, compiled for this CPU by core's host JIT) and memory bandwidth (STREAM-like copy and
 triad loops and a read-only sum over arrays far larger than the caches), on one thread and on every core the process may use.
 A reduction reads and hardly writes: its ceiling is the read bandwidth, which a copy's (half writes) understates.
+A bandwidth row is judged against the same loop over its own footprint (`footprints`), timed as often as a row is: what of
+its arrays stays cached between calls then counts for both (on a Zen 3 VM reporting 32 MiB of L3, the 2-thread sum of 64 MiB
+ran at 185% of the 128 MiB read loop's best of 3, and 2.8x its own 1-thread figure).
 Run alone: python bench/machine.py"""
 from __future__ import annotations
 import ctypes, os, threading, time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Iterable
 import numpy as np
 
 ACCUMULATORS = 12          # independent FMA chains: more than FMA latency x pipes (4 cycles x 2 on Zen), so the pipes stay full
@@ -144,17 +148,25 @@ class Machine:
   triad_all: float
   read_1: float        # GB/s read (a sum: nothing written per element)
   read_all: float
-  def bandwidth(self, kind: str) -> float:
+  sized: dict[tuple[str, int], float] = field(default_factory=dict)   # (kind, bytes moved per call): all-core GB/s at that footprint
+  def bandwidth(self, kind: str, nbytes: int | None = None) -> float:
     """The all-core bandwidth of one access pattern: "read" (a reduction), "copy" (read one, write one), "triad" (read two,
-    write one)."""
+    write one); over `nbytes` moved per call when that footprint was measured, else over memory-sized arrays."""
+    if nbytes is not None and (kind, nbytes) in self.sized: return self.sized[(kind, nbytes)]
     return {"read": self.read_all, "copy": self.copy_all, "triad": self.triad_all}[kind]
   def text(self) -> str:
+    at = ", ".join(f"{kind} {nbytes / 2**20:.3g} MiB {bw:.1f}" for (kind, nbytes), bw in sorted(self.sized.items()))
     return (f"measured: float32 FMA peak {self.peak_all:.0f} GFLOP/s on {self.threads} threads ({self.peak_1:.0f} on 1; {self.width}-wide "
-            f"vectors); memory copy {self.copy_all:.1f} GB/s ({self.copy_1:.1f} on 1), triad {self.triad_all:.1f} GB/s ({self.triad_1:.1f} on 1), read {self.read_all:.1f} GB/s ({self.read_1:.1f} on 1)")
+            f"vectors); memory copy {self.copy_all:.1f} GB/s ({self.copy_1:.1f} on 1), triad {self.triad_all:.1f} GB/s ({self.triad_1:.1f} on 1), read {self.read_all:.1f} GB/s ({self.read_1:.1f} on 1)" +
+            (f"; at the rows' footprints (bytes moved per call), GB/s on {self.threads} threads: {at}" if at else ""))
 
-def measure(repeat: int = 3, quick: bool = False) -> Machine:
-  """Best of `repeat` runs of each loop, on one thread and on every core (`quick`: small sizes, a smoke test; the bandwidth
-  then measures the caches, not memory)."""
+ARRAYS = {"read": 1, "copy": 2, "triad": 3}   # arrays each bandwidth loop streams through
+
+def measure(repeat: int = 10, quick: bool = False, footprints: Iterable[tuple[str, int]] = ()) -> Machine:
+  """Best of `repeat` runs of each loop (as many as a row's timed calls: on a shared machine the best of 3 came out at a third
+  of the best of 10), on one thread and on every core (`quick`: small sizes, a smoke test; the bandwidth
+  then measures the caches, not memory); `footprints`: (kind, bytes moved per call) of rows, each also measured on every core
+  with arrays of that size (at most the memory-sized ones)."""
   from core.device.hostjit import host_library
   width, n = vector_width(), cores()
   iters, floats = (FMA_ITERS // 100, STREAM_FLOATS >> 8) if quick else (FMA_ITERS, STREAM_FLOATS)
@@ -168,18 +180,26 @@ def measure(repeat: int = 3, quick: bool = False) -> Machine:
     flops = 2 * width * ACCUMULATORS * iters * threads
     return max(flops / _parallel(threads, [(fma, (iters, sink[t].ctypes.data)) for t in range(threads)]) for _ in range(repeat)) / 1e9
   a, b, c = (_array(floats) for _ in range(3))
-  def chunks(threads: int, *arrays: np.ndarray) -> list[tuple[int, ...]]:
-    step = -(-floats // threads)
-    return [tuple(x.ctypes.data + 4 * lo for x in arrays) + (min(step, floats - lo),) for lo in range(0, floats, step)]
-  def stream(fn: object, threads: int, arrays: tuple[np.ndarray, ...]) -> float:
-    moved = 4 * floats * len(arrays)
-    return max(moved / _parallel(threads, [(fn, args) for args in chunks(threads, *arrays)]) for _ in range(repeat)) / 1e9
-  def reads(threads: int) -> float:
-    # each thread's partial sum goes to its own row of `sink`; the chunks are multiples of the loop's group (powers of two)
-    work = [(read, (args[0], sink[t].ctypes.data, args[1])) for t, args in enumerate(chunks(threads, a))]
-    return max(4 * floats / _parallel(threads, work) for _ in range(repeat)) / 1e9
+  def chunks(threads: int, count: int, *arrays: np.ndarray) -> list[tuple[int, ...]]:
+    step = -(-count // threads)
+    return [tuple(x.ctypes.data + 4 * lo for x in arrays) + (min(step, count - lo),) for lo in range(0, count, step)]
+  def stream(fn: object, threads: int, arrays: tuple[np.ndarray, ...], count: int = floats) -> float:
+    moved = 4 * count * len(arrays)
+    return max(moved / _parallel(threads, [(fn, args) for args in chunks(threads, count, *arrays)]) for _ in range(repeat)) / 1e9
+  def reads(threads: int, count: int = floats) -> float:
+    # each thread's partial sum goes to its own row of `sink`; its chunk must be a multiple of the loop's group
+    count -= count % (threads * width * READ_ACCUMULATORS)
+    work = [(read, (args[0], sink[t].ctypes.data, args[1])) for t, args in enumerate(chunks(threads, count, a))]
+    return max(4 * count / _parallel(threads, work) for _ in range(repeat)) / 1e9
+  loops = {"copy": (copy, (a, b)), "triad": (triad, (a, b, c))}
+  def at(kind: str, nbytes: int) -> float:
+    count = max(min(nbytes // (4 * ARRAYS[kind]), floats), n * width * READ_ACCUMULATORS)
+    if kind == "read": return reads(n, count)
+    fn, arrays = loops[kind]
+    return stream(fn, n, arrays, count)
   return Machine(width, n, peak(1), peak(n), stream(copy, 1, (a, b)), stream(copy, n, (a, b)),
-                 stream(triad, 1, (a, b, c)), stream(triad, n, (a, b, c)), reads(1), reads(n))
+                 stream(triad, 1, (a, b, c)), stream(triad, n, (a, b, c)), reads(1), reads(n),
+                 {fp: at(*fp) for fp in dict.fromkeys(footprints)})
 
 if __name__ == "__main__":
   import sys

@@ -1,7 +1,7 @@
 """bench/suite.py in --quick mode on the default device: every row is printed, the check catches a wrong result, and a
 missing peer is reported, not raised. Peers are limited to numpy (torch/tinygrad, when installed, are never needed)."""
 from __future__ import annotations
-import importlib.util, io, os, pathlib, sys
+import importlib.util, io, math, os, pathlib, sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -57,7 +57,10 @@ def test_quick_every_row(suite):
     assert by_key[key].cells["numpy"].status == "n/a", key
   # the layout rows are judged against the copy bandwidth measured in the same run
   perm = by_key["nchw_nhwc"]
-  assert perm.machine is not None and perm.ratio == pytest.approx(perm.cells["ours"].value / perm.machine.copy_all)
+  assert perm.machine is not None and perm.ratio == pytest.approx(perm.cells["ours"].value / perm.machine.bandwidth("copy", perm.footprint))
+  # ... measured over the row's own footprint (bytes moved per call), as every bandwidth row's ceiling is
+  assert perm.footprint == 2 * 4 * math.prod(perm.size["shape"]) and ("copy", perm.footprint) in perm.machine.sized
+  assert ("read", by_key["sum"].footprint) in perm.machine.sized and ("triad", by_key["mul_add"].footprint) in perm.machine.sized
   # the matmul ratio is taken against numpy, and a figure appears for it
   assert by_key["matmul1024"].ratio == pytest.approx(by_key["matmul1024"].cells["ours"].value / by_key["matmul1024"].cells["numpy"].value)
   # the bf16 row is judged against our float32 row of the same run
@@ -175,6 +178,26 @@ def test_bf16_row_without_the_instruction(suite, monkeypatch):
   out = io.StringIO()
   results = suite.run(rows=["matmul_bf16"], quick=True, repeat=1, budget_s=0.0, peers=[], out=out, measure_machine=False)
   assert results[0].cells["ours"].status == "n/a" and "matmul_bf16: ours n/a (no avx512_bf16)" in out.getvalue(), out.getvalue()
+
+def test_bandwidth_rows_are_judged_at_their_own_footprint(suite):
+  # a row whose arrays stay partly cached between calls is judged against the loop over the same bytes, not memory-sized ones
+  row = next(r for r in suite.ROWS if r.key == "sum")
+  size = row.sizes[1]
+  fp = int(row.work(size))
+  m = suite.machine_bench.Machine(16, 2, 200.0, 400.0, 30.0, 40.0, 30.0, 40.0, 30.0, 40.0, {("read", fp): 80.0})
+  def result(ours: float, torch: float):
+    return suite.Result(row, size, {"ours": suite.Cell(ours), "torch": suite.Cell(torch)}, m)
+  assert result(60.0, 50.0).footprint == fp and m.bandwidth("read", fp) == 80.0 and m.bandwidth("read") == 40.0
+  assert result(60.0, 50.0).met is False   # 1.2x torch and 150% of the memory-sized loop, but 75% of the loop at 64 MiB
+  assert result(75.0, 50.0).met is True
+  assert suite._share(result(60.0, 50.0), m) == "75% read bw"
+  assert f"read {fp / 2**20:.3g} MiB 80.0" in m.text()
+
+def test_machine_measures_footprints(suite):
+  # the sized loops run for real: each (kind, bytes) asked for gets its own positive figure
+  m = suite.machine_bench.measure(repeat=1, quick=True, footprints=[("copy", 1 << 20), ("read", 1 << 20), ("triad", 3 << 20), ("copy", 1 << 20)])
+  assert set(m.sized) == {("copy", 1 << 20), ("read", 1 << 20), ("triad", 3 << 20)} and all(v > 0 for v in m.sized.values())
+  assert m.bandwidth("triad", 3 << 20) == m.sized[("triad", 3 << 20)] and m.bandwidth("copy", 123) == m.copy_all
 
 def test_matmul_is_judged_against_numpy_and_the_peak(suite):
   # issue 23.4: >= 1.0x numpy and >= 85% of the measured FMA peak; either miss is a miss
