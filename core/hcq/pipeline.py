@@ -73,6 +73,9 @@ class Submission:
     # pack_into costs a fraction of write_value's lookups (the targets live as long as the submission)
     self._fast_patches = [(i, _host_view(t), t, off, "<Q" if w == 8 else "<I", (1 << 8 * w) - 1, add, sh, w, _own_addr(ctx.hcq_of(d)))
                           for i, t, off, w, add, sh, d in self.addr_patches]
+    # the same patches by slot: a run looks only at the slots whose address changed (a Jit's replay: usually none or its inputs)
+    self._slot_patches: list[list[tuple]] = [[] for _ in self.slots]
+    for fp in self._fast_patches: self._slot_patches[fp[0]].append(fp)
     self.last_addrs: list[int | None] = [None] * len(self.slots)
     self.last_vars: dict[Any, int] = {}
     # the variable patches the same way: (variable arg, host view of the target or None, target, offset, format, mask, width);
@@ -92,16 +95,17 @@ class Submission:
       try: h = b._buf
       except AttributeError: h = b.allocate()._buf
       addrs.append(_addressof(h) if isinstance(h, _CArray) else handle_addr(b))
-    last = self.last_addrs
-    for i, view, target, off, fmt, mask, addend, shift, width, own_addr in self._fast_patches:
-      # a slot whose memory changed is patched with its address as the reading device sees it
-      if (a := addrs[i]) is not None and a != last[i]:
-        if own_addr is not None: a = own_addr(bufs[i])
-        if view is not None: _pack_into(fmt, view, off, ((a + addend) >> shift) & mask)
-        else:
-          from core.hcq.patches import write_value
-          write_value(target, off, (a + addend) >> shift, width)
-    self.last_addrs = addrs
+    if addrs != (last := self.last_addrs):
+      for i, a in enumerate(addrs):
+        # a slot whose memory changed: its patches get its address as the reading device sees it
+        if a is None or a == last[i]: continue
+        for _, view, target, off, fmt, mask, addend, shift, width, own_addr in self._slot_patches[i]:
+          v = a if own_addr is None else own_addr(bufs[i])
+          if view is not None: _pack_into(fmt, view, off, ((v + addend) >> shift) & mask)
+          else:
+            from core.hcq.patches import write_value
+            write_value(target, off, (v + addend) >> shift, width)
+      self.last_addrs = addrs
     if self._fast_vars:
       by_arg = {v.arg: val for v, val in (var_vals or {}).items()}
       # compared with the previous run's values, not updated in the loop: one variable may have a patch in several kernels
