@@ -206,7 +206,9 @@ def lower_index_dtype(sink: UOp) -> UOp:
   idx_nodes = [u for u in sink.toposort() if u.dtype is dtypes.index]
   big = any(not (-2**31 <= u.vmin and u.vmax < 2**31) for u in idx_nodes if u.op is not Ops.DEFINE_VAR)
   dt = dtypes.int64 if big else dtypes.int32
-  return graph_rewrite(sink, PatternMatcher([(UPat(dtype=dtypes.index, name="x"), lambda x: x.replace(dtype=dt))]), name="index dtype")
+  # vectors of indices (a mask's lanes, expander._index_lanes) hold the same values as their scalar parts
+  return graph_rewrite(sink, PatternMatcher([(UPat(dtype=dtypes.index, name="x"), lambda x: x.replace(dtype=dt.vec(x.dtype.count)))]),
+                       name="index dtype")
 
 def lower_kernel(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0) -> tuple[UOp, tuple[int, ...], tuple[int, ...]]:
   """The lowered kernel, its launch size and its workgroup size."""

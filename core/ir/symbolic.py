@@ -285,6 +285,27 @@ def _cast_cast(root: UOp, y: UOp, x: UOp) -> UOp | None:
     return x.cast(root.dtype)
   return None
 
+def _index_cast(u: UOp) -> UOp | None:
+  """x when u is an exact cast of an index x to an integer (every value of x fits), else None."""
+  if u.op is not Ops.CAST or not _is_int(u.dtype) or u.dtype.count != 1 or u.src[0].dtype is not dtypes.index: return None
+  x = u.src[0]
+  return x if _fits(u.dtype, x.vmin) and _fits(u.dtype, x.vmax) else None
+
+def _lift_cast_alu(root: UOp, a: UOp, b: UOp) -> UOp | None:
+  """cast(x) op cast(y) (or a constant) computed on the indices and cast once, when no value of the result wraps: an
+  integer arange folded to index math (count_fold) then simplifies with the index expression it came from."""
+  if (x := _index_cast(a)) is None: return None
+  y = b.arg if b.op is Ops.CONST and isinstance(b.arg, int) else _index_cast(b)
+  if y is None: return None
+  r = x.alu(root.op, y if isinstance(y, UOp) else UOp.const(dtypes.index, y))
+  return r.cast(root.dtype) if _fits(root.dtype, r.vmin) and _fits(root.dtype, r.vmax) else None
+
+def _lift_cast_cmp(root: UOp, a: UOp, b: UOp) -> UOp | None:
+  """cast(x) < cast(y) is x < y when both casts keep every value (also against a constant)."""
+  xs = [_index_cast(u) if u.op is not Ops.CONST else (UOp.const(dtypes.index, u.arg) if isinstance(u.arg, int) else None) for u in (a, b)]
+  if any(x is None for x in xs) or all(u.op is Ops.CONST for u in (a, b)): return None
+  return cast(UOp, xs[0]).alu(root.op, cast(UOp, xs[1]))
+
 def _bitcast_const(root: UOp, c: UOp) -> UOp | None:
   import struct
   fi, fo = c.dtype.scalar().fmt, root.dtype.scalar().fmt
@@ -364,6 +385,10 @@ pm_bounds = PatternMatcher([
   (UPat(Ops.CMPLT, src=(UPat.cvar("d", vec=False), ix), name="root"), _const_lt),
   (UPat(Ops.CMPNE, src=(ix, UPat.cvar("d", vec=False))), _ne_const),
   (UPat(Ops.CMPLT, src=(ix, iy)).ne(True), _not_lt),
+  # integer math on casts of indices moves onto the indices (where the index rules apply) when nothing wraps
+  (UPat((Ops.ADD, Ops.MUL), name="root", src=(UPat(Ops.CAST, name="a"), UPat((Ops.CAST, Ops.CONST), name="b"))), _lift_cast_alu),
+  (UPat((Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ), name="root", src=(UPat((Ops.CAST, Ops.CONST), name="a"), UPat((Ops.CAST, Ops.CONST), name="b"))),
+   _lift_cast_cmp),
 ], name="bounds")
 
 symbolic = symbolic_simple + pm_canonical + pm_bounds

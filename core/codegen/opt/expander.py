@@ -2,9 +2,9 @@
 accumulators), the others are unrolled into copies of the code; reductions over register axes are summed in registers."""
 from __future__ import annotations
 import itertools
-from typing import Any
+from typing import Any, cast
 from core.ir.dtype import dtypes, DType, PtrDType
-from core.ir.ops import UOp, Ops, AxisType
+from core.ir.ops import UOp, Ops, AxisType, GroupOp
 from core.ir.pattern import graph_rewrite
 from core.codegen.opt.kernel import REGISTER_AXES, range_size
 
@@ -117,13 +117,24 @@ class Expander:
     if op is Ops.LOAD: return self._load(u, env)
     if op is Ops.STORE: return self._store(u, env)
     if vec is not None and vec in self.deps(u) and not self.has_mem(u):
-      # pure math on the vector axis (an arange, a mask): one scalar expression per lane
+      # pure math on the vector axis (an arange, a mask): an index `base + c*lane` is one vector add, and math on such indices
+      # (a causal mask's compare and select) is vector math; any other index is one scalar expression per lane
+      if u.dtype is dtypes.index: return self._index_lanes(u, env)
+      if u.op in GroupOp.ALU and u.dtype.count == 1:
+        srcs = [self.bcast(self._index_lanes(s, env) if s.dtype is dtypes.index and vec in self.deps(s) else self(s, env)) for s in u.src]
+        return u.replace(src=tuple(srcs), dtype=u.dtype.vec(self.width))
       return UOp.vectorize(*[self.sub(u, env, k) for k in range(self.width)])
     srcs = [self(s, env) for s in u.src]
     if self.width > 1 and any(s.dtype.count > 1 for s in srcs):
       srcs = [self.bcast(s) for s in srcs]
       return u.replace(src=tuple(srcs), dtype=u.dtype.vec(self.width))
     return _simplify(u.replace(src=tuple(srcs)), self._simplified) if u.dtype is dtypes.index or u.dtype is dtypes.bool else u.replace(src=tuple(srcs))
+
+  def _index_lanes(self, u: UOp, env: dict[UOp, int]) -> UOp:
+    """The lanes of index u: base + c*lane as a scalar broadcast plus a constant vector when u is that, else lane by lane."""
+    if (st := strided_offset(self.sub(u, env), cast(UOp, self.vec))) is not None:
+      return self.bcast(st[0]) + UOp.vectorize(*[UOp.const(dtypes.index, st[1] * k) for k in range(self.width)])
+    return UOp.vectorize(*[self.sub(u, env, k) for k in range(self.width)])
 
   def _combos(self, rngs: list[UOp]) -> list[dict[UOp, int]]:
     sizes = [range(range_size(r) or 1) for r in rngs]
