@@ -11,12 +11,7 @@ from core.ir.symbolic import symbolic
 from core.schedule.kernelize import create_schedule
 from core.codegen.program import get_program, program_uops
 from tests.codegen.opt.opt_helpers import host_renderer
-
-def _np_sdpa(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:
-  s = (q.astype(np.float64) @ k.astype(np.float64).swapaxes(-1, -2)) / np.sqrt(q.shape[-1])
-  if causal: s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
-  e = np.exp(s - s.max(-1, keepdims=True))
-  return (e / e.sum(-1, keepdims=True)) @ v
+from tests.schedule.test_row_fusion import _np_sdpa
 
 @pytest.mark.parametrize("L,S", [(256, 256), (37, 37), (1000, 1000), (5, 37), (37, 5)])
 @pytest.mark.parametrize("causal", [True, False])
