@@ -4,7 +4,7 @@ Linking a kernel with the system C compiler costs a process spawn (tens of ms) p
 ourselves and applying its few relocation kinds takes microseconds. Facts from the System V x86-64 psABI (relocation
 types and their formulas) and the ELF-64 object file format."""
 from __future__ import annotations
-import ctypes, ctypes.util, functools, mmap, platform, struct
+import ctypes, functools, mmap, platform, struct
 from core.device.elf import Section, read_elf64
 
 class ELFLoadError(RuntimeError): pass
@@ -37,7 +37,8 @@ def _libs() -> list[ctypes.CDLL]:
   # libm by its usual soname first: ctypes.util.find_library runs ldconfig or a compiler (tens of ms), only needed elsewhere
   try: return [_libc, ctypes.CDLL("libm.so.6")]
   except OSError: pass
-  return [_libc] + [ctypes.CDLL(p) for p in (ctypes.util.find_library("m"),) if p]
+  from ctypes.util import find_library   # it imports subprocess: not at start-up
+  return [_libc] + [ctypes.CDLL(p) for p in (find_library("m"),) if p]
 
 def _extern(name: str) -> int:
   for lib in _libs():

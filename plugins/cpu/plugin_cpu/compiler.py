@@ -1,10 +1,11 @@
 """The CPU plugin's compilers: C source through the system C compiler, LLVM IR through llvmlite; both give shared-object bytes."""
 from __future__ import annotations
-import functools, hashlib, os, platform, shutil, subprocess, tempfile
+import functools, hashlib, os, platform, shutil, tempfile
 from typing import Any
 from core.device.compiler import Compiler, CompileError, LLVMTarget, llvm_object
 from core.device.llvm_host import host_cpu_id, host_llvm
 from plugin_cpu import elfload
+# subprocess is imported by the functions that run a tool: a warm start (its kernels in the compile cache) runs none
 
 # no -ffast-math: NaN/inf must behave as in IEEE; -fwrapv makes int overflow wrap like the reference ALU;
 # -ffp-contract=off keeps a*b+c two roundings, as the LLVM path and numpy compute it
@@ -22,6 +23,7 @@ def find_cc() -> str:
 
 @functools.cache
 def cc_version(cc: str) -> str:
+  import subprocess
   try: return subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.splitlines()[0].strip()
   except (OSError, subprocess.SubprocessError, IndexError) as e: raise CompileError(f"{cc} --version failed: {e}") from e
 
@@ -40,6 +42,7 @@ CC_FEATURES = {
 
 @functools.cache
 def _probe(cc: str, version: str, feature: str, march: str) -> bool:
+  import subprocess
   with tempfile.TemporaryDirectory(prefix="core_cc_probe_") as d:
     cmd = [cc, *C_FLAGS, f"-march={march}", "-Wl,-z,defs", "-x", "c", "-", "-o", os.path.join(d, "probe.so"), "-lm"]
     try: return subprocess.run(cmd, input=CC_FEATURES[feature].encode(), capture_output=True, timeout=60).returncode == 0
@@ -70,6 +73,7 @@ def arch_flags(arch: str | None = None) -> frozenset[str]:
   for -march=`arch` (a GCC/LLVM CPU name: x86-64-v3, haswell, znver3), which this CPU must have too, since the kernels run here.
   DEV=CPU:LLVM:haswell thus runs, on any newer x86-64, the code and the tiles an AVX2 CPU gets."""
   if arch is None: return host_flags()
+  import subprocess
   cc = find_cc()
   try: r = subprocess.run([cc, f"-march={arch}", "-dM", "-E", "-x", "c", os.devnull], capture_output=True, text=True, timeout=60)
   except (OSError, subprocess.SubprocessError) as e: raise CompileError(f"CPU arch {arch!r}: running {cc} failed: {e}") from e
@@ -93,6 +97,7 @@ def simd_bytes(flags: frozenset[str]) -> int:
 def host_simd_bytes() -> int: return simd_bytes(host_flags())
 
 def _run(cmd: list[str], what: str, src: str, stdin: bytes | None = None) -> None:
+  import subprocess
   try: ret = subprocess.run(cmd, input=stdin, capture_output=True, timeout=600)
   except (OSError, subprocess.SubprocessError) as e: raise CompileError(f"{what}: running {cmd[0]} failed: {e}\n--- source ---\n{src}") from e
   if ret.returncode != 0:
@@ -124,6 +129,7 @@ class CCompiler(Compiler):
       with open(out, "rb") as f: return f.read()
 
   def disassemble(self, lib: bytes) -> str:
+    import subprocess
     with tempfile.NamedTemporaryFile(suffix=".so") as f:
       f.write(lib)
       f.flush()
