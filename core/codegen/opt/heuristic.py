@@ -7,15 +7,20 @@ from core.codegen.opt.kernel import Kernel, Opt, OptOps, KernelOptError, range_s
 from core.codegen.opt.expander import contiguous_offset, strided_offset, VECTOR_MEM_DTYPES, MAX_SHUFFLED_STRIDE
 from core.codegen.opt.pack import PACK_MAX_BYTES
 
-# conv register block, measured on a 2-core AVX-512 host: 2 vectors along the contiguous output axis x 4 rows, no reduce
-# unroll (it only added code), and the reused axis's loop outside the other's so a panel of the second input stays in cache
-MM_J2, MM_I, MM_K, MM_SWAP = 2, 4, 1, True
+# conv register block, measured on a 2-core AVX-512 host: 2 vectors along the contiguous output axis x 4 rows, the reduce
+# unrolled by 2, and the reused axis's loop outside the other's so a panel of the second input stays in cache
+MM_J2, MM_I, MM_K, MM_SWAP = 2, 4, 2, True
 # matmul register tiles (vectors along the contiguous output axis, rows), best first; the first that fits the host's vector
 # registers (renderer.simd_regs: accumulators + one vector per column + the broadcast row value) and whose packed panel fits
 # is used. CPU time of one thread, 1024/2048 on a Zen 5 (32 zmm), three runs: 4x4 174-202/173-193 GFLOP/s, 2x8 189-192/
 # 145-165, 2x6 142-200/145-165, 2x4 165-174/99-154. With 16 registers (AVX2) 4x4 does not fit; the same Zen 5 running code
-# built for Haswell (ymm only), 1024: 2x4 98 GFLOP/s (about its 256-bit peak), 2x6 78 (1024 rows padded to 1026: gated loads)
+# built for Haswell (ymm only), 1024: 2x4 98 GFLOP/s (about its 256-bit peak), 2x6 78 (1024 rows padded to 1026: gated loads;
+# then with the columns upcast first and the reduce unrolled, which spill). With 16 registers (a Zen 3, one thread, rows
+# upcast first, no reduce unroll; medians of 5 in one process under load) 960/1024/2048: 2x6 69/63/56, 3x4 74/63/54, 2x4 64/51/49
 MM_TILES = ((4, 4), (2, 4))
+# a plain product (matmul, 1x1 conv: no sliding window, the row-side input read along the reduce, rows enough to stay a loop of
+# packed-panel reuse) may take 2x6 where 4x4 does not fit; convs, the stem's gathers and a.T @ b keep MM_TILES (unmeasured)
+MM_TILES_PLAIN = ((4, 4), (2, 6), (2, 4))
 # 2-byte inputs (bf16 on the CPU's dot product: each column vector is interleaved by a shuffle per two reduce steps, so more rows
 # per column vector pay): one Zen 5 thread, 1024/2048: 2x8 324-330/364-372 GFLOP/s, 4x6 289/323, 3x8 267/310, 4x4 279-284/270-295
 MM_TILES_NARROW = ((2, 8), (2, 4))
@@ -112,13 +117,14 @@ def _block_count(n: int, threads: int) -> int:
     if n % want == 0: return want
   return n if n <= 64 * threads else next((b for b in range(4 * threads, 1, -1) if n % b == 0), n)
 
-def mm_tile(renderer: Any, window: bool, col_bytes: int, narrow: bool = False) -> tuple[int, int]:
+def mm_tile(renderer: Any, window: bool, col_bytes: int, narrow: bool = False, plain: bool = False) -> tuple[int, int]:
   """(vectors, rows) of the register tile for a product over `renderer`; `window`: a reduction that slides over an output
   axis (conv), which keeps (MM_J2, MM_I); `col_bytes`: bytes of one vector-wide column of the packed panel (reduce length x
-  vector bytes), so a tile whose panel would not fit PACK_MAX_BYTES falls back to a narrower one; `narrow`: 2-byte inputs."""
+  vector bytes), so a tile whose panel would not fit PACK_MAX_BYTES falls back to a narrower one; `narrow`: 2-byte inputs;
+  `plain`: a plain product (MM_TILES_PLAIN)."""
   if window: return MM_J2, MM_I
   regs = getattr(renderer, "simd_regs", 16)
-  tiles = MM_TILES_NARROW if narrow else MM_TILES
+  tiles = MM_TILES_NARROW if narrow else MM_TILES_PLAIN if plain else MM_TILES
   return next(((j, i) for j, i in tiles if j * i + j + 1 <= regs and j * col_bytes <= PACK_MAX_BYTES), (MM_J2, MM_I))
 
 # conv register tiles (vectors along the output row, output channels), widest first: 4x4 where the vector registers hold its 16
@@ -230,7 +236,10 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
   # a packed panel holds the reduce axes its inputs use: not a mean's pixels over a conv in the same kernel
   panel_reds = [r for r in reds if other is None or any(r in ld.toposort() for ld in _panel_loads(k, other))]
   col_bytes = prod(range_size(r) or 1 for r in panel_reds) * lanes * item
-  tile_j, tile_i = mm_tile(rnd, window, col_bytes, narrow=item == 2)
+  plain = other is not None and (range_size(other) or 0) >= MM_PACK_REUSE * max(i for _, i in MM_TILES_PLAIN) and \
+    not any(_sliding(r, outs, loads) for r in reds) and \
+    all(contiguous_offset(ld.src[0].src[1], r) is not None for ld in loads if other in ld.toposort() for r in reds if r in ld.toposort())
+  tile_j, tile_i = mm_tile(rnd, window, col_bytes, narrow=item == 2, plain=plain)
   if other is not None and not window and not getattr(rnd, "has_local", False) and tile_j * col_bytes > PACK_MAX_BYTES >= col_bytes and \
      _panel_reuse(k, other) > (range_size(other) or 0):
     # the panel is read again for every step of the reduce axes it does not use (8x512x7x7 conv summed by the pooling): a
@@ -248,23 +257,30 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
       k = _try(k, Opt(OptOps.PADTO, _pos(k, contig_out), lanes * (tile_j if reused else 1)))
     if other is not None and _pad_ok(range_size(other), tile_i): k = _try(k, Opt(OptOps.PADTO, _pos(k, other), tile_i))
     contig_out, other = _same(k, contig_out), (_same(k, other) if other is not None else None)
-  nacc = 1
+  nacc, ncols, amt_i = 1, 1, 0
+  regs = getattr(rnd, "simd_regs", 16)
   if amt_j := _pick_amt(range_size(contig_out), (lanes, 8, 4, 2)):
     k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt_j))
     # a second vector register along the same axis: more independent accumulators (the expander unrolls it)
     if reused and amt_j == lanes and tile_j > 1 and (j2 := _pick_amt(range_size(_same(k, contig_out)), (tile_j, 2))):
+      if other is not None and (ai := _pick_amt(range_size(other), (tile_i, 4, 3, 2))) and j2 * ai + j2 + ai > regs:
+        # the rows upcast before the columns: the expander then emits each row's broadcast next to its FMAs with every column
+        # vector, one broadcast live at a time; columns first, LLVM keeps all the rows' broadcasts live and spills (AVX2 2x6:
+        # 12 accumulators + 2 columns + 6 broadcasts; one Zen 3 thread, 960^3: 48 -> 69 GFLOP/s, 3x4 60 -> 74)
+        k = _try(k, Opt(OptOps.UPCAST, _pos(k, other), ai))
+        if k.applied[-1].op is OptOps.UPCAST: amt_i, nacc, other = ai, ai, _same(k, other)
       k = _try(k, Opt(OptOps.UPCAST, _pos(k, _same(k, contig_out)), j2))
-      nacc *= j2
+      nacc, ncols = nacc * j2, j2
     elif other is None and amt_j == lanes and (j4 := _pick_amt(range_size(_same(k, contig_out)), (MM_COL_VECS, 2))):
       # a column reduction (sum over rows): each reduce step reads a row apart, so read whole cache lines of it per step
       k = _try(k, Opt(OptOps.UPCAST, _pos(k, _same(k, contig_out)), j4))
-  amt_i = 0
-  if other is not None and (amt_i := _pick_amt(range_size(other), (tile_i, 4, 3, 2))):
+  if other is not None and not amt_i and (amt_i := _pick_amt(range_size(other), (tile_i, 4, 3, 2))):
     k = _try(k, Opt(OptOps.UPCAST, _pos(k, _same(k, other)), amt_i))
     nacc *= amt_i
   if third is not None and nacc < MM_MIN_ACC and (amt_t := _pick_amt(range_size(third), (MM_MIN_ACC // nacc, 2))):
     # too few accumulators to hide the FMA latency (conv: the width is not a multiple of two vectors): another output axis
     k = _try(k, Opt(OptOps.UPCAST, _pos(k, _same(k, third)), amt_t))
+    if k.applied[-1].op is OptOps.UPCAST: nacc *= amt_t
   if other is not None and not getattr(rnd, "has_local", False) and (tiled := _packed_both(k, contig_out, other, amt_i or 1)) is not None:
     return tiled
   if other is not None and MM_SWAP:
@@ -279,7 +295,10 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
     # a small window (conv's kernel rows and columns): fully unrolled, so neighbouring taps share loads and no loop is that short
     k = _try(k, Opt(OptOps.UNROLL, _pos(k, _same(k, w)), 0))
   red = next((r for r in k.of_type(AxisType.REDUCE) if range_size(r) is not None), None)
-  if red is not None and (amt_k := _pick_amt(range_size(red), (MM_K, 2))) and range_size(red) >= 16:  # type: ignore[operator]
+  # the reduce unrolled by MM_K only where the second step's column vectors and broadcast fit the registers beside the
+  # accumulators (AVX2's 12-accumulator tiles: they don't, and spill; one Zen 3 thread, 960^3 2x6: 35 -> 60 GFLOP/s)
+  if red is not None and (amt_k := _pick_amt(range_size(red), (MM_K,))) and range_size(red) >= 16 and \
+     nacc + MM_K * (ncols + 1) <= regs:  # type: ignore[operator]
     k = _try(k, Opt(OptOps.UNROLL, _pos(k, red), amt_k))
   if other is not None and _panel_reuse(k, _same(k, other)) >= MM_PACK_REUSE and not getattr(rnd, "has_local", False):
     # the input the row loop doesn't use is read at a stride of a whole row per reduce step (a new page each time for big

@@ -17,11 +17,14 @@ from plugin_cpu.renderer import CPULLVMRenderer, SIMD_BYTES, SIMD_REGS
 x86 = platform.machine().lower() in ("x86_64", "amd64")
 
 def _tile(k: Kernel, lanes: int) -> tuple[int, int]:
-  """(vectors along the output row, rows) of the register tile the optimizer chose: the UPCASTs after the first (the lanes)."""
+  """(vectors along the output row, rows) of the register tile the optimizer chose: the UPCASTs after the first (the lanes),
+  of its axis (the columns) or of the other (the rows; upcast before the second column vector where that saves registers)."""
   ups = [o for o in k.applied if o.op is OptOps.UPCAST]
   assert ups and ups[0].amt == lanes, k.applied
-  cols = ups[1].amt if len(ups) > 2 else 1
-  return cols, ups[-1].amt
+  cols = [o.amt for o in ups[1:] if o.axis == ups[0].axis]
+  rows = [o.amt for o in ups[1:] if o.axis != ups[0].axis]
+  assert len(cols) <= 1 and len(rows) == 1, k.applied
+  return (cols or [1])[0], rows[0]
 
 def _matmul_item(n: int, kk: int, m: int, rng: np.random.Generator):
   a, b = rng.standard_normal((n, kk), dtype=np.float32), rng.standard_normal((kk, m), dtype=np.float32)
