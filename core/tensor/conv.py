@@ -42,17 +42,21 @@ def _check_conv(method: str, x: Tensor, weight: Tensor, groups: int, stride: Any
   check_ints(method, "dilation", dilation, lo=1, n=nd)
   return nd
 
+def _stuffed(x: Tensor, s: Sequence[int], lead: int) -> Tensor:
+  """x with s[i]-1 zeros between neighbours along dim lead+i (n -> (n-1)*s[i] + 1)."""
+  for i, si in enumerate(s):
+    if si == 1: continue
+    ax, n = lead + i, x.shape[lead + i]
+    x = x.unsqueeze(ax + 1).pad([(0, si - 1) if j == ax + 1 else None for j in range(x.ndim + 1)]).flatten(ax, ax + 1)
+    x = x.shrink([(0, (n - 1) * si + 1) if j == ax else None for j in range(x.ndim)])
+  return x
+
 def _transposed(x: Tensor, weight: Tensor, groups: int, s: tuple[int, ...], d: tuple[int, ...], pads: list[tuple[int, int]],
                 op: tuple[int, ...], bias: Tensor | None = None) -> Tensor:
   """conv_transpose2d with its arguments checked and normalized (strides, dilations, (before, after) pads, output padding)."""
   cin, rc, *ks = weight.shape
   nd = len(ks)
-  for i in range(nd):
-    ax = 2 + i
-    if s[i] > 1:  # n -> (n-1)*s + 1 with s-1 zeros between neighbours
-      n = x.shape[ax]
-      x = x.unsqueeze(ax + 1).pad([(0, s[i] - 1) if j == ax + 1 else None for j in range(x.ndim + 1)]).flatten(ax, ax + 1)
-      x = x.shrink([(0, (n - 1) * s[i] + 1) if j == ax else None for j in range(x.ndim)])
+  x = _stuffed(x, s, 2)
   full = [(d[i] * (ks[i] - 1) - pads[i][0], d[i] * (ks[i] - 1) - pads[i][1] + op[i]) for i in range(nd)]
   # zero-stuffed and padded in a copy of its own, for the reason conv2d copies its padded input
   if any(v > 1 for v in s) or any(b or a for b, a in full): x = x.pad([None, None] + full).contiguous()
@@ -83,6 +87,34 @@ def _weight_grad_by_channels(groups: int, wshape: tuple) -> bool:
   return wshape[0] // groups >= 4
 
 def _weight_grad(x: Tensor, dy: Tensor, w: Tensor, groups: int, s: tuple[int, ...], d: tuple[int, ...], pads: tuple) -> Tensor:
+  """conv2d's weight gradient: by phases where a stride's windows skip most of the input they cover (the 7x7 stride-2 stem),
+  else as one product (_weight_grad_product)."""
+  ks = w.shape[2:]
+  if all(v == 1 for v in d) and any(v > 1 for v in s) and 3 * prod(-(-k // v) * v for k, v in zip(ks, s)) <= 4 * prod(ks):
+    return _weight_grad_by_phase(x, dy, w, groups, s, pads)
+  return _weight_grad_product(x, dy, w, groups, s, d, pads)
+
+def _weight_grad_by_phase(x: Tensor, dy: Tensor, w: Tensor, groups: int, s: tuple[int, ...], pads: tuple) -> Tensor:
+  """A stride-s conv's dW as a stride-1 one: the padded input split into its s*s phases (space-to-depth, x[.., i*s + r] at
+  channel (c, r), position i), the kernel padded to whole multiples of s (ceil(k/s) taps per phase), the extra taps dropped.
+  A stride-2 window reads every other input column, which the product's register tile cannot reuse between neighbouring
+  kernel columns; by phases each tap reads a contiguous row. The 7x7/2 stem does (8/7)^2 the products for that, one thread
+  by CPU time on the loaded 2-core Zen 3 (batch 8, 224): 108-126 -> 79-82 ms. Only where the padding wastes at most 1/3."""
+  from core.tensor.tensor import Tensor
+  cout, cin_g, *ks = w.shape
+  nd, (bs, cin) = len(ks), x.shape[:2]
+  kq = [-(-k // v) for k, v in zip(ks, s)]
+  full = [(o + q - 1) * v for o, q, v in zip(dy.shape[2:], kq, s)]   # the padded length every phase's windows read
+  xp = x.pad([None, None] + [(b, max(0, f - n - b)) for (b, _), f, n in zip(pads, full, x.shape[2:])])
+  xp = xp.shrink([None, None] + [(0, f) for f in full])
+  xs = xp.reshape(bs, cin, *[v for f, si in zip(full, s) for v in (f // si, si)])
+  xs = xs.permute(0, 1, *[3 + 2 * i for i in range(nd)], *[2 + 2 * i for i in range(nd)]).reshape(bs, cin * prod(s), *[f // v for f, v in zip(full, s)])
+  wq = Tensor.empty(cout, cin_g * prod(s), *kq, dtype=w.dtype, device=w.device)   # only its shape and dtype are read
+  dw = _weight_grad_product(xs.contiguous(), dy, wq, groups, (1,) * nd, (1,) * nd, ((0, 0),) * nd)
+  dw = dw.reshape(cout, cin_g, *s, *kq).permute(0, 1, *[v for i in range(nd) for v in (2 + nd + i, 2 + i)])
+  return dw.reshape(cout, cin_g, *[q * v for q, v in zip(kq, s)]).shrink([None, None] + [(0, k) for k in ks])
+
+def _weight_grad_product(x: Tensor, dy: Tensor, w: Tensor, groups: int, s: tuple[int, ...], d: tuple[int, ...], pads: tuple) -> Tensor:
   """dW[o, c, *k] = sum over n and the output positions p of dY[n, o, p] * X[n, c, p*s + k*d], as a matrix product whose
   output channels o run innermost: dY copied once to (n, *p, o), the sum written as (groups, c, *k, o) and read back permuted.
   The chain rule's form keeps o outermost, so its rows are the kernel's few columns (3) and every load runs along the image
@@ -104,6 +136,30 @@ def _weight_grad(x: Tensor, dy: Tensor, w: Tensor, groups: int, s: tuple[int, ..
     dw = prodt.sum(tuple(range(1, 1 + nd)), dtype=acc).contiguous().sum(0, dtype=acc).contiguous()
   else: dw = prodt.sum(tuple(range(1 + nd)), dtype=acc).contiguous()     # (g, c, *k, o)
   return dw.permute(0, 2 + nd, *range(1, 2 + nd)).reshape(cout, cin_g, *ks).cast(w.dtype)
+
+@register_vjp("max_pool")
+def _max_pool_grad(ctx: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp | None, ...]:
+  """max_pool2d's gradient for its input: each window's gradient split evenly over the positions equal to its max (as the
+  chain rule through the max gives it), gathered per input element from the few windows over it: the windows' maxima and
+  shares (one small kernel) zero-stuffed by the stride and read back through windows of the kernel's size. The chain rule
+  through _pool's windows sums the tiled rows back with div/mod indexing instead, a pass per pooled dim: 8x64x112 3x3/2 (the
+  ResNet stem's pooling, forward and backward), one thread by CPU time on the loaded 2-core Zen 3: 106-113 -> 67-78 ms."""
+  from core.tensor.tensor import Tensor
+  k, s, d, applied, outs = params
+  x, dy = Tensor(inputs[0], requires_grad=False), Tensor(ctx, requires_grad=False)
+  nd = len(k)
+  lead, axes = x.ndim - nd, tuple(range(-nd, 0))
+  win = x._pooled(k, s, d, list(applied), outs, x.dtype.min)
+  best = win.max(axes, keepdim=True).contiguous()
+  share = (dy / (win == best).sum(axes)).contiguous()
+  best = best.reshape(best.shape[:-nd])
+  spatial = x.shape[lead:]
+  padded = [n + b + a for n, (b, a) in zip(spatial, applied)]
+  def spread(t: Tensor) -> Tensor:   # (..., *outs) -> (..., *spatial, *k): window j over padded position i is t at i - (k-1-j)*d
+    t = _stuffed(t, s, lead).pad([None] * lead + [((ki - 1) * di, p - (o - 1) * si - 1) for ki, di, p, o, si in zip(k, d, padded, outs, s)])
+    return t._pool(k, 1, d).shrink([None] * lead + [(b, b + n) for n, (b, _) in zip(spatial, applied)] + [None] * nd)
+  hit = x.reshape(x.shape + (1,) * nd) == spread(best)   # a stuffed zero matches an input 0, but its share is 0
+  return (hit.where(spread(share), 0.0).sum(axes).cast(x.dtype).uop,)
 
 class ConvMixin:
   def _pool(self: Tensor, k: Sequence[int], stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1) -> Tensor:  # type: ignore[misc]
@@ -238,6 +294,12 @@ class ConvMixin:
     k = make_tuple(kernel_size, 2) if isinstance(kernel_size, int) else tuple(kernel_size)
     _, applied, outs = self._pool_pads(k, stride, dilation, padding, ceil_mode, "max_pool2d")
     axes = tuple(range(-len(k), 0))
+    if not return_indices and dtypes.is_float(self.dtype):
+      # the input's gradient from _max_pool_grad (a gather per input element), not the chain rule back through the windows
+      nd = len(k)
+      params = (k, make_tuple(stride if stride is not None else k, nd), make_tuple(dilation, nd), tuple(applied), outs)
+      best = self.detach()._pooled(k, stride, dilation, applied, outs, self.dtype.min).max(axes)
+      return type(self)._wrap(custom_vjp(best.uop, "max_pool", params, self.uop), best, self)
     win = self._pooled(k, stride, dilation, applied, outs, self.dtype.min)
     best = win.max(axes)
     if not return_indices: return best
