@@ -172,3 +172,14 @@ def test_scalars_across_devices_and_with_symbolic_shapes(schedules_made):
   for n, v in [(3, 2.5), (5, 3.5), (7, 0.25)]:
     s = t.shrink(((0, 4), (0, Variable("i", 1, 10).bind(n))))
     np.testing.assert_allclose((s * v).sum(axis=1).numpy(), (tn[:, :n] * np.float32(v)).sum(axis=1), rtol=1e-6)
+
+def test_kept_literals_schedule_per_value_and_lifted_ones_share(schedules_made):
+  # keeping_literals (a Jit's first call) makes each value structure; outside it one schedule serves every value
+  from core.engine.capture import keeping_literals
+  xn = np.linspace(-2, 2, 32, dtype=np.float32)
+  x = Tensor(xn).realize()
+  with keeping_literals():
+    for v in (2.5, 3.5): np.testing.assert_allclose((x * v).numpy(), xn * np.float32(v))
+  assert schedules_made[0] == 2
+  for v in (4.5, 5.5, 2.5): np.testing.assert_allclose((x * v).numpy(), xn * np.float32(v))
+  assert schedules_made[0] == 3
