@@ -1,7 +1,7 @@
 """The MOCK's kernels: each kernel's MSL built as C++ against the host <metal_stdlib> (compiler.MetalHostCompiler, cached on disk by
 source) and loaded once per process; a dispatch runs every threadgroup's threads on the calling host thread."""
 from __future__ import annotations
-import ctypes, functools, hashlib, os, tempfile, threading
+import ctypes, functools, hashlib, os, tempfile, threading, weakref
 from core.codegen.access_guard import GUARD_NAME, guard_fault, guard_table
 from plugin_metal.compiler import buffer_params
 from plugin_metal.runtime import ALLOCATIONS
@@ -41,11 +41,12 @@ class HostKernel:
       raise MemoryError(f"METAL MOCK: no memory for the {t} threads of kernel {self.name}'s threadgroup")
     if table is not None and (fault := guard_fault(self.name, table, bufs)) is not None: raise fault
 
-_kernels: dict[tuple[str, bytes], HostKernel] = {}
+# a host build lives while a program holds it (the MOCK's loaded programs, direct MockPrograms): each kept its .so mapped for good
+_kernels: weakref.WeakValueDictionary[tuple[str, bytes], HostKernel] = weakref.WeakValueDictionary()
 _lock = threading.Lock()
 
 def host_kernel(name: str, msl: str) -> HostKernel:
-  """The HostKernel of (name, MSL), built and loaded once per process (captured submissions may launch it any time later)."""
+  """The HostKernel of (name, MSL), built and loaded once while in use (the caller holds it; a rebuild comes from the disk cache)."""
   key = (name, hashlib.sha256(msl.encode()).digest())
   with _lock:
     if (k := _kernels.get(key)) is None: k = _kernels[key] = HostKernel(name, msl)

@@ -26,7 +26,7 @@ class MockEncoder:
 
   def call(self, call: Call, f: tuple[int, ...]) -> None:
     if call is Call.SET_PIPELINE:
-      if (k := self.hcq.programs.get(handle := peek(f[0]))) is None: raise ValueError(f"SET_PIPELINE of handle {handle}, never loaded")
+      if (k := self.hcq.programs.get(handle := peek(f[0]))) is None: raise ValueError(f"SET_PIPELINE of handle {handle}, which is not loaded")
       self.pipeline = k
     elif call is Call.SET_BUFFER: self.bound[f[0]] = f[1]
     elif call is Call.SET_BUFFER_AT: self.bound[f[0]] = peek(f[1])
@@ -50,7 +50,7 @@ class MockEncoder:
     # in order: a command's barrier (wait for the ones before it) holds already
     cmd: IcbCommand
     for cmd in icb.obj[start:start + count]:
-      if (k := self.hcq.programs.get(cmd.pipeline)) is None: raise ValueError(f"ICB command with pipeline handle {cmd.pipeline}, never loaded")
+      if (k := self.hcq.programs.get(cmd.pipeline)) is None: raise ValueError(f"ICB command with pipeline handle {cmd.pipeline}, which is not loaded")
       bound = dict(cmd.bindings)
       if (missing := [i for i in range(max(bound, default=-1) + 1) if i not in bound]): raise ValueError(f"ICB command of {k.name}: no buffer at {missing}")
       k.dispatch([bound[i] for i in range(len(bound))], cmd.grid, cmd.threadgroup)

@@ -101,7 +101,7 @@ class MtlEncoder:
 
   def _call(self, call: Call, f: tuple[int, ...]) -> None:
     if call is Call.SET_PIPELINE:
-      if (p := self.hcq.programs.get(handle := peek(f[0]))) is None: raise ValueError(f"SET_PIPELINE of handle {handle}, never loaded")
+      if (p := self.hcq.programs.get(handle := peek(f[0]))) is None: raise ValueError(f"SET_PIPELINE of handle {handle}, which is not loaded")
       objc.set_pipeline(self._compute(), p.pso)
       self.pipeline = p
     elif call in (Call.SET_BUFFER, Call.SET_BUFFER_AT):
@@ -144,7 +144,7 @@ class MtlEncoder:
 
   def _encode_icb(self, icb: Icb, i: int) -> None:
     c = icb.commands[i]
-    if (p := self.hcq.programs.get(c.pipeline)) is None: raise ValueError(f"ICB command with pipeline handle {c.pipeline}, never loaded")
+    if (p := self.hcq.programs.get(c.pipeline)) is None: raise ValueError(f"ICB command with pipeline handle {c.pipeline}, which is not loaded")
     p.check(c.threadgroup)
     objc.encode_icb_command(icb.obj, i, p.pso, [(*ALLOCATIONS.resolve(addr), idx) for idx, addr in c.bindings], c.grid, c.threadgroup, c.barrier)
 
@@ -196,7 +196,7 @@ class MtlHCQ(MetalHCQ):
 class MtlProgram:
   """A kernel called directly (outside core's HCQ pipeline): one command buffer per call."""
   def __init__(self, hcq: MtlHCQ, name: str, lib: bytes):
-    self.hcq, self.name, self.pipeline = hcq, name, hcq.programs[hcq.load_program(name, lib)]
+    self.hcq, self.name, (_, self.pipeline) = hcq, name, hcq.load_program(name, lib)
 
   def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] = (1, 1, 1),
                vals: tuple[int, ...] = (), wait: bool = False) -> float | None:

@@ -7,7 +7,7 @@ these rings: the host replays them when it waits (`wait_signal`, `synchronize`),
 none can move (a queue stops at a WAIT whose signal has not arrived; another queue may signal it). An interface supplies the
 `Encoder` that performs the calls (MOCK: on the host; MTL: as Metal encoder calls) and loads programs."""
 from __future__ import annotations
-import contextlib, ctypes, struct, threading, time, weakref
+import contextlib, ctypes, itertools, struct, threading, time, weakref
 from typing import Any, Callable, Iterator, Protocol
 from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp
@@ -139,8 +139,12 @@ class MetalHCQ(HCQDevice):
     self._lock = threading.Lock()
     self._queue_uops: dict[tuple[str, str], UOp] = {}
     self._owned: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
-    self.programs: dict[int, Any] = {}
-    self._handles: dict[tuple[str, bytes], int] = {}
+    # a program lives while a MetalProgramData (in a cached or captured submission) or a direct program holds it; its handle is
+    # never reused, so a stale LAUNCH names no program rather than another one (a plain dict kept every program ever loaded)
+    self.programs: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+    self._by_key: weakref.WeakValueDictionary[tuple[str, bytes], Any] = weakref.WeakValueDictionary()
+    self._handle_of: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+    self._next_handle = itertools.count(1)   # 0 is no handle: an image never written
     # ICBs per Jit capture (the key graph_replay gets) and queue; they go with the capture
     self.graphs: weakref.WeakKeyDictionary[Any, dict[str, GraphState]] = weakref.WeakKeyDictionary()
     self._graph: dict[str, GraphState] | None = None   # the current replay's, while one runs
@@ -200,15 +204,16 @@ class MetalHCQ(HCQDevice):
 
   # *** what this plugin's rules ask ***
 
-  def load_program(self, name: str, lib: bytes) -> int:
-    """The handle of kernel `name` (its MSL in `lib`), loaded once (a captured submission may launch it any time later)."""
+  def load_program(self, name: str, lib: bytes) -> tuple[int, Any]:
+    """The handle and program of kernel `name` (its MSL in `lib`), loaded once while in use: the caller holds the program."""
     import hashlib
     key = (name, hashlib.sha256(lib).digest())
     with self._lock:
-      if (handle := self._handles.get(key)) is None:
-        handle = self._handles[key] = len(self.programs) + 1   # 0 is no handle: an image never written
-        self.programs[handle] = self._load(name, lib)
-    return handle
+      if (prg := self._by_key.get(key)) is None:
+        prg = self._by_key[key] = self._load(name, lib)
+        self._handle_of[prg] = handle = next(self._next_handle)
+        self.programs[handle] = prg
+      return self._handle_of[prg], prg
 
   def queue(self, name: str) -> MetalQueue:
     self.ring_size(name)

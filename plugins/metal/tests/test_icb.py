@@ -149,6 +149,6 @@ def test_symbolic_variable_replays_through_the_icb(result: dict[str, Any]) -> No
   assert all(executed == 4 for _, executed in result["g_icbs"])
 
 def test_a_fault_in_an_icb_is_raised_and_the_next_replay_rebuilds_it(result: dict[str, Any]) -> None:
-  assert result["icb_fault"].startswith("HCQError") and "never loaded" in result["icb_fault"], result["icb_fault"]
+  assert result["icb_fault"].startswith("HCQError") and "which is not loaded" in result["icb_fault"], result["icb_fault"]
   (ncmd, executed, encoded), = result["after_fault_icbs"]
   assert executed == 1 and encoded == ncmd and result["after_fault_err"] < 1e-6

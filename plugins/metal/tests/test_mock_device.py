@@ -59,6 +59,17 @@ except HCQError as e: out["fault"] = str(e)
 submit(packet(Call.SIGNAL, hcq.addr(sig), 7))
 hcq.wait_signal(sig, 7, 10.0)
 out["after_fault"] = peek(hcq.addr(sig))
+# a program stays loaded while held (a submission's MetalProgramData holds it) and is unloaded after; handles are never reused
+import gc
+msl = next(iter(hcq.programs.values())).msl.encode()   # any compiled kernel's MSL will do
+h1, p1 = hcq.load_program("held", msl)
+h1b, p1b = hcq.load_program("held", msl)
+out["held_once"] = h1 == h1b and p1 is p1b and hcq.programs[h1] is p1
+del p1, p1b
+gc.collect()
+out["dropped"] = h1 not in hcq.programs
+h2, p2 = hcq.load_program("held", msl)
+out["new_handle"] = h2 > h1 and hcq.programs[h2] is p2
 print("RESULT " + json.dumps(out))
 '''
 
@@ -79,5 +90,9 @@ def test_blit_copy_and_signal_from_the_ring(result: dict[str, Any]) -> None:
   assert result["blit"] is True
 
 def test_a_bad_pipeline_handle_faults_and_the_queue_goes_on(result: dict[str, Any]) -> None:
-  assert "SET_PIPELINE of handle" in result["fault"] and "never loaded" in result["fault"]
+  assert "SET_PIPELINE of handle" in result["fault"] and "which is not loaded" in result["fault"]
   assert result["after_fault"] == 7
+
+def test_a_program_is_loaded_once_while_held_and_unloaded_after(result: dict[str, Any]) -> None:
+  # a plain dict of programs kept every kernel ever loaded (and its host build's .so) for the life of the process
+  assert result["held_once"] is True and result["dropped"] is True and result["new_handle"] is True
