@@ -137,6 +137,19 @@ def _weight_grad_product(x: Tensor, dy: Tensor, w: Tensor, groups: int, s: tuple
   else: dw = prodt.sum(tuple(range(1 + nd)), dtype=acc).contiguous()     # (g, c, *k, o)
   return dw.permute(0, 2 + nd, *range(1, 2 + nd)).reshape(cout, cin_g, *ks).cast(w.dtype)
 
+# a regular conv's input up to this size (padded, bytes) is read in place: ~L2-sized, so the gated loads hit cache and the copy
+# kernel's launch and pass are a large share of a small conv (the ONNX ResNet-style model's 3x3s, one thread by CPU time, same
+# process A/B: 2x16x16x16 s2 -> 32 0.88x, 1x128x7x7 0.85x, 2x32x8x8 0.94x, 1x3x48x48 s2 0.93x, 2x3x32x32 and 2x16x16x16 even)
+PAD_IN_PLACE_BYTES = 512 * 1024
+
+def _pad_in_place(x: Tensor, pads: list, depthwise: bool) -> bool:
+  """Whether conv2d reads its zero-padded input through gated loads rather than a copy kernel first: always for a depthwise
+  conv (its k*k products per input element cost about what the copy does), and for a regular conv whose padded input is
+  small (PAD_IN_PLACE_BYTES); a large one keeps the copy, which the optimizer vectorizes and register-tiles ungated."""
+  if depthwise or not all(isinstance(n, int) for n in x.shape): return depthwise
+  padded = prod(x.shape[:2]) * prod(n + b + a for n, (b, a) in zip(x.shape[2:], pads))
+  return padded * x.dtype.itemsize <= PAD_IN_PLACE_BYTES
+
 @register_vjp("max_pool")
 def _max_pool_grad(ctx: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp | None, ...]:
   """max_pool2d's gradient for its input: each window's gradient split evenly over the positions equal to its max (as the
@@ -196,11 +209,12 @@ class ConvMixin:
     if self.ndim != nd + 2: raise ValueError(f"conv: input {self.shape} needs {nd + 2} dims for weight {weight.shape}")
     if cin != cin_g * groups or cout % groups:
       raise ValueError(f"conv: input channels {cin} != weight {weight.shape[1]} * groups {groups}, or out channels {cout} not divisible")
-    # the padded input is its own (copy) kernel: read through a PAD, every load of the conv kernel would be gated and its index
-    # wrapped, which keeps the optimizer from vectorizing and register-tiling it; the copy costs one pass over the input.
+    # a large padded input is its own (copy) kernel: read through a PAD, every load of the conv kernel would be gated and its
+    # index wrapped, which keeps the optimizer from vectorizing and register-tiling it; the copy costs one pass over the input.
     # Not for a depthwise conv (one input channel per group): its k*k products per input element cost about what that copy
     # does, and where the optimizer packs an input panel that copy reads the gated loads once (MobileNet's 3x3s, CPU time on a
-    # loaded 2-core host: 8x96x112 stride 2 10-15 -> 5.5 ms, 8x144x56 4.2-6.6 -> 3.0-4.2 ms, 7x7 and 14x14 about even)
+    # loaded 2-core host: 8x96x112 stride 2 10-15 -> 5.5 ms, 8x144x56 4.2-6.6 -> 3.0-4.2 ms, 7x7 and 14x14 about even);
+    # nor for a small one (_pad_in_place)
     pads = _padding(padding, nd)
     depthwise = groups > 1 and cin_g == 1
     # the input's gradient is a transposed conv (_conv_input_grad), not autograd through the windows below: that would build
@@ -209,7 +223,8 @@ class ConvMixin:
     x = self.detach() if custom else self
     w_in = weight   # the weight's gradient too comes from the rule (_weight_grad), except a depthwise conv's
     if custom and _weight_grad_by_channels(groups, weight.shape): weight = weight.detach()
-    if any(b or a for b, a in pads): x = x.pad([None, None] + pads) if depthwise else x.pad([None, None] + pads).contiguous()
+    if any(b or a for b, a in pads):
+      x = x.pad([None, None] + pads) if _pad_in_place(x, pads, depthwise) else x.pad([None, None] + pads).contiguous()
     x = x._pool(ks, stride, dilation)  # (bs, cin, *o, *k)
     os_ = x.shape[2:2 + nd]
     rc = cout // groups
