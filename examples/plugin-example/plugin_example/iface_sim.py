@@ -12,8 +12,8 @@ whose signal has not arrived (another queue, maybe of another device, may write 
 queue drops what its doorbell announced, and the next wait raises core.hcq.HCQError with the report.
 """
 from __future__ import annotations
-import ctypes, hashlib, struct, threading, time, weakref
-from typing import Callable
+import ctypes, hashlib, itertools, struct, threading, time, weakref
+from typing import TYPE_CHECKING, Callable
 from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp
 from core.device.allocator import BufferSpec
@@ -22,13 +22,19 @@ from core.device.hcq import HCQDevice, RingLayout, handle_addr
 from core.hcq import HCQError
 from plugin_example.queue import Op, decode, packet_words
 
+if TYPE_CHECKING:
+  from plugin_example.runtime import ExampleProgram
+
 def peek(addr: int) -> int: return ctypes.c_uint64.from_address(addr).value
 def poke(addr: int, value: int) -> None: ctypes.c_uint64.from_address(addr).value = value
 
 # *** the driver's table of loaded kernels: a LAUNCH's image is a handle into it ***
 
-_programs: dict[int, Callable[..., object]] = {}
-_handles: dict[tuple[str, bytes], int] = {}
+# the ExampleProgramData of the submissions that launch a program holds it, so a program lives while a (cached or captured)
+# submission can launch it and is unloaded after; a handle is never reused, so a stale LAUNCH names no program, not another one
+_programs: weakref.WeakValueDictionary[int, ExampleProgram] = weakref.WeakValueDictionary()
+_by_key: weakref.WeakValueDictionary[tuple[str, bytes], ExampleProgram] = weakref.WeakValueDictionary()
+_next_handle = itertools.count(1)   # 0 is no handle: an image never written
 _load_lock = threading.Lock()
 
 class SimQueue:
@@ -79,7 +85,7 @@ def execute(op: Op, fields: tuple[int, ...]) -> None:
   """What a packet does (a WAIT reaches this only when its signal is there; a BARRIER needs nothing: packets run in order)."""
   if op is Op.LAUNCH:
     image, kernargs, counts = fields
-    if (prg := _programs.get(handle := peek(image))) is None: raise ValueError(f"LAUNCH of program handle {handle}, which was never loaded")
+    if (prg := _programs.get(handle := peek(image))) is None: raise ValueError(f"LAUNCH of program handle {handle}, which is not loaded")
     nbufs, nvars = counts & 0xffffffff, counts >> 32
     slots = struct.unpack(f"<{nbufs + nvars}Q", ctypes.string_at(kernargs, 8 * (nbufs + nvars)))
     prg(*slots[:nbufs], vals=tuple(ctypes.c_int32(s & 0xffffffff).value for s in slots[nbufs:]))
@@ -142,15 +148,16 @@ class SimHCQ(HCQDevice):
 
   # *** what this plugin's rules ask ***
 
-  def load_program(self, name: str, lib: bytes) -> int:
-    """The handle of kernel `name` in the shared object `lib`, loaded once per process (a submission may launch it any time later)."""
+  def load_program(self, name: str, lib: bytes) -> ExampleProgram:
+    """Kernel `name` in the shared object `lib`, loaded once while in use (the caller holds it); `.handle` is what a LAUNCH names."""
     from plugin_example.runtime import ExampleProgram
     key = (name, hashlib.sha256(lib).digest())
     with _load_lock:
-      if (handle := _handles.get(key)) is None:
-        handle = _handles[key] = len(_programs) + 1   # 0 is no handle: an image never written
-        _programs[handle] = ExampleProgram(name, lib)
-    return handle
+      if (prg := _by_key.get(key)) is None:
+        prg = _by_key[key] = ExampleProgram(name, lib)
+        prg.handle = next(_next_handle)
+        _programs[prg.handle] = prg
+    return prg
 
   def queue(self, name: str) -> SimQueue:
     """The queue, its buffers allocated on first use."""

@@ -19,8 +19,9 @@ A LAUNCH's image is 8 bytes, the handle of a kernel the SIM driver loaded (`SimH
 """
 from __future__ import annotations
 import enum, struct
+import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
@@ -78,14 +79,15 @@ class ExampleProgramData(ProgramData):
   handle: int = 0
   nbufs: int = 0
   nvars: int = 0
+  program: Any = dataclasses.field(default=None, compare=False, hash=False, repr=False)   # keeps the program the handle names loaded
 
 def prep_program(ctx: SimHCQ, p: UOp, device: UOp, linear: UOp, binary: UOp) -> UOp:
   spec = p.arg
   nbufs, nvars = sum(1 for u in linear.src if u.op is Ops.PARAM), len(spec.vars)
-  handle = ctx.load_program(spec.name, binary.arg)
+  prg = ctx.load_program(spec.name, binary.arg)
   nargs = nbufs + nvars
-  data = ExampleProgramData(spec.name, 8 * nargs, 8, tuple(range(0, 8 * nargs, 8)), handle=handle, nbufs=nbufs, nvars=nvars)
-  return UOp(Ops.PROGRAM, src=(device, UOp(Ops.BINARY, arg=struct.pack("<Q", handle))), arg=data)
+  data = ExampleProgramData(spec.name, 8 * nargs, 8, tuple(range(0, 8 * nargs, 8)), handle=prg.handle, nbufs=nbufs, nvars=nvars, program=prg)
+  return UOp(Ops.PROGRAM, src=(device, UOp(Ops.BINARY, arg=struct.pack("<Q", prg.handle))), arg=data)
 
 pm_prep_program = PatternMatcher([(compiled_program, prep_program)], name="example prep program")
 

@@ -20,6 +20,7 @@ class ExampleProgram:
     try: self.lib = ctypes.CDLL(f.name)
     finally: os.unlink(f.name)
     self.fxn = getattr(self.lib, name)
+    self.handle = 0   # what a SIM LAUNCH names it by (SimHCQ.load_program numbers it)
 
   def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] = (1, 1, 1),
                vals: tuple[int, ...] = (), wait: bool = False) -> float | None:

@@ -49,7 +49,19 @@ def test_prep_program_loads_the_kernel_and_describes_its_arguments() -> None:
   assert prepared.op is Ops.PROGRAM and [s.op for s in prepared.src] == [Ops.DEVICE, Ops.BINARY] and prepared.src[0].arg == "EXAMPLE"
   assert data == ExampleProgramData("k", 24, 8, (0, 8, 16), handle=data.handle, nbufs=2, nvars=1) and data.handle >= 1
   assert prepared.src[1].arg == struct.pack("<Q", data.handle)   # the image: the handle the driver gave the loaded kernel
-  assert sim.load_program("k", compiled_kernel().src[4].arg) == data.handle   # loaded once per process
+  assert sim.load_program("k", compiled_kernel().src[4].arg) is data.program   # loaded once while held
+
+def test_a_program_is_loaded_once_while_held_and_unloaded_after() -> None:
+  import gc
+  from plugin_example import iface_sim
+  sim, lib = SimHCQ("EXAMPLE"), compiled_kernel().src[4].arg
+  a = sim.load_program("k", lib)
+  assert sim.load_program("k", lib) is a and iface_sim._programs[a.handle] is a
+  handle = a.handle
+  del a
+  gc.collect()
+  assert handle not in iface_sim._programs   # nothing launches it any more (a plain dict kept every kernel ever loaded)
+  assert sim.load_program("k", lib).handle > handle   # a handle is never reused: a stale LAUNCH can't run another program
 
 # *** pm_lower, through core's encode stage ***
 

@@ -75,14 +75,14 @@ def test_launch_of_a_handle_never_loaded_is_a_fault() -> None:
   sim = SimHCQ("EXAMPLE")
   image, kargs, sig = ctypes.c_uint64(999), ctypes.c_uint64(0), signal()
   submit(sim.queue("COMPUTE:0"), packet(Op.LAUNCH, ctypes.addressof(image), ctypes.addressof(kargs), 0) + packet(Op.SIGNAL, at(sig), 1))
-  with pytest.raises(HCQError, match="LAUNCH of program handle 999, which was never loaded"): sim.wait_signal(sig, 1, 1.0)
+  with pytest.raises(HCQError, match="LAUNCH of program handle 999, which is not loaded"): sim.wait_signal(sig, 1, 1.0)
 
 def test_launch_runs_a_loaded_kernel_with_its_kernargs() -> None:
   from test_queue import compiled_kernel
   sim = SimHCQ("EXAMPLE")
-  handle = sim.load_program("k", compiled_kernel().src[4].arg)
+  prg = sim.load_program("k", compiled_kernel().src[4].arg)   # held while it runs: a program nothing holds is unloaded
   a, out = np.arange(8, dtype=np.float32), np.zeros(8, np.float32)
-  image = ctypes.c_uint64(handle)
+  image = ctypes.c_uint64(prg.handle)
   # k(out, a, n): the buffers' addresses, then n = 6 in the low half of its slot (the high half is not read)
   kargs = (ctypes.c_uint64 * 3)(out.ctypes.data, a.ctypes.data, 0xFFFFFFFF_00000006)
   sig = signal()
