@@ -29,22 +29,26 @@ def _input_loads(uops: list) -> list:
   return [u for u in uops if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM and
           u.src[0].src[0].arg == 1]
 
+def check_conv_in_place(x: np.ndarray, w: np.ndarray, stride: int, pad: int, groups: int, simd_bytes: int) -> None:
+  """The conv is one kernel (no copy of the padded input first), right against numpy on the renderer of that SIMD width, and
+  reads the border through gates, not by wrapped or clamped indices."""
+  y = Tensor(x).realize().conv2d(Tensor(w).realize(), stride=stride, padding=pad, groups=groups)
+  items, _, _ = create_schedule([y.uop])
+  assert len(items) == 1, [it.ast.arg for it in items]
+  rnd = host_renderer(simd_bytes)
+  k = hand_coded(Kernel(items[0].ast, rnd))
+  got, spec = run_ast(items[0], k.ast, rnd)
+  want = _conv_ref(x, w, stride, pad, groups)
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+  loads = _input_loads(program_uops(spec))
+  assert loads and any(len(u.src[0].src) > 2 for u in loads), k.applied
+
 @pytest.mark.parametrize("simd_bytes", [32, 64])
 @pytest.mark.parametrize("n, c, hw, mult, ks, stride, pad", CASES)
 def test_depthwise_conv_reads_its_padded_input_in_place(simd_bytes, n, c, hw, mult, ks, stride, pad):
   x = rng.standard_normal((n, c, hw, hw)).astype(np.float32)
   w = rng.standard_normal((c * mult, 1, ks, ks)).astype(np.float32)
-  y = Tensor(x).realize().conv2d(Tensor(w).realize(), stride=stride, padding=pad, groups=c)
-  items, _, _ = create_schedule([y.uop])
-  assert len(items) == 1, [it.ast.arg for it in items]   # no copy kernel of the padded input
-  rnd = host_renderer(simd_bytes)
-  k = hand_coded(Kernel(items[0].ast, rnd))
-  got, spec = run_ast(items[0], k.ast, rnd)
-  want = _conv_ref(x, w, stride, pad, c)
-  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
-  # the border is read through gates, not by wrapped or clamped indices
-  loads = _input_loads(program_uops(spec))
-  assert loads and any(len(u.src[0].src) > 2 for u in loads), k.applied
+  check_conv_in_place(x, w, stride, pad, c, simd_bytes)
 
 def test_grouped_conv_keeps_its_padded_copy():
   # groups with several input channels each stay on the copy where the input is large: their products per input element
@@ -53,27 +57,30 @@ def test_grouped_conv_keeps_its_padded_copy():
   items, _, _ = create_schedule([y.uop])
   assert len(items) == 2, [it.ast.arg for it in items]
 
-@pytest.mark.parametrize("stride", [1, 2])
-def test_depthwise_conv_through_tensor(stride):
-  # the default device's renderer and optimizer, and the gradients of both inputs (the weight's through the padded view)
-  x = rng.standard_normal((2, 12, 10, 10)).astype(np.float32)
-  w = rng.standard_normal((12, 1, 3, 3)).astype(np.float32)
+def check_conv_grads(x: np.ndarray, w: np.ndarray, stride: int, groups: int) -> None:
+  """A 3x3 pad-1 conv through Tensor.conv2d on the default device, and the gradients of both inputs, against numpy: by the
+  conv's linearity dW[o, c, i, j] = sum g[n, o] * xpad[n, c, windows shifted by (i, j)] within each group, dX by the adjoint."""
   xt, wt = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
-  y = xt.conv2d(wt, stride=stride, padding=1, groups=12)
-  want = _conv_ref(x, w, stride, 1, 12)
+  y = xt.conv2d(wt, stride=stride, padding=1, groups=groups)
+  want = _conv_ref(x, w, stride, 1, groups)
   np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)
   g = rng.standard_normal(want.shape).astype(np.float32)
   (y * Tensor(g)).sum().backward()
-  # the gradients by the conv's linearity: dW[c, i, j] = sum g[n, c] * xpad[n, c, windows shifted by (i, j)], dX by the adjoint
+  (n, c), oc, o = x.shape[:2], w.shape[0], want.shape[-1]
+  gg, wg = g.reshape(n, groups, oc // groups, o, o), w.reshape(groups, oc // groups, c // groups, 3, 3)
   xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
-  o = want.shape[-1]
-  dw = np.zeros((12, 3, 3))
-  dxp = np.zeros_like(xp)
+  dw, dxp = np.zeros(w.shape), np.zeros_like(xp)
   for i in range(3):
     for j in range(3):
-      win = xp[:, :, i:i + stride * o:stride, j:j + stride * o:stride]
-      dw[:, i, j] = (g * win).sum((0, 2, 3))
-      dxp[:, :, i:i + stride * o:stride, j:j + stride * o:stride] += g * w[None, :, 0, i, j, None, None]
+      sl = (slice(None), slice(None), slice(i, i + stride * o, stride), slice(j, j + stride * o, stride))
+      win = xp[sl].reshape(n, groups, c // groups, o, o)
+      dw[:, :, i, j] = np.einsum("ngkpq,ngcpq->gkc", gg, win).reshape(oc, c // groups)
+      dxp[sl] += np.einsum("ngkpq,gkc->ngcpq", gg, wg[..., i, j]).reshape(n, c, o, o)
   assert wt.grad is not None and xt.grad is not None
-  np.testing.assert_allclose(wt.grad.numpy()[:, 0], dw, rtol=1e-4, atol=1e-3)
+  np.testing.assert_allclose(wt.grad.numpy(), dw, rtol=1e-4, atol=1e-3)
   np.testing.assert_allclose(xt.grad.numpy(), dxp[:, :, 1:-1, 1:-1], rtol=1e-4, atol=1e-3)
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_conv_through_tensor(stride):
+  # the default device's renderer and optimizer, and the gradients of both inputs (the weight's through the padded view)
+  check_conv_grads(rng.standard_normal((2, 12, 10, 10)).astype(np.float32), rng.standard_normal((12, 1, 3, 3)).astype(np.float32), stride, 12)
