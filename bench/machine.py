@@ -1,13 +1,14 @@
 """What the machine itself can do, measured in the same run as the rows that are judged against it: the float32 FMA peak (a
-loop of independent vector FMAs, compiled for this CPU by core's host JIT) and memory bandwidth (STREAM-like copy and
-triad loops and a read-only sum over arrays far larger than the caches), on one thread and on every core the process may use.
+loop of independent vector FMAs, compiled for this CPU by core's host JIT) and memory bandwidth (STREAM-like copy and triad
+loops in vectors with streaming stores, as kernels writing big outputs use, and a read-only vector sum, over arrays far larger
+than the caches), on one thread and on every core the process may use.
 A reduction reads and hardly writes: its ceiling is the read bandwidth, which a copy's (half writes) understates.
-A bandwidth row is judged against the same loop over its own footprint (`footprints`), timed as often as a row is: what of
-its arrays stays cached between calls then counts for both (on a Zen 3 VM reporting 32 MiB of L3, the 2-thread sum of 64 MiB
-ran at 185% of the 128 MiB read loop's best of 3, and 2.8x its own 1-thread figure).
+A bandwidth row is also judged against the same loop over its own footprint (`footprints`), timed as often as a row is, so
+what of its arrays stays cached between calls counts for both (on a Zen 3 VM reporting 32 MiB of L3, the 2-thread sum of
+64 MiB ran at 2.8x its own 1-thread figure).
 Run alone: python bench/machine.py"""
 from __future__ import annotations
-import ctypes, os, threading, time
+import ctypes, os, platform, threading, time
 from dataclasses import dataclass, field
 from typing import Iterable
 import numpy as np
@@ -17,25 +18,36 @@ FMA_ITERS = 30_000_000     # per thread: 6 cycles each (12 FMAs, 2 pipes), ~40 m
                            # (at 2M, ~3 ms, two threads measured only 1.4x one)
 STREAM_FLOATS = 1 << 25    # 128 MiB per array: well past any L3 here
 
-TRIAD = """  %t = call float @llvm.fma.f32(float %c.v, float 3.0, float %b.v)
-  store float %t, ptr %a.p"""
+GROUP = 4   # vectors per iteration of the copy and triad loops; every chunk a thread gets is a multiple of GROUP x width floats
 
-def _stream(name: str, arrays: list[str], body: str) -> str:
-  """A loop over n floats of `arrays` (the first is written): `body` reads %<array>.v and stores through %<array>.p."""
-  geps = "\n".join(f"  %{a}.p = getelementptr inbounds float, ptr %{a}, i64 %i" for a in arrays)
-  loads = "\n".join(f"  %{a}.v = load float, ptr %{a}.p" for a in arrays[1:])
+def _stream(name: str, arrays: list[str], width: int, nt: bool) -> str:
+  """A loop over n floats of `arrays`, `width`-wide vectors, GROUP per iteration: copy (dst = src) or triad (a = c*3 + b). The
+  first array is written with streaming stores where `nt` (x86-64): a plain store reads each destination line in first, which
+  a kernel writing a big output avoids the same way (plugin_cpu.streaming), so a plain-store loop would understate its ceiling."""
+  v = f"<{width} x float>"
+  three = f"<{', '.join(['float 3.0'] * width)}>"
+  body = []
+  for j in range(GROUP):
+    body.append(f"  %q{j} = add i64 %base, {j}")
+    body += [f"  %{a}.p{j} = getelementptr inbounds {v}, ptr %{a}, i64 %q{j}" for a in arrays]
+    body += [f"  %{a}.v{j} = load {v}, ptr %{a}.p{j}, align {4 * width}" for a in arrays[1:]]
+    val = f"%src.v{j}" if name == "copy" else f"%t{j}"
+    if name == "triad": body.append(f"  %t{j} = call {v} @llvm.fma.v{width}f32({v} %c.v{j}, {v} {three}, {v} %b.v{j})")
+    body.append(f"  store {v} {val}, ptr %{arrays[0]}.p{j}, align {4 * width}" + (", !nontemporal !0" if nt else ""))
+  lines = "\n".join(body)
   return f"""define void @{name}({", ".join(f"ptr noalias %{a}" for a in arrays)}, i64 %n) {{
 entry:
+  %groups = udiv i64 %n, {width * GROUP}
   br label %loop
 loop:
   %i = phi i64 [0, %entry], [%i.next, %loop]
-{geps}
-{loads}
-{body}
+  %base = mul i64 %i, {GROUP}
+{lines}
   %i.next = add i64 %i, 1
-  %done = icmp eq i64 %i.next, %n
+  %done = icmp eq i64 %i.next, %groups
   br i1 %done, label %exit, label %loop
 exit:
+{"  call void @llvm.x86.sse.sfence()" if nt else ""}
   ret void
 }}"""
 
@@ -67,7 +79,7 @@ exit:
   ret void
 }}"""
 
-def _ir(width: int) -> str:
+def _ir(width: int, nt: bool) -> str:
   v = f"<{width} x float>"
   init = "\n".join(f"  %a{i}.0 = insertelement {v} zeroinitializer, float {i + 1}.0, i32 0" for i in range(ACCUMULATORS))
   phis = "\n".join(f"  %a{i} = phi {v} [%a{i}.0, %entry], [%n{i}, %loop]" for i in range(ACCUMULATORS))
@@ -98,10 +110,11 @@ exit:
   store {v} {sums[0]}, ptr %out, align 4
   ret void
 }}
-{_stream("copy", ["dst", "src"], "  store float %src.v, ptr %dst.p")}
-{_stream("triad", ["a", "b", "c"], TRIAD)}
+{_stream("copy", ["dst", "src"], width, nt)}
+{_stream("triad", ["a", "b", "c"], width, nt)}
 {_read(width)}
-declare float @llvm.fma.f32(float, float, float)
+{"declare void @llvm.x86.sse.sfence()" if nt else ""}
+!0 = !{{i32 1}}
 """
 
 def vector_width() -> int:
@@ -114,8 +127,10 @@ def _array(n: int) -> np.ndarray:
   """n float32 ones in the memory CPU buffers get (big ones on huge pages: ~5% more bandwidth than numpy's 4 KiB pages, which
   would understate what the kernels can reach), touched now so first-touch page faults are not timed."""
   try: from plugin_cpu.hostmem import alloc_host
-  except ImportError: return np.full(n, 1.0, np.float32)
-  x = np.frombuffer(alloc_host(4 * n), np.float32)
+  except ImportError:
+    raw = np.empty(n + 16, np.float32)   # 64-byte aligned: the loops' vector loads and streaming stores declare it
+    x = raw[(-raw.ctypes.data % 64) // 4:][:n]
+  else: x = np.frombuffer(alloc_host(4 * n), np.float32)
   x[:] = 1.0
   return x
 
@@ -170,7 +185,7 @@ def measure(repeat: int = 10, quick: bool = False, footprints: Iterable[tuple[st
   from core.device.hostjit import host_library
   width, n = vector_width(), cores()
   iters, floats = (FMA_ITERS // 100, STREAM_FLOATS >> 8) if quick else (FMA_ITERS, STREAM_FLOATS)
-  lib = host_library(_ir(width))
+  lib = host_library(_ir(width, platform.machine().lower() in ("x86_64", "amd64")))
   fma = lib.function("fma_loop", None, ctypes.c_int64, ctypes.c_void_p)
   copy = lib.function("copy", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
   triad = lib.function("triad", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
@@ -180,17 +195,20 @@ def measure(repeat: int = 10, quick: bool = False, footprints: Iterable[tuple[st
     flops = 2 * width * ACCUMULATORS * iters * threads
     return max(flops / _parallel(threads, [(fma, (iters, sink[t].ctypes.data)) for t in range(threads)]) for _ in range(repeat)) / 1e9
   a, b, c = (_array(floats) for _ in range(3))
-  def chunks(threads: int, count: int, *arrays: np.ndarray) -> list[tuple[int, ...]]:
-    step = -(-count // threads)
-    return [tuple(x.ctypes.data + 4 * lo for x in arrays) + (min(step, count - lo),) for lo in range(0, count, step)]
+  def chunks(threads: int, count: int, *arrays: np.ndarray) -> tuple[int, list[tuple[int, ...]]]:
+    """(floats covered, each thread's (addresses, floats)): every chunk a whole number of the loops' groups, so aligned too."""
+    grain = width * max(GROUP, READ_ACCUMULATORS)
+    count -= count % grain
+    step = -(-count // threads // grain) * grain
+    return count, [tuple(x.ctypes.data + 4 * lo for x in arrays) + (min(step, count - lo),) for lo in range(0, count, step)]
   def stream(fn: object, threads: int, arrays: tuple[np.ndarray, ...], count: int = floats) -> float:
-    moved = 4 * count * len(arrays)
-    return max(moved / _parallel(threads, [(fn, args) for args in chunks(threads, count, *arrays)]) for _ in range(repeat)) / 1e9
+    count, work = chunks(threads, count, *arrays)
+    return max(4 * count * len(arrays) / _parallel(threads, [(fn, args) for args in work]) for _ in range(repeat)) / 1e9
   def reads(threads: int, count: int = floats) -> float:
-    # each thread's partial sum goes to its own row of `sink`; its chunk must be a multiple of the loop's group
-    count -= count % (threads * width * READ_ACCUMULATORS)
-    work = [(read, (args[0], sink[t].ctypes.data, args[1])) for t, args in enumerate(chunks(threads, count, a))]
-    return max(4 * count / _parallel(threads, work) for _ in range(repeat)) / 1e9
+    # each thread's partial sum goes to its own row of `sink`
+    count, work = chunks(threads, count, a)
+    return max(4 * count / _parallel(threads, [(read, (p, sink[t].ctypes.data, m)) for t, (p, m) in enumerate(work)])
+               for _ in range(repeat)) / 1e9
   loops = {"copy": (copy, (a, b)), "triad": (triad, (a, b, c))}
   def at(kind: str, nbytes: int) -> float:
     count = max(min(nbytes // (4 * ARRAYS[kind]), floats), n * width * READ_ACCUMULATORS)

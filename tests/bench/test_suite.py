@@ -199,6 +199,25 @@ def test_machine_measures_footprints(suite):
   assert set(m.sized) == {("copy", 1 << 20), ("read", 1 << 20), ("triad", 3 << 20)} and all(v > 0 for v in m.sized.values())
   assert m.bandwidth("triad", 3 << 20) == m.sized[("triad", 3 << 20)] and m.bandwidth("copy", 123) == m.copy_all
 
+def test_machine_loops_move_what_they_say(suite):
+  # the copy and triad loops (vectors, streaming stores on x86-64) and the read loop compute their results over a whole chunk
+  import ctypes, platform
+  import numpy as np
+  from core.device.hostjit import host_library
+  mb = suite.machine_bench
+  w = mb.vector_width()
+  lib = host_library(mb._ir(w, platform.machine().lower() in ("x86_64", "amd64")))
+  n = 4 * w * mb.READ_ACCUMULATORS
+  a, b, c = (mb._array(n) for _ in range(3))
+  b[:], c[:] = np.arange(n, dtype=np.float32), np.arange(n, dtype=np.float32)[::-1]
+  lib.function("triad", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(a.ctypes.data, b.ctypes.data, c.ctypes.data, n)
+  np.testing.assert_array_equal(a, c * 3 + b)
+  lib.function("copy", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(a.ctypes.data, b.ctypes.data, n)
+  np.testing.assert_array_equal(a, b)
+  out = np.zeros(w, np.float32)
+  lib.function("read", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(b.ctypes.data, out.ctypes.data, n)
+  assert out.sum() == b.sum()
+
 def test_matmul_is_judged_against_numpy_and_the_peak(suite):
   # issue 23.4: >= 1.0x numpy and >= 85% of the measured FMA peak; either miss is a miss
   m = suite.machine_bench.Machine(16, 2, 200.0, 400.0, 30.0, 40.0, 30.0, 40.0, 30.0, 40.0)
