@@ -302,8 +302,8 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
   red = next((r for r in k.of_type(AxisType.REDUCE) if range_size(r) is not None), None)
   # the reduce unrolled by MM_K only where the second step's column vectors and broadcast fit the registers beside the
   # accumulators (AVX2's 12-accumulator tiles: they don't, and spill; one Zen 3 thread, 960^3 2x6: 35 -> 60 GFLOP/s)
-  if red is not None and (amt_k := _pick_amt(range_size(red), (MM_K,))) and range_size(red) >= 16 and \
-     nacc + MM_K * (ncols + 1) <= regs:  # type: ignore[operator]
+  red_size = (range_size(red) or 0) if red is not None else 0
+  if red is not None and red_size >= 16 and (amt_k := _pick_amt(red_size, (MM_K,))) and nacc + MM_K * (ncols + 1) <= regs:
     k = _try(k, Opt(OptOps.UNROLL, _pos(k, red), amt_k))
   if other is not None and _panel_reuse(k, _same(k, other)) >= MM_PACK_REUSE and not getattr(rnd, "has_local", False):
     # the input the row loop doesn't use is read at a stride of a whole row per reduce step (a new page each time for big
