@@ -29,12 +29,29 @@ def pytest_runtest_setup(item: Any) -> None:
   from core.testing.capabilities import check_marks
   check_marks(item)
 
+def subset() -> str:
+  """CORE_CONFORMANCE: "full" (the default) or "smoke", every suite test function once, at its first parametrization.
+  A smoke run is for a variant of a DEV string another run covers in full (another path to the same renderer, another
+  arch of it, IMAGE=1): it reaches every op family and check once, at about a fifth of the tests."""
+  mode = os.getenv("CORE_CONFORMANCE", "full").lower()
+  if mode not in ("full", "smoke"): raise pytest.UsageError(f"CORE_CONFORMANCE={mode!r}: expected 'full' or 'smoke'")
+  return mode
+
 def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -> None:
   # tag the suite's tests where their real paths are known: node ids of files outside the rootdir are relative to
   # whatever pytest picks, and with xdist only the reports (which carry user_properties) reach the controller
-  suite = SUITE.resolve()
+  suite, smoke = SUITE.resolve(), subset() == "smoke"
+  seen: set[tuple[str, str]] = set()
+  keep, dropped = [], []
   for it in items:
-    if suite in pathlib.Path(str(it.path)).resolve().parents: it.user_properties.append(SUITE_TAG)
+    if suite not in pathlib.Path(str(it.path)).resolve().parents: keep.append(it); continue
+    it.user_properties.append(SUITE_TAG)
+    fn = (str(it.path), getattr(it, "originalname", it.name))
+    if smoke and fn in seen: dropped.append(it)
+    else: seen.add(fn); keep.append(it)
+  if dropped:
+    config.hook.pytest_deselected(items=dropped)
+    items[:] = keep
 
 SUITE_TAG = ("core_conformance", True)
 def _in_suite(report: Any) -> bool: return any(tuple(p) == SUITE_TAG for p in getattr(report, "user_properties", ()))
@@ -68,6 +85,7 @@ def summary_line(device: str, passed: int, failed: int, reasons: list[str]) -> s
   unsupported = sorted(r for r in counts if r.startswith(UNSUPPORTED))
   other = sorted(r for r in counts if not r.startswith(UNSUPPORTED))
   mode = " (compile-only: kernels compiled, values not checked)" if compile_only() else ""
+  if subset() == "smoke": mode += " (smoke: each test function at its first parametrization)"
   line = f"conformance DEV={device}{mode}: {passed} passed, {failed} failed, {len(reasons)} skipped"
   if unsupported: line += f" (unsupported: {fmt(unsupported, UNSUPPORTED)})"
   if other: line += f" (other skips: {fmt(other)})"

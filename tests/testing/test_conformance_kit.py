@@ -24,7 +24,8 @@ FAKE_CAPS = textwrap.dedent('''
 def run_pytest(tmp_path, *args: str, **env: str) -> tuple[str, dict[str, int]]:
   """Runs pytest in a fresh process on the PYTHON device from an empty folder; returns its output and pytest's own counts."""
   (tmp_path / "fake_caps.py").write_text(FAKE_CAPS)
-  full_env = {k: v for k, v in os.environ.items() if k not in ("DEV", "CORE_TEST_SCALE", "PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
+  full_env = {k: v for k, v in os.environ.items() if k not in ("DEV", "CORE_TEST_SCALE", "CORE_CONFORMANCE", "PYTEST_XDIST_WORKER",
+                                                               "PYTEST_ADDOPTS")}
   full_env.update({"DEV": "PYTHON", "PYTHONPATH": os.pathsep.join([str(tmp_path)] + sys.path), **env})
   p = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "-q", *args], cwd=tmp_path, env=full_env,
                      capture_output=True, text=True, timeout=600)
@@ -80,6 +81,24 @@ def test_scale_below_one_reports_other_skip(tmp_path):
   assert counts.get("skipped") == 1, out
   assert conformance_line(out) == ("conformance DEV=PYTHON: 0 passed, 0 failed, 1 skipped "
                                    "(other skips: the > 2^24 element reduction only runs at CORE_TEST_SCALE >= 1)")
+
+def test_smoke_subset_runs_each_test_function_once(tmp_path):
+  # test_comparisons has 5 dtype parametrizations and test_where one: smoke keeps the first of each
+  def collected(**env: str) -> list[str]:
+    out, _ = run_pytest(tmp_path, "--core-conformance", "-k", "test_comparisons or test_where", "--collect-only", **env)
+    return [ln for ln in out.splitlines() if "::" in ln]
+  full, smoke = collected(), collected(CORE_CONFORMANCE="smoke")
+  firsts: dict[str, str] = {}
+  for nid in full: firsts.setdefault(nid.split("[")[0], nid)
+  assert len(full) > len(firsts) >= 2 and smoke == list(firsts.values()), (full, smoke)
+  out, counts = run_pytest(tmp_path, "--core-conformance", "-k", "test_comparisons or test_where", CORE_CONFORMANCE="smoke")
+  assert counts["passed"] == len(firsts), out
+  assert conformance_line(out) == (f"conformance DEV=PYTHON (smoke: each test function at its first parametrization): "
+                                   f"{len(firsts)} passed, 0 failed, 0 skipped")
+
+def test_unknown_subset_is_a_usage_error(tmp_path):
+  out, _ = run_pytest(tmp_path, "--core-conformance", "-k", "test_comparisons", CORE_CONFORMANCE="quick")
+  assert "CORE_CONFORMANCE='quick': expected 'full' or 'smoke'" in out, out
 
 def test_plugin_inactive_unless_asked(tmp_path):
   (tmp_path / "test_mine.py").write_text("def test_one():\n  assert 1 + 1 == 2\n")
