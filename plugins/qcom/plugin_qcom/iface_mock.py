@@ -18,6 +18,7 @@ from core.device.compiled import Compiled
 from core.device.compiler import Compiler
 from core.device.hcq import handle_addr
 from core.device.target import Target
+from core.helpers import LRUCache
 from plugin_qcom import cl
 from plugin_qcom.compiler import CLCompiler
 from plugin_qcom.iface_cl import CLImage, CLProgram, caps_of, create_image, image_region
@@ -57,10 +58,11 @@ class MockCompiler(Compiler):
     return build_image(name, src.encode(), nbufs, nvars, image_args(src))
 
 class CLLauncher:
-  """Runs a dispatch's OpenCL C on the CL interface: programs cached by code, buffers as cl_mem over the host memory."""
-  def __init__(self, ctx: cl.CLContext, compiler: CLCompiler):
+  """Runs a dispatch's OpenCL C on the CL interface: programs cached by code (the most recent 512, as the CL interface keeps;
+  CORE_CACHE_QCOM_MOCK_PROGRAMS_<name> changes it), buffers as cl_mem over the host memory."""
+  def __init__(self, ctx: cl.CLContext, compiler: CLCompiler, name: str = "QCOM"):
     self.ctx, self.compiler = ctx, compiler
-    self._programs: dict[bytes, CLProgram] = {}
+    self._programs = LRUCache(f"qcom_mock_programs_{name.replace(':', '_')}", 512)
 
   def __call__(self, code: bytes, bufs: list[int], vals: list[int], groups: tuple[int, int, int], local: tuple[int, int, int],
                images: dict[int, Image] | None = None) -> None:
@@ -159,7 +161,7 @@ def open_device(name: str, target: Target | None) -> Compiled:
   ctx = cl.context()
   clc = CLCompiler(ctx)
   with _lock:
-    if (hcq := _by_device.get(name)) is None: hcq = _by_device[name] = MockHCQ(name, CLLauncher(ctx, clc))
+    if (hcq := _by_device.get(name)) is None: hcq = _by_device[name] = MockHCQ(name, CLLauncher(ctx, clc, name))
   renderer = OpenCLRenderer(caps_of(ctx), name)
   renderer.guard_accesses = True   # the OpenCL C runs on the host (pocl): accesses not proven in range are checked (access_guard)
   return Compiled(name, MockAllocator(name), renderer, MockCompiler(clc), no_direct_path, target, hcq=hcq)

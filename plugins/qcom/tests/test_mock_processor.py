@@ -151,3 +151,18 @@ def test_a_descriptor_that_disagrees_with_the_kernel_is_refused() -> None:
   host = Host()
   words, *_, cp = image_launch(host, (2, 4))
   with pytest.raises(PacketError, match=r"texture 0 is a 2x4 half image; kernel k's argument 1 is 1x8 half"): cp.run(words)
+
+def test_launcher_keeps_the_most_recent_programs(clctx: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+  # every kernel ever dispatched used to stay built; now the launcher keeps a bounded LRU of them, as the CL interface does
+  from plugin_qcom.compiler import CLCompiler
+  from plugin_qcom.iface_mock import CLLauncher, MockAllocator
+  monkeypatch.setenv("CORE_CACHE_QCOM_MOCK_PROGRAMS_T", "2")
+  launcher, alloc = CLLauncher(clctx, CLCompiler(clctx), "T"), MockAllocator()
+  buf = alloc.alloc(16)
+  addr = ctypes.addressof(buf)
+  for c in (1, 2, 3, 1):
+    code = (f"__kernel __attribute__((reqd_work_group_size(4,1,1))) void k{c}(__global float* restrict data0) "
+            f"{{ data0[get_local_id(0)] = {c}.0f; }}").encode()
+    launcher(code, [addr], [], (1, 1, 1), (4, 1, 1))
+    assert list(struct.unpack("<4f", bytes(buf))) == [c] * 4
+  assert len(launcher._programs) == 2 and launcher._programs.evictions == 2 and launcher._programs.misses == 4
