@@ -1,5 +1,6 @@
 """realize(): schedule tensor graphs, run the kernels, and remember which nodes now live in buffers."""
 from __future__ import annotations
+import sys
 from typing import Any
 from core.ir.dtype import DType
 from core.ir.ops import UOp, Ops, GroupOp, sym_val
@@ -252,10 +253,26 @@ def _scheduled(todo: list[UOp], key: tuple, inputs: list[UOp], lits: tuple[UOp, 
 
 # *** eager fast path: a cached schedule run again with only its buffers bound (no schedule items, no submission lookup) ***
 
+# An eager plan keeps the Buffers it created for a small slot (POOL_DEPTH of them) and hands one out again once nothing else
+# holds it: its result, every view, numpy array and node fact over it are gone, so its memory is as free as a block in the
+# allocator's cache, and a repeat skips making, allocating and freeing a Buffer. Small buffers only: a cached plan must not
+# keep much memory alive. Two per slot: `y = (x + 1).realize()` in a loop runs while the previous y is still alive.
+POOL_BYTES = 4 << 10
+POOL_DEPTH = 2
+_refcount = sys.getrefcount
+
+def _free_refs() -> int:
+  """getrefcount of a Buffer that only a pool holds, as EagerPlan's loop over the pool sees it (measured: interpreters count
+  a loop variable and the call's argument differently)."""
+  for p in [object()]: return _refcount(p)
+  raise AssertionError
+_FREE_REFS = _free_refs()
+
 class EagerPlan:
-  """A cached schedule made runnable over slots: its input placeholders, then the buffers it creates (fresh for every call).
-  The replay (core.engine.run's HCQReplay or replay.DirectReplay) is bound to those slots once; each call makes the created
-  buffers, runs the replay on this call's Buffers and rebuilds the results over them."""
+  """A cached schedule made runnable over slots: its input placeholders, then the buffers it creates (new memory for each
+  result: a pooled Buffer only once nothing holds it any more). The replay (core.engine.run's HCQReplay or
+  replay.DirectReplay) is bound to those slots once; each call gets the created buffers, runs the replay on this call's
+  Buffers and rebuilds the results over them."""
   def __init__(self, items: list[ScheduleItem], res: list[UOp], phs: list[UOp], var_vals: dict[UOp, int]):
     phset = set(phs)
     created = list(dict.fromkeys(b for it in items for b in it.bufs if b not in phset))
@@ -265,6 +282,7 @@ class EagerPlan:
     escaping = {_base(r) for r in res}
     # per created buffer: (DEVICE node, size, dtype, needs a uop: a result lives in it)
     self.created = [(b.src[1], b.arg, b.dtype, b in escaping) for b in created]
+    self.pools: list[list[Buffer] | None] = [[] if type(b.arg) is int and b.arg * b.dtype.itemsize <= POOL_BYTES else None for b in created]
     self.written = sorted({index[it.bufs[0]] for it in items if it.bufs and it.bufs[0] in phset})   # inputs assigned into
     # per result: (slot of its base buffer, movement ops over it from the bottom up), or (-1, the result over placeholders)
     self.results: list[tuple[int, Any]] = []
@@ -285,15 +303,25 @@ class EagerPlan:
     bufs = [(f.buffer if (f := _fget(id(u))) is not None and f.buffer is not None else buffer_of(u)) for u in inputs]
     # the created buffers get their memory here, before the replay reads their addresses (its allocate-on-miss goes through
     # an AttributeError, about 0.7 us a buffer)
-    for dev, size, dtype, named in self.created:
+    for (dev, size, dtype, named), pool in zip(self.created, self.pools):
+      b = None
+      if pool is not None:
+        for p in pool:
+          if _refcount(p) == _FREE_REFS:   # only the pool holds it
+            b = p
+            break
+      if b is None:
+        b = Buffer(dev.arg, size, dtype).allocate()
+        if pool is not None:
+          # a full pool lets its oldest go: that Buffer is freed as usual when whatever holds it lets go
+          if len(pool) >= POOL_DEPTH: del pool[0]
+          pool.append(b)
       if named:
         # UOp.new_buffer with the DEVICE node at hand, and buffer_of's entry set directly (the node is this thread's alone)
         u = UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, arg=next(_unique_ids)), dev), size)
-        facts.of(u).buffer = b = Buffer(dev.arg, size, dtype).allocate()
+        facts.of(u).buffer = b
         uops.append(u)
-      else:
-        b = Buffer(dev.arg, size, dtype).allocate()   # an intermediate: only its memory is needed, for this run
-        uops.append(None)
+      else: uops.append(None)   # an intermediate: only its memory is needed, for this run
       bufs.append(b)
     if self.replay is not None: self.replay(bufs, var_vals)
     out = []

@@ -1,0 +1,74 @@
+"""The eager plan's buffer pool: a repeat of an op takes a Buffer an earlier result left behind only once nothing holds it."""
+import gc, weakref
+import numpy as np
+from core import Tensor, GlobalCounters
+from core.engine import realize as R
+
+def _buffer(t: Tensor):
+  return R.realized_buffer(t.uop)[0]
+
+def _warm(a: Tensor) -> None:
+  for _ in range(3): (a + 1).realize()   # compiled, then the eager plan built (on the second use)
+
+def test_a_dead_results_buffer_is_handed_out_again():
+  a = Tensor(np.arange(64, dtype=np.float32)).realize()
+  _warm(a)
+  r = (a + 1).realize()
+  buf = weakref.ref(_buffer(r))   # a strong reference here would keep it out of the pool
+  del r
+  r2 = (a + 1).realize()
+  assert buf() is not None and _buffer(r2) is buf()
+  np.testing.assert_array_equal(r2.numpy(), np.arange(64) + 1)
+
+def test_kept_results_keep_their_values_over_repeats():
+  a = Tensor(np.arange(64, dtype=np.float32)).realize()
+  _warm(a)
+  kept = {}
+  y = None
+  for i in range(12):
+    y = (a + i).realize()   # the previous y is alive while this one runs
+    if i % 3 == 0: kept[i] = y
+  for i, t in kept.items(): np.testing.assert_array_equal(t.numpy(), np.arange(64) + i)
+  np.testing.assert_array_equal(y.numpy(), np.arange(64) + 11)
+  live = [*kept.values(), y]
+  assert len({id(_buffer(t)) for t in live}) == len(live)
+
+def test_a_numpy_view_keeps_the_memory_out_of_the_pool():
+  a = Tensor(np.arange(64, dtype=np.float32)).realize()
+  _warm(a)
+  arr = (a + 1).realize().numpy()   # on host memory a view that holds the Buffer, the tensor itself gone
+  for i in range(5): (a + 10 + i).realize()
+  np.testing.assert_array_equal(arr, np.arange(64) + 1)
+
+def test_intermediates_and_new_inputs_over_repeats():
+  rng = np.random.default_rng(1)
+  xs = [rng.standard_normal((8, 16)).astype(np.float32) for _ in range(5)]
+  outs = []
+  for x in xs:
+    t = Tensor(x).realize()
+    outs.append(((t + 1).sum(axis=1).reshape(8, 1) * t).realize())   # a reduce feeding an elementwise kernel
+  for x, o in zip(xs, outs): np.testing.assert_allclose(o.numpy(), (x + 1).sum(axis=1, keepdims=True) * x, rtol=1e-5, atol=1e-5)
+
+def test_pooled_memory_is_bounded_and_freed_with_the_plan():
+  dev = Tensor([0.0]).device
+  a = Tensor(np.arange(64, dtype=np.float32)).realize()
+  _warm(a)
+  gc.collect()
+  before = GlobalCounters.mem_used[dev]
+  for i in range(30): (a * i).realize()
+  # at most POOL_DEPTH idle buffers of 256 bytes for each of the two plans (a + 1, a * i)
+  assert GlobalCounters.mem_used[dev] <= before + 2 * R.POOL_DEPTH * 256
+  R.schedules.clear()   # the plans go, and their pools with them
+  gc.collect()
+  assert GlobalCounters.mem_used[dev] < before
+
+def test_big_results_are_freed_when_they_die():
+  dev = Tensor([0.0]).device
+  a = Tensor.ones(1 << 14, device=dev).realize()   # 64 KiB: over POOL_BYTES
+  for _ in range(3): (a + 1).realize()
+  gc.collect()
+  before = GlobalCounters.mem_used[dev]
+  r = (a + 1).realize()
+  assert GlobalCounters.mem_used[dev] == before + (4 << 14)
+  del r
+  assert GlobalCounters.mem_used[dev] == before
