@@ -3,7 +3,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 from core.helpers import prod, argfix
-from core.ir.dtype import DTypeLike, dtypes, to_dtype, from_np
+from core.ir.dtype import DType, DTypeLike, dtypes, to_dtype, from_np
 from core.ir.ops import UOp
 from core.tensor.validate import scalar_dtype, check_scalar_fits
 
@@ -14,6 +14,19 @@ def _shape(shape: tuple[Any, ...]) -> tuple[int, ...]:
   s = argfix(*shape)
   if not all(isinstance(d, int) and d >= 0 for d in s): raise ValueError(f"a shape needs non-negative ints, got {s}")
   return s
+
+_np_storage: dict[Any, DType] = {}   # numpy dtype -> the DType holding it as it is, filled on first use of each
+
+def ndarray_uop(arr: Any, device: str) -> UOp | None:
+  """Tensor(ndarray)'s usual case in few steps (a Jit's input each call): a non-empty C-contiguous array of a dtype core holds
+  as it is becomes a buffer with a copy of its bytes. None where the general conversion (tensor._host_bytes) must look: strided
+  views, empty arrays, dtypes core has no equivalent for."""
+  if not arr.flags.c_contiguous or not arr.size: return None
+  if (dt := _np_storage.get(arr.dtype)) is None:
+    try: dt = _np_storage[arr.dtype] = from_np(arr.dtype)
+    except TypeError: return None
+  from core.engine.realize import from_host
+  return from_host(memoryview(arr.reshape(-1).view("u1")), dt, device, arr.shape)
 
 class CreationMixin:
   @classmethod

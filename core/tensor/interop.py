@@ -21,15 +21,36 @@ class _Pinned:
 def host_array(t: Tensor, readonly: bool = True) -> np.ndarray | None:
   """A numpy array over t's realized memory, or None when its device's memory is not host memory this process can see (or
   the dtype has no numpy equivalent)."""
-  import numpy as np
   from core.engine.realize import realized_buffer
   if t.dtype.fmt is None: return None
   buf, n = realized_buffer(t.uop)
-  shape = _sym_shape(t)   # symbolic dims read with their variables' current values
+  return _view_of(buf, n, _sym_shape(t), t.dtype, readonly)   # symbolic dims read with their variables' current values
+
+def _view_of(buf: Buffer, n: int, shape: tuple[int, ...], dtype: DType, readonly: bool) -> np.ndarray | None:
+  import numpy as np
   if n == 0 or buf.rewritten or (mv := buf.host_view()) is None: return None
   if mv.readonly and not readonly: return None
   addr = np.frombuffer(mv, dtype=np.uint8).ctypes.data   # the view's start (a view Buffer's offset included)
-  return np.asarray(_Pinned(buf, addr, shape, t.dtype, readonly))
+  return np.asarray(_Pinned(buf, addr, shape, dtype, readonly))
+
+def to_numpy(t: Tensor) -> np.ndarray:
+  """Tensor.numpy() of a dtype numpy has: a read-only view of t's memory where that is host memory nothing rewrites (the CPU
+  device), else a fresh writable copy the caller owns (a Jit's outputs, which its next replay rewrites, come back this way).
+  t itself stays lazy: reading must not cut the autograd graph. One realize serves both ways (an assign in the graph runs once)."""
+  import numpy as np
+  from core.engine.realize import engine_lock, realized_buffer
+  shape = t.shape
+  if not all(type(d) is int for d in shape): shape = _sym_shape(t)   # read with its variables' current values
+  npdt = to_np(t.dtype)
+  if prod(shape) == 0: return np.zeros(shape, dtype=npdt)
+  buf, n = realized_buffer(t.uop)
+  if (a := _view_of(buf, n, shape, t.dtype, True)) is not None: return a
+  # the copy lands in the array itself; a buffer sized for larger values of a symbolic shape is copied whole and cut
+  whole = n * buf.dtype.itemsize == buf.nbytes
+  out: Any = np.empty(shape, dtype=npdt) if whole else np.empty(buf.nbytes, dtype=np.uint8)
+  with engine_lock:   # the buffer may be a Jit's, which another thread's replay writes
+    buf.copyout(memoryview(out).cast("B"))
+  return out if whole else out[:n * buf.dtype.itemsize].view(npdt).reshape(shape)
 
 def _sym_shape(t: Tensor) -> tuple[int, ...]:
   from core.ir.ops import sym_val

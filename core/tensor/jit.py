@@ -82,7 +82,26 @@ class Jit(Generic[R]):
   def __call__(self, *args: Any, **kwargs: Any) -> R:
     with self._lock: return self._call(args, kwargs)
 
+  def _fast_inputs(self, args: tuple) -> list[UOp] | None:
+    """The base BUFFER uops of a replay call's inputs when every one is already a realized buffer (or a static reshape of one, as
+    Tensor(ndarray) makes) with exactly the captured concrete shape, dtype and device, and no Variable is passed: the common
+    replay, bound without a realize call or a signature walk. None when the general path must look."""
+    new: list[UOp] = []
+    sig = self.signature
+    for a in args:
+      if type(a) is UOp: return None
+      if not isinstance(a, Tensor): continue
+      if len(new) == len(sig): return None
+      u = a.uop
+      b = u.src[0] if u.op is Ops.RESHAPE and len(u.src) == 1 else u
+      s, dt, dev = sig[len(new)]
+      if b.op is not Ops.BUFFER or u.shape != s or u.dtype != dt or b.src[1].arg != dev: return None
+      new.append(b)
+    return new if len(new) == len(sig) else None
+
   def _call(self, args: tuple, kwargs: dict[str, Any]) -> R:
+    if self.cnt == 2 and self.concrete and JIT and not kwargs and (new := self._fast_inputs(args)) is not None:
+      with engine_lock: return self._replay(new, {})
     inputs = _tensors_in(args, kwargs)
     for t in inputs: t.realize()
     # the replay of a call whose inputs have exactly the captured concrete shapes and no Variable is passed: none of the symbolic
@@ -90,7 +109,7 @@ class Jit(Generic[R]):
     if self.cnt == 2 and self.concrete and JIT and len(inputs) == len(self.signature) and \
        not any(isinstance(a, UOp) for a in args) and not any(isinstance(a, UOp) for a in kwargs.values()) and \
        all(t.shape == s and t.dtype == dt and t.device == dev for t, (s, dt, dev) in zip(inputs, self.signature)):
-      with engine_lock: return self._replay(inputs, {})
+      with engine_lock: return self._replay([_base_buffer(t.uop) for t in inputs], {})
     for t in inputs:
       # a symbolic input is read through its symbolic shape only (never through the concrete shape it came from), so
       # the captured kernels index it correctly for every value of its variables
@@ -129,11 +148,11 @@ class Jit(Generic[R]):
     if sig != self.signature:
       raise JitError(f"Jit {getattr(self.fxn, '__name__', 'function')}: inputs changed from {self.signature} to {sig}; "
                      "a Jit replays fixed shapes and dtypes (make a new Jit, or call .reset())")
-    with engine_lock: return self._replay(inputs, var_vals)
+    with engine_lock: return self._replay([_base_buffer(t.uop) for t in inputs], var_vals)
 
-  def _replay(self, inputs: list[Any], var_vals: dict[UOp, int]) -> R:
-    """Runs the captured kernels on this call's inputs (under the engine lock: the submission and buffers are shared state)."""
-    new = [_base_buffer(t.uop) for t in inputs]
+  def _replay(self, new: list[UOp], var_vals: dict[UOp, int]) -> R:
+    """Runs the captured kernels on this call's input buffers `new` (under the engine lock: the submission and buffers are shared
+    state)."""
     if self.rng_draws:
       # fresh random numbers on every replay: the draws continue the global counter exactly as eager calls would
       for t in self.rng_base.values(): buffer_of(_base_buffer(t.uop)).copyin(struct.pack("<I", Tensor._rng_counter & 0xFFFFFFFF))

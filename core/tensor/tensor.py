@@ -4,8 +4,8 @@ import builtins, contextlib, functools, threading, weakref
 from typing import Any, ClassVar
 from core.helpers import TRAINING, prod
 from core.ir.dtype import DType, DTypeLike, ConstType, dtypes, to_dtype, from_np, to_np, least_upper_dtype
-from core.ir.ops import UOp, Ops, sym_val
-from core.tensor.creation import CreationMixin
+from core.ir.ops import UOp, Ops
+from core.tensor.creation import CreationMixin, ndarray_uop
 from core.tensor.random import RandomMixin
 from core.tensor.movement import MovementMixin
 from core.tensor.indexing import IndexingMixin
@@ -14,7 +14,7 @@ from core.tensor.reduce import ReduceMixin
 from core.tensor.conv import ConvMixin
 from core.tensor.nnops import NNOpsMixin
 from core.tensor.sort import SortMixin
-from core.tensor.interop import InteropMixin, host_array
+from core.tensor.interop import InteropMixin, to_numpy
 from core.tensor.fs import StoreMixin
 from core.tensor.gradient import with_gradient
 from core.tensor.validate import scalar_dtype, check_scalar_fits
@@ -107,10 +107,12 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
           raise TypeError(f"Tensor: can't build from {type(data).__name__}; pass a scalar, list, numpy array, bytes or UOp")
         import numpy as np
         if isinstance(data, np.generic): data = np.array(data)
-        raw, store, shape, cast_to = _host_bytes(data, dt)
-        from core.engine.realize import from_host
-        uop = UOp.const(store, 0, dev, shape) if prod(shape) == 0 else from_host(raw, store, dev, tuple(shape))
-        if cast_to is not None: uop = uop.cast(cast_to)
+        if dt is None and type(data) is np.ndarray and (fast := ndarray_uop(data, dev)) is not None: uop = fast
+        else:
+          raw, store, shape, cast_to = _host_bytes(data, dt)
+          from core.engine.realize import from_host
+          uop = UOp.const(store, 0, dev, shape) if prod(shape) == 0 else from_host(raw, store, dev, tuple(shape))
+          if cast_to is not None: uop = uop.cast(cast_to)
     self.uop = uop
 
   # backward() finds its targets among the live tensors that require grad: a tensor joins `_all` when its requires_grad is
@@ -190,16 +192,9 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
     return self
 
   def numpy(self) -> Any:
-    import numpy as np
+    """The values as a numpy array: a read-only view of host memory (the CPU device), else a fresh copy (core.tensor.interop)."""
     if self.dtype.fmt is None: return self.cast(dtypes.float32).numpy()
-    shape = tuple(sym_val(d) for d in self.shape)   # a symbolic shape reads with its variables' current values
-    if prod(shape) == 0: return np.zeros(shape, dtype=to_np(self.dtype))
-    # self stays lazy (reading must not cut the autograd graph); an assign in it runs once (core.engine.realize).
-    # Host memory (the CPU device) is not copied: a read-only view that keeps the memory alive (interop.host_array)
-    if (a := host_array(self)) is not None: return a.reshape(shape)
-    from core.engine.realize import to_host
-    # to_host's bytes are a fresh bytearray no one else holds: the array takes it as its memory (writable, no further copy)
-    return np.frombuffer(to_host(self.uop), dtype=to_np(self.dtype)).reshape(shape)
+    return to_numpy(self)
   def data(self) -> memoryview:
     from core.engine.realize import to_host
     return to_host(self.uop)

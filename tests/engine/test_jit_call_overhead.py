@@ -1,9 +1,12 @@
 """The Jit's per-call shortcuts keep its semantics (issue 24.5: a replay's cost beside its kernels): returned views of captured
 buffers are handed back without a graph walk, views of this call's inputs still follow the inputs, `.numpy()` of a replay's
-output is the caller's own copy, and threads (each with its own Jit, or one shared) still get their own answers."""
+output is the caller's own copy, inputs that are buffers already are bound without a realize (the others as before), and
+threads (each with its own Jit, or one shared) still get their own answers."""
 import threading
 import numpy as np
+import pytest
 from core import Tensor, Jit
+from core.tensor.jit import JitError
 
 def test_returned_views_of_captured_buffers_and_of_inputs():
   @Jit
@@ -50,3 +53,22 @@ def test_threads_with_own_and_shared_jits_get_their_own_results():
   for t in threads: t.start()
   for t in threads: t.join()
   assert not errors, errors[:3]
+
+def test_replay_binds_buffer_inputs_directly_and_the_rest_through_the_general_path():
+  @Jit
+  def f(x, y): return (x * 2 + y).reshape(2, 3)
+  rng = np.random.default_rng(2)
+  y = rng.standard_normal(6).astype(np.float32)
+  for _ in range(3): f(Tensor(rng.standard_normal(6).astype(np.float32)), Tensor(y))
+  # Tensor(ndarray) is a buffer already: bound without a realize; a lazy graph, a keyword input or a changed dtype is not
+  xs = [rng.standard_normal(6).astype(np.float32) for _ in range(4)]
+  assert f._fast_inputs((Tensor(xs[0]), Tensor(y))) is not None
+  assert f._fast_inputs((Tensor(xs[0]) + 1, Tensor(y))) is None and f._fast_inputs((Tensor(xs[0]),)) is None
+  assert f._fast_inputs((Tensor(xs[0].astype(np.float64)), Tensor(y))) is None
+  for i, x in enumerate(xs):
+    got = [f(Tensor(x), Tensor(y)).numpy(), f(Tensor(x[::-1].copy())[::-1], Tensor(y)).numpy(), f(x=Tensor(x), y=Tensor(y)).numpy(),
+           f(Tensor(x * 0 + i), Tensor(y)).numpy()]
+    for g, want in zip(got, [x * 2 + y] * 3 + [np.full(6, 2 * i, np.float32) + y]):
+      np.testing.assert_allclose(g, want.reshape(2, 3), rtol=1e-6)
+  with pytest.raises(JitError, match="inputs changed"): f(Tensor(xs[0].astype(np.float64)), Tensor(y))
+  with pytest.raises(JitError, match="inputs changed"): f(Tensor(xs[0].reshape(2, 3)), Tensor(y))

@@ -80,3 +80,28 @@ def test_from_blob(cpu):
   with pytest.raises(ValueError, match="ptr must be a positive int"): Tensor.from_blob(0, (1,))
   with pytest.raises(ValueError, match="shape must be non-negative ints"): Tensor.from_blob(src.ctypes.data, (-1,))
   with pytest.raises(ValueError, match="PYTHON can't wrap host memory"): Tensor.from_blob(src.ctypes.data, (2,), device="PYTHON")
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.int8, np.uint16, np.int64, np.bool_])
+def test_tensor_from_ndarray_copies_its_values(dtype):
+  from core.tensor.creation import ndarray_uop
+  rng = np.random.default_rng(3)
+  base = (rng.standard_normal((3, 4, 5)) * 50).astype(dtype)
+  # contiguous arrays (a 0-d one too) take the short way, the others the general conversion: all copied, values and dtype kept
+  cases = [(lambda b: b, True), (lambda b: b[1], True), (lambda b: np.array(b[0, 0, 0]), True), (lambda b: b[:, ::2], False),
+           (np.asfortranarray, False), (lambda b: b[:0], False), (lambda b: np.frombuffer(b.tobytes(), dtype=dtype).reshape(b.shape), True)]
+  for make, short in cases:
+    a = make(base.copy())
+    assert (ndarray_uop(a, Device.DEFAULT) is not None) == short
+    want = a.copy()
+    t = Tensor(a)
+    if a.flags.writeable: a[...] = 0   # the tensor holds its own copy
+    got = t.numpy()
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+  np.testing.assert_array_equal(Tensor(base, dtype="float32").numpy(), base.astype(np.float32))
+
+def test_numpy_of_a_tensor_with_a_symbolic_shape_reads_its_current_size():
+  from core.ir.ops import UOp
+  v = UOp.variable("n", 1, 8)
+  t = Tensor(np.arange(8, dtype=np.int32))
+  assert t.reshape(8)[:v.bind(3)].numpy().tolist() == [0, 1, 2]
