@@ -1,6 +1,6 @@
 """Compiler base: source text -> binary, with a crash-safe on-disk cache keyed by compiler identity and source hash."""
 from __future__ import annotations
-import dataclasses, functools, hashlib, os, pathlib, re, stat, tempfile, threading
+import dataclasses, functools, hashlib, os, pathlib, re, stat, threading
 from typing import Any
 from core.helpers import ContextVar, cache_dir
 
@@ -48,7 +48,9 @@ def _read_entry(path: pathlib.Path) -> bytes | None:
   return lib
 
 def _write_entry(path: pathlib.Path, lib: bytes) -> None:
-  # temp file + os.replace: readers see the old entry or the new one, never half of one; a read-only cache is not an error
+  # temp file + os.replace: readers see the old entry or the new one, never half of one; a read-only cache is not an error.
+  # tempfile (with shutil, bz2 and lzma, ~3 ms) is imported by a cache miss only: a warm start never writes an entry
+  import tempfile
   try:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")

@@ -4,9 +4,10 @@ a process that only reads compiled binaries from the cache never loads LLVM.
 Why: the LLVM compilers name their cache entries by these facts, and asking llvmlite for them means importing
 llvmlite.binding, which loads the LLVM shared library (tens of ms of every start). The facts change only with llvmlite's
 build or the CPU, so the file is named by both: llvmlite's library file (path, size and time), and this CPU's model and feature
-flags from /proc/cpuinfo (without one, as on macOS, LLVM is asked in every process)."""
+flags from /proc/cpuinfo (without one, as on macOS, LLVM is asked in every process). The file holds the four facts one per
+line (none holds a line break), not JSON: json's import would cost each start ~1 ms for reading four strings."""
 from __future__ import annotations
-import dataclasses, functools, hashlib, json, os, platform, threading
+import dataclasses, functools, hashlib, os, platform, threading
 from core.helpers import cache_dir
 
 @dataclasses.dataclass(frozen=True)
@@ -54,14 +55,15 @@ def host_llvm() -> HostLLVM:
     if not _cpuinfo(): return _ask_llvm()
     try: key = hashlib.sha256(f"{_llvmlite_identity()}|{host_cpu_id()}".encode()).hexdigest()[:24]
     except (ImportError, OSError): return _ask_llvm()
-    path = cache_dir() / "llvm_host" / f"{key}.json"
-    try: return HostLLVM(**json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError): pass
+    path = cache_dir() / "llvm_host" / f"{key}.txt"
+    try:
+      if len(lines := path.read_text().split("\n")) == len(dataclasses.fields(HostLLVM)) and all(lines): return HostLLVM(*lines)
+    except (OSError, ValueError): pass
     facts = _ask_llvm()
     try:
       path.parent.mkdir(parents=True, exist_ok=True)
       tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-      tmp.write_text(json.dumps(dataclasses.asdict(facts)))
+      tmp.write_text("\n".join(dataclasses.astuple(facts)))
       os.replace(tmp, path)
     except OSError: pass
     return facts

@@ -1,6 +1,6 @@
 """The plugin manager: finds backends through entry points, imports each only when needed, keeps its failures to itself."""
 from __future__ import annotations
-import dataclasses, difflib, importlib, os, re, threading
+import dataclasses, importlib, os, re, threading
 from typing import Any, Callable, Iterable
 from core.device.spec import DeviceSpec, resolve
 from core.device.target import Target
@@ -28,7 +28,8 @@ def _name_version(dist: Any) -> tuple[str | None, str | None]:
 
 def _norm(dist: str) -> str: return re.sub(r"[-_.]+", "-", dist).lower()
 def did_you_mean(name: str, choices: Iterable[str], n: int = 3) -> str:
-  # compared case-insensitively, suggested as spelled by their owner
+  # compared case-insensitively, suggested as spelled by their owner; difflib is imported here, on the error path only
+  import difflib
   by_upper = {c.upper(): c for c in choices}
   close = difflib.get_close_matches(name.upper(), list(by_upper), n=n, cutoff=0.5)
   return f" Did you mean {' or '.join(by_upper[c] for c in close)}?" if close else ""

@@ -5,7 +5,7 @@ one track per device and queue; Perfetto (ui.perfetto.dev) and chrome://tracing 
 Times come from where the work ran: the direct path times each call on the host; HCQ devices get a TIMESTAMP command before
 and after each launch and copy (core/hcq/timestamps.py), read back after the run and converted with HCQDevice.timestamp_ns."""
 from __future__ import annotations
-import atexit, json, os, threading, time
+import atexit, os, threading, time
 from dataclasses import dataclass, field
 from typing import Any
 from core.device.counters import GlobalCounters
@@ -99,6 +99,7 @@ def write_trace(path: str | None = None) -> str:
   """Writes the recorded events as a Chrome trace (temp file + rename, so a reader never sees half of one); returns the path."""
   path = path or os.getenv("PROFILE_PATH") or "profile.json"
   tmp = f"{path}.{os.getpid()}.tmp"
+  import json   # only PROFILE=1 writes a trace: every other process skips json's import
   with open(tmp, "w") as f: json.dump(chrome_trace(events()), f)
   os.replace(tmp, path)
   return path

@@ -1,8 +1,9 @@
 """Renderer base: the capabilities codegen reads, and render(name, uops) -> source text."""
 from __future__ import annotations
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from core.ir.dtype import DType, dtypes
-from core.device.tensor_core import TensorCore
+# a type only: tensor_core's dataclasses and layout checks (~2 ms) load with the renderers that offer tensor cores, not with every one
+if TYPE_CHECKING: from core.device.tensor_core import TensorCore
 
 class Renderer:
   """Describes what a target can do and turns a linearized kernel into source. Subclasses override the class attributes; those

@@ -1,7 +1,7 @@
 """Start-up stays lazy (issue 23 item 7): what `import core` and plugin discovery load, checked by the modules a fresh process
 has imported (bench/startup.py has the timings). The entry-point reader must agree with importlib.metadata."""
 from __future__ import annotations
-import json, os, subprocess, sys, zipfile
+import json, os, pathlib, subprocess, sys, zipfile
 import importlib_metadata
 from core.device.entry_points import distributions_with_group, parse_entry_points, metadata_head
 
@@ -37,6 +37,22 @@ def test_a_warm_compile_cache_never_loads_llvm(tmp_path):
   warm = imported_after(FIRST_RESULT, CORE_CACHE_DIR=str(tmp_path), DEV="CPU:LLVM")
   assert "llvmlite" not in warm and "core.device.elfload" in warm
 
+# what only an error, a cache miss or a renderer with tensor cores needs: difflib (did-you-mean hints), signal (a faulted kernel's
+# message), tempfile and shutil with bz2 and lzma (writing a cache entry, finding or running a C compiler), the tensor-core tables
+NOT_ON_A_WARM_START = {"difflib", "signal", "tempfile", "shutil", "bz2", "lzma", "core.device.tensor_core"}
+
+def test_a_warm_start_imports_no_error_path_or_cache_writer_modules(tmp_path):
+  cold = imported_after(FIRST_RESULT, CORE_CACHE_DIR=str(tmp_path), DEV="CPU")
+  assert "tempfile" in cold   # the probe is real: the cold start wrote cache entries
+  warm = imported_after(FIRST_RESULT, CORE_CACHE_DIR=str(tmp_path), DEV="CPU")
+  assert not warm & NOT_ON_A_WARM_START, warm & NOT_ON_A_WARM_START
+  # no DEV: the CPU plugin says it is available by its prebuilt native library, without looking for a compiler (shutil.which);
+  # the WEBGPU plugin and the example plugin import tempfile themselves, so they are left out here
+  default = imported_after(FIRST_RESULT, CORE_CACHE_DIR=str(tmp_path), CORE_DISABLED_PLUGINS="webgpu,example")
+  import plugin_cpu
+  prebuilt = any(pathlib.Path(plugin_cpu.__file__).parent.glob("_native*.so"))
+  assert not default & (NOT_ON_A_WARM_START if prebuilt else NOT_ON_A_WARM_START - {"shutil", "bz2", "lzma"}), default & NOT_ON_A_WARM_START
+
 def test_host_llvm_facts_are_cached_and_a_damaged_file_is_asked_again(tmp_path, monkeypatch):
   from core.device import llvm_host
   monkeypatch.setenv("CORE_CACHE_DIR", str(tmp_path))
@@ -45,16 +61,19 @@ def test_host_llvm_facts_are_cached_and_a_damaged_file_is_asked_again(tmp_path, 
     asked = llvm_host._ask_llvm()
     assert llvm_host.host_llvm() == asked and asked.cpu and asked.triple and asked.version.count(".") == 2
     (path,) = (tmp_path / "llvm_host").iterdir()
-    assert json.loads(path.read_text())["features"] == asked.features
+    assert path.read_text().split("\n") == [asked.version, asked.triple, asked.cpu, asked.features]
     # what the file says is what later processes use (it is read, not recomputed)
-    path.write_text(json.dumps({**json.loads(path.read_text()), "cpu": "some-other-cpu"}))
+    other = "\n".join([asked.version, asked.triple, "some-other-cpu", asked.features])
+    path.write_text(other)
     llvm_host.host_llvm.cache_clear()
     assert llvm_host.host_llvm().cpu == "some-other-cpu"
-    path.write_text("{not json")
-    llvm_host.host_llvm.cache_clear()
-    assert llvm_host.host_llvm() == asked and json.loads(path.read_text())["cpu"] == asked.cpu
+    # damaged: a line missing, an empty fact, the JSON an older core wrote
+    for bad in ["\n".join([asked.version, asked.triple, asked.cpu]), other.replace("some-other-cpu", ""), json.dumps({"cpu": "x"})]:
+      path.write_text(bad)
+      llvm_host.host_llvm.cache_clear()
+      assert llvm_host.host_llvm() == asked and path.read_text().split("\n")[2] == asked.cpu
     # no /proc/cpuinfo to name the CPU by: LLVM is asked, the folder (which another machine may share) is not read
-    path.write_text(json.dumps({**json.loads(path.read_text()), "cpu": "some-other-cpu"}))
+    path.write_text(other)
     monkeypatch.setattr(llvm_host, "_cpuinfo", lambda: "")
     llvm_host.host_llvm.cache_clear()
     assert llvm_host.host_llvm() == asked

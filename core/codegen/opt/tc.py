@@ -8,10 +8,11 @@ padded (the extra rows, columns and reduce steps load zeros and store nothing); 
 with KernelOptError.
 """
 from __future__ import annotations
+from typing import TYPE_CHECKING
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops, AxisType
 from core.ir.pattern import UPat, PatternMatcher, graph_rewrite
-from core.device.tensor_core import TensorCore, LaneLayout
+if TYPE_CHECKING: from core.device.tensor_core import TensorCore, LaneLayout   # types only: a renderer with tensor cores loads them
 from core.codegen.opt.kernel import KernelOptError, range_size, pad_axis, nest_ends
 
 def lane_index(lay: LaneLayout, lane: UOp, elem: int, dim: str) -> UOp:

@@ -1,6 +1,6 @@
 """The CPU plugin's compilers: C source through the system C compiler, LLVM IR through llvmlite; both give shared-object bytes."""
 from __future__ import annotations
-import functools, hashlib, os, platform, shutil, tempfile
+import functools, hashlib, os, platform
 from typing import Any
 from core.device.compiler import Compiler, CompileError, LLVMTarget, llvm_object
 from core.device.llvm_host import host_cpu_id, host_llvm
@@ -14,6 +14,7 @@ C_FLAGS = ("-O2", "-fPIC", "-shared", "-fno-math-errno", "-fwrapv", "-ffp-contra
 def find_cc() -> str:
   """$CC when set (an error when it names no program: a silent fallback would build with another compiler than asked), else
   clang, else gcc, else cc."""
+  import shutil   # shutil and tempfile (with bz2 and lzma, ~3 ms) load when a compiler is looked for or run, not at every start
   if (env := os.getenv("CC")):
     if (path := shutil.which(env)): return path
     raise CompileError(f"no C compiler at CC={env!r}: set CC to a compiler on PATH (gcc, clang) or unset it to pick one")
@@ -42,7 +43,7 @@ CC_FEATURES = {
 
 @functools.cache
 def _probe(cc: str, version: str, feature: str, march: str) -> bool:
-  import subprocess
+  import subprocess, tempfile
   with tempfile.TemporaryDirectory(prefix="core_cc_probe_") as d:
     cmd = [cc, *C_FLAGS, f"-march={march}", "-Wl,-z,defs", "-x", "c", "-", "-o", os.path.join(d, "probe.so"), "-lm"]
     try: return subprocess.run(cmd, input=CC_FEATURES[feature].encode(), capture_output=True, timeout=60).returncode == 0
@@ -105,6 +106,7 @@ def _run(cmd: list[str], what: str, src: str, stdin: bytes | None = None) -> Non
 
 def link_shared(cc: str, obj: bytes, src: str) -> bytes:
   """Links one object file into a shared object with `cc` and returns its bytes (the temp files are removed)."""
+  import tempfile
   with tempfile.TemporaryDirectory(prefix="core_link_") as d:
     with open(os.path.join(d, "k.o"), "wb") as f: f.write(obj)
     _run([cc, "-shared", "-o", os.path.join(d, "k.so"), os.path.join(d, "k.o"), "-lm"], f"linking with {os.path.basename(cc)}", src)
@@ -122,6 +124,7 @@ class CCompiler(Compiler):
     super().__init__(f"cpu_c_{cc_identity(self.cc)}_{flag_hash}_{host_id()}")
 
   def compile(self, src: str) -> bytes:
+    import tempfile
     with tempfile.TemporaryDirectory(prefix="core_cc_") as d:
       out = os.path.join(d, "k.so")
       # -lm after the input so `--as-needed` linkers keep it when a kernel calls libm
@@ -129,7 +132,7 @@ class CCompiler(Compiler):
       with open(out, "rb") as f: return f.read()
 
   def disassemble(self, lib: bytes) -> str:
-    import subprocess
+    import subprocess, tempfile
     with tempfile.NamedTemporaryFile(suffix=".so") as f:
       f.write(lib)
       f.flush()

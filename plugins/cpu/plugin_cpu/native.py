@@ -1,7 +1,7 @@
 """The CPU plugin's native library (thread pool, command processor): native/*.c, built when the plugin is installed (setup.py), or
 else compiled together on first use with the system C compiler and cached; loaded by ctypes."""
 from __future__ import annotations
-import ctypes, hashlib, importlib.machinery, json, os, pathlib, re, tempfile, threading
+import ctypes, hashlib, importlib.machinery, json, os, pathlib, re, threading
 from core.helpers import cache_dir
 from core.device.compiler import Compiler, CompileError
 from plugin_cpu.compiler import find_cc, host_id
@@ -49,7 +49,7 @@ class NativeCompiler(Compiler):
     return cache_dir() / "compile" / key / hashlib.sha256(src.encode()).hexdigest()
 
   def compile(self, src: str) -> bytes:
-    import subprocess   # only a rebuild runs the compiler: not imported at start-up
+    import subprocess, tempfile   # only a rebuild runs the compiler: not imported at start-up
     files: dict[str, str] = json.loads(src)
     with tempfile.TemporaryDirectory(prefix="core_native_") as d:
       for name, text in files.items(): pathlib.Path(d, name).write_text(text)

@@ -1,6 +1,6 @@
 """The CPU plugin's runtime: 64-byte aligned host memory, kernels loaded from memory (memfd), and the device factory."""
 from __future__ import annotations
-import _ctypes, ctypes, functools, os, signal, time
+import _ctypes, ctypes, functools, os, time
 from typing import Any, Callable
 from core.helpers import to_function_name
 from core.device.allocator import BufferSpec, LRUAllocator
@@ -170,6 +170,7 @@ class CPUProgram:
   def _stopped(self, signo: int, addr: int, block: int, nblocks: int) -> None:
     """Raises for a launch that a signal stopped: KeyboardInterrupt for Ctrl-C (Python's own handler ran already), else
     KernelFault naming the kernel, the signal and the address."""
+    import signal   # imported on this error path only: its enums cost a device open ~1 ms
     if signo == signal.SIGINT:
       ctypes.pythonapi.PyErr_CheckSignals()   # raises the KeyboardInterrupt (or whatever the SIGINT handler raises)
       raise KernelFault(f"CPU: kernel {self.name} was interrupted by SIGINT; its results are incomplete", self.name)
