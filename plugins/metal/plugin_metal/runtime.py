@@ -56,4 +56,5 @@ def make_device(name: str, target: Any = None) -> Compiled:
   from plugin_metal.iface_mock import mock_hcq
   renderer = MetalRenderer(getattr(target, "arch", None))
   renderer.guard_accesses = True   # the MSL runs on the host: accesses not proven in range are checked (access_guard)
-  return Compiled(name, HostAllocator(name), renderer, MetalCheckCompiler(), MockProgram, target=target, hcq=mock_hcq(name))
+  # the address-space pass only: the host build (hostbuild.py) compiles each kernel's MSL as C++ anyway
+  return Compiled(name, HostAllocator(name), renderer, MetalCheckCompiler(as_cxx=False), MockProgram, target=target, hcq=mock_hcq(name))
