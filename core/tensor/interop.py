@@ -45,9 +45,10 @@ def to_numpy(t: Tensor) -> np.ndarray:
   if prod(shape) == 0: return np.zeros(shape, dtype=npdt)
   buf, n = realized_buffer(t.uop)
   if (a := _view_of(buf, n, shape, t.dtype, True)) is not None: return a
-  # the copy lands in the array itself; a buffer sized for larger values of a symbolic shape is copied whole and cut
+  # the copy lands in the array itself; a buffer sized for larger values of a symbolic shape is copied whole and cut. Zeroed,
+  # not np.empty: a compile-only (NULL) device copies nothing out, and its reads must not be whatever the heap held
   whole = n * buf.dtype.itemsize == buf.nbytes
-  out: Any = np.empty(shape, dtype=npdt) if whole else np.empty(buf.nbytes, dtype=np.uint8)
+  out: Any = np.zeros(shape, dtype=npdt) if whole else np.zeros(buf.nbytes, dtype=np.uint8)
   with engine_lock:   # the buffer may be a Jit's, which another thread's replay writes
     buf.copyout(memoryview(out).cast("B"))
   return out if whole else out[:n * buf.dtype.itemsize].view(npdt).reshape(shape)
