@@ -32,7 +32,7 @@ def pytest_runtest_setup(item: Any) -> None:
 def subset() -> str:
   """CORE_CONFORMANCE: "full" (the default) or "smoke", every suite test function once, at its first parametrization.
   A smoke run is for a variant of a DEV string another run covers in full (another path to the same renderer, another
-  arch of it, IMAGE=1): it reaches every op family and check once, at about a fifth of the tests."""
+  arch of it, an image mode): it reaches every op family and check once, at about a fifth of the tests."""
   mode = os.getenv("CORE_CONFORMANCE", "full").lower()
   if mode not in ("full", "smoke"): raise pytest.UsageError(f"CORE_CONFORMANCE={mode!r}: expected 'full' or 'smoke'")
   return mode
