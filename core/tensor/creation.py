@@ -2,7 +2,7 @@
 from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
-from core.helpers import prod, argfix
+from core.helpers import LRUCache, prod, argfix
 from core.ir.dtype import DType, DTypeLike, dtypes, to_dtype, from_np
 from core.ir.ops import UOp
 from core.tensor.validate import scalar_dtype, check_scalar_fits
@@ -14,6 +14,8 @@ def _shape(shape: tuple[Any, ...]) -> tuple[int, ...]:
   s = argfix(*shape)
   if not all(isinstance(d, int) and d >= 0 for d in s): raise ValueError(f"a shape needs non-negative ints, got {s}")
   return s
+
+_iotas: LRUCache = LRUCache("iotas", 256)   # (n, device) -> _iota's UOp
 
 _np_storage: dict[Any, DType] = {}   # numpy dtype -> the DType holding it as it is, filled on first use of each
 
@@ -56,13 +58,19 @@ class CreationMixin:
   @classmethod
   def _iota(cls, n: int, device: str | None = None) -> Tensor:
     """int32 [0, 1, ..., n-1] from movement ops only. Small n: a running sum of ones; large n: a grid of two smaller
-    iotas (i*b + j), so the work stays O(n) instead of the O(n^2) of one running sum."""
-    if n <= 16:
-      return cls.ones(n, dtype=dtypes.int32, device=device).cumsum(0) - 1  # type: ignore[attr-defined]
-    a = math.isqrt(n - 1) + 1
-    b = -(-n // a)
-    grid = cls._iota(a, device).reshape(a, 1) * b + cls._iota(b, device).reshape(1, b)  # type: ignore[attr-defined]
-    return grid.flatten()[:n]
+    iotas (i*b + j), so the work stays O(n) instead of the O(n^2) of one running sum. The graph holds no buffer and is
+    the same every time, so it is built once per (n, device): building it took most of an eager causal sdpa's front end."""
+    from core.tensor.tensor import canonical_device
+    key = (n, canonical_device(device))
+    if (u := _iotas.get(key)) is None:
+      if n <= 16: t = cls.ones(n, dtype=dtypes.int32, device=key[1]).cumsum(0) - 1  # type: ignore[attr-defined]
+      else:
+        a = math.isqrt(n - 1) + 1
+        b = -(-n // a)
+        grid = cls._iota(a, key[1]).reshape(a, 1) * b + cls._iota(b, key[1]).reshape(1, b)  # type: ignore[attr-defined]
+        t = grid.flatten()[:n]
+      _iotas[key] = u = t.uop
+    return cls(u)  # type: ignore[call-arg,return-value]
 
   @classmethod
   def arange(cls, start: Any, stop: Any = None, step: Any = 1, **kwargs: Any) -> Tensor:

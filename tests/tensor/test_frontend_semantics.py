@@ -114,6 +114,19 @@ def test_arange_int_range():
   assert big.dtype is dtypes.int64
   np.testing.assert_equal(big.numpy(), np.arange(2**31, 2**31 + 3))
 
+def test_arange_graph_built_once_per_size():
+  # arange's index graph (a running sum of ones) is built once per (n, device): later calls reuse it, and realizing one
+  # result leaves the others and the cached graph intact
+  from core.tensor import creation
+  first = Tensor.arange(300)
+  hits = creation._iotas.hits
+  again = Tensor.arange(5, 305)
+  assert creation._iotas.hits > hits
+  np.testing.assert_equal(first.realize().numpy(), np.arange(300))
+  np.testing.assert_equal(again.numpy(), np.arange(5, 305))
+  np.testing.assert_equal(Tensor.arange(0, 600, 2).numpy(), np.arange(0, 600, 2))
+  np.testing.assert_equal(Tensor.ones(4, 4).tril().numpy(), np.tril(np.ones((4, 4), np.float32)))
+
 # *** empty slices and zero-size dims ***
 
 @pytest.mark.parametrize("idx", [slice(3, 1), slice(5, 2, 2), slice(1, 3, -1), slice(-1, -3), slice(10, 20), slice(-10, -8)], ids=str)
