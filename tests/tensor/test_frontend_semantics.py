@@ -127,6 +127,19 @@ def test_arange_graph_built_once_per_size():
   np.testing.assert_equal(Tensor.arange(0, 600, 2).numpy(), np.arange(0, 600, 2))
   np.testing.assert_equal(Tensor.ones(4, 4).tril().numpy(), np.tril(np.ones((4, 4), np.float32)))
 
+@pytest.mark.parametrize("sa,sb", [((3, 4), (4, 5)), ((2, 3, 4), (2, 4, 5)), ((1, 3, 6, 5), (1, 3, 5, 7)), ((2, 2, 300), (2, 300, 3))], ids=str)
+def test_batched_matmul_graph_and_values(sa, sb):
+  # same-batch float matmuls take the UOp-level path: the graph must be the general path's, values and gradients numpy's
+  rng = np.random.default_rng(0)
+  an, bn = rng.standard_normal(sa, dtype=np.float32), rng.standard_normal(sb, dtype=np.float32)
+  a, b = Tensor(an, requires_grad=True), Tensor(bn, requires_grad=True)
+  out = a @ b
+  assert out.uop is a.dot(b, dtype=dtypes.float32).uop
+  np.testing.assert_allclose(out.numpy(), an @ bn, rtol=1e-5, atol=1e-4)
+  out.sum().backward()
+  np.testing.assert_allclose(a.grad.numpy(), np.ones(out.shape, np.float32) @ bn.swapaxes(-1, -2), rtol=1e-5, atol=1e-4)
+  np.testing.assert_allclose(b.grad.numpy(), an.swapaxes(-1, -2) @ np.ones(out.shape, np.float32), rtol=1e-5, atol=1e-4)
+
 # *** empty slices and zero-size dims ***
 
 @pytest.mark.parametrize("idx", [slice(3, 1), slice(5, 2, 2), slice(1, 3, -1), slice(-1, -3), slice(10, 20), slice(-10, -8)], ids=str)
