@@ -11,7 +11,7 @@ from core.codegen.lowerer import pm_fuse_mulacc
 from core.codegen.decompose import pm_vector_math
 from core.device.compiler import CompileError
 from plugin_cpu.compiler import arch_flags, cc_supports, find_cc, host_simd_bytes, host_x86_fma, simd_bytes, x86_fma
-from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, host_streams, pm_streaming_stores, stream_width
+from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, cache_bytes, host_streams, pm_streaming_stores, stream_width
 from plugin_cpu.bf16dot import bf16_dot, host_bf16_dot, pm_bf16_dot, render_dot
 
 # bf16: gcc before 13 has __bf16 only as a storage type, so the C renderer leaves it to codegen's decompositions
@@ -36,6 +36,7 @@ def host_vector_regs(simd_bytes: int) -> int:
 THREADS = host_threads()
 SIMD_BYTES = host_simd_bytes()
 SIMD_REGS = host_vector_regs(SIMD_BYTES)
+L2_BYTES = cache_bytes(2)   # the per-core cache a matmul's group of packed panels should fit (heuristic.mm_panel_group)
 BF16_DOT = host_bf16_dot()   # bf16 products summed in float32 on vdpbf16ps (plugin_cpu/bf16dot.py), LLVM renderer only
 
 # both renderers run the same rules before rendering: FMA for reduction updates, float32 exp2/log2 as vector arithmetic (libm
@@ -102,6 +103,7 @@ class CPUCRenderer(CStyleRenderer):
   threads = THREADS if THREADS > 1 else 0
   simd_width = SIMD_BYTES
   simd_regs = SIMD_REGS
+  l2_bytes = L2_BYTES
   extra_matcher = EXTRA_RULES
   string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _c_stream_store)]) + base_rewrite
   code_for_op = {**c_code_for_op, Ops.MULACC: _c_mulacc(host_x86_fma())}
@@ -169,6 +171,7 @@ class CPULLVMRenderer(HostLLVMRenderer):
   threads = THREADS if THREADS > 1 else 0
   simd_width = SIMD_BYTES
   simd_regs = SIMD_REGS
+  l2_bytes = L2_BYTES
   # LLVM tunes most AVX-512 CPUs to 256-bit vectors for loops it vectorizes itself; the attribute asks for the full width
   kernel_attrs = 'nounwind "prefer-vector-width"="512"' if SIMD_BYTES == 64 else "nounwind"
   # with the bf16 dot product, bf16 is loaded and multiplied as vectors: the pairs of widened products become vdpbf16ps

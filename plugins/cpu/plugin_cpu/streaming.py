@@ -7,17 +7,23 @@ from core.ir.pattern import PatternMatcher, UPat
 
 NT_ARG = "nontemporal"   # the arg of a STORE the renderers emit as a streaming store (plain STOREs have no arg)
 
+def _cache_type(i: int) -> str:
+  try:
+    with open(f"/sys/devices/system/cpu/cpu0/cache/index{i}/type") as f: return f.read().strip()
+  except OSError: return ""
+
 @functools.cache
-def llc_bytes() -> int:
-  """The size of this CPU's last-level cache from sysfs (0 when unknown)."""
+def cache_bytes(level: int = 0) -> int:
+  """The size of this CPU's data or unified cache of `level` (0: the last level) from sysfs (0 when unknown)."""
   best = (0, 0)
   for i in range(8):
     try:
-      with open(f"/sys/devices/system/cpu/cpu0/cache/index{i}/level") as f: level = int(f.read())
+      with open(f"/sys/devices/system/cpu/cpu0/cache/index{i}/level") as f: lvl = int(f.read())
       with open(f"/sys/devices/system/cpu/cpu0/cache/index{i}/size") as f: txt = f.read().strip().upper()
     except (OSError, ValueError): continue
+    if (level and lvl != level) or _cache_type(i) == "Instruction": continue
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(txt[-1:], 1)
-    try: best = max(best, (level, int(txt.rstrip("KMG")) * mult))
+    try: best = max(best, (lvl, int(txt.rstrip("KMG")) * mult))
     except ValueError: continue
   return best[1]
 
@@ -25,7 +31,7 @@ def llc_bytes() -> int:
 # reads each destination line in (write-allocate), a streaming store doesn't, and the line isn't kept (a*b+1 on 16M floats: 9.35
 # -> 7.2 ms). Smaller outputs are often read back at once by the next kernel, from the cache: they keep plain stores.
 # $CPU_STREAM_MIN_BYTES overrides it (a huge value turns streaming stores off, for comparisons).
-NT_MIN_BYTES = int(os.getenv("CPU_STREAM_MIN_BYTES", "") or max(llc_bytes(), 4 << 20))
+NT_MIN_BYTES = int(os.getenv("CPU_STREAM_MIN_BYTES", "") or max(cache_bytes(), 4 << 20))
 
 def host_streams() -> bool:
   """Streaming stores are used on x86-64 only: elsewhere the fence that must follow them differs (and is left out)."""

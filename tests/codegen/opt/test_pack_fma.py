@@ -156,10 +156,11 @@ def test_hand_coded_packs_both_inputs_of_a_transposed_product():
   got, spec = run(item, k)
   np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
   assert len(_pack_regs(spec)) == 2
-  # a @ b (rows contiguous along the reduce axis) keeps the one-panel plan
+  # a @ b (rows contiguous along the reduce axis) keeps the one-panel plan: its rows are not packed (its column panels may be
+  # grouped, a TILE of the columns: test_panel_group)
   item, _ = kernel_of(lambda a, b: a @ b, (128, 96), (96, 64))
   ops = [o.op for o in hand_coded(Kernel(item.ast, rnd)).applied]
-  assert ops.count(P) == 1 and OptOps.TILE not in ops
+  assert ops.count(P) == 1
   # so does a short reduce (the MLP's weight gradients over a batch of 128): the row block's copy is not repaid
   item, _ = kernel_of(lambda a, b: a.T @ b, (128, 128), (128, 256))
   assert OptOps.TILE not in [o.op for o in hand_coded(Kernel(item.ast, rnd)).applied]
