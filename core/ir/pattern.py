@@ -221,24 +221,22 @@ class PatternMatcher:
   def __init__(self, rules: Sequence[Rule], name: str | None = None):
     self.rules: list[Rule] = list(rules)
     self.name = name
-    self.pdict: dict[Ops, list[tuple[UPat, Callable[..., Any], frozenset[Ops], bool, int]]] = collections.defaultdict(list)
-    for i, (pat, fn) in enumerate(self.rules):
-      wants_ctx = _wants_ctx(fn)
-      for op in (pat.op if pat.op is not None and pat._any is None else _all_ops(pat)):
-        self.pdict[op].append((pat, fn, pat.early_reject, wants_ctx, i))
-    self._fast: dict[Ops, tuple[tuple[Matcher, Callable[..., Any], frozenset[Ops], bool, int], ...]] | None = None
+    # per op, the rules that can match it, compiled when a node of that op is first rewritten: matchers are built at import
+    # time and summed with `+`, and most never meet most ops (fanning each rule out to every op at construction was 1.5% of a
+    # warm start's instructions)
+    self._fast: dict[Ops, tuple[tuple[Matcher, Callable[..., Any], frozenset[Ops], bool, int], ...]] = {}
+    self._entries: list[tuple[frozenset[Ops] | None, UPat, Callable[..., Any], bool, int]] | None = None
   def __add__(self, other: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.rules + other.rules, self.name or other.name)
   def __len__(self) -> int: return len(self.rules)
 
-  def _compiled(self) -> dict[Ops, tuple[tuple[Matcher, Callable[..., Any], frozenset[Ops], bool, int], ...]]:
-    # compiled on first use, so building a PatternMatcher at import time stays cheap
-    self._fast = {op: tuple((pat.matcher(), fn, rej, wc, i) for pat, fn, rej, wc, i in rules) for op, rules in self.pdict.items()}
-    return self._fast
+  def _candidates(self, op: Ops) -> tuple[tuple[Matcher, Callable[..., Any], frozenset[Ops], bool, int], ...]:
+    if self._entries is None: self._entries = [(_rule_ops(pat), pat, fn, _wants_ctx(fn), i) for i, (pat, fn) in enumerate(self.rules)]
+    ret = self._fast[op] = tuple((pat.matcher(), fn, pat.early_reject, wc, i) for ops, pat, fn, wc, i in self._entries if ops is None or op in ops)
+    return ret
 
   def rewrite(self, u: UOp, ctx: Any = None, track: collections.Counter | None = None) -> Any:
     """One rewrite of `u` by the first rule that applies, or None (the rule's answer: a UOp, or a string/bool/tuple)."""
-    candidates = (self._fast if self._fast is not None else self._compiled()).get(u.op)
-    if candidates is None: return None
+    if (candidates := self._fast.get(u.op)) is None: candidates = self._candidates(u.op)
     src_ops: set[Ops] | None = None
     for match, fn, reject, wants_ctx, i in candidates:
       if reject:
@@ -257,9 +255,12 @@ class PatternMatcher:
         return ret
     return None
 
-def _all_ops(pat: UPat) -> Iterable[Ops]:
-  if pat._any is not None: return set().union(*(set(_all_ops(p)) for p in pat._any))
-  return pat.op if pat.op is not None else list(Ops)
+def _rule_ops(pat: UPat) -> frozenset[Ops] | None:
+  """The ops a pattern can match at its root; None for any op."""
+  if pat._any is not None:
+    subs = [_rule_ops(p) for p in pat._any]
+    return None if any(s is None for s in subs) else frozenset(op for s in subs if s is not None for op in s)
+  return None if pat.op is None else frozenset(pat.op)
 
 # *** rewrite tracking (TRACK_REWRITES=1) ***
 

@@ -1,6 +1,6 @@
 """The one wgpu adapter and device per process: opened on first use, with the features and limits kernels may rely on."""
 from __future__ import annotations
-import dataclasses, functools, os, tempfile, threading
+import dataclasses, functools, os, threading
 from typing import Any
 
 # the adapter's limits a kernel depends on; the device is requested with the adapter's own values (more than WebGPU's defaults)
@@ -15,6 +15,7 @@ class NoAdapter(RuntimeError):
 def import_wgpu() -> Any:
   """wgpu, imported with XDG_RUNTIME_DIR set (Mesa's Vulkan loader warns on every start without one)."""
   if not os.environ.get("XDG_RUNTIME_DIR"):
+    import tempfile   # here, not at the top: the plugin's availability check imports this module at every start
     os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="core-webgpu-xdg-")
   try: import wgpu
   except ImportError as e:
