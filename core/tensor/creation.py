@@ -91,7 +91,10 @@ class CreationMixin:
     idx = cls._iota(n, device)
     # floats and 64-bit ints compute in their own dtype; smaller ints in int32, then cast
     wide = dtypes.is_float(dt) or dt.itemsize > 4
-    ret = (idx.cast(dt) * step + start) if wide else (idx * step + start).cast(dt)  # type: ignore[attr-defined]
+    # a step of 1 and a start of 0 add no op: each one costs an eager caller as much as the cached index graph itself
+    ret = idx.cast(dt) if wide else idx
+    ret = ret if step == 1 else ret * step
+    ret = (ret if start == 0 else ret + start).cast(dt)
     ret.requires_grad = rg
     return ret
 

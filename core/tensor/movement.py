@@ -223,7 +223,7 @@ class MovementMixin:
     from core.tensor.tensor import Tensor
     if self.ndim < 2: raise ValueError(f"{'triu' if upper else 'tril'} needs at least 2 dims, got shape {self.shape}")
     r, c = self.shape[-2], self.shape[-1]
-    rows = Tensor.arange(r, device=self.device).reshape(r, 1) + diagonal
+    rows = Tensor.arange(diagonal, r + diagonal, device=self.device).reshape(r, 1)
     cols = Tensor.arange(c, device=self.device).reshape(1, c)
     return rows <= cols if upper else rows >= cols
   def triu(self: Tensor, diagonal: int = 0) -> Tensor:  # type: ignore[misc]

@@ -133,7 +133,7 @@ class NNOpsMixin:
     qk = self.matmul(key.transpose(-2, -1)) * (1 / math.sqrt(self.shape[-1]) if scale is None else scale)
     if is_causal:
       if attn_mask is not None: raise RuntimeError("sdpa: attn_mask and is_causal=True can't be used together")
-      attn_mask = qk._const(True, dtypes.bool, shape=qk.shape[-2:]).tril()
+      attn_mask = qk._tri_mask(0, False)   # rows >= cols: the lower triangle, as tril of ones would give, in fewer ops
     if attn_mask is not None:
       qk = qk + (attn_mask.where(0.0, -math.inf) if attn_mask.dtype is dtypes.bool else attn_mask)
     return qk.softmax(-1).cast(self.dtype).dropout(dropout_p) @ value
