@@ -127,18 +127,21 @@ def mm_tile(renderer: Any, window: bool, col_bytes: int, narrow: bool = False, p
   tiles = MM_TILES_NARROW if narrow else MM_TILES_PLAIN if plain else MM_TILES
   return next(((j, i) for j, i in tiles if j * i + j + 1 <= regs and j * col_bytes <= PACK_MAX_BYTES), (MM_J2, MM_I))
 
-MM_L2_SHARE = 4               # a group of packed panels takes at most this share of the per-core L2: the row tiles' input
-                              # rows and the output lines share it. 1024^3 on one Zen 3 thread by CPU time: groups of 2, 4 and
-                              # 8 64 KiB panels all 89 GFLOP/s, one 85-89; 2048^3: two 128 KiB panels 73, one 70.5, which a
-                              # half would take, but also AVX-512's 256 KiB panels (1024^3 on a 1 MiB L2), unmeasured there
+MM_GROUP_COLS = 64            # output columns a row tile of the row-side input is read once for (from L3; from the cache for
+                              # the rest of its group): AVX-512's 4x4 tile has 64 in one panel, where it runs at 87-93% of peak
+                              # (ungrouped there); AVX2's 2x6 has 16. One Zen 3 thread, CPU time, medians, A/B in one process
+                              # under load: 2048^3 panels of 1, 2, 4: 75.6, 83.6, 86.7 GFLOP/s (2 threads 75.6, 80.6, 85.5);
+                              # 1024^3: 1 85-89, 2, 4 and 8 all 89-93
 
-def mm_panel_group(renderer: Any, n_panels: int, panel_bytes: int) -> int:
-  """How many of a product's `n_panels` packed column panels (`panel_bytes` each) to pack together and walk inside each row
-  tile: the most that fit 1/MM_L2_SHARE of the renderer's per-core L2 (`l2_bytes`) and PACK_MAX_BYTES and leave a group per
-  thread; 1 (each panel alone) where that is one panel or the L2 is unknown."""
-  budget = min(getattr(renderer, "l2_bytes", 0) // MM_L2_SHARE, PACK_MAX_BYTES)
+def mm_panel_group(renderer: Any, n_panels: int, panel_bytes: int, panel_cols: int) -> int:
+  """How many of a product's `n_panels` packed column panels (`panel_bytes` and `panel_cols` columns each) to pack together
+  and walk inside each row tile, so each row tile is read for MM_GROUP_COLS columns: the most up to that which fit the
+  renderer's per-core L2 (`l2_bytes`) and PACK_MAX_BYTES and leave a group per thread; 1 (each panel alone) where the panel is
+  that wide already or the L2 is unknown."""
+  budget = min(getattr(renderer, "l2_bytes", 0), PACK_MAX_BYTES)
   threads = max(1, getattr(renderer, "threads", 0))
-  return max((g for g in range(2, n_panels + 1) if n_panels % g == 0 and g * panel_bytes <= budget and n_panels // g >= threads), default=1)
+  return max((g for g in range(2, MM_GROUP_COLS // max(panel_cols, 1) + 1) if n_panels % g == 0 and g * panel_bytes <= budget and
+              n_panels // g >= threads), default=1)
 
 # conv register tiles (vectors along the output row, output channels), widest first: 4x4 where the vector registers hold its 16
 # accumulators, 4 input vectors and a weight (AVX-512's 32; not AVX2's 16). One loaded Zen 5 thread, 3x3 conv 8x64x56x56 by CPU
@@ -319,9 +322,9 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
   if red is not None and red_size >= 16 and (amt_k := _pick_amt(red_size, (MM_K,))) and nacc + MM_K * (ncols + 1) <= regs:
     k = _try(k, Opt(OptOps.UNROLL, _pos(k, red), amt_k))
   if other is not None and plain and not getattr(rnd, "has_local", False) and (cols := _column_loop(k, _same(k, other))) is not None and \
-     (g := mm_panel_group(rnd, range_size(cols) or 0, col_bytes * ncols)) > 1:
+     (g := mm_panel_group(rnd, range_size(cols) or 0, col_bytes * ncols, lanes * ncols)) > 1:
     # several column panels packed together and walked inside each row tile: the tile's rows of the other input are read from
-    # L3 once per group instead of once per panel (1024^3 on one Zen 3 thread, medians of 15 by CPU time: 85-89 -> 89-93 GFLOP/s)
+    # L3 once per group instead of once per panel (AVX2: 4 panels of 16 columns; measured at MM_GROUP_COLS)
     k = _try(k, Opt(OptOps.TILE, _pos(k, cols), g))
   if other is not None and _panel_reuse(k, _same(k, other)) >= MM_PACK_REUSE and not getattr(rnd, "has_local", False):
     # the input the row loop doesn't use is read at a stride of a whole row per reduce step (a new page each time for big

@@ -1,7 +1,7 @@
-"""A product's packed column panels grouped by the host's L2: the panels that fit a quarter of the per-core L2 are packed
-together and walked inside each row tile (heuristic.mm_panel_group), so a row tile's rows of the other input come from the
-cache once per group, not from L3 once per panel. An AVX2-like host (16 ymm, 512 KiB L2) groups a 1024-wide matmul's 64 KiB
-panels in twos; an AVX-512-like one (1 MiB L2, 256 KiB panels of its 4x4 tile) keeps one panel per pass, as before.
+"""A product's packed column panels grouped (heuristic.mm_panel_group): panels narrower than MM_GROUP_COLS columns are packed
+together, up to that many columns and as many as fit the host's per-core L2, and walked inside each row tile, so a row tile of
+the other input is read from L3 once per group, not once per panel. An AVX2-like host (16 ymm, 512 KiB L2, 2x6 tiles: 16-column
+panels) groups four; an AVX-512-like one (4x4 tiles: 64-column panels) keeps one panel per pass, as before.
 Results against numpy."""
 from __future__ import annotations
 from types import SimpleNamespace
@@ -13,16 +13,16 @@ from opt_helpers import kernel_of, run_ast, host_renderer
 
 rng = np.random.default_rng(29)
 
-@pytest.mark.parametrize("l2, threads, n_panels, panel, want", [
-  (512 << 10, 2, 64, 64 << 10, 2),     # AVX2 1024^3: 2x6 tiles, 16-float panels of K=1024 (two fit 128 KiB)
-  (512 << 10, 2, 128, 128 << 10, 1),   # AVX2 2048^3: one panel is already a quarter of L2
-  (1 << 20, 2, 16, 256 << 10, 1),      # AVX-512 1024^3: 4x4 tiles, 64-float panels of K=1024
-  (512 << 10, 2, 16, 16 << 10, 8),     # small panels: as many as fit, leaving a group per thread
-  (512 << 10, 8, 16, 16 << 10, 2),
-  (0, 2, 64, 64 << 10, 1),             # L2 unknown (a renderer that doesn't say): one panel per pass
+@pytest.mark.parametrize("l2, threads, n_panels, panel, cols, want", [
+  (512 << 10, 2, 64, 64 << 10, 16, 4),     # AVX2 1024^3: 2x6 tiles, 16-column panels of K=1024
+  (512 << 10, 2, 128, 128 << 10, 16, 4),   # AVX2 2048^3: four fill the L2
+  (256 << 10, 2, 128, 128 << 10, 16, 2),   # a smaller L2: as many as fit
+  (1 << 20, 2, 16, 256 << 10, 64, 1),      # AVX-512 1024^3: 4x4 tiles, 64-column panels
+  (512 << 10, 8, 16, 16 << 10, 16, 2),     # a group per thread at least
+  (0, 2, 64, 64 << 10, 16, 1),             # L2 unknown (a renderer that doesn't say): one panel per pass
 ])
-def test_group_from_host_facts(l2, threads, n_panels, panel, want):
-  assert mm_panel_group(SimpleNamespace(l2_bytes=l2, threads=threads), n_panels, panel) == want
+def test_group_from_host_facts(l2, threads, n_panels, panel, cols, want):
+  assert mm_panel_group(SimpleNamespace(l2_bytes=l2, threads=threads), n_panels, panel, cols) == want
 
 def _grouped(k: Kernel) -> int:
   """The column panels k walks inside each row tile (a TILE before the PACK), 1 when none."""
@@ -30,7 +30,7 @@ def _grouped(k: Kernel) -> int:
   assert any(o.op is OptOps.PACK for o in k.applied), k.applied
   return tiles[0] if tiles else 1
 
-@pytest.mark.parametrize("simd_bytes, n, kk, m, want", [(32, 96, 256, 256, 8), (32, 96, 1024, 512, 2), (64, 96, 1024, 1024, 1)])
+@pytest.mark.parametrize("simd_bytes, n, kk, m, want", [(32, 96, 256, 256, 4), (32, 96, 1024, 512, 4), (64, 96, 1024, 1024, 1)])
 def test_matmul_panels_grouped_by_l2(simd_bytes, n, kk, m, want):
   item, ref = kernel_of(lambda a, b: a @ b, (n, kk), (kk, m), rng=rng)
   rnd = host_renderer(simd_bytes)
