@@ -305,8 +305,14 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
     return tuple(out)
 
   def _broadcast_to(self, shape: tuple[builtins.int, ...]) -> Tensor:
+    """self expanded to `shape`, which _broadcast_shape made (so no argument checks): built on UOps and wrapped once, the
+    graph reshape+expand make, at a fraction of their cost (every broadcasting binary op passes here)."""
     if self.shape == shape: return self
-    return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
+    from core.tensor.disk import on_disk
+    if on_disk(self.uop): return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)  # disk views
+    u = self.uop
+    if len(shape) != len(self.shape): u = u.reshape((1,) * (len(shape) - len(self.shape)) + self.shape)
+    return type(self)._wrap(u.expand(shape), self)
 
   def _operands(self, y: Any, reverse: builtins.bool = False, dtype: DType | None = None) -> tuple[Tensor, Tensor]:
     """Both operands of a binary op with the same dtype and shape. Python scalars are weak: they take the tensor's dtype

@@ -140,6 +140,17 @@ def test_batched_matmul_graph_and_values(sa, sb):
   np.testing.assert_allclose(a.grad.numpy(), np.ones(out.shape, np.float32) @ bn.swapaxes(-1, -2), rtol=1e-5, atol=1e-4)
   np.testing.assert_allclose(b.grad.numpy(), an.swapaxes(-1, -2) @ np.ones(out.shape, np.float32), rtol=1e-5, atol=1e-4)
 
+def test_broadcast_graph_and_grads():
+  # binary ops broadcast on UOps directly: the graph must be what reshape + expand make, gradients sum over broadcast dims
+  an, bn = np.arange(12, dtype=np.float32).reshape(3, 1, 4), np.arange(5, dtype=np.float32).reshape(5, 1) - 2
+  a, b = Tensor(an, requires_grad=True), Tensor(bn, requires_grad=True)
+  assert a._broadcast_to((2, 3, 5, 4)).uop is a.reshape(1, 3, 1, 4).expand(2, 3, 5, 4).uop
+  out = a * b
+  np.testing.assert_equal(out.numpy(), an * bn)
+  out.sum().backward()
+  np.testing.assert_equal(a.grad.numpy(), np.broadcast_to(bn.sum(), (3, 1, 4)))
+  np.testing.assert_equal(b.grad.numpy(), np.broadcast_to(an.sum() * 1, (5, 1)))
+
 # *** empty slices and zero-size dims ***
 
 @pytest.mark.parametrize("idx", [slice(3, 1), slice(5, 2, 2), slice(1, 3, -1), slice(-1, -3), slice(10, 20), slice(-10, -8)], ids=str)
