@@ -217,6 +217,11 @@ def _upper_set(d: DType) -> frozenset[DType]:
 def least_upper_dtype(*ds: DType) -> DType:
   """The smallest dtype every argument promotes to."""
   if not ds: raise ValueError("least_upper_dtype needs at least one dtype")
+  return _least_upper(ds)
+
+@functools.cache
+def _least_upper(ds: tuple[DType, ...]) -> DType:
+  # cached: every eager binary op and sum asks, and min() over DTypes compares slowly (a handful of dtypes, few combinations)
   for d in ds:
     if d.scalar() not in _promo_lattice: raise TypeError(f"{d} takes no part in type promotion")
   return min(frozenset.intersection(*(_upper_set(d.scalar()) for d in ds)))
