@@ -4,6 +4,7 @@ from core.ir.dtype import dtypes, AddrSpace, DType
 from core.ir.ops import UOp, Ops, AxisType
 from core.ir.pattern import UPat, PatternMatcher, graph_rewrite
 from core.helpers import prod
+from core.codegen.stash import stash_reduced_values
 
 class RangeScopes:
   """Which loops each node lives in: a RANGE opens its loop, an END closes it."""
@@ -215,4 +216,4 @@ def lower_kernel(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0
   from core.codegen.opt.tc import pm_wmma_accumulate
   sink = gate_group_stores(graph_rewrite(sink, pm_lower_reduce + pm_wmma_accumulate, LowerCtx(sink), name="lower reduce"))
   sink, gsize, lsize = map_globals(sink, global_max, threads)
-  return lower_index_dtype(sink), gsize, lsize
+  return lower_index_dtype(stash_reduced_values(sink)), gsize, lsize

@@ -1,0 +1,55 @@
+"""Row kernels compute an expensive reduced value once: the reduction loop stores it into the output row, the output loop reads it."""
+from __future__ import annotations
+from core.ir.ops import UOp, Ops, GroupOp
+
+# values worth a store and a load per element instead of their recomputation (a softmax's exp: ~25 vector ops)
+_COSTLY = (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW)
+STASH_ARG = "stash"   # the arg of the added STORE: a plain store (never a streaming one: the output loop reads it back from cache)
+
+def _reduce_update(end: UOp) -> tuple[UOp, UOp] | None:
+  """(update STORE, value) of an accumulator loop END(STORE(acc[0], combine(acc[0], value)), range), else None."""
+  if len(end.src) != 2 or (st := end.src[0]).op is not Ops.STORE or st.src[0].op is not Ops.INDEX: return None
+  base = st.src[0].src[0]
+  while base.op is Ops.AFTER: base = base.src[0]
+  if base.op is not Ops.DEFINE_REG or (upd := st.src[1]).op not in GroupOp.ALU or len(upd.src) != 2: return None
+  acc = [s for s in upd.src if s.op is Ops.LOAD and s.src[0] is st.src[0]]
+  return (st, upd.src[1] if acc and upd.src[0] is acc[0] else upd.src[0]) if acc else None
+
+def _lanes(w: UOp) -> list[UOp]:
+  """The nodes reached from w through elementwise ops of w's width only (lane k of each is lane k of w)."""
+  todo: list[UOp] = [w]
+  seen: dict[UOp, None] = {}
+  while todo:
+    if (u := todo.pop()) in seen or u.dtype.count != w.dtype.count: continue
+    seen[u] = None
+    if u.op in GroupOp.ALU: todo.extend(u.src)
+  return list(seen)
+
+def _canonical(u: UOp) -> UOp:
+  """u with its memory addresses simplified: index math built in different orders compares equal."""
+  return u.substitute({i: i.replace(src=(i.src[0], i.src[1].simplify()) + i.src[2:]) for i in u.toposort() if i.op is Ops.INDEX and len(i.src) > 1})
+
+def stash_reduced_values(sink: UOp) -> UOp:
+  """A kernel whose one output STORE (in a loop over r1) recomputes an expensive value E(r1) that a reduction loop over r (same
+  extent) also consumes as E(r) stores E(r) into the output at r's position during the reduction and reads it back in the
+  output loop (the row is in L1 then): softmax's exp runs once per element, not twice. Only the thread that reduces a row writes
+  and reads that row (both are loops of one thread), and the output buffer is written by this kernel alone."""
+  outs = [u for u in sink.toposort() if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM]
+  if len(outs) != 1 or len(outs[0].src[0].src) != 2 or any(u.op is Ops.BARRIER for u in sink.toposort()): return sink
+  out = outs[0]
+  buf, idx = out.src[0].src
+  oend = next((u for u in sink.toposort() if u.op is Ops.END and u.src[0] is out and len(u.src) == 2), None)
+  if oend is None or buf in {s.src[0] for s in sink.toposort() if s.op is Ops.INDEX and s is not out.src[0]}: return sink
+  r1 = oend.src[1]
+  for end in [u for u in sink.toposort() if u.op is Ops.END and u is not oend]:
+    if (found := _reduce_update(end)) is None: continue
+    st, e = found
+    r = end.src[1]
+    if r.src[0] is not r1.src[0] or e.dtype != out.src[1].dtype or not any(x.op in _COSTLY for x in e.toposort()): continue
+    want = _canonical(e.substitute({r: r1}))
+    if r1 not in want.toposort() or (e1 := next((c for c in _lanes(out.src[1]) if c.op is e.op and _canonical(c) is want), None)) is None: continue
+    stash = UOp(Ops.STORE, src=(buf.index(idx.substitute({r1: r})), e), arg=STASH_ARG)
+    new_end = UOp(Ops.GROUP, src=(stash, st)).end(r)
+    back = buf.after(new_end).index(idx).load(dtype=e.dtype)
+    return sink.substitute({end: new_end, out: out.replace(src=(out.src[0], out.src[1].substitute({e1: back, end: new_end})) + out.src[2:])})
+  return sink

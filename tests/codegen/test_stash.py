@@ -1,0 +1,45 @@
+"""A row kernel's reduction input that its output loop recomputes (softmax's exp) is stored into the output row during the
+reduction and read back (core.codegen.stash): one exp per element. Values from numpy; counts from the lowered kernel."""
+import numpy as np
+import pytest
+from core import Tensor, Device
+from core.ir.ops import Ops
+from core.schedule.kernelize import create_schedule
+from core.codegen.program import get_program, program_uops
+from core.codegen.stash import STASH_ARG
+
+def _lowered(t: Tensor) -> list:
+  (item,) = [it for it in create_schedule([t.uop])[0] if it.ast.op is Ops.SINK]
+  return list(program_uops(get_program(item.ast, Device[Device.DEFAULT].renderer)))
+
+def np_softmax(x: np.ndarray) -> np.ndarray:
+  e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+  return e / e.sum(-1, keepdims=True)
+
+@pytest.mark.parametrize("shape", [(64, 1000), (33, 96), (5, 7)])
+def test_softmax_stores_exp_once_and_matches_numpy(shape):
+  x = np.random.default_rng(0).standard_normal(shape).astype(np.float32) * 3
+  t = Tensor(x).softmax(-1)
+  uops = _lowered(t)
+  stashes = [u for u in uops if u.op is Ops.STORE and u.arg == STASH_ARG]
+  assert len(stashes) == 1, "softmax's exp should be stored in the reduction loop"
+  np.testing.assert_allclose(t.numpy(), np_softmax(x), rtol=1e-5, atol=1e-7)
+
+def test_softmax_with_special_values():
+  x = np.array([[0.0, -np.inf, 1.0, 2.0] * 8, [np.inf, 0.0, 1.0, 2.0] * 8, [-1e30, 5.0, 5.0, -1e30] * 8], np.float32)
+  got = Tensor(x).softmax(-1).numpy()
+  with np.errstate(invalid="ignore"): want = np_softmax(x)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+def test_no_stash_without_an_expensive_shared_value():
+  # layernorm's reductions read x - mean: cheap, recomputed; log_softmax's output has no exp of its own
+  x = np.random.default_rng(1).standard_normal((16, 256)).astype(np.float32)
+  for t in (Tensor(x).layernorm(-1), Tensor(x).log_softmax(-1)):
+    assert not any(u.op is Ops.STORE and u.arg == STASH_ARG for u in _lowered(t))
+  y = x.astype(np.float64) - x.max(-1, keepdims=True)
+  np.testing.assert_allclose(Tensor(x).log_softmax(-1).numpy(), y - np.log(np.exp(y).sum(-1, keepdims=True)), rtol=1e-5, atol=1e-5)
+
+def test_stashed_row_kernel_feeds_a_later_kernel():
+  x = np.random.default_rng(2).standard_normal((48, 200)).astype(np.float32)
+  got = (Tensor(x).softmax(-1) * 2 + 1).sum(-1).numpy()
+  np.testing.assert_allclose(got, (np_softmax(x) * 2 + 1).sum(-1), rtol=1e-5)
