@@ -72,18 +72,17 @@ def _pow2i(n: UOp) -> UOp:
 
 def fast_exp2(x: UOp) -> UOp:
   i32 = dtypes.int32.vec(x.dtype.count)
-  nan = x.ne(x)
-  # clamped: below -151 the result rounds to 0 and above 129 it is inf either way, and n stays a small integer
-  xc = nan.where(0.0, x)
-  xc = (xc < -151.0).where(-151.0, xc)
+  # clamped: below -151 the result rounds to 0 and above 129 it is inf either way, and n stays a small integer. A NaN fails
+  # both compares and stays NaN, so p is NaN and so is the product whatever the exponent bits say: no test or select for it
+  xc = (x < -151.0).where(-151.0, x)
   xc = (xc > 129.0).where(129.0, xc)
   r = xc + _ROUND
   n = r - _ROUND
-  ni = r.bitcast(i32) - 0x4B400000   # the integer in the low mantissa bits of r
+  ni = r.bitcast(i32) - 0x4B400000   # the integer in the low mantissa bits of r (anything for a NaN)
   p = _horner(xc - n, _EXP2_POLY)
   # 2**n in two factors, each a normal float: n down to -151 (subnormal results rounded once) and up to 129 (inf)
   h = ni >> 1
-  return nan.where(x, p * _pow2i(h) * _pow2i(ni - h))
+  return p * _pow2i(h) * _pow2i(ni - h)
 
 # ln((1+t)/(1-t)) / ln 2 = (2 / ln 2) * (t + t**3/3 + t**5/5 + ...), in powers of t**2, highest first; |t| <= 0.1716
 # (the constant term less 2: t*2 is exact, so the rounding of the rest weighs a third as much near x = 1)
