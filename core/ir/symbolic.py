@@ -235,6 +235,30 @@ def fold_mod(x: UOp, d: UOp) -> UOp | None:
     return _build_sum(x, r_terms, rb) % c  # x and R differ by a multiple of c and are both >= 0 (R must not wrap)
   return None
 
+def fold_divmod_terms(root: UOp) -> UOp | None:
+  """A sum holding (x//c)*(k*c) and (x%c)*k anywhere in its chain has x*k there instead (C's x == (x/c)*c + x%c, exact for
+  either sign), and ((x//c)%d)*(k*c) with (x%c)*k gives (x%(c*d))*k for x >= 0: index math split by tiling or reshapes
+  (a row index as block*16 + lane) folds back however its terms were ordered, scaled or offset by constants."""
+  if root.dtype.count != 1 or (sp := split_sum(root)) is None or not any(t.op is Ops.MOD for t, _ in sp[0]): return None
+  coefs: dict[UOp, int] = {}
+  for t, f in sp[0]: coefs[t] = coefs.get(t, 0) + f
+  changed = False
+  for m in [t for t in coefs if t.op is Ops.MOD and t.src[1].op is Ops.CONST]:
+    x, c, k = m.src[0], m.src[1].arg, coefs.get(m, 0)
+    if not isinstance(c, int) or c <= 0 or k == 0: continue
+    for q, f in list(coefs.items()):
+      if f != k * c or q.op not in (Ops.IDIV, Ops.MOD): continue
+      if q.op is Ops.IDIV and q.src[0] is x and q.src[1].op is Ops.CONST and q.src[1].arg == c: whole = x
+      elif q.op is Ops.MOD and q.src[1].op is Ops.CONST and isinstance(d := q.src[1].arg, int) and d > 0 and _fits(x.dtype, c * d) and \
+           (i := q.src[0]).op is Ops.IDIV and i.src[0] is x and i.src[1].op is Ops.CONST and i.src[1].arg == c and x.vmin >= 0:
+        whole = x % (c * d)
+      else: continue
+      del coefs[q], coefs[m]
+      coefs[whole] = coefs.get(whole, 0) + k
+      changed = True
+      break
+  return _build_sum(root, list(coefs.items()), sp[1]) if changed else None
+
 # *** comparisons ***
 
 def _lt_const(root: UOp, x: UOp, d: UOp) -> UOp | None:
@@ -381,6 +405,7 @@ pm_bounds = PatternMatcher([
   (UPat(Ops.MOD, src=(ix, UPat.cvar("d", vec=False))), fold_mod),
   # x//c*c + x%c == x: the C identity a == (a/b)*b + a%b
   (UPat(Ops.ADD, src=[UPat(Ops.MUL, src=(UPat(Ops.IDIV, src=(x_, c_)), c_)), UPat(Ops.MOD, src=(x_, c_))]), lambda x, c: x),
+  (UPat(Ops.ADD, dtype=ints, name="root"), fold_divmod_terms),
   (UPat(Ops.CMPLT, src=(ix, UPat.cvar("d", vec=False)), name="root"), _lt_const),
   (UPat(Ops.CMPLT, src=(UPat.cvar("d", vec=False), ix), name="root"), _const_lt),
   (UPat(Ops.CMPNE, src=(ix, UPat.cvar("d", vec=False))), _ne_const),

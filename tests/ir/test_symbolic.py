@@ -164,3 +164,36 @@ def test_a_term_that_sorts_first_joins_a_long_chain_in_one_rewrite(monkeypatch):
   pattern.rewrite_stats.pop("chain test", None)
   assert graph_rewrite(chain + lead, symbolic, name="chain test") is full
   assert sum(pattern.rewrite_stats["chain test"].values()) <= 3, "the new term was swapped down the chain one step at a time"
+
+# *** a sum's div/mod terms fold back into what they split ***
+
+def _has_divmod(u: UOp) -> bool: return any(x.op in (Ops.IDIV, Ops.MOD) for x in u.toposort())
+
+@pytest.mark.parametrize("dtype", [dtypes.index, dtypes.int32])
+def test_divmod_terms_of_a_sum_fold_back(dtype: DType):
+  from core.ir.ops import exec_uop_tree
+  r, a, z = Variable("r", 0, 255, dtype), Variable("a", 0, 9, dtype), Variable("z", 0, 9, dtype)
+  cases = [
+    ((r // 16 + 1) * 16 + (r % 16 + 1) - 17, r),      # count_fold's arange index: constant offsets around the pair
+    (a * 7 + (r // 16) * 16 + z + r % 16, None),      # the two terms apart in the chain
+    ((r % 16) * 3 + a + (r // 16) * 48 + 2, None),    # both scaled by 3
+    (((r // 4) % 4) * 4 + r % 4 + (r // 16) * 16, r),  # a reshape split in three: (r//4)%4*4 + r%4 is r%16 first
+  ]
+  for expr, want in cases:
+    got = graph_rewrite(expr, sym)
+    assert not _has_divmod(got), got
+    if want is not None: assert got is want
+    for vals in [(rv, av, zv) for rv in range(256) for av, zv in ((0, 0), (9, 3))]:
+      env = dict(zip((r, a, z), vals))
+      assert exec_uop_tree(got, env) == exec_uop_tree(expr, env), (expr, vals)
+
+def test_divmod_terms_fold_exactly_for_negative_values():
+  from core.ir.ops import exec_uop_tree
+  x = Variable("x", -40, 40)
+  flat = (x // 8) * 24 + (x % 8) * 3 + 5          # C's x == (x/8)*8 + x%8 holds for either sign
+  nested = ((x // 4) % 2) * 4 + x % 4             # == x % 8 only for x >= 0: must stay as it is here
+  got_flat, got_nested = graph_rewrite(flat, sym), graph_rewrite(nested, sym)
+  assert not _has_divmod(got_flat)
+  for v in range(-40, 41):
+    assert exec_uop_tree(got_flat, {x: v}) == exec_uop_tree(flat, {x: v})
+    assert exec_uop_tree(got_nested, {x: v}) == exec_uop_tree(nested, {x: v})
