@@ -1,6 +1,7 @@
 """Issue 24's speed rows: the three ONNX models the tests use (core/onnx/testing.py: ResNet-style, MobileNet-style with depthwise
 convolutions, a transformer encoder) on core against onnxruntime in the same process. Prints inferences per second of each and
-the ratio core / onnxruntime (the goal: >= 0.8x) for core's eager runner, its Jit replay and a compiled file's replay
+the ratio core / onnxruntime (the goal: >= 0.8x) for core's eager runner, its Jit replay (called with Tensor(x), and with the numpy
+array itself) and a compiled file's replay
 (core.onnx.load_compiled: direct launches, CPU's default, and through the command queues), with each model's ONNX node and kernel
 counts and the machine's load.
 Every runner's output is checked against onnxruntime's before it is timed. Each of `--repeat` rounds times every runner in turn for
@@ -50,11 +51,12 @@ def bench_model(name: str, seconds: float, repeat: int, ort_threads: int) -> dic
     "onnxruntime": lambda: sess.run(None, {"x": x})[0],
     "eager": lambda: runner({"x": Tensor(x)})[out].numpy(),
     "Jit": lambda: step(Tensor(x)).numpy(),
+    "Jit(ndarray)": lambda: step(x).numpy(),   # the array itself as the input: copied into the Jit's own input buffer
     "compiled": lambda: compiled({"x": x})[out],
     "compiled+queues": lambda: queued({"x": x})[out],
   }
   want = fns["onnxruntime"]()
-  for k in ("eager", "Jit", "Jit", "Jit", "compiled", "compiled+queues"):   # the Jit's first calls run eagerly and capture: checked too
+  for k in ("eager", "Jit", "Jit", "Jit", "Jit(ndarray)", "compiled", "compiled+queues"):   # the Jit's first calls run eagerly and capture: checked too
     np.testing.assert_allclose(fns[k](), want, rtol=1e-4, atol=1e-5, err_msg=f"{name}: {k} differs from onnxruntime")
   batch = shape[0]
   load = os.getloadavg()[0]
@@ -62,7 +64,7 @@ def bench_model(name: str, seconds: float, repeat: int, ort_threads: int) -> dic
   return {"model": name, "shape": shape, "nodes": len(model.graph.node), "kernels": len(step.items),
           "load": (load + os.getloadavg()[0]) / 2, **{k: batch * v for k, v in rates.items()}, "ratio": ratios}
 
-COLS = ("eager", "Jit", "compiled", "compiled+queues")
+COLS = ("eager", "Jit", "Jit(ndarray)", "compiled", "compiled+queues")
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
   from core.onnx.testing import MODELS

@@ -78,6 +78,7 @@ class Submission:
     for fp in self._fast_patches: self._slot_patches[fp[0]].append(fp)
     self.last_addrs: list[int | None] = [None] * len(self.slots)
     self.last_vars: dict[Any, int] = {}
+    self.runs = 0   # submits so far: an owner that saw its own run last knows which slots still hold its buffers (run_slots)
     # the variable patches the same way: (variable arg, host view of the target or None, target, offset, format, mask, width);
     # an eager op with a new scalar patches one each run (core/engine/realize.py)
     self._fast_vars = [(arg, _host_view(t), t, off, "<Q" if w == 8 else "<I", (1 << 8 * w) - 1, w) for arg, t, off, w in self.var_patches]
@@ -98,33 +99,53 @@ class Submission:
     if addrs != (last := self.last_addrs):
       for i, a in enumerate(addrs):
         # a slot whose memory changed: its patches get its address as the reading device sees it
-        if a is None or a == last[i]: continue
-        for _, view, target, off, fmt, mask, addend, shift, width, own_addr in self._slot_patches[i]:
-          v = a if own_addr is None else own_addr(bufs[i])
-          if view is not None: _pack_into(fmt, view, off, ((v + addend) >> shift) & mask)
-          else:
-            from core.hcq.patches import write_value
-            write_value(target, off, (v + addend) >> shift, width)
+        if a is not None and a != last[i]: self._patch_slot(i, bufs[i], a)
       self.last_addrs = addrs
-    if self._fast_vars:
-      by_arg = {v.arg: val for v, val in (var_vals or {}).items()}
-      # compared with the previous run's values, not updated in the loop: one variable may have a patch in several kernels
-      last_v, now = self.last_vars, {}
-      for arg, view, target, off, fmt, mask, width in self._fast_vars:
-        if (val := by_arg.get(arg)) is None: raise RuntimeError(f"HCQ: the schedule needs a value for variable {arg[0]!r}")
-        if last_v.get(arg) != val:
-          if view is not None: _pack_into(fmt, view, off, val & mask)
-          else:
-            from core.hcq.patches import write_value
-            write_value(target, off, val, width)
-        now[arg] = val
-      self.last_vars = now
+    if self._fast_vars: self._patch_vars(var_vals)
     self.resubmit(wait)
+
+  def run_slots(self, changed: list[tuple[int, Any]], var_vals: dict[Any, int] | None = None, wait: bool = True) -> None:
+    """run() where only the slots in `changed` ((slot index, Buffer) pairs) may hold other buffers than in the previous run of
+    this submission; the caller knows the rest did not change (a Jit replay that ran it last: only its inputs are new)."""
+    last = self.last_addrs
+    for i, b in changed:
+      try: h = b._buf
+      except AttributeError: h = b.allocate()._buf
+      a = _addressof(h) if isinstance(h, _CArray) else handle_addr(b)
+      if a != last[i]:
+        self._patch_slot(i, b, a)
+        last[i] = a
+    if self._fast_vars: self._patch_vars(var_vals)
+    self.resubmit(wait)
+
+  def _patch_slot(self, i: int, buf: Any, a: int) -> None:
+    """Writes slot i's new address `a` (its Buffer `buf`) into every patch that reads it, as the reading device sees it."""
+    for _, view, target, off, fmt, mask, addend, shift, width, own_addr in self._slot_patches[i]:
+      v = a if own_addr is None else own_addr(buf)
+      if view is not None: _pack_into(fmt, view, off, ((v + addend) >> shift) & mask)
+      else:
+        from core.hcq.patches import write_value
+        write_value(target, off, (v + addend) >> shift, width)
+
+  def _patch_vars(self, var_vals: dict[Any, int] | None) -> None:
+    by_arg = {v.arg: val for v, val in (var_vals or {}).items()}
+    # compared with the previous run's values, not updated in the loop: one variable may have a patch in several kernels
+    last_v, now = self.last_vars, {}
+    for arg, view, target, off, fmt, mask, width in self._fast_vars:
+      if (val := by_arg.get(arg)) is None: raise RuntimeError(f"HCQ: the schedule needs a value for variable {arg[0]!r}")
+      if last_v.get(arg) != val:
+        if view is not None: _pack_into(fmt, view, off, val & mask)
+        else:
+          from core.hcq.patches import write_value
+          write_value(target, off, val, width)
+      now[arg] = val
+    self.last_vars = now
 
   def resubmit(self, wait: bool = True) -> None:
     """Submits again with the buffers and variable values of the last run, no patch looked at: for the one owner of a
     submission whose buffers never change (a compiled file's replay), after its first run()."""
     for key, tl in self._timelines: _start[key] = tl[0]
+    self.runs += 1
     self._launch()
     if wait: self.wait()
 

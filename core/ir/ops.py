@@ -73,10 +73,13 @@ sint = Union[int, "UOp"]
 _const_cache: dict[tuple, UOp] = {}
 CONST_CACHE_SIZE = 256
 
+_PLAIN_ARGS = frozenset({int, str})   # types whose equal values are the same value: a tuple of only these is its own key
+
 def _arg_key(a: Any) -> Any:
   """A hash key that tells apart args Python calls equal: 0.0/-0.0, 1/1.0/True, and NaN payloads."""
   if type(a) is float: return (float, struct.pack("<d", a))
-  if type(a) is tuple: return tuple(_arg_key(x) for x in a)
+  # a shape or axis tuple (every reshape's arg) is looked at in C, without a call per element
+  if type(a) is tuple: return a if _PLAIN_ARGS.issuperset(map(type, a)) else tuple(_arg_key(x) for x in a)
   if type(a) is bool: return (bool, a)
   return a
 

@@ -1,7 +1,7 @@
 """Jit: run a function once, capture the kernels of its second call, then replay them with new input buffers. It lives at the
 tensor level (it takes and returns Tensors); the engine only records schedules into the capture (core/engine/capture.py)."""
 from __future__ import annotations
-import contextlib, functools, struct, threading
+import contextlib, functools, struct, sys, threading
 from typing import Any, Callable, Generic, TypeVar
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops, arg_uops
@@ -33,6 +33,17 @@ class JitCapture(capture.Capture):
 
 class JitError(RuntimeError): pass
 
+def _ndarray_type() -> Any:
+  """numpy.ndarray, or None when numpy was never imported (then no argument can be one)."""
+  np = sys.modules.get("numpy")
+  return None if np is None else np.ndarray
+
+def _arrays_as_tensors(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+  """numpy array arguments become Tensors on the default device (as Tensor(array) makes them): they are inputs like Tensors, not
+  constants the capture would keep."""
+  if (nd := _ndarray_type()) is None: return args, kwargs
+  return (tuple(Tensor(a) if isinstance(a, nd) else a for a in args), {k: Tensor(v) if isinstance(v, nd) else v for k, v in kwargs.items()})
+
 def _tensors_in(args: tuple, kwargs: dict) -> list[Any]:
   vals = list(args) + [kwargs[k] for k in sorted(kwargs)]
   return [v for v in vals if isinstance(v, Tensor)]
@@ -53,7 +64,9 @@ def _bound_vars(args: tuple, kwargs: dict, inputs: list[Any]) -> dict[UOp, int]:
 
 class Jit(Generic[R]):
   """Decorate a function whose Tensor inputs change between calls but whose shapes and dtypes do not.
-  Call 1 runs eagerly, call 2 records every kernel, later calls replay them on the new inputs' buffers."""
+  Call 1 runs eagerly, call 2 records every kernel, later calls replay them on the new inputs' buffers.
+  numpy array arguments are inputs too, each as Tensor(array) on the default device; on a replay one of the captured shape and
+  dtype is copied straight into a buffer the Jit keeps for that argument (unless the function returns a view of its inputs)."""
   def __init__(self, fxn: Callable[..., R]):
     self.fxn = fxn
     self.cnt = 0
@@ -69,13 +82,15 @@ class Jit(Generic[R]):
     self.concrete = False   # every captured input shape is plain ints: a call with exactly those shapes takes the fast check
     self.replay: Any = None
     self.graph_hcqs: list[Any] = []   # the HCQDevices an HCQ replay runs on, told of each replay (HCQDevice.graph_replay)
+    # input position -> (numpy dtype, BUFFER uop, its Buffer): where a replay copies a numpy array argument (_staged)
+    self.staging: dict[int, tuple[Any, UOp, Any]] = {}
     # one call at a time per Jit: its calls count, capture and replay into the same buffers (threads sharing a Jit take turns)
     self._lock = threading.RLock()
     functools.update_wrapper(self, fxn)  # type: ignore[arg-type]
 
   def reset(self) -> None:
     self.cnt, self.items, self.input_bufs, self.ret, self.replay, self.graph_hcqs = 0, [], [], None, None, []
-    self.ret_tensors, self.concrete = [], False
+    self.ret_tensors, self.concrete, self.staging = [], False, {}
 
   def __get__(self, obj: Any, objtype: Any = None) -> Any: return functools.partial(self.__call__, obj)  # methods
 
@@ -84,12 +99,18 @@ class Jit(Generic[R]):
 
   def _fast_inputs(self, args: tuple) -> list[UOp] | None:
     """The base BUFFER uops of a replay call's inputs when every one is already a realized buffer (or a static reshape of one, as
-    Tensor(ndarray) makes) with exactly the captured concrete shape, dtype and device, and no Variable is passed: the common
-    replay, bound without a realize call or a signature walk. None when the general path must look."""
+    Tensor(ndarray) makes) or a numpy array (copied into its staging buffer) with exactly the captured concrete shape, dtype and
+    device, and no Variable is passed: the common replay, bound without a realize call or a signature walk. None when the general
+    path must look."""
     new: list[UOp] = []
     sig = self.signature
+    nd = _ndarray_type()
     for a in args:
       if type(a) is UOp: return None
+      if nd is not None and type(a) is nd:
+        if len(new) == len(sig) or (st := self._staged(len(new), a)) is None: return None
+        new.append(st)
+        continue
       if not isinstance(a, Tensor): continue
       if len(new) == len(sig): return None
       u = a.uop
@@ -99,9 +120,28 @@ class Jit(Generic[R]):
       new.append(b)
     return new if len(new) == len(sig) else None
 
+  def _staged(self, i: int, a: Any) -> UOp | None:
+    """Input i's staging buffer holding a copy of the numpy array `a`, when `a` has the captured shape and dtype and would land on
+    the captured device; None otherwise, or when a returned tensor views an input (a buffer rewritten by the next call would then
+    change an earlier call's result): the general path makes a Tensor of it."""
+    if (st := self.staging.get(i)) is None:
+      s, dt, dev = self.signature[i]
+      if any(self.ret_rebuild) or dev != Device.DEFAULT or dt.fmt is None: return None
+      from core.ir.dtype import to_np
+      u = UOp.new_buffer(dev, prod(s), dt)
+      buf = buffer_of(u).allocate()
+      buf.rewritten = True   # no zero-copy numpy view of it: the next call writes it again
+      st = self.staging[i] = (to_np(dt), u, buf)
+    npdt, u, buf = st
+    if a.dtype != npdt or a.shape != self.signature[i][0] or not a.flags.c_contiguous: return None
+    # a Jit-owned buffer (its lock is held): no other thread reads it, and the previous replay has finished with it
+    buf.copyin(a.data)
+    return u
+
   def _call(self, args: tuple, kwargs: dict[str, Any]) -> R:
     if self.cnt == 2 and self.concrete and JIT and not kwargs and (new := self._fast_inputs(args)) is not None:
       with engine_lock: return self._replay(new, {})
+    args, kwargs = _arrays_as_tensors(args, kwargs)
     inputs = _tensors_in(args, kwargs)
     for t in inputs: t.realize()
     # the replay of a call whose inputs have exactly the captured concrete shapes and no Variable is passed: none of the symbolic

@@ -72,3 +72,40 @@ def test_replay_binds_buffer_inputs_directly_and_the_rest_through_the_general_pa
       np.testing.assert_allclose(g, want.reshape(2, 3), rtol=1e-6)
   with pytest.raises(JitError, match="inputs changed"): f(Tensor(xs[0].astype(np.float64)), Tensor(y))
   with pytest.raises(JitError, match="inputs changed"): f(Tensor(xs[0].reshape(2, 3)), Tensor(y))
+
+def test_numpy_array_arguments_are_inputs_not_constants():
+  # an array argument was baked into the capture as it was on the capturing call: every replay returned that call's result
+  @Jit
+  def f(a, b): return (Tensor(a) * 2 + b).reshape(2, 3)
+  rng = np.random.default_rng(3)
+  for _ in range(6):
+    a, b = rng.standard_normal(6).astype(np.float32), rng.standard_normal(6).astype(np.float32)
+    np.testing.assert_allclose(f(a, Tensor(b)).numpy(), (a * 2 + b).reshape(2, 3), rtol=1e-6)
+  assert f.cnt == 2 and list(f.staging) == [0]   # the replays copied the array into the Jit's own buffer of input 0
+  # Tensors and arrays mix from call to call; an array the staging path does not take (strided, another dtype) goes the general way
+  a, b = rng.standard_normal(6).astype(np.float32), rng.standard_normal(6).astype(np.float32)
+  np.testing.assert_allclose(f(Tensor(a), Tensor(b)).numpy(), (a * 2 + b).reshape(2, 3), rtol=1e-6)
+  s = rng.standard_normal(12).astype(np.float32)[::2]
+  np.testing.assert_allclose(f(s, Tensor(b)).numpy(), (s * 2 + b).reshape(2, 3), rtol=1e-6)
+  with pytest.raises(JitError, match="inputs changed"): f(a.astype(np.float64), Tensor(b))
+
+def test_array_inputs_of_a_jit_returning_input_views_keep_earlier_results():
+  # a returned view of an input follows that call's input: a staging buffer rewritten by the next call would change it
+  @Jit
+  def f(a): return Tensor(a).reshape(3, 2), (Tensor(a) + 1).reshape(2, 3)
+  got = [f(np.full(6, i, dtype=np.float32))[0].numpy() for i in range(5)]   # views of the input's memory where they can be
+  for i, a in enumerate(got): np.testing.assert_array_equal(a, np.full((3, 2), i, np.float32))
+  assert f.cnt == 2 and not f.staging
+
+def test_hcq_replay_repatches_after_another_run_of_its_submission():
+  # two Jits of the same kernels share one cached submission: each replay must patch its own buffers back in, not only its inputs
+  def g(a, b): return (a + b).reshape(2, 2)
+  f1, f2 = Jit(g), Jit(g)
+  rng = np.random.default_rng(4)
+  for _ in range(5):
+    xs = [rng.standard_normal(4).astype(np.float32) for _ in range(4)]
+    r1, r2 = f1(Tensor(xs[0]), Tensor(xs[1])), f2(Tensor(xs[2]), Tensor(xs[3]))
+    np.testing.assert_allclose(r1.numpy(), (xs[0] + xs[1]).reshape(2, 2), rtol=1e-6)
+    np.testing.assert_allclose(r2.numpy(), (xs[2] + xs[3]).reshape(2, 2), rtol=1e-6)
+    # back to back on one Jit: the fast path (only the inputs looked at)
+    for _ in range(2): np.testing.assert_allclose(f1(xs[1], xs[2]).numpy(), (xs[1] + xs[2]).reshape(2, 2), rtol=1e-6)
