@@ -3,7 +3,7 @@ from __future__ import annotations
 from core.ir.ops import UOp, Ops, GroupOp
 
 # values worth a store and a load per element instead of their recomputation (a softmax's exp: ~25 vector ops)
-_COSTLY = (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW)
+COSTLY_OPS = (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW)
 STASH_ARG = "stash"   # the arg of the added STORE: a plain store (never a streaming one: the output loop reads it back from cache)
 
 def _reduce_update(end: UOp) -> tuple[UOp, UOp] | None:
@@ -45,7 +45,7 @@ def stash_reduced_values(sink: UOp) -> UOp:
     if (found := _reduce_update(end)) is None: continue
     st, e = found
     r = end.src[1]
-    if r.src[0] is not r1.src[0] or e.dtype != out.src[1].dtype or not any(x.op in _COSTLY for x in e.toposort()): continue
+    if r.src[0] is not r1.src[0] or e.dtype != out.src[1].dtype or not any(x.op in COSTLY_OPS for x in e.toposort()): continue
     want = _canonical(e.substitute({r: r1}))
     if r1 not in want.toposort() or (e1 := next((c for c in _lanes(out.src[1]) if c.op is e.op and _canonical(c) is want), None)) is None: continue
     stash = UOp(Ops.STORE, src=(buf.index(idx.substitute({r1: r})), e), arg=STASH_ARG)

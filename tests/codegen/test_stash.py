@@ -43,3 +43,17 @@ def test_stashed_row_kernel_feeds_a_later_kernel():
   x = np.random.default_rng(2).standard_normal((48, 200)).astype(np.float32)
   got = (Tensor(x).softmax(-1) * 2 + 1).sum(-1).numpy()
   np.testing.assert_allclose(got, (np_softmax(x) * 2 + 1).sum(-1), rtol=1e-5)
+
+def test_row_max_takes_several_vectors_per_step():
+  # a row max over 1000 floats is a chain of dependent max steps: each step folds several vectors (heuristic ROW_RED_VECTORS,
+  # a tree of maxes off the chain), where the exp's sum keeps the output loop's width so the stash still matches it
+  ren = Device[Device.DEFAULT].renderer
+  if getattr(ren, "has_local", False) or not getattr(ren, "supports_float4", False): pytest.skip("a CPU renderer's heuristic")
+  x = np.random.default_rng(3).standard_normal((64, 1000)).astype(np.float32)
+  t = Tensor(x).softmax(-1)
+  uops = _lowered(t)
+  upd = [u for u in uops if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.DEFINE_REG and u.src[1].op is Ops.MAX]
+  assert len(upd) == 1
+  loads = [u for u in upd[0].toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM]
+  assert len(loads) >= 2 and all(ld.dtype.count > 1 for ld in loads)
+  np.testing.assert_allclose(t.numpy(), np_softmax(x), rtol=1e-5, atol=1e-7)

@@ -6,6 +6,7 @@ from core.helpers import ContextVar, prod
 from core.codegen.opt.kernel import Kernel, Opt, OptOps, KernelOptError, range_size, MAX_REGISTER_ELEMS
 from core.codegen.opt.expander import contiguous_offset, strided_offset, VECTOR_MEM_DTYPES, MAX_SHUFFLED_STRIDE
 from core.codegen.opt.pack import PACK_MAX_BYTES
+from core.codegen.stash import COSTLY_OPS
 
 # conv register block, measured on a 2-core AVX-512 host: 2 vectors along the contiguous output axis x 4 rows, the reduce
 # unrolled by 2, and the reused axis's loop outside the other's so a panel of the second input stays in cache
@@ -36,6 +37,7 @@ MASKED_PAD_SHARE = 3         # an elementwise row padded to whole masked vectors
 MIN_THREADED_WORK = 1 << 15   # iterations below which a kernel runs on one thread: dispatching blocks costs more
 TRANSPOSE_MIN_ROW = 512       # output rows this long read a line per element of a transposed input: more lines than L1 holds
 ALU_HEAVY = 64                # arithmetic ops per element above which an elementwise kernel is compute-bound
+ROW_RED_VECTORS = 4           # vectors of partial results per row reduction of a fused row kernel (_row_pass)
 RED_STREAMS = 4               # rows a thread's block of a reduction along memory reads at once, far apart
 WG_FEW_OUTPUTS = 4096         # outputs below which a GPU has idle lanes unless the work-items of a group share a reduction
 WG_LONG_REDUCE = 256          # reductions this long are shared by a workgroup (GROUP of WG_GROUP, or a quarter of it)
@@ -403,6 +405,10 @@ def _merge_loops(k: Kernel) -> Kernel:
     i += 1
   return k
 
+def _costly_input(k: Kernel, red: UOp) -> bool:
+  """Whether a reduction over `red` reads an expensive value per element (a transcendental: COSTLY_OPS)."""
+  return any(red in u.src[1:] and any(x.op in COSTLY_OPS for x in u.src[0].toposort()) for u in k.ast.toposort() if u.op is Ops.REDUCE)
+
 def _row_pass(k: Kernel, reds: list[UOp], contig_out: UOp, loads: list[UOp], lanes: int) -> Kernel | None:
   """Row reductions fused with the elementwise pass over the same row (realize_points.row_fusable: softmax, layernorm): no
   reduction uses the output loop, so each runs once per row before it. Each contiguous reduce axis gets vector partial
@@ -412,6 +418,14 @@ def _row_pass(k: Kernel, reds: list[UOp], contig_out: UOp, loads: list[UOp], lan
   for red in reds:
     if _contiguous_in(k, red, loads) and (amt := _pick_amt(range_size(red), (*_red_vectors(range_size(red), lanes)[-2:], 4, 2))):
       k = _try(k, Opt(OptOps.UNROLL, _pos(k, red), amt))
+      # partial results in ROW_RED_VECTORS vectors side by side (copies, not wider lanes): one vector's chain of dependent
+      # max or add steps waits on each step's latency (softmax's max over rows of 1000 on 8 lanes: 125 steps of ~5 cycles)
+      # (not where the input costs more per element than the chain's step, an exp: the stash then needs equal loops, see
+      # core.codegen.stash; measured on CPUs only: GPUs keep one)
+      copies = ROW_RED_VECTORS * lanes // amt if not getattr(k.renderer, "has_local", False) else 1
+      if copies >= 2 and k.applied[-1].op is OptOps.UNROLL and not _costly_input(k, _same(k, red)) and \
+         (a2 := _pick_amt(range_size(_same(k, red)), tuple(c for c in (4, 5, 3, 2) if c <= copies + 1))):
+        k = _try(k, Opt(OptOps.UNROLL, _pos(k, _same(k, red)), a2))
   if amt := _pick_amt(range_size(contig_out), (2 * lanes, lanes, lanes // 2, 4, 2)):
     k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt))
   return k
