@@ -406,7 +406,8 @@ def from_host(data: memoryview | bytes | bytearray, dtype: DType, device: str, s
   mv = memoryview(data).cast("B") if not isinstance(data, memoryview) or data.format != "B" or data.ndim != 1 else data
   if mv.nbytes != n * dtype.itemsize: raise ValueError(f"from_host: {mv.nbytes} bytes given for shape {shape} of {dtype}")
   u = UOp.new_buffer(device, n, dtype)
-  buf = buffer_of(u).allocate()
+  # a node made just now: no other thread knows it, so its Buffer is set without buffer_of's checks and lock
+  facts.of(u).buffer = buf = Buffer(device, n, dtype).allocate()
   if n: buf.copyin(mv)
   return u.reshape(shape)
 

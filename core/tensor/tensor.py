@@ -1,6 +1,6 @@
 """The user-facing lazy Tensor: construction, dtype/device plumbing, realization, host transfer and autograd entry points."""
 from __future__ import annotations
-import builtins, contextlib, functools, threading, weakref
+import builtins, contextlib, functools, sys, threading, weakref
 from typing import Any, ClassVar
 from core.helpers import TRAINING, prod
 from core.ir.dtype import DType, DTypeLike, ConstType, dtypes, to_dtype, from_np, to_np, least_upper_dtype
@@ -85,6 +85,11 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
         if len(maybe) > Tensor._maybe_sweep_at: Tensor._sweep_maybe()
     if type(data) is UOp and device is None and dtype is None:   # every op's result (_wrap): nothing to convert
       self.uop: UOp = data
+      return
+    # a numpy array (a Jit's input every call) before the checks for other kinds of data
+    if dtype is None and (np := sys.modules.get("numpy")) is not None and type(data) is np.ndarray and \
+       (fast := ndarray_uop(data, canonical_device(device))) is not None:
+      self.uop = fast
       return
     dt = None if dtype is None else to_dtype(dtype)
     if isinstance(data, UOp):
