@@ -87,7 +87,7 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
       self.uop: UOp = data
       return
     # a numpy array (a Jit's input every call) before the checks for other kinds of data
-    if dtype is None and (np := sys.modules.get("numpy")) is not None and type(data) is np.ndarray and \
+    if dtype is None and (npmod := sys.modules.get("numpy")) is not None and type(data) is npmod.ndarray and \
        (fast := ndarray_uop(data, canonical_device(device))) is not None:
       self.uop = fast
       return
