@@ -219,9 +219,10 @@ def least_upper_dtype(*ds: DType) -> DType:
   if not ds: raise ValueError("least_upper_dtype needs at least one dtype")
   return _least_upper(ds)
 
-@functools.cache
+@functools.lru_cache(maxsize=1024)
 def _least_upper(ds: tuple[DType, ...]) -> DType:
-  # cached: every eager binary op and sum asks, and min() over DTypes compares slowly (a handful of dtypes, few combinations)
+  # cached: every eager binary op and sum asks, and min() over DTypes compares slowly; bounded, as vector and image dtypes are
+  # many (a handful of scalar dtypes in practice)
   for d in ds:
     if d.scalar() not in _promo_lattice: raise TypeError(f"{d} takes no part in type promotion")
   return min(frozenset.intersection(*(_upper_set(d.scalar()) for d in ds)))
