@@ -34,14 +34,15 @@ def stash_reduced_values(sink: UOp) -> UOp:
   extent) also consumes as E(r) stores E(r) into the output at r's position during the reduction and reads it back in the
   output loop (the row is in L1 then): softmax's exp runs once per element, not twice. Only the thread that reduces a row writes
   and reads that row (both are loops of one thread), and the output buffer is written by this kernel alone."""
-  outs = [u for u in sink.toposort() if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM]
-  if len(outs) != 1 or len(outs[0].src[0].src) != 2 or any(u.op is Ops.BARRIER for u in sink.toposort()): return sink
+  nodes = list(sink.toposort())   # one walk: this runs on every kernel
+  outs = [u for u in nodes if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM]
+  if len(outs) != 1 or len(outs[0].src[0].src) != 2 or any(u.op is Ops.BARRIER for u in nodes): return sink
   out = outs[0]
   buf, idx = out.src[0].src
-  oend = next((u for u in sink.toposort() if u.op is Ops.END and u.src[0] is out and len(u.src) == 2), None)
-  if oend is None or buf in {s.src[0] for s in sink.toposort() if s.op is Ops.INDEX and s is not out.src[0]}: return sink
+  oend = next((u for u in nodes if u.op is Ops.END and u.src[0] is out and len(u.src) == 2), None)
+  if oend is None or any(u.op is Ops.INDEX and u.src[0] is buf and u is not out.src[0] for u in nodes): return sink
   r1 = oend.src[1]
-  for end in [u for u in sink.toposort() if u.op is Ops.END and u is not oend]:
+  for end in [u for u in nodes if u.op is Ops.END and u is not oend]:
     if (found := _reduce_update(end)) is None: continue
     st, e = found
     r = end.src[1]
