@@ -328,9 +328,13 @@ def truncate(d: DType, x: Any) -> ConstType:
 
 def to_np(d: DType) -> Any:
   """The numpy dtype for `d`; bfloat16 and fp8 have none and raise."""
+  if (fmt := d.scalar().fmt) is None: raise TypeError(f"{d} has no numpy equivalent")
+  return _np_dtype(fmt)
+
+@functools.cache
+def _np_dtype(fmt: str) -> Any:   # a struct format letter: a handful of them; every .numpy() of a Jit output asks
   import numpy as np
-  if d.scalar().fmt is None: raise TypeError(f"{d} has no numpy equivalent")
-  return np.dtype(d.scalar().fmt)
+  return np.dtype(fmt)
 
 def from_np(x: Any) -> DType:
   """The DType for a numpy dtype (or anything np.dtype accepts)."""

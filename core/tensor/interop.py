@@ -36,8 +36,6 @@ def _view_of(buf: Buffer, n: int, shape: tuple[int, ...], dtype: DType, readonly
   addr = np.frombuffer(mv, dtype=np.uint8).ctypes.data   # the view's start (a view Buffer's offset included)
   return np.asarray(_Pinned(buf, addr, shape, dtype, readonly))
 
-_np_dtypes: dict[DType, Any] = {}   # DType -> numpy dtype, filled on first use of each
-
 def _rewritten_copy(t: Tensor) -> np.ndarray | None:
   """to_numpy's shortcut for a Jit's output (a buffer its replays rewrite, or a static reshape of one), read once per call:
   its copy without the realize and view checks. None for anything else."""
@@ -45,10 +43,10 @@ def _rewritten_copy(t: Tensor) -> np.ndarray | None:
   u = t.uop
   b = u.src[0] if u.op is Ops.RESHAPE and len(u.src) == 1 else u
   if b.op is not Ops.BUFFER or (f := facts.get_id(id(b))) is None or (buf := f.buffer) is None or not buf.rewritten: return None
-  if "_buf" not in buf.__dict__ or not buf.nbytes or (npdt := _np_dtypes.get(u.dtype)) is None: return None
+  if "_buf" not in buf.__dict__ or not buf.nbytes or u.dtype.scalar().fmt is None: return None
   shape: Any = u.shape
   if shape is None or not all(type(d) is int for d in shape) or prod(shape) != b.arg: return None
-  out: Any = np.zeros(shape, dtype=npdt)   # zeroed, as below
+  out: Any = np.zeros(shape, dtype=to_np(u.dtype))   # zeroed, as below
   with engine_lock: buf.copyout(memoryview(out).cast("B"))
   return out
 
@@ -61,7 +59,7 @@ def to_numpy(t: Tensor) -> np.ndarray:
   from core.engine.realize import engine_lock, realized_buffer
   shape = t.shape
   if not all(type(d) is int for d in shape): shape = _sym_shape(t)   # read with its variables' current values
-  npdt = _np_dtypes[t.dtype] = to_np(t.dtype)
+  npdt = to_np(t.dtype)
   if prod(shape) == 0: return np.zeros(shape, dtype=npdt)
   buf, n = realized_buffer(t.uop)
   if (a := _view_of(buf, n, shape, t.dtype, True)) is not None: return a
