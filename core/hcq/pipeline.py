@@ -112,7 +112,7 @@ class Submission:
       try: h = b._buf
       except AttributeError: h = b.allocate()._buf
       a = _addressof(h) if isinstance(h, _CArray) else handle_addr(b)
-      if a != last[i]:
+      if a is not None and a != last[i]:   # as in run(): a slot with no address keeps what it had
         self._patch_slot(i, b, a)
         last[i] = a
     if self._fast_vars: self._patch_vars(var_vals)
