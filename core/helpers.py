@@ -155,6 +155,13 @@ def cache_dir() -> pathlib.Path:
   if sys.platform == "darwin": return pathlib.Path.home() / "Library" / "Caches" / "core"
   return pathlib.Path(os.getenv("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "core"
 
+@functools.cache
+def host_machine() -> str:
+  """The host's architecture as "x86_64", "aarch64" or the system's own lower-case name (platform.machine() says "AMD64" or
+  "arm64" on some systems): the one place the CPU plugin and the ELF loader ask. os.uname answers it without importing platform."""
+  m = (os.uname().machine if hasattr(os, "uname") else __import__("platform").machine()).lower()
+  return {"amd64": "x86_64", "arm64": "aarch64"}.get(m, m)
+
 def fmt_bytes(n: float) -> str:
   for unit in ("B", "KB", "MB", "GB"):
     if abs(n) < 1024 or unit == "GB": return f"{n:.2f} {unit}" if unit != "B" else f"{int(n)} B"

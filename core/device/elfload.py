@@ -4,8 +4,9 @@ Linking a kernel with the system C compiler costs a process spawn (tens of ms) p
 ourselves and applying its few relocation kinds takes microseconds. Facts from the System V x86-64 psABI (relocation
 types and their formulas) and the ELF-64 object file format."""
 from __future__ import annotations
-import ctypes, functools, mmap, platform, struct
+import ctypes, functools, mmap, struct
 from core.device.elf import Section, read_elf64
+from core.helpers import host_machine
 
 class ELFLoadError(RuntimeError): pass
 
@@ -21,7 +22,7 @@ GOT = 8
 
 def _pages(n: int) -> int: return max((n + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE, mmap.PAGESIZE)
 
-def supported() -> bool: return platform.machine().lower() in ("x86_64", "amd64")
+def supported() -> bool: return host_machine() == "x86_64"
 
 def _sections(obj: bytes) -> list[Section]:
   elf = read_elf64(obj, 62, "x86-64", ELFLoadError)

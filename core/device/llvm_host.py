@@ -7,8 +7,8 @@ build or the CPU, so the file is named by both: llvmlite's library file (path, s
 flags from /proc/cpuinfo (without one, as on macOS, LLVM is asked in every process). The file holds the four facts one per
 line (none holds a line break), not JSON: json's import would cost each start ~1 ms for reading four strings."""
 from __future__ import annotations
-import dataclasses, functools, hashlib, os, platform, threading
-from core.helpers import cache_dir
+import dataclasses, functools, hashlib, os, threading
+from core.helpers import cache_dir, host_machine
 
 @dataclasses.dataclass(frozen=True)
 class HostLLVM:
@@ -27,7 +27,7 @@ def _cpuinfo() -> str:
 
 def host_cpu_id() -> str:
   """A short hash of this CPU's model and feature flags: binaries built for the host CPU must not be reused on another."""
-  return platform.machine() + "-" + hashlib.sha256(_cpuinfo().encode()).hexdigest()[:12]
+  return host_machine() + "-" + hashlib.sha256(_cpuinfo().encode()).hexdigest()[:12]
 
 def _llvmlite_identity() -> str:
   import importlib.util

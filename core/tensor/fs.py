@@ -10,7 +10,7 @@ The hash is BLAKE2b with a 16-byte digest (hashlib.blake2b(digest_size=16)): it 
 every Python build has it without OpenSSL; it produces a 16-byte digest natively (no truncation of a longer one); and it is the
 fastest of the guaranteed cryptographic hashes in CPython, so hashing costs little next to the disk."""
 from __future__ import annotations
-import hashlib, os, pathlib, secrets
+import hashlib, os, pathlib
 from typing import TYPE_CHECKING, ClassVar
 from core.helpers import cache_dir
 from core.ir.dtype import dtypes
@@ -39,7 +39,7 @@ def _write_chunk(d: pathlib.Path, chunk: memoryview | bytes) -> bytes:
   path = d / h.hex()
   if not path.exists():
     # a temporary file renamed into place: a reader (or a crash) never sees half a chunk
-    tmp = d / f".{h.hex()}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    tmp = d / f".{h.hex()}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
     with open(tmp, "wb") as f: f.write(chunk)
     os.replace(tmp, path)
   return h

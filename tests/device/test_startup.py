@@ -38,8 +38,9 @@ def test_a_warm_compile_cache_never_loads_llvm(tmp_path):
   assert "llvmlite" not in warm and "core.device.elfload" in warm
 
 # what only an error, a cache miss or a renderer with tensor cores needs: difflib (did-you-mean hints), signal (a faulted kernel's
-# message), tempfile and shutil with bz2 and lzma (writing a cache entry, finding or running a C compiler), the tensor-core tables
-NOT_ON_A_WARM_START = {"difflib", "signal", "tempfile", "shutil", "bz2", "lzma", "core.device.tensor_core"}
+# message), tempfile and shutil with bz2 and lzma (writing a cache entry, finding or running a C compiler), secrets with random
+# (naming a file store's temporary file), the tensor-core tables
+NOT_ON_A_WARM_START = {"difflib", "signal", "tempfile", "shutil", "bz2", "lzma", "secrets", "random", "core.device.tensor_core"}
 
 def test_a_warm_start_imports_no_error_path_or_cache_writer_modules(tmp_path):
   cold = imported_after(FIRST_RESULT, CORE_CACHE_DIR=str(tmp_path), DEV="CPU")

@@ -1,9 +1,10 @@
 """The CPU plugin's hooks: declares the CPU device; its renderer, compiler and runtime are imported only when it is built."""
 from __future__ import annotations
-import os, pathlib, platform
+import os, pathlib
 from typing import Any
 from core.device.hookspecs import hookimpl, hcq_rules
 from core.device.spec import DeviceSpec
+from core.helpers import host_machine
 
 __version__ = "0.1.0"
 
@@ -11,7 +12,7 @@ def is_available() -> bool:
   """A C compiler on PATH, or on x86-64 the native library built at install time (LLVM kernels are then loaded in process with
   no compiler at all); looking opens nothing. The library is looked for first: where it is there, shutil (and the bz2 and lzma
   modules it imports, ~2 ms) is not imported at all."""
-  if platform.machine().lower() in ("x86_64", "amd64") and any(pathlib.Path(__file__).parent.glob("_native*.so")): return True
+  if host_machine() == "x86_64" and any(pathlib.Path(__file__).parent.glob("_native*.so")): return True
   import shutil
   return any(shutil.which(c) for c in ([os.environ["CC"]] if os.getenv("CC") else []) + ["clang", "gcc", "cc"])
 

@@ -1,7 +1,8 @@
 """The CPU plugin's compilers: C source through the system C compiler, LLVM IR through llvmlite; both give shared-object bytes."""
 from __future__ import annotations
-import functools, hashlib, os, platform
+import functools, hashlib, os
 from typing import Any
+from core.helpers import host_machine
 from core.device.compiler import Compiler, CompileError, LLVMTarget, llvm_object
 from core.device.llvm_host import host_cpu_id, host_llvm
 from plugin_cpu import elfload
@@ -86,13 +87,13 @@ def arch_flags(arch: str | None = None) -> frozenset[str]:
 
 def x86_fma(flags: frozenset[str]) -> bool:
   """An x86-64 CPU with FMA3: the C renderer can call GCC/clang's vfmadd builtins."""
-  return platform.machine().lower() in ("x86_64", "amd64") and "fma" in flags
+  return host_machine() == "x86_64" and "fma" in flags
 
 def host_x86_fma() -> bool: return x86_fma(host_flags())
 
 def simd_bytes(flags: frozenset[str]) -> int:
   """Bytes of the widest float SIMD register (Renderer.simd_width): 64 with AVX-512, 32 with AVX/AVX2, else 16 (SSE, NEON)."""
-  if platform.machine().lower() in ("aarch64", "arm64"): return 16
+  if host_machine() == "aarch64": return 16
   return 64 if "avx512f" in flags else 32 if "avx" in flags else 16
 
 def host_simd_bytes() -> int: return simd_bytes(host_flags())

@@ -1,7 +1,8 @@
 """The CPU plugin's renderers: host C and host LLVM IR, kernels as plain functions where every axis is a loop."""
 from __future__ import annotations
-import os, platform
+import os
 from typing import Callable
+from core.helpers import host_machine
 from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
@@ -30,7 +31,7 @@ def host_threads() -> int:
 def host_vector_regs(simd_bytes: int) -> int:
   """SIMD registers a kernel may hold values in: 32 with AVX-512 (zmm0-31) and on AArch64 (v0-31), 16 on other x86-64 (the
   ymm/xmm registers of AVX2, AVX and SSE). The optimizer sizes matmul register tiles by it."""
-  return 32 if simd_bytes == 64 or platform.machine().lower() in ("aarch64", "arm64") else 16
+  return 32 if simd_bytes == 64 or host_machine() == "aarch64" else 16
 
 # renderer.threads tells the optimizer how many blocks to cut the outer loop into; 0 (a single thread) means don't
 THREADS = host_threads()

@@ -1,8 +1,9 @@
 """Streaming (non-temporal) stores on x86-64: which kernel stores bypass the caches, decided once here for both CPU renderers."""
 from __future__ import annotations
-import functools, os, platform
+import functools, os
 from core.ir.dtype import AddrSpace, PtrDType, dtypes
 from core.ir.ops import UOp, Ops
+from core.helpers import host_machine
 from core.ir.pattern import PatternMatcher, UPat
 
 NT_ARG = "nontemporal"   # the arg of a STORE the renderers emit as a streaming store (plain STOREs have no arg)
@@ -35,7 +36,7 @@ NT_MIN_BYTES = int(os.getenv("CPU_STREAM_MIN_BYTES", "") or max(cache_bytes(), 4
 
 def host_streams() -> bool:
   """Streaming stores are used on x86-64 only: elsewhere the fence that must follow them differs (and is left out)."""
-  return platform.machine().lower() in ("x86_64", "amd64")
+  return host_machine() == "x86_64"
 
 def stream_width(nbytes: int, simd_bytes: int) -> int:
   """Bytes of the widest streaming store instruction (16 SSE2, 32 AVX, 64 AVX-512) that divides a vector of `nbytes`; 0 for none."""
