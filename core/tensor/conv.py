@@ -11,18 +11,26 @@ from core.tensor.validate import check_ints, check_int
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
 
-def _window_last(x: Tensor, k: int, s: int, d: int) -> Tensor:
+def _window_last(x: UOp, k: int, s: int, d: int) -> UOp:
   """(..., n) -> (..., o, k) with out[..., i, j] = x[..., i*s + j*d]. Tiling the row k+1 times and reading it back with
-  rows of length L+d shifts row j by j*d; a stride-s pick of the first o*s columns then gives the windows."""
-  n = x.shape[-1]
+  rows of length L+d shifts row j by j*d; a stride-s pick of the first o*s columns then gives the windows. Built on UOps:
+  a conv's dozens of movement ops through Tensor methods (their checks and wrappers, ~15-45 us each) cost ~1 ms per call."""
+  assert x.shape is not None
+  n, lead = x.shape[-1], tuple(x.shape[:-1])
   o = (n - d * (k - 1) - 1) // s + 1
   if o <= 0: raise RuntimeError(f"window of size {k} (dilation {d}) doesn't fit in a dim of size {n}")
   L = max(n, k * d) + s
-  lead = x.shape[:-1]
-  x = x.pad([None] * len(lead) + [(0, L - n)])
-  t = x.unsqueeze(-2).expand(lead + (k + 1, L)).flatten(-2)[..., :k * (L + d)].unflatten(-1, (k, L + d))
-  t = t[..., :o * s].unflatten(-1, (o, s))[..., 0]  # (..., k, o)
-  return t.transpose(-1, -2)
+  keep = tuple((0, m) for m in lead)
+  t = x.pad(((0, 0),) * len(lead) + ((0, L - n),)).reshape(lead + (1, L)).expand(lead + (k + 1, L)).reshape(lead + ((k + 1) * L,))
+  t = t.shrink(keep + ((0, k * (L + d)),)).reshape(lead + (k, L + d))
+  t = t.shrink(keep + ((0, k), (0, o * s))).reshape(lead + (k, o, s)).shrink(keep + ((0, k), (0, o), (0, 1))).reshape(lead + (k, o))
+  return t.permute(tuple(range(len(lead))) + (len(lead) + 1, len(lead)))
+
+def _moved(nd: int, src: int, dst: int) -> tuple[int, ...]:
+  """The permutation that moves dim src to dst (Tensor.movedim's)."""
+  order = [i for i in range(nd) if i != src]
+  order.insert(dst, src)
+  return tuple(order)
 
 def _padding(padding: int | Sequence[int], dims: int) -> list[tuple[int, int]]:
   """Per spatial dim (before, after): an int, one value per dim, or torch's flat (left, right, ...) from the last dim."""
@@ -179,13 +187,13 @@ class ConvMixin:
     """(..., *spatial) -> (..., *out, *k): every window of the last len(k) dims."""
     nd = len(k)
     s, d = make_tuple(stride, nd), make_tuple(dilation, nd)
-    x, lead = self, self.ndim - nd
+    x, lead = self.uop, self.ndim - nd
     for i in range(nd):
-      ax = lead + 2 * i  # earlier dims have already become (o, k) pairs
-      x = _window_last(x.movedim(ax, -1), k[i], s[i], d[i])
-      x = x.movedim(-2, ax).movedim(-1, ax + 1)
+      ax, r = lead + 2 * i, self.ndim + i  # earlier dims have already become (o, k) pairs
+      x = _window_last(x.permute(_moved(r, ax, r - 1)), k[i], s[i], d[i])
+      x = x.permute(_moved(r + 1, r - 1, ax)).permute(_moved(r + 1, r, ax + 1))
     order = list(range(lead)) + [lead + 2 * i for i in range(nd)] + [lead + 2 * i + 1 for i in range(nd)]
-    return x.permute(order)
+    return self._mop(x.permute(tuple(order)))
 
   def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:  # type: ignore[misc]
     """Windows of `size` every `step` along `dim` (torch.Tensor.unfold): that dim becomes the window count and a last dim
@@ -197,7 +205,7 @@ class ConvMixin:
     if step <= 0: raise RuntimeError(f"unfold: step must be > 0, got {step}")
     if size > n: raise RuntimeError(f"unfold: size {size} is larger than dim {ax} of size {n}")
     if self.ndim == 0: return self.reshape(1).unfold(0, size, step).reshape(size)
-    return _window_last(self.movedim(ax, -1), size, step, 1).movedim(-2, ax)
+    return self._mop(_window_last(self.uop.permute(_moved(self.ndim, ax, self.ndim - 1)), size, step, 1).permute(_moved(self.ndim + 1, self.ndim - 1, ax)))
 
   def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1, dilation: Any = 1,  # type: ignore[misc]
              padding: Any = 0, dtype: Any = None) -> Tensor:
