@@ -93,6 +93,15 @@ def find_realize_points(sink: UOp, fuse_rows: Callable[[str], bool] = lambda dev
       elif x.op is Ops.REDUCE_AXIS: cost[x] = 1 if x in counts else _EXPENSIVE
       else: cost[x] = min(_EXPENSIVE, sum(cost[s] for s in x.src) + (1 if x.op in GroupOp.ALU else 0))
     return cost[u]
+  # a reduction read through a PAD is realized first: fused, the reduction runs over the padded grid too, and its window index math
+  # composed with the pad's offset and validity no longer simplifies (a conv followed by a padded pool or conv ran ~1000x slower)
+  for e in nodes:
+    if e.op is not Ops.PAD: continue
+    s = e.src[0]
+    while s.op in GroupOp.Movement: s = s.src[0]
+    if s not in points and s.op not in (Ops.BUFFER, Ops.CONST) and cost_of(s) >= _EXPENSIVE:
+      points.add(s)
+      cost.clear()
   for e in nodes:
     if not _grows(e): continue
     s = e.src[0]
@@ -105,15 +114,6 @@ def find_realize_points(sink: UOp, fuse_rows: Callable[[str], bool] = lambda dev
     if cost_of(s) > (INDEX_RECOMPUTE_LIMIT if not data[s] else RECOMPUTE_LIMIT):
       points.add(s)
       cost.clear()   # costs above s change now that s is a buffer
-  # a reduction read through a PAD is realized first: fused, the reduction runs over the padded grid too, and its window index math
-  # composed with the pad's offset and validity no longer simplifies (a conv followed by a padded pool or conv ran ~1000x slower)
-  for e in nodes:
-    if e.op is not Ops.PAD: continue
-    s = e.src[0]
-    while s.op in GroupOp.Movement: s = s.src[0]
-    if s not in points and s.op not in (Ops.BUFFER, Ops.CONST) and cost_of(s) >= _EXPENSIVE:
-      points.add(s)
-      cost.clear()
   while (shared := _recomputed_reduce(nodes, users, points, cost_of)) is not None:
     points.add(shared)
     cost.clear()

@@ -30,3 +30,23 @@ def test_conv_then_padded_pool_matches_numpy():
   for i in range(6):
     for j in range(6): conv[0, :, i, j] = np.tensordot(w, xp[0, :, i:i + 3, j:j + 3], axes=([1, 2, 3], [0, 1, 2]))
   np.testing.assert_allclose(got, np.pad(np.maximum(conv, 0), ((0, 0), (0, 0), (1, 1), (1, 1))), rtol=1e-5, atol=1e-5)
+
+def _conv_relu_maxpool(x, w):
+  from core import Tensor
+  return Tensor(x).conv2d(Tensor(w), padding=1).relu().max_pool2d(3, 2, padding=1)
+
+def test_padded_pool_reads_the_conv_buffer():
+  # the max-pool's -inf padding (a where over the padded conv) is recomputed in the pool kernel, not a copy kernel of its own:
+  # two kernels (conv, pool), where realizing the padded conv for the pool's windows made three (ResNet's stem)
+  rng = np.random.default_rng(0)
+  x, w = rng.standard_normal((2, 3, 8, 8)).astype(np.float32), rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+  out = _conv_relu_maxpool(x, w)
+  items = create_schedule([out.uop])[0]
+  assert len(kernels(items)) == 2
+  xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+  conv = np.zeros((2, 4, 8, 8), np.float32)
+  for i in range(8):
+    for j in range(8): conv[:, :, i, j] = np.tensordot(xp[:, :, i:i + 3, j:j + 3], w, axes=([1, 2, 3], [1, 2, 3]))
+  cp = np.pad(np.maximum(conv, 0), ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+  want = np.stack([np.stack([cp[:, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3].max((2, 3)) for j in range(4)], -1) for i in range(4)], -2)
+  np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
