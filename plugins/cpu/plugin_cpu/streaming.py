@@ -28,9 +28,12 @@ def cache_bytes(level: int = 0) -> int:
     except ValueError: continue
   return best[1]
 
-# A buffer this big can't stay in the last-level cache, so the kernel's writes to it reach memory anyway: a plain store first
-# reads each destination line in (write-allocate), a streaming store doesn't, and the line isn't kept (a*b+1 on 16M floats: 9.35
-# -> 7.2 ms). Smaller outputs are often read back at once by the next kernel, from the cache: they keep plain stores.
+# A kernel whose buffers together are this big can't keep them in the last-level cache, so its writes reach memory anyway: a
+# plain store first reads each destination line in (write-allocate), a streaming store doesn't, and the line isn't kept (a*b+1
+# on 16M floats: 9.35 -> 7.2 ms). The output alone under it is not enough: its first lines are gone by the time the kernel ends
+# (one Zen 3 thread, 32 MiB L3, min of 15-30 calls: layernorm 4096x1024 (16 MiB in, 16 out) 2.13 -> 1.53 ms, NCHW->NHWC
+# 32x64x56x56 2.93 -> 2.13, NHWC->NCHW 3.93 -> 2.02; matmul 2048 (3 x 16 MiB) and conv2d 32x64x56x56 unchanged). Kernels that
+# fit are often read back at once by the next kernel, from the cache: they keep plain stores.
 # $CPU_STREAM_MIN_BYTES overrides it (a huge value turns streaming stores off, for comparisons).
 NT_MIN_BYTES = int(os.getenv("CPU_STREAM_MIN_BYTES", "") or max(cache_bytes(), 4 << 20))
 
@@ -42,17 +45,27 @@ def stream_width(nbytes: int, simd_bytes: int) -> int:
   """Bytes of the widest streaming store instruction (16 SSE2, 32 AVX, 64 AVX-512) that divides a vector of `nbytes`; 0 for none."""
   return next((w for w in (64, 32, 16) if w <= simd_bytes and nbytes % w == 0), 0)
 
+def _global_bytes(b: UOp) -> int:
+  return b.dtype.size * b.dtype.base.itemsize if isinstance(b.dtype, PtrDType) and b.dtype.addrspace == AddrSpace.GLOBAL and b.dtype.size > 0 else 0
+
 def _streamable(x: UOp, buf: UOp, i: UOp, val: UOp, min_bytes: int, simd_bytes: int) -> bool:
   pdt = buf.dtype
   if x.arg is not None or not isinstance(pdt, PtrDType) or pdt.addrspace != AddrSpace.GLOBAL or pdt.size < 0: return False
-  if pdt.size * pdt.base.itemsize < min_bytes or val.dtype.count == 1 or val.dtype.scalar() is dtypes.bool: return False
+  if val.dtype.count == 1 or val.dtype.scalar() is dtypes.bool: return False
+  # the buffers the stored value is made of, and the output: too big together for the last-level cache
+  params = {u for u in x.toposort() if u.op is Ops.PARAM}
+  if sum(_global_bytes(b) for b in params) < min_bytes: return False
+  # a value read back from the output (softmax's exps, stashed there and scaled in place): its lines are in the cache, and a
+  # streaming store over a cached line writes it out at once (softmax 4096x1000 streamed: 3.40 -> 4.13 ms)
+  if any(u.op is Ops.INDEX and u.src[0] is buf for u in val.toposort()): return False
   if not (w := stream_width(val.dtype.itemsize, simd_bytes)): return False
   # a whole aligned vector: the index is a known multiple of the instruction's width (the buffer itself is 64-byte aligned by
   # the allocator; the renderers still check the address at run time, as a view or a foreign pointer may not be)
   return i.dtype.count == 1 and (i.const_factor() * pdt.base.itemsize) % w == 0
 
 def pm_streaming_stores(min_bytes: int = NT_MIN_BYTES, simd_bytes: int = 32) -> PatternMatcher:
-  """Marks ungated vector STOREs into a global buffer of at least `min_bytes` (arg NT_ARG) for the renderers to stream."""
+  """Marks ungated vector STOREs into a global buffer (arg NT_ARG) for the renderers to stream, where that buffer and those the
+  stored value reads total at least `min_bytes` and the value does not read the output back."""
   def mark(x: UOp, buf: UOp, i: UOp, val: UOp) -> UOp | None:
     return x.replace(arg=NT_ARG) if _streamable(x, buf, i, val, min_bytes, simd_bytes) else None
   return PatternMatcher([

@@ -106,6 +106,50 @@ def test_rule_marks_only_whole_aligned_vector_stores_into_big_buffers():
   assert not _marked(_store(4096, lambda r: r * c(8), gated=True))               # gated stores stay plain
   assert _marked(_store(4096, lambda r: r * c(4), count=4))                      # 16 bytes, 16-aligned: SSE width
 
+def test_rule_counts_the_buffers_the_value_reads():
+  # 16 KiB out + 16 KiB in: the output alone is under 24 KiB, the kernel's data is not, and can't all stay cached
+  assert _marked(_store(4096, lambda r: r * c(8)), min_bytes=24 << 10)
+  assert not _marked(_store(4096, lambda r: r * c(8)), min_bytes=40 << 10)
+
+def test_rule_leaves_a_value_read_back_from_the_output_plain():
+  # out[i] = 2 * out[i] (softmax scales its stashed exps in place): the lines are in the cache already
+  out = buf(0, dtypes.float32, 4096)
+  r = rng(512)
+  i = r * c(8)
+  v = UOp(Ops.LOAD, dtypes.float32.vec(8), (out.index(i),))
+  assert not _marked(UOp(Ops.STORE, dtypes.void, (out.index(i), v + v)).end(r))
+
+def _kernel_marked(t: Tensor, min_bytes: int) -> list[bool]:
+  """Whether the rule marks a store of each of t's kernels, optimized and lowered as get_program does before the renderer rules."""
+  from core.codegen.opt import optimize
+  from core.codegen.opt.expander import expand_kernel
+  from core.codegen.lowerer import lower_kernel
+  items, _, _ = create_schedule([t.uop])
+  rnd = device("LLVM").renderer
+  sinks = [lower_kernel(expand_kernel(optimize(it.ast, rnd)), None, rnd.threads)[0] for it in items if it.ast.op is Ops.SINK]
+  return [_marked(s, min_bytes) for s in sinks]
+
+def test_layernorm_and_permute_stream_softmax_does_not():
+  # the output alone under the bound, with its input over it: layernorm's and a permute's outputs stream; softmax's final
+  # store rewrites the exps it stashed in the output, so it stays plain at any size
+  x = Tensor(np.zeros((64, 256), np.float32)).realize()
+  w = Tensor(np.zeros(256, np.float32)).realize()
+  nbytes = 64 * 256 * 4
+  assert _kernel_marked(x.layernorm(axis=-1) * w + w, nbytes + 1) == [True]
+  assert _kernel_marked(x.reshape(4, 16, 16, 16).permute(0, 2, 3, 1).contiguous(), nbytes + 1) == [True]
+  assert _kernel_marked(x.reshape(4, 16, 16, 16).permute(0, 2, 3, 1).contiguous(), 2 * nbytes + 1) == [False]
+  assert _kernel_marked(x.softmax(-1), 1) == [False]
+
+@pytest.mark.parametrize("shape", [(4096, 1024), (3000, 1000)])
+def test_big_layernorm_matches_numpy(shape):
+  # 16 MiB in and out on (4096, 1024): streamed wherever the last-level cache is under 32 MiB + 8 KiB
+  r = np.random.default_rng(3)
+  x, w, b = r.standard_normal(shape, dtype=np.float32), r.standard_normal(shape[1], dtype=np.float32), r.standard_normal(shape[1], dtype=np.float32)
+  got = (Tensor(x).layernorm(axis=-1) * Tensor(w) + Tensor(b)).numpy()
+  x64 = x.astype(np.float64)
+  want = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5) * w + b
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
 def test_stream_width():
   assert [stream_width(b, 32) for b in (16, 32, 64, 8, 48)] == [16, 32, 32, 0, 16]
   assert [stream_width(b, 64) for b in (64, 128, 32)] == [64, 64, 32]
