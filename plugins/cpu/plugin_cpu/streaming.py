@@ -52,9 +52,10 @@ def _streamable(x: UOp, buf: UOp, i: UOp, val: UOp, min_bytes: int, simd_bytes: 
   pdt = buf.dtype
   if x.arg is not None or not isinstance(pdt, PtrDType) or pdt.addrspace != AddrSpace.GLOBAL or pdt.size < 0: return False
   if val.dtype.count == 1 or val.dtype.scalar() is dtypes.bool: return False
-  # the buffers the stored value is made of, and the output: too big together for the last-level cache
+  # the buffers the stored value is made of, and the output: too big together for the last-level cache. An output under a
+  # quarter of it stays plain (a matvec's, a column sum's: the next kernel may read it back from the cache; not measured)
   params = {u for u in x.toposort() if u.op is Ops.PARAM}
-  if sum(_global_bytes(b) for b in params) < min_bytes: return False
+  if _global_bytes(buf) * 4 < min_bytes or sum(_global_bytes(b) for b in params) < min_bytes: return False
   # a value read back from the output (softmax's exps, stashed there and scaled in place): its lines are in the cache, and a
   # streaming store over a cached line writes it out at once (softmax 4096x1000 streamed: 3.40 -> 4.13 ms)
   if any(u.op is Ops.INDEX and u.src[0] is buf for u in val.toposort()): return False
@@ -64,8 +65,8 @@ def _streamable(x: UOp, buf: UOp, i: UOp, val: UOp, min_bytes: int, simd_bytes: 
   return i.dtype.count == 1 and (i.const_factor() * pdt.base.itemsize) % w == 0
 
 def pm_streaming_stores(min_bytes: int = NT_MIN_BYTES, simd_bytes: int = 32) -> PatternMatcher:
-  """Marks ungated vector STOREs into a global buffer (arg NT_ARG) for the renderers to stream, where that buffer and those the
-  stored value reads total at least `min_bytes` and the value does not read the output back."""
+  """Marks ungated vector STOREs into a global buffer (arg NT_ARG) for the renderers to stream, where that buffer is at least a
+  quarter of `min_bytes`, it and those the stored value reads total at least `min_bytes`, and the value does not read it back."""
   def mark(x: UOp, buf: UOp, i: UOp, val: UOp) -> UOp | None:
     return x.replace(arg=NT_ARG) if _streamable(x, buf, i, val, min_bytes, simd_bytes) else None
   return PatternMatcher([

@@ -110,6 +110,12 @@ def test_rule_counts_the_buffers_the_value_reads():
   # 16 KiB out + 16 KiB in: the output alone is under 24 KiB, the kernel's data is not, and can't all stay cached
   assert _marked(_store(4096, lambda r: r * c(8)), min_bytes=24 << 10)
   assert not _marked(_store(4096, lambda r: r * c(8)), min_bytes=40 << 10)
+  # a small output of a big input (a column sum's) stays plain: the next kernel may read it back from the cache
+  out, inp = buf(0, dtypes.float32, 1024), buf(1, dtypes.float32, 1 << 16)
+  r = rng(128)
+  v = UOp(Ops.LOAD, dtypes.float32.vec(8), (inp.index(r * c(8)),))
+  assert not _marked(UOp(Ops.STORE, dtypes.void, (out.index(r * c(8)), v)).end(r), min_bytes=64 << 10)
+  assert _marked(UOp(Ops.STORE, dtypes.void, (out.index(r * c(8)), v)).end(r), min_bytes=16 << 10)
 
 def test_rule_leaves_a_value_read_back_from_the_output_plain():
   # out[i] = 2 * out[i] (softmax scales its stashed exps in place): the lines are in the cache already
