@@ -283,8 +283,10 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
   regs = getattr(rnd, "simd_regs", 16)
   if amt_j := _pick_amt(range_size(contig_out), (lanes, 8, 4, 2)):
     k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt_j))
-    # a second vector register along the same axis: more independent accumulators (the expander unrolls it)
-    if reused and amt_j == lanes and tile_j > 1 and (j2 := _pick_amt(range_size(_same(k, contig_out)), (tile_j, 2))):
+    # a second vector register along the same axis: more independent accumulators (the expander unrolls it); not when one
+    # vector took the whole row (8 wide on AVX2): the accumulators then come from `third` below (ResNet's 32x8x8 3x3 conv)
+    if reused and amt_j == lanes and tile_j > 1 and _same(k, contig_out).arg[1] is not AxisType.UPCAST and \
+       (j2 := _pick_amt(range_size(_same(k, contig_out)), (tile_j, 2))):
       if other is not None and (ai := _pick_amt(range_size(other), (tile_i, 4, 3, 2))) and j2 * ai + j2 + ai > regs:
         # the rows upcast before the columns: the expander then emits each row's broadcast next to its FMAs with every column
         # vector, one broadcast live at a time; columns first, LLVM keeps all the rows' broadcasts live and spills (AVX2 2x6:
