@@ -1,12 +1,15 @@
 """Depthwise convs (one input channel per group, MobileNet's 3x3s) read their padded input in place: no copy kernel of the
 padded input before the conv, and the conv's input loads gated at the border. Results against numpy on AVX2-like (8 float32 lanes, 16 registers) and AVX-512-like (16 lanes, 32 registers)
-renderers for odd channel counts, stride 2, padding, a channel multiplier and batch 1; and through Tensor.conv2d on the
-default device, forward and backward."""
+renderers for odd channel counts, stride 2, padding, a channel multiplier, batch 1 and rows wider than a tile (held whole
+in registers); and through Tensor.conv2d on the default device, forward and backward."""
 from __future__ import annotations
 import numpy as np
 import pytest
 from core import Tensor
-from core.ir.ops import Ops
+from core.helpers import prod
+from core.ir.ops import Ops, AxisType
+from core.ir.symbolic import split_sum
+from core.codegen.opt.kernel import range_size
 from core.schedule.kernelize import create_schedule
 from core.codegen.opt import Kernel
 from core.codegen.opt.heuristic import hand_coded
@@ -23,6 +26,10 @@ CASES = [  # (batch, channels, size, channel multiplier, kernel, stride, padding
   (1, 7, 15, 1, 3, 2, 1),      # stride 2 over an odd size
   (2, 6, 9, 2, 3, 1, 1),       # two output channels per input channel
   (1, 8, 12, 1, 5, 1, 2),      # a 5x5 window, padding 2
+  (1, 4, 112, 1, 3, 1, 1),     # MobileNet's 112-wide rows: whole rows in registers
+  (1, 6, 56, 1, 3, 2, 1),      # stride 2 to 28 columns, padded to whole vectors
+  (1, 3, 30, 1, 3, 1, 1),      # 30 columns padded to 32
+  (1, 4, 40, 1, 5, 1, 2),      # a 5x5 window over 40-wide rows
 ]
 
 def _input_loads(uops: list) -> list:
@@ -84,3 +91,24 @@ def check_conv_grads(x: np.ndarray, w: np.ndarray, stride: int, groups: int) -> 
 def test_depthwise_conv_through_tensor(stride):
   # the default device's renderer and optimizer, and the gradients of both inputs (the weight's through the padded view)
   check_conv_grads(rng.standard_normal((2, 12, 10, 10)).astype(np.float32), rng.standard_normal((12, 1, 3, 3)).astype(np.float32), stride, 12)
+
+@pytest.mark.parametrize("simd_bytes", [32, 64])
+@pytest.mark.parametrize("hw, stride", [(112, 1), (56, 2), (56, 1)])
+def test_depthwise_conv_holds_whole_rows(simd_bytes, hw, stride):
+  # a row wider than the conv tile (112 and 56 columns, 28 at stride 2) is upcast whole and the window unrolled whole: every
+  # input load's column gate is a constant, where a tile at a loop position builds and applies a lane mask per load
+  y = Tensor.empty(8, 32, hw, hw).conv2d(Tensor.empty(32, 1, 3, 3), stride=stride, padding=1, groups=32)
+  items, _, _ = create_schedule([y.uop])
+  rnd = host_renderer(simd_bytes)
+  k = hand_coded(Kernel(items[0].ast, rnd))
+  ow, lanes = hw // stride, simd_bytes // 4
+  st = next(u for u in k.ast.toposort() if u.op is Ops.STORE and u.src[0].src[0].op is Ops.PARAM)   # the output, not a PACK copy
+  parts = split_sum(st.src[0].src[1])
+  assert parts is not None
+  coef = {t: c for t, c in parts[0]}
+  # no loop walks along the row: every loop or thread axis in the output index steps whole rows (or images, channels)
+  loops = k.of_type(AxisType.LOOP) + k.of_type(AxisType.GLOBAL)
+  assert all(coef.get(r, ow) % ow == 0 for r in loops), k.applied
+  assert not k.of_type(AxisType.REDUCE) and len(k.of_type(AxisType.UNROLL)) == 2, k.applied
+  # the accumulators fit the renderer's vector registers with a load and a weight beside them
+  assert prod(range_size(a) or 1 for a in k.axes if a.arg[1] is AxisType.UPCAST) // lanes + 2 <= rnd.simd_regs, k.applied
