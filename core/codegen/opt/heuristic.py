@@ -525,9 +525,9 @@ def hand_coded(k: Kernel) -> Kernel:
       # The tile's output rows are TRANSPOSE_ROW_BYTES long (two vectors on AVX2, one on AVX-512): each row's line is written
       # whole at once, where half lines fill in a tile column later (a streaming store of half a line goes to memory as a
       # partial write). One Zen 3 thread, 4096^2, A/B in one process: 8x8 26.3 ms, 16x8 13.6 (plain stores: 16.2 / 13.7)
-      row = max(lanes, TRANSPOSE_ROW_BYTES // st.src[1].dtype.itemsize) if vec_ok else lanes
+      row_len = max(lanes, TRANSPOSE_ROW_BYTES // st.src[1].dtype.itemsize) if vec_ok else lanes
       if vec_ok and across is not None and max(range_size(contig_out) or 0, range_size(across) or 0) >= TRANSPOSE_MIN_ROW and \
-         (amt := _pick_amt(range_size(contig_out), (row, lanes))):
+         (amt := _pick_amt(range_size(contig_out), (row_len, lanes))):
         k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt), Opt(OptOps.UPCAST, _pos(k, across), lanes))
         transposed = k.applied[-1].op is OptOps.UPCAST
       else:
