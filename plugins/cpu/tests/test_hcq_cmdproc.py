@@ -275,15 +275,20 @@ def test_idle_workers_sleep():
   finally: d.close()
 
 def test_a_waiting_host_runs_the_packets_itself(dev, kernels):
-  # host draining: the thread that waits runs what it just submitted (no hand-off to a sleeping worker)
+  # host draining: the thread that waits runs what it just submitted (no hand-off to a sleeping worker). The worker takes
+  # packets the host leaves for HANDOFF_NS (200 us), which a host preempted between submit and wait can (CI saw it once under
+  # load): most of the submits, not every one, must run on the waiting thread; without host draining none does
   import threading
   T, sig = buf(np.zeros(1, np.uint64)), signal()
   q = dev.queue("COMPUTE:0")
-  time.sleep(0.01)   # the worker is idle
-  for i in range(1, 4):
+  ran_here = 0
+  for i in range(1, 11):
+    time.sleep(0.01)   # the worker is idle
     submit(q, CQ.enc_launch(fn(kernels, "tid"), addr(kernargs(addr(T))), 1, 1) + CQ.enc_signal(addr(sig), i))
     dev.wait_signal(sig, i, 5)
-    assert T.numpy()[0] == threading.get_native_id()
+    assert T.numpy()[0] != 0
+    ran_here += int(T.numpy()[0] == threading.get_native_id())
+  assert ran_here >= 6, f"{ran_here} of 10 submits ran on the waiting thread"
 
 def test_a_submit_nobody_waits_for_is_run_by_the_worker(dev, kernels):
   import threading
