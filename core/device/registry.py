@@ -65,6 +65,7 @@ class _Device:
 
   @property
   def DEFAULT(self) -> str:
+    if (d := self._default) is not None: return d   # every Tensor made without a device asks: set once, read without the lock
     with self._lock:
       if self._default is None:
         if (dev := os.getenv("DEV", "").strip()):

@@ -405,11 +405,17 @@ def from_host(data: memoryview | bytes | bytearray, dtype: DType, device: str, s
   n = prod(shape)
   mv = memoryview(data).cast("B") if not isinstance(data, memoryview) or data.format != "B" or data.ndim != 1 else data
   if mv.nbytes != n * dtype.itemsize: raise ValueError(f"from_host: {mv.nbytes} bytes given for shape {shape} of {dtype}")
-  u = UOp.new_buffer(device, n, dtype)
+  u = UOp(Ops.BUFFER, dtype, (UOp.unique(), _device_node(device)), n)   # UOp.new_buffer, its DEVICE node looked up once per device
   # a node made just now: no other thread knows it, so its Buffer is set without buffer_of's checks and lock
   facts.of(u).buffer = buf = Buffer(device, n, dtype).allocate()
-  if n: buf.copyin(mv)
-  return u.reshape(shape)
+  # straight to the allocator that gave the memory (Buffer.copyin's checks are the ones above): Tensor(ndarray) passes here per call
+  if n: buf._allocator._copyin(buf._buf, mv)
+  return u if len(shape) == 1 else UOp(Ops.RESHAPE, dtype, (u,), shape)   # u.reshape(shape) without u's shape worked out
+
+_device_nodes: dict[str, UOp] = {}
+def _device_node(device: str) -> UOp:
+  if (d := _device_nodes.get(device)) is None: d = _device_nodes[device] = UOp(Ops.DEVICE, arg=device)
+  return d
 
 def realized_buffer(u: UOp) -> tuple[Buffer, int]:
   """Realize `u`: the Buffer holding its elements row-major from its start (allocated), and how many of them it uses (symbolic

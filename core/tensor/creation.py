@@ -1,6 +1,6 @@
 """Tensor constructors that need no data from the host: empty, full, zeros, ones, arange, linspace, eye and *_like."""
 from __future__ import annotations
-import math
+import functools, math
 from typing import TYPE_CHECKING, Any
 from core.helpers import LRUCache, prod, argfix
 from core.ir.dtype import DType, DTypeLike, dtypes, to_dtype, from_np
@@ -27,8 +27,13 @@ def ndarray_uop(arr: Any, device: str) -> UOp | None:
   if (dt := _np_storage.get(arr.dtype)) is None:
     try: dt = _np_storage[arr.dtype] = from_np(arr.dtype)
     except TypeError: return None
+  return _from_host()(arr.data.cast("B"), dt, device, arr.shape)
+
+@functools.cache
+def _from_host() -> Any:
+  """core.engine.realize.from_host, imported on first use (the engine imports the tensor's modules)."""
   from core.engine.realize import from_host
-  return from_host(memoryview(arr.reshape(-1).view("u1")), dt, device, arr.shape)
+  return from_host
 
 class CreationMixin:
   @classmethod

@@ -22,14 +22,15 @@ from core.tensor.validate import scalar_dtype, check_scalar_fits
 _all_lock = threading.Lock()   # Tensor._all is added to and read from any thread
 
 def canonical_device(device: str | None) -> str:
-  from core.device.registry import Device
+  Device = _device_registry()
   return Device.DEFAULT if device is None else Device.canonicalize(device)
 
 def _host_bytes(data: Any, dtype: DType | None) -> tuple[memoryview, DType, tuple[int, ...], DType | None]:
   """(row-major bytes, storage dtype, shape, dtype to cast to afterwards) for a list/tuple or numpy array: a view of the
   array itself when it is already contiguous in the storage dtype (the device buffer is the only copy)."""
   import numpy as np
-  if isinstance(data, np.ndarray): arr, src = data, from_np(data.dtype)
+  # a byte-swapped (big-endian) array is held in native order: ascontiguousarray below swaps it
+  if isinstance(data, np.ndarray): arr, src = data, from_np(data.dtype if data.dtype.isnative else data.dtype.newbyteorder("="))
   else:
     src = dtypes.from_py(data) if dtype is None else dtype
     try: arr = np.array(data, dtype=to_np(src) if src.fmt is not None else np.float32)
@@ -411,6 +412,12 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
 
   class test(train):
     def __init__(self, mode: bool = False): super().__init__(mode)
+
+@functools.cache
+def _device_registry() -> Any:
+  """core.device.registry.Device, imported on first use (every Tensor made without a device asks it for the default)."""
+  from core.device.registry import Device
+  return Device
 
 @functools.cache
 def _engine_realize() -> Any:

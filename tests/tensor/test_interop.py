@@ -81,14 +81,17 @@ def test_from_blob(cpu):
   with pytest.raises(ValueError, match="shape must be non-negative ints"): Tensor.from_blob(src.ctypes.data, (-1,))
   with pytest.raises(ValueError, match="PYTHON can't wrap host memory"): Tensor.from_blob(src.ctypes.data, (2,), device="PYTHON")
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.int8, np.uint16, np.int64, np.bool_])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32,
+                                   np.int64, np.uint64, np.bool_])
 def test_tensor_from_ndarray_copies_its_values(dtype):
   from core.tensor.creation import ndarray_uop
   rng = np.random.default_rng(3)
   base = (rng.standard_normal((3, 4, 5)) * 50).astype(dtype)
   # contiguous arrays (a 0-d one too) take the short way, the others the general conversion: all copied, values and dtype kept
   cases = [(lambda b: b, True), (lambda b: b[1], True), (lambda b: np.array(b[0, 0, 0]), True), (lambda b: b[:, ::2], False),
-           (np.asfortranarray, False), (lambda b: b[:0], False), (lambda b: np.frombuffer(b.tobytes(), dtype=dtype).reshape(b.shape), True)]
+           (np.asfortranarray, False), (lambda b: b[:0], False), (lambda b: np.frombuffer(b.tobytes(), dtype=dtype).reshape(b.shape), True),
+           (lambda b: b[::-1, :, ::-2], False), (lambda b: b.reshape(-1)[:7], True), (lambda b: np.zeros((0, 3), b.dtype), False),
+           (lambda b: b.astype(b.dtype.newbyteorder(">")), np.dtype(dtype).itemsize == 1)]   # big-endian: 1-byte dtypes have no byte order
   for make, short in cases:
     a = make(base.copy())
     assert (ndarray_uop(a, Device.DEFAULT) is not None) == short
@@ -96,7 +99,7 @@ def test_tensor_from_ndarray_copies_its_values(dtype):
     t = Tensor(a)
     if a.flags.writeable: a[...] = 0   # the tensor holds its own copy
     got = t.numpy()
-    assert got.dtype == want.dtype and got.shape == want.shape
+    assert got.dtype == want.dtype.newbyteorder("=") and got.shape == want.shape   # held in native byte order
     np.testing.assert_array_equal(got, want)
   np.testing.assert_array_equal(Tensor(base, dtype="float32").numpy(), base.astype(np.float32))
 
@@ -114,3 +117,31 @@ def test_numpy_on_a_compile_only_device_reads_zeros():
     np.full(n, 7, dtype=np.float32)   # freed at once: the heap block an uninitialized array would reuse holds 7s
     got = t.numpy()
     assert got.shape == (n,) and got.dtype == np.float32 and not got.any()
+
+def test_tensor_from_ndarray_is_one_buffer_and_one_copy(monkeypatch):
+  """The short way makes a BUFFER node and its reshape, allocates once and copies once (straight to the allocator), and never
+  reaches the general conversion: a Jit fed Tensor(x) pays this every call."""
+  import core.tensor.tensor as tensor_mod
+  from core.ir.ops import Ops
+  from core.engine.realize import buffer_of
+  dev = Device[Device.DEFAULT]
+  a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+  Tensor(a)   # first use: imports and per-dtype lookups
+  allocs, copies = [], []
+  real_alloc, real_copyin = dev.allocator.alloc, dev.allocator._copyin
+  monkeypatch.setattr(dev.allocator, "alloc", lambda *args: allocs.append(args) or real_alloc(*args))
+  monkeypatch.setattr(dev.allocator, "_copyin", lambda *args: copies.append(args) or real_copyin(*args))
+  monkeypatch.setattr(tensor_mod, "_host_bytes", lambda *args: pytest.fail("the general conversion ran"))
+  t = Tensor(a)
+  assert [u.op for u in t.uop.toposort()] == [Ops.UNIQUE, Ops.DEVICE, Ops.BUFFER, Ops.RESHAPE] and t.uop.arg == (2, 3, 4)
+  assert len(allocs) == 1 and allocs[0][0] == a.nbytes and len(copies) == 1
+  assert buffer_of(t.uop.src[0]).is_allocated()
+  a[0, 0, 0] = 99   # a copy, not a view of the array
+  np.testing.assert_array_equal(t.numpy(), np.arange(24, dtype=np.float32).reshape(2, 3, 4))
+  assert len(Tensor(a[0, 0]).uop.toposort()) == 3   # 1-d: the BUFFER itself, no reshape
+
+def test_tensor_from_read_only_and_unsupported_arrays():
+  a = np.arange(6, dtype=np.int32)
+  a.flags.writeable = False
+  np.testing.assert_array_equal(Tensor(a).numpy(), np.arange(6, dtype=np.int32))
+  with pytest.raises(TypeError, match="complex64 has no core equivalent"): Tensor(np.zeros(3, np.complex64))

@@ -34,10 +34,10 @@ class CPUAllocator(LRUAllocator):
   def _free(self, opaque: Any, options: BufferSpec) -> None: pass  # Python frees the array when the last reference goes
   def _offset(self, opaque: Any, size: int, offset: int) -> Any: return (ctypes.c_uint8 * size).from_buffer(opaque, offset)
   def _as_buffer(self, opaque: Any) -> memoryview: return memoryview(opaque).cast("B")
-  def _copyin(self, dest: Any, src: memoryview) -> None:
-    if src.readonly: memoryview(dest).cast("B")[:] = src.cast("B")  # ctypes can't take the address of read-only memory
-    else: ctypes.memmove(dest, (ctypes.c_uint8 * src.nbytes).from_buffer(src), src.nbytes)
-  def _copyout(self, dest: memoryview, src: Any) -> None: ctypes.memmove((ctypes.c_uint8 * dest.nbytes).from_buffer(dest), src, dest.nbytes)
+  # a memoryview slice assignment is one memmove, without ctypes' array type and from_buffer per call (0.8 vs 2.2 us for 24 KiB,
+  # the same for MiBs), and takes read-only sources
+  def _copyin(self, dest: Any, src: memoryview) -> None: memoryview(dest).cast("B")[:] = src.cast("B")
+  def _copyout(self, dest: memoryview, src: Any) -> None: dest.cast("B")[:] = memoryview(src).cast("B")
 
 @functools.cache
 def _guarded_launcher() -> Any:

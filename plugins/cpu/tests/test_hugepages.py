@@ -72,7 +72,7 @@ def test_allocator_copies_and_reuses_big_buffers():
   b = al.alloc(data.nbytes)
   assert ctypes.addressof(b) % HUGE_PAGE == 0
   al._copyin(b, memoryview(data).cast("B"))
-  al._copyin(b, memoryview(data.tobytes()))                 # a read-only source takes the other copy path
+  al._copyin(b, memoryview(data.tobytes()))                 # a read-only source
   out = np.empty_like(data)
   al._copyout(memoryview(out).cast("B"), b)
   np.testing.assert_array_equal(out, data)

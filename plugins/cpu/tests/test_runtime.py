@@ -30,7 +30,7 @@ def test_copyin_copyout_and_zero_copy_views():
   out = bytearray(16)
   al._copyout(memoryview(out), b)
   assert out[4] == 200 and out[5] == 5
-  al._copyin(b, memoryview(bytearray(b"\x07" * 16)))  # writable source takes the memmove path
+  al._copyin(b, memoryview(bytearray(b"\x07" * 16)))  # a writable source
   assert bytes(al._as_buffer(b)) == b"\x07" * 16
 
 def test_view_keeps_base_alive():
