@@ -12,6 +12,11 @@ _EXPENSIVE = 1 << 30
 # a value computed from indices and constants only (an arange, a causal mask from two of them) reads no memory recomputed,
 # where its buffer is one read per element: recomputed up to this many ALU ops (a hash of a counter, ~100 ops, is not)
 INDEX_RECOMPUTE_LIMIT = 40
+# a PAD of data under an ALU op is a gated load (the bounds compared, the value selected) recomputed at every broadcast read,
+# and a gate that changes along the reduced axis splits the reduction's loop. A concatenation (cat and its gradient: a sum of
+# padded parts) broadcast into a matmul then costs 3 gates and 2 adds, over the limit: it is realized once, instead of
+# recomputed with its gates in the matmul's inner loop (GPT-2's q, k, v gradients read by dx and dW of the qkv projection)
+GATE_COST = 4
 
 def contiguous_buffer(u: UOp) -> tuple[UOp, sint] | None:
   """(BUFFER, number of elements used) when u is a row-major view of the start of a buffer: reshapes, and for
@@ -91,6 +96,7 @@ def find_realize_points(sink: UOp, fuse_rows: Callable[[str], bool] = lambda dev
       if x in cost: continue
       if x in points or x.op in (Ops.BUFFER, Ops.CONST, Ops.DEVICE, Ops.UNIQUE): cost[x] = 0
       elif x.op is Ops.REDUCE_AXIS: cost[x] = 1 if x in counts else _EXPENSIVE
+      elif x.op is Ops.PAD and data[x]: cost[x] = min(_EXPENSIVE, cost[x.src[0]] + GATE_COST)
       else: cost[x] = min(_EXPENSIVE, sum(cost[s] for s in x.src) + (1 if x.op in GroupOp.ALU else 0))
     return cost[u]
   # a reduction read through a PAD is realized first: fused, the reduction runs over the padded grid too, and its window index math
