@@ -34,6 +34,7 @@ MM_ROW_TILE = 16              # row tiles per packed row block when the row-side
 MM_PACK_BOTH_MIN_K = 256      # reduce length below which copying the row block costs more than its reuse saves (a.T @ b with
                               # K=128: 98 packed vs 132 GFLOP/s not; K=256: 127 vs 95)
 MASKED_PAD_SHARE = 3         # an elementwise row padded to whole masked vectors may grow by up to 1/3 (26 -> 32 on 16 lanes)
+THREAD_IDLE_MAX = 1 / 16      # thread time a split may leave idle before a loop further in that splits more evenly is taken
 MIN_THREADED_WORK = 1 << 15   # iterations below which a kernel runs on one thread: dispatching blocks costs more
 TRANSPOSE_MIN_ROW = 512       # output rows this long read a line per element of a transposed input: more lines than L1 holds
 TRANSPOSE_ROW_BYTES = 64      # a transpose tile's output row: a whole cache line, whatever the vector width (see hand_coded)
@@ -119,6 +120,19 @@ def _block_count(n: int, threads: int) -> int:
   for want in range(4 * threads, threads - 1, -threads):
     if n % want == 0: return want
   return n if n <= 64 * threads else next((b for b in range(4 * threads, 1, -1) if n % b == 0), n)
+
+def _idle_share(blocks: int, threads: int) -> float:
+  """The share of thread time left idle when `blocks` equal blocks run on `threads`: 3 blocks on 2 threads idle one of 4 slots."""
+  slots = -(-blocks // threads) * threads
+  return (slots - blocks) / slots
+
+def _thread_loop(k: Kernel, threads: int) -> UOp | None:
+  """The loop split into thread blocks: the outermost whose blocks leave at most THREAD_IDLE_MAX of the thread time idle, else
+  the one that leaves the least (outermost on a tie). 3 batch blocks on 2 threads leave a quarter idle (a batched product whose
+  batch the panel grouping tiled by 4: sdpa's 12 heads), where a loop further in splits evenly."""
+  loops = [r for r in k.of_type(AxisType.LOOP) if (range_size(r) or 0) >= 2]
+  idle = [_idle_share(_block_count(range_size(r) or 1, threads), threads) for r in loops]
+  return next((r for r, i in zip(loops, idle) if i <= THREAD_IDLE_MAX), min(zip(loops, idle), key=lambda x: x[1], default=(None,))[0])
 
 def mm_tile(renderer: Any, window: bool, col_bytes: int, narrow: bool = False, plain: bool = False) -> tuple[int, int]:
   """(vectors, rows) of the register tile for a product over `renderer`; `window`: a reduction that slides over an output
@@ -363,8 +377,13 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
 
 def _column_loop(k: Kernel, rows: UOp) -> UOp | None:
   """The loop outside `rows` that the panel a PACK at `rows` copies walks (after a SWAP exchanged the ids, not the loop that
-  kept the contiguous output axis's id)."""
-  return next((r for r in k.of_type(AxisType.LOOP) if r.arg[0] < rows.arg[0] and any(r in ld.toposort() for ld in _panel_loads(k, rows))), None)
+  kept the contiguous output axis's id); not one the row-side input uses as well (a batched product's batch: grouping panels
+  of different batches reuses no row tile)."""
+  packed, reds = _panel_loads(k, rows), k.of_type(AxisType.REDUCE)
+  # (the product's row-side input: read inside the reduction; a residual added to the output uses the columns too)
+  row_side = [ld for ld in _loads(k) if ld not in packed and any(r in ld.toposort() for r in reds)]
+  return next((r for r in k.of_type(AxisType.LOOP) if r.arg[0] < rows.arg[0] and any(r in ld.toposort() for ld in packed) and
+               not any(r in ld.toposort() for ld in row_side)), None)
 
 def _panel_loads(k: Kernel, rows: UOp) -> list[UOp]:
   """The loads a PACK at the row loop copies: those that don't use the rows."""
@@ -545,11 +564,8 @@ def hand_coded(k: Kernel) -> Kernel:
   threads = getattr(rnd, "threads", 0)
   work = prod(range_size(r) or 1 for r in k.axes)
   if threads > 0 and work >= MIN_THREADED_WORK:
-    loops = [r for r in k.of_type(AxisType.LOOP) if (range_size(r) or 0) >= 2]
-    if loops:
-      n = range_size(loops[0])
-      assert n is not None
-      k = _try(k, Opt(OptOps.THREAD, _pos(k, loops[0]), _block_count(n, threads)))
+    if (loop := _thread_loop(k, threads)) is not None:
+      k = _try(k, Opt(OptOps.THREAD, _pos(k, loop), _block_count(range_size(loop) or 1, threads)))
   if transposed and across is not None and (a := _same(k, across)).arg[1] is AxisType.LOOP:
     # the tiles along `across` innermost (at most MM_ROW_TILE of them): the next tile reads the rest of the input lines the
     # last one touched (2048^2 transpose: 17.8 -> 4.8 ms with the register tiles, -> 3.0 ms with this; torch 7.1)
