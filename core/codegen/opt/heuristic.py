@@ -121,6 +121,11 @@ def _block_count(n: int, threads: int) -> int:
     if n % want == 0: return want
   return n if n <= 64 * threads else next((b for b in range(4 * threads, 1, -1) if n % b == 0), n)
 
+def _block_counts(n: int, threads: int) -> list[int]:
+  """_block_count(n, threads) first, then the other multiples of `threads` that divide n, nearest 4 per thread first."""
+  first = _block_count(n, threads)
+  return [first, *sorted((b for b in range(threads, n + 1, threads) if n % b == 0 and b != first), key=lambda b: (abs(b - 4 * threads), b))]
+
 def _idle_share(blocks: int, threads: int) -> float:
   """The share of thread time left idle when `blocks` equal blocks run on `threads`: 3 blocks on 2 threads idle one of 4 slots."""
   slots = -(-blocks // threads) * threads
@@ -205,14 +210,18 @@ def _packed_both(k: Kernel, col: UOp, row: UOp, row_regs: int) -> Kernel | None:
   item = strided[0].dtype.itemsize
   tile = next((t for t in (MM_ROW_TILE, MM_ROW_TILE // 2, MM_ROW_TILE // 4) if t < n and n % t == 0 and t * row_regs * kn * item <= PACK_MAX_BYTES), 0)
   if not tile: return None
-  try:
-    if (threads := getattr(k.renderer, "threads", 0)) and (nc := range_size(cols)) is not None:
-      k = k.apply(Opt(OptOps.THREAD, _pos(k, cols), _block_count(nc, threads)))
-    k = k.apply(Opt(OptOps.TILE, _pos(k, _same(k, rows)), tile))   # the inner part gets the newest id: innermost loop
-    k = k.apply(Opt(OptOps.PACK, _pos(k, _same(k, cols))))          # the row block's rows, before the column panels
-    inner = max(k.of_type(AxisType.LOOP), key=lambda r: r.arg[0])
-    return k.apply(Opt(OptOps.PACK, _pos(k, inner)))                # each column panel, before the row tiles
-  except KernelOptError: return None
+  threads, nc = getattr(k.renderer, "threads", 0), range_size(cols)
+  # (column blocks whose panels an input reads at fixed strides: attention's output in head layout, read as columns of 64, packs
+  # only where each block starts at a head, so the block count that does so nearest about 4 per thread; 768 columns of 16: 12)
+  for blocks in (_block_counts(nc, threads) if threads and nc is not None else [0]):
+    try:
+      kb = k.apply(Opt(OptOps.THREAD, _pos(k, cols), blocks)) if blocks else k
+      kb = kb.apply(Opt(OptOps.TILE, _pos(kb, _same(kb, rows)), tile))   # the inner part gets the newest id: innermost loop
+      kb = kb.apply(Opt(OptOps.PACK, _pos(kb, _same(kb, cols))))         # the row block's rows, before the column panels
+      inner = max(kb.of_type(AxisType.LOOP), key=lambda r: r.arg[0])
+      return kb.apply(Opt(OptOps.PACK, _pos(kb, inner)))                 # each column panel, before the row tiles
+    except KernelOptError: pass
+  return None
 
 CHANNEL_ROW_VECTORS = 2       # conv output rows shorter than this many vectors take their vectors along the output channels
 
