@@ -371,6 +371,7 @@ def run(rows: list[str] | None = None, quick: bool = False, repeat: int = 10, bu
     for name in names:
       if name not in libs: res.cells[name] = Cell(status="-"); continue
       try:
+        if name != "ours": libs["ours"].park()   # our idle threads sleep while a peer runs
         case = getattr(libs[name], row.op or row.key)(data)
         res.cells[name], off = measure(case, row, want, size, repeat, budget_s, stat, wrong=name == "ours" and row.key in wrong)
         if off: errors.append(f"{row.key}: {name} is WRONG: {off}")

@@ -83,6 +83,7 @@ class TensorLib:
                train: Callable[[], Any]):
     self.name, self.Tensor, self.Jit, self.SGD, self.sync, self.counters, self.info = name, Tensor, Jit, SGD, sync, counters, info
     self.train = train   # a context manager factory that turns training mode on (the optimizer needs it in tinygrad)
+    self.park: Callable[[], None] = lambda: None   # puts the framework's idle threads to sleep before a peer is timed
     (self.Tensor([1.0, 2.0]) + 1).realize()   # open the device and load the stack now, so no row's first call pays for it
     self.sync()
 
@@ -244,6 +245,10 @@ def load_ours() -> TensorLib:
          (f" ({', '.join(extra)})" if extra else "") + f", compiler {type(d.compiler).__name__}"
   lib = TensorLib("ours", Tensor, Jit, SGD, lambda: d.synchronize(), GlobalCounters, info, Tensor.train)
   lib.cpu_host = dev.split(":")[0] == "CPU"
+  if lib.cpu_host:
+    # our pool's threads poll for work a while after each launch (CPU_SPIN_US): not while a peer's threads need the cores
+    from plugin_cpu.native import park_pool
+    lib.park = park_pool
   return lib
 
 def load_tinygrad() -> TensorLib:

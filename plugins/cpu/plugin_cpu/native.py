@@ -93,9 +93,26 @@ def lib() -> ctypes.CDLL:
       dll.cpu_launch.restype = ctypes.c_int
       dll.cpu_pool_threads.argtypes, dll.cpu_pool_threads.restype = [], ctypes.c_int
       dll.cpu_pool_shutdown.argtypes, dll.cpu_pool_shutdown.restype = [], None
+      dll.cpu_pool_park.argtypes, dll.cpu_pool_park.restype = [], None
+      dll.cpu_pool_set_spin.argtypes, dll.cpu_pool_set_spin.restype = [ctypes.c_int64, ctypes.c_int64], None
+      dll.cpu_pool_sleepers.argtypes, dll.cpu_pool_sleepers.restype = [], ctypes.c_int
       dll.cpu_guard_check.argtypes, dll.cpu_guard_check.restype = [], None
       _lib = dll
   return _lib
+
+def park_pool() -> None:
+  """Puts the pool's idle threads to sleep now instead of after their $CPU_SPIN_US of polling: before another library's threads
+  run (a benchmark timing a peer right after our kernels). Nothing to do when the library was never loaded."""
+  if _lib is not None: _lib.cpu_pool_park()
+
+def set_pool_spin(spin_us: int = -1, pause_us: int = -1) -> None:
+  """Sets how long idle pool threads poll before they sleep ($CPU_SPIN_US) and the pause part of it ($CPU_SPIN_PAUSE_US) in this
+  process from now on; -1 leaves a value. Starts the pool."""
+  lib().cpu_pool_set_spin(spin_us, pause_us)
+
+def pool_sleepers() -> int:
+  """How many of the pool's threads sleep now (the rest poll for work or run blocks)."""
+  return int(lib().cpu_pool_sleepers())
 
 def pool_threads() -> int:
   """Threads the pool runs blocks on (the caller included); starts the pool."""

@@ -186,3 +186,31 @@ def test_forked_child_gets_a_working_pool(cc):
     os._exit(0 if ok else 1)
   _, status = os.waitpid(pid, 0)
   assert os.waitstatus_to_exitcode(status) == 0
+
+PARK_CHILD = """
+import time, numpy as np
+from plugin_cpu import native
+from test_pool import COUNT_SRC, CPUProgram, CCompiler, to_dev, from_dev
+prg = CPUProgram("count", CCompiler().compile(COUNT_SRC))
+def launch(n):
+  cnt, idx = to_dev(np.zeros(n, np.int32)), to_dev(np.zeros(n, np.int32))
+  prg(cnt, idx, global_size=(n, 1, 1))
+  assert (from_dev(cnt, np.zeros(n, np.int32)) == 1).all() and (from_dev(idx, np.zeros(n, np.int32)) == np.arange(n)).all()
+def sleepers_within(want, seconds):
+  until = time.monotonic() + seconds
+  while native.pool_sleepers() != want and time.monotonic() < until: time.sleep(0.001)
+  return native.pool_sleepers()
+native.set_pool_spin(60_000_000, PAUSE)   # a minute of polling after each launch: only a park puts the workers to sleep now
+launch(300)
+polling = sleepers_within(-1, 0.2)   # (never -1: just a moment for the workers to finish their blocks)
+native.park_pool()
+parked = sleepers_within(native.pool_threads() - 1, 30)
+launch(300)   # a parked pool wakes for the next launch as from any sleep
+print(native.pool_threads(), polling, parked)
+"""
+
+@pytest.mark.parametrize("pause_us", [0, 60_000_000])
+def test_park_puts_polling_workers_to_sleep(pause_us):
+  # both phases of the poll stop on a park: yielding (pause 0) and pausing (the whole minute in pause instructions)
+  threads, polling, parked = map(int, run_py(PARK_CHILD.replace("PAUSE", str(pause_us)), CPU_THREADS="3").split())
+  assert (threads, polling, parked) == (3, 0, 2)

@@ -84,19 +84,33 @@ static int64_t now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* spins until *addr != old (returns 1) or the spin budget is spent (returns 0) */
+static uint32_t g_park;   /* bumped by cpu_pool_park: every thread spinning now stops and sleeps */
+static int64_t g_pause_ns = -1;   /* the first part of a spin, in pause instructions; then it yields between polls */
+
+/* spins until *addr != old (returns 1), the spin budget is spent or cpu_pool_park was called (returns 0). The first
+   g_pause_ns poll with a pause between reads; the rest calls sched_yield between them, which returns at once on an idle core
+   (a few hundred ns more to notice new work) but hands the core to any other runnable thread: another library's OpenMP
+   threads in the same process, which spin at their own barriers and lose milliseconds when one of them waits for a core
+   our idle worker holds (torch's 2-thread depthwise conv: 1.3 -> 14-16 ms interleaved with our kernels on 2 cores). */
 static int spin_while_equal(uint32_t *addr, uint32_t old, int64_t spin_ns) {
-  int64_t deadline = 0;
+  int64_t deadline = 0, pause_until = 0;
+  int yielding = 0;
+  uint32_t park = LOAD(&g_park, RELAXED);
   for (unsigned i = 1;; i++) {
     if (LOAD(addr, ACQUIRE) != old) return 1;
-    cpu_relax();
-    if ((i & 63) == 0) {   /* the clock is read now and then: it costs more than a pause */
+    if (yielding) sched_yield();
+    else cpu_relax();
+    if (yielding || (i & 63) == 0) {   /* the clock is read now and then: it costs more than a pause */
+      if (LOAD(&g_park, RELAXED) != park) return 0;
       int64_t t = now_ns();
-      if (deadline == 0) deadline = t + spin_ns;
+      if (deadline == 0) { deadline = t + spin_ns; pause_until = t + (g_pause_ns < spin_ns ? g_pause_ns : spin_ns); }
       else if (t >= deadline) return 0;
+      yielding = t >= pause_until;
     }
   }
 }
+
+void cpu_pool_park(void) { __atomic_add_fetch(&g_park, 1, __ATOMIC_RELAXED); }
 
 /* *** calling one block *** */
 
@@ -267,6 +281,8 @@ static void pool_start_locked(void) {
     if (!registered) { atexit(at_exit); pthread_atfork(NULL, NULL, after_fork_child); registered = 1; }
     const char *sp = getenv("CPU_SPIN_US");
     P.spin_ns = (sp && *sp ? strtol(sp, NULL, 10) : 300) * 1000;   /* covers the Python gap between eager ops */
+    const char *pp = getenv("CPU_SPIN_PAUSE_US");
+    g_pause_ns = (pp && *pp ? strtol(pp, NULL, 10) : 20) * 1000;   /* back-to-back launches: no system call between polls */
     int n = pool_size();
     P.stop = 0;
     P.workers = n > 1 ? calloc((size_t)n - 1, sizeof(pthread_t)) : NULL;
@@ -289,6 +305,14 @@ static void pool_start_locked(void) {
   }
   pthread_mutex_unlock(&P.init_lock);
 }
+
+void cpu_pool_set_spin(int64_t spin_us, int64_t pause_us) {
+  cpu_pool_threads();   /* started first: the start reads the environment's values */
+  if (spin_us >= 0) P.spin_ns = spin_us * 1000;
+  if (pause_us >= 0) g_pause_ns = pause_us * 1000;
+}
+
+int cpu_pool_sleepers(void) { return LOAD(&P.sleepers, ACQUIRE); }
 
 int cpu_pool_threads(void) {
   if (!LOAD(&P.started, ACQUIRE)) {

@@ -47,8 +47,16 @@ void cpu_unblock_faults(void);
 
 /* The number of threads that run blocks (the caller included): $CPU_THREADS if set (>= 1), else the number of CPUs this
    process may run on. Starts the pool on first use. Idle threads poll for $CPU_SPIN_US microseconds (default 300) before
-   they sleep. */
+   they sleep: the first $CPU_SPIN_PAUSE_US (default 20) with pause instructions, the rest yielding the core between polls. */
 int cpu_pool_threads(void);
+
+/* Makes every pool thread that polls for work now (and a launcher waiting for its blocks) go to sleep at once: before another
+   library's threads run (a benchmark timing a peer), so our idle polling takes no core from them. */
+void cpu_pool_park(void);
+/* Sets the polling budget and its pause part (microseconds; a negative value leaves that one) after the pool started. */
+void cpu_pool_set_spin(int64_t spin_us, int64_t pause_us);
+/* How many pool threads sleep now (the others poll for work or run blocks). */
+int cpu_pool_sleepers(void);
 
 /* Stops and joins the pool's threads (also run at exit); the next launch starts a fresh pool. */
 void cpu_pool_shutdown(void);
