@@ -62,7 +62,8 @@ def test_grouped_conv_keeps_its_padded_copy():
   # repay it (a small one is read in place, test_conv_pad_in_place)
   y = Tensor.ones(1, 64, 90, 90).conv2d(Tensor.ones(64, 32, 3, 3), padding=1, groups=2)
   items, _, _ = create_schedule([y.uop])
-  assert len(items) == 2, [it.ast.arg for it in items]
+  # the padded copy is two kernels (zeros, then the interior: kernelize.PAD_SPLIT_MIN), then the conv reads it
+  assert len(items) == 3 and items[0].bufs[0] is items[1].bufs[0] is items[2].bufs[1], [it.ast.arg for it in items]
 
 def check_conv_grads(x: np.ndarray, w: np.ndarray, stride: int, groups: int) -> None:
   """A 3x3 pad-1 conv through Tensor.conv2d on the default device, and the gradients of both inputs, against numpy: by the
