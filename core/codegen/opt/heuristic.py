@@ -282,7 +282,12 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
   # the loads along the vector axis; when none is contiguous in it (a stride-2 conv reads every second input column), those
   # that use it at all: their gathered vectors are what the tile must reuse across another axis (conv: the output channels)
   vec_loads = [ld for ld in loads if _contiguous_in(k, contig_out, [ld])] or [ld for ld in loads if contig_out in ld.src[0].src[1].toposort()]
-  other = next((r for r in reversed(outs) if r is not contig_out and any(r not in ld.toposort() for ld in vec_loads)), None)
+  # (an axis as short as a kernel window is `other` only where no axis is long enough for a packed panel to be reused by
+  # MM_PACK_REUSE row blocks: a weight gradient dW[c, kh, kw, o] with o in vectors takes its rows from c, across which the dY
+  # panel is reused, and kw as `third`; the stem's 12 = 3 channels x 4 is not: unpacked, its rows gained nothing, 36 -> 40 ms)
+  cands = [r for r in reversed(outs) if r is not contig_out and any(r not in ld.toposort() for ld in vec_loads)]
+  other = next((r for r in cands if (range_size(r) or 0) > MM_WINDOW), None) if cands else None
+  if other is None or (range_size(other) or 0) < MM_PACK_REUSE * MM_I: other = cands[0] if cands else None
   # (the vector-loaded input uses every output axis, a depthwise conv's x[n, c, oh + kh, ow + kw]: `other` is one only a small
   # input misses, oh for the weights, and nothing big is reused across it)
   small_reuse = other is None

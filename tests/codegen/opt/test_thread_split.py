@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from core.codegen.opt import Kernel, OptOps
 from core.codegen.opt.heuristic import hand_coded, _idle_share, _thread_loop
-from core.ir.ops import AxisType
+from core.ir.ops import AxisType, Ops
 from opt_helpers import kernel_of, run_ast, host_renderer
 
 rng = np.random.default_rng(23)
@@ -48,8 +48,9 @@ def test_thread_loop_prefers_outermost_even_split(simd_bytes):
   np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=1e-6)
 
 def _attn_weight_grad(dy, h):
-  """dW = dY.T @ attention output, the output read in head layout (12 x 256 x 64): column i is h[i // 64, :, i % 64]."""
-  hv = h.permute(1, 0, 2).reshape(256, 768) if not isinstance(h, np.ndarray) else h.transpose(1, 0, 2).reshape(256, 768)
+  """dW = dY.T @ attention output, the output read in head layout (12 x 256 x 64): column i is h[i // 64, :, i % 64]. (Scaled
+  first: a realized buffer flattened from heads into a matmul is copied contiguous by the scheduler, realize_points)"""
+  hv = (h * 2).permute(1, 0, 2).reshape(256, 768) if not isinstance(h, np.ndarray) else (h * 2).transpose(1, 0, 2).reshape(256, 768)
   return dy.T @ hv
 
 @pytest.mark.parametrize("simd_bytes", [32, 64])
@@ -58,6 +59,7 @@ def test_head_layout_columns_pack_on_whole_heads(simd_bytes):
   # straddle heads and the panel could not be packed (the attention projection's weight gradient in the GPT-2 block ran
   # unpacked: one Zen 3 thread 13.9 -> 5.2 ms); the block count is the one nearest 4 per thread whose blocks start at a head
   item, ref = kernel_of(_attn_weight_grad, (256, 768), (12, 256, 64), rng=rng)
+  assert any(u.op is Ops.IDIV for u in item.ast.toposort())   # the kernel reads h in head layout
   rnd = host_renderer(simd_bytes)
   kern = hand_coded(Kernel(item.ast, rnd))
   ops = [o.op for o in kern.applied]
