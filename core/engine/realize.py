@@ -262,9 +262,9 @@ POOL_DEPTH = 2
 _refcount = sys.getrefcount
 
 def _free_refs() -> int:
-  """getrefcount of a Buffer that only a pool holds, as EagerPlan's loop over the pool sees it (measured: interpreters count
-  a loop variable and the call's argument differently)."""
-  for p in [object()]: return _refcount(p)
+  """getrefcount of an object that only a pool entry holds, as EagerPlan's loop over the pool (its (Buffer, BUFFER node)
+  pairs) sees it (measured: interpreters count a loop variable and the call's argument differently)."""
+  for p, _ in [(object(), None)]: return _refcount(p)
   raise AssertionError
 _FREE_REFS = _free_refs()
 
@@ -282,7 +282,9 @@ class EagerPlan:
     escaping = {_base(r) for r in res}
     # per created buffer: (DEVICE node, size, dtype, needs a uop: a result lives in it)
     self.created = [(b.src[1], b.arg, b.dtype, b in escaping) for b in created]
-    self.pools: list[list[Buffer] | None] = [[] if type(b.arg) is int and b.arg * b.dtype.itemsize <= POOL_BYTES else None for b in created]
+    # per created buffer: its pool of (Buffer, the BUFFER node over it or None for an intermediate), or None (not pooled)
+    self.pools: list[list[tuple[Buffer, UOp | None]] | None] = \
+      [[] if type(b.arg) is int and b.arg * b.dtype.itemsize <= POOL_BYTES else None for b in created]
     self.written = sorted({index[it.bufs[0]] for it in items if it.bufs and it.bufs[0] in phset})   # inputs assigned into
     # per result: (slot of its base buffer, movement ops over it from the bottom up), or (-1, the result over placeholders)
     self.results: list[tuple[int, Any]] = []
@@ -304,24 +306,31 @@ class EagerPlan:
     # the created buffers get their memory here, before the replay reads their addresses (its allocate-on-miss goes through
     # an AttributeError, about 0.7 us a buffer)
     for (dev, size, dtype, named), pool in zip(self.created, self.pools):
-      b = None
+      b: Buffer | None = None
+      u: UOp | None = None
       if pool is not None:
-        for p in pool:
-          if _refcount(p) == _FREE_REFS:   # only the pool holds it
-            b = p
+        for p, pu in pool:
+          # only the pool holds it: for a result, its node too, which nothing else holds (no tensor, view, memo or graph: a
+          # dead result, so no one can tell the node handed out again from a new one) and whose fact is the only other
+          # reference to the Buffer
+          if pu is None:
+            if _refcount(p) == _FREE_REFS:
+              b = p
+              break
+          elif _refcount(pu) == _FREE_REFS and _refcount(p) == _FREE_REFS + 1:
+            b, u = p, pu
             break
       if b is None:
         b = Buffer(dev.arg, size, dtype).allocate()
+        if named:
+          # UOp.new_buffer with the DEVICE node at hand, and buffer_of's entry set directly (the node is this thread's alone)
+          u = UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, arg=next(_unique_ids)), dev), size)
+          facts.of(u).buffer = b
         if pool is not None:
-          # a full pool lets its oldest go: that Buffer is freed as usual when whatever holds it lets go
+          # a full pool lets its oldest go: that Buffer (and node) is freed as usual when whatever holds it lets go
           if len(pool) >= POOL_DEPTH: del pool[0]
-          pool.append(b)
-      if named:
-        # UOp.new_buffer with the DEVICE node at hand, and buffer_of's entry set directly (the node is this thread's alone)
-        u = UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, arg=next(_unique_ids)), dev), size)
-        facts.of(u).buffer = b
-        uops.append(u)
-      else: uops.append(None)   # an intermediate: only its memory is needed, for this run
+          pool.append((b, u))
+      uops.append(u)   # None for an intermediate: only its memory is needed, for this run
       bufs.append(b)
     if self.replay is not None: self.replay(bufs, var_vals)
     out = []

@@ -72,3 +72,28 @@ def test_big_results_are_freed_when_they_die():
   assert GlobalCounters.mem_used[dev] == before + (4 << 14)
   del r
   assert GlobalCounters.mem_used[dev] == before
+
+def test_a_dead_results_node_is_handed_out_again_with_its_buffer():
+  # the BUFFER node over a pooled Buffer is kept with it: a repeat makes no node, no fact, no Buffer
+  a = Tensor(np.arange(64, dtype=np.float32)).realize()
+  for _ in range(3): (a + 0.5).realize()   # float scalars are the plan's inputs: a + 0.5 and a + 2.5 run one plan
+  kept = [(a + 0.5).realize() for _ in range(R.POOL_DEPTH)]   # every pool entry in use
+  nodes = [weakref.ref(k.uop) for k in kept]
+  assert all(k.uop.op is R.Ops.BUFFER for k in kept)
+  del kept
+  again = [(a + (2.5 + i)).realize() for i in range(R.POOL_DEPTH)]
+  assert {id(t.uop) for t in again} == {id(n()) for n in nodes}
+  for i, t in enumerate(again): np.testing.assert_array_equal(t.numpy(), np.arange(64) + 2.5 + i)
+
+def test_a_view_or_graph_over_a_dead_result_keeps_its_node_and_memory():
+  a = Tensor(np.arange(64, dtype=np.float32)).realize()
+  for _ in range(3): (a + 0.5).realize()
+  r = (a + 1.5).realize()
+  view = r.reshape(8, 8)      # a RESHAPE node over the result's BUFFER node: the tensor r gone, the view still reads it
+  r2 = (a + 2.5).realize()
+  lazy = r2 * 1.0             # an unrealized graph over the second result
+  del r, r2
+  outs = [(a + (10.5 + i)).realize() for i in range(4)]
+  np.testing.assert_array_equal(view.numpy(), (np.arange(64) + 1.5).reshape(8, 8))
+  np.testing.assert_array_equal(lazy.numpy(), np.arange(64) + 2.5)
+  for i, o in enumerate(outs): np.testing.assert_array_equal(o.numpy(), np.arange(64) + 10.5 + i)
