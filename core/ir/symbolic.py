@@ -259,6 +259,39 @@ def fold_divmod_terms(root: UOp) -> UOp | None:
       break
   return _build_sum(root, list(coefs.items()), sp[1]) if changed else None
 
+def _gate_bounds(gate: UOp) -> list[tuple[dict[UOp, int], int]]:
+  """Lower bounds the gate's clauses `c < sum` (ANDed) put on sums free of div/mod: (terms with their coefficients, the
+  least value of the terms' sum)."""
+  facts, stack = [], [gate]
+  while stack:
+    u = stack.pop()
+    if u.op is Ops.AND and u.dtype.count == 1: stack.extend(u.src)
+    elif u.op is Ops.CMPLT and u.src[0].op is Ops.CONST and isinstance(c := u.src[0].arg, int) and (sp := split_sum(u.src[1])) is not None \
+         and not any(t.op in (Ops.IDIV, Ops.MOD) for t in u.src[1].toposort()):
+      facts.append((dict(sp[0]), c + 1 - sp[1]))
+  return facts
+
+def index_given_gate(root: UOp) -> UOp | None:
+  """A gated address (INDEX buf, idx, gate) is used only where its gate holds: x//d and x%d of an x that may be negative (C
+  semantics truncate) but that a clause of the gate bounds to x >= 0 become (x + k*d)//d - k and (x + k*d)%d, nonnegative
+  everywhere, which the bounds rules fold once a split axis's inner part is a constant. A padded pool's gradient reads
+  dY[(w + kw - 1)//2] under 0 < w + kw: with w = 2*wo + w1 and w1, kw unrolled, (2*wo + w1 + kw + 1)//2 - 1 is wo + a constant,
+  where trunc(-1/2) kept the division (and its lanes scalar)."""
+  facts: list[tuple[dict[UOp, int], int]] | None = None
+  subs: dict[UOp, UOp] = {}
+  for n in root.src[1].toposort() | root.src[2].toposort():
+    if n.op not in (Ops.IDIV, Ops.MOD) or n.dtype.count != 1 or not _is_int(n.dtype) or dtypes.is_unsigned(n.dtype) or \
+       n.src[1].op is not Ops.CONST or not isinstance(d := n.src[1].arg, int) or d <= 0: continue
+    x = n.src[0]
+    if not _finite(x.vmin, x.vmax) or x.vmin >= 0 or (sp := split_sum(x)) is None: continue
+    if facts is None: facts = _gate_bounds(root.src[2])
+    terms = dict(sp[0])
+    if not any(t == terms and lo + sp[1] >= 0 for t, lo in facts) or not _fits(x.dtype, x.vmax + (k := -(cast(int, x.vmin) // d)) * d): continue
+    x2 = _build_sum(x, sp[0], sp[1] + k * d)
+    subs[n] = x2 // d - k if n.op is Ops.IDIV else x2 % d
+  if not subs: return None
+  return root.replace(src=(root.src[0], root.src[1].substitute(subs), root.src[2].substitute(subs)))
+
 # *** comparisons ***
 
 def _lt_const(root: UOp, x: UOp, d: UOp) -> UOp | None:
@@ -407,6 +440,7 @@ pm_bounds = PatternMatcher([
   (UPat(Ops.ADD, src=[UPat(Ops.MUL, src=(UPat(Ops.IDIV, src=(x_, c_)), c_)), UPat(Ops.MOD, src=(x_, c_))]), lambda x, c: x),
   (UPat(Ops.ADD, dtype=ints, name="root"), fold_divmod_terms),
   (UPat(Ops.CMPLT, src=(ix, UPat.cvar("d", vec=False)), name="root"), _lt_const),
+  (UPat(Ops.INDEX, src=(UPat(), UPat(), UPat(dtype=dtypes.bool)), name="root"), index_given_gate),
   (UPat(Ops.CMPLT, src=(UPat.cvar("d", vec=False), ix), name="root"), _const_lt),
   (UPat(Ops.CMPNE, src=(ix, UPat.cvar("d", vec=False))), _ne_const),
   (UPat(Ops.CMPLT, src=(ix, iy)).ne(True), _not_lt),

@@ -197,3 +197,25 @@ def test_divmod_terms_fold_exactly_for_negative_values():
   for v in range(-40, 41):
     assert exec_uop_tree(got_flat, {x: v}) == exec_uop_tree(flat, {x: v})
     assert exec_uop_tree(got_nested, {x: v}) == exec_uop_tree(nested, {x: v})
+
+def test_a_gated_index_divides_a_value_its_gate_keeps_nonnegative():
+  """index_given_gate: a padded pool's gradient reads dY[(w + kw - 1)//2] under 0 < w + kw; trunc(-1/2) blocked folding the
+  division after w is split (w = 2*wo + w1), so the address kept it. Under the gate the quotient is rewritten nonnegative, the
+  same wherever the gate holds, and folds to wo + a constant once w1 and kw are."""
+  from core.ir.ops import exec_uop_tree
+  wo, w1, kw = Variable("wo", 0, 55), Variable("w1", 0, 1), Variable("kw", 0, 2)
+  w = wo * 2 + w1
+  buf = UOp(Ops.PARAM, dtypes.float32.ptr(56), arg=0)
+  gate = (UOp.const(dtypes.index, 0) < w + kw) & ((w + kw - 1) % 2 < 1) & (w + kw < 112)
+  ix = UOp(Ops.INDEX, buf.dtype, (buf, (w + kw - 1) // 2, gate))
+  got = graph_rewrite(ix, sym)
+  assert got is not graph_rewrite(ix, symbolic_simple) and all(n.vmin >= 0 for n in got.toposort() if n.op in (Ops.IDIV, Ops.MOD))
+  for vals in [(a, b, c) for a in range(56) for b in range(2) for c in range(3)]:
+    env = dict(zip((wo, w1, kw), vals))
+    if exec_uop_tree(gate, env):
+      assert exec_uop_tree(got.src[2], env) and exec_uop_tree(got.src[1], env) == exec_uop_tree(ix.src[1], env), vals
+    else: assert not exec_uop_tree(got.src[2], env), vals
+  # with w1 and kw constants the address is wo plus a constant: no division left
+  for b, c in ((0, 0), (1, 2)):
+    one = graph_rewrite(got.substitute({w1: UOp.const(dtypes.index, b), kw: UOp.const(dtypes.index, c)}), sym)
+    assert not _has_divmod(one.src[1]), one.src[1]

@@ -2,6 +2,9 @@
 from __future__ import annotations
 from typing import Any
 from core.ir.ops import UOp, Ops, AxisType, GroupOp
+from core.ir.dtype import dtypes
+from core.ir.pattern import graph_rewrite
+from core.ir.symbolic import symbolic
 from core.helpers import ContextVar, prod
 from core.codegen.opt.kernel import Kernel, Opt, OptOps, KernelOptError, range_size, MAX_REGISTER_ELEMS
 from core.codegen.opt.expander import contiguous_offset, strided_offset, VECTOR_MEM_DTYPES, MAX_SHUFFLED_STRIDE
@@ -490,6 +493,27 @@ def _row_pass(k: Kernel, reds: list[UOp], contig_out: UOp, loads: list[UOp], lan
     k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt))
   return k
 
+def _undivide(k: Kernel, contig_out: UOp, loads: list[UOp], lanes: int) -> Kernel | None:
+  """Output axes some load reads through x//s (a stride-s pool's gradient: dY[(w + kw + 1)//2 - 1], see
+  symbolic.index_given_gate) split by s with the inner part unrolled, and the small windows in those quotients unrolled
+  whole: each quotient is then the outer part plus a constant, so the outer part of the contiguous axis takes the vector
+  lanes (lanes across the division would gather one scalar load each). None where a division would remain. One Zen 3
+  thread, A/B in one process: max-pool 3x3/2 backward 8x64x112x112 27.9 -> 3.7 ms."""
+  divs = [n for ld in loads for n in ld.src[0].src[1].toposort() if n.op is Ops.IDIV and n.src[1].op is Ops.CONST]
+  split = {r: n.src[1].arg for n in divs for r in k.of_type(AxisType.LOOP) if r in n.src[0].toposort()}
+  if contig_out not in split or not all(isinstance(s, int) and 2 <= s <= MAX_SHUFFLED_STRIDE and (range_size(r) or 1) % s == 0
+                                        for r, s in split.items()): return None
+  windows = [r for r in k.of_type(AxisType.REDUCE) if (range_size(r) or 99) <= MM_WINDOW and any(r in n.src[0].toposort() for n in divs)]
+  try:
+    for r, s in split.items(): k = k.apply(Opt(OptOps.UPCAST, _pos(k, _same(k, r)), s))
+    for w in windows: k = k.apply(Opt(OptOps.UNROLL, _pos(k, _same(k, w)), 0))
+    outer = _same(k, contig_out)
+    if (amt := _pick_amt(range_size(outer), (lanes, 8, 4, 2))) and lanes > 1: k = k.apply(Opt(OptOps.UPCAST, _pos(k, outer), amt))
+  except KernelOptError: return None
+  consts = {r: UOp.const(dtypes.index, 0) for r in k.of_type(AxisType.UPCAST, AxisType.UNROLL)}
+  left = [graph_rewrite(ld.src[0].src[1].substitute(consts), symbolic) for ld in _loads(k)]
+  return None if any(n.op in (Ops.IDIV, Ops.MOD) for i in left for n in i.toposort()) else k
+
 def hand_coded(k: Kernel) -> Kernel:
   rnd = k.renderer
   if (tc := _tensor_core(k)) is not None: return tc
@@ -524,6 +548,7 @@ def hand_coded(k: Kernel) -> Kernel:
   across: UOp | None = None   # the output axis the transposed input is contiguous along
   if vec_ok or getattr(rnd, "threads", 0):
     if reds and contig_out is not None and (row := _row_pass(k, reds, contig_out, loads, lanes)) is not None: k = row
+    elif reds and gathers and (undiv := _undivide(k, contig_out, loads, lanes)) is not None: k = undiv
     elif reds and contig_out is not None and not short_red and \
        (not (along_red or gathers) or _packed_product(k, outs, reds, loads, MM_J2 * lanes * st.src[1].dtype.itemsize)):
       blocked = _channel_block(k, outs, loads, contig_out, lanes) if vec_ok else None
