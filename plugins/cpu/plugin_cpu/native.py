@@ -101,8 +101,9 @@ def lib() -> ctypes.CDLL:
   return _lib
 
 def park_pool() -> None:
-  """Puts the pool's idle threads to sleep now instead of after their $CPU_SPIN_US of polling: before another library's threads
-  run (a benchmark timing a peer right after our kernels). Nothing to do when the library was never loaded."""
+  """Puts the pool's idle threads to sleep now instead of after their $CPU_SPIN_US of polling, and any that finishes a block later,
+  until the next launch: before another library's threads run (a benchmark timing a peer right after our kernels). Nothing to do
+  when the library was never loaded."""
   if _lib is not None: _lib.cpu_pool_park()
 
 def set_pool_spin(spin_us: int = -1, pause_us: int = -1) -> None:

@@ -202,7 +202,7 @@ def sleepers_within(want, seconds):
   return native.pool_sleepers()
 native.set_pool_spin(60_000_000, PAUSE)   # a minute of polling after each launch: only a park puts the workers to sleep now
 launch(300)
-polling = sleepers_within(-1, 0.2)   # (never -1: just a moment for the workers to finish their blocks)
+polling = sleepers_within(0, 30)   # the launch woke them (on a busy machine they may take a while to run): now they poll
 native.park_pool()
 parked = sleepers_within(native.pool_threads() - 1, 30)
 launch(300)   # a parked pool wakes for the next launch as from any sleep
@@ -212,5 +212,6 @@ print(native.pool_threads(), polling, parked)
 @pytest.mark.parametrize("pause_us", [0, 60_000_000])
 def test_park_puts_polling_workers_to_sleep(pause_us):
   # both phases of the poll stop on a park: yielding (pause 0) and pausing (the whole minute in pause instructions)
-  threads, polling, parked = map(int, run_py(PARK_CHILD.replace("PAUSE", str(pause_us)), CPU_THREADS="3").split())
+  # CPU_SERIAL_US=0: every launch goes to the pool (a short one would run on the calling thread and wake no worker)
+  threads, polling, parked = map(int, run_py(PARK_CHILD.replace("PAUSE", str(pause_us)), CPU_THREADS="3", CPU_SERIAL_US="0").split())
   assert (threads, polling, parked) == (3, 0, 2)

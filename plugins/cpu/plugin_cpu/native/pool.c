@@ -84,7 +84,9 @@ static int64_t now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static uint32_t g_park;   /* bumped by cpu_pool_park: every thread spinning now stops and sleeps */
+/* set by cpu_pool_park, cleared by the next launch to the pool: until then every poll gives up at once, also one a worker enters
+   after the park (still finishing its block when it was called) */
+static uint32_t g_parked;
 static int64_t g_pause_ns = -1;   /* the first part of a spin, in pause instructions; then it yields between polls */
 
 /* spins until *addr != old (returns 1), the spin budget is spent or cpu_pool_park was called (returns 0). The first
@@ -95,13 +97,12 @@ static int64_t g_pause_ns = -1;   /* the first part of a spin, in pause instruct
 static int spin_while_equal(uint32_t *addr, uint32_t old, int64_t spin_ns) {
   int64_t deadline = 0, pause_until = 0;
   int yielding = 0;
-  uint32_t park = LOAD(&g_park, RELAXED);
   for (unsigned i = 1;; i++) {
     if (LOAD(addr, ACQUIRE) != old) return 1;
     if (yielding) sched_yield();
     else cpu_relax();
     if (yielding || (i & 63) == 0) {   /* the clock is read now and then: it costs more than a pause */
-      if (LOAD(&g_park, RELAXED) != park) return 0;
+      if (LOAD(&g_parked, RELAXED)) return 0;
       int64_t t = now_ns();
       if (deadline == 0) { deadline = t + spin_ns; pause_until = t + (g_pause_ns < spin_ns ? g_pause_ns : spin_ns); }
       else if (t >= deadline) return 0;
@@ -110,7 +111,7 @@ static int spin_while_equal(uint32_t *addr, uint32_t old, int64_t spin_ns) {
   }
 }
 
-void cpu_pool_park(void) { __atomic_add_fetch(&g_park, 1, __ATOMIC_RELAXED); }
+void cpu_pool_park(void) { STORE(&g_parked, 1, RELAXED); }
 
 /* *** calling one block *** */
 
@@ -369,6 +370,7 @@ static int launch(void *fn, int nargs, const uint64_t *args, int64_t nblocks, in
     return r;
   }
   STORE(&P.guarded, guarded, RELAXED);
+  STORE(&g_parked, 0, RELAXED);   /* published with the job (gen's store below): its threads poll again afterwards */
   uint32_t job = P.gen + 1;
   STORE(&P.fn, fn, RELAXED);
   STORE(&P.nargs, nargs, RELAXED);

@@ -50,8 +50,9 @@ void cpu_unblock_faults(void);
    they sleep: the first $CPU_SPIN_PAUSE_US (default 20) with pause instructions, the rest yielding the core between polls. */
 int cpu_pool_threads(void);
 
-/* Makes every pool thread that polls for work now (and a launcher waiting for its blocks) go to sleep at once: before another
-   library's threads run (a benchmark timing a peer), so our idle polling takes no core from them. */
+/* Makes every pool thread that polls for work now or until the next launch to the pool (and a launcher waiting for its blocks) go
+   to sleep at once: before another library's threads run (a benchmark timing a peer), so our idle polling takes no core from
+   them. */
 void cpu_pool_park(void);
 /* Sets the polling budget and its pause part (microseconds; a negative value leaves that one) after the pool started. */
 void cpu_pool_set_spin(int64_t spin_us, int64_t pause_us);
