@@ -168,9 +168,12 @@ def create_schedule(roots: list[UOp], fuse_rows: Callable[[str], bool] = lambda 
 PAD_SPLIT_MIN = 1 << 14
 
 def _padded_interior(body: UOp) -> tuple[tuple[int, int], ...] | None:
-  """The interior of the padded grid (SHRINK arguments) when `body` is a large enough PAD of a value, else None."""
+  """The interior of the padded grid (SHRINK arguments) when `body` is a large enough PAD of a value read without gates,
+  else None."""
   if body.op is not Ops.PAD or body.shape is None or not all(isinstance(d, int) for d in body.shape): return None
   if prod(body.shape) < PAD_SPLIT_MIN or not all(isinstance(b, int) and isinstance(a, int) for b, a in body.arg): return None
+  # a value that is itself padded (a strided conv's gradient, dilated with zeros) keeps its gates: the zeros would be one more pass
+  if any(u.op is Ops.PAD for u in body.src[0].toposort(gate=lambda x: x.op is not Ops.BUFFER)): return None
   return tuple((b, d - a) for (b, a), d in zip(body.arg, body.shape))
 
 def _to_temporary(items: list[ScheduleItem], value: UOp, shape: tuple) -> UOp:
