@@ -130,3 +130,22 @@ def test_small_image_conv_with_its_block_epilogue(simd_bytes, shortcut):
   np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-3)
   reg_loads = [u for u in program_uops(spec) if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is not Ops.PARAM]
   assert reg_loads and all(u.dtype.count == simd_bytes // 4 for u in reg_loads), k.applied
+
+@pytest.mark.parametrize("simd_bytes", [32, 64])
+@pytest.mark.parametrize("n, c, hw, o, stride", [(2, 32, 7, 32, 1), (2, 32, 14, 32, 1), (2, 16, 14, 32, 2)])
+def test_channel_tile_unrolls_the_kernel_rows_where_they_fit(simd_bytes, n, c, hw, o, stride):
+  """The channel path unrolls the kernel rows (kh) as well as its columns where the register limit allows (AVX2's tiles of 8
+  lanes x 14 pixels: 1008 of MAX_REGISTER_ELEMS), so no loop of 3 is left around the tile; AVX-512's wider tiles keep the loop."""
+  from core.codegen.opt.kernel import MAX_REGISTER_ELEMS
+  x = rng.standard_normal((n, c, hw, hw)).astype(np.float32)
+  w = rng.standard_normal((o, c, 3, 3)).astype(np.float32)
+  items, _, _ = create_schedule([Tensor(x).realize().conv2d(Tensor(w).realize(), stride=stride, padding=1).uop])
+  rnd = host_renderer(simd_bytes)
+  k = hand_coded(Kernel(items[-1].ast, rnd))
+  assert any(r.arg[1] is AxisType.UPCAST and r.src[0].arg == simd_bytes // 4 for r in k.axes), k.applied   # the channel path
+  left = [r.src[0].arg for r in k.of_type(AxisType.REDUCE)]
+  assert k.register_elems() <= MAX_REGISTER_ELEMS and (3 not in left) == (simd_bytes == 32), (k.applied, left)
+  run_ast(items[0], hand_coded(Kernel(items[0].ast, rnd)).ast, rnd)
+  got, _ = run_ast(items[-1], k.ast, rnd)
+  want = _conv_ref(x, w, stride, 1, 1)
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-3)
