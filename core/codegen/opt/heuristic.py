@@ -554,7 +554,7 @@ def hand_coded(k: Kernel) -> Kernel:
   across: UOp | None = None   # the output axis the transposed input is contiguous along
   if vec_ok or getattr(rnd, "threads", 0):
     if reds and contig_out is not None and (row := _row_pass(k, reds, contig_out, loads, lanes)) is not None: k = row
-    elif reds and gathers and (undiv := _undivide(k, contig_out, loads, lanes)) is not None: k = undiv
+    elif reds and gathers and contig_out is not None and (undiv := _undivide(k, contig_out, loads, lanes)) is not None: k = undiv
     elif reds and contig_out is not None and not short_red and \
        (not (along_red or gathers) or _packed_product(k, outs, reds, loads, MM_J2 * lanes * st.src[1].dtype.itemsize)):
       blocked = _channel_block(k, outs, loads, contig_out, lanes) if vec_ok else None
