@@ -7,13 +7,14 @@ from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
 from core.codegen.c_style import CStyleRenderer, base_rewrite, c_code_for_op
-from core.codegen.llvm_ir import HostLLVMRenderer, llvm_rewrite
+from core.codegen.llvm_ir import HostLLVMRenderer, llvm_rewrite, _render_load
 from core.codegen.lowerer import pm_fuse_mulacc
 from core.codegen.decompose import pm_vector_math
 from core.device.compiler import CompileError
 from plugin_cpu.compiler import arch_flags, cc_supports, find_cc, host_simd_bytes, host_x86_fma, simd_bytes, x86_fma
 from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, cache_bytes, host_streams, pm_streaming_stores, stream_width
 from plugin_cpu.bf16dot import bf16_dot, host_bf16_dot, pm_bf16_dot, render_dot
+from plugin_cpu.prefetch import prefetch_offsets
 
 # bf16: gcc before 13 has __bf16 only as a storage type, so the C renderer leaves it to codegen's decompositions
 _HOST_DTYPES = frozenset((dtypes.bool,) + dtypes.ints + (dtypes.float16, dtypes.float32, dtypes.float64))
@@ -38,7 +39,8 @@ THREADS = host_threads()
 SIMD_BYTES = host_simd_bytes()
 SIMD_REGS = host_vector_regs(SIMD_BYTES)
 L2_BYTES = cache_bytes(2)   # the per-core cache a matmul's group of packed panels should fit (heuristic.mm_panel_group)
-BF16_DOT = host_bf16_dot()   # bf16 products summed in float32 on vdpbf16ps (plugin_cpu/bf16dot.py), LLVM renderer only
+BF16_DOT = host_bf16_dot()
+PREFETCH = os.getenv("CPU_PREFETCH", "1") != "0"   # the next row's prefetch in row kernels (plugin_cpu/prefetch.py); 0 for comparisons   # bf16 products summed in float32 on vdpbf16ps (plugin_cpu/bf16dot.py), LLVM renderer only
 
 # both renderers run the same rules before rendering: FMA for reduction updates, float32 exp2/log2 as vector arithmetic (libm
 # would run once per lane), and (x86-64) which stores stream past the caches
@@ -162,6 +164,17 @@ def _llvm_stream_store(ctx: CPULLVMRenderer, x: UOp) -> str:
           f"  br label %{k}.done\n{ctx.label(k + '.plain')}\n  store {t} {v}, ptr {p}, align {val.dtype.scalar().itemsize}\n"
           f"  br label %{k}.done\n{ctx.label(k + '.done')}")
 
+PREFETCH_DECL = "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)"
+
+def _llvm_prefetch_load(ctx: CPULLVMRenderer, x: UOp) -> str | None:
+  """A LOAD that also prefetches (plugin_cpu/prefetch.py): the load, then a read prefetch into all cache levels `off` elements on
+  (a plain getelementptr, as the address may lie past the buffer: a prefetch never faults)."""
+  if (off := ctx.prefetch.get(x)) is None: return None
+  p = ctx.tmp()
+  ctx.declares[PREFETCH_DECL] = None
+  return (f"{_render_load(ctx, x)}\n  {p} = getelementptr {ctx.mem_ty(x.src[0].src[0].dtype.base)}, ptr {ctx[x.src[0]]}, i64 {off}\n"
+          f"  call void @llvm.prefetch.p0(ptr {p}, i32 0, i32 3, i32 1)")
+
 class CPULLVMRenderer(HostLLVMRenderer):
   """The same kernel as LLVM IR for llvmlite; the compiler fills in the host triple and data layout."""
   device = "CPU"
@@ -178,8 +191,8 @@ class CPULLVMRenderer(HostLLVMRenderer):
   # with the bf16 dot product, bf16 is loaded and multiplied as vectors: the pairs of widened products become vdpbf16ps
   vector_dtypes = frozenset({dtypes.bfloat16}) if BF16_DOT else frozenset()
   extra_matcher = pm_bf16_dot + EXTRA_RULES if BF16_DOT else EXTRA_RULES
-  string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _llvm_stream_store), (UPat(Ops.WMMA, name="x"), render_dot)]) + \
-    llvm_rewrite
+  string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _llvm_stream_store), (UPat(Ops.WMMA, name="x"), render_dot),
+                                   (UPat(Ops.LOAD, name="x"), _llvm_prefetch_load)]) + llvm_rewrite
 
   def __init__(self, arch: str | None = None):
     if arch is not None:   # DEV=CPU:LLVM:<arch>: the vectors, registers and bf16 dot product of that CPU model (compiler.arch_flags)
@@ -194,6 +207,7 @@ class CPULLVMRenderer(HostLLVMRenderer):
   def _render(self, name: str, uops: list[UOp]) -> str:
     self.blocks: list[UOp] = []
     self.streams = False
+    self.prefetch = prefetch_offsets(uops) if PREFETCH else {}
     src = super()._render(name, uops)
     if not self.streams: return src
     # streaming stores are weakly ordered: SFENCE before the block returns, so whoever sees the kernel done sees its data

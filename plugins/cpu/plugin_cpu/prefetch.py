@@ -1,0 +1,40 @@
+"""Software prefetch of the next row in row kernels (softmax, layernorm): which loads also prefetch, decided on the linear kernel.
+
+A row kernel reads each row of a buffer in a first reduce loop (from memory), then again in later loops (from the L1 cache). While
+the later loops run, nothing fetches the next row: the hardware prefetcher follows misses, and there are none, so the time is
+memory plus compute. The loads of the second reduce loop over the buffer also prefetch the same place one row on, so the next
+row's first pass finds it in the cache (one Zen 3 thread, a C model of layernorm 4096x1024: 2.93 -> 2.57 ms)."""
+from __future__ import annotations
+from core.ir.dtype import PtrDType, AddrSpace
+from core.ir.ops import UOp, Ops, AxisType
+
+ROW_MAX_BYTES = 16 << 10   # a row the later passes read from L1 (32 KiB on current x86 cores), with room for the next one
+
+def _ranges(u: UOp) -> list[UOp]: return [r for r in u.toposort() if r.op is Ops.RANGE]
+
+def prefetch_offsets(uops: list[UOp]) -> dict[UOp, int]:
+  """For each LOAD that should prefetch, the prefetched address's distance from its own in elements (one row on). A load
+  qualifies where it reads a global buffer in the second reduce loop over that buffer, under a loop of rows (not a reduce) that
+  the first reduce loop's reads share, and the row step of its address is a constant of at most ROW_MAX_BYTES."""
+  order = {u: i for i, u in enumerate(uops)}
+  first: dict[UOp, tuple[UOp, list[UOp]]] = {}   # buffer -> (the first reduce range reading it, that read's ranges)
+  second: dict[UOp, UOp] = {}                    # buffer -> the second reduce range reading it
+  out: dict[UOp, int] = {}
+  for x in uops:
+    if x.op is not Ops.LOAD or x.src[0].op is not Ops.INDEX: continue
+    buf, idx = x.src[0].src[0], x.src[0].src[1]
+    if buf.op is not Ops.PARAM or not isinstance(buf.dtype, PtrDType) or buf.dtype.addrspace != AddrSpace.GLOBAL: continue
+    rngs = _ranges(idx)
+    reds = [r for r in rngs if r.arg[-1] is AxisType.REDUCE]
+    if len(reds) != 1: continue
+    if buf not in first:
+      first[buf] = (reds[0], rngs)
+      continue
+    if reds[0] is first[buf][0] or second.setdefault(buf, reds[0]) is not reds[0]: continue
+    # the innermost loop both passes share, other than reduces: the row
+    rows = [r for r in rngs if r in first[buf][1] and r.arg[-1] is not AxisType.REDUCE]
+    if not rows: continue
+    row = max(rows, key=lambda r: order[r])
+    step = (idx.substitute({row: row + 1}) - idx).simplify()
+    if step.op is Ops.CONST and 0 < step.arg * buf.dtype.base.itemsize <= ROW_MAX_BYTES: out[x] = step.arg
+  return out
