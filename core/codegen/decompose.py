@@ -56,9 +56,11 @@ pm_emulate_bf16 = PatternMatcher([
 # within 2.6 ulp (near x = 1, where the reduced argument's division rounds); IEEE special values (inf, 0, NaN, subnormals) exact.
 
 _ROUND = 12582912.0                    # 1.5 * 2**23: x + _ROUND - _ROUND rounds |x| < 2**22 to an integer (ties to even)
-_EXP2_POLY = [1 / 5040 * 0.6931471805599453 ** 7, 1 / 720 * 0.6931471805599453 ** 6, 1 / 120 * 0.6931471805599453 ** 5,
-              1 / 24 * 0.6931471805599453 ** 4, 1 / 6 * 0.6931471805599453 ** 3, 1 / 2 * 0.6931471805599453 ** 2,
-              0.6931471805599453, 1.0]   # the Taylor series of 2**f = e**(f ln 2), highest power first; |f| <= 1/2
+# 2**f on |f| <= 1/2 as a degree-6 polynomial, highest power first: a near-minimax fit (Lawson's iteration, relative error) is
+# within 4e-9 of 2**f there, a twentieth of a float32 ulp, where the degree-7 Taylor series it replaced took one multiply-add more
+# (one Zen 3 thread, softmax 4096x1000: 3.33 -> 3.11 ms; exp2 still within 0.88 ulp of float64)
+_EXP2_POLY = [0.00015267690440021967, 0.0013392888999795502, 0.009618724585466799, 0.055503504009678614, 0.2402264567003518,
+              0.6931471911018013, 1.0]
 
 def _horner(x: UOp, coeffs: list[float]) -> UOp:
   """The polynomial at x in multiply-adds (MULACC: one FMA each where the target has it; the CPU renderers render it)."""
