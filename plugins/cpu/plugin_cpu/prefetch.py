@@ -1,9 +1,10 @@
-"""Software prefetch of the next row in row kernels (softmax, layernorm): which loads also prefetch, decided on the linear kernel.
+"""Software prefetch of the next row in row kernels (softmax, layernorm): which loads also prefetch, decided on the linear kernel
+for both CPU renderers.
 
 A row kernel reads each row of a buffer in a first reduce loop (from memory), then again in later loops (from the L1 cache). While
 the later loops run, nothing fetches the next row: the hardware prefetcher follows misses, and there are none, so the time is
 memory plus compute. The loads of the second reduce loop over the buffer also prefetch the same place one row on, so the next
-row's first pass finds it in the cache (one Zen 3 thread, a C model of layernorm 4096x1024: 2.93 -> 2.57 ms)."""
+row's first pass finds it in the cache (one Zen 3 thread, layernorm 4096x1024: LLVM 2.38 -> 1.70 ms, C 2.63 -> 1.76)."""
 from __future__ import annotations
 from core.ir.dtype import PtrDType, AddrSpace
 from core.ir.ops import UOp, Ops, AxisType

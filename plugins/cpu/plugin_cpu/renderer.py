@@ -6,7 +6,7 @@ from core.helpers import host_machine
 from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
-from core.codegen.c_style import CStyleRenderer, base_rewrite, c_code_for_op
+from core.codegen.c_style import CStyleRenderer, base_rewrite, c_code_for_op, _render_load as _c_render_load
 from core.codegen.llvm_ir import HostLLVMRenderer, llvm_rewrite, _render_load
 from core.codegen.lowerer import pm_fuse_mulacc
 from core.codegen.decompose import pm_vector_math
@@ -92,6 +92,12 @@ def _c_stream_store(ctx: CPUCRenderer, x: UOp) -> str:
   if n == 1: return st
   return f"#ifdef CORE_NT_SPLIT\n  {st}\n#else\n  *{ctx.render_vec_ptr(idx, val.dtype)} = {ctx[val]};\n#endif"
 
+def _c_prefetch_load(ctx: CPUCRenderer, x: UOp) -> str | None:
+  """A LOAD that also prefetches (plugin_cpu/prefetch.py): a read prefetch into all cache levels `off` elements on, then the load,
+  in one comma expression."""
+  if (off := ctx.prefetch.get(x)) is None: return None
+  return f"(__builtin_prefetch(({ctx[x.src[0]]})+{off}, 0, 3), {_c_render_load(ctx, x)})"
+
 class CPUCRenderer(CStyleRenderer):
   """`void name(T* restrict data0, ..., int var0, ..., int gidx0)` compiled by the system C compiler. The block index gidx0 is a
   parameter, present only in kernels the optimizer split into thread blocks."""
@@ -108,7 +114,8 @@ class CPUCRenderer(CStyleRenderer):
   simd_regs = SIMD_REGS
   l2_bytes = L2_BYTES
   extra_matcher = EXTRA_RULES
-  string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _c_stream_store)]) + base_rewrite
+  string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _c_stream_store), (UPat(Ops.LOAD, name="x"), _c_prefetch_load)]) + \
+    base_rewrite
   code_for_op = {**c_code_for_op, Ops.MULACC: _c_mulacc(host_x86_fma())}
   vector_alu = CStyleRenderer.vector_alu | {Ops.MULACC}
 
@@ -131,6 +138,7 @@ class CPUCRenderer(CStyleRenderer):
   def _render(self, name: str, uops: list[UOp]) -> str:
     self.blocks: list[UOp] = []   # SPECIAL gidx0 seen; this is the per-render copy
     self.stream_widths: dict[int, None] = {}   # widths of the streaming stores rendered
+    self.prefetch = prefetch_offsets(uops) if PREFETCH else {}
     return super()._render(name, uops)
 
   def render_special(self, x: UOp) -> str:

@@ -1,5 +1,5 @@
-"""Row kernels (softmax, layernorm) prefetch the next row in their second pass (LLVM renderer), other kernels don't; results match
-numpy. The choice is checked for AVX2 and AVX-512 vector widths alike (the source is rendered, not run, for the wider one)."""
+"""Row kernels (softmax, layernorm) prefetch the next row in their second pass (both CPU renderers), other kernels don't; results
+match numpy. The choice is checked for AVX2 and AVX-512 vector widths alike (the source is rendered, not run, for the wider one)."""
 from __future__ import annotations
 import copy, re
 import numpy as np
@@ -8,7 +8,7 @@ from core import Tensor
 from core.schedule.kernelize import create_schedule
 from core.codegen.program import get_program, program_source
 from core.ir.ops import Ops
-from plugin_cpu.renderer import CPULLVMRenderer
+from plugin_cpu.renderer import CPUCRenderer, CPULLVMRenderer
 
 W = 1000   # a row of floats (4000 bytes): a multiple of neither vector width's unroll
 
@@ -18,33 +18,39 @@ def _mul_add(x, w, b): return x * w + 1
 def _sum(x, w, b): return x.sum(-1)
 def _matmul(x, w, b): return x @ x[:W].T
 
-def _sources(fn, rows: int, simd_bytes: int) -> list[str]:
-  rnd = copy.copy(CPULLVMRenderer())
+# the prefetched address's distance from the loaded one, in elements, as each renderer writes it
+PREFETCH = {"LLVM": r"= getelementptr float, ptr %\w+, i64 (\d+)\n  call void @llvm.prefetch.p0", "C": r"__builtin_prefetch\(.*\)\+(\d+), 0, 3\)"}
+
+def _sources(fn, rows: int, simd_bytes: int, ren: str = "LLVM") -> list[str]:
+  rnd = copy.copy(CPULLVMRenderer() if ren == "LLVM" else CPUCRenderer())
   rnd.simd_width, rnd.simd_regs, rnd.threads = simd_bytes, 16 if simd_bytes == 32 else 32, 2
   x, w, b = Tensor(np.zeros((rows, W), np.float32)), Tensor(np.zeros(W, np.float32)), Tensor(np.zeros(W, np.float32))
   items, _, _ = create_schedule([fn(x, w, b).uop])
   return [program_source(get_program(it.ast, rnd)) for it in items if it.ast.op is Ops.SINK]
 
+@pytest.mark.parametrize("ren", ["LLVM", "C"])
 @pytest.mark.parametrize("simd_bytes", [32, 64], ids=["AVX2", "AVX-512"])
 @pytest.mark.parametrize("fn", [_layernorm, _softmax])
-def test_row_kernels_prefetch_the_next_row(fn, simd_bytes):
-  srcs = _sources(fn, 4096, simd_bytes)
+def test_row_kernels_prefetch_the_next_row(fn, simd_bytes, ren):
+  srcs = _sources(fn, 4096, simd_bytes, ren)
   assert len(srcs) == 1
   # the prefetched address is the loaded one a row (W floats) on
-  offs = re.findall(r"= getelementptr float, ptr %\w+, i64 (\d+)\n  call void @llvm.prefetch.p0", srcs[0])
+  offs = re.findall(PREFETCH[ren], srcs[0])
   assert offs and set(offs) == {str(W)}, srcs[0]
 
+@pytest.mark.parametrize("ren", ["LLVM", "C"])
 @pytest.mark.parametrize("simd_bytes", [32, 64], ids=["AVX2", "AVX-512"])
 @pytest.mark.parametrize("fn", [_mul_add, _sum, _matmul])
-def test_other_kernels_do_not_prefetch(fn, simd_bytes):
-  srcs = _sources(fn, 4096, simd_bytes)
-  assert srcs and not any("llvm.prefetch" in s for s in srcs)
+def test_other_kernels_do_not_prefetch(fn, simd_bytes, ren):
+  srcs = _sources(fn, 4096, simd_bytes, ren)
+  assert srcs and not any("prefetch" in s for s in srcs)
 
-def test_row_kernels_give_numpys_results():
-  # in a process of its own: DEV=CPU:LLVM picks the renderer that prefetches (rows: one, a few, more than a thread block)
+@pytest.mark.parametrize("ren", ["LLVM", "C"])
+def test_row_kernels_give_numpys_results(ren):
+  # in a process of its own: DEV=CPU:<ren> picks the renderer (rows: one, a few, more than a thread block)
   import os, subprocess, sys
   code = ("import numpy as np\nfrom core import Tensor\nfrom core.device.registry import Device\n"
-          "assert type(Device['CPU'].renderer).__name__ == 'CPULLVMRenderer'\n"
+          f"assert type(Device['CPU'].renderer).__name__ == 'CPU{ren}Renderer'\n"
           f"W = {W}\n"
           "for rows in (1, 7, 300):\n"
           "  r = np.random.default_rng(rows)\n"
@@ -54,6 +60,6 @@ def test_row_kernels_give_numpys_results():
           "  np.testing.assert_allclose(Tensor(x).softmax(-1).numpy(), sm, rtol=1e-4, atol=1e-6)\n"
           "  np.testing.assert_allclose((Tensor(x).layernorm() * Tensor(w) + Tensor(b)).numpy(), ln, rtol=1e-4, atol=1e-4)\n"
           "print('ok')\n")
-  env = {**os.environ, "DEV": "CPU:LLVM", "CPU_PREFETCH": "1"}
+  env = {**os.environ, "DEV": f"CPU:{ren}", "CPU_PREFETCH": "1"}
   res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
   assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-3000:]
