@@ -11,21 +11,23 @@ from core.ir.ops import UOp, Ops, AxisType
 
 ROW_MAX_BYTES = 16 << 10   # a row the later passes read from L1 (32 KiB on current x86 cores), with room for the next one
 
-def _ranges(u: UOp) -> list[UOp]: return [r for r in u.toposort() if r.op is Ops.RANGE]
-
 def prefetch_offsets(uops: list[UOp]) -> dict[UOp, int]:
   """For each LOAD that should prefetch, the prefetched address's distance from its own in elements (one row on). A load
   qualifies where it reads a global buffer in the second reduce loop over that buffer, under a loop of rows (not a reduce) that
   the first reduce loop's reads share, and the row step of its address is a constant of at most ROW_MAX_BYTES."""
   order = {u: i for i, u in enumerate(uops)}
-  first: dict[UOp, tuple[UOp, list[UOp]]] = {}   # buffer -> (the first reduce range reading it, that read's ranges)
+  # the loops each value depends on, in one pass over the linear order (a toposort per load doubled a matmul's render time)
+  deps: dict[UOp, frozenset[UOp]] = {}
+  for u in uops:
+    if u.op is not Ops.END: deps[u] = frozenset((u,)) if u.op is Ops.RANGE else frozenset().union(*(deps.get(s, frozenset()) for s in u.src))
+  first: dict[UOp, tuple[UOp, frozenset[UOp]]] = {}   # buffer -> (the first reduce range reading it, that read's ranges)
   second: dict[UOp, UOp] = {}                    # buffer -> the second reduce range reading it
   out: dict[UOp, int] = {}
   for x in uops:
     if x.op is not Ops.LOAD or x.src[0].op is not Ops.INDEX: continue
     buf, idx = x.src[0].src[0], x.src[0].src[1]
     if buf.op is not Ops.PARAM or not isinstance(buf.dtype, PtrDType) or buf.dtype.addrspace != AddrSpace.GLOBAL: continue
-    rngs = _ranges(idx)
+    rngs = deps.get(idx, frozenset())
     reds = [r for r in rngs if r.arg[-1] is AxisType.REDUCE]
     if len(reds) != 1: continue
     if buf not in first:
