@@ -531,6 +531,24 @@ def _undivide(k: Kernel, contig_out: UOp, loads: list[UOp], lanes: int) -> Kerne
   left = [graph_rewrite(ld.src[0].src[1].substitute(consts), symbolic) for ld in _loads(k)]
   return None if any(n.op in (Ops.IDIV, Ops.MOD) for i in left for n in i.toposort()) else k
 
+def _reduced_loops(k: Kernel) -> set[UOp]:
+  """The ranges some reduction's value uses (the loops it is computed inside of, and its own)."""
+  return {r for u in k.ast.toposort() if u.op is Ops.REDUCE for r in u.src[0].toposort() if r.op is Ops.RANGE}
+
+def _reductions_outside(k: Kernel) -> Kernel:
+  """Output loops that no reduction of the kernel uses moved inside those that one does: a reduction is computed once per
+  iteration of the loops its value uses, so a fused batchnorm backward (dX[n, c, h, w] from sums over n, h, w per channel)
+  with n outside c summed its channel 8 times over. One Zen 3 thread, ResNet-18 step's 8x256x14x14 kernels, A/B in one
+  process, medians of 7: 5.17 -> 0.89 ms, 12.1 -> 2.0 ms."""
+  for _ in range(len(k.of_type(AxisType.LOOP))):
+    loops = sorted(k.of_type(AxisType.LOOP), key=lambda r: r.arg[0])   # outermost first: a loop's id orders it
+    used = _reduced_loops(k)
+    free = next((i for i, r in enumerate(loops) if r not in used and (range_size(r) or 0) > 1 and any(x in used for x in loops[i + 1:])), None)
+    if free is None: return k
+    k = _try(k, Opt(OptOps.SWAP, _pos(k, loops[free]), _pos(k, max((x for x in loops[free + 1:] if x in used), key=lambda r: r.arg[0]))))
+    if k.applied[-1].op is not OptOps.SWAP: return k
+  return k
+
 def hand_coded(k: Kernel) -> Kernel:
   rnd = k.renderer
   if (tc := _tensor_core(k)) is not None: return tc
@@ -617,6 +635,7 @@ def hand_coded(k: Kernel) -> Kernel:
         if amt := _pick_amt(range_size(contig_out), (lanes, 4, 2) if _alu_count(k) > ALU_HEAVY else (2 * lanes, lanes, 4, 2)):
           k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt))
   if getattr(rnd, "has_local", False): return _local(k)
+  k = _reductions_outside(k)
   threads = getattr(rnd, "threads", 0)
   work = prod(range_size(r) or 1 for r in k.axes)
   if threads > 0 and work >= MIN_THREADED_WORK:
