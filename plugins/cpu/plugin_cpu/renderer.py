@@ -39,8 +39,8 @@ THREADS = host_threads()
 SIMD_BYTES = host_simd_bytes()
 SIMD_REGS = host_vector_regs(SIMD_BYTES)
 L2_BYTES = cache_bytes(2)   # the per-core cache a matmul's group of packed panels should fit (heuristic.mm_panel_group)
-BF16_DOT = host_bf16_dot()
-PREFETCH = os.getenv("CPU_PREFETCH", "1") != "0"   # the next row's prefetch in row kernels (plugin_cpu/prefetch.py); 0 for comparisons   # bf16 products summed in float32 on vdpbf16ps (plugin_cpu/bf16dot.py), LLVM renderer only
+BF16_DOT = host_bf16_dot()   # bf16 products summed in float32 on vdpbf16ps (plugin_cpu/bf16dot.py), LLVM renderer only
+PREFETCH = os.getenv("CPU_PREFETCH", "1") != "0"   # the next row's prefetch in row kernels (plugin_cpu/prefetch.py); 0 for comparisons
 
 # both renderers run the same rules before rendering: FMA for reduction updates, float32 exp2/log2 as vector arithmetic (libm
 # would run once per lane), and (x86-64) which stores stream past the caches
