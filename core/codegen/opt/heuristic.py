@@ -545,8 +545,9 @@ def _reductions_outside(k: Kernel) -> Kernel:
     used = _reduced_loops(k)
     free = next((i for i, r in enumerate(loops) if r not in used and (range_size(r) or 0) > 1 and any(x in used for x in loops[i + 1:])), None)
     if free is None: return k
-    k = _try(k, Opt(OptOps.SWAP, _pos(k, loops[free]), _pos(k, max((x for x in loops[free + 1:] if x in used), key=lambda r: r.arg[0]))))
-    if k.applied[-1].op is not OptOps.SWAP: return k
+    swapped = _try(k, Opt(OptOps.SWAP, _pos(k, loops[free]), _pos(k, max((x for x in loops[free + 1:] if x in used), key=lambda r: r.arg[0]))))
+    if swapped is k: return k   # the swap did not fit
+    k = swapped
   return k
 
 def hand_coded(k: Kernel) -> Kernel:
