@@ -353,7 +353,61 @@ def _run_eager(key: tuple, inputs: list[UOp], lits: tuple[UOp, ...] = ()) -> tup
     if not e.ok: return None
   return e(inputs, _with_lits(hit, lits)), e
 
+# *** the eager op cache: one op over buffers and scalars, run again straight from its node (no walk, no schedule lookup) ***
+
+class EagerOps:
+  """Op key -> (EagerPlan, its variable values) for the eager ops seen before whose sources are all input BUFFER nodes or
+  nodes the walk keys as themselves (broadcast scalars, marked constant subgraphs): `(x + 1).realize()` in a loop. The key is
+  the op (op, dtype, arg, tag) and per source either (dtype, size, DEVICE node) of a BUFFER, the index of an earlier source
+  that is the same BUFFER (x + x reads one input, x + y two), or the node itself (hash-consed: its identity is its value, and
+  the key keeps it alive). A view, a cast or any other graph under the op is none of these, so it misses; a changed shape,
+  dtype, device or scalar is another key. Entries are made only from a schedule the general path planned under the same
+  settings (_fill), and the whole table goes when the schedule cache does."""
+  def __init__(self, max_entries: int = 512):
+    self.table: dict[tuple, tuple[EagerPlan, dict[UOp, int]]] = {}
+    self.max_entries, self.hits, self.misses = max_entries, 0, 0
+  def clear(self) -> None: self.table.clear()
+  def __len__(self) -> int: return len(self.table)
+
+eager_ops = EagerOps()
+Device.on_change(eager_ops.clear)
+
+def _op_key(u: UOp) -> tuple[tuple, list[UOp]]:
+  """(the eager op cache's key of root `u`, its input BUFFER nodes in order)."""
+  key: list[Any] = [u.op, u.dtype, u._key[3], u.tag]
+  inputs: list[UOp] = []
+  for x in u.src:
+    if x.op is Ops.BUFFER:
+      if x in inputs: key.append(inputs.index(x))
+      else:
+        key.append((x.dtype, x.arg, x.src[1]))
+        inputs.append(x)
+    else: key.append(x)
+  return tuple(key), inputs
+
+def _fill(u: UOp) -> None:
+  """After the general path realized root `u`: an eager op cache entry for it when its walk is the one-op walk (buffers and
+  broadcast scalars under one node, literals numbered) and its schedule has an eager plan (from its second use on)."""
+  if not isinstance(w := _walk_one(u), tuple) or not w[1]: return
+  if (hit := schedules.get(w[0])) is None or not isinstance(e := hit.plan, EagerPlan) or e.written: return
+  if len(eager_ops.table) >= eager_ops.max_entries: eager_ops.table.clear()
+  eager_ops.table[_op_key(u)[0]] = (e, _with_lits(hit, w[4]))
+
+def _memoize(roots: tuple[UOp, ...] | list[UOp], res_list: list[UOp]) -> None:
+  """The memo for every root (only views can be contiguous buffers already). Not for graphs that read no buffer
+  (Tensor.ones(n) + 1): recomputing one is a fill, and its nodes are shared with the kernel's AST, which the compile caches
+  keep: a memo there would keep the result's memory alive after its tensor is gone."""
+  global _plain_epoch
+  for r, res in zip(roots, res_list):
+    if r is not res and (r.op not in _VIEWS or contiguous_buffer(r) is None):
+      f = facts.of(r)
+      if f.plain == _plain_epoch: _plain_epoch += 1
+      b = res
+      while b.op in GroupOp.Movement: b = b.src[0]
+      f.realized = (res, (fb.version if (fb := _fget(id(b))) is not None else 0), _assign_epoch)
+
 _VIEWS = (Ops.RESHAPE, Ops.SHRINK, Ops.BUFFER)   # the ops contiguous_buffer can answer something other than None for
+_NO_OP_CACHE = (Ops.BUFFER, Ops.ASSIGN, Ops.BIND)
 
 def realize(*roots: UOp) -> list[UOp]:
   """Compute the graphs `roots`; return for each an equivalent uop over a realized buffer (under the engine lock)."""
@@ -362,10 +416,26 @@ def realize(*roots: UOp) -> list[UOp]:
     if not (r.op is Ops.BUFFER or (r.op is Ops.RESHAPE and r.src[0].op is Ops.BUFFER and len(r.src) == 1 and
                                    all(type(d) is int for d in r.arg))): break
   else: return list(roots)
+  # one op seen before (the eager op cache), outside a Jit capture, literal keeping, per-kernel timing and the IMAGE/NOOPT modes
+  # the schedule cache keys separately
+  if len(roots) == 1 and (u := roots[0]).op not in _NO_OP_CACHE and _capture.state() == _EAGER and not profiler.timing() and \
+     not (IMAGE.value or NOOPT.value):
+    key, inputs = _op_key(u)
+    with engine_lock:
+      if (entry := eager_ops.table.get(key)) is not None:
+        eager_ops.hits += 1
+        res_list = entry[0](inputs, entry[1])
+        _memoize(roots, res_list)
+        return res_list
+      eager_ops.misses += 1
+      res_list = _realize_graphs(roots)
+      _fill(u)
+      return res_list
   with engine_lock: return _realize_graphs(roots)
+_EAGER = (None, False)
 
 def _realize_graphs(roots: tuple[UOp, ...]) -> list[UOp]:
-  global _plain_epoch, _assign_epoch
+  global _assign_epoch
   # a Jit capture keeps its scalars as literals: its replay binds only the variables of its inputs' shapes
   capturing, kept = _capture.state()
   todo, substituted, lift = list(roots), False, not kept
@@ -397,16 +467,7 @@ def _realize_graphs(roots: tuple[UOp, ...]) -> list[UOp]:
       if u.op is Ops.ASSIGN and (f := facts.of(u)).assigned is None:
         _retire_marks(f)
         f.assigned = u.src[0]
-  # the memo, for every root (only views can be contiguous buffers already). Not for graphs that read no buffer
-  # (Tensor.ones(n) + 1): recomputing one is a fill, and its nodes are shared with the kernel's AST, which the compile caches
-  # keep: a memo there would keep the result's memory alive after its tensor is gone
-  for r, res in zip(roots, res_list) if inputs else ():
-    if r is not res and (r.op not in _VIEWS or contiguous_buffer(r) is None):
-      f = facts.of(r)
-      if f.plain == _plain_epoch: _plain_epoch += 1
-      b = res
-      while b.op in GroupOp.Movement: b = b.src[0]
-      f.realized = (res, (fb.version if (fb := _fget(id(b))) is not None else 0), _assign_epoch)
+  if inputs: _memoize(roots, res_list)
   return res_list
 
 def from_host(data: memoryview | bytes | bytearray, dtype: DType, device: str, shape: tuple[int, ...]) -> UOp:
