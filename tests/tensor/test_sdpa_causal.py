@@ -1,0 +1,69 @@
+"""Causal scaled_dot_product_attention splits its query rows into blocks whose products stop at the diagonal (forward only, no
+gradient needed): values and gradients against numpy in float64, and the schedule's kernels and their reduce ranges."""
+import numpy as np
+import pytest
+from core import Tensor
+from core.ir.ops import Ops
+from core.schedule.kernelize import create_schedule
+
+def np_causal(q, k, v, scale=None):
+  q, k, v = (x.astype(np.float64) for x in (q, k, v))
+  sc = 1 / np.sqrt(q.shape[-1]) if scale is None else scale
+  s = np.where(np.tril(np.ones((q.shape[-2], k.shape[-2]), bool)), q @ k.swapaxes(-1, -2) * sc, -np.inf)
+  e = np.exp(s - s.max(-1, keepdims=True))
+  return e / e.sum(-1, keepdims=True), sc
+
+def np_causal_grads(q, k, v, g):
+  """The output and the gradients of sum(out * g) with respect to q, k and v."""
+  p, sc = np_causal(q, k, v)
+  v, g = v.astype(np.float64), g.astype(np.float64)
+  dp = g @ v.swapaxes(-1, -2)
+  ds = p * (dp - (dp * p).sum(-1, keepdims=True))
+  return p @ v, ds @ k.astype(np.float64) * sc, ds.swapaxes(-1, -2) @ q.astype(np.float64) * sc, p.swapaxes(-1, -2) @ g
+
+def data(*shapes, seed=0):
+  rng = np.random.default_rng(seed)
+  return [rng.standard_normal(s).astype(np.float32) for s in shapes]
+
+def kernels(t: Tensor) -> list:
+  return [it for it in create_schedule([t.uop])[0] if it.ast.op is Ops.SINK]
+
+def reduce_sizes(item) -> list[int]:
+  return sorted(u.src[0].arg for u in item.ast.toposort() if u.op is Ops.RANGE and u.arg[-1].name == "REDUCE")
+
+@pytest.mark.parametrize("L,S", [(256, 256), (300, 300), (256, 320), (320, 200), (130, 130), (255, 257)])
+def test_causal_matches_numpy(L, S):
+  q, k, v = data((2, 3, L, 16), (2, 3, S, 16), (2, 3, S, 8))
+  out = Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), is_causal=True).numpy()
+  np.testing.assert_allclose(out, np_causal(q, k, v)[0] @ v, rtol=1e-4, atol=1e-5)
+
+def test_causal_scale_and_batch_dims():
+  q, k, v = data((5, 192, 8), (5, 192, 8), (5, 192, 4), seed=1)
+  out = Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), is_causal=True, scale=0.3).numpy()
+  np.testing.assert_allclose(out, np_causal(q, k, v, 0.3)[0] @ v, rtol=1e-4, atol=1e-5)
+
+def test_blocks_skip_the_keys_above_the_diagonal():
+  q, k, v = (Tensor(x).realize() for x in data((1, 12, 256, 64), (1, 12, 256, 64), (1, 12, 256, 64)))
+  ks = kernels(q.scaled_dot_product_attention(k, v, is_causal=True))
+  # 4 row blocks of 64 (q k^T, softmax, p v each), then their concatenation; was 3 kernels over all 256 keys
+  assert len(ks) == 13
+  # the products with v reduce over the keys up to each block's last row only: 64, 128, 192, 256
+  pv = [max(reduce_sizes(it)) for it in ks if len(reduce_sizes(it)) == 1 and any(b is v.uop.base for b in it.bufs)]
+  assert sorted(pv) == [64, 128, 192, 256]
+
+@pytest.mark.parametrize("L,S", [(40, 40), (256, 48)])
+def test_short_rows_or_keys_stay_whole(L, S):
+  q, k, v = (Tensor(x) for x in data((1, 2, L, 16), (1, 2, S, 16), (1, 2, S, 16)))
+  assert len(kernels(q.scaled_dot_product_attention(k, v, is_causal=True))) == 3
+
+@pytest.mark.parametrize("requires_grad", [True, None])
+def test_causal_gradients(requires_grad):
+  # a tensor that needs a gradient keeps the whole (3 kernel) forward: the split's backward is four times the kernels; the split
+  # one (requires_grad None: a gradient may still be asked for) differentiates as well
+  q, k, v, g = data((1, 2, 256, 16), (1, 2, 256, 16), (1, 2, 256, 16), (1, 2, 256, 16), seed=2)
+  Q, K, V = (Tensor(x, requires_grad=requires_grad) for x in (q, k, v))
+  out = Q.scaled_dot_product_attention(K, V, is_causal=True)
+  assert len(kernels(out)) == (3 if requires_grad else 13)
+  grads = (out * Tensor(g)).sum().gradient(Q, K, V)
+  for got, want in zip([out, *grads], np_causal_grads(q, k, v, g)):
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-5)
