@@ -409,29 +409,48 @@ def _memoize(roots: tuple[UOp, ...] | list[UOp], res_list: list[UOp]) -> None:
 _VIEWS = (Ops.RESHAPE, Ops.SHRINK, Ops.BUFFER)   # the ops contiguous_buffer can answer something other than None for
 _NO_OP_CACHE = (Ops.BUFFER, Ops.ASSIGN, Ops.BIND)
 
+def _op_hit(u: UOp) -> list[UOp] | None:
+  """The results of root `u` from the eager op cache without a memo (under the engine lock), or None: the general path runs it.
+  Not in a Jit capture, under literal keeping, per-kernel timing or the IMAGE/NOOPT modes the schedule cache keys apart."""
+  if u.op in _NO_OP_CACHE or _capture.state() != _EAGER or profiler.timing() or IMAGE.value or NOOPT.value: return None
+  key, inputs = _op_key(u)
+  if (entry := eager_ops.table.get(key)) is None:
+    eager_ops.misses += 1
+    return None
+  eager_ops.hits += 1
+  return entry[0](inputs, entry[1])
+
+def _is_realized(r: UOp) -> bool:
+  """Already a buffer, or a static reshape of one: realize returns it as it is (a Jit's inputs, a second .realize())."""
+  return r.op is Ops.BUFFER or (r.op is Ops.RESHAPE and r.src[0].op is Ops.BUFFER and len(r.src) == 1 and all(type(d) is int for d in r.arg))
+
 def realize(*roots: UOp) -> list[UOp]:
   """Compute the graphs `roots`; return for each an equivalent uop over a realized buffer (under the engine lock)."""
-  # already a buffer, or a static reshape of one: realize returns it as it is (a Jit's inputs, a second .realize())
-  for r in roots:
-    if not (r.op is Ops.BUFFER or (r.op is Ops.RESHAPE and r.src[0].op is Ops.BUFFER and len(r.src) == 1 and
-                                   all(type(d) is int for d in r.arg))): break
-  else: return list(roots)
-  # one op seen before (the eager op cache), outside a Jit capture, literal keeping, per-kernel timing and the IMAGE/NOOPT modes
-  # the schedule cache keys separately
-  if len(roots) == 1 and (u := roots[0]).op not in _NO_OP_CACHE and _capture.state() == _EAGER and not profiler.timing() and \
-     not (IMAGE.value or NOOPT.value):
-    key, inputs = _op_key(u)
-    with engine_lock:
-      if (entry := eager_ops.table.get(key)) is not None:
-        eager_ops.hits += 1
-        res_list = entry[0](inputs, entry[1])
-        _memoize(roots, res_list)
-        return res_list
-      eager_ops.misses += 1
-      res_list = _realize_graphs(roots)
-      _fill(u)
+  if all([_is_realized(r) for r in roots]): return list(roots)
+  with engine_lock:
+    if len(roots) == 1:
+      if (res_list := _op_hit(roots[0])) is not None: _memoize(roots, res_list)
+      else: res_list = _realize_one(roots[0])
       return res_list
-  with engine_lock: return _realize_graphs(roots)
+    return _realize_graphs(roots)
+
+def _realize_one(u: UOp) -> list[UOp]:
+  """The general path for one root, then its eager op cache entry when it can have one."""
+  res_list = _realize_graphs((u,))
+  _fill(u)
+  return res_list
+
+def realize_uop_of(holder: Any) -> None:
+  """holder.uop = realize(holder.uop)[0] (Tensor.realize of one tensor), where an eager op cache hit makes the memo only when
+  the node outlives the call: one only the holder held dies here, and nothing can build a graph over it any more (the memo
+  was most of a repeated tiny op's engine time)."""
+  if _is_realized(u := holder.uop): return
+  with engine_lock:
+    if (res_list := _op_hit(u)) is None:
+      holder.uop = _realize_one(u)[0]
+      return
+    holder.uop = res_list[0]
+    if _refcount(u) > 2: _memoize((u,), res_list)   # held elsewhere than in `u` and getrefcount's argument
 _EAGER = (None, False)
 
 def _realize_graphs(roots: tuple[UOp, ...]) -> list[UOp]:

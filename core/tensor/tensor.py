@@ -191,7 +191,7 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
   def realize(self, *lst: Tensor) -> Tensor:
     """Computes this tensor (and `lst`) now; afterwards each one is backed by a device buffer."""
     if not lst:   # the eager case: one tensor
-      self.uop = _engine_realize()(self.uop)[0]
+      _engine_realize_uop_of()(self)
       return self
     ts = [self, *lst]
     for t, u in zip(ts, _engine_realize()(*[t.uop for t in ts])): t.uop = u
@@ -418,6 +418,12 @@ def _device_registry() -> Any:
   """core.device.registry.Device, imported on first use (every Tensor made without a device asks it for the default)."""
   from core.device.registry import Device
   return Device
+
+@functools.cache
+def _engine_realize_uop_of() -> Any:
+  """core.engine.realize.realize_uop_of, imported on first use (as _engine_realize)."""
+  from core.engine.realize import realize_uop_of
+  return realize_uop_of
 
 @functools.cache
 def _engine_realize() -> Any:
