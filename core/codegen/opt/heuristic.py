@@ -323,6 +323,9 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
     not any(_sliding(r, outs, loads) for r in reds) and \
     (all(contiguous_offset(ld.src[0].src[1], r) is not None for ld in loads if other in ld.toposort() for r in reds if r in ld.toposort())
      or _long_transposed(k, other, contig_out))
+  if other is not None and not window and reused and not small_reuse and not getattr(rnd, "has_local", False) and \
+     (range_size(other) or 99) <= MM_WINDOW and (one := _one_column_tile(k, contig_out, other, vec_loads, lanes)) is not None:
+    return one
   tile_j, tile_i = mm_tile(rnd, window, col_bytes, narrow=item == 2, plain=plain)
   if other is not None and not window and not getattr(rnd, "has_local", False) and tile_j * col_bytes > PACK_MAX_BYTES >= col_bytes and \
      _panel_reuse(k, other) > (range_size(other) or 0):
@@ -407,6 +410,36 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
     # the input the row loop doesn't use is read at a stride of a whole row per reduce step (a new page each time for big
     # matrices: L1 set conflicts and TLB misses); a contiguous copy made once per panel is read by every row block
     k = _try(k, Opt(OptOps.PACK, _pos(k, _same(k, other))))
+  return k
+
+def _one_column_tile(k: Kernel, col: UOp, rows: UOp, col_loads: list[UOp], lanes: int) -> Kernel | None:
+  """A product whose rows are an axis as short as a window (the stem's weight gradient dW[n, c', kh', kw', o] from NHWC dY:
+  rows kw' of 4, c' of 12, kh' of 4 all shorter than a packed panel's reuse): no row loop reuses a packed panel, so the column
+  input is streamed from the outer caches once per pass of the reduction, and each of its vector loads should feed as many
+  accumulators as the registers hold. One vector of columns, the rows whole, and another axis it misses split to fill up to
+  RED_REUSE_ACC (or the registers) with rows; the column blocks outside the loops it misses, so its block is read by those
+  passes in a row; the reduce that slides along the rows (X[kw' + ow]) unrolled by MM_K, where neighbouring taps share
+  broadcasts. One Zen 3 thread, A/B in one process, medians of 7: stem dW 8x3x224x224 -> 64 (7x7/2) 50.0 -> 38.8 ms
+  (2 vectors x 4 rows: 8 accumulators, each dY vector feeding 4 FMAs; torch's conv2d_weight alone: 35 ms). None when it does
+  not fit."""
+  regs = getattr(k.renderer, "simd_regs", 16)
+  cap = min(RED_REUSE_ACC, regs - 4)   # beside the accumulators: the column vector, a broadcast, its neighbour, one spare
+  if (range_size(col) or 0) % lanes or lanes < 2 or (n_rows := range_size(rows) or 0) * 2 > cap: return None
+  more = [(n_rows * a, r) for r in k.of_type(AxisType.LOOP) if r is not col and r is not rows and all(r not in ld.toposort() for ld in col_loads)
+          for a in [_pick_amt(range_size(r), tuple(a for a in range(cap // n_rows, 1, -1)))] if a]
+  if not more: return None
+  nacc, third = max(more, key=lambda x: (x[0], -x[1].arg[0]))
+  try:
+    k = k.apply(Opt(OptOps.UPCAST, _pos(k, col), lanes))
+    k = k.apply(Opt(OptOps.UPCAST, _pos(k, rows), 0))
+    k = k.apply(Opt(OptOps.UPCAST, _pos(k, third), nacc // n_rows))
+    cols = _same(k, col)
+    missed = [r for r in k.of_type(AxisType.LOOP) if r.arg[0] < cols.arg[0] and all(r not in ld.toposort() for ld in col_loads)]
+    if cols.arg[1] is AxisType.LOOP and missed: k = k.apply(Opt(OptOps.SWAP, _pos(k, cols), _pos(k, min(missed, key=lambda r: r.arg[0]))))
+    regs_axes = k.of_type(AxisType.UPCAST)
+    slide = next((r for r in k.of_type(AxisType.REDUCE) if (range_size(r) or 0) >= 16 and _sliding(r, regs_axes, _loads(k))), None)
+    if slide is not None and (amt := _pick_amt(range_size(slide), (MM_K,))): k = _try(k, Opt(OptOps.UNROLL, _pos(k, slide), amt))
+  except KernelOptError: return None
   return k
 
 def _column_loop(k: Kernel, rows: UOp) -> UOp | None:
