@@ -382,16 +382,30 @@ def _op_key(u: UOp) -> tuple[tuple, list[UOp]]:
       else:
         key.append((x.dtype, x.arg, x.src[1]))
         inputs.append(x)
+    elif x.op is Ops.RESHAPE and (b := x.src[0]).op is Ops.BUFFER and len(x.src) == 1:
+      # a tensor of more than one dimension over its buffer (Tensor(ndarray) makes one): the shape is part of the key
+      if b in inputs: key.append((x._key[3], inputs.index(b)))
+      else:
+        key.append((x._key[3], b.dtype, b.arg, b.src[1]))
+        inputs.append(b)
     else: key.append(x)
   return tuple(key), inputs
 
 def _fill(u: UOp) -> None:
   """After the general path realized root `u`: an eager op cache entry for it when its walk is the one-op walk (buffers and
   broadcast scalars under one node, literals numbered) and its schedule has an eager plan (from its second use on)."""
-  if not isinstance(w := _walk_one(u), tuple) or not w[1]: return
+  if not isinstance(w := _walk_one(u), tuple):
+    # sources that are reshapes of buffers: the general walk's key, when it reads no memo entry. A source the key holds as
+    # itself must read no buffer and bind nothing (its node alone then says what it computes)
+    if w is None or not all(x.op is Ops.BUFFER or (x.op is Ops.RESHAPE and x.src[0].op is Ops.BUFFER and len(x.src) == 1) or
+                            all(n.op not in _IMPURE for n in x.toposort()) for x in u.src) or \
+       (w := _walk([u], check_memo=True)) is None or w[2] or w[3]: return
+  key, inputs = _op_key(u)
+  # the plan's inputs must be the key's, in order (x + x reads one buffer, a view's buffer is its input)
+  if not inputs or w[1] != inputs: return
   if (hit := schedules.get(w[0])) is None or not isinstance(e := hit.plan, EagerPlan) or e.written: return
   if len(eager_ops.table) >= eager_ops.max_entries: eager_ops.table.clear()
-  eager_ops.table[_op_key(u)[0]] = (e, _with_lits(hit, w[4]))
+  eager_ops.table[key] = (e, _with_lits(hit, w[4]))
 
 def _memoize(roots: tuple[UOp, ...] | list[UOp], res_list: list[UOp]) -> None:
   """The memo for every root (only views can be contiguous buffers already). Not for graphs that read no buffer
@@ -408,6 +422,7 @@ def _memoize(roots: tuple[UOp, ...] | list[UOp], res_list: list[UOp]) -> None:
 
 _VIEWS = (Ops.RESHAPE, Ops.SHRINK, Ops.BUFFER)   # the ops contiguous_buffer can answer something other than None for
 _NO_OP_CACHE = (Ops.BUFFER, Ops.ASSIGN, Ops.BIND)
+_IMPURE = (Ops.BUFFER, Ops.ASSIGN, Ops.BIND, Ops.DEFINE_VAR)
 
 def _op_hit(u: UOp) -> list[UOp] | None:
   """The results of root `u` from the eager op cache without a memo (under the engine lock), or None: the general path runs it.

@@ -73,6 +73,32 @@ def test_views_and_strides_never_take_it():
     np.testing.assert_array_equal((x.flip(0) + 1).realize().numpy(), a[::-1] + 1)
   assert _counts()[0] == h0
 
+def test_tensors_of_more_dimensions_hit_per_shape():
+  a = np.arange(64, dtype=np.float32)
+  x88, x416 = _t(a.reshape(8, 8)), _t(a.reshape(4, 16))   # RESHAPE(BUFFER) nodes over buffers of one size
+  hits, out = _hits_of(lambda: x88 + 1)
+  assert hits == 4
+  np.testing.assert_array_equal(out.numpy(), a.reshape(8, 8) + 1)
+  h0, m0 = _counts()
+  r = (x416 + 1).realize()
+  assert r.shape == (4, 16) and _counts() == (h0, m0 + 1)
+  np.testing.assert_array_equal(r.numpy(), a.reshape(4, 16) + 1)
+  hits, out = _hits_of(lambda: x88 * x88)
+  assert hits == 4
+  np.testing.assert_array_equal(out.numpy(), a.reshape(8, 8) ** 2)
+  _hits_of(lambda: -x88)
+  h0, m0 = _counts()
+  r = (-x416).realize()   # one source, no scalar: the shape in the key alone tells it from -x88
+  assert r.shape == (4, 16) and _counts() == (h0, m0 + 1)
+  np.testing.assert_array_equal(r.numpy(), -a.reshape(4, 16))
+  y = _t(a.reshape(8, 8) * 2)
+  hits, out = _hits_of(lambda: x88 - y)
+  np.testing.assert_array_equal(out.numpy(), -a.reshape(8, 8))
+  h0 = _counts()[0]
+  np.testing.assert_array_equal((x88.permute(1, 0) + 1).realize().numpy(), a.reshape(8, 8).T + 1)
+  np.testing.assert_array_equal((x88[2:5] + 1).realize().numpy(), a.reshape(8, 8)[2:5] + 1)
+  assert _counts()[0] == h0
+
 def test_one_buffer_twice_is_not_two_buffers():
   a, b = np.arange(64, dtype=np.float32), np.full(64, 100, dtype=np.float32)
   x, y = _t(a), _t(b)
