@@ -13,13 +13,17 @@ def _reduction(x: Tensor, reduction: str) -> Tensor:
   if reduction == "mean": return x.mean()
   raise ValueError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
 
-def _causal_row_cuts(L: int, S: int, needs_grad: bool) -> list[int]:
+def _causal_row_cuts(L: int, S: int, work: int, keep_whole: bool) -> list[int]:
   """Where a causal attention's query rows split into blocks: up to 4 blocks of at least 64 rows (a multiple of 16), while the
-  keys reach that far. Each block's products skip the keys above the diagonal: 4 blocks do 5/8 of the multiply work (one Zen
-  3 thread, 1x12x256x64: 4.24 -> 2.78 ms) in 13 kernels instead of 3. Not for training: the backward of the split is four times
-  the kernels (a GPT-2 block's first call 5.9 -> 11.6 s) for about no time saved (its step 159 -> 155 ms)."""
-  n = 1 if needs_grad else max(1, min(4, L // 64, S // 64))
-  rows = (-(-L // n) + 15) // 16 * 16 if n > 1 else L
+  keys reach that far. Each block's products skip the keys above the diagonal: 4 blocks do 5/8 of the multiply work in 13
+  kernels instead of 3 (1x12x256x64 in a Jit, one Zen 3 thread: 5.1 -> 3.6 ms a replay). Eager, the split's four times the
+  tensor ops cost ~3 ms more to build than a 1x12x256x64 saves, so there it waits for `work` (multiply-adds) of 2**30
+  (1x12x1024x64: 62 -> 49 ms). Not for training: the split's backward is four times the kernels (a GPT-2 block's first call
+  5.9 -> 11.6 s) for about no time saved (its step 159 -> 155 ms); keep_whole says a gradient is needed (or a shape is symbolic)."""
+  from core.engine.capture import state
+  if keep_whole or not (state()[1] or work >= 2 ** 30): return [0, L]
+  n = max(1, min(4, L // 64, S // 64))
+  rows = (-(-L // n) + 15) // 16 * 16
   return sorted({min(L, b * rows) for b in range(n + 1)})
 
 def _attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float, dropout_p: float, row0: int, causal: bool = False) -> Tensor:
@@ -153,7 +157,9 @@ class NNOpsMixin:
     # causal: row i attends keys j <= i, so a block of query rows needs only the keys up to its last row; the rows split into
     # blocks whose products skip the keys above the diagonal
     L, S = self.shape[-2], key.shape[-2]
-    cuts = _causal_row_cuts(L, S, not type(self).no_grad and any(t.requires_grad for t in (self, key, value)))
+    static = all(isinstance(d, int) for d in (*self.shape, *key.shape, *value.shape))
+    needs_grad = not type(self).no_grad and any(t.requires_grad for t in (self, key, value))
+    cuts = _causal_row_cuts(L, S, math.prod(self.shape[:-1]) * S * (self.shape[-1] + value.shape[-1]) if static else 0, needs_grad or not static)
     if len(cuts) <= 2: return _attention(self, key, value, None, scale, dropout_p, 0, causal=True)
     outs = [_attention(self[..., lo:hi, :], key[..., :min(hi, S), :], value[..., :min(hi, S), :], None, scale, dropout_p, lo, causal=True)
             for lo, hi in zip(cuts, cuts[1:])]

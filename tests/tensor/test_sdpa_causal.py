@@ -1,10 +1,13 @@
-"""Causal scaled_dot_product_attention splits its query rows into blocks whose products stop at the diagonal (forward only, no
-gradient needed): values and gradients against numpy in float64, and the schedule's kernels and their reduce ranges."""
+"""Causal scaled_dot_product_attention splits its query rows into blocks whose products stop at the diagonal (in a Jit, or
+eager when the products are large; no gradient needed): values and gradients against numpy in float64, and the schedule's
+kernels and their reduce ranges."""
 import numpy as np
 import pytest
-from core import Tensor
+from core import Tensor, Jit
+from core.engine.capture import keeping_literals
 from core.ir.ops import Ops
 from core.schedule.kernelize import create_schedule
+from core.tensor.nnops import _causal_row_cuts
 
 def np_causal(q, k, v, scale=None):
   q, k, v = (x.astype(np.float64) for x in (q, k, v))
@@ -34,17 +37,36 @@ def reduce_sizes(item) -> list[int]:
 @pytest.mark.parametrize("L,S", [(256, 256), (300, 300), (256, 320), (320, 200), (130, 130), (255, 257)])
 def test_causal_matches_numpy(L, S):
   q, k, v = data((2, 3, L, 16), (2, 3, S, 16), (2, 3, S, 8))
-  out = Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), is_causal=True).numpy()
+  with keeping_literals():   # as in a Jit's calls: split
+    out = Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), is_causal=True).numpy()
   np.testing.assert_allclose(out, np_causal(q, k, v)[0] @ v, rtol=1e-4, atol=1e-5)
 
 def test_causal_scale_and_batch_dims():
   q, k, v = data((5, 192, 8), (5, 192, 8), (5, 192, 4), seed=1)
-  out = Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), is_causal=True, scale=0.3).numpy()
+  with keeping_literals():
+    out = Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), is_causal=True, scale=0.3).numpy()
   np.testing.assert_allclose(out, np_causal(q, k, v, 0.3)[0] @ v, rtol=1e-4, atol=1e-5)
+
+def test_jit_replays_the_split():
+  q, k, v = data((1, 2, 256, 16), (1, 2, 256, 16), (1, 2, 256, 16), seed=3)
+  f = Jit(lambda q, k, v: q.scaled_dot_product_attention(k, v, is_causal=True).realize())
+  for i in range(4):   # the eager first call, the capture, replays
+    qi = q + i
+    np.testing.assert_allclose(f(*(Tensor(x).realize() for x in (qi, k, v))).numpy(), np_causal(qi, k, v)[0] @ v, rtol=1e-4, atol=1e-5)
+
+def test_where_the_rows_split():
+  # eager, the split's extra tensor ops cost more to build than a small product saves: only from 2**30 multiply-adds
+  assert _causal_row_cuts(1024, 1024, 2 ** 30, False) == [0, 256, 512, 768, 1024]
+  assert _causal_row_cuts(1024, 1024, 2 ** 30 - 1, False) == [0, 1024]
+  assert _causal_row_cuts(1024, 1024, 2 ** 31, True) == [0, 1024]   # a gradient is needed
+  assert _causal_row_cuts(300, 300, 2 ** 30, False) == [0, 80, 160, 240, 300]
+  assert _causal_row_cuts(256, 100, 2 ** 30, False) == [0, 256]   # the keys end before a second block would start
+  q, k, v = (Tensor(x) for x in data((1, 2, 256, 16), (1, 2, 256, 16), (1, 2, 256, 16)))
+  assert len(kernels(q.scaled_dot_product_attention(k, v, is_causal=True))) == 3
 
 def test_blocks_skip_the_keys_above_the_diagonal():
   q, k, v = (Tensor(x).realize() for x in data((1, 12, 256, 64), (1, 12, 256, 64), (1, 12, 256, 64)))
-  ks = kernels(q.scaled_dot_product_attention(k, v, is_causal=True))
+  with keeping_literals(): ks = kernels(q.scaled_dot_product_attention(k, v, is_causal=True))
   # 4 row blocks of 64 (q k^T, softmax, p v each), then their concatenation; was 3 kernels over all 256 keys
   assert len(ks) == 13
   # the products with v reduce over the keys up to each block's last row only: 64, 128, 192, 256
@@ -54,7 +76,7 @@ def test_blocks_skip_the_keys_above_the_diagonal():
 @pytest.mark.parametrize("L,S", [(40, 40), (256, 48)])
 def test_short_rows_or_keys_stay_whole(L, S):
   q, k, v = (Tensor(x) for x in data((1, 2, L, 16), (1, 2, S, 16), (1, 2, S, 16)))
-  assert len(kernels(q.scaled_dot_product_attention(k, v, is_causal=True))) == 3
+  with keeping_literals(): assert len(kernels(q.scaled_dot_product_attention(k, v, is_causal=True))) == 3
 
 @pytest.mark.parametrize("requires_grad", [True, None])
 def test_causal_gradients(requires_grad):
@@ -62,8 +84,9 @@ def test_causal_gradients(requires_grad):
   # one (requires_grad None: a gradient may still be asked for) differentiates as well
   q, k, v, g = data((1, 2, 256, 16), (1, 2, 256, 16), (1, 2, 256, 16), (1, 2, 256, 16), seed=2)
   Q, K, V = (Tensor(x, requires_grad=requires_grad) for x in (q, k, v))
-  out = Q.scaled_dot_product_attention(K, V, is_causal=True)
-  assert len(kernels(out)) == (3 if requires_grad else 13)
-  grads = (out * Tensor(g)).sum().gradient(Q, K, V)
-  for got, want in zip([out, *grads], np_causal_grads(q, k, v, g)):
-    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-5)
+  with keeping_literals():
+    out = Q.scaled_dot_product_attention(K, V, is_causal=True)
+    assert len(kernels(out)) == (3 if requires_grad else 13)
+    grads = (out * Tensor(g)).sum().gradient(Q, K, V)
+    got = [t.numpy() for t in (out, *grads)]
+  for a, want in zip(got, np_causal_grads(q, k, v, g)): np.testing.assert_allclose(a, want, rtol=1e-4, atol=1e-5)
