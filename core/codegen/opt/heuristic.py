@@ -278,13 +278,16 @@ def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp
            j * lanes * red_len * item <= PACK_MAX_BYTES]
   if not tiles: return None
   _, j, rows = max(tiles)
+  strided = max((st[1] for ld in x_loads if (st := strided_offset(ld.src[0].src[1], contig_out)) is not None), default=1)
   try:
     k = k.apply(Opt(OptOps.UPCAST, _pos(k, chan), lanes))
     if j > 1: k = k.apply(Opt(OptOps.UPCAST, _pos(k, _same(k, chan)), j))   # j vectors: the expander's lanes are one register
     k = k.apply(Opt(OptOps.UPCAST, _pos(k, _same(k, contig_out)), rows))
-    if j * rows < MM_MIN_ACC and 2 * j * rows + j + 1 <= regs and 2 * lanes * j * rows * win <= MAX_REGISTER_ELEMS:
+    if j * rows < MM_MIN_ACC and 2 * j * rows + j + 1 <= regs and 2 * lanes * j * rows * win <= MAX_REGISTER_ELEMS and strided < 2:
       # too few accumulators (at 512 input channels only one vector's panel fits): two images or output rows, which the
-      # weight vectors are reused across (8x512x7x7, one thread: 15.1 -> 13.2 ms)
+      # weight vectors are reused across (8x512x7x7, one thread: 15.1 -> 13.2 ms); not at a stride: a kernel row of 7 pixels
+      # then reads 15 inputs, not 9, whose broadcasts beside 14 accumulators spill (8x256x14x14 -> 512 3x3/2, one Zen 3
+      # thread, A/B in one process: 21.4 -> 13.5 ms)
       for t in [r for r in k.of_type(AxisType.LOOP) if r is not _same(k, chan) and all(r not in ld.toposort() for ld in w_loads)]:
         if (k2 := _try(k, Opt(OptOps.UPCAST, _pos(k, t), 2))) is not k:
           k = k2
