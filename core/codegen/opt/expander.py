@@ -7,6 +7,7 @@ from core.ir.dtype import dtypes, DType, PtrDType
 from core.ir.ops import UOp, Ops, AxisType, GroupOp
 from core.ir.pattern import graph_rewrite
 from core.codegen.opt.kernel import REGISTER_AXES, range_size
+from core.codegen.opt.shuffle import transpose_rows
 
 # element types whose vectors every renderer we have loads and stores directly (bool is i1 in LLVM registers, a byte in memory)
 VECTOR_MEM_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64})
@@ -63,8 +64,9 @@ def strided_lanes(stride: int, width: int) -> tuple[list[int], list[tuple[int, i
 
 class Expander:
   """Rewrites a kernel whose register axes are `unrolled` (copied per value) and `vec` (lanes of vector dtypes, or None)."""
-  def __init__(self, unrolled: list[UOp], vec: UOp | None, masked: bool = False, mem_dtypes: frozenset[DType] = VECTOR_MEM_DTYPES):
-    self.unrolled, self.vec, self.masked, self.mem_dtypes = unrolled, vec, masked, mem_dtypes
+  def __init__(self, unrolled: list[UOp], vec: UOp | None, masked: bool = False, mem_dtypes: frozenset[DType] = VECTOR_MEM_DTYPES,
+               simd_bytes: int = 0):
+    self.unrolled, self.vec, self.masked, self.mem_dtypes, self.simd_bytes = unrolled, vec, masked, mem_dtypes, simd_bytes
     self.width: int = (range_size(vec) or 1) if vec is not None else 1
     self.regs = frozenset(unrolled) | ({vec} if vec is not None else set())
     self.memo: dict[tuple[UOp, tuple], UOp] = {}
@@ -190,7 +192,24 @@ class Expander:
                                  for e in range(self.width)]) for j in range(len(starts))]
       return "strided", (st[1], [idx.replace(src=(buf, _simplify(st[0] + o, self._simplified)) + ((g,) if g is not None else ()))
                                  for o, g in zip(starts, gates)])
+    if shuffled and valid is None and dt.scalar() in self.mem_dtypes and not any(self.has_mem(s) for s in rest) and \
+       (rows := self._rows_along(rest[0], dt.itemsize, env)) is not None:
+      # lanes that each read along another register axis (a transposing copy's tile): a whole vector per lane along that axis,
+      # transposed in registers (shuffle.transpose_rows), where a gather loads every element alone
+      axis, bases = rows
+      return "rows", (axis, [idx.replace(src=(buf, b)) for b in bases])
     return "lanes", [idx.replace(src=(buf,) + tuple(self.sub(s, env, k) for s in rest)) for k in range(self.width)]
+
+  def _rows_along(self, i: UOp, itemsize: int, env: dict[UOp, int]) -> tuple[UOp, list[UOp]] | None:
+    """(r, the index of each lane at r = 0) for the first unrolled axis r along which every lane's index `i` is contiguous, of a
+    power-of-two size whose row is at most one register (16 bytes where the renderer does not say), else None."""
+    for r in self.unrolled:
+      if r not in self.deps(i) or (n := range_size(r) or 0) < 2 or n & (n - 1) or self.width & (self.width - 1) or \
+         n * itemsize > max(self.simd_bytes, 16): continue
+      rest = {x: v for x, v in env.items() if x is not r}
+      bases = [contiguous_offset(self.sub(i, rest, k), r) for k in range(self.width)]
+      if all(b is not None for b in bases): return r, cast(list[UOp], bases)
+    return None
 
   def _load(self, u: UOp, env: dict[UOp, int]) -> UOp:
     kind, idx = self._mem_index(u.src[0], env, u.dtype, shuffled=True)
@@ -209,6 +228,10 @@ class Expander:
       elif len(idxs[0].src) > 2: alt = [UOp.const(vdt, 0)]
       vecs = [UOp(Ops.LOAD, vdt, (ix, *alt)) for ix in idxs]
       return UOp.vectorize(*[vecs[j].gep(e) for j, e in strided_lanes(stride, self.width)[1]])
+    if kind == "rows":
+      axis, idxs = idx
+      rows = [UOp(Ops.LOAD, u.dtype.vec(range_size(axis) or 1), (ix,)) for ix in idxs]
+      return transpose_rows(rows, self.simd_bytes // u.dtype.itemsize)[env[axis]]
     return UOp.vectorize(*[UOp(Ops.LOAD, u.dtype, (ix, *[a.gep(k) if a.dtype.count > 1 else a for a in alt])) for k, ix in enumerate(idx)])
 
   def _store(self, u: UOp, env: dict[UOp, int]) -> UOp:
@@ -246,11 +269,13 @@ def pick_vector_axis(sink: UOp, regs: list[UOp], mem_dtypes: frozenset[DType] = 
     if score > 0 and (best is None or key > best): best, choice = key, r
   return choice
 
-def expand_kernel(sink: UOp, vectorize: bool = True, masked: bool = False, vector_dtypes: frozenset[DType] = frozenset()) -> UOp:
+def expand_kernel(sink: UOp, vectorize: bool = True, masked: bool = False, vector_dtypes: frozenset[DType] = frozenset(),
+                  simd_bytes: int = 0) -> UOp:
   """Remove every UPCAST/UNROLL range: the vector axis (if `vectorize`) becomes vector lanes, the rest unrolled copies.
   `masked`: the renderer loads and stores vectors under a gate per lane (Renderer.masked_vectors). `vector_dtypes`: element
   types beyond VECTOR_MEM_DTYPES the renderer loads, stores and computes on as vectors (Renderer.vector_dtypes: bfloat16 for
-  the host LLVM renderer on CPUs with a bf16 dot product)."""
+  the host LLVM renderer on CPUs with a bf16 dot product). `simd_bytes`: the renderer's register width (Renderer.simd_width),
+  the widest square a transposed tile is shuffled in (0: any)."""
   regs = sorted({u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] in REGISTER_AXES and range_size(u) is not None},
                 key=lambda r: r.arg[0])
   if not regs: return sink
@@ -260,7 +285,7 @@ def expand_kernel(sink: UOp, vectorize: bool = True, masked: bool = False, vecto
     vectorize = False
   for group in register_groups(sink, regs):
     vec = pick_vector_axis(sink, group, mem) if vectorize else None
-    sink = Expander([r for r in group if r is not vec], vec, masked, mem)(sink, {})
+    sink = Expander([r for r in group if r is not vec], vec, masked, mem, simd_bytes)(sink, {})
   return sink
 
 def register_groups(sink: UOp, regs: list[UOp]) -> list[list[UOp]]:

@@ -1,0 +1,38 @@
+"""A register tile's transpose by two-vector shuffles: rows loaded as whole vectors along one register axis become vectors
+along another (a transposing copy's output rows) in log2 steps of interleaves, each one shufflevector of two registers,
+where a gather would load every element on its own."""
+from __future__ import annotations
+from core.ir.ops import UOp
+
+def _swap(a: UOp, c: UOp, b: int) -> tuple[UOp, UOp]:
+  """Rows a and c (b rows apart) with their off-diagonal b x b blocks swapped: in each 2b lanes a keeps its first b and takes
+  c's first b, c takes a's last b and keeps its own (blends and in-lane shuffles at b < 4 floats, a 128-bit lane swap at 4)."""
+  n = a.dtype.count
+  return (UOp.vectorize(*[a.gep(l) if l & b == 0 else c.gep(l - b) for l in range(n)]),
+          UOp.vectorize(*[a.gep(l + b) if l & b == 0 else c.gep(l) for l in range(n)]))
+
+def concat(parts: list[UOp]) -> UOp:
+  """The vectors of `parts` (one type, a power-of-two count) end to end, two at a time."""
+  while len(parts) > 1:
+    parts = [UOp.vectorize(*[a.gep(i) for i in range(a.dtype.count)], *[b.gep(i) for i in range(b.dtype.count)])
+             for a, b in zip(parts[0::2], parts[1::2])]
+  return parts[0]
+
+def _square(rows: list[UOp]) -> list[UOp]:
+  """The transpose of an S x S tile (S rows of S lanes): blocks of 1, 2, 4 ... lanes swapped across the diagonal."""
+  rows, b = list(rows), 1
+  while b < len(rows):
+    for i in range(len(rows)):
+      if i & b == 0: rows[i], rows[i + b] = _swap(rows[i], rows[i + b], b)
+    b *= 2
+  return rows
+
+def transpose_rows(rows: list[UOp], most: int = 0) -> list[UOp]:
+  """J vectors of M lanes (J, M powers of two) -> M vectors of J lanes, out[a] lane k = rows[k] lane a. Split into square
+  tiles of the smaller side (at most `most` lanes, a register's: a wider tile's rows span several registers that its shuffles
+  all keep live at once), each transposed by block swaps, their columns put end to end."""
+  j, m = len(rows), rows[0].dtype.count
+  s = min(j, m, most) if most >= 2 else min(j, m)
+  pieces = [[r.gep(tuple(range(p * s, (p + 1) * s))) if m > s else r for r in rows] for p in range(m // s)]
+  cols = [[_square(pieces[p][g * s:(g + 1) * s]) for g in range(j // s)] for p in range(m // s)]
+  return [concat([cols[p][g][t] for g in range(j // s)]) for p in range(m // s) for t in range(s)]

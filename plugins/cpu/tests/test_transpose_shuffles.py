@@ -1,0 +1,53 @@
+"""Transposing copies (a.T.contiguous(), NCHW <-> NHWC) load whole vectors along the input's rows and transpose them in registers
+(shufflevector in LLVM IR, vector literals of lanes in C), where each output lane was a scalar load; for both renderers at AVX2
+and AVX-512 widths (the source is rendered, not run, for the wider one), and numpy's results under each renderer."""
+from __future__ import annotations
+import copy, re
+import numpy as np
+import pytest
+from core import Tensor
+from core.schedule.kernelize import create_schedule
+from core.codegen.program import get_program, program_source
+from plugin_cpu.renderer import CPUCRenderer, CPULLVMRenderer
+
+CASES = [((1024, 2048), (1, 0)), ((2, 64, 56, 56), (0, 2, 3, 1)), ((2, 56, 56, 64), (0, 3, 1, 2))]
+
+def _source(shape, perm, simd_bytes: int, ren: str, dt=np.float32) -> str:
+  rnd = copy.copy(CPULLVMRenderer() if ren == "LLVM" else CPUCRenderer())
+  rnd.simd_width, rnd.simd_regs, rnd.threads = simd_bytes, 16 if simd_bytes == 32 else 32, 2
+  items, _, _ = create_schedule([Tensor(np.zeros(shape, dt)).permute(*perm).contiguous().uop])
+  assert len(items) == 1
+  return program_source(get_program(items[0].ast, rnd))
+
+# (a vector load of a register's lanes, a scalar load, a shuffle) as each renderer writes them
+VLOAD = {"LLVM": r"= load <{n} x (float|i32)>, ptr", "C": r"(float|int)x{n} val\d+ = \(\*\(\((float|int)x{n}\*\)"}
+SLOAD = {"LLVM": r"= load (float|i32), ptr %v\d+", "C": r"(float|int) val\d+ = "}
+SHUFFLE = {"LLVM": r"= shufflevector ", "C": r"(float|int)x\d+ vec\d+ = \(\((float|int)x\d+\)\{val\d+\[\d+\],val\d+\[\d+\]"}
+
+@pytest.mark.parametrize("ren", ["LLVM", "C"])
+@pytest.mark.parametrize("simd_bytes", [32, 64], ids=["AVX2", "AVX-512"])
+@pytest.mark.parametrize("shape, perm", CASES, ids=["transpose", "nchw_nhwc", "nhwc_nchw"])
+@pytest.mark.parametrize("dt", [np.float32, np.int32])
+def test_transposing_copies_load_rows_and_shuffle(shape, perm, simd_bytes, ren, dt):
+  src = _source(shape, perm, simd_bytes, ren, dt)
+  lanes = simd_bytes // 4
+  # the tile's input rows: one register of lanes each (16 rows x 8 on AVX2, 16 x 16 on AVX-512), no element loaded alone
+  assert len(re.findall(VLOAD[ren].format(n=lanes), src)) == 16, src
+  assert not re.search(SLOAD[ren], src), src
+  assert re.search(SHUFFLE[ren], src), src
+
+@pytest.mark.parametrize("ren", ["LLVM", "C"])
+def test_transposing_copies_give_numpys_results(ren):
+  # in a process of its own: DEV=CPU:<ren> picks the renderer (shapes a whole tile divides, and odd ones; float, int and half)
+  import os, subprocess, sys
+  code = ("import numpy as np\nfrom core import Tensor\nfrom core.device.registry import Device\n"
+          f"assert type(Device['CPU'].renderer).__name__ == 'CPU{ren}Renderer'\n"
+          "r = np.random.default_rng(3)\n"
+          "for shape, perm in [((1024, 528), (1, 0)), ((1000, 520), (1, 0)), ((513, 1031), (1, 0)), ((2, 64, 56, 56), (0, 2, 3, 1)),\n"
+          "                    ((2, 56, 56, 64), (0, 3, 1, 2)), ((1, 24, 600, 40), (0, 2, 3, 1)), ((3, 37, 29, 24), (0, 3, 1, 2))]:\n"
+          "  for dt in (np.float32, np.int32, np.float16):\n"
+          "    x = (r.standard_normal(shape) * 1000).astype(dt)\n"
+          "    np.testing.assert_array_equal(Tensor(x).permute(*perm).contiguous().numpy(), x.transpose(perm))\n"
+          "print('ok')\n")
+  res = subprocess.run([sys.executable, "-c", code], env={**os.environ, "DEV": f"CPU:{ren}"}, capture_output=True, text=True, timeout=600)
+  assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-3000:]

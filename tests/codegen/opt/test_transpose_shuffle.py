@@ -1,0 +1,39 @@
+"""A transposing tile's loads (opt/shuffle.py via the expander): each lane of the stored vector reads along another register axis,
+so the tile loads whole vectors along that axis and transposes them in registers by two-vector shuffles; the shuffle network
+itself, evaluated lane by lane; results against numpy for odd shapes and other element types."""
+from __future__ import annotations
+import numpy as np
+import pytest
+from core import Tensor
+from core.ir.ops import UOp, Ops
+from core.ir.dtype import dtypes
+from core.codegen.opt.shuffle import transpose_rows
+
+def _lanes(u: UOp, env: dict[UOp, list]) -> list:
+  """The lanes of u, a tree of VECTORIZE and GEP over the vectors in env."""
+  if u.op is Ops.GEP:
+    v = _lanes(u.src[0], env)
+    return [v[i] for i in u.arg]
+  if u.op is Ops.VECTORIZE: return [x for s in u.src for x in _lanes(s, env)]
+  return env[u]
+
+@pytest.mark.parametrize("j, m", [(2, 2), (8, 8), (16, 8), (8, 16), (16, 16), (4, 16), (32, 8)])
+@pytest.mark.parametrize("most", [0, 4, 8])
+def test_transpose_rows_is_a_transpose(j, m, most):
+  rows = [UOp.variable(f"r{k}", 0, 9).cast(dtypes.float32.vec(m)) for k in range(j)]
+  out = transpose_rows(rows, most)
+  got = [_lanes(o, {r: [(k, a) for a in range(m)] for k, r in enumerate(rows)}) for o in out]
+  assert got == [[(k, a) for k in range(j)] for a in range(m)]
+  # every shuffle reads at most two vectors (one shufflevector), and a tile wider than `most` lanes is shuffled in squares of `most`
+  shuffles = [u for o in out for u in o.toposort() if u.op is Ops.VECTORIZE]
+  assert all(len({s.src[0] for s in u.src}) <= 2 for u in shuffles)
+  # (and the columns of those squares put end to end: s, 2s, ... j lanes)
+  sq = min(j, m, most or j)
+  assert {u.dtype.count for u in shuffles if len({s.src[0] for s in u.src}) == 2} <= {sq << i for i in range(8) if sq << i <= j}
+
+@pytest.mark.parametrize("shape, perm", [((513, 1031), (1, 0)), ((1000, 520), (1, 0)), ((17, 4096), (1, 0)), ((3, 37, 29, 24), (0, 3, 1, 2)),
+                                         ((2, 40, 21, 33), (0, 2, 3, 1)), ((1, 24, 600, 40), (0, 2, 3, 1))])
+@pytest.mark.parametrize("dt", [np.float32, np.int32, np.float16])
+def test_transposing_copies_match_numpy(shape, perm, dt):
+  x = (np.random.default_rng(7).standard_normal(shape) * 1000).astype(dt)
+  np.testing.assert_array_equal(Tensor(x).permute(*perm).contiguous().numpy(), x.transpose(perm))
