@@ -264,7 +264,11 @@ def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp
                all(r in ld.toposort() for ld in w_loads)), None)
   if chan is None or not x_loads or not w_loads or (nc := range_size(chan)) is None or nc % lanes: return None
   windows = [r for r in reds if (range_size(r) or 99) <= MM_WINDOW and _sliding(r, [contig_out], x_loads)]
-  if not windows: return None
+  # (or a 1x1 conv at a stride, x[2*ow], whose rows hold no whole vector: no window, and its pixels can't merge into a longer
+  # row; one Zen 3 thread, A/B in one process: ResNet's 8x256x14x14 -> 512 1x1/2 7.1 -> 2.9 ms, where _register_block ran its
+  # 7 columns scalar; 8x128x28x28 -> 256 1x1/2 (14 columns, 2 vectors padded to 16 there) 1.9 -> 2.4 here, so not that)
+  strided = max((st[1] for ld in x_loads if (st := strided_offset(ld.src[0].src[1], contig_out)) is not None), default=1)
+  if not windows and (strided < 2 or n_out >= lanes): return None
   # the windows along the other output axes too (the kernel rows), unrolled after the tile where the register limit allows: a
   # loop of 3 around the tile pays its branch and address updates every 3 steps (one Zen 3 thread, A/B in one process: 3x3
   # 8x256x14x14 25.7 -> 23.0 ms, 8x512x7x7 27.2 -> 23.6; AVX-512's wider tiles don't fit it)
@@ -278,7 +282,6 @@ def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp
            j * lanes * red_len * item <= PACK_MAX_BYTES]
   if not tiles: return None
   _, j, rows = max(tiles)
-  strided = max((st[1] for ld in x_loads if (st := strided_offset(ld.src[0].src[1], contig_out)) is not None), default=1)
   try:
     k = k.apply(Opt(OptOps.UPCAST, _pos(k, chan), lanes))
     if j > 1: k = k.apply(Opt(OptOps.UPCAST, _pos(k, _same(k, chan)), j))   # j vectors: the expander's lanes are one register

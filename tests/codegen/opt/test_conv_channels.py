@@ -169,3 +169,20 @@ def test_channel_tile_adds_a_second_image_only_without_a_stride(simd_bytes, stri
   got, _ = run_ast(items[-1], k.ast, rnd)
   want = _conv_ref(x, w, stride, 1, 1)
   np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-3)
+
+@pytest.mark.parametrize("simd_bytes", [32, 64])
+def test_strided_1x1_conv_with_short_rows_takes_the_channel_tile(simd_bytes):
+  """A 1x1 conv at stride 2 onto 7x7 (ResNet's last shortcut): no window, and its pixels can't merge into a longer row; the
+  channel tile (vectors along the output channels, the 7 pixels in registers) instead of 7 columns run scalar (7.1 -> 2.9 ms
+  on one Zen 3 thread for 8x256x14x14 -> 512)."""
+  x = rng.standard_normal((2, 32, 14, 14)).astype(np.float32)
+  w = rng.standard_normal((32, 32, 1, 1)).astype(np.float32)
+  items, _, _ = create_schedule([Tensor(x).realize().conv2d(Tensor(w).realize(), stride=2).uop])
+  rnd = host_renderer(simd_bytes)
+  k = hand_coded(Kernel(items[-1].ast, rnd))
+  sizes = [r.src[0].arg for r in k.of_type(AxisType.UPCAST)]
+  assert simd_bytes // 4 in sizes and 7 in sizes, k.applied
+  for it in items[:-1]: run_ast(it, hand_coded(Kernel(it.ast, rnd)).ast, rnd)
+  got, _ = run_ast(items[-1], k.ast, rnd)
+  want = _conv_ref(x, w, 2, 0, 1)
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-3)
