@@ -9,6 +9,7 @@ from core.helpers import ContextVar, prod
 from core.codegen.opt.kernel import Kernel, Opt, OptOps, KernelOptError, range_size, MAX_REGISTER_ELEMS
 from core.codegen.opt.expander import contiguous_offset, strided_offset, VECTOR_MEM_DTYPES, MAX_SHUFFLED_STRIDE
 from core.codegen.opt.pack import PACK_MAX_BYTES
+from core.codegen.opt.copy import rows_far_apart
 from core.codegen.stash import COSTLY_OPS
 
 # conv register block, measured on a 2-core AVX-512 host: 2 vectors along the contiguous output axis x 4 rows, the reduce
@@ -699,7 +700,7 @@ def hand_coded(k: Kernel) -> Kernel:
   if threads > 0 and work >= MIN_THREADED_WORK:
     if (loop := _thread_loop(k, threads)) is not None:
       k = _try(k, Opt(OptOps.THREAD, _pos(k, loop), _block_count(range_size(loop) or 1, threads)))
-  if transposed and across is not None and (a := _same(k, across)).arg[1] is AxisType.LOOP:
+  if transposed and across is not None and rows_far_apart(k) and (a := _same(k, across)).arg[1] is AxisType.LOOP:
     # the tiles along `across` innermost (at most MM_ROW_TILE of them): the next tile reads the rest of the input lines the
     # last one touched (2048^2 transpose: 17.8 -> 4.8 ms with the register tiles, -> 3.0 ms with this; torch 7.1)
     if (na := range_size(a) or 0) > MM_ROW_TILE and na % MM_ROW_TILE == 0: k = _try(k, Opt(OptOps.TILE, _pos(k, a), MM_ROW_TILE))

@@ -1,0 +1,27 @@
+"""The loop order around a transposing copy's register tiles (opt/copy.py): the tiles along the input's rows run innermost only
+where the tile's input rows lie far apart (a.T of 4096 rows, NCHW -> NHWC: rows 3136 apart); NHWC -> NCHW reads rows 64 floats
+apart, which stay cached, and keeps the output's order. Both vector widths; results against numpy."""
+from __future__ import annotations
+import numpy as np
+import pytest
+from core.codegen.opt import Kernel, OptOps
+from core.codegen.opt.heuristic import hand_coded
+from core.codegen.opt.copy import rows_far_apart
+from opt_helpers import kernel_of, run_ast, host_renderer
+
+rng = np.random.default_rng(5)
+
+@pytest.mark.parametrize("simd_bytes", [32, 64])
+@pytest.mark.parametrize("shape, perm, far", [((1024, 2048), (1, 0), True), ((4, 64, 28, 28), (0, 2, 3, 1), True),
+                                              ((4, 28, 28, 64), (0, 3, 1, 2), False), ((2, 24, 24, 128), (0, 3, 1, 2), False)])
+def test_tiles_along_the_input_rows_innermost_only_where_they_are_far_apart(simd_bytes, shape, perm, far):
+  item, want = kernel_of(lambda x: x.permute(*perm).contiguous() if hasattr(x, "uop") else x.transpose(perm), shape, rng=rng)
+  rnd = host_renderer(simd_bytes)
+  k = hand_coded(Kernel(item.ast, rnd))
+  ups = [o for o in k.applied if o.op is OptOps.UPCAST]
+  assert len(ups) == 2 and rows_far_apart(k) == far, k.applied
+  # far: a TILE or SWAP after the tile's upcasts puts its row axis innermost; near: nothing reorders the loops
+  reorders = [o for o in k.applied[k.applied.index(ups[-1]):] if o.op in (OptOps.TILE, OptOps.SWAP)]
+  assert bool(reorders) == far, k.applied
+  got, _ = run_ast(item, k.ast, rnd)
+  np.testing.assert_array_equal(got.reshape(want.shape), want)
