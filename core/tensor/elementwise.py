@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 from core.ir.dtype import dtypes, least_upper_float, least_upper_dtype
-from core.ir.ops import Ops
+from core.ir.ops import Ops, UOp
 from core.tensor.validate import scalar_dtype
 
 if TYPE_CHECKING:
@@ -31,6 +31,15 @@ def _pow_float(bf: Tensor, yf: Tensor) -> Tensor:
   ret = neg.where(y_odd.where(-mag, mag * bad.where(math.nan, 1.0)), mag)
   ret = zero.where((yf > 0).where(0.0, math.inf), ret)   # 0**y: 0 for y > 0, inf for y < 0
   return one.where(ret._const(1.0), ret)
+
+def _scalar_op(t: Tensor, op: Ops, y: Any) -> Tensor | None:
+  """t + y / t * y for a float tensor of a concrete shape and a Python int or float: the graph _operands and _alu build (the
+  scalar takes t's dtype, expanded to its shape), without the scalar's Tensor and the argument checks (x + 1 in an eager loop).
+  None for every other case: the general path decides."""
+  if type(y) is not float and type(y) is not int: return None
+  u = t.uop
+  if not dtypes.is_float(dt := u.dtype) or (shape := u.shape) is None or not all([type(d) is int for d in shape]): return None
+  return t._wrap(u.alu(op, UOp.const(dt, y, u.device, shape)), t)
 
 class ElementwiseMixin:
   def _float(self: Tensor) -> Tensor: return self.cast(least_upper_float(self.dtype))  # type: ignore[misc]
@@ -97,11 +106,11 @@ class ElementwiseMixin:
     return (b.isinf() & a.isfinite()).where(a, a - b * a.div(b).trunc())
 
   # these run on a Tensor; mypy sees the mixin: methods declaring self: Tensor give [misc], ones on Tensor give [attr-defined]
-  def __add__(self, x: Any) -> Tensor: return self.add(x)  # type: ignore[misc]
+  def __add__(self, x: Any) -> Tensor: return r if (r := _scalar_op(self, Ops.ADD, x)) is not None else self.add(x)  # type: ignore[misc,arg-type]
   def __radd__(self, x: Any) -> Tensor: return self.add(x, True)  # type: ignore[misc]
   def __sub__(self, x: Any) -> Tensor: return self.sub(x)  # type: ignore[misc]
   def __rsub__(self, x: Any) -> Tensor: return self.sub(x, True)  # type: ignore[misc]
-  def __mul__(self, x: Any) -> Tensor: return self.mul(x)  # type: ignore[misc]
+  def __mul__(self, x: Any) -> Tensor: return r if (r := _scalar_op(self, Ops.MUL, x)) is not None else self.mul(x)  # type: ignore[misc,arg-type]
   def __rmul__(self, x: Any) -> Tensor: return self.mul(x, True)  # type: ignore[misc]
   def __truediv__(self, x: Any) -> Tensor: return self.div(x)  # type: ignore[misc]
   def __rtruediv__(self, x: Any) -> Tensor: return self.div(x, True)  # type: ignore[misc]
