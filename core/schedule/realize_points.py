@@ -6,6 +6,7 @@ from core.ir.ops import UOp, Ops, GroupOp, sint
 from core.helpers import prod
 from core.ir.dtype import dtypes
 from core.schedule.indexing import strides_for
+from core.schedule.split_reduce import MAX_OUTPUTS
 
 # more ALU ops than this, recomputed for every broadcast copy, costs more than a buffer round trip
 RECOMPUTE_LIMIT = 10
@@ -18,6 +19,9 @@ INDEX_RECOMPUTE_LIMIT = 40
 # padded parts) broadcast into a matmul then costs 3 gates and 2 adds, over the limit: it is realized once, instead of
 # recomputed with its gates in the matmul's inner loop (GPT-2's q, k, v gradients read by dx and dW of the qkv projection)
 GATE_COST = 4
+# reduced elements per output from which a reduction is "wide" (a conv's or a matmul's): one that shares its kernel with a
+# reduction over other loops gets a kernel of its own (_wide_siblings); its output's round trip costs about one of its MACs
+SIBLING_WIDE = 64
 
 def contiguous_buffer(u: UOp) -> tuple[UOp, sint] | None:
   """(BUFFER, number of elements used) when u is a row-major view of the start of a buffer: reshapes, and for
@@ -73,7 +77,8 @@ def find_realize_points(sink: UOp, fuse_rows: Callable[[str], bool] = lambda dev
   """Nodes whose values must live in a buffer: the outputs, explicit CONTIGUOUS, copies and assigns, reductions used
   twice, any value that an EXPAND broadcasts when it is expensive to compute (a reduction, or a long chain of ALU
   ops): fusing those into the consumer would recompute them once per broadcast element, and a reduction two kernels
-  would each recompute (a matmul whose output feeds both relu and, in the backward pass, relu's mask). `fuse_rows(device)`:
+  would each recompute (a matmul whose output feeds both relu and, in the backward pass, relu's mask), and a wide
+  reduction that a kernel would compute beside another reduction (_wide_siblings). `fuse_rows(device)`:
   whether row reductions on that device may stay in their consumer's kernel (row_fusable)."""
   users: dict[UOp, list[UOp]] = {}
   nodes = list(sink.toposort(gate=lambda u: u.op is not Ops.BUFFER))
@@ -124,6 +129,12 @@ def find_realize_points(sink: UOp, fuse_rows: Callable[[str], bool] = lambda dev
   while (shared := _recomputed_reduce(nodes, users, points, cost_of)) is not None:
     points.add(shared)
     cost.clear()
+  if wide := _wide_siblings(nodes, points):
+    points |= wide
+    cost.clear()
+    while (shared := _recomputed_reduce(nodes, users, points, cost_of)) is not None:
+      points.add(shared)
+      cost.clear()
   # a realized value broadcast (read many times: a matmul's operand) through a flattening of transposed axes is copied first
   for e in nodes:
     if not _grows(e): continue
@@ -200,3 +211,19 @@ def _recomputed_reduce(nodes: list[UOp], users: dict[UOp, list[UOp]], points: se
     if u not in points and u.op not in GroupOp.Movement and (kernels[u] & (kernels[u] - 1)) and cost_of(u) >= _EXPENSIVE: return u
   return None
 
+def _wide_siblings(nodes: list[UOp], points: set[UOp]) -> set[UOp]:
+  """Wide reductions (SIBLING_WIDE) that a kernel computes next to another reduction over other loops, both at the kernel's
+  own shape (not broadcast: those are row_fusable's rows). The optimizer picks one set of loop orders and tiles per kernel,
+  and the conv's register tile applied to the other reduction too: ResNet's max-pool gradient (a 3x3 window count over the
+  stem's output) in the kernel of the conv's input gradient took 66 ms on one thread, where the conv alone takes 24 and the
+  count with its elementwise consumer 6. Siblings over the same loops (two sums of one input) stay together."""
+  wide: set[UOp] = set()
+  for p in (u for u in nodes if u in points):
+    tops = [x for x in p.toposort(gate=lambda x: (x is p or (x not in points and x.op is not Ops.REDUCE_AXIS)) and
+                                  x.op is not Ops.BUFFER and not _grows(x)) if x is not p and x.op is Ops.REDUCE_AXIS and x not in points]
+    if len({(r.src[0].shape, r.arg[1]) for r in tops}) < 2: continue
+    for r in tops:
+      n, out = prod(r.src[0].shape or ()), prod(r.shape or ())
+      # few outputs (a split reduction's total and its tail) leave no output loops to tile: those stay together
+      if isinstance(n, int) and isinstance(out, int) and out >= MAX_OUTPUTS and n // out >= SIBLING_WIDE: wide.add(r)
+  return wide
