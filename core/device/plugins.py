@@ -267,8 +267,9 @@ class PluginManager:
   def best_device(self) -> str | None:
     """The highest-priority available device whose factory resolves; broken, conflicting and unavailable ones are skipped
     quietly (the doctor shows why)."""
-    cands = sorted((s for _, s in self.all_specs() if s.priority >= 0 and s.available()), key=lambda s: (-s.priority, s.name))
-    return next((s.name for s in cands if s.factory_error() is None), None)
+    # probed best first, and only until one answers: a lower-priority device's probe (a PATH search, a driver file) is not run
+    cands = sorted((s for _, s in self.all_specs() if s.priority >= 0), key=lambda s: (-s.priority, s.name))
+    return next((s.name for s in cands if s.available() and s.factory_error() is None), None)
 
   def resolve_target(self, t: Target) -> DeviceSpec:
     """Checks that the target's device, interface and renderer exist (with "did you mean" on typos); returns the device's spec."""

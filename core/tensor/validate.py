@@ -143,6 +143,9 @@ def _hints(fn: Callable, tensor_cls: type) -> dict[str, Any]:
 def _type_checked(fn: Callable, name: str, tensor_cls: type, skip_first: bool) -> Callable:
   """fn with a check of each argument whose annotation is checkable; fn itself when none is."""
   from core.ir.dtype import DTypeLike
+  # nothing to check past self (t.numpy(), t.realize()): skip evaluating the annotations and building a signature
+  if (code := getattr(fn, "__code__", None)) is not None and not code.co_flags & inspect.CO_VARARGS and \
+     code.co_argcount + code.co_kwonlyargcount == (1 if skip_first else 0): return fn
   hints = _hints(fn, tensor_cls)
   sig = inspect.signature(fn)
   params = list(sig.parameters.values())[1 if skip_first else 0:]

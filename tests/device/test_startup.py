@@ -48,11 +48,24 @@ def test_a_warm_start_imports_no_error_path_or_cache_writer_modules(tmp_path):
   warm = imported_after(FIRST_RESULT, CORE_CACHE_DIR=str(tmp_path), DEV="CPU")
   assert not warm & NOT_ON_A_WARM_START, warm & NOT_ON_A_WARM_START
   # no DEV: the CPU plugin says it is available by its prebuilt native library, without looking for a compiler (shutil.which);
-  # the example plugin (a test fixture, not a backend) imports shutil itself, so it is left out here
-  default = imported_after(FIRST_RESULT, CORE_CACHE_DIR=str(tmp_path), CORE_DISABLED_PLUGINS="example")
+  # the example plugin's probe (a PATH search) is not run once a device of higher priority answered, and its hook module
+  # imports shutil only in that probe
   import plugin_cpu
   prebuilt = any(pathlib.Path(plugin_cpu.__file__).parent.glob("_native*.so"))
-  assert not default & (NOT_ON_A_WARM_START if prebuilt else NOT_ON_A_WARM_START - {"shutil", "bz2", "lzma"}), default & NOT_ON_A_WARM_START
+  for disabled in ("example", ""):
+    default = imported_after(FIRST_RESULT, CORE_CACHE_DIR=str(tmp_path), CORE_DISABLED_PLUGINS=disabled)
+    assert "plugin_example" in default or disabled, "the probe is real: choosing the default device imports every plugin"
+    assert not default & (NOT_ON_A_WARM_START if prebuilt else NOT_ON_A_WARM_START - {"shutil", "bz2", "lzma"}), default & NOT_ON_A_WARM_START
+
+# what neither `import core` nor a first result on a warm cache needs: LLVM, the ONNX importer, the graph viewer, the test helpers,
+# the kernel search (its json and on-disk tables), the dataset fetcher (http), the metadata readers
+HEAVY = {"llvmlite", "core.onnx", "core.viz", "core.testing", "core.codegen.opt.search", "core.fetch", "http", "email", "importlib_metadata"}
+
+def test_neither_import_nor_a_warm_first_result_loads_heavy_modules(tmp_path):
+  assert not (mods := imported_after("import core")) & (HEAVY | {"numpy", "core.tensor"}), mods & (HEAVY | {"numpy", "core.tensor"})
+  imported_after(FIRST_RESULT, CORE_CACHE_DIR=str(tmp_path))   # fills the cache
+  warm = imported_after(FIRST_RESULT, CORE_CACHE_DIR=str(tmp_path))
+  assert "core.engine.realize" in warm and not warm & HEAVY, warm & HEAVY
 
 def test_host_llvm_facts_are_cached_and_a_damaged_file_is_asked_again(tmp_path, monkeypatch):
   from core.device import llvm_host

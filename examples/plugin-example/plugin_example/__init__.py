@@ -1,6 +1,6 @@
 """plugin-example's hooks: declares the EXAMPLE device. Cheap to import; the renderer, compiler and runtime load on first use."""
 from __future__ import annotations
-import os, shutil
+import os
 from typing import Any
 from core.device.hookspecs import hookimpl, hcq_rules
 from core.device.spec import DeviceSpec
@@ -8,7 +8,9 @@ from core.device.spec import DeviceSpec
 __version__ = "0.1.0"
 
 def has_c_compiler() -> bool:
-  # the availability probe must be cheap: look on PATH, compile nothing
+  # the availability probe must be cheap: look on PATH, compile nothing; shutil (with bz2 and lzma) loads here, not at import,
+  # since choosing the default device imports every plugin's hook module
+  import shutil
   return any(shutil.which(c) for c in ([os.environ["CC"]] if os.getenv("CC") else []) + ["cc", "gcc", "clang"])
 
 def make_c(arch: str | None = None) -> tuple[Any, Any]:
