@@ -56,6 +56,8 @@ def test_a_warm_start_imports_no_error_path_or_cache_writer_modules(tmp_path):
     default = imported_after(FIRST_RESULT, CORE_CACHE_DIR=str(tmp_path), CORE_DISABLED_PLUGINS=disabled)
     assert "plugin_example" in default or disabled, "the probe is real: choosing the default device imports every plugin"
     assert not default & (NOT_ON_A_WARM_START if prebuilt else NOT_ON_A_WARM_START - {"shutil", "bz2", "lzma"}), default & NOT_ON_A_WARM_START
+    # nor is a lower-priority plugin's probe module imported to describe its device (WEBGPU's wgpu and Vulkan driver search)
+    assert "plugin_webgpu.gpu" not in default
 
 # what neither `import core` nor a first result on a warm cache needs: LLVM, the ONNX importer, the graph viewer, the test helpers,
 # the kernel search (its json and on-disk tables), the dataset fetcher (http), the metadata readers

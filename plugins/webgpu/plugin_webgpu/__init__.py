@@ -26,12 +26,15 @@ core_pm_prep_program, core_pm_lower, core_pm_bufferize = hcq_rules("plugin_webgp
 @hookimpl
 def core_plugin_info() -> dict[str, Any]: return {"name": "webgpu", "version": __version__, "api": (2, 0)}
 
+def _why_unavailable() -> str:
+  from plugin_webgpu.gpu import unavailable_reason
+  return unavailable_reason() or "its probe says it may open here"
+
 @hookimpl
 def core_devices() -> list[DeviceSpec]:
-  # the doctor prints the description: where the device can't open, it says why (a file check, no driver opened)
-  from plugin_webgpu.gpu import unavailable_reason
-  why = unavailable_reason()
+  # the doctor says why the device can't open here (a file check, no driver opened) when it asks: choosing the default device
+  # calls this hook at every start without DEV, and the probe (importing gpu.py, looking for wgpu and a Vulkan driver) cost ~10 ms
   return [DeviceSpec("WEBGPU", factory="plugin_webgpu.runtime:make_device", renderers={"WGSL": "plugin_webgpu:make_wgsl"},
-                     default_renderer="WGSL", interfaces=INTERFACES, priority=30, is_available=_available,
+                     default_renderer="WGSL", interfaces=INTERFACES, priority=30, is_available=_available, unavailable_reason=_why_unavailable,
                      description="WebGPU through the wgpu package (WGSL compute shaders; needs wgpu and a Vulkan driver: apt install "
-                                 "mesa-vulkan-drivers libvulkan1)" + (f"; unavailable here: {why}" if why else ""))]
+                                 "mesa-vulkan-drivers libvulkan1)")]

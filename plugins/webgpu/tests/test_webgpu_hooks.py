@@ -38,4 +38,4 @@ def test_doctor_says_why_when_unavailable(monkeypatch: pytest.MonkeyPatch) -> No
   from plugin_webgpu import gpu
   monkeypatch.setattr(gpu, "unavailable_reason", lambda: "no Vulkan driver (test)")
   spec, = plugin_webgpu.core_devices()
-  assert spec.available() is False and spec.description.endswith("unavailable here: no Vulkan driver (test)")
+  assert spec.available() is False and spec.why_unavailable() == "no Vulkan driver (test)"
