@@ -140,12 +140,16 @@ def _hints(fn: Callable, tensor_cls: type) -> dict[str, Any]:
   try: return typing.get_type_hints(fn, globalns=ns)
   except Exception: return {}   # an annotation this Python can't evaluate: no generated check, the method's own ones stay
 
+def _no_arguments(fn: Callable, skip_first: bool) -> bool:
+  """Whether fn takes nothing past self/cls (t.numpy(), t.realize()), read from its code: nothing to check, so neither its
+  annotations nor its signature are evaluated."""
+  code = getattr(fn, "__code__", None)
+  return code is not None and not code.co_flags & inspect.CO_VARARGS and code.co_argcount + code.co_kwonlyargcount == int(skip_first)
+
 def _type_checked(fn: Callable, name: str, tensor_cls: type, skip_first: bool) -> Callable:
   """fn with a check of each argument whose annotation is checkable; fn itself when none is."""
   from core.ir.dtype import DTypeLike
-  # nothing to check past self (t.numpy(), t.realize()): skip evaluating the annotations and building a signature
-  if (code := getattr(fn, "__code__", None)) is not None and not code.co_flags & inspect.CO_VARARGS and \
-     code.co_argcount + code.co_kwonlyargcount == (1 if skip_first else 0): return fn
+  if _no_arguments(fn, skip_first): return fn
   hints = _hints(fn, tensor_cls)
   sig = inspect.signature(fn)
   params = list(sig.parameters.values())[1 if skip_first else 0:]
@@ -207,6 +211,6 @@ def install(cls: type, names: Sequence[str] | None = None) -> None:
     raw = owner.__dict__[name]
     kind = type(raw) if isinstance(raw, (classmethod, staticmethod)) else None
     fn = raw.__func__ if kind is not None else raw
-    if kind is None and not inspect.isfunction(raw): continue
+    if kind is None and not inspect.isfunction(raw) or _no_arguments(fn, kind is not staticmethod): continue
     stub = _on_first_call(owner, name, fn, kind, cls)
     setattr(owner, name, kind(stub) if kind is not None else stub)
