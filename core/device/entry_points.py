@@ -7,9 +7,9 @@ or `.egg-info` folder holding `entry_points.txt`, an INI file whose sections are
 or egg file) returns None, and the caller asks importlib.metadata, which handles every format."""
 from __future__ import annotations
 import dataclasses, os, sys
+from typing import NamedTuple
 
-@dataclasses.dataclass(frozen=True)
-class EntryPoint:
+class EntryPoint(NamedTuple):   # a NamedTuple: a quarter of a frozen dataclass's cost to create at import
   name: str
   value: str
   group: str
