@@ -22,6 +22,9 @@ GATE_COST = 4
 # reduced elements per output from which a reduction is "wide" (a conv's or a matmul's): one that shares its kernel with a
 # reduction over other loops gets a kernel of its own (_wide_siblings); its output's round trip costs about one of its MACs
 SIBLING_WIDE = 64
+# ...and only with at least this many reduced elements in all: below, the kernel the split adds costs a launch (~10 us on
+# a CPU), about what the shared tiles lose (ONNX test ResNet's 2x32x8x8 downsample block: 354 -> 364 us per call when split)
+SIBLING_MIN_WORK = 1 << 22
 
 def contiguous_buffer(u: UOp) -> tuple[UOp, sint] | None:
   """(BUFFER, number of elements used) when u is a row-major view of the start of a buffer: reshapes, and for
@@ -225,5 +228,6 @@ def _wide_siblings(nodes: list[UOp], points: set[UOp]) -> set[UOp]:
     for r in tops:
       n, out = prod(r.src[0].shape or ()), prod(r.shape or ())
       # few outputs (a split reduction's total and its tail) leave no output loops to tile: those stay together
-      if isinstance(n, int) and isinstance(out, int) and out >= MAX_OUTPUTS and n // out >= SIBLING_WIDE: wide.add(r)
+      if isinstance(n, int) and isinstance(out, int) and out >= MAX_OUTPUTS and n // out >= SIBLING_WIDE and n >= SIBLING_MIN_WORK:
+        wide.add(r)
   return wide

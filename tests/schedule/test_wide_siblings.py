@@ -5,7 +5,7 @@ import numpy as np
 from core import Tensor
 from core.ir.ops import Ops, UOp
 from core.schedule.kernelize import create_schedule
-from core.schedule.realize_points import SIBLING_WIDE
+from core.schedule.realize_points import SIBLING_WIDE, SIBLING_MIN_WORK
 
 def kernels(items): return [it for it in items if it.ast.op is Ops.SINK]
 
@@ -20,11 +20,20 @@ def assert_no_wide_sibling(items):
 
 def test_matmul_next_to_a_window_sum_is_its_own_kernel():
   rng = np.random.default_rng(0)
-  a, b, c = (rng.standard_normal(s).astype(np.float32) for s in ((9, 70), (70, 13), (9, 13, 3)))
+  a, b, c = (rng.standard_normal(s).astype(np.float32) for s in ((129, 1030), (1030, 67), (129, 67, 3)))
+  assert 129 * 67 * 1030 >= SIBLING_MIN_WORK
   out = Tensor(a) @ Tensor(b) + Tensor(c).sum(-1)
   items = create_schedule([out.uop])[0]
   assert len(kernels(items)) == 2   # the matmul, then the sum with the add (one kernel holding both before)
   assert_no_wide_sibling(items)
+  np.testing.assert_allclose(out.numpy(), a @ b + c.sum(-1), rtol=1e-4, atol=1e-3)
+
+def test_small_matmul_next_to_a_sum_stays_one_kernel():
+  # below SIBLING_MIN_WORK the added kernel's launch costs about what sharing the tiles loses
+  rng = np.random.default_rng(3)
+  a, b, c = (rng.standard_normal(s).astype(np.float32) for s in ((9, 70), (70, 13), (9, 13, 3)))
+  out = Tensor(a) @ Tensor(b) + Tensor(c).sum(-1)
+  assert len(kernels(create_schedule([out.uop])[0])) == 1
   np.testing.assert_allclose(out.numpy(), a @ b + c.sum(-1), rtol=1e-5, atol=1e-5)
 
 def test_two_sums_over_the_same_loops_stay_together():
@@ -63,12 +72,12 @@ def test_pool_gradient_and_conv_gradient_in_separate_kernels():
   # ResNet's stem pool under its first conv, both differentiated: the pool gradient's window count and the conv's input
   # gradient are two kernels, not one reducing both
   rng = np.random.default_rng(2)
-  for shape in ((2, 4, 9, 9), (1, 3, 12, 7)):
+  for shape in ((2, 16, 40, 40), (3, 8, 45, 37)):   # the input gradient reduces >= SIBLING_MIN_WORK elements
     x = rng.standard_normal(shape).astype(np.float32)
     c = shape[1]
-    w = rng.standard_normal((8, c, 3, 3)).astype(np.float32)   # the input gradient reduces 8*3*3 >= SIBLING_WIDE per element
+    w = rng.standard_normal((64, c, 3, 3)).astype(np.float32)   # the input gradient reduces 64*3*3 >= SIBLING_WIDE per element
     p, arg = _pool(x)
-    g = rng.standard_normal((shape[0], 8) + p.shape[2:]).astype(np.float32)
+    g = rng.standard_normal((shape[0], 64) + p.shape[2:]).astype(np.float32)
     tx, tw = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
     loss = (tx.max_pool2d(3, 2, padding=1).conv2d(tw, padding=1) * Tensor(g)).sum()
     dx, dw = loss.gradient(tx, tw)
