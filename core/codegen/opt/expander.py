@@ -207,8 +207,11 @@ class Expander:
       if r not in self.deps(i) or (n := range_size(r) or 0) < 2 or n & (n - 1) or self.width & (self.width - 1) or \
          n * itemsize > max(self.simd_bytes, 16): continue
       rest = {x: v for x, v in env.items() if x is not r}
-      bases = [contiguous_offset(self.sub(i, rest, k), r) for k in range(self.width)]
-      if all(b is not None for b in bases): return r, cast(list[UOp], bases)
+      bases: list[UOp] = []
+      for k in range(self.width):   # (one lane at a time: most gathers fail at the first, and each lane is a simplify)
+        if (b := contiguous_offset(self.sub(i, rest, k), r)) is None: break
+        bases.append(b)
+      else: return r, bases
     return None
 
   def _load(self, u: UOp, env: dict[UOp, int]) -> UOp:
