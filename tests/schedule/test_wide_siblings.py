@@ -87,3 +87,15 @@ def test_pool_gradient_and_conv_gradient_in_separate_kernels():
     np.add.at(dx_ref, (np.arange(shape[0])[:, None, None, None], np.arange(c)[None, :, None, None], arg), dp)
     np.testing.assert_allclose(dx.numpy(), dx_ref.reshape(shape), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(dw.numpy(), dw_ref, rtol=1e-4, atol=1e-4)
+
+def test_mean_over_a_conv_reads_the_conv_buffer():
+  # a global average pool over a conv (ResNet's head): the conv is its own kernel, with its output loops to tile, and the
+  # mean reads its buffer; fused, the conv's output loops were the mean's reduce loops
+  rng = np.random.default_rng(5)
+  x, w = rng.standard_normal((3, 16, 15, 13)).astype(np.float32), rng.standard_normal((64, 16, 3, 3)).astype(np.float32)
+  out = Tensor(x).conv2d(Tensor(w), padding=1).relu().mean((2, 3))
+  items = create_schedule([out.uop])[0]
+  assert [len(reduce_groups(k.ast)) for k in kernels(items)] == [1, 1]   # the conv, then the mean (one kernel holding both before)
+  xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+  conv = sum(np.einsum("nchw,oc->nohw", xp[:, :, i:i + 15, j:j + 13], w[:, :, i, j]) for i in range(3) for j in range(3))
+  np.testing.assert_allclose(out.numpy(), np.maximum(conv, 0).mean((2, 3)), rtol=1e-4, atol=1e-4)
