@@ -3,13 +3,14 @@ loader, core/device/elfload.py; NV's cubin reader, AMD's code-object loader): th
 size checked against the file. Facts from the ELF-64 object file format."""
 from __future__ import annotations
 import struct
+from dataclasses import dataclass
 from typing import NamedTuple
 
 SHT_NOBITS = 8
 
-# immutable records: NamedTuples, whose classes cost a quarter of a frozen dataclass's to create at import (the CPU loader
-# imports this module at every start)
-class Section(NamedTuple):
+# immutable records. Section stays a dataclass: a NamedTuple field `index` would shadow tuple.index
+@dataclass(frozen=True)
+class Section:
   index: int
   name: str
   type: int
@@ -23,6 +24,7 @@ class Section(NamedTuple):
   entsize: int
   data: bytes = b""   # b"" for NOBITS (.bss)
 
+# a NamedTuple, whose class costs a quarter of a frozen dataclass's to create (the CPU loader imports this module at every start)
 class ELF(NamedTuple):
   type: int          # e_type: 1 relocatable, 2 executable, 3 shared object
   machine: int       # e_machine

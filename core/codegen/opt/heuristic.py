@@ -430,7 +430,7 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
     # matrices: L1 set conflicts and TLB misses); a contiguous copy made once per panel is read by every row block
     k = _try(k, Opt(OptOps.PACK, _pos(k, _same(k, other))))
   threads = getattr(rnd, "threads", 0)
-  if other is not None and plain and threads and k.applied[-1].op is OptOps.PACK and \
+  if other is not None and plain and threads and k.applied and k.applied[-1].op is OptOps.PACK and \
      prod(range_size(r) or 1 for r in k.axes if r.arg[1] is not AxisType.OUTER) >= MIN_THREADED_WORK and \
      (cols := _column_loop(k, _same(k, other))) is not None and _thread_loop(k, threads) is cols:
     # the packed column panels on the threads in small blocks (hand_coded's split then finds the kernel split already)
