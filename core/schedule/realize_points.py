@@ -129,15 +129,15 @@ def find_realize_points(sink: UOp, fuse_rows: Callable[[str], bool] = lambda dev
     if cost_of(s) > (INDEX_RECOMPUTE_LIMIT if not data[s] else RECOMPUTE_LIMIT):
       points.add(s)
       cost.clear()   # costs above s change now that s is a buffer
-  while (shared := _recomputed_reduce(nodes, users, points, cost_of)) is not None:
-    points.add(shared)
-    cost.clear()
-  if wide := _wide_siblings(nodes, points):
-    points |= wide
-    cost.clear()
+  def add_recomputed() -> None:
     while (shared := _recomputed_reduce(nodes, users, points, cost_of)) is not None:
       points.add(shared)
       cost.clear()
+  add_recomputed()
+  if wide := _wide_siblings(nodes, points):
+    points |= wide
+    cost.clear()
+    add_recomputed()   # the wide ones' realization changes which reductions two kernels would recompute
   # a realized value broadcast (read many times: a matmul's operand) through a flattening of transposed axes is copied first
   for e in nodes:
     if not _grows(e): continue

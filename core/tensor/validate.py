@@ -149,7 +149,6 @@ def _no_arguments(fn: Callable, skip_first: bool) -> bool:
 def _type_checked(fn: Callable, name: str, tensor_cls: type, skip_first: bool) -> Callable:
   """fn with a check of each argument whose annotation is checkable; fn itself when none is."""
   from core.ir.dtype import DTypeLike
-  if _no_arguments(fn, skip_first): return fn
   hints = _hints(fn, tensor_cls)
   sig = inspect.signature(fn)
   params = list(sig.parameters.values())[1 if skip_first else 0:]
