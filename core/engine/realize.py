@@ -1,6 +1,6 @@
 """realize(): schedule tensor graphs, run the kernels, and remember which nodes now live in buffers."""
 from __future__ import annotations
-import sys
+import sys, threading
 from typing import Any
 from core.ir.dtype import DType
 from core.ir.ops import UOp, Ops, GroupOp, sym_val
@@ -504,17 +504,54 @@ def _realize_graphs(roots: tuple[UOp, ...]) -> list[UOp]:
   if inputs: _memoize(roots, res_list)
   return res_list
 
+# from_host keeps the last nodes it made for a small (device, dtype, shape) and hands one out again once nothing else holds it,
+# as EagerPlan's pool does for results: `step(Tensor(x))` in a loop then skips making three nodes and a Buffer and freeing them
+# (most of a Tensor(ndarray)'s cost). Two per shape: the previous input may still be alive while the next one is made.
+HOST_POOL_BYTES = 64 << 10
+HOST_POOL_DEPTH = 2
+HOST_POOL_SHAPES = 8
+# (device, dtype, shape) -> [(Buffer, BUFFER node, its RESHAPE or None for 1-d)], oldest first; taken under its own lock (Tensor
+# creation runs outside the engine lock)
+_host_pool: dict[tuple, list[tuple[Buffer, UOp, UOp | None]]] = {}
+_host_pool_lock = threading.Lock()
+Device.on_change(_host_pool.clear)
+
+def _free_host_node(pool: list[tuple[Buffer, UOp, UOp | None]]) -> tuple[Buffer, UOp] | None:
+  """(Buffer, the node to return) of a pool entry that only the pool holds (its node, the BUFFER node under a RESHAPE, and the
+  Buffer, held besides by its node's fact), or None."""
+  for b, u, top in pool:
+    if top is None:
+      if _refcount(u) == _FREE_REFS and _refcount(b) == _FREE_REFS + 1: return b, u
+    elif _refcount(top) == _FREE_REFS and _refcount(u) == _FREE_REFS + 1 and _refcount(b) == _FREE_REFS + 1: return b, top
+  return None
+
 def from_host(data: memoryview | bytes | bytearray, dtype: DType, device: str, shape: tuple[int, ...]) -> UOp:
   """A realized uop holding a copy of `data` (row-major bytes of `shape`)."""
   n = prod(shape)
   mv = memoryview(data).cast("B") if not isinstance(data, memoryview) or data.format != "B" or data.ndim != 1 else data
   if mv.nbytes != n * dtype.itemsize: raise ValueError(f"from_host: {mv.nbytes} bytes given for shape {shape} of {dtype}")
-  u = UOp(Ops.BUFFER, dtype, (UOp.unique(), _device_node(device)), n)   # UOp.new_buffer, its DEVICE node looked up once per device
+  pool = None
+  if 0 < mv.nbytes <= HOST_POOL_BYTES:
+    with _host_pool_lock:
+      if (pool := _host_pool.get(key := (device, dtype, shape))) is None:
+        if len(_host_pool) >= HOST_POOL_SHAPES: del _host_pool[next(iter(_host_pool))]
+        pool = _host_pool[key] = []
+      elif (hit := _free_host_node(pool)) is not None:
+        # nothing else holds the entry, so no one can tell its node from a new one: only the copy is left to do (taken here,
+        # under the lock: no other thread can find it free meanwhile, its returned node now holds it)
+        hit[0]._allocator._copyin(hit[0]._buf, mv)
+        return hit[1]
+  u = UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, arg=next(_unique_ids)), _device_node(device)), n)   # UOp.new_buffer
   # a node made just now: no other thread knows it, so its Buffer is set without buffer_of's checks and lock
   facts.of(u).buffer = buf = Buffer(device, n, dtype).allocate()
   # straight to the allocator that gave the memory (Buffer.copyin's checks are the ones above): Tensor(ndarray) passes here per call
   if n: buf._allocator._copyin(buf._buf, mv)
-  return u if len(shape) == 1 else UOp(Ops.RESHAPE, dtype, (u,), shape)   # u.reshape(shape) without u's shape worked out
+  top = None if len(shape) == 1 else UOp(Ops.RESHAPE, dtype, (u,), shape)   # u.reshape(shape) without u's shape worked out
+  if pool is not None:
+    with _host_pool_lock:
+      if len(pool) >= HOST_POOL_DEPTH: del pool[0]
+      pool.append((buf, u, top))
+  return u if top is None else top
 
 _device_nodes: dict[str, UOp] = {}
 def _device_node(device: str) -> UOp:

@@ -126,7 +126,9 @@ def test_tensor_from_ndarray_is_one_buffer_and_one_copy(monkeypatch):
   from core.engine.realize import buffer_of
   dev = Device[Device.DEFAULT]
   a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
-  Tensor(a)   # first use: imports and per-dtype lookups
+  from core.engine import realize as R
+  R._host_pool.clear()   # from_host keeps dead tensors' buffers per shape: none left by earlier tests
+  first = Tensor(a)   # first use: imports and per-dtype lookups; kept alive, so the next one can't take its buffer
   allocs, copies = [], []
   real_alloc, real_copyin = dev.allocator.alloc, dev.allocator._copyin
   monkeypatch.setattr(dev.allocator, "alloc", lambda *args: allocs.append(args) or real_alloc(*args))
@@ -138,6 +140,7 @@ def test_tensor_from_ndarray_is_one_buffer_and_one_copy(monkeypatch):
   assert buffer_of(t.uop.src[0]).is_allocated()
   a[0, 0, 0] = 99   # a copy, not a view of the array
   np.testing.assert_array_equal(t.numpy(), np.arange(24, dtype=np.float32).reshape(2, 3, 4))
+  assert buffer_of(first.uop.src[0]) is not buffer_of(t.uop.src[0])
   assert len(Tensor(a[0, 0]).uop.toposort()) == 3   # 1-d: the BUFFER itself, no reshape
 
 def test_tensor_from_read_only_and_unsupported_arrays():
