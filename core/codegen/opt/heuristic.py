@@ -197,15 +197,20 @@ DW_ROW_SPARE = 2              # vector registers a whole-row depthwise tile leav
 
 def _whole_row_tile(renderer: Any, n: int | None, n_rows: int | None, lanes: int, win: int) -> tuple[int, int] | None:
   """(vectors, rows) of a depthwise conv tile that holds whole output rows of n (padded to whole vectors by at most
-  1/MM_PAD_FULL), the most rows (4, 2 or 1) whose accumulators fit the vector registers and the register limit; None where
-  one row does not fit. Its input is read in place through gates along the row: with the row unrolled whole, each vector's
-  column gates are constants, where a tile at a loop position computes and applies a lane mask per load. One Zen 3 thread,
-  A/B in one process, medians of 9: 8x32x112x112 3x3 2.22 -> 1.60 ms (14 vectors x 1 row), 8x144x56 1.08 -> 0.90 ms at stride
-  2 (4x2), 2.36 -> 1.64 at stride 1; rows of 14 and less keep their tile (the same kernel)."""
-  if n is None or n_rows is None or not (n % lanes == 0 or _pad_ok(n, lanes, MM_PAD_FULL)): return None
+  1/MM_PAD_FULL, or as _row_masked allows), the most rows (4, 2 or 1) whose accumulators fit the vector registers and the
+  register limit; None where one row does not fit. Its input is read in place through gates along the row: with the row
+  unrolled whole, each vector's column gates are constants, where a tile at a loop position computes and applies a lane mask
+  per load. One Zen 3 thread, A/B in one process, medians of 9: 8x32x112x112 3x3 2.22 -> 1.60 ms (14 vectors x 1 row),
+  8x144x56 1.08 -> 0.90 ms at stride 2 (4x2), 2.36 -> 1.64 at stride 1; rows of 14 and less keep their tile (the same kernel)."""
+  if n is None or n_rows is None or not (n % lanes == 0 or _pad_ok(n, lanes, MM_PAD_FULL) or _row_masked(renderer, n, lanes)): return None
   vecs, regs = -(-n // lanes), getattr(renderer, "simd_regs", 16)
   return next(((vecs, r) for r in (4, 2, 1) if n_rows % r == 0 and vecs * r + DW_ROW_SPARE <= regs and
                lanes * vecs * r * win <= MAX_REGISTER_ELEMS), None)
+
+def _row_masked(renderer: Any, n: int, lanes: int) -> bool:
+  """Whether a row of n is padded to whole vectors on `renderer` whose vector loads and stores take a gate per lane: the pad's
+  lanes are masked (about the cost of a full vector), and at most 1/MASKED_PAD_SHARE more (24 on 16 lanes -> 32, not 7 -> 16)."""
+  return getattr(renderer, "masked_vectors", False) and _pad_ok(n, lanes, MASKED_PAD_SHARE)
 
 def _pad_ok(n: int | None, m: int, share: int = 8) -> bool:
   """Padding n up to a multiple of m costs at most 1/share more work."""
@@ -357,7 +362,8 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
   win = prod(range_size(r) or 1 for r in reds if (range_size(r) or 99) <= MM_WINDOW and _sliding(r, outs, loads))
   row = _whole_row_tile(rnd, range_size(contig_out), range_size(other) if other is not None else None, lanes, win) \
     if small_reuse and window and reused and gated and not getattr(rnd, "has_local", False) else None
-  if row is not None and row[0] < tile_j: row = None    # a row narrower than the tile (7 wide) keeps the paths made for it
+  # a row narrower than the tile (7 wide) keeps the paths made for it; a masked one padded to a vector does not
+  if row is not None and row[0] < tile_j and not _row_masked(rnd, range_size(contig_out) or 0, lanes): row = None
   if row is not None: tile_j, tile_i = row
   want_i = (tile_i,) if row is not None else (tile_i, 4, 3, 2)
   if pad:
@@ -367,7 +373,8 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
     # (only where some input is read as whole vectors along it: contiguous, or strided on a renderer that masks the tail's
     # lanes; a gather is lane by lane, padded or not)
     n_out, full = range_size(contig_out), any(_contiguous_in(k, contig_out, [ld]) or (masked and _strided_in(contig_out, ld)) for ld in loads)
-    if _pad_ok(n_out, lanes * (tile_j if reused else 1), MM_PAD_FULL if full and n_out is not None and n_out % lanes else 8):
+    if (row is not None and n_out is not None and _row_masked(rnd, n_out, lanes)) or \
+       _pad_ok(n_out, lanes * (tile_j if reused else 1), MM_PAD_FULL if full and n_out is not None and n_out % lanes else 8):
       k = _try(k, Opt(OptOps.PADTO, _pos(k, contig_out), lanes * (tile_j if reused else 1)))
     if other is not None and _pad_ok(range_size(other), tile_i): k = _try(k, Opt(OptOps.PADTO, _pos(k, other), tile_i))
     contig_out, other = _same(k, contig_out), (_same(k, other) if other is not None else None)

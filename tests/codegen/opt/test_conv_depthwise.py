@@ -30,6 +30,9 @@ CASES = [  # (batch, channels, size, channel multiplier, kernel, stride, padding
   (1, 6, 56, 1, 3, 2, 1),      # stride 2 to 28 columns, padded to whole vectors
   (1, 3, 30, 1, 3, 1, 1),      # 30 columns padded to 32
   (1, 4, 40, 1, 5, 1, 2),      # a 5x5 window over 40-wide rows
+  (1, 5, 24, 1, 3, 1, 1),      # 24 columns: a vector and a half on 16 lanes (masked renderers pad the row to 32)
+  (1, 9, 12, 1, 3, 1, 1),      # 12 columns: less than a vector (masked renderers pad the row to 16)
+  (1, 5, 24, 1, 3, 2, 1),      # stride 2 to 12 columns
 ]
 
 def _input_loads(uops: list) -> list:
@@ -114,3 +117,28 @@ def test_depthwise_conv_holds_whole_rows(simd_bytes, hw, stride):
   assert not k.of_type(AxisType.REDUCE) and len(k.of_type(AxisType.UNROLL)) == 2, k.applied
   # the accumulators fit the renderer's vector registers with a load and a weight beside them
   assert prod(range_size(a) or 1 for a in k.axes if a.arg[1] is AxisType.UPCAST) // lanes + 2 <= rnd.simd_regs, k.applied
+
+@pytest.mark.parametrize("simd_bytes", [32, 64])
+@pytest.mark.parametrize("hw, stride", [(24, 1), (12, 1), (24, 2)])
+def test_depthwise_conv_pads_short_rows_to_masked_vectors(simd_bytes, hw, stride):
+  # rows that hold no whole vector (12 and 24 columns on 16 lanes, 12 on 8: a small MobileNet's) are padded to whole vectors
+  # and held whole in registers on a renderer with masked vector loads and stores, where narrower vectors at a loop position
+  # built a lane mask per load (mobilenet's 64x24x24 and 144x12x12 convs: 36 -> 15 and 45 -> 9 us on one Zen 5 thread)
+  rnd = host_renderer(simd_bytes)
+  if not getattr(rnd, "masked_vectors", False): pytest.skip("a renderer with masked vector loads")
+  x, w = rng.standard_normal((1, 6, hw, hw)).astype(np.float32), rng.standard_normal((6, 1, 3, 3)).astype(np.float32)
+  y = Tensor(x).realize().conv2d(Tensor(w).realize(), stride=stride, padding=1, groups=6)
+  items, _, _ = create_schedule([y.uop])
+  k = hand_coded(Kernel(items[0].ast, rnd))
+  ow, lanes = hw // stride, simd_bytes // 4
+  upcast = prod(range_size(a) or 1 for a in k.axes if a.arg[1] is AxisType.UPCAST)
+  rows = upcast // -(-ow // lanes * lanes)
+  # whole rows of full vectors: the upcast axes are some rows' worth of padded columns, and no loop walks along the row
+  assert upcast % lanes == 0 and rows >= 1 and upcast == rows * -(-ow // lanes) * lanes, k.applied
+  st = next(u for u in k.ast.toposort() if u.op is Ops.STORE and u.src[0].src[0].op is Ops.PARAM)
+  parts = split_sum(st.src[0].src[1])
+  assert parts is not None
+  assert all(c % ow == 0 for t, c in parts[0] if t in k.of_type(AxisType.LOOP) + k.of_type(AxisType.GLOBAL)), k.applied
+  got, _ = run_ast(items[0], k.ast, rnd)
+  want = _conv_ref(x, w, stride, 1, 6)
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
