@@ -250,9 +250,11 @@ def _packed_both(k: Kernel, col: UOp, row: UOp, row_regs: int) -> Kernel | None:
   return None
 
 CHANNEL_ROW_VECTORS = 2       # conv output rows shorter than this many vectors take their vectors along the output channels
+CHANNEL_PAD_SHARE = 16        # so do longer rows of no whole number of vectors, where padding them adds more than 1/16 of the work
 
 def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp, lanes: int) -> Kernel | None:
-  """A conv whose output rows hold few vectors (ResNet's 7x7 and 14x14 stages: a row of 7 holds none) as the product it is
+  """A conv whose output rows hold few vectors (ResNet's 7x7 and 14x14 stages: a row of 7 holds none), or no whole number of
+  them (CHANNEL_PAD_SHARE), as the product it is
   (rows n*oh*ow, columns the output channels): vectors along the channels, a packed panel of the weights (contiguous along
   them, copied once per channel block and read by every pixel), a block of `rows` pixels of the output row broadcast from the
   input, the kernel columns unrolled so neighbouring pixels share those loads. The tile (vectors x rows) with the most
@@ -260,10 +262,18 @@ def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp
   would win the expander's vector axis (the store is contiguous along it). None when the kernel is not such a conv."""
   rnd = k.renderer
   n_out = range_size(contig_out)
-  if getattr(rnd, "has_local", False) or n_out is None or n_out >= CHANNEL_ROW_VECTORS * lanes: return None
+  if getattr(rnd, "has_local", False) or n_out is None: return None
   # the product's inputs: loads inside the reduction (a fused batchnorm's parameters or a residual are read once per output)
   reds = [r for r in k.of_type(AxisType.REDUCE) if range_size(r) is not None]
   red_loads = [ld for ld in loads if any(r in ld.toposort() for r in reds)]
+  # a longer row only where padding it to whole vectors costs more than the channel tile's scattered stores: a row of 56 on
+  # AVX-512's 16 lanes pads to 64, 1/8 of the FMAs on padding. One Zen 5 thread, CPU time, A/B in one process, medians of 7-9:
+  # 3x3 8x64x56x56 175-198 -> 195-208 GFLOP/s, 8x32x100x100 39-42 -> 136-156; the same Zen 5 running code built for Haswell:
+  # 8x128x28x28 (28 on 8 lanes) 75-78 -> 88-89, and 56 there (7 whole vectors) keeps the row tile. Not where an input is read
+  # once per output along the row (a residual): lanes across the channels gather it (ResNet-18's 8x64x56x56 conv-bn-add-relu,
+  # same method: 9.96-10.04 -> 10.36-10.59 ms)
+  if n_out >= CHANNEL_ROW_VECTORS * lanes and (n_out % lanes == 0 or _pad_ok(n_out, lanes, CHANNEL_PAD_SHARE) or
+                                               any(contig_out in ld.toposort() for ld in loads if ld not in red_loads)): return None
   x_loads = [ld for ld in red_loads if contig_out in ld.toposort()]
   w_loads = [ld for ld in red_loads if contig_out not in ld.toposort()]
   chan = next((r for r in reversed(outs) if r is not contig_out and all(r not in ld.toposort() for ld in x_loads) and

@@ -87,9 +87,10 @@ def test_small_image_conv_through_tensor(n, c, hw, o, stride, pad):
 @pytest.mark.parametrize("simd_bytes", [32, 64])
 def test_per_channel_epilogue_keeps_the_lanes_on_the_row(simd_bytes):
   # a conv with a batchnorm's four parameters per output channel and a relu in its kernel (ResNet's conv-bn-relu): those
-  # loads run once per output, the input's once per reduce step, so the lanes stay along the output row (rows of 56: whole
-  # vectors after padding) and do not move to the channels the four parameters are contiguous along
-  x = rng.standard_normal((2, 8, 58, 58)).astype(np.float32)
+  # loads run once per output, the input's once per reduce step, so the lanes stay along the output row (rows of 64: whole
+  # vectors; rows of 56 take the channel tile on 16 lanes, test_conv_channel_rows) and do not move to the channels the four
+  # parameters are contiguous along
+  x = rng.standard_normal((2, 8, 58, 66)).astype(np.float32)
   w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
   mean, var, gamma, beta = (rng.standard_normal(16).astype(np.float32) for _ in range(4))
   var = np.abs(var) + 0.5

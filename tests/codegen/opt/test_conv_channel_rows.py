@@ -1,0 +1,59 @@
+"""Conv output rows of several vectors but no whole number of them (56 on AVX-512's 16 lanes, 28 on AVX2's 8): where padding
+the row to whole vectors adds more than 1/CHANNEL_PAD_SHARE of the work, the heuristic takes the channel tile (vectors along
+the output channels, stores lane by lane) instead of the padded row tile; rows of whole vectors, rows padded by little, and
+convs with a residual read along the row keep the row tile (vector stores). The choice follows the renderer's lane count:
+results against numpy on AVX2-like and AVX-512-like renderers."""
+from __future__ import annotations
+import numpy as np
+import pytest
+from core import Tensor
+from core.ir.ops import Ops
+from core.schedule.kernelize import create_schedule
+from core.codegen.opt import Kernel
+from core.codegen.opt.heuristic import hand_coded
+from core.codegen.program import program_uops
+from opt_helpers import run_ast, host_renderer
+
+rng = np.random.default_rng(56)
+
+def _conv_ref(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+  """3x3 conv, padding 1, in float64."""
+  xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+  win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))
+  return np.einsum("nchwij,ocij->nohw", win, w.astype(np.float64))
+
+def _run(y: Tensor, simd_bytes: int) -> tuple[np.ndarray, bool]:
+  """(the last kernel's output after running the schedule of y on the renderer, whether it stores lane by lane)."""
+  items, _, _ = create_schedule([y.uop])
+  rnd = host_renderer(simd_bytes)
+  for it in items[:-1]: run_ast(it, hand_coded(Kernel(it.ast, rnd)).ast, rnd)   # the padded input's copies, if any
+  got, spec = run_ast(items[-1], hand_coded(Kernel(items[-1].ast, rnd)).ast, rnd)
+  stores = [u for u in program_uops(spec) if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM]
+  return got, bool(stores) and all(u.src[1].dtype.count == 1 for u in stores)
+
+@pytest.mark.parametrize("simd_bytes, width, channel", [
+  (64, 56, True),     # 3.5 vectors: padded to 64, 1/8 more work
+  (32, 56, False),    # 7 whole vectors
+  (32, 28, True),     # 3.5 vectors of 8
+  (64, 120, True),    # 7.5 vectors
+  (64, 136, False),   # 8.5 vectors: padding adds 1/17
+  (64, 64, False),
+])
+def test_row_of_part_vectors_takes_the_channel_tile(simd_bytes, width, channel):
+  x = rng.standard_normal((2, 8, 5, width)).astype(np.float32)
+  w = rng.standard_normal((32, 8, 3, 3)).astype(np.float32)
+  got, scattered = _run(Tensor(x).realize().conv2d(Tensor(w).realize(), padding=1), simd_bytes)
+  want = _conv_ref(x, w)
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-3)
+  assert scattered == channel
+
+@pytest.mark.parametrize("simd_bytes", [32, 64])
+def test_residual_along_the_row_keeps_the_row_tile(simd_bytes):
+  # ResNet's conv-add-relu: the residual is read once per output, contiguous along the row; channel vectors would gather it
+  x = rng.standard_normal((2, 8, 5, 56)).astype(np.float32)
+  w = rng.standard_normal((32, 8, 3, 3)).astype(np.float32)
+  r = rng.standard_normal((2, 32, 5, 56)).astype(np.float32)
+  got, scattered = _run((Tensor(x).realize().conv2d(Tensor(w).realize(), padding=1) + Tensor(r).realize()).relu(), simd_bytes)
+  want = np.maximum(_conv_ref(x, w) + r, 0)
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-3)
+  assert not scattered
