@@ -6,10 +6,25 @@ the later loops run, nothing fetches the next row: the hardware prefetcher follo
 memory plus compute. The loads of the second reduce loop over the buffer also prefetch the same place one row on, so the next
 row's first pass finds it in the cache (one Zen 3 thread, layernorm 4096x1024: LLVM 2.38 -> 1.70 ms, C 2.63 -> 1.76)."""
 from __future__ import annotations
+import functools
 from core.ir.dtype import PtrDType, AddrSpace
 from core.ir.ops import UOp, Ops, AxisType
 
 ROW_MAX_BYTES = 16 << 10   # a row the later passes read from L1 (32 KiB on current x86 cores), with room for the next one
+
+@functools.cache
+def line_bytes() -> int:
+  """This CPU's cache line in bytes (sysfs; 64, that of x86 and most ARM cores, when unknown)."""
+  try:
+    with open("/sys/devices/system/cpu/cpu0/cache/index0/coherency_line_size") as f: return int(f.read()) or 64
+  except (OSError, ValueError): return 64
+
+def line_offsets(load: UOp, off: int) -> list[int]:
+  """The distances in elements to prefetch at for a LOAD that prefetches `off` elements on: one per cache line its vector spans.
+  A prefetch fetches one line, so a vector of two lines (32 floats on AVX-512) with one prefetch left every other line of the
+  next row to its first pass (a hand-written AVX-512 layernorm 4096x1024, one Zen 5 thread: 1.00 -> 0.80 ms)."""
+  per_line = max(1, line_bytes() // load.dtype.scalar().itemsize)
+  return [off + k * per_line for k in range(max(1, -(-load.dtype.count // per_line)))]
 
 def prefetch_offsets(uops: list[UOp]) -> dict[UOp, int]:
   """For each LOAD that should prefetch, the prefetched address's distance from its own in elements (one row on). A load

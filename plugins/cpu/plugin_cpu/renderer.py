@@ -14,7 +14,7 @@ from core.device.compiler import CompileError
 from plugin_cpu.compiler import arch_flags, cc_supports, find_cc, host_simd_bytes, host_x86_fma, simd_bytes, x86_fma
 from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, cache_bytes, host_streams, pm_streaming_stores, stream_width
 from plugin_cpu.bf16dot import bf16_dot, host_bf16_dot, pm_bf16_dot, render_dot
-from plugin_cpu.prefetch import prefetch_offsets
+from plugin_cpu.prefetch import prefetch_offsets, line_offsets
 
 # bf16: gcc before 13 has __bf16 only as a storage type, so the C renderer leaves it to codegen's decompositions
 _HOST_DTYPES = frozenset((dtypes.bool,) + dtypes.ints + (dtypes.float16, dtypes.float32, dtypes.float64))
@@ -93,10 +93,11 @@ def _c_stream_store(ctx: CPUCRenderer, x: UOp) -> str:
   return f"#ifdef CORE_NT_SPLIT\n  {st}\n#else\n  *{ctx.render_vec_ptr(idx, val.dtype)} = {ctx[val]};\n#endif"
 
 def _c_prefetch_load(ctx: CPUCRenderer, x: UOp) -> str | None:
-  """A LOAD that also prefetches (plugin_cpu/prefetch.py): a read prefetch into all cache levels `off` elements on, then the load,
-  in one comma expression."""
+  """A LOAD that also prefetches (plugin_cpu/prefetch.py): read prefetches into all cache levels `off` elements on, one per cache
+  line of the vector, then the load, in one comma expression."""
   if (off := ctx.prefetch.get(x)) is None: return None
-  return f"(__builtin_prefetch(({ctx[x.src[0]]})+{off}, 0, 3), {_c_render_load(ctx, x)})"
+  pf = "".join(f"__builtin_prefetch(({ctx[x.src[0]]})+{o}, 0, 3), " for o in line_offsets(x, off))
+  return f"({pf}{_c_render_load(ctx, x)})"
 
 class CPUCRenderer(CStyleRenderer):
   """`void name(T* restrict data0, ..., int var0, ..., int gidx0)` compiled by the system C compiler. The block index gidx0 is a
@@ -175,13 +176,16 @@ def _llvm_stream_store(ctx: CPULLVMRenderer, x: UOp) -> str:
 PREFETCH_DECL = "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)"
 
 def _llvm_prefetch_load(ctx: CPULLVMRenderer, x: UOp) -> str | None:
-  """A LOAD that also prefetches (plugin_cpu/prefetch.py): the load, then a read prefetch into all cache levels `off` elements on
-  (a plain getelementptr, as the address may lie past the buffer: a prefetch never faults)."""
+  """A LOAD that also prefetches (plugin_cpu/prefetch.py): the load, then read prefetches into all cache levels `off` elements on,
+  one per cache line of the vector (plain getelementptrs, as the address may lie past the buffer: a prefetch never faults)."""
   if (off := ctx.prefetch.get(x)) is None: return None
-  p = ctx.tmp()
   ctx.declares[PREFETCH_DECL] = None
-  return (f"{_render_load(ctx, x)}\n  {p} = getelementptr {ctx.mem_ty(x.src[0].src[0].dtype.base)}, ptr {ctx[x.src[0]]}, i64 {off}\n"
-          f"  call void @llvm.prefetch.p0(ptr {p}, i32 0, i32 3, i32 1)")
+  out = _render_load(ctx, x)
+  for o in line_offsets(x, off):
+    p = ctx.tmp()
+    out += (f"\n  {p} = getelementptr {ctx.mem_ty(x.src[0].src[0].dtype.base)}, ptr {ctx[x.src[0]]}, i64 {o}\n"
+            f"  call void @llvm.prefetch.p0(ptr {p}, i32 0, i32 3, i32 1)")
+  return out
 
 class CPULLVMRenderer(HostLLVMRenderer):
   """The same kernel as LLVM IR for llvmlite; the compiler fills in the host triple and data layout."""

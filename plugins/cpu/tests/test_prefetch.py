@@ -21,10 +21,10 @@ def _matmul(x, w, b): return x @ x[:W].T
 # the prefetched address's distance from the loaded one, in elements, as each renderer writes it
 PREFETCH = {"LLVM": r"= getelementptr float, ptr %\w+, i64 (\d+)\n  call void @llvm.prefetch.p0", "C": r"__builtin_prefetch\(.*\)\+(\d+), 0, 3\)"}
 
-def _sources(fn, rows: int, simd_bytes: int, ren: str = "LLVM") -> list[str]:
+def _sources(fn, rows: int, simd_bytes: int, ren: str = "LLVM", width: int = W) -> list[str]:
   rnd = copy.copy(CPULLVMRenderer() if ren == "LLVM" else CPUCRenderer())
   rnd.simd_width, rnd.simd_regs, rnd.threads = simd_bytes, 16 if simd_bytes == 32 else 32, 2
-  x, w, b = Tensor(np.zeros((rows, W), np.float32)), Tensor(np.zeros(W, np.float32)), Tensor(np.zeros(W, np.float32))
+  x, w, b = Tensor(np.zeros((rows, width), np.float32)), Tensor(np.zeros(width, np.float32)), Tensor(np.zeros(width, np.float32))
   items, _, _ = create_schedule([fn(x, w, b).uop])
   return [program_source(get_program(it.ast, rnd)) for it in items if it.ast.op is Ops.SINK]
 
@@ -37,6 +37,27 @@ def test_row_kernels_prefetch_the_next_row(fn, simd_bytes, ren):
   # the prefetched address is the loaded one a row (W floats) on
   offs = re.findall(PREFETCH[ren], srcs[0])
   assert offs and set(offs) == {str(W)}, srcs[0]
+
+def _prefetching_loads(src: str, ren: str) -> list[tuple[int, list[int]]]:
+  """(float lanes, prefetched distances in elements) of each load that prefetches, as each renderer writes it."""
+  if ren == "LLVM":
+    found = re.findall(r"= load <(\d+) x float>, ptr %(\w+)[^\n]*((?:\n  %\w+ = getelementptr float, ptr %\2, i64 \d+\n  call void @llvm.prefetch[^\n]*)+)", src)
+    return [(int(n), [int(o) for o in re.findall(r"i64 (\d+)\n", g + "\n")]) for n, _, g in found]
+  return [(int(re.search(r"floatx(\d+) ", ln).group(1)), [int(o) for o in re.findall(r"\)\+(\d+), 0, 3\)", ln)])
+          for ln in src.splitlines() if "__builtin_prefetch" in ln]
+
+@pytest.mark.parametrize("ren", ["LLVM", "C"])
+@pytest.mark.parametrize("simd_bytes", [32, 64], ids=["AVX2", "AVX-512"])
+def test_a_load_prefetches_every_line_of_its_vector(simd_bytes, ren):
+  # rows of 1024: the layernorm's second pass loads two vectors' width at a time (32 floats on AVX-512: 128 bytes, two lines);
+  # a prefetch fetches one line, so each line of the next row needs its own (one per load fetched every other line)
+  from plugin_cpu.prefetch import line_bytes
+  width, per_line = 1024, line_bytes() // 4
+  (src,) = _sources(_layernorm, 4096, simd_bytes, ren, width)
+  loads = _prefetching_loads(src, ren)
+  assert loads, src
+  for lanes, offs in loads: assert offs == [width + k * per_line for k in range(-(-lanes // per_line))], (lanes, offs)
+  assert max(lanes for lanes, _ in loads) * 4 >= simd_bytes, "the loads are narrower than a vector: the case this checks is gone"
 
 @pytest.mark.parametrize("ren", ["LLVM", "C"])
 @pytest.mark.parametrize("simd_bytes", [32, 64], ids=["AVX2", "AVX-512"])
