@@ -272,10 +272,12 @@ def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp
   # 3x3 8x64x56x56 175-198 -> 195-208 GFLOP/s, 8x32x100x100 39-42 -> 136-156; the same Zen 5 running code built for Haswell:
   # 8x128x28x28 (28 on 8 lanes) 75-78 -> 88-89, and 56 there (7 whole vectors) keeps the row tile. Not where an input is read
   # once per output along the row (a residual): lanes across the channels gather it (ResNet-18's 8x64x56x56 conv-bn-add-relu,
-  # same method: 9.96-10.04 -> 10.36-10.59 ms)
-  if n_out >= CHANNEL_ROW_VECTORS * lanes and (n_out % lanes == 0 or _pad_ok(n_out, lanes, CHANNEL_PAD_SHARE) or
-                                               any(contig_out in ld.toposort() for ld in loads if ld not in red_loads)): return None
+  # same method: 9.96-10.04 -> 10.36-10.59 ms), nor at a stride, where a row block of 14 reads 29 inputs per kernel row, not
+  # 16 (ResNet-18's 8x64x56x56 -> 128 3x3/2 in Haswell code, same method: 11.6-12.2 -> 12.3-13.2 ms)
   x_loads = [ld for ld in red_loads if contig_out in ld.toposort()]
+  strided = max((st[1] for ld in x_loads if (st := strided_offset(ld.src[0].src[1], contig_out)) is not None), default=1)
+  if n_out >= CHANNEL_ROW_VECTORS * lanes and (n_out % lanes == 0 or _pad_ok(n_out, lanes, CHANNEL_PAD_SHARE) or strided >= 2 or
+                                               any(contig_out in ld.toposort() for ld in loads if ld not in red_loads)): return None
   w_loads = [ld for ld in red_loads if contig_out not in ld.toposort()]
   chan = next((r for r in reversed(outs) if r is not contig_out and all(r not in ld.toposort() for ld in x_loads) and
                all(r in ld.toposort() for ld in w_loads)), None)
@@ -284,7 +286,6 @@ def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp
   # (or a 1x1 conv at a stride, x[2*ow], whose rows hold no whole vector: no window, and its pixels can't merge into a longer
   # row; one Zen 3 thread, A/B in one process: ResNet's 8x256x14x14 -> 512 1x1/2 7.1 -> 2.9 ms, where _register_block ran its
   # 7 columns scalar; 8x128x28x28 -> 256 1x1/2 (14 columns, 2 vectors padded to 16 there) 1.9 -> 2.4 here, so not that)
-  strided = max((st[1] for ld in x_loads if (st := strided_offset(ld.src[0].src[1], contig_out)) is not None), default=1)
   if not windows and (strided < 2 or n_out >= lanes): return None
   # the windows along the other output axes too (the kernel rows), unrolled after the tile where the register limit allows: a
   # loop of 3 around the tile pays its branch and address updates every 3 steps (one Zen 3 thread, A/B in one process: 3x3

@@ -1,7 +1,7 @@
 """Conv output rows of several vectors but no whole number of them (56 on AVX-512's 16 lanes, 28 on AVX2's 8): where padding
 the row to whole vectors adds more than 1/CHANNEL_PAD_SHARE of the work, the heuristic takes the channel tile (vectors along
-the output channels, stores lane by lane) instead of the padded row tile; rows of whole vectors, rows padded by little, and
-convs with a residual read along the row keep the row tile (vector stores). The choice follows the renderer's lane count:
+the output channels, stores lane by lane) instead of the padded row tile; rows of whole vectors, rows padded by little, convs
+with a residual read along the row and strided convs keep the row tile (vector stores). The choice follows the renderer's lane count:
 results against numpy on AVX2-like and AVX-512-like renderers."""
 from __future__ import annotations
 import numpy as np
@@ -16,10 +16,10 @@ from opt_helpers import run_ast, host_renderer
 
 rng = np.random.default_rng(56)
 
-def _conv_ref(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+def _conv_ref(x: np.ndarray, w: np.ndarray, stride: int = 1) -> np.ndarray:
   """3x3 conv, padding 1, in float64."""
   xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
-  win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))
+  win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))[:, :, ::stride, ::stride]
   return np.einsum("nchwij,ocij->nohw", win, w.astype(np.float64))
 
 def _run(y: Tensor, simd_bytes: int) -> tuple[np.ndarray, bool]:
@@ -57,3 +57,13 @@ def test_residual_along_the_row_keeps_the_row_tile(simd_bytes):
   want = np.maximum(_conv_ref(x, w) + r, 0)
   np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-3)
   assert not scattered
+
+@pytest.mark.parametrize("simd_bytes", [32, 64])
+def test_strided_row_keeps_the_row_tile(simd_bytes):
+  # a stride-2 conv with rows of 28 (ResNet's 56 -> 28 downsample): a channel tile's row block would read twice the inputs
+  x = rng.standard_normal((2, 8, 6, 56)).astype(np.float32)
+  w = rng.standard_normal((32, 8, 3, 3)).astype(np.float32)
+  got, scattered = _run(Tensor(x).realize().conv2d(Tensor(w).realize(), padding=1, stride=2), simd_bytes)
+  want = _conv_ref(x, w, 2)
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-3)
+  assert scattered == (simd_bytes == 64)   # on 16 lanes 28 is under two vectors: the channel tile, as before
