@@ -16,7 +16,7 @@ PROFILE = ContextVar("PROFILE", 0)
 def timing() -> bool:
   """Whether per-kernel times are wanted (DEBUG>=2 or PROFILE): the direct path then waits for each kernel, and HCQ
   submissions carry timestamps."""
-  return DEBUG >= 2 or bool(PROFILE)
+  return DEBUG.value >= 2 or bool(PROFILE.value)   # the values, not the settings' operators: every eager op asks twice
 
 @dataclass(frozen=True)
 class Event:

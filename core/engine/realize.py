@@ -1,6 +1,6 @@
 """realize(): schedule tensor graphs, run the kernels, and remember which nodes now live in buffers."""
 from __future__ import annotations
-import sys, threading
+import math, sys, threading
 from typing import Any
 from core.ir.dtype import DType
 from core.ir.ops import UOp, Ops, GroupOp, sym_val
@@ -15,7 +15,6 @@ from core.device.buffer import Buffer
 from core.device.registry import Device
 from core.engine import capture as _capture
 from core.engine.lock import engine_lock
-from core.helpers import prod
 from core.device import profiler
 from core.helpers import IMAGE, NOOPT, LIFT_CONSTS
 from core.ir.dtype import dtypes
@@ -459,7 +458,7 @@ def realize_uop_of(holder: Any) -> None:
   """holder.uop = realize(holder.uop)[0] (Tensor.realize of one tensor), where an eager op cache hit makes the memo only when
   the node outlives the call: one only the holder held dies here, and nothing can build a graph over it any more (the memo
   was most of a repeated tiny op's engine time)."""
-  if _is_realized(u := holder.uop): return
+  if (op := (u := holder.uop).op) is Ops.BUFFER or (op is Ops.RESHAPE and _is_realized(u)): return   # _is_realized, its usual miss inline
   with engine_lock:
     if (res_list := _op_hit(u)) is None:
       holder.uop = _realize_one(u)[0]
@@ -527,7 +526,7 @@ def _free_host_node(pool: list[tuple[Buffer, UOp, UOp | None]]) -> tuple[Buffer,
 
 def from_host(data: memoryview | bytes | bytearray, dtype: DType, device: str, shape: tuple[int, ...]) -> UOp:
   """A realized uop holding a copy of `data` (row-major bytes of `shape`)."""
-  n = prod(shape)
+  n = math.prod(shape)   # ints only here: in C, without helpers.prod's call per dimension
   mv = memoryview(data).cast("B") if not isinstance(data, memoryview) or data.format != "B" or data.ndim != 1 else data
   if mv.nbytes != n * dtype.itemsize: raise ValueError(f"from_host: {mv.nbytes} bytes given for shape {shape} of {dtype}")
   pool = None

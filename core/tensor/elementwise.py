@@ -32,14 +32,17 @@ def _pow_float(bf: Tensor, yf: Tensor) -> Tensor:
   ret = zero.where((yf > 0).where(0.0, math.inf), ret)   # 0**y: 0 for y > 0, inf for y < 0
   return one.where(ret._const(1.0), ret)
 
+_INT_ONLY = frozenset({int})   # a concrete shape's element types
+
 def _scalar_op(t: Tensor, op: Ops, y: Any) -> Tensor | None:
   """t + y / t * y for a float tensor of a concrete shape and a Python int or float: the graph _operands and _alu build (the
   scalar takes t's dtype, expanded to its shape), without the scalar's Tensor and the argument checks (x + 1 in an eager loop).
   None for every other case: the general path decides."""
   if type(y) is not float and type(y) is not int: return None
   u = t.uop
-  if not dtypes.is_float(dt := u.dtype) or (shape := u.shape) is None or not all([type(d) is int for d in shape]): return None
-  return t._wrap(u.alu(op, UOp.const(dt, y, u.device, shape)), t)
+  if not dtypes.is_float(dt := u.dtype) or (shape := u.shape) is None or not _INT_ONLY.issuperset(map(type, shape)): return None
+  # u.alu(op, c) and t._wrap(..., t) for one float parent: the dtype is u's, requires_grad is t's own
+  return type(t)(UOp(op, dt, (u, UOp.const(dt, y, u.device, shape))), requires_grad=t._requires_grad)
 
 class ElementwiseMixin:
   def _float(self: Tensor) -> Tensor: return self.cast(least_upper_float(self.dtype))  # type: ignore[misc]
