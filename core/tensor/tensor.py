@@ -17,7 +17,7 @@ from core.tensor.sort import SortMixin
 from core.tensor.interop import InteropMixin, to_numpy
 from core.tensor.fs import StoreMixin
 from core.tensor.gradient import with_gradient
-from core.tensor.validate import scalar_dtype, check_scalar_fits
+from core.tensor.validate import scalar_dtype, check_scalar_fits, checks_own_arguments, _name
 
 _all_lock = threading.Lock()   # Tensor._all is added to and read from any thread
 
@@ -188,11 +188,14 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
 
   # *** realization and host transfer ***
 
+  @checks_own_arguments   # the eager case without validate's wrapper
   def realize(self, *lst: Tensor) -> Tensor:
     """Computes this tensor (and `lst`) now; afterwards each one is backed by a device buffer."""
     if not lst:   # the eager case: one tensor
       _engine_realize_uop_of()(self)
       return self
+    for v in lst:
+      if not isinstance(v, Tensor): raise TypeError(f"Tensor.realize: argument '*lst' must be Tensor, got {_name(v)} {v!r}"[:300])
     ts = [self, *lst]
     for t, u in zip(ts, _engine_realize()(*[t.uop for t in ts])): t.uop = u
     return self

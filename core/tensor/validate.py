@@ -201,6 +201,14 @@ def _on_first_call(owner: type, name: str, fn: Callable, kind: type | None, cls:
     return checked(*args, **kwargs)
   return first_call
 
+_F = typing.TypeVar("_F", bound=Callable[..., Any])
+
+def checks_own_arguments(fn: _F) -> _F:
+  """Marks a method that checks its arguments itself, with the generated check's message: install leaves it unwrapped (the
+  wrapper's call is a few percent of a tiny eager op's `.realize()`)."""
+  fn.__checks_own_arguments__ = True   # type: ignore[attr-defined]
+  return fn
+
 def install(cls: type, names: Sequence[str] | None = None) -> None:
   """Wraps the public methods of `cls` (and of its mixins) with the argument type checks their annotations allow, each built
   on the method's first call. Methods, classmethods and staticmethods are wrapped; properties and classes are left alone."""
@@ -210,6 +218,7 @@ def install(cls: type, names: Sequence[str] | None = None) -> None:
     raw = owner.__dict__[name]
     kind = type(raw) if isinstance(raw, (classmethod, staticmethod)) else None
     fn = raw.__func__ if kind is not None else raw
-    if kind is None and not inspect.isfunction(raw) or _no_arguments(fn, kind is not staticmethod): continue
+    if kind is None and not inspect.isfunction(raw) or _no_arguments(fn, kind is not staticmethod) or \
+       getattr(fn, "__checks_own_arguments__", False): continue
     stub = _on_first_call(owner, name, fn, kind, cls)
     setattr(owner, name, kind(stub) if kind is not None else stub)
