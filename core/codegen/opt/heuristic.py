@@ -42,7 +42,6 @@ THREAD_IDLE_MAX = 1 / 16      # thread time a split may leave idle before a loop
 MIN_THREADED_WORK = 1 << 15   # iterations below which a kernel runs on one thread: dispatching blocks costs more
 TRANSPOSE_MIN_ROW = 512       # output rows this long read a line per element of a transposed input: more lines than L1 holds
 TRANSPOSE_ROW_BYTES = 64      # a transpose tile's output row: a whole cache line, whatever the vector width (see hand_coded)
-SHARED_ROW_THREADS = True     # a transposing copy of close input rows splits its tiles across them over the threads (hand_coded)
 ALU_HEAVY = 64                # arithmetic ops per element above which an elementwise kernel is compute-bound
 ROW_RED_VECTORS = 4           # vectors of partial results per row reduction of a fused row kernel (_row_pass)
 RED_STREAMS = 4               # rows a thread's block of a reduction along memory reads at once, far apart
@@ -724,7 +723,7 @@ def hand_coded(k: Kernel) -> Kernel:
       # each block, so the threads read parts of the same rows at once, where blocks of images have each thread read a quarter of
       # each of its rows per pass. 2 threads, 32x56x56x64, process CPU time, A/B in one process, medians of 31 on the loaded
       # 2-core Zen 5: 2.21 -> 1.36 and 2.41 -> 1.66 ms (a 64 MiB write between calls: 4.11 -> 2.07, 2.45 -> 1.62)
-      if transposed and across is not None and SHARED_ROW_THREADS and not rows_far_apart(k) and (a := _same(k, across)) is not loop \
+      if transposed and across is not None and not rows_far_apart(k) and (a := _same(k, across)) is not loop \
          and a.arg[1] is AxisType.LOOP and (range_size(a) or 0) % threads == 0: loop, blocks = a, threads
       k = _try(k, Opt(OptOps.THREAD, _pos(k, loop), blocks))
   if transposed and across is not None and rows_far_apart(k) and (a := _same(k, across)).arg[1] is AxisType.LOOP:
