@@ -17,7 +17,7 @@ from core.tensor.sort import SortMixin
 from core.tensor.interop import InteropMixin, to_numpy
 from core.tensor.fs import StoreMixin
 from core.tensor.gradient import with_gradient
-from core.tensor.validate import scalar_dtype, check_scalar_fits, checks_own_arguments, _name
+from core.tensor.validate import scalar_dtype, check_scalar_fits, checks_own_arguments, check_tensor
 
 _all_lock = threading.Lock()   # Tensor._all is added to and read from any thread
 
@@ -194,8 +194,7 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
     if not lst:   # the eager case: one tensor
       _engine_realize_uop_of()(self)
       return self
-    for v in lst:
-      if not isinstance(v, Tensor): raise TypeError(f"Tensor.realize: argument '*lst' must be Tensor, got {_name(v)} {v!r}"[:300])
+    for v in lst: check_tensor("realize", "*lst", v)
     ts = [self, *lst]
     for t, u in zip(ts, _engine_realize()(*[t.uop for t in ts])): t.uop = u
     return self

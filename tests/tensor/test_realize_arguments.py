@@ -1,4 +1,4 @@
-"""Tensor.realize checks its own arguments (validate.checks_own_arguments): the generated check's message, without its wrapper."""
+"""Tensor.realize checks its own arguments (validate.checks_own_arguments): validate.check_tensor's message, without the generated wrapper."""
 import numpy as np
 import pytest
 from core import Tensor
@@ -13,7 +13,7 @@ def test_realize_of_several_tensors():
 def test_realize_names_a_bad_argument(bad, got):
   t = Tensor(np.arange(4, dtype=np.float32))
   with pytest.raises(TypeError) as e: t.realize(t + 1, bad)
-  assert str(e.value) == f"Tensor.realize: argument '*lst' must be Tensor, got {got}"
+  assert str(e.value) == f"Tensor.realize: argument '*lst' must be a Tensor, got {got}"
 
 def test_realize_is_not_wrapped():
   Tensor(np.ones(2, dtype=np.float32)).realize()   # past a first call, when validate's stubs put their checked versions in place
