@@ -184,7 +184,7 @@ class HCQReplay:
       return report_hcq(sub, self.items)
     sub = self.sub
     # the submission ran last for this replay: its captured buffers (kept alive in `fixed`) are patched in still
-    if sub.runs == self.seen_runs: sub.run_slots([(i, inputs[s]) for i, s in self.input_slots], var_vals)
+    if sub.runs == self.seen_runs: sub.run_slots(self.input_slots, inputs, var_vals)
     else: sub.run(self._bufs(inputs), var_vals)
     self.seen_runs = sub.runs
     GlobalCounters.kernel_count += self.kernels

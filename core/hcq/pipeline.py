@@ -8,6 +8,7 @@ from core.hcq.queue_ir import device_of, command_kind
 from core.hcq.state import HCQState
 from core.device.hcq import HCQDevice, handle_addr
 from core.device.compiled import BindableProgram
+from core.device.registry import Device
 from core.hcq.prep import schedule_linear, prep_runtime
 from core.hcq.lower import lower_to_queues
 from core.hcq.timestamps import add_timestamps, read_times
@@ -88,6 +89,9 @@ class Submission:
     self.signal_bufs = {(device_of(ph), ph.tag[1]): ctx.buffer_of(r) for ph, r in ctx.bufmap.items() if ph.tag[0] == "timeline_signal"}
     self._timelines = [(key, host_timeline(*key)) for key in self.signal_bufs]
     self._waits = [(dev, q, self.signal_bufs[(dev, q)], host_timeline(dev, q)) for dev, q in self.queues]
+    # _waits with each device's wait_signal looked up (Device[...] and its hcq: ~0.2 us a wait), again after a device change
+    self._waiters: list[tuple[Callable[..., None], Any, Any, str, str]] = []
+    self._waiters_epoch = -1
 
   def run(self, bufs: list[Any], var_vals: dict[Any, int] | None = None, wait: bool = True) -> None:
     # the buffers' handle addresses (allocated now if they are not yet), inlined: it runs for every buffer of every eager op
@@ -104,11 +108,13 @@ class Submission:
     if self._fast_vars: self._patch_vars(var_vals)
     self.resubmit(wait)
 
-  def run_slots(self, changed: list[tuple[int, Any]], var_vals: dict[Any, int] | None = None, wait: bool = True) -> None:
-    """run() where only the slots in `changed` ((slot index, Buffer) pairs) may hold other buffers than in the previous run of
-    this submission; the caller knows the rest did not change (a Jit replay that ran it last: only its inputs are new)."""
+  def run_slots(self, changed: list[tuple[int, int]], inputs: list[Any], var_vals: dict[Any, int] | None = None, wait: bool = True) -> None:
+    """run() where only the slots in `changed` ((slot index, index into `inputs`) pairs) may hold other buffers than in the
+    previous run of this submission; the caller knows the rest did not change (a Jit replay that ran it last: only its inputs
+    are new)."""
     last = self.last_addrs
-    for i, b in changed:
+    for i, s in changed:
+      b = inputs[s]
       try: h = b._buf
       except AttributeError: h = b.allocate()._buf
       a = _addressof(h) if isinstance(h, _CArray) else handle_addr(b)
@@ -156,10 +162,12 @@ class Submission:
   def wait(self, timeout_s: float | None = None) -> None:
     """Block until every queue of this submission reached its final timeline value (HCQ_TIMEOUT seconds at most)."""
     timeout = float(HCQ_TIMEOUT.value if timeout_s is None else timeout_s)
-    hcq_of = self.ctx.hcq_of
-    for dev, q, sig, tl in self._waits:
+    if self._waiters_epoch != _device_epoch[0]:
+      hcq_of = self.ctx.hcq_of
+      self._waiters, self._waiters_epoch = [(hcq_of(dev).wait_signal, sig, tl, dev, q) for dev, q, sig, tl in self._waits], _device_epoch[0]
+    for wait_signal, sig, tl, dev, q in self._waiters:
       expected = tl[0]
-      try: hcq_of(dev).wait_signal(sig, expected, timeout)
+      try: wait_signal(sig, expected, timeout)
       except (HCQError, TimeoutError) as e: raise self._failure(dev, q, expected, e) from e
 
   def _failure(self, dev: str, q: str, expected: int, cause: BaseException) -> HCQError:
@@ -201,6 +209,11 @@ class Submission:
     time.sleep(0.01)
 
 _addressof, _CArray, _pack_into = ctypes.addressof, ctypes.Array, struct.pack_into
+
+# counts device changes (Device.on_change: a name may now mean another device object): a submission looks its HCQ objects up again
+_device_epoch = [0]
+def _device_changed() -> None: _device_epoch[0] += 1
+Device.on_change(_device_changed)
 
 def _own_addr(hcq: HCQDevice) -> Callable[[Any], int] | None:
   """The device's addr() when it overrides HCQDevice.addr (its addresses differ from the allocator handles'), else None."""

@@ -96,6 +96,15 @@ class CPUQueue:
 
 # a wait first tries this long without reading fault reports (the usual case: the host runs the packets itself, microseconds)
 FAST_SLICE_NS = 2_000_000
+_FAST_SLICE = ctypes.c_int64(FAST_SLICE_NS)
+
+@functools.cache
+def _wait_clean() -> Any:
+  """cmdproc_wait_clean without argtypes, for the wait of every submit: its callers pass ctypes objects (signal pointer,
+  uint64 value, int64 slice, uint64 fault count, int64 deadline), which ctypes hands on without per-argument conversion."""
+  fn = native()["cmdproc_wait_clean"]   # indexing makes a new function object: native().cmdproc_wait_clean keeps its argtypes
+  fn.restype = ctypes.c_int
+  return fn
 
 _live: weakref.WeakSet[CPUHCQ] = weakref.WeakSet()
 _hcq_lock = threading.Lock()   # guards the HCQ objects by device
@@ -115,6 +124,7 @@ class CPUHCQ(HCQDevice):
     self._owned: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()  # every real BUFFER uop this object made
     self._fault_mark = -1   # the process-wide fault count when wait_signal last found nothing unreported (-1: never looked)
     self._running = False   # every queue's worker is started (until close() or a fork)
+    self._signal_ptrs: dict[int, tuple[Any, ctypes.c_void_p]] = {}   # id(signal memory) -> (it, its address as a pointer)
     _live.add(self)
 
   def ring_size(self, queue: str) -> int:
@@ -207,8 +217,13 @@ class CPUHCQ(HCQDevice):
       for name in self.queues: self.queue(name)
       self._running = True
     lib = native()
-    try: addr = ctypes.addressof(signal_buf._buf)
-    except (AttributeError, TypeError): addr = buffer_addr(signal_buf)
+    h = getattr(signal_buf, "_buf", None)
+    if (ptr := self._signal_ptrs.get(id(h))) is None or ptr[0] is not h:
+      # the signal's address as a ctypes pointer, made once per signal memory (the handle is kept: its id stays its own)
+      h = (signal_buf if h is not None else signal_buf.allocate())._buf
+      ptr = (h, ctypes.c_void_p(ctypes.addressof(h)))
+      if len(self._signal_ptrs) >= 64: self._signal_ptrs = {}   # a signal in other memory every call: stays bounded
+      self._signal_ptrs[id(h)] = ptr
     # the fast path of every submit: no fault anywhere since this object last looked, and the signal arrives within a short
     # slice (the native wait runs the submitted packets on this thread when no worker has them); no report is read then.
     # One native call checks the fault count before and after the wait.
@@ -216,8 +231,10 @@ class CPUHCQ(HCQDevice):
     # when the wait gives up, as CLOCK_MONOTONIC ns (time.monotonic's clock): a kernel this thread runs itself is stopped then
     deadline_ns = time.monotonic_ns() + int(timeout_s * 1e9)
     if self._fault_mark >= 0:
-      fast_ns = FAST_SLICE_NS if timeout_s * 1e9 >= FAST_SLICE_NS else max(0, int(timeout_s * 1e9))
-      if lib.cmdproc_wait_clean(addr, value, fast_ns, self._fault_mark, deadline_ns) == 0: return
+      # called without argtypes, its arguments ctypes objects: ~0.2 us less than the conversion through argtypes
+      fast_ns = _FAST_SLICE if timeout_s * 1e9 >= FAST_SLICE_NS else ctypes.c_int64(max(0, int(timeout_s * 1e9)))
+      if _wait_clean()(ptr[1], ctypes.c_uint64(value), fast_ns, ctypes.c_uint64(self._fault_mark), ctypes.c_int64(deadline_ns)) == 0: return
+    addr = ptr[1].value or 0
     deadline = deadline_ns / 1e9
     while True:
       # short slices: ctypes drops the GIL during the call, and Ctrl-C is handled between slices

@@ -1,0 +1,24 @@
+"""Submission.wait looks each queue's HCQ object up once, not on every run, and again after a device change."""
+import numpy as np
+from core.device.registry import Device
+
+def test_wait_follows_the_device_a_name_means_now(fake):
+  import fakehcq
+  from core.engine import run
+  from core.tensor.tensor import Tensor
+  x = Tensor(np.arange(4, dtype=np.float32), device="FAKE")
+  np.testing.assert_allclose((x + 1).numpy(), np.arange(4) + 1)
+  sub = next(s for s in run._submissions.values() if s._waits and s._waits[0][0] == "FAKE")
+  new = fakehcq.make_fake("FAKE")
+  calls: list[int] = []
+  inner = new.hcq.wait_signal
+  def wait_signal(*args, **kwargs):
+    calls.append(args[1])
+    return inner(*args, **kwargs)
+  new.hcq.wait_signal = wait_signal
+  sub.resubmit()
+  assert calls == []   # FAKE is still the fixture's device
+  with Device.installed({"FAKE": new}):
+    sub.resubmit()
+    sub.resubmit()
+  assert len(calls) == 2 and calls[1] == calls[0] + 1   # each run waited through the device FAKE names now, for its own value
