@@ -1,5 +1,7 @@
 """Order a kernel graph into a list: loops stay contiguous, everything is emitted in the outermost loop it can live in."""
 from __future__ import annotations
+import heapq
+from typing import cast
 from core.ir.ops import UOp, Ops
 from core.codegen.lowerer import RangeScopes
 
@@ -35,30 +37,36 @@ def linearize(sink: UOp) -> list[UOp]:
   children: dict[UOp | None, list[UOp]] = {}
   for u, s in home.items(): children.setdefault(s, []).append(u)
 
+  paths: dict[UOp | None, list[UOp | None]] = {}
   def block_path(s: UOp | None) -> list[UOp | None]:
+    """The blocks from `s` out to the kernel's top level (None), memoized: asked once per node and per edge."""
+    if (hit := paths.get(s)) is not None: return hit
     path: list[UOp | None] = [s]
-    while s is not None:
-      s = parent[s]
-      path.append(s)
+    while path[-1] is not None: path.append(parent[path[-1]])
+    paths[s] = path
     return path
-  paths = {s: block_path(s) for s in set(home.values())}
 
   def item_in(u: UOp, scope: UOp | None) -> UOp | None:
     """The item of `scope` that contains u: u itself, or the child loop (its RANGE) whose block holds u."""
     s = home[u] if u.op is not Ops.RANGE else u
     if u.op is Ops.END: s = u.src[1]
     if s is scope and u.op not in (Ops.RANGE, Ops.END): return u
-    path = paths.get(s) or block_path(s)
+    path = block_path(s)
     if scope not in path: return None            # lives outside this scope: already emitted
     i = path.index(scope)
     return path[i - 1] if i > 0 else u
+
+  # the nodes living inside each loop's block at any depth, in graph order: one pass, not one per loop
+  inner: dict[UOp, list[UOp]] = {r: [] for r in ranges}
+  for u, s in home.items():
+    for blk in block_path(s)[:-1]: inner[cast(UOp, blk)].append(u)
 
   out: list[UOp] = []
   def emit(scope: UOp | None) -> None:
     items = [u for u in children.get(scope, []) if u.op is not Ops.END]
     members: dict[UOp, list[UOp]] = {it: [it] for it in items}
     for r in items:
-      if r.op is Ops.RANGE: members[r] = _block_nodes(r)
+      if r.op is Ops.RANGE: members[r] = [r, end_of[r]] + inner[r]
     deps: dict[UOp, set[UOp]] = {it: set() for it in items}
     for it, mem in members.items():
       for m in mem:
@@ -66,14 +74,15 @@ def linearize(sink: UOp) -> list[UOp]:
           if s in home or s.op is Ops.RANGE:
             j = item_in(s, scope)
             if j is not None and j is not it and j in deps: deps[it].add(j)
-    # Kahn's algorithm, ties broken by the global topological position
-    ready = sorted((it for it in items if not deps[it]), key=order.__getitem__, reverse=True)
+    # Kahn's algorithm, ties broken by the global topological position (a heap of (position, item): positions are distinct)
+    ready = [(order[it], it) for it in items if not deps[it]]
+    heapq.heapify(ready)
     users: dict[UOp, list[UOp]] = {}
     for it, ds in deps.items():
       for d in ds: users.setdefault(d, []).append(it)
     emitted = 0
     while ready:
-      it = ready.pop()
+      it = heapq.heappop(ready)[1]
       emitted += 1
       if it.op is Ops.RANGE:
         out.append(it)
@@ -82,17 +91,8 @@ def linearize(sink: UOp) -> list[UOp]:
       else: out.append(it)
       for us in users.get(it, []):
         deps[us].discard(it)
-        if not deps[us]:
-          ready.append(us)
-          ready.sort(key=order.__getitem__, reverse=True)
+        if not deps[us]: heapq.heappush(ready, (order[us], us))
     if emitted != len(items): raise RuntimeError("cycle while linearizing a kernel")
-
-  block_cache: dict[UOp, list[UOp]] = {}
-  def _block_nodes(r: UOp) -> list[UOp]:
-    if r not in block_cache:
-      inner = [u for u, s in home.items() if s is not None and r in paths.get(s, block_path(s))]
-      block_cache[r] = [r, end_of[r]] + inner
-    return block_cache[r]
 
   emit(None)
   del emit   # the recursive closure is a reference cycle holding the kernel's graph: break it, don't leave it for the gc

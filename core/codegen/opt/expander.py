@@ -198,7 +198,22 @@ class Expander:
       # transposed in registers (shuffle.transpose_rows), where a gather loads every element alone
       axis, bases = rows
       return "rows", (axis, [idx.replace(src=(buf, b)) for b in bases])
-    return "lanes", [idx.replace(src=(buf,) + tuple(self.sub(s, env, k) for s in rest)) for k in range(self.width)]
+    per_src = [self._lane_indices(i, rest[0], env)] + [[self.sub(s, env, k) for k in range(self.width)] for s in rest[1:]]
+    return "lanes", [idx.replace(src=(buf,) + tuple(ln[k] for ln in per_src)) for k in range(self.width)]
+
+  def _lane_indices(self, i: UOp, u: UOp, env: dict[UOp, int]) -> list[UOp]:
+    """Each lane's index u (i: u with `env` set), as setting the lane in u and simplifying gives it: a 16-lane scattered store
+    or gather did that 16 times, each walking the whole sum again. Where i is `c*lane + rest` and lanes 1 and width-1 come out
+    as lane 0's terms plus the constant c*k, the lanes between are built so (rules that could see the constant's value, such as
+    wrap-around checks, decide at the ends; a lane whose constant is 0 would be the terms alone)."""
+    if self.width <= 3 or (st := strided_offset(i, cast(UOp, self.vec))) is None: return [self.sub(u, env, k) for k in range(self.width)]
+    c, (first, second, last) = st[1], (self.sub(u, env, k) for k in (0, 1, self.width - 1))
+    terms, base = (first.src[0], first.src[1].arg) if first.op is Ops.ADD and first.src[1].op is Ops.CONST else (first, 0)
+    def built(k: int) -> UOp: return UOp(Ops.ADD, dtypes.index, (terms, UOp.const(dtypes.index, base + c * k)))
+    if first.dtype is not dtypes.index or not isinstance(base, int) or second is not built(1) or last is not built(self.width - 1) or \
+       any(base + c * k == 0 for k in range(1, self.width)):
+      return [self.sub(u, env, k) for k in range(self.width)]
+    return [first, second] + [built(k) for k in range(2, self.width - 1)] + [last]
 
   def _rows_along(self, i: UOp, itemsize: int, env: dict[UOp, int]) -> tuple[UOp, list[UOp]] | None:
     """(r, the index of each lane at r = 0) for the first unrolled axis r along which every lane's index `i` is contiguous, of a
