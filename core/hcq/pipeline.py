@@ -115,9 +115,8 @@ class Submission:
     last = self.last_addrs
     for i, s in changed:
       b = inputs[s]
-      try: h = b._buf
-      except AttributeError: h = b.allocate()._buf
-      a = _addressof(h) if isinstance(h, _CArray) else handle_addr(b)
+      try: a = _addressof(b._buf)
+      except (AttributeError, TypeError): a = handle_addr(b)   # not allocated yet, or a handle that is not a ctypes object
       if a is not None and a != last[i]:   # as in run(): a slot with no address keeps what it had
         self._patch_slot(i, b, a)
         last[i] = a

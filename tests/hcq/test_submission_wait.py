@@ -22,3 +22,17 @@ def test_wait_follows_the_device_a_name_means_now(fake):
     sub.resubmit()
     sub.resubmit()
   assert len(calls) == 2 and calls[1] == calls[0] + 1   # each run waited through the device FAKE names now, for its own value
+
+def test_run_slots_allocates_a_new_buffer_and_patches_it_in(fake):
+  from core.device.buffer import Buffer
+  from core.engine import run
+  from core.ir.dtype import dtypes
+  from core.tensor.tensor import Tensor
+  x = Tensor(np.arange(4, dtype=np.float32), device="FAKE").realize()
+  np.testing.assert_allclose((x + 1).numpy(), np.arange(4) + 1)
+  sub = next(s for s in run._submissions.values() if s._waits and s._waits[0][0] == "FAKE")
+  out = Buffer("FAKE", 4, dtypes.float32)   # slot 0: the kernel's output, first in the schedule's buffers
+  assert not out.is_allocated()
+  sub.run_slots([(0, 0)], [out])
+  assert out.is_allocated()
+  np.testing.assert_allclose(np.frombuffer(bytes(out.as_buffer()), np.float32), np.arange(4) + 1)

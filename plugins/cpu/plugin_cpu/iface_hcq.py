@@ -98,13 +98,22 @@ class CPUQueue:
 FAST_SLICE_NS = 2_000_000
 _FAST_SLICE = ctypes.c_int64(FAST_SLICE_NS)
 
+def _untyped(name: str) -> Any:
+  # indexing makes a new function object: native().<name> keeps its argtypes
+  fn = native()[name]
+  fn.restype = ctypes.c_int
+  return fn
+
 @functools.cache
 def _wait_clean() -> Any:
   """cmdproc_wait_clean without argtypes, for the wait of every submit: its callers pass ctypes objects (signal pointer,
   uint64 value, int64 slice, uint64 fault count, int64 deadline), which ctypes hands on without per-argument conversion."""
-  fn = native()["cmdproc_wait_clean"]   # indexing makes a new function object: native().cmdproc_wait_clean keeps its argtypes
-  fn.restype = ctypes.c_int
-  return fn
+  return _untyped("cmdproc_wait_clean")
+
+@functools.cache
+def _idle_clean() -> Any:
+  """cmdproc_idle_clean without argtypes (synchronize after every eager op): called with the fault count as a c_uint64."""
+  return _untyped("cmdproc_idle_clean")
 
 _live: weakref.WeakSet[CPUHCQ] = weakref.WeakSet()
 _hcq_lock = threading.Lock()   # guards the HCQ objects by device
@@ -216,7 +225,6 @@ class CPUHCQ(HCQDevice):
     if not self._running:   # a signal may be written by any queue: make sure they all run
       for name in self.queues: self.queue(name)
       self._running = True
-    lib = native()
     h = getattr(signal_buf, "_buf", None)
     if (ptr := self._signal_ptrs.get(id(h))) is None or ptr[0] is not h:
       # the signal's address as a ctypes pointer, made once per signal memory (the handle is kept: its id stays its own)
@@ -229,12 +237,12 @@ class CPUHCQ(HCQDevice):
     # One native call checks the fault count before and after the wait.
     timeout_s = hcq_timeout() if timeout_s is None else timeout_s
     # when the wait gives up, as CLOCK_MONOTONIC ns (time.monotonic's clock): a kernel this thread runs itself is stopped then
-    deadline_ns = time.monotonic_ns() + int(timeout_s * 1e9)
+    deadline_ns = time.monotonic_ns() + (timeout_ns := int(timeout_s * 1e9))
     if self._fault_mark >= 0:
       # called without argtypes, its arguments ctypes objects: ~0.2 us less than the conversion through argtypes
-      fast_ns = _FAST_SLICE if timeout_s * 1e9 >= FAST_SLICE_NS else ctypes.c_int64(max(0, int(timeout_s * 1e9)))
+      fast_ns = _FAST_SLICE if timeout_ns >= FAST_SLICE_NS else ctypes.c_int64(max(0, timeout_ns))
       if _wait_clean()(ptr[1], ctypes.c_uint64(value), fast_ns, ctypes.c_uint64(self._fault_mark), ctypes.c_int64(deadline_ns)) == 0: return
-    addr = ptr[1].value or 0
+    lib, addr = native(), ptr[1].value or 0
     deadline = deadline_ns / 1e9
     while True:
       # short slices: ctypes drops the GIL during the call, and Ctrl-C is handled between slices
@@ -266,9 +274,9 @@ class CPUHCQ(HCQDevice):
 
   def synchronize(self, timeout_s: float | None = None) -> None:
     """Waits until every started queue has run everything its doorbell announced."""
-    lib = native()
     # the usual case in one native call: nothing pending anywhere and no fault since the last look (an eager op waited already)
-    if self._fault_mark >= 0 and lib.cmdproc_idle_clean(self._fault_mark): return
+    if self._fault_mark >= 0 and _idle_clean()(ctypes.c_uint64(self._fault_mark)): return
+    lib = native()
     queues = [q for q in self._queues.values() if q.handle]
     # one native call when nothing is pending on any queue of the process (an eager op's result was waited for already)
     if lib.cmdproc_pending() != 0 and any(q.rptr() != q.value("doorbell") for q in queues):
