@@ -294,15 +294,32 @@ def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp
   regs, item = getattr(rnd, "simd_regs", 16), w_loads[0].dtype.itemsize
   red_len = max(prod(range_size(r) or 1 for r in reds if r in ld.toposort()) for ld in w_loads)
   win = prod(range_size(r) or 1 for r in windows)
-  tiles = [(j * rows, j, rows) for j in (4, 2, 1) for rows in range(3, n_out + 1) if (nc // lanes) % j == 0 and n_out % rows == 0 and
-           rows & (rows - 1) and j * rows + j + 1 <= regs and lanes * j * rows * win <= MAX_REGISTER_ELEMS and
-           j * lanes * red_len * item <= PACK_MAX_BYTES]
-  if not tiles: return None
-  _, j, rows = max(tiles)
+  def fits(j: int, rows: int) -> bool:
+    return (nc // lanes) % j == 0 and j * rows + j + 1 <= regs and lanes * j * rows * win <= MAX_REGISTER_ELEMS and \
+      j * lanes * red_len * item <= PACK_MAX_BYTES
+  tiles = [(j * rows, j, rows) for j in (4, 2, 1) for rows in range(3, n_out + 1) if n_out % rows == 0 and rows & (rows - 1) and fits(j, rows)]
+  pixels = contig_out
+  if tiles: _, j, rows = max(tiles)
+  else:
+    # a row of 8 or 16 (a stride-2 conv's gradient by phases, 8x512x7x7 -> 8x8 outputs) holds no such block: the rows come from
+    # the next output axis the input uses and the weights don't (the output rows: no load is contiguous along them, so any
+    # block works), the most rows first; the row stays a loop. One Zen 5 thread, A/B in one process, medians of 7: the phase
+    # convs of 8x256x14x14 -> 512 3x3/2's input gradient (8x512x9x9 -> 256 over 8x8) 2x2 8.0 -> 3.0 ms (67 -> 177 GFLOP/s), 1x2
+    # 4.1 -> 1.65 ms, where _register_block ran half vectors along the row
+    if (down := next((r for r in reversed(outs) if r is not contig_out and r is not chan and any(r in ld.toposort() for ld in x_loads)
+                      and all(r not in ld.toposort() for ld in w_loads)), None)) is None: return None
+    pixels, n_px = down, range_size(down) or 0
+    # (most accumulators, then most rows: 2 vectors x 8 rows 187 GFLOP/s, 4 x 4 165, same A/B). A row of whole vectors (8 on
+    # AVX2) keeps _register_block's tile of MM_MIN_ACC unless this one holds more: Haswell code on the Zen 5, 3x3 32x64x8x8
+    # 1.75 -> 1.95 ms with 8 accumulators by rows, 2x2 8x512x9x9 6.4 -> 6.1 ms; AVX-512's 16 rows x 2 vectors on a row of 16:
+    # 3x3 8x128x16x16 5.8 -> 3.6 ms
+    by_rows = [(j * rows, rows, j) for j in (4, 2, 1) for rows in range(2, n_px + 1) if n_px % rows == 0 and fits(j, rows)]
+    if not by_rows or (n_out % lanes == 0 and max(by_rows)[0] <= MM_MIN_ACC): return None
+    _, rows, j = max(by_rows)
   try:
     k = k.apply(Opt(OptOps.UPCAST, _pos(k, chan), lanes))
     if j > 1: k = k.apply(Opt(OptOps.UPCAST, _pos(k, _same(k, chan)), j))   # j vectors: the expander's lanes are one register
-    k = k.apply(Opt(OptOps.UPCAST, _pos(k, _same(k, contig_out)), rows))
+    k = k.apply(Opt(OptOps.UPCAST, _pos(k, _same(k, pixels)), rows))
     if j * rows < MM_MIN_ACC and 2 * j * rows + j + 1 <= regs and 2 * lanes * j * rows * win <= MAX_REGISTER_ELEMS and strided < 2:
       # too few accumulators (at 512 input channels only one vector's panel fits): two images or output rows, which the
       # weight vectors are reused across (8x512x7x7, one thread: 15.1 -> 13.2 ms); not at a stride: a kernel row of 7 pixels

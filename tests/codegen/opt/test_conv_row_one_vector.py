@@ -1,7 +1,8 @@
 """A 3x3 conv whose output row is exactly one vector (8x8 images on AVX2, 16x16 on AVX-512: ResNet's last stage) still gets
-MM_MIN_ACC vector accumulators: the row's vector times 4 output channels times 2 output rows. The optimizer used to try a
-second vector along the already whole row, fail, count it anyway and so skip the extra rows: 4 accumulators, FMA latency
-bound (one Zen 3 thread, 2x32x8x8 32->32: 52 -> 33 us). Results against numpy on both renderers."""
+at least MM_MIN_ACC vector accumulators: the row's vector times 4 output channels times 2 output rows (AVX-512's channel tile
+by output rows holds 16). The optimizer used to try a second vector along the already whole row, fail, count it anyway
+and so skip the extra rows: 4 accumulators, FMA latency bound (one Zen 3 thread, 2x32x8x8 32->32: 52 -> 33 us). Results
+against numpy on both renderers."""
 from __future__ import annotations
 import numpy as np
 import pytest
@@ -26,6 +27,6 @@ def test_one_vector_row_conv_has_enough_accumulators(simd_bytes, stride):
   rnd = host_renderer(simd_bytes)
   k = hand_coded(Kernel(item.ast, rnd))
   ups = [o.amt for o in k.applied if o.op is OptOps.UPCAST]
-  assert ups[0] == lanes and int(np.prod(ups)) // lanes == MM_MIN_ACC, k.applied
+  assert ups[0] == lanes and int(np.prod(ups)) // lanes >= MM_MIN_ACC, k.applied
   got, _ = run_ast(item, k.ast, rnd)
   np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
