@@ -97,14 +97,19 @@ def test_depthwise_conv_through_tensor(stride, hw):
   # and 58 wide rows are held whole in registers on 8- and 16-lane hosts
   check_conv_grads(rng.standard_normal((2, 12, hw, hw)).astype(np.float32), rng.standard_normal((12, 1, 3, 3)).astype(np.float32), stride, 12)
 
+@pytest.mark.parametrize("masked", [True, False])
 @pytest.mark.parametrize("simd_bytes", [32, 64])
 @pytest.mark.parametrize("hw, stride", [(112, 1), (56, 2), (56, 1)])
-def test_depthwise_conv_holds_whole_rows(simd_bytes, hw, stride):
+def test_depthwise_conv_holds_whole_rows(simd_bytes, hw, stride, masked):
   # a row wider than the conv tile (112 and 56 columns, 28 at stride 2) is upcast whole and the window unrolled whole: every
-  # input load's column gate is a constant, where a tile at a loop position builds and applies a lane mask per load
-  y = Tensor.empty(8, 32, hw, hw).conv2d(Tensor.empty(32, 1, 3, 3), stride=stride, padding=1, groups=32)
+  # input load's column gate is a constant, where a tile at a loop position builds and applies a lane mask per load. Also
+  # on a renderer without masked vector loads (the C renderer): its stride-2 row of 28 is padded to 32 on 8 lanes as well
+  # (it took 4-wide tiles along the row), right against numpy
+  x, w = rng.standard_normal((8, 32, hw, hw)).astype(np.float32), rng.standard_normal((32, 1, 3, 3)).astype(np.float32)
+  y = Tensor(x).realize().conv2d(Tensor(w).realize(), stride=stride, padding=1, groups=32)
   items, _, _ = create_schedule([y.uop])
   rnd = host_renderer(simd_bytes)
+  if not masked: rnd.masked_vectors = False
   k = hand_coded(Kernel(items[0].ast, rnd))
   ow, lanes = hw // stride, simd_bytes // 4
   st = next(u for u in k.ast.toposort() if u.op is Ops.STORE and u.src[0].src[0].op is Ops.PARAM)   # the output, not a PACK copy
@@ -117,6 +122,9 @@ def test_depthwise_conv_holds_whole_rows(simd_bytes, hw, stride):
   assert not k.of_type(AxisType.REDUCE) and len(k.of_type(AxisType.UNROLL)) == 2, k.applied
   # the accumulators fit the renderer's vector registers with a load and a weight beside them
   assert prod(range_size(a) or 1 for a in k.axes if a.arg[1] is AxisType.UPCAST) // lanes + 2 <= rnd.simd_regs, k.applied
+  got, _ = run_ast(items[0], k.ast, rnd)
+  want = _conv_ref(x, w, stride, 1, 32)
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
 
 @pytest.mark.parametrize("simd_bytes", [32, 64])
 @pytest.mark.parametrize("hw, stride", [(24, 1), (12, 1), (24, 2)])
