@@ -25,6 +25,8 @@ def _lanes(w: UOp) -> list[UOp]:
     if u.op in GroupOp.ALU: todo.extend(u.src)
   return list(seen)
 
+def _zero(u: UOp) -> bool: return all(c.op is Ops.CONST and c.arg == 0 for c in (u.src if u.op is Ops.VECTORIZE else (u,)))
+
 def _canonical(u: UOp) -> UOp:
   """u with its memory addresses simplified: index math built in different orders compares equal."""
   return u.substitute({i: i.replace(src=(i.src[0], i.src[1].simplify()) + i.src[2:]) for i in u.toposort() if i.op is Ops.INDEX and len(i.src) > 1})
@@ -36,21 +38,23 @@ def stash_reduced_values(sink: UOp) -> UOp:
   and reads that row (both are loops of one thread), and the output buffer is written by this kernel alone."""
   nodes = list(sink.toposort())   # one walk: this runs on every kernel
   outs = [u for u in nodes if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM]
-  if len(outs) != 1 or len(outs[0].src[0].src) != 2 or any(u.op is Ops.BARRIER for u in nodes): return sink
+  if len(outs) != 1 or len(outs[0].src[0].src) not in (2, 3) or any(u.op is Ops.BARRIER for u in nodes): return sink
   out = outs[0]
-  buf, idx = out.src[0].src
+  buf, *addr = out.src[0].src   # the index, and a gate where the rows are padded to whole vectors (heuristic._row_pass)
   oend = next((u for u in nodes if u.op is Ops.END and u.src[0] is out and len(u.src) == 2), None)
   if oend is None or any(u.op is Ops.INDEX and u.src[0] is buf and u is not out.src[0] for u in nodes): return sink
   r1 = oend.src[1]
   for end in [u for u in nodes if u.op is Ops.END and u is not oend]:
     if (found := _reduce_update(end)) is None: continue
     st, e = found
+    # a padded row's reduction adds where(lane in row, E, 0): E is stashed, under the output's gate
+    if e.op is Ops.WHERE and len(addr) == 2 and _zero(e.src[2]): e = e.src[1]
     r = end.src[1]
     if r.src[0] is not r1.src[0] or e.dtype != out.src[1].dtype or not any(x.op in COSTLY_OPS for x in e.toposort()): continue
     want = _canonical(e.substitute({r: r1}))
     if r1 not in want.toposort() or (e1 := next((c for c in _lanes(out.src[1]) if c.op is e.op and _canonical(c) is want), None)) is None: continue
-    stash = UOp(Ops.STORE, src=(buf.index(idx.substitute({r1: r})), e), arg=STASH_ARG)
+    stash = UOp(Ops.STORE, src=(buf.index(*(a.substitute({r1: r}) for a in addr)), e), arg=STASH_ARG)
     new_end = UOp(Ops.GROUP, src=(stash, st)).end(r)
-    back = buf.after(new_end).index(idx).load(dtype=e.dtype)
+    back = buf.after(new_end).index(*addr).load(dtype=e.dtype)
     return sink.substitute({end: new_end, out: out.replace(src=(out.src[0], out.src[1].substitute({e1: back, end: new_end})) + out.src[2:])})
   return sink

@@ -590,6 +590,17 @@ def _row_pass(k: Kernel, reds: list[UOp], contig_out: UOp, loads: list[UOp], lan
   results (as a reduction along memory) and the output loop vectors; None when the kernel is not of that form."""
   rs = [u for u in k.ast.toposort() if u.op is Ops.REDUCE]
   if not rs or any(contig_out in u.toposort() for u in rs): return None
+  if _row_masked(k.renderer, range_size(contig_out) or 0, lanes) and \
+     all(range_size(red) == range_size(contig_out) and _contiguous_in(k, red, loads) for red in reds):
+    # rows of no whole number of vectors (softmax's 1000 on 16 lanes): the output loop and each reduction over the row padded
+    # to whole vectors, the tail's lanes masked (a reduction's padded lanes take its identity), where lanes dividing the row
+    # are half vectors that take twice the instructions (the exp above all). All or none: core.codegen.stash keeps the exp of
+    # the sum for the output loop only where both loops have the same extent
+    padded = k
+    for r in [contig_out, *reds]: padded = _try(padded, Opt(OptOps.PADTO, _pos(padded, _same(padded, r)), lanes))
+    if len(padded.applied) == len(k.applied) + 1 + len(reds):
+      k, contig_out, reds = padded, _same(padded, contig_out), [_same(padded, red) for red in reds]
+      loads = _loads(k)
   for red in reds:
     if _contiguous_in(k, red, loads) and (amt := _pick_amt(range_size(red), (*_red_vectors(range_size(red), lanes)[-2:], 4, 2))):
       k = _try(k, Opt(OptOps.UNROLL, _pos(k, red), amt))

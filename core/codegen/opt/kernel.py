@@ -15,7 +15,7 @@ class OptOps(enum.Enum):
   the inputs that loop `axis` reuses into a contiguous thread-private buffer before the loop (opt/pack.py); TILE splits a LOOP
   into two nested loops (the inner one innermost of the loops, so SWAPs and PACKs can put other loops between them); PADTO
   rounds an output axis up to a multiple of `amt` (the extra iterations compute on zeros and store nothing), so a later split
-  by `amt` divides it; TC computes the kernel's sum of products on tensor core number `axis` of the renderer's tensor_cores
+  by `amt` divides it, or a reduce axis (its reductions take their identity on the extra iterations); TC computes the kernel's sum of products on tensor core number `axis` of the renderer's tensor_cores
   (opt/tc.py: it must come first, and no LOCAL or GROUP may follow, which would move the warp's lanes off lidx0); NOOP does
   nothing; MERGE makes LOOP `axis` and the LOOP nested in it (`amt`) one loop, where every address uses them as one
   (axis * size(amt) + amt, times a stride: the spatial axes of a 1x1 conv or a permute), so the vectors along it see the
@@ -96,10 +96,12 @@ class Kernel:
     kind, n = r.arg[1], range_size(r)
     if n is None: raise KernelOptError(f"{opt}: axis {opt.axis} has a symbolic size")
     if opt.op is OptOps.PADTO:
-      if kind is not AxisType.LOOP: raise KernelOptError(f"{opt}: PADTO needs a LOOP axis, not {kind.name}")
+      if kind not in (AxisType.LOOP, AxisType.REDUCE): raise KernelOptError(f"{opt}: PADTO needs a LOOP or REDUCE axis, not {kind.name}")
       if opt.amt < 2 or n % opt.amt == 0: raise KernelOptError(f"{opt}: axis size {n} needs no padding to a multiple of {opt.amt}")
       if (n + opt.amt - 1) // opt.amt * opt.amt > n * 2: raise KernelOptError(f"{opt}: padding {n} to {opt.amt} more than doubles it")
-      return Kernel(pad_axis(self.ast, r, -(-n // opt.amt) * opt.amt), self.renderer, self.applied + (opt,))
+      size = -(-n // opt.amt) * opt.amt
+      ast = pad_axis(self.ast, r, size) if kind is AxisType.LOOP else pad_reduce(self.ast, r, size)
+      return Kernel(ast, self.renderer, self.applied + (opt,))
     amt = opt.amt or n
     if amt < 2: raise KernelOptError(f"{opt}: a split of {amt} changes nothing (axis size {n})")
     if n % amt: raise KernelOptError(f"{opt}: {amt} does not divide the axis size {n}")
@@ -178,6 +180,19 @@ def pad_axis(ast: UOp, r: UOp, size: int, gate_stores: bool = True) -> UOp:
                                 + u.src[1:])
             for u in out.toposort() if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and new not in u.src[0].toposort()}
   return nest_ends(out.substitute(stores) if stores else out)
+
+def pad_reduce(ast: UOp, r: UOp, size: int) -> UOp:
+  """Reduce axis r (size n) iterated to `size` > n: its loads gated as in pad_axis, and each reduction over r takes its
+  identity (0 for a sum, -inf for a max) on the extra iterations, whatever its input computes from the gated zeros (exp(0 - m))."""
+  from core.codegen.lowerer import reduce_identity
+  n = range_size(r)
+  assert n is not None
+  padded = pad_axis(ast, r, size, gate_stores=False)
+  new = next(u for u in padded.toposort() if u.op is Ops.RANGE and u.arg == r.arg)
+  ok = new < n
+  reds = {u: u.replace(src=(ok.where(u.src[0], reduce_identity(u.arg, u.dtype)),) + u.src[1:])
+          for u in padded.toposort() if u.op is Ops.REDUCE and new in u.src[1:]}
+  return nest_ends(padded.substitute(reds))
 
 def merge_axes(ast: UOp, a: UOp, b: UOp) -> UOp | None:
   """LOOP ranges a (size A) and b (size B) replaced by one range of size A*B with a's id, or None unless every use of them is

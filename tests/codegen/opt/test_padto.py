@@ -46,7 +46,8 @@ def test_padto_refusals():
   item, _ = kernel_of(lambda a, b: a @ b, (24, 37), (37, 29))
   k = Kernel(item.ast, Device[Device.DEFAULT].renderer)
   with pytest.raises(KernelOptError, match="no padding"): k.apply(Opt(PT, 0, 8))                 # 24 is a multiple of 8
-  with pytest.raises(KernelOptError, match="LOOP"): k.apply(Opt(PT, k.types().index(AxisType.REDUCE), 8))
+  up = k.apply(Opt(U, 0, 8))
+  with pytest.raises(KernelOptError, match="LOOP or REDUCE"): up.apply(Opt(PT, up.types().index(AxisType.UPCAST), 3))
   with pytest.raises(KernelOptError, match="doubles"): k.apply(Opt(PT, 1, 64))                    # 29 -> 64
 
 def test_hand_coded_pads_odd_matmuls_and_packs():
