@@ -122,6 +122,7 @@ class Expander:
       # pure math on the vector axis (an arange, a mask): an index `base + c*lane` is one vector add, and math on such indices
       # (a causal mask's compare and select) is vector math; any other index is one scalar expression per lane
       if u.dtype is dtypes.index: return self._index_lanes(u, env)
+      if u.dtype is dtypes.bool and (lanes := self._gate_lanes(u, env)) is not None: return lanes
       if u.op in GroupOp.ALU and u.dtype.count == 1:
         srcs = [self.bcast(self._index_lanes(s, env) if s.dtype is dtypes.index and vec in self.deps(s) else self(s, env)) for s in u.src]
         return u.replace(src=tuple(srcs), dtype=u.dtype.vec(self.width))
@@ -137,6 +138,13 @@ class Expander:
     if (st := strided_offset(self.sub(u, env), cast(UOp, self.vec))) is not None:
       return self.bcast(st[0]) + UOp.vectorize(*[UOp.const(dtypes.index, st[1] * k) for k in range(self.width)])
     return UOp.vectorize(*[self.sub(u, env, k) for k in range(self.width)])
+
+  def _gate_lanes(self, u: UOp, env: dict[UOp, int]) -> UOp | None:
+    """Condition u lane by lane where the lanes simplify to constants and at most one other condition (a padded row's `lane
+    in row`: true but in a tail vector's last lanes, which share one compare of the outer loop, as a masked load's gate does),
+    else None (a causal mask's compare stays one vector compare)."""
+    lanes = [self.sub(u, env, k) for k in range(self.width)]
+    return UOp.vectorize(*lanes) if len({x for x in lanes if x.op is not Ops.CONST}) <= 1 else None
 
   def _combos(self, rngs: list[UOp]) -> list[dict[UOp, int]]:
     sizes = [range(range_size(r) or 1) for r in rngs]

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from core import Tensor
 from core.ir.ops import Ops, AxisType
+from core.ir.dtype import dtypes
 from core.schedule.kernelize import create_schedule
 from core.device.registry import Device
 from core.codegen.opt import Kernel, Opt, OptOps
@@ -80,3 +81,11 @@ def test_layernorm_padded_rows(simd_bytes):
   got, k, _ = _row_kernel(lambda t: t.layernorm(-1), x, simd_bytes)
   np.testing.assert_allclose(got, _layernorm(x), rtol=1e-4, atol=1e-4)
   assert any(o.op is OptOps.PADTO for o in k.applied) == (simd_bytes == 64), k.applied
+
+def test_padded_row_gate_shares_the_masked_loads_lanes():
+  # `lane in row` of a padded reduction's identity, lane by lane as a masked load's gate: constants, and one compare of the
+  # outer loop in the tail vector's last lanes, where a compare of the lanes' indices per vector would cost the max pass ~4 ops
+  x = rng.standard_normal((5, 1000)).astype(np.float32)
+  got, _, uops = _row_kernel(lambda t: t.softmax(-1), x, 64)
+  np.testing.assert_allclose(got, _softmax(x), rtol=1e-5, atol=1e-7)
+  assert not [u for u in uops if u.op is Ops.CMPLT and u.dtype.count > 1 and not dtypes.is_float(u.src[0].dtype)]   # (the exp's are)
