@@ -216,6 +216,18 @@ def _pad_ok(n: int | None, m: int, share: int = 8) -> bool:
   """Padding n up to a multiple of m costs at most 1/share more work."""
   return n is not None and n % m != 0 and (-n % m) * share <= n
 
+def _narrow_tile(renderer: Any, n: int | None, lanes: int, tile: tuple[int, int]) -> tuple[int, int] | None:
+  """A narrower (vectors, rows) tile than `tile` for a product's output row of n that holds no whole number of vectors and
+  would pad by more than 1/MM_PAD_FULL to the tile's vectors: the most vectors (2, then 1) the row pads to within that
+  (within 1/MASKED_PAD_SHARE where the pad lanes are masked), with rows for as many accumulators, at most half the vector
+  registers (the rest hold the unrolled reduce's columns and broadcasts); None where `tile` pads well or no narrower one
+  does. Else the row takes part vectors (196 on 16 lanes: 4 lanes). One Zen 5 thread, Haswell code (16 ymm), 1x512x7x7 ->
+  512 1x1: 1 vector x 8 rows 85 GFLOP/s, x 12 57 (spills); AVX-512 code there 2 x 8 180, 1 x 16 161, 2 x 12 176."""
+  j, i = tile
+  if n is None or n % lanes == 0 or n % (lanes * j) == 0 or _pad_ok(n, lanes * j, MM_PAD_FULL): return None
+  share, regs = MASKED_PAD_SHARE if getattr(renderer, "masked_vectors", False) else MM_PAD_FULL, getattr(renderer, "simd_regs", 16)
+  return next(((nj, min(j * i, regs // 2) // nj) for nj in (2, 1) if nj < j and _pad_ok(n, lanes * nj, share)), None)
+
 def _long_transposed(k: Kernel, rows: UOp, cols: UOp) -> bool:
   """A product that _packed_both may tile (its row-side input, if strided along the reduce, packed by row blocks): one reduce
   axis at least MM_PACK_BOTH_MIN_K long, the rows before the columns, on a renderer without local memory."""
@@ -393,6 +405,11 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
   # a row narrower than the tile (7 wide) keeps the paths made for it; a masked one padded to a vector does not
   if row is not None and row[0] < tile_j and not _row_masked(rnd, range_size(contig_out) or 0, lanes): row = None
   if row is not None: tile_j, tile_i = row
+  if pad and reused and not window and row is None and other is not None and \
+     (narrow := _narrow_tile(rnd, range_size(contig_out), lanes, (tile_j, tile_i))) is not None:
+    # mobilenet's 1x1 convs over 14x14 and 7x7 pixels (rows of 196 and 49 on 16 lanes), ResNet's 1x1/2 downsample's rows of 28
+    (tile_j, tile_i), k = narrow, _try(k, Opt(OptOps.PADTO, _pos(k, contig_out), lanes * narrow[0]))
+    contig_out = _same(k, contig_out)
   want_i = (tile_i,) if row is not None else (tile_i, 4, 3, 2)
   if pad:
     # 1023 columns fit no vector and 1000 no pair of them: round up, the panel copy PACK makes reads the gated loads once
