@@ -68,12 +68,7 @@ def _horner(x: UOp, coeffs: list[float]) -> UOp:
   for c in coeffs[1:]: acc = UOp(Ops.MULACC, x.dtype, (acc, x, x.const_like(c)))
   return acc
 
-def _pow2i(n: UOp) -> UOp:
-  """2**n as float32 for int32 n with -126 <= n <= 127, built from the exponent bits."""
-  return ((n + 127) << 23).bitcast(dtypes.float32.vec(n.dtype.count))
-
 def fast_exp2(x: UOp) -> UOp:
-  i32 = dtypes.int32.vec(x.dtype.count)
   # clamped: above 129 the result is inf either way, and n stays a small integer. Below -151 it rounds to 0; the clamp is at -254,
   # where both factors of 2**n below are 0.0 (exponent bits 0), so -inf (a softmax's masked lanes) gives 0 with no subnormal
   # product on the way, which costs a microcode assist on x86 (one Zen 3 thread: a causal 12x256x256 softmax 1.26 -> 0.80 ms).
@@ -82,11 +77,14 @@ def fast_exp2(x: UOp) -> UOp:
   xc = (xc > 129.0).where(129.0, xc)
   r = xc + _ROUND
   n = r - _ROUND
-  ni = r.bitcast(i32) - 0x4B400000   # the integer in the low mantissa bits of r (anything for a NaN)
   p = _horner(xc - n, _EXP2_POLY)
-  # 2**n in two factors, each a normal float (or 0.0 at n = -254): subnormal results rounded once, and up to 129 (inf)
-  h = ni >> 1
-  return p * _pow2i(h) * _pow2i(ni - h)
+  # 2**n in two factors, 2**h and 2**(n-h) with h = floor(n/2), each a normal float (or 0.0 at n = -254): subnormal results
+  # rounded once, and up to 129 (inf). r's bits are 0x4B400000 + n (anything for a NaN), and 0x4B400000 and its half shift out
+  # of 32 bits by 23: (bits >> 1) << 23 is h << 23 and bits << 23 is n << 23, so the exponent fields take one shift each, in
+  # uint32 where the shifts wrap (one integer op fewer than subtracting 0x4B400000 first)
+  u = r.bitcast(dtypes.uint32.vec(x.dtype.count))
+  hs = (u >> 1) << 23
+  return p * (hs + (127 << 23)).bitcast(x.dtype) * ((u << 23) - hs + (127 << 23)).bitcast(x.dtype)
 
 # ln((1+t)/(1-t)) / ln 2 = (2 / ln 2) * (t + t**3/3 + t**5/5 + ...), in powers of t**2, highest first; |t| <= 0.1716
 # (the constant term less 2: t*2 is exact, so the rounding of the rest weighs a third as much near x = 1)
