@@ -10,6 +10,16 @@ from core.codegen.opt.expander import contiguous_offset, strided_offset
 # only make the output rows' tiles jump between many rows (one Zen 3 thread, A/B in one process, 32x56x56x64: 4.2-4.4 ms with
 # the tiles along the channels innermost, 3.5-3.8 without; 32x64x56x56 the other way, rows 3136 apart: 2.4 with, 3.8-4.6 without)
 FAR_ROWS = 512
+# The tiles along the input's rows above, as many as MM_ROW_TILE: a tile column's output lines go out as one burst down that many
+# tiles' output rows. Where an output row's stride is a multiple of the L1 way (a VIPT L1's way is at most a 4 KiB page, on x86-64
+# and ARM alike), the lines of a tile's output rows, one per row at the same column, fall in fewer L1 sets than rows (4096^2: all
+# in one): then fewer tiles, about CONFLICT_ROWS output rows a burst, where a tile reads whole input lines (16 floats: AVX-512).
+# One Zen 5 thread, thread CPU time, A/B in one process, medians of 11-15, GB/s read + written, 16 then 4 tiles: 4096^2 22-25 ->
+# 27-32, 2048^2 25-27 -> 37-43, 2048x8192 23 -> 27, 8192x2048 25 -> 31, 4096x4160 19 -> 35, 4352^2 (rows 17 KiB apart: 4 sets)
+# 26 -> 30; 4160x4096 (rows 16640 bytes apart: 16 sets) keeps 16: 36-40, 4 tiles 33. A tile of half lines (8 floats: AVX2 code,
+# same host) reads each input line over two tiles and does best with 16 or more: 4096^2 with 4, 8, 16, 32 tiles 9, 16, 21, 22 GB/s
+L1_WAY_BYTES = 4096
+CONFLICT_ROWS = 64
 
 def rows_far_apart(k: Kernel) -> bool:
   """The transposing tile's input rows, one per lane of the stored vector, are at least FAR_ROWS elements apart."""
@@ -19,3 +29,11 @@ def rows_far_apart(k: Kernel) -> bool:
   strides = [s[1] for u in k.ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX
              and (s := strided_offset(u.src[0].src[1], vec)) is not None and s[1] != 1]
   return not strides or max(strides) >= FAR_ROWS
+
+def tiles_along_rows(row_bytes: int, lanes: int, lane_bytes: int, most: int, line: int = 64) -> int:
+  """Tiles of `lanes` output rows, `row_bytes` apart, each reading `lanes` x `lane_bytes` of an input row, to run innermost along the
+  transposed input's rows: `most`, or CONFLICT_ROWS // lanes where a tile reads whole input lines and the lines of its rows at one
+  column share L1 sets (fewer sets than rows)."""
+  if lanes * lane_bytes < line: return most
+  sets = {(r * row_bytes // line) % (L1_WAY_BYTES // line) for r in range(lanes)}
+  return most if len(sets) >= lanes else max(1, min(most, CONFLICT_ROWS // lanes))
