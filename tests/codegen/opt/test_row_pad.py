@@ -78,8 +78,9 @@ def test_softmax_rows_pad_to_whole_vectors(simd_bytes, cols, padded):
 def test_layernorm_padded_rows(simd_bytes):
   # (x - mean)**2 of a padded lane is mean**2: the variance's sum must take 0 there
   x = (rng.standard_normal((19, 1000)) * 2 + 3).astype(np.float32)
-  got, k, _ = _row_kernel(lambda t: t.layernorm(-1), x, simd_bytes)
-  np.testing.assert_allclose(got, _layernorm(x), rtol=1e-4, atol=1e-4)
+  w, b = rng.standard_normal(1000).astype(np.float32), rng.standard_normal(1000).astype(np.float32)
+  got, k, _ = _row_kernel(lambda t: t.layernorm(-1) * Tensor(w).realize() + Tensor(b).realize(), x, simd_bytes)
+  np.testing.assert_allclose(got, _layernorm(x) * w + b, rtol=1e-4, atol=1e-4)
   assert any(o.op is OptOps.PADTO for o in k.applied) == (simd_bytes == 64), k.applied
 
 def test_padded_row_gate_shares_the_masked_loads_lanes():
