@@ -98,7 +98,9 @@ def _render_cast(ctx: LLVMRenderer, x: UOp) -> str:
   return f"{ctx[x]} = {op} {ft} {v} to {tt}"
 
 def _masked_intrinsic(op: str, dt: DType) -> str:
-  return f"@llvm.masked.{op}.v{dt.count}{'f' if dtypes.is_float(dt) else 'i'}{dt.scalar().itemsize * 8}.p0"
+  # LLVM's type suffix: bfloat is bf16 (f16 is half: a kernel with both would declare one name twice)
+  kind = "bf" if dt.scalar() is dtypes.bfloat16 else "f" if dtypes.is_float(dt) else "i"
+  return f"@llvm.masked.{op}.v{dt.count}{kind}{dt.scalar().itemsize * 8}.p0"
 
 def _render_load(ctx: LLVMRenderer, x: UOp) -> str:
   idx = x.src[0]
