@@ -26,9 +26,11 @@ class BindableProgram(Protocol):
 @runtime_checkable
 class PreparableProgram(Protocol):
   """A Program that can build one launch's arguments once: `prepare(*bufs, ...)` (the arguments of __call__ without `wait`)
-  returns a call without arguments that launches as __call__ would (a compiled file's replay: the same buffers on every run)."""
+  returns a call without arguments that launches as __call__ would (a compiled file's replay: the same buffers on every run).
+  `estimates` (the kernel's ProgramSpec.estimates, when known) let the device settle how to run it now, as for a command-queue
+  launch."""
   def prepare(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] = (1, 1, 1),
-              vals: tuple[int, ...] = ()) -> Callable[[], None]: ...
+              vals: tuple[int, ...] = (), estimates: dict[str, int] | None = None) -> Callable[[], None]: ...
 
 class Compiled:
   """A device ready to use. `runtime(name, lib)` loads a compiled kernel as a Program; `target` is the DEV entry it came from.

@@ -223,6 +223,17 @@ def load_replay(graph: CompiledGraph, device: str, queues: bool | None = None) -
     except NoDirectLaunch: return HCQGraphReplay(graph, device)
   return HCQGraphReplay(graph, device) if queues else GraphReplay(graph, device)
 
+def _saved_linear(p: ExportedProgram, i: int) -> list[UOp]:
+  """Program `p`'s (programs[i]) linearized uops as saved; a CompiledFileError when they do not read back."""
+  try: return uops_from_data(p.linear)
+  except SerializeError as e: raise CompiledFileError(f"malformed compiled file: programs[{i}].linear: {e}") from None
+
+def _estimates(p: ExportedProgram, linear: list[UOp]) -> dict[str, int]:
+  """The kernel's ProgramSpec.estimates (FLOPs, bytes) from its saved program, as its Jit launch had them."""
+  from core.codegen.program import _estimate
+  from core.helpers import prod
+  return _estimate(linear, prod(p.global_size) * prod(p.local_size))
+
 class NoDirectLaunch(CompiledFileError):
   """The device runs kernels only inside its command queues."""
 
@@ -251,11 +262,14 @@ class GraphReplay(_Replay):
     super().__init__(graph, device)
     # a kernel writing nothing (an empty output) is not launched, as in the engine; the buffers never change, so a runtime that
     # can build a launch's arguments once (`prepare`) is called with no arguments per run
-    self.calls: list[Callable[[], Any]] = [self._call(p) for p in graph.programs if graph.buffers[p.bufs[0]].size > 0]
+    self.calls: list[Callable[[], Any]] = [self._call(p, i) for i, p in enumerate(graph.programs) if graph.buffers[p.bufs[0]].size > 0]
 
-  def _call(self, p: ExportedProgram) -> Callable[[], Any]:
-    prg, args = self._load(p), tuple(self.bufs[i]._buf for i in p.bufs)
-    if isinstance(prg, PreparableProgram): return prg.prepare(*args, global_size=p.global_size, local_size=p.local_size, vals=p.vals)
+  def _call(self, p: ExportedProgram, i: int) -> Callable[[], Any]:
+    prg, args = self._load(p), tuple(self.bufs[j]._buf for j in p.bufs)
+    if isinstance(prg, PreparableProgram):
+      # with the kernel's estimates the device runs it as the Jit's queue launch of it does (e.g. the CPU: serial or on its pool)
+      est = _estimates(p, _saved_linear(p, i)) if p.linear else None
+      return prg.prepare(*args, global_size=p.global_size, local_size=p.local_size, vals=p.vals, estimates=est)
     return functools.partial(prg, *args, global_size=p.global_size, local_size=p.local_size, vals=p.vals)
 
   def _load(self, p: ExportedProgram) -> Callable:
@@ -288,14 +302,14 @@ class HCQGraphReplay(_Replay):
     for i, p in enumerate(graph.programs):
       if graph.buffers[p.bufs[0]].size == 0: continue
       if not p.linear: raise CompiledFileError(f"kernel {p.name} was saved without its linearized program, which {device}'s command queues need")
-      try: linear = uops_from_data(p.linear)
-      except SerializeError as e: raise CompiledFileError(f"malformed compiled file: programs[{i}].linear: {e}") from None
+      linear = _saved_linear(p, i)
       # the kernel's stand-in: a SINK no other kernel shares; the pipeline asks `compile` for its PROGRAM, which is the saved one
       sink = UOp(Ops.SINK, src=(UOp(Ops.UNIQUE, arg=("compiled program", i)),), arg=p.name)
       # the kernel's variables (its lifted literals, in argument order) take the saved values
       variables = tuple(sorted((u for u in linear if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg))
       if len(variables) != len(p.vals): raise CompiledFileError(f"malformed compiled file: programs[{i}] has {len(variables)} variables and {len(p.vals)} values")
-      spec = ProgramSpec(p.name, p.global_size, p.local_size, variables, p.outs, consts=tuple((v.arg, x) for v, x in zip(variables, p.vals)))
+      spec = ProgramSpec(p.name, p.global_size, p.local_size, variables, p.outs, _estimates(p, linear),
+                         consts=tuple((v.arg, x) for v, x in zip(variables, p.vals)))
       programs[sink] = UOp(Ops.PROGRAM, src=(sink, dev_uop, UOp(Ops.LINEAR, src=tuple(linear)), UOp(Ops.SOURCE, arg=p.source),
                                              UOp(Ops.BINARY, arg=p.binary)), arg=spec)
       items.append(ScheduleItem(sink, tuple(slots[j] for j in p.bufs)))

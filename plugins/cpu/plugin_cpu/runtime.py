@@ -1,7 +1,7 @@
 """The CPU plugin's runtime: 64-byte aligned host memory, kernels loaded from memory (memfd), and the device factory."""
 from __future__ import annotations
 import _ctypes, ctypes, functools, os, time
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 from core.helpers import to_function_name
 from core.device.allocator import BufferSpec, LRUAllocator
 from core.device.compiled import Compiled, KernelFault
@@ -129,9 +129,14 @@ class CPUProgram:
       tm: float | None = time.perf_counter() - st
       if ret == 0 and (times := self._probing.get(global_size)) is not None: self._probed(global_size, times, tm or 0.0)
     else: ret, tm = self._guarded(self.fn, n, args, nb, *pout), None
-    if ret == -2: self._stopped(int(out[0]) & 0xFFFFFFFF, int(out[1]) & (2**64 - 1), int(out[2]), global_size[0])
-    if ret != 0: raise RuntimeError(f"CPU: cpu_launch of {self.name} failed ({n} arguments, global size {global_size})")
+    if ret != 0: self._failed(ret, n, global_size, out)
     return tm
+
+  def _failed(self, ret: int, n: int, global_size: tuple[int, ...], out: Any) -> NoReturn:
+    """Raises for a launch whose native call returned `ret` != 0: -2, a block faulted or was interrupted (`out`: signal, address,
+    block); otherwise the launch itself was refused."""
+    if ret == -2: self._stopped(int(out[0]) & 0xFFFFFFFF, int(out[1]) & (2**64 - 1), int(out[2]), global_size[0])
+    raise RuntimeError(f"CPU: cpu_launch of {self.name} failed ({n} arguments, global size {global_size})")
 
   def _new_nblocks(self, global_size: tuple[int, ...]) -> ctypes.c_int64:
     nb = _nblocks_arg(self.name, global_size)
@@ -155,15 +160,30 @@ class CPUProgram:
     return None if nb is None or global_size in self._probing or abs(nb.value) <= 1 else nb.value < 0
 
   def prepare(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] = (1, 1, 1),
-              vals: tuple[int, ...] = ()) -> Callable[[], None]:
+              vals: tuple[int, ...] = (), estimates: dict[str, int] | None = None) -> Callable[[], None]:
     """A guarded launch whose buffers and values never change (a replay's), its argument array built once: calling it skips the
-    per-launch argument filling of __call__. Faults and interrupts raise as from __call__."""
+    per-launch argument filling of __call__. With the kernel's `estimates` its blocks stay on the calling thread or go to the
+    pool as a command-queue launch's would (serial_by_estimate), settled now: a compiled file's direct replay then launches
+    each kernel as the Jit's queue replay of the same model does; without them the first launches are timed as __call__'s
+    are. Faults and interrupts raise as from __call__."""
     if len(bufs) + len(vals) > CPU_MAX_ARGS:
       raise ValueError(f"CPU: kernel {self.name} has {len(bufs) + len(vals)} arguments, more than the {CPU_MAX_ARGS} a launch passes")
     args, out, pout = _launch_arrays()
     n = _fill_slow(args, bufs, vals)
-    go = self._go
-    def call() -> None: go(args, n, global_size, out, pout, False)
+    guarded, fn, failed = self._guarded, self.fn, self._failed
+    p0, p1, p2 = pout
+    if estimates:
+      nb = _nblocks_arg(self.name, global_size)
+      if nb.value > 1 and serial_by_estimate(estimates): nb = ctypes.c_int64(-nb.value)
+      def call() -> None:
+        if (ret := guarded(fn, n, args, nb, p0, p1, p2)) != 0: failed(ret, n, global_size, out)
+    else:
+      go, nblocks, probing = self._go, self._nblocks, self._probing
+      def call() -> None:
+        # once this size's block count is settled, the native launch itself (a replay calls this per kernel: _go's frame and
+        # checks were a fifth of a small kernel's launch)
+        if (nb := nblocks.get(global_size)) is None or (probing and global_size in probing): go(args, n, global_size, out, pout, False)
+        elif (ret := guarded(fn, n, args, nb, p0, p1, p2)) != 0: failed(ret, n, global_size, out)
     call.keep = (self, bufs)   # type: ignore[attr-defined]  # the program and the buffers live as long as the prepared launch
     return call
 

@@ -65,6 +65,24 @@ def test_prepared_launch_reads_new_contents(ren):
     call()
     np.testing.assert_array_equal(_read(dev, hs[0]), _want(x, y))
 
+@pytest.mark.parametrize("serial_us", [0.0, 1e9])
+def test_prepared_launch_reports_a_fault_once_its_block_count_is_settled(serial_us, monkeypatch):
+  # past the probing launches a prepared launch calls the native launch itself: a faulting block still raises KernelFault naming
+  # the kernel and the address, and the device goes on
+  from core.device.compiled import KernelFault
+  monkeypatch.setattr(runtime, "SERIAL_US", serial_us)
+  dev, prg = _program("C")
+  rs = np.random.default_rng(6)
+  x, y = rs.standard_normal((2, NB * W)).astype(np.float32)
+  hs = _bufs(dev, [np.zeros(NB * W, np.float32), x, y])
+  good, wild = prg.prepare(*hs, global_size=(NB, 1, 1)), prg.prepare(64, *hs[1:], global_size=(NB, 1, 1))   # output at address 64
+  for _ in range(runtime.SERIAL_PROBES + 1): good()
+  assert prg.serial((NB, 1, 1)) is (serial_us > 0)
+  for _ in range(2):
+    with pytest.raises(KernelFault, match="kernel ser faulted: SIGSEGV"): wild()
+  good()
+  np.testing.assert_array_equal(_read(dev, hs[0]), _want(x, y))
+
 def test_prepare_refuses_too_many_arguments():
   _, prg = _program("C")
   with pytest.raises(ValueError, match="more than the 64"): prg.prepare(*([0] * 65))
