@@ -225,8 +225,12 @@ def _narrow_tile(renderer: Any, n: int | None, lanes: int, tile: tuple[int, int]
   512 1x1: 1 vector x 8 rows 85 GFLOP/s, x 12 57 (spills); AVX-512 code there 2 x 8 180, 1 x 16 161, 2 x 12 176."""
   j, i = tile
   if n is None or n % lanes == 0 or n % (lanes * j) == 0 or _pad_ok(n, lanes * j, MM_PAD_FULL): return None
-  share, regs = MASKED_PAD_SHARE if getattr(renderer, "masked_vectors", False) else MM_PAD_FULL, getattr(renderer, "simd_regs", 16)
+  share, regs = _narrow_share(renderer), getattr(renderer, "simd_regs", 16)
   return next(((nj, min(j * i, regs // 2) // nj) for nj in (2, 1) if nj < j and _pad_ok(n, lanes * nj, share)), None)
+
+def _narrow_share(renderer: Any) -> int:
+  """_narrow_tile's padding limit (1/share more work): a third where the pad lanes are masked, else a quarter."""
+  return MASKED_PAD_SHARE if getattr(renderer, "masked_vectors", False) else MM_PAD_FULL
 
 def _long_transposed(k: Kernel, rows: UOp, cols: UOp) -> bool:
   """A product that _packed_both may tile (its row-side input, if strided along the reduce, packed by row blocks): one reduce
@@ -296,8 +300,10 @@ def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp
   windows = [r for r in reds if (range_size(r) or 99) <= MM_WINDOW and _sliding(r, [contig_out], x_loads)]
   # (or a 1x1 conv at a stride, x[2*ow], whose rows hold no whole vector: no window, and its pixels can't merge into a longer
   # row; one Zen 3 thread, A/B in one process: ResNet's 8x256x14x14 -> 512 1x1/2 7.1 -> 2.9 ms, where _register_block ran its
-  # 7 columns scalar; 8x128x28x28 -> 256 1x1/2 (14 columns, 2 vectors padded to 16 there) 1.9 -> 2.4 here, so not that)
-  if not windows and (strided < 2 or n_out >= lanes): return None
+  # 7 columns scalar; 8x128x28x28 -> 256 1x1/2 (14 columns, 2 vectors padded to 16 there) 1.9 -> 2.4 here, so not that; nor
+  # where the row pads to one vector as _narrow_tile allows, whose tile of one vector x rows of output channels beats this one:
+  # one Zen 5 thread, A/B in one process, medians of 11: that 14 on 16 lanes 70 -> 117 GFLOP/s, 7 on AVX2's 8 52 -> 73)
+  if not windows and (strided < 2 or n_out >= lanes or _pad_ok(n_out, lanes, _narrow_share(rnd))): return None
   # the windows along the other output axes too (the kernel rows), unrolled after the tile where the register limit allows: a
   # loop of 3 around the tile pays its branch and address updates every 3 steps (one Zen 3 thread, A/B in one process: 3x3
   # 8x256x14x14 25.7 -> 23.0 ms, 8x512x7x7 27.2 -> 23.6; AVX-512's wider tiles don't fit it)
