@@ -82,8 +82,9 @@ class Jit(Generic[R]):
     self.concrete = False   # every captured input shape is plain ints: a call with exactly those shapes takes the fast check
     self.replay: Any = None
     self.graph_hcqs: list[Any] = []   # the HCQDevices an HCQ replay runs on, told of each replay (HCQDevice.graph_replay)
-    # input position -> (numpy dtype, BUFFER uop, its Buffer): where a replay copies a numpy array argument (_staged)
-    self.staging: dict[int, tuple[Any, UOp, Any]] = {}
+    # input position -> (numpy dtype, shape, BUFFER uop, its Buffer, the copy into it): where a replay copies a numpy array
+    # argument (_staged)
+    self.staging: dict[int, tuple[Any, tuple, UOp, Any, Callable[[memoryview], None]]] = {}
     # one call at a time per Jit: its calls count, capture and replay into the same buffers (threads sharing a Jit take turns)
     self._lock = threading.RLock()
     functools.update_wrapper(self, fxn)  # type: ignore[arg-type]
@@ -126,16 +127,18 @@ class Jit(Generic[R]):
     change an earlier call's result): the general path makes a Tensor of it."""
     if (st := self.staging.get(i)) is None:
       s, dt, dev = self.signature[i]
-      if any(self.ret_rebuild) or dev != Device.DEFAULT or dt.fmt is None: return None
+      # (an empty array has nothing to copy, and its memoryview no byte view: the general path takes it)
+      if any(self.ret_rebuild) or dev != Device.DEFAULT or dt.fmt is None or prod(s) == 0: return None
       from core.ir.dtype import to_np
       u = UOp.new_buffer(dev, prod(s), dt)
       buf = buffer_of(u).allocate()
       buf.rewritten = True   # no zero-copy numpy view of it: the next call writes it again
-      st = self.staging[i] = (to_np(dt), u, buf)
-    npdt, u, buf = st
-    if a.dtype != npdt or a.shape != self.signature[i][0] or not a.flags.c_contiguous: return None
+      # straight to the allocator that gave the memory (Buffer.copyin's size and allocation checks hold once for all calls)
+      st = self.staging[i] = (to_np(dt), s, u, buf, functools.partial(buf.allocator._copyin, buf._buf))
+    npdt, shape, u, _, copy = st
+    if a.dtype != npdt or a.shape != shape or not (mv := a.data).c_contiguous: return None
     # a Jit-owned buffer (its lock is held): no other thread reads it, and the previous replay has finished with it
-    buf.copyin(a.data)
+    copy(mv.cast("B"))
     return u
 
   def _call(self, args: tuple, kwargs: dict[str, Any]) -> R:

@@ -109,3 +109,19 @@ def test_hcq_replay_repatches_after_another_run_of_its_submission():
     np.testing.assert_allclose(r2.numpy(), (xs[2] + xs[3]).reshape(2, 2), rtol=1e-6)
     # back to back on one Jit: the fast path (only the inputs looked at)
     for _ in range(2): np.testing.assert_allclose(f1(xs[1], xs[2]).numpy(), (xs[1] + xs[2]).reshape(2, 2), rtol=1e-6)
+
+def test_array_inputs_of_other_layouts_and_dtypes():
+  # the staging copy takes C-ordered arrays of the captured shape (a bool one too); a Fortran-ordered array of the same shape
+  # and an empty one go the general way (an empty array's copy raised TypeError: no byte view of a shape with a 0): each
+  # replay's result is that call's
+  @Jit
+  def f(a, m, e): return Tensor(m).where(Tensor(a) * 2, Tensor(a)).contiguous(), (Tensor(e) + 1).contiguous()
+  rng = np.random.default_rng(5)
+  for k in range(6):
+    a = rng.standard_normal((3, 4)).astype(np.float32)
+    a = np.asfortranarray(a) if k == 5 else a
+    m = rng.integers(0, 2, (3, 4)).astype(np.bool_)
+    got, empty = f(a, m, np.zeros((0, 2), np.float32))
+    np.testing.assert_array_equal(got.numpy(), np.where(m, a * 2, a))
+    assert empty.numpy().shape == (0, 2)
+  assert f.cnt == 2 and sorted(f.staging) == [0, 1]
