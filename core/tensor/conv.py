@@ -180,6 +180,12 @@ def _weight_grad_by_phase(x: Tensor, dy: Tensor, w: Tensor, groups: int, s: tupl
   dw = dw.reshape(cout, cin_g, *s, *kq).permute(0, 1, *[v for i in range(nd) for v in (2 + nd + i, 2 + i)])
   return dw.reshape(cout, cin_g, *[q * v for q, v in zip(kq, s)]).shrink([None, None] + [(0, k) for k in ks])
 
+# the per-image partial sums of dW may take up to this many times dY's memory. One thread, CPU time, one sum vs per image, A/B in
+# one process (medians of 7, loaded Zen 5): dW of 3x3 8x128x28x28 -> 128 (ResNet-18's layer2, ratio 1.5) 15.4 -> 9.7 ms,
+# 8x256x28 -> 256 (2.9) 103 -> 37, 16x64x16x16 -> 64 (2.25) 2.53 -> 2.25, 8x96x16 (3.4) 2.70 -> 2.52; even at 8x64x14 (2.9),
+# 8x48x12 (3), 32x32x16 (1.1), 2x128x28 (1.5); the one sum wins at 8x128x14 (5.9: 2.90 vs 3.06) and 32x64x8 (9: 1.26 vs 1.37)
+PARTIALS_PER_DY = 4
+
 def _weight_grad_product(x: Tensor, dy: Tensor, w: Tensor, groups: int, s: tuple[int, ...], d: tuple[int, ...], pads: tuple) -> Tensor:
   """dW[o, c, *k] = sum over n and the output positions p of dY[n, o, p] * X[n, c, p*s + k*d], as a matrix product whose
   output channels o run innermost: dY copied once to (n, *p, o), the sum written as (groups, c, *k, o) and read back permuted.
@@ -196,9 +202,10 @@ def _weight_grad_product(x: Tensor, dy: Tensor, w: Tensor, groups: int, s: tuple
   dyt = dyt.reshape(bs, *os_, groups, 1, *([1] * nd), rc)
   prodt = win * dyt.cast(least_upper_dtype(dy.dtype, w.dtype))
   acc = sum_acc_dtype(prodt.dtype)
-  if bs > 1 and cin_g * prod(ks) <= prod(os_):
+  if bs > 1 and cin_g * prod(ks) <= PARTIALS_PER_DY * prod(os_):
     # a long sum (many pixels per image) into a small weight: one partial sum per image first, so each image's rows of dY
-    # are read by every output tile while they are still in cache, then the images' partials added (a buffer no bigger than dY)
+    # are read by every output tile while they are still in cache, then the images' partials added (a buffer at most
+    # PARTIALS_PER_DY times dY)
     dw = prodt.sum(tuple(range(1, 1 + nd)), dtype=acc).contiguous().sum(0, dtype=acc).contiguous()
   else: dw = prodt.sum(tuple(range(1 + nd)), dtype=acc).contiguous()     # (g, c, *k, o)
   return dw.permute(0, 2 + nd, *range(1, 2 + nd)).reshape(cout, cin_g, *ks).cast(w.dtype)

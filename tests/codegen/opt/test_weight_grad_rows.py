@@ -12,6 +12,7 @@ from core.codegen.opt.heuristic import hand_coded, MM_WINDOW
 from core.codegen.opt.kernel import range_size
 from core.ir.ops import AxisType
 from core.schedule.kernelize import create_schedule
+from core.tensor import conv
 from opt_helpers import run_ast, host_renderer
 
 rng = np.random.default_rng(7)
@@ -23,7 +24,8 @@ def _conv_weight_grad_np(x: np.ndarray, g: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("simd_bytes", [32, 64])
 @pytest.mark.parametrize("n,c,hw", [(2, 32, 14), (2, 32, 7)])
-def test_weight_grad_rows_are_channels(simd_bytes, n, c, hw):
+def test_weight_grad_rows_are_channels(simd_bytes, n, c, hw, monkeypatch):
+  monkeypatch.setattr(conv, "PARTIALS_PER_DY", 1)   # the one sum over images and pixels (2x32x14 would sum per image first)
   xn, gn = rng.standard_normal((n, c, hw, hw), dtype=np.float32), rng.standard_normal((n, c, hw, hw), dtype=np.float32)
   x, w = Tensor(xn).realize(), Tensor(rng.standard_normal((c, c, 3, 3), dtype=np.float32), requires_grad=True).realize()
   dw = (x.conv2d(w, padding=1) * Tensor(gn).realize()).sum().gradient(w)[0]
