@@ -143,8 +143,15 @@ class Expander:
     """Condition u lane by lane where the lanes simplify to constants and at most one other condition (a padded row's `lane
     in row`: true but in a tail vector's last lanes, which share one compare of the outer loop, as a masked load's gate does),
     else None (a causal mask's compare stays one vector compare)."""
-    lanes = [self.sub(u, env, k) for k in range(self.width)]
-    return UOp.vectorize(*lanes) if len({x for x in lanes if x.op is not Ops.CONST}) <= 1 else None
+    lanes: dict[int, UOp] = {}
+    other: UOp | None = None
+    # the end lanes first: a condition of the lane (a causal mask) differs there, found in 2 simplifications rather than width
+    for k in (0, self.width - 1, *range(1, self.width - 1)):
+      lanes[k] = x = self.sub(u, env, k)
+      if x.op is Ops.CONST: continue
+      if other is not None and x is not other: return None
+      other = x
+    return UOp.vectorize(*(lanes[k] for k in range(self.width)))
 
   def _combos(self, rngs: list[UOp]) -> list[dict[UOp, int]]:
     sizes = [range(range_size(r) or 1) for r in rngs]
