@@ -1,5 +1,6 @@
-"""BatchNorm in training: the batch statistics, running statistics, output and gradients against numpy, and the statistics'
-kernels reading each (sample, channel) row in place (no row of the reduction crosses samples: no index division)."""
+"""BatchNorm in training: the batch statistics, running statistics, output and gradients against numpy; the statistics'
+kernels reading each (sample, channel) row in place (no row of the reduction crosses samples: no index division); the
+backward's two per-channel sums of the output gradient."""
 import numpy as np
 import pytest
 from core import Tensor
@@ -60,3 +61,11 @@ def test_stats_kernels_have_no_index_division():
   items, _, _ = create_schedule([mean.uop, var.uop])
   reads = [it for it in items if it.ast.op is Ops.SINK and any(u.op is Ops.REDUCE for u in it.ast.toposort())]
   assert reads and sum(u.op in (Ops.IDIV, Ops.MOD) for it in reads for u in it.ast.toposort()) == 0
+
+def test_backward_reads_the_output_gradient_in_two_sums():
+  # sum(g) (bias and mean) and sum(g * (x - mean)) (weight and variance); through Tensor.batchnorm's form weight, bias, mean
+  # and invstd each took a sum of g of its own
+  bn, x, g = BatchNorm(8), Tensor.empty(4, 8, 16, 16, requires_grad=True), Tensor.empty(4, 8, 16, 16)
+  with Tensor.train(): gx, gw, gb = (bn(x) * g).sum().gradient(x, bn.weight, bn.bias)
+  items, _, _ = create_schedule([gx.uop, gw.uop, gb.uop])
+  assert sum(1 for it in items if g.uop.base in it.bufs and any(u.op is Ops.REDUCE for u in it.ast.toposort())) == 2
