@@ -144,14 +144,29 @@ class Expander:
     in row`: true but in a tail vector's last lanes, which share one compare of the outer loop, as a masked load's gate does),
     else None (a causal mask's compare stays one vector compare)."""
     lanes: dict[int, UOp] = {}
-    other: UOp | None = None
+    def lane(k: int) -> UOp:
+      if (x := lanes.get(k)) is None: x = lanes[k] = self.sub(u, env, k)
+      return x
     # the end lanes first: a condition of the lane (a causal mask) differs there, found in 2 simplifications rather than width
-    for k in (0, self.width - 1, *range(1, self.width - 1)):
-      lanes[k] = x = self.sub(u, env, k)
-      if x.op is Ops.CONST: continue
-      if other is not None and x is not other: return None
-      other = x
-    return UOp.vectorize(*(lanes[k] for k in range(self.width)))
+    if len({x for x in (lane(0), lane(self.width - 1)) if x.op is not Ops.CONST}) > 1: return None
+    monotone = self._monotone_in_lane(u, env)
+    def fill(a: int, b: int) -> None:
+      # a compare of `c*lane + rest` with a bound holds on nested sets of the other values as the lane grows: where lanes a and
+      # b come out as one condition, every lane between is that condition too (a padded row's gate: a step, found by bisection)
+      if b - a < 2: return
+      if monotone and lane(a) is lane(b): lanes.update(dict.fromkeys(range(a + 1, b), lanes[a]))
+      else:
+        fill(a, m := (a + b) // 2)
+        fill(m, b)
+    fill(0, self.width - 1)
+    vals = [lane(k) for k in range(self.width)]
+    return UOp.vectorize(*vals) if len({x for x in vals if x.op is not Ops.CONST}) <= 1 else None
+
+  def _monotone_in_lane(self, u: UOp, env: dict[UOp, int]) -> bool:
+    """Whether u is a compare of `c*lane + rest` (the vector axis) with a side free of it: true on nested sets as the lane grows."""
+    if u.op is not Ops.CMPLT or sum(self.vec in self.deps(s) for s in u.src) != 1: return False
+    side = next(s for s in u.src if self.vec in self.deps(s))
+    return side.dtype is dtypes.index and strided_offset(self.sub(side, env), cast(UOp, self.vec)) is not None
 
   def _combos(self, rngs: list[UOp]) -> list[dict[UOp, int]]:
     sizes = [range(range_size(r) or 1) for r in rngs]
