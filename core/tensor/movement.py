@@ -25,6 +25,9 @@ class MovementMixin:
     """A new shape with the same number of elements; one dim may be -1 (inferred), None keeps that dim."""
     new = check_shape("reshape", "shape", argfix(shape, *args), allow=(-1, None))
     if new == self.shape: return self
+    if all([type(d) is int and d >= 0 for d in new]) and type(n := self.numel()) is int:   # plain sizes (a conv's reshapes)
+      if prod(new) == n: return self._mop(self.uop.reshape(new))
+      raise ValueError(f"reshape {self.shape} -> {new}: sizes differ ({n} vs {prod(new)} elements)")
     new = tuple(self.shape[i] if d is None else d for i, d in enumerate(new))
     if new.count(-1) > 1: raise RuntimeError(f"reshape {self.shape} -> {new}: only one dim can be -1")
     if -1 in new:
@@ -118,9 +121,11 @@ class MovementMixin:
       crop = [(max(0, -b), s - max(0, -a)) for (b, a), s in zip(pads, padded.shape)]
       if any(e < b for b, e in crop): raise ValueError(f"pad: negative padding {pads} removes more than shape {self.shape}")
       return padded.shrink(crop)
-    crop = [(max(0, -b), s - max(0, -a)) for (b, a), s in zip(pads, self.shape)]
-    if any(e < b for b, e in crop): raise ValueError(f"pad: negative padding {pads} removes more than shape {self.shape}")
-    x = self.shrink(crop)
+    x = self
+    if pos != pads:   # a crop first (a shrink even by nothing costs its checks: a conv pads every call)
+      crop = [(max(0, -b), s - max(0, -a)) for (b, a), s in zip(pads, self.shape)]
+      if any(e < b for b, e in crop): raise ValueError(f"pad: negative padding {pads} removes more than shape {self.shape}")
+      x = self.shrink(crop)
     if not any(b or a for b, a in pos): return x
     if mode == "constant":
       ret = x._mop(x.uop.pad(tuple(pos)))

@@ -23,9 +23,10 @@ def _what(method: str, arg: str) -> str: return f"Tensor.{method}: argument {arg
 
 def check_int(method: str, arg: str, v: Any, lo: int | None = None, hi: int | None = None) -> int:
   """`v` as an int (a bool or a float is a TypeError), in [lo, hi] when given (ValueError)."""
-  if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-    raise TypeError(f"{_what(method, arg)} must be an int, got {_name(v)} {v!r}")
-  v = int(v)
+  if type(v) is not int:   # a plain int first: the ABC check of numbers.Integral costs ~0.3 us a value
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+      raise TypeError(f"{_what(method, arg)} must be an int, got {_name(v)} {v!r}")
+    v = int(v)
   if (lo is not None and v < lo) or (hi is not None and v > hi):
     rng = f">= {lo}" if hi is None else f"<= {hi}" if lo is None else f"in [{lo}, {hi}]"
     raise ValueError(f"{_what(method, arg)} must be {rng}, got {v}")
@@ -33,17 +34,20 @@ def check_int(method: str, arg: str, v: Any, lo: int | None = None, hi: int | No
 
 def check_ints(method: str, arg: str, v: Any, lo: int | None = None, n: int | None = None) -> tuple[int, ...]:
   """An int or a sequence of ints (each >= lo), as a tuple; with `n`, exactly n values (a single one is repeated)."""
-  vals = (v,) if isinstance(v, numbers.Integral) and not isinstance(v, bool) else v
+  vals = (v,) if type(v) is int or isinstance(v, numbers.Integral) and not isinstance(v, bool) else v
   if not isinstance(vals, (tuple, list)): raise TypeError(f"{_what(method, arg)} must be an int or a sequence of ints, got {_name(v)} {v!r}")
-  out = tuple(check_int(method, f"{arg}[{i}]", x, lo) for i, x in enumerate(vals))
+  if all([type(x) is int and (lo is None or x >= lo) for x in vals]): out = tuple(vals)   # plain ints: no per-value check
+  else: out = tuple(check_int(method, f"{arg}[{i}]", x, lo) for i, x in enumerate(vals))
   if n is not None and len(out) not in (1, n): raise ValueError(f"{_what(method, arg)} must have 1 or {n} values, got {len(out)}")
   return out * n if n is not None and len(out) == 1 else out
 
 def check_shape(method: str, arg: str, shape: Any, allow: Sequence[int | None] = ()) -> tuple[Any, ...]:
   """Every dim an int >= 0 (or one of `allow`, e.g. -1 for reshape's inferred dim), a symbolic dim (UOp), or None when
   None is in `allow`."""
-  from core.ir.ops import UOp
   if not isinstance(shape, (tuple, list)): raise TypeError(f"{_what(method, arg)} must be a sequence of ints, got {_name(shape)} {shape!r}")
+  # sizes that are plain ints >= 0 (nearly every call: a conv builds a dozen shapes) need none of the checks below
+  if all([type(d) is int and d >= 0 for d in shape]): return tuple(shape)
+  from core.ir.ops import UOp
   for i, d in enumerate(shape):
     if isinstance(d, UOp) or (d is None and None in allow): continue
     if isinstance(d, bool) or not isinstance(d, numbers.Integral):
