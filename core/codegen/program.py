@@ -72,7 +72,7 @@ def program_binary(p: UOp) -> bytes:
   if len(p.src) < 5: raise RuntimeError(f"kernel {p.arg.name} is not compiled yet (its PROGRAM has no BINARY: see compile_program)")
   return p.src[4].arg
 
-def _estimate(uops: list[UOp], threads: int = 1) -> dict[str, int]:
+def estimate(uops: list[UOp], threads: int = 1) -> dict[str, int]:
   """FLOPs and bytes touched, counting each op once per iteration of its enclosing loops."""
   ops = mem = 0
   trips = [threads]
@@ -135,7 +135,7 @@ def _get_program(ast: UOp, renderer: Any, optimize: bool, name: str) -> UOp:
     if u.op is Ops.SPECIAL and u.arg.startswith("lidx"): ls[int(u.arg[4:])] = u.src[0].arg
   src = renderer.render(name, uops)
   variables = tuple(u for u in uops if u.op is Ops.DEFINE_VAR)
-  spec = ProgramSpec(name, tuple(gs), tuple(ls), variables, (0,), _estimate(uops, prod(gs) * prod(ls)))
+  spec = ProgramSpec(name, tuple(gs), tuple(ls), variables, (0,), estimate(uops, prod(gs) * prod(ls)))
   return UOp(Ops.PROGRAM, src=(ast, UOp(Ops.DEVICE, arg=renderer.device), UOp(Ops.LINEAR, src=tuple(uops)), UOp(Ops.SOURCE, arg=src)), arg=spec)
 
 # a compiled PROGRAM, as a plugin's pm_prep_program matches it: names p (the PROGRAM), device, linear and binary

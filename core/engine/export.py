@@ -230,9 +230,9 @@ def _saved_linear(p: ExportedProgram, i: int) -> list[UOp]:
 
 def _estimates(p: ExportedProgram, linear: list[UOp]) -> dict[str, int]:
   """The kernel's ProgramSpec.estimates (FLOPs, bytes) from its saved program, as its Jit launch had them."""
-  from core.codegen.program import _estimate
+  from core.codegen.program import estimate
   from core.helpers import prod
-  return _estimate(linear, prod(p.global_size) * prod(p.local_size))
+  return estimate(linear, prod(p.global_size) * prod(p.local_size))
 
 class NoDirectLaunch(CompiledFileError):
   """The device runs kernels only inside its command queues."""
