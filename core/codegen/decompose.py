@@ -1,5 +1,6 @@
 """Rewrite what a renderer lacks into what it has: bfloat16 storage and math emulated with uint16 bits and float32."""
 from __future__ import annotations
+from typing import Callable
 from core.ir.dtype import dtypes, PtrDType
 from core.ir.ops import UOp, Ops, GroupOp
 from core.ir.pattern import UPat, PatternMatcher
@@ -68,7 +69,9 @@ def _horner(x: UOp, coeffs: list[float]) -> UOp:
   for c in coeffs[1:]: acc = UOp(Ops.MULACC, x.dtype, (acc, x, x.const_like(c)))
   return acc
 
-def fast_exp2(x: UOp) -> UOp:
+def fast_exp2(x: UOp, scale: Callable[[UOp, UOp], UOp] | None = None) -> UOp:
+  """2**x for float32 x. `scale(p, n)`: p * 2**n (n an integer-valued float, -254 <= n <= 129) in one instruction where the
+  target has one (AVX-512's vscalefps: the same single rounding as the two factors below); else 2**n is built from the bits."""
   # clamped: above 129 the result is inf either way, and n stays a small integer. Below -151 it rounds to 0; the clamp is at -254,
   # where both factors of 2**n below are 0.0 (exponent bits 0), so -inf (a softmax's masked lanes) gives 0 with no subnormal
   # product on the way, which costs a microcode assist on x86 (one Zen 3 thread: a causal 12x256x256 softmax 1.26 -> 0.80 ms).
@@ -78,6 +81,7 @@ def fast_exp2(x: UOp) -> UOp:
   r = xc + _ROUND
   n = r - _ROUND
   p = _horner(xc - n, _EXP2_POLY)
+  if scale is not None: return scale(p, n)
   # 2**n in two factors, 2**h and 2**(n-h) with h = floor(n/2), each a normal float (or 0.0 at n = -254): subnormal results
   # rounded once, and up to 129 (inf). r's bits are 0x4B400000 + n (anything for a NaN), and 0x4B400000 and its half shift out
   # of 32 bits by 23: (bits >> 1) << 23 is h << 23 and bits << 23 is n << 23, so the exponent fields take one shift each, in

@@ -9,9 +9,9 @@ from core.ir.pattern import PatternMatcher, UPat
 from core.codegen.c_style import CStyleRenderer, base_rewrite, c_code_for_op, _render_load as _c_render_load
 from core.codegen.llvm_ir import HostLLVMRenderer, llvm_rewrite, _render_load
 from core.codegen.lowerer import pm_fuse_mulacc
-from core.codegen.decompose import pm_vector_math
+from core.codegen.decompose import fast_exp2, pm_vector_math
 from core.device.compiler import CompileError
-from plugin_cpu.compiler import arch_flags, cc_supports, find_cc, host_simd_bytes, host_x86_fma, simd_bytes, x86_fma
+from plugin_cpu.compiler import arch_flags, cc_supports, find_cc, host_flags, host_simd_bytes, host_x86_fma, simd_bytes, x86_fma
 from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, cache_bytes, host_streams, pm_streaming_stores, stream_width
 from plugin_cpu.bf16dot import bf16_dot, host_bf16_dot, pm_bf16_dot, render_dot
 from plugin_cpu.prefetch import prefetch_offsets, line_offsets
@@ -187,6 +187,51 @@ def _llvm_prefetch_load(ctx: CPULLVMRenderer, x: UOp) -> str | None:
             f"  call void @llvm.prefetch.p0(ptr {p}, i32 0, i32 3, i32 1)")
   return out
 
+# AVX-512's vscalefps is p * 2**n in one instruction, where exp2's 2**n from the float's bits takes 6 integer ops and a second
+# multiply (decompose.fast_exp2's `scale`): float32 vectors of 4 and 8 lanes (avx512vl) and of 16 or a power-of-two multiple of
+# 16 (avx512f: an elementwise kernel's 32 and 64 lanes are rendered as 16-lane pieces, which LLVM keeps in separate registers)
+SCALEF_ARG = "scalef"
+
+def scalef_lanes(flags: frozenset[str]) -> frozenset[int]:
+  """The float32 vector widths whose exp2 takes vscalefps on a CPU with `flags` (compiler.arch_flags): none without AVX-512."""
+  if "avx512f" not in flags or host_machine() == "aarch64": return frozenset()
+  return frozenset({16, 32, 64, 128} | ({4, 8} if "avx512vl" in flags else set()))
+
+def _scalef(p: UOp, n: UOp) -> UOp: return UOp(Ops.CUSTOM, p.dtype, (p, n), SCALEF_ARG)
+
+def pm_exp2_scalef(lanes: frozenset[int]) -> PatternMatcher:
+  return PatternMatcher([(UPat(Ops.EXP2, name="x", custom=lambda x: x.dtype.scalar() is dtypes.float32 and x.dtype.count in lanes),
+                          lambda x: fast_exp2(x.src[0], _scalef))], name="exp2 by vscalefps")
+
+def llvm_rules(flags: frozenset[str], simd: int) -> PatternMatcher:
+  """The LLVM renderer's rules before rendering: exp2 by vscalefps where the target has it, then extra_rules' (and the bf16 dot
+  product's where the target has it)."""
+  rules = pm_exp2_scalef(lanes) + extra_rules(simd) if (lanes := scalef_lanes(flags)) else extra_rules(simd)
+  return pm_bf16_dot + rules if bf16_dot(flags) else rules
+
+def _llvm_scalef(ctx: CPULLVMRenderer, x: UOp) -> str:
+  n, w = x.dtype.count, min(x.dtype.count, 16)
+  t, wt = ctx.ty(x.dtype), f"<{w} x float>"
+  # the 512-bit form also takes a rounding mode (4: the current one, round to nearest even)
+  mask, rnd = ("i16", ", i32 4") if w == 16 else ("i8", "")
+  name = f"@llvm.x86.avx512.mask.scalef.ps.{w * 32}"
+  ctx.declares[f"declare {wt} {name}({wt}, {wt}, {wt}, {mask}{', i32' if rnd else ''})"] = None
+  def call(out: str, p: str, e: str) -> str: return f"{out} = call {wt} {name}({wt} {p}, {wt} {e}, {wt} zeroinitializer, {mask} -1{rnd})"
+  if n == w: return call(ctx[x], ctx[x.src[0]], ctx[x.src[1]])
+  def lanes(a: int, b: int) -> str: return ", ".join(f"i32 {k}" for k in range(a, b))
+  lines, parts = [], []
+  for j in range(0, n, w):
+    p, e, o = ctx.tmp(), ctx.tmp(), ctx.tmp()
+    lines += [f"{v} = shufflevector {t} {ctx[s]}, {t} poison, <{w} x i32> <{lanes(j, j + w)}>" for v, s in ((p, x.src[0]), (e, x.src[1]))]
+    lines.append(call(o, p, e))
+    parts.append(o)
+  while len(parts) > 1:   # pieces joined pairwise: 16 + 16 lanes, then 32 + 32, ...
+    joined = [ctx[x] if len(parts) == 2 else ctx.tmp() for _ in parts[::2]]
+    lines += [f"{o} = shufflevector <{w} x float> {a}, <{w} x float> {b}, <{2 * w} x i32> <{lanes(0, 2 * w)}>"
+              for o, a, b in zip(joined, parts[::2], parts[1::2])]
+    parts, w = joined, 2 * w
+  return "\n  ".join(lines)
+
 class CPULLVMRenderer(HostLLVMRenderer):
   """The same kernel as LLVM IR for llvmlite; the compiler fills in the host triple and data layout."""
   device = "CPU"
@@ -202,9 +247,10 @@ class CPULLVMRenderer(HostLLVMRenderer):
   kernel_attrs = 'nounwind "prefer-vector-width"="512"' if SIMD_BYTES == 64 else "nounwind"
   # with the bf16 dot product, bf16 is loaded and multiplied as vectors: the pairs of widened products become vdpbf16ps
   vector_dtypes = frozenset({dtypes.bfloat16}) if BF16_DOT else frozenset()
-  extra_matcher = pm_bf16_dot + EXTRA_RULES if BF16_DOT else EXTRA_RULES
+  extra_matcher = llvm_rules(host_flags(), SIMD_BYTES)
   string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _llvm_stream_store), (UPat(Ops.WMMA, name="x"), render_dot),
-                                   (UPat(Ops.LOAD, name="x"), _llvm_prefetch_load)]) + llvm_rewrite
+                                   (UPat(Ops.LOAD, name="x"), _llvm_prefetch_load),
+                                   (UPat(Ops.CUSTOM, name="x", arg=SCALEF_ARG), _llvm_scalef)]) + llvm_rewrite
 
   def __init__(self, arch: str | None = None):
     if arch is not None:   # DEV=CPU:LLVM:<arch>: the vectors, registers and bf16 dot product of that CPU model (compiler.arch_flags)
@@ -212,9 +258,8 @@ class CPULLVMRenderer(HostLLVMRenderer):
       self.simd_width = simd_bytes(flags)
       self.simd_regs = host_vector_regs(self.simd_width)
       self.kernel_attrs = 'nounwind "prefer-vector-width"="512"' if self.simd_width == 64 else "nounwind"
-      dot = bf16_dot(flags)
-      self.vector_dtypes = frozenset({dtypes.bfloat16}) if dot else frozenset()
-      self.extra_matcher = pm_bf16_dot + extra_rules(self.simd_width) if dot else extra_rules(self.simd_width)
+      self.vector_dtypes = frozenset({dtypes.bfloat16}) if bf16_dot(flags) else frozenset()
+      self.extra_matcher = llvm_rules(flags, self.simd_width)
 
   def _render(self, name: str, uops: list[UOp]) -> str:
     self.blocks: list[UOp] = []

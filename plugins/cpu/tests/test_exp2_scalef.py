@@ -1,0 +1,81 @@
+"""float32 exp2 on AVX-512 by vscalefps (plugin_cpu.renderer.pm_exp2_scalef): p * 2**n in one instruction, where 2**n from the
+float's bits takes 6 integer ops and a second multiply. Both round p * 2**n once, so the results are the bits path's bit for bit:
+overflow to inf, underflow through the subnormals to 0, NaN and -inf included. Other targets keep the bits path."""
+from __future__ import annotations
+import copy, re, warnings
+import numpy as np
+import pytest
+from core import Tensor
+from core.ir.ops import Ops
+from core.schedule.kernelize import create_schedule
+from core.engine.run import buffer_of
+from core.codegen.program import get_program, launch_vals, program_source
+from plugin_cpu.compiler import host_flags
+from plugin_cpu.renderer import CPULLVMRenderer, extra_rules, llvm_rules, scalef_lanes
+from cpu_kernels import device
+
+gen = np.random.default_rng(5)
+X = np.concatenate([gen.uniform(-160, 140, 20000), gen.uniform(-2, 2, 4000), gen.uniform(-152, -124, 4000),
+                    [np.nan, np.inf, -np.inf, 0.0, -0.0, 1, 127.99, 128, 128.5, 200, -126, -126.5, -149, -149.5, -150, -150.5, -151,
+                     -254, -300, -1e30, 1e30, 1e-8, 2.5, -3.25]]).astype(np.float32)   # 28024 = 3503 rows of 8
+avx512 = pytest.mark.skipif(16 not in scalef_lanes(host_flags()), reason="runs AVX-512 code: a host with avx512f")
+
+def _run(rnd, fn, x: np.ndarray) -> tuple[np.ndarray, str]:
+  """fn over x as one kernel rendered by `rnd` and run on the LLVM device over the schedule's buffers: (result, rendered source)."""
+  (item,) = [it for it in create_schedule([fn(Tensor(x).realize()).uop])[0] if it.ast.op is Ops.SINK]
+  dev = device("LLVM")
+  spec = get_program(item.ast, rnd)
+  bufs = [buffer_of(b) for b in item.bufs]
+  for b in bufs:
+    if not b.is_allocated(): b.allocate()
+  prg = dev.runtime(spec.arg.name, dev.compiler.compile(program_source(spec)))
+  prg(*[b._buf for b in bufs], global_size=spec.arg.global_size, vals=launch_vals(spec.arg, {}), wait=True)
+  return bufs[0].numpy().reshape(x.shape), program_source(spec)
+
+def _renderers(simd: int):
+  """The host LLVM renderer at `simd` bytes with the vscalefps rule (new) and without it (old)."""
+  new = copy.copy(device("LLVM").renderer)
+  new.simd_width, new.extra_matcher = simd, llvm_rules(host_flags(), simd)
+  old = copy.copy(new)
+  old.extra_matcher = extra_rules(simd)
+  return new, old
+
+def _exp2_rows(t: Tensor) -> Tensor: return t.reshape(-1, 8).exp2()
+
+@avx512
+@pytest.mark.parametrize("simd", [64, 32, 16])
+@pytest.mark.parametrize("fn", [lambda t: t.exp2(), _exp2_rows], ids=["flat", "rows_of_8"])
+def test_exp2_by_vscalefps_is_the_bits_path_bit_for_bit(simd, fn):
+  new, old = _renderers(simd)
+  got, src = _run(new, fn, X)
+  want, old_src = _run(old, fn, X)
+  assert re.search(r"call <\d+ x float> @llvm\.x86\.avx512\.mask\.scalef\.ps\.(128|256|512)\(", src)
+  assert "scalef" not in old_src
+  np.testing.assert_array_equal(np.isnan(got), np.isnan(X))
+  np.testing.assert_array_equal(got.view(np.uint32)[~np.isnan(X)], want.view(np.uint32)[~np.isnan(X)])
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    exact = np.exp2(X.astype(np.float64)).astype(np.float32)
+  edge = ~np.isfinite(exact) | (exact == 0) | ~np.isfinite(X)   # inf, 0 (below -150, -inf) and NaN exactly as float64 gives them
+  np.testing.assert_array_equal(got[edge], exact[edge])
+
+@avx512
+def test_softmax_rows_take_vscalefps():
+  x = (gen.standard_normal((37, 1000)) * 3).astype(np.float32)
+  x[5, ::3] = -np.inf
+  new, old = _renderers(64)
+  got, src = _run(new, lambda t: t.softmax(-1), x)
+  want, _ = _run(old, lambda t: t.softmax(-1), x)
+  assert "@llvm.x86.avx512.mask.scalef.ps.512(" in src
+  np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+  e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+  np.testing.assert_allclose(got, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+@pytest.mark.skipif(not {"avx", "avx2"} <= host_flags(), reason="renders for an AVX2 x86-64 CPU: a host with AVX2")
+def test_avx2_and_the_c_renderer_keep_the_bits_path():
+  # no vscalefps without AVX-512: 2**n from the float's bits (the shifts), in LLVM IR for haswell and in the C renderer's source
+  (item,) = [it for it in create_schedule([Tensor(X).exp2().uop])[0] if it.ast.op is Ops.SINK]
+  llvm = program_source(get_program(item.ast, CPULLVMRenderer(arch="haswell")))
+  c = program_source(get_program(item.ast, device("C").renderer))
+  assert "scalef" not in llvm and "scalef" not in c
+  assert re.search(r"= shl <\d+ x i32>", llvm) and "<<" in c
