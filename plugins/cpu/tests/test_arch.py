@@ -15,6 +15,8 @@ def test_arch_flags_come_from_the_compilers_march():
   assert compiler.arch_flags("x86-64") == frozenset()   # the baseline: SSE2 only
   if {"avx2", "fma"} <= compiler.host_flags():
     assert compiler.arch_flags("haswell") == {"avx", "avx2", "fma"}
+  if {"avx512f", "avx512vl"} <= compiler.host_flags():   # 4- and 8-lane AVX-512 forms (renderer.scalef_lanes) need avx512vl
+    assert {"avx512f", "avx512vl"} <= compiler.arch_flags("skylake-avx512")
   assert compiler.arch_flags(None) == compiler.host_flags()
 
 @needs_avx2
@@ -47,5 +49,5 @@ def test_kernels_for_an_older_model_give_numpys_results(dev):
 def test_unknown_or_unrunnable_models_are_refused(monkeypatch):
   with pytest.raises(CompileError, match="knows no -march=not-a-cpu"): compiler.arch_flags.__wrapped__("not-a-cpu")
   monkeypatch.setattr(compiler, "host_flags", lambda: frozenset({"avx", "avx2", "fma"}))   # an AVX2 host asked for AVX-512 code
-  with pytest.raises(CompileError, match="avx512f, which this CPU lacks"): compiler.arch_flags.__wrapped__("skylake-avx512")
+  with pytest.raises(CompileError, match="avx512f, avx512vl, which this CPU lacks"): compiler.arch_flags.__wrapped__("skylake-avx512")
   assert np.array_equal(sorted(compiler.arch_flags.__wrapped__("haswell")), ["avx", "avx2", "fma"])
