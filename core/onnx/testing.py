@@ -2,6 +2,8 @@
 MobileNet-style net with depthwise convolutions and a transformer encoder. Shared by the ONNX tests and bench/onnx_models.py;
 needs the optional dependency onnx."""
 from __future__ import annotations
+import os
+from typing import Callable
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -104,3 +106,11 @@ def transformer(layers: int = 2, d: int = 32, heads: int = 4, ff: int = 64) -> t
   return b.model((2, 8, d), ln(x), 3), (2, 8, d)
 
 MODELS = {"resnet": resnet, "mobilenet": mobilenet, "transformer": transformer}
+
+def compiled_file(make: Callable[[], tuple[onnx.ModelProto, tuple]], directory: str) -> tuple[onnx.ModelProto, tuple, str]:
+  """(model, input shape, path) of model `make()` compiled on the default device and saved in `directory` as <make's name>.core."""
+  from core.onnx import compile_model
+  model, shape = make()
+  path = os.path.join(directory, f"{make.__name__}.core")
+  compile_model(model).save(path)
+  return model, shape, path

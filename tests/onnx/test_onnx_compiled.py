@@ -10,7 +10,7 @@ from core.device.registry import Device  # noqa: E402
 from core.engine.export import MAGIC, CompiledFileError, graph_from_bytes  # noqa: E402
 from core.onnx import OnnxRunner, compile_model, load_compiled  # noqa: E402
 from core.onnx.__main__ import main  # noqa: E402
-from core.onnx.testing import MODELS, resnet  # noqa: E402
+from core.onnx.testing import MODELS, compiled_file, resnet  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -30,10 +30,7 @@ def no_compiler(monkeypatch):
 
 @pytest.fixture(scope="module")
 def resnet_file(tmp_path_factory):
-  model, shape = resnet()
-  path = str(tmp_path_factory.mktemp("compiled") / "resnet.core")
-  compile_model(model).save(path)
-  return model, shape, path
+  return compiled_file(resnet, str(tmp_path_factory.mktemp("compiled")))
 
 @pytest.mark.parametrize("queues", [None, True])
 @pytest.mark.parametrize("name", list(MODELS))

@@ -8,17 +8,14 @@ import pytest
 if os.environ.get("CI") != "true":   # the testing extra installs onnx: the core job must import it
   pytest.importorskip("onnx")
 from core.device.registry import Device  # noqa: E402
-from core.onnx import OnnxRunner, compile_model, load_compiled  # noqa: E402
-from core.onnx.testing import mobilenet  # noqa: E402
+from core.onnx import OnnxRunner, load_compiled  # noqa: E402
+from core.onnx.testing import compiled_file, mobilenet  # noqa: E402
 
 pytestmark = pytest.mark.skipif(Device.canonicalize(Device.DEFAULT).split(":")[0] != "CPU", reason="the CPU's launches")
 
 @pytest.fixture(scope="module")
 def mobilenet_file(tmp_path_factory):
-  model, shape = mobilenet()
-  path = str(tmp_path_factory.mktemp("compiled") / "mobilenet.core")
-  compile_model(model).save(path)
-  return model, shape, path
+  return compiled_file(mobilenet, str(tmp_path_factory.mktemp("compiled")))
 
 def _block_counts(monkeypatch, queues: bool) -> list[int]:
   """Records the block count of every multi-block launch of the replays loaded from now on (negative: on the calling thread)."""
