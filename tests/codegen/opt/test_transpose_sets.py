@@ -32,25 +32,23 @@ def test_tiles_along_rows(row_bytes, lanes, lane_bytes, want):
 
 def _tiles(k: Kernel) -> list[int]: return [o.amt for o in k.applied if o.op is OptOps.TILE]
 
-@pytest.mark.parametrize("simd_bytes", [32, 64])
-@pytest.mark.parametrize("shape", [(2048, 2048), (1024, 4096), (512, 4096)])
-def test_power_of_two_rows_take_fewer_tiles(simd_bytes, shape):
+def _check_tiles(shape: tuple[int, int], simd_bytes: int, tiles: list[int]):
   item, want = kernel_of(_transpose, shape, rng=rng)
   rnd = host_renderer(simd_bytes)
   k = hand_coded(Kernel(item.ast, rnd))
-  assert _tiles(k) == [CONFLICT_ROWS // 16 if simd_bytes == 64 else MM_ROW_TILE], k.applied
+  assert _tiles(k) == tiles, k.applied
   got, _ = run_ast(item, k.ast, rnd)
   np.testing.assert_array_equal(got.reshape(want.shape), want)
 
 @pytest.mark.parametrize("simd_bytes", [32, 64])
+@pytest.mark.parametrize("shape", [(2048, 2048), (1024, 4096), (512, 4096)])
+def test_power_of_two_rows_take_fewer_tiles(simd_bytes, shape):
+  _check_tiles(shape, simd_bytes, [CONFLICT_ROWS // 16 if simd_bytes == 64 else MM_ROW_TILE])
+
+@pytest.mark.parametrize("simd_bytes", [32, 64])
 def test_rows_over_many_sets_keep_the_row_tile(simd_bytes):
   # input rows of 1040 floats: the output's rows 65 lines apart, one set further each
-  item, want = kernel_of(_transpose, (1040, 4096), rng=rng)
-  rnd = host_renderer(simd_bytes)
-  k = hand_coded(Kernel(item.ast, rnd))
-  assert _tiles(k) == [MM_ROW_TILE], k.applied
-  got, _ = run_ast(item, k.ast, rnd)
-  np.testing.assert_array_equal(got.reshape(want.shape), want)
+  _check_tiles((1040, 4096), simd_bytes, [MM_ROW_TILE])
 
 @pytest.mark.parametrize("simd_bytes", [32, 64])
 @pytest.mark.parametrize("shape", [(2048, 2048), (1056, 4096), (4096, 1024)])
