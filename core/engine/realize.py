@@ -137,17 +137,88 @@ def _walk(roots: list[UOp], check_memo: bool, lift: bool = True) -> Walk | None:
   part of it is already computed (a memo hit or an ASSIGN that ran) and must be substituted first. The key is the graph
   with its buffers numbered and, with `lift`, its float literals (codegen's liftable ones) numbered too: two graphs with
   equal keys differ only in which buffers they read and which scalars they use (x * 2.5, x * 3.5), and share a schedule
-  whose kernels take those scalars as variables. (The hot path of every eager op: one iterative post-order walk that builds
-  the key as it goes, memo entries read from the nodes themselves.)"""
+  whose kernels take those scalars as variables. (The hot path of every eager op: a post-order walk that builds the key as
+  it goes, memo entries read from the engine's node table.)"""
   if len(roots) == 1 and check_memo and lift and (w := _walk_one(roots[0])) is not _NO_FAST: return w   # type: ignore[return-value]
   lift = lift and bool(LIFT_CONSTS)
+  try: w = _walk_nested(roots, check_memo, lift)
+  except _Computed: return None
+  except RecursionError: w = _walk_deep(roots, check_memo, lift)   # a graph deeper than the interpreter's stack allows
+  # more scalars than a kernel takes as arguments: math with fixed coefficients, keyed (and compiled) with its values
+  if w is not None and len(w[4]) > MAX_LIFTED: return _walk(roots, check_memo, lift=False)
+  return w
+
+class _Computed(Exception):
+  """_walk_nested met a node with a memo entry or an ASSIGN that ran."""
+
+# How _walk keys a node, shared by its two forms (they must give equal keys): a BUFFER is a leaf whose sources (UNIQUE,
+# DEVICE) are its identity, not structure; a DEVICE a leaf keyed by its name (never marked, so the first walk's key is every
+# later walk's); a marked subgraph is keyed as the node itself (hash-consing makes it its structure, and the key keeps it
+# alive); a liftable CONST's value is an input of the schedule, not structure (never marked: a marked subgraph must hold no
+# literal); an ASSIGN's arg only makes it a node of its own (Tensor.assign). Only walks that number literals mark: a marked
+# node is keyed as itself, so one marked by a walk that keeps them would hold its literals' values in every later key.
+
+def _walk_nested(roots: list[UOp], check_memo: bool, lift: bool) -> Walk:
+  """_walk's pass as nested calls: half the time per node of the stack walk (one call per node, no revisits); raises
+  _Computed where _walk answers None, RecursionError on a graph deeper than the interpreter's stack (then _walk_deep runs)."""
+  BUFFER, DEVICE, CONST, ASSIGN, BIND = Ops.BUFFER, Ops.DEVICE, Ops.CONST, Ops.ASSIGN, Ops.BIND
+  fget, epoch, mark = _fget, _plain_epoch, check_memo and lift
+  idx: dict[UOp, int] = {}
+  key: list[tuple] = []
+  inputs: list[UOp] = []
+  lits: list[UOp] = []
+  plain: dict[UOp, bool] = {}   # emitted node -> markable (see _plain_epoch)
+  flags = [False, False]   # has ASSIGN, has BIND
+  def visit(u: UOp) -> int:
+    if (j := idx.get(u)) is not None: return j
+    op = u.op
+    if op is BUFFER:
+      idx[u] = j = len(key)
+      key.append((BUFFER, u.dtype, u.arg, u.src[1].arg, len(inputs)))
+      inputs.append(u)
+      plain[u] = False
+      return j
+    if op is DEVICE:
+      idx[u] = j = len(key)
+      key.append((DEVICE, u.arg))
+      plain[u] = True
+      return j
+    if (f := fget(id(u))) is not None:
+      if f.plain == epoch:
+        idx[u] = j = len(key)
+        key.append((None, u))
+        plain[u] = True
+        return j
+      if check_memo and (f.assigned is not None or (u not in roots and _memo_of(f) is not None)): raise _Computed
+    src = u.src
+    si = tuple([visit(x) for x in src])
+    idx[u] = j = len(key)
+    if op is CONST and lift and src and liftable(u):
+      key.append((CONST, u.dtype, _LIT, u.tag, (si[0], len(lits))))
+      lits.append(u)
+      plain[u] = False
+    elif op is ASSIGN or op is BIND:
+      flags[op is BIND] = True
+      key.append((op, u.dtype, None if op is ASSIGN else u._key[3], u.tag, si))
+      plain[u] = False
+    else:
+      key.append((op, u.dtype, u._key[3], u.tag, si))
+      if (p := all([plain[x] for x in src]) and u not in roots) and mark: facts.of(u).plain = epoch
+      plain[u] = p
+    return j
+  res = tuple([visit(r) for r in roots])
+  key.append((Ops.SINK, res))   # which nodes are the results, in order
+  return tuple(key), inputs, flags[0], flags[1], tuple(lits)
+
+def _walk_deep(roots: list[UOp], check_memo: bool, lift: bool) -> Walk | None:
+  """_walk_nested's pass as one iterative post-order walk (any depth), None where it raises _Computed."""
   idx: dict[UOp, int] = {}
   key: list[tuple] = []
   inputs: list[UOp] = []
   lits: list[UOp] = []
   has_assign = has_bind = False
   seen: set[UOp] = set()
-  plain: dict[UOp, bool] = {}   # emitted node -> markable (see _plain_epoch)
+  plain: dict[UOp, bool] = {}
   epoch = _plain_epoch
   for root in roots:
     stack = [root]
@@ -156,14 +227,14 @@ def _walk(roots: list[UOp], check_memo: bool, lift: bool = True) -> Walk | None:
       if u in idx:
         stack.pop()
         continue
-      if u.op is Ops.BUFFER:   # a leaf: its sources (UNIQUE, DEVICE) are its identity, not structure
+      if u.op is Ops.BUFFER:
         stack.pop()
         idx[u] = len(key)
         key.append((Ops.BUFFER, u.dtype, u.arg, u.src[1].arg, len(inputs)))
         inputs.append(u)
         plain[u] = False
         continue
-      if u.op is Ops.DEVICE:   # a leaf too, keyed by its name: never marked, so the first walk's key is every later walk's
+      if u.op is Ops.DEVICE:
         stack.pop()
         idx[u] = len(key)
         key.append((Ops.DEVICE, u.arg))
@@ -173,7 +244,6 @@ def _walk(roots: list[UOp], check_memo: bool, lift: bool = True) -> Walk | None:
         seen.add(u)
         f = _fget(id(u))
         if f is not None and f.plain == epoch:
-          # a marked subgraph: hash-consing makes the node itself its structure (the key holds it, so it stays the same node)
           stack.pop()
           idx[u] = len(key)
           key.append((None, u))
@@ -189,21 +259,15 @@ def _walk(roots: list[UOp], check_memo: bool, lift: bool = True) -> Walk | None:
       elif u.op is Ops.BIND: has_bind = True
       idx[u] = len(key)
       if lift and u.op is Ops.CONST and u.src and liftable(u):
-        # a scalar: its value is an input of the schedule, not structure (a marked subgraph must not hold one: never marked)
         key.append((Ops.CONST, u.dtype, _LIT, u.tag, (idx[u.src[0]], len(lits))))
         lits.append(u)
         plain[u] = False
         continue
-      # an ASSIGN's arg only makes it a node of its own (Tensor.assign): not structure
       key.append((u.op, u.dtype, u._key[3] if u.op is not Ops.ASSIGN else None, u.tag, tuple([idx[x] for x in u.src])))
       p = u.op is not Ops.ASSIGN and u.op is not Ops.BIND and u not in roots and all([plain[x] for x in u.src])
-      # (only walks that number literals mark: a marked node is keyed as itself, so one marked by a walk that keeps them
-      # would hold its literals' values in every later key)
       if p and check_memo and lift: facts.of(u).plain = epoch
       plain[u] = p
-  key.append((Ops.SINK, tuple([idx[r] for r in roots])))   # which nodes are the results, in order
-  # more scalars than a kernel takes as arguments: math with fixed coefficients, keyed (and compiled) with its values
-  if len(lits) > MAX_LIFTED: return _walk(roots, check_memo, lift=False)
+  key.append((Ops.SINK, tuple([idx[r] for r in roots])))
   return tuple(key), inputs, has_assign, has_bind, tuple(lits)
 
 def fuse_rows(device: str) -> bool:

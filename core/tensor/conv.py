@@ -33,6 +33,10 @@ def _moved(nd: int, src: int, dst: int) -> tuple[int, ...]:
   order.insert(dst, src)
   return tuple(order)
 
+def _then(first: tuple[int, ...], second: tuple[int, ...]) -> tuple[int, ...]:
+  """The one permutation that is `first` and then `second`."""
+  return tuple(first[i] for i in second)
+
 def _padding(padding: int | Sequence[int], dims: int) -> list[tuple[int, int]]:
   """Per spatial dim (before, after): an int, one value per dim, or torch's flat (left, right, ...) from the last dim."""
   if isinstance(padding, int): return [(padding, padding)] * dims
@@ -253,12 +257,15 @@ class ConvMixin:
     nd = len(k)
     s, d = make_tuple(stride, nd), make_tuple(dilation, nd)
     x, lead = self.uop, self.ndim - nd
+    # the permutes between windows are composed and applied once (`pending`): a 2-d window took 6 PERMUTE nodes in a row
+    # (3 of them back to back), each one more node to build, walk for the schedule cache's key and index through
+    pending = tuple(range(self.ndim))
     for i in range(nd):
       ax, r = lead + 2 * i, self.ndim + i  # earlier dims have already become (o, k) pairs
-      x = _window_last(x.permute(_moved(r, ax, r - 1)), k[i], s[i], d[i])
-      x = x.permute(_moved(r + 1, r - 1, ax)).permute(_moved(r + 1, r, ax + 1))
+      x = _window_last(x.permute(_then(pending, _moved(r, ax, r - 1))), k[i], s[i], d[i])
+      x, pending = x.src[0], _then(x.arg, _then(_moved(r + 1, r - 1, ax), _moved(r + 1, r, ax + 1)))   # the window's own permute too
     order = list(range(lead)) + [lead + 2 * i for i in range(nd)] + [lead + 2 * i + 1 for i in range(nd)]
-    return self._mop(x.permute(tuple(order)))
+    return self._mop(x.permute(_then(pending, tuple(order))))
 
   def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:  # type: ignore[misc]
     """Windows of `size` every `step` along `dim` (torch.Tensor.unfold): that dim becomes the window count and a last dim
