@@ -39,16 +39,32 @@ def _view_of(buf: Buffer, n: int, shape: tuple[int, ...], dtype: DType, readonly
 def _rewritten_copy(t: Tensor) -> np.ndarray | None:
   """to_numpy's shortcut for a Jit's output (a buffer its replays rewrite, or a static reshape of one), read once per call:
   its copy without the realize and view checks. None for anything else."""
-  import numpy as np
   u = t.uop
   b = u.src[0] if u.op is Ops.RESHAPE and len(u.src) == 1 else u
   if b.op is not Ops.BUFFER or (f := facts.get_id(id(b))) is None or (buf := f.buffer) is None or not buf.rewritten: return None
-  if "_buf" not in buf.__dict__ or not buf.nbytes or u.dtype.scalar().fmt is None: return None
+  # the checks below hold as long as the buffer keeps its memory and is read through a node of the same shape and dtype: done
+  # once per buffer (a replay returns the same node every call), not per read. The plan lives in the Buffer's own __dict__, so
+  # it lives exactly as long as the buffer and holds nothing the buffer does not
+  d = buf.__dict__
+  if (p := d.get(_PLAN)) is None or p[0] is not d.get("_buf") or p[1] is not u.dtype or p[2] != u.arg:
+    if (p := _read_plan(u, b, buf)) is None: return None
+    d[_PLAN] = p
+  handle, _, _, shape, npdt, zeros, copyout = p
+  out: Any = zeros(shape, npdt)   # zeroed, as to_numpy's copy
+  with engine_lock: copyout(memoryview(out).cast("B"), handle)
+  return out
+
+_PLAN = "_numpy_read"   # a rewritten Buffer's read plan (_read_plan), in its __dict__
+
+def _read_plan(u: Any, b: Any, buf: Buffer) -> tuple | None:
+  """(memory handle, dtype, node arg, shape, numpy dtype, np.zeros, the allocator's copyout) for reading `buf` through
+  `u` (`b` or a static reshape of it) by _rewritten_copy; None where its shortcut does not apply."""
+  import numpy as np
+  if (handle := buf.__dict__.get("_buf")) is None or not buf.nbytes or u.dtype.scalar().fmt is None: return None
   shape: Any = u.shape
   if shape is None or not all(type(d) is int for d in shape) or prod(shape) != b.arg: return None
-  out: Any = np.zeros(shape, dtype=to_np(u.dtype))   # zeroed, as below
-  with engine_lock: buf.copyout(memoryview(out).cast("B"))
-  return out
+  # the allocator Buffer.copyout copies with (its size and allocation checks hold for this memory and shape)
+  return (handle, u.dtype, u.arg, shape, to_np(u.dtype), np.zeros, buf.allocator._copyout)
 
 def to_numpy(t: Tensor) -> np.ndarray:
   """Tensor.numpy() of a dtype numpy has: a read-only view of t's memory where that is host memory nothing rewrites (the CPU

@@ -79,6 +79,9 @@ class Jit(Generic[R]):
     self.ret_uops: list[UOp] = []
     self.ret_rebuild: list[bool] = []
     self.ret_tensors: list[Any] = []   # the Tensors in what the function returned, whose uops each replay sets
+    # (Tensor, its captured uop) of each returned tensor when none reads an input or a variable (ret_rebuild all False): a replay
+    # without variables only sets them back; None otherwise
+    self.ret_fixed: list[tuple[Any, UOp]] | None = None
     self.concrete = False   # every captured input shape is plain ints: a call with exactly those shapes takes the fast check
     self.replay: Any = None
     self.graph_hcqs: list[Any] = []   # the HCQDevices an HCQ replay runs on, told of each replay (HCQDevice.graph_replay)
@@ -91,12 +94,17 @@ class Jit(Generic[R]):
 
   def reset(self) -> None:
     self.cnt, self.items, self.input_bufs, self.ret, self.replay, self.graph_hcqs = 0, [], [], None, None, []
-    self.ret_tensors, self.concrete, self.staging = [], False, {}
+    self.ret_tensors, self.ret_fixed, self.concrete, self.staging = [], None, False, {}
 
   def __get__(self, obj: Any, objtype: Any = None) -> Any: return functools.partial(self.__call__, obj)  # methods
 
   def __call__(self, *args: Any, **kwargs: Any) -> R:
-    with self._lock: return self._call(args, kwargs)
+    with self._lock:
+      # the common replay (inputs of the captured concrete shapes that are buffers or numpy arrays already), checked here:
+      # _call's frame and argument packing were a tenth of a small replay's Python
+      if self.cnt == 2 and self.concrete and not kwargs and JIT and (new := self._fast_inputs(args)) is not None:
+        with engine_lock: return self._replay(new, {})
+      return self._call(args, kwargs)
 
   def _fast_inputs(self, args: tuple) -> list[UOp] | None:
     """The base BUFFER uops of a replay call's inputs when every one is already a realized buffer (or a static reshape of one, as
@@ -142,8 +150,6 @@ class Jit(Generic[R]):
     return u
 
   def _call(self, args: tuple, kwargs: dict[str, Any]) -> R:
-    if self.cnt == 2 and self.concrete and JIT and not kwargs and (new := self._fast_inputs(args)) is not None:
-      with engine_lock: return self._replay(new, {})
     args, kwargs = _arrays_as_tensors(args, kwargs)
     inputs = _tensors_in(args, kwargs)
     for t in inputs: t.realize()
@@ -186,6 +192,7 @@ class Jit(Generic[R]):
       # inputs); the others, usually a reshape of a captured buffer, are returned as they are without a graph walk
       ins = set(self.input_bufs)
       self.ret_rebuild = [any(x in ins or x.op is Ops.BIND or x.op is Ops.DEFINE_VAR for x in u.toposort()) for u in self.ret_uops]
+      self.ret_fixed = None if any(self.ret_rebuild) else list(zip(self.ret_tensors, self.ret_uops))
       self.cnt = 2
       return ret
     if sig != self.signature:
@@ -209,7 +216,7 @@ class Jit(Generic[R]):
         self.replay, self.graph_hcqs = hr, list(dict.fromkeys(h for d in devs if (h := Device[d].hcq) is not None and
                                                               getattr(h.graph_replay, "__func__", None) is not HCQDevice.graph_replay))
       else: self.replay = DirectReplay(self.items, self.input_bufs)
-    bufs = [buffer_of(b) for b in new]
+    bufs = list(map(buffer_of, new))
     if self.graph_hcqs:
       # each device knows the replay's work is this capture's, the same commands every time: it may run them as a device graph
       with contextlib.ExitStack() as graphs:
@@ -218,6 +225,9 @@ class Jit(Generic[R]):
     else: self.replay(bufs, var_vals)
     # the returned tensors keep the captured buffers, except where they are (views of) this call's inputs; their
     # symbolic shapes take this call's values
+    if self.ret_fixed is not None and not var_vals:
+      for t, u in self.ret_fixed: t.uop = u
+      return self.ret
     mapping: dict[UOp, UOp] | None = None
     for t, u, rebuild in zip(self.ret_tensors, self.ret_uops, self.ret_rebuild):
       # a plain buffer (the usual return), or a view of captured buffers only, needs no graph walk
