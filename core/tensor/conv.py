@@ -190,6 +190,20 @@ def _weight_grad_by_phase(x: Tensor, dy: Tensor, w: Tensor, groups: int, s: tupl
 # 8x48x12 (3), 32x32x16 (1.1), 2x128x28 (1.5); the one sum wins at 8x128x14 (5.9: 2.90 vs 3.06) and 32x64x8 (9: 1.26 vs 1.37)
 PARTIALS_PER_DY = 4
 
+# an image's dY above this size (bytes) gets one partial sum of dW per block of its rows: every output tile of the partial's
+# kernel reads the whole block of dY and X (the stem's 3.2 MB of dY per image, read by 16 tiles), which with this much of dY
+# and about as much of X stays in a core's L2 (1-2 MiB on current x86 cores) instead of coming from the shared L3, where two
+# threads' reads compete. One Zen 5 thread, process CPU time, A/B in one process, medians of 9-11 (load 5-10): the stem's dW
+# (8x3x224x224, 7 blocks of 16 rows) 20.1-22.6 -> 18.8-20.8 ms, 3x3 8x64x56x56 (2 of 28) 14.7 -> 13.1; 8x128x28 (one block
+# of 392 KiB) split in 2 gained nothing (11.6 vs 11.5)
+PARTIAL_DY_BYTES = 512 << 10
+
+def _row_blocks(rows: int, row_bytes: int, most: int) -> int:
+  """Blocks of rows an image's partial sums of dW cover: the fewest that divide `rows` and hold at most PARTIAL_DY_BYTES of dY
+  each (1 where the whole image fits), else the most that divide it within `most` (the partials' buffer limit)."""
+  counts = [b for b in range(1, min(rows, max(most, 1)) + 1) if rows % b == 0]
+  return next((b for b in counts if rows // b * row_bytes <= PARTIAL_DY_BYTES), counts[-1])
+
 def _weight_grad_product(x: Tensor, dy: Tensor, w: Tensor, groups: int, s: tuple[int, ...], d: tuple[int, ...], pads: tuple) -> Tensor:
   """dW[o, c, *k] = sum over n and the output positions p of dY[n, o, p] * X[n, c, p*s + k*d], as a matrix product whose
   output channels o run innermost: dY copied once to (n, *p, o), the sum written as (groups, c, *k, o) and read back permuted.
@@ -209,7 +223,9 @@ def _weight_grad_product(x: Tensor, dy: Tensor, w: Tensor, groups: int, s: tuple
   if bs > 1 and cin_g * prod(ks) <= PARTIALS_PER_DY * prod(os_):
     # a long sum (many pixels per image) into a small weight: one partial sum per image first, so each image's rows of dY
     # are read by every output tile while they are still in cache, then the images' partials added (a buffer at most
-    # PARTIALS_PER_DY times dY)
+    # PARTIALS_PER_DY times dY); per block of rows where an image's dY is larger than PARTIAL_DY_BYTES
+    blocks = _row_blocks(os_[0], prod(os_[1:]) * cout * dy.dtype.itemsize, int(PARTIALS_PER_DY * prod(os_) // (cin_g * prod(ks))))
+    prodt = prodt.reshape(bs * blocks, os_[0] // blocks, *prodt.shape[2:])
     dw = prodt.sum(tuple(range(1, 1 + nd)), dtype=acc).contiguous().sum(0, dtype=acc).contiguous()
   else: dw = prodt.sum(tuple(range(1 + nd)), dtype=acc).contiguous()     # (g, c, *k, o)
   return dw.permute(0, 2 + nd, *range(1, 2 + nd)).reshape(cout, cin_g, *ks).cast(w.dtype)
