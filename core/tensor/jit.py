@@ -33,10 +33,12 @@ class JitCapture(capture.Capture):
 
 class JitError(RuntimeError): pass
 
+_ndarray: Any = None   # numpy.ndarray once numpy is imported (a replay looks at it per argument)
 def _ndarray_type() -> Any:
   """numpy.ndarray, or None when numpy was never imported (then no argument can be one)."""
-  np = sys.modules.get("numpy")
-  return None if np is None else np.ndarray
+  global _ndarray
+  if _ndarray is None and (np := sys.modules.get("numpy")) is not None: _ndarray = np.ndarray
+  return _ndarray
 
 def _arrays_as_tensors(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
   """numpy array arguments become Tensors on the default device (as Tensor(array) makes them): they are inputs like Tensors, not
@@ -113,20 +115,19 @@ class Jit(Generic[R]):
     path must look."""
     new: list[UOp] = []
     sig = self.signature
-    nd = _ndarray_type()
+    nd = _ndarray if _ndarray is not None else _ndarray_type()
     for a in args:
-      if type(a) is UOp: return None
-      if nd is not None and type(a) is nd:
+      if type(a) is nd:   # (never when nd is None: no type is None)
         if len(new) == len(sig) or (st := self._staged(len(new), a)) is None: return None
         new.append(st)
-        continue
-      if not isinstance(a, Tensor): continue
-      if len(new) == len(sig): return None
-      u = a.uop
-      b = u.src[0] if u.op is Ops.RESHAPE and len(u.src) == 1 else u
-      s, dt, dev = sig[len(new)]
-      if b.op is not Ops.BUFFER or u.shape != s or u.dtype != dt or b.src[1].arg != dev: return None
-      new.append(b)
+      elif isinstance(a, Tensor):
+        if len(new) == len(sig): return None
+        u = a.uop
+        b = u.src[0] if u.op is Ops.RESHAPE and len(u.src) == 1 else u
+        s, dt, dev = sig[len(new)]
+        if b.op is not Ops.BUFFER or u.shape != s or (u.dtype is not dt and u.dtype != dt) or b.src[1].arg != dev: return None
+        new.append(b)
+      elif type(a) is UOp: return None
     return new if len(new) == len(sig) else None
 
   def _staged(self, i: int, a: Any) -> UOp | None:
