@@ -190,12 +190,14 @@ def _weight_grad_by_phase(x: Tensor, dy: Tensor, w: Tensor, groups: int, s: tupl
 # 8x48x12 (3), 32x32x16 (1.1), 2x128x28 (1.5); the one sum wins at 8x128x14 (5.9: 2.90 vs 3.06) and 32x64x8 (9: 1.26 vs 1.37)
 PARTIALS_PER_DY = 4
 
-# an image's dY above this size (bytes) gets one partial sum of dW per block of its rows: every output tile of the partial's
+# an image's dY above this size (bytes) gets one partial sum of dW per block of its rows. Every output tile of the partial's
 # kernel reads the whole block of dY and X (the stem's 3.2 MB of dY per image, read by 16 tiles), which with this much of dY
 # and about as much of X stays in a core's L2 (1-2 MiB on current x86 cores) instead of coming from the shared L3, where two
-# threads' reads compete. One Zen 5 thread, process CPU time, A/B in one process, medians of 9-11 (load 5-10): the stem's dW
-# (8x3x224x224, 7 blocks of 16 rows) 20.1-22.6 -> 18.8-20.8 ms, 3x3 8x64x56x56 (2 of 28) 14.7 -> 13.1; 8x128x28 (one block
-# of 392 KiB) split in 2 gained nothing (11.6 vs 11.5)
+# threads' reads compete; and a block's dY of all output channels fits a packed panel (pack.PACK_MAX_BYTES, also 512 KiB), so
+# the optimizer's tile takes 4 vectors of them where a whole image's took 2. One Zen 5 thread, process CPU time, A/B in one
+# process, medians of 9-11 (load 4-10): the stem's dW (8x3x224x224, 7 blocks of 16 rows, the same tile) 20.1-22.6 ->
+# 18.8-20.8 ms; 3x3 8x64x56x56 (2 blocks of 28) 13.1-14.7 -> 11.9-13.1 by the wider tile (with the per-image kernel's tile
+# the blocks alone: 12.5 -> 12.6, 14.4 -> 14.4); 8x128x28 (392 KiB an image) split in 2 gained nothing (11.6 vs 11.5)
 PARTIAL_DY_BYTES = 512 << 10
 
 def _row_blocks(rows: int, row_bytes: int, most: int) -> int:
