@@ -42,14 +42,15 @@ def _rewritten_copy(t: Tensor) -> np.ndarray | None:
   u = t.uop
   b = u.src[0] if u.op is Ops.RESHAPE and len(u.src) == 1 else u
   if b.op is not Ops.BUFFER or (f := facts.get_id(id(b))) is None or (buf := f.buffer) is None or not buf.rewritten: return None
-  # the checks below hold as long as the buffer keeps its memory and is read through a node of the same shape and dtype: done
-  # once per buffer (a replay returns the same node every call), not per read. The plan lives in the Buffer's own __dict__, so
-  # it lives exactly as long as the buffer and holds nothing the buffer does not
+  # what is checked below holds for as long as the Buffer lives (its size and dtype never change) when it is read through a node
+  # of the same shape and dtype: done once per buffer (a replay returns the same node every call), not per read. The plan lives
+  # in the Buffer's own __dict__: as long as the buffer, holding nothing of it (the memory is read through its current handle)
   d = buf.__dict__
-  if (p := d.get(_PLAN)) is None or p[0] is not d.get("_buf") or p[1] is not u.dtype or p[2] != u.arg:
+  if (p := d.get(_PLAN)) is None or p[0] is not u.dtype or p[1] != u.arg:
     if (p := _read_plan(u, b, buf)) is None: return None
     d[_PLAN] = p
-  handle, _, _, shape, npdt, zeros, copyout = p
+  if (handle := d.get("_buf")) is None: return None   # not allocated (now): the general path says so
+  _, _, shape, npdt, zeros, copyout = p
   out: Any = zeros(shape, npdt)   # zeroed, as to_numpy's copy
   with engine_lock: copyout(memoryview(out).cast("B"), handle)
   return out
@@ -57,14 +58,14 @@ def _rewritten_copy(t: Tensor) -> np.ndarray | None:
 _PLAN = "_numpy_read"   # a rewritten Buffer's read plan (_read_plan), in its __dict__
 
 def _read_plan(u: Any, b: Any, buf: Buffer) -> tuple | None:
-  """(memory handle, dtype, node arg, shape, numpy dtype, np.zeros, the allocator's copyout) for reading `buf` through
-  `u` (`b` or a static reshape of it) by _rewritten_copy; None where its shortcut does not apply."""
+  """(dtype, node arg, shape, numpy dtype, np.zeros, the allocator's copyout) for reading `buf` through `u` (`b` or a static
+  reshape of it) by _rewritten_copy; None where its shortcut does not apply."""
   import numpy as np
-  if (handle := buf.__dict__.get("_buf")) is None or not buf.nbytes or u.dtype.scalar().fmt is None: return None
+  if not buf.nbytes or u.dtype.scalar().fmt is None: return None
   shape: Any = u.shape
   if shape is None or not all(type(d) is int for d in shape) or prod(shape) != b.arg: return None
-  # the allocator Buffer.copyout copies with (its size and allocation checks hold for this memory and shape)
-  return (handle, u.dtype, u.arg, shape, to_np(u.dtype), np.zeros, buf.allocator._copyout)
+  # the allocator Buffer.copyout copies with (its size check holds for this shape, its allocation check is made per read)
+  return (u.dtype, u.arg, shape, to_np(u.dtype), np.zeros, buf.allocator._copyout)
 
 def to_numpy(t: Tensor) -> np.ndarray:
   """Tensor.numpy() of a dtype numpy has: a read-only view of t's memory where that is host memory nothing rewrites (the CPU
