@@ -192,7 +192,7 @@ PARTIALS_PER_DY = 4
 
 # an image's dY above this size (bytes) gets one partial sum of dW per block of its rows. Every output tile of the partial's
 # kernel reads the whole block of dY and X (the stem's 3.2 MB of dY per image, read by 16 tiles), which with this much of dY
-# and about as much of X stays in a core's L2 (1-2 MiB on current x86 cores) instead of coming from the shared L3, where two
+# and about as much of X stays in a core's L2 (1 MiB on the Zen 5 measured; Zen 3 has 512 KiB) instead of the shared L3, where two
 # threads' reads compete; and a block's dY of all output channels fits a packed panel (pack.PACK_MAX_BYTES, also 512 KiB), so
 # the optimizer's tile takes 4 vectors of them where a whole image's took 2. One Zen 5 thread, process CPU time, A/B in one
 # process, medians of 9-11 (load 4-10): the stem's dW (8x3x224x224, 7 blocks of 16 rows, the same tile) 20.1-22.6 ->
@@ -202,9 +202,12 @@ PARTIAL_DY_BYTES = 512 << 10
 
 def _row_blocks(rows: int, row_bytes: int, most: int) -> int:
   """Blocks of rows an image's partial sums of dW cover: the fewest that divide `rows` and hold at most PARTIAL_DY_BYTES of dY
-  each (1 where the whole image fits), else the most that divide it within `most` (the partials' buffer limit)."""
+  each (1 where the whole image fits), else the most that divide it within `most` (the partials' buffer limit). Where the
+  fewest that fit hold under a quarter of the limit (a prime count of rows: one row a block), whole images: such blocks would
+  only multiply the partials written and read back."""
   counts = [b for b in range(1, min(rows, max(most, 1)) + 1) if rows % b == 0]
-  return next((b for b in counts if rows // b * row_bytes <= PARTIAL_DY_BYTES), counts[-1])
+  if (fit := next((b for b in counts if rows // b * row_bytes <= PARTIAL_DY_BYTES), None)) is None: return counts[-1]
+  return fit if 4 * (rows // fit) * row_bytes >= PARTIAL_DY_BYTES else 1
 
 def _weight_grad_product(x: Tensor, dy: Tensor, w: Tensor, groups: int, s: tuple[int, ...], d: tuple[int, ...], pads: tuple) -> Tensor:
   """dW[o, c, *k] = sum over n and the output positions p of dY[n, o, p] * X[n, c, p*s + k*d], as a matrix product whose

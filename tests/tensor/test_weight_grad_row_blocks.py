@@ -30,6 +30,9 @@ def test_row_blocks() -> None:
   assert conv._row_blocks(28, 28 * 128 * 4, 10) == 1
   assert conv._row_blocks(7, conv.PARTIAL_DY_BYTES, 100) == 7
   assert conv._row_blocks(112, 112 * 64 * 4, 3) == 2   # the partials' buffer limit wins: the most blocks within it
+  # a prime count of rows (the stem of a 226x226 input: 113) fits only one row a block: whole images instead
+  assert conv._row_blocks(113, 113 * 64 * 4, 200) == 1
+  assert conv._row_blocks(109, 109 * 64 * 4, 200) == 1
 
 def test_stem_weight_grad_has_row_block_partials() -> None:
   # ResNet's 7x7/2 stem on 8x3x224x224: by phases a 4x4 conv of 12 channels; its partials are per image and block of 16 rows
