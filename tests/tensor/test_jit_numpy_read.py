@@ -1,6 +1,6 @@
 """`.numpy()` of a Jit's output (a buffer its replays rewrite) checks the buffer, shape and dtype once per buffer and node shape,
-not on every read: the read plan kept with the Buffer gives each call's values, follows the node it is read through, and is made
-again when the buffer's memory changes."""
+not on every read: the read plan kept with the Buffer gives each call's values, follows the node it is read through, and reads
+the buffer's current memory (a reallocated buffer's new memory)."""
 import numpy as np
 import core.tensor.interop as interop
 from core import Jit, Tensor

@@ -15,7 +15,8 @@ class OptOps(enum.Enum):
   the inputs that loop `axis` reuses into a contiguous thread-private buffer before the loop (opt/pack.py); TILE splits a LOOP
   into two nested loops (the inner one innermost of the loops, so SWAPs and PACKs can put other loops between them); PADTO
   rounds an output axis up to a multiple of `amt` (the extra iterations compute on zeros and store nothing), so a later split
-  by `amt` divides it, or a reduce axis (its reductions take their identity on the extra iterations); TC computes the kernel's sum of products on tensor core number `axis` of the renderer's tensor_cores
+  by `amt` divides it, or a reduce axis (its reductions take their identity on the extra iterations); TC computes the kernel's
+  sum of products on tensor core number `axis` of the renderer's tensor_cores
   (opt/tc.py: it must come first, and no LOCAL or GROUP may follow, which would move the warp's lanes off lidx0); NOOP does
   nothing; MERGE makes LOOP `axis` and the LOOP nested in it (`amt`) one loop, where every address uses them as one
   (axis * size(amt) + amt, times a stride: the spatial axes of a 1x1 conv or a permute), so the vectors along it see the
@@ -160,8 +161,8 @@ def apply_opts(ast: UOp, opts: list[Opt] | tuple[Opt, ...], renderer: Any = None
 
 def pad_axis(ast: UOp, r: UOp, size: int, gate_stores: bool = True) -> UOp:
   """Output axis r (size n) iterated to `size` > n: every load that uses it and every store is gated by r < n, so the extra
-  iterations read nothing (a gated load gives 0) and write nothing. `gate_stores=False` pads a reduce axis: only its loads are
-  gated (what the extra iterations add must then be nothing, as 0 * x in a sum of products)."""
+  iterations read nothing (a gated load gives 0) and write nothing. `gate_stores=False` gates only the loads (pad_reduce, which
+  then gives each reduction over the axis its identity on the extra iterations)."""
   n = range_size(r)
   assert n is not None
   new = UOp.range(size, r.arg[0], r.arg[1])
