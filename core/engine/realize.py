@@ -206,7 +206,10 @@ def _walk_nested(roots: list[UOp], check_memo: bool, lift: bool) -> Walk:
       if (p := all([plain[x] for x in src]) and u not in roots) and mark: facts.of(u).plain = epoch
       plain[u] = p
     return j
-  res = tuple([visit(r) for r in roots])
+  # visit refers to itself through this frame's cell: a cycle that would keep idx (every node of the graph) alive until the
+  # cyclic GC runs, raising the nodes' refcounts, which the engine reads (a realized node held elsewhere gets a memo)
+  try: res = tuple([visit(r) for r in roots])
+  finally: visit = None   # type: ignore[assignment]
   key.append((Ops.SINK, res))   # which nodes are the results, in order
   return tuple(key), inputs, flags[0], flags[1], tuple(lits)
 

@@ -3,7 +3,7 @@ import sys
 import numpy as np
 import pytest
 from core.tensor import Tensor
-from core.ir.ops import UOp
+from core.ir.ops import UOp, Ops
 import core.engine.realize as R
 
 def _graphs() -> dict[str, list[UOp]]:
@@ -55,3 +55,17 @@ def test_memo_hit_makes_the_walk_substitute() -> None:
   assert c.uop.src[0] is node
   assert R._walk([c.uop], True) is None and R._walk_deep([c.uop], True, True) is None
   np.testing.assert_array_equal(c.numpy(), np.arange(4, dtype=np.float32) * 2.5 + 1)
+
+@pytest.mark.parametrize("name", list(_graphs()))
+def test_nested_walk_keeps_no_reference_to_the_graph(name: str) -> None:
+  # the engine reads nodes' refcounts (a realized node held elsewhere gets a memo): a walk must leave them as they were, with no
+  # reference cycle holding its node table until the cyclic GC runs (a matmul of a.float() then read a.float()'s earlier result)
+  import gc
+  roots = _graphs()[name]
+  nodes = list(UOp(Ops.SINK, src=tuple(roots)).toposort())
+  gc.disable()
+  try:
+    before = [sys.getrefcount(u) for u in nodes]
+    R._walk_nested(roots, True, True)
+    assert [sys.getrefcount(u) for u in nodes] == before
+  finally: gc.enable()
