@@ -1,18 +1,18 @@
 """The CPU plugin's renderers: host C and host LLVM IR, kernels as plain functions where every axis is a loop."""
 from __future__ import annotations
-import os
-from typing import Callable
+import copy, os
+from typing import Callable, TypeVar
 from core.helpers import host_machine
 from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
-from core.codegen.c_style import CStyleRenderer, base_rewrite, c_code_for_op, _render_load as _c_render_load
-from core.codegen.llvm_ir import HostLLVMRenderer, llvm_rewrite, _render_load
+from core.codegen.c_style import CStyleRenderer, access_condition, base_rewrite, c_code_for_op, _render_load as _c_render_load
+from core.codegen.llvm_ir import HostLLVMRenderer, llvm_rewrite, _render_load, _render_store
 from core.codegen.lowerer import pm_fuse_mulacc
 from core.codegen.decompose import fast_exp2, pm_vector_math
 from core.device.compiler import CompileError
 from plugin_cpu.compiler import arch_flags, cc_supports, find_cc, host_flags, host_simd_bytes, host_x86_fma, simd_bytes, x86_fma
-from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, cache_bytes, host_streams, pm_streaming_stores, stream_width
+from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, cache_bytes, host_streams, pm_streaming_stores, store_width
 from plugin_cpu.bf16dot import bf16_dot, host_bf16_dot, pm_bf16_dot, render_dot
 from plugin_cpu.prefetch import prefetch_offsets, line_offsets
 
@@ -76,10 +76,10 @@ def _c_stream_prefix(w: int) -> list[str]:
           "#if !defined(CORE_NT_SPLIT) && (defined(__clang__) || __GNUC__ >= 12)", "#define CORE_NT_SPLIT 1", "#endif"]
 
 def _c_stream_store(ctx: CPUCRenderer, x: UOp) -> str:
-  """A STORE marked NT_ARG: streaming stores of whole aligned chunks when the address is aligned, else plain ones (a view or a
-  foreign pointer may not be aligned, and a misaligned streaming store faults)."""
+  """A STORE marked NT_ARG: streaming stores of whole aligned chunks when the address is aligned (and a gate true), else plain
+  ones (a view or a foreign pointer may not be aligned, and a misaligned streaming store faults)."""
   idx, val = x.src[0], x.src[1]
-  w, t = stream_width(val.dtype.itemsize, ctx.simd_width), ctx.render_dtype(val.dtype)
+  w, t = store_width(x, ctx.simd_width), ctx.render_dtype(val.dtype)
   ctx.stream_widths[w] = None
   n, lanes = val.dtype.itemsize // w, w // val.dtype.scalar().itemsize
   parts = [f"(core_nt{w})nt_v"] if n == 1 else \
@@ -87,8 +87,9 @@ def _c_stream_store(ctx: CPUCRenderer, x: UOp) -> str:
   decl = ", ".join(f"nt_{k} = {p}" for k, p in enumerate(parts))
   stream = " ".join(f"CORE_STREAM{w}((core_nt{w}*)nt_p + {k}, nt_{k});" for k in range(n))
   plain = " ".join(f"((core_nt{w}u*)nt_p)[{k}] = nt_{k};" for k in range(n))
+  gate = f"({cond}) && " if (cond := access_condition(ctx, idx, val.dtype.itemsize)) is not None else ""
   st = (f"{{ {t} nt_v = {ctx[val]}; void* nt_p = {ctx[idx]}; core_nt{w} {decl}; "
-        f"if (((unsigned long long)nt_p & {w - 1}) == 0) {{ {stream} }} else {{ {plain} }} }}")
+        f"if ({gate}((unsigned long long)nt_p & {w - 1}) == 0) {{ {stream} }} else {'if (' + cond + ') ' if cond else ''}{{ {plain} }} }}")
   if n == 1: return st
   return f"#ifdef CORE_NT_SPLIT\n  {st}\n#else\n  *{ctx.render_vec_ptr(idx, val.dtype)} = {ctx[val]};\n#endif"
 
@@ -98,6 +99,20 @@ def _c_prefetch_load(ctx: CPUCRenderer, x: UOp) -> str | None:
   if (off := ctx.prefetch.get(x)) is None: return None
   pf = "".join(f"__builtin_prefetch(({ctx[x.src[0]]})+{o}, 0, 3), " for o in line_offsets(x, off))
   return f"({pf}{_c_render_load(ctx, x)})"
+
+def narrow_flags(flags: frozenset[str], simd: int) -> frozenset[str]:
+  """`flags` without the features of vectors wider than `simd` bytes: AVX-512's below 64 (an AVX2 CPU), AVX's and FMA's below 32."""
+  if simd < 64: flags = frozenset(f for f in flags if not f.startswith("avx512"))
+  return flags - {"avx", "avx2", "fma"} if simd < 32 else flags
+
+R = TypeVar("R", "CPUCRenderer", "CPULLVMRenderer")
+
+def _narrowed(rnd: R, simd: int) -> R:
+  """A copy of `rnd` rendering for a CPU like its target but with vectors of at most `simd` bytes, with that CPU's rules: the
+  optimizer tests' AVX2 renderer on an AVX-512 host thus renders exp2 without vscalefps, as an AVX2 host does."""
+  out = copy.copy(rnd)
+  out.target(narrow_flags(rnd.flags, simd))
+  return out
 
 class CPUCRenderer(CStyleRenderer):
   """`void name(T* restrict data0, ..., int var0, ..., int gidx0)` compiled by the system C compiler. The block index gidx0 is a
@@ -120,17 +135,25 @@ class CPUCRenderer(CStyleRenderer):
   code_for_op = {**c_code_for_op, Ops.MULACC: _c_mulacc(host_x86_fma())}
   vector_alu = CStyleRenderer.vector_alu | {Ops.MULACC}
 
+  flags = host_flags()   # the CPU features the kernels are rendered for (compiler.arch_flags' names)
+
   def __init__(self, cc: str | None = None, arch: str | None = None):
-    if arch is not None:   # DEV=CPU:C:<arch>: the vectors, registers and FMA of that CPU model (compiler.arch_flags)
-      self.arch, flags = arch, arch_flags(arch)
-      self.simd_width = simd_bytes(flags)
-      self.simd_regs = host_vector_regs(self.simd_width)
-      self.extra_matcher = extra_rules(self.simd_width)
-      self.code_for_op = {**c_code_for_op, Ops.MULACC: _c_mulacc(x86_fma(flags))}
+    if arch is not None:   # DEV=CPU:C:<arch>: that CPU model's (compiler.arch_flags)
+      self.arch = arch
+      self.target(arch_flags(arch))
     # the compiler that will build the kernels ($CC, as CCompiler finds it) decides whether half is native or emulated: clang
     # before 15 has no _Float16 on x86-64. Without a compiler nothing gets built, and CCompiler says so.
     try: self.native_half = cc_supports(cc or find_cc(), "_Float16")
     except CompileError: pass
+
+  def target(self, flags: frozenset[str]) -> None:
+    """Render for a CPU with `flags`: its vectors, registers, rules and FMA."""
+    self.flags, self.simd_width = flags, simd_bytes(flags)
+    self.simd_regs = host_vector_regs(self.simd_width)
+    self.extra_matcher = extra_rules(self.simd_width)
+    self.code_for_op = {**c_code_for_op, Ops.MULACC: _c_mulacc(x86_fma(flags))}
+
+  def narrowed(self, simd: int) -> CPUCRenderer: return _narrowed(self, simd)
 
   def reg_attr(self, x: UOp) -> str:
     # packed panels (PACK) are read with vector loads: on a cache line, no load straddles two
@@ -162,16 +185,22 @@ class CPUCRenderer(CStyleRenderer):
 NT_MD = "!{i32 1}"   # the !nontemporal metadata: a node holding i32 1, as the LangRef asks
 
 def _llvm_stream_store(ctx: CPULLVMRenderer, x: UOp) -> str:
-  """A STORE marked NT_ARG: one streaming store when the address is aligned to the instruction's width, else a plain one (LLVM
-  splits a streaming store it can't prove aligned into 8-byte pieces, and one declared aligned that isn't faults)."""
+  """A STORE marked NT_ARG: a streaming store (split by LLVM into instructions of `w` bytes) when the address is aligned to `w`
+  and a gate is all true, else the plain (gated) store (LLVM splits a streaming store it can't prove aligned into 8-byte pieces,
+  and one declared aligned that isn't faults)."""
   idx, val = x.src[0], x.src[1]
-  w, t, p, v = stream_width(val.dtype.itemsize, ctx.simd_width), ctx.mem_ty(val.dtype), ctx[idx], ctx[val]
+  w, t, p, v = store_width(x, ctx.simd_width), ctx.mem_ty(val.dtype), ctx[idx], ctx[val]
   ctx.streams = True
   a, m, c, k = ctx.tmp(), ctx.tmp(), ctx.tmp(), ctx.fresh_label("nt")
-  return (f"{a} = ptrtoint ptr {p} to i64\n  {m} = and i64 {a}, {w - 1}\n  {c} = icmp eq i64 {m}, 0\n"
-          f"  br i1 {c}, label %{k}, label %{k}.plain\n{ctx.label(k)}\n  store {t} {v}, ptr {p}, align {w}, !nontemporal {NT_MD}\n"
-          f"  br label %{k}.done\n{ctx.label(k + '.plain')}\n  store {t} {v}, ptr {p}, align {val.dtype.scalar().itemsize}\n"
-          f"  br label %{k}.done\n{ctx.label(k + '.done')}")
+  out = f"{a} = ptrtoint ptr {p} to i64\n  {m} = and i64 {a}, {w - 1}\n  {c} = icmp eq i64 {m}, 0\n"
+  if len(idx.src) > 2:   # and the gate: a lane mask is all true when its bits are
+    g, n = idx.src[2], idx.src[2].dtype.count
+    bits, on, both = ctx.tmp(), ctx.tmp(), ctx.tmp()
+    out += (f"  {bits} = bitcast <{n} x i1> {ctx[g]} to i{n}\n  {on} = icmp eq i{n} {bits}, -1\n" if n > 1 else "") + \
+           f"  {both} = and i1 {c}, {on if n > 1 else ctx[g]}\n"
+    c = both
+  return (out + f"  br i1 {c}, label %{k}, label %{k}.plain\n{ctx.label(k)}\n  store {t} {v}, ptr {p}, align {w}, !nontemporal {NT_MD}\n"
+          f"  br label %{k}.done\n{ctx.label(k + '.plain')}\n  {_render_store(ctx, x)}\n  br label %{k}.done\n{ctx.label(k + '.done')}")
 
 PREFETCH_DECL = "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)"
 
@@ -252,14 +281,22 @@ class CPULLVMRenderer(HostLLVMRenderer):
                                    (UPat(Ops.LOAD, name="x"), _llvm_prefetch_load),
                                    (UPat(Ops.CUSTOM, name="x", arg=SCALEF_ARG), _llvm_scalef)]) + llvm_rewrite
 
+  flags = host_flags()   # the CPU features the kernels are rendered for (compiler.arch_flags' names)
+
   def __init__(self, arch: str | None = None):
-    if arch is not None:   # DEV=CPU:LLVM:<arch>: the vectors, registers and bf16 dot product of that CPU model (compiler.arch_flags)
-      self.arch, flags = arch, arch_flags(arch)
-      self.simd_width = simd_bytes(flags)
-      self.simd_regs = host_vector_regs(self.simd_width)
-      self.kernel_attrs = 'nounwind "prefer-vector-width"="512"' if self.simd_width == 64 else "nounwind"
-      self.vector_dtypes = frozenset({dtypes.bfloat16}) if bf16_dot(flags) else frozenset()
-      self.extra_matcher = llvm_rules(flags, self.simd_width)
+    if arch is not None:   # DEV=CPU:LLVM:<arch>: that CPU model's (compiler.arch_flags)
+      self.arch = arch
+      self.target(arch_flags(arch))
+
+  def target(self, flags: frozenset[str]) -> None:
+    """Render for a CPU with `flags`: its vectors, registers, rules (exp2 by vscalefps on AVX-512) and bf16 dot product."""
+    self.flags, self.simd_width = flags, simd_bytes(flags)
+    self.simd_regs = host_vector_regs(self.simd_width)
+    self.kernel_attrs = 'nounwind "prefer-vector-width"="512"' if self.simd_width == 64 else "nounwind"
+    self.vector_dtypes = frozenset({dtypes.bfloat16}) if bf16_dot(flags) else frozenset()
+    self.extra_matcher = llvm_rules(flags, self.simd_width)
+
+  def narrowed(self, simd: int) -> CPULLVMRenderer: return _narrowed(self, simd)
 
   def _render(self, name: str, uops: list[UOp]) -> str:
     self.blocks: list[UOp] = []

@@ -10,6 +10,7 @@ from core.ir.ops import Ops
 from core.schedule.kernelize import create_schedule
 from core.engine.run import buffer_of
 from core.codegen.program import get_program, launch_vals, program_source
+from core.helpers import host_machine
 from plugin_cpu.compiler import host_flags
 from plugin_cpu.renderer import CPULLVMRenderer, extra_rules, llvm_rules, scalef_lanes
 from cpu_kernels import device
@@ -79,3 +80,14 @@ def test_avx2_and_the_c_renderer_keep_the_bits_path():
   c = program_source(get_program(item.ast, device("C").renderer))
   assert "scalef" not in llvm and "scalef" not in c
   assert re.search(r"= shl <\d+ x i32>", llvm) and "<<" in c
+
+@pytest.mark.skipif(host_machine() != "x86_64", reason="renders x86-64 code")
+def test_a_narrowed_renderer_takes_the_narrower_cpus_exp2():
+  # rendering only, so any x86-64 host: an AVX-512 target takes vscalefps, the same renderer narrowed to 32 bytes (AVX2) does not
+  (item,) = [it for it in create_schedule([Tensor(X).exp2().uop])[0] if it.ast.op is Ops.SINK]
+  wide = copy.copy(device("LLVM").renderer)
+  wide.target(frozenset({"avx", "avx2", "fma", "avx512f", "avx512vl"}))
+  narrow = wide.narrowed(32)
+  assert (wide.simd_width, narrow.simd_width, narrow.simd_regs, narrow.flags) == (64, 32, 16, frozenset({"avx", "avx2", "fma"}))
+  assert "scalef" in program_source(get_program(item.ast, wide))
+  assert "scalef" not in program_source(get_program(item.ast, narrow))
