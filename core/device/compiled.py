@@ -1,5 +1,6 @@
 """Compiled: one device instance = allocator + renderer + compiler + program runtime; and the Program protocol."""
 from __future__ import annotations
+import functools, inspect
 from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -28,9 +29,22 @@ class PreparableProgram(Protocol):
   """A Program that can build one launch's arguments once: `prepare(*bufs, ...)` (the arguments of __call__ without `wait`)
   returns a call without arguments that launches as __call__ would (a compiled file's replay: the same buffers on every run).
   `estimates` (the kernel's ProgramSpec.estimates, when known) let the device settle how to run it now, as for a command-queue
-  launch."""
+  launch. It is optional to implement: it came after `prepare` within PLUGIN_API 2, so core passes it only to a prepare that
+  takes it (prepare_launch)."""
   def prepare(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] = (1, 1, 1),
               vals: tuple[int, ...] = (), estimates: dict[str, int] | None = None) -> Callable[[], None]: ...
+
+def prepare_launch(prg: PreparableProgram, *bufs: Any, estimates: dict[str, int] | None = None, **launch: Any) -> Callable[[], None]:
+  """prg.prepare(*bufs, **launch), with `estimates` where its prepare takes them: a runtime whose prepare predates the keyword
+  (an out-of-tree plugin built for PLUGIN_API 2.0) still loads compiled files, run as without estimates. Called at load, not
+  per launch; the check is made once per program class."""
+  return prg.prepare(*bufs, **launch, estimates=estimates) if _takes_estimates(type(prg)) else prg.prepare(*bufs, **launch)
+
+@functools.cache
+def _takes_estimates(cls: type) -> bool:
+  try: params = inspect.signature(cls.prepare).parameters.values()   # type: ignore[attr-defined]
+  except (TypeError, ValueError): return True   # not introspectable (a C extension's method): assume today's contract
+  return any(p.name == "estimates" or p.kind is p.VAR_KEYWORD for p in params)
 
 class Compiled:
   """A device ready to use. `runtime(name, lib)` loads a compiled kernel as a Program; `target` is the DEV entry it came from.

@@ -15,7 +15,7 @@ from core.ir.ops import UOp, Ops
 from core.ir.dtype import DType, dtypes
 from core.ir.serialize import SerializeError, uops_from_data, uops_to_data
 from core.device.buffer import Buffer
-from core.device.compiled import PreparableProgram
+from core.device.compiled import PreparableProgram, prepare_launch
 from core.device.counters import GlobalCounters
 
 MAGIC = b"COREPRG\x00"
@@ -269,7 +269,7 @@ class GraphReplay(_Replay):
     if isinstance(prg, PreparableProgram):
       # with the kernel's estimates the device runs it as the Jit's queue launch of it does (e.g. the CPU: serial or on its pool)
       est = _estimates(p, _saved_linear(p, i)) if p.linear else None
-      return prg.prepare(*args, global_size=p.global_size, local_size=p.local_size, vals=p.vals, estimates=est)
+      return prepare_launch(prg, *args, global_size=p.global_size, local_size=p.local_size, vals=p.vals, estimates=est)
     return functools.partial(prg, *args, global_size=p.global_size, local_size=p.local_size, vals=p.vals)
 
   def _load(self, p: ExportedProgram) -> Callable:
