@@ -2,12 +2,14 @@
 `Tensor.from_dlpack`) and foreign pointers (`Tensor.from_blob`). Zero-copy works where the device's memory is host memory
 this process can address (the CPU device); elsewhere the data is copied (numpy) or the call says why it can't share."""
 from __future__ import annotations
+import weakref
 from typing import TYPE_CHECKING, Any
 from core.ir.dtype import DType, DTypeLike, dtypes, to_dtype, to_np, from_np
 from core.helpers import prod
 from core.ir.ops import Ops
 from core.engine.state import facts
 from core.engine.lock import engine_lock
+from core.device.registry import Device
 
 if TYPE_CHECKING:
   import numpy as np
@@ -49,6 +51,7 @@ def _rewritten_copy(t: Tensor) -> np.ndarray | None:
   if (p := d.get(_PLAN)) is None or p[0] is not u.dtype or p[1] != u.arg:
     if (p := _read_plan(u, b, buf)) is None: return None
     d[_PLAN] = p
+    _planned.add(buf)
   if (handle := d.get("_buf")) is None: return None   # not allocated (now): the general path says so
   _, _, shape, npdt, zeros, copyout = p
   out: Any = zeros(shape, npdt)   # zeroed, as to_numpy's copy
@@ -56,6 +59,14 @@ def _rewritten_copy(t: Tensor) -> np.ndarray | None:
   return out
 
 _PLAN = "_numpy_read"   # a rewritten Buffer's read plan (_read_plan), in its __dict__
+
+# the Buffers that hold a read plan: a plan keeps its device's allocator's copyout, and after a device change (Device.reset(): a
+# device name means a new device object with its own allocator) each is dropped, to be made again with the buffer's allocator then
+_planned: weakref.WeakSet[Buffer] = weakref.WeakSet()
+def _drop_plans() -> None:
+  for buf in list(_planned): buf.__dict__.pop(_PLAN, None)
+  _planned.clear()
+Device.on_change(_drop_plans)
 
 def _read_plan(u: Any, b: Any, buf: Buffer) -> tuple | None:
   """(dtype, node arg, shape, numpy dtype, np.zeros, the allocator's copyout) for reading `buf` through `u` (`b` or a static

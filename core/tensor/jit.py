@@ -1,7 +1,7 @@
 """Jit: run a function once, capture the kernels of its second call, then replay them with new input buffers. It lives at the
 tensor level (it takes and returns Tensors); the engine only records schedules into the capture (core/engine/capture.py)."""
 from __future__ import annotations
-import contextlib, functools, struct, sys, threading
+import contextlib, functools, struct, sys, threading, weakref
 from typing import Any, Callable, Generic, TypeVar
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops, arg_uops
@@ -39,6 +39,14 @@ def _ndarray_type() -> Any:
   global _ndarray
   if _ndarray is None and (np := sys.modules.get("numpy")) is not None: _ndarray = np.ndarray
   return _ndarray
+
+# the Jits with staging buffers: a staging copy keeps its device's allocator's copyin, so after a device change (Device.reset(): a
+# device name means a new device object with its own allocator) their staging is dropped; the next call stages anew
+_staging_jits: weakref.WeakSet[Jit] = weakref.WeakSet()
+def _drop_staging() -> None:
+  for jit in list(_staging_jits): jit.staging = {}
+  _staging_jits.clear()
+Device.on_change(_drop_staging)
 
 def _arrays_as_tensors(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
   """numpy array arguments become Tensors on the default device (as Tensor(array) makes them): they are inputs like Tensors, not
@@ -115,9 +123,10 @@ class Jit(Generic[R]):
     path must look."""
     new: list[UOp] = []
     sig = self.signature
-    nd = _ndarray if _ndarray is not None else _ndarray_type()
+    # numpy.ndarray: set by the general path's _arrays_as_tensors once numpy is imported; until then that path takes every call
+    if (nd := _ndarray) is None: return None
     for a in args:
-      if type(a) is nd:   # (never when nd is None: no type is None)
+      if type(a) is nd:
         if len(new) == len(sig) or (st := self._staged(len(new), a)) is None: return None
         new.append(st)
       elif isinstance(a, Tensor):
@@ -144,6 +153,7 @@ class Jit(Generic[R]):
       buf.rewritten = True   # no zero-copy numpy view of it: the next call writes it again
       # straight to the allocator that gave the memory (Buffer.copyin's size and allocation checks hold once for all calls)
       st = self.staging[i] = (to_np(dt), s, u, buf, functools.partial(buf.allocator._copyin, buf._buf))
+      _staging_jits.add(self)
     npdt, shape, u, _, copy = st
     if a.dtype != npdt or a.shape != shape or not (mv := a.data).c_contiguous: return None
     # a Jit-owned buffer (its lock is held): no other thread reads it, and the previous replay has finished with it
