@@ -49,14 +49,26 @@ class NNOpsMixin:
 
   def batchnorm(self: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,  # type: ignore[misc]
                 axis: int | Sequence[int] = 1) -> Tensor:
-    """(x - mean) * weight * invstd + bias, with the per-channel tensors laid along `axis`."""
+    """(x - mean) * weight * invstd + bias, with the per-channel tensors laid along `axis`.
+
+    Computed as (x - m) * scale + shift, m the detached mean, scale = weight * invstd and shift = bias + (m - mean) * scale (= bias;
+    its gradient is the mean's): the backward then takes two per-channel sums of the output gradient g, sum(g) (bias and mean)
+    and sum(g * (x - m)) (weight and invstd), where the plain form took one for each of the four. BatchNorm uses it in training
+    and eval alike. An infinite mean or invstd makes the shift, and so every output, NaN (inf - inf, 0 * inf)."""
     axes = (axis,) if isinstance(axis, int) else tuple(axis)
     axes = tuple(check_axis("batchnorm", "axis", a, self.ndim) for a in axes)
     shape = tuple(s if i in axes else 1 for i, s in enumerate(self.shape))
-    x = self - mean.reshape(shape)
-    if weight is not None: x = x * weight.reshape(shape)
-    ret = x * (invstd.reshape(shape) if invstd.ndim == len(axes) else invstd)
-    return ret + bias.reshape(shape) if bias is not None else ret
+    # scale and shift are made per channel, then laid along `axis` (made in x's layout, a ResNet-18 step took 17 more kernels)
+    per_channel = invstd.ndim == len(axes)
+    def lay(t: Tensor) -> Tensor: return t.reshape(shape) if per_channel else t
+    if not per_channel:   # an invstd that broadcasts against x as it is: the others are laid along `axis` first
+      mean = mean.reshape(shape)
+      weight = None if weight is None else weight.reshape(shape)
+      bias = None if bias is None else bias.reshape(shape)
+    m = mean.detach()
+    scale = invstd if weight is None else weight * invstd
+    shift = (m - mean) * scale
+    return (self - lay(m)) * lay(scale) + lay(shift if bias is None else bias + shift)
 
   def binary_crossentropy(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:  # type: ignore[misc]
     """-(y log p + (1-y) log(1-p)); the logs are clamped at -100 like torch so p in {0, 1} stays finite."""

@@ -63,7 +63,7 @@ def test_stats_kernels_have_no_index_division():
   assert reads and sum(u.op in (Ops.IDIV, Ops.MOD) for it in reads for u in it.ast.toposort()) == 0
 
 def test_backward_reads_the_output_gradient_in_two_sums():
-  # sum(g) (bias and mean) and sum(g * (x - mean)) (weight and variance); through Tensor.batchnorm's form weight, bias, mean
+  # sum(g) (bias and mean) and sum(g * (x - mean)) (weight and variance); through the plain form weight, bias, mean
   # and invstd each took a sum of g of its own
   bn, x, g = BatchNorm(8), Tensor.empty(4, 8, 16, 16, requires_grad=True), Tensor.empty(4, 8, 16, 16)
   with Tensor.train(): gx, gw, gb = (bn(x) * g).sum().gradient(x, bn.weight, bn.bias)

@@ -72,17 +72,6 @@ def _channel_mean(x: Tensor) -> Tensor:
   by rows that cross samples (8x64x112x112: a scalar kernel with index divisions, 13.5 -> 2.0 ms one thread)."""
   return (x.mean(axis=tuple(range(2, x.ndim))) if x.ndim > 2 else x).mean(axis=0)
 
-def _normalized(x: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor) -> Tensor:
-  """x.batchnorm's value, (x - mean) * weight * invstd + bias, as (x - m) * scale + shift with m the detached mean, scale =
-  weight * invstd and shift = bias + (m - mean) * scale (= bias; its gradient is the mean's). The backward then takes two
-  per-channel sums of the output gradient g: sum(g) (the shift: bias and mean) and sum(g * (x - m)) (the scale: weight and
-  variance). Through batchnorm's form weight, bias, mean and invstd each took a sum of its own: four full reads of g."""
-  c = (1, -1) + (1,) * (x.ndim - 2)
-  m = mean.detach()
-  scale = invstd if weight is None else weight * invstd
-  shift = (m - mean) * scale
-  return (x - m.reshape(c)) * scale.reshape(c) + (shift if bias is None else bias + shift).reshape(c)
-
 class BatchNorm:
   """Normalizes over every axis but 1 (channels); tracks running mean/var (unbiased) for eval mode."""
   def __init__(self, sz: int, eps: float = 1e-5, affine: bool = True, track_running_stats: bool = True, momentum: float = 0.1):
@@ -110,9 +99,7 @@ class BatchNorm:
       self.running_mean.assign((1 - self.momentum) * self.running_mean + self.momentum * mean.detach())
       self.running_var.assign((1 - self.momentum) * self.running_var + self.momentum * unbiased)
       self.num_batches_tracked.assign(self.num_batches_tracked + 1)
-    invstd = (var + self.eps).rsqrt()
-    if not Tensor.training: return x.batchnorm(self.weight, self.bias, mean, invstd)
-    return _normalized(x, self.weight, self.bias, mean, invstd)
+    return x.batchnorm(self.weight, self.bias, mean, (var + self.eps).rsqrt())
 BatchNorm1d = BatchNorm2d = BatchNorm3d = BatchNorm
 
 class LayerNorm:
