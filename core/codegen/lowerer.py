@@ -211,9 +211,10 @@ def lower_index_dtype(sink: UOp) -> UOp:
   return graph_rewrite(sink, PatternMatcher([(UPat(dtype=dtypes.index, name="x"), lambda x: x.replace(dtype=dt.vec(x.dtype.count)))]),
                        name="index dtype")
 
-def lower_kernel(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0) -> tuple[UOp, tuple[int, ...], tuple[int, ...]]:
-  """The lowered kernel, its launch size and its workgroup size."""
+def lower_kernel(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0,
+                 scratch_bytes: int = 0) -> tuple[UOp, tuple[int, ...], tuple[int, ...]]:
+  """The lowered kernel, its launch size and its workgroup size; `scratch_bytes`: Renderer.scratch_bytes (core.codegen.stash)."""
   from core.codegen.opt.tc import pm_wmma_accumulate
   sink = gate_group_stores(graph_rewrite(sink, pm_lower_reduce + pm_wmma_accumulate, LowerCtx(sink), name="lower reduce"))
   sink, gsize, lsize = map_globals(sink, global_max, threads)
-  return lower_index_dtype(stash_reduced_values(sink)), gsize, lsize
+  return lower_index_dtype(stash_reduced_values(sink, scratch_bytes)), gsize, lsize

@@ -1,10 +1,18 @@
-"""Row kernels compute an expensive reduced value once: the reduction loop stores it into the output row, the output loop reads it."""
+"""Row kernels compute an expensive reduced value once: the reduction loop stashes it (in a per-thread row where the renderer
+says one is cheap, else in the output row), the output loop reads it."""
 from __future__ import annotations
+from core.ir.dtype import AddrSpace
 from core.ir.ops import UOp, Ops, GroupOp
 
 # values worth a store and a load per element instead of their recomputation (a softmax's exp: ~25 vector ops)
 COSTLY_OPS = (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW)
 STASH_ARG = "stash"   # the arg of the added STORE: a plain store (never a streaming one: the output loop reads it back from cache)
+
+def _scratch_row(nodes: list[UOp], r: UOp, e: UOp, max_bytes: int) -> UOp | None:
+  """A per-thread array of one `e` per iteration of loop `r` (a DEFINE_REG), when that fits `max_bytes`, else None."""
+  if r.src[0].op is not Ops.CONST or (n := r.src[0].arg) * e.dtype.itemsize > max_bytes: return None
+  reg = max((u.arg + 1 for u in nodes if u.op is Ops.DEFINE_REG and isinstance(u.arg, int)), default=0)
+  return UOp(Ops.DEFINE_REG, e.dtype.ptr(n, AddrSpace.REG), (), reg)
 
 def _reduce_update(end: UOp) -> tuple[UOp, UOp] | None:
   """(update STORE, value) of an accumulator loop END(STORE(acc[0], combine(acc[0], value)), range), else None."""
@@ -31,11 +39,14 @@ def _canonical(u: UOp) -> UOp:
   """u with its memory addresses simplified: index math built in different orders compares equal."""
   return u.substitute({i: i.replace(src=(i.src[0], i.src[1].simplify()) + i.src[2:]) for i in u.toposort() if i.op is Ops.INDEX and len(i.src) > 1})
 
-def stash_reduced_values(sink: UOp) -> UOp:
+def stash_reduced_values(sink: UOp, scratch_bytes: int = 0) -> UOp:
   """A kernel whose one output STORE (in a loop over r1) recomputes an expensive value E(r1) that a reduction loop over r (same
-  extent) also consumes as E(r) stores E(r) into the output at r's position during the reduction and reads it back in the
-  output loop (the row is in L1 then): softmax's exp runs once per element, not twice. Only the thread that reduces a row writes
-  and reads that row (both are loops of one thread), and the output buffer is written by this kernel alone."""
+  extent) also consumes as E(r) stashes E(r) during the reduction and reads it back in the output loop (the row is in L1 then):
+  softmax's exp runs once per element, not twice. The stash is a per-thread row where it fits `scratch_bytes` (the renderer's
+  Renderer.scratch_bytes: 0 where private arrays are slow), so the output is written once and may stream past the caches (a
+  stash in the output makes every line read for ownership, then written back); else the output row at r's position. Only the
+  thread that reduces a row writes and reads its stash (both are loops of one thread, one row after the other), and the output
+  buffer is written by this kernel alone."""
   nodes = list(sink.toposort())   # one walk: this runs on every kernel
   outs = [u for u in nodes if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM]
   if len(outs) != 1 or len(outs[0].src[0].src) not in (2, 3) or any(u.op is Ops.BARRIER for u in nodes): return sink
@@ -53,8 +64,11 @@ def stash_reduced_values(sink: UOp) -> UOp:
     if r.src[0] is not r1.src[0] or e.dtype != out.src[1].dtype or not any(x.op in COSTLY_OPS for x in e.toposort()): continue
     want = _canonical(e.substitute({r: r1}))
     if r1 not in want.toposort() or (e1 := next((c for c in _lanes(out.src[1]) if c.op is e.op and _canonical(c) is want), None)) is None: continue
-    stash = UOp(Ops.STORE, src=(buf.index(*(a.substitute({r1: r}) for a in addr)), e), arg=STASH_ARG)
-    new_end = UOp(Ops.GROUP, src=(stash, st)).end(r)
-    back = buf.after(new_end).index(*addr).load(dtype=e.dtype)
+    if (row := _scratch_row(nodes, r, e, scratch_bytes)) is not None:   # whole vectors, ungated: padded lanes are never stored out
+      stash = UOp(Ops.STORE, src=(row.index(r), e), arg=STASH_ARG)
+      back = row.after(new_end := UOp(Ops.GROUP, src=(stash, st)).end(r)).index(r1).load(dtype=e.dtype)
+    else:
+      stash = UOp(Ops.STORE, src=(buf.index(*(a.substitute({r1: r}) for a in addr)), e), arg=STASH_ARG)
+      back = buf.after(new_end := UOp(Ops.GROUP, src=(stash, st)).end(r)).index(*addr).load(dtype=e.dtype)
     return sink.substitute({end: new_end, out: out.replace(src=(out.src[0], out.src[1].substitute({e1: back, end: new_end})) + out.src[2:])})
   return sink

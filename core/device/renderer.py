@@ -24,6 +24,9 @@ class Renderer:
   vector_dtypes: frozenset[DType] = frozenset()             # element types beyond the expander's usual ones it may make vectors of
                                                             # (the host LLVM renderer's bfloat16 where the CPU has a bf16 dot product)
   threads: ClassVar[int] = 0                                # worker threads running GLOBAL blocks (gidx0); 0: no thread pool
+  scratch_bytes: int = 0                                    # bytes of a per-thread array (DEFINE_REG) that stays in a near cache: a
+                                                            # row kernel stashes its exps there (core.codegen.stash); 0: private
+                                                            # arrays are slow (a GPU spills them to its local memory)
   supported_dtypes: ClassVar[frozenset[DType]] = frozenset(d for d in dtypes.all if d not in dtypes.fp8s and d is not dtypes.bfloat16)
   has_images: ClassVar[bool] = False                        # IMAGE=1/2 may read and write buffers as 2-D RGBA images
   image_max: ClassVar[tuple[int, int]] = (0, 0)             # the largest image, (width, height) in pixels

@@ -1,9 +1,11 @@
-"""A row kernel's reduction input that its output loop recomputes (softmax's exp) is stored into the output row during the
-reduction and read back (core.codegen.stash): one exp per element. Values from numpy; counts from the lowered kernel."""
+"""A row kernel's reduction input that its output loop recomputes (softmax's exp) is stashed during the reduction (in a per-thread
+row where it fits Renderer.scratch_bytes, else in the output row) and read back (core.codegen.stash): one exp per element. Values
+from numpy; counts from the lowered kernel."""
+import copy
 import numpy as np
 import pytest
 from core import Tensor, Device
-from core.ir.ops import Ops
+from core.ir.ops import Ops, UOp
 from core.schedule.kernelize import create_schedule
 from core.codegen.program import get_program, program_uops
 from core.codegen.stash import STASH_ARG
@@ -57,3 +59,41 @@ def test_row_max_takes_several_vectors_per_step():
   loads = [u for u in upd[0].toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM]
   assert len(loads) >= 2 and all(ld.dtype.count > 1 for ld in loads)
   np.testing.assert_allclose(t.numpy(), np_softmax(x), rtol=1e-5, atol=1e-7)
+
+def _stash_and_run(t: Tensor, x: np.ndarray, scratch_bytes: int) -> tuple[Ops, np.ndarray]:
+  """What t's kernel, built with `scratch_bytes` of per-thread stash, stashes into (DEFINE_REG or PARAM; NOOP: no stash), and
+  its output for the input x."""
+  from core.engine.run import CompiledRunner
+  from core.device.buffer import Buffer
+  from core.ir.dtype import dtypes
+  (ast,) = [it.ast for it in create_schedule([t.uop])[0] if it.ast.op is Ops.SINK]
+  dev = Device[Device.DEFAULT]
+  ren = copy.copy(dev.renderer)
+  ren.scratch_bytes = scratch_bytes
+  prog = get_program(ast, ren)
+  to = next((u.src[0].src[0] for u in program_uops(prog) if u.op is Ops.STORE and u.arg == STASH_ARG), UOp(Ops.NOOP))
+  while to.op is Ops.AFTER: to = to.src[0]
+  out, inp = Buffer(dev.device, x.size, dtypes.float32).allocate(), Buffer(dev.device, x.size, dtypes.float32).allocate()
+  inp.copyin(memoryview(np.ascontiguousarray(x)))
+  CompiledRunner(prog, dev)([out, inp], wait=True)
+  got = np.empty_like(x)
+  out.copyout(memoryview(got))
+  return to.op, got
+
+@pytest.mark.parametrize("shape", [(64, 1000), (16, 1001), (33, 96), (5, 7), (64, 4096)])
+def test_softmax_stashes_in_a_scratch_row_that_fits(shape):
+  # a row of exps in the budget: a per-thread array; over it (one byte short of the unpadded row) or none: the output row
+  x = np.random.default_rng(5).standard_normal(shape).astype(np.float32) * 3
+  t = Tensor(np.zeros(shape, np.float32)).realize().softmax(-1)
+  for budget, where in ((1 << 20, Ops.DEFINE_REG), (shape[1] * 4 - 1, Ops.PARAM), (0, Ops.PARAM)):
+    to, got = _stash_and_run(t, x, budget)
+    assert to is where, (budget, to)
+    np.testing.assert_allclose(got, np_softmax(x), rtol=1e-5, atol=1e-7)
+
+@pytest.mark.parametrize("shape", [(64, 1000), (16, 1001), (5, 7)])
+def test_log_softmax_keeps_no_stash_with_a_budget(shape):
+  x = np.random.default_rng(6).standard_normal(shape).astype(np.float32) * 3
+  to, got = _stash_and_run(Tensor(np.zeros(shape, np.float32)).realize().log_softmax(-1), x, 1 << 20)
+  y = x.astype(np.float64) - x.max(-1, keepdims=True)
+  assert to is Ops.NOOP
+  np.testing.assert_allclose(got, y - np.log(np.exp(y).sum(-1, keepdims=True)), rtol=1e-5, atol=1e-5)

@@ -7,7 +7,7 @@ from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
 from core.codegen.c_style import CStyleRenderer, access_condition, base_rewrite, c_code_for_op, _render_load as _c_render_load
-from core.codegen.llvm_ir import HostLLVMRenderer, llvm_rewrite, _render_load, _render_store
+from core.codegen.llvm_ir import HostLLVMRenderer, llvm_rewrite, _masked_intrinsic, _render_load, _render_store
 from core.codegen.lowerer import pm_fuse_mulacc
 from core.codegen.decompose import fast_exp2, pm_vector_math
 from core.device.compiler import CompileError
@@ -39,6 +39,9 @@ THREADS = host_threads()
 SIMD_BYTES = host_simd_bytes()
 SIMD_REGS = host_vector_regs(SIMD_BYTES)
 L2_BYTES = cache_bytes(2)   # the per-core cache a matmul's group of packed panels should fit (heuristic.mm_panel_group)
+# a row kernel's stash of its exps (core.codegen.stash) is a per-thread array up to half the L1 data cache (it stays there between
+# the reduction and the output loop, beside the input row the reduction reads twice); longer rows stash in the output
+SCRATCH_BYTES = (cache_bytes(1) or 32 << 10) // 2
 BF16_DOT = host_bf16_dot()   # bf16 products summed in float32 on vdpbf16ps (plugin_cpu/bf16dot.py), LLVM renderer only
 PREFETCH = os.getenv("CPU_PREFETCH", "1") != "0"   # the next row's prefetch in row kernels (plugin_cpu/prefetch.py); 0 for comparisons
 
@@ -129,6 +132,7 @@ class CPUCRenderer(CStyleRenderer):
   simd_width = SIMD_BYTES
   simd_regs = SIMD_REGS
   l2_bytes = L2_BYTES
+  scratch_bytes = SCRATCH_BYTES
   extra_matcher = EXTRA_RULES
   string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _c_stream_store), (UPat(Ops.LOAD, name="x"), _c_prefetch_load)]) + \
     base_rewrite
@@ -184,23 +188,43 @@ class CPUCRenderer(CStyleRenderer):
 
 NT_MD = "!{i32 1}"   # the !nontemporal metadata: a node holding i32 1, as the LangRef asks
 
+def _llvm_nt_branch(ctx: CPULLVMRenderer, c: str, t: str, v: str, p: str, w: int, plain: str) -> str:
+  """A streaming store of `v` (type `t`) at `p` where `c` holds, else `plain`."""
+  k = ctx.fresh_label("nt")
+  return (f"br i1 {c}, label %{k}, label %{k}.plain\n{ctx.label(k)}\n  store {t} {v}, ptr {p}, align {w}, !nontemporal {NT_MD}\n"
+          f"  br label %{k}.done\n{ctx.label(k + '.plain')}\n  {plain}\n  br label %{k}.done\n{ctx.label(k + '.done')}")
+
 def _llvm_stream_store(ctx: CPULLVMRenderer, x: UOp) -> str:
   """A STORE marked NT_ARG: a streaming store (split by LLVM into instructions of `w` bytes) when the address is aligned to `w`
-  and a gate is all true, else the plain (gated) store (LLVM splits a streaming store it can't prove aligned into 8-byte pieces,
-  and one declared aligned that isn't faults)."""
+  and a gate is true, else the plain (gated) store (LLVM splits a streaming store it can't prove aligned into 8-byte pieces,
+  and one declared aligned that isn't faults). A gate per lane is tested per `w`-byte piece: the last vector of a padded row
+  streams its whole pieces, as a masked plain store would read its line in, then the next row's streaming store over that
+  cached line would write it out at once (softmax 4096x1000, 16 lanes: half a vector on)."""
   idx, val = x.src[0], x.src[1]
   w, t, p, v = store_width(x, ctx.simd_width), ctx.mem_ty(val.dtype), ctx[idx], ctx[val]
   ctx.streams = True
-  a, m, c, k = ctx.tmp(), ctx.tmp(), ctx.tmp(), ctx.fresh_label("nt")
-  out = f"{a} = ptrtoint ptr {p} to i64\n  {m} = and i64 {a}, {w - 1}\n  {c} = icmp eq i64 {m}, 0\n"
-  if len(idx.src) > 2:   # and the gate: a lane mask is all true when its bits are
-    g, n = idx.src[2], idx.src[2].dtype.count
-    bits, on, both = ctx.tmp(), ctx.tmp(), ctx.tmp()
-    out += (f"  {bits} = bitcast <{n} x i1> {ctx[g]} to i{n}\n  {on} = icmp eq i{n} {bits}, -1\n" if n > 1 else "") + \
-           f"  {both} = and i1 {c}, {on if n > 1 else ctx[g]}\n"
-    c = both
-  return (out + f"  br i1 {c}, label %{k}, label %{k}.plain\n{ctx.label(k)}\n  store {t} {v}, ptr {p}, align {w}, !nontemporal {NT_MD}\n"
-          f"  br label %{k}.done\n{ctx.label(k + '.plain')}\n  {_render_store(ctx, x)}\n  br label %{k}.done\n{ctx.label(k + '.done')}")
+  a, m, c = ctx.tmp(), ctx.tmp(), ctx.tmp()
+  out = f"{a} = ptrtoint ptr {p} to i64\n  {m} = and i64 {a}, {w - 1}\n  {c} = icmp eq i64 {m}, 0\n  "
+  if len(idx.src) < 3: return out + _llvm_nt_branch(ctx, c, t, v, p, w, _render_store(ctx, x))
+  if (g := idx.src[2]).dtype.count == 1:
+    both = ctx.tmp()
+    return out + f"{both} = and i1 {c}, {ctx[g]}\n  " + _llvm_nt_branch(ctx, both, t, v, p, w, _render_store(ctx, x))
+  lanes = w // val.dtype.scalar().itemsize
+  pt, mt = val.dtype.scalar().vec(lanes), f"<{lanes} x i1>"
+  ctx.declares[f"declare void {(name := _masked_intrinsic('store', pt))}({ctx.ty(pt)}, ptr, i32, {mt})"] = None
+  for j in range(0, val.dtype.count, lanes):
+    sel = ", ".join(f"i32 {i}" for i in range(j, j + lanes))
+    pv, pm, pp, bits, on, ok = [ctx.tmp() for _ in range(6)]
+    out += (f"{pv} = shufflevector {ctx.ty(val.dtype)} {v}, {ctx.ty(val.dtype)} poison, <{lanes} x i32> <{sel}>\n"
+            f"  {pm} = shufflevector {ctx.ty(g.dtype)} {ctx[g]}, {ctx.ty(g.dtype)} poison, <{lanes} x i32> <{sel}>\n"
+            f"  {pp} = getelementptr {ctx.mem_ty(val.dtype.scalar())}, ptr {p}, i64 {j}\n"
+            f"  {bits} = bitcast {mt} {pm} to i{lanes}\n  {on} = icmp eq i{lanes} {bits}, -1\n  {ok} = and i1 {c}, {on}\n  ")
+    some, k = ctx.tmp(), ctx.fresh_label("masked")
+    plain = (f"{some} = icmp ne i{lanes} {bits}, 0\n  br i1 {some}, label %{k}, label %{k}.done\n{ctx.label(k)}\n"
+             f"  call void {name}({ctx.ty(pt)} {pv}, ptr {pp}, i32 {val.dtype.scalar().itemsize}, {mt} {pm})\n"
+             f"  br label %{k}.done\n{ctx.label(k + '.done')}")
+    out += _llvm_nt_branch(ctx, ok, ctx.ty(pt), pv, pp, w, plain) + "\n  "
+  return out.rstrip()
 
 PREFETCH_DECL = "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)"
 
@@ -272,6 +296,7 @@ class CPULLVMRenderer(HostLLVMRenderer):
   simd_width = SIMD_BYTES
   simd_regs = SIMD_REGS
   l2_bytes = L2_BYTES
+  scratch_bytes = SCRATCH_BYTES
   # LLVM tunes most AVX-512 CPUs to 256-bit vectors for loops it vectorizes itself; the attribute asks for the full width
   kernel_attrs = 'nounwind "prefer-vector-width"="512"' if SIMD_BYTES == 64 else "nounwind"
   # with the bf16 dot product, bf16 is loaded and multiplied as vectors: the pairs of widened products become vdpbf16ps

@@ -33,17 +33,32 @@ def cache_bytes(level: int = 0) -> int:
 # on 16M floats: 9.35 -> 7.2 ms). The output alone under it is not enough: its first lines are gone by the time the kernel ends
 # (one Zen 3 thread, 32 MiB L3, min of 15-30 calls: layernorm 4096x1024 (16 MiB in, 16 out) 2.13 -> 1.53 ms, NCHW->NHWC
 # 32x64x56x56 2.93 -> 2.13, NHWC->NCHW 3.93 -> 2.02; matmul 2048 (3 x 16 MiB) and conv2d 32x64x56x56 unchanged). Kernels that
-# fit are often read back at once by the next kernel, from the cache: they keep plain stores.
-# $CPU_STREAM_MIN_BYTES overrides it (a huge value turns streaming stores off, for comparisons).
-NT_MIN_BYTES = int(os.getenv("CPU_STREAM_MIN_BYTES", "") or max(cache_bytes(), 4 << 20))
+# fit are often read back at once by the next kernel, from the cache: they keep plain stores. The bound is 7/8 of the cache, as
+# the cache holds more than one kernel's data: 4096x1000 float32 rows (32.8 MB in and out, 0.98 of a 32 MiB L3) missed it
+# (one Zen 5 thread, A/B in one process, medians of 31: layernorm 0.88 -> 0.72 ms, softmax with its stash in a per-thread row
+# 1.67 -> 1.45 streamed). $CPU_STREAM_MIN_BYTES overrides it (a huge value turns streaming stores off, for comparisons).
+NT_MIN_BYTES = int(os.getenv("CPU_STREAM_MIN_BYTES", "") or max(cache_bytes() * 7 // 8, 4 << 20))
 
 def host_streams() -> bool:
   """Streaming stores are used on x86-64 only: elsewhere the fence that must follow them differs (and is left out)."""
   return host_machine() == "x86_64"
 
-def stream_width(nbytes: int, simd_bytes: int) -> int:
-  """Bytes of the widest streaming store instruction (16 SSE2, 32 AVX, 64 AVX-512) that divides a vector of `nbytes`; 0 for none."""
-  return next((w for w in (64, 32, 16) if w <= simd_bytes and nbytes % w == 0), 0)
+def stream_width(nbytes: int, simd_bytes: int, align: int = 0) -> int:
+  """Bytes of the widest streaming store instruction (16 SSE2, 32 AVX, 64 AVX-512) that divides a vector of `nbytes` and, unless
+  0, the `align` its address is known to be a multiple of; 0 for none."""
+  return next((w for w in (64, 32, 16) if w <= simd_bytes and nbytes % w == 0 and (not align or align % w == 0)), 0)
+
+def _known_align(i: UOp, itemsize: int) -> int:
+  """Bytes the element index `i` is a known multiple of (the buffer itself is 64-byte aligned by the allocator)."""
+  return i.const_factor() * itemsize if i.dtype.count == 1 else itemsize
+
+def store_width(x: UOp, simd_bytes: int) -> int:
+  """The streaming stores STORE x is rendered with: the widest dividing its vector and its address's known alignment (rows of
+  1000 floats start 32 bytes apart: a 64-byte vector is two 32-byte stores), else the widest dividing its vector (the renderers
+  check the address at run time, so this is a matter of speed only)."""
+  idx, val = x.src[0], x.src[1]
+  n = val.dtype.itemsize
+  return stream_width(n, simd_bytes, _known_align(idx.src[1], idx.src[0].dtype.base.itemsize)) or stream_width(n, simd_bytes)
 
 def _global_bytes(b: UOp) -> int:
   return b.dtype.size * b.dtype.base.itemsize if isinstance(b.dtype, PtrDType) and b.dtype.addrspace == AddrSpace.GLOBAL and b.dtype.size > 0 else 0
@@ -56,20 +71,23 @@ def _streamable(x: UOp, buf: UOp, i: UOp, val: UOp, min_bytes: int, simd_bytes: 
   # quarter of it stays plain (a matvec's, a column sum's: the next kernel may read it back from the cache; not measured)
   params = {u for u in x.toposort() if u.op is Ops.PARAM}
   if _global_bytes(buf) * 4 < min_bytes or sum(_global_bytes(b) for b in params) < min_bytes: return False
-  # a value read back from the output (softmax's exps, stashed there and scaled in place): its lines are in the cache, and a
-  # streaming store over a cached line writes it out at once (softmax 4096x1000 streamed: 3.40 -> 4.13 ms)
+  # a value read back from the output (softmax's exps where they are stashed there, core.codegen.stash): its lines are in the
+  # cache, and a streaming store over a cached line writes it out at once (softmax 4096x1000 streamed: 3.40 -> 4.13 ms)
   if any(u.op is Ops.INDEX and u.src[0] is buf for u in val.toposort()): return False
-  if not (w := stream_width(val.dtype.itemsize, simd_bytes)): return False
-  # a whole aligned vector: the index is a known multiple of the instruction's width (the buffer itself is 64-byte aligned by
-  # the allocator; the renderers still check the address at run time, as a view or a foreign pointer may not be)
-  return i.dtype.count == 1 and (i.const_factor() * pdt.base.itemsize) % w == 0
+  # whole aligned vectors of some instruction's width: the index is a known multiple of it (the renderers still check the address
+  # at run time, as a view or a foreign pointer may not be aligned)
+  return i.dtype.count == 1 and stream_width(val.dtype.itemsize, simd_bytes, _known_align(i, pdt.base.itemsize)) > 0
 
 def pm_streaming_stores(min_bytes: int = NT_MIN_BYTES, simd_bytes: int = 32) -> PatternMatcher:
-  """Marks ungated vector STOREs into a global buffer (arg NT_ARG) for the renderers to stream, where that buffer is at least a
-  quarter of `min_bytes`, it and those the stored value reads total at least `min_bytes`, and the value does not read it back."""
-  def mark(x: UOp, buf: UOp, i: UOp, val: UOp) -> UOp | None:
+  """Marks vector STOREs into a global buffer (arg NT_ARG) for the renderers to stream, where that buffer is at least a quarter of
+  `min_bytes`, it and those the stored value reads total at least `min_bytes`, and the value does not read it back. A gated
+  store (a row padded to whole vectors, gated per lane: heuristic._row_pass) streams where its gate is all true and stays a
+  plain (masked) store elsewhere: the renderers test the gate."""
+  def mark(x: UOp, buf: UOp, i: UOp, val: UOp, g: UOp | None = None) -> UOp | None:
+    if g is not None and g.dtype.count not in (1, val.dtype.count): return None
     return x.replace(arg=NT_ARG) if _streamable(x, buf, i, val, min_bytes, simd_bytes) else None
+  index = (UPat(Ops.PARAM, name="buf"), UPat.var("i"))
   return PatternMatcher([
-    (UPat(Ops.STORE, src=(UPat(Ops.INDEX, src=(UPat(Ops.PARAM, name="buf"), UPat.var("i"))), UPat.var("val")), name="x", allow_any_len=True),
-     mark),
+    (UPat(Ops.STORE, src=(UPat(Ops.INDEX, src=index), UPat.var("val")), name="x", allow_any_len=True), mark),
+    (UPat(Ops.STORE, src=(UPat(Ops.INDEX, src=index + (UPat.var("g"),)), UPat.var("val")), name="x", allow_any_len=True), mark),
   ], name="streaming stores")

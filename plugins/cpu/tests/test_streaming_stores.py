@@ -1,5 +1,6 @@
 """Streaming stores: big outputs' vector stores stream past the caches (x86-64, both renderers) and results still match numpy."""
 from __future__ import annotations
+import copy
 import numpy as np
 import pytest
 from core import Tensor
@@ -8,7 +9,8 @@ from core.ir.ops import UOp, Ops
 from core.ir.pattern import graph_rewrite
 from core.schedule.kernelize import create_schedule
 from core.codegen.program import get_program, program_source, program_uops
-from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, host_streams, pm_streaming_stores, stream_width
+from core.codegen.stash import STASH_ARG
+from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, host_streams, pm_streaming_stores, store_width, stream_width
 from cpu_kernels import RENDERERS, Linear, device, buf, rng, c, run
 
 BIG = 1 << 24   # 64 MiB of float32: past any last-level cache
@@ -103,7 +105,7 @@ def test_rule_marks_only_whole_aligned_vector_stores_into_big_buffers():
   assert not _marked(_store(4096, lambda r: r * c(8)), min_bytes=1 << 20)         # a small buffer
   assert not _marked(_store(4096, lambda r: r * c(8) + c(1)))                    # index not a multiple of the vector
   assert not _marked(_store(4096, lambda r: r * c(8), count=2))                  # 8 bytes: no streaming store that narrow
-  assert not _marked(_store(4096, lambda r: r * c(8), gated=True))               # gated stores stay plain
+  assert _marked(_store(4096, lambda r: r * c(8), gated=True))                   # gated: streams where the gate is true
   assert _marked(_store(4096, lambda r: r * c(4), count=4))                      # 16 bytes, 16-aligned: SSE width
 
 def test_rule_counts_the_buffers_the_value_reads():
@@ -117,6 +119,14 @@ def test_rule_counts_the_buffers_the_value_reads():
   assert not _marked(UOp(Ops.STORE, dtypes.void, (out.index(r * c(8)), v)).end(r), min_bytes=64 << 10)
   assert _marked(UOp(Ops.STORE, dtypes.void, (out.index(r * c(8)), v)).end(r), min_bytes=16 << 10)
 
+def test_rule_takes_the_widest_store_the_alignment_allows():
+  # rows of 1000 floats start 32 bytes apart: a 64-byte vector streams as two 32-byte stores where the CPU has AVX-512
+  assert _marked(_store(4096, lambda r: r * c(1000) + c(16), count=16), simd=64)
+  assert not _marked(_store(4096, lambda r: r * c(1001) + c(16), count=16), simd=64)   # 4-byte aligned: none
+  x = _store(4096, lambda r: r * c(1000), count=16).src[0]
+  assert store_width(x, 64) == 32 and store_width(x, 16) == 16
+  assert store_width(_store(4096, lambda r: r * c(1001), count=16).src[0], 64) == 64   # unknown: the run-time check decides
+
 def test_rule_leaves_a_value_read_back_from_the_output_plain():
   # out[i] = 2 * out[i] (softmax scales its stashed exps in place): the lines are in the cache already
   out = buf(0, dtypes.float32, 4096)
@@ -125,30 +135,33 @@ def test_rule_leaves_a_value_read_back_from_the_output_plain():
   v = UOp(Ops.LOAD, dtypes.float32.vec(8), (out.index(i),))
   assert not _marked(UOp(Ops.STORE, dtypes.void, (out.index(i), v + v)).end(r))
 
-def _kernel_marked(t: Tensor, min_bytes: int) -> list[bool]:
-  """Whether the rule marks a store of each of t's kernels, optimized and lowered as get_program does before the renderer rules."""
+def _kernel_marked(t: Tensor, min_bytes: int, scratch_bytes: int | None = None) -> list[bool]:
+  """Whether the rule marks a store of each of t's kernels, optimized and lowered as get_program does before the renderer rules
+  (`scratch_bytes`: the renderer's Renderer.scratch_bytes unless given)."""
   from core.codegen.opt import optimize
   from core.codegen.opt.expander import expand_kernel
   from core.codegen.lowerer import lower_kernel
   items, _, _ = create_schedule([t.uop])
   rnd = device("LLVM").renderer
-  sinks = [lower_kernel(expand_kernel(optimize(it.ast, rnd)), None, rnd.threads)[0] for it in items if it.ast.op is Ops.SINK]
+  sb = rnd.scratch_bytes if scratch_bytes is None else scratch_bytes
+  sinks = [lower_kernel(expand_kernel(optimize(it.ast, rnd)), None, rnd.threads, sb)[0] for it in items if it.ast.op is Ops.SINK]
   return [_marked(s, min_bytes) for s in sinks]
 
-def test_layernorm_and_permute_stream_softmax_does_not():
-  # the output alone under the bound, with its input over it: layernorm's and a permute's outputs stream; softmax's final
-  # store rewrites the exps it stashed in the output, so it stays plain at any size
+def test_layernorm_permute_and_softmax_stream():
+  # the output alone under the bound, with its input over it: layernorm's and a permute's outputs stream; softmax's too where
+  # its exps are stashed in a per-thread row (core.codegen.stash), not where they are stashed in the output and scaled there
   x = Tensor(np.zeros((64, 256), np.float32)).realize()
   w = Tensor(np.zeros(256, np.float32)).realize()
   nbytes = 64 * 256 * 4
   assert _kernel_marked(x.layernorm(axis=-1) * w + w, nbytes + 1) == [True]
   assert _kernel_marked(x.reshape(4, 16, 16, 16).permute(0, 2, 3, 1).contiguous(), nbytes + 1) == [True]
   assert _kernel_marked(x.reshape(4, 16, 16, 16).permute(0, 2, 3, 1).contiguous(), 2 * nbytes + 1) == [False]
-  assert _kernel_marked(x.softmax(-1), 1) == [False]
+  assert _kernel_marked(x.softmax(-1), 1, scratch_bytes=4096) == [True]
+  assert _kernel_marked(x.softmax(-1), 1, scratch_bytes=0) == [False]
 
 @pytest.mark.parametrize("shape", [(4096, 1024), (3000, 1000)])
 def test_big_layernorm_matches_numpy(shape):
-  # 16 MiB in and out on (4096, 1024): streamed wherever the last-level cache is under 32 MiB + 8 KiB
+  # 16 MiB in and out on (4096, 1024): streamed wherever 7/8 of the last-level cache is under 32 MiB + 8 KiB
   r = np.random.default_rng(3)
   x, w, b = r.standard_normal(shape, dtype=np.float32), r.standard_normal(shape[1], dtype=np.float32), r.standard_normal(shape[1], dtype=np.float32)
   got = (Tensor(x).layernorm(axis=-1) * Tensor(w) + Tensor(b)).numpy()
@@ -158,5 +171,71 @@ def test_big_layernorm_matches_numpy(shape):
 
 def test_stream_width():
   assert [stream_width(b, 32) for b in (16, 32, 64, 8, 48)] == [16, 32, 32, 0, 16]
+  assert [stream_width(64, 64, a) for a in (64, 128, 32, 16, 8, 0)] == [64, 64, 32, 16, 0, 64]
   assert [stream_width(b, 64) for b in (64, 128, 32)] == [64, 64, 32]
   assert NT_MIN_BYTES >= 4 << 20
+
+def _padded_rows(rows: int, cols: int, count: int, scalar_gate: bool) -> list[UOp]:
+  """out = in + in over rows of `cols` floats in vectors of `count` lanes, the last one gated per lane (heuristic._row_pass's
+  padded row), or every vector of the last row off by a scalar gate; the store marked NT_ARG."""
+  out, inp = buf(0, dtypes.float32, rows * cols), buf(1, dtypes.float32, rows * cols)
+  lin = Linear()
+  lin.add(out, inp)
+  row, v = lin.add(rng(rows, 0)), lin.add(rng(-(-cols // count), 1))
+  i = row * c(cols) + v * c(count)
+  gate = row < c(rows - 1) if scalar_gate else \
+    UOp(Ops.VECTORIZE, dtypes.bool.vec(count), tuple(v * c(count) + c(k) < c(cols) for k in range(count)))
+  ld = UOp(Ops.LOAD, dtypes.float32.vec(count), (inp.index(i, valid=gate),))
+  lin.add(UOp(Ops.STORE, dtypes.void, (out.index(i, valid=gate), ld + ld), NT_ARG).end(v).end(row))
+  return lin.uops
+
+@pytest.mark.skipif(not host_streams(), reason="streaming stores are rendered on x86-64 hosts only")
+@pytest.mark.parametrize("ren,scalar_gate", [("LLVM", False), ("LLVM", True), ("C", True)])
+@pytest.mark.parametrize("cols", [1000, 1001, 1024, 12])
+def test_gated_marked_stores_render_and_run(ren, scalar_gate, cols):
+  # whole pieces of a padded row's last vector stream, a partial piece is a masked store, an all-off piece stores nothing (rows
+  # of 1000: 32-byte aligned pieces; 1001: misaligned, plain at run time); a row gated off entirely is left as it was
+  rows, count = 3, 8 if scalar_gate else 16
+  uops = _padded_rows(rows, cols if not scalar_gate else cols - cols % count, count, scalar_gate)
+  n = rows * (cols if not scalar_gate else cols - cols % count)
+  assert MARKS[ren][0] in device(ren).renderer.render("nt_kernel", uops)
+  x = np.arange(n, dtype=np.float32) - 300
+  got = run(ren, uops, [np.full(n, -1, np.float32), x], name="nt_kernel")[0]
+  want = x + x
+  if scalar_gate: want[-n // rows:] = -1
+  np.testing.assert_array_equal(got, want)
+
+def _streamed_renderer(ren: str, min_bytes: int, scratch_bytes: int):
+  """A copy of `ren`'s renderer whose rules stream stores of kernels of `min_bytes` and more, with `scratch_bytes` of stash."""
+  from plugin_cpu import renderer as R
+  rnd = copy.copy(device(ren).renderer)
+  old, R.NT_MIN_BYTES = R.NT_MIN_BYTES, min_bytes
+  try: rnd.extra_matcher = R.llvm_rules(rnd.flags, rnd.simd_width) if ren == "LLVM" else R.extra_rules(rnd.simd_width)
+  finally: R.NT_MIN_BYTES = old
+  rnd.scratch_bytes = scratch_bytes
+  return rnd
+
+@pytest.mark.skipif(not host_streams(), reason="streaming stores are rendered on x86-64 hosts only")
+@pytest.mark.parametrize("ren", RENDERERS)
+@pytest.mark.parametrize("shape", [(64, 1000), (16, 1001), (8, 1024), (5, 7), (4, 3000)])
+def test_streamed_softmax_matches_numpy(ren, shape):
+  # the stash in a per-thread row (scratch 8 KiB: rows of 3000 floats stash in the output) and every store that can stream
+  # streamed, gated (AVX-512's padded rows of 1000 and 1001) or not, aligned or not
+  from core.engine.run import CompiledRunner
+  from core.device.buffer import Buffer
+  x = np.random.default_rng(4).standard_normal(shape).astype(np.float32) * 3
+  items, _, _ = create_schedule([Tensor(np.zeros(shape, np.float32)).realize().softmax(-1).uop])
+  (ast,) = [it.ast for it in items if it.ast.op is Ops.SINK]
+  prog = get_program(ast, _streamed_renderer(ren, 1, 8 << 10))
+  stash = next(u for u in program_uops(prog) if u.op is Ops.STORE and u.arg == STASH_ARG)
+  to = stash.src[0].src[0]
+  while to.op is Ops.AFTER: to = to.src[0]
+  assert to.op is (Ops.DEFINE_REG if shape[1] <= 1024 else Ops.PARAM)
+  if shape[1] in (1000, 1024): assert MARKS[ren][0] in program_source(prog)
+  out, inp = Buffer("CPU", x.size, dtypes.float32).allocate(), Buffer("CPU", x.size, dtypes.float32).allocate()
+  inp.copyin(memoryview(x))
+  CompiledRunner(prog, device(ren))([out, inp], wait=True)
+  got = np.empty_like(x)
+  out.copyout(memoryview(got))
+  e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+  np.testing.assert_allclose(got, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
