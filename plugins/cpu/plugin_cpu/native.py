@@ -96,6 +96,7 @@ def lib() -> ctypes.CDLL:
       dll.cpu_pool_park.argtypes, dll.cpu_pool_park.restype = [], None
       dll.cpu_pool_set_spin.argtypes, dll.cpu_pool_set_spin.restype = [ctypes.c_int64, ctypes.c_int64], None
       dll.cpu_pool_sleepers.argtypes, dll.cpu_pool_sleepers.restype = [], ctypes.c_int
+      dll.cpu_pool_set_backoff.argtypes, dll.cpu_pool_set_backoff.restype = [ctypes.c_int64], None
       dll.cpu_guard_check.argtypes, dll.cpu_guard_check.restype = [], None
       _lib = dll
   return _lib
@@ -110,6 +111,12 @@ def set_pool_spin(spin_us: int = -1, pause_us: int = -1) -> None:
   """Sets how long idle pool threads poll before they sleep ($CPU_SPIN_US) and the pause part of it ($CPU_SPIN_PAUSE_US) in this
   process from now on; -1 leaves a value. Starts the pool."""
   lib().cpu_pool_set_spin(spin_us, pause_us)
+
+def set_pool_backoff(backoff_us: int) -> None:
+  """Sets how long launches keep their blocks on the calling thread after a pool job waited for a late (descheduled) worker
+  ($CPU_BACKOFF_US, microseconds, doubling while the pool's next tries are late; 0 never), and ends a back-off in progress.
+  Starts the pool."""
+  lib().cpu_pool_set_backoff(backoff_us)
 
 def pool_sleepers() -> int:
   """How many of the pool's threads sleep now (the rest poll for work or run blocks)."""

@@ -215,3 +215,33 @@ def test_park_puts_polling_workers_to_sleep(pause_us):
   # CPU_SERIAL_US=0: every launch goes to the pool (a short one would run on the calling thread and wake no worker)
   threads, polling, parked = map(int, run_py(PARK_CHILD.replace("PAUSE", str(pause_us)), CPU_THREADS="3", CPU_SERIAL_US="0").split())
   assert (threads, polling, parked) == (3, 0, 2)
+
+# records which thread ran each block; the launching thread's blocks sleep `own` ms, a worker's `other` ms (as if it lost its core)
+LATE_SRC = """#define _GNU_SOURCE
+#include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+void late(long* restrict data0, int launcher, int own, int other, int gidx0) {
+  long me = syscall(SYS_gettid);
+  data0[gidx0] = me;
+  struct timespec t = {0, (me == launcher ? own : other) * 1000000L};
+  nanosleep(&t, 0);
+}
+"""
+
+def test_late_worker_backs_off_to_the_launching_thread(cc):
+  if native.pool_threads() < 2: pytest.skip("needs a pool of 2 or more threads")
+  prg = CPUProgram("late", cc.compile(LATE_SRC))
+  out = to_dev(np.zeros(4, np.int64))
+  me = threading.get_native_id()
+  def launch(n: int, own: int, other: int) -> set[int]:
+    prg.prepare(out, vals=(me, own, other), global_size=(n, 1, 1), estimates={"ops": 1 << 40, "mem": 1 << 40})()
+    return set(from_dev(out, np.zeros(4, np.int64))[:n].tolist())
+  try:
+    native.set_pool_backoff(10_000_000)   # ten seconds: the next launches surely fall in it, however busy the machine
+    # a worker's block outlasts the launcher's: it waits for it (until a worker took a block; on a busy machine one may not)
+    assert any(launch(2, 20, 80) != {me} for _ in range(10)), "no worker ever ran a block"
+    assert launch(4, 1, 1) == {me}   # backing off: every block on the launching thread
+    native.set_pool_backoff(0)   # never: the pool again
+    assert any(launch(4, 20, 1) != {me} for _ in range(10))
+  finally: native.set_pool_backoff(int(os.getenv("CPU_BACKOFF_US", "") or 10_000))

@@ -56,6 +56,10 @@ int cpu_pool_threads(void);
 void cpu_pool_park(void);
 /* Sets the polling budget and its pause part (microseconds; a negative value leaves that one) after the pool started. */
 void cpu_pool_set_spin(int64_t spin_us, int64_t pause_us);
+/* Sets the first back-off (microseconds; 0: never) for which launches run their blocks on the launching thread after a pool job
+   waited for a late worker (a descheduled one: a machine busier than it has cores; $CPU_BACKOFF_US, default 10000), and ends
+   one in progress. Starts the pool. */
+void cpu_pool_set_backoff(int64_t backoff_us);
 /* How many pool threads sleep now (the others poll for work or run blocks). */
 int cpu_pool_sleepers(void);
 
