@@ -1,7 +1,7 @@
 """realize(): schedule tensor graphs, run the kernels, and remember which nodes now live in buffers."""
 from __future__ import annotations
 import math, sys, threading
-from typing import Any
+from typing import Any, Callable
 from core.ir.dtype import DType
 from core.ir.ops import UOp, Ops, GroupOp, sym_val
 from core.schedule.kernelize import create_schedule, ScheduleItem, placeholder
@@ -141,34 +141,38 @@ def _walk(roots: list[UOp], check_memo: bool, lift: bool = True) -> Walk | None:
   it goes, memo entries read from the engine's node table.)"""
   if len(roots) == 1 and check_memo and lift and (w := _walk_one(roots[0])) is not _NO_FAST: return w   # type: ignore[return-value]
   lift = lift and bool(LIFT_CONSTS)
-  try: w = _walk_nested(roots, check_memo, lift)
+  try: w = _walk_graph(roots, check_memo, lift)
   except _Computed: return None
-  except RecursionError: w = _walk_deep(roots, check_memo, lift)   # a graph deeper than the interpreter's stack allows
   # more scalars than a kernel takes as arguments: math with fixed coefficients, keyed (and compiled) with its values
-  if w is not None and len(w[4]) > MAX_LIFTED: return _walk(roots, check_memo, lift=False)
+  if len(w[4]) > MAX_LIFTED: return _walk(roots, check_memo, lift=False)
   return w
 
 class _Computed(Exception):
-  """_walk_nested met a node with a memo entry or an ASSIGN that ran."""
+  """_walk_graph met a node with a memo entry or an ASSIGN that ran."""
 
-# How _walk keys a node, shared by its two forms (they must give equal keys): a BUFFER is a leaf whose sources (UNIQUE,
-# DEVICE) are its identity, not structure; a DEVICE a leaf keyed by its name (never marked, so the first walk's key is every
-# later walk's); a marked subgraph is keyed as the node itself (hash-consing makes it its structure, and the key keeps it
-# alive); a liftable CONST's value is an input of the schedule, not structure (never marked: a marked subgraph must hold no
-# literal); an ASSIGN's arg only makes it a node of its own (Tensor.assign). Only walks that number literals mark: a marked
-# node is keyed as itself, so one marked by a walk that keeps them would hold its literals' values in every later key.
+# How _walk keys a node: a BUFFER is a leaf whose sources (UNIQUE, DEVICE) are its identity, not structure; a DEVICE a leaf
+# keyed by its name (never marked, so the first walk's key is every later walk's); a marked subgraph is keyed as the node
+# itself (hash-consing makes it its structure, and the key keeps it alive); a liftable CONST's value is an input of the
+# schedule, not structure (never marked: a marked subgraph must hold no literal); an ASSIGN's arg only makes it a node of its
+# own (Tensor.assign). Only walks that number literals mark: a marked node is keyed as itself, so one marked by a walk that
+# keeps them would hold its literals' values in every later key.
 
-def _walk_nested(roots: list[UOp], check_memo: bool, lift: bool) -> Walk:
-  """_walk's pass as nested calls: half the time per node of the stack walk (one call per node, no revisits); raises
-  _Computed where _walk answers None, RecursionError on a graph deeper than the interpreter's stack (then _walk_deep runs)."""
+def _walk_graph(roots: list[UOp], check_memo: bool, lift: bool) -> Walk:
+  """_walk's pass: a post-order walk by nested calls (one call per node, no revisits: half the time per node of a walk with an
+  explicit stack), which a graph deeper than the interpreter's stack finishes from where it stopped (_visit_rest). Raises
+  _Computed where _walk answers None."""
   BUFFER, DEVICE, CONST, ASSIGN, BIND = Ops.BUFFER, Ops.DEVICE, Ops.CONST, Ops.ASSIGN, Ops.BIND
   fget, epoch, mark = _fget, _plain_epoch, check_memo and lift
   idx: dict[UOp, int] = {}
   key: list[tuple] = []
   inputs: list[UOp] = []
   lits: list[UOp] = []
-  plain: dict[UOp, bool] = {}   # emitted node -> markable (see _plain_epoch)
+  plains: set[UOp] = set()   # the emitted nodes that are markable (see _plain_epoch)
   flags = [False, False]   # has ASSIGN, has BIND
+  # A node's visit records it (its idx entry, then its key entry: nothing between them can fail) after every call that can
+  # raise a RecursionError: a Python call, a hash or a comparison of a node (C calls through a node's type), so that a walk cut
+  # short leaves each node either recorded or not, and can go on from there. `plains` may hold a node not yet recorded: only
+  # recorded ones are asked about
   def visit(u: UOp) -> int:
     if (j := idx.get(u)) is not None: return j
     op = u.op
@@ -176,102 +180,67 @@ def _walk_nested(roots: list[UOp], check_memo: bool, lift: bool) -> Walk:
       idx[u] = j = len(key)
       key.append((BUFFER, u.dtype, u.arg, u.src[1].arg, len(inputs)))
       inputs.append(u)
-      plain[u] = False
       return j
     if op is DEVICE:
+      plains.add(u)
       idx[u] = j = len(key)
       key.append((DEVICE, u.arg))
-      plain[u] = True
       return j
     if (f := fget(id(u))) is not None:
       if f.plain == epoch:
+        plains.add(u)
         idx[u] = j = len(key)
         key.append((None, u))
-        plain[u] = True
         return j
       if check_memo and (f.assigned is not None or (u not in roots and _memo_of(f) is not None)): raise _Computed
     src = u.src
-    si = tuple([visit(x) for x in src])
-    idx[u] = j = len(key)
+    # direct calls for the usual one or two sources: a comprehension is a frame of its own per node (Python 3.11), and map would
+    # recurse through C (the C stack, not the interpreter's limit, would bound the depth)
+    if (n := len(src)) == 1: si: tuple[int, ...] = (visit(src[0]),)
+    elif n == 2: si = (visit(src[0]), visit(src[1]))
+    else: si = tuple([visit(x) for x in src])
     if op is CONST and lift and src and liftable(u):
+      idx[u] = j = len(key)
       key.append((CONST, u.dtype, _LIT, u.tag, (si[0], len(lits))))
       lits.append(u)
-      plain[u] = False
-    elif op is ASSIGN or op is BIND:
+      return j
+    if op is ASSIGN or op is BIND:
       flags[op is BIND] = True
-      key.append((op, u.dtype, None if op is ASSIGN else u._key[3], u.tag, si))
-      plain[u] = False
+      entry = (op, u.dtype, None if op is ASSIGN else u._key[3], u.tag, si)
     else:
-      key.append((op, u.dtype, u._key[3], u.tag, si))
-      if (p := all([plain[x] for x in src]) and u not in roots) and mark: facts.of(u).plain = epoch
-      plain[u] = p
+      entry = (op, u.dtype, u._key[3], u.tag, si)
+      if plains.issuperset(src) and u not in roots:
+        if mark: facts.of(u).plain = epoch
+        plains.add(u)
+    idx[u] = j = len(key)
+    key.append(entry)
     return j
   # visit refers to itself through this frame's cell: a cycle that would keep idx (every node of the graph) alive until the
   # cyclic GC runs, raising the nodes' refcounts, which the engine reads (a realized node held elsewhere gets a memo)
-  try: res = tuple([visit(r) for r in roots])
+  try:
+    try: res = tuple(map(visit, roots))
+    except RecursionError: res = _visit_rest(roots, idx, visit, fget, epoch)
   finally: visit = None   # type: ignore[assignment]
   key.append((Ops.SINK, res))   # which nodes are the results, in order
   return tuple(key), inputs, flags[0], flags[1], tuple(lits)
 
-def _walk_deep(roots: list[UOp], check_memo: bool, lift: bool) -> Walk | None:
-  """_walk_nested's pass as one iterative post-order walk (any depth), None where it raises _Computed."""
-  idx: dict[UOp, int] = {}
-  key: list[tuple] = []
-  inputs: list[UOp] = []
-  lits: list[UOp] = []
-  has_assign = has_bind = False
-  seen: set[UOp] = set()
-  plain: dict[UOp, bool] = {}
-  epoch = _plain_epoch
-  for root in roots:
-    stack = [root]
+def _visit_rest(roots: list[UOp], idx: dict[UOp, int], visit: Callable[[UOp], int], fget: Callable, epoch: int) -> tuple[int, ...]:
+  """The roots' key positions after a RecursionError: visit called on the nodes not yet recorded in the order the nested calls
+  would have reached them (post-order, sources in order, not below visit's leaves), so that no call goes deeper than one
+  level. The key is the one an unbounded stack would have made."""
+  expanded: set[UOp] = set()
+  for r in roots:
+    stack = [r]
     while stack:
-      u = stack[-1]
-      if u in idx:
-        stack.pop()
-        continue
-      if u.op is Ops.BUFFER:
-        stack.pop()
-        idx[u] = len(key)
-        key.append((Ops.BUFFER, u.dtype, u.arg, u.src[1].arg, len(inputs)))
-        inputs.append(u)
-        plain[u] = False
-        continue
-      if u.op is Ops.DEVICE:
-        stack.pop()
-        idx[u] = len(key)
-        key.append((Ops.DEVICE, u.arg))
-        plain[u] = True
-        continue
-      if u not in seen:
-        seen.add(u)
-        f = _fget(id(u))
-        if f is not None and f.plain == epoch:
-          stack.pop()
-          idx[u] = len(key)
-          key.append((None, u))
-          plain[u] = True
-          continue
-        if check_memo and f is not None and (f.assigned is not None or (u not in roots and _memo_of(f) is not None)): return None
-        missing = [x for x in u.src if x not in idx]
-        if missing:
-          stack.extend(reversed(missing))
-          continue
-      stack.pop()
-      if u.op is Ops.ASSIGN: has_assign = True
-      elif u.op is Ops.BIND: has_bind = True
-      idx[u] = len(key)
-      if lift and u.op is Ops.CONST and u.src and liftable(u):
-        key.append((Ops.CONST, u.dtype, _LIT, u.tag, (idx[u.src[0]], len(lits))))
-        lits.append(u)
-        plain[u] = False
-        continue
-      key.append((u.op, u.dtype, u._key[3] if u.op is not Ops.ASSIGN else None, u.tag, tuple([idx[x] for x in u.src])))
-      p = u.op is not Ops.ASSIGN and u.op is not Ops.BIND and u not in roots and all([plain[x] for x in u.src])
-      if p and check_memo and lift: facts.of(u).plain = epoch
-      plain[u] = p
-  key.append((Ops.SINK, tuple([idx[r] for r in roots])))
-  return tuple(key), inputs, has_assign, has_bind, tuple(lits)
+      u = stack.pop()
+      if u in idx: continue
+      # visit's leaves: it records them without looking at their sources
+      if u in expanded or u.op is Ops.BUFFER or u.op is Ops.DEVICE or ((f := fget(id(u))) is not None and f.plain == epoch): visit(u)
+      else:
+        expanded.add(u)
+        stack.append(u)
+        stack.extend([x for x in reversed(u.src) if x not in idx])
+  return tuple([idx[r] for r in roots])
 
 def fuse_rows(device: str) -> bool:
   """Row reductions stay in their consumer's kernel only where one thread runs a row's passes well: a renderer without

@@ -1,4 +1,5 @@
-"""realize._walk's schedule-cache key: the nested walk and the stack walk (deep graphs) give the same key, inputs and literals."""
+"""realize._walk's schedule-cache key: a walk cut short by a RecursionError (a deep graph) and finished by _visit_rest gives the
+key, inputs and literals of the whole nested walk."""
 import sys
 import numpy as np
 import pytest
@@ -21,30 +22,54 @@ def _graphs() -> dict[str, list[UOp]]:
     "constant_subgraph": [(a + Tensor.ones(16) * 3.0).uop],
   }
 
+def _walk_cut_at(roots: list[UOp], lift: bool, extra: int) -> R.Walk | None:
+  """_walk_graph with the interpreter's stack limited to `extra` levels above this call's (None for _Computed)."""
+  limit = sys.getrecursionlimit()
+  low = 1
+  while True:   # the lowest limit the interpreter takes here is its current depth (the frame count leaves out C-level calls)
+    try: sys.setrecursionlimit(low)
+    except RecursionError: low += 1
+    else: break
+  sys.setrecursionlimit(low + extra)
+  try: return R._walk_graph(roots, True, lift)
+  except R._Computed: return None
+  finally: sys.setrecursionlimit(limit)
+
 @pytest.mark.parametrize("name", list(_graphs()))
-def test_nested_walk_equals_stack_walk(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_walk_cut_anywhere_gives_the_whole_walks_key(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+  # every cut point: in visit's recursion and inside the calls it makes (memo, liftable, marking); the nodes recorded before the
+  # cut and those _visit_rest adds must make the whole walk's key
   roots = _graphs()[name]
+  rest, visit_rest = [], R._visit_rest
+  monkeypatch.setattr(R, "_visit_rest", lambda *a: rest.append(1) or visit_rest(*a))
   for lift in (True, False):
-    # each form on its own: a walk that numbers literals marks constant subgraphs, which a later walk keys as themselves
+    # each walk on its own: a walk that numbers literals marks constant subgraphs, which a later walk keys as themselves
     monkeypatch.setattr(R, "_plain_epoch", R._plain_epoch + 1)
-    nested = R._walk_nested(roots, True, lift)
-    monkeypatch.setattr(R, "_plain_epoch", R._plain_epoch + 1)
-    assert nested == R._walk_deep(roots, True, lift)
-    # a second walk sees the marks the first made: both forms key marked subgraphs as themselves
-    assert R._walk_nested(roots, True, lift) == R._walk_deep(roots, True, lift)
+    whole = R._walk_graph(roots, True, lift)
+    for extra in range(1, 60):
+      monkeypatch.setattr(R, "_plain_epoch", R._plain_epoch + 1)
+      try: cut = _walk_cut_at(roots, lift, extra)
+      except RecursionError: continue   # too little stack even for _visit_rest's one level
+      assert cut == whole, extra
+    # a second walk sees the marks the first made: both key marked subgraphs as themselves
+    assert _walk_cut_at(roots, lift, 20) == R._walk_graph(roots, True, lift)
+  assert rest   # the cuts took the continuation
 
 def test_many_literals_are_kept_in_the_key() -> None:
   roots = _graphs()["many_literals"]
   w = R._walk(roots, True)
   assert w is not None and w[4] == () and len(w[0]) > R.MAX_LIFTED
 
-def test_deep_graph_takes_the_stack_walk() -> None:
+def test_deep_graph_walk_goes_on_after_the_recursion_limit() -> None:
   a = Tensor(np.arange(8, dtype=np.float32)).realize()
   y = a
   for i in range(sys.getrecursionlimit() + 200): y = y + float(i % 7 + 2)
-  with pytest.raises(RecursionError): R._walk_nested([y.uop], True, False)
   w = R._walk([y.uop], True, lift=False)
-  assert w is not None and w == R._walk_deep([y.uop], True, False) and len(w[0]) > sys.getrecursionlimit()
+  limit = sys.getrecursionlimit()
+  sys.setrecursionlimit(4 * limit)   # the walk without a cut: two Python frames a node, none in C
+  try: whole = R._walk_graph([y.uop], True, False)
+  finally: sys.setrecursionlimit(limit)
+  assert w is not None and w == whole and len(w[0]) > sys.getrecursionlimit()
 
 def test_memo_hit_makes_the_walk_substitute() -> None:
   a = Tensor(np.arange(4, dtype=np.float32)).realize()
@@ -53,7 +78,7 @@ def test_memo_hit_makes_the_walk_substitute() -> None:
   b.realize()   # `node` (still alive) now has a memo entry
   c = a * 2.5 + 1   # builds the same node again under its add
   assert c.uop.src[0] is node
-  assert R._walk([c.uop], True) is None and R._walk_deep([c.uop], True, True) is None
+  assert R._walk([c.uop], True) is None and all(_walk_cut_at([c.uop], True, extra) is None for extra in range(12, 30))
   np.testing.assert_array_equal(c.numpy(), np.arange(4, dtype=np.float32) * 2.5 + 1)
 
 @pytest.mark.parametrize("name", list(_graphs()))
@@ -66,6 +91,8 @@ def test_nested_walk_keeps_no_reference_to_the_graph(name: str) -> None:
   gc.disable()
   try:
     before = [sys.getrefcount(u) for u in nodes]
-    R._walk_nested(roots, True, True)
+    R._walk_graph(roots, True, True)
+    assert [sys.getrefcount(u) for u in nodes] == before
+    _walk_cut_at(roots, True, 12)   # and one finished by _visit_rest
     assert [sys.getrefcount(u) for u in nodes] == before
   finally: gc.enable()
