@@ -74,12 +74,17 @@ _const_cache: dict[tuple, UOp] = {}
 CONST_CACHE_SIZE = 256
 
 _PLAIN_ARGS = frozenset({int, str})   # types whose equal values are the same value: a tuple of only these is its own key
+_TUPLE_ONLY = frozenset({tuple})
 
 def _arg_key(a: Any) -> Any:
   """A hash key that tells apart args Python calls equal: 0.0/-0.0, 1/1.0/True, and NaN payloads."""
   if type(a) is float: return (float, struct.pack("<d", a))
   # a shape or axis tuple (every reshape's arg) is looked at in C, without a call per element
-  if type(a) is tuple: return a if _PLAIN_ARGS.issuperset(map(type, a)) else tuple(_arg_key(x) for x in a)
+  if type(a) is tuple:
+    if _PLAIN_ARGS.issuperset(map(type, a)): return a
+    # so is a pad's or shrink's ((before, after) per dim: a conv builds dozens), where the per-item keys cost ~1.2 us a node
+    if _TUPLE_ONLY.issuperset(map(type, a)) and _PLAIN_ARGS.issuperset(map(type, itertools.chain.from_iterable(a))): return a
+    return tuple(_arg_key(x) for x in a)
   if type(a) is bool: return (bool, a)
   return a
 

@@ -45,7 +45,9 @@ def _scalar_op(t: Tensor, op: Ops, y: Any) -> Tensor | None:
   return type(t)(UOp(op, dt, (u, UOp.const(dt, y, u.device, shape))), requires_grad=t._requires_grad)
 
 class ElementwiseMixin:
-  def _float(self: Tensor) -> Tensor: return self.cast(least_upper_float(self.dtype))  # type: ignore[misc]
+  def _float(self: Tensor) -> Tensor:  # type: ignore[misc]
+    # a float tensor is its own (the usual case, without cast's wrapper): least_upper_float keeps float dtypes
+    return self if dtypes.is_float(self.uop.dtype) else self.cast(least_upper_float(self.dtype))
   def _need_int(self: Tensor, op: str) -> None:  # type: ignore[misc]
     if not (dtypes.is_int(self.dtype) or self.dtype is dtypes.bool): raise TypeError(f"{op} needs an int or bool tensor, got {self.dtype}")
 

@@ -5,14 +5,15 @@ from typing import TYPE_CHECKING, Any, Sequence
 from core.ir.dtype import DType, DTypeLike, dtypes, sum_acc_dtype, to_dtype, least_upper_dtype, least_upper_float
 from core.ir.ops import Ops, UOp
 from core.tensor.validate import check_tensor
+from core.tensor.movement import _axis
 
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
 
 def _axes(axis: int | Sequence[int] | None, ndim: int, op: str) -> tuple[int, ...]:
-  from core.tensor.movement import _axis
   if axis is None: return tuple(range(ndim))
-  axes = tuple(sorted({_axis(a, ndim, op) for a in ((axis,) if isinstance(axis, int) else axis)}))
+  if type(axis) is int: axes: tuple[int, ...] = (_axis(axis, ndim, op),)   # the usual one axis, without the set and sort
+  else: axes = tuple(sorted({_axis(a, ndim, op) for a in ((axis,) if isinstance(axis, int) else axis)}))
   return axes if ndim else ()   # a 0-d tensor takes axis 0 or -1, and there is nothing to reduce
 
 SPLIT_REDUCE = 1 << 14  # longer float sums are split in two stages
@@ -79,7 +80,7 @@ class ReduceMixin:
     out = least_upper_float(self.dtype)
     axes = _axes(axis, self.ndim, "mean")
     n = math.prod(self.shape[a] for a in axes)
-    s = self.sum(axis, keepdim, dtype=sum_acc_dtype(out))
+    s = self.cast(sum_acc_dtype(out))._reduce(Ops.ADD, axes, keepdim)   # self.sum(axis, keepdim, dtype=...) without its wrapper
     if not isinstance(n, int):
       # a binding of 0 is NaN chosen by a select, not 0 / 0 computed: a device may assume no NaN in arithmetic (WGSL does)
       c = self._symbolic_count(axes, s.dtype)

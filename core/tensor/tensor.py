@@ -18,6 +18,7 @@ from core.tensor.interop import InteropMixin, to_numpy
 from core.tensor.fs import StoreMixin
 from core.tensor.gradient import with_gradient
 from core.tensor.validate import scalar_dtype, check_scalar_fits, checks_own_arguments, check_tensor
+from core.tensor.disk import on_disk as _on_disk
 
 _all_lock = threading.Lock()   # Tensor._all is added to and read from any thread
 
@@ -152,8 +153,11 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
   @classmethod
   def _wrap(cls, uop: UOp, *parents: Tensor) -> Tensor:
     """A result tensor: requires_grad is True if any parent's is, None if any is unset, else False."""
-    rgs = [p._requires_grad for p in parents]   # the property, read without its call (every op passes here)
-    rg = True if True in rgs else (None if None in rgs or not rgs else False)
+    # the property read without its call, and a loop, not a comprehension (its own frame): every op passes here
+    rg: bool | None = None if not parents else False
+    for p in parents:
+      if (r := p._requires_grad) is None: rg = None
+      elif r: return cls(uop, requires_grad=True)
     return cls(uop, requires_grad=rg)
 
   @classmethod
@@ -303,6 +307,17 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
 
   @staticmethod
   def _broadcast_shape(*shapes: tuple[builtins.int, ...]) -> tuple[builtins.int, ...]:
+    if len(shapes) == 2:   # a binary op's: a loop, without the general form's set (a frame of its own) per dim
+      a, b = shapes
+      if a == b: return tuple(a)
+      if len(a) != len(b): a, b = (1,) * (len(b) - len(a)) + tuple(a), (1,) * (len(a) - len(b)) + tuple(b)
+      out2 = []
+      for d, e in zip(a, b):
+        # `is` first: a symbolic dim is a node, equal only to itself, as in the set of the general form
+        if d is e or d == 1 or d == e: out2.append(e)
+        elif e == 1: out2.append(d)
+        else: raise ValueError(f"shapes {' and '.join(map(str, shapes))} can't be broadcast together (dims {(d, e)})")
+      return tuple(out2)
     n = max((len(s) for s in shapes), default=0)
     padded = [(1,) * (n - len(s)) + tuple(s) for s in shapes]
     out = []
@@ -315,11 +330,10 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
   def _broadcast_to(self, shape: tuple[builtins.int, ...]) -> Tensor:
     """self expanded to `shape`, which _broadcast_shape made (so no argument checks): built on UOps and wrapped once, the
     graph reshape+expand make, at a fraction of their cost (every broadcasting binary op passes here)."""
-    if self.shape == shape: return self
-    from core.tensor.disk import on_disk
-    if on_disk(self.uop): return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)  # disk views
     u = self.uop
-    if len(shape) != len(self.shape): u = u.reshape((1,) * (len(shape) - len(self.shape)) + self.shape)
+    if (ushape := u.shape or ()) == shape: return self
+    if _on_disk(u): return self.reshape((1,) * (len(shape) - len(ushape)) + ushape).expand(shape)  # disk views
+    if len(shape) != len(ushape): u = u.reshape((1,) * (len(shape) - len(ushape)) + ushape)
     return type(self)._wrap(u.expand(shape), self)
 
   def _operands(self, y: Any, reverse: builtins.bool = False, dtype: DType | None = None) -> tuple[Tensor, Tensor]:
@@ -327,8 +341,11 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
     unless the kinds differ (a float scalar makes an int tensor default_float; an int scalar makes a bool tensor default_int)."""
     x = self
     if isinstance(y, Tensor):
-      if y.device != x.device: raise ValueError(f"operands are on different devices ({x.device} and {y.device}); move one with .to()")
-      dt = dtype or least_upper_dtype(x.dtype, y.dtype)
+      xu, yu = x.uop, y.uop
+      if yu.device != xu.device: raise ValueError(f"operands are on different devices ({x.device} and {y.device}); move one with .to()")
+      # one dtype and shape (y * y, a layernorm's products): nothing to cast or broadcast
+      if dtype is None and xu.dtype is yu.dtype and xu.shape == yu.shape: return (y, x) if reverse else (x, y)
+      dt = dtype or least_upper_dtype(xu.dtype, yu.dtype)
     else:
       if not isinstance(y, (bool, int, float)): raise TypeError(f"can't combine a Tensor with {type(y).__name__}")
       xu = x.uop   # read once: this is the path of every eager op with a scalar
@@ -346,13 +363,15 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
         y = Tensor(UOp.const(dt, y, xu.device, xshape), requires_grad=False)
         return (y, x) if reverse else (x, y)
       y = Tensor(UOp.const(dt, y, x.device, ()), requires_grad=False)
-    x, y = x.cast(dt), y.cast(dt)
+    if x.uop.dtype is not dt: x = x.cast(dt)
+    if y.uop.dtype is not dt: y = y.cast(dt)
     shape = Tensor._broadcast_shape(x.shape, y.shape)
     x, y = x._broadcast_to(shape), y._broadcast_to(shape)
     return (y, x) if reverse else (x, y)
 
   def _alu(self, op: Ops, *srcs: Tensor) -> Tensor:
-    return Tensor._wrap(self.uop.alu(op, *[s.uop for s in srcs]), self, *srcs)
+    u = self.uop.alu(op, srcs[0].uop) if len(srcs) == 1 else self.uop.alu(op, *[s.uop for s in srcs])   # binary ops: no comprehension frame
+    return Tensor._wrap(u, self, *srcs)
 
   # *** autograd ***
 
