@@ -1,5 +1,6 @@
 """Hand-coded optimizations: register blocking for matmul/conv, SIMD-width vectors along the contiguous axis, thread blocks."""
 from __future__ import annotations
+from collections import Counter
 from typing import Any
 from core.ir.ops import UOp, Ops, AxisType, GroupOp
 from core.ir.dtype import dtypes
@@ -8,7 +9,7 @@ from core.ir.symbolic import symbolic
 from core.helpers import ContextVar, prod
 from core.codegen.opt.kernel import Kernel, Opt, OptOps, KernelOptError, range_size, MAX_REGISTER_ELEMS
 from core.codegen.opt.expander import contiguous_offset, strided_offset, VECTOR_MEM_DTYPES, MAX_SHUFFLED_STRIDE
-from core.codegen.opt.pack import PACK_MAX_BYTES
+from core.codegen.opt.pack import PACK_MAX_BYTES, linear_strides, read_index
 from core.codegen.opt.copy import rows_far_apart, tiles_along_rows
 from core.codegen.stash import COSTLY_OPS
 
@@ -480,12 +481,14 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
   red_size = (range_size(red) or 0) if red is not None else 0
   if red is not None and red_size >= 16 and (amt_k := _pick_amt(red_size, (MM_K,))) and nacc + MM_K * (ncols + 1) <= regs:
     k = _try(k, Opt(OptOps.UNROLL, _pos(k, red), amt_k))
-  if other is not None and plain and not getattr(rnd, "has_local", False) and (cols := _column_loop(k, _same(k, other))) is not None and \
+  # (a panel read in place groups nothing: its rows are read from the L2 either way)
+  in_place = other is not None and not getattr(rnd, "has_local", False) and _panel_in_place(k, _same(k, other), lanes * ncols)
+  if other is not None and plain and not in_place and not getattr(rnd, "has_local", False) and (cols := _column_loop(k, _same(k, other))) is not None and \
      (g := mm_panel_group(rnd, range_size(cols) or 0, col_bytes * ncols, lanes * ncols)) > 1:
     # several column panels packed together and walked inside each row tile: the tile's rows of the other input are read from
     # L3 once per group instead of once per panel (AVX2: 4 panels of 16 columns; measured at MM_GROUP_COLS)
     k = _try(k, Opt(OptOps.TILE, _pos(k, cols), g))
-  if other is not None and _panel_reuse(k, _same(k, other)) >= MM_PACK_REUSE and not getattr(rnd, "has_local", False):
+  if other is not None and _panel_reuse(k, _same(k, other)) >= MM_PACK_REUSE and not getattr(rnd, "has_local", False) and not in_place:
     # the input the row loop doesn't use is read at a stride of a whole row per reduce step (a new page each time for big
     # matrices: L1 set conflicts and TLB misses); a contiguous copy made once per panel is read by every row block
     k = _try(k, Opt(OptOps.PACK, _pos(k, _same(k, other))))
@@ -496,6 +499,29 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
     # the packed column panels on the threads in small blocks (hand_coded's split then finds the kernel split already)
     k = _try(k, Opt(OptOps.THREAD, _pos(k, cols), _panel_blocks(range_size(cols) or 1, threads)))
   return k
+
+PANEL_IN_PLACE_L2_SHARE = 2   # a panel's whole input at most this share of the L2 is read in place (_panel_in_place)
+L1_SETS, L1_WAYS, LINE_BYTES = 64, 8, 64   # x86's L1 data cache: 64 sets of 64-byte lines, 8 ways (Zen 3; Zen 5: 12)
+
+def _panel_in_place(k: Kernel, rows: UOp, cols: int) -> bool:
+  """Whether the inputs a PACK at `rows` would copy are better read where they are: all of them fit in 1/PANEL_IN_PLACE_L2_SHARE
+  of the renderer's L2 (they stay there for every row block, so the copy only adds its own time) and the lines of a panel (the
+  tile's `cols` columns of each reduce step) start on whole lines (else vector loads split across lines, where the packed panel
+  is aligned: 1x384x14x14 -> 96, rows of 784 bytes, in Haswell code 111 -> 100 GFLOP/s in place) and spread over the L1 sets:
+  no set holds more than the L1's ways or its even share (a matrix with rows 4 KiB apart puts every row in one set).
+  A small 1x1 conv, 1x96x24x24 -> 24 (221 KiB, rows of 2304 bytes), one Zen 5 thread, A/B in one process, medians of 11: 167 ->
+  199 GFLOP/s; 8x256x28x28 -> 64 (6.4 MiB, from the L3) 210 -> 235 in place, but 32 images (from memory) 170 -> 158: there the
+  copy, prefetching the next panel (plugin_cpu/prefetch.py), hides more than it costs. Hence the L2 bound."""
+  budget = getattr(k.renderer, "l2_bytes", 0) // PANEL_IN_PLACE_L2_SHARE
+  panel = _panel_loads(k, rows)
+  if not panel or sum(ld.src[0].src[0].dtype.size * ld.dtype.itemsize for ld in panel) > budget: return False   # type: ignore[attr-defined]
+  for ld in panel:
+    reds = [r for r in ld.toposort() if r.op is Ops.RANGE and r.arg[1] in (AxisType.REDUCE, AxisType.UNROLL)]
+    if not reds or (strides := linear_strides(read_index(ld.src[0]), reds)) is None: return False
+    step, n = min(abs(v) for v in strides.values()) * ld.dtype.itemsize, prod(range_size(r) or 1 for r in reds)
+    sets = Counter((i * step + b) // LINE_BYTES % L1_SETS for i in range(n) for b in range(0, cols * ld.dtype.itemsize, LINE_BYTES))
+    if not step or step % LINE_BYTES or max(sets.values()) > max(L1_WAYS, -(-sum(sets.values()) // L1_SETS)): return False
+  return True
 
 def _one_column_tile(k: Kernel, col: UOp, rows: UOp, col_loads: list[UOp], lanes: int) -> Kernel | None:
   """A product whose rows are an axis as short as a window (the stem's weight gradient dW[n, c', kh', kw', o] from NHWC dY:

@@ -12,7 +12,7 @@ def _axis_key(r: UOp) -> tuple[int, int]:
   from core.codegen.opt.kernel import axis_key
   return axis_key(r)
 
-def _linear_strides(idx: UOp, rngs: list[UOp]) -> dict[UOp, int] | None:
+def linear_strides(idx: UOp, rngs: list[UOp]) -> dict[UOp, int] | None:
   """The coefficient of each range in idx when idx is `sum(range*coef) + (terms using none of rngs)`, else None."""
   from core.ir.symbolic import split_sum
   if (parts := split_sum(idx)) is None: return None
@@ -24,7 +24,7 @@ def _linear_strides(idx: UOp, rngs: list[UOp]) -> dict[UOp, int] | None:
     out[t] = c
   return out if set(out) == set(rngs) else None
 
-def _read_index(index: UOp) -> UOp:
+def read_index(index: UOp) -> UOp:
   """The address math of INDEX `index` where it is read: a gated index wrapped into the buffer (MOD by a constant, so a read
   the gate skips still points inside) equals its unwrapped form wherever the gate is true, which is all the copy keeps."""
   i = index.src[1]
@@ -36,7 +36,7 @@ def _store_strides(ast: UOp, rngs: list[UOp]) -> dict[UOp, int]:
   if st is None: return {}
   used = [r for r in rngs if r in st.src[0].src[1].toposort()]
   if not used: return {}
-  return _linear_strides(st.src[0].src[1], used) or {}
+  return linear_strides(st.src[0].src[1], used) or {}
 
 def packable_loads(ast: UOp, a: UOp) -> list[UOp]:
   """Loads from kernel buffers that sit inside a reduction, don't depend on loop `a` and read at a fixed stride along every
@@ -52,7 +52,7 @@ def packable_loads(ast: UOp, a: UOp) -> list[UOp]:
     inner = [r for r in rngs if _axis_key(r) > key]
     if not inner or any(range_size(r) is None for r in inner) or prod(range_size(r) or 1 for r in inner) * u.dtype.itemsize > PACK_MAX_BYTES:
       continue
-    if _linear_strides(_read_index(u.src[0]), inner) is None: continue
+    if linear_strides(read_index(u.src[0]), inner) is None: continue
     out.append(u)
   return out
 
@@ -70,7 +70,7 @@ def pack_loads(ast: UOp, a: UOp) -> UOp | None:
   for ld in loads:
     key = _axis_key(a)
     inner = [r for r in ld.toposort() if r.op is Ops.RANGE and _axis_key(r) > key]
-    strides = _linear_strides(_read_index(ld.src[0]), inner)
+    strides = linear_strides(read_index(ld.src[0]), inner)
     assert strides is not None
     # the panel's layout: loops first, in the order the kernel nests them (its reads walk the panel forwards), then register
     # axes, the ones the output is contiguous along last (the expander's vector lanes are picked along the output, so they

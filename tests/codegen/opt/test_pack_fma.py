@@ -119,7 +119,7 @@ def _hand_coded_matmul_packs(shapes, tol: float):
 
 def test_hand_coded_packs_matmul_and_unrolls_conv_window():
   rnd = _cpu_renderer()
-  _hand_coded_matmul_packs([(64, 96), (96, 64)], 1e-4)
+  _hand_coded_matmul_packs([(64, 96), (96, 1024)], 1e-4)   # b's rows 4 KiB apart (a small b is read in place: _panel_in_place)
   # conv: the 3x3 window unrolled whole, output channels in registers, same numbers as the reference
   x, w = rng.standard_normal((2, 8, 10, 18)).astype(np.float32), rng.standard_normal((8, 8, 3, 3)).astype(np.float32)
   items, _, _ = create_schedule([Tensor(x).realize().conv2d(Tensor(w).realize()).uop])
@@ -159,7 +159,7 @@ def test_hand_coded_packs_both_inputs_of_a_transposed_product():
   assert len(_pack_regs(spec)) == 2
   # a @ b (rows contiguous along the reduce axis) keeps the one-panel plan: its rows are not packed (its column panels may be
   # grouped, a TILE of the columns: test_panel_group)
-  item, _ = kernel_of(lambda a, b: a @ b, (128, 96), (96, 64))
+  item, _ = kernel_of(lambda a, b: a @ b, (128, 96), (96, 1024))   # (a small b is read in place: _panel_in_place)
   ops = [o.op for o in hand_coded(Kernel(item.ast, rnd)).applied]
   assert ops.count(P) == 1
   # so does a short reduce (the MLP's weight gradients over a batch of 128): the row block's copy is not repaid

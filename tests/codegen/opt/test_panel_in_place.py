@@ -1,0 +1,45 @@
+"""A product whose column-side input fits half the L2 and has rows on whole cache lines spread over the L1 sets reads it in place
+instead of copying panels of it (heuristic._panel_in_place): mobilenet's small 1x1 convs (1x96x24x24 -> 24: a 221 KiB input).
+Inputs beyond the L2 (the conv1x1 bench row's 32 images), on rows off line boundaries or on rows a page apart (a few L1 sets)
+keep the PACK. Opts from AVX2-like (8 lanes, 16 registers, 512 KiB L2) and AVX-512-like (16 lanes, 32 registers, 1 MiB L2)
+renderers; results against numpy on both."""
+from __future__ import annotations
+import numpy as np
+import pytest
+from core import Tensor
+from core.codegen.opt import Kernel, OptOps
+from core.codegen.opt.heuristic import hand_coded
+from core.schedule.kernelize import create_schedule
+from opt_helpers import run_ast, host_renderer
+
+rng = np.random.default_rng(23)
+
+def _conv1x1(n: int, c: int, hw: int, o: int) -> tuple[object, np.ndarray]:
+  x, w = rng.standard_normal((n, c, hw, hw)).astype(np.float32), rng.standard_normal((o, c, 1, 1)).astype(np.float32)
+  (item,), _, _ = create_schedule([Tensor(x).realize().conv2d(Tensor(w).realize()).uop])
+  return item, np.einsum("nchw,oc->nohw", x.astype(np.float64), w[:, :, 0, 0].astype(np.float64))
+
+def _matmul(m: int, kk: int, n: int) -> tuple[object, np.ndarray]:
+  a, b = rng.standard_normal((m, kk)).astype(np.float32), rng.standard_normal((kk, n)).astype(np.float32)
+  (item,), _, _ = create_schedule([(Tensor(a).realize() @ Tensor(b).realize()).uop])
+  return item, a.astype(np.float64) @ b
+
+CASES = {   # name: (build, reads in place)
+  "1x1 conv 1x96x24x24 -> 24": (lambda: _conv1x1(1, 96, 24, 24), True),    # 221 KiB, rows of 2304 bytes
+  "matmul 64x64 @ 64x64": (lambda: _matmul(64, 64, 64), True),              # 16 KiB, rows of 256 bytes
+  "1x1 conv 4x256x28x28 -> 64": (lambda: _conv1x1(4, 256, 28, 64), False),  # 3.1 MiB: beyond the L2
+  "1x1 conv 1x96x14x14 -> 64": (lambda: _conv1x1(1, 96, 14, 64), False),   # rows of 784 bytes: off line boundaries
+  "matmul 64x64 @ 64x1024": (lambda: _matmul(64, 64, 1024), False),          # rows 4 KiB apart: in 4 of the 64 L1 sets
+}
+
+@pytest.mark.parametrize("simd_bytes", [32, 64], ids=["AVX2", "AVX-512"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_small_panel_input_is_read_in_place(simd_bytes, case):
+  build, in_place = CASES[case]
+  item, want = build()
+  rnd = host_renderer(simd_bytes)
+  k = hand_coded(Kernel(item.ast, rnd))
+  assert any(o.op is OptOps.UPCAST for o in k.applied), k.applied   # a register-tiled product either way
+  assert (not any(o.op is OptOps.PACK for o in k.applied)) == in_place, k.applied
+  got, _ = run_ast(item, k.ast, rnd)
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
