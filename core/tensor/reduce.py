@@ -6,6 +6,7 @@ from core.ir.dtype import DType, DTypeLike, dtypes, sum_acc_dtype, to_dtype, lea
 from core.ir.ops import Ops, UOp
 from core.tensor.validate import check_tensor
 from core.tensor.movement import _axis
+from core.tensor.elementwise import LN2
 
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
@@ -41,6 +42,32 @@ def _nan_of(t: Tensor) -> Tensor:
   """NaN in t's shape and dtype, still in t's graph (a gradient reaches t as zeros). Not `t * nan`: a device may assume no
   NaN in arithmetic (WGSL does) and fold 0 * nan to 0; the constant itself is made from its bits."""
   return t * 0 + t._const(math.nan)
+
+_INT_ONLY = frozenset({int})   # a concrete shape's element types
+
+def _row_axis(t: Tensor, axis: Any) -> tuple[UOp, tuple[int, ...], tuple[int, ...]] | None:
+  """(node, shape, (axis,)) when the row ops below may build t's graph on UOps: a float32 tensor of a concrete shape and one
+  valid int axis of 2 to SPLIT_REDUCE elements (what the Tensor ops do then is a fixed graph); None: the Tensor ops build it."""
+  u = t.uop
+  if u.dtype is not dtypes.float32 or type(axis) is not int or not (shape := u.shape) or not _INT_ONLY.issuperset(map(type, shape)):
+    return None
+  if not -len(shape) <= axis < len(shape) or not 1 < shape[axis] <= SPLIT_REDUCE: return None
+  return u, shape, (axis % len(shape),)   # type: ignore[return-value]   # ints only, as tested
+
+def _row_mean(u: UOp, axes: tuple[int, ...], n: int) -> UOp:
+  """u.mean(axes, keepdim=True) of a float32 u: the sum times 1/n, Tensor.mean's graph."""
+  kept = u.r(Ops.ADD, axes)
+  return kept.alu(Ops.MUL, UOp.const(dtypes.float32, 1 / n, u.device, kept.shape))
+
+def layernorm_uops(t: Tensor, axis: Any, eps: Any) -> Tensor | None:
+  """t.layernorm(axis, eps)'s graph built on UOps and wrapped once (the ~20 tensors its ops make were most of an eager
+  layernorm's Python), or None (see _row_axis)."""
+  if (ra := _row_axis(t, axis)) is None or type(eps) not in (int, float): return None
+  u, shape, axes = ra
+  y = u.alu(Ops.ADD, _row_mean(u, axes, shape[axes[0]]).expand(shape).alu(Ops.NEG))
+  var = _row_mean(y.alu(Ops.MUL, y), axes, shape[axes[0]])
+  inv = var.alu(Ops.ADD, UOp.const(dtypes.float32, eps, u.device, var.shape)).alu(Ops.SQRT).alu(Ops.RECIPROCAL)
+  return t._wrap(y.alu(Ops.MUL, inv.expand(shape)), t)
 
 class ReduceMixin:
   def _reduce(self: Tensor, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:  # type: ignore[misc]
@@ -294,6 +321,12 @@ class ReduceMixin:
   # *** softmax ***
 
   def softmax(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:  # type: ignore[misc]
+    if dtype is None and (ra := _row_axis(self, axis)) is not None:
+      # the graph of the general form below, built on UOps and wrapped once (its ~10 tensors were most of its Python)
+      u, shape, axes = ra
+      d = u.alu(Ops.ADD, UOp(Ops.DETACH, u.dtype, (u.r(Ops.MAX, axes),)).expand(shape).alu(Ops.NEG))
+      ex = d.alu(Ops.MUL, UOp.const(u.dtype, 1 / LN2, u.device, shape)).alu(Ops.EXP2)
+      return self._wrap(ex.alu(Ops.MUL, ex.r(Ops.ADD, axes).expand(shape).alu(Ops.RECIPROCAL)), self)
     x = self.cast(dtype) if dtype is not None else self._float()
     e = (x - x.max(axis, keepdim=True).detach()).exp()
     return e / e.sum(axis, keepdim=True)

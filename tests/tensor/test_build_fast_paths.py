@@ -81,3 +81,40 @@ def test_nested_tuple_args_keep_their_types_apart() -> None:
   assert a is not b and a is not c and b is not c
   assert UOp(Ops.PAD, x.dtype, (x,), ((0, 1),)) is a
   assert UOp(Ops.SHRINK, x.dtype, (x,), ((0, 0.0),)) is not UOp(Ops.SHRINK, x.dtype, (x,), ((0, -0.0),))
+
+def _layernorm_by_tensor_ops(x: Tensor, axis: int, eps: float) -> Tensor:
+  y = x - x.mean(axis, keepdim=True)
+  return y * (y * y).mean(axis, keepdim=True).add(eps).rsqrt()
+
+@pytest.mark.parametrize("shape, axis", [((64, 256), -1), ((64, 256), 0), ((4, 6, 8), 1), ((3, 2), -2), ((2, 3, 4), 2)])
+@pytest.mark.parametrize("requires_grad", [None, True, False])
+def test_row_ops_on_uops_build_the_tensor_ops_graph(shape: tuple, axis: int, requires_grad: bool | None) -> None:
+  # softmax and layernorm of a float32 row build their graphs on UOps: the same nodes as the Tensor ops (dtype= takes those)
+  rng = np.random.default_rng(1)
+  xn = (rng.standard_normal(shape) * 3).astype(np.float32)
+  x = Tensor(xn, requires_grad=requires_grad)
+  sm, ln = x.softmax(axis), x.layernorm(axis)
+  assert sm.uop is x.softmax(axis, dtype=dtypes.float32).uop
+  for eps in (1e-5, 0, 0.25):
+    assert x.layernorm(axis, eps).uop is _layernorm_by_tensor_ops(x, axis, eps).uop
+  assert sm.requires_grad is requires_grad and ln.requires_grad is requires_grad
+  e = np.exp(xn - xn.max(axis, keepdims=True))
+  np.testing.assert_allclose(sm.numpy(), e / e.sum(axis, keepdims=True), rtol=1e-5, atol=1e-7)
+  y = xn.astype(np.float64) - xn.mean(axis, keepdims=True)
+  np.testing.assert_allclose(ln.numpy(), y / np.sqrt((y * y).mean(axis, keepdims=True) + 1e-5), rtol=1e-4, atol=1e-5)
+
+def test_row_ops_leave_other_cases_to_the_tensor_ops() -> None:
+  x16 = Tensor(np.ones((4, 6), np.float16))
+  assert x16.softmax(-1).dtype is dtypes.float16 and x16.layernorm(-1).dtype is dtypes.float16
+  x = _t(4, 1)
+  assert x.softmax(-1).uop is x.softmax(-1, dtype=dtypes.float32).uop   # a one-element row: no reduction
+  np.testing.assert_array_equal(x.softmax(-1).numpy(), np.ones((4, 1), np.float32))
+  with pytest.raises(IndexError, match="max: dim 2 is out of range"): _t(4, 6).softmax(2)
+  with pytest.raises(IndexError, match="mean: dim -3 is out of range"): _t(4, 6).layernorm(-3)
+  np.testing.assert_allclose(_t(4, 6).layernorm((0, 1)).numpy().mean(), 0, atol=1e-6)
+
+def test_row_ops_take_the_uop_path(monkeypatch: pytest.MonkeyPatch) -> None:
+  x = _t(4, 6)
+  def no(*a, **k): raise AssertionError("the Tensor ops ran")
+  for name in ("mean", "max", "sum", "_operands", "_alu"): monkeypatch.setattr(Tensor, name, no)
+  x.softmax(-1), x.layernorm(0)
