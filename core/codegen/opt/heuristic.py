@@ -144,15 +144,26 @@ def _thread_loop(k: Kernel, threads: int) -> UOp | None:
   idle = [_idle_share(_block_count(range_size(r) or 1, threads), threads) for r in loops]
   return next((r for r, i in zip(loops, idle) if i <= THREAD_IDLE_MAX), min(zip(loops, idle), key=lambda x: x[1], default=(None,))[0])
 
-def mm_tile(renderer: Any, window: bool, col_bytes: int, narrow: bool = False, plain: bool = False) -> tuple[int, int]:
+# a plain product's tile where the first of MM_TILES_PLAIN pads the columns more (28x28 = 784 pixels: 832 in 4 vectors of 16,
+# 800 in 2): the same accumulators. One Zen 5 thread, A/B in one process, medians of 9, GFLOP/s 4x4 -> 2x8: 1x1 convs 32x256x28x28
+# -> 64 169 -> 180, 8x256x28x28 -> 64 185 -> 207, 8x128x28x28 -> 512 230 -> 237, 8x512x28x28 -> 128 202 -> 210; matmuls
+# 512x512 @ 512x784 227 -> 235, x1000 230 -> 233, 256x256 @ 256x80 130 -> 216
+MM_TILE_FEWER_COLS = (2, 8)
+
+def mm_tile(renderer: Any, window: bool, col_bytes: int, narrow: bool = False, plain: bool = False, n_cols: int = 0,
+            lanes: int = 1) -> tuple[int, int]:
   """(vectors, rows) of the register tile for a product over `renderer`; `window`: a reduction that slides over an output
   axis (conv), which keeps (MM_J2, MM_I); `col_bytes`: bytes of one vector-wide column of the packed panel (reduce length x
   vector bytes), so a tile whose panel would not fit PACK_MAX_BYTES falls back to a narrower one; `narrow`: 2-byte inputs;
-  `plain`: a plain product (MM_TILES_PLAIN)."""
+  `plain`: a plain product (MM_TILES_PLAIN, or MM_TILE_FEWER_COLS where its vectors pad the `n_cols` columns of `lanes`-wide
+  vectors less)."""
   if window: return MM_J2, MM_I
   regs = getattr(renderer, "simd_regs", 16)
+  def fits(j: int, i: int) -> bool: return j * i + j + 1 <= regs and j * col_bytes <= PACK_MAX_BYTES
   tiles = MM_TILES_NARROW if narrow else MM_TILES_PLAIN if plain else MM_TILES
-  return next(((j, i) for j, i in tiles if j * i + j + 1 <= regs and j * col_bytes <= PACK_MAX_BYTES), (MM_J2, MM_I))
+  tile = next(((j, i) for j, i in tiles if fits(j, i)), (MM_J2, MM_I))
+  def padded(j: int) -> int: return -(-n_cols // (lanes * j)) * lanes * j
+  return MM_TILE_FEWER_COLS if plain and n_cols and fits(*MM_TILE_FEWER_COLS) and padded(MM_TILE_FEWER_COLS[0]) < padded(tile[0]) else tile
 
 MM_GROUP_COLS = 64            # output columns a row tile of the row-side input is read once for (from L3; from the cache for
                               # the rest of its group): AVX-512's 4x4 tile has 64 in one panel, where it runs at 87-93% of peak
@@ -397,7 +408,7 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
   if other is not None and not window and reused and not small_reuse and not getattr(rnd, "has_local", False) and \
      (range_size(other) or 99) <= MM_WINDOW and (one := _one_column_tile(k, contig_out, other, vec_loads, lanes)) is not None:
     return one
-  tile_j, tile_i = mm_tile(rnd, window, col_bytes, narrow=item == 2, plain=plain)
+  tile_j, tile_i = mm_tile(rnd, window, col_bytes, narrow=item == 2, plain=plain, n_cols=range_size(contig_out) or 0, lanes=lanes)
   if other is not None and not window and not getattr(rnd, "has_local", False) and tile_j * col_bytes > PACK_MAX_BYTES >= col_bytes and \
      _panel_reuse(k, other) > (range_size(other) or 0):
     # the panel is read again for every step of the reduce axes it does not use (8x512x7x7 conv summed by the pooling): a
