@@ -147,7 +147,7 @@ def _thread_loop(k: Kernel, threads: int) -> UOp | None:
 # a plain product's tile where the first of MM_TILES_PLAIN pads the columns more (28x28 = 784 pixels: 832 in 4 vectors of 16,
 # 800 in 2): the same accumulators. One Zen 5 thread, A/B in one process, medians of 9, GFLOP/s 4x4 -> 2x8: 1x1 convs 32x256x28x28
 # -> 64 169 -> 180, 8x256x28x28 -> 64 185 -> 207, 8x128x28x28 -> 512 230 -> 237, 8x512x28x28 -> 128 202 -> 210; matmuls
-# 512x512 @ 512x784 227 -> 235, x1000 230 -> 233, 256x256 @ 256x80 130 -> 216
+# 512x512 @ 512x784 227 -> 235, 256x256 @ 256x80 130 -> 216 (x1000, padded to 1024 either way, 230 vs 233: keeps 4x4)
 MM_TILE_FEWER_COLS = (2, 8)
 
 def mm_tile(renderer: Any, window: bool, col_bytes: int, narrow: bool = False, plain: bool = False, n_cols: int = 0,
