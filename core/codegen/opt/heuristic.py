@@ -278,6 +278,7 @@ def _packed_both(k: Kernel, col: UOp, row: UOp, row_regs: int) -> Kernel | None:
   return None
 
 CHANNEL_ROW_VECTORS = 2       # conv output rows shorter than this many vectors take their vectors along the output channels
+CHANNEL_GATHER_RED = 16       # a residual the channel tile gathers costs more than a reduction shorter than this many vectors
 CHANNEL_PAD_SHARE = 16        # so do longer rows of no whole number of vectors, where padding them adds more than 1/16 of the work
 
 def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp, lanes: int) -> Kernel | None:
@@ -323,6 +324,13 @@ def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp
   # each weight's panel holds its own reduction (a conv with its 1x1 shortcut conv fused in: 512x3x3 and 256 long)
   regs, item = getattr(rnd, "simd_regs", 16), w_loads[0].dtype.itemsize
   red_len = max(prod(range_size(r) or 1 for r in reds if r in ld.toposort()) for ld in w_loads)
+  # a residual along a row of one vector (ONNX resnet's 16x16 stage on 16 lanes) over a short reduction: the row tile reads it
+  # as vectors, the channel tile gathers it (a load and insert per element, against red_len/lanes FMAs per output). One Zen 5
+  # thread, A/B in one process, medians of 11, 3x3 + r: 2x16x16x16 -> 16 21.7 -> 17.5 us, 1x 14.0 -> 11.5, 8x 107 -> 83, -> 32
+  # 46.9 -> 36.1; from 32 input channels on mixed (2x32 -> 32 85 -> 79, 2x64 -> 64 224 -> 301, 8x64 1117 -> 871, 1x128 -> 128
+  # 514 -> 1132 us), so not there
+  if n_out % lanes == 0 and strided < 2 and red_len < CHANNEL_GATHER_RED * lanes and \
+     any(contig_out in ld.toposort() for ld in loads if ld not in red_loads): return None
   win = prod(range_size(r) or 1 for r in windows)
   def fits(j: int, rows: int) -> bool:
     return (nc // lanes) % j == 0 and j * rows + j + 1 <= regs and lanes * j * rows * win <= MAX_REGISTER_ELEMS and \
