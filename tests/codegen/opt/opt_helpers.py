@@ -11,12 +11,37 @@ from core.codegen.program import get_program, launch_vals, program_source
 
 def kernel_of(fn: Any, *shapes: tuple[int, ...], rng: np.random.Generator) -> tuple[Any, np.ndarray]:
   """(the one schedule item of fn over random float32 tensors of `shapes`, fn over the same numpy arrays)."""
+  xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+  return product_item(fn, *xs), fn(*xs)
+
+def product_item(fn: Any, *arrays: np.ndarray) -> Any:
+  """The one schedule item of fn over realized tensors of `arrays`."""
   from core import Tensor
   from core.schedule.kernelize import create_schedule
-  xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
-  items, _, _ = create_schedule([fn(*[Tensor(x).realize() for x in xs]).uop])
+  items, _, _ = create_schedule([fn(*[Tensor(a).realize() for a in arrays]).uop])
   assert len(items) == 1, [it.ast.arg for it in items]
-  return items[0], fn(*xs)
+  return items[0]
+
+def conv1x1_item(rng: np.random.Generator, n: int, c: int, hw: int, o: int, stride: int = 1) -> tuple[Any, np.ndarray]:
+  """(the schedule item of a 1x1 conv of n x c x hw x hw float32 images to o channels, its float64 result by numpy)."""
+  x, w = rng.standard_normal((n, c, hw, hw)).astype(np.float32), rng.standard_normal((o, c, 1, 1)).astype(np.float32)
+  item = product_item(lambda a, b: a.conv2d(b, stride=stride), x, w)
+  return item, np.einsum("nchw,oc->nohw", x[:, :, ::stride, ::stride].astype(np.float64), w[:, :, 0, 0].astype(np.float64))
+
+def matmul_item(rng: np.random.Generator, m: int, kk: int, n: int) -> tuple[Any, np.ndarray]:
+  """(the schedule item of an m x kk @ kk x n float32 matmul, its float64 result by numpy)."""
+  a, b = rng.standard_normal((m, kk)).astype(np.float32), rng.standard_normal((kk, n)).astype(np.float32)
+  return product_item(lambda p, q: p @ q, a, b), a.astype(np.float64) @ b
+
+def register_tile(applied: list[Any]) -> tuple[int, int, int]:
+  """(lanes, vectors, rows) of a kernel's register tile from its applied opts: the first UPCAST (the lanes), the others of its
+  axis (more vectors) and of the other axes (rows)."""
+  from core.codegen.opt import OptOps
+  ups = [o for o in applied if o.op is OptOps.UPCAST]
+  assert ups, applied
+  vecs = [o.amt for o in ups[1:] if o.axis == ups[0].axis]
+  rows = [o.amt for o in ups[1:] if o.axis != ups[0].axis]
+  return ups[0].amt, int(np.prod(vecs or [1])), int(np.prod(rows or [1]))
 
 def run_ast(item: Any, ast: UOp, renderer: Any = None) -> tuple[np.ndarray, Any]:
   """(the kernel's first buffer after one run of `ast` over `item`'s buffers, its ProgramSpec)."""

@@ -7,41 +7,18 @@ results against numpy on both."""
 from __future__ import annotations
 import numpy as np
 import pytest
-from core import Tensor
 from core.codegen.opt import Kernel, OptOps
 from core.codegen.opt.heuristic import hand_coded, simd_lanes, MM_MIN_ACC
-from core.schedule.kernelize import create_schedule
-from opt_helpers import run_ast, host_renderer
+from opt_helpers import run_ast, host_renderer, conv1x1_item, matmul_item, register_tile
 
 rng = np.random.default_rng(31)
 
-def _conv1x1(n: int, c: int, hw: int, o: int, stride: int) -> tuple[object, np.ndarray]:
-  x, w = rng.standard_normal((n, c, hw, hw)).astype(np.float32), rng.standard_normal((o, c, 1, 1)).astype(np.float32)
-  items, _, _ = create_schedule([Tensor(x).realize().conv2d(Tensor(w).realize(), stride=stride).uop])
-  assert len(items) == 1
-  return items[0], np.einsum("nchw,oc->nohw", x[:, :, ::stride, ::stride].astype(np.float64), w[:, :, 0, 0].astype(np.float64))
-
-def _matmul(m: int, kk: int, n: int) -> tuple[object, np.ndarray]:
-  a, b = rng.standard_normal((m, kk)).astype(np.float32), rng.standard_normal((kk, n)).astype(np.float32)
-  items, _, _ = create_schedule([(Tensor(a).realize() @ Tensor(b).realize()).uop])
-  assert len(items) == 1
-  return items[0], a.astype(np.float64) @ b
-
-def _tile(k: Kernel) -> tuple[int, int, int]:
-  """(lanes, vectors, rows) of k's register tile: the first UPCAST (the lanes), the others of its axis (more vectors) and of
-  the other axes (rows)."""
-  ups = [o for o in k.applied if o.op is OptOps.UPCAST]
-  assert ups, k.applied
-  vecs = [o.amt for o in ups[1:] if o.axis == ups[0].axis]
-  rows = [o.amt for o in ups[1:] if o.axis != ups[0].axis]
-  return ups[0].amt, int(np.prod(vecs or [1])), int(np.prod(rows or [1]))
-
 CASES = {
-  "1x1 conv 14x14": lambda: _conv1x1(1, 64, 14, 64, 1),
-  "1x1 conv 7x7": lambda: _conv1x1(2, 64, 7, 64, 1),
-  "1x1/2 conv 56x56": lambda: _conv1x1(2, 32, 56, 64, 2),
-  "matmul 100 columns": lambda: _matmul(64, 48, 100),
-  "matmul 77 columns": lambda: _matmul(96, 64, 77),
+  "1x1 conv 14x14": lambda: conv1x1_item(rng, 1, 64, 14, 64, 1),
+  "1x1 conv 7x7": lambda: conv1x1_item(rng, 2, 64, 7, 64, 1),
+  "1x1/2 conv 56x56": lambda: conv1x1_item(rng, 2, 32, 56, 64, 2),
+  "matmul 100 columns": lambda: matmul_item(rng, 64, 48, 100),
+  "matmul 77 columns": lambda: matmul_item(rng, 96, 64, 77),
 }
 
 @pytest.mark.parametrize("simd_bytes", [32, 64])
@@ -55,7 +32,7 @@ def test_row_of_part_vectors_takes_whole_vectors(simd_bytes, case):
   if case == "1x1/2 conv 56x56" and lanes == 8 and not getattr(rnd, "masked_vectors", False):
     pytest.skip("a strided row of 28 pads to two vectors of 8 only where the pad lanes are masked (else gathered either way)")
   k = hand_coded(Kernel(item.ast, rnd))
-  got_lanes, vecs, rows = _tile(k)
+  got_lanes, vecs, rows = register_tile(k.applied)
   # whole vectors along the row, enough accumulators to hide the FMA latency, the tile in the vector registers
   assert got_lanes == lanes and vecs * rows >= MM_MIN_ACC and vecs * rows + vecs + 1 <= rnd.simd_regs, k.applied
   got, _ = run_ast(item, k.ast, rnd)
@@ -67,7 +44,7 @@ def test_row_of_part_vectors_takes_whole_vectors(simd_bytes, case):
   (64, 14, False),   # 7 would pad to 16: the channel tile, vectors along the output channels
 ])
 def test_strided_1x1_conv_row_of_one_padded_vector(simd_bytes, hw, along_row):
-  item, want = _conv1x1(2, 64, hw, 64, 2)
+  item, want = conv1x1_item(rng, 2, 64, hw, 64, 2)
   rnd = host_renderer(simd_bytes)
   k = hand_coded(Kernel(item.ast, rnd))
   got, _ = run_ast(item, k.ast, rnd)

@@ -6,30 +6,18 @@ renderers; results against numpy on both."""
 from __future__ import annotations
 import numpy as np
 import pytest
-from core import Tensor
 from core.codegen.opt import Kernel, OptOps
 from core.codegen.opt.heuristic import hand_coded
-from core.schedule.kernelize import create_schedule
-from opt_helpers import run_ast, host_renderer
+from opt_helpers import run_ast, host_renderer, conv1x1_item, matmul_item
 
 rng = np.random.default_rng(23)
 
-def _conv1x1(n: int, c: int, hw: int, o: int) -> tuple[object, np.ndarray]:
-  x, w = rng.standard_normal((n, c, hw, hw)).astype(np.float32), rng.standard_normal((o, c, 1, 1)).astype(np.float32)
-  (item,), _, _ = create_schedule([Tensor(x).realize().conv2d(Tensor(w).realize()).uop])
-  return item, np.einsum("nchw,oc->nohw", x.astype(np.float64), w[:, :, 0, 0].astype(np.float64))
-
-def _matmul(m: int, kk: int, n: int) -> tuple[object, np.ndarray]:
-  a, b = rng.standard_normal((m, kk)).astype(np.float32), rng.standard_normal((kk, n)).astype(np.float32)
-  (item,), _, _ = create_schedule([(Tensor(a).realize() @ Tensor(b).realize()).uop])
-  return item, a.astype(np.float64) @ b
-
 CASES = {   # name: (build, reads in place)
-  "1x1 conv 1x96x24x24 -> 24": (lambda: _conv1x1(1, 96, 24, 24), True),    # 221 KiB, rows of 2304 bytes
-  "matmul 64x64 @ 64x64": (lambda: _matmul(64, 64, 64), True),              # 16 KiB, rows of 256 bytes
-  "1x1 conv 4x256x28x28 -> 64": (lambda: _conv1x1(4, 256, 28, 64), False),  # 3.1 MiB: beyond the L2
-  "1x1 conv 1x96x14x14 -> 64": (lambda: _conv1x1(1, 96, 14, 64), False),   # rows of 784 bytes: off line boundaries
-  "matmul 64x64 @ 64x1024": (lambda: _matmul(64, 64, 1024), False),          # rows 4 KiB apart: in 4 of the 64 L1 sets
+  "1x1 conv 1x96x24x24 -> 24": (lambda: conv1x1_item(rng, 1, 96, 24, 24), True),    # 221 KiB, rows of 2304 bytes
+  "matmul 64x64 @ 64x64": (lambda: matmul_item(rng, 64, 64, 64), True),              # 16 KiB, rows of 256 bytes
+  "1x1 conv 4x256x28x28 -> 64": (lambda: conv1x1_item(rng, 4, 256, 28, 64), False),  # 3.1 MiB: beyond the L2
+  "1x1 conv 1x96x14x14 -> 64": (lambda: conv1x1_item(rng, 1, 96, 14, 64), False),   # rows of 784 bytes: off line boundaries
+  "matmul 64x64 @ 64x1024": (lambda: matmul_item(rng, 64, 64, 1024), False),          # rows 4 KiB apart: in 4 of the 64 L1 sets
 }
 
 @pytest.mark.parametrize("simd_bytes", [32, 64], ids=["AVX2", "AVX-512"])
