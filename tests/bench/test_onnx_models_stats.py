@@ -1,18 +1,12 @@
 """bench/onnx_models.py's statistic: rounds alternate their order, and the ratios it prints are the median of the per-round ratios,
 the ratio of the median rates and the per-round ratios' quartiles."""
 from __future__ import annotations
-import importlib.util, pathlib
 import pytest
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from bench_scripts import load_bench
 
 @pytest.fixture(scope="module")
 def bench():
-  spec = importlib.util.spec_from_file_location("bench_onnx_models", ROOT / "bench" / "onnx_models.py")
-  assert spec is not None and spec.loader is not None
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
-  return mod
+  return load_bench("onnx_models")
 
 def test_rounds_alternate_their_order_and_run_the_hooks(bench):
   order: list[str] = []

@@ -1,14 +1,10 @@
 """bench/startup.py runs: cold and warm start-up rows from new processes, with which of them loaded LLVM."""
 from __future__ import annotations
-import importlib.util, pathlib, re
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+import re
+from bench_scripts import load_bench
 
 def test_startup_bench_prints_cold_and_warm_rows(capsys):
-  spec = importlib.util.spec_from_file_location("bench_startup", ROOT / "bench" / "startup.py")
-  assert spec is not None and spec.loader is not None
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
+  mod = load_bench("startup")
   mod.main(["--runs", "1", "--dev", "CPU:LLVM"])
   out = capsys.readouterr().out
   rows = {m.group(1): m for m in re.finditer(r"^\s+(cold compile cache|warm compile cache|import numpy \(reference\))\s+in-process\s+(\d+) ms"

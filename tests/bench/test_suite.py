@@ -1,26 +1,24 @@
 """bench/suite.py in --quick mode on the default device: every row is printed, the check catches a wrong result, and a
 missing peer is reported, not raised. Peers are limited to numpy (torch/tinygrad, when installed, are never needed)."""
 from __future__ import annotations
-import importlib.util, io, math, os, pathlib, sys
+import io, math, os, pathlib, sys
 import pytest
+from bench_scripts import load_bench
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
 @pytest.fixture(scope="module")
 def suite():
-  spec = importlib.util.spec_from_file_location("bench_suite", ROOT / "bench" / "suite.py")
-  assert spec is not None and spec.loader is not None
-  mod = importlib.util.module_from_spec(spec)
-  sys.modules["bench_suite"] = mod   # dataclasses look their module up while the class is built
   saved = {k: os.environ.get(k) for k in BLAS_VARS}
   os.environ.update({k: "1" for k in BLAS_VARS})   # as some machines set them: the suite must drop them before numpy loads
-  try: spec.loader.exec_module(mod)
+  try: mod = load_bench("suite")
   finally:
-    mod.dropped = [k for k in BLAS_VARS if k not in os.environ]
+    dropped = [k for k in BLAS_VARS if k not in os.environ]
     for k, v in saved.items():
       if v is None: os.environ.pop(k, None)
       else: os.environ[k] = v
+  mod.dropped = dropped
   return mod
 
 def test_peers_run_their_best_blas(suite):
@@ -147,10 +145,7 @@ def test_unknown_row_is_an_error(suite, capsys):
   assert "matmul1024" in capsys.readouterr().err
 
 def test_first_call_bench_runs(tmp_path):
-  spec = importlib.util.spec_from_file_location("bench_first_call", ROOT / "bench" / "first_call.py")
-  assert spec is not None and spec.loader is not None
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
+  mod = load_bench("first_call")
   # one new process, one layer: the script's step trains (a finite loss is printed) and its time is measured
   got = mod.first_call("ours", 1, str(tmp_path))
   assert isinstance(got, float) and got > 0, got
