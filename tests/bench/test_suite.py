@@ -1,11 +1,10 @@
 """bench/suite.py in --quick mode on the default device: every row is printed, the check catches a wrong result, and a
 missing peer is reported, not raised. Peers are limited to numpy (torch/tinygrad, when installed, are never needed)."""
 from __future__ import annotations
-import io, math, os, pathlib, sys
+import io, math, os, sys
 import pytest
 from bench_scripts import load_bench
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 BLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
 @pytest.fixture(scope="module")
