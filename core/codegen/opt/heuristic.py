@@ -206,17 +206,20 @@ def _conv_tile(renderer: Any, n: int | None, lanes: int) -> tuple[int, int]:
                (n % (lanes * j) == 0 or _pad_ok(n, lanes * j, MM_PAD_FULL))), (MM_J2, MM_I))
 
 DW_ROW_SPARE = 2              # vector registers a whole-row depthwise tile leaves beside its accumulators (a load, a weight)
+# rows a whole-row depthwise tile may hold, most first: each input row loaded serves up to 3 output rows of the tile, so more
+# rows load less per output (6 and 3 where 4 does not divide the rows or fit: mobilenet's 12- and 24-row maps)
+DW_TILE_ROWS = (6, 4, 3, 2, 1)
 
 def _whole_row_tile(renderer: Any, n: int | None, n_rows: int | None, lanes: int, win: int) -> tuple[int, int] | None:
   """(vectors, rows) of a depthwise conv tile that holds whole output rows of n (padded to whole vectors by at most
-  1/MM_PAD_FULL, or as _row_masked allows), the most rows (4, 2 or 1) whose accumulators fit the vector registers and the
+  1/MM_PAD_FULL, or as _row_masked allows), the most rows (DW_TILE_ROWS) whose accumulators fit the vector registers and the
   register limit; None where one row does not fit. Its input is read in place through gates along the row: with the row
   unrolled whole, each vector's column gates are constants, where a tile at a loop position computes and applies a lane mask
   per load. One Zen 3 thread, A/B in one process, medians of 9: 8x32x112x112 3x3 2.22 -> 1.60 ms (14 vectors x 1 row),
   8x144x56 1.08 -> 0.90 ms at stride 2 (4x2), 2.36 -> 1.64 at stride 1; rows of 14 and less keep their tile (the same kernel)."""
   if n is None or n_rows is None or not (n % lanes == 0 or _pad_ok(n, lanes, MM_PAD_FULL) or _row_masked(renderer, n, lanes)): return None
   vecs, regs = -(-n // lanes), getattr(renderer, "simd_regs", 16)
-  return next(((vecs, r) for r in (4, 2, 1) if n_rows % r == 0 and vecs * r + DW_ROW_SPARE <= regs and
+  return next(((vecs, r) for r in DW_TILE_ROWS if n_rows % r == 0 and vecs * r + DW_ROW_SPARE <= regs and
                lanes * vecs * r * win <= MAX_REGISTER_ELEMS), None)
 
 def _row_masked(renderer: Any, n: int, lanes: int) -> bool:
