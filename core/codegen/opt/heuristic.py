@@ -212,15 +212,23 @@ DW_TILE_ROWS = (6, 4, 3, 2, 1)
 
 def _whole_row_tile(renderer: Any, n: int | None, n_rows: int | None, lanes: int, win: int) -> tuple[int, int] | None:
   """(vectors, rows) of a depthwise conv tile that holds whole output rows of n (padded to whole vectors by at most
-  1/MM_PAD_FULL, or as _row_masked allows), the most rows (DW_TILE_ROWS) whose accumulators fit the vector registers and the
+  1/MM_PAD_FULL, or as _dw_row_masked allows), the most rows (DW_TILE_ROWS) whose accumulators fit the vector registers and the
   register limit; None where one row does not fit. Its input is read in place through gates along the row: with the row
   unrolled whole, each vector's column gates are constants, where a tile at a loop position computes and applies a lane mask
   per load. One Zen 3 thread, A/B in one process, medians of 9: 8x32x112x112 3x3 2.22 -> 1.60 ms (14 vectors x 1 row),
   8x144x56 1.08 -> 0.90 ms at stride 2 (4x2), 2.36 -> 1.64 at stride 1; rows of 14 and less keep their tile (the same kernel)."""
-  if n is None or n_rows is None or not (n % lanes == 0 or _pad_ok(n, lanes, MM_PAD_FULL) or _row_masked(renderer, n, lanes)): return None
+  if n is None or n_rows is None or not (n % lanes == 0 or _pad_ok(n, lanes, MM_PAD_FULL) or _dw_row_masked(renderer, n, lanes)): return None
   vecs, regs = -(-n // lanes), getattr(renderer, "simd_regs", 16)
   return next(((vecs, r) for r in DW_TILE_ROWS if n_rows % r == 0 and vecs * r + DW_ROW_SPARE <= regs and
                lanes * vecs * r * win <= MAX_REGISTER_ELEMS), None)
+
+DW_MASK_LONG_ROWS = True      # a depthwise row longer than one vector always takes the masked whole-row tile (_dw_row_masked)
+
+def _dw_row_masked(renderer: Any, n: int, lanes: int) -> bool:
+  """Whether a depthwise conv's row of n is padded to masked whole vectors for the whole-row tile: as _row_masked allows, or any
+  row longer than one vector and a lane (18 on 16 lanes -> 32), whose other tiles run most of the row lane by lane (one Zen 5
+  thread, 3x3 + relu 1x32x18x18 24.6 -> 2.7 us, 1x32x34x34 87.9 -> 7.1). A vector and one lane (9 on 8) keeps its tile."""
+  return _row_masked(renderer, n, lanes) or (DW_MASK_LONG_ROWS and getattr(renderer, "masked_vectors", False) and n > lanes + 1)
 
 def _row_masked(renderer: Any, n: int, lanes: int) -> bool:
   """Whether a row of n is padded to whole vectors on `renderer` whose vector loads and stores take a gate per lane: the pad's
@@ -432,7 +440,7 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
   row = _whole_row_tile(rnd, range_size(contig_out), range_size(other) if other is not None else None, lanes, win) \
     if small_reuse and window and reused and gated and not getattr(rnd, "has_local", False) else None
   # a row narrower than the tile (7 wide) keeps the paths made for it; a masked one padded to a vector does not
-  if row is not None and row[0] < tile_j and not _row_masked(rnd, range_size(contig_out) or 0, lanes): row = None
+  if row is not None and row[0] < tile_j and not _dw_row_masked(rnd, range_size(contig_out) or 0, lanes): row = None
   if row is not None: tile_j, tile_i = row
   if pad and reused and not window and row is None and other is not None and \
      (narrow := _narrow_tile(rnd, range_size(contig_out), lanes, (tile_j, tile_i))) is not None:
@@ -523,6 +531,13 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
   return k
 
 PANEL_IN_PLACE_L2_SHARE = 2   # a panel's whole input at most this share of the L2 is read in place (_panel_in_place)
+PANEL_STREAM_REUSE = 8        # beyond that share, a panel read by at most this many row blocks is read in place too, prefetched
+
+def panel_budget(l2_bytes: int) -> int:
+  """Bytes of a product's column-side input that stay in the L2 for every row block when read in place; an input beyond it is
+  read from memory, so its in-place loads also prefetch the next panel (plugin_cpu/prefetch.py reread_offsets)."""
+  return l2_bytes // PANEL_IN_PLACE_L2_SHARE
+
 L1_SETS, L1_WAYS, LINE_BYTES = 64, 8, 64   # x86's L1 data cache: 64 sets of 64-byte lines, 8 ways (Zen 3; Zen 5: 12)
 
 def _panel_in_place(k: Kernel, rows: UOp, cols: int) -> bool:
@@ -532,11 +547,15 @@ def _panel_in_place(k: Kernel, rows: UOp, cols: int) -> bool:
   is aligned: 1x384x14x14 -> 96, rows of 784 bytes, in Haswell code 111 -> 100 GFLOP/s in place) and spread over the L1 sets:
   no set holds more than the L1's ways or its even share (a matrix with rows 4 KiB apart puts every row in one set).
   A small 1x1 conv, 1x96x24x24 -> 24 (221 KiB, rows of 2304 bytes), one Zen 5 thread, A/B in one process, medians of 11: 167 ->
-  199 GFLOP/s; 8x256x28x28 -> 64 (6.4 MiB, from the L3) 210 -> 235 in place, but 32 images (from memory) 170 -> 158: there the
-  copy, prefetching the next panel (plugin_cpu/prefetch.py), hides more than it costs. Hence the L2 bound."""
-  budget = getattr(k.renderer, "l2_bytes", 0) // PANEL_IN_PLACE_L2_SHARE
-  panel = _panel_loads(k, rows)
-  if not panel or sum(ld.src[0].src[0].dtype.size * ld.dtype.itemsize for ld in panel) > budget: return False   # type: ignore[attr-defined]
+  199 GFLOP/s. Beyond the L2 (panel_budget) the first row block reads each panel from the L3 or memory: the copy, prefetching the
+  next panel (plugin_cpu/prefetch.py), pays where many row blocks reuse it; where at most PANEL_STREAM_REUSE do, the in-place
+  loads prefetch the next panel themselves (prefetch.reread_offsets). 1x1 conv 32x256x28x28 -> 64 (8 row blocks of 8 channels,
+  from memory), one Zen 5 thread, A/B in one process, medians of 15: packed 171, in place 125, in place with prefetch 205 GFLOP/s;
+  8 images (from the L3) 207, 222, 216; 8x144x56x56 -> 24 147, 187, 194; 8x192x28x28 -> 32 185, 232, 226."""
+  budget, panel = panel_budget(getattr(k.renderer, "l2_bytes", 0)), _panel_loads(k, rows)
+  if not panel or not budget: return False
+  if sum(ld.src[0].src[0].dtype.size * ld.dtype.itemsize for ld in panel) > budget and _panel_reuse(k, rows) > PANEL_STREAM_REUSE:   # type: ignore[attr-defined]
+    return False
   for ld in panel:
     reds = [r for r in ld.toposort() if r.op is Ops.RANGE and r.arg[1] in (AxisType.REDUCE, AxisType.UNROLL)]
     if not reds or (strides := linear_strides(read_index(ld.src[0]), reds)) is None: return False

@@ -33,7 +33,7 @@ def test_panel_copy_prefetches_the_next_panel(simd_bytes, ren, hw):
   # a 1x1 conv's pixels are the product's columns: a panel of the input holds the tile's columns of every input channel, and the
   # next panel starts that many pixels on
   rnd = _renderer(ren, simd_bytes)
-  item = _conv1x1(4, 64, hw, 64)   # 0.8-1 MiB: packed
+  item = _conv1x1(4, 64, hw, 128)   # 0.8-1 MiB, panels reused by 16+ row blocks: packed
   k = hand_coded(Kernel(item.ast, rnd))
   assert any(o.op is OptOps.PACK for o in k.applied), k.applied
   ups = [o for o in k.applied if o.op is OptOps.UPCAST]

@@ -1,8 +1,8 @@
 """A product whose column-side input fits half the L2 and has rows on whole cache lines spread over the L1 sets reads it in place
 instead of copying panels of it (heuristic._panel_in_place): mobilenet's small 1x1 convs (1x96x24x24 -> 24: a 221 KiB input).
-Inputs beyond the L2 (the conv1x1 bench row's 32 images), on rows off line boundaries or on rows a page apart (a few L1 sets)
-keep the PACK. Opts from AVX2-like (8 lanes, 16 registers, 512 KiB L2) and AVX-512-like (16 lanes, 32 registers, 1 MiB L2)
-renderers; results against numpy on both."""
+Inputs beyond the L2 whose panels more than heuristic.PANEL_STREAM_REUSE row blocks reuse (fewer: plugins/cpu
+test_reread_prefetch), on rows off line boundaries or on rows a page apart (a few L1 sets) keep the PACK. Opts from AVX2-like
+(8 lanes, 16 registers, 512 KiB L2) and AVX-512-like (16 lanes, 32 registers, 1 MiB L2) renderers; results against numpy on both."""
 from __future__ import annotations
 import numpy as np
 import pytest
@@ -15,7 +15,7 @@ rng = np.random.default_rng(23)
 CASES = {   # name: (build, reads in place)
   "1x1 conv 1x96x24x24 -> 24": (lambda: conv1x1_item(rng, 1, 96, 24, 24), True),    # 221 KiB, rows of 2304 bytes
   "matmul 64x64 @ 64x64": (lambda: matmul_item(rng, 64, 64, 64), True),              # 16 KiB, rows of 256 bytes
-  "1x1 conv 4x256x28x28 -> 64": (lambda: conv1x1_item(rng, 4, 256, 28, 64), False),  # 3.1 MiB: beyond the L2
+  "1x1 conv 4x256x28x28 -> 256": (lambda: conv1x1_item(rng, 4, 256, 28, 256), False),  # 3.1 MiB: beyond the L2, 32+ row blocks
   "1x1 conv 1x96x14x14 -> 64": (lambda: conv1x1_item(rng, 1, 96, 14, 64), False),   # rows of 784 bytes: off line boundaries
   "matmul 64x64 @ 64x1024": (lambda: matmul_item(rng, 64, 64, 1024), False),          # rows 4 KiB apart: in 4 of the 64 L1 sets
 }

@@ -1,0 +1,82 @@
+"""A product whose column-side input lies beyond half the L2 but whose panels few row blocks reuse (heuristic.PANEL_STREAM_REUSE:
+the conv1x1 bench row, 32x256x28x28 -> 64 in 8 row blocks of 8 channels) reads it in place, not packed, and those loads prefetch
+the next panel (plugin_cpu/prefetch.reread_offsets). Kernels that pack, that read in place from the L2, and convs with windows
+render as before. Opts and sources from both CPU renderers at AVX2 and AVX-512 widths (rendered, not run); results against numpy
+on the host with each renderer."""
+from __future__ import annotations
+import copy, os, re, subprocess, sys
+import numpy as np
+import pytest
+from core import Tensor
+from core.schedule.kernelize import create_schedule
+from core.codegen.opt import Kernel, OptOps
+from core.codegen.opt.heuristic import hand_coded
+from core.codegen.program import get_program, program_source
+import plugin_cpu.prefetch as prefetch
+from plugin_cpu.renderer import CPUCRenderer, CPULLVMRenderer
+
+# the prefetched address's distance from the loaded one, in elements, as each renderer writes it
+PREFETCH = {"LLVM": r"= getelementptr float, ptr %\w+, i64 (\d+)\n  call void @llvm.prefetch.p0", "C": r"__builtin_prefetch\(.*?\)\+(\d+), 0, 3\)"}
+
+def _renderer(ren: str, simd_bytes: int, threads: int = 2):
+  rnd = copy.copy(CPULLVMRenderer() if ren == "LLVM" else CPUCRenderer())
+  rnd.simd_width, rnd.simd_regs, rnd.threads = simd_bytes, 16 if simd_bytes == 32 else 32, threads
+  rnd.l2_bytes = 512 << 10 if simd_bytes == 32 else 1 << 20   # the Zen 3's and Zen 5's
+  return rnd
+
+def _items(n: int, c: int, hw: int, o: int, kernel: int = 1, stride: int = 1) -> list:
+  x, w = Tensor(np.zeros((n, c, hw, hw), np.float32)), Tensor(np.zeros((o, c, kernel, kernel), np.float32))
+  items, _, _ = create_schedule([x.conv2d(w, stride=stride, padding=kernel // 2).uop])
+  return items
+
+# a 1x1 conv beyond the L2 share whose panels 8 row blocks read: 8 rows x 64 channels on AVX-512 (2 x 8 tile), 4 x 32 on AVX2
+FEW_BLOCKS = {32: (4, 256, 28, 32), 64: (4, 256, 28, 64)}
+
+@pytest.mark.parametrize("ren", ["LLVM", "C"])
+@pytest.mark.parametrize("simd_bytes", [32, 64], ids=["AVX2", "AVX-512"])
+def test_few_row_blocks_read_in_place_and_prefetch_the_next_panel(simd_bytes, ren):
+  rnd = _renderer(ren, simd_bytes)
+  (item,) = _items(*FEW_BLOCKS[simd_bytes])
+  k = hand_coded(Kernel(item.ast, rnd))
+  assert not any(o.op is OptOps.PACK for o in k.applied), k.applied
+  ups = [o for o in k.applied if o.op is OptOps.UPCAST]
+  cols = int(np.prod([o.amt for o in ups if o.axis == ups[0].axis]))   # the tile's pixels: the next panel starts that far on
+  offs = re.findall(PREFETCH[ren], program_source(get_program(k.ast, rnd, optimize=False)))
+  assert offs and set(offs) == {str(cols)}, (cols, offs)
+
+@pytest.mark.parametrize("ren", ["LLVM", "C"])
+@pytest.mark.parametrize("simd_bytes", [32, 64], ids=["AVX2", "AVX-512"])
+@pytest.mark.parametrize("shape", [(1, 96, 24, 24), (4, 256, 28, 256), (2, 64, 28, 64, 3), (8, 256, 14, 512, 1, 2)],
+                         ids=["in the L2", "32+ row blocks: packed", "3x3", "stride 2: a packed panel of lanes"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_other_products_render_as_without_the_rule(shape, simd_bytes, ren, threads, monkeypatch):
+  def sources() -> list[str]:   # a renderer of its own each time: programs are cached by renderer
+    rnd = _renderer(ren, simd_bytes, threads)
+    return [program_source(get_program(hand_coded(Kernel(it.ast, rnd)).ast, rnd, optimize=False)) for it in _items(*shape)]
+  with_rule = sources()
+  monkeypatch.setattr(prefetch, "reread_offsets", lambda *args: {})
+  assert sources() == with_rule
+
+def test_matmul_1024_renders_as_without_the_rule(monkeypatch):
+  (item,), _, _ = create_schedule([(Tensor(np.zeros((1024, 1024), np.float32)) @ Tensor(np.zeros((1024, 1024), np.float32))).uop])
+  def source() -> str:
+    rnd = _renderer("LLVM", 64)
+    return program_source(get_program(hand_coded(Kernel(item.ast, rnd)).ast, rnd, optimize=False))
+  with_rule = source()
+  monkeypatch.setattr(prefetch, "reread_offsets", lambda *args: {})
+  assert source() == with_rule
+
+@pytest.mark.parametrize("ren", ["LLVM", "C"])
+def test_in_place_products_give_numpys_results(ren):
+  # in a process of its own: DEV=CPU:<ren> picks the renderer; inputs beyond half a 1 MiB L2, 8 and 4 row blocks, a padded last panel
+  code = ("import numpy as np\nfrom core import Tensor\nfrom core.device.registry import Device\n"
+          f"assert type(Device['CPU'].renderer).__name__ == 'CPU{ren}Renderer'\n"
+          "for n, c, hw, o in ((4, 256, 28, 64), (4, 256, 28, 32), (2, 144, 56, 24), (3, 64, 32, 64)):\n"
+          "  r = np.random.default_rng(n * c + hw + o)\n"
+          "  x, w = r.standard_normal((n, c, hw, hw), dtype=np.float32), r.standard_normal((o, c, 1, 1), dtype=np.float32)\n"
+          "  want = np.einsum('nchw,oc->nohw', x.astype(np.float64), w[:, :, 0, 0].astype(np.float64))\n"
+          "  np.testing.assert_allclose(Tensor(x).conv2d(Tensor(w)).numpy(), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())\n"
+          "print('ok')\n")
+  env = {**os.environ, "DEV": f"CPU:{ren}", "CPU_PREFETCH": "1"}
+  res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+  assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-3000:]
