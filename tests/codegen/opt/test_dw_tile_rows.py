@@ -1,6 +1,7 @@
 """A whole-row depthwise conv tile holds the most rows of DW_TILE_ROWS that divide the output's rows and fit: 6 or 3 where 4 does
 not (mobilenet's 12- and 24-row maps), since each input row loaded serves up to 3 output rows of the tile. Results against
-numpy on AVX2-like and AVX-512-like renderers, and the rows the tile holds."""
+numpy on AVX2-like and AVX-512-like renderers, and the rows the tile holds. Rows longer than a vector and a lane take that tile
+padded to masked vectors (18 on 16 lanes -> 32), where other tiles ran most of the row lane by lane."""
 from __future__ import annotations
 import numpy as np
 import pytest
@@ -41,6 +42,10 @@ def _dw(n: int, c: int, hw: int, stride: int, simd_bytes: int) -> tuple[np.ndarr
   (1, 16, 6, 1),     # the whole map in one tile on AVX2
   (1, 32, 18, 1),
   (1, 8, 28, 1),     # 28 rows: 4 or 2, as before
+  (1, 8, 22, 1),     # 22 on 16 lanes: one vector and a masked one
+  (1, 8, 34, 2),
+  (1, 8, 10, 1),     # 10 on 8 lanes
+  (1, 8, 9, 1),      # a vector and one lane keeps its tile
 ])
 def test_depthwise_values(n, c, hw, stride, simd_bytes):
   got, want, _ = _dw(n, c, hw, stride, simd_bytes)
@@ -54,5 +59,15 @@ def test_depthwise_values(n, c, hw, stride, simd_bytes):
 ])
 def test_depthwise_tile_holds_more_rows(simd_bytes, c, hw, stride, tile):
   got, want, applied = _dw(1, c, hw, stride, simd_bytes)
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+  assert register_tile(list(applied)) == tile, applied
+
+@pytest.mark.parametrize("simd_bytes, hw, tile", [
+  (64, 18, (16, 2, 3)),   # 18 wide: a vector and a masked one (was no vector along the row)
+  (64, 34, (16, 3, 2)),
+  (32, 10, (8, 2, 2)),
+])
+def test_depthwise_row_past_a_vector_takes_masked_vectors(simd_bytes, hw, tile):
+  got, want, applied = _dw(1, 8, hw, 1, simd_bytes)
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
   assert register_tile(list(applied)) == tile, applied
