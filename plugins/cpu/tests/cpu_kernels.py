@@ -65,3 +65,13 @@ def elementwise(n: int, in_dtypes: list[DType], out_dtype: DType, fn) -> list[UO
   return lin.uops
 
 def np_dtype(dt: DType): return to_np(dt)
+
+def run_on_renderer(ren: str, body: str, timeout: int = 300, **env: str) -> None:
+  """Runs `body` (Python with numpy as np and core's Tensor imported) in a process of its own under DEV=CPU:<ren>, which picks
+  the renderer at startup; it must print 'ok'. `env` adds environment variables."""
+  import os, subprocess, sys
+  code = ("import numpy as np\nfrom core import Tensor\nfrom core.device.registry import Device\n"
+          f"assert type(Device['CPU'].renderer).__name__ == 'CPU{ren}Renderer'\n" + body)
+  res = subprocess.run([sys.executable, "-c", code], env={**os.environ, "DEV": f"CPU:{ren}", **env}, capture_output=True, text=True,
+                       timeout=timeout)
+  assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-3000:]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy, re
 import numpy as np
 import pytest
+from cpu_kernels import run_on_renderer
 from core import Tensor
 from core.schedule.kernelize import create_schedule
 from core.codegen.program import get_program, program_source
@@ -69,18 +70,13 @@ def test_other_kernels_do_not_prefetch(fn, simd_bytes, ren):
 @pytest.mark.parametrize("ren", ["LLVM", "C"])
 def test_row_kernels_give_numpys_results(ren):
   # in a process of its own: DEV=CPU:<ren> picks the renderer (rows: one, a few, more than a thread block)
-  import os, subprocess, sys
-  code = ("import numpy as np\nfrom core import Tensor\nfrom core.device.registry import Device\n"
-          f"assert type(Device['CPU'].renderer).__name__ == 'CPU{ren}Renderer'\n"
-          f"W = {W}\n"
-          "for rows in (1, 7, 300):\n"
-          "  r = np.random.default_rng(rows)\n"
-          "  x, w, b = r.standard_normal((rows, W), dtype=np.float32) * 3, r.standard_normal(W, dtype=np.float32), r.standard_normal(W, dtype=np.float32)\n"
-          "  sm = np.exp(x - x.max(-1, keepdims=True)); sm /= sm.sum(-1, keepdims=True)\n"
-          "  ln = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * w + b\n"
-          "  np.testing.assert_allclose(Tensor(x).softmax(-1).numpy(), sm, rtol=1e-4, atol=1e-6)\n"
-          "  np.testing.assert_allclose((Tensor(x).layernorm() * Tensor(w) + Tensor(b)).numpy(), ln, rtol=1e-4, atol=1e-4)\n"
-          "print('ok')\n")
-  env = {**os.environ, "DEV": f"CPU:{ren}", "CPU_PREFETCH": "1"}
-  res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-  assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-3000:]
+  run_on_renderer(ren, (
+    f"W = {W}\n"
+    "for rows in (1, 7, 300):\n"
+    "  r = np.random.default_rng(rows)\n"
+    "  x, w, b = r.standard_normal((rows, W), dtype=np.float32) * 3, r.standard_normal(W, dtype=np.float32), r.standard_normal(W, dtype=np.float32)\n"
+    "  sm = np.exp(x - x.max(-1, keepdims=True)); sm /= sm.sum(-1, keepdims=True)\n"
+    "  ln = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * w + b\n"
+    "  np.testing.assert_allclose(Tensor(x).softmax(-1).numpy(), sm, rtol=1e-4, atol=1e-6)\n"
+    "  np.testing.assert_allclose((Tensor(x).layernorm() * Tensor(w) + Tensor(b)).numpy(), ln, rtol=1e-4, atol=1e-4)\n"
+    "print('ok')\n"), CPU_PREFETCH="1")

@@ -4,9 +4,10 @@ the next panel (plugin_cpu/prefetch.reread_offsets). Kernels that pack, that rea
 render as before. Opts and sources from both CPU renderers at AVX2 and AVX-512 widths (rendered, not run); results against numpy
 on the host with each renderer."""
 from __future__ import annotations
-import copy, os, re, subprocess, sys
+import copy, re
 import numpy as np
 import pytest
+from cpu_kernels import run_on_renderer
 from core import Tensor
 from core.schedule.kernelize import create_schedule
 from core.codegen.opt import Kernel, OptOps
@@ -69,14 +70,10 @@ def test_matmul_1024_renders_as_without_the_rule(monkeypatch):
 @pytest.mark.parametrize("ren", ["LLVM", "C"])
 def test_in_place_products_give_numpys_results(ren):
   # in a process of its own: DEV=CPU:<ren> picks the renderer; inputs beyond half a 1 MiB L2, 8 and 4 row blocks, a padded last panel
-  code = ("import numpy as np\nfrom core import Tensor\nfrom core.device.registry import Device\n"
-          f"assert type(Device['CPU'].renderer).__name__ == 'CPU{ren}Renderer'\n"
-          "for n, c, hw, o in ((4, 256, 28, 64), (4, 256, 28, 32), (2, 144, 56, 24), (3, 64, 32, 64)):\n"
-          "  r = np.random.default_rng(n * c + hw + o)\n"
-          "  x, w = r.standard_normal((n, c, hw, hw), dtype=np.float32), r.standard_normal((o, c, 1, 1), dtype=np.float32)\n"
-          "  want = np.einsum('nchw,oc->nohw', x.astype(np.float64), w[:, :, 0, 0].astype(np.float64))\n"
-          "  np.testing.assert_allclose(Tensor(x).conv2d(Tensor(w)).numpy(), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())\n"
-          "print('ok')\n")
-  env = {**os.environ, "DEV": f"CPU:{ren}", "CPU_PREFETCH": "1"}
-  res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-  assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-3000:]
+  run_on_renderer(ren, (
+    "for n, c, hw, o in ((4, 256, 28, 64), (4, 256, 28, 32), (2, 144, 56, 24), (3, 64, 32, 64)):\n"
+    "  r = np.random.default_rng(n * c + hw + o)\n"
+    "  x, w = r.standard_normal((n, c, hw, hw), dtype=np.float32), r.standard_normal((o, c, 1, 1), dtype=np.float32)\n"
+    "  want = np.einsum('nchw,oc->nohw', x.astype(np.float64), w[:, :, 0, 0].astype(np.float64))\n"
+    "  np.testing.assert_allclose(Tensor(x).conv2d(Tensor(w)).numpy(), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())\n"
+    "print('ok')\n"), CPU_PREFETCH="1")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy, re
 import numpy as np
 import pytest
+from cpu_kernels import run_on_renderer
 from core import Tensor
 from core.schedule.kernelize import create_schedule
 from core.codegen.program import get_program, program_source
@@ -39,15 +40,11 @@ def test_transposing_copies_load_rows_and_shuffle(shape, perm, simd_bytes, ren, 
 @pytest.mark.parametrize("ren", ["LLVM", "C"])
 def test_transposing_copies_give_numpys_results(ren):
   # in a process of its own: DEV=CPU:<ren> picks the renderer (shapes a whole tile divides, and odd ones; float, int and half)
-  import os, subprocess, sys
-  code = ("import numpy as np\nfrom core import Tensor\nfrom core.device.registry import Device\n"
-          f"assert type(Device['CPU'].renderer).__name__ == 'CPU{ren}Renderer'\n"
-          "r = np.random.default_rng(3)\n"
-          "for shape, perm in [((1024, 528), (1, 0)), ((1000, 520), (1, 0)), ((513, 1031), (1, 0)), ((2, 64, 56, 56), (0, 2, 3, 1)),\n"
-          "                    ((2, 56, 56, 64), (0, 3, 1, 2)), ((1, 24, 600, 40), (0, 2, 3, 1)), ((3, 37, 29, 24), (0, 3, 1, 2))]:\n"
-          "  for dt in (np.float32, np.int32, np.float16):\n"
-          "    x = (r.standard_normal(shape) * 1000).astype(dt)\n"
-          "    np.testing.assert_array_equal(Tensor(x).permute(*perm).contiguous().numpy(), x.transpose(perm))\n"
-          "print('ok')\n")
-  res = subprocess.run([sys.executable, "-c", code], env={**os.environ, "DEV": f"CPU:{ren}"}, capture_output=True, text=True, timeout=600)
-  assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-3000:]
+  run_on_renderer(ren, (
+    "r = np.random.default_rng(3)\n"
+    "for shape, perm in [((1024, 528), (1, 0)), ((1000, 520), (1, 0)), ((513, 1031), (1, 0)), ((2, 64, 56, 56), (0, 2, 3, 1)),\n"
+    "                    ((2, 56, 56, 64), (0, 3, 1, 2)), ((1, 24, 600, 40), (0, 2, 3, 1)), ((3, 37, 29, 24), (0, 3, 1, 2))]:\n"
+    "  for dt in (np.float32, np.int32, np.float16):\n"
+    "    x = (r.standard_normal(shape) * 1000).astype(dt)\n"
+    "    np.testing.assert_array_equal(Tensor(x).permute(*perm).contiguous().numpy(), x.transpose(perm))\n"
+    "print('ok')\n"), timeout=600)
