@@ -99,7 +99,7 @@ def prefetch_offsets(uops: list[UOp], l2_bytes: int = 0) -> dict[UOp, int]:
   second: dict[UOp, UOp] = {}                    # buffer -> the second reduce range reading it
   out = panel_offsets(uops, deps, order)
   # (not beside a pack's copy: the other input's row tile, re-read across a group of panels, is in the L1 already)
-  if l2_bytes and not _copied(uops): out = reread_offsets(uops, deps, order, l2_bytes)
+  if l2_bytes and not _copied(uops): out.update(reread_offsets(uops, deps, order, l2_bytes))
   for x in uops:
     if x.op is not Ops.LOAD or x.src[0].op is not Ops.INDEX or x in out: continue
     buf, idx = x.src[0].src[0], x.src[0].src[1]
