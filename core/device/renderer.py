@@ -24,6 +24,8 @@ class Renderer:
   vector_dtypes: frozenset[DType] = frozenset()             # element types beyond the expander's usual ones it may make vectors of
                                                             # (the host LLVM renderer's bfloat16 where the CPU has a bf16 dot product)
   threads: ClassVar[int] = 0                                # worker threads running GLOBAL blocks (gidx0); 0: no thread pool
+  l2_bytes: int = 0                                         # bytes of one core's L2 cache; 0: unknown
+  panel_l2_share: int = 2                                   # a product's input within 1/this of the L2 is read in place (panel_budget)
   scratch_bytes: int = 0                                    # bytes of a per-thread array (DEFINE_REG) that stays in a near cache: a
                                                             # row kernel stashes its exps there (core.codegen.stash); 0: private
                                                             # arrays are slow (a GPU spills them to its local memory)
@@ -34,6 +36,12 @@ class Renderer:
   max_buffer_size: ClassVar[int | None] = None              # bytes; None: no limit beyond memory
   extra_matcher: Any = None                                 # PatternMatcher applied before render, or None
   tensor_cores: tuple[TensorCore, ...] = ()                 # matrix units the optimizer's TC option may use (Ops.WMMA)
+
+  def panel_budget(self) -> int:
+    """Bytes of a product's column-side input that stay in the L2 for every row block when read in place (the other input's
+    rows and the output share the rest). The optimizer reads inputs within it in place (core.codegen.opt.heuristic
+    _panel_in_place); a CPU renderer has its in-place loads of bigger ones prefetch the next panel (plugin_cpu.prefetch)."""
+    return self.l2_bytes // self.panel_l2_share
 
   def render(self, name: str, uops: list[Any]) -> str: raise NotImplementedError(f"{type(self).__name__} must implement render(name, uops)")
   def __repr__(self) -> str: return f"{type(self).__name__}(device={self.device!r})"

@@ -530,29 +530,24 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
     k = _try(k, Opt(OptOps.THREAD, _pos(k, cols), _panel_blocks(range_size(cols) or 1, threads)))
   return k
 
-PANEL_IN_PLACE_L2_SHARE = 2   # a panel's whole input at most this share of the L2 is read in place (_panel_in_place)
-PANEL_STREAM_REUSE = 8        # beyond that share, a panel read by at most this many row blocks is read in place too, prefetched
-
-def panel_budget(l2_bytes: int) -> int:
-  """Bytes of a product's column-side input that stay in the L2 for every row block when read in place; an input beyond it is
-  read from memory, so its in-place loads also prefetch the next panel (plugin_cpu/prefetch.py reread_offsets)."""
-  return l2_bytes // PANEL_IN_PLACE_L2_SHARE
+PANEL_STREAM_REUSE = 8        # beyond the renderer's panel_budget, a panel read by at most this many row blocks is read in
+                              # place too, prefetched
 
 L1_SETS, L1_WAYS, LINE_BYTES = 64, 8, 64   # x86's L1 data cache: 64 sets of 64-byte lines, 8 ways (Zen 3; Zen 5: 12)
 
 def _panel_in_place(k: Kernel, rows: UOp, cols: int) -> bool:
-  """Whether the inputs a PACK at `rows` would copy are better read where they are: all of them fit in 1/PANEL_IN_PLACE_L2_SHARE
-  of the renderer's L2 (they stay there for every row block, so the copy only adds its own time) and the lines of a panel (the
+  """Whether the inputs a PACK at `rows` would copy are better read where they are: all of them fit the renderer's panel_budget
+  (a share of its L2: they stay there for every row block, so the copy only adds its own time) and the lines of a panel (the
   tile's `cols` columns of each reduce step) start on whole lines (else vector loads split across lines, where the packed panel
   is aligned: 1x384x14x14 -> 96, rows of 784 bytes, in Haswell code 111 -> 100 GFLOP/s in place) and spread over the L1 sets:
   no set holds more than the L1's ways or its even share (a matrix with rows 4 KiB apart puts every row in one set).
   A small 1x1 conv, 1x96x24x24 -> 24 (221 KiB, rows of 2304 bytes), one Zen 5 thread, A/B in one process, medians of 11: 167 ->
-  199 GFLOP/s. Beyond the L2 (panel_budget) the first row block reads each panel from the L3 or memory: the copy, prefetching the
+  199 GFLOP/s. Beyond that budget the first row block reads each panel from the L3 or memory: the copy, prefetching the
   next panel (plugin_cpu/prefetch.py), pays where many row blocks reuse it; where at most PANEL_STREAM_REUSE do, the in-place
   loads prefetch the next panel themselves (prefetch.reread_offsets). 1x1 conv 32x256x28x28 -> 64 (8 row blocks of 8 channels,
   from memory), one Zen 5 thread, A/B in one process, medians of 15: packed 171, in place 125, in place with prefetch 205 GFLOP/s;
   8 images (from the L3) 207, 222, 216; 8x144x56x56 -> 24 147, 187, 194; 8x192x28x28 -> 32 185, 232, 226."""
-  budget, panel = panel_budget(getattr(k.renderer, "l2_bytes", 0)), _panel_loads(k, rows)
+  budget, panel = k.renderer.panel_budget(), _panel_loads(k, rows)
   if not panel or not budget: return False
   if sum(ld.src[0].src[0].dtype.size * ld.dtype.itemsize for ld in panel) > budget and _panel_reuse(k, rows) > PANEL_STREAM_REUSE:   # type: ignore[attr-defined]
     return False

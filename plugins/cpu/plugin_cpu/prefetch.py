@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 from core.ir.dtype import PtrDType, AddrSpace
 from core.ir.ops import UOp, Ops, AxisType
-from core.codegen.opt.heuristic import panel_budget
 
 ROW_MAX_BYTES = 16 << 10   # a row the later passes read from L1 (32 KiB on current x86 cores), with room for the next one
 
@@ -66,9 +65,9 @@ def panel_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[
     if step.op is Ops.CONST and step.arg > 0: out[x] = step.arg
   return out
 
-def reread_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int], l2_bytes: int) -> dict[UOp, int]:
-  """For each global load in a reduce loop of a buffer beyond heuristic.panel_budget that is re-read across a loop it doesn't use
-  (a product's column-side input read in place: every row block reads the panel again), the step of its address along the
+def reread_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int], budget: int) -> dict[UOp, int]:
+  """For each global load in a reduce loop of a buffer beyond `budget` bytes (the renderer's panel_budget) that is re-read across
+  a loop it doesn't use (a product's column-side input read in place: every row block reads the panel again), the step of its address along the
   innermost loop it uses outside that one (the next panel), where that is a positive constant. One Zen 5 thread, conv 32x256x28x28
   -> 64 1x1 in place: 125 GFLOP/s without, 205 with (170 packed); from the L3 (8 images) it costs 222 -> 216."""
   out: dict[UOp, int] = {}
@@ -77,7 +76,7 @@ def reread_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict
     if x.op is Ops.RANGE: opened.append(x)
     elif x.op is Ops.END: opened = [r for r in opened if r not in x.src]
     if x.op is not Ops.LOAD or x.src[0].op is not Ops.INDEX or not _global(buf := x.src[0].src[0]) or \
-       buf.dtype.size * buf.dtype.base.itemsize <= panel_budget(l2_bytes): continue   # type: ignore[attr-defined]
+       buf.dtype.size * buf.dtype.base.itemsize <= budget: continue   # type: ignore[attr-defined]
     idx = x.src[0].src[1]
     rngs = deps.get(idx, frozenset())
     if not any(r.arg[-1] is AxisType.REDUCE for r in rngs): continue
@@ -88,9 +87,9 @@ def reread_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict
     if step.op is Ops.CONST and step.arg > 0: out[x] = step.arg
   return out
 
-def prefetch_offsets(uops: list[UOp], l2_bytes: int = 0) -> dict[UOp, int]:
+def prefetch_offsets(uops: list[UOp], panel_budget: int = 0) -> dict[UOp, int]:
   """For each LOAD that should prefetch, the prefetched address's distance from its own in elements: a pack copy's next panel
-  (panel_offsets), an in-place panel's next one (reread_offsets, where the renderer's `l2_bytes` is known), or one row on. A load
+  (panel_offsets), an in-place panel's next one (reread_offsets, where the renderer's `panel_budget` is known), or one row on. A load
   qualifies for the row where it reads a global buffer in the second reduce loop over that buffer, under a loop of rows (not a
   reduce) that the first reduce loop's reads share, and the row step of its address is a constant of at most ROW_MAX_BYTES."""
   order = {u: i for i, u in enumerate(uops)}
@@ -99,7 +98,7 @@ def prefetch_offsets(uops: list[UOp], l2_bytes: int = 0) -> dict[UOp, int]:
   second: dict[UOp, UOp] = {}                    # buffer -> the second reduce range reading it
   out = panel_offsets(uops, deps, order)
   # (not beside a pack's copy: the other input's row tile, re-read across a group of panels, is in the L1 already)
-  if l2_bytes and not _copied(uops): out.update(reread_offsets(uops, deps, order, l2_bytes))
+  if panel_budget and not _copied(uops): out.update(reread_offsets(uops, deps, order, panel_budget))
   for x in uops:
     if x.op is not Ops.LOAD or x.src[0].op is not Ops.INDEX or x in out: continue
     buf, idx = x.src[0].src[0], x.src[0].src[1]

@@ -166,7 +166,7 @@ class CPUCRenderer(CStyleRenderer):
   def _render(self, name: str, uops: list[UOp]) -> str:
     self.blocks: list[UOp] = []   # SPECIAL gidx0 seen; this is the per-render copy
     self.stream_widths: dict[int, None] = {}   # widths of the streaming stores rendered
-    self.prefetch = prefetch_offsets(uops, self.l2_bytes) if PREFETCH else {}
+    self.prefetch = prefetch_offsets(uops, self.panel_budget()) if PREFETCH else {}
     return super()._render(name, uops)
 
   def render_special(self, x: UOp) -> str:
@@ -326,7 +326,7 @@ class CPULLVMRenderer(HostLLVMRenderer):
   def _render(self, name: str, uops: list[UOp]) -> str:
     self.blocks: list[UOp] = []
     self.streams = False
-    self.prefetch = prefetch_offsets(uops, self.l2_bytes) if PREFETCH else {}
+    self.prefetch = prefetch_offsets(uops, self.panel_budget()) if PREFETCH else {}
     src = super()._render(name, uops)
     if not self.streams: return src
     # streaming stores are weakly ordered: SFENCE before the block returns, so whoever sees the kernel done sees its data

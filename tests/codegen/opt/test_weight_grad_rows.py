@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from core import Tensor
 from core.codegen.opt import Kernel, OptOps
-from core.codegen.opt import heuristic
 from core.codegen.opt.heuristic import hand_coded, MM_WINDOW
 from core.codegen.opt.kernel import range_size
 from core.ir.ops import AxisType
@@ -27,13 +26,13 @@ def _conv_weight_grad_np(x: np.ndarray, g: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("n,c,hw", [(2, 32, 14), (2, 32, 7)])
 def test_weight_grad_rows_are_channels(simd_bytes, n, c, hw, monkeypatch):
   monkeypatch.setattr(conv, "PARTIALS_PER_DY", 1)   # the one sum over images and pixels (2x32x14 would sum per image first)
-  # dY this small (50 KiB) is read in place (heuristic._panel_in_place; same speed here); the panel of ResNet's sizes is what this pins
-  monkeypatch.setattr(heuristic, "PANEL_IN_PLACE_L2_SHARE", 1 << 40)
   xn, gn = rng.standard_normal((n, c, hw, hw), dtype=np.float32), rng.standard_normal((n, c, hw, hw), dtype=np.float32)
   x, w = Tensor(xn).realize(), Tensor(rng.standard_normal((c, c, 3, 3), dtype=np.float32), requires_grad=True).realize()
   dw = (x.conv2d(w, padding=1) * Tensor(gn).realize()).sum().gradient(w)[0]
   items, _, _ = create_schedule([dw.uop])
   rnd = host_renderer(simd_bytes)
+  # dY this small (50 KiB) is read in place (heuristic._panel_in_place; same speed here); the panel of ResNet's sizes is what this pins
+  rnd.panel_l2_share = 1 << 40
   got = None
   for it in items:
     k = hand_coded(Kernel(it.ast, rnd))
