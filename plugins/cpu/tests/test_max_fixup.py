@@ -1,0 +1,79 @@
+"""float32 max on AVX-512 by vmaxps and vfixupimmps (plugin_cpu.renderer.pm_max_fixup): `a > b ? a : b`, with a put back where it
+is a NaN, in two instructions where the compare-based form takes four. The values are the compare-based form's bit for bit: NaN
+from either operand, ties (signed zeros) give b."""
+from __future__ import annotations
+import copy, re
+import numpy as np
+import pytest
+from core import Tensor
+from core.ir.ops import Ops
+from core.schedule.kernelize import create_schedule
+from core.engine.run import buffer_of
+from core.codegen.program import get_program, launch_vals, program_source
+from plugin_cpu.compiler import host_flags
+from plugin_cpu.renderer import extra_rules, llvm_rules, pm_exp2_scalef, scalef_lanes
+from cpu_kernels import device, run_on_renderer
+
+SPECIAL = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 1e-40, -1e-40, 3.4e38, -3.4e38, 2.5, 7.0]
+A, B = (np.array(v, np.float32) for v in zip(*[(a, b) for a in SPECIAL for b in SPECIAL]))   # every ordered pair: 196
+avx512 = pytest.mark.skipif(16 not in scalef_lanes(host_flags()), reason="runs AVX-512 code: a host with avx512f")
+
+def _run(rnd, fn, *xs: np.ndarray) -> tuple[np.ndarray, str]:
+  """fn over xs as one kernel rendered by `rnd` and run on the LLVM device: (result, rendered source)."""
+  (item,) = [it for it in create_schedule([fn(*(Tensor(x).realize() for x in xs)).uop])[0] if it.ast.op is Ops.SINK]
+  dev = device("LLVM")
+  spec = get_program(item.ast, rnd)
+  bufs = [buffer_of(b) for b in item.bufs]
+  for b in bufs:
+    if not b.is_allocated(): b.allocate()
+  prg = dev.runtime(spec.arg.name, dev.compiler.compile(program_source(spec)))
+  prg(*[b._buf for b in bufs], global_size=spec.arg.global_size, vals=launch_vals(spec.arg, {}), wait=True)
+  return bufs[0].numpy(), program_source(spec)
+
+def _renderers(simd: int):
+  """The host LLVM renderer at `simd` bytes with the vmaxps + vfixupimmps rule (new) and without it (old; vscalefps in both)."""
+  new = copy.copy(device("LLVM").renderer)
+  new.simd_width, new.extra_matcher = simd, llvm_rules(host_flags(), simd)
+  old = copy.copy(new)
+  old.extra_matcher = pm_exp2_scalef(scalef_lanes(host_flags())) + extra_rules(simd)
+  return new, old
+
+def _bits(x: np.ndarray) -> np.ndarray: return x.view(np.uint32)
+
+@avx512
+@pytest.mark.parametrize("simd", [64, 32, 16])
+def test_elementwise_max_is_the_compare_form_bit_for_bit(simd):
+  new, old = _renderers(simd)
+  got, src = _run(new, lambda a, b: a.maximum(b), A, B)
+  want, old_src = _run(old, lambda a, b: a.maximum(b), A, B)
+  assert re.search(r"@llvm\.x86\.avx512\.mask\.fixupimm\.ps\.(128|256|512)\(", src) and not re.search(r"fcmp uno <\d+ x float>", src)
+  assert "fixupimm" not in old_src and re.search(r"fcmp uno <\d+ x float>", old_src)
+  np.testing.assert_array_equal(_bits(got), _bits(want))
+  np.testing.assert_array_equal(_bits(got), _bits(np.where((A > B) | np.isnan(A), A, B)))
+
+@avx512
+@pytest.mark.parametrize("cols", [1000, 1001, 256, 17])
+def test_row_max_and_softmax_keep_nans(cols):
+  x = (np.random.default_rng(cols).standard_normal((9, cols)) * 3).astype(np.float32)
+  x[1, cols // 2], x[2, 0], x[3, -1], x[4, :] = np.nan, np.nan, np.nan, -np.inf
+  x[5, ::2], x[6, :] = -0.0, 0.0
+  new, old = _renderers(64)
+  for fn, ref in ((lambda t: t.max(-1), lambda: x.max(-1)), (lambda t: t.softmax(-1), None)):
+    got, src = _run(new, fn, x)
+    want, _ = _run(old, fn, x)
+    if cols % 8 == 0 and ref is None: assert "fixupimm" in src   # a softmax row of whole vectors: its row max is vector maxes
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+    if ref is not None: np.testing.assert_array_equal(got, ref())
+  assert np.isnan(got.reshape(x.shape)[1:5]).all() and not np.isnan(got.reshape(x.shape)[[0, 5, 6, 7, 8]]).any()
+
+@pytest.mark.parametrize("renderer", ["LLVM", "C"])
+def test_max_with_nans_matches_numpy_on_both_renderers(renderer):
+  run_on_renderer(renderer, """
+x = np.random.default_rng(1).standard_normal((5, 1000)).astype(np.float32)
+x[1, 100], x[2, 999], x[3, :], x[4, ::3] = np.nan, np.nan, -np.inf, -0.0
+np.testing.assert_array_equal(Tensor(x).max(-1).numpy(), x.max(-1))
+np.testing.assert_array_equal(Tensor(x).maximum(Tensor(x[::-1].copy())).numpy(), np.maximum(x, x[::-1]))
+e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+with np.errstate(invalid="ignore"): want = e / e.sum(-1, keepdims=True)
+np.testing.assert_allclose(Tensor(x).softmax(-1).numpy(), want, rtol=1e-5, atol=1e-7)
+print("ok")""")
