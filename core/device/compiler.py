@@ -1,8 +1,8 @@
 """Compiler base: source text -> binary, with a crash-safe on-disk cache keyed by compiler identity and source hash."""
 from __future__ import annotations
-import dataclasses, functools, hashlib, os, pathlib, re, stat, threading
+import dataclasses, functools, os, pathlib, re, stat, threading
 from typing import Any
-from core.helpers import ContextVar, cache_dir
+from core.helpers import ContextVar, cache_dir, sha256
 
 DISABLE_COMPILER_CACHE = ContextVar("CORE_DISABLE_COMPILER_CACHE", 0)
 _MAGIC = b"COREBIN1"   # entry = magic + sha256(binary) + binary, so a torn or corrupted file is detected and recompiled
@@ -23,7 +23,7 @@ class Compiler:
     """Where `src`'s binary is cached, or None when this compiler is not cached."""
     if self.cachekey is None or DISABLE_COMPILER_CACHE: return None
     key = re.sub(r"[^A-Za-z0-9_.+-]", "_", self.cachekey).lstrip(".") or "_"   # never "." or ".."
-    return cache_dir() / "compile" / key / hashlib.sha256(src.encode()).hexdigest()
+    return cache_dir() / "compile" / key / sha256(src.encode()).hexdigest()
 
   def compile_cached(self, src: str) -> bytes:
     if (path := self.cache_path(src)) is not None and (lib := _read_entry(path)) is not None:
@@ -44,7 +44,7 @@ def _read_entry(path: pathlib.Path) -> bytes | None:
     finally: os.close(fd)
   except OSError: return None
   head, digest, lib = data[:len(_MAGIC)], data[len(_MAGIC):len(_MAGIC)+32], data[len(_MAGIC)+32:]
-  if head != _MAGIC or hashlib.sha256(lib).digest() != digest: return None
+  if head != _MAGIC or sha256(lib).digest() != digest: return None
   return lib
 
 def _write_entry(path: pathlib.Path, lib: bytes) -> None:
@@ -55,7 +55,7 @@ def _write_entry(path: pathlib.Path, lib: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
-      with os.fdopen(fd, "wb") as f: f.write(_MAGIC + hashlib.sha256(lib).digest() + lib)
+      with os.fdopen(fd, "wb") as f: f.write(_MAGIC + sha256(lib).digest() + lib)
       os.replace(tmp, path)
     except BaseException:
       os.unlink(tmp)

@@ -2,12 +2,12 @@
 plugin. Core uses it for what runs on the host for every device: the HCQ submit program, and the host builds of GPU
 kernels that MOCK devices run (core/codegen/hostbuild.py)."""
 from __future__ import annotations
-import ctypes, functools, hashlib, threading
+import ctypes, functools, threading
 from typing import Any, Callable
 from core.device import elfload
 from core.device.compiler import Compiler, LLVMTarget, llvm_object
 from core.device.llvm_host import host_llvm
-from core.helpers import LRUCache
+from core.helpers import LRUCache, sha256
 
 class HostCompiler(Compiler):
   """LLVM IR -> an object file for this CPU (its features, O2), cached on disk like every compiler's output. Built from the
@@ -16,7 +16,7 @@ class HostCompiler(Compiler):
     host = host_llvm()
     self.cpu, self.features, self.opt = host.cpu, host.features, opt
     self.target = LLVMTarget(host.triple, self.cpu, self.features, opt, "pic", "default")
-    super().__init__(f"host_{host.version}_{host.triple}_{self.cpu}_{hashlib.sha256(self.features.encode()).hexdigest()[:8]}_O{opt}")
+    super().__init__(f"host_{host.version}_{host.triple}_{self.cpu}_{sha256(self.features.encode()).hexdigest()[:8]}_O{opt}")
 
   def target_machine(self) -> Any:
     """A new target machine like the compiler's (an MCJIT engine takes ownership of the one it is given)."""

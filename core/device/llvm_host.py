@@ -7,9 +7,9 @@ build or the CPU, so the file is named by both: llvmlite's library file (path, s
 flags from /proc/cpuinfo (without one, as on macOS, LLVM is asked in every process). The file holds the four facts one per
 line (none holds a line break), not JSON: json's import would cost each start ~1 ms for reading four strings."""
 from __future__ import annotations
-import functools, hashlib, os, threading
+import functools, os, threading
 from typing import NamedTuple
-from core.helpers import cache_dir, host_machine
+from core.helpers import cache_dir, host_machine, sha256
 
 class HostLLVM(NamedTuple):   # a NamedTuple: a quarter of a frozen dataclass's cost to create at import
   version: str    # LLVM's version, "20.1.8"
@@ -27,7 +27,7 @@ def _cpuinfo() -> str:
 
 def host_cpu_id() -> str:
   """A short hash of this CPU's model and feature flags: binaries built for the host CPU must not be reused on another."""
-  return host_machine() + "-" + hashlib.sha256(_cpuinfo().encode()).hexdigest()[:12]
+  return host_machine() + "-" + sha256(_cpuinfo().encode()).hexdigest()[:12]
 
 def _llvmlite_identity() -> str:
   import importlib.util
@@ -53,7 +53,7 @@ def host_llvm() -> HostLLVM:
   with _lock:
     # nothing that names this CPU (no /proc/cpuinfo) or llvmlite's build: asked every time, never taken from a shared folder
     if not _cpuinfo(): return _ask_llvm()
-    try: key = hashlib.sha256(f"{_llvmlite_identity()}|{host_cpu_id()}".encode()).hexdigest()[:24]
+    try: key = sha256(f"{_llvmlite_identity()}|{host_cpu_id()}".encode()).hexdigest()[:24]
     except (ImportError, OSError): return _ask_llvm()
     path = cache_dir() / "llvm_host" / f"{key}.txt"
     try:

@@ -1,11 +1,12 @@
 """The symbolic simplifier: constant folding, algebraic identities, canonical order and exact div/mod/compare folding."""
 from __future__ import annotations
-import functools, hashlib, math
+import functools, math
 from typing import Any, cast
 from core.ir.dtype import DType, dtypes, dtype_min, dtype_max, truncate
 from core.ir.ops import UOp, Ops, GroupOp
 from core.ir.alu import exec_alu, _idiv
 from core.ir.pattern import UPat, PatternMatcher
+from core.helpers import blake2b
 
 # Every rule here must hold for every value inside the operands' bounds. Integer dtypes wrap around (they form a ring
 # modulo 2^N), so reassociation, commutation and distribution are exact for them; reasoning about division, remainder
@@ -40,7 +41,7 @@ def sort_key(u: UOp) -> tuple:
   if (k := u.__dict__.get("_skey")) is not None: return k
   for x in u.toposort(gate=lambda x: "_skey" not in x.__dict__):
     if "_skey" in x.__dict__: continue
-    h = hashlib.blake2b(f"{x.op.value}|{x.dtype!r}|{x.arg!r}|{x.tag!r}".encode(), digest_size=8)
+    h = blake2b(f"{x.op.value}|{x.dtype!r}|{x.arg!r}|{x.tag!r}".encode(), digest_size=8)
     for s in x.src: h.update(s.__dict__["_skey"][2])
     x.__dict__["_skey"] = (x.op.value, _arg_key(x.arg) if not x.src else (9,), h.digest())
   return u.__dict__["_skey"]

@@ -10,9 +10,9 @@ The hash is BLAKE2b with a 16-byte digest (hashlib.blake2b(digest_size=16)): it 
 every Python build has it without OpenSSL; it produces a 16-byte digest natively (no truncation of a longer one); and it is the
 fastest of the guaranteed cryptographic hashes in CPython, so hashing costs little next to the disk."""
 from __future__ import annotations
-import hashlib, os, pathlib
+import os, pathlib
 from typing import TYPE_CHECKING, ClassVar
-from core.helpers import cache_dir
+from core.helpers import blake2b, cache_dir
 from core.ir.dtype import dtypes
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ HASH_BYTES = 16
 class CorruptChunk(ValueError):
   """A stored chunk whose bytes don't hash to its name: it is never returned."""
 
-def chunk_hash(data: bytes | memoryview) -> bytes: return hashlib.blake2b(data, digest_size=HASH_BYTES).digest()
+def chunk_hash(data: bytes | memoryview) -> bytes: return blake2b(data, digest_size=HASH_BYTES).digest()
 
 def store_dir() -> pathlib.Path:
   """Where chunks live: CORE_FS_DIR, else <core's cache folder>/fs."""

@@ -59,6 +59,23 @@ def test_a_warm_start_imports_no_error_path_or_cache_writer_modules(tmp_path):
     # nor is a lower-priority plugin's probe module imported to describe its device (WEBGPU's wgpu and Vulkan driver search)
     assert "plugin_webgpu.gpu" not in default
 
+def test_a_warm_start_loads_no_openssl(tmp_path):
+  # the cache keys, cached binaries' checksums and symbolic's hashes use CPython's own SHA-256 and BLAKE2b (core.helpers): hashlib
+  # would load OpenSSL. A Python built without its own SHA-256 takes hashlib's, so the check needs one
+  from core import helpers
+  if helpers._sha256_builtin is None: return
+  imported_after(FIRST_RESULT, CORE_CACHE_DIR=str(tmp_path), DEV="CPU")   # fills the cache
+  warm = imported_after(FIRST_RESULT, CORE_CACHE_DIR=str(tmp_path), DEV="CPU")
+  assert "core.engine.realize" in warm and not warm & {"hashlib", "_hashlib"}, warm & {"hashlib", "_hashlib"}
+
+def test_hashes_are_hashlibs():
+  import hashlib
+  from core.helpers import sha256, blake2b, SHA256_OPENSSL_BYTES
+  for data in (b"", b"abc", bytes(range(256)) * 300, b"x" * SHA256_OPENSSL_BYTES, memoryview(b"kernel" * 100)):
+    assert sha256(data).digest() == hashlib.sha256(data).digest() and sha256(data).hexdigest() == hashlib.sha256(data).hexdigest()
+    assert blake2b(data, digest_size=16).digest() == hashlib.blake2b(data, digest_size=16).digest()
+  assert sha256(b"abc").hexdigest() == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"   # FIPS 180-2's example
+
 # what neither `import core` nor a first result on a warm cache needs: LLVM, the ONNX importer, the graph viewer, the test helpers,
 # the kernel search (its json and on-disk tables), the dataset fetcher (http), the metadata readers
 HEAVY = {"llvmlite", "core.onnx", "core.viz", "core.testing", "core.codegen.opt.search", "core.fetch", "http", "email", "importlib_metadata"}

@@ -1,8 +1,8 @@
 """The CPU plugin's compilers: C source through the system C compiler, LLVM IR through llvmlite; both give shared-object bytes."""
 from __future__ import annotations
-import functools, hashlib, os
+import functools, os
 from typing import Any
-from core.helpers import host_machine
+from core.helpers import host_machine, sha256
 from core.device.compiler import Compiler, CompileError, LLVMTarget, llvm_object
 from core.device.llvm_host import host_cpu_id, host_llvm
 from plugin_cpu import elfload
@@ -32,7 +32,7 @@ def cc_version(cc: str) -> str:
 def cc_identity(cc: str) -> str:
   """Names the compiler in cache keys: its name, its version line and a hash of the program it resolves to, so binaries of
   gcc and clang (or two installs of one) never mix, whatever `cc` points at."""
-  return f"{os.path.basename(cc)}_{cc_version(cc)}_{hashlib.sha256(os.path.realpath(cc).encode()).hexdigest()[:8]}"
+  return f"{os.path.basename(cc)}_{cc_version(cc)}_{sha256(os.path.realpath(cc).encode()).hexdigest()[:8]}"
 
 # C features the renderer uses where the compiler has them: each probe is a shared object that builds, with every symbol
 # resolved (-z defs: a conversion the compiler leaves to a runtime helper that libgcc lacks fails here, not at load), only if it does
@@ -122,7 +122,7 @@ class CCompiler(Compiler):
     # CPUs to 256-bit vectors for loops it vectorizes itself: with -march=native on such a CPU ask for the full width
     wide = ("-mprefer-vector-width=512",) if march is None and host_simd_bytes() == 64 else ()
     self.flags = C_FLAGS + (f"-march={march or 'native'}",) + wide + tuple(extra_flags)
-    flag_hash = hashlib.sha256(" ".join(self.flags).encode()).hexdigest()[:8]
+    flag_hash = sha256(" ".join(self.flags).encode()).hexdigest()[:8]
     super().__init__(f"cpu_c_{cc_identity(self.cc)}_{flag_hash}_{host_id()}")
 
   def compile(self, src: str) -> bytes:
@@ -151,7 +151,7 @@ class LLVMCompiler(Compiler):
     self.features = features if features is not None else (host.features if cpu is None else "")
     self.target = LLVMTarget(host.triple, self.cpu, self.features, opt, "pic", "default")
     self.opt, self._cc = opt, cc
-    feat_hash = hashlib.sha256(self.features.encode()).hexdigest()[:8]
+    feat_hash = sha256(self.features.encode()).hexdigest()[:8]
     super().__init__(f"cpu_llvm_{host.version}_{host.triple}_{self.cpu}_{feat_hash}_O{opt}{'_obj' if elfload.supported() else ''}")
 
   @functools.cached_property

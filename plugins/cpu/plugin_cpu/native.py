@@ -1,8 +1,8 @@
 """The CPU plugin's native library (thread pool, command processor): native/*.c, built when the plugin is installed (setup.py), or
 else compiled together on first use with the system C compiler and cached; loaded by ctypes."""
 from __future__ import annotations
-import ctypes, hashlib, importlib.machinery, json, os, pathlib, re, threading
-from core.helpers import cache_dir
+import ctypes, importlib.machinery, json, os, pathlib, re, threading
+from core.helpers import cache_dir, sha256
 from core.device.compiler import Compiler, CompileError
 from plugin_cpu.compiler import find_cc, host_id
 
@@ -29,7 +29,7 @@ def cc_file_identity(cc: str) -> str:
   real = os.path.realpath(cc)
   try: st = os.stat(real)
   except OSError as e: raise CompileError(f"the C compiler {cc} can't be read: {e}") from e
-  return f"{os.path.basename(cc)}_{hashlib.sha256(f'{real}:{st.st_size}:{st.st_mtime_ns}'.encode()).hexdigest()[:12]}"
+  return f"{os.path.basename(cc)}_{sha256(f'{real}:{st.st_size}:{st.st_mtime_ns}'.encode()).hexdigest()[:12]}"
 
 def sources() -> dict[str, str]:
   """The native sources by file name (*.c and the headers they include)."""
@@ -46,7 +46,7 @@ class NativeCompiler(Compiler):
     # the library is part of the plugin, not a kernel: cached even when CORE_DISABLE_COMPILER_CACHE turns the kernel cache off
     # (benchmarks of first-call compile times set it), so each process doesn't rebuild it
     key = re.sub(r"[^A-Za-z0-9_.+-]", "_", self.cachekey or "cpu_native")
-    return cache_dir() / "compile" / key / hashlib.sha256(src.encode()).hexdigest()
+    return cache_dir() / "compile" / key / sha256(src.encode()).hexdigest()
 
   def compile(self, src: str) -> bytes:
     import subprocess, tempfile   # only a rebuild runs the compiler: not imported at start-up
@@ -63,7 +63,7 @@ class NativeCompiler(Compiler):
 
 def source_hash() -> str:
   """sha256 of the native sources as one JSON map (setup.py computes the same when it builds the library at install time)."""
-  return hashlib.sha256(json.dumps(sources(), sort_keys=True).encode()).hexdigest()
+  return sha256(json.dumps(sources(), sort_keys=True).encode()).hexdigest()
 
 def prebuilt() -> pathlib.Path | None:
   """The library setup.py built when the plugin was installed (plugin_cpu/_native*.so), or None when there is none or it was

@@ -12,7 +12,7 @@ Kernel arguments: one uint64 slot per argument (buffer addresses, then int32 var
 kernarg_size = 8 * nargs; the pool appends the block index.
 """
 from __future__ import annotations
-import ctypes, hashlib, struct, threading, weakref
+import ctypes, struct, threading, weakref
 from dataclasses import dataclass, field
 from typing import Any
 from core.ir.dtype import dtypes
@@ -20,6 +20,7 @@ from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
 from core.hcq.queue_ir import ProgramData, getaddr
 from core.codegen.program import compiled_program
+from core.helpers import sha256
 
 # *** the command format ***
 
@@ -68,7 +69,7 @@ _load_lock = threading.Lock()
 
 def load_program(name: str, lib: bytes) -> Any:
   """The CPUProgram of (name, library bytes), loaded once while in use: the CPUProgramData that launches it holds it."""
-  key = (name, hashlib.sha256(lib).digest())
+  key = (name, sha256(lib).digest())
   with _load_lock:
     if (prg := _programs.get(key)) is None:
       from plugin_cpu.runtime import CPUProgram
