@@ -251,10 +251,14 @@ def scalef_lanes(flags: frozenset[str]) -> frozenset[int]:
   return frozenset({16, 32, 64, 128} | ({4, 8} if "avx512vl" in flags else set()))
 
 def _scalef(p: UOp, n: UOp) -> UOp: return UOp(Ops.CUSTOM, p.dtype, (p, n), SCALEF_ARG)
+# with it, exp2's n rounds in one vrndscaleps (llvm.roundeven), not an add and a subtract of 1.5 * 2**23: one op less per vector on
+# a pass that is all arithmetic (one Zen 5 thread, softmax 4096x1000's kernel 1.036 -> 0.976 ms, hand-edited IR, load ~11)
+ROUNDEVEN_ARG = "roundeven"
+def _rint(x: UOp) -> UOp: return UOp(Ops.CUSTOM, x.dtype, (x,), ROUNDEVEN_ARG)
 
 def pm_exp2_scalef(lanes: frozenset[int]) -> PatternMatcher:
   return PatternMatcher([(UPat(Ops.EXP2, name="x", custom=lambda x: x.dtype.scalar() is dtypes.float32 and x.dtype.count in lanes),
-                          lambda x: fast_exp2(x.src[0], _scalef))], name="exp2 by vscalefps")
+                          lambda x: fast_exp2(x.src[0], _scalef, _rint))], name="exp2 by vscalefps")
 
 # Ops.MAX returns a NaN operand (like the reference ALU): LLVM renders `a > b || isnan(a) ? a : b` as two compares into masks, an
 # or and a blend. On AVX-512 it is vmaxps (a > b ? a : b, else b: b's NaN and ties) and vfixupimmps putting a back where a is a
@@ -304,6 +308,10 @@ def _llvm_scalef(ctx: CPULLVMRenderer, x: UOp) -> str:
     return [f"{out} = call {wt} {name}({wt} {p}, {wt} {e}, {wt} zeroinitializer, {mask} -1{rnd})"]
   return _avx512_pieces(ctx, x, call)
 
+def _llvm_roundeven(ctx: CPULLVMRenderer, x: UOp) -> str:
+  t = ctx.ty(x.dtype)
+  return f"{ctx[x]} = call {t} {ctx.intrinsic('roundeven', x.dtype, 1)}({t} {ctx[x.src[0]]})"
+
 # vfixupimmps's table per lane: a quiet (token 0) or signalling (token 1) NaN in the classified operand gives that operand as it is
 # (response 1), every other class keeps the destination (response 0)
 _NAN_TO_SRC = 0x11
@@ -340,6 +348,7 @@ class CPULLVMRenderer(HostLLVMRenderer):
   string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _llvm_stream_store), (UPat(Ops.WMMA, name="x"), render_dot),
                                    (UPat(Ops.LOAD, name="x"), _llvm_prefetch_load),
                                    (UPat(Ops.CUSTOM, name="x", arg=SCALEF_ARG), _llvm_scalef),
+                                   (UPat(Ops.CUSTOM, name="x", arg=ROUNDEVEN_ARG), _llvm_roundeven),
                                    (UPat(Ops.CUSTOM, name="x", arg=MAX_FIXUP_ARG), _llvm_max_fixup)]) + llvm_rewrite
 
   flags = host_flags()   # the CPU features the kernels are rendered for (compiler.arch_flags' names)

@@ -91,3 +91,12 @@ def test_a_narrowed_renderer_takes_the_narrower_cpus_exp2():
   assert (wide.simd_width, narrow.simd_width, narrow.simd_regs, narrow.flags) == (64, 32, 16, frozenset({"avx", "avx2", "fma"}))
   assert "scalef" in program_source(get_program(item.ast, wide))
   assert "scalef" not in program_source(get_program(item.ast, narrow))
+
+@avx512
+def test_vscalefps_exp2_rounds_n_in_one_instruction():
+  # n = round(x) by llvm.roundeven (vrndscaleps), not x + 1.5 * 2**23 - 1.5 * 2**23: the values are the bits path's (above)
+  new, old = _renderers(64)
+  got, src = _run(new, lambda t: t.exp2(), X)
+  want, old_src = _run(old, lambda t: t.exp2(), X)
+  assert re.search(r"@llvm\.roundeven\.v\d+f32\(", src) and "0x4168000000000000" not in src and "0x4168000000000000" in old_src
+  np.testing.assert_array_equal(got.view(np.uint32)[~np.isnan(X)], want.view(np.uint32)[~np.isnan(X)])
