@@ -69,18 +69,21 @@ def _horner(x: UOp, coeffs: list[float]) -> UOp:
   for c in coeffs[1:]: acc = UOp(Ops.MULACC, x.dtype, (acc, x, x.const_like(c)))
   return acc
 
-def fast_exp2(x: UOp, scale: Callable[[UOp, UOp], UOp] | None = None, rint: Callable[[UOp], UOp] | None = None) -> UOp:
+def fast_exp2(x: UOp, scale: Callable[[UOp, UOp], UOp] | None = None, split: Callable[[UOp], tuple[UOp, UOp]] | None = None) -> UOp:
   """2**x for float32 x. `scale(p, n)`: p * 2**n (n an integer-valued float, -254 <= n <= 129) in one instruction where the
   target has one (AVX-512's vscalefps: the same single rounding as the two factors below); else 2**n is built from the bits.
-  `rint(x)`, with `scale`: x rounded to an integer, ties to even, in one instruction (the same n as the add and subtract of
-  _ROUND, whose sum only the bits path reads)."""
+  `split(x)`, with a `scale` that takes any n (+-inf too, as vscalefps: 2**inf is inf, 2**-inf 0): (n, f), x rounded to an
+  integer (ties to even) and x - n, one instruction each, +-inf giving (+-inf, 0) and NaN a NaN f (AVX-512DQ's vrndscaleps and
+  vreduceps): no clamp, two ops in place of four, the same values."""
+  if scale is not None and split is not None:
+    n, f = split(x)
+    return scale(_horner(f, _EXP2_POLY), n)
   # clamped: above 129 the result is inf either way, and n stays a small integer. Below -151 it rounds to 0; the clamp is at -254,
   # where both factors of 2**n below are 0.0 (exponent bits 0), so -inf (a softmax's masked lanes) gives 0 with no subnormal
   # product on the way, which costs a microcode assist on x86 (one Zen 3 thread: a causal 12x256x256 softmax 1.26 -> 0.80 ms).
   # A NaN fails both compares and stays NaN, so p is NaN and so is the product whatever the exponent bits say: no select for it
   xc = (x < -254.0).where(-254.0, x)
   xc = (xc > 129.0).where(129.0, xc)
-  if scale is not None and rint is not None: return scale(_horner(xc - (n := rint(xc)), _EXP2_POLY), n)
   r = xc + _ROUND
   n = r - _ROUND
   p = _horner(xc - n, _EXP2_POLY)

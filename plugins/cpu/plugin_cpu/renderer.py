@@ -251,14 +251,16 @@ def scalef_lanes(flags: frozenset[str]) -> frozenset[int]:
   return frozenset({16, 32, 64, 128} | ({4, 8} if "avx512vl" in flags else set()))
 
 def _scalef(p: UOp, n: UOp) -> UOp: return UOp(Ops.CUSTOM, p.dtype, (p, n), SCALEF_ARG)
-# with it, exp2's n rounds in one vrndscaleps (llvm.roundeven), not an add and a subtract of 1.5 * 2**23: one op less per vector on
-# a pass that is all arithmetic (one Zen 5 thread, softmax 4096x1000's kernel 1.036 -> 0.976 ms, hand-edited IR, load ~11)
-ROUNDEVEN_ARG = "roundeven"
-def _rint(x: UOp) -> UOp: return UOp(Ops.CUSTOM, x.dtype, (x,), ROUNDEVEN_ARG)
+# with AVX-512DQ, exp2's n and f = x - n take one instruction each, vrndscaleps (llvm.roundeven) and vreduceps, and no clamp
+# (decompose.fast_exp2's `split`), where the clamp's two compares, an add and two subtracts took five: one Zen 5 thread, softmax
+# 4096x1000's kernel, hand-edited IR A/B, medians of 21: rounding alone 1.036 -> 0.976 ms, with vreduceps 0.894 -> 0.827
+ROUNDEVEN_ARG, REDUCE_ARG = "roundeven", "reduce"
+def _split(x: UOp) -> tuple[UOp, UOp]: return UOp(Ops.CUSTOM, x.dtype, (x,), ROUNDEVEN_ARG), UOp(Ops.CUSTOM, x.dtype, (x,), REDUCE_ARG)
 
-def pm_exp2_scalef(lanes: frozenset[int]) -> PatternMatcher:
+def pm_exp2_scalef(lanes: frozenset[int], split: bool = False) -> PatternMatcher:
+  """exp2 of float32 vectors of `lanes` by vscalefps, its argument split by vrndscaleps and vreduceps where `split` (AVX-512DQ)."""
   return PatternMatcher([(UPat(Ops.EXP2, name="x", custom=lambda x: x.dtype.scalar() is dtypes.float32 and x.dtype.count in lanes),
-                          lambda x: fast_exp2(x.src[0], _scalef, _rint))], name="exp2 by vscalefps")
+                          lambda x: fast_exp2(x.src[0], _scalef, _split if split else None))], name="exp2 by vscalefps")
 
 # Ops.MAX returns a NaN operand (like the reference ALU): LLVM renders `a > b || isnan(a) ? a : b` as two compares into masks, an
 # or and a blend. On AVX-512 it is vmaxps (a > b ? a : b, else b: b's NaN and ties) and vfixupimmps putting a back where a is a
@@ -273,21 +275,22 @@ def pm_max_fixup(lanes: frozenset[int]) -> PatternMatcher:
 def llvm_rules(flags: frozenset[str], simd: int) -> PatternMatcher:
   """The LLVM renderer's rules before rendering: exp2 by vscalefps and max by vmaxps + vfixupimmps on AVX-512, then
   extra_rules' (and the bf16 dot product's where the target has it)."""
-  rules = pm_exp2_scalef(lanes) + extra_rules(simd) if (lanes := scalef_lanes(flags)) else extra_rules(simd)
+  rules = pm_exp2_scalef(lanes, "avx512dq" in flags) + extra_rules(simd) if (lanes := scalef_lanes(flags)) else extra_rules(simd)
   if lanes: rules = pm_max_fixup(lanes) + rules
   return pm_bf16_dot + rules if bf16_dot(flags) else rules
 
 def _avx512_pieces(ctx: CPULLVMRenderer, x: UOp, call: Callable[[str, str, str, int], list[str]]) -> str:
-  """x = f(src0, src1) rendered by `call(out, a, b, lanes)` (its lines) on pieces of at most 16 lanes, joined back."""
+  """x = f(src0[, src1]) rendered by `call(out, a, b, lanes)` (its lines; b is "" for one source) on pieces of at most 16 lanes,
+  joined back."""
   n, w = x.dtype.count, min(x.dtype.count, 16)
   t = ctx.ty(x.dtype)
-  if n == w: return "\n  ".join(call(ctx[x], ctx[x.src[0]], ctx[x.src[1]], w))
+  if n == w: return "\n  ".join(call(ctx[x], ctx[x.src[0]], ctx[x.src[1]] if len(x.src) > 1 else "", w))
   def lanes(a: int, b: int) -> str: return ", ".join(f"i32 {k}" for k in range(a, b))
   lines, parts = [], []
   for j in range(0, n, w):
-    p, e, o = ctx.tmp(), ctx.tmp(), ctx.tmp()
-    lines += [f"{v} = shufflevector {t} {ctx[s]}, {t} poison, <{w} x i32> <{lanes(j, j + w)}>" for v, s in ((p, x.src[0]), (e, x.src[1]))]
-    lines += call(o, p, e, w)
+    ins, o = [ctx.tmp() for _ in x.src], ctx.tmp()
+    lines += [f"{v} = shufflevector {t} {ctx[s]}, {t} poison, <{w} x i32> <{lanes(j, j + w)}>" for v, s in zip(ins, x.src)]
+    lines += call(o, ins[0], ins[1] if len(ins) > 1 else "", w)
     parts.append(o)
   while len(parts) > 1:   # pieces joined pairwise: 16 + 16 lanes, then 32 + 32, ...
     joined = [ctx[x] if len(parts) == 2 else ctx.tmp() for _ in parts[::2]]
@@ -311,6 +314,15 @@ def _llvm_scalef(ctx: CPULLVMRenderer, x: UOp) -> str:
 def _llvm_roundeven(ctx: CPULLVMRenderer, x: UOp) -> str:
   t = ctx.ty(x.dtype)
   return f"{ctx[x]} = call {t} {ctx.intrinsic('roundeven', x.dtype, 1)}({t} {ctx[x.src[0]]})"
+
+def _llvm_reduce(ctx: CPULLVMRenderer, x: UOp) -> str:
+  # imm 8: keep no fraction bits (x - its nearest integer, ties to even), precision exception suppressed
+  def call(out: str, a: str, _: str, w: int) -> list[str]:
+    wt, (mask, rnd) = f"<{w} x float>", _masked_form(w)
+    name = f"@llvm.x86.avx512.mask.reduce.ps.{w * 32}"
+    ctx.declares[f"declare {wt} {name}({wt}, i32, {wt}, {mask}{', i32' if rnd else ''})"] = None
+    return [f"{out} = call {wt} {name}({wt} {a}, i32 8, {wt} zeroinitializer, {mask} -1{rnd})"]
+  return _avx512_pieces(ctx, x, call)
 
 # vfixupimmps's table per lane: a quiet (token 0) or signalling (token 1) NaN in the classified operand gives that operand as it is
 # (response 1), every other class keeps the destination (response 0)
@@ -349,6 +361,7 @@ class CPULLVMRenderer(HostLLVMRenderer):
                                    (UPat(Ops.LOAD, name="x"), _llvm_prefetch_load),
                                    (UPat(Ops.CUSTOM, name="x", arg=SCALEF_ARG), _llvm_scalef),
                                    (UPat(Ops.CUSTOM, name="x", arg=ROUNDEVEN_ARG), _llvm_roundeven),
+                                   (UPat(Ops.CUSTOM, name="x", arg=REDUCE_ARG), _llvm_reduce),
                                    (UPat(Ops.CUSTOM, name="x", arg=MAX_FIXUP_ARG), _llvm_max_fixup)]) + llvm_rewrite
 
   flags = host_flags()   # the CPU features the kernels are rendered for (compiler.arch_flags' names)

@@ -93,10 +93,16 @@ def test_a_narrowed_renderer_takes_the_narrower_cpus_exp2():
   assert "scalef" not in program_source(get_program(item.ast, narrow))
 
 @avx512
-def test_vscalefps_exp2_rounds_n_in_one_instruction():
-  # n = round(x) by llvm.roundeven (vrndscaleps), not x + 1.5 * 2**23 - 1.5 * 2**23: the values are the bits path's (above)
-  new, old = _renderers(64)
+@pytest.mark.skipif("avx512dq" not in host_flags(), reason="vreduceps: a host with avx512dq")
+@pytest.mark.parametrize("simd", [64, 32, 16])
+def test_vscalefps_exp2_splits_x_in_two_instructions(simd):
+  # n = round(x) by llvm.roundeven (vrndscaleps) and x - n by vreduceps, unclamped, not the clamp's compares and the add and
+  # subtracts of 1.5 * 2**23: the values are the bits path's (above), inf, -inf and NaN included
+  new, old = _renderers(simd)
   got, src = _run(new, lambda t: t.exp2(), X)
   want, old_src = _run(old, lambda t: t.exp2(), X)
-  assert re.search(r"@llvm\.roundeven\.v\d+f32\(", src) and "0x4168000000000000" not in src and "0x4168000000000000" in old_src
+  assert re.search(r"@llvm\.roundeven\.v\d+f32\(", src) and re.search(r"@llvm\.x86\.avx512\.mask\.reduce\.ps\.(128|256|512)\(", src)
+  for const in ("0x4168000000000000", "0xC06FC00000000000"):   # 1.5 * 2**23 and the clamp at -254
+    assert const not in src and const in old_src
   np.testing.assert_array_equal(got.view(np.uint32)[~np.isnan(X)], want.view(np.uint32)[~np.isnan(X)])
+  np.testing.assert_array_equal(np.isnan(got), np.isnan(X))
