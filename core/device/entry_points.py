@@ -6,7 +6,7 @@ or `.egg-info` folder holding `entry_points.txt`, an INI file whose sections are
 `name = module:attr`, and METADATA/PKG-INFO whose first headers include Name and Version). Anything else on sys.path (a zip
 or egg file) returns None, and the caller asks importlib.metadata, which handles every format."""
 from __future__ import annotations
-import dataclasses, os, sys
+import os, sys
 from typing import NamedTuple
 
 class EntryPoint(NamedTuple):   # a NamedTuple: a quarter of a frozen dataclass's cost to create at import
@@ -14,18 +14,17 @@ class EntryPoint(NamedTuple):   # a NamedTuple: a quarter of a frozen dataclass'
   value: str
   group: str
 
-@dataclasses.dataclass
-class FoundDistribution:
+def _read(folder: str, filename: str) -> str | None:
+  try:
+    with open(os.path.join(folder, filename), encoding="utf-8") as f: return f.read()
+  except OSError: return None
+
+class FoundDistribution(NamedTuple):   # a NamedTuple, like EntryPoint
   """What plugin discovery reads of a distribution: its entry points, Name and Version (importlib.metadata's names)."""
   path: str
   entry_points: list[EntryPoint]
   name: str | None
   version: str | None
-
-  def read_text(self, filename: str) -> str | None:
-    try:
-      with open(os.path.join(self.path, filename), encoding="utf-8") as f: return f.read()
-    except OSError: return None
 
 def parse_entry_points(text: str) -> list[EntryPoint]:
   eps, group = [], None
@@ -67,8 +66,6 @@ def distributions_with_group(group: str, path: list[str] | None = None) -> list[
       except OSError: continue   # no entry points (or an egg-info file, not a folder)
       if f"[{group}]" not in text: continue
       eps = [ep for ep in parse_entry_points(text) if ep.group == group]
-      meta = FoundDistribution(d, eps, None, None)
-      head = metadata_head(meta.read_text("METADATA") or meta.read_text("PKG-INFO") or "")
-      meta.name, meta.version = head.get("Name"), head.get("Version")
-      found.append(meta)
+      head = metadata_head(_read(d, "METADATA") or _read(d, "PKG-INFO") or "")
+      found.append(FoundDistribution(d, eps, head.get("Name"), head.get("Version")))
   return found
