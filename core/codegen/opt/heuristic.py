@@ -45,6 +45,7 @@ TRANSPOSE_MIN_ROW = 512       # output rows this long read a line per element of
 TRANSPOSE_ROW_BYTES = 64      # a transpose tile's output row: a whole cache line, whatever the vector width (see hand_coded)
 ALU_HEAVY = 64                # arithmetic ops per element above which an elementwise kernel is compute-bound
 ROW_RED_VECTORS = 4           # vectors of partial results per row reduction of a fused row kernel (_row_pass)
+ROW_MAX_VECTORS = 8           # the same for a row max, whose NaN-keeping step is two dependent instructions (see _row_pass)
 RED_STREAMS = 4               # rows a thread's block of a reduction along memory reads at once, far apart
 WG_FEW_OUTPUTS = 4096         # outputs below which a GPU has idle lanes unless the work-items of a group share a reduction
 WG_LONG_REDUCE = 256          # reductions this long are shared by a workgroup (GROUP of WG_GROUP, or a quarter of it)
@@ -670,6 +671,10 @@ def _costly_input(k: Kernel, red: UOp) -> bool:
   """Whether a reduction over `red` reads an expensive value per element (a transcendental: COSTLY_OPS)."""
   return any(red in u.src[1:] and any(x.op in COSTLY_OPS for x in u.src[0].toposort()) for u in k.ast.toposort() if u.op is Ops.REDUCE)
 
+def _reduces_by(k: Kernel, red: UOp, op: Ops) -> bool:
+  """Whether a reduction over `red` combines by `op`."""
+  return any(red in u.src[1:] and u.arg is op for u in k.ast.toposort() if u.op is Ops.REDUCE)
+
 def _row_pass(k: Kernel, reds: list[UOp], contig_out: UOp, loads: list[UOp], lanes: int) -> Kernel | None:
   """Row reductions fused with the elementwise pass over the same row (realize_points.row_fusable: softmax, layernorm): no
   reduction uses the output loop, so each runs once per row before it. Each contiguous reduce axis gets vector partial
@@ -694,9 +699,14 @@ def _row_pass(k: Kernel, reds: list[UOp], contig_out: UOp, loads: list[UOp], lan
       # max or add steps waits on each step's latency (softmax's max over rows of 1000 on 8 lanes: 125 steps of ~5 cycles)
       # (not where the input costs more per element than the chain's step, an exp: the stash then needs equal loops, see
       # core.codegen.stash; measured on CPUs only: GPUs keep one)
-      copies = ROW_RED_VECTORS * lanes // amt if not getattr(k.renderer, "has_local", False) else 1
+      # A max step keeps NaNs (Ops.MAX): vmaxps then vfixupimmps on AVX-512, compares and a blend elsewhere, about twice an
+      # add's latency, so a row max takes twice the vectors a step (one Zen 5 thread, softmax 4096x1000: 9 vectors a step, not 3,
+      # 0.835 -> 0.800 ms); a layernorm's sums keep theirs (8 a step: 0.47 -> 0.52 ms, the loop from memory no faster)
+      row_max = _reduces_by(k, _same(k, red), Ops.MAX)
+      copies = (ROW_MAX_VECTORS if row_max else ROW_RED_VECTORS) * lanes // amt if not getattr(k.renderer, "has_local", False) else 1
+      wants = (9, 8, 7, 6, 4, 5, 3, 2) if row_max else (4, 5, 3, 2)
       if copies >= 2 and k.applied[-1].op is OptOps.UNROLL and not _costly_input(k, _same(k, red)) and \
-         (a2 := _pick_amt(range_size(_same(k, red)), tuple(c for c in (4, 5, 3, 2) if c <= copies + 1))):
+         (a2 := _pick_amt(range_size(_same(k, red)), tuple(c for c in wants if c <= copies + 1))):
         k = _try(k, Opt(OptOps.UNROLL, _pos(k, _same(k, red)), a2))
   if amt := _pick_amt(range_size(contig_out), (2 * lanes, lanes, lanes // 2, 4, 2)):
     k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt))
