@@ -1,7 +1,7 @@
 """The CPU plugin's native library (thread pool, command processor): native/*.c, built when the plugin is installed (setup.py), or
 else compiled together on first use with the system C compiler and cached; loaded by ctypes."""
 from __future__ import annotations
-import ctypes, importlib.machinery, json, os, pathlib, re, threading
+import ctypes, importlib.machinery, os, pathlib, re, threading
 from core.helpers import cache_dir, sha256
 from core.device.compiler import Compiler, CompileError
 from plugin_cpu.compiler import find_cc, host_id
@@ -35,6 +35,15 @@ def sources() -> dict[str, str]:
   """The native sources by file name (*.c and the headers they include)."""
   return {p.name: p.read_text() for p in sorted(NATIVE_DIR.iterdir()) if p.suffix in (".c", ".h")}
 
+def sources_json(files: dict[str, str]) -> str:
+  """json.dumps(files, sort_keys=True), the text setup.py hashes, from json's own C string encoder and its default separators:
+  a warm start checks the prebuilt library's source hash, and the json package's import cost more than the rest of it (~1 ms)."""
+  try: from _json import encode_basestring_ascii as quote
+  except ImportError:
+    import json
+    return json.dumps(files, sort_keys=True)
+  return "{" + ", ".join(f"{quote(k)}: {quote(v)}" for k, v in sorted(files.items())) + "}"
+
 class NativeCompiler(Compiler):
   """A JSON map {file name: text} -> one shared object of all its .c files. The cache key is the compiler's identity, the key
   the source hash, so an edit to any file rebuilds it."""
@@ -50,6 +59,7 @@ class NativeCompiler(Compiler):
 
   def compile(self, src: str) -> bytes:
     import subprocess, tempfile   # only a rebuild runs the compiler: not imported at start-up
+    import json
     files: dict[str, str] = json.loads(src)
     with tempfile.TemporaryDirectory(prefix="core_native_") as d:
       for name, text in files.items(): pathlib.Path(d, name).write_text(text)
@@ -63,7 +73,7 @@ class NativeCompiler(Compiler):
 
 def source_hash() -> str:
   """sha256 of the native sources as one JSON map (setup.py computes the same when it builds the library at install time)."""
-  return sha256(json.dumps(sources(), sort_keys=True).encode()).hexdigest()
+  return sha256(sources_json(sources()).encode()).hexdigest()
 
 def prebuilt() -> pathlib.Path | None:
   """The library setup.py built when the plugin was installed (plugin_cpu/_native*.so), or None when there is none or it was
@@ -88,7 +98,7 @@ def lib() -> ctypes.CDLL:
   with _lock:
     if _lib is None:
       if (path := prebuilt()) is not None: dll = ctypes.CDLL(str(path))
-      else: dll, _fd = load_library(NativeCompiler().compile_cached(json.dumps(sources(), sort_keys=True)), "core_cpu_native")
+      else: dll, _fd = load_library(NativeCompiler().compile_cached(sources_json(sources())), "core_cpu_native")
       dll.cpu_launch.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int64]
       dll.cpu_launch.restype = ctypes.c_int
       dll.cpu_pool_threads.argtypes, dll.cpu_pool_threads.restype = [], ctypes.c_int

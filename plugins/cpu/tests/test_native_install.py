@@ -21,6 +21,15 @@ def test_a_library_built_from_other_sources_is_not_used(monkeypatch: pytest.Monk
   monkeypatch.setattr(native, "source_hash", lambda: "0" * 64)   # as if a .c file had been edited after the install
   assert native.prebuilt() is None
 
+def test_the_source_hash_is_setup_pys():
+  # setup.py hashes json.dumps of the sources; the plugin writes the same text without importing json
+  import hashlib, json
+  files = native.sources()
+  assert native.sources_json(files) == json.dumps(files, sort_keys=True)
+  assert native.source_hash() == hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+  odd = {"b\"q": "x\\y\n\t\x01\x7f é \U0001f600 \u2028", "a": "", "A": "/*"}   # quotes, escapes, control, non-ASCII, surrogates, order
+  assert native.sources_json(odd) == json.dumps(odd, sort_keys=True) and native.sources_json({}) == "{}"
+
 def test_cpu_llvm_runs_without_a_c_compiler(tmp_path: pathlib.Path):
   require_prebuilt()
   pytest.importorskip("llvmlite")
