@@ -277,6 +277,9 @@ class ConvMixin:
     """(..., *spatial) -> (..., *out, *k): every window of the last len(k) dims."""
     nd = len(k)
     s, d = make_tuple(stride, nd), make_tuple(dilation, nd)
+    # windows of one at stride 1 (a 1x1 conv) are the elements themselves: a reshape, where the windowing below builds ~20 nodes
+    # (pads, shrinks, permutes) that each eager call makes and walks for the schedule cache's key, for the same kernel
+    if all(ki == 1 for ki in k) and all(si == 1 for si in s): return self.reshape(self.shape + (1,) * nd)
     x, lead = self.uop, self.ndim - nd
     # the permutes between windows are composed and applied once (`pending`): a 2-d window took 6 PERMUTE nodes in a row
     # (3 of them back to back), each one more node to build, walk for the schedule cache's key and index through
