@@ -8,8 +8,8 @@ what of its arrays stays cached between calls counts for both (on a Zen 3 VM rep
 64 MiB ran at 2.8x its own 1-thread figure).
 Run alone: python bench/machine.py"""
 from __future__ import annotations
-import ctypes, os, platform, threading, time
-from dataclasses import dataclass, field
+import ctypes, os, platform, statistics, threading, time
+from dataclasses import dataclass, field, fields
 from typing import Iterable
 import numpy as np
 
@@ -174,6 +174,13 @@ class Machine:
     return (f"measured: float32 FMA peak {self.peak_all:.0f} GFLOP/s on {self.threads} threads ({self.peak_1:.0f} on 1; {self.width}-wide "
             f"vectors); memory copy {self.copy_all:.1f} GB/s ({self.copy_1:.1f} on 1), triad {self.triad_all:.1f} GB/s ({self.triad_1:.1f} on 1), read {self.read_all:.1f} GB/s ({self.read_1:.1f} on 1)" +
             (f"; at the rows' footprints (bytes moved per call), GB/s on {self.threads} threads: {at}" if at else ""))
+
+def median(ms: list[Machine]) -> Machine:
+  """Each figure the median of several measurements of the same machine (bench/suite.py --rounds measures it every round, so
+  the rows' ratios compare figures taken over the same spells of load)."""
+  rates = [f.name for f in fields(Machine) if f.type == "float"]
+  return Machine(ms[0].width, ms[0].threads, *(statistics.median(getattr(m, k) for m in ms) for k in rates),
+                 {fp: statistics.median(m.sized[fp] for m in ms) for fp in ms[0].sized})
 
 ARRAYS = {"read": 1, "copy": 2, "triad": 3}   # arrays each bandwidth loop streams through
 

@@ -1,6 +1,14 @@
 """The benchmark suite of issue 7: every row for this project and, in the same process, numpy, torch and tinygrad when
 importable; prints absolute figures, the ratio each target is stated in, and our first-call (compile) times.
-Run: python bench/suite.py [--quick] [--rows matmul1024,sum] [--repeat 10] [--threads]   (the device comes from DEV, as always)"""
+Run: python bench/suite.py [--quick] [--rows matmul1024,sum] [--repeat 10] [--rounds 3] [--threads]   (the device: DEV, as always)
+
+Fairness: a cell (one framework on one row) starts only once the process's other threads are quiet (suite_libs.settle: our
+pool parked, every library's polling workers asleep, at most 1 s): a numpy matmul's OpenBLAS workers poll ~0.1 s after it and
+torch's libgomp workers ~10 ms, and a cell started meanwhile shared a core with them (the float64 references, computed before
+a row's cells, run numpy's BLAS too). --rounds N runs the whole list of rows N times, round after round, so a slow spell of
+the machine (other processes) hits every row and framework alike instead of the rows that happened to run then; a cell's
+figure is then the median of its rounds, printed with their range [min-max]; every round is checked against the reference,
+and the machine's own loops (the bandwidth and peak the rows are judged against) run again each round, their medians taken."""
 from __future__ import annotations
 import argparse, math, os, random, statistics, subprocess, sys, time, traceback
 from dataclasses import dataclass, field
@@ -12,6 +20,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))                    # bench/suite_libs.py, bench/machine.py
 sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # core from a checkout
 from suite_libs import LOADERS, Case, NotApplicable, conv_reference, fused_reference, jit_reference, mlp_reference  # noqa: E402
+import suite_libs  # noqa: E402
 import suite_models as models  # noqa: E402
 import machine as machine_bench  # noqa: E402
 
@@ -187,10 +196,21 @@ def _count(n: int) -> str: return f"{n >> 20}M" if n >= 1 << 20 and n % (1 << 20
 
 @dataclass
 class Cell:
-  """One framework's outcome on one row: `value` in the row's unit, or a status (WRONG, n/a, -, err)."""
+  """One framework's outcome on one row: `value` in the row's unit (the median of `values`, one per round), or a status
+  (WRONG, n/a, -, err)."""
   value: float | None = None
   status: str = ""
-  first_s: float | None = None   # the first call: compile + run
+  first_s: float | None = None   # the first call of the first round: compile + run
+  values: list[float] = field(default_factory=list)
+  def __post_init__(self) -> None:
+    if self.value is not None and not self.values: self.values = [self.value]
+  def add_round(self, other: Cell) -> None:
+    """Takes in another round's outcome: its figure joins the median; a failure in any round fails the cell."""
+    if self.status: return   # failed, or n/a, in an earlier round
+    if other.status in ("WRONG", "err"): self.status, self.value = other.status, None
+    elif other.value is not None:
+      self.values.append(other.value)
+      self.value = statistics.median(self.values)
 
 @dataclass
 class Result:
@@ -306,7 +326,8 @@ def _fmt(v: float) -> str: return f"{v:.3g}" if v < 100 else f"{v:.0f}"
 
 def _cell_text(c: Cell | None) -> str:
   if c is None: return "-"
-  return c.status if c.status else _fmt(c.value) if c.value is not None else "-"
+  if c.status or c.value is None: return c.status or "-"
+  return _fmt(c.value) + (f" [{_fmt(min(c.values))}-{_fmt(max(c.values))}]" if len(c.values) > 1 else "")
 
 def print_table(results: list[Result], libs: list[str], out: TextIO, machine: machine_bench.Machine | None = None) -> None:
   head = ["row", "work", "unit", *libs, "of machine", "ratio", "target", "met", "ours 1st call"]
@@ -330,9 +351,9 @@ def print_table(results: list[Result], libs: list[str], out: TextIO, machine: ma
 
 def run(rows: list[str] | None = None, quick: bool = False, repeat: int = 10, budget_s: float = 2.0, stat: str = "min",
         peers: list[str] | None = None, wrong: set[str] | frozenset[str] = frozenset(), out: TextIO = sys.stdout,
-        measure_machine: bool = True) -> list[Result]:
-  """Runs the suite and prints the table; returns the results. `wrong`: rows whose result of ours is perturbed before the
-  check (to test the check itself)."""
+        measure_machine: bool = True, rounds: int = 1) -> list[Result]:
+  """Runs the suite `rounds` times over all its rows and prints the table; returns the results. `wrong`: rows whose result of
+  ours is perturbed before the check (to test the check itself)."""
   todo = [r for r in ROWS if rows is None or r.key in rows]
   names = ["ours", *(PEERS if peers is None else [p for p in PEERS if p in peers])]
   libs: dict[str, Any] = {}
@@ -353,45 +374,57 @@ def run(rows: list[str] | None = None, quick: bool = False, repeat: int = 10, bu
   footprints = [(kind, fp) for row in todo if (kind := row.bw or (row.ref if row.ref in BANDWIDTHS else None))
                 and (fp := Result(row, row.sizes[1 if quick else 0]).footprint)]
   machine = machine_bench.measure(quick=quick, footprints=footprints) if measure_machine else None
-  if machine is not None: print(machine.text(), file=out)
+  if machine is not None: print(machine.text() + (" (round 1)" if rounds > 1 else ""), file=out)
+  machines = [machine] if machine is not None else []
   print(f"figures: steady state, the {stat} of up to {repeat} timed calls after a warm-up call (at most ~{budget_s:g} s of "
-        "timing per cell); 'ours 1st call' is our first call (compile + run)", file=out)
+        "timing per cell), each cell started once the other threads are quiet" +
+        (f"; the median of {rounds} rounds over all rows [their min-max]" if rounds > 1 else "") +
+        "; 'ours 1st call' is our first call (compile + run)", file=out)
   out.flush()
-  results: list[Result] = []
+  results = [Result(row, row.sizes[1 if quick else 0], machine=machine) for row in todo]
   errors: list[str] = []
   header_notes = len(notes)   # the notes printed so far; those of the rows (n/a and why) follow the table
-  for row in todo:
-    size = row.sizes[1 if quick else 0]
-    data = row.data(size, np.random.default_rng(0))
-    want = row.reference(data)
-    if want is None: print(f"{row.key}: no reference without torch: results unchecked", file=out)
-    res = Result(row, size, machine=machine)
-    if row.ref is not None and (other := next((r for r in results if r.row.key == row.ref), None)) is not None:
-      res.cells[row.ref] = other.cells["ours"]   # a row judged against another row of ours (bf16 against float32)
-    for name in names:
-      if name not in libs: res.cells[name] = Cell(status="-"); continue
-      try:
-        if name != "ours": libs["ours"].park()   # our idle threads sleep while a peer runs
-        case = getattr(libs[name], row.op or row.key)(data)
-        res.cells[name], off = measure(case, row, want, size, repeat, budget_s, stat, wrong=name == "ours" and row.key in wrong)
-        if off: errors.append(f"{row.key}: {name} is WRONG: {off}")
-      except NotApplicable as e: res.cells[name] = Cell(status="n/a"); notes.append(f"{row.key}: {name} n/a ({e})")
-      except Exception as e:
-        res.cells[name] = Cell(status="err")
-        errors.append(f"{row.key}: {name} failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-        if os.getenv("BENCH_TRACEBACK"): traceback.print_exc()
-      print(f"  {row.key} {name}: {_cell_text(res.cells[name])} {row.unit}", file=sys.stderr, flush=True)
-    results.append(res)
-    del data, want
+  unsettled = 0
+  for rnd in range(rounds):
+    if rnd and machines: machines.append(machine_bench.measure(quick=quick, footprints=footprints))   # the same spells as the rows
+    for res in results:
+      row, size = res.row, res.size
+      data = row.data(size, np.random.default_rng(0))
+      want = row.reference(data)
+      if want is None and rnd == 0: print(f"{row.key}: no reference without torch: results unchecked", file=out)
+      if rnd == 0 and row.ref is not None and (other := next((r for r in results if r.row.key == row.ref and r.cells), None)):
+        res.cells[row.ref] = other.cells["ours"]   # a row judged against another row of ours (bf16 against float32)
+      for name in names:
+        cell, msg = Cell(status="-"), ""
+        if name in libs:
+          try:
+            case = getattr(libs[name], row.op or row.key)(data)
+            if not suite_libs.settle(libs["ours"].park): unsettled += 1   # our pool and every peer's workers asleep before the cell
+            cell, off = measure(case, row, want, size, repeat, budget_s, stat, wrong=name == "ours" and row.key in wrong)
+            if off: msg = f"{row.key}: {name} is WRONG: {off}"
+          except NotApplicable as e: cell = Cell(status="n/a"); msg = f"{row.key}: {name} n/a ({e})"
+          except Exception as e:
+            cell, msg = Cell(status="err"), f"{row.key}: {name} failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            if os.getenv("BENCH_TRACEBACK"): traceback.print_exc()
+        if msg and msg not in notes + errors: (notes if cell.status == "n/a" else errors).append(msg)
+        if name in res.cells: res.cells[name].add_round(cell)
+        else: res.cells[name] = cell
+        print(f"  {row.key} {name}{f' round {rnd + 1}' if rounds > 1 else ''}: {_cell_text(cell)} {row.unit}", file=sys.stderr, flush=True)
+      del data, want
+  if len(machines) > 1:
+    machine = machine_bench.median(machines)
+    for res in results: res.machine = machine
+    print(f"\nthe machine, each figure the median of its {len(machines)} rounds: {machine.text()}", file=out)
   print(file=out)
   print_table(results, names, out, machine)
   for n in notes[header_notes:]: print(n, file=out)
   for err in errors: print(err, file=out)
+  if unsettled: print(f"{unsettled} cell(s) started with other threads still busy after {suite_libs.SETTLE_MAX_S:g} s", file=out)
   print(f"at the end: {load_note()}", file=out)
   return results
 
 def thread_scaling(results: list[Result], quick: bool, repeat: int, budget_s: float, stat: str, out: TextIO,
-                   machine: machine_bench.Machine | None = None) -> dict[str, float]:
+                   machine: machine_bench.Machine | None = None, rounds: int = 1) -> dict[str, float]:
   """Issue 23.9: our throughput rows again on one thread, beside the figures on every core the process may use, and the
   machine's own 1-thread to all-thread ratio (FMA peak for GFLOP/s rows, the bandwidth of the row's access pattern for GB/s
   rows). The one-thread run is a child process with CPU_THREADS=1: the thread pool and the optimizer read it when they load.
@@ -402,7 +435,7 @@ def thread_scaling(results: list[Result], quick: bool, repeat: int, budget_s: fl
     print(f"thread scaling: {'one core: nothing to compare' if cores < 2 else 'no throughput rows of ours ran'}", file=out)
     return {}
   cmd = [sys.executable, os.path.abspath(__file__), "--rows", ",".join(r.row.key for r in rows), "--peers", "", "--no-machine",
-         "--repeat", str(repeat), "--budget", str(budget_s), "--stat", stat, "--values"] + (["--quick"] if quick else [])
+         "--repeat", str(repeat), "--budget", str(budget_s), "--stat", stat, "--rounds", str(rounds), "--values"] + (["--quick"] if quick else [])
   res = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, CPU_THREADS="1"), timeout=3600)
   one = {k: float(v) for ln in res.stdout.splitlines() if ln.startswith("value ") for k, v in [ln.split()[1:3]]}
   print(f"\nthread scaling: ours on 1 thread (CPU_THREADS=1) and on all {cores} cores", file=out)
@@ -430,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("--repeat", type=int, default=10, help="at most this many timed calls per cell (default 10)")
   p.add_argument("--budget", type=float, default=2.0, help="stop timing a cell after about this many seconds (default 2)")
   p.add_argument("--stat", choices=("min", "median"), default="min", help="figure of the timed calls (default min)")
+  p.add_argument("--rounds", type=int, default=1, help="run all the rows this many times, round after round; each cell's "
+                 "figure is the median of its rounds, printed with their range (default 1)")
   p.add_argument("--peers", default=",".join(PEERS), help=f"peers to compare with (default {','.join(PEERS)}; '' for none)")
   p.add_argument("--no-machine", action="store_true", help="skip measuring the machine's FMA peak and memory bandwidth")
   p.add_argument("--threads", action="store_true", help="also run our throughput rows on one thread: a 1 vs all-core scaling table")
@@ -442,11 +477,13 @@ def main(argv: list[str] | None = None) -> int:
     if (bad := [r for r in rows if r not in ROW_KEYS]): p.error(f"unknown row(s) {bad}; rows are {','.join(ROW_KEYS)}")
   peers = [x.strip() for x in a.peers.split(",") if x.strip()]
   if (bad := [x for x in peers if x not in PEERS]): p.error(f"unknown peer(s) {bad}; peers are {','.join(PEERS)}")
-  results = run(rows, a.quick, a.repeat, a.budget, a.stat, peers, {r for r in a.inject_wrong.split(",") if r}, measure_machine=not a.no_machine)
+  if a.rounds < 1: p.error("--rounds must be at least 1")
+  results = run(rows, a.quick, a.repeat, a.budget, a.stat, peers, {r for r in a.inject_wrong.split(",") if r}, measure_machine=not a.no_machine,
+                rounds=a.rounds)
   if a.values:
     for r in results:
       if (v := r.cells["ours"].value) is not None: print(f"value {r.row.key} {v}")
-  if a.threads: thread_scaling(results, a.quick, a.repeat, a.budget, a.stat, sys.stdout, results[0].machine if results else None)
+  if a.threads: thread_scaling(results, a.quick, a.repeat, a.budget, a.stat, sys.stdout, results[0].machine if results else None, a.rounds)
   # a wrong or failing result of ours is an error exit (missing peers never are)
   return 1 if any(r.cells["ours"].status in ("WRONG", "err") for r in results) else 0
 

@@ -1,6 +1,6 @@
 """The frameworks bench/suite.py compares: how each one runs every row of the suite (ours, numpy, torch, tinygrad)."""
 from __future__ import annotations
-import os, tempfile
+import os, tempfile, threading, time
 from dataclasses import dataclass
 from typing import Any, Callable
 import numpy as np
@@ -19,6 +19,46 @@ class Case:
   calls_before_check: int = 1   # a Jit must run eagerly, capture and replay once before its replay path is checked
   fresh: bool = False           # every call compiles a new kernel (the compile row): no warm-up call before timing
   max_calls: int | None = None  # calls that stay fresh (the compile row has one new kernel per prepared input)
+
+# *** quiet threads before a cell ***
+
+# Libraries keep their idle threads polling after a call so the next one starts at once: measured here after 5 calls, the
+# process's other threads burned 100 ms of CPU in the 0.1 s after a numpy matmul (OpenBLAS's workers), 10 ms after a torch op
+# (libgomp's); ours poll CPU_SPIN_US (0.3 ms). On a machine with few cores a cell started in that time shares a core with
+# them (ours then falls back to its launching thread: CPU_BACKOFF_US), so every cell starts once the others are quiet.
+SETTLE_STEP_S = 0.02    # a window in which the other threads must stay (nearly) off the CPU
+SETTLE_BUSY = 0.1       # ... at most this share of one core, all together
+SETTLE_MAX_S = 1.0      # a thread that never stops (a peer's spinning barrier on a loaded host) delays a cell at most this long
+SETTLE_BLIND_S = 0.15   # without /proc: a plain wait, longer than OpenBLAS's polling
+
+def _other_threads_cpu_ns() -> int | None:
+  """On-CPU nanoseconds of the process's threads but the calling one (Linux: /proc/self/task/*/schedstat); None elsewhere."""
+  me = threading.get_native_id()
+  try: tids = [t for t in os.listdir("/proc/self/task") if int(t) != me]
+  except OSError: return None
+  total = 0
+  for t in tids:
+    try:
+      with open(f"/proc/self/task/{t}/schedstat") as f: total += int(f.read().split()[0])
+    except (OSError, ValueError, IndexError): pass   # a thread that ended meanwhile
+  return total
+
+def settle(park: Callable[[], None] = lambda: None, max_s: float = SETTLE_MAX_S) -> bool:
+  """Parks our pool (`park`) and waits until the process's other threads stay off the CPU for SETTLE_STEP_S (every library's
+  polling workers have gone to sleep), at most `max_s`: False when that ran out. Where threads' CPU time can't be read (no
+  /proc), a plain wait of SETTLE_BLIND_S."""
+  park()
+  last = _other_threads_cpu_ns()
+  if last is None:
+    time.sleep(SETTLE_BLIND_S)
+    return True
+  end = time.perf_counter() + max_s
+  while time.perf_counter() < end:
+    time.sleep(SETTLE_STEP_S)
+    now = _other_threads_cpu_ns() or 0
+    if now - last <= SETTLE_BUSY * SETTLE_STEP_S * 1e9: return True
+    last = now
+  return False
 
 # *** numpy reference of the MLP step, shared by every framework's check ***
 

@@ -224,3 +224,81 @@ def test_matmul_is_judged_against_numpy_and_the_peak(suite):
   out = io.StringIO()
   suite.print_table([result(350.0, 340.0)], ["numpy"], out, m)
   assert ">= 1.0x numpy, 85% peak" in out.getvalue()
+
+def test_rounds_report_median_and_range(suite):
+  # --rounds: the rows run round after round; a cell's figure is the median of its rounds, shown with their range
+  import statistics
+  out = io.StringIO()
+  results = suite.run(rows=["sum", "tiny_op"], quick=True, repeat=1, budget_s=0.0, peers=["numpy"], out=out, rounds=3)
+  text = out.getvalue()
+  rows = _table_rows(text)
+  for r in results:
+    for name in ("ours", "numpy"):
+      c = r.cells[name]
+      assert len(c.values) == 3 and all(v > 0 for v in c.values) and c.value == statistics.median(c.values), (r.row.key, name, c)
+    c = r.cells["ours"]
+    assert rows[r.row.key][3] == f"{suite._fmt(c.value)} [{suite._fmt(min(c.values))}-{suite._fmt(max(c.values))}]", text
+  assert "the median of 3 rounds" in text
+  # the machine's loops ran every round too: the row is judged against their medians
+  assert "the machine, each figure the median of its 3 rounds" in text and results[0].machine is results[1].machine
+  assert ("read", results[0].footprint) in results[0].machine.sized
+
+def test_machine_median(suite):
+  M = suite.machine_bench.Machine
+  ms = [M(16, 2, p, 2 * p, 30.0 + p, 40.0, 30.0, 40.0, 30.0, 40.0, {("read", 64): p}) for p in (100.0, 300.0, 200.0)]
+  m = suite.machine_bench.median(ms)
+  assert (m.width, m.threads, m.peak_1, m.peak_all, m.copy_1, m.copy_all, m.sized) == (16, 2, 200.0, 400.0, 230.0, 40.0, {("read", 64): 200.0})
+
+def test_a_wrong_round_fails_the_cell(suite):
+  c = suite.Cell(5.0, first_s=0.1)
+  c.add_round(suite.Cell(7.0))
+  c.add_round(suite.Cell(status="n/a"))   # nothing to add
+  assert c.values == [5.0, 7.0] and c.value == 6.0 and c.first_s == 0.1
+  c.add_round(suite.Cell(status="WRONG"))
+  assert c.status == "WRONG" and c.value is None
+  c.add_round(suite.Cell(9.0))
+  assert c.status == "WRONG" and c.value is None
+  out = io.StringIO()
+  results = suite.run(rows=["sum"], quick=True, repeat=1, budget_s=0.0, peers=[], wrong={"sum"}, out=out, measure_machine=False, rounds=2)
+  assert results[0].cells["ours"].status == "WRONG" and out.getvalue().count("sum: ours is WRONG") == 1, out.getvalue()
+  with pytest.raises(SystemExit): suite.main(["--rounds", "0"])
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="threads' CPU time is read from /proc")
+def test_settle_counts_the_other_threads(suite):
+  # what settle() watches: the CPU time of the process's threads other than the calling one
+  import threading, time
+  import suite_libs
+  def spin(s: float) -> None:
+    end = time.thread_time() + s
+    while time.thread_time() < end: pass
+  spun, done = threading.Event(), threading.Event()
+  def worker() -> None:
+    spin(0.05)
+    spun.set()
+    done.wait()   # stays alive: an ended thread leaves /proc/self/task, and its time with it
+  before = suite_libs._other_threads_cpu_ns()
+  t = threading.Thread(target=worker)
+  t.start()
+  spun.wait()
+  mid = suite_libs._other_threads_cpu_ns()
+  spin(0.05)   # the caller's own time is not counted
+  after = suite_libs._other_threads_cpu_ns()
+  done.set(); t.join()
+  assert mid - before >= 45e6 and after - mid < 40e6, (before, mid, after)
+
+def test_settle_waits_for_quiet_threads(suite, monkeypatch):
+  # settle() parks our pool, then returns once the other threads' CPU time stops growing, or gives up after max_s
+  import suite_libs
+  step = suite_libs.SETTLE_STEP_S * 1e9
+  samples = iter([0, step, 2 * step, 2 * step + 1])   # busy for two windows, then quiet
+  clock = [0.0]
+  monkeypatch.setattr(suite_libs, "_other_threads_cpu_ns", lambda: next(samples))
+  monkeypatch.setattr(suite_libs.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+  monkeypatch.setattr(suite_libs.time, "perf_counter", lambda: clock[0])
+  parked = []
+  assert suite_libs.settle(lambda: parked.append(1)) is True and parked == [1]
+  assert clock[0] == pytest.approx(3 * suite_libs.SETTLE_STEP_S)
+  busy = iter(range(0, 10**12, int(step)))   # a thread that never stops
+  monkeypatch.setattr(suite_libs, "_other_threads_cpu_ns", lambda: next(busy))
+  clock[0] = 0.0
+  assert suite_libs.settle(max_s=0.5) is False and clock[0] == pytest.approx(0.5, abs=suite_libs.SETTLE_STEP_S)
