@@ -426,13 +426,16 @@ def _op_key(u: UOp) -> tuple[tuple, list[UOp]]:
     else: key.append(x)
   return tuple(key), inputs
 
-def _fill(u: UOp) -> None:
+def _fill(u: UOp, walked: list[UOp] | None) -> None:
   """After the general path realized root `u`: an eager op cache entry for it when its walk is the one-op walk (buffers and
-  broadcast scalars under one node, literals numbered) and its schedule has an eager plan (from its second use on)."""
+  broadcast scalars under one node, literals numbered) and its schedule has an eager plan (from its second use on).
+  `walked`: the input buffers of the general path's walk of `u`, None when that walk met a memo entry."""
   if not isinstance(w := _walk_one(u), tuple):
     # sources that are reshapes of buffers: the general walk's key, when it reads no memo entry. A source the key holds as
-    # itself must read no buffer and bind nothing (its node alone then says what it computes)
-    if w is None or not all(x.op is Ops.BUFFER or (x.op is Ops.RESHAPE and x.src[0].op is Ops.BUFFER and len(x.src) == 1) or
+    # itself must read no buffer and bind nothing (its node alone then says what it computes). The walk's buffers must be the
+    # key's, which the general path's walk already tells (a buffer under a source: softmax, layernorm, a sum), before the
+    # search of each source for one (_pure) and a second walk
+    if w is None or walked is None or walked != _op_key(u)[1] or not all(x.op is Ops.BUFFER or (x.op is Ops.RESHAPE and x.src[0].op is Ops.BUFFER and len(x.src) == 1) or
                             _pure(x) for x in u.src) or \
        (w := _walk([u], check_memo=True)) is None or w[2] or w[3]: return
   key, inputs = _op_key(u)
@@ -493,15 +496,16 @@ def realize(*roots: UOp) -> list[UOp]:
   with engine_lock:
     if len(roots) == 1:
       if (res_list := _op_hit(roots[0])) is not None: _memoize(roots, res_list)
-      else: res_list = _realize_one(roots[0])
+      else: res_list = _realize_one(roots[0])[0]
       return res_list
-    return _realize_graphs(roots)
+    return _realize_graphs(roots)[0]
 
-def _realize_one(u: UOp) -> list[UOp]:
-  """The general path for one root, then its eager op cache entry when it can have one."""
-  res_list = _realize_graphs((u,))
-  _fill(u)
-  return res_list
+def _realize_one(u: UOp, memo: bool = True) -> tuple[list[UOp], list[UOp] | None]:
+  """The general path for one root, then its eager op cache entry when it can have one: (results, the walk's input buffers or
+  None when it met a memo entry; see _realize_graphs)."""
+  res_list, walked = _realize_graphs((u,), memo)
+  _fill(u, walked)
+  return res_list, walked
 
 def realize_uop_of(holder: Any) -> None:
   """holder.uop = realize(holder.uop)[0] (Tensor.realize of one tensor), where an eager op cache hit makes the memo only when
@@ -510,13 +514,17 @@ def realize_uop_of(holder: Any) -> None:
   if (op := (u := holder.uop).op) is Ops.BUFFER or (op is Ops.RESHAPE and _is_realized(u)): return   # _is_realized, its usual miss inline
   with engine_lock:
     if (res_list := _op_hit(u)) is None:
-      holder.uop = _realize_one(u)[0]
+      res_list, walked = _realize_one(u, memo=False)
+      holder.uop = res_list[0]
+      # the general path's memo likewise (_realize_graphs' rule: a graph that read a buffer), only for a node that outlives the call
+      if _refcount(u) > 2 and (walked is None or walked): _memoize((u,), res_list)
       return
     holder.uop = res_list[0]
     if _refcount(u) > 2: _memoize((u,), res_list)   # held elsewhere than in `u` and getrefcount's argument
 _EAGER = (None, False)
 
-def _realize_graphs(roots: tuple[UOp, ...]) -> list[UOp]:
+def _realize_graphs(roots: tuple[UOp, ...], memo: bool = True) -> tuple[list[UOp], list[UOp] | None]:
+  """(each root's result, the walk's input buffers or None when the walk met a memo entry). `memo`: memoize the roots."""
   global _assign_epoch
   # a Jit capture keeps its scalars as literals: its replay binds only the variables of its inputs' shapes
   capturing, kept = _capture.state()
@@ -549,8 +557,8 @@ def _realize_graphs(roots: tuple[UOp, ...]) -> list[UOp]:
       if u.op is Ops.ASSIGN and (f := facts.of(u)).assigned is None:
         _retire_marks(f)
         f.assigned = u.src[0]
-  if inputs: _memoize(roots, res_list)
-  return res_list
+  if memo and inputs: _memoize(roots, res_list)
+  return res_list, None if substituted else inputs
 
 # from_host keeps the last nodes it made for a small (device, dtype, shape) and hands one out again once nothing else holds it,
 # as EagerPlan's pool does for results: `step(Tensor(x))` in a loop then skips making three nodes and a Buffer and freeing them

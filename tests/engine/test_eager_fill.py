@@ -23,10 +23,10 @@ def test_conv_fill_takes_no_toposort(monkeypatch: pytest.MonkeyPatch) -> None:
   y = x.conv2d(w, padding=1, groups=4)
   def no_toposort(self: UOp, *a: object, **k: object) -> list[UOp]: raise AssertionError("toposort of the whole graph")
   real_fill = R._fill
-  def fill(u: UOp) -> None:
+  def fill(u: UOp, *a: object) -> None:
     with pytest.MonkeyPatch.context() as m:
       m.setattr(UOp, "toposort", no_toposort)
-      real_fill(u)
+      real_fill(u, *a)
   monkeypatch.setattr(R, "_fill", fill)
   got = y.numpy()
   xp = np.pad(xn, ((0, 0), (0, 0), (1, 1), (1, 1)))
