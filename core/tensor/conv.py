@@ -5,9 +5,10 @@ import itertools
 from typing import TYPE_CHECKING, Any, Sequence
 from core.helpers import make_tuple, prod
 from core.ir.dtype import dtypes, least_upper_dtype, sum_acc_dtype
-from core.ir.ops import UOp
+from core.ir.ops import Ops, UOp
 from core.tensor.gradient import custom_vjp, register_vjp
 from core.tensor.validate import check_ints, check_int
+from core.tensor.reduce import SPLIT_REDUCE, _split_sum
 
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
@@ -26,6 +27,42 @@ def _window_last(x: UOp, k: int, s: int, d: int) -> UOp:
   t = t.shrink(keep + ((0, k * (L + d)),)).reshape(lead + (k, L + d))
   t = t.shrink(keep + ((0, k), (0, o * s))).reshape(lead + (k, o, s)).shrink(keep + ((0, k), (0, o), (0, 1))).reshape(lead + (k, o))
   return t.permute(tuple(range(len(lead))) + (len(lead) + 1, len(lead)))
+
+# the movement ops (op, arg) _windows made for an input shape and window, replayed as nodes for the next input of that shape:
+# a 2-d window is ~26 of them, whose shapes, identity checks and permute algebra were half a 3x3 conv's eager graph build
+_window_plans: dict[tuple, tuple[tuple[Ops, Any], ...]] = {}
+WINDOW_PLANS = 256
+
+def _windows(x: UOp, ndim: int, k: Sequence[int], s: tuple[int, ...], d: tuple[int, ...]) -> UOp:
+  """Tensor._pool's windows (..., *out, *k) of x's last len(k) dims, on UOps (not for the unit windows _pool reshapes):
+  the same nodes as _windows_built, from the plan of x's shape where there is one."""
+  shape = x.shape
+  if shape is None or not all(type(n) is int for n in shape): return _windows_built(x, ndim, k, s, d)
+  key = (shape, ndim, tuple(k), s, d)
+  if (plan := _window_plans.get(key)) is None:
+    out = _windows_built(x, ndim, k, s, d)
+    steps, n = [], out
+    while n is not x: steps.append((n.op, n.arg)); n = n.src[0]   # movement ops only: one source each
+    if len(_window_plans) >= WINDOW_PLANS: _window_plans.clear()   # bounded; one step, safe with other threads building
+    _window_plans[key] = tuple(reversed(steps))
+    return out
+  dt = x.dtype
+  for op, arg in plan: x = UOp(op, dt, (x,), arg)
+  return x
+
+def _windows_built(x: UOp, ndim: int, k: Sequence[int], s: tuple[int, ...], d: tuple[int, ...]) -> UOp:
+  """_windows by the window algebra."""
+  nd = len(k)
+  lead = ndim - nd
+  # the permutes between windows are composed and applied once (`pending`): a 2-d window took 6 PERMUTE nodes in a row
+  # (3 of them back to back), each one more node to build, walk for the schedule cache's key and index through
+  pending = tuple(range(ndim))
+  for i in range(nd):
+    ax, r = lead + 2 * i, ndim + i  # earlier dims have already become (o, k) pairs
+    x = _window_last(x.permute(_then(pending, _moved(r, ax, r - 1))), k[i], s[i], d[i])
+    x, pending = x.src[0], _then(x.arg, _then(_moved(r + 1, r - 1, ax), _moved(r + 1, r, ax + 1)))   # the window's own permute too
+  order = list(range(lead)) + [lead + 2 * i for i in range(nd)] + [lead + 2 * i + 1 for i in range(nd)]
+  return x.permute(_then(pending, tuple(order)))
 
 def _moved(nd: int, src: int, dst: int) -> tuple[int, ...]:
   """The permutation that moves dim src to dst (Tensor.movedim's)."""
@@ -272,6 +309,51 @@ def _max_pool_grad(ctx: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UO
   hit = x.reshape(x.shape + (1,) * nd) == spread(best)   # a stuffed zero matches an input 0, but its share is 0
   return (hit.where(spread(share), 0.0).sum(axes).cast(x.dtype).uop,)
 
+_INT_ONLY = frozenset({int})   # a concrete shape's element types
+
+def _conv_uops(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, s: tuple[int, ...], d: tuple[int, ...],
+               pads: list[tuple[int, int]], dtype: Any) -> Tensor | None:
+  """conv2d's graph for float x and weight of one dtype and concrete shapes (bias of that dtype and shape (cout,) or None,
+  no dtype argument, no negative padding) built on UOps and wrapped once: the same nodes the Tensor ops below make (the
+  detaches, pad, windows, broadcast product, sum, custom_vjp, bias add), without the ~12 tensors, checked wrappers and
+  broadcast checks between them, which were most of an eager conv's Python. None: the Tensor ops build it."""
+  xu, wu = x.uop, weight.uop
+  dt = xu.dtype
+  if dtype is not None or wu.dtype is not dt or not dtypes.is_float(dt) or not isinstance(xu.device, str) or \
+     not isinstance(wu.device, str) or wu.device.startswith("DISK") or any(b < 0 or a < 0 for b, a in pads): return None
+  xs, ws = x.shape, weight.shape
+  if not _INT_ONLY.issuperset(map(type, xs)) or not _INT_ONLY.issuperset(map(type, ws)): return None
+  if bias is not None and (bias.uop.dtype is not dt or bias.shape != ws[:1]): return None
+  (bs, _), (cout, cin_g, *ks) = xs[:2], ws
+  nd, rc = len(ks), cout // groups
+  if cin_g * prod(ks) == 0: return None
+  depthwise = groups > 1 and cin_g == 1
+  u = UOp(Ops.DETACH, dt, (xu,))
+  w = UOp(Ops.DETACH, dt, (wu,)) if _weight_grad_by_channels(groups, ws) else wu
+  if any(b or a for b, a in pads):
+    u = u.pad(((0, 0), (0, 0)) + tuple((int(b), int(a)) for b, a in pads))
+    if not _pad_in_place(x, pads, depthwise): u = u.contiguous()
+  if all(ki == 1 for ki in ks) and all(si == 1 for si in s): u = u.reshape(u.shape + (1,) * nd)   # type: ignore[operator]
+  else: u = _windows(u, nd + 2, ks, s, d)
+  os_ = u.shape[2:2 + nd]   # type: ignore[index]
+  full = (bs, groups, rc, cin_g, *os_, *ks)
+  u = u.reshape((bs, groups, 1, cin_g, *os_, *ks))
+  w = w.reshape((1, groups, rc, cin_g, *([1] * nd), *ks))
+  if u.shape != full: u = u.expand(full)
+  if w.shape != full: w = w.expand(full)
+  prodt = u.alu(Ops.MUL, w)
+  acc = sum_acc_dtype(dt)
+  if acc is not dt: prodt = prodt.cast(acc)
+  red, n = (3, *range(4 + nd, 4 + 2 * nd)), cin_g * prod(ks)
+  r = _split_sum(prodt, full, red, n) if n > SPLIT_REDUCE else prodt.r(Ops.ADD, red)
+  r = r.reshape((bs, groups, rc, *os_))
+  if acc is not dt: r = r.cast(dt)
+  out = custom_vjp(r.reshape((bs, cout, *os_)), "conv_input", (groups, s, d, tuple(pads)), xu, wu)
+  if bias is None: return type(x)._wrap(out, x, weight)
+  b = bias.uop.reshape((1, cout, *([1] * nd)))
+  if b.shape != out.shape: b = b.expand(out.shape)   # type: ignore[arg-type]
+  return type(x)._wrap(out.alu(Ops.ADD, b), x, weight, bias)
+
 class ConvMixin:
   def _pool(self: Tensor, k: Sequence[int], stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1) -> Tensor:  # type: ignore[misc]
     """(..., *spatial) -> (..., *out, *k): every window of the last len(k) dims."""
@@ -280,16 +362,7 @@ class ConvMixin:
     # windows of one at stride 1 (a 1x1 conv) are the elements themselves: a reshape, where the windowing below builds ~20 nodes
     # (pads, shrinks, permutes) that each eager call makes and walks for the schedule cache's key, for the same kernel
     if all(ki == 1 for ki in k) and all(si == 1 for si in s): return self.reshape(self.shape + (1,) * nd)
-    x, lead = self.uop, self.ndim - nd
-    # the permutes between windows are composed and applied once (`pending`): a 2-d window took 6 PERMUTE nodes in a row
-    # (3 of them back to back), each one more node to build, walk for the schedule cache's key and index through
-    pending = tuple(range(self.ndim))
-    for i in range(nd):
-      ax, r = lead + 2 * i, self.ndim + i  # earlier dims have already become (o, k) pairs
-      x = _window_last(x.permute(_then(pending, _moved(r, ax, r - 1))), k[i], s[i], d[i])
-      x, pending = x.src[0], _then(x.arg, _then(_moved(r + 1, r - 1, ax), _moved(r + 1, r, ax + 1)))   # the window's own permute too
-    order = list(range(lead)) + [lead + 2 * i for i in range(nd)] + [lead + 2 * i + 1 for i in range(nd)]
-    return self._mop(x.permute(_then(pending, tuple(order))))
+    return self._mop(_windows(self.uop, self.ndim, k, s, d))
 
   def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:  # type: ignore[misc]
     """Windows of `size` every `step` along `dim` (torch.Tensor.unfold): that dim becomes the window count and a last dim
@@ -321,6 +394,8 @@ class ConvMixin:
     # nor for a small one (_pad_in_place)
     pads = _padding(padding, nd)
     depthwise = groups > 1 and cin_g == 1
+    if (fast := _conv_uops(self, weight, bias, groups, make_tuple(stride, nd), make_tuple(dilation, nd), pads, dtype)) is not None:
+      return fast
     # the input's gradient is a transposed conv (_conv_input_grad), not autograd through the windows below: that would build
     # a product 9x (kh*kw) the size of the input and fold it back with div/mod indexing; the weight's is _weight_grad's
     custom = dtypes.is_float(self.dtype)
