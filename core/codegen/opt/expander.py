@@ -28,6 +28,10 @@ def _combine(op: Ops, xs: list[UOp]) -> UOp:
          ([xs[-1]] if len(xs) % 2 else [])
   return xs[0]
 
+# a float sum over register axes alone (a depthwise conv's taps): runs of this many terms accumulated (FMA chains), added in a tree;
+# 0: one tree of multiplies and adds. 3x3 taps as 3 chains of 3: 9 FMAs and 2 adds, 3 FMAs deep (one chain of 9 waited 9)
+UNROLLED_SUM_CHAIN = 3
+
 FOLD_MIN_BYTES = 16   # vector halves at least this wide are added as vectors when the lanes fold (16: every SIMD ISA's narrowest)
 
 def fold_lanes(op: Ops, v: UOp) -> UOp:
@@ -184,8 +188,13 @@ class Expander:
     closed = [r for r in rngs if r in self.unrolled]
     parts = [self(u.src[0], {**env, **c}) for c in self._combos(closed)]
     if any(p.dtype.count > 1 for p in parts): parts = [self.bcast(p) for p in parts]
-    val = _combine(u.arg, parts)
     rest = [r for r in rngs if r not in self.regs]
+    if not rest and UNROLLED_SUM_CHAIN and u.arg is Ops.ADD and dtypes.is_float(u.dtype) and len(parts) > 1:
+      # a float sum over registers only: runs of parts as REDUCEs without loops, which the lowerer gives accumulators that
+      # renderers with a fused multiply-add update with one FMA per product (lowerer.pm_fuse_mulacc), the runs added in a tree
+      n = UNROLLED_SUM_CHAIN
+      parts = [_combine(Ops.ADD, parts[i:i + n]).reduce(op=Ops.ADD) for i in range(0, len(parts), n)]
+    val = _combine(u.arg, parts)
     red = val.reduce(*rest, op=u.arg) if rest else val
     if self.vec in rngs:
       # a vector accumulator over the lanes of the vector axis: fold its lanes after the loop
