@@ -9,6 +9,7 @@ from core.ir.ops import Ops, UOp
 from core.tensor.gradient import custom_vjp, register_vjp
 from core.tensor.validate import check_ints, check_int
 from core.tensor.reduce import SPLIT_REDUCE, _split_sum
+from core.tensor.plans import replayed
 
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
@@ -324,9 +325,21 @@ def _conv_uops(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, s: t
   xs, ws = x.shape, weight.shape
   if not _INT_ONLY.issuperset(map(type, xs)) or not _INT_ONLY.issuperset(map(type, ws)): return None
   if bias is not None and (bias.uop.dtype is not dt or bias.shape != ws[:1]): return None
-  (bs, _), (cout, cin_g, *ks) = xs[:2], ws
-  nd, rc = len(ks), cout // groups
-  if cin_g * prod(ks) == 0: return None
+  if prod(ws[1:]) == 0: return None   # an empty sum: the Tensor ops' constant
+  def build() -> UOp: return _conv_nodes(x, weight, bias, groups, s, d, pads)
+  # a plan's key tells its arguments apart by value: only Python ints, whose equal values build equal nodes
+  if type(groups) is int and _INT_ONLY.issuperset(map(type, (*s, *d, *(v for pr in pads for v in pr)))):
+    inputs = (xu, wu) if bias is None else (xu, wu, bias.uop)
+    out = replayed(("conv2d", xs, ws, dt, bias is None, groups, s, d, tuple(pads)), inputs, build)
+  else: out = build()
+  return type(x)._wrap(out, x, weight) if bias is None else type(x)._wrap(out, x, weight, bias)
+
+def _conv_nodes(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, s: tuple[int, ...], d: tuple[int, ...],
+                pads: list[tuple[int, int]]) -> UOp:
+  """_conv_uops's node, built."""
+  xu, wu, dt = x.uop, weight.uop, x.dtype
+  (bs, _), (cout, cin_g, *ks) = x.shape[:2], weight.shape
+  nd, rc, ws = len(ks), cout // groups, weight.shape
   depthwise = groups > 1 and cin_g == 1
   u = UOp(Ops.DETACH, dt, (xu,))
   w = UOp(Ops.DETACH, dt, (wu,)) if _weight_grad_by_channels(groups, ws) else wu
@@ -349,10 +362,10 @@ def _conv_uops(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, s: t
   r = r.reshape((bs, groups, rc, *os_))
   if acc is not dt: r = r.cast(dt)
   out = custom_vjp(r.reshape((bs, cout, *os_)), "conv_input", (groups, s, d, tuple(pads)), xu, wu)
-  if bias is None: return type(x)._wrap(out, x, weight)
+  if bias is None: return out
   b = bias.uop.reshape((1, cout, *([1] * nd)))
   if b.shape != out.shape: b = b.expand(out.shape)   # type: ignore[arg-type]
-  return type(x)._wrap(out.alu(Ops.ADD, b), x, weight, bias)
+  return out.alu(Ops.ADD, b)
 
 class ConvMixin:
   def _pool(self: Tensor, k: Sequence[int], stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1) -> Tensor:  # type: ignore[misc]

@@ -1,8 +1,10 @@
-"""conv2d's graph built on UOps (conv._conv_uops) and pooling windows replayed from a plan (conv._windows) make the nodes the
-Tensor ops and the window algebra make (hash-consing: the same objects), with the same values and gradients."""
+"""conv2d's graph built on UOps (conv._conv_uops) or replayed from its plan (plans.replayed), and pooling windows replayed from a
+plan (conv._windows) make the nodes the Tensor ops and the window algebra make (hash-consing: the same objects), with the same
+values and gradients."""
 import numpy as np
 import pytest
 import core.tensor.conv as C
+from core.tensor import plans
 from core.tensor import Tensor
 
 CONVS = [  # (input, weight, conv2d's keywords)
@@ -38,9 +40,14 @@ def test_conv_builds_the_tensor_ops_nodes(monkeypatch: pytest.MonkeyPatch, xs: t
   b = _rand(ws[:1], 2, rg=rg) if bias else None
   old = _old_build(monkeypatch, lambda: x.conv2d(w, b, **kw))
   C._window_plans.clear()
-  new, again = x.conv2d(w, b, **kw), x.conv2d(w, b, **kw)   # the window plan made, then replayed
+  plans._plans.clear()
+  new, again = x.conv2d(w, b, **kw), x.conv2d(w, b, **kw)   # the plans made, then replayed
   assert new.uop is old.uop and again.uop is old.uop
   assert new.requires_grad == old.requires_grad
+  # other inputs of the signature: the conv's plan replayed over them
+  x2, w2 = _rand(xs, 5, rg=rg), _rand(ws, 6, rg=rg)
+  b2 = _rand(ws[:1], 7, rg=rg) if bias else None
+  assert x2.conv2d(w2, b2, **kw).uop is _old_build(monkeypatch, lambda: x2.conv2d(w2, b2, **kw)).uop
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float64])
 def test_other_float_dtypes_build_the_same_nodes(monkeypatch: pytest.MonkeyPatch, dtype) -> None:
@@ -139,3 +146,22 @@ def test_pooling_values_with_plans() -> None:
     np.testing.assert_allclose(x.max_pool2d((3, 3), 2).numpy(), _np_windows(xn, (3, 3), (2, 2), (1, 1), (4, 4)).max(axis=(-2, -1)))
     np.testing.assert_allclose(x.avg_pool2d((2, 2), 1).numpy(), _np_windows(xn, (2, 2), (1, 1), (1, 1), (8, 8)).mean(axis=(-2, -1)),
                                rtol=1e-5, atol=1e-6)
+
+def test_inputs_built_from_each_other_take_no_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+  """A weight that is x.detach() is the node the conv builds from x: a plan recorded over it would read the next weight where
+  the builder detaches the next x. Such inputs (not distinct buffers) are built, no plan recorded or used."""
+  x = _rand((4, 2, 3, 3), 0)
+  plans._plans.clear()
+  for w in (x.detach(), x, x.reshape(4, 2, 3, 3)):
+    y = x.conv2d(w)
+    assert y.uop is _old_build(monkeypatch, lambda: x.conv2d(w)).uop and not plans._plans
+    np.testing.assert_allclose(y.numpy(), _np_conv(x.numpy(), x.numpy(), 1, (1, 1), (1, 1), [(0, 0)] * 2), rtol=1e-5, atol=1e-5)
+  assert not plans._apart([x.uop, x.detach().uop]) and not plans._apart([x.uop, x.uop]) and plans._apart([x.uop, _rand((3,), 1).uop])
+
+def test_plans_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+  monkeypatch.setattr(plans, "PLANS", 3)
+  plans._plans.clear()
+  for n in range(1, 8):
+    x, w = _rand((1, 2, n, n), n), _rand((4, 2, 1, 1), 0)
+    assert x.conv2d(w).uop is _old_build(monkeypatch, lambda: x.conv2d(w)).uop
+    assert len(plans._plans) <= 3

@@ -1,0 +1,49 @@
+"""Built graphs replayed per signature: a builder's nodes recorded once as (op, dtype, sources, arg, tag) steps over its
+input nodes, then rebuilt for the next inputs of the same signature without the builder's shape algebra and checks."""
+from __future__ import annotations
+from typing import Any, Callable, Sequence
+from core.ir.ops import Ops, UOp
+
+# at most this many plans (a few small tuples each, no nodes), all dropped when full
+PLANS = 512
+_plans: dict[Any, tuple[tuple[Ops, Any, tuple[int, ...], Any, Any], ...]] = {}
+
+def _apart(inputs: Sequence[UOp]) -> bool:
+  """Whether the inputs are buffers (or reshapes of one, as a realized tensor is) of distinct buffers: then no input is a node
+  built from another, so each node the builder made from them is rebuilt from the same inputs, whatever their values. (A
+  weight that is x.detach() would be the builder's own DETACH of x: a plan recorded then would read the weight for it.)"""
+  seen: list[UOp] = []
+  for u in inputs:
+    b = u.src[0] if u.op is Ops.RESHAPE else u
+    if b.op is not Ops.BUFFER or any(b is s for s in seen): return False
+    seen.append(b)
+  return True
+
+def _record(out: UOp, inputs: Sequence[UOp]) -> tuple[tuple[Ops, Any, tuple[int, ...], Any, Any], ...]:
+  """out's nodes above the inputs, sources before users, each source as its index in inputs + steps."""
+  index = {id(u): i for i, u in enumerate(inputs)}
+  steps: list[tuple[Ops, Any, tuple[int, ...], Any, Any]] = []
+  stack: list[tuple[UOp, bool]] = [(out, False)]
+  while stack:
+    u, ready = stack.pop()
+    if id(u) in index: continue
+    if ready:
+      index[id(u)] = len(inputs) + len(steps)
+      steps.append((u.op, u.dtype, tuple(index[id(s)] for s in u.src), u.arg, u.tag))
+      continue
+    stack.append((u, True))
+    stack.extend((s, False) for s in reversed(u.src) if id(s) not in index)
+  return tuple(steps)
+
+def replayed(key: Any, inputs: Sequence[UOp], build: Callable[[], UOp]) -> UOp:
+  """build()'s node for these inputs: replayed from the plan recorded under `key` (everything besides the inputs that build
+  reads: shapes, dtypes, arguments) when the inputs are apart, else built (and recorded)."""
+  if not _apart(inputs): return build()
+  if (plan := _plans.get(key)) is None:
+    out = build()
+    if len(_plans) >= PLANS: _plans.clear()   # one step: safe while other threads build
+    _plans[key] = _record(out, inputs)
+    return out
+  nodes = list(inputs)
+  for op, dt, srcs, arg, tag in plan: nodes.append(UOp(op, dt, tuple([nodes[i] for i in srcs]), arg, tag))
+  return nodes[-1]
