@@ -1,12 +1,13 @@
 """Reductions (sum/prod/max/min/mean/var/std/any/all/arg*), running sums and products, matmul/einsum and softmax."""
 from __future__ import annotations
-import math
+import math, struct
 from typing import TYPE_CHECKING, Any, Sequence
 from core.ir.dtype import DType, DTypeLike, dtypes, sum_acc_dtype, to_dtype, least_upper_dtype, least_upper_float
 from core.ir.ops import Ops, UOp
 from core.tensor.validate import check_tensor
 from core.tensor.movement import _axis
 from core.tensor.elementwise import LN2
+from core.tensor.plans import replayed
 
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
@@ -64,10 +65,14 @@ def layernorm_uops(t: Tensor, axis: Any, eps: Any) -> Tensor | None:
   layernorm's Python), or None (see _row_axis)."""
   if (ra := _row_axis(t, axis)) is None or type(eps) not in (int, float): return None
   u, shape, axes = ra
-  y = u.alu(Ops.ADD, _row_mean(u, axes, shape[axes[0]]).expand(shape).alu(Ops.NEG))
-  var = _row_mean(y.alu(Ops.MUL, y), axes, shape[axes[0]])
-  inv = var.alu(Ops.ADD, UOp.const(dtypes.float32, eps, u.device, var.shape)).alu(Ops.SQRT).alu(Ops.RECIPROCAL)
-  return t._wrap(y.alu(Ops.MUL, inv.expand(shape)), t)
+  def build() -> UOp:
+    y = u.alu(Ops.ADD, _row_mean(u, axes, shape[axes[0]]).expand(shape).alu(Ops.NEG))
+    var = _row_mean(y.alu(Ops.MUL, y), axes, shape[axes[0]])
+    inv = var.alu(Ops.ADD, UOp.const(dtypes.float32, eps, u.device, var.shape)).alu(Ops.SQRT).alu(Ops.RECIPROCAL)
+    return y.alu(Ops.MUL, inv.expand(shape))
+  # a float eps by its bits: 0.0 and -0.0 (or NaNs) are equal keys (or none) but other constants
+  key = ("layernorm", shape, axes, u.device, type(eps), eps if type(eps) is int else struct.pack("<d", eps))
+  return t._wrap(replayed(key, (u,), build), t)
 
 class ReduceMixin:
   def _reduce(self: Tensor, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:  # type: ignore[misc]
@@ -81,9 +86,12 @@ class ReduceMixin:
     if isinstance(n, int) and n == 0 and self.requires_grad is False:
       return self._const(_identity(op, self.dtype), shape=kept if keepdim else _dropped(shape, axes))
     # built on UOps and wrapped once: a reduction is the most common eager op after elementwise ones
-    u = _split_sum(self.uop, shape, axes, n) if op is Ops.ADD and isinstance(n, int) and n > SPLIT_REDUCE and dtypes.is_float(self.dtype) \
-      else self.uop.r(op, axes)
-    return self._mop(u.reshape(kept if keepdim else _dropped(shape, axes)))
+    def build() -> UOp:
+      u = _split_sum(self.uop, shape, axes, n) if op is Ops.ADD and isinstance(n, int) and n > SPLIT_REDUCE and dtypes.is_float(self.dtype) \
+        else self.uop.r(op, axes)
+      return u.reshape(kept if keepdim else _dropped(shape, axes))
+    if not _INT_ONLY.issuperset(map(type, shape)): return self._mop(build())
+    return self._mop(replayed(("reduce", op, shape, axes, keepdim, self.dtype), (self.uop,), build))
 
   def sum(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False,  # type: ignore[misc]
           dtype: DTypeLike | None = None) -> Tensor:
@@ -324,9 +332,11 @@ class ReduceMixin:
     if dtype is None and (ra := _row_axis(self, axis)) is not None:
       # the graph of the general form below, built on UOps and wrapped once (its ~10 tensors were most of its Python)
       u, shape, axes = ra
-      d = u.alu(Ops.ADD, UOp(Ops.DETACH, u.dtype, (u.r(Ops.MAX, axes),)).expand(shape).alu(Ops.NEG))
-      ex = d.alu(Ops.MUL, UOp.const(u.dtype, 1 / LN2, u.device, shape)).alu(Ops.EXP2)
-      return self._wrap(ex.alu(Ops.MUL, ex.r(Ops.ADD, axes).expand(shape).alu(Ops.RECIPROCAL)), self)
+      def build() -> UOp:
+        d = u.alu(Ops.ADD, UOp(Ops.DETACH, u.dtype, (u.r(Ops.MAX, axes),)).expand(shape).alu(Ops.NEG))
+        ex = d.alu(Ops.MUL, UOp.const(u.dtype, 1 / LN2, u.device, shape)).alu(Ops.EXP2)
+        return ex.alu(Ops.MUL, ex.r(Ops.ADD, axes).expand(shape).alu(Ops.RECIPROCAL))
+      return self._wrap(replayed(("softmax", shape, axes, u.device), (u,), build), self)
     x = self.cast(dtype) if dtype is not None else self._float()
     e = (x - x.max(axis, keepdim=True).detach()).exp()
     return e / e.sum(axis, keepdim=True)

@@ -1,0 +1,47 @@
+"""Softmax, layernorm and reductions replayed from their plans (plans.replayed) make the nodes their builders make (the same
+objects), for the input that recorded the plan and for other inputs of its signature, with the same values."""
+import numpy as np
+import pytest
+import core.tensor.reduce as R
+from core.tensor import Tensor, plans
+
+def _rand(shape: tuple, seed: int, dtype=np.float32) -> Tensor:
+  return Tensor(np.random.default_rng(seed).standard_normal(shape).astype(dtype))
+
+BUILDS = [
+  ("softmax", (64, 100), lambda t: t.softmax(-1)),
+  ("softmax axis 0", (33, 7), lambda t: t.softmax(0)),
+  ("layernorm", (64, 128), lambda t: t.layernorm(-1)),
+  ("layernorm eps 0", (8, 50), lambda t: t.layernorm(-1, eps=0.0)),
+  ("layernorm eps -0", (8, 50), lambda t: t.layernorm(-1, eps=-0.0)),
+  ("layernorm eps 1", (8, 50), lambda t: t.layernorm(-1, eps=1)),
+  ("sum all, split", (1 << 16,), lambda t: t.sum()),
+  ("sum axis", (6, 40, 5), lambda t: t.sum(1)),
+  ("sum keepdim", (6, 40, 5), lambda t: t.sum((0, 2), keepdim=True)),
+  ("max", (6, 40), lambda t: t.max(-1)),
+  ("mean", (300, 70), lambda t: t.mean()),
+  ("int sum", (6, 40), lambda t: t.sum(0)),
+]
+
+@pytest.mark.parametrize("name, shape, f", BUILDS, ids=[b[0] for b in BUILDS])
+def test_replayed_builds_are_the_builders_nodes(monkeypatch: pytest.MonkeyPatch, name: str, shape: tuple, f) -> None:
+  def built(t: Tensor) -> Tensor:
+    with monkeypatch.context() as m:
+      m.setattr(R, "replayed", lambda key, inputs, build: build())
+      return f(t)
+  plans._plans.clear()
+  dt = np.int32 if name.startswith("int") else np.float32
+  x, y = _rand(shape, 0, dt), _rand(shape, 1, dt)
+  first, again, other = f(x), f(x), f(y)   # recorded, then replayed twice
+  assert first.uop is built(x).uop and again.uop is first.uop and other.uop is built(y).uop
+  assert plans._plans
+  np.testing.assert_allclose(other.numpy(), built(y).numpy())
+
+def test_plans_tell_eps_apart() -> None:
+  plans._plans.clear()
+  x = _rand((4, 30), 0)
+  a, b, c = x.layernorm(-1, eps=0.0), x.layernorm(-1, eps=-0.0), x.layernorm(-1, eps=0.5)
+  assert len({a.uop, b.uop, c.uop}) == 3
+  xn = x.numpy().astype(np.float64)
+  ref = (xn - xn.mean(-1, keepdims=True)) / np.sqrt(xn.var(-1, keepdims=True) + 0.5)
+  np.testing.assert_allclose(c.numpy(), ref, rtol=1e-5, atol=1e-5)
