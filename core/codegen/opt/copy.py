@@ -1,5 +1,6 @@
 """Copy kernels that transpose (a.T.contiguous(), NCHW <-> NHWC): the loop order around their register tiles."""
 from __future__ import annotations
+from core.ir.dtype import AddrSpace, PtrDType
 from core.ir.ops import Ops, AxisType
 from core.codegen.opt.kernel import Kernel
 from core.codegen.opt.expander import contiguous_offset, strided_offset
@@ -20,6 +21,16 @@ FAR_ROWS = 512
 # same host) reads each input line over two tiles and does best with 16 or more: 4096^2 with 4, 8, 16, 32 tiles 9, 16, 21, 22 GB/s
 L1_WAY_BYTES = 4096
 CONFLICT_ROWS = 64
+# Those tiles pay where the output goes to memory by streaming stores, which no cache keeps. A kernel the renderer stores plainly
+# (its buffers together under the renderer's `stream_min_bytes`: they fit the last-level cache) writes each output line into L1:
+# a tile column's 16 x tiles lines in one set evict each other, and its input lines stay in the L2 or L3 anyway, so it runs no
+# tiles along the input's rows. One Zen 5 thread, thread CPU time, A/B in one process, medians of 9-11, 4 tiles -> none:
+# (input shapes) 512^2 27.6 -> 73 GB/s, 512x528 23 -> 81, 1024^2 18.5 -> 38, 1024x2048 19 -> 40, 3072x768 (output rows 12 KiB
+# apart) 20 -> 43; 2 threads (wall) 512^2 28.5 -> 43, 1024^2 19 -> 31.5, 1024x2048 19.4 -> 34, 3072x768 19.8 -> 36. Streamed
+# (4096^2) none would read a line of each row a pass: 35 -> 19 GB/s. Only where the lines fall in at most CACHED_MAX_SETS sets:
+# output rows 3 KiB apart (4 sets: inputs 768x2304 and 768x3072) ran faster on one thread without tiles (0.261 -> 0.205,
+# 0.427 -> 0.393 ms) but slower on two (wall 0.251 -> 0.294, 0.337 -> 0.379)
+CACHED_MAX_SETS = 2
 
 def rows_far_apart(k: Kernel) -> bool:
   """The transposing tile's input rows, one per lane of the stored vector, are at least FAR_ROWS elements apart."""
@@ -30,10 +41,19 @@ def rows_far_apart(k: Kernel) -> bool:
              and (s := strided_offset(u.src[0].src[1], vec)) is not None and s[1] != 1]
   return not strides or max(strides) >= FAR_ROWS
 
-def tiles_along_rows(row_bytes: int, lanes: int, lane_bytes: int, most: int, line: int = 64) -> int:
+def stores_cached(k: Kernel) -> bool:
+  """The renderer stores this kernel's output plainly, into caches that hold its buffers: they total under its `stream_min_bytes`
+  (0 or none: not known, as where it never streams)."""
+  bound = getattr(k.renderer, "stream_min_bytes", 0)
+  return bound > 0 and sum(u.dtype.size * u.dtype.base.itemsize for u in k.ast.toposort() if u.op is Ops.PARAM and
+                           isinstance(u.dtype, PtrDType) and u.dtype.addrspace == AddrSpace.GLOBAL and u.dtype.size > 0) < bound
+
+def tiles_along_rows(row_bytes: int, lanes: int, lane_bytes: int, most: int, line: int = 64, cached: bool = False) -> int:
   """Tiles of `lanes` output rows, `row_bytes` apart, each reading `lanes` x `lane_bytes` of an input row, to run innermost along the
-  transposed input's rows: `most`, or CONFLICT_ROWS // lanes where a tile reads whole input lines and the lines of its rows at one
-  column share L1 sets (fewer sets than rows)."""
+  transposed input's rows: `most`, or where a tile reads whole input lines and the lines of its rows at one column share L1 sets
+  (fewer sets than rows) CONFLICT_ROWS // lanes, or 1 (none) where its stores are `cached` (stores_cached) and those lines
+  fall in at most CACHED_MAX_SETS sets."""
   if lanes * lane_bytes < line: return most
   sets = {(r * row_bytes // line) % (L1_WAY_BYTES // line) for r in range(lanes)}
-  return most if len(sets) >= lanes else max(1, min(most, CONFLICT_ROWS // lanes))
+  if len(sets) >= lanes: return most
+  return 1 if cached and len(sets) <= CACHED_MAX_SETS else max(1, min(most, CONFLICT_ROWS // lanes))

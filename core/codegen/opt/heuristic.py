@@ -10,7 +10,7 @@ from core.helpers import ContextVar, prod
 from core.codegen.opt.kernel import Kernel, Opt, OptOps, KernelOptError, range_size, MAX_REGISTER_ELEMS
 from core.codegen.opt.expander import contiguous_offset, strided_offset, VECTOR_MEM_DTYPES, MAX_SHUFFLED_STRIDE
 from core.codegen.opt.pack import PACK_MAX_BYTES, linear_strides, read_index
-from core.codegen.opt.copy import rows_far_apart, tiles_along_rows
+from core.codegen.opt.copy import rows_far_apart, stores_cached, tiles_along_rows
 from core.codegen.stash import COSTLY_OPS
 
 # conv register block, measured on a 2-core AVX-512 host: 2 vectors along the contiguous output axis x 4 rows, the reduce
@@ -864,10 +864,10 @@ def hand_coded(k: Kernel) -> Kernel:
   if transposed and across is not None and rows_far_apart(k) and (a := _same(k, across)).arg[1] is AxisType.LOOP:
     # the tiles along `across` innermost (at most MM_ROW_TILE of them): the next tile reads the rest of the input lines the
     # last one touched (2048^2 transpose: 17.8 -> 4.8 ms with the register tiles, -> 3.0 ms with this; torch 7.1)
-    # (fewer where the tiles' output lines share L1 sets: copy.tiles_along_rows)
-    tiles = tiles_along_rows(across_step, lanes, st.src[1].dtype.itemsize, MM_ROW_TILE)
-    if (na := range_size(a) or 0) > tiles and na % tiles == 0: k = _try(k, Opt(OptOps.TILE, _pos(k, a), tiles))
-    elif (inner := max(k.of_type(AxisType.LOOP), key=lambda r: r.arg[0])) is not a: k = _try(k, Opt(OptOps.SWAP, _pos(k, a), _pos(k, inner)))
+    # (fewer where the tiles' output lines share L1 sets, none where those lines are also cached: copy.tiles_along_rows)
+    tiles = tiles_along_rows(across_step, lanes, st.src[1].dtype.itemsize, MM_ROW_TILE, cached=stores_cached(k))
+    if tiles > 1 and (na := range_size(a) or 0) > tiles and na % tiles == 0: k = _try(k, Opt(OptOps.TILE, _pos(k, a), tiles))
+    elif tiles > 1 and (inner := max(k.of_type(AxisType.LOOP), key=lambda r: r.arg[0])) is not a: k = _try(k, Opt(OptOps.SWAP, _pos(k, a), _pos(k, inner)))
   if streaming and work >= MIN_THREADED_WORK and (rows := k.of_type(AxisType.LOOP)) and \
      (nr := range_size(rows[0]) or 0) % RED_STREAMS == 0 and nr >= 8 * RED_STREAMS:
     # each thread reads RED_STREAMS rows a quarter of its block apart at once: more memory streams in flight than one row after

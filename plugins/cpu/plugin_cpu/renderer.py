@@ -42,6 +42,7 @@ L2_BYTES = cache_bytes(2)   # the per-core cache a matmul's group of packed pane
 # a row kernel's stash of its exps (core.codegen.stash) is a per-thread array up to half the L1 data cache (it stays there between
 # the reduction and the output loop, beside the input row the reduction reads twice); longer rows stash in the output
 SCRATCH_BYTES = (cache_bytes(1) or 32 << 10) // 2
+STREAM_MIN_BYTES = NT_MIN_BYTES if host_streams() else 0   # kernels whose buffers total this much stream their stores (opt.copy)
 BF16_DOT = host_bf16_dot()   # bf16 products summed in float32 on vdpbf16ps (plugin_cpu/bf16dot.py), LLVM renderer only
 PREFETCH = os.getenv("CPU_PREFETCH", "1") != "0"   # the next row's prefetch in row kernels (plugin_cpu/prefetch.py); 0 for comparisons
 
@@ -132,6 +133,7 @@ class CPUCRenderer(CStyleRenderer):
   simd_width = SIMD_BYTES
   simd_regs = SIMD_REGS
   l2_bytes = L2_BYTES
+  stream_min_bytes = STREAM_MIN_BYTES
   scratch_bytes = SCRATCH_BYTES
   extra_matcher = EXTRA_RULES
   string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _c_stream_store), (UPat(Ops.LOAD, name="x"), _c_prefetch_load)]) + \
@@ -351,6 +353,7 @@ class CPULLVMRenderer(HostLLVMRenderer):
   simd_width = SIMD_BYTES
   simd_regs = SIMD_REGS
   l2_bytes = L2_BYTES
+  stream_min_bytes = STREAM_MIN_BYTES
   scratch_bytes = SCRATCH_BYTES
   # LLVM tunes most AVX-512 CPUs to 256-bit vectors for loops it vectorizes itself; the attribute asks for the full width
   kernel_attrs = 'nounwind "prefer-vector-width"="512"' if SIMD_BYTES == 64 else "nounwind"
