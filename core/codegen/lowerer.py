@@ -1,5 +1,6 @@
 """Kernel graph -> renderable graph: reductions become accumulators, loops become thread ids, index math gets a width."""
 from __future__ import annotations
+import math
 from core.ir.dtype import dtypes, AddrSpace, DType
 from core.ir.ops import UOp, Ops, AxisType
 from core.ir.pattern import UPat, PatternMatcher, graph_rewrite
@@ -211,10 +212,33 @@ def lower_index_dtype(sink: UOp) -> UOp:
   return graph_rewrite(sink, PatternMatcher([(UPat(dtype=dtypes.index, name="x"), lambda x: x.replace(dtype=dt.vec(x.dtype.count)))]),
                        name="index dtype")
 
+DROP_GATED_WHERE = True   # drop_gated_where in lower_kernel
+
+def _conjuncts(g: UOp) -> list[UOp]: return _conjuncts(g.src[0]) + _conjuncts(g.src[1]) if g.op is Ops.AND else [g]
+
+def _is_zero(x: UOp) -> bool:
+  """x is +0 in every lane (a gated load's default alternative)."""
+  if x.op is Ops.VECTORIZE: return all(_is_zero(s) for s in x.src)
+  vals = x.arg if x.op is Ops.VCONST else (x.arg,) if x.op is Ops.CONST else (1,)
+  return all(v == 0 and math.copysign(1, v) > 0 for v in vals)
+
+def drop_gated_where(w: UOp) -> UOp | None:
+  """WHERE(g, LOAD(INDEX(buf, i, ... & g & ...)), 0) -> the LOAD: where g is false the load's gate is false too and it gives its
+  alternative, 0 (a padded conv's tap row: the padding's select and the load's gate are one condition, and a renderer that
+  branches around the load would select again after it)."""
+  cond, ld, other = w.src
+  if ld.op is not Ops.LOAD or ld.dtype != w.dtype or ld.src[0].op is not Ops.INDEX or len(ld.src[0].src) < 3 or not _is_zero(other): return None
+  if any(a.dtype is not dtypes.void and not _is_zero(a) for a in ld.src[1:]): return None   # its alternative: 0 unless given
+  g = cond.src[0] if cond.op is Ops.VECTORIZE and all(s is cond.src[0] for s in cond.src) else cond
+  return ld if g in _conjuncts(ld.src[0].src[2]) else None
+
+pm_drop_gated_where = PatternMatcher([(UPat(Ops.WHERE, name="w"), drop_gated_where)], name="drop gated where")
+
 def lower_kernel(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0,
                  scratch_bytes: int = 0) -> tuple[UOp, tuple[int, ...], tuple[int, ...]]:
   """The lowered kernel, its launch size and its workgroup size; `scratch_bytes`: Renderer.scratch_bytes (core.codegen.stash)."""
   from core.codegen.opt.tc import pm_wmma_accumulate
   sink = gate_group_stores(graph_rewrite(sink, pm_lower_reduce + pm_wmma_accumulate, LowerCtx(sink), name="lower reduce"))
   sink, gsize, lsize = map_globals(sink, global_max, threads)
+  if DROP_GATED_WHERE: sink = graph_rewrite(sink, pm_drop_gated_where, name="drop gated where")
   return lower_index_dtype(stash_reduced_values(sink, scratch_bytes)), gsize, lsize
