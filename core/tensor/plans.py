@@ -6,7 +6,8 @@ from core.ir.ops import Ops, UOp
 
 # at most this many plans (a few small tuples each, no nodes), all dropped when full
 PLANS = 512
-_plans: dict[Any, tuple[tuple[Ops, Any, tuple[int, ...], Any, Any], ...]] = {}
+_Plan = tuple[tuple[tuple[Ops, Any, tuple[int, ...], Any, Any], ...], int]   # the steps, the output's index
+_plans: dict[Any, _Plan] = {}
 
 def _apart(inputs: Sequence[UOp]) -> bool:
   """Whether the inputs are buffers (or reshapes of one, as a realized tensor is) of distinct buffers: then no input is a node
@@ -19,8 +20,9 @@ def _apart(inputs: Sequence[UOp]) -> bool:
     seen.append(b)
   return True
 
-def _record(out: UOp, inputs: Sequence[UOp]) -> tuple[tuple[Ops, Any, tuple[int, ...], Any, Any], ...]:
-  """out's nodes above the inputs, sources before users, each source as its index in inputs + steps."""
+def _record(out: UOp, inputs: Sequence[UOp]) -> _Plan:
+  """out's nodes above the inputs, sources before users, each source as its index in inputs + steps; out's index (an
+  input's where the builder returned it: an identity move)."""
   index = {id(u): i for i, u in enumerate(inputs)}
   steps: list[tuple[Ops, Any, tuple[int, ...], Any, Any]] = []
   stack: list[tuple[UOp, bool]] = [(out, False)]
@@ -33,7 +35,7 @@ def _record(out: UOp, inputs: Sequence[UOp]) -> tuple[tuple[Ops, Any, tuple[int,
       continue
     stack.append((u, True))
     stack.extend((s, False) for s in reversed(u.src) if id(s) not in index)
-  return tuple(steps)
+  return tuple(steps), index[id(out)]
 
 def replayed(key: Any, inputs: Sequence[UOp], build: Callable[[], UOp]) -> UOp:
   """build()'s node for these inputs: replayed from the plan recorded under `key` (everything besides the inputs that build
@@ -45,5 +47,5 @@ def replayed(key: Any, inputs: Sequence[UOp], build: Callable[[], UOp]) -> UOp:
     _plans[key] = _record(out, inputs)
     return out
   nodes = list(inputs)
-  for op, dt, srcs, arg, tag in plan: nodes.append(UOp(op, dt, tuple([nodes[i] for i in srcs]), arg, tag))
-  return nodes[-1]
+  for op, dt, srcs, arg, tag in plan[0]: nodes.append(UOp(op, dt, tuple([nodes[i] for i in srcs]), arg, tag))
+  return nodes[plan[1]]

@@ -19,6 +19,7 @@ BUILDS = [
   ("sum axis", (6, 40, 5), lambda t: t.sum(1)),
   ("sum keepdim", (6, 40, 5), lambda t: t.sum((0, 2), keepdim=True)),
   ("max", (6, 40), lambda t: t.max(-1)),
+  ("sum of ones, keepdim", (6, 1), lambda t: t.sum(1, keepdim=True)),   # the input itself
   ("mean", (300, 70), lambda t: t.mean()),
   ("int sum", (6, 40), lambda t: t.sum(0)),
 ]
@@ -45,3 +46,10 @@ def test_plans_tell_eps_apart() -> None:
   xn = x.numpy().astype(np.float64)
   ref = (xn - xn.mean(-1, keepdims=True)) / np.sqrt(xn.var(-1, keepdims=True) + 0.5)
   np.testing.assert_allclose(c.numpy(), ref, rtol=1e-5, atol=1e-5)
+
+def test_a_plan_may_return_an_input() -> None:
+  """A builder's identity move returns one of its inputs: its replay returns that input of the next call, not the last one."""
+  plans._plans.clear()
+  for seed in (0, 2):
+    a, b = _rand((3,), seed).uop, _rand((3,), seed + 1).uop
+    assert plans.replayed(("first of two",), (a, b), lambda: a) is a
