@@ -39,7 +39,8 @@ def _record(out: UOp, inputs: Sequence[UOp]) -> _Plan:
 
 def replayed(key: Any, inputs: Sequence[UOp], build: Callable[[], UOp]) -> UOp:
   """build()'s node for these inputs: replayed from the plan recorded under `key` (everything besides the inputs that build
-  reads: shapes, dtypes, arguments) when the inputs are apart, else built (and recorded)."""
+  reads: shapes, dtypes, arguments) when the inputs are apart, else built (and recorded). build must make its nodes from
+  the inputs and the key alone: no fresh buffers (a replay would share their unique ids) and no symbolic dims (nodes in args)."""
   if not _apart(inputs): return build()
   if (plan := _plans.get(key)) is None:
     out = build()
