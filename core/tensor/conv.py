@@ -330,7 +330,7 @@ def _conv_uops(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, s: t
   # a plan's key tells its arguments apart by value: only Python ints, whose equal values build equal nodes
   if type(groups) is int and _INT_ONLY.issuperset(map(type, (*s, *d, *(v for pr in pads for v in pr)))):
     inputs = (xu, wu) if bias is None else (xu, wu, bias.uop)
-    out = replayed(("conv2d", xs, ws, dt, bias is None, groups, s, d, tuple(pads)), inputs, build)
+    out = replayed(("conv2d", xu.device, xs, ws, dt, bias is None, groups, s, d, tuple(pads)), inputs, build)
   else: out = build()
   return type(x)._wrap(out, x, weight) if bias is None else type(x)._wrap(out, x, weight, bias)
 

@@ -7,7 +7,9 @@ from core.ir.ops import Ops, UOp
 # at most this many plans (a few small tuples each, no nodes), all dropped when full
 PLANS = 512
 _Plan = tuple[tuple[tuple[Ops, Any, tuple[int, ...], Any, Any], ...], int]   # the steps, the output's index
-_plans: dict[Any, _Plan] = {}
+_plans: dict[Any, _Plan | None] = {}   # None: the builder's graph can't be replayed, always built
+
+_NAMES_DATA = frozenset({Ops.BUFFER, Ops.UNIQUE})
 
 def _apart(inputs: Sequence[UOp]) -> bool:
   """Whether the inputs are buffers (or reshapes of one, as a realized tensor is) of distinct buffers: then no input is a node
@@ -20,9 +22,10 @@ def _apart(inputs: Sequence[UOp]) -> bool:
     seen.append(b)
   return True
 
-def _record(out: UOp, inputs: Sequence[UOp]) -> _Plan:
+def _record(out: UOp, inputs: Sequence[UOp]) -> _Plan | None:
   """out's nodes above the inputs, sources before users, each source as its index in inputs + steps; out's index (an
-  input's where the builder returned it: an identity move)."""
+  input's where the builder returned it: an identity move). None where a node names a buffer (a builder that reached below
+  an input, or made one): a replay would read this call's buffer for the next call's."""
   index = {id(u): i for i, u in enumerate(inputs)}
   steps: list[tuple[Ops, Any, tuple[int, ...], Any, Any]] = []
   stack: list[tuple[UOp, bool]] = [(out, False)]
@@ -30,6 +33,7 @@ def _record(out: UOp, inputs: Sequence[UOp]) -> _Plan:
     u, ready = stack.pop()
     if id(u) in index: continue
     if ready:
+      if u.op in _NAMES_DATA: return None
       index[id(u)] = len(inputs) + len(steps)
       steps.append((u.op, u.dtype, tuple(index[id(s)] for s in u.src), u.arg, u.tag))
       continue
@@ -37,16 +41,19 @@ def _record(out: UOp, inputs: Sequence[UOp]) -> _Plan:
     stack.extend((s, False) for s in reversed(u.src) if id(s) not in index)
   return tuple(steps), index[id(out)]
 
+_UNSEEN: Any = object()
+
 def replayed(key: Any, inputs: Sequence[UOp], build: Callable[[], UOp]) -> UOp:
   """build()'s node for these inputs: replayed from the plan recorded under `key` (everything besides the inputs that build
   reads: shapes, dtypes, arguments) when the inputs are apart, else built (and recorded). build must make its nodes from
   the inputs and the key alone: no fresh buffers (a replay would share their unique ids) and no symbolic dims (nodes in args)."""
   if not _apart(inputs): return build()
-  if (plan := _plans.get(key)) is None:
+  if (plan := _plans.get(key, _UNSEEN)) is _UNSEEN:
     out = build()
     if len(_plans) >= PLANS: _plans.clear()   # one step: safe while other threads build
     _plans[key] = _record(out, inputs)
     return out
+  if plan is None: return build()
   nodes = list(inputs)
   for op, dt, srcs, arg, tag in plan[0]: nodes.append(UOp(op, dt, tuple([nodes[i] for i in srcs]), arg, tag))
   return nodes[plan[1]]

@@ -91,7 +91,7 @@ class ReduceMixin:
         else self.uop.r(op, axes)
       return u.reshape(kept if keepdim else _dropped(shape, axes))
     if not _INT_ONLY.issuperset(map(type, shape)): return self._mop(build())
-    return self._mop(replayed(("reduce", op, shape, axes, keepdim, self.dtype), (self.uop,), build))
+    return self._mop(replayed(("reduce", op, shape, axes, keepdim, self.dtype, self.uop.device), (self.uop,), build))
 
   def sum(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False,  # type: ignore[misc]
           dtype: DTypeLike | None = None) -> Tensor:

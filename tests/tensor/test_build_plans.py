@@ -3,6 +3,7 @@ objects), for the input that recorded the plan and for other inputs of its signa
 import numpy as np
 import pytest
 import core.tensor.reduce as R
+from core.ir.ops import Ops
 from core.tensor import Tensor, plans
 
 def _rand(shape: tuple, seed: int, dtype=np.float32) -> Tensor:
@@ -53,3 +54,25 @@ def test_a_plan_may_return_an_input() -> None:
   for seed in (0, 2):
     a, b = _rand((3,), seed).uop, _rand((3,), seed + 1).uop
     assert plans.replayed(("first of two",), (a, b), lambda: a) is a
+
+def test_a_builder_that_names_a_buffer_is_never_replayed() -> None:
+  """A node naming a buffer (the input's own BUFFER under its reshape, reached by the builder) would be the recording call's
+  buffer in every replay: such a builder is built each time, and each call reads its own input."""
+  plans._plans.clear()
+  outs = []
+  for seed in (0, 1):
+    u = _rand((4, 5), seed).realize().uop
+    buf = u if u.op is Ops.BUFFER else u.src[0]
+    view = buf.reshape((4, 5))   # the input: a view of the buffer, as a realized tensor's node is
+    out = plans.replayed(("below the input",), (view,), lambda: buf.reshape((2, 10)))
+    assert out.src[0] is buf
+    outs.append(out)
+  assert plans._plans[("below the input",)] is None and outs[0] is not outs[1]
+
+def test_plans_tell_devices_apart() -> None:
+  """The same shapes on two devices are two plans: a replay never builds one device's nodes from the other's plan."""
+  plans._plans.clear()
+  a, b = Tensor(np.arange(12, dtype=np.float32)).realize(), Tensor(np.arange(12, dtype=np.float32), device="PYTHON").realize()
+  sa, sb = a.sum(), b.sum()
+  assert sa.device != sb.device and len(plans._plans) == 2
+  assert sa.item() == sb.item() == 66.0
