@@ -26,6 +26,8 @@ class Renderer:
   threads: ClassVar[int] = 0                                # worker threads running GLOBAL blocks (gidx0); 0: no thread pool
   l2_bytes: int = 0                                         # bytes of one core's L2 cache; 0: unknown
   panel_l2_share: int = 2                                   # a product's input within 1/this of the L2 is read in place (panel_budget)
+  stream_min_bytes: int = 0                                 # a kernel whose buffers total this much stores by streaming (non-temporal)
+                                                            # stores, no cache keeping its output; 0: never or unknown (opt.copy)
   scratch_bytes: int = 0                                    # bytes of a per-thread array (DEFINE_REG) that stays in a near cache: a
                                                             # row kernel stashes its exps there (core.codegen.stash); 0: private
                                                             # arrays are slow (a GPU spills them to its local memory)
