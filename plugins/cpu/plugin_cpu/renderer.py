@@ -305,26 +305,20 @@ def _masked_form(w: int) -> tuple[str, str]:
   """The mask type of a w-lane float32 AVX-512 intrinsic and its 512-bit form's last argument (4: the current rounding mode)."""
   return ("i16", ", i32 4") if w == 16 else ("i8", "")
 
-def _llvm_scalef(ctx: CPULLVMRenderer, x: UOp) -> str:
-  def call(out: str, p: str, e: str, w: int) -> list[str]:
-    wt, (mask, rnd) = f"<{w} x float>", _masked_form(w)
-    name = f"@llvm.x86.avx512.mask.scalef.ps.{w * 32}"
-    ctx.declares[f"declare {wt} {name}({wt}, {wt}, {wt}, {mask}{', i32' if rnd else ''})"] = None
-    return [f"{out} = call {wt} {name}({wt} {p}, {wt} {e}, {wt} zeroinitializer, {mask} -1{rnd})"]
-  return _avx512_pieces(ctx, x, call)
+def _llvm_masked(op: str, imm: int | None = None) -> Callable[[CPULLVMRenderer, UOp], str]:
+  """Renders x by AVX-512's masked `op`.ps intrinsic, all lanes on: of (src0, src1), or of (src0, the immediate `imm`)."""
+  def render(ctx: CPULLVMRenderer, x: UOp) -> str:
+    def call(out: str, a: str, b: str, w: int) -> list[str]:
+      wt, (mask, rnd) = f"<{w} x float>", _masked_form(w)
+      name, (bt, bv) = f"@llvm.x86.avx512.mask.{op}.ps.{w * 32}", (wt, b) if imm is None else ("i32", str(imm))
+      ctx.declares[f"declare {wt} {name}({wt}, {bt}, {wt}, {mask}{', i32' if rnd else ''})"] = None
+      return [f"{out} = call {wt} {name}({wt} {a}, {bt} {bv}, {wt} zeroinitializer, {mask} -1{rnd})"]
+    return _avx512_pieces(ctx, x, call)
+  return render
 
 def _llvm_roundeven(ctx: CPULLVMRenderer, x: UOp) -> str:
   t = ctx.ty(x.dtype)
   return f"{ctx[x]} = call {t} {ctx.intrinsic('roundeven', x.dtype, 1)}({t} {ctx[x.src[0]]})"
-
-def _llvm_reduce(ctx: CPULLVMRenderer, x: UOp) -> str:
-  # imm 8: keep no fraction bits (x - its nearest integer, ties to even), precision exception suppressed
-  def call(out: str, a: str, _: str, w: int) -> list[str]:
-    wt, (mask, rnd) = f"<{w} x float>", _masked_form(w)
-    name = f"@llvm.x86.avx512.mask.reduce.ps.{w * 32}"
-    ctx.declares[f"declare {wt} {name}({wt}, i32, {wt}, {mask}{', i32' if rnd else ''})"] = None
-    return [f"{out} = call {wt} {name}({wt} {a}, i32 8, {wt} zeroinitializer, {mask} -1{rnd})"]
-  return _avx512_pieces(ctx, x, call)
 
 # vfixupimmps's table per lane: a quiet (token 0) or signalling (token 1) NaN in the classified operand gives that operand as it is
 # (response 1), every other class keeps the destination (response 0)
@@ -362,9 +356,9 @@ class CPULLVMRenderer(HostLLVMRenderer):
   extra_matcher = llvm_rules(host_flags(), SIMD_BYTES)
   string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _llvm_stream_store), (UPat(Ops.WMMA, name="x"), render_dot),
                                    (UPat(Ops.LOAD, name="x"), _llvm_prefetch_load),
-                                   (UPat(Ops.CUSTOM, name="x", arg=SCALEF_ARG), _llvm_scalef),
+                                   (UPat(Ops.CUSTOM, name="x", arg=SCALEF_ARG), _llvm_masked("scalef")),
                                    (UPat(Ops.CUSTOM, name="x", arg=ROUNDEVEN_ARG), _llvm_roundeven),
-                                   (UPat(Ops.CUSTOM, name="x", arg=REDUCE_ARG), _llvm_reduce),
+                                   (UPat(Ops.CUSTOM, name="x", arg=REDUCE_ARG), _llvm_masked("reduce", 8)),   # 8: no fraction bits kept, ties to even
                                    (UPat(Ops.CUSTOM, name="x", arg=MAX_FIXUP_ARG), _llvm_max_fixup)]) + llvm_rewrite
 
   flags = host_flags()   # the CPU features the kernels are rendered for (compiler.arch_flags' names)

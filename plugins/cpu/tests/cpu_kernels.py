@@ -75,3 +75,20 @@ def run_on_renderer(ren: str, body: str, timeout: int = 300, **env: str) -> None
   res = subprocess.run([sys.executable, "-c", code], env={**os.environ, "DEV": f"CPU:{ren}", **env}, capture_output=True, text=True,
                        timeout=timeout)
   assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-3000:]
+
+def run_rendered(rnd, fn, *xs: np.ndarray) -> tuple[np.ndarray, str]:
+  """fn over Tensors of xs as one kernel rendered by the renderer object `rnd` and run on the LLVM device over the schedule's
+  buffers: (the output, flat; the rendered source)."""
+  from core import Tensor
+  from core.schedule.kernelize import create_schedule
+  from core.engine.run import buffer_of
+  from core.codegen.program import get_program, launch_vals, program_source
+  (item,) = [it for it in create_schedule([fn(*(Tensor(x).realize() for x in xs)).uop])[0] if it.ast.op is Ops.SINK]
+  dev = device("LLVM")
+  spec = get_program(item.ast, rnd)
+  bufs = [buffer_of(b) for b in item.bufs]
+  for b in bufs:
+    if not b.is_allocated(): b.allocate()
+  prg = dev.runtime(spec.arg.name, dev.compiler.compile(program_source(spec)))
+  prg(*[b._buf for b in bufs], global_size=spec.arg.global_size, vals=launch_vals(spec.arg, {}), wait=True)
+  return bufs[0].numpy(), program_source(spec)

@@ -8,12 +8,11 @@ import pytest
 from core import Tensor
 from core.ir.ops import Ops
 from core.schedule.kernelize import create_schedule
-from core.engine.run import buffer_of
-from core.codegen.program import get_program, launch_vals, program_source
+from core.codegen.program import get_program, program_source
 from core.helpers import host_machine
 from plugin_cpu.compiler import host_flags
 from plugin_cpu.renderer import CPULLVMRenderer, extra_rules, llvm_rules, scalef_lanes
-from cpu_kernels import device
+from cpu_kernels import device, run_rendered
 
 gen = np.random.default_rng(5)
 X = np.concatenate([gen.uniform(-160, 140, 20000), gen.uniform(-2, 2, 4000), gen.uniform(-152, -124, 4000),
@@ -22,16 +21,8 @@ X = np.concatenate([gen.uniform(-160, 140, 20000), gen.uniform(-2, 2, 4000), gen
 avx512 = pytest.mark.skipif(16 not in scalef_lanes(host_flags()), reason="runs AVX-512 code: a host with avx512f")
 
 def _run(rnd, fn, x: np.ndarray) -> tuple[np.ndarray, str]:
-  """fn over x as one kernel rendered by `rnd` and run on the LLVM device over the schedule's buffers: (result, rendered source)."""
-  (item,) = [it for it in create_schedule([fn(Tensor(x).realize()).uop])[0] if it.ast.op is Ops.SINK]
-  dev = device("LLVM")
-  spec = get_program(item.ast, rnd)
-  bufs = [buffer_of(b) for b in item.bufs]
-  for b in bufs:
-    if not b.is_allocated(): b.allocate()
-  prg = dev.runtime(spec.arg.name, dev.compiler.compile(program_source(spec)))
-  prg(*[b._buf for b in bufs], global_size=spec.arg.global_size, vals=launch_vals(spec.arg, {}), wait=True)
-  return bufs[0].numpy().reshape(x.shape), program_source(spec)
+  got, src = run_rendered(rnd, fn, x)
+  return got.reshape(x.shape), src
 
 def _renderers(simd: int):
   """The host LLVM renderer at `simd` bytes with the vscalefps rule (new) and without it (old)."""

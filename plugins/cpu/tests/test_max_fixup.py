@@ -5,30 +5,15 @@ from __future__ import annotations
 import copy, re
 import numpy as np
 import pytest
-from core import Tensor
-from core.ir.ops import Ops
-from core.schedule.kernelize import create_schedule
-from core.engine.run import buffer_of
-from core.codegen.program import get_program, launch_vals, program_source
 from plugin_cpu.compiler import host_flags
 from plugin_cpu.renderer import extra_rules, llvm_rules, pm_exp2_scalef, scalef_lanes
-from cpu_kernels import device, run_on_renderer
+from cpu_kernels import device, run_rendered, run_on_renderer
 
 SPECIAL = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 1e-40, -1e-40, 3.4e38, -3.4e38, 2.5, 7.0]
 A, B = (np.array(v, np.float32) for v in zip(*[(a, b) for a in SPECIAL for b in SPECIAL]))   # every ordered pair: 196
 avx512 = pytest.mark.skipif(16 not in scalef_lanes(host_flags()), reason="runs AVX-512 code: a host with avx512f")
 
-def _run(rnd, fn, *xs: np.ndarray) -> tuple[np.ndarray, str]:
-  """fn over xs as one kernel rendered by `rnd` and run on the LLVM device: (result, rendered source)."""
-  (item,) = [it for it in create_schedule([fn(*(Tensor(x).realize() for x in xs)).uop])[0] if it.ast.op is Ops.SINK]
-  dev = device("LLVM")
-  spec = get_program(item.ast, rnd)
-  bufs = [buffer_of(b) for b in item.bufs]
-  for b in bufs:
-    if not b.is_allocated(): b.allocate()
-  prg = dev.runtime(spec.arg.name, dev.compiler.compile(program_source(spec)))
-  prg(*[b._buf for b in bufs], global_size=spec.arg.global_size, vals=launch_vals(spec.arg, {}), wait=True)
-  return bufs[0].numpy(), program_source(spec)
+_run = run_rendered
 
 def _renderers(simd: int):
   """The host LLVM renderer at `simd` bytes with the vmaxps + vfixupimmps rule (new) and without it (old; vscalefps in both)."""
