@@ -73,6 +73,7 @@ Device.on_change(schedules.clear)
 
 _NO_FAST = object()
 Walk = tuple[tuple, list[UOp], bool, bool, tuple[UOp, ...]]
+_PLAN = "plan"   # a key entry's op for a plan's output (core.tensor.plans), its arg the plan's key
 _LIT = "lit"   # a key entry's arg for a scalar that is an input (its position in the walk's literals follows its sources)
 LIT_VAR = "_scalar"   # the scheduled scalars' variables: _scalar0, _scalar1, ... in walk order (reserved names)
 _unique_ids = UOp.unique_ids
@@ -193,6 +194,13 @@ def _walk_graph(roots: list[UOp], check_memo: bool, lift: bool) -> Walk:
         key.append((None, u))
         return j
       if check_memo and (f.assigned is not None or (u not in roots and _memo_of(f) is not None)): raise _Computed
+      if (p := f.plan) is not None:
+        # a plan's output: its graph is the plan's over its inputs (neither a memo nor an ASSIGN, BIND or literal to find
+        # below: a plan's nodes hold no buffer of their own, and a rebuild of one from inputs is a fresh computation)
+        pi = tuple([visit(x) for x in p[1]])
+        idx[u] = j = len(key)
+        key.append((_PLAN, p[0], pi))
+        return j
     src = u.src
     # direct calls for the usual one or two sources: a comprehension is a frame of its own per node (Python 3.11), and map would
     # recurse through C (the C stack, not the interpreter's limit, would bound the depth)
@@ -239,7 +247,8 @@ def _visit_rest(roots: list[UOp], idx: dict[UOp, int], visit: Callable[[UOp], in
       else:
         expanded.add(u)
         stack.append(u)
-        stack.extend([x for x in reversed(u.src) if x not in idx])
+        # a plan's output is visited as a node over the plan's inputs
+        stack.extend([x for x in reversed(u.src if f is None or f.plan is None else f.plan[1]) if x not in idx])
   return tuple([idx[r] for r in roots])
 
 def fuse_rows(device: str) -> bool:

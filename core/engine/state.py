@@ -12,14 +12,16 @@ class NodeFacts:
   """The engine's facts about one node. `buffer`: the device Buffer of a BUFFER node. `realized`: (uop over the buffer
   holding the node's value, that buffer's version, the assign epoch) when it was computed. `version`: bumped when something
   is assigned into this BUFFER node's memory. `assigned`: for an ASSIGN that ran, its target. `plain`: the walk epoch in
-  which the node was found to read no buffer (core/engine/realize.py: _walk)."""
-  __slots__ = ("buffer", "realized", "version", "assigned", "plain", "_ref")
+  which the node was found to read no buffer (core/engine/realize.py: _walk). `plan`: (plan key, its input nodes) of a node
+  that core.tensor.plans built or replayed from those inputs: its graph is that plan's, so _walk keys it by the two."""
+  __slots__ = ("buffer", "realized", "version", "assigned", "plain", "plan", "_ref")
   def __init__(self) -> None:
     self.buffer: Any = None
     self.realized: tuple[UOp, int, int] | None = None
     self.version = 0
     self.assigned: UOp | None = None
     self.plain = -1
+    self.plan: tuple[Any, tuple[UOp, ...]] | None = None
     self._ref: weakref.ref | None = None   # keeps the weak reference (and so its callback) alive as long as the entry
 
 class _KeyRef(weakref.ref):

@@ -3,6 +3,7 @@ input nodes, then rebuilt for the next inputs of the same signature without the 
 from __future__ import annotations
 from typing import Any, Callable, Sequence
 from core.ir.ops import Ops, UOp
+from core.engine.state import facts
 
 # at most this many plans (a few small tuples each, no nodes), all dropped when full
 PLANS = 512
@@ -10,6 +11,15 @@ _Plan = tuple[tuple[tuple[Ops, Any, tuple[int, ...], Any, Any], ...], int]   # t
 _plans: dict[Any, _Plan | None] = {}   # None: the builder's graph can't be replayed, always built
 
 _NAMES_DATA = frozenset({Ops.BUFFER, Ops.UNIQUE})
+
+# a replayable plan's output node is noted in the engine's facts with (key, inputs): an eager realize then keys its graph by
+# the plan instead of walking its nodes (core/engine/realize.py: _walk_graph)
+NOTE_PLANS = True
+
+def _noted(key: Any, inputs: Sequence[UOp], out: UOp) -> UOp:
+  """out, noted as `key`'s plan over `inputs` (not an input itself: an identity move's output is a buffer or its view)."""
+  if NOTE_PLANS and not any(out is u for u in inputs): facts.of(out).plan = (key, tuple(inputs))
+  return out
 
 def _apart(inputs: Sequence[UOp]) -> bool:
   """Whether the inputs are buffers (or reshapes of one, as a realized tensor is) of distinct buffers: then no input is a node
@@ -51,9 +61,9 @@ def replayed(key: Any, inputs: Sequence[UOp], build: Callable[[], UOp]) -> UOp:
   if (plan := _plans.get(key, _UNSEEN)) is _UNSEEN:
     out = build()
     if len(_plans) >= PLANS: _plans.clear()   # one step: safe while other threads build
-    _plans[key] = _record(out, inputs)
-    return out
+    _plans[key] = rec = _record(out, inputs)
+    return out if rec is None else _noted(key, inputs, out)
   if plan is None: return build()
   nodes = list(inputs)
   for op, dt, srcs, arg, tag in plan[0]: nodes.append(UOp(op, dt, tuple([nodes[i] for i in srcs]), arg, tag))
-  return nodes[plan[1]]
+  return _noted(key, inputs, nodes[plan[1]])

@@ -1,0 +1,79 @@
+"""An eager realize keys a plan's output (core.tensor.plans: softmax, layernorm, reductions, conv2d over realized inputs) by
+the plan's key and its inputs instead of walking the plan's nodes; the results are those of the whole graph."""
+import numpy as np
+import pytest
+import core.engine.realize as R
+from core.tensor import Tensor, plans
+
+def _rand(shape: tuple, seed: int) -> np.ndarray: return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+  e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+  return e / e.sum(-1, keepdims=True)
+
+def _layernorm(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+  x = x.astype(np.float64)
+  y = x - x.mean(-1, keepdims=True)
+  return y / np.sqrt((y * y).mean(-1, keepdims=True) + 1e-5) * w + b
+
+def _plan_entries(key: tuple) -> list[tuple]: return [e for e in key if e[0] == R._PLAN]
+
+@pytest.mark.parametrize("note", [True, False])
+def test_a_plans_output_is_one_key_entry(monkeypatch: pytest.MonkeyPatch, note: bool) -> None:
+  monkeypatch.setattr(plans, "NOTE_PLANS", note)
+  x, w, b = Tensor(_rand((16, 32), 0)).realize(), Tensor(_rand((32,), 1)).realize(), Tensor(_rand((32,), 2)).realize()
+  y = x.layernorm(-1) * w + b
+  walk = R._walk([y.uop], True)
+  assert walk is not None
+  key, inputs = walk[0], walk[1]
+  # the layernorm's ~15 nodes are one entry over x: key entries for x (reshape, buffer), the plan, w and b's broadcasts, ADD, MUL
+  assert len(_plan_entries(key)) == (1 if note else 0)
+  if note: assert len(key) < 14
+  assert len(inputs) == 3
+  np.testing.assert_allclose(y.numpy(), _layernorm(x.numpy(), w.numpy(), b.numpy()), rtol=1e-4, atol=1e-5)
+
+def test_plan_keys_serve_other_inputs() -> None:
+  # one schedule per key, run on other buffers of the same shapes: each call's values are its inputs'
+  for seed in range(3):
+    xs, ws, bs = _rand((64, 100), seed), _rand((100,), seed + 10), _rand((100,), seed + 20)
+    x, w, b = Tensor(xs).realize(), Tensor(ws).realize(), Tensor(bs).realize()
+    np.testing.assert_allclose(x.softmax(-1).realize().numpy(), _softmax(xs), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose((x.layernorm(-1) * w + b).realize().numpy(), _layernorm(xs, ws, bs), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(x.sum(0).realize().numpy(), xs.astype(np.float64).sum(0), rtol=1e-5, atol=1e-5)
+    xc, wc = Tensor(xs.reshape(4, 16, 10, 10)).realize(), Tensor(_rand((8, 16, 3, 3), seed)).realize()
+    ref = np.einsum("nchwij,ocij->nohw", np.lib.stride_tricks.sliding_window_view(
+      np.pad(xs.reshape(4, 16, 10, 10).astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), axis=(2, 3)), wc.numpy())
+    np.testing.assert_allclose(xc.conv2d(wc, padding=1).realize().numpy(), ref, rtol=1e-4, atol=1e-4)
+
+def test_a_plan_over_an_assigned_input_reads_its_new_values() -> None:
+  xs, ys = _rand((8, 40), 3), _rand((8, 40), 4)
+  x = Tensor(xs).realize()
+  first = x.softmax(-1).realize()
+  x.assign(Tensor(ys)).realize()
+  np.testing.assert_allclose(x.softmax(-1).realize().numpy(), _softmax(ys), rtol=1e-4, atol=1e-6)
+  np.testing.assert_allclose(first.numpy(), _softmax(xs), rtol=1e-4, atol=1e-6)
+
+def test_a_plan_whose_inner_node_is_computed() -> None:
+  # x.max(-1, keepdim=True) is softmax's inner row max (one node): computed and held, it has a memo the walk no longer looks
+  # for below the plan's output; the softmax is computed whole from x, with the same values
+  xs = _rand((8, 40), 5)
+  x = Tensor(xs).realize()
+  m = x.max(-1, keepdim=True)
+  inner = m.uop
+  m.realize()
+  s = x.softmax(-1)
+  assert any(u is inner for u in s.uop.toposort())
+  np.testing.assert_allclose(s.realize().numpy(), _softmax(xs), rtol=1e-4, atol=1e-6)
+  np.testing.assert_allclose(m.numpy(), xs.max(-1, keepdims=True))
+
+def test_a_held_plan_output_is_computed_once() -> None:
+  # the output computed while its node is held: a graph over it (the same node, replayed) reads its buffer (the memo)
+  xs = _rand((8, 40), 6)
+  x = Tensor(xs).realize()
+  s = x.softmax(-1)
+  node = s.uop
+  s.realize()
+  y = x.softmax(-1) * 2.0
+  assert any(u is node for u in y.uop.toposort())
+  assert R._walk([y.uop], True) is None   # the walk found the memo: substituted first
+  np.testing.assert_allclose(y.realize().numpy(), 2 * _softmax(xs), rtol=1e-4, atol=1e-6)
