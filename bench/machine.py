@@ -184,13 +184,14 @@ def median(ms: list[Machine]) -> Machine:
 
 ARRAYS = {"read": 1, "copy": 2, "triad": 3}   # arrays each bandwidth loop streams through
 
-def measure(repeat: int = 10, quick: bool = False, footprints: Iterable[tuple[str, int]] = ()) -> Machine:
+def measure(repeat: int = 10, quick: bool = False, footprints: Iterable[tuple[str, int]] = (), width: int | None = None) -> Machine:
   """Best of `repeat` runs of each loop (as many as a row's timed calls: on a shared machine the best of 3 came out at a third
   of the best of 10), on one thread and on every core (`quick`: small sizes, a smoke test; the bandwidth
   then measures the caches, not memory); `footprints`: (kind, bytes moved per call) of rows, each also measured on every core
-  with arrays of that size (at most the memory-sized ones)."""
+  with arrays of that size (at most the memory-sized ones); `width`: float32 lanes of every loop's vectors (default this CPU's
+  widest; 8 measures what AVX2 code gets on an AVX-512 CPU: bench/suite.py --isa avx2)."""
   from core.device.hostjit import host_library
-  width, n = vector_width(), cores()
+  width, n = width or vector_width(), cores()
   iters, floats = (FMA_ITERS // 100, STREAM_FLOATS >> 8) if quick else (FMA_ITERS, STREAM_FLOATS)
   lib = host_library(_ir(width, platform.machine().lower() in ("x86_64", "amd64")))
   fma = lib.function("fma_loop", None, ctypes.c_int64, ctypes.c_void_p)

@@ -1,6 +1,6 @@
 """The benchmark suite of issue 7: every row for this project and, in the same process, numpy, torch and tinygrad when
 importable; prints absolute figures, the ratio each target is stated in, and our first-call (compile) times.
-Run: python bench/suite.py [--quick] [--rows matmul1024,sum] [--repeat 10] [--rounds 3] [--threads]   (the device: DEV, as always)
+Run: python bench/suite.py [--quick] [--rows matmul1024,sum] [--repeat 10] [--rounds 3] [--threads] [--isa avx2]   (the device: DEV)
 
 Fairness: a cell (one framework on one row) starts only once the process's other threads are quiet (suite_libs.settle: our
 pool parked, every library's polling workers asleep, at most 1 s): a numpy matmul's OpenBLAS workers poll ~0.1 s after it and
@@ -11,11 +11,33 @@ figure is then the median of its rounds, printed with their range [min-max]; eve
 and the machine's own loops (the bandwidth and peak the rows are judged against) run again each round, their medians taken."""
 from __future__ import annotations
 import argparse, math, os, random, statistics, subprocess, sys, time, traceback
-from dataclasses import dataclass, field
-from typing import Any, Callable, TextIO
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping, TextIO
+
+@dataclass(frozen=True)
+class Isa:
+  """An instruction set older than this CPU's that --isa holds the whole run to: ours renders and compiles for a CPU model that
+  has it, each peer is held to it by its own variables (set before it loads), the machine's loops use its vectors. The code and
+  the tiles such a host gets, run on this one: its caches, clocks, memory and cores stay this machine's."""
+  arch: str                    # the CPU model ours renders for (DEV=CPU:<renderer>:<arch>, plugin_cpu.compiler.arch_flags)
+  lanes: int                   # float32 lanes of its vectors: the FMA peak and bandwidth loops (bench/machine.py) use them
+  peer_env: dict[str, str]     # the peers' own switches, set in the child process before anything loads
+  blas_kernel: str             # the kernel numpy's OpenBLAS then reports (threadpoolctl)
+  torch_capability: str        # torch.backends.cpu.get_cpu_capability() then
+  onednn_isa: str              # oneDNN's verbose "isa:" line then
+
+# znver3: the 2-core Zen 3 whose AVX2 figures issue 23 quotes; OpenBLAS's Haswell kernel is its AVX2 one, MKL (torch's BLAS) names
+# no kernel it runs, so its switch is set but not checked
+ISAS = {"avx2": Isa("znver3", 8, {"OPENBLAS_CORETYPE": "Haswell", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+                                  "MKL_ENABLE_INSTRUCTIONS": "AVX2"}, "Haswell", "AVX2", "Intel AVX2")}
+ISA_VAR = "BENCH_ISA"   # names the ISA in the child process --isa runs in (main); set by nothing else
+
 # peers at their best: older OpenBLAS builds needed these, but they hold a current numpy to an older, slower kernel (a 2048
-# matmul on a Zen 5: 248 GFLOP/s with them, 457 without); they must go before numpy loads its BLAS
-for _var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"): os.environ.pop(_var, None)
+# matmul on a Zen 5: 248 GFLOP/s with them, 457 without); they must go before numpy loads its BLAS. An --isa child keeps the
+# ones its parent set (isa_env)
+BLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+if not os.environ.get(ISA_VAR):
+  for _var in BLAS_VARS: os.environ.pop(_var, None)
 import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))                    # bench/suite_libs.py, bench/machine.py
 sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # core from a checkout
@@ -299,6 +321,44 @@ def machine_info() -> str:
   # the peak and the bandwidth are measured (bench/machine.py), not estimated from the clock
   return f"{cores} cores, {model or 'unknown CPU'}" + (f", {simd}" if simd else "") + (" fma" if "fma" in flags else "")
 
+def isa_dev(dev: str | None, arch: str) -> str:
+  """DEV for ours rendering for CPU model `arch`: DEV's CPU target (unset: the CPU device) with that arch, on the renderer DEV
+  names or the CPU plugin's default (LLVM). A DEV that is not one CPU target, or names an arch already, is refused."""
+  from core.device.target import parse_dev
+  targets = parse_dev(dev or "CPU")
+  if len(targets) != 1 or targets[0].device != "CPU" or targets[0].arch is not None:
+    raise ValueError(f"--isa renders for a CPU model: DEV must be one CPU target without an arch (CPU, CPU:C, DIRECT+CPU:LLVM), not {dev!r}")
+  return str(replace(targets[0], renderer=targets[0].renderer or "LLVM", arch=arch))
+
+def isa_env(isa: str, environ: Mapping[str, str]) -> dict[str, str]:
+  """The environment of the child process that runs the suite held to `isa`: ISA_VAR naming it, ours on its CPU model (DEV), the
+  peers' switches, and no other OpenBLAS settings."""
+  spec = ISAS[isa]
+  env = {k: v for k, v in environ.items() if k not in BLAS_VARS}
+  return {**env, **spec.peer_env, ISA_VAR: isa, "DEV": isa_dev(environ.get("DEV"), spec.arch)}
+
+def _openblas_kernels() -> list[str]:
+  """The kernel each OpenBLAS loaded in this process chose (threadpoolctl; empty without it)."""
+  try: from threadpoolctl import threadpool_info
+  except ImportError: return []
+  return [str(i.get("architecture")) for i in threadpool_info() if i.get("internal_api") == "openblas"]
+
+def isa_report(isa: str, libs: dict[str, Any]) -> list[str]:
+  """The header lines of an --isa run: what it is (this machine running another ISA's code) and, for ours and each peer loaded,
+  whether it runs that ISA (what it reports, not what it was asked)."""
+  spec, name = ISAS[isa], isa.upper()
+  lines = [f"ISA: {name} code on this host, NOT an {name} host: ours renders for {spec.arch} (DEV={os.getenv('DEV')}), the peers are "
+           f"held to {name} ({', '.join(f'{k}={v}' for k, v in spec.peer_env.items())}), the machine's FMA peak and bandwidth loops run "
+           f"{spec.lanes}-lane vectors (% of peak is of an {name} peak); caches, clocks, memory and cores are this machine's"]
+  def held(what: str, got: object, want: object) -> str: return f"{what} {got} ({'yes' if got == want else f'NO: not {want}'})"
+  checks = []
+  if (ours := libs.get("ours")) is not None:
+    checks.append(held("ours: vector bytes", getattr(ours.renderer, "simd_width", None), 4 * spec.lanes))
+  if "numpy" in libs: checks += [held("numpy: OpenBLAS kernel", k, spec.blas_kernel) for k in _openblas_kernels()] or ["numpy: OpenBLAS kernel unknown (no threadpoolctl)"]
+  if (torch := libs.get("torch")) is not None:
+    checks += [held("torch: ATen capability", torch.capability, spec.torch_capability), held("oneDNN isa", torch.onednn_isa, spec.onednn_isa)]
+  return lines + [f"held to {name}: " + "; ".join(checks)]
+
 def load_note() -> str:
   """The 1-minute load average against the core count: figures taken on a busy machine are contended, and say so."""
   if not hasattr(os, "getloadavg"): return ""
@@ -351,13 +411,17 @@ def print_table(results: list[Result], libs: list[str], out: TextIO, machine: ma
 
 def run(rows: list[str] | None = None, quick: bool = False, repeat: int = 10, budget_s: float = 2.0, stat: str = "min",
         peers: list[str] | None = None, wrong: set[str] | frozenset[str] = frozenset(), out: TextIO = sys.stdout,
-        measure_machine: bool = True, rounds: int = 1) -> list[Result]:
+        measure_machine: bool = True, rounds: int = 1, isa: str = "native") -> list[Result]:
   """Runs the suite `rounds` times over all its rows and prints the table; returns the results. `wrong`: rows whose result of
-  ours is perturbed before the check (to test the check itself)."""
+  ours is perturbed before the check (to test the check itself). `isa`: a key of ISAS where this process runs held to it (main
+  starts one for --isa), else "native"."""
   todo = [r for r in ROWS if rows is None or r.key in rows]
   names = ["ours", *(PEERS if peers is None else [p for p in PEERS if p in peers])]
   libs: dict[str, Any] = {}
   notes: list[str] = []
+  if isa != "native" and "tinygrad" in names:
+    names.remove("tinygrad")
+    notes.append(f"tinygrad: - (left out under --isa {isa}: no switch holds its kernels to {isa.upper()})")
   for name in names:
     try: libs[name] = LOADERS[name]()
     except Exception as e:   # a missing or broken peer is a "-" column, never a failure of the suite
@@ -370,10 +434,13 @@ def run(rows: list[str] | None = None, quick: bool = False, repeat: int = 10, bu
     if name in libs: print(f"{name}: {libs[name].info}", file=out)
   for n in notes: print(n, file=out)
   print(blas_info(), file=out)
+  if isa != "native":
+    for line in isa_report(isa, libs): print(line, file=out)
   # each bandwidth row's own footprint too: arrays a few times the L3 stay partly cached between calls, for every peer alike
   footprints = [(kind, fp) for row in todo if (kind := row.bw or (row.ref if row.ref in BANDWIDTHS else None))
                 and (fp := Result(row, row.sizes[1 if quick else 0]).footprint)]
-  machine = machine_bench.measure(quick=quick, footprints=footprints) if measure_machine else None
+  lanes = ISAS[isa].lanes if isa != "native" else None
+  machine = machine_bench.measure(quick=quick, footprints=footprints, width=lanes) if measure_machine else None
   if machine is not None: print(machine.text() + (" (round 1)" if rounds > 1 else ""), file=out)
   machines = [machine] if machine is not None else []
   print(f"figures: steady state, the {stat} of up to {repeat} timed calls after a warm-up call (at most ~{budget_s:g} s of "
@@ -386,7 +453,7 @@ def run(rows: list[str] | None = None, quick: bool = False, repeat: int = 10, bu
   header_notes = len(notes)   # the notes printed so far; those of the rows (n/a and why) follow the table
   unsettled = 0
   for rnd in range(rounds):
-    if rnd and machines: machines.append(machine_bench.measure(quick=quick, footprints=footprints))   # the same spells as the rows
+    if rnd and machines: machines.append(machine_bench.measure(quick=quick, footprints=footprints, width=lanes))   # the same spells as the rows
     for res in results:
       row, size = res.row, res.size
       data = row.data(size, np.random.default_rng(0))
@@ -424,7 +491,7 @@ def run(rows: list[str] | None = None, quick: bool = False, repeat: int = 10, bu
   return results
 
 def thread_scaling(results: list[Result], quick: bool, repeat: int, budget_s: float, stat: str, out: TextIO,
-                   machine: machine_bench.Machine | None = None, rounds: int = 1) -> dict[str, float]:
+                   machine: machine_bench.Machine | None = None, rounds: int = 1, isa: str = "native") -> dict[str, float]:
   """Issue 23.9: our throughput rows again on one thread, beside the figures on every core the process may use, and the
   machine's own 1-thread to all-thread ratio (FMA peak for GFLOP/s rows, the bandwidth of the row's access pattern for GB/s
   rows). The one-thread run is a child process with CPU_THREADS=1: the thread pool and the optimizer read it when they load.
@@ -435,7 +502,7 @@ def thread_scaling(results: list[Result], quick: bool, repeat: int, budget_s: fl
     print(f"thread scaling: {'one core: nothing to compare' if cores < 2 else 'no throughput rows of ours ran'}", file=out)
     return {}
   cmd = [sys.executable, os.path.abspath(__file__), "--rows", ",".join(r.row.key for r in rows), "--peers", "", "--no-machine",
-         "--repeat", str(repeat), "--budget", str(budget_s), "--stat", stat, "--rounds", str(rounds), "--values"] + (["--quick"] if quick else [])
+         "--repeat", str(repeat), "--budget", str(budget_s), "--stat", stat, "--rounds", str(rounds), "--isa", isa, "--values"] + (["--quick"] if quick else [])
   res = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, CPU_THREADS="1"), timeout=3600)
   one = {k: float(v) for ln in res.stdout.splitlines() if ln.startswith("value ") for k, v in [ln.split()[1:3]]}
   print(f"\nthread scaling: ours on 1 thread (CPU_THREADS=1) and on all {cores} cores", file=out)
@@ -467,6 +534,9 @@ def main(argv: list[str] | None = None) -> int:
                  "figure is the median of its rounds, printed with their range (default 1)")
   p.add_argument("--peers", default=",".join(PEERS), help=f"peers to compare with (default {','.join(PEERS)}; '' for none)")
   p.add_argument("--no-machine", action="store_true", help="skip measuring the machine's FMA peak and memory bandwidth")
+  p.add_argument("--isa", choices=("native", *ISAS), default="native", help="native (default): ours and the peers each at "
+                 "their best on this CPU; avx2: all held to AVX2 on it (ours renders for znver3, the peers by their own switches, the "
+                 "machine's loops in 8-lane vectors): the code an AVX2 host runs, on this host's caches, clocks and memory")
   p.add_argument("--threads", action="store_true", help="also run our throughput rows on one thread: a 1 vs all-core scaling table")
   p.add_argument("--values", action="store_true", help=argparse.SUPPRESS)   # the 1-thread child's figures, one per line
   p.add_argument("--inject-wrong", default="", help="rows whose result of ours is perturbed, to see the check catch it (testing)")
@@ -478,12 +548,19 @@ def main(argv: list[str] | None = None) -> int:
   peers = [x.strip() for x in a.peers.split(",") if x.strip()]
   if (bad := [x for x in peers if x not in PEERS]): p.error(f"unknown peer(s) {bad}; peers are {','.join(PEERS)}")
   if a.rounds < 1: p.error("--rounds must be at least 1")
+  if os.environ.get(ISA_VAR, "native") != a.isa:
+    if os.environ.get(ISA_VAR): p.error(f"{ISA_VAR} is --isa's own: its child process runs with it set; unset it")
+    # the peers read their switches when they load, and numpy has loaded here: the run goes to a new process that has them
+    try: env = isa_env(a.isa, os.environ)
+    except ValueError as e: p.error(str(e))
+    return subprocess.run([sys.executable, os.path.abspath(__file__), *(sys.argv[1:] if argv is None else argv)], env=env).returncode
   results = run(rows, a.quick, a.repeat, a.budget, a.stat, peers, {r for r in a.inject_wrong.split(",") if r}, measure_machine=not a.no_machine,
-                rounds=a.rounds)
+                rounds=a.rounds, isa=a.isa)
   if a.values:
     for r in results:
       if (v := r.cells["ours"].value) is not None: print(f"value {r.row.key} {v}")
-  if a.threads: thread_scaling(results, a.quick, a.repeat, a.budget, a.stat, sys.stdout, results[0].machine if results else None, a.rounds)
+  if a.threads: thread_scaling(results, a.quick, a.repeat, a.budget, a.stat, sys.stdout, results[0].machine if results else None, a.rounds,
+                                a.isa)
   # a wrong or failing result of ours is an error exit (missing peers never are)
   return 1 if any(r.cells["ours"].status in ("WRONG", "err") for r in results) else 0
 

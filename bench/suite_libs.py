@@ -1,6 +1,6 @@
 """The frameworks bench/suite.py compares: how each one runs every row of the suite (ours, numpy, torch, tinygrad)."""
 from __future__ import annotations
-import os, tempfile, threading, time
+import os, re, subprocess, sys, tempfile, threading, time
 from dataclasses import dataclass
 from typing import Any, Callable
 import numpy as np
@@ -124,6 +124,7 @@ class TensorLib:
     self.name, self.Tensor, self.Jit, self.SGD, self.sync, self.counters, self.info = name, Tensor, Jit, SGD, sync, counters, info
     self.train = train   # a context manager factory that turns training mode on (the optimizer needs it in tinygrad)
     self.park: Callable[[], None] = lambda: None   # puts the framework's idle threads to sleep before a peer is timed
+    self.renderer: Any = None                      # ours: the device's renderer (its SIMD facts)
     (self.Tensor([1.0, 2.0]) + 1).realize()   # open the device and load the stack now, so no row's first call pays for it
     self.sync()
 
@@ -140,9 +141,9 @@ class TensorLib:
   def matmul(self, d: dict[str, Any]) -> Case:
     a, b = self.t(d["a"]), self.t(d["b"])
     return self._single(lambda: a @ b)
-  cpu_host = False   # ours on the CPU device: the bf16 row needs the host's bf16 dot product
+  cpu_host = False   # ours on the CPU device: the bf16 row needs the host's bf16 dot product, in the code rendered for it
   def matmul_bf16(self, d: dict[str, Any]) -> Case:
-    if self.cpu_host and not host_bf16_dot(): raise NotApplicable("no avx512_bf16")
+    if self.cpu_host and not (host_bf16_dot() and "avx512_bf16" in getattr(self.renderer, "flags", ())): raise NotApplicable("no avx512_bf16")
     a, b = self.t(d["a"]).cast("bfloat16").realize(), self.t(d["b"]).cast("bfloat16").realize()
     return self._single(lambda: a.matmul(b, dtype="float32"))
   def conv2d(self, d: dict[str, Any]) -> Case:
@@ -284,7 +285,7 @@ def load_ours() -> TensorLib:
   info = f"DEV={os.getenv('DEV') or '(unset)'} -> device {dev}, target {getattr(d, 'target', '?')}, renderer {type(r).__name__}" + \
          (f" ({', '.join(extra)})" if extra else "") + f", compiler {type(d.compiler).__name__}"
   lib = TensorLib("ours", Tensor, Jit, SGD, lambda: d.synchronize(), GlobalCounters, info, Tensor.train)
-  lib.cpu_host = dev.split(":")[0] == "CPU"
+  lib.renderer, lib.cpu_host = r, dev.split(":")[0] == "CPU"
   if lib.cpu_host:
     # our pool's threads poll for work a while after each launch (CPU_SPIN_US): not while a peer's threads need the cores
     from plugin_cpu.native import park_pool
@@ -372,12 +373,22 @@ class NumpyLib:
 
 # *** torch ***
 
+def onednn_isa() -> str | None:
+  """The instruction set torch's oneDNN runs (its verbose "isa:" line, printed when it makes its first primitive), in a new process
+  with this one's environment: the verbose switch is read once, when oneDNN first runs. None where that fails."""
+  code = "import torch; torch.zeros(1, 8, 8, 8).to_mkldnn()"   # a layout reorder: a oneDNN primitive even at this size
+  try: r = subprocess.run([sys.executable, "-c", code], env={**os.environ, "ONEDNN_VERBOSE": "1"}, capture_output=True, text=True, timeout=300)
+  except (OSError, subprocess.SubprocessError): return None
+  return m.group(1).strip() if (m := re.search(r"onednn_verbose,.*,isa:(.*)", r.stdout)) else None
+
 class TorchLib:
   name = "torch"
   def __init__(self) -> None:
     import torch
     self.torch = torch
-    self.info = f"torch {torch.__version__}, {torch.get_num_threads()} threads"
+    # the vector code its own kernels (ATen) and its convolutions (oneDNN) run: ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA cap them
+    self.capability, self.onednn_isa = torch.backends.cpu.get_cpu_capability(), onednn_isa()
+    self.info = f"torch {torch.__version__}, {torch.get_num_threads()} threads, ATen {self.capability}, oneDNN isa {self.onednn_isa or '?'}"
   def t(self, a: np.ndarray) -> Any: return self.torch.from_numpy(a.copy())
   def _single(self, fn: Callable[[], Any], count: int = 1) -> Case:
     out: list[Any] = [None]
