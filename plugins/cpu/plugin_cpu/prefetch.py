@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 from core.ir.dtype import PtrDType, AddrSpace
 from core.ir.ops import UOp, Ops, AxisType
+from core.ir.symbolic import split_sum
 
 ROW_MAX_BYTES = 16 << 10   # a row the later passes read from L1 (32 KiB on current x86 cores), with room for the next one
 
@@ -87,6 +88,42 @@ def reread_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict
     if step.op is Ops.CONST and step.arg > 0: out[x] = step.arg
   return out
 
+WINDOW_PREFETCH = True     # window_offsets on (a switch for comparisons)
+
+def window_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int], budget: int) -> dict[UOp, int]:
+  """For a conv's broadcast input loads (scalar global LOADs in a reduce loop of a buffer beyond `budget` bytes, beside a pack
+  copy: heuristic._channel_block's tile), the step of the address along the output rows: the innermost loop it uses whose step
+  is a cache line or more, inside at most a row (ROW_MAX_BYTES), with a loop further in that steps less (the pixel blocks, whose
+  neighbours read the same lines). Each reduce step reads another input channel's plane, so the tile reads a line or two of
+  every channel per row: too many streams for the hardware prefetcher, and the first pixel block of each row waited on all of
+  them. Only the first and last load of each window row (one index up to a constant) prefetch: their lines are all the row's.
+  A product's row-side loads (no loop inside the row block) and the next image of a 7x7 map (more than a row on) don't.
+  One Zen 5 thread, 3x3 32x64x56x56 (27.5 MiB padded input): 212-219 -> 221-232 GFLOP/s."""
+  copied = set(_copied(uops))
+  rows: dict[UOp, tuple[frozenset[tuple[UOp, int]], int]] = {}   # load -> (its index's terms, its constant)
+  for x in uops:
+    if x.op is not Ops.LOAD or x.dtype.count != 1 or x in copied or x.src[0].op is not Ops.INDEX or not _global(buf := x.src[0].src[0]) or \
+       buf.dtype.size * buf.dtype.base.itemsize <= budget: continue   # type: ignore[attr-defined]
+    idx = x.src[0].src[1]
+    if any(r.arg[-1] is AxisType.REDUCE for r in deps.get(idx, frozenset())) and (parts := split_sum(idx)) is not None:
+      rows[x] = (frozenset(parts[0]), parts[1])
+  ends: dict[frozenset[tuple[UOp, int]], list[UOp]] = {}   # a window row's terms -> its loads of the least and greatest constant
+  for x, (terms, c) in rows.items():
+    end = ends.setdefault(terms, [x, x])
+    if c < rows[end[0]][1]: end[0] = x
+    if c > rows[end[1]][1]: end[1] = x
+  out: dict[UOp, int] = {}
+  for x in {x for end in ends.values() for x in end}:
+    idx, item = x.src[0].src[1], x.dtype.itemsize
+    loops = sorted((r for r in deps.get(idx, frozenset()) if r.arg[-1] not in (AxisType.REDUCE, AxisType.OUTER)), key=lambda r: -order[r])
+    for i, r in enumerate(loops):
+      step = (idx.substitute({r: r + 1}) - idx).simplify()
+      if step.op is not Ops.CONST or step.arg <= 0: break
+      if step.arg * item >= line_bytes():
+        if i and step.arg * item <= ROW_MAX_BYTES: out[x] = step.arg
+        break
+  return out
+
 def prefetch_offsets(uops: list[UOp], panel_budget: int = 0) -> dict[UOp, int]:
   """For each LOAD that should prefetch, the prefetched address's distance from its own in elements: a pack copy's next panel
   (panel_offsets), an in-place panel's next one (reread_offsets, where the renderer's `panel_budget` is known), or one row on. A load
@@ -99,6 +136,8 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0) -> dict[UOp, int]:
   out = panel_offsets(uops, deps, order)
   # (not beside a pack's copy: the other input's row tile, re-read across a group of panels, is in the L1 already)
   if panel_budget and not _copied(uops): out.update(reread_offsets(uops, deps, order, panel_budget))
+  # (a conv's channel tile packs its weights: its input's broadcast loads prefetch the next row)
+  if panel_budget and WINDOW_PREFETCH and _copied(uops): out.update(window_offsets(uops, deps, order, panel_budget))
   for x in uops:
     if x.op is not Ops.LOAD or x.src[0].op is not Ops.INDEX or x in out: continue
     buf, idx = x.src[0].src[0], x.src[0].src[1]
