@@ -305,6 +305,37 @@ POOL_BYTES = 4 << 10
 POOL_DEPTH = 2
 _refcount = sys.getrefcount
 
+# Bigger buffers (a softmax's 16 MB result) go to one pool that every plan shares, keyed by (device, size, dtype, whether its
+# node is kept), holding at most SHARED_POOL_BYTES of Buffers in all (each at most 1/POOL_DEPTH of it; the key used longest
+# ago lets its oldest go first), so that cached plans can't keep much memory alive. A repeat then skips the allocator, a new
+# Buffer and node and their frees, which run slowly after a big kernel has flushed the caches.
+SHARED_POOL_BYTES = 64 << 20
+_shared: dict[tuple, list[tuple[Buffer, UOp | None]]] = {}   # used under the engine lock
+_shared_bytes = 0
+
+def _shared_clear() -> None:
+  global _shared_bytes
+  _shared.clear()
+  _shared_bytes = 0
+Device.on_change(_shared_clear)
+
+def _shared_keep(key: tuple, entry: tuple[Buffer, UOp | None]) -> None:
+  """Pools `entry` (a new Buffer of `key`'s size) unless it is over the bound, letting the oldest entries go to stay under it."""
+  global _shared_bytes
+  if (nb := key[1] * key[2].itemsize) * POOL_DEPTH > SHARED_POOL_BYTES: return
+  pool = _shared.pop(key, [])   # back in last: the key used latest lets go last
+  if len(pool) >= POOL_DEPTH:
+    del pool[0]
+    _shared_bytes -= nb
+  while _shared and _shared_bytes + nb > SHARED_POOL_BYTES:
+    old = next(iter(_shared))
+    del (entries := _shared[old])[0]
+    _shared_bytes -= old[1] * old[2].itemsize
+    if not entries: del _shared[old]
+  pool.append(entry)
+  _shared[key] = pool
+  _shared_bytes += nb
+
 def _free_refs() -> int:
   """getrefcount of an object that only a pool entry holds, as EagerPlan's loop over the pool (its (Buffer, BUFFER node)
   pairs) sees it (measured: interpreters count a loop variable and the call's argument differently)."""
@@ -326,9 +357,11 @@ class EagerPlan:
     escaping = {_base(r) for r in res}
     # per created buffer: (DEVICE node, size, dtype, needs a uop: a result lives in it)
     self.created = [(b.src[1], b.arg, b.dtype, b in escaping) for b in created]
-    # per created buffer: its pool of (Buffer, the BUFFER node over it or None for an intermediate), or None (not pooled)
-    self.pools: list[list[tuple[Buffer, UOp | None]] | None] = \
-      [[] if type(b.arg) is int and b.arg * b.dtype.itemsize <= POOL_BYTES else None for b in created]
+    # per created buffer: its pool of (Buffer, the BUFFER node over it or None for an intermediate), the shared pool's key of a
+    # bigger one, or None (a symbolic size: not pooled)
+    self.pools: list[list[tuple[Buffer, UOp | None]] | tuple | None] = \
+      [None if type(b.arg) is not int else [] if b.arg * b.dtype.itemsize <= POOL_BYTES else (b.src[1].arg, b.arg, b.dtype, b in escaping)
+       for b in created]
     self.written = sorted({index[it.bufs[0]] for it in items if it.bufs and it.bufs[0] in phset})   # inputs assigned into
     # per result: (slot of its base buffer, movement ops over it from the bottom up), or (-1, the result over placeholders)
     self.results: list[tuple[int, Any]] = []
@@ -353,7 +386,7 @@ class EagerPlan:
       b: Buffer | None = None
       u: UOp | None = None
       if pool is not None:
-        for p, pu in pool:
+        for p, pu in (pool if isinstance(pool, list) else _shared.get(pool, ())):
           # only the pool holds it: for a result, its node too, which nothing else holds (no tensor, view, memo or graph: a
           # dead result, so no one can tell the node handed out again from a new one) and whose fact is the only other
           # reference to the Buffer
@@ -370,10 +403,11 @@ class EagerPlan:
           # UOp.new_buffer with the DEVICE node at hand, and buffer_of's entry set directly (the node is this thread's alone)
           u = UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, arg=next(_unique_ids)), dev), size)
           facts.of(u).buffer = b
-        if pool is not None:
+        if isinstance(pool, list):
           # a full pool lets its oldest go: that Buffer (and node) is freed as usual when whatever holds it lets go
           if len(pool) >= POOL_DEPTH: del pool[0]
           pool.append((b, u))
+        elif pool is not None: _shared_keep(pool, (b, u))
       uops.append(u)   # None for an intermediate: only its memory is needed, for this run
       bufs.append(b)
     if self.replay is not None: self.replay(bufs, var_vals)

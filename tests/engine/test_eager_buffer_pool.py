@@ -62,9 +62,10 @@ def test_pooled_memory_is_bounded_and_freed_with_the_plan():
   gc.collect()
   assert GlobalCounters.mem_used[dev] < before
 
-def test_big_results_are_freed_when_they_die():
+def test_results_over_the_shared_bound_are_freed_when_they_die(monkeypatch):
+  monkeypatch.setattr(R, "SHARED_POOL_BYTES", 64 << 10)   # two 64 KiB results would pass it: none is pooled
   dev = Tensor([0.0]).device
-  a = Tensor.ones(1 << 14, device=dev).realize()   # 64 KiB: over POOL_BYTES
+  a = Tensor.ones(1 << 14, device=dev).realize()
   for _ in range(3): (a + 1).realize()
   gc.collect()
   before = GlobalCounters.mem_used[dev]
@@ -72,6 +73,55 @@ def test_big_results_are_freed_when_they_die():
   assert GlobalCounters.mem_used[dev] == before + (4 << 14)
   del r
   assert GlobalCounters.mem_used[dev] == before
+
+def test_a_dead_big_results_buffer_is_handed_out_again():
+  # over POOL_BYTES: the pool every plan shares
+  a = Tensor(np.arange(1 << 14, dtype=np.float32)).realize()
+  _warm(a)
+  r = (a + 1).realize()
+  buf = weakref.ref(_buffer(r))
+  del r
+  r2 = (a + 1).realize()
+  assert buf() is not None and _buffer(r2) is buf()
+  np.testing.assert_array_equal(r2.numpy(), np.arange(1 << 14) + 1)
+
+def test_kept_big_results_keep_their_values_and_memory():
+  a = Tensor(np.arange(1 << 14, dtype=np.float32)).realize()
+  x = Tensor(np.arange(1 << 14, dtype=np.float32).reshape(128, 128)).realize()
+  _warm(a)
+  kept, y = {}, None
+  for i in range(12):
+    y = (a + i).realize()
+    s = x.softmax(-1).realize() if i % 4 == 0 else None
+    if i % 3 == 0: kept[i] = (y, s)
+  for i, (t, s) in kept.items():
+    np.testing.assert_array_equal(t.numpy(), np.arange(1 << 14) + i)
+    if s is not None:
+      e = np.exp(x.numpy() - x.numpy().max(-1, keepdims=True))
+      np.testing.assert_allclose(s.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+  live = [t for pair in kept.values() for t in pair if t is not None] + [y]
+  assert len({id(_buffer(t)) for t in live}) == len(live)
+
+def test_the_shared_pool_keeps_at_most_its_bound(monkeypatch):
+  monkeypatch.setattr(R, "SHARED_POOL_BYTES", 256 << 10)
+  R._shared_clear()
+  dev = Tensor([0.0]).device
+  gc.collect()
+  before = GlobalCounters.mem_used[dev]
+  ins = [Tensor(np.ones((1 << 14) + 64 * i, dtype=np.float32)).realize() for i in range(6)]   # six sizes of ~64 KiB: six keys
+  held = sum(t.nbytes() for t in ins)
+  for _ in range(3):
+    for t in ins:
+      for _ in range(3): (t + 1).realize()
+      assert R._shared_bytes <= R.SHARED_POOL_BYTES
+      assert R._shared_bytes == sum(b.nbytes for entries in R._shared.values() for b, _ in entries)
+  gc.collect()
+  # the results are dead: what stays is the inputs and at most the bound (and the small plans' pools: none here)
+  assert GlobalCounters.mem_used[dev] - before - held <= R.SHARED_POOL_BYTES
+  assert R._shared_bytes > 0
+  R._shared_clear()
+  gc.collect()
+  assert GlobalCounters.mem_used[dev] - before - held <= 0
 
 def test_a_dead_results_node_is_handed_out_again_with_its_buffer():
   # the BUFFER node over a pooled Buffer is kept with it: a repeat makes no node, no fact, no Buffer
