@@ -451,10 +451,12 @@ eager_ops = EagerOps()
 Device.on_change(eager_ops.clear)
 
 def _op_key(u: UOp) -> tuple[tuple, list[UOp]]:
-  """(the eager op cache's key of root `u`, its input BUFFER nodes in order)."""
-  key: list[Any] = [u.op, u.dtype, u._key[3], u.tag]
+  """(the eager op cache's key of root `u`, its input BUFFER nodes in order). A plan's output (core.tensor.plans) is keyed by
+  the plan's key over the plan's inputs, as _walk keys it: its graph is the plan's."""
+  if (f := _fget(id(u))) is not None and (p := f.plan) is not None: key, srcs = [_PLAN, p[0]], p[1]
+  else: key, srcs = [u.op, u.dtype, u._key[3], u.tag], u.src
   inputs: list[UOp] = []
-  for x in u.src:
+  for x in srcs:
     if x.op is Ops.BUFFER:
       if x in inputs: key.append(inputs.index(x))
       else:
@@ -477,9 +479,9 @@ def _fill(u: UOp, walked: list[UOp] | None) -> None:
     # sources that are reshapes of buffers: the general walk's key, when it reads no memo entry. A source the key holds as
     # itself must read no buffer and bind nothing (its node alone then says what it computes). The walk's buffers must be the
     # key's, which the general path's walk already tells (a buffer under a source: softmax, layernorm, a sum), before the
-    # search of each source for one (_pure) and a second walk
-    if w is None or walked is None or walked != _op_key(u)[1] or not all(x.op is Ops.BUFFER or (x.op is Ops.RESHAPE and x.src[0].op is Ops.BUFFER and len(x.src) == 1) or
-                            _pure(x) for x in u.src) or \
+    # search of each source for one (_pure) and a second walk. A plan's output is keyed over the plan's inputs, whatever its sources
+    if w is None or walked is None or walked != _op_key(u)[1] or not (_planned(u) or all(x.op is Ops.BUFFER or (x.op is Ops.RESHAPE and
+       x.src[0].op is Ops.BUFFER and len(x.src) == 1) or _pure(x) for x in u.src)) or \
        (w := _walk([u], check_memo=True)) is None or w[2] or w[3]: return
   key, inputs = _op_key(u)
   # the plan's inputs must be the key's, in order (x + x reads one buffer, a view's buffer is its input)
@@ -487,6 +489,8 @@ def _fill(u: UOp, walked: list[UOp] | None) -> None:
   if (hit := schedules.get(w[0])) is None or not isinstance(e := hit.plan, EagerPlan) or e.written: return
   if len(eager_ops.table) >= eager_ops.max_entries: eager_ops.table.clear()
   eager_ops.table[key] = (e, _with_lits(hit, w[4]))
+
+def _planned(u: UOp) -> bool: return (f := _fget(id(u))) is not None and f.plan is not None
 
 def _pure(x: UOp) -> bool:
   """Whether no node of x's graph is _IMPURE: a search that stops at the first one (a conv's ~40 nodes over its buffers, where

@@ -1,5 +1,6 @@
 """An eager realize keys a plan's output (core.tensor.plans: softmax, layernorm, reductions, conv2d over realized inputs) by
-the plan's key and its inputs instead of walking the plan's nodes; the results are those of the whole graph."""
+the plan's key and its inputs instead of walking the plan's nodes, in the walk and in the eager op cache; the results are
+those of the whole graph."""
 import numpy as np
 import pytest
 import core.engine.realize as R
@@ -77,3 +78,24 @@ def test_a_held_plan_output_is_computed_once() -> None:
   assert any(u is node for u in y.uop.toposort())
   assert R._walk([y.uop], True) is None   # the walk found the memo: substituted first
   np.testing.assert_allclose(y.realize().numpy(), 2 * _softmax(xs), rtol=1e-4, atol=1e-6)
+
+def test_a_plans_output_is_run_from_the_eager_op_cache() -> None:
+  # from its plan's third call on (the eager plan is made on the second) a softmax or sum skips the walk: an op cache hit,
+  # on whichever buffers of its signature it reads
+  xs = [_rand((24, 40), 7 + i) for i in range(4)]
+  ts = [Tensor(x).realize() for x in xs]
+  for t in ts[:3]: t.softmax(-1).realize()
+  hits = R.eager_ops.hits
+  for x, t in zip(xs, ts):
+    np.testing.assert_allclose(t.softmax(-1).realize().numpy(), _softmax(x), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(t.sum(1).realize().numpy(), x.astype(np.float64).sum(1), rtol=1e-5, atol=1e-5)
+  assert R.eager_ops.hits >= hits + 4
+
+def test_an_op_cache_hit_reads_an_assigned_input() -> None:
+  xs, ys = _rand((8, 40), 11), _rand((8, 40), 12)
+  x = Tensor(xs).realize()
+  for _ in range(3): x.softmax(-1).realize()
+  hits = R.eager_ops.hits
+  x.assign(Tensor(ys)).realize()
+  np.testing.assert_allclose(x.softmax(-1).realize().numpy(), _softmax(ys), rtol=1e-4, atol=1e-6)
+  assert R.eager_ops.hits == hits + 1
