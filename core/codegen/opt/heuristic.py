@@ -31,6 +31,14 @@ MM_TILES_PLAIN = ((4, 4), (2, 6), (2, 4))
 # per column vector pay): one Zen 5 thread, 1024/2048: 2x8 324-330/364-372 GFLOP/s, 4x6 289/323, 3x8 267/310, 4x4 279-284/270-295
 MM_TILES_NARROW = ((2, 8), (2, 4))
 MM_MIN_ACC = 8                # vector accumulators a register tile needs: FMA latency x FMA units
+# a conv that reads its input at a stride (a reduce window sliding along the output, x[2*ow + kw]) and whose rows hold an odd
+# number of vectors gets the register tile's accumulators (tile_j x tile_i) from a third output axis, not MM_MIN_ACC: the stem's
+# 7x7/2 over rows of 112 on 16 lanes took 1 vector x 4 channels x 2 rows, 8 FMAs per 2 strided input vectors (2 loads and a
+# shuffle each) and 4 weight broadcasts; with 4 rows, 16 per 4 vectors and 4 broadcasts. One Zen 5 thread, A/B in one process,
+# medians of 9-13: the stem 8x3x224x224 7x7/2 -> 64 182.7 -> 209.7 and 183.0 -> 208.9 GFLOP/s (8 channels x 2 rows: 205),
+# 8x3x224x224 3x3/2 -> 32 181 -> 187. Not at stride 1, whose input vectors are plain loads: 8x3x112x112 3x3 -> 16 175 -> 184, but
+# 2x8x48x48 5x5 -> 16 (read in place through gates) 64 -> 40
+CONV_ODD_ROW_ACC = True
 MM_WINDOW = 4                 # reduce axes this small are unrolled whole
 MM_PACK_REUSE = 4             # row blocks that must reuse a packed panel for the copy to pay
 MM_COL_VECS = 4               # vectors per reduce step of a column reduction (4 x 32 bytes: two cache lines; 6.7 -> 19 GB/s)
@@ -398,6 +406,7 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
   # the loads along the vector axis; when none is contiguous in it (a stride-2 conv reads every second input column), those
   # that use it at all: their gathered vectors are what the tile must reuse across another axis (conv: the output channels)
   vec_loads = [ld for ld in loads if _contiguous_in(k, contig_out, [ld])] or [ld for ld in loads if contig_out in ld.src[0].src[1].toposort()]
+  strided = not any(_contiguous_in(k, contig_out, [ld]) for ld in vec_loads)
   # (an axis as short as a kernel window is `other` only where no axis is long enough for a packed panel to be reused by
   # MM_PACK_REUSE row blocks: a weight gradient dW[c, kh, kw, o] with o in vectors takes its rows from c, across which the dY
   # panel is reused, and kw as `third`; the stem's 12 = 3 channels x 4 is not: unpacked, its rows gained nothing, 36 -> 40 ms)
@@ -486,7 +495,11 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
     k = _try(k, Opt(OptOps.UPCAST, _pos(k, _same(k, other)), amt_i))
     nacc *= amt_i
   # (beside whole rows only while their window still unrolls whole within the register limit)
-  if third is not None and nacc < MM_MIN_ACC and (amt_t := _pick_amt(range_size(third), (MM_MIN_ACC // nacc, 2))) and \
+  # (a strided conv whose row holds an odd number of vectors took one where its tile has more, the stem's 112 on 16 lanes: as
+  # many accumulators as the tile's, CONV_ODD_ROW_ACC; see there)
+  acc = tile_j * tile_i if CONV_ODD_ROW_ACC and ncols < tile_j and reused and not small_reuse and row is None and \
+    strided and any(_sliding(r, outs, loads) for r in reds) else MM_MIN_ACC
+  if third is not None and nacc < acc and (amt_t := _pick_amt(range_size(third), (acc // nacc, MM_MIN_ACC // nacc, 2))) and \
      (row is None or lanes * nacc * amt_t * win <= MAX_REGISTER_ELEMS):
     # too few accumulators to hide the FMA latency (conv: the width is not a multiple of two vectors): another output axis
     k = _try(k, Opt(OptOps.UPCAST, _pos(k, _same(k, third)), amt_t))
