@@ -450,12 +450,13 @@ class EagerOps:
 eager_ops = EagerOps()
 Device.on_change(eager_ops.clear)
 
-def _op_key(u: UOp) -> tuple[tuple, list[UOp]]:
-  """(the eager op cache's key of root `u`, its input BUFFER nodes in order). A plan's output (core.tensor.plans) is keyed by
-  the plan's key over the plan's inputs, as _walk keys it: its graph is the plan's."""
+def _op_key(u: UOp) -> tuple[tuple, list[UOp], list[UOp]]:
+  """(the eager op cache's key of root `u`, its input BUFFER nodes in order, the nodes it holds as themselves). A plan's output
+  (core.tensor.plans) is keyed by the plan's key over the plan's inputs, as _walk keys it: its graph is the plan's."""
   if (f := _fget(id(u))) is not None and (p := f.plan) is not None: key, srcs = [_PLAN, p[0]], p[1]
   else: key, srcs = [u.op, u.dtype, u._key[3], u.tag], u.src
   inputs: list[UOp] = []
+  held: list[UOp] = []
   for x in srcs:
     if x.op is Ops.BUFFER:
       if x in inputs: key.append(inputs.index(x))
@@ -468,8 +469,35 @@ def _op_key(u: UOp) -> tuple[tuple, list[UOp]]:
       else:
         key.append((x._key[3], b.dtype, b.arg, b.src[1]))
         inputs.append(b)
-    else: key.append(x)
-  return tuple(key), inputs
+    else: key.append(_inner_key(x, inputs, held, [OP_KEY_NODES]))
+  return tuple(key), inputs, held
+
+# the most nodes below an op key's root that it keys by their structure (a layernorm's `* w + b`: 4), not as themselves
+OP_KEY_NODES = 8
+
+def _inner_key(x: UOp, inputs: list[UOp], held: list[UOp], left: list[int]) -> Any:
+  """Source x's part of an op key: a buffer (or its reshape) as in _op_key; while `left` allows, a plan's output over the
+  plan's inputs, an ALU op or a broadcast of a buffer (reshapes and expands down to one: a bias's EXPAND(RESHAPE(b))) by its op,
+  dtype, arg, tag and its sources' parts; else x itself (held: _fill takes only pure ones)."""
+  if x.op is Ops.BUFFER or (x.op is Ops.RESHAPE and x.src[0].op is Ops.BUFFER and len(x.src) == 1):
+    b = x.src[0] if x.op is Ops.RESHAPE else x
+    j = next((i for i, y in enumerate(inputs) if y is b), -1)
+    if j < 0: inputs.append(b)
+    return (x._key[3] if x is not b else None, j if j >= 0 else (b.dtype, b.arg, b.src[1]))
+  if left[0] > 0:
+    if (f := _fget(id(x))) is not None and (p := f.plan) is not None:
+      left[0] -= 1
+      return (_PLAN, p[0], tuple([_inner_key(s, inputs, held, left) for s in p[1]]))
+    if x.op in GroupOp.ALU or (x.op in _BROADCAST and _broadcast_of_buffer(x)):
+      left[0] -= 1
+      return (x.op, x.dtype, x._key[3], x.tag, tuple([_inner_key(s, inputs, held, left) for s in x.src]))
+  held.append(x)
+  return x
+
+_BROADCAST = (Ops.RESHAPE, Ops.EXPAND)   # what broadcasting an operand makes (other movement ops are views: never keyed)
+def _broadcast_of_buffer(x: UOp) -> bool:
+  while x.op in _BROADCAST and len(x.src) == 1: x = x.src[0]
+  return x.op is Ops.BUFFER
 
 def _fill(u: UOp, walked: list[UOp] | None) -> None:
   """After the general path realized root `u`: an eager op cache entry for it when its walk is the one-op walk (buffers and
@@ -480,17 +508,14 @@ def _fill(u: UOp, walked: list[UOp] | None) -> None:
     # itself must read no buffer and bind nothing (its node alone then says what it computes). The walk's buffers must be the
     # key's, which the general path's walk already tells (a buffer under a source: softmax, layernorm, a sum), before the
     # search of each source for one (_pure) and a second walk. A plan's output is keyed over the plan's inputs, whatever its sources
-    if w is None or walked is None or walked != _op_key(u)[1] or not (_planned(u) or all(x.op is Ops.BUFFER or (x.op is Ops.RESHAPE and
-       x.src[0].op is Ops.BUFFER and len(x.src) == 1) or _pure(x) for x in u.src)) or \
+    if w is None or walked is None or walked != (ok := _op_key(u))[1] or not all(_pure(x) for x in ok[2]) or \
        (w := _walk([u], check_memo=True)) is None or w[2] or w[3]: return
-  key, inputs = _op_key(u)
+  key, inputs, _ = _op_key(u)
   # the plan's inputs must be the key's, in order (x + x reads one buffer, a view's buffer is its input)
   if not inputs or w[1] != inputs: return
   if (hit := schedules.get(w[0])) is None or not isinstance(e := hit.plan, EagerPlan) or e.written: return
   if len(eager_ops.table) >= eager_ops.max_entries: eager_ops.table.clear()
   eager_ops.table[key] = (e, _with_lits(hit, w[4]))
-
-def _planned(u: UOp) -> bool: return (f := _fget(id(u))) is not None and f.plan is not None
 
 def _pure(x: UOp) -> bool:
   """Whether no node of x's graph is _IMPURE: a search that stops at the first one (a conv's ~40 nodes over its buffers, where
@@ -526,7 +551,7 @@ def _op_hit(u: UOp) -> list[UOp] | None:
   """The results of root `u` from the eager op cache without a memo (under the engine lock), or None: the general path runs it.
   Not in a Jit capture, under literal keeping, per-kernel timing or the IMAGE/NOOPT modes the schedule cache keys apart."""
   if u.op in _NO_OP_CACHE or _capture.state() != _EAGER or profiler.timing() or IMAGE.value or NOOPT.value: return None
-  key, inputs = _op_key(u)
+  key, inputs, _ = _op_key(u)
   if (entry := eager_ops.table.get(key)) is None:
     eager_ops.misses += 1
     return None

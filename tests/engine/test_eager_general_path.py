@@ -1,4 +1,4 @@
-"""Tensor.realize on the general path (a graph the eager op cache does not take: a layernorm * w + b): the eager op
+"""Tensor.realize on the general path (a graph the eager op cache does not take: an op over a view of a buffer): the eager op
 cache's fill rejects a root whose walk read buffers under its sources from that walk's inputs, without searching the sources
 (_pure) or walking again; the root's memo is made only when its node outlives the call (as on an op cache hit)."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ def _no_pure(monkeypatch: pytest.MonkeyPatch) -> None:
   def fail(x: object) -> bool: raise AssertionError("_pure searched a source")
   monkeypatch.setattr(R, "_pure", fail)
 
-@pytest.mark.parametrize("name", ["sum", "softmax", "layernorm"])
+@pytest.mark.parametrize("name", ["sum", "softmax", "layernorm", "permuted"])
 def test_fill_rejects_buffers_under_sources_from_the_walk(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
   rng = np.random.default_rng(1)
   a, wn, bn = rng.standard_normal((8, 16)).astype(np.float32), rng.standard_normal(16).astype(np.float32), rng.standard_normal(16).astype(np.float32)
@@ -22,14 +22,16 @@ def test_fill_rejects_buffers_under_sources_from_the_walk(monkeypatch: pytest.Mo
   e = np.exp(a64 - a64.max(-1, keepdims=True))
   mu, var = a64.mean(-1, keepdims=True), a64.var(-1, keepdims=True)
   cases = {"sum": (lambda: x.sum(), a64.sum()), "softmax": (lambda: x.softmax(), e / e.sum(-1, keepdims=True)),
-           "layernorm": (lambda: x.layernorm() * w + b, (a64 - mu) / np.sqrt(var + 1e-5) * wn + bn)}
+           "layernorm": (lambda: x.layernorm() * w + b, (a64 - mu) / np.sqrt(var + 1e-5) * wn + bn),
+           "permuted": (lambda: x.permute(1, 0).exp(), np.exp(a64.T))}
   mk, want = cases[name]
   _no_pure(monkeypatch)
   n = len(R.eager_ops)
   for _ in range(3): np.testing.assert_allclose(mk().realize().numpy(), want, rtol=1e-5, atol=1e-5)
-  # nothing filled: the graph under the op reads buffers; a sum's or softmax's node is a plan's output, keyed over the plan's
-  # inputs (core.tensor.plans), filled without a search of its sources
-  assert len(R.eager_ops) == n + (name != "layernorm")
+  # a sum's or softmax's node is a plan's output, keyed over the plan's inputs (core.tensor.plans), and a layernorm * w + b
+  # is keyed by its ALU ops over the plan and the broadcasts of w and b: filled, with no node held as itself to search. The
+  # permute under exp is held as itself: its buffer is not among the key's, which the walk's tell before any search
+  assert len(R.eager_ops) == n + (name != "permuted")
 
 def test_fill_still_takes_an_op_over_a_pure_source() -> None:
   # x * 2.5's scalar is a source the key holds as itself (no buffer under it): still an op cache entry, hits from then on

@@ -99,3 +99,32 @@ def test_an_op_cache_hit_reads_an_assigned_input() -> None:
   x.assign(Tensor(ys)).realize()
   np.testing.assert_allclose(x.softmax(-1).realize().numpy(), _softmax(ys), rtol=1e-4, atol=1e-6)
   assert R.eager_ops.hits == hits + 1
+
+def _hit_calls(mk, want, n: int = 4) -> int:
+  """The op cache hits over n calls of mk() after three, each checked against want()."""
+  for _ in range(3): mk().realize()
+  hits = R.eager_ops.hits
+  for _ in range(n): np.testing.assert_allclose(mk().realize().numpy(), want(), rtol=1e-4, atol=1e-5)
+  return R.eager_ops.hits - hits
+
+def test_ops_over_a_plan_and_broadcast_buffers_hit_the_op_cache() -> None:
+  # layernorm * w + b: two ALU ops over the plan and EXPAND(RESHAPE()) of w and b, keyed by their structure
+  ts = [(Tensor(_rand((16, 32), 20 + i)).realize(), Tensor(_rand((32,), 30 + i)).realize(), Tensor(_rand((32,), 40 + i)).realize())
+        for i in range(3)]
+  for x, w, b in ts:
+    assert _hit_calls(lambda: x.layernorm(-1) * w + b, lambda: _layernorm(x.numpy(), w.numpy(), b.numpy())) == 4
+  x, w, b = ts[0]
+  # a bias add of realized tensors, one of them read twice, and a weight of another shape: keys of their own
+  assert _hit_calls(lambda: x * w + b, lambda: x.numpy() * w.numpy() + b.numpy()) == 4
+  assert _hit_calls(lambda: x * w + x, lambda: x.numpy() * w.numpy() + x.numpy()) == 4
+  w2 = Tensor(w.numpy().reshape(1, 32) + 1).realize()
+  assert _hit_calls(lambda: x * w2 + x, lambda: x.numpy() * (w.numpy() + 1) + x.numpy()) == 4
+
+def test_a_long_chain_or_a_view_is_not_keyed() -> None:
+  x, w = Tensor(_rand((16, 32), 50)).realize(), Tensor(_rand((32,), 51)).realize()
+  def chain() -> Tensor:
+    y = x
+    for _ in range(R.OP_KEY_NODES + 2): y = y * w
+    return y + 1.5
+  assert _hit_calls(chain, lambda: x.numpy() * w.numpy() ** (R.OP_KEY_NODES + 2) + 1.5) == 0
+  assert _hit_calls(lambda: x.permute(1, 0) * 2.0 + w.reshape(32, 1), lambda: x.numpy().T * 2 + w.numpy().reshape(32, 1)) == 0
