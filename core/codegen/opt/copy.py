@@ -19,6 +19,7 @@ FAR_ROWS = 512
 # 27-32, 2048^2 25-27 -> 37-43, 2048x8192 23 -> 27, 8192x2048 25 -> 31, 4096x4160 19 -> 35, 4352^2 (rows 17 KiB apart: 4 sets)
 # 26 -> 30; 4160x4096 (rows 16640 bytes apart: 16 sets) keeps 16: 36-40, 4 tiles 33. A tile of half lines (8 floats: AVX2 code,
 # same host) reads each input line over two tiles and does best with 16 or more: 4096^2 with 4, 8, 16, 32 tiles 9, 16, 21, 22 GB/s
+# (such tiles remain where 16 output rows do not divide the input's rows: heuristic.WHOLE_LINE_TILES)
 L1_WAY_BYTES = 4096
 CONFLICT_ROWS = 64
 # Those tiles pay where the output goes to memory by streaming stores, which no cache keeps. A kernel the renderer stores plainly
@@ -31,12 +32,6 @@ CONFLICT_ROWS = 64
 # output rows 3 KiB apart (4 sets: inputs 768x2304 and 768x3072) ran faster on one thread without tiles (0.261 -> 0.205,
 # 0.427 -> 0.393 ms) but slower on two (wall 0.251 -> 0.294, 0.337 -> 0.379)
 CACHED_MAX_SETS = 2
-# A tile of half lines (AVX2) reads each input line over two tiles: where its stores are cached as above it runs 2 tiles along the
-# rows, the pair reading whole lines, where it kept 16. AVX2 code on Zen 5 (DEV=CPU:LLVM:haswell), A/B in one process, medians of
-# 15, GB/s, 16 tiles -> 2 (1, 4): one thread (thread CPU time) 512^2 34 -> 71 (42, 49), 512x528 34 -> 84, 1024^2 20 -> 39 (24,
-# 25), 1024x2048 20 -> 38, 3072x768 21 -> 48 (31, 25); two (wall) 512^2 36 -> 66, 1024^2 22 -> 36, 3072x768 42 -> 64. Quarter
-# lines (16-byte vectors, an SSE2 renderer on the same host) keep 16: 4 tiles were mixed (one thread 512^2 60 -> 55, 1024^2 26
-# -> 32; two 512^2 96 -> 85, 3072x768 25 -> 42)
 
 def rows_far_apart(k: Kernel) -> bool:
   """The transposing tile's input rows, one per lane of the stored vector, are at least FAR_ROWS elements apart."""
@@ -56,10 +51,10 @@ def stores_cached(k: Kernel) -> bool:
 
 def tiles_along_rows(row_bytes: int, lanes: int, lane_bytes: int, most: int, line: int = 64, cached: bool = False) -> int:
   """Tiles of `lanes` output rows, `row_bytes` apart, each reading `lanes` x `lane_bytes` of an input row, to run innermost along the
-  transposed input's rows: `most`, or where the lines of a tile's rows at one column share L1 sets (fewer sets than rows) and its
-  stores are `cached` (stores_cached) with those lines in at most CACHED_MAX_SETS sets, as few as read whole input lines (1:
-  none, or 2 where a tile reads half lines), else where a tile reads whole input lines CONFLICT_ROWS // lanes."""
+  transposed input's rows: `most`, or where a tile reads whole input lines and the lines of its rows at one column share L1 sets
+  (fewer sets than rows) CONFLICT_ROWS // lanes, or 1 (none) where its stores are `cached` (stores_cached) and those lines
+  fall in at most CACHED_MAX_SETS sets."""
+  if lanes * lane_bytes < line: return most
   sets = {(r * row_bytes // line) % (L1_WAY_BYTES // line) for r in range(lanes)}
-  if len(sets) >= lanes or 2 * lanes * lane_bytes < line: return most
-  if cached and len(sets) <= CACHED_MAX_SETS: return max(1, line // (lanes * lane_bytes))
-  return most if lanes * lane_bytes < line else max(1, min(most, CONFLICT_ROWS // lanes))
+  if len(sets) >= lanes: return most
+  return 1 if cached and len(sets) <= CACHED_MAX_SETS else max(1, min(most, CONFLICT_ROWS // lanes))

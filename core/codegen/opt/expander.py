@@ -44,6 +44,9 @@ def fold_lanes(op: Ops, v: UOp) -> UOp:
 # strides up to this many elements are read as that many whole vectors and shuffled (a stride-2 conv reads every second input
 # column): more loads per vector than that cost more than the scalar loads they replace
 MAX_SHUFFLED_STRIDE = 4
+# a transposing tile's rows (loaded whole, then shuffled) may span registers up to a cache line: an AVX2 tile then reads whole
+# input lines, 16 floats in two registers per row (heuristic.hand_coded's whole-line tiles), as an AVX-512 one does in one
+ROWS_MAX_BYTES = 64
 
 def strided_offset(idx: UOp, v: UOp) -> tuple[UOp, int] | None:
   """(idx - c*v, c) when idx is `c*v + (terms not using v)` for a constant c, else None."""
@@ -256,10 +259,11 @@ class Expander:
 
   def _rows_along(self, i: UOp, itemsize: int, env: dict[UOp, int]) -> tuple[UOp, list[UOp]] | None:
     """(r, the index of each lane at r = 0) for the first unrolled axis r along which every lane's index `i` is contiguous, of a
-    power-of-two size whose row is at most one register (16 bytes where the renderer does not say), else None."""
+    power-of-two size whose row is at most ROWS_MAX_BYTES or one register (16 bytes where the renderer does not say), else None."""
+    most = max(self.simd_bytes, ROWS_MAX_BYTES) if self.simd_bytes else 16
     for r in self.unrolled:
       if r not in self.deps(i) or (n := range_size(r) or 0) < 2 or n & (n - 1) or self.width & (self.width - 1) or \
-         n * itemsize > max(self.simd_bytes, 16): continue
+         n * itemsize > most: continue
       rest = {x: v for x, v in env.items() if x is not r}
       bases: list[UOp] = []
       for k in range(self.width):   # (one lane at a time: most gathers fail at the first, and each lane is a simplify)

@@ -51,6 +51,7 @@ THREAD_IDLE_MAX = 1 / 16      # thread time a split may leave idle before a loop
 MIN_THREADED_WORK = 1 << 15   # iterations below which a kernel runs on one thread: dispatching blocks costs more
 TRANSPOSE_MIN_ROW = 512       # output rows this long read a line per element of a transposed input: more lines than L1 holds
 TRANSPOSE_ROW_BYTES = 64      # a transpose tile's output row: a whole cache line, whatever the vector width (see hand_coded)
+WHOLE_LINE_TILES = True       # and its input rows too (False: one register each, half a line on AVX2; for comparisons)
 ALU_HEAVY = 64                # arithmetic ops per element above which an elementwise kernel is compute-bound
 ROW_RED_VECTORS = 4           # vectors of partial results per row reduction of a fused row kernel (_row_pass)
 ROW_MAX_VECTORS = 8           # the same for a row max, whose NaN-keeping step is two dependent instructions (see _row_pass)
@@ -818,6 +819,7 @@ def hand_coded(k: Kernel) -> Kernel:
   transposed = False  # a transposing copy in register tiles: its thread blocks' tiles run down a column of tiles
   across: UOp | None = None   # the output axis the transposed input is contiguous along
   across_step = 0             # the output's stride along `across` in bytes (an output row's, of a 2-D transpose)
+  tile_rows = lanes           # the register tile's output rows (its upcast of `across`)
   if vec_ok or getattr(rnd, "threads", 0):
     if reds and contig_out is not None and (row := _row_pass(k, reds, contig_out, loads, lanes)) is not None: k = row
     elif reds and gathers and contig_out is not None and (undiv := _undivide(k, contig_out, loads, lanes)) is not None: k = undiv
@@ -856,10 +858,16 @@ def hand_coded(k: Kernel) -> Kernel:
       # The tile's output rows are TRANSPOSE_ROW_BYTES long (two vectors on AVX2, one on AVX-512): each row's line is written
       # whole at once, where half lines fill in a tile column later (a streaming store of half a line goes to memory as a
       # partial write). One Zen 3 thread, 4096^2, A/B in one process: 8x8 26.3 ms, 16x8 13.6 (plain stores: 16.2 / 13.7)
+      # So are the rows it reads (WHOLE_LINE_TILES: 16 x 16 floats, each input row two registers on AVX2, four on 16-byte
+      # vectors, shuffled in squares of one register): a tile of 16 rows x 8 floats read each input line over two tiles, its
+      # 16 lines in one L1 set (rows 16 KiB apart) evicted in between. AVX2 code on one Zen 5 thread (DEV=CPU:LLVM:haswell),
+      # thread CPU time, A/B in one process, medians of 11: 4096^2 23.3 -> 33.4 GB/s, 2048^2 29.4 -> 39.6, NHWC -> NCHW
+      # 32x56x56x64 27.4 -> 31.2, 64x512x512 (2, 0, 1) 28.3 -> 40.8 (AVX-512 on the same host: 35 at 4096^2)
       row_len = max(lanes, TRANSPOSE_ROW_BYTES // st.src[1].dtype.itemsize) if vec_ok else lanes
       if vec_ok and across is not None and max(range_size(contig_out) or 0, range_size(across) or 0) >= TRANSPOSE_MIN_ROW and \
          (amt := _pick_amt(range_size(contig_out), (row_len, lanes))):
-        k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt), Opt(OptOps.UPCAST, _pos(k, across), lanes))
+        tile_rows = (_pick_amt(range_size(across), (row_len, lanes)) if WHOLE_LINE_TILES else 0) or lanes
+        k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt), Opt(OptOps.UPCAST, _pos(k, across), tile_rows))
         transposed = k.applied[-1].op is OptOps.UPCAST
       else:
         if vec_ok and getattr(rnd, "masked_vectors", False) and _pad_ok(range_size(contig_out), lanes, MASKED_PAD_SHARE) and not strided:
@@ -898,7 +906,7 @@ def hand_coded(k: Kernel) -> Kernel:
     # the tiles along `across` innermost (at most MM_ROW_TILE of them): the next tile reads the rest of the input lines the
     # last one touched (2048^2 transpose: 17.8 -> 4.8 ms with the register tiles, -> 3.0 ms with this; torch 7.1)
     # (fewer where the tiles' output lines share L1 sets, none where those lines are also cached: copy.tiles_along_rows)
-    tiles = tiles_along_rows(across_step, lanes, st.src[1].dtype.itemsize, MM_ROW_TILE, cached=stores_cached(k))
+    tiles = tiles_along_rows(across_step, tile_rows, st.src[1].dtype.itemsize, MM_ROW_TILE, cached=stores_cached(k))
     if tiles > 1 and (na := range_size(a) or 0) > tiles and na % tiles == 0: k = _try(k, Opt(OptOps.TILE, _pos(k, a), tiles))
     elif tiles > 1 and (inner := max(k.of_type(AxisType.LOOP), key=lambda r: r.arg[0])) is not a: k = _try(k, Opt(OptOps.SWAP, _pos(k, a), _pos(k, inner)))
   if streaming and work >= MIN_THREADED_WORK and (rows := k.of_type(AxisType.LOOP)) and \

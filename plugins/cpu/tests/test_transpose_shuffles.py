@@ -1,6 +1,7 @@
-"""Transposing copies (a.T.contiguous(), NCHW <-> NHWC) load whole vectors along the input's rows and transpose them in registers
-(shufflevector in LLVM IR, vector literals of lanes in C), where each output lane was a scalar load; for both renderers at AVX2
-and AVX-512 widths (the source is rendered, not run, for the wider one), and numpy's results under each renderer."""
+"""Transposing copies (a.T.contiguous(), NCHW <-> NHWC) load whole input lines (16 floats: one register on AVX-512, two on AVX2)
+along the input's rows and transpose them in registers (shufflevector in LLVM IR, vector literals of lanes in C), where each
+output lane was a scalar load; for both renderers at AVX2 and AVX-512 widths (the source is rendered, not run, for the wider one),
+and numpy's results under each renderer."""
 from __future__ import annotations
 import copy, re
 import numpy as np
@@ -23,7 +24,7 @@ def _source(shape, perm, simd_bytes: int, ren: str, dt=np.float32) -> str:
 # (a vector load of a register's lanes, a scalar load, a shuffle) as each renderer writes them
 VLOAD = {"LLVM": r"= load <{n} x (float|i32)>, ptr", "C": r"(float|int)x{n} val\d+ = \(\*\(\((float|int)x{n}\*\)"}
 SLOAD = {"LLVM": r"= load (float|i32), ptr %v\d+", "C": r"(float|int) val\d+ = "}
-SHUFFLE = {"LLVM": r"= shufflevector ", "C": r"(float|int)x\d+ vec\d+ = \(\((float|int)x\d+\)\{val\d+\[\d+\],val\d+\[\d+\]"}
+SHUFFLE = {"LLVM": r"= shufflevector ", "C": r"(float|int)x\d+ vec\d+ = \(\((float|int)x\d+\)\{(val|alu)\d+\[\d+\],(val|alu)\d+\[\d+\]"}
 
 @pytest.mark.parametrize("ren", ["LLVM", "C"])
 @pytest.mark.parametrize("simd_bytes", [32, 64], ids=["AVX2", "AVX-512"])
@@ -31,11 +32,26 @@ SHUFFLE = {"LLVM": r"= shufflevector ", "C": r"(float|int)x\d+ vec\d+ = \(\((flo
 @pytest.mark.parametrize("dt", [np.float32, np.int32])
 def test_transposing_copies_load_rows_and_shuffle(shape, perm, simd_bytes, ren, dt):
   src = _source(shape, perm, simd_bytes, ren, dt)
-  lanes = simd_bytes // 4
-  # the tile's input rows: one register of lanes each (16 rows x 8 on AVX2, 16 x 16 on AVX-512), no element loaded alone
-  assert len(re.findall(VLOAD[ren].format(n=lanes), src)) == 16, src
+  # the tile's input rows: a whole line of 16 each (16 rows x 16 on AVX2 too, where rows of 8 read each line over two tiles),
+  # no element loaded alone
+  assert len(re.findall(VLOAD[ren].format(n=16), src)) == 16, src
   assert not re.search(SLOAD[ren], src), src
   assert re.search(SHUFFLE[ren], src), src
+
+# x86 instructions that move one element into or out of a vector register (a gather's lanes), and those that shuffle registers
+SCALAR_MOVES = ("vinsertps", "vextractps", "vpinsrd", "vpextrd", "vmovss", "vmovd", "vpbroadcastd", "vbroadcastss", "vgatherdps")
+SHUFFLES = ("vshuf", "vunpck", "vperm", "vinsertf", "vextractf", "vblend", "valign")
+
+@pytest.mark.parametrize("simd_bytes, cpu", [(32, "haswell"), (64, "skylake-avx512")], ids=["AVX2", "AVX-512"])
+def test_transpose_tile_lowers_to_register_shuffles(simd_bytes, cpu):
+  # LLVM's code for the tile's shufflevectors, built for an explicit CPU: whole registers shuffled, no element moved alone, at
+  # most 4 shuffles per stored register (log2 16 stages: 16 output lines per tile, one register each on AVX-512, two on AVX2)
+  from core.device.compiler import LLVMTarget, llvm_compile_here
+  try: asm = llvm_compile_here(LLVMTarget("x86_64-unknown-linux-gnu", cpu, "", 2, "pic", "default"), _source((1024, 2048), (1, 0), simd_bytes, "LLVM"), assembly=True).decode()
+  except Exception as e: pytest.skip(f"no x86-64 LLVM target here: {e}")
+  ops = re.findall(r"^\s+(v\w+)", asm, re.M)
+  assert not [o for o in ops if o in SCALAR_MOVES], asm
+  assert 0 < sum(o.startswith(SHUFFLES) for o in ops) <= 4 * 16 * 64 // simd_bytes, asm
 
 @pytest.mark.parametrize("ren", ["LLVM", "C"])
 def test_transposing_copies_give_numpys_results(ren):

@@ -86,11 +86,11 @@ def test_matvec_streams_the_matrix_along_the_reduce_axis():
 
 def test_transpose_copies_through_register_tiles():
   # out[i, j] = a[j, i]: with lanes along j alone each output row reads one float from each of 2048 rows of a, a row (8 KiB)
-  # apart: the same few cache sets over and over. An 8x8 tile reads 8 floats (32 bytes) of 8 rows, and 16 tiles of a thread
-  # block's rows run innermost, so the next tile reads the rest of the same lines
+  # apart: the same few cache sets over and over. A 16x16 tile reads a line (16 floats, two registers) of 16 rows, and tiles of
+  # a thread block's rows run innermost, so the next tile reads the next lines of the same rows
   item, want = _single_kernel(lambda a: a.T.contiguous() if isinstance(a, Tensor) else a.T, (1024, 2048))
   k = hand_coded(Kernel(item.ast, AVX2()))
-  assert [o.amt for o in k.applied if o.op is U] == [16, 8] and k.applied[-1].op is OptOps.TILE, k.applied   # a line x 8 rows
+  assert [o.amt for o in k.applied if o.op is U] == [16, 16] and k.applied[-1].op is OptOps.TILE, k.applied   # a line x 16 rows
   got = _run(item, k.applied)
   np.testing.assert_array_equal(got.reshape(want.shape), want)
   # a broadcast along the rows is not a transpose, and short output rows (NCHW -> NHWC, 64 channels) stay in L1 anyway

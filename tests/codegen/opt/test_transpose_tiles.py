@@ -20,9 +20,9 @@ def test_transpose_tile_rows_are_whole_cache_lines(simd_bytes):
   item, want = kernel_of(_transpose, (1024, 2048), rng=rng)
   rnd = host_renderer(simd_bytes)
   k = hand_coded(Kernel(item.ast, rnd))
-  lanes = simd_bytes // 4
-  # the output row's upcast first (a line: 16 floats on both), then `lanes` rows of the input side
-  assert _upcasts(k) == [TRANSPOSE_ROW_BYTES // 4, lanes], k.applied
+  # the output row's upcast first (a line: 16 floats on both), then 16 rows of the input side (a line of each read: two
+  # registers on AVX2, one on AVX-512)
+  assert _upcasts(k) == [TRANSPOSE_ROW_BYTES // 4, TRANSPOSE_ROW_BYTES // 4], k.applied
   assert k.applied[-1].op in (OptOps.TILE, OptOps.SWAP), k.applied   # the tiles down the output's rows innermost
   got, _ = run_ast(item, k.ast, rnd)
   np.testing.assert_array_equal(got.reshape(want.shape), want)
