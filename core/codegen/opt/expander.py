@@ -80,6 +80,7 @@ class Expander:
     self._deps: dict[UOp, frozenset[UOp]] = {}
     self._mem: dict[UOp, bool] = {}
     self._simplified: dict[UOp, UOp] = {}   # shared by every simplify of this kernel: the copies share most of their nodes
+    self._transposed: dict[tuple[tuple[UOp, ...], int], list[UOp]] = {}   # a tile's shuffled rows, built once for all its stores
 
   def deps(self, u: UOp) -> frozenset[UOp]:
     """The register axes u depends on (walked without recursion: kernels can be deep)."""
@@ -291,8 +292,9 @@ class Expander:
       return UOp.vectorize(*[vecs[j].gep(e) for j, e in strided_lanes(stride, self.width)[1]])
     if kind == "rows":
       axis, idxs = idx
-      rows = [UOp(Ops.LOAD, u.dtype.vec(range_size(axis) or 1), (ix,)) for ix in idxs]
-      return transpose_rows(rows, self.simd_bytes // u.dtype.itemsize)[env[axis]]
+      rows = tuple(UOp(Ops.LOAD, u.dtype.vec(range_size(axis) or 1), (ix,)) for ix in idxs)
+      if (key := (rows, self.simd_bytes // u.dtype.itemsize)) not in self._transposed: self._transposed[key] = transpose_rows(list(rows), key[1])
+      return self._transposed[key][env[axis]]
     return UOp.vectorize(*[UOp(Ops.LOAD, u.dtype, (ix, *[a.gep(k) if a.dtype.count > 1 else a for a in alt])) for k, ix in enumerate(idx)])
 
   def _store(self, u: UOp, env: dict[UOp, int]) -> UOp:
