@@ -5,9 +5,10 @@ from typing import Any, Callable, Sequence
 from core.ir.ops import Ops, UOp
 from core.engine.state import facts
 
-# at most this many plans (a few small tuples each, no nodes), all dropped when full
+# at most this many plans (a few small tuples each and the constant nodes they make), all dropped when full
 PLANS = 512
-_Plan = tuple[tuple[tuple[Ops, Any, tuple[int, ...], Any, Any], ...], int]   # the steps, the output's index
+# the steps, the output's index, the nodes made from no input (constants, their device and broadcasts: kept, not remade)
+_Plan = tuple[tuple[tuple[Ops, Any, tuple[int, ...], Any, Any], ...], int, tuple[UOp, ...]]
 _plans: dict[Any, _Plan | None] = {}   # None: the builder's graph can't be replayed, always built
 
 _NAMES_DATA = frozenset({Ops.BUFFER, Ops.UNIQUE})
@@ -16,9 +17,10 @@ _NAMES_DATA = frozenset({Ops.BUFFER, Ops.UNIQUE})
 # the plan instead of walking its nodes (core/engine/realize.py: _walk_graph)
 NOTE_PLANS = True
 
-def _noted(key: Any, inputs: Sequence[UOp], out: UOp) -> UOp:
-  """out, noted as `key`'s plan over `inputs` (not an input itself: an identity move's output is a buffer or its view)."""
-  if NOTE_PLANS and not any(out is u for u in inputs): facts.of(out).plan = (key, tuple(inputs))
+def _noted(key: Any, inputs: Sequence[UOp], out: UOp, plan: _Plan) -> UOp:
+  """out, noted as `key`'s plan over `inputs` when it is made from them (not an input itself, as an identity move's output
+  is, nor a constant)."""
+  if NOTE_PLANS and plan[1] >= len(inputs) + len(plan[2]): facts.of(out).plan = (key, tuple(inputs))
   return out
 
 def _apart(inputs: Sequence[UOp]) -> bool:
@@ -33,23 +35,35 @@ def _apart(inputs: Sequence[UOp]) -> bool:
   return True
 
 def _record(out: UOp, inputs: Sequence[UOp]) -> _Plan | None:
-  """out's nodes above the inputs, sources before users, each source as its index in inputs + steps; out's index (an
-  input's where the builder returned it: an identity move). None where a node names a buffer (a builder that reached below
-  an input, or made one): a replay would read this call's buffer for the next call's."""
-  index = {id(u): i for i, u in enumerate(inputs)}
-  steps: list[tuple[Ops, Any, tuple[int, ...], Any, Any]] = []
+  """out's nodes above the inputs as steps, sources before users, each source as its index in inputs + constants + steps;
+  out's index (an input's where the builder returned it: an identity move); the constants: the nodes no input is below
+  (they are the same nodes for every input). None where a node names a buffer (a builder that reached below an input, or
+  made one): a replay would read this call's buffer for the next call's."""
+  n = len(inputs)
+  found: list[UOp] = []   # post-order
+  seen = {id(u) for u in inputs}
   stack: list[tuple[UOp, bool]] = [(out, False)]
   while stack:
     u, ready = stack.pop()
-    if id(u) in index: continue
     if ready:
       if u.op in _NAMES_DATA: return None
-      index[id(u)] = len(inputs) + len(steps)
-      steps.append((u.op, u.dtype, tuple(index[id(s)] for s in u.src), u.arg, u.tag))
+      found.append(u)
       continue
+    if id(u) in seen: continue
+    seen.add(id(u))
     stack.append((u, True))
-    stack.extend((s, False) for s in reversed(u.src) if id(s) not in index)
-  return tuple(steps), index[id(out)]
+    stack.extend((s, False) for s in reversed(u.src) if id(s) not in seen)
+  const: set[int] = set()
+  for u in found:
+    if all(id(s) in const for s in u.src): const.add(id(u))
+  consts = [u for u in found if id(u) in const]
+  index = {id(u): i for i, u in enumerate([*inputs, *consts])}
+  steps: list[tuple[Ops, Any, tuple[int, ...], Any, Any]] = []
+  for u in found:
+    if id(u) in const: continue
+    index[id(u)] = n + len(consts) + len(steps)
+    steps.append((u.op, u.dtype, tuple(index[id(s)] for s in u.src), u.arg, u.tag))
+  return tuple(steps), index[id(out)], tuple(consts)
 
 _UNSEEN: Any = object()
 
@@ -62,8 +76,8 @@ def replayed(key: Any, inputs: Sequence[UOp], build: Callable[[], UOp]) -> UOp:
     out = build()
     if len(_plans) >= PLANS: _plans.clear()   # one step: safe while other threads build
     _plans[key] = rec = _record(out, inputs)
-    return out if rec is None else _noted(key, inputs, out)
+    return out if rec is None else _noted(key, inputs, out, rec)
   if plan is None: return build()
-  nodes = list(inputs)
+  nodes = [*inputs, *plan[2]]
   for op, dt, srcs, arg, tag in plan[0]: nodes.append(UOp(op, dt, tuple([nodes[i] for i in srcs]), arg, tag))
-  return _noted(key, inputs, nodes[plan[1]])
+  return _noted(key, inputs, nodes[plan[1]], plan)

@@ -3,7 +3,8 @@ objects), for the input that recorded the plan and for other inputs of its signa
 import numpy as np
 import pytest
 import core.tensor.reduce as R
-from core.ir.ops import Ops
+from core.ir.ops import Ops, UOp
+from core.ir.dtype import dtypes
 from core.tensor import Tensor, plans
 
 def _rand(shape: tuple, seed: int, dtype=np.float32) -> Tensor:
@@ -76,3 +77,36 @@ def test_plans_tell_devices_apart() -> None:
   sa, sb = a.sum(), b.sum()
   assert sa.device != sb.device and len(plans._plans) == 2
   assert sa.item() == sb.item() == 66.0
+
+def test_a_plan_keeps_its_constant_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+  """The nodes no input is below (softmax's 1/ln 2, its device and broadcast; layernorm's 1/n and eps) are kept by the plan
+  and handed out as they are: a replay makes only the nodes over its input, each a step with an input or step below it."""
+  x, y = _rand((4, 30), 0).realize(), _rand((4, 30), 1).realize()
+  def softmax(a: np.ndarray) -> np.ndarray:
+    e = np.exp(a - a.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+  def layernorm(a: np.ndarray) -> np.ndarray: return (a - a.mean(-1, keepdims=True)) / np.sqrt(a.var(-1, keepdims=True) + 1e-5)
+  for f, ref in ((lambda t: t.softmax(-1), softmax), (lambda t: t.layernorm(-1), layernorm)):
+    plans._plans.clear()
+    first = f(x)
+    (plan,) = plans._plans.values()
+    assert plan is not None
+    n, consts = 1, plan[2]
+    assert consts and all(u in first.uop.toposort() for u in consts)
+    assert all(any(i < n or i >= n + len(consts) for i in srcs) for _, _, srcs, _, _ in plan[0])
+    made = []
+    monkeypatch.setattr(plans, "UOp", lambda *a: made.append(a) or UOp(*a))
+    again = f(y)
+    monkeypatch.undo()
+    assert len(made) == len(plan[0])
+    np.testing.assert_allclose(again.numpy(), ref(y.numpy().astype(np.float64)), rtol=1e-5, atol=1e-6)
+
+def test_a_constant_output_is_not_noted() -> None:
+  """A builder whose output reads no input: replayed as the same node, never noted as made from the inputs (the engine would
+  key it over them)."""
+  from core.engine.state import facts
+  plans._plans.clear()
+  for seed in (0, 1):
+    u = _rand((3,), seed).realize().uop
+    out = plans.replayed(("constant",), (u,), lambda: UOp.const(dtypes.float32, 2.5, u.device, (3,)))
+    assert out.op is Ops.EXPAND and ((f := facts.get(out)) is None or f.plan is None)
