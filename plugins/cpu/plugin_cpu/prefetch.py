@@ -12,11 +12,24 @@ computed on (panel_offsets). A product whose input is read in place beyond the L
 reuse each panel) finds its panel in cache only from the second row block on; its loads prefetch the next panel (reread_offsets)."""
 from __future__ import annotations
 import functools
+from math import prod
 from core.ir.dtype import PtrDType, AddrSpace
 from core.ir.ops import UOp, Ops, AxisType
 from core.ir.symbolic import split_sum
+from plugin_cpu.streaming import cache_bytes
 
 ROW_MAX_BYTES = 16 << 10   # a row the later passes read from L1 (32 KiB on current x86 cores), with room for the next one
+
+# each prefetch's locality hint (llvm.prefetch's and __builtin_prefetch's 0-3; on x86 3 is prefetcht0, into the L1, and 1
+# prefetcht2, into the L2 only). An in-place panel's next one (reread_offsets) goes to the L2 where a panel is over half the L1
+# data cache (L1_BYTES): the L1 then can't hold it beside the current one, which every row block reads again, and the next one
+# prefetched into the L1 evicted that. 1x1 convs, one Zen 5 thread (48 KiB L1), thread time, the same kernels with either hint
+# interleaved in one process, medians of 9-15, GFLOP/s L1 -> L2: panels of 32 KiB (2 vectors x 8 rows, 256 channels)
+# 32x256x28x28 -> 64 209 -> 225, 208 -> 226, 8x256x28x28 -> 64 211 -> 232; 36 KiB (4 x 4, 144 channels) 8x144x56x56 -> 24
+# 202 -> 224, 185 -> 203; 24 KiB, kept in the L1: 8x192x28x28 -> 32 240 -> 245, 16x96x56x56 -> 24 235 -> 226, 239 -> 232,
+# 8x96x56x56 -> 24 250 -> 241; 16 KiB (1 x 16) 220-221 either way. Packed products' copies (panel_offsets) keep the L1
+L1_LOCALITY, NEXT_PANEL_LOCALITY = 3, 1
+L1_BYTES = cache_bytes(1) or 32 << 10
 
 @functools.cache
 def line_bytes() -> int:
@@ -66,12 +79,15 @@ def panel_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[
     if step.op is Ops.CONST and step.arg > 0: out[x] = step.arg
   return out
 
-def reread_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int], budget: int) -> dict[UOp, int]:
+def reread_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int], budget: int) -> dict[UOp, tuple[int, int]]:
   """For each global load in a reduce loop of a buffer beyond `budget` bytes (the renderer's panel_budget) that is re-read across
-  a loop it doesn't use (a product's column-side input read in place: every row block reads the panel again), the step of its address along the
-  innermost loop it uses outside that one (the next panel), where that is a positive constant. One Zen 5 thread, conv 32x256x28x28
-  -> 64 1x1 in place: 125 GFLOP/s without, 205 with (170 packed); from the L3 (8 images) it costs 222 -> 216."""
+  a loop it doesn't use (a product's column-side input read in place: every row block reads the panel again), (the step of its
+  address along the innermost loop it uses outside that one (the next panel), where that is a positive constant; the locality
+  hint: NEXT_PANEL_LOCALITY where the panel's loads read over half of L1_BYTES, else L1_LOCALITY). One Zen 5 thread, conv
+  32x256x28x28 -> 64 1x1 in place: 125 GFLOP/s without, 205 with (170 packed); from the L3 (8 images) it costs 222 -> 216."""
   out: dict[UOp, int] = {}
+  panels: dict[UOp, tuple[UOp, UOp]] = {}             # load -> (its buffer, the next-panel loop)
+  panel_bytes: dict[tuple[UOp, UOp], int] = {}         # (buffer, next-panel loop) -> bytes its loads read per panel
   opened: list[UOp] = []   # the loops open at each point of the linear order
   for x in uops:
     if x.op is Ops.RANGE: opened.append(x)
@@ -83,10 +99,13 @@ def reread_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict
     if not any(r.arg[-1] is AxisType.REDUCE for r in rngs): continue
     if not (loops := [r for r in rngs if r.arg[-1] not in (AxisType.REDUCE, AxisType.OUTER)]): continue
     panel = max(loops, key=lambda r: order[r])
+    # (every load of the panel counts, those that prefetch nothing too: a padded one, whose gated address steps by no constant)
+    trips = prod(r.src[0].arg if r.src[0].op is Ops.CONST else 1 for r in rngs if r.arg[-1] is AxisType.REDUCE)
+    panel_bytes[(buf, panel)] = panel_bytes.get((buf, panel), 0) + x.dtype.itemsize * trips
     if not any(order[r] > order[panel] and r not in rngs and r.arg[-1] is not AxisType.REDUCE for r in opened): continue
     step = (idx.substitute({panel: panel + 1}) - idx).simplify()
-    if step.op is Ops.CONST and step.arg > 0: out[x] = step.arg
-  return out
+    if step.op is Ops.CONST and step.arg > 0: out[x], panels[x] = step.arg, (buf, panel)
+  return {x: (o, NEXT_PANEL_LOCALITY if 2 * panel_bytes[panels[x]] > L1_BYTES else L1_LOCALITY) for x, o in out.items()}
 
 WINDOW_PREFETCH = True     # window_offsets on (a switch for comparisons)
 
@@ -124,20 +143,22 @@ def window_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict
         break
   return out
 
-def prefetch_offsets(uops: list[UOp], panel_budget: int = 0) -> dict[UOp, int]:
-  """For each LOAD that should prefetch, the prefetched address's distance from its own in elements: a pack copy's next panel
-  (panel_offsets), an in-place panel's next one (reread_offsets, where the renderer's `panel_budget` is known), or one row on. A load
+def prefetch_offsets(uops: list[UOp], panel_budget: int = 0) -> dict[UOp, tuple[int, int]]:
+  """For each LOAD that should prefetch, (the prefetched address's distance from its own in elements, the locality hint): a pack
+  copy's next panel (panel_offsets), an in-place panel's next one (reread_offsets, where the renderer's `panel_budget` is known:
+  big panels into the L2), or one row on (all but reread_offsets' L2 ones L1_LOCALITY). A load
   qualifies for the row where it reads a global buffer in the second reduce loop over that buffer, under a loop of rows (not a
   reduce) that the first reduce loop's reads share, and the row step of its address is a constant of at most ROW_MAX_BYTES."""
   order = {u: i for i, u in enumerate(uops)}
   deps = _loop_deps(uops)
   first: dict[UOp, tuple[UOp, frozenset[UOp]]] = {}   # buffer -> (the first reduce range reading it, that read's ranges)
   second: dict[UOp, UOp] = {}                    # buffer -> the second reduce range reading it
-  out = panel_offsets(uops, deps, order)
+  out = {x: (o, L1_LOCALITY) for x, o in panel_offsets(uops, deps, order).items()}
   # (not beside a pack's copy: the other input's row tile, re-read across a group of panels, is in the L1 already)
   if panel_budget and not _copied(uops): out.update(reread_offsets(uops, deps, order, panel_budget))
   # (a conv's channel tile packs its weights: its input's broadcast loads prefetch the next row)
-  if panel_budget and WINDOW_PREFETCH and _copied(uops): out.update(window_offsets(uops, deps, order, panel_budget))
+  if panel_budget and WINDOW_PREFETCH and _copied(uops):
+    out.update((x, (o, L1_LOCALITY)) for x, o in window_offsets(uops, deps, order, panel_budget).items())
   for x in uops:
     if x.op is not Ops.LOAD or x.src[0].op is not Ops.INDEX or x in out: continue
     buf, idx = x.src[0].src[0], x.src[0].src[1]
@@ -154,5 +175,5 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0) -> dict[UOp, int]:
     if not rows: continue
     row = max(rows, key=lambda r: order[r])
     step = (idx.substitute({row: row + 1}) - idx).simplify()
-    if step.op is Ops.CONST and 0 < step.arg * buf.dtype.base.itemsize <= ROW_MAX_BYTES: out[x] = step.arg
+    if step.op is Ops.CONST and 0 < step.arg * buf.dtype.base.itemsize <= ROW_MAX_BYTES: out[x] = (step.arg, L1_LOCALITY)
   return out

@@ -98,10 +98,11 @@ def _c_stream_store(ctx: CPUCRenderer, x: UOp) -> str:
   return f"#ifdef CORE_NT_SPLIT\n  {st}\n#else\n  *{ctx.render_vec_ptr(idx, val.dtype)} = {ctx[val]};\n#endif"
 
 def _c_prefetch_load(ctx: CPUCRenderer, x: UOp) -> str | None:
-  """A LOAD that also prefetches (plugin_cpu/prefetch.py): read prefetches into all cache levels `off` elements on, one per cache
-  line of the vector, then the load, in one comma expression."""
-  if (off := ctx.prefetch.get(x)) is None: return None
-  pf = "".join(f"__builtin_prefetch(({ctx[x.src[0]]})+{o}, 0, 3), " for o in line_offsets(x, off))
+  """A LOAD that also prefetches (plugin_cpu/prefetch.py): read prefetches `off` elements on (its locality hint), one per cache line
+  of the vector, then the load, in one comma expression."""
+  if (pf_at := ctx.prefetch.get(x)) is None: return None
+  off, loc = pf_at
+  pf = "".join(f"__builtin_prefetch(({ctx[x.src[0]]})+{o}, 0, {loc}), " for o in line_offsets(x, off))
   return f"({pf}{_c_render_load(ctx, x)})"
 
 def narrow_flags(flags: frozenset[str], simd: int) -> frozenset[str]:
@@ -231,15 +232,16 @@ def _llvm_stream_store(ctx: CPULLVMRenderer, x: UOp) -> str:
 PREFETCH_DECL = "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)"
 
 def _llvm_prefetch_load(ctx: CPULLVMRenderer, x: UOp) -> str | None:
-  """A LOAD that also prefetches (plugin_cpu/prefetch.py): the load, then read prefetches into all cache levels `off` elements on,
+  """A LOAD that also prefetches (plugin_cpu/prefetch.py): the load, then read prefetches `off` elements on (its locality hint),
   one per cache line of the vector (plain getelementptrs, as the address may lie past the buffer: a prefetch never faults)."""
-  if (off := ctx.prefetch.get(x)) is None: return None
+  if (pf_at := ctx.prefetch.get(x)) is None: return None
+  off, loc = pf_at
   ctx.declares[PREFETCH_DECL] = None
   out = _render_load(ctx, x)
   for o in line_offsets(x, off):
     p = ctx.tmp()
     out += (f"\n  {p} = getelementptr {ctx.mem_ty(x.src[0].src[0].dtype.base)}, ptr {ctx[x.src[0]]}, i64 {o}\n"
-            f"  call void @llvm.prefetch.p0(ptr {p}, i32 0, i32 3, i32 1)")
+            f"  call void @llvm.prefetch.p0(ptr {p}, i32 0, i32 {loc}, i32 1)")
   return out
 
 # AVX-512's vscalefps is p * 2**n in one instruction, where exp2's 2**n from the float's bits takes 6 integer ops and a second

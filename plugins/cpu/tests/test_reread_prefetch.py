@@ -17,7 +17,9 @@ import plugin_cpu.prefetch as prefetch
 from plugin_cpu.renderer import CPUCRenderer, CPULLVMRenderer
 
 # the prefetched address's distance from the loaded one, in elements, as each renderer writes it
-PREFETCH = {"LLVM": r"= getelementptr float, ptr %\w+, i64 (\d+)\n  call void @llvm.prefetch.p0", "C": r"__builtin_prefetch\(.*?\)\+(\d+), 0, 3\)"}
+PREFETCH = {"LLVM": r"= getelementptr float, ptr %\w+, i64 (\d+)\n  call void @llvm.prefetch.p0", "C": r"__builtin_prefetch\(.*?\)\+(\d+), 0, \d\)"}
+# each prefetch's locality hint
+LOCALITY = {"LLVM": r"call void @llvm.prefetch.p0\(ptr %\w+, i32 0, i32 (\d), i32 1\)", "C": r"__builtin_prefetch\(.*?\)\+\d+, 0, (\d)\)"}
 
 def _renderer(ren: str, simd_bytes: int, threads: int = 2):
   rnd = copy.copy(CPULLVMRenderer() if ren == "LLVM" else CPUCRenderer())
@@ -44,6 +46,26 @@ def test_few_row_blocks_read_in_place_and_prefetch_the_next_panel(simd_bytes, re
   cols = int(np.prod([o.amt for o in ups if o.axis == ups[0].axis]))   # the tile's pixels: the next panel starts that far on
   offs = re.findall(PREFETCH[ren], program_source(get_program(k.ast, rnd, optimize=False)))
   assert offs and set(offs) == {str(cols)}, (cols, offs)
+
+@pytest.mark.parametrize("ren", ["LLVM", "C"])
+@pytest.mark.parametrize("l1_kib, shape, to_l2", [
+  (48, (4, 256, 28, 64), True),    # 2 vectors x 256 channels: panels of 32 KiB
+  (48, (4, 144, 56, 24), True),    # 4 vectors x 144: 36 KiB
+  (48, (4, 96, 56, 24), False),    # 4 x 96: 24 KiB, two fit the L1
+  (32, (4, 96, 56, 24), True),     # not a 32 KiB one
+], ids=["32KiB", "36KiB", "24KiB", "24KiB-in-32KiB-L1"])
+def test_next_panel_prefetch_goes_to_the_l2_beyond_half_the_l1(l1_kib, shape, to_l2, ren, monkeypatch):
+  # the L1 holds the panel every row block reads again: a next one that can't fit beside it is prefetched into the L2 only
+  monkeypatch.setattr(prefetch, "L1_BYTES", l1_kib << 10)
+  # (the C renderer has no masked vectors to pad 49 vectors to 50: one at a time, panels of 16 KiB)
+  if ren == "C" and shape == (4, 256, 28, 64): to_l2 = False
+  rnd = _renderer(ren, 64)
+  (item,) = _items(*shape)
+  k = hand_coded(Kernel(item.ast, rnd))
+  assert not any(o.op is OptOps.PACK for o in k.applied), k.applied
+  hints = re.findall(LOCALITY[ren], program_source(get_program(k.ast, rnd, optimize=False)))
+  want = prefetch.NEXT_PANEL_LOCALITY if to_l2 else prefetch.L1_LOCALITY
+  assert hints and set(hints) == {str(want)} and prefetch.NEXT_PANEL_LOCALITY < prefetch.L1_LOCALITY, hints
 
 @pytest.mark.parametrize("ren", ["LLVM", "C"])
 @pytest.mark.parametrize("simd_bytes", [32, 64], ids=["AVX2", "AVX-512"])
