@@ -159,25 +159,23 @@ def _thread_loop(k: Kernel, threads: int) -> UOp | None:
 # -> 64 169 -> 180, 8x256x28x28 -> 64 185 -> 207, 8x128x28x28 -> 512 230 -> 237, 8x512x28x28 -> 128 202 -> 210; matmuls
 # 512x512 @ 512x784 227 -> 235, 256x256 @ 256x80 130 -> 216 (x1000, padded to 1024 either way, 230 vs 233: keeps 4x4)
 MM_TILE_FEWER_COLS = (2, 8)
-# and one vector x 16 rows where that pads less still (784 = 49 vectors: 800 in 2), its panel is read in place (packed, a
-# one-vector panel has the row-side input read twice as often as 2 x 8's) and the row-side input each panel's row blocks read
-# is over ONE_VECTOR_MIN_ROW_BYTES: that input then streams through the L1 once per panel either way, and the panel it evicts
-# (reduce x one vector, re-read by every row block) is half of 2 x 8's. Where it fits beside a 2 x 8 panel, 2 x 8 loads less
-# per FMA. One Zen 5 thread, A/B in one process, medians of 7-9, GFLOP/s 2 x 8 -> 1 x 16: 1x1 convs 32x256x28x28 -> 64 (row side
-# 64 KiB) 221 -> 228, 207 -> 215, 216 -> 224; 8x256x28x28 -> 64 226 -> 231; -> 128 (128 KiB; packed 2 x 8) 209 -> 222; -> 32 (32 KiB)
-# 219 -> 219; 32x128x28x28 -> 64 (32 KiB) 235 -> 221 and -> 32 228 -> 219, 32x64x28x28 -> 64 242 -> 228 (these keep 2 x 8); matmul
-# 256x256 @ 256x80 (5 vectors, one at a time: 1 x 8 before) 210 -> 221; 128x128 @ 128x1000 packed (rows of 4000 bytes) 227 -> 216 (keeps 4 x 4)
+# and one vector x 16 rows where that pads less still (784 = 49 vectors: 800 in 2) and its panel, from beyond the L2, is read in
+# place where a two-vector one would be packed (_panel_in_place: 16-row blocks read it, half as many as 8-row ones). Where both
+# are read in place 2 x 8 loads less per FMA (17 vector loads per 16 FMAs, near the FPU's two a cycle); packed, a one-vector
+# panel has the row side read twice as often; an input in the L2 packs at little cost. One Zen 5 thread, A/B in one process,
+# medians of 9-11, GFLOP/s: 1x1 convs 8x256x28x28 -> 128 (2 x 8 packed) 204 -> 223, 8x512x28x28 -> 128 211 -> 225,
+# 32x64x28x28 -> 128 203 -> 218, but 4x64x28x28 -> 128 (800 KiB) 227 -> 215; in place, 2 x 8 (its next panel prefetched into
+# the L2) vs 1 x 16: 32x256x28x28 -> 64 226 vs 218, 8x256x28x28 -> 64 232 vs 218, 32x128x28x28 -> 64 222 vs 208
 MM_TILE_ONE_VECTOR = (1, 16)
-ONE_VECTOR_MIN_ROW_BYTES = 32 << 10
 
 def mm_tile(renderer: Any, window: bool, col_bytes: int, narrow: bool = False, plain: bool = False, n_cols: int = 0,
-            lanes: int = 1, in_place: bool = False, row_bytes: int = 0) -> tuple[int, int]:
+            lanes: int = 1, one_vector: bool = False) -> tuple[int, int]:
   """(vectors, rows) of the register tile for a product over `renderer`; `window`: a reduction that slides over an output
   axis (conv), which keeps (MM_J2, MM_I); `col_bytes`: bytes of one vector-wide column of the packed panel (reduce length x
   vector bytes), so a tile whose panel would not fit PACK_MAX_BYTES falls back to a narrower one; `narrow`: 2-byte inputs;
   `plain`: a plain product (MM_TILES_PLAIN, or MM_TILE_FEWER_COLS where its vectors pad the `n_cols` columns of `lanes`-wide
-  vectors less, or MM_TILE_ONE_VECTOR where that pads less still, `in_place`: its panel would be read in place, and `row_bytes`,
-  the row-side input read per panel, is over ONE_VECTOR_MIN_ROW_BYTES)."""
+  vectors less, or MM_TILE_ONE_VECTOR where that pads less still and `one_vector`: its panel from beyond the L2 would be read in
+  place, a two-vector one's packed)."""
   if window: return MM_J2, MM_I
   regs = getattr(renderer, "simd_regs", 16)
   def fits(j: int, i: int) -> bool: return j * i + j + 1 <= regs and j * col_bytes <= PACK_MAX_BYTES
@@ -185,7 +183,6 @@ def mm_tile(renderer: Any, window: bool, col_bytes: int, narrow: bool = False, p
   tile = next(((j, i) for j, i in tiles if fits(j, i)), (MM_J2, MM_I))
   def padded(j: int) -> int: return -(-n_cols // (lanes * j)) * lanes * j
   if not (plain and n_cols): return tile
-  one_vector = in_place and row_bytes > ONE_VECTOR_MIN_ROW_BYTES
   fewer = [t for t in (MM_TILE_FEWER_COLS, MM_TILE_ONE_VECTOR) if fits(*t) and (t[0] > 1 or one_vector)]
   return min([tile, *fewer], key=lambda t: padded(t[0]))   # (the first of the least padded)
 
@@ -452,12 +449,13 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
   if other is not None and not window and reused and not small_reuse and not getattr(rnd, "has_local", False) and \
      (range_size(other) or 99) <= MM_WINDOW and (one := _one_column_tile(k, contig_out, other, vec_loads, lanes)) is not None:
     return one
-  # (whether a one-vector tile's panel would be read in place, its row blocks not split yet: asked only where one vector can pad
-  # less than two)
-  in_place = other is not None and plain and (range_size(contig_out) or 0) % (2 * lanes) != 0 and not getattr(rnd, "has_local", False) and \
-    _panel_in_place(k, other, lanes, MM_TILE_ONE_VECTOR[1])
+  # (whether a one-vector tile's panel, beyond the L2, would be read in place and a two-vector one's packed, their row blocks not
+  # split yet: asked only where one vector can pad less than two)
+  col_side_bytes = sum(b.dtype.size * b.dtype.base.itemsize for b in {ld.src[0].src[0] for ld in _panel_loads(k, other)}) if other is not None else 0   # type: ignore[attr-defined]
+  one_vector = other is not None and plain and (range_size(contig_out) or 0) % (2 * lanes) != 0 and not getattr(rnd, "has_local", False) and \
+    col_side_bytes > getattr(rnd, "l2_bytes", 0) and _panel_in_place(k, other, lanes, MM_TILE_ONE_VECTOR[1]) and not _panel_in_place(k, other, 2 * lanes, MM_TILE_FEWER_COLS[1])
   tile_j, tile_i = mm_tile(rnd, window, col_bytes, narrow=item == 2, plain=plain, n_cols=range_size(contig_out) or 0, lanes=lanes,
-                           in_place=in_place, row_bytes=col_bytes // max(lanes, 1) * (range_size(other) or 0) if other is not None else 0)
+                           one_vector=one_vector)
   if other is not None and not window and not getattr(rnd, "has_local", False) and tile_j * col_bytes > PACK_MAX_BYTES >= col_bytes and \
      _panel_reuse(k, other) > (range_size(other) or 0):
     # the panel is read again for every step of the reduce axes it does not use (8x512x7x7 conv summed by the pooling): a
