@@ -469,6 +469,9 @@ def _op_key(u: UOp) -> tuple[tuple, list[UOp], list[UOp]]:
       else:
         key.append((x._key[3], b.dtype, b.arg, b.src[1]))
         inputs.append(b)
+    elif x.op is Ops.EXPAND and (y := x.src[0]).op is Ops.RESHAPE and y.src[0].op is Ops.CONST:
+      key.append(x)   # x + 1's broadcast scalar, held as itself (_inner_key's last case) without its call
+      held.append(x)
     else: key.append(_inner_key(x, inputs, held, [OP_KEY_NODES]))
   return tuple(key), inputs, held
 
