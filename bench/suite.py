@@ -421,7 +421,7 @@ def run(rows: list[str] | None = None, quick: bool = False, repeat: int = 10, bu
   notes: list[str] = []
   if isa != "native" and "tinygrad" in names:
     names.remove("tinygrad")
-    notes.append(f"tinygrad: - (left out under --isa {isa}: no switch holds its kernels to {isa.upper()})")
+    notes.append(f"tinygrad: - (left out under --isa {isa}: the suite knows no switch that holds its kernels to {isa.upper()})")
   for name in names:
     try: libs[name] = LOADERS[name]()
     except Exception as e:   # a missing or broken peer is a "-" column, never a failure of the suite
