@@ -487,8 +487,10 @@ def _inner_key(x: UOp, inputs: list[UOp], held: list[UOp], left: list[int]) -> A
     j = next((i for i, y in enumerate(inputs) if y is b), -1)
     if j < 0: inputs.append(b)
     return (x._key[3] if x is not b else None, j if j >= 0 else (b.dtype, b.arg, b.src[1]))
-  if left[0] > 0:
-    if (f := _fget(id(x))) is not None and (p := f.plan) is not None:
+  # a computed node (a memo) is held: the general path reads it from its buffer (its walk substitutes it), which a key
+  # over its structure would compute again
+  if left[0] > 0 and ((f := _fget(id(x))) is None or f.realized is None):
+    if f is not None and (p := f.plan) is not None:
       left[0] -= 1
       return (_PLAN, p[0], tuple([_inner_key(s, inputs, held, left) for s in p[1]]))
     if x.op in GroupOp.ALU or (x.op in _BROADCAST and _broadcast_of_buffer(x)):

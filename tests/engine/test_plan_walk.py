@@ -128,3 +128,18 @@ def test_a_long_chain_or_a_view_is_not_keyed() -> None:
     return y + 1.5
   assert _hit_calls(chain, lambda: x.numpy() * w.numpy() ** (R.OP_KEY_NODES + 2) + 1.5) == 0
   assert _hit_calls(lambda: x.permute(1, 0) * 2.0 + w.reshape(32, 1), lambda: x.numpy().T * 2 + w.numpy().reshape(32, 1)) == 0
+
+def test_a_computed_inner_node_is_read_not_computed_again() -> None:
+  # x * w computed and held: x * w + b reads its buffer on the general path (the walk substitutes it) instead of an op cache
+  # hit that would compute the product again
+  x, w, b = Tensor(_rand((16, 32), 60)).realize(), Tensor(_rand((32,), 61)).realize(), Tensor(_rand((32,), 62)).realize()
+  want = lambda: x.numpy() * w.numpy() + b.numpy()   # noqa: E731
+  assert _hit_calls(lambda: x * w + b, want) == 4
+  m = x * w
+  inner = m.uop
+  m.realize()
+  y = x * w + b
+  assert any(u is inner for u in y.uop.toposort())
+  hits = R.eager_ops.hits
+  np.testing.assert_allclose(y.realize().numpy(), want(), rtol=1e-6, atol=1e-6)
+  assert R.eager_ops.hits == hits
