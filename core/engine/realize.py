@@ -506,13 +506,14 @@ def _broadcast_of_buffer(x: UOp) -> bool:
 
 def _fill(u: UOp, walked: list[UOp] | None) -> None:
   """After the general path realized root `u`: an eager op cache entry for it when its walk is the one-op walk (buffers and
-  broadcast scalars under one node, literals numbered) and its schedule has an eager plan (from its second use on).
+  broadcast scalars under one node, literals numbered) or its op key (_op_key: plans' outputs, ALU ops and broadcasts of
+  buffers keyed by structure) holds only pure nodes as themselves, and its schedule has an eager plan (from its second use on).
   `walked`: the input buffers of the general path's walk of `u`, None when that walk met a memo entry."""
   if not isinstance(w := _walk_one(u), tuple):
-    # sources that are reshapes of buffers: the general walk's key, when it reads no memo entry. A source the key holds as
-    # itself must read no buffer and bind nothing (its node alone then says what it computes). The walk's buffers must be the
-    # key's, which the general path's walk already tells (a buffer under a source: softmax, layernorm, a sum), before the
-    # search of each source for one (_pure) and a second walk. A plan's output is keyed over the plan's inputs, whatever its sources
+    # the general walk's key, when it reads no memo entry. A node the key holds as itself must read no buffer and bind nothing
+    # (its node alone then says what it computes). The walk's buffers must be the key's, which the general path's walk
+    # already tells (a buffer under a held node: an op over a view), before the search of each held node (_pure) and a
+    # second walk
     if w is None or walked is None or walked != (ok := _op_key(u))[1] or not all(_pure(x) for x in ok[2]) or \
        (w := _walk([u], check_memo=True)) is None or w[2] or w[3]: return
   key, inputs, _ = _op_key(u)
