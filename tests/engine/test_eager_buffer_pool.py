@@ -125,7 +125,9 @@ def test_the_shared_pool_keeps_at_most_its_bound(monkeypatch):
 
 def test_a_dead_results_node_is_handed_out_again_with_its_buffer():
   # the BUFFER node over a pooled Buffer is kept with it: a repeat makes no node, no fact, no Buffer
-  a = Tensor(np.arange(64, dtype=np.float32)).realize()
+  # (72 floats, a size no other test of tests/engine uses, so the plan and its pool are this test's alone: after
+  # test_eager_op_cache.py's 64-float a + scalar entries the kept results' nodes were not all handed out again)
+  a = Tensor(np.arange(72, dtype=np.float32)).realize()
   for _ in range(3): (a + 0.5).realize()   # float scalars are the plan's inputs: a + 0.5 and a + 2.5 run one plan
   kept = [(a + 0.5).realize() for _ in range(R.POOL_DEPTH)]   # every pool entry in use
   nodes = [weakref.ref(k.uop) for k in kept]
@@ -133,7 +135,7 @@ def test_a_dead_results_node_is_handed_out_again_with_its_buffer():
   del kept
   again = [(a + (2.5 + i)).realize() for i in range(R.POOL_DEPTH)]
   assert {id(t.uop) for t in again} == {id(n()) for n in nodes}
-  for i, t in enumerate(again): np.testing.assert_array_equal(t.numpy(), np.arange(64) + 2.5 + i)
+  for i, t in enumerate(again): np.testing.assert_array_equal(t.numpy(), np.arange(72) + 2.5 + i)
 
 def test_a_view_or_graph_over_a_dead_result_keeps_its_node_and_memory():
   a = Tensor(np.arange(64, dtype=np.float32)).realize()
