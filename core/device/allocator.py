@@ -1,7 +1,7 @@
 """Allocator bases: raw device memory behind opaque handles, an LRU cache of freed blocks, honest OutOfMemory errors."""
 from __future__ import annotations
 import collections, dataclasses, os, threading
-from typing import Any, Generic, TypeVar
+from typing import Any, Callable, Generic, TypeVar
 from core.helpers import fmt_bytes
 
 T = TypeVar("T")
@@ -65,6 +65,10 @@ class Allocator(Generic[T]):
     """A zero-copy host view of the memory, or None when the host can't address it (copies go through _copyout)."""
     return None
 
+# run, in order, when an allocation fails, before the cache is flushed and the allocation tried once more: each lets go of
+# memory held elsewhere for reuse (the engine's shared pool of eager results: core/engine/realize.py)
+oom_hooks: list[Callable[[], None]] = []
+
 # bytes of freed blocks an LRUAllocator keeps for reuse (CORE_ALLOC_CACHE_MB): beyond it the blocks freed longest ago go back
 # to the device, so a run of ever-new sizes (eager ops on new shapes) does not hold every size it ever freed
 ALLOC_CACHE_BYTES = int(os.getenv("CORE_ALLOC_CACHE_MB", "128")) << 20
@@ -90,7 +94,8 @@ class LRUAllocator(Allocator[T]):
         return blocks.pop()
       try: return super().alloc(size, opts)
       except MemoryError:
-        # the memory may be sitting in our own cache: give it back to the device and try once more
+        # the memory may be sitting in our own cache (or held for reuse elsewhere): give it back to the device and try once more
+        for hook in oom_hooks: hook()
         n, nbytes = sum(len(v) for v in self.cache.values()), self.cached_bytes
         self.free_cache()
         try: return super().alloc(size, opts)

@@ -12,6 +12,7 @@ from core.engine.replay import DirectReplay
 from core.engine.schedule_cache import ScheduleCache, CachedSchedule
 from core.engine.state import facts, NodeFacts
 from core.device.buffer import Buffer
+from core.device.allocator import oom_hooks
 from core.device.registry import Device
 from core.engine import capture as _capture
 from core.engine.lock import engine_lock
@@ -318,6 +319,14 @@ def _shared_clear() -> None:
   _shared.clear()
   _shared_bytes = 0
 Device.on_change(_shared_clear)
+
+def _shared_release() -> None:
+  """Lets the pooled Buffers go when an allocation fails (allocator.oom_hooks): they return to their allocator's cache, which it
+  flushes next. Only where this thread may take the engine lock: another thread inside the engine may be reading the pool."""
+  if not engine_lock.acquire(blocking=False): return
+  try: _shared_clear()
+  finally: engine_lock.release()
+oom_hooks.append(_shared_release)
 
 def _shared_keep(key: tuple, entry: tuple[Buffer, UOp | None]) -> None:
   """Pools `entry` (a new Buffer of `key`'s size) unless it is over the bound, letting the oldest entries go to stay under it."""

@@ -149,3 +149,25 @@ def test_a_view_or_graph_over_a_dead_result_keeps_its_node_and_memory():
   np.testing.assert_array_equal(view.numpy(), (np.arange(64) + 1.5).reshape(8, 8))
   np.testing.assert_array_equal(lazy.numpy(), np.arange(64) + 2.5)
   for i, o in enumerate(outs): np.testing.assert_array_equal(o.numpy(), np.arange(64) + 10.5 + i)
+
+def test_a_failed_allocation_lets_the_shared_pool_go():
+  # dead results kept for reuse go back to their allocator before an allocation gives up (allocator.oom_hooks)
+  from core.device.allocator import BufferSpec, LRUAllocator
+  class OnceFull(LRUAllocator[bytearray]):
+    def __init__(self): super().__init__("TEST"); self.failed = False
+    def _alloc(self, size: int, options: BufferSpec) -> bytearray:
+      if not self.failed:
+        self.failed = True
+        raise MemoryError("full")
+      return bytearray(size)
+    def _free(self, opaque: bytearray, options: BufferSpec) -> None: pass
+  R._shared_clear()
+  a = Tensor(np.ones(1 << 14, dtype=np.float32)).realize()   # 64 KiB: over POOL_BYTES, so its results go to the shared pool
+  for _ in range(3): (a + 1).realize()
+  assert R._shared_bytes > 0
+  pooled = [weakref.ref(b) for entries in R._shared.values() for b, _ in entries]
+  assert len(OnceFull().alloc(16)) == 16   # failed once, then the hooks ran and the retry succeeded
+  assert R._shared_bytes == 0 and not R._shared
+  gc.collect()
+  assert all(ref() is None for ref in pooled)   # the pool held the only references: the Buffers were freed
+  np.testing.assert_array_equal((a + 1).realize().numpy(), np.full(1 << 14, 2, dtype=np.float32))
