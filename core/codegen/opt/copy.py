@@ -44,8 +44,8 @@ def rows_far_apart(k: Kernel) -> bool:
 
 def stores_cached(k: Kernel) -> bool:
   """The renderer stores this kernel's output plainly, into caches that hold its buffers: they total under its `stream_min_bytes`
-  (0 or none: not known, as where it never streams)."""
-  bound = getattr(k.renderer, "stream_min_bytes", 0)   # (a capabilities-only stand-in, as tests make, has none)
+  (0: not known, as where it never streams)."""
+  bound = k.renderer.stream_min_bytes
   return bound > 0 and sum(u.dtype.size * u.dtype.base.itemsize for u in k.ast.toposort() if u.op is Ops.PARAM and
                            isinstance(u.dtype, PtrDType) and u.dtype.addrspace == AddrSpace.GLOBAL and u.dtype.size > 0) < bound
 

@@ -581,7 +581,7 @@ def _panel_in_place(k: Kernel, rows: UOp, cols: int, row_tile: int = 1) -> bool:
   8 images (from the L3) 207, 222, 216; 8x144x56x56 -> 24 147, 187, 194; 8x192x28x28 -> 32 185, 232, 226. `row_tile`: the rows
   of a row block where `rows` is not split into blocks yet (a tile being chosen)."""
   # (a renderer-like object of the capabilities alone, as tests make, has no budget: its L2 is unknown)
-  budget, panel = k.renderer.panel_budget() if hasattr(k.renderer, "panel_budget") else 0, _panel_loads(k, rows)
+  budget, panel = k.renderer.panel_budget(), _panel_loads(k, rows)
   if not panel or not budget: return False
   if sum(ld.src[0].src[0].dtype.size * ld.dtype.itemsize for ld in panel) > budget and _panel_reuse(k, rows) // row_tile > PANEL_STREAM_REUSE:   # type: ignore[attr-defined]
     return False

@@ -7,6 +7,7 @@ import pytest
 from core import Tensor
 from core.ir.ops import Ops, AxisType
 from core.device.registry import Device
+from core.device.renderer import Renderer
 from core.schedule.kernelize import create_schedule
 from core.engine.run import buffer_of
 from core.codegen.program import get_program, program_uops, program_source
@@ -17,8 +18,8 @@ from core.codegen.opt.expander import expand_kernel
 
 U, R, T = OptOps.UPCAST, OptOps.UNROLL, OptOps.THREAD
 
-class AVX2:
-  """The capabilities hand_coded reads, as on a 2-core AVX2 host: 8 float32 lanes, a pool of 2 threads."""
+class AVX2(Renderer):
+  """The capabilities hand_coded reads, as on a 2-core AVX2 host: 8 float32 lanes, a pool of 2 threads (the rest the base's)."""
   supports_float4, simd_width, threads, has_local = True, 32, 2, False
 
 def _kernels(t: Tensor) -> list:
