@@ -244,7 +244,7 @@ def _llvm_prefetch_load(ctx: CPULLVMRenderer, x: UOp) -> str | None:
             f"  call void @llvm.prefetch.p0(ptr {p}, i32 0, i32 {loc}, i32 1)")
   return out
 
-# AVX-512's vscalefps is p * 2**n in one instruction, where exp2's 2**n from the float's bits takes 6 integer ops and a second
+# AVX-512's vscalefps is p * 2**n in one instruction, where exp2's 2**n from the float's bits takes 4 integer ops and a second
 # multiply (decompose.fast_exp2's `scale`): float32 vectors of 4 and 8 lanes (avx512vl) and of 16 or a power-of-two multiple of
 # 16 (avx512f: an elementwise kernel's 32 and 64 lanes are rendered as 16-lane pieces, which LLVM keeps in separate registers)
 SCALEF_ARG = "scalef"
@@ -272,21 +272,32 @@ def pm_exp2_scalef(lanes: frozenset[int], split: bool = False) -> PatternMatcher
 # 1.06 -> 0.93 ms; vmaxps alone, NaNs not kept, 0.88). Same widths as vscalefps.
 MAX_FIXUP_ARG = "max_fixup"
 
-def pm_max_fixup(lanes: frozenset[int]) -> PatternMatcher:
+def pm_max_fixup(lanes: frozenset[int], arg: str = MAX_FIXUP_ARG) -> PatternMatcher:
   return PatternMatcher([(UPat(Ops.MAX, name="x", custom=lambda x: x.dtype.scalar() is dtypes.float32 and x.dtype.count in lanes),
-                          lambda x: UOp(Ops.CUSTOM, x.dtype, x.src, MAX_FIXUP_ARG))], name="max by vmaxps and vfixupimmps")
+                          lambda x: UOp(Ops.CUSTOM, x.dtype, x.src, arg))], name=f"max by vmaxps and {arg}")
+
+# Without AVX-512 the same vmaxps with a NaN first operand blended back, vcmpunordps + vblendvps: three instructions where the
+# compare form took four (one Zen 5 thread, AVX2 code for znver3, medians of 9: softmax 4096x1000, whose row max is 125 vector
+# maxes a row, 1.61 -> 1.56 ms; a row max of 1000x1000 62 -> 46 us). Vectors of 4 and 8 lanes, and multiples of 8 as pieces.
+MAX_BLEND_ARG = "max_blend"
+
+def max_blend_lanes(flags: frozenset[str]) -> frozenset[int]:
+  """The float32 vector widths whose max takes vmaxps + a NaN blend on an x86 CPU with AVX and no AVX-512F."""
+  if "avx" not in flags or "avx512f" in flags or host_machine() == "aarch64": return frozenset()
+  return frozenset({4, 8, 16, 32, 64, 128})
 
 def llvm_rules(flags: frozenset[str], simd: int) -> PatternMatcher:
-  """The LLVM renderer's rules before rendering: exp2 by vscalefps and max by vmaxps + vfixupimmps on AVX-512, then
-  extra_rules' (and the bf16 dot product's where the target has it)."""
+  """The LLVM renderer's rules before rendering: exp2 by vscalefps and max by vmaxps + vfixupimmps on AVX-512 (vmaxps and a NaN
+  blend on AVX), then extra_rules' (and the bf16 dot product's where the target has it)."""
   rules = pm_exp2_scalef(lanes, "avx512dq" in flags) + extra_rules(simd) if (lanes := scalef_lanes(flags)) else extra_rules(simd)
   if lanes: rules = pm_max_fixup(lanes) + rules
+  elif blend := max_blend_lanes(flags): rules = pm_max_fixup(blend, MAX_BLEND_ARG) + rules
   return pm_bf16_dot + rules if bf16_dot(flags) else rules
 
-def _avx512_pieces(ctx: CPULLVMRenderer, x: UOp, call: Callable[[str, str, str, int], list[str]]) -> str:
-  """x = f(src0[, src1]) rendered by `call(out, a, b, lanes)` (its lines; b is "" for one source) on pieces of at most 16 lanes,
-  joined back."""
-  n, w = x.dtype.count, min(x.dtype.count, 16)
+def _vector_pieces(ctx: CPULLVMRenderer, x: UOp, call: Callable[[str, str, str, int], list[str]], piece: int = 16) -> str:
+  """x = f(src0[, src1]) rendered by `call(out, a, b, lanes)` (its lines; b is "" for one source) on pieces of at most `piece`
+  lanes, joined back."""
+  n, w = x.dtype.count, min(x.dtype.count, piece)
   t = ctx.ty(x.dtype)
   if n == w: return "\n  ".join(call(ctx[x], ctx[x.src[0]], ctx[x.src[1]] if len(x.src) > 1 else "", w))
   def lanes(a: int, b: int) -> str: return ", ".join(f"i32 {k}" for k in range(a, b))
@@ -315,7 +326,7 @@ def _llvm_masked(op: str, imm: int | None = None) -> Callable[[CPULLVMRenderer, 
       name, (bt, bv) = f"@llvm.x86.avx512.mask.{op}.ps.{w * 32}", (wt, b) if imm is None else ("i32", str(imm))
       ctx.declares[f"declare {wt} {name}({wt}, {bt}, {wt}, {mask}{', i32' if rnd else ''})"] = None
       return [f"{out} = call {wt} {name}({wt} {a}, {bt} {bv}, {wt} zeroinitializer, {mask} -1{rnd})"]
-    return _avx512_pieces(ctx, x, call)
+    return _vector_pieces(ctx, x, call)
   return render
 
 def _llvm_roundeven(ctx: CPULLVMRenderer, x: UOp) -> str:
@@ -336,7 +347,16 @@ def _llvm_max_fixup(ctx: CPULLVMRenderer, x: UOp) -> str:
     m = ctx.tmp()
     return [f"{m} = call {wt} @llvm.x86.{mx}({wt} {a}, {wt} {b}{rnd})",
             f"{out} = call {wt} {fix}({wt} {m}, {wt} {a}, {it} <{', '.join([f'i32 {_NAN_TO_SRC}'] * w)}>, i32 0, {mask} -1{rnd})"]
-  return _avx512_pieces(ctx, x, call)
+  return _vector_pieces(ctx, x, call)
+
+def _llvm_max_blend(ctx: CPULLVMRenderer, x: UOp) -> str:
+  def call(out: str, a: str, b: str, w: int) -> list[str]:
+    wt, mx = f"<{w} x float>", {8: "avx.max.ps.256", 4: "sse.max.ps"}[w]
+    ctx.declares[f"declare {wt} @llvm.x86.{mx}({wt}, {wt})"] = None
+    m, nan = ctx.tmp(), ctx.tmp()
+    return [f"{m} = call {wt} @llvm.x86.{mx}({wt} {a}, {wt} {b})", f"{nan} = fcmp uno {wt} {a}, zeroinitializer",
+            f"{out} = select <{w} x i1> {nan}, {wt} {a}, {wt} {m}"]
+  return _vector_pieces(ctx, x, call, 8)
 
 class CPULLVMRenderer(HostLLVMRenderer):
   """The same kernel as LLVM IR for llvmlite; the compiler fills in the host triple and data layout."""
@@ -361,7 +381,8 @@ class CPULLVMRenderer(HostLLVMRenderer):
                                    (UPat(Ops.CUSTOM, name="x", arg=SCALEF_ARG), _llvm_masked("scalef")),
                                    (UPat(Ops.CUSTOM, name="x", arg=ROUNDEVEN_ARG), _llvm_roundeven),
                                    (UPat(Ops.CUSTOM, name="x", arg=REDUCE_ARG), _llvm_masked("reduce", 8)),   # 8: no fraction bits kept, ties to even
-                                   (UPat(Ops.CUSTOM, name="x", arg=MAX_FIXUP_ARG), _llvm_max_fixup)]) + llvm_rewrite
+                                   (UPat(Ops.CUSTOM, name="x", arg=MAX_FIXUP_ARG), _llvm_max_fixup),
+                                   (UPat(Ops.CUSTOM, name="x", arg=MAX_BLEND_ARG), _llvm_max_blend)]) + llvm_rewrite
 
   flags = host_flags()   # the CPU features the kernels are rendered for (compiler.arch_flags' names)
 
