@@ -64,6 +64,7 @@ def test_pooled_memory_is_bounded_and_freed_with_the_plan():
 
 def test_results_over_the_shared_bound_are_freed_when_they_die(monkeypatch):
   monkeypatch.setattr(R, "SHARED_POOL_BYTES", 64 << 10)   # two 64 KiB results would pass it: none is pooled
+  R._shared_clear()   # nor is one an earlier test's run left there under the real bound (it would be handed to r)
   dev = Tensor([0.0]).device
   a = Tensor.ones(1 << 14, device=dev).realize()
   for _ in range(3): (a + 1).realize()
