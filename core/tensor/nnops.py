@@ -4,6 +4,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from core.ir.dtype import dtypes
 from core.tensor.validate import check_index_tensor, check_axis
 from core.tensor.reduce import layernorm_uops
+from core.tensor.plans import PLANS, replayable, replayed
 
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
@@ -14,15 +15,34 @@ def _reduction(x: Tensor, reduction: str) -> Tensor:
   if reduction == "mean": return x.mean()
   raise ValueError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
 
-def _causal_row_cuts(L: int, S: int, work: int, keep_whole: bool) -> list[int]:
+# multiply-adds from which a hot eager causal attention (below) splits its rows. Eager calls on 2 Zen 3 threads, A/B in one
+# process, medians of 9 mins of 10, ms whole -> split: 1x4x256x64 (2**25) 1.20 -> 1.41, 1x8x256x64 (2**26) 1.72 -> 1.57,
+# 1x12x256x64 2.49 -> 1.92, 1x12x512x64 9.47 -> 6.69
+REPLAYED_SPLIT_WORK = 2 ** 26
+# eager calls of one signature over realized inputs after which it is hot. The split compiles 13 kernels where the whole
+# takes 3: 1x12x256x64's first call 0.7 -> 2.3-3.0 s with a cold compile cache (0.30 -> 0.88 warm), so a shape used a few
+# times (a generation loop's growing keys: each step a new one) stays whole
+SPLIT_HOT_CALLS = 8
+_calls: dict[tuple, int] = {}   # eager calls per signature, up to SPLIT_HOT_CALLS; all dropped at PLANS signatures
+
+def _hot(sig: tuple) -> bool:
+  """Whether this signature was called SPLIT_HOT_CALLS times before (and count this call)."""
+  if (n := _calls.get(sig, 0)) >= SPLIT_HOT_CALLS: return True
+  if len(_calls) >= PLANS: _calls.clear()   # one step: safe while other threads build
+  _calls[sig] = n + 1
+  return False
+
+def _causal_row_cuts(L: int, S: int, work: int, keep_whole: bool, hot: bool = False) -> list[int]:
   """Where a causal attention's query rows split into blocks: up to 4 blocks of at least 64 rows (a multiple of 16), while the
   keys reach that far. Each block's products skip the keys above the diagonal: 4 blocks do 5/8 of the multiply work in 13
   kernels instead of 3 (1x12x256x64 in a Jit, one Zen 3 thread: 5.1 -> 3.6 ms a replay). Eager, the split's four times the
   tensor ops cost ~3 ms more to build than a 1x12x256x64 saves, so there it waits for `work` (multiply-adds) of 2**30
-  (1x12x1024x64: 62 -> 49 ms). Not for training: the split's backward is four times the kernels (a GPT-2 block's first call
-  5.9 -> 11.6 s) for about no time saved (its step 159 -> 155 ms); keep_whole says a gradient is needed (or a shape is symbolic)."""
+  (1x12x1024x64: 62 -> 49 ms); a `hot` one (a signature of realized inputs, replayed by plans.replayed: it costs only its
+  nodes, ~0.4 ms for 4 blocks on a Zen 3, and realizes as one eager op cache entry) from REPLAYED_SPLIT_WORK. Not
+  for training: the split's backward is four times the kernels (a GPT-2 block's first call 5.9 -> 11.6 s) for about no
+  time saved (its step 159 -> 155 ms); keep_whole says a gradient is needed (or a shape is symbolic)."""
   from core.engine.capture import state
-  if keep_whole or not (state()[1] or work >= 2 ** 30): return [0, L]
+  if keep_whole or not (state()[1] or work >= (REPLAYED_SPLIT_WORK if hot else 2 ** 30)): return [0, L]
   n = max(1, min(4, L // 64, S // 64))
   rows = (-(-L // n) + 15) // 16 * 16
   return sorted({min(L, b * rows) for b in range(n + 1)})
@@ -173,11 +193,20 @@ class NNOpsMixin:
     L, S = self.shape[-2], key.shape[-2]
     static = all(isinstance(d, int) for d in (*self.shape, *key.shape, *value.shape))
     needs_grad = not type(self).no_grad and any(t.requires_grad for t in (self, key, value))
-    cuts = _causal_row_cuts(L, S, math.prod(self.shape[:-1]) * S * (self.shape[-1] + value.shape[-1]) if static else 0, needs_grad or not static)
-    if len(cuts) <= 2: return _attention(self, key, value, None, scale, dropout_p, 0, causal=True)
-    outs = [_attention(self[..., lo:hi, :], key[..., :min(hi, S), :], value[..., :min(hi, S), :], None, scale, dropout_p, lo, causal=True)
-            for lo, hi in zip(cuts, cuts[1:])]
-    return outs[0].cat(*outs[1:], dim=-2)
+    inputs = (self.uop, key.uop, value.uop)
+    # realized inputs (an eager call's, a bench's) replay the graph per signature: no dropout, whose mask is drawn per call
+    replay = static and type(scale) in (int, float) and (dropout_p == 0 or not type(self).training) and replayable(inputs)
+    sig = ("sdpa_causal", self.device, tuple(t.shape for t in (self, key, value)), tuple(t.dtype for t in (self, key, value)),
+           type(scale), scale, type(self).training)
+    cuts = _causal_row_cuts(L, S, math.prod(self.shape[:-1]) * S * (self.shape[-1] + value.shape[-1]) if static else 0,
+                            needs_grad or not static, replay and _hot(sig))
+    def build() -> Tensor:
+      if len(cuts) <= 2: return _attention(self, key, value, None, scale, dropout_p, 0, causal=True)
+      outs = [_attention(self[..., lo:hi, :], key[..., :min(hi, S), :], value[..., :min(hi, S), :], None, scale, dropout_p, lo,
+                         causal=True) for lo, hi in zip(cuts, cuts[1:])]
+      return outs[0].cat(*outs[1:], dim=-2)
+    if not replay: return build()
+    return type(self)._wrap(replayed((*sig, tuple(cuts)), inputs, lambda: build().uop), self, key, value)
 
   def mse_loss(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor: return _reduction((self - Y).square(), reduction)  # type: ignore[misc]
 

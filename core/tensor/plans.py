@@ -23,7 +23,7 @@ def _noted(key: Any, inputs: Sequence[UOp], out: UOp, plan: _Plan) -> UOp:
   if NOTE_PLANS and plan[1] >= len(inputs) + len(plan[2]): facts.of(out).plan = (key, tuple(inputs))
   return out
 
-def _apart(inputs: Sequence[UOp]) -> bool:
+def replayable(inputs: Sequence[UOp]) -> bool:
   """Whether the inputs are buffers (or reshapes of one, as a realized tensor is) of distinct buffers: then no input is a node
   built from another, so each node the builder made from them is rebuilt from the same inputs, whatever their values. (A
   weight that is x.detach() would be the builder's own DETACH of x: a plan recorded then would read the weight for it.)"""
@@ -71,7 +71,7 @@ def replayed(key: Any, inputs: Sequence[UOp], build: Callable[[], UOp]) -> UOp:
   """build()'s node for these inputs: replayed from the plan recorded under `key` (everything besides the inputs that build
   reads: shapes, dtypes, arguments) when the inputs are apart, else built (and recorded). build must make its nodes from
   the inputs and the key alone: no fresh buffers (a replay would share their unique ids) and no symbolic dims (nodes in args)."""
-  if not _apart(inputs): return build()
+  if not replayable(inputs): return build()
   if (plan := _plans.get(key, _UNSEEN)) is _UNSEEN:
     out = build()
     if len(_plans) >= PLANS: _plans.clear()   # one step: safe while other threads build

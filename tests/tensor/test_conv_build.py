@@ -156,7 +156,7 @@ def test_inputs_built_from_each_other_take_no_plan(monkeypatch: pytest.MonkeyPat
     y = x.conv2d(w)
     assert y.uop is _old_build(monkeypatch, lambda: x.conv2d(w)).uop and not plans._plans
     np.testing.assert_allclose(y.numpy(), _np_conv(x.numpy(), x.numpy(), 1, (1, 1), (1, 1), [(0, 0)] * 2), rtol=1e-5, atol=1e-5)
-  assert not plans._apart([x.uop, x.detach().uop]) and not plans._apart([x.uop, x.uop]) and plans._apart([x.uop, _rand((3,), 1).uop])
+  assert not plans.replayable([x.uop, x.detach().uop]) and not plans.replayable([x.uop, x.uop]) and plans.replayable([x.uop, _rand((3,), 1).uop])
 
 def test_plans_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
   monkeypatch.setattr(plans, "PLANS", 3)

@@ -90,3 +90,35 @@ def test_causal_gradients(requires_grad):
     grads = (out * Tensor(g)).sum().gradient(Q, K, V)
     got = [t.numpy() for t in (out, *grads)]
   for a, want in zip(got, np_causal_grads(q, k, v, g)): np.testing.assert_allclose(a, want, rtol=1e-4, atol=1e-5)
+
+def test_hot_eager_calls_over_realized_inputs_split():
+  # realized inputs replay the graph per signature (plans.replayed), cheap enough to split eagerly from REPLAYED_SPLIT_WORK
+  # multiply-adds (1x12x256x64: 2**26.6, where a graph built from other nodes waits for 2**30), once the signature is hot:
+  # SPLIT_HOT_CALLS calls before (the split compiles 13 kernels, not 3)
+  from core.tensor.nnops import REPLAYED_SPLIT_WORK, SPLIT_HOT_CALLS
+  assert _causal_row_cuts(256, 256, REPLAYED_SPLIT_WORK, False, hot=True) == [0, 64, 128, 192, 256]
+  assert _causal_row_cuts(256, 256, REPLAYED_SPLIT_WORK, False, hot=False) == [0, 256]
+  assert _causal_row_cuts(256, 256, REPLAYED_SPLIT_WORK - 1, False, hot=True) == [0, 256]
+  assert _causal_row_cuts(256, 256, 2 ** 31, True, hot=True) == [0, 256]   # a gradient is needed
+  q, k, v = data((1, 12, 256, 64), (1, 12, 256, 64), (1, 12, 256, 64), seed=3)
+  Q, K, V = (Tensor(x).realize() for x in (q, k, v))
+  counts = [len(kernels(Q.scaled_dot_product_attention(K, V, is_causal=True, scale=0.11))) for _ in range(SPLIT_HOT_CALLS + 2)]
+  assert counts == [3] * SPLIT_HOT_CALLS + [13, 13]
+  # an input built from another node is never replayed, nor split below 2**30
+  assert [len(kernels((Q * 1).scaled_dot_product_attention(K, V, is_causal=True, scale=0.12))) for _ in range(SPLIT_HOT_CALLS + 1)] \
+    == [3] * (SPLIT_HOT_CALLS + 1)
+  small = [Tensor(x).realize() for x in data((1, 4, 256, 64), (1, 4, 256, 64), (1, 4, 256, 64))]   # 2**25
+  assert {len(kernels(small[0].scaled_dot_product_attention(*small[1:], is_causal=True))) for _ in range(SPLIT_HOT_CALLS + 1)} == {3}
+
+def test_eager_replays_compute_each_calls_inputs():
+  # each call replays the first call's graph (whole, then split once hot) over its own buffers; the later ones are eager op
+  # cache hits
+  from core.tensor.nnops import SPLIT_HOT_CALLS
+  for seed in range(SPLIT_HOT_CALLS + 3):
+    q, k, v = data((1, 12, 256, 64), (1, 12, 256, 64), (1, 12, 256, 64), seed=10 + seed)
+    out = Tensor(q).realize().scaled_dot_product_attention(Tensor(k).realize(), Tensor(v).realize(), is_causal=True).numpy()
+    np.testing.assert_allclose(out, np_causal(q, k, v)[0] @ v, rtol=1e-4, atol=1e-5)
+  q, k, v = data((1, 12, 256, 64), (1, 12, 256, 64), (1, 12, 256, 64), seed=40)
+  Q, K, V = (Tensor(x).realize() for x in (q, k, v))
+  out = Q.scaled_dot_product_attention(K, V, is_causal=True, scale=0.2).numpy()   # another scale: another plan
+  np.testing.assert_allclose(out, np_causal(q, k, v, 0.2)[0] @ v, rtol=1e-4, atol=1e-5)
