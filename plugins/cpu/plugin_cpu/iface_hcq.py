@@ -96,6 +96,7 @@ class CPUQueue:
 
 # a wait first tries this long without reading fault reports (the usual case: the host runs the packets itself, microseconds)
 FAST_SLICE_NS = 2_000_000
+FAST_SLICE_S = FAST_SLICE_NS / 1e9
 _FAST_SLICE = ctypes.c_int64(FAST_SLICE_NS)
 
 def _untyped(name: str) -> Any:
@@ -132,6 +133,7 @@ class CPUHCQ(HCQDevice):
     self._uops: dict[Any, UOp] = {}                                   # placeholder tag -> the real BUFFER uop of a queue buffer
     self._owned: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()  # every real BUFFER uop this object made
     self._fault_mark = -1   # the process-wide fault count when wait_signal last found nothing unreported (-1: never looked)
+    self._mark_arg: ctypes.c_uint64 | None = None   # _fault_mark as the native calls' argument, made once per change (None: -1)
     self._running = False   # every queue's worker is started (until close() or a fork)
     self._signal_ptrs: dict[int, tuple[Any, ctypes.c_void_p]] = {}   # id(signal memory) -> (it, its address as a pointer)
     _live.add(self)
@@ -207,7 +209,17 @@ class CPUHCQ(HCQDevice):
     queue blocked in a WAIT gives it up and a kernel still running is stopped, so the device keeps running later submits.
     The deadline holds also while this thread runs the kernel itself (host draining): the queue's worker stops it then.
     Ctrl-C during the wait stops the running kernels too (their reports are consumed) and raises KeyboardInterrupt."""
-    try: self._wait_signal(signal_buf, value, timeout_s)
+    try:
+      # the fast path of every submit (_wait_signal's first step) without its frame and setup: the queues run, the signal's pointer
+      # is made, no fault since the last look, and the signal arrives within a short slice
+      if self._running and (mark := self._mark_arg) is not None and timeout_s is not None and timeout_s >= FAST_SLICE_S:
+        try: h = signal_buf._buf
+        except AttributeError: h = None
+        if (ptr := self._signal_ptrs.get(id(h))) is not None and ptr[0] is h:
+          if _wait_clean()(ptr[1], ctypes.c_uint64(value), _FAST_SLICE, mark, ctypes.c_int64(time.monotonic_ns() + int(timeout_s * 1e9))) == 0: return
+          self._wait_signal(signal_buf, value, timeout_s, fast=False)   # a fault, or not there yet: the general wait, without this try
+          return
+      self._wait_signal(signal_buf, value, timeout_s)
     except KeyboardInterrupt:
       self._stop_kernels(timeout=False)
       raise
@@ -221,7 +233,7 @@ class CPUHCQ(HCQDevice):
       while q.fault()[0] == n and time.monotonic() < until: time.sleep(0.001)
     self._unreported("read")
 
-  def _wait_signal(self, signal_buf: Buffer, value: int, timeout_s: float | None) -> None:
+  def _wait_signal(self, signal_buf: Buffer, value: int, timeout_s: float | None, fast: bool = True) -> None:
     if not self._running:   # a signal may be written by any queue: make sure they all run
       for name in self.queues: self.queue(name)
       self._running = True
@@ -238,17 +250,17 @@ class CPUHCQ(HCQDevice):
     timeout_s = hcq_timeout() if timeout_s is None else timeout_s
     # when the wait gives up, as CLOCK_MONOTONIC ns (time.monotonic's clock): a kernel this thread runs itself is stopped then
     deadline_ns = time.monotonic_ns() + (timeout_ns := int(timeout_s * 1e9))
-    if self._fault_mark >= 0:
+    if fast and (mark := self._mark_arg) is not None:
       # called without argtypes, its arguments ctypes objects: ~0.2 us less than the conversion through argtypes
       fast_ns = _FAST_SLICE if timeout_ns >= FAST_SLICE_NS else ctypes.c_int64(max(0, timeout_ns))
-      if _wait_clean()(ptr[1], ctypes.c_uint64(value), fast_ns, ctypes.c_uint64(self._fault_mark), ctypes.c_int64(deadline_ns)) == 0: return
+      if _wait_clean()(ptr[1], ctypes.c_uint64(value), fast_ns, mark, ctypes.c_int64(deadline_ns)) == 0: return
     lib, addr = native(), ptr[1].value or 0
     deadline = deadline_ns / 1e9
     while True:
       # short slices: ctypes drops the GIL during the call, and Ctrl-C is handled between slices
       snapshot = lib.cmdproc_faults()   # read before the reports are checked: a fault recorded after it ends the wait
       if (faults := self._unreported()): self._raise_faults(faults)
-      self._fault_mark = snapshot       # every fault up to the snapshot is now reported
+      self._set_mark(snapshot)          # every fault up to the snapshot is now reported
       left = deadline - time.monotonic()
       ret = lib.cmdproc_wait_signal(addr, value, int(max(0.0, min(left, 0.1)) * 1e9), snapshot, deadline_ns) if left > 0 else 1
       if ret == 0:
@@ -272,10 +284,13 @@ class CPUHCQ(HCQDevice):
                    f"{seen}. Queues: " + "; ".join(states) + (f". Gave up the WAIT of {', '.join(q.name for q in blocked)}" if blocked else ""),
                    device=self.device, queue=blocked[0].name if blocked else None, seen=seen, expected=value)
 
+  def _set_mark(self, snapshot: int) -> None:
+    self._fault_mark, self._mark_arg = snapshot, ctypes.c_uint64(snapshot)
+
   def synchronize(self, timeout_s: float | None = None) -> None:
     """Waits until every started queue has run everything its doorbell announced."""
     # the usual case in one native call: nothing pending anywhere and no fault since the last look (an eager op waited already)
-    if self._fault_mark >= 0 and _idle_clean()(ctypes.c_uint64(self._fault_mark)): return
+    if (mark := self._mark_arg) is not None and _idle_clean()(mark): return
     lib = native()
     queues = [q for q in self._queues.values() if q.handle]
     # one native call when nothing is pending on any queue of the process (an eager op's result was waited for already)
@@ -292,7 +307,7 @@ class CPUHCQ(HCQDevice):
     snapshot = lib.cmdproc_faults()
     if snapshot != self._fault_mark:
       faults = self._unreported()
-      self._fault_mark = snapshot
+      self._set_mark(snapshot)
       if faults: self._raise_faults(faults)
 
   def close(self) -> None:

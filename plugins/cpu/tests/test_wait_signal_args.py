@@ -1,6 +1,6 @@
 """CPUHCQ.wait_signal's fast path (its signal pointer made once per signal memory, cmdproc_wait_clean called with ctypes
 objects): 64-bit values, signals not allocated yet, new signal memory on every wait, and a signal whose memory was freed."""
-import gc
+import gc, struct, threading
 import numpy as np
 import pytest
 from core.device.buffer import Buffer
@@ -65,3 +65,45 @@ def test_a_wait_on_memory_that_replaced_a_freed_signal(dev):
   submit(q, CQ.enc_signal(H.buffer_addr(second), 4))
   dev.wait_signal(second, 4, 5)
   assert second.numpy()[0] == 4
+
+def test_a_fault_after_fast_waits_is_raised_once_and_the_fast_path_resumes(dev):
+  # the fast path (wait_signal's own, on a signal it has waited on before) must not return for a fault recorded since the last
+  # look: it falls through to the general wait, which raises it; the wait after that is fast again
+  q, sig = dev.queue("COMPUTE:0"), signal()
+  for v in (1, 2):
+    submit(q, CQ.enc_signal(H.buffer_addr(sig), v))
+    dev.wait_signal(sig, v, 5)
+  mark = dev._fault_mark
+  submit(q, struct.pack("<II", 99 | 2 << 16, 0) + CQ.enc_signal(H.buffer_addr(sig), 3))
+  with pytest.raises(HCQError, match="unknown opcode"): dev.wait_signal(sig, 3, 5)
+  submit(q, CQ.enc_signal(H.buffer_addr(sig), 4))
+  dev.wait_signal(sig, 4, 5)   # the general wait once (the fault is newer than the mark), which moves the mark past it
+  assert dev._fault_mark > mark and dev._mark_arg is not None and dev._mark_arg.value == dev._fault_mark
+  submit(q, CQ.enc_signal(H.buffer_addr(sig), 5))
+  dev.wait_signal(sig, 5, 5)
+  dev.synchronize(5)
+  assert sig.numpy()[0] == 5 and "unknown opcode" in dev.error() and dev.error() is None
+
+def test_a_signal_that_arrives_after_the_fast_slice_is_waited_for(dev):
+  # the fast path's slice (FAST_SLICE_NS) runs out before the signal arrives: the general wait takes over and sees it
+  q, sig = dev.queue("COMPUTE:0"), signal()
+  submit(q, CQ.enc_signal(H.buffer_addr(sig), 1))
+  dev.wait_signal(sig, 1, 5)
+  late = threading.Timer(10 * H.FAST_SLICE_NS / 1e9, lambda: submit(q, CQ.enc_signal(H.buffer_addr(sig), 2)))
+  late.start()
+  dev.wait_signal(sig, 2, 5)
+  late.join()
+  assert sig.numpy()[0] == 2 and dev.error() is None
+
+def test_a_wait_after_close_starts_the_queues_again(dev):
+  q, sig = dev.queue("COMPUTE:0"), signal()
+  submit(q, CQ.enc_signal(H.buffer_addr(sig), 1))
+  dev.wait_signal(sig, 1, 5)
+  dev.close()
+  assert not q.handle
+  dev.wait_signal(sig, 1, 5)   # reached already: the wait starts the queues all the same, where the fast path would not
+  assert q.handle
+  submit(q, CQ.enc_signal(H.buffer_addr(sig), 2))
+  dev.wait_signal(sig, 2, 5)
+  assert sig.numpy()[0] == 2 and dev.error() is None
+  with pytest.raises(HCQError, match="timed out"): dev.wait_signal(sig, 3, 0.05)   # a short timeout: the general wait's deadline
