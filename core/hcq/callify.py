@@ -128,9 +128,12 @@ def build_submit_program(linear: UOp, ctx: HCQState) -> tuple[list[UOp], list[UO
 class SubmitProgram:
   """The loaded submit program: called with the host addresses of its parameters (`bind` fixes them once, as every run passes
   the same ones)."""
-  def __init__(self, fn: Callable[..., None]): self.fn = fn
+  def __init__(self, fn: Callable[..., None], untyped: Callable[..., None]):
+    # untyped: the same function without argtypes, for bind: its c_void_p arguments pass as the pointers they are, where
+    # argtypes converted each one on every call (an eager op's submit: ~2.4k of its ~94k instructions)
+    self.fn, self.untyped = fn, untyped
   def __call__(self, *args: int) -> None: self.fn(*args)
-  def bind(self, *args: int) -> Callable[[], None]: return functools.partial(self.fn, *[ctypes.c_void_p(a) for a in args])
+  def bind(self, *args: int) -> Callable[[], None]: return functools.partial(self.untyped, *[ctypes.c_void_p(a) for a in args])
 
 def compile_submit_program(uops: list[UOp]) -> tuple[str, bytes, SubmitProgram]:
   """(source, binary, loaded program) of the submit program: host LLVM IR, compiled and loaded in process by core
@@ -140,7 +143,7 @@ def compile_submit_program(uops: list[UOp]) -> tuple[str, bytes, SubmitProgram]:
   src = HostLLVMRenderer().render("hcq_submit", uops)
   nparams = sum(1 for u in uops if u.op is Ops.PARAM)
   lib = host_library(src)
-  return src, lib.obj, SubmitProgram(lib.function("hcq_submit", None, *[ctypes.c_void_p] * nparams))
+  return src, lib.obj, SubmitProgram(lib.function("hcq_submit", None, *[ctypes.c_void_p] * nparams), lib.function("hcq_submit", None))
 
 def param_address(buf: UOp, ctx: HCQState) -> int:
   """Host address of a submit-program parameter: a host timeline value, or a (host-visible) device buffer."""
