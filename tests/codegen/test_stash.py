@@ -5,7 +5,7 @@ import copy
 import numpy as np
 import pytest
 from core import Tensor, Device
-from core.ir.ops import Ops, UOp
+from core.ir.ops import AxisType, Ops, UOp
 from core.schedule.kernelize import create_schedule
 from core.codegen.program import get_program, program_uops
 from core.codegen.stash import STASH_ARG
@@ -13,6 +13,9 @@ from core.codegen.stash import STASH_ARG
 def _lowered(t: Tensor) -> list:
   (item,) = [it for it in create_schedule([t.uop])[0] if it.ast.op is Ops.SINK]
   return list(program_uops(get_program(item.ast, Device[Device.DEFAULT].renderer)))
+
+def _reduce_loops(uops: list) -> int:
+  return sum(1 for u in uops if u.op is Ops.RANGE and u.arg[-1] is AxisType.REDUCE)
 
 def np_softmax(x: np.ndarray) -> np.ndarray:
   e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
@@ -24,7 +27,9 @@ def test_softmax_stores_exp_once_and_matches_numpy(shape):
   t = Tensor(x).softmax(-1)
   uops = _lowered(t)
   stashes = [u for u in uops if u.op is Ops.STORE and u.arg == STASH_ARG]
-  assert len(stashes) == 1, "softmax's exp should be stored in the reduction loop"
+  # a row the optimizer holds in registers (7 columns padded to one 8-lane vector) has no reduction loop: its exps are the very
+  # nodes the output reads, computed once with nothing to stash
+  assert len(stashes) == (1 if _reduce_loops(uops) else 0), "softmax's exp should be stored in the reduction loop"
   np.testing.assert_allclose(t.numpy(), np_softmax(x), rtol=1e-5, atol=1e-7)
 
 def test_softmax_with_special_values():
@@ -90,7 +95,7 @@ def test_softmax_stashes_in_a_scratch_row_that_fits(shape):
   t = Tensor(np.zeros(shape, np.float32)).realize().softmax(-1)
   for budget, where in ((1 << 20, Ops.DEFINE_REG), (shape[1] * 4 - 1, Ops.PARAM), (0, Ops.PARAM)):
     to, got = _stash_and_run(t, x, budget)
-    assert to is where, (budget, to)
+    assert to is (where if _reduce_loops(_lowered(t)) else Ops.NOOP), (budget, to)   # a row in registers: no stash (above)
     np.testing.assert_allclose(got, np_softmax(x), rtol=1e-5, atol=1e-7)
 
 @pytest.mark.parametrize("shape", [(64, 1000), (16, 1001), (5, 7)])

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from core import Tensor
 from core.ir.dtype import dtypes
-from core.ir.ops import UOp, Ops
+from core.ir.ops import AxisType, UOp, Ops
 from core.ir.pattern import graph_rewrite
 from core.schedule.kernelize import create_schedule
 from core.codegen.program import get_program, program_source, program_uops
@@ -227,10 +227,14 @@ def test_streamed_softmax_matches_numpy(ren, shape):
   items, _, _ = create_schedule([Tensor(np.zeros(shape, np.float32)).realize().softmax(-1).uop])
   (ast,) = [it.ast for it in items if it.ast.op is Ops.SINK]
   prog = get_program(ast, _streamed_renderer(ren, 1, 8 << 10))
-  stash = next(u for u in program_uops(prog) if u.op is Ops.STORE and u.arg == STASH_ARG)
-  to = stash.src[0].src[0]
-  while to.op is Ops.AFTER: to = to.src[0]
-  assert to.op is (Ops.DEFINE_REG if shape[1] <= 1024 else Ops.PARAM)
+  uops = list(program_uops(prog))
+  # a row held in registers (7 columns padded to one 8-lane vector on AVX2) has no reduction loop and nothing to stash
+  if any(u.op is Ops.RANGE and u.arg[-1] is AxisType.REDUCE for u in uops):
+    stash = next(u for u in uops if u.op is Ops.STORE and u.arg == STASH_ARG)
+    to = stash.src[0].src[0]
+    while to.op is Ops.AFTER: to = to.src[0]
+    assert to.op is (Ops.DEFINE_REG if shape[1] <= 1024 else Ops.PARAM)
+  else: assert shape[1] < 8 and not any(u.op is Ops.STORE and u.arg == STASH_ARG for u in uops)
   if shape[1] in (1000, 1024): assert MARKS[ren][0] in program_source(prog)
   out, inp = Buffer("CPU", x.size, dtypes.float32).allocate(), Buffer("CPU", x.size, dtypes.float32).allocate()
   inp.copyin(memoryview(x))
