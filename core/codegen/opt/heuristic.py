@@ -364,8 +364,11 @@ def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp
   if n_out % lanes == 0 and strided < 2 and red_len < CHANNEL_GATHER_RED * lanes and \
      any(contig_out in ld.toposort() for ld in loads if ld not in red_loads): return None
   win = prod(range_size(r) or 1 for r in windows)
+  # registers: the accumulators, a weight vector per kernel column unrolled (each broadcast input serves its neighbours'
+  # columns: j * win of them live) and the broadcast. Counting one weight vector, AVX2 took 14 accumulators and spilled; one
+  # Zen 3 thread, A/B in one process: 3x3 8x128x28x28 28.4 -> 24.5 ms with 7, 8x256x14x14 31.7 -> 27.5, 8x512x7x7 27.1 -> 25.2
   def fits(j: int, rows: int) -> bool:
-    return (nc // lanes) % j == 0 and j * rows + j + 1 <= regs and lanes * j * rows * win <= MAX_REGISTER_ELEMS and \
+    return (nc // lanes) % j == 0 and j * rows + j * win + 1 <= regs and lanes * j * rows * win <= MAX_REGISTER_ELEMS and \
       j * lanes * red_len * item <= PACK_MAX_BYTES
   tiles = [(j * rows, j, rows) for j in (4, 2, 1) for rows in range(3, n_out + 1) if n_out % rows == 0 and rows & (rows - 1) and fits(j, rows)]
   pixels = contig_out
@@ -390,7 +393,7 @@ def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp
     k = k.apply(Opt(OptOps.UPCAST, _pos(k, chan), lanes))
     if j > 1: k = k.apply(Opt(OptOps.UPCAST, _pos(k, _same(k, chan)), j))   # j vectors: the expander's lanes are one register
     k = k.apply(Opt(OptOps.UPCAST, _pos(k, _same(k, pixels)), rows))
-    if j * rows < MM_MIN_ACC and 2 * j * rows + j + 1 <= regs and 2 * lanes * j * rows * win <= MAX_REGISTER_ELEMS and strided < 2:
+    if j * rows < MM_MIN_ACC and 2 * j * rows + j * win + 1 <= regs and 2 * lanes * j * rows * win <= MAX_REGISTER_ELEMS and strided < 2:
       # too few accumulators (at 512 input channels only one vector's panel fits): two images or output rows, which the
       # weight vectors are reused across (8x512x7x7, one thread: 15.1 -> 13.2 ms); not at a stride: a kernel row of 7 pixels
       # then reads 15 inputs, not 9, whose broadcasts beside 14 accumulators spill (8x256x14x14 -> 512 3x3/2, one Zen 3
