@@ -490,37 +490,76 @@ def run(rows: list[str] | None = None, quick: bool = False, repeat: int = 10, bu
   print(f"at the end: {load_note()}", file=out)
   return results
 
+def _measure_ours(lib: Any, row: Row, size: dict[str, Any], repeat: int, budget_s: float, stat: str) -> Cell:
+  """One cell of ours on `row`, data made and checked afresh, started once the process's other threads are quiet."""
+  data = row.data(size, np.random.default_rng(0))
+  case = getattr(lib, row.op or row.key)(data)
+  suite_libs.settle(lib.park)
+  cell, off = measure(case, row, row.reference(data), size, repeat, budget_s, stat)
+  if off: raise RuntimeError(f"{row.key}: ours is WRONG: {off}")
+  return cell
+
+def serve(quick: bool, repeat: int, budget_s: float, stat: str, inp: TextIO, out: TextIO) -> None:
+  """thread_scaling's child: for each row key read from `inp`, one cell of ours, written back as 'value KEY FIGURE'."""
+  lib = LOADERS["ours"]()
+  by_key = {r.key: r for r in ROWS}
+  for line in inp:
+    row = by_key[line.strip()]
+    try: print(f"value {row.key} {_measure_ours(lib, row, row.sizes[1 if quick else 0], repeat, budget_s, stat).value}", file=out, flush=True)
+    except Exception as e: print(f"error {row.key} {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", file=out, flush=True)
+
 def thread_scaling(results: list[Result], quick: bool, repeat: int, budget_s: float, stat: str, out: TextIO,
                    machine: machine_bench.Machine | None = None, rounds: int = 1, isa: str = "native") -> dict[str, float]:
-  """Issue 23.9: our throughput rows again on one thread, beside the figures on every core the process may use, and the
-  machine's own 1-thread to all-thread ratio (FMA peak for GFLOP/s rows, the bandwidth of the row's access pattern for GB/s
-  rows). The one-thread run is a child process with CPU_THREADS=1: the thread pool and the optimizer read it when they load.
-  Returns the 1-thread figures."""
+  """Issue 23.9: our throughput rows on one thread beside every core the process may use, and the machine's own 1-thread
+  to all-thread ratio (FMA peak for GFLOP/s rows, the bandwidth of the row's access pattern for GB/s rows). The one-thread
+  cells run in a child process with CPU_THREADS=1 (the thread pool and the optimizer read it when they load), and each is
+  paired with an all-core cell measured here just before it: a host whose speed drifts between spells (seen on shared VMs)
+  then moves both figures of a pair alike, where a whole one-thread run later would not. Each figure is the median of its
+  `rounds`, the speedup the median of the pairs' ratios. Returns the 1-thread figures."""
   rows = [r for r in results if r.row.higher_better and (c := r.cells.get("ours")) is not None and c.value]
   cores = machine_bench.cores()
   if not rows or cores < 2:
     print(f"thread scaling: {'one core: nothing to compare' if cores < 2 else 'no throughput rows of ours ran'}", file=out)
     return {}
-  cmd = [sys.executable, os.path.abspath(__file__), "--rows", ",".join(r.row.key for r in rows), "--peers", "", "--no-machine",
-         "--repeat", str(repeat), "--budget", str(budget_s), "--stat", stat, "--rounds", str(rounds), "--isa", isa, "--values"] + (["--quick"] if quick else [])
-  res = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, CPU_THREADS="1"), timeout=3600)
-  one = {k: float(v) for ln in res.stdout.splitlines() if ln.startswith("value ") for k, v in [ln.split()[1:3]]}
-  print(f"\nthread scaling: ours on 1 thread (CPU_THREADS=1) and on all {cores} cores", file=out)
+  cmd = [sys.executable, os.path.abspath(__file__), "--repeat", str(repeat), "--budget", str(budget_s), "--stat", stat, "--isa", isa,
+         "--serve"] + (["--quick"] if quick else [])
+  lib = LOADERS["ours"]()
+  pairs: dict[str, list[tuple[float, float]]] = {r.row.key: [] for r in rows}
+  failed: list[str] = []
+  with subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                        env=dict(os.environ, CPU_THREADS="1")) as child:
+    assert child.stdin is not None and child.stdout is not None
+    for _ in range(rounds):
+      for r in rows:
+        all_ = _measure_ours(lib, r.row, r.size, repeat, budget_s, stat).value
+        lib.park()   # our pool asleep while the child times its cell
+        child.stdin.write(r.row.key + "\n")
+        child.stdin.flush()
+        reply = child.stdout.readline().split(maxsplit=2)
+        if len(reply) == 3 and reply[0] == "value" and all_: pairs[r.row.key].append((float(reply[2]), all_))
+        else: failed.append(f"{r.row.key}: {' '.join(reply) or 'no reply'}")
+    child.stdin.close()
+    err = child.stderr.read() if child.stderr is not None else ""
+  one = {k: statistics.median(o for o, _ in ps) for k, ps in pairs.items() if ps}
+  print(f"\nthread scaling: ours on 1 thread (CPU_THREADS=1) and on all {cores} cores, each 1-thread cell right after an all-core "
+        "one" + (f"; medians of {rounds} rounds, the speedup the median of the pairs' ratios [their min-max]" if rounds > 1 else ""), file=out)
   head = ["row", "unit", "1 thread", f"{cores} threads", "speedup", "machine's"]
   lines = []
   for r in rows:
-    all_, one_v = r.cells["ours"].value, one.get(r.row.key)
+    ps = pairs[r.row.key]
+    ratios = [a / o for o, a in ps if o]
     # the machine's own scaling for the row's kind of work: FMA peak, or the bandwidth of its access pattern (copy if unnamed)
     kind = r.row.bw or (r.row.ref if r.row.ref in BANDWIDTHS else "copy")
     mach = None if machine is None else (machine.peak_all / machine.peak_1 if r.row.unit == "GFLOP/s" else
                                          machine.bandwidth(kind) / getattr(machine, f"{kind}_1"))
-    lines.append([r.row.key, r.row.unit, "err" if one_v is None else _fmt(one_v), _fmt(all_ or 0),
-                  "-" if not one_v or not all_ else f"{all_ / one_v:.2f}x", "-" if mach is None else f"{mach:.2f}x"])
+    speed = "-" if not ratios else f"{statistics.median(ratios):.2f}x" + (f" [{min(ratios):.2f}-{max(ratios):.2f}]" if len(ratios) > 1 else "")
+    lines.append([r.row.key, r.row.unit, _fmt(one[r.row.key]) if ps else "err", _fmt(statistics.median(a for _, a in ps)) if ps else "err",
+                  speed, "-" if mach is None else f"{mach:.2f}x"])
   widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
   for i, line in enumerate([head, *lines]):
     print("  ".join(str(x).ljust(w) if j < 2 else str(x).rjust(w) for j, (x, w) in enumerate(zip(line, widths))), file=out)
     if i == 0: print("  ".join("-" * w for w in widths), file=out)
-  if res.returncode != 0 or len(one) < len(rows): print(f"thread scaling: the 1-thread run failed: {res.stderr.strip()[-500:]}", file=out)
+  if failed or child.returncode != 0: print(f"thread scaling: the 1-thread run failed: {'; '.join(failed)} {err.strip()[-500:]}", file=out)
   return one
 
 def main(argv: list[str] | None = None) -> int:
@@ -538,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
                  "their best on this CPU; avx2: all held to AVX2 on it (ours renders for znver3, the peers by their own switches, the "
                  "machine's loops in 8-lane vectors): the code an AVX2 host runs, on this host's caches, clocks and memory")
   p.add_argument("--threads", action="store_true", help="also run our throughput rows on one thread: a 1 vs all-core scaling table")
-  p.add_argument("--values", action="store_true", help=argparse.SUPPRESS)   # the 1-thread child's figures, one per line
+  p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)   # thread_scaling's 1-thread child: rows from stdin
   p.add_argument("--inject-wrong", default="", help="rows whose result of ours is perturbed, to see the check catch it (testing)")
   a = p.parse_args(argv)
   rows = None
@@ -554,11 +593,11 @@ def main(argv: list[str] | None = None) -> int:
     try: env = isa_env(a.isa, os.environ)
     except ValueError as e: p.error(str(e))
     return subprocess.run([sys.executable, os.path.abspath(__file__), *(sys.argv[1:] if argv is None else argv)], env=env).returncode
+  if a.serve:
+    serve(a.quick, a.repeat, a.budget, a.stat, sys.stdin, sys.stdout)
+    return 0
   results = run(rows, a.quick, a.repeat, a.budget, a.stat, peers, {r for r in a.inject_wrong.split(",") if r}, measure_machine=not a.no_machine,
                 rounds=a.rounds, isa=a.isa)
-  if a.values:
-    for r in results:
-      if (v := r.cells["ours"].value) is not None: print(f"value {r.row.key} {v}")
   if a.threads: thread_scaling(results, a.quick, a.repeat, a.budget, a.stat, sys.stdout, results[0].machine if results else None, a.rounds,
                                 a.isa)
   # a wrong or failing result of ours is an error exit (missing peers never are)

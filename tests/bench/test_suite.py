@@ -1,7 +1,7 @@
 """bench/suite.py in --quick mode on the default device: every row is printed, the check catches a wrong result, and a
 missing peer is reported, not raised. Peers are limited to numpy (torch/tinygrad, when installed, are never needed)."""
 from __future__ import annotations
-import io, math, os, sys
+import io, math, os, re, sys
 import pytest
 from bench_scripts import load_bench
 
@@ -25,13 +25,11 @@ def test_peers_run_their_best_blas(suite):
 
 def _table_rows(text: str) -> dict[str, list[str]]:
   """The table's lines by row key (first column), split on runs of 2+ spaces."""
-  import re
   lines = text.splitlines()
   start = next(i for i, l in enumerate(lines) if l.startswith("row "))
   return {(cols := re.split(r"\s{2,}", l.strip()))[0]: cols for l in lines[start + 2:] if l and not l.startswith(" ") and ":" not in l}
 
 def test_quick_every_row(suite):
-  import re
   out = io.StringIO()
   results = suite.run(quick=True, repeat=1, budget_s=0.0, peers=["numpy"], out=out)
   text = out.getvalue()
@@ -164,6 +162,30 @@ def test_thread_scaling_table(suite, capsys):
   for key, cols in rows.items():
     assert float(cols[2]) > 0 and float(cols[3]) > 0, (key, text)
     assert float(cols[4].rstrip("x")) == pytest.approx(float(cols[3]) / float(cols[2]), rel=0.02, abs=0.01), (key, text)
+
+def test_thread_scaling_pairs_each_one_thread_cell_with_an_all_core_one(suite, capsys, monkeypatch):
+  # with rounds, each 1-thread cell follows an all-core cell of the same row (a pair per round): the figures are the medians
+  # of their rounds and the speedup the median of the pairs' ratios, printed with their range
+  if len(os.sched_getaffinity(0)) < 2: pytest.skip("one core: no scaling table")
+  seen: list[str] = []
+  real = suite._measure_ours
+  monkeypatch.setattr(suite, "_measure_ours", lambda lib, row, *a: seen.append(row.key) or real(lib, row, *a))
+  assert suite.main(["--quick", "--rows", "sum", "--repeat", "1", "--budget", "0", "--peers", "", "--no-machine", "--threads", "--rounds", "3"]) == 0
+  assert seen == ["sum"] * 3   # the parent's all-core cells: one per round (the 1-thread ones are the child's)
+  text = capsys.readouterr().out
+  line = next(l for l in text[text.index("thread scaling:"):].splitlines() if l.startswith("sum "))
+  m = re.fullmatch(r"sum\s+GB/s\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)x \[([\d.]+)-([\d.]+)\]\s+-", line.strip())
+  assert m, line
+  speed, lo, hi = (float(m.group(i)) for i in (3, 4, 5))
+  assert 0 < lo <= speed <= hi, line
+
+def test_serve_answers_one_cell_per_row_key(suite):
+  # the 1-thread child's protocol: a row key per line in, 'value KEY FIGURE' out (or 'error KEY why'), in order
+  out = io.StringIO()
+  suite.serve(True, 1, 0.0, "min", io.StringIO("sum\nmul_add\n"), out)
+  lines = out.getvalue().splitlines()
+  assert [l.split()[:2] for l in lines] == [["value", "sum"], ["value", "mul_add"]], lines
+  assert all(float(l.split()[2]) > 0 for l in lines), lines
 
 def test_bf16_row_without_the_instruction(suite, monkeypatch):
   # on a CPU without AVX512_BF16 the row is n/a for ours, and says why

@@ -122,8 +122,10 @@ def test_depthwise_conv_holds_whole_rows(simd_bytes, hw, stride, masked):
   assert not k.of_type(AxisType.REDUCE) and len(k.of_type(AxisType.UNROLL)) == 2, k.applied
   # the accumulators fit the renderer's vector registers with a load and a weight beside them
   assert prod(range_size(a) or 1 for a in k.axes if a.arg[1] is AxisType.UPCAST) // lanes + 2 <= rnd.simd_regs, k.applied
-  # values where the host has these vectors: 64-byte code built for an AVX2 Zen 3 faulted at the end of its input (stride 2,
-  # masked: SIGSEGV 4 bytes before a 2 MiB boundary), which no renderer of that host emits (its vectors are 32 bytes)
+  # values where the host has these vectors: 64-byte code built for an AVX2 host splits each 16-lane masked load in two, and
+  # LLVM folds a half whose odd lanes are on (stride 2) into a plain 32-byte load under a vshufps, which also reads its
+  # masked-off first lane: 4 bytes before the input, a fault where the input starts a mapping. No renderer of such a host
+  # emits 16 lanes; its 8-lane code keeps vmaskmovps for every masked load
   if simd_bytes > Device[Device.DEFAULT].renderer.simd_width: return
   got, _ = run_ast(items[0], k.ast, rnd)
   want = _conv_ref(x, w, stride, 1, 32)
