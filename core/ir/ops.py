@@ -558,3 +558,18 @@ def sym_val(x: sint) -> int:
 # UOpMeta.__call__ sets a new node's slots through these (bound once: the descriptors are looked up on every attribute set otherwise)
 _new_uop = object.__new__
 _set_op, _set_dtype, _set_src, _set_arg, _set_tag, _set_key = (UOp.__dict__[k].__set__ for k in ("op", "dtype", "src", "arg", "tag", "_key"))
+
+def rebuild(nodes: list[UOp], steps: Sequence[tuple[Ops, DType, tuple[int, ...], Any, Any, Any]]) -> None:
+  """Appends to `nodes` one node per step (op, dtype, source indices into nodes, arg, arg's hash key as UOpMeta makes it, tag): the
+  nodes UOpMeta would make, for a replay of recorded steps (core/tensor/plans.py) without a call or an arg key per node. A new
+  node is stored first and an equal live one found by the same setdefault (one hash of its key, not two)."""
+  add, setdefault, ref_of = nodes.append, _ucache.setdefault, weakref.ref
+  for op, dtype, srcs, arg, arg_key, tag in steps:
+    src = (nodes[srcs[0]],) if len(srcs) == 1 else (nodes[srcs[0]], nodes[srcs[1]]) if len(srcs) == 2 else tuple([nodes[i] for i in srcs])
+    key = (op, dtype, src, arg_key, tag)
+    ret = _new_uop(UOp)
+    _set_op(ret, op); _set_dtype(ret, dtype); _set_src(ret, src); _set_arg(ret, arg); _set_tag(ret, tag); _set_key(ret, key)  # noqa: E702
+    if (old := setdefault(key, ref := ref_of(ret))) is not ref:
+      if (first := old()) is not None: ret = first   # the equal live node (ours dies unstored: its __del__ leaves the entry)
+      else: _ucache[key] = ref
+    add(ret)

@@ -2,13 +2,14 @@
 input nodes, then rebuilt for the next inputs of the same signature without the builder's shape algebra and checks."""
 from __future__ import annotations
 from typing import Any, Callable, Sequence
-from core.ir.ops import Ops, UOp
+from core.ir.ops import Ops, UOp, rebuild
 from core.engine.state import facts
 
 # at most this many plans (a few small tuples each and the constant nodes they make), all dropped when full
 PLANS = 512
-# the steps, the output's index, the nodes made from no input (constants, their device and broadcasts: kept, not remade)
-_Plan = tuple[tuple[tuple[Ops, Any, tuple[int, ...], Any, Any], ...], int, tuple[UOp, ...]]
+# the steps (op, dtype, sources, arg, arg's hash key, tag), the output's index, the nodes made from no input (constants, their
+# device and broadcasts: kept, not remade)
+_Plan = tuple[tuple[tuple[Ops, Any, tuple[int, ...], Any, Any, Any], ...], int, tuple[UOp, ...]]
 _plans: dict[Any, _Plan | None] = {}   # None: the builder's graph can't be replayed, always built
 
 _NAMES_DATA = frozenset({Ops.BUFFER, Ops.UNIQUE})
@@ -58,11 +59,11 @@ def _record(out: UOp, inputs: Sequence[UOp]) -> _Plan | None:
     if all(id(s) in const for s in u.src): const.add(id(u))
   consts = [u for u in found if id(u) in const]
   index = {id(u): i for i, u in enumerate([*inputs, *consts])}
-  steps: list[tuple[Ops, Any, tuple[int, ...], Any, Any]] = []
+  steps: list[tuple[Ops, Any, tuple[int, ...], Any, Any, Any]] = []
   for u in found:
     if id(u) in const: continue
     index[id(u)] = n + len(consts) + len(steps)
-    steps.append((u.op, u.dtype, tuple(index[id(s)] for s in u.src), u.arg, u.tag))
+    steps.append((u.op, u.dtype, tuple(index[id(s)] for s in u.src), u.arg, u._key[3], u.tag))
   return tuple(steps), index[id(out)], tuple(consts)
 
 _UNSEEN: Any = object()
@@ -79,5 +80,5 @@ def replayed(key: Any, inputs: Sequence[UOp], build: Callable[[], UOp]) -> UOp:
     return out if rec is None else _noted(key, inputs, out, rec)
   if plan is None: return build()
   nodes = [*inputs, *plan[2]]
-  for op, dt, srcs, arg, tag in plan[0]: nodes.append(UOp(op, dt, tuple([nodes[i] for i in srcs]), arg, tag))
+  rebuild(nodes, plan[0])
   return _noted(key, inputs, nodes[plan[1]], plan)
