@@ -256,7 +256,9 @@ def rebuild(ast: UOp, split: dict[UOp, tuple[UOp, ...]], expr: UOp | None = None
   out = done[ast]
   # the index math of loads and stores: fold the new products and sums
   idx_nodes = {u for u in out.toposort() if u.op is Ops.INDEX}
-  sub = {u: u.replace(src=(u.src[0],) + tuple(graph_rewrite(s, symbolic, name="simplify index") for s in u.src[1:])) for u in idx_nodes}
+  memo: dict[UOp, UOp] = {}   # the loads and stores of a kernel mostly share their index math: each node simplified once
+  sub = {u: u.replace(src=(u.src[0],) + tuple(graph_rewrite(s, symbolic, name="simplify index", memo=memo) for s in u.src[1:]))
+         for u in idx_nodes}
   out = out.substitute(sub) if sub else out
   return nest_ends(out)
 
