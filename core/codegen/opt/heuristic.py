@@ -566,7 +566,15 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
   return k
 
 PANEL_STREAM_REUSE = 8        # beyond the renderer's panel_budget, a panel read by at most this many row blocks is read in
-                              # place too, prefetched
+                              # place too, prefetched (measured with 32 vector registers: Zen 5's 2 x 8 and 1 x 16 tiles)
+# the same with 16 registers, whose plain tile holds 6 rows (AVX2's 2 x 6) where 32 hold 8 or 16: the same output channels are cut
+# into more, shorter row blocks (64 channels: 11 blocks of 6, where AVX-512 has 8 of 8). The packed copy of a panel from memory
+# runs as a burst of misses while no FMA runs; the in-place loads' prefetches of the next panel spread over the first row
+# block's FMAs. One Zen 3 thread, thread time, A/B in one process (packed vs in place), medians of 11-15 under load 3-16, in place
+# / packed: 1x1 convs 32x256x28x28 -> 64 0.92-0.95 (five runs), 16x256x28x28 -> 64 0.90, 8x256x28x28 -> 64 0.93-0.96,
+# 32x64x56x56 -> 64 0.86-0.94, 8x256x28x28 -> 72 (12 blocks) 0.92-0.93; more blocks lose: -> 96 (16 blocks) 1.06-1.10,
+# 8x512x28x28 -> 128 (22) 1.02-1.05
+PANEL_STREAM_REUSE_FEW_REGS = 12
 
 L1_SETS, L1_WAYS, LINE_BYTES = 64, 8, 64   # x86's L1 data cache: 64 sets of 64-byte lines, 8 ways (Zen 3; Zen 5: 12)
 
@@ -578,7 +586,8 @@ def _panel_in_place(k: Kernel, rows: UOp, cols: int, row_tile: int = 1) -> bool:
   no set holds more than the L1's ways or its even share (a matrix with rows 4 KiB apart puts every row in one set).
   A small 1x1 conv, 1x96x24x24 -> 24 (221 KiB, rows of 2304 bytes), one Zen 5 thread, A/B in one process, medians of 11: 167 ->
   199 GFLOP/s. Beyond that budget the first row block reads each panel from the L3 or memory: the copy, prefetching the
-  next panel (plugin_cpu/prefetch.py), pays where many row blocks reuse it; where at most PANEL_STREAM_REUSE do, the in-place
+  next panel (plugin_cpu/prefetch.py), pays where many row blocks reuse it; where at most PANEL_STREAM_REUSE do (with fewer
+  than 32 vector registers PANEL_STREAM_REUSE_FEW_REGS, for a panel within half the ways of each L1 set), the in-place
   loads prefetch the next panel themselves (prefetch.reread_offsets). 1x1 conv 32x256x28x28 -> 64 (8 row blocks of 8 channels,
   from memory), one Zen 5 thread, A/B in one process, medians of 15: packed 171, in place 125, in place with prefetch 205 GFLOP/s;
   8 images (from the L3) 207, 222, 216; 8x144x56x56 -> 24 147, 187, 194; 8x192x28x28 -> 32 185, 232, 226. `row_tile`: the rows
@@ -586,15 +595,18 @@ def _panel_in_place(k: Kernel, rows: UOp, cols: int, row_tile: int = 1) -> bool:
   # (a renderer-like object of the capabilities alone, as tests make, has no budget: its L2 is unknown)
   budget, panel = k.renderer.panel_budget(), _panel_loads(k, rows)
   if not panel or not budget: return False
-  if sum(ld.src[0].src[0].dtype.size * ld.dtype.itemsize for ld in panel) > budget and _panel_reuse(k, rows) // row_tile > PANEL_STREAM_REUSE:   # type: ignore[attr-defined]
-    return False
+  set_lines = 0   # the most lines of the panel in one L1 set
   for ld in panel:
     reds = [r for r in ld.toposort() if r.op is Ops.RANGE and r.arg[1] in (AxisType.REDUCE, AxisType.UNROLL)]
     if not reds or (strides := linear_strides(read_index(ld.src[0]), reds)) is None: return False
     step, n = min(abs(v) for v in strides.values()) * ld.dtype.itemsize, prod(range_size(r) or 1 for r in reds)
     sets = Counter((i * step + b) // LINE_BYTES % L1_SETS for i in range(n) for b in range(0, cols * ld.dtype.itemsize, LINE_BYTES))
     if not step or step % LINE_BYTES or max(sets.values()) > max(L1_WAYS, -(-sum(sets.values()) // L1_SETS)): return False
-  return True
+    set_lines = max(set_lines, max(sets.values()))
+  # (the few-register bound only where the panel leaves half of each L1 set's ways to the next panel and the other input: a
+  # panel filling them, 8x32x112x112 -> 64 (rows 784 lines apart: 4 sets), read in place 1.08-1.22x the packed time)
+  stream_reuse = PANEL_STREAM_REUSE_FEW_REGS if k.renderer.simd_regs < 32 and set_lines <= L1_WAYS // 2 else PANEL_STREAM_REUSE
+  return sum(ld.src[0].src[0].dtype.size * ld.dtype.itemsize for ld in panel) <= budget or _panel_reuse(k, rows) // row_tile <= stream_reuse   # type: ignore[attr-defined]
 
 def _one_column_tile(k: Kernel, col: UOp, rows: UOp, col_loads: list[UOp], lanes: int) -> Kernel | None:
   """A product whose rows are an axis as short as a window (the stem's weight gradient dW[n, c', kh', kw', o] from NHWC dY:
