@@ -3,7 +3,7 @@ from __future__ import annotations
 import abc, contextlib, ctypes
 import numpy as np
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
   from core.device.buffer import Buffer
@@ -61,6 +61,14 @@ class HCQDevice(abc.ABC):
   def wait_signal(self, signal: Buffer, value: int, timeout_s: float) -> None:
     """Blocks until the uint64 timeline signal in `signal` reaches `value`. Raises core.hcq.HCQError on a device fault or
     when `timeout_s` seconds pass first."""
+
+  def bind_submit_wait(self, fn: Any, args: tuple[int, ...], signal: Buffer, timeline: Any) -> Callable[[float], int] | None:
+    """Optional: one call `go(timeout_s)` that runs core's submit program `fn` (a ctypes function of pointer parameters) with
+    `args` (their host addresses), then waits as wait_signal(signal, timeline[0] read after the submit, timeout_s) would: an
+    eager op submits and waits at once, and one step of the device's own saves the separate waiter's cost. go returns 0: the
+    program ran and the signal reached the value, nothing to report; 1: it ran, and core's wait_signal must go on (not there
+    yet, or a fault to raise); 2: nothing ran (core submits, then waits, as without it). None (the default): no such step."""
+    return None
 
   def error(self) -> str | None:
     """The device's own report of a fault since the last call (core adds it to the HCQError it raises), or None."""

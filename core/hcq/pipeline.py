@@ -18,7 +18,7 @@ from core.hcq.encode import encode
 from core.hcq.pack import pack
 from core.hcq.bufferize import bufferize
 from core.hcq.patches import resolve_patches
-from core.hcq.callify import callify, host_timeline
+from core.hcq.callify import SubmitProgram, callify, host_timeline
 from core.helpers import HCQ_TIMEOUT, SPEC
 from core.ir.spec import type_verify, queue_spec
 
@@ -92,6 +92,7 @@ class Submission:
     # _waits with each device's wait_signal looked up (Device[...] and its hcq: ~0.2 us a wait), again after a device change
     self._waiters: list[tuple[Callable[..., None], Any, Any, str, str]] = []
     self._waiters_epoch = -1
+    self._submit_wait: Callable[[float], int] | None = None   # the device's submit and wait in one step (_load_waiters)
 
   def run(self, bufs: list[Any], var_vals: dict[Any, int] | None = None, wait: bool = True) -> None:
     # the buffers' handle addresses (allocated now if they are not yet), inlined: it runs for every buffer of every eager op
@@ -151,6 +152,12 @@ class Submission:
     submission whose buffers never change (a compiled file's replay), after its first run()."""
     for key, tl in self._timelines: _start[key] = tl[0]
     self.runs += 1
+    if wait:
+      if self._waiters_epoch != _device_epoch[0]: self._load_waiters()
+      # the device submits and takes its wait's fast path in one step: done (0), or its general wait goes on (1)
+      if self._submit_wait is not None and (r := self._submit_wait(float(HCQ_TIMEOUT.value))) != 2:
+        if r: self.wait()
+        return
     self._launch()
     if wait: self.wait()
 
@@ -161,13 +168,22 @@ class Submission:
   def wait(self, timeout_s: float | None = None) -> None:
     """Block until every queue of this submission reached its final timeline value (HCQ_TIMEOUT seconds at most)."""
     timeout = float(HCQ_TIMEOUT.value if timeout_s is None else timeout_s)
-    if self._waiters_epoch != _device_epoch[0]:
-      hcq_of = self.ctx.hcq_of
-      self._waiters, self._waiters_epoch = [(hcq_of(dev).wait_signal, sig, tl, dev, q) for dev, q, sig, tl in self._waits], _device_epoch[0]
+    if self._waiters_epoch != _device_epoch[0]: self._load_waiters()
     for wait_signal, sig, tl, dev, q in self._waiters:
       expected = tl[0]
       try: wait_signal(sig, expected, timeout)
       except (HCQError, TimeoutError) as e: raise self._failure(dev, q, expected, e) from e
+
+  def _load_waiters(self) -> None:
+    """_waits with each device's wait_signal looked up; with one queue to wait for, its device's submit-and-wait step (when it
+    has one) over this submission's program."""
+    hcq_of = self.ctx.hcq_of
+    self._waiters = [(hcq_of(dev).wait_signal, sig, tl, dev, q) for dev, q, sig, tl in self._waits]
+    self._submit_wait = None
+    if len(self._waits) == 1 and isinstance(self.prg, SubmitProgram):
+      dev, _, sig, tl = self._waits[0]
+      self._submit_wait = hcq_of(dev).bind_submit_wait(self.prg.untyped, self.args, sig, tl)
+    self._waiters_epoch = _device_epoch[0]
 
   def _failure(self, dev: str, q: str, expected: int, cause: BaseException) -> HCQError:
     """An HCQError naming the queue, the command it is stuck at or failed in, and the signal value seen versus expected."""

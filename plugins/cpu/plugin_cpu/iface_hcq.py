@@ -13,7 +13,7 @@ hundreds on a busy machine; work nobody waits for still runs on the worker.
 """
 from __future__ import annotations
 import atexit, ctypes, functools, os, threading, time, weakref
-from typing import Any
+from typing import Any, Callable
 from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp
 from core.device.allocator import BufferSpec
@@ -110,6 +110,18 @@ def _wait_clean() -> Any:
   """cmdproc_wait_clean without argtypes, for the wait of every submit: its callers pass ctypes objects (signal pointer,
   uint64 value, int64 slice, uint64 fault count, int64 deadline), which ctypes hands on without per-argument conversion."""
   return _untyped("cmdproc_wait_clean")
+
+class _SubmitWait(ctypes.Structure):
+  """native/cmdproc.c's cmdproc_submit: core's submit program, its pointer arguments, the signal and host timeline value to wait
+  for, the fast slice and the whole wait's timeout."""
+  _fields_ = [("fn", ctypes.c_void_p), ("nargs", ctypes.c_int64), ("args", ctypes.c_void_p * 8), ("signal", ctypes.c_void_p),
+              ("timeline", ctypes.c_void_p), ("slice_ns", ctypes.c_int64), ("timeout_ns", ctypes.c_int64)]
+SUBMIT_WAIT_ARGS = 8   # CMDPROC_SUBMIT_ARGS
+
+@functools.cache
+def _submit_wait() -> Any:
+  """cmdproc_submit_wait without argtypes: called with the _SubmitWait's address (a c_void_p) and the fault mark (a c_uint64)."""
+  return _untyped("cmdproc_submit_wait")
 
 @functools.cache
 def _idle_clean() -> Any:
@@ -223,6 +235,24 @@ class CPUHCQ(HCQDevice):
     except KeyboardInterrupt:
       self._stop_kernels(timeout=False)
       raise
+
+  def bind_submit_wait(self, fn: Any, args: tuple[Any, ...], signal: Buffer, timeline: Any) -> Callable[[float], int] | None:
+    """The submit program and wait_signal's fast path in one native call (cmdproc_submit_wait), its arguments filled in once:
+    the eager op's submit and wait cost one ctypes call, not two, and build no argument per call."""
+    if len(args) > SUBMIT_WAIT_ARGS or not signal.is_allocated(): return None
+    s = _SubmitWait(fn=ctypes.cast(fn, ctypes.c_void_p).value, nargs=len(args), signal=ctypes.addressof(signal._buf),
+                    timeline=ctypes.addressof(timeline), slice_ns=FAST_SLICE_NS)
+    for i, a in enumerate(args): s.args[i] = a
+    ptr, call, last = ctypes.c_void_p(ctypes.addressof(s)), _submit_wait(), [-1.0]
+    def submit_wait(timeout_s: float, _keep: tuple = (fn, args, signal._buf, timeline)) -> int:   # _keep: what `s` points at
+      # as wait_signal's fast path: the queues run and the fault reports were looked at (else the general wait does that)
+      if not self._running or (mark := self._mark_arg) is None or timeout_s < FAST_SLICE_S: return 2
+      if timeout_s != last[0]: s.timeout_ns, last[0] = int(timeout_s * 1e9), timeout_s
+      try: return 1 if call(ptr, mark) else 0   # -1 can't happen: the arguments were counted above
+      except KeyboardInterrupt:
+        self._stop_kernels(timeout=False)
+        raise
+    return submit_wait
 
   def _stop_kernels(self, timeout: bool) -> None:
     """Stops the kernels this device's queues run now and waits (up to 1 s) for their reports, which are then consumed: they

@@ -642,3 +642,39 @@ int cmdproc_wait_clean(const uint64_t *signal, uint64_t value, int64_t timeout_n
   if (atomic_load(&g_faults) != faults) return 1;
   return cmdproc_wait_signal(signal, value, timeout_ns, faults, deadline_ns) == 0 && atomic_load(&g_faults) == faults ? 0 : 1;
 }
+
+/* core's submit program and the wait for its queue's signal in one call (an eager op submits, then waits at once: one ctypes
+   call less, and no argument is built per call). `fn` is the submit program, called with its `nargs` pointer parameters; the
+   value waited for is the host timeline value after it ran, as the caller's wait would read it. The caller (plugin_cpu.iface_hcq)
+   fills this once per submission; fn's parameters are all pointers (core.hcq.callify), at most CMDPROC_SUBMIT_ARGS of them. */
+#define CMDPROC_SUBMIT_ARGS 8
+typedef struct {
+  void (*fn)(void);
+  int64_t nargs;
+  void *args[CMDPROC_SUBMIT_ARGS];
+  const uint64_t *signal, *timeline;
+  int64_t slice_ns, timeout_ns;
+} cmdproc_submit;
+
+/* 0: submitted, and the signal reached the timeline value within slice_ns with no fault recorded since `faults`; 1: submitted,
+   and the caller's general wait takes over; -1: nothing was submitted (more parameters than this knows) */
+int cmdproc_submit_wait(const cmdproc_submit *s, uint64_t faults) {
+  void *const *a = s->args;
+  typedef void *p;
+  switch (s->nargs) {   /* each call through its exact prototype */
+    case 0: ((void (*)(void))s->fn)(); break;
+    case 1: ((void (*)(p))s->fn)(a[0]); break;
+    case 2: ((void (*)(p, p))s->fn)(a[0], a[1]); break;
+    case 3: ((void (*)(p, p, p))s->fn)(a[0], a[1], a[2]); break;
+    case 4: ((void (*)(p, p, p, p))s->fn)(a[0], a[1], a[2], a[3]); break;
+    case 5: ((void (*)(p, p, p, p, p))s->fn)(a[0], a[1], a[2], a[3], a[4]); break;
+    case 6: ((void (*)(p, p, p, p, p, p))s->fn)(a[0], a[1], a[2], a[3], a[4], a[5]); break;
+    case 7: ((void (*)(p, p, p, p, p, p, p))s->fn)(a[0], a[1], a[2], a[3], a[4], a[5], a[6]); break;
+    case 8: ((void (*)(p, p, p, p, p, p, p, p))s->fn)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]); break;
+    default: return -1;
+  }
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  int64_t deadline_ns = (int64_t)t.tv_sec * 1000000000 + t.tv_nsec + s->timeout_ns;
+  return cmdproc_wait_clean(s->signal, __atomic_load_n(s->timeline, __ATOMIC_ACQUIRE), s->slice_ns, faults, deadline_ns);
+}
