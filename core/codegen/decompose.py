@@ -2,7 +2,7 @@
 from __future__ import annotations
 from typing import Callable
 from core.ir.dtype import dtypes, PtrDType
-from core.ir.ops import UOp, Ops, GroupOp
+from core.ir.ops import UOp, Ops, GroupOp, EXP2_NONPOSITIVE
 from core.ir.pattern import UPat, PatternMatcher
 
 BF16 = "bf16"   # tag of a pointer whose memory holds bfloat16 bits as uint16
@@ -71,6 +71,22 @@ def _horner(x: UOp, coeffs: list[float]) -> UOp:
   for c in coeffs[1:]: acc = UOp(Ops.MULACC, x.dtype, (acc, x, x.const_like(c)))
   return acc
 
+# 1.5 * 2**23 + 252: as _ROUND (252 even: the same ties to even), r's low mantissa bits holding k = n + 252, 0 <= k <= 252 for
+# x <= 0 clamped at -252
+_ROUND_NONPOSITIVE = 12582912.0 + 252.0
+
+def fast_exp2_nonpositive(x: UOp) -> UOp:
+  """2**x for float32 x known to be <= 0 or NaN (EXP2_NONPOSITIVE): fast_exp2 without its overflow guard. 2**n is one factor
+  2**(n+125) from the bits, k << 23 (a normal float, or 0.0 at the clamp n = -252: -inf gives 0 with no subnormal on the way),
+  then a constant 2**-125: fast_exp2's clamp at 129 and three of its four integer ops saved (17 -> 13 vector ops per exp on AVX2).
+  p * 2**(n+125) is exact for n >= -250 (and every n whose result is not 0 is >= -150), so the constant's multiply rounds once,
+  subnormal results included: the same values as fast_exp2, bit for bit."""
+  xc = (x < -252.0).where(-252.0, x)
+  r = xc + _ROUND_NONPOSITIVE
+  n = r - _ROUND_NONPOSITIVE
+  p = _horner(xc - n, _EXP2_POLY)
+  return p * (r.bitcast(dtypes.uint32.vec(x.dtype.count)) << 23).bitcast(x.dtype) * 2.0 ** -125
+
 def fast_exp2(x: UOp, scale: Callable[[UOp, UOp], UOp] | None = None, split: Callable[[UOp], tuple[UOp, UOp]] | None = None) -> UOp:
   """2**x for float32 x. `scale(p, n)`: p * 2**n (n an integer-valued float, -254 <= n <= 129) in one instruction where the
   target has one (AVX-512's vscalefps: the same single rounding as the two factors below); else 2**n is built from the bits.
@@ -122,6 +138,7 @@ def fast_log2(x: UOp) -> UOp:
 def _f32(x: UOp) -> bool: return x.dtype.scalar() is dtypes.float32
 
 pm_vector_math = PatternMatcher([
+  (UPat(Ops.EXP2, arg=EXP2_NONPOSITIVE, name="x", custom=lambda x: _f32(x)), lambda x: fast_exp2_nonpositive(x.src[0])),
   (UPat(Ops.EXP2, name="x", custom=lambda x: _f32(x)), lambda x: fast_exp2(x.src[0])),
   (UPat(Ops.LOG2, name="x", custom=lambda x: _f32(x)), lambda x: fast_log2(x.src[0])),
 ], name="vector exp2/log2")

@@ -5,6 +5,9 @@ from typing import Any, Callable, Generic, Iterator, Sequence, TypeVar, Union, o
 from core.ir.dtype import ConstType, DType, PtrDType, dtypes, truncate, AddrSpace
 from core.helpers import prod, all_int, fast_members
 
+# EXP2's arg where its source is known to be <= 0 or NaN, as (x - max(x)) * c with c > 0 is: exp2 can't overflow there
+EXP2_NONPOSITIVE = "nonpositive"
+
 @fast_members
 class Ops(enum.IntEnum):
   """Every operation of every stage. Grouped in `GroupOp`; the order only matters for the canonical sort."""
@@ -317,7 +320,9 @@ class UOp(metaclass=UOpMeta):
     return self.alu(Ops.WHERE, x, yv)
   def cast(self, dtype: DType) -> UOp: return self if self.dtype is dtype else UOp(Ops.CAST, dtype, (self,))
   def bitcast(self, dtype: DType) -> UOp: return self if self.dtype is dtype else UOp(Ops.BITCAST, dtype, (self,))
-  def exp2(self) -> UOp: return self.alu(Ops.EXP2)
+  def exp2(self, nonpositive: bool = False) -> UOp:
+    """2**self; `nonpositive` where the caller knows self <= 0 or NaN (arg EXP2_NONPOSITIVE: a renderer may drop the overflow guard)."""
+    return UOp(Ops.EXP2, self.dtype, (self,), EXP2_NONPOSITIVE) if nonpositive else self.alu(Ops.EXP2)
   def log2(self) -> UOp: return self.alu(Ops.LOG2)
   def sin(self) -> UOp: return self.alu(Ops.SIN)
   def sqrt(self) -> UOp: return self.alu(Ops.SQRT)

@@ -55,6 +55,11 @@ def _row_axis(t: Tensor, axis: Any) -> tuple[UOp, tuple[int, ...], tuple[int, ..
   if not -len(shape) <= axis < len(shape) or not 1 < shape[axis] <= SPLIT_REDUCE: return None
   return u, shape, (axis % len(shape),)   # type: ignore[return-value]   # ints only, as tested
 
+def _exp_below_max(d: Tensor) -> Tensor:
+  """exp(d) for d = x - max(x) (a float tensor): d <= 0 or NaN, which its EXP2 tells the renderer (EXP2_NONPOSITIVE)."""
+  y = d * (1 / LN2)
+  return y._wrap(y.uop.exp2(nonpositive=True), y)
+
 def _row_mean(u: UOp, axes: tuple[int, ...], n: int) -> UOp:
   """u.mean(axes, keepdim=True) of a float32 u: the sum times 1/n, Tensor.mean's graph."""
   kept = u.r(Ops.ADD, axes)
@@ -334,15 +339,15 @@ class ReduceMixin:
       u, shape, axes = ra
       def build() -> UOp:
         d = u.alu(Ops.ADD, UOp(Ops.DETACH, u.dtype, (u.r(Ops.MAX, axes),)).expand(shape).alu(Ops.NEG))
-        ex = d.alu(Ops.MUL, UOp.const(u.dtype, 1 / LN2, u.device, shape)).alu(Ops.EXP2)
+        ex = d.alu(Ops.MUL, UOp.const(u.dtype, 1 / LN2, u.device, shape)).exp2(nonpositive=True)
         return ex.alu(Ops.MUL, ex.r(Ops.ADD, axes).expand(shape).alu(Ops.RECIPROCAL))
       return self._wrap(replayed(("softmax", shape, axes, u.device), (u,), build), self)
     x = self.cast(dtype) if dtype is not None else self._float()
-    e = (x - x.max(axis, keepdim=True).detach()).exp()
+    e = _exp_below_max(x - x.max(axis, keepdim=True).detach())
     return e / e.sum(axis, keepdim=True)
   def softmin(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:  # type: ignore[misc]
     return (-self).softmax(axis, dtype)
   def log_softmax(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:  # type: ignore[misc]
     x = self.cast(dtype) if dtype is not None else self._float()
     m = x - x.max(axis, keepdim=True).detach()
-    return m - m.exp().sum(axis, keepdim=True).log()
+    return m - _exp_below_max(m).sum(axis, keepdim=True).log()

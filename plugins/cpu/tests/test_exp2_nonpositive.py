@@ -1,0 +1,59 @@
+"""exp2 of an input known to be <= 0 (EXP2_NONPOSITIVE, what softmax's x - max(x) is): decompose.fast_exp2_nonpositive drops
+fast_exp2's overflow guard and builds 2**n from one factor, with the same values bit for bit."""
+from __future__ import annotations
+import numpy as np
+import pytest
+from core import Tensor
+from core.ir.dtype import dtypes
+from core.ir.ops import Ops, UOp, EXP2_NONPOSITIVE
+from core.schedule.kernelize import create_schedule
+from cpu_kernels import RENDERERS
+from test_vector_math import _run, _ulps, _exact_products
+
+gen = np.random.default_rng(1)
+X = np.concatenate([-gen.uniform(0, 260, 200000), -gen.uniform(0, 2, 30000), -np.arange(0, 260, 0.5),
+                    [-0.0, 0.0, -np.inf, np.nan, -1e-40, -1e-45, -1e-8, -126, -149, -149.5, -150, -150.5, -151, -250, -251,
+                     -251.5, -252, -252.5, -253, -254, -1e30]]).astype(np.float32)
+
+def _nonpositive_exp2(t: Tensor) -> Tensor: return t._wrap(t.uop.exp2(nonpositive=True), t)
+
+@pytest.mark.parametrize("ren", RENDERERS)
+def test_nonpositive_exp2_equals_general_exp2_bit_for_bit(ren):
+  got, _ = _run(ren, _nonpositive_exp2, X)
+  general, _ = _run(ren, lambda t: t.exp2(), X)
+  np.testing.assert_array_equal(got.view(np.uint32), general.view(np.uint32))   # NaN's bits too
+  assert _ulps(got, X, np.exp2) <= 1.5   # subnormal results, -inf -> 0 and NaN exact (_ulps asserts them)
+
+def test_nonpositive_exp2_has_no_overflow_guard_and_one_shift():
+  _, src = _run("LLVM", _nonpositive_exp2, X)
+  _, general = _run("LLVM", lambda t: t.exp2(), X)
+  clamp_129 = "0x4060200000000000"   # 129.0, fast_exp2's upper clamp, as LLVM IR writes a float
+  assert clamp_129 in general and clamp_129 not in src
+  assert src.count(" shl ") == 1 and " lshr " not in src and general.count(" shl ") == 2
+
+@pytest.mark.parametrize("x", [float("-inf"), -1e30, -300.0, -252.0])
+def test_nonpositive_exp2_far_below_range_takes_no_subnormal_product(x):
+  # as fast_exp2 (test_vector_math): a softmax's masked lanes (-inf) multiply by an exact 0.0, no subnormal product (an x86 assist)
+  from core.codegen.decompose import fast_exp2_nonpositive
+  prods = _exact_products(fast_exp2_nonpositive(UOp.const(dtypes.float32, x)))
+  assert prods and all(p == 0 or abs(p) >= 2.0 ** -126 for p in prods), prods
+
+SOFTMAXES = {"softmax": lambda t: t.softmax(-1), "softmax_dtype": lambda t: t.softmax(-1, dtype=dtypes.float32),
+             "log_softmax": lambda t: t.log_softmax(-1), "softmax_axis0": lambda t: t.softmax(0)}
+
+@pytest.mark.parametrize("name", SOFTMAXES)
+def test_softmax_tells_exp2_its_input_is_nonpositive_and_matches_numpy(name):
+  fn = SOFTMAXES[name]
+  items, _, _ = create_schedule([fn(Tensor(np.zeros((6, 37), np.float32))).uop])
+  exps = [u for it in items if it.ast.op is Ops.SINK for u in it.ast.toposort() if u.op is Ops.EXP2]
+  assert exps and all(u.arg == EXP2_NONPOSITIVE for u in exps)
+  # rows far apart in scale, a masked row (-inf lanes), tiny differences whose exps are subnormal relative to the max
+  x = (gen.standard_normal((6, 37)) * [[1], [10], [100], [1], [1], [1]]).astype(np.float32)
+  x[3, ::2] = -np.inf
+  x[4] += 300
+  x[5, :5] = -150
+  with np.errstate(divide="ignore"):
+    ax = 0 if name == "softmax_axis0" else -1
+    d = x.astype(np.float64) - x.max(ax, keepdims=True)
+    ref = d - np.log(np.exp(d).sum(ax, keepdims=True)) if name == "log_softmax" else np.exp(d) / np.exp(d).sum(ax, keepdims=True)
+  np.testing.assert_allclose(fn(Tensor(x)).numpy(), ref, rtol=2e-6, atol=1e-7)
