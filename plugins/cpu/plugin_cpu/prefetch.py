@@ -64,11 +64,21 @@ def _copied(uops: list[UOp]) -> list[UOp]:
   return [st.src[1] for st in uops if st.op is Ops.STORE and st.src[0].op is Ops.INDEX and isinstance(dst := st.src[0].src[0].dtype, PtrDType)
           and dst.addrspace == AddrSpace.REG and (_read(st.src[1]) or st.src[1].op is Ops.VECTORIZE and all(map(_read, st.src[1].src)))]
 
+# where no loop outside a pack's copy steps to the next panel (the panel loop became the THREAD axis: heuristic._panel_blocks), the
+# copy's loads prefetch this many of its own cache lines ahead along its outermost loop: enough misses in flight to cover memory
+# latency. A matmul's copy of 2048 rows x 256 bytes from memory, 8 KiB apart (C, one Zen 3 thread, best of 20 per block):
+# none 56 us, 8 lines ahead 46, 16 44, 32 41, 64 41; 0 turns it off (a switch for comparisons)
+COPY_AHEAD_LINES = 32
+
 def panel_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int]) -> dict[UOp, int]:
   """For each load of a pack's copy (a global LOAD stored as it is into a REG buffer), the distance to the same place in the
   next panel: its address's step along the innermost loop it uses other than the copy's own (OUTER) loops, where that is a
   positive constant. The last panel's prefetch lies past it, unused (a prefetch never faults). One Zen 5, conv 32x256x28x28
-  -> 64 1x1 (13 panels of 64 pixels an image, each reused by 16 row blocks): one thread 150 -> 165 GFLOP/s, two 274 -> 343."""
+  -> 64 1x1 (13 panels of 64 pixels an image, each reused by 16 row blocks): one thread 150 -> 165 GFLOP/s, two 274 -> 343.
+  A copy under no such loop (its panel is the thread block's: the next panel is another block, claimed by whichever thread is
+  free) prefetches ahead within itself: its address's step along the copy's outermost loop times the iterations that read
+  COPY_AHEAD_LINES lines (copy_ahead_offsets). Its rows lie a matrix row apart (4-8 KiB), a new page each, which the hardware
+  prefetchers don't cross: without it a threaded matmul's copy waited on each row (about 1% of a 1024 or 2048 matmul)."""
   out: dict[UOp, int] = {}
   for x in _copied(uops):
     if x.op is not Ops.LOAD: continue
@@ -77,7 +87,25 @@ def panel_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[
     panel = max(loops, key=lambda r: order[r])
     step = (idx.substitute({panel: panel + 1}) - idx).simplify()
     if step.op is Ops.CONST and step.arg > 0: out[x] = step.arg
-  return out
+  return out | copy_ahead_offsets(uops, deps, order)
+
+def copy_ahead_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int]) -> dict[UOp, int]:
+  """For each load of a pack's copy under no loop but its own (OUTER) ones, the distance to the place it reads COPY_AHEAD_LINES
+  cache lines of the copy later: its address's step along the outermost copy loop it uses (a positive constant) times the
+  iterations of that loop that read those lines (every copy load under it, with the loops inside it, counts)."""
+  copied = [x for x in _copied(uops) if x.op is Ops.LOAD]
+  outer: dict[UOp, tuple[UOp, int]] = {}   # load -> (the outermost loop it uses, its address's step along it)
+  for x in copied:
+    idx, rngs = x.src[0].src[1], deps.get(x.src[0].src[1], frozenset())
+    if not rngs or any(r.arg[-1] is not AxisType.OUTER for r in rngs): continue
+    r = min(rngs, key=lambda r: order[r])
+    step = (idx.substitute({r: r + 1}) - idx).simplify()
+    if step.op is Ops.CONST and step.arg > 0: outer[x] = (r, step.arg)
+  def per_iter(loop: UOp) -> int:   # bytes the copy reads per iteration of `loop`
+    return sum(x.dtype.itemsize * prod(r.src[0].arg if r.src[0].op is Ops.CONST else 1 for r in deps.get(x.src[0].src[1], frozenset())
+                                       if order[r] > order[loop]) for x in copied if loop in deps.get(x.src[0].src[1], frozenset()))
+  ahead = {r: max(1, -(-COPY_AHEAD_LINES * line_bytes() // per_iter(r))) for r in {r for r, _ in outer.values()}} if COPY_AHEAD_LINES else {}
+  return {x: step * ahead[r] for x, (r, step) in outer.items() if r in ahead}
 
 def reread_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int], budget: int) -> dict[UOp, tuple[int, int]]:
   """For each global load in a reduce loop of a buffer beyond `budget` bytes (the renderer's panel_budget) that is re-read across

@@ -11,6 +11,7 @@ from core.codegen.opt import Kernel, OptOps
 from core.codegen.opt.heuristic import hand_coded
 from core.codegen.program import get_program, program_source
 from plugin_cpu.renderer import CPUCRenderer, CPULLVMRenderer
+from plugin_cpu.prefetch import COPY_AHEAD_LINES, line_bytes
 
 # the prefetched address's distance from the loaded one, in elements, as each renderer writes it
 PREFETCH = {"LLVM": r"= getelementptr float, ptr %\w+, i64 (\d+)\n  call void @llvm.prefetch.p0", "C": r"__builtin_prefetch\(.*?\)\+(\d+), 0, 3\)"}
@@ -54,4 +55,39 @@ def test_prefetching_panels_give_numpys_results(shape):
 def test_prefetching_panels_give_numpys_results_matmul():
   rng = np.random.default_rng(5)
   a, b = rng.standard_normal((256, 512), dtype=np.float32), rng.standard_normal((512, 320), dtype=np.float32)
+  np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+
+def _matmul(n: int):
+  a, b = Tensor(np.zeros((n, n), np.float32)), Tensor(np.zeros((n, n), np.float32))
+  (item,), _, _ = create_schedule([(a @ b).uop])
+  return item
+
+@pytest.mark.parametrize("ren", ["LLVM", "C"])
+@pytest.mark.parametrize("simd_bytes", [32, 64], ids=["AVX2", "AVX-512"])
+@pytest.mark.parametrize("n", [1024, 2048])
+def test_threaded_matmul_copy_prefetches_its_own_rows_ahead(simd_bytes, ren, n):
+  # on 2 threads the loop over B's column panels is the THREAD axis (heuristic._panel_blocks): no loop steps to the next panel,
+  # so the copy's loads prefetch COPY_AHEAD_LINES of its lines ahead along its own reduce rows (64 columns, 256 bytes, a row)
+  rnd = _renderer(ren, simd_bytes)
+  k = hand_coded(Kernel(_matmul(n).ast, rnd))
+  assert [o.op for o in k.applied][-2:] == [OptOps.PACK, OptOps.THREAD], k.applied
+  src = program_source(get_program(k.ast, rnd, optimize=False))
+  offs = re.findall(PREFETCH[ren], src)
+  rows = COPY_AHEAD_LINES * line_bytes() // 256
+  assert rows >= 1 and len(offs) >= 2 and set(offs) == {str(rows * n)}, (rows, offs)
+
+@pytest.mark.parametrize("ren", ["LLVM", "C"])
+def test_unthreaded_matmul_copy_still_prefetches_the_next_panel(ren):
+  # a single thread keeps the panel loop in the kernel: its copy prefetches the next group of panels (64 columns on), not ahead
+  rnd = _renderer(ren, 32)
+  rnd.threads = 0
+  k = hand_coded(Kernel(_matmul(1024).ast, rnd))
+  src = program_source(get_program(k.ast, rnd, optimize=False))
+  assert set(re.findall(PREFETCH[ren], src)) == {"64"}
+
+@pytest.mark.parametrize("shape", [(512, 1024, 1024), (64, 2048, 1024)])
+def test_threaded_matmuls_copying_ahead_give_numpys_results(shape):
+  m, kk, n = shape
+  rng = np.random.default_rng(m + n)
+  a, b = rng.standard_normal((m, kk), dtype=np.float32), rng.standard_normal((kk, n), dtype=np.float32)
   np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
