@@ -2,25 +2,19 @@
 of the copy also prefetches the place one panel on, the panel's width in elements. Checked on the rendered source of both CPU
 renderers at AVX2 and AVX-512 widths (the source is rendered, not run, for the wider one); results against numpy on the host."""
 from __future__ import annotations
-import copy, re
+import re
 import numpy as np
 import pytest
+from cpu_kernels import host_like_renderer as _renderer
 from core import Tensor
 from core.schedule.kernelize import create_schedule
 from core.codegen.opt import Kernel, OptOps
 from core.codegen.opt.heuristic import hand_coded
 from core.codegen.program import get_program, program_source
-from plugin_cpu.renderer import CPUCRenderer, CPULLVMRenderer
 from plugin_cpu.prefetch import COPY_AHEAD_LINES, line_bytes
 
 # the prefetched address's distance from the loaded one, in elements, as each renderer writes it
 PREFETCH = {"LLVM": r"= getelementptr float, ptr %\w+, i64 (\d+)\n  call void @llvm.prefetch.p0", "C": r"__builtin_prefetch\(.*?\)\+(\d+), 0, 3\)"}
-
-def _renderer(ren: str, simd_bytes: int):
-  rnd = copy.copy(CPULLVMRenderer() if ren == "LLVM" else CPUCRenderer())
-  rnd.simd_width, rnd.simd_regs, rnd.threads = simd_bytes, 16 if simd_bytes == 32 else 32, 2
-  rnd.l2_bytes = 512 << 10 if simd_bytes == 32 else 1 << 20   # the Zen 3's and Zen 5's (an input within half of it is not packed)
-  return rnd
 
 def _conv1x1(n: int, c: int, hw: int, o: int):
   x, w = Tensor(np.zeros((n, c, hw, hw), np.float32)), Tensor(np.zeros((o, c, 1, 1), np.float32))

@@ -4,25 +4,18 @@ cuts 64 output channels into 11 row blocks, where AVX-512's 2 x 8 has 8 (PANEL_S
 more lines in a set, keep the packed copy; AVX-512 renders as with the old bound of 8.
 Opts and sources rendered, not run, at both widths; values against numpy with the AVX2 renderer on the host."""
 from __future__ import annotations
-import copy, re
+import re
 import numpy as np
 import pytest
-from cpu_kernels import run_rendered
+from cpu_kernels import host_like_renderer as _renderer, run_rendered
 from core import Tensor
 from core.schedule.kernelize import create_schedule
 from core.codegen.opt import Kernel, OptOps
 from core.codegen.opt import heuristic
 from core.codegen.opt.heuristic import hand_coded
 from core.codegen.program import get_program, program_source
-from plugin_cpu.renderer import CPUCRenderer, CPULLVMRenderer
 
 PREFETCH = {"LLVM": r"= getelementptr float, ptr %\w+, i64 (\d+)\n  call void @llvm.prefetch.p0", "C": r"__builtin_prefetch\(.*?\)\+(\d+), 0, \d\)"}
-
-def _renderer(ren: str, simd_bytes: int, threads: int = 2):
-  rnd = copy.copy(CPULLVMRenderer() if ren == "LLVM" else CPUCRenderer())
-  rnd.simd_width, rnd.simd_regs, rnd.threads = simd_bytes, 16 if simd_bytes == 32 else 32, threads
-  rnd.l2_bytes = 512 << 10 if simd_bytes == 32 else 1 << 20   # the Zen 3's and Zen 5's
-  return rnd
 
 def _item(n: int, c: int, hw: int, o: int):
   x, w = Tensor(np.zeros((n, c, hw, hw), np.float32)), Tensor(np.zeros((o, c, 1, 1), np.float32))

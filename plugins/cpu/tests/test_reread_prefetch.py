@@ -4,28 +4,21 @@ the next panel (plugin_cpu/prefetch.reread_offsets). Kernels that pack, that rea
 render as before. Opts and sources from both CPU renderers at AVX2 and AVX-512 widths (rendered, not run); results against numpy
 on the host with each renderer."""
 from __future__ import annotations
-import copy, re
+import re
 import numpy as np
 import pytest
-from cpu_kernels import run_on_renderer
+from cpu_kernels import host_like_renderer as _renderer, run_on_renderer
 from core import Tensor
 from core.schedule.kernelize import create_schedule
 from core.codegen.opt import Kernel, OptOps
 from core.codegen.opt.heuristic import hand_coded
 from core.codegen.program import get_program, program_source
 import plugin_cpu.prefetch as prefetch
-from plugin_cpu.renderer import CPUCRenderer, CPULLVMRenderer
 
 # the prefetched address's distance from the loaded one, in elements, as each renderer writes it
 PREFETCH = {"LLVM": r"= getelementptr float, ptr %\w+, i64 (\d+)\n  call void @llvm.prefetch.p0", "C": r"__builtin_prefetch\(.*?\)\+(\d+), 0, \d\)"}
 # each prefetch's locality hint
 LOCALITY = {"LLVM": r"call void @llvm.prefetch.p0\(ptr %\w+, i32 0, i32 (\d), i32 1\)", "C": r"__builtin_prefetch\(.*?\)\+\d+, 0, (\d)\)"}
-
-def _renderer(ren: str, simd_bytes: int, threads: int = 2):
-  rnd = copy.copy(CPULLVMRenderer() if ren == "LLVM" else CPUCRenderer())
-  rnd.simd_width, rnd.simd_regs, rnd.threads = simd_bytes, 16 if simd_bytes == 32 else 32, threads
-  rnd.l2_bytes = 512 << 10 if simd_bytes == 32 else 1 << 20   # the Zen 3's and Zen 5's
-  return rnd
 
 def _items(n: int, c: int, hw: int, o: int, kernel: int = 1, stride: int = 1) -> list:
   x, w = Tensor(np.zeros((n, c, hw, hw), np.float32)), Tensor(np.zeros((o, c, kernel, kernel), np.float32))

@@ -4,10 +4,10 @@ each window row, the same place one output row on (plugin_cpu/prefetch.window_of
 render as before. Sources from both CPU renderers at AVX2 and AVX-512 widths (rendered, not run); results against numpy from
 kernels rendered for either width and run on this host, and through Tensor under DEV=CPU:LLVM and CPU:C."""
 from __future__ import annotations
-import copy, re
+import re
 import numpy as np
 import pytest
-from cpu_kernels import device, run_on_renderer
+from cpu_kernels import host_like_renderer as _renderer, device, run_on_renderer
 from core import Tensor
 from core.schedule.kernelize import create_schedule
 from core.engine.run import buffer_of
@@ -16,16 +16,9 @@ from core.codegen.opt.heuristic import hand_coded
 from core.codegen.program import get_program, launch_vals, program_source
 import plugin_cpu.prefetch as prefetch
 from plugin_cpu.compiler import host_flags
-from plugin_cpu.renderer import CPUCRenderer, CPULLVMRenderer
 
 # the prefetched address's distance from the loaded one, in elements, as each renderer writes it
 PREFETCH = {"LLVM": r"= getelementptr float, ptr %\w+, i64 (\d+)\n  call void @llvm.prefetch.p0", "C": r"__builtin_prefetch\(.*?\)\+(\d+), 0, 3\)"}
-
-def _renderer(ren: str, simd_bytes: int, threads: int = 2):
-  rnd = copy.copy(CPULLVMRenderer() if ren == "LLVM" else CPUCRenderer())
-  rnd.simd_width, rnd.simd_regs, rnd.threads = simd_bytes, 16 if simd_bytes == 32 else 32, threads
-  rnd.l2_bytes = 512 << 10 if simd_bytes == 32 else 1 << 20   # the Zen 3's and Zen 5's: panel budgets of 256 and 512 KiB
-  return rnd
 
 def _conv(x: Tensor, w: Tensor, stride: int) -> Tensor: return x.conv2d(w, stride=stride, padding=1)
 
