@@ -10,7 +10,7 @@ from core.helpers import ContextVar, prod
 from core.codegen.opt.kernel import Kernel, Opt, OptOps, KernelOptError, range_size, MAX_REGISTER_ELEMS
 from core.codegen.opt.expander import contiguous_offset, strided_offset, VECTOR_MEM_DTYPES, MAX_SHUFFLED_STRIDE
 from core.codegen.opt.pack import PACK_MAX_BYTES, linear_strides, read_index
-from core.codegen.opt.copy import rows_far_apart, stores_cached, tiles_along_rows
+from core.codegen.opt.copy import halves_meet, rows_far_apart, stores_cached, tiles_along_rows
 from core.codegen.stash import COSTLY_OPS
 
 # conv register block, measured on a 2-core AVX-512 host: 2 vectors along the contiguous output axis x 4 rows, the reduce
@@ -50,8 +50,10 @@ MASKED_PAD_SHARE = 3         # an elementwise row padded to whole masked vectors
 THREAD_IDLE_MAX = 1 / 16      # thread time a split may leave idle before a loop further in that splits more evenly is taken
 MIN_THREADED_WORK = 1 << 15   # iterations below which a kernel runs on one thread: dispatching blocks costs more
 TRANSPOSE_MIN_ROW = 512       # output rows this long read a line per element of a transposed input: more lines than L1 holds
+                              # (a bound on renderers with workgroups only: CPU ones tile every size, see hand_coded)
 TRANSPOSE_ROW_BYTES = 64      # a transpose tile's output row: a whole cache line, whatever the vector width (see hand_coded)
 WHOLE_LINE_TILES = True       # and its input rows too (False: one register each, half a line on AVX2; for comparisons)
+CACHED_TILE_REGS = True       # a cached transpose's output row at most half the registers (False: a line; for comparisons)
 ALU_HEAVY = 64                # arithmetic ops per element above which an elementwise kernel is compute-bound
 ROW_RED_VECTORS = 4           # vectors of partial results per row reduction of a fused row kernel (_row_pass)
 ROW_MAX_VECTORS = 8           # the same for a row max, whose NaN-keeping step is two dependent instructions (see _row_pass)
@@ -876,10 +878,24 @@ def hand_coded(k: Kernel) -> Kernel:
       # 16 lines in one L1 set (rows 16 KiB apart) evicted in between. AVX2 code on one Zen 5 thread (DEV=CPU:LLVM:haswell),
       # thread CPU time, A/B in one process, medians of 11: 4096^2 23.3 -> 33.4 GB/s, 2048^2 29.4 -> 39.6, NHWC -> NCHW
       # 32x56x56x64 27.4 -> 31.2, 64x512x512 (2, 0, 1) 28.3 -> 40.8 (AVX-512 on the same host: 35 at 4096^2)
-      row_len = max(lanes, TRANSPOSE_ROW_BYTES // st.src[1].dtype.itemsize) if vec_ok else lanes
-      if vec_ok and across is not None and max(range_size(contig_out) or 0, range_size(across) or 0) >= TRANSPOSE_MIN_ROW and \
+      row_len = line = max(lanes, TRANSPOSE_ROW_BYTES // st.src[1].dtype.itemsize) if vec_ok else lanes
+      # Where the stores are plain (stores_cached) and the next tiles store the rest of its output lines while they are in L1
+      # (copy.halves_meet), a tile's output row (its input rows) stops at half the registers (CACHED_TILE_REGS): the input rows
+      # of all the squares that make up one output row stay live until it is stored, one register each, so AVX2's 16 x 16 tile
+      # (16 rows in 16 ymm) spilled 36 registers per 32 stores; 8 rows x 16 floats spill none (AVX-512's 16 rows in 32 zmm
+      # keep their tile). One Zen 3 thread, thread CPU time, A/B in one process, GB/s: 1024^2 11 -> 14, 768x3072 11 -> 16,
+      # 768x2304 10 -> 15. Streamed stores keep whole output lines (a half line streamed is a partial write: 4096^2 12 -> 5),
+      # and so do kernels with a load along the output row, which would read half lines too (1024^2 a * a.T: 0.83 -> 1.22 ms)
+      if CACHED_TILE_REGS and vec_ok and row_len > rnd.simd_regs // 2 and across is not None and across_step and \
+         not _contiguous_in(k, contig_out, loads) and stores_cached(k) and \
+         halves_meet(k, contig_out, across, across_step, line, st.src[1].dtype.itemsize, MM_ROW_TILE):
+        row_len = max(lanes, rnd.simd_regs // 2)
+      # CPU renderers take the tile at any size: its shuffles beat a gather of each element alone also where every line stays
+      # in L1 (one Zen 3 thread, 256^2 5.6 -> 28 GB/s, 12x256x64 (0, 2, 1) 9.7 -> 30); GPUs only for long rows
+      if vec_ok and across is not None and \
+         (not rnd.has_local or max(range_size(contig_out) or 0, range_size(across) or 0) >= TRANSPOSE_MIN_ROW) and \
          (amt := _pick_amt(range_size(contig_out), (row_len, lanes))):
-        tile_rows = (_pick_amt(range_size(across), (row_len, lanes)) if WHOLE_LINE_TILES else 0) or lanes
+        tile_rows = (_pick_amt(range_size(across), (line, lanes)) if WHOLE_LINE_TILES else 0) or lanes
         k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt), Opt(OptOps.UPCAST, _pos(k, across), tile_rows))
         transposed = k.applied[-1].op is OptOps.UPCAST
       else:
