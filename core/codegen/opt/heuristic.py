@@ -128,6 +128,10 @@ def _packed_product(k: Kernel, outs: list[UOp], reds: list[UOp], loads: list[UOp
   that can PACK, with a panel that fits: register tiles reuse each load (a packed panel turns the other input's column reads
   into vector reads), where vector partial sums along the reduce axis would reuse nothing."""
   if getattr(k.renderer, "has_local", False) or prod(range_size(r) or 0 for r in reds) * panel_bytes > PACK_MAX_BYTES: return False
+  return _crossed_inputs(outs, loads)
+
+def _crossed_inputs(outs: list[UOp], loads: list[UOp]) -> bool:
+  """Two inputs that each miss an output axis the other reads (a product, a conv): each load serves several outputs."""
   misses = [{r for r in outs if r not in ld.toposort()} for ld in loads]
   return any(p in m1 and q in m2 and p not in m2 and q not in m1 for m1 in misses for m2 in misses for p in outs for q in outs if p is not q)
 
@@ -215,6 +219,19 @@ def _panel_blocks(n: int, threads: int) -> int:
   2048^3 8 -> 32 blocks 65 -> 73 and 36 -> 39 (numpy 69, 41); 2048x768x3072 8 -> 24 blocks 67 -> 75 and 30 -> 34 (numpy 79, 35)."""
   return max((b for b in range(threads, min(n, MM_PANEL_BLOCKS * threads) + 1, threads) if n % b == 0), default=0) or \
     _block_count(n, threads)
+
+MIN_BLOCK_WORK = 1 << 22      # iterations (~100 us of one core's FMAs) a compute kernel's thread block keeps when cut finer
+
+def _compute_blocks(n: int, threads: int, work: int) -> int:
+  """Thread blocks for the loop of n split from a product of `work` iterations (_crossed_inputs) with no packed copy (a conv's
+  images): as _panel_blocks, the most up to MM_PANEL_BLOCKS per thread that divide n evenly among the threads, as long as each
+  holds MIN_BLOCK_WORK iterations; never fewer than _block_count's. Its iterations share no copy, so smaller blocks add only a
+  claim each, and the last block the threads finish at different times is shorter. 32x256x28x28 -> 64 1x1 conv, 2 threads
+  on the 2-core Zen 3, 8 -> 32 blocks, per-block traces in two runs: the threads' end gap 0.80 and 0.28 -> 0.22 and 0.12 ms
+  (medians; see docs/internals.md)."""
+  base = _block_count(n, threads)
+  return max(base, max((b for b in range(threads, min(n, MM_PANEL_BLOCKS * threads) + 1, threads)
+                        if n % b == 0 and work // b >= MIN_BLOCK_WORK), default=0))
 
 # conv register tiles (vectors along the output row, output channels), widest first: 4x4 where the vector registers hold its 16
 # accumulators, 4 input vectors and a weight (AVX-512's 32; not AVX2's 16). One loaded Zen 5 thread, 3x3 conv 8x64x56x56 by CPU
@@ -939,6 +956,8 @@ def hand_coded(k: Kernel) -> Kernel:
   if threads > 0 and work >= MIN_THREADED_WORK:
     if (loop := _thread_loop(k, threads)) is not None:
       blocks = _block_count(range_size(loop) or 1, threads)
+      if reds and _crossed_inputs(outs, loads) and not any(o.op is OptOps.PACK for o in k.applied):
+        blocks = _compute_blocks(range_size(loop) or 1, threads, work)
       # a transposing copy of close input rows (NHWC -> NCHW: a pixel's 64 channels, 256 bytes) whose split would take blocks of a
       # loop outside its tiles across those rows (the images): one block per thread of those tiles instead, the images inside
       # each block, so the threads read parts of the same rows at once, where blocks of images have each thread read a quarter of
