@@ -41,6 +41,10 @@ def _render_alu(ctx: LLVMRenderer, x: UOp) -> str:
     c1, c2 = ctx.tmp(), ctx.tmp()
     return (f"{c0} = fcmp ogt {t} {a[0]}, {a[1]}\n  {c1} = fcmp uno {t} {a[0]}, {a[0]}\n  {c2} = or {b1} {c0}, {c1}\n"
             f"  {ctx[x]} = select {b1} {c2}, {t} {a[0]}, {t} {a[1]}")
+  if op is Ops.MULACC and fl and ctx.defined_in.get(prod := UOp(Ops.MUL, dt, (s[0], s[1]))) == ctx.block:
+    # the product is computed anyway (softmax stores exp's p * 2**(n+125) * 2**-125 and sums it): adding it takes an add
+    # port where the FMA took one of the two FMA ports the rest of the loop (exp's polynomial) is bound by
+    return f"{ctx[x]} = fadd {t} {ctx[prod]}, {a[2]}"
   if op is Ops.MULACC and fl:
     # fused where the target has an FMA unit (one rounding), else a multiply and an add: LLVM picks per target
     return f"{ctx[x]} = call {t} {ctx.intrinsic('fmuladd', dt, 3)}({', '.join(f'{t} {v}' for v in a)})"
@@ -333,6 +337,7 @@ class LLVMRenderer(Renderer):
     self.declares: dict[str, None] = {}
     self.loop_label: dict[UOp, str] = {}
     self.open_order: dict[UOp, int] = {}
+    self.defined_in: dict[UOp, str] = {}   # the block each value was rendered in: a later op there may reuse it
     bufs: list[UOp] = []
     vars_: list[UOp] = []
     body: list[str] = []
@@ -350,6 +355,7 @@ class LLVMRenderer(Renderer):
         self.r[u] = f"%ridx{self.nlabel}"
       elif u.op is Ops.DEFINE_REG: self.r[u] = f"%acc{u.arg}"
       elif not _literal(u): self.r[u] = f"%v{i}"
+      self.defined_in[u] = self.block
       txt = self.string_rewrite.rewrite(u, ctx=self)
       if txt is None: raise NotImplementedError(f"{type(self).__name__} can't render {u.op.name} ({u.dtype}) in kernel {name}")
       assert isinstance(txt, str), f"rule for {u.op.name} returned {type(txt).__name__}, not str"
