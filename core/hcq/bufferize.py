@@ -4,9 +4,8 @@ from __future__ import annotations
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import graph_rewrite
-from core.hcq.queue_ir import kind_of, device_of, HOST_KINDS
+from core.hcq.queue_ir import kind_of, device_of, HOST_KINDS, TIMESTAMPS_KIND
 from core.hcq.pack import PACKED
-from core.hcq.timestamps import KIND as TIMESTAMPS
 from core.hcq.state import HCQState
 
 def bufferize_map(linear: UOp, ctx: HCQState) -> dict[UOp, UOp]:
@@ -18,7 +17,7 @@ def bufferize_map(linear: UOp, ctx: HCQState) -> dict[UOp, UOp]:
     done = graph_rewrite(UOp(Ops.SINK, src=mine), pm, ctx.hcq_of(dev), bottom_up=True, name=f"bufferize {dev}").src if pm is not None else mine
     for p, r in zip(mine, done):
       if r.op is Ops.BUFFER and r.tag is None: out[p] = r
-      elif kind_of(p) in PACKED or kind_of(p) == TIMESTAMPS:
+      elif kind_of(p) in PACKED or kind_of(p) == TIMESTAMPS_KIND:
         # core allocates what the plugin does not place itself; it lives as long as the submission holds it
         out[p] = UOp.new_buffer(dev, p.arg, p.dtype)
         ctx.buffer_of(out[p]).allocate()

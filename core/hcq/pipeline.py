@@ -11,7 +11,6 @@ from core.device.compiled import BindableProgram
 from core.device.registry import Device
 from core.hcq.prep import schedule_linear, prep_runtime
 from core.hcq.lower import lower_to_queues
-from core.hcq.timestamps import add_timestamps, read_times
 from core.hcq.deps import dependencies
 from core.hcq.merge import merge_submits
 from core.hcq.encode import encode
@@ -20,7 +19,15 @@ from core.hcq.bufferize import bufferize
 from core.hcq.patches import resolve_patches
 from core.hcq.callify import SubmitProgram, callify, host_timeline
 from core.helpers import HCQ_TIMEOUT, SPEC
-from core.ir.spec import type_verify, queue_spec
+
+def add_timestamps(linear: UOp, ctx: HCQState) -> UOp:
+  # imported here: only timed submissions (DEBUG>=2, PROFILE) run this stage, and a start that times nothing skips its module
+  from core.hcq.timestamps import add_timestamps as add
+  return add(linear, ctx)
+
+def _verify(linear: UOp) -> None:
+  from core.ir.spec import type_verify, queue_spec   # SPEC only: the spec's matchers are not part of a plain start
+  type_verify(linear, queue_spec)
 
 STAGES: list[tuple[str, Callable[[UOp, HCQState], UOp]]] = [
   ("prep runtime", prep_runtime), ("lower to queues", lower_to_queues), ("timestamps", add_timestamps), ("dependencies", dependencies),
@@ -42,7 +49,7 @@ class Submission:
     for name, stage in STAGES:
       if name == "timestamps" and not timed: continue   # only profiled submissions time their commands
       linear = stage(linear, ctx)
-      if SPEC: type_verify(linear, queue_spec)
+      if SPEC: _verify(linear)
       self.stage_graphs[name] = linear
     self.commands = dict(ctx.commands)   # encoded submit -> [(kind, offset)], for errors
     self.submits = [u for u in linear.src if u.op is Ops.CUSTOM_FUNCTION]
@@ -163,7 +170,9 @@ class Submission:
 
   def times(self) -> list[tuple[Any, int, int]]:
     """(timestamps.Timed, start ns, duration ns) of each launch and copy of the latest run ([] unless built with timed=True)."""
-    return read_times(self.ctx.timed, self.ctx) if self.ctx.timed else []
+    if not self.ctx.timed: return []
+    from core.hcq.timestamps import read_times
+    return read_times(self.ctx.timed, self.ctx)
 
   def wait(self, timeout_s: float | None = None) -> None:
     """Block until every queue of this submission reached its final timeline value (HCQ_TIMEOUT seconds at most)."""

@@ -19,6 +19,9 @@ class ProgramData:
 QUEUE_KINDS = ("ring", "wptr", "doorbell", "timeline_signal")
 # the host copy of a queue's timeline value: core owns it (host memory), it never reaches a plugin
 HOST_KINDS = ("timeline_value",)
+# the per-device placeholder of a timed submission's timestamps (core/hcq/timestamps.py): named here so that bufferize knows it
+# without importing the timestamps stage, which untimed submissions never run
+TIMESTAMPS_KIND = "timestamps"
 
 _counter = itertools.count()
 

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
-from core.hcq.queue_ir import is_submit, submit_device, submit_queue, placeholder, timestamp, device_of
+from core.hcq.queue_ir import is_submit, submit_device, submit_queue, placeholder, timestamp, device_of, TIMESTAMPS_KIND
 from core.hcq.state import HCQState
 
-KIND = "timestamps"
+KIND = TIMESTAMPS_KIND
 
 @dataclass(frozen=True)
 class Timed:

@@ -1,7 +1,7 @@
 """Start-up stays lazy (issue 23 item 7): what `import core` and plugin discovery load, checked by the modules a fresh process
 has imported (bench/startup.py has the timings). The entry-point reader must agree with importlib.metadata."""
 from __future__ import annotations
-import ast, json, os, pathlib, subprocess, sys, zipfile
+import ast, json, os, pathlib, subprocess, sys, types, zipfile
 import importlib_metadata
 from core.device.entry_points import distributions_with_group, parse_entry_points, metadata_head
 
@@ -158,3 +158,52 @@ def test_rule_ctx_detection_agrees_with_inspect():
   got = [_wants_ctx(f) for f in fns]
   assert got == ["ctx" in inspect.signature(f).parameters for f in fns]
   assert got == [True, True, False, False, False, True, True, True, False, False]
+
+def test_an_untimed_submission_loads_neither_the_timestamps_stage_nor_the_queue_spec(tmp_path):
+  # the HCQ pipeline imports its timestamps stage only for timed submissions (DEBUG>=2, PROFILE) and the queue spec only under SPEC
+  # (which the tests' conftest sets: a plain start has it off)
+  plain = imported_after(FIRST_RESULT, CORE_CACHE_DIR=str(tmp_path), DEV="CPU", SPEC="0")
+  assert "core.hcq.pipeline" in plain and not plain & {"core.hcq.timestamps", "core.ir.spec"}, plain & {"core.hcq.timestamps", "core.ir.spec"}
+  assert "core.hcq.timestamps" in imported_after(FIRST_RESULT, CORE_CACHE_DIR=str(tmp_path), DEV="CPU", SPEC="0", DEBUG="2")
+  assert "core.ir.spec" in imported_after(FIRST_RESULT, CORE_CACHE_DIR=str(tmp_path), DEV="CPU", SPEC="1")
+
+def test_timed_submission_times_its_kernel():
+  # the timestamps stage, imported on demand, still runs and reads back a time for each launch
+  from core import Tensor
+  from core.device.registry import Device
+  from core.helpers import Context
+  if not Device.DEFAULT.startswith("CPU"): return
+  with Context(DEBUG=2): assert (Tensor([1., 2., 3.]) * 3).numpy().tolist() == [3., 6., 9.]
+
+def _plugin_module(name: str) -> types.ModuleType:
+  # every kind of attribute a module plugin can hold: marked functions (one hook misspelled), a marked staticmethod and
+  # classmethod object, an unmarked function, imports, a class, plain values
+  from core.device.hookspecs import hookimpl
+  mod = types.ModuleType(name)
+  exec("import os, pathlib\nfrom typing import Any\nX = 3\nclass K: pass\ndef helper(): return 1\n", mod.__dict__)
+  mod.core_plugin_info = hookimpl(lambda: {"name": name, "version": "1", "api": (2, 0)})
+  mod.core_devices = hookimpl(lambda: [])
+  mod.core_pm_lower = staticmethod(hookimpl(lambda device: None))
+  mod.core_pm_bufferize = classmethod(hookimpl(lambda cls, device: None))
+  return mod
+
+def test_module_plugins_register_the_hooks_pluggy_finds_without_its_attribute_walk(monkeypatch):
+  # core's hook manager reads a module plugin's hooks from its dict; pluggy's own walk (inspect.getattr_static on each name of
+  # dir(plugin), its imports included) found the same hooks at several times the cost, before the first Tensor of every start
+  import inspect, pluggy, plugin_cpu
+  from core.device import hookspecs
+  from core.device.plugins import PluginManager
+  def hooks(pm: pluggy.PluginManager) -> list:
+    return sorted((h, i.plugin_name, i.function.__name__) for h in dir(pm.hook) if not h.startswith("_") for i in getattr(pm.hook, h).get_hookimpls())
+  mods = [plugin_cpu, _plugin_module("plugin_fake")]
+  ref = pluggy.PluginManager(hookspecs.PROJECT)
+  ref.add_hookspecs(hookspecs)
+  for m in mods: ref.register(m, name=m.__name__)
+  ours = PluginManager(distributions=lambda: []).pm
+  calls: list[str] = []
+  static = inspect.getattr_static
+  monkeypatch.setattr(inspect, "getattr_static", lambda obj, name, *a: calls.append(name) or static(obj, name, *a))
+  for m in mods: ours.register(m, name=m.__name__)
+  assert hooks(ours) == hooks(ref) and len(hooks(ours)) == len(hookspecs.HOOK_NAMES) + 4
+  # pluggy's lookup is asked only about the hooks it registers (to bind each), never about the modules' other names
+  assert calls and set(calls) == set(hookspecs.HOOK_NAMES), sorted(set(calls) - set(hookspecs.HOOK_NAMES))
