@@ -8,13 +8,6 @@ from core.hcq import HCQError
 from core.ir.dtype import dtypes
 from plugin_cpu import iface_hcq as H, queue as CQ
 
-@pytest.fixture
-def dev():
-  d = H.CPUHCQ("CPU", ring_size=4096)
-  d.wait_signal(Buffer("CPU", 1, dtypes.uint64).allocate(), 0, 5)   # the first wait starts the queues and reads the faults
-  yield d
-  d.close()
-
 def signal() -> Buffer: return Buffer("CPU", 1, dtypes.uint64).copyin(np.zeros(1, np.uint64).tobytes())
 
 def submit(q: "H.CPUQueue", packets: bytes) -> None:
@@ -23,87 +16,87 @@ def submit(q: "H.CPUQueue", packets: bytes) -> None:
   q.buffers["wptr"].as_buffer().cast("Q")[0] = wptr + len(packets)
   q.buffers["doorbell"].as_buffer().cast("Q")[0] = wptr + len(packets)
 
-def test_a_value_above_32_bits_is_waited_for_exactly(dev):
-  sig, q, big = signal(), dev.queue("COMPUTE:0"), (1 << 40) + 5
+def test_a_value_above_32_bits_is_waited_for_exactly(cpu_hcq):
+  sig, q, big = signal(), cpu_hcq.queue("COMPUTE:0"), (1 << 40) + 5
   submit(q, CQ.enc_signal(H.buffer_addr(sig), big - 1))
-  with pytest.raises(HCQError, match="timed out"): dev.wait_signal(sig, big, 0.05)   # big - 1 is not enough
+  with pytest.raises(HCQError, match="timed out"): cpu_hcq.wait_signal(sig, big, 0.05)   # big - 1 is not enough
   submit(q, CQ.enc_signal(H.buffer_addr(sig), big))
-  dev.wait_signal(sig, big, 5)
-  assert sig.numpy()[0] == big and dev.error() is None
+  cpu_hcq.wait_signal(sig, big, 5)
+  assert sig.numpy()[0] == big and cpu_hcq.error() is None
 
-def test_a_signal_not_allocated_yet_is_allocated_and_waited_on(dev):
+def test_a_signal_not_allocated_yet_is_allocated_and_waited_on(cpu_hcq):
   sig = Buffer("CPU", 1, dtypes.uint64)
   assert not sig.is_allocated()
-  dev.wait_signal(sig, 0, 5)
+  cpu_hcq.wait_signal(sig, 0, 5)
   assert sig.is_allocated()
-  submit(dev.queue("COMPUTE:0"), CQ.enc_signal(H.buffer_addr(sig), 9))
-  dev.wait_signal(sig, 9, 5)
+  submit(cpu_hcq.queue("COMPUTE:0"), CQ.enc_signal(H.buffer_addr(sig), 9))
+  cpu_hcq.wait_signal(sig, 9, 5)
   assert sig.numpy()[0] == 9
 
-def test_signals_in_new_memory_every_wait(dev):
+def test_signals_in_new_memory_every_wait(cpu_hcq):
   # more signals than the pointer cache keeps (64), each freed after its wait: every wait reads its own signal's memory
-  q = dev.queue("COMPUTE:0")
+  q = cpu_hcq.queue("COMPUTE:0")
   for i in range(1, 151):
     sig = signal()
     submit(q, CQ.enc_signal(H.buffer_addr(sig), i))
-    dev.wait_signal(sig, i, 5)
+    cpu_hcq.wait_signal(sig, i, 5)
     assert sig.numpy()[0] == i
     del sig
     if i % 50 == 0: gc.collect()
-  assert len(dev._signal_ptrs) <= 64 and dev.error() is None
+  assert len(cpu_hcq._signal_ptrs) <= 64 and cpu_hcq.error() is None
 
-def test_a_wait_on_memory_that_replaced_a_freed_signal(dev):
+def test_a_wait_on_memory_that_replaced_a_freed_signal(cpu_hcq):
   # the second signal may get the first one's memory or another: either way the wait must see the second one's value
-  q = dev.queue("COMPUTE:0")
+  q = cpu_hcq.queue("COMPUTE:0")
   first = signal()
   submit(q, CQ.enc_signal(H.buffer_addr(first), 3))
-  dev.wait_signal(first, 3, 5)
+  cpu_hcq.wait_signal(first, 3, 5)
   del first
   gc.collect()
   second = signal()
-  with pytest.raises(HCQError, match="timed out"): dev.wait_signal(second, 3, 0.05)   # still 0: the old signal's 3 is not seen
+  with pytest.raises(HCQError, match="timed out"): cpu_hcq.wait_signal(second, 3, 0.05)   # still 0: the old signal's 3 is not seen
   submit(q, CQ.enc_signal(H.buffer_addr(second), 4))
-  dev.wait_signal(second, 4, 5)
+  cpu_hcq.wait_signal(second, 4, 5)
   assert second.numpy()[0] == 4
 
-def test_a_fault_after_fast_waits_is_raised_once_and_the_fast_path_resumes(dev):
+def test_a_fault_after_fast_waits_is_raised_once_and_the_fast_path_resumes(cpu_hcq):
   # the fast path (wait_signal's own, on a signal it has waited on before) must not return for a fault recorded since the last
   # look: it falls through to the general wait, which raises it; the wait after that is fast again
-  q, sig = dev.queue("COMPUTE:0"), signal()
+  q, sig = cpu_hcq.queue("COMPUTE:0"), signal()
   for v in (1, 2):
     submit(q, CQ.enc_signal(H.buffer_addr(sig), v))
-    dev.wait_signal(sig, v, 5)
-  mark = dev._fault_mark
+    cpu_hcq.wait_signal(sig, v, 5)
+  mark = cpu_hcq._fault_mark
   submit(q, struct.pack("<II", 99 | 2 << 16, 0) + CQ.enc_signal(H.buffer_addr(sig), 3))
-  with pytest.raises(HCQError, match="unknown opcode"): dev.wait_signal(sig, 3, 5)
+  with pytest.raises(HCQError, match="unknown opcode"): cpu_hcq.wait_signal(sig, 3, 5)
   submit(q, CQ.enc_signal(H.buffer_addr(sig), 4))
-  dev.wait_signal(sig, 4, 5)   # the general wait once (the fault is newer than the mark), which moves the mark past it
-  assert dev._fault_mark > mark and dev._mark_arg is not None and dev._mark_arg.value == dev._fault_mark
+  cpu_hcq.wait_signal(sig, 4, 5)   # the general wait once (the fault is newer than the mark), which moves the mark past it
+  assert cpu_hcq._fault_mark > mark and cpu_hcq._mark_arg is not None and cpu_hcq._mark_arg.value == cpu_hcq._fault_mark
   submit(q, CQ.enc_signal(H.buffer_addr(sig), 5))
-  dev.wait_signal(sig, 5, 5)
-  dev.synchronize(5)
-  assert sig.numpy()[0] == 5 and "unknown opcode" in dev.error() and dev.error() is None
+  cpu_hcq.wait_signal(sig, 5, 5)
+  cpu_hcq.synchronize(5)
+  assert sig.numpy()[0] == 5 and "unknown opcode" in cpu_hcq.error() and cpu_hcq.error() is None
 
-def test_a_signal_that_arrives_after_the_fast_slice_is_waited_for(dev):
+def test_a_signal_that_arrives_after_the_fast_slice_is_waited_for(cpu_hcq):
   # the fast path's slice (FAST_SLICE_NS) runs out before the signal arrives: the general wait takes over and sees it
-  q, sig = dev.queue("COMPUTE:0"), signal()
+  q, sig = cpu_hcq.queue("COMPUTE:0"), signal()
   submit(q, CQ.enc_signal(H.buffer_addr(sig), 1))
-  dev.wait_signal(sig, 1, 5)
+  cpu_hcq.wait_signal(sig, 1, 5)
   late = threading.Timer(10 * H.FAST_SLICE_NS / 1e9, lambda: submit(q, CQ.enc_signal(H.buffer_addr(sig), 2)))
   late.start()
-  dev.wait_signal(sig, 2, 5)
+  cpu_hcq.wait_signal(sig, 2, 5)
   late.join()
-  assert sig.numpy()[0] == 2 and dev.error() is None
+  assert sig.numpy()[0] == 2 and cpu_hcq.error() is None
 
-def test_a_wait_after_close_starts_the_queues_again(dev):
-  q, sig = dev.queue("COMPUTE:0"), signal()
+def test_a_wait_after_close_starts_the_queues_again(cpu_hcq):
+  q, sig = cpu_hcq.queue("COMPUTE:0"), signal()
   submit(q, CQ.enc_signal(H.buffer_addr(sig), 1))
-  dev.wait_signal(sig, 1, 5)
-  dev.close()
+  cpu_hcq.wait_signal(sig, 1, 5)
+  cpu_hcq.close()
   assert not q.handle
-  dev.wait_signal(sig, 1, 5)   # reached already: the wait starts the queues all the same, where the fast path would not
+  cpu_hcq.wait_signal(sig, 1, 5)   # reached already: the wait starts the queues all the same, where the fast path would not
   assert q.handle
   submit(q, CQ.enc_signal(H.buffer_addr(sig), 2))
-  dev.wait_signal(sig, 2, 5)
-  assert sig.numpy()[0] == 2 and dev.error() is None
-  with pytest.raises(HCQError, match="timed out"): dev.wait_signal(sig, 3, 0.05)   # a short timeout: the general wait's deadline
+  cpu_hcq.wait_signal(sig, 2, 5)
+  assert sig.numpy()[0] == 2 and cpu_hcq.error() is None
+  with pytest.raises(HCQError, match="timed out"): cpu_hcq.wait_signal(sig, 3, 0.05)   # a short timeout: the general wait's deadline
