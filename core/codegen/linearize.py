@@ -5,6 +5,59 @@ from typing import cast
 from core.ir.ops import UOp, Ops
 from core.codegen.lowerer import RangeScopes
 
+def _is_shuffle(u: UOp) -> bool: return u.op is Ops.VECTORIZE and all(s.op is Ops.GEP for s in u.src)
+
+def has_shuffle_network(uops: list[UOp]) -> bool:
+  """A shuffle of shuffles among `uops`: a transposing tile's network (opt/shuffle.py)."""
+  return any(_is_shuffle(u) and any(_is_shuffle(g.src[0]) for g in u.src) for u in uops)
+
+def tile_keys(items: list[UOp], deps: dict[UOp, set[UOp]], users: dict[UOp, list[UOp]], order: dict[UOp, int]) -> dict[UOp, tuple[int, int, int]] | None:
+  """Emission keys for a block holding a shuffle network (a shuffle of shuffles: a transposing tile, opt/shuffle.py) whose stores
+  fall into groups that share no load (a split row's squares), else None (the graph's order). Key: (the first group whose stores
+  need the item, its shuffle stage for loads and shuffles, else -1, graph position): each group's loads, then each shuffle
+  stage, stores as soon as their values are ready.
+  In the graph's depth-first order every output row pulled in the first stages of all its squares, which stayed live until
+  the last row was stored (AVX2 4096^2: 72-80 ymm spills per tile)."""
+  if not any(_is_shuffle(it) for it in items): return None
+  # the items in an order that puts each after its deps (graph positions don't: a loop's item has its block's positions after it)
+  left = {it: len(deps[it]) for it in items}
+  topo, nxt = [], [it for it in items if not left[it]]
+  while nxt:
+    topo.append(it := nxt.pop())
+    for us in users.get(it, []):
+      left[us] -= 1
+      if not left[us]: nxt.append(us)
+  stage: dict[UOp, int] = {}
+  for it in topo: stage[it] = max((stage[d] for d in deps[it]), default=0) + _is_shuffle(it)
+  if max(stage.values(), default=0) < 2: return None
+  loads: dict[UOp, frozenset[UOp]] = {}
+  for it in topo: loads[it] = frozenset().union(*(loads[d] for d in deps[it]), {it} if it.op is Ops.LOAD else ())
+  # stores that share a load are one group (union-find over loads), groups ranked by their first store
+  stores = [it for it in topo if it.op is Ops.STORE]
+  owner: dict[UOp, int] = {}
+  groups: list[set[UOp]] = []
+  for st in stores:
+    hit = sorted({owner[ld] for ld in loads[st] if ld in owner})
+    g = hit[0] if hit else len(groups)
+    if not hit: groups.append(set())
+    for h in hit[1:]:
+      for x in groups[h]: owner[x] = g
+      groups[g] |= groups[h]
+      groups[h] = set()
+    groups[g] |= loads[st] | {st}
+    for x in groups[g]: owner[x] = g
+  ranked = [grp for grp in groups if grp]
+  if len(ranked) < 2: return None
+  rank = {id(grp): r for r, grp in enumerate(sorted(ranked, key=lambda grp: min(order[x] for x in grp if x.op is Ops.STORE)))}
+  group: dict[UOp, int] = {}
+  for st in sorted(stores, key=lambda st: rank[id(groups[owner[st]])]):
+    pending = [st]
+    while pending:
+      if (x := pending.pop()) in group: continue
+      group[x] = rank[id(groups[owner[st]])]
+      pending.extend(deps[x])
+  return {it: (group.get(it, len(ranked)), stage[it] if _is_shuffle(it) or it.op is Ops.LOAD else -1, order[it]) for it in items}
+
 def linearize(sink: UOp) -> list[UOp]:
   scopes = RangeScopes()
   nodes = list(sink.toposort())
@@ -74,12 +127,14 @@ def linearize(sink: UOp) -> list[UOp]:
           if s in home or s.op is Ops.RANGE:
             j = item_in(s, scope)
             if j is not None and j is not it and j in deps: deps[it].add(j)
-    # Kahn's algorithm, ties broken by the global topological position (a heap of (position, item): positions are distinct)
-    ready = [(order[it], it) for it in items if not deps[it]]
-    heapq.heapify(ready)
+    # Kahn's algorithm, ties broken by the global topological position (a heap of (position, item): positions are distinct), or
+    # in a transposing tile's block by its groups of stores, one after another, each breadth-first (tile_keys)
     users: dict[UOp, list[UOp]] = {}
     for it, ds in deps.items():
       for d in ds: users.setdefault(d, []).append(it)
+    key = tile_keys(items, deps, users, order) or order
+    ready = [(key[it], it) for it in items if not deps[it]]
+    heapq.heapify(ready)
     emitted = 0
     while ready:
       it = heapq.heappop(ready)[1]
@@ -91,7 +146,7 @@ def linearize(sink: UOp) -> list[UOp]:
       else: out.append(it)
       for us in users.get(it, []):
         deps[us].discard(it)
-        if not deps[us]: heapq.heappush(ready, (order[us], us))
+        if not deps[us]: heapq.heappush(ready, (key[us], us))
     if emitted != len(items): raise RuntimeError("cycle while linearizing a kernel")
 
   emit(None)

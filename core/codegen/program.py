@@ -115,7 +115,7 @@ def _get_program(ast: UOp, renderer: Any, optimize: bool, name: str) -> UOp:
   from core.codegen.opt.expander import expand_kernel
   sink = expand_kernel(optimize_kernel(ast, renderer) if optimize else ast, vectorize=getattr(renderer, "supports_float4", False),
                        masked=getattr(renderer, "masked_vectors", False), vector_dtypes=getattr(renderer, "vector_dtypes", frozenset()),
-                       simd_bytes=getattr(renderer, "simd_width", 0))
+                       simd_bytes=getattr(renderer, "simd_width", 0), split_rows=renderer.split_tile_rows)
   sink, gsize, lsize = lower_kernel(sink, getattr(renderer, "global_max", None), getattr(renderer, "threads", 0),
                                     getattr(renderer, "scratch_bytes", 0))
   if IMAGE:

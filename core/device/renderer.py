@@ -21,6 +21,9 @@ class Renderer:
                                                             # <= 1: unknown, the optimizer assumes 16 when supports_float4
   simd_regs: int = 16                                       # SIMD registers (32: AVX-512, AArch64; 16: AVX2): sizes matmul register tiles
   masked_vectors: ClassVar[bool] = False                    # vector loads/stores may have a gate per lane (INDEX(buf, i, <bool x n>))
+  split_tile_rows: ClassVar[bool] = False                   # a transposing tile of rows wider than a register loads each a register at
+                                                            # a time, ordered by groups (expander, linearize.tile_keys): the renderer
+                                                            # tests streamed stores' alignment once, not per store
   vector_dtypes: frozenset[DType] = frozenset()             # element types beyond the expander's usual ones it may make vectors of
                                                             # (the host LLVM renderer's bfloat16 where the CPU has a bf16 dot product)
   threads: ClassVar[int] = 0                                # worker threads running GLOBAL blocks (gidx0); 0: no thread pool

@@ -72,15 +72,16 @@ def strided_lanes(stride: int, width: int) -> tuple[list[int], list[tuple[int, i
 class Expander:
   """Rewrites a kernel whose register axes are `unrolled` (copied per value) and `vec` (lanes of vector dtypes, or None)."""
   def __init__(self, unrolled: list[UOp], vec: UOp | None, masked: bool = False, mem_dtypes: frozenset[DType] = VECTOR_MEM_DTYPES,
-               simd_bytes: int = 0):
+               simd_bytes: int = 0, split_rows: bool = False):
     self.unrolled, self.vec, self.masked, self.mem_dtypes, self.simd_bytes = unrolled, vec, masked, mem_dtypes, simd_bytes
+    self.split_rows = split_rows
     self.width: int = (range_size(vec) or 1) if vec is not None else 1
     self.regs = frozenset(unrolled) | ({vec} if vec is not None else set())
     self.memo: dict[tuple[UOp, tuple], UOp] = {}
     self._deps: dict[UOp, frozenset[UOp]] = {}
     self._mem: dict[UOp, bool] = {}
     self._simplified: dict[UOp, UOp] = {}   # shared by every simplify of this kernel: the copies share most of their nodes
-    self._transposed: dict[tuple[tuple[UOp, ...], int], list[UOp]] = {}   # a tile's shuffled rows, built once for all its stores
+    self._transposed: dict[tuple[tuple[tuple[UOp, ...], ...], int], list[UOp]] = {}   # a tile's shuffled rows, built once for all its stores
 
   def deps(self, u: UOp) -> frozenset[UOp]:
     """The register axes u depends on (walked without recursion: kernels can be deep)."""
@@ -292,8 +293,18 @@ class Expander:
       return UOp.vectorize(*[vecs[j].gep(e) for j, e in strided_lanes(stride, self.width)[1]])
     if kind == "rows":
       axis, idxs = idx
-      rows = tuple(UOp(Ops.LOAD, u.dtype.vec(range_size(axis) or 1), (ix,)) for ix in idxs)
-      if (key := (rows, self.simd_bytes // u.dtype.itemsize)) not in self._transposed: self._transposed[key] = transpose_rows(list(rows), key[1])
+      n, reg = range_size(axis) or 1, self.simd_bytes // u.dtype.itemsize
+      # a row wider than a register, in a tile of more rows than a register's lanes (an output row then puts several squares end
+      # to end), is loaded a register at a time: each column of squares has loads of its own, and the output rows they make
+      # read no others (linearize.tile_keys emits them group by group; one 16-float load per AVX2 row kept every square's rows
+      # live until the last output row: 72-80 ymm spills per streamed 16 x 16 tile). Tiles of a register's rows keep whole
+      # rows (the C renderer's cached 8-row tiles ran up to 25% slower split; LLVM's no faster). Only where the renderer tests a
+      # streamed tile's alignment once (Renderer.split_tile_rows): with clang's branch per store the C renderer's streamed
+      # tiles ran 30% slower split
+      w = reg if self.split_rows and 2 <= reg < n and len(idxs) > reg else n
+      rows = tuple(tuple(UOp(Ops.LOAD, u.dtype.vec(w), (ix if p == 0 else ix.replace(src=(ix.src[0], _simplify(ix.src[1] + p, self._simplified))),))
+                         for p in range(0, n, w)) for ix in idxs)
+      if (key := (rows, reg)) not in self._transposed: self._transposed[key] = transpose_rows([list(r) for r in rows], reg)
       return self._transposed[key][env[axis]]
     return UOp.vectorize(*[UOp(Ops.LOAD, u.dtype, (ix, *[a.gep(k) if a.dtype.count > 1 else a for a in alt])) for k, ix in enumerate(idx)])
 
@@ -333,12 +344,13 @@ def pick_vector_axis(sink: UOp, regs: list[UOp], mem_dtypes: frozenset[DType] = 
   return choice
 
 def expand_kernel(sink: UOp, vectorize: bool = True, masked: bool = False, vector_dtypes: frozenset[DType] = frozenset(),
-                  simd_bytes: int = 0) -> UOp:
+                  simd_bytes: int = 0, split_rows: bool = False) -> UOp:
   """Remove every UPCAST/UNROLL range: the vector axis (if `vectorize`) becomes vector lanes, the rest unrolled copies.
   `masked`: the renderer loads and stores vectors under a gate per lane (Renderer.masked_vectors). `vector_dtypes`: element
   types beyond VECTOR_MEM_DTYPES the renderer loads, stores and computes on as vectors (Renderer.vector_dtypes: bfloat16 for
   the host LLVM renderer on CPUs with a bf16 dot product). `simd_bytes`: the renderer's register width (Renderer.simd_width),
-  the widest square a transposed tile is shuffled in (0: any)."""
+  the widest square a transposed tile is shuffled in (0: any). `split_rows`: a transposed tile's rows wider than that load a
+  register at a time (Renderer.split_tile_rows)."""
   regs = sorted({u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] in REGISTER_AXES and range_size(u) is not None},
                 key=lambda r: r.arg[0])
   if not regs: return sink
@@ -348,7 +360,7 @@ def expand_kernel(sink: UOp, vectorize: bool = True, masked: bool = False, vecto
     vectorize = False
   for group in register_groups(sink, regs):
     vec = pick_vector_axis(sink, group, mem) if vectorize else None
-    sink = Expander([r for r in group if r is not vec], vec, masked, mem, simd_bytes)(sink, {})
+    sink = Expander([r for r in group if r is not vec], vec, masked, mem, simd_bytes, split_rows)(sink, {})
   return sink
 
 def register_groups(sink: UOp, regs: list[UOp]) -> list[list[UOp]]:

@@ -1,6 +1,6 @@
 """The CPU plugin's renderers: host C and host LLVM IR, kernels as plain functions where every axis is a loop."""
 from __future__ import annotations
-import copy, os
+import copy, os, re
 from typing import Callable, TypeVar
 from core.helpers import host_machine
 from core.ir.dtype import DType, dtypes
@@ -12,7 +12,8 @@ from core.codegen.lowerer import pm_fuse_mulacc
 from core.codegen.decompose import fast_exp2, pm_vector_math
 from core.device.compiler import CompileError
 from plugin_cpu.compiler import arch_flags, cc_supports, find_cc, host_flags, host_simd_bytes, host_x86_fma, simd_bytes, x86_fma
-from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, cache_bytes, host_streams, pm_streaming_stores, store_width
+from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, _known_align, cache_bytes, host_streams, pm_streaming_stores, store_width, stream_width
+from core.codegen.linearize import has_shuffle_network
 from plugin_cpu.bf16dot import bf16_dot, host_bf16_dot, pm_bf16_dot, render_dot
 from plugin_cpu.prefetch import prefetch_offsets, line_offsets
 
@@ -197,6 +198,19 @@ def _llvm_nt_branch(ctx: CPULLVMRenderer, c: str, t: str, v: str, p: str, w: int
   return (f"br i1 {c}, label %{k}, label %{k}.plain\n{ctx.label(k)}\n  store {t} {v}, ptr {p}, align {w}, !nontemporal {NT_MD}\n"
           f"  br label %{k}.done\n{ctx.label(k + '.plain')}\n  {plain}\n  br label %{k}.done\n{ctx.label(k + '.done')}")
 
+def unchecked_streams(uops: list[UOp], simd_bytes: int) -> frozenset[UOp]:
+  """The streamed STOREs that need no test of their own in a kernel holding a transposing tile whose rows were loaded a register
+  at a time (narrower than the rows it stores: the expander's split rows, which linearize.tile_keys orders group by group):
+  ungated, at an index a known multiple of their width, so aligned exactly where their buffer is (the kernel is versioned on
+  that, once). A test per store split the tile's block, and LLVM schedules and allocates registers per block (AVX2 4096^2: 34
+  ymm spills per tile, 12 without)."""
+  streamed = [x for x in uops if x.op is Ops.STORE and x.arg == NT_ARG and len(x.src[0].src) < 3 and
+              stream_width(x.src[1].dtype.itemsize, simd_bytes, _known_align(x.src[0].src[1], x.src[0].src[0].dtype.base.itemsize))
+              == store_width(x, simd_bytes)]
+  if not streamed or not has_shuffle_network(uops) or \
+     min((u.dtype.count for u in uops if u.op is Ops.LOAD), default=0) >= max(x.src[1].dtype.count for x in streamed): return frozenset()
+  return frozenset(streamed)
+
 def _llvm_stream_store(ctx: CPULLVMRenderer, x: UOp) -> str:
   """A STORE marked NT_ARG: a streaming store (split by LLVM into instructions of `w` bytes) when the address is aligned to `w`
   and a gate is true, else the plain (gated) store (LLVM splits a streaming store it can't prove aligned into 8-byte pieces,
@@ -206,6 +220,7 @@ def _llvm_stream_store(ctx: CPULLVMRenderer, x: UOp) -> str:
   idx, val = x.src[0], x.src[1]
   w, t, p, v = store_width(x, ctx.simd_width), ctx.mem_ty(val.dtype), ctx[idx], ctx[val]
   ctx.streams = True
+  if x in ctx.unchecked: return f"store {t} {v}, ptr {p}, align {w}, !nontemporal {NT_MD}" if not ctx.plain_copy else _render_store(ctx, x)
   a, m, c = ctx.tmp(), ctx.tmp(), ctx.tmp()
   out = f"{a} = ptrtoint ptr {p} to i64\n  {m} = and i64 {a}, {w - 1}\n  {c} = icmp eq i64 {m}, 0\n  "
   if len(idx.src) < 3: return out + _llvm_nt_branch(ctx, c, t, v, p, w, _render_store(ctx, x))
@@ -384,6 +399,7 @@ class CPULLVMRenderer(HostLLVMRenderer):
                                    (UPat(Ops.CUSTOM, name="x", arg=MAX_FIXUP_ARG), _llvm_max_fixup),
                                    (UPat(Ops.CUSTOM, name="x", arg=MAX_BLEND_ARG), _llvm_max_blend)]) + llvm_rewrite
 
+  split_tile_rows = True   # unchecked_streams: one alignment test per kernel
   flags = host_flags()   # the CPU features the kernels are rendered for (compiler.arch_flags' names)
 
   def __init__(self, arch: str | None = None):
@@ -405,10 +421,49 @@ class CPULLVMRenderer(HostLLVMRenderer):
     self.blocks: list[UOp] = []
     self.streams = False
     self.prefetch = prefetch_offsets(uops, self.panel_budget()) if PREFETCH else {}
+    self.unchecked, self.plain_copy = unchecked_streams(uops, self.simd_width), False
     src = super()._render(name, uops)
+    if self.unchecked: src = self._versioned(name, uops, src)
     if not self.streams: return src
     # streaming stores are weakly ordered: SFENCE before the block returns, so whoever sees the kernel done sees its data
     return src.replace("\n  ret void\n}\n", "\n  call void @llvm.x86.sse.sfence()\n  ret void\n}\n", 1) + "declare void @llvm.x86.sse.sfence()\n"
+
+  def _versioned(self, name: str, uops: list[UOp], src: str) -> str:
+    """`src` (its `unchecked` streamed stores unconditional) entered only where their buffers are aligned to their widths, and
+    a second function, the same kernel with those stores plain, called where one is not."""
+    other = copy.copy(self)
+    other.plain_copy, other.streams, other.blocks = True, False, []
+    alt = other._render_plain(name + "_unaligned", uops)
+    # the copy's definition and what it declares, its metadata numbered apart from this one's
+    alt = re.sub(r"!(\d+)", lambda m: f"!{int(m.group(1)) + 1000}", alt)
+    fn = alt[alt.index("define "):alt.index("\n}\n", alt.index("define ")) + 3]
+    decls = [ln for ln in alt.split("\n") if ln.startswith("declare ") and ln not in src]
+    meta = [ln for ln in alt.split("\n") if re.match(r"^!\d+ = ", ln)]
+    head = src.index("\n", src.index("entry:")) + 1
+    while src[head:].startswith("  ") and " = alloca " in src[head:src.index("\n", head)]: head = src.index("\n", head) + 1
+    sig = src[src.index("(", src.index("define ")) + 1:src.index(") #0 {")]
+    args = ", ".join(f"{p.split()[0]} {p.split()[-1]}" for p in sig.split(", ")) if sig else ""
+    widest: dict[str, int] = {}   # each buffer's widest store: aligned to it, aligned to all of them
+    for x in self.unchecked: widest[b] = max(widest.get(b := self[x.src[0].src[0]], 0), store_width(x, self.simd_width))
+    bufs = sorted(widest.items())
+    check, conds = [], []
+    for b, w in bufs:
+      a, m, c = f"%nt.{b[1:]}.a", f"%nt.{b[1:]}.m", f"%nt.{b[1:]}.c"
+      check += [f"  {a} = ptrtoint ptr {b} to i64", f"  {m} = and i64 {a}, {w - 1}", f"  {c} = icmp eq i64 {m}, 0"]
+      conds.append(c)
+    for i in range(1, len(conds)):
+      check.append(f"  %nt.all{i} = and i1 {conds[i - 1] if i == 1 else f'%nt.all{i - 1}'}, {conds[i]}")
+    ok = conds[0] if len(conds) == 1 else f"%nt.all{len(conds) - 1}"
+    check += [f"  br i1 {ok}, label %nt.aligned, label %nt.unaligned", "nt.unaligned:",
+              f"  tail call void @{name}_unaligned({args})", "  ret void", "nt.aligned:"]
+    src = src[:head] + "\n".join(check) + "\n" + src[head:]
+    at = src.index("attributes #0")
+    return src[:at] + "\n".join(decls + [fn]) + "\n" + src[at:] + ("\n".join(meta) + "\n" if meta else "")
+
+  def _render_plain(self, name: str, uops: list[UOp]) -> str:
+    src = super()._render(name, uops)
+    return src if not self.streams else \
+      src.replace("\n  ret void\n}\n", "\n  call void @llvm.x86.sse.sfence()\n  ret void\n}\n", 1)
 
   def render_special(self, x: UOp) -> str:
     _check_block(x)

@@ -21,7 +21,7 @@ def _lanes(u: UOp, env: dict[UOp, list]) -> list:
 @pytest.mark.parametrize("most", [0, 4, 8])
 def test_transpose_rows_is_a_transpose(j, m, most):
   rows = [UOp.variable(f"r{k}", 0, 9).cast(dtypes.float32.vec(m)) for k in range(j)]
-  out = transpose_rows(rows, most)
+  out = transpose_rows([[r] for r in rows], most)
   got = [_lanes(o, {r: [(k, a) for a in range(m)] for k, r in enumerate(rows)}) for o in out]
   assert got == [[(k, a) for k in range(j)] for a in range(m)]
   # every shuffle reads at most two vectors (one shufflevector), and a tile wider than `most` lanes is shuffled in squares of `most`
@@ -37,3 +37,14 @@ def test_transpose_rows_is_a_transpose(j, m, most):
 def test_transposing_copies_match_numpy(shape, perm, dt):
   x = (np.random.default_rng(7).standard_normal(shape) * 1000).astype(dt)
   np.testing.assert_array_equal(Tensor(x).permute(*perm).contiguous().numpy(), x.transpose(perm))
+
+@pytest.mark.parametrize("j, m, w", [(16, 16, 8), (32, 16, 8), (16, 32, 8), (8, 16, 4)])
+def test_rows_loaded_a_register_at_a_time_give_each_column_of_squares_its_own_loads(j, m, w):
+  # rows of m lanes given as m/w vectors of w (the expander's split rows): the same transpose, and output row a reads only the
+  # pieces holding lane a, so the rows each piece makes are stored without the others' registers
+  pieces = [[UOp.variable(f"r{k}p{p}", 0, 9).cast(dtypes.float32.vec(w)) for p in range(m // w)] for k in range(j)]
+  out = transpose_rows(pieces, w)
+  env = {v: [(k, p * w + a) for a in range(w)] for k, row in enumerate(pieces) for p, v in enumerate(row)}
+  assert [_lanes(o, env) for o in out] == [[(k, a) for k in range(j)] for a in range(m)]
+  for a, o in enumerate(out):
+    assert {u for u in o.toposort() if u in env} == {row[a // w] for row in pieces}

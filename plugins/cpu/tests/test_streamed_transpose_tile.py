@@ -1,0 +1,106 @@
+"""A streamed transposing copy's AVX2 tile (16 input rows x 16 floats, whole output lines by streaming stores): each row is loaded
+a register at a time, so each 8x8 square has loads of its own and the output rows of one half read none of the other half's;
+the linearizer emits those groups one by one, breadth-first (loads, then each shuffle stage, then the stores), and the LLVM
+kernel tests its buffers' alignment once (a second function, stores plain, where they are not aligned) where a branch per store
+split the tile's block. Spills of the haswell/znver3 code, the order, values at aligned and misaligned addresses and for odd
+shapes, and kernels without a transposing tile ordered as before."""
+from __future__ import annotations
+import copy, platform, re
+import numpy as np
+import pytest
+from cpu_kernels import run_on_renderer
+from core import Tensor
+from core.ir.ops import Ops
+from core.codegen import linearize as lin
+from core.codegen.opt import Kernel
+from core.codegen.opt.heuristic import hand_coded
+from core.schedule.kernelize import create_schedule
+from core.codegen.program import get_program, launch_vals, program_source
+from plugin_cpu.renderer import CPULLVMRenderer
+
+def _renderer(simd_bytes: int = 32, bound: int = 1):
+  rnd = copy.copy(CPULLVMRenderer())
+  rnd.simd_width, rnd.simd_regs, rnd.threads, rnd.stream_min_bytes = simd_bytes, 16 if simd_bytes == 32 else 32, 0, bound
+  return rnd
+
+def _kernel(fn, shape, simd_bytes: int = 32, bound: int = 1):
+  (item,) = create_schedule([fn(Tensor(np.zeros(shape, np.float32))).uop])[0]
+  rnd = _renderer(simd_bytes, bound)
+  return item, hand_coded(Kernel(item.ast, rnd)), rnd
+
+def _linear(k: Kernel, rnd) -> list:
+  """The kernel's linearized uops (the program's LINEAR), built anew."""
+  from core.codegen.program import _get_program
+  return list(_get_program(k.ast, rnd, False, "k").src[2].src)
+
+def _t(a): return a.T.contiguous()
+def _nhwc_nchw(a): return a.permute(0, 3, 1, 2).contiguous()
+
+def _spills(asm: str) -> int:
+  return len(re.findall(r"%[xy]mm\d+,\s*-?(?:0x[0-9a-f]+)?\(%rsp\)", asm)) + len(re.findall(r"\(%rsp\),\s*%[xy]mm\d+", asm))
+
+@pytest.mark.parametrize("cpu", ["haswell", "znver3"])
+@pytest.mark.parametrize("fn, shape", [(_t, (4096, 4096)), (_nhwc_nchw, (32, 56, 56, 64))], ids=["4096^2", "nhwc_nchw"])
+def test_streamed_avx2_tile_spills_at_most_14_registers(cpu, fn, shape):
+  if platform.machine() != "x86_64": pytest.skip("x86-64 code")
+  from plugin_cpu.compiler import LLVMCompiler
+  _, k, rnd = _kernel(fn, shape)
+  comp = LLVMCompiler(cpu=cpu)
+  asm = comp.disassemble(comp.compile(program_source(get_program(k.ast, rnd, optimize=False))))
+  main = re.split(r"\n[0-9a-f]+ <\w+_unaligned>:", asm)
+  assert len(main) == 2, "no copy of the kernel for misaligned buffers"
+  # one tile of 32 streaming stores per iteration; depth-first it spilled 72-80 ymm references, with a branch per store 34
+  assert main[0].count("vmovntps") == 32 and _spills(main[0]) <= 14, main[0]
+
+def test_streamed_tile_loads_each_group_before_its_stores():
+  _, k, rnd = _kernel(_t, (4096, 4096))
+  uops = _linear(k, rnd)
+  mem = [(u.op, u.dtype.count if u.op is Ops.LOAD else u.src[1].dtype.count) for u in uops if u.op in (Ops.LOAD, Ops.STORE)]
+  # rows loaded a register (8 floats) at a time: 16 loads (the left halves), the 8 output rows they make, then the other 16 and 8
+  assert mem == [(Ops.LOAD, 8)] * 16 + [(Ops.STORE, 16)] * 8 + [(Ops.LOAD, 8)] * 16 + [(Ops.STORE, 16)] * 8, mem
+
+def test_streamed_transpose_gives_numpys_values_at_misaligned_addresses(monkeypatch):
+  if platform.machine() != "x86_64": pytest.skip("streaming stores are x86-64's")
+  from core.device.registry import Device
+  import plugin_cpu.renderer as PR
+  monkeypatch.setattr(PR, "NT_MIN_BYTES", 1)   # stream this small copy's stores too
+  _, k, rnd = _kernel(_t, (64, 256))
+  rnd.extra_matcher = PR.llvm_rules(PR.host_flags(), 32)
+  spec = get_program(k.ast, rnd, optimize=False)
+  src = program_source(spec)
+  assert "_unaligned(" in src and "!nontemporal" in src
+  dev = Device["CPU"]
+  prg = dev.runtime(spec.arg.name, dev.compiler.compile(src))
+  x = np.random.default_rng(3).standard_normal((64, 256)).astype(np.float32)
+  for off in (0, 1, 4):   # floats past a 64-byte boundary: 1 and 4 are not 32-byte aligned
+    raw = np.zeros(64 * 256 + 64, np.float32)
+    start = (-raw.ctypes.data // 4) % 16 + off
+    out = raw[start:start + 64 * 256]
+    prg(out.ctypes.data, x.ctypes.data, global_size=spec.arg.global_size, local_size=spec.arg.local_size, vals=launch_vals(spec.arg, {}),
+        wait=True)
+    np.testing.assert_array_equal(out.reshape(256, 64), x.T)
+
+def test_streamed_odd_shapes_give_numpys_values():
+  run_on_renderer("LLVM", (
+    "r = np.random.default_rng(5)\n"
+    "for shape, perm in [((528, 1040), (1, 0)), ((33, 4100), (1, 0)), ((4100, 40), (1, 0)), ((3, 40, 24, 72), (0, 3, 1, 2)),\n"
+    "                    ((2, 72, 24, 40), (0, 2, 3, 1)), ((256, 256), (1, 0))]:\n"
+    "  a = (r.standard_normal(shape) * 100).astype(np.float32)\n"
+    "  np.testing.assert_array_equal(Tensor(a).permute(*perm).contiguous().numpy(), a.transpose(perm))\n"
+    "print('ok')\n"), CPU_STREAM_MIN_BYTES="1")
+
+@pytest.mark.parametrize("fn, shape", [
+  (lambda a: a @ a, (256, 256)), (lambda a: (a * 2 + 1).relu(), (512, 512)), (lambda a: a.softmax(-1), (256, 1000)),
+  (lambda a: a.sum(0), (512, 512)), (lambda a: a.layernorm(), (256, 1024))], ids=["matmul", "elementwise", "softmax", "sum", "layernorm"])
+@pytest.mark.parametrize("simd_bytes", [32, 64])
+def test_kernels_without_a_transposing_tile_keep_the_graph_order(fn, shape, simd_bytes, monkeypatch):
+  item, k, rnd = _kernel(fn, shape, simd_bytes, bound=1)
+  new = _linear(k, rnd)
+  monkeypatch.setattr(lin, "tile_keys", lambda *a: None, raising=False)
+  assert _linear(k, rnd) == new
+
+def test_avx512_streamed_tile_keeps_its_order_and_branches():
+  # one zmm per 16-float row: one group of stores, the graph's order, a test per store (sources as before; not measured there)
+  _, k, rnd = _kernel(_t, (4096, 4096), simd_bytes=64)
+  src = program_source(get_program(k.ast, rnd, optimize=False))
+  assert "_unaligned" not in src and src.count("br i1") > 16
