@@ -3,7 +3,7 @@ from __future__ import annotations
 import copy, math, struct
 from typing import Any
 from core.ir.dtype import DType, PtrDType, AddrSpace, dtypes, float_to_bf16_bits
-from core.ir.ops import UOp, Ops, GroupOp
+from core.ir.ops import UOp, Ops, GroupOp, MAX_NO_NAN
 from core.ir.pattern import UPat, PatternMatcher
 from core.helpers import to_function_name
 from core.device.renderer import Renderer
@@ -37,6 +37,8 @@ def _render_alu(ctx: LLVMRenderer, x: UOp) -> str:
   if op is Ops.MAX:
     c0, b1 = ctx.tmp(), ctx.ty(dtypes.bool.vec(dt.count))
     if not fl: return f"{c0} = icmp {'sgt' if _signed(dt) else 'ugt'} {t} {a[0]}, {a[1]}\n  {ctx[x]} = select {b1} {c0}, {t} {a[0]}, {t} {a[1]}"
+    # NaN need not propagate (MAX_NO_NAN): x86's maxps is this select, one instruction
+    if x.arg == MAX_NO_NAN: return f"{c0} = fcmp ogt {t} {a[0]}, {a[1]}\n  {ctx[x]} = select {b1} {c0}, {t} {a[0]}, {t} {a[1]}"
     # NaN wins, like the reference ALU
     c1, c2 = ctx.tmp(), ctx.tmp()
     return (f"{c0} = fcmp ogt {t} {a[0]}, {a[1]}\n  {c1} = fcmp uno {t} {a[0]}, {a[0]}\n  {c2} = or {b1} {c0}, {c1}\n"

@@ -2,7 +2,7 @@
 from __future__ import annotations
 import math
 from core.ir.dtype import dtypes, AddrSpace, DType
-from core.ir.ops import UOp, Ops, AxisType
+from core.ir.ops import UOp, Ops, AxisType, reduce_op, reduce_alu
 from core.ir.pattern import UPat, PatternMatcher, graph_rewrite
 from core.helpers import prod
 from core.codegen.stash import stash_reduced_values
@@ -19,10 +19,8 @@ class RangeScopes:
       self.cache[u] = live
     return self.cache[root]
 
-def reduce_identity(op: Ops, dtype: DType) -> UOp:
-  return UOp.const(dtype, {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dtype.min}[op])
-
-def _combine(op: Ops, acc: UOp, x: UOp) -> UOp: return acc + x if op is Ops.ADD else acc * x if op is Ops.MUL else acc.maximum(x)
+def reduce_identity(op: Ops | tuple[Ops, str], dtype: DType) -> UOp:
+  return UOp.const(dtype, {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dtype.min}[reduce_op(op)])
 
 class LowerCtx:
   def __init__(self, sink: UOp | None = None) -> None:
@@ -49,7 +47,7 @@ class LowerCtx:
     self.next_range = max((r.arg[0] for r in rngs), default=-1) + 1
     self.shared = 0
 
-def _accumulate(ctx: LowerCtx, op: Ops, v: UOp, rngs: tuple[UOp, ...]) -> UOp:
+def _accumulate(ctx: LowerCtx, op: Ops | tuple[Ops, str], v: UOp, rngs: tuple[UOp, ...]) -> UOp:
   """A register initialised inside the loops enclosing v, updated with v in the `rngs` loops, read after them."""
   outer = sorted((ctx.scopes(v) - set(rngs)) | ctx.enclosing.get(rngs, frozenset()), key=lambda r: r.arg)
   acc = UOp(Ops.DEFINE_REG, v.dtype.ptr(1, AddrSpace.REG), (), ctx.regs)
@@ -57,7 +55,7 @@ def _accumulate(ctx: LowerCtx, op: Ops, v: UOp, rngs: tuple[UOp, ...]) -> UOp:
   zero = UOp.const(dtypes.index, 0)
   init = UOp(Ops.STORE, dtypes.void, (acc.index(zero), reduce_identity(op, v.dtype)) + tuple(outer))
   acc_in = acc.after(init, *rngs)   # reading the accumulator must stay inside the reduce loops
-  upd: UOp = acc_in.index(zero).store(_combine(op, acc_in.index(zero).load(), v))
+  upd: UOp = acc_in.index(zero).store(reduce_alu(op, acc_in.index(zero).load(), v))
   for r in sorted(rngs, key=lambda r: r.arg, reverse=True): upd = upd.end(r)
   return acc.after(upd).index(zero).load()
 

@@ -7,6 +7,10 @@ from core.helpers import prod, all_int, fast_members
 
 # EXP2's arg where its source is known to be <= 0 or NaN, as (x - max(x)) * c with c > 0 is: exp2 can't overflow there
 EXP2_NONPOSITIVE = "nonpositive"
+# MAX's arg where NaN need not propagate: the caller's result is NaN anyway wherever an input is (softmax's row max: a NaN in a
+# row makes x - max, so the row's sum and every output, NaN). A renderer may use the plain max instruction (no NaN fix-up). A
+# max REDUCE_AXIS carries it as its arg's third item, a max REDUCE as its arg (Ops.MAX, MAX_NO_NAN): see reduce_op, reduce_alu
+MAX_NO_NAN = "no_nan"
 
 @fast_members
 class Ops(enum.IntEnum):
@@ -345,9 +349,10 @@ class UOp(metaclass=UOpMeta):
     if all(b == 0 and e == d for (b, e), d in zip(arg, self.shape)): return self
     return UOp(Ops.SHRINK, self.dtype, (self,), tuple(tuple(x) for x in arg))
   def flip(self, axes: tuple[bool, ...]) -> UOp: return self if not any(axes) else UOp(Ops.FLIP, self.dtype, (self,), tuple(axes))
-  def r(self, op: Ops, axes: tuple[int, ...]) -> UOp:
+  def r(self, op: Ops, axes: tuple[int, ...], no_nan: bool = False) -> UOp:
+    """Reduce over `axes` by `op`; `no_nan` (a max only) where NaN need not propagate (MAX_NO_NAN)."""
     axes = tuple(sorted(a for a in axes if self.shape is None or self.shape[a] != 1))
-    return self if not axes else UOp(Ops.REDUCE_AXIS, self.dtype, (self,), (op, axes))
+    return self if not axes else UOp(Ops.REDUCE_AXIS, self.dtype, (self,), (op, axes, MAX_NO_NAN) if no_nan and op is Ops.MAX else (op, axes))
   def contiguous(self) -> UOp: return UOp(Ops.CONTIGUOUS, self.dtype, (self,))
   def copy_to_device(self, device: str) -> UOp: return UOp(Ops.COPY, self.dtype, (self, UOp(Ops.DEVICE, arg=device)))
   def assign(self, x: UOp, arg: Any = None) -> UOp: return UOp(Ops.ASSIGN, self.dtype, (self, x), arg)
@@ -377,7 +382,7 @@ class UOp(metaclass=UOpMeta):
     return UOp(Ops.LOAD, dtype or base, (self,) + alt)
   def store(self, value: UOp, *extra: UOp) -> UOp: return UOp(Ops.STORE, dtypes.void, (self, value) + extra)
   def end(self, *ranges: UOp) -> UOp: return self if not ranges else UOp(Ops.END, dtypes.void, (self,) + ranges)
-  def reduce(self, *ranges: UOp, op: Ops = Ops.ADD) -> UOp: return UOp(Ops.REDUCE, self.dtype, (self,) + ranges, op)
+  def reduce(self, *ranges: UOp, op: Ops | tuple[Ops, str] = Ops.ADD) -> UOp: return UOp(Ops.REDUCE, self.dtype, (self,) + ranges, op)
   def gep(self, i: int | tuple[int, ...]) -> UOp:
     idx = (i,) if isinstance(i, int) else tuple(i)
     if self.dtype.count == 1 and idx == (0,): return self
@@ -446,6 +451,14 @@ class UOp(metaclass=UOpMeta):
     return s.arg if s.op is Ops.CONST else s
 
 def _as_index(x: sint) -> UOp: return x if isinstance(x, UOp) else UOp.const(dtypes.index, x)
+
+def reduce_op(arg: Ops | tuple[Ops, str]) -> Ops:
+  """The op a REDUCE's arg combines by (a max without NaN propagation is (Ops.MAX, MAX_NO_NAN))."""
+  return arg if isinstance(arg, Ops) else arg[0]
+
+def reduce_alu(arg: Ops | tuple[Ops, str], a: UOp, b: UOp) -> UOp:
+  """a and b combined as a REDUCE with `arg` combines them: the MAX of a (Ops.MAX, MAX_NO_NAN) reduction keeps the flag."""
+  return a.alu(arg, b) if isinstance(arg, Ops) else UOp(Ops.MAX, a.dtype, (a, b), MAX_NO_NAN)
 
 def Variable(name: str, vmin: ConstType, vmax: ConstType, dtype: DType = dtypes.index) -> UOp:
   """A symbolic integer in [vmin, vmax], e.g. a batch size that changes between Jit calls."""

@@ -2,7 +2,7 @@
 from __future__ import annotations
 from typing import Any, Sequence
 from core.ir.dtype import DType, PtrDType, ImageDType, dtypes
-from core.ir.ops import UOp, Ops, GroupOp
+from core.ir.ops import UOp, Ops, GroupOp, MAX_NO_NAN
 from core.ir.pattern import UPat, PatternMatcher
 from core.helpers import prod, all_int
 
@@ -71,6 +71,7 @@ def _movement_ok(x: UOp) -> bool:
 def _reduce_axis_ok(x: UOp) -> bool:
   ps = x.src[0].shape
   return (ps is not None and isinstance(x.arg, tuple) and x.arg[0] in (Ops.ADD, Ops.MUL, Ops.MAX)
+          and (len(x.arg) == 2 or x.arg[0] is Ops.MAX and x.arg[2:] == (MAX_NO_NAN,))
           and all(0 <= i < len(ps) for i in x.arg[1]) and x.dtype is x.src[0].dtype)
 
 tensor_spec = PatternMatcher([
@@ -115,7 +116,7 @@ kernel_spec = PatternMatcher([
   (UPat(Ops.INDEX, name="x"), _index_ok),
   (UPat(Ops.LOAD, name="x"), _load_ok),
   (UPat(Ops.STORE, name="x"), _store_ok),
-  (UPat(Ops.REDUCE, name="x"), lambda x: x.arg in (Ops.ADD, Ops.MUL, Ops.MAX) and all(r.op is Ops.RANGE for r in x.src[1:])),
+  (UPat(Ops.REDUCE, name="x"), lambda x: x.arg in (Ops.ADD, Ops.MUL, Ops.MAX, (Ops.MAX, MAX_NO_NAN)) and all(r.op is Ops.RANGE for r in x.src[1:])),
   (UPat(GroupOp.ALU, name="x"), _alu_ok),
   (UPat(Ops.VECTORIZE, name="x"), lambda x: len(x.src) > 1 and all(s.dtype is x.dtype.scalar() for s in x.src) and x.dtype.count == len(x.src)),
   (UPat(Ops.GEP, name="x", src=(UPat.var("y"),)), lambda x, y: all(0 <= i < y.dtype.count for i in x.arg) and x.dtype.count == len(x.arg)),

@@ -104,14 +104,14 @@ def _pad(x: UOp, p: UOp, v: UOp, idx: tuple[UOp, ...]) -> UOp:
 
 def _reduce(ctx: KernelCtx, x: UOp, r: UOp, v: UOp, idx: tuple[UOp, ...]) -> UOp:
   assert x.shape is not None
-  op, axes = r.arg
+  op, axes = r.arg[:2]
   new_idx = list(idx)
   ranges = []
   for a in axes:
     rng = ctx.new_range(x.shape[a], AxisType.REDUCE)
     ranges.append(rng)
     new_idx[a] = rng
-  return push(x, v, tuple(new_idx)).reduce(*ranges, op=op)
+  return push(x, v, tuple(new_idx)).reduce(*ranges, op=(op, r.arg[2]) if len(r.arg) > 2 else op)
 
 def _elementwise(x: UOp, v: UOp, idx: tuple[UOp, ...]) -> UOp:
   return x.replace(src=tuple(push(s, v, idx) for s in x.src), tag=None)

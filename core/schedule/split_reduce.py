@@ -14,7 +14,7 @@ MAX_OUTPUTS = 64        # with at least this many outputs the reduction is alrea
 MAX_PARTS, MIN_PARTS = 256, 8
 
 def split_reduce(red: UOp) -> UOp | None:
-  op, axes = red.arg
+  op, axes = red.arg[:2]   # a split max's parts drop MAX_NO_NAN: they keep NaN, which is allowed (only not required)
   x = red.src[0]
   if x.shape is None or red.shape is None or not all(isinstance(d, int) for d in x.shape): return None
   shape: tuple[int, ...] = x.shape  # type: ignore[assignment]

@@ -60,6 +60,11 @@ def _exp_below_max(d: Tensor) -> Tensor:
   y = d * (1 / LN2)
   return y._wrap(y.uop.exp2(nonpositive=True), y)
 
+def _row_max(x: Tensor, axis: int) -> Tensor:
+  """x.max(axis, keepdim=True).detach() for softmax and log_softmax of a float x, without NaN propagation (MAX_NO_NAN): a NaN
+  in a row makes x - max NaN there whatever the max is, so the row's sum of exps, and each output of the row, is NaN anyway."""
+  return x._reduce(Ops.MAX, axis, True, no_nan=True).detach()
+
 def _row_mean(u: UOp, axes: tuple[int, ...], n: int) -> UOp:
   """u.mean(axes, keepdim=True) of a float32 u: the sum times 1/n, Tensor.mean's graph."""
   kept = u.r(Ops.ADD, axes)
@@ -80,7 +85,7 @@ def layernorm_uops(t: Tensor, axis: Any, eps: Any) -> Tensor | None:
   return t._wrap(replayed(key, (u,), build), t)
 
 class ReduceMixin:
-  def _reduce(self: Tensor, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:  # type: ignore[misc]
+  def _reduce(self: Tensor, op: Ops, axis: int | Sequence[int] | None, keepdim: bool, no_nan: bool = False) -> Tensor:  # type: ignore[misc]
     axes = _axes(axis, self.ndim, op.name.lower())
     if not axes: return self
     shape = self.shape
@@ -93,10 +98,10 @@ class ReduceMixin:
     # built on UOps and wrapped once: a reduction is the most common eager op after elementwise ones
     def build() -> UOp:
       u = _split_sum(self.uop, shape, axes, n) if op is Ops.ADD and isinstance(n, int) and n > SPLIT_REDUCE and dtypes.is_float(self.dtype) \
-        else self.uop.r(op, axes)
+        else self.uop.r(op, axes, no_nan)
       return u.reshape(kept if keepdim else _dropped(shape, axes))
     if not _INT_ONLY.issuperset(map(type, shape)): return self._mop(build())
-    return self._mop(replayed(("reduce", op, shape, axes, keepdim, self.dtype, self.uop.device), (self.uop,), build))
+    return self._mop(replayed(("reduce", op, shape, axes, keepdim, self.dtype, self.uop.device, no_nan), (self.uop,), build))
 
   def sum(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False,  # type: ignore[misc]
           dtype: DTypeLike | None = None) -> Tensor:
@@ -338,16 +343,16 @@ class ReduceMixin:
       # the graph of the general form below, built on UOps and wrapped once (its ~10 tensors were most of its Python)
       u, shape, axes = ra
       def build() -> UOp:
-        d = u.alu(Ops.ADD, UOp(Ops.DETACH, u.dtype, (u.r(Ops.MAX, axes),)).expand(shape).alu(Ops.NEG))
+        d = u.alu(Ops.ADD, UOp(Ops.DETACH, u.dtype, (u.r(Ops.MAX, axes, no_nan=True),)).expand(shape).alu(Ops.NEG))
         ex = d.alu(Ops.MUL, UOp.const(u.dtype, 1 / LN2, u.device, shape)).exp2(nonpositive=True)
         return ex.alu(Ops.MUL, ex.r(Ops.ADD, axes).expand(shape).alu(Ops.RECIPROCAL))
       return self._wrap(replayed(("softmax", shape, axes, u.device), (u,), build), self)
     x = self.cast(dtype) if dtype is not None else self._float()
-    e = _exp_below_max(x - x.max(axis, keepdim=True).detach())
+    e = _exp_below_max(x - _row_max(x, axis))
     return e / e.sum(axis, keepdim=True)
   def softmin(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:  # type: ignore[misc]
     return (-self).softmax(axis, dtype)
   def log_softmax(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:  # type: ignore[misc]
     x = self.cast(dtype) if dtype is not None else self._float()
-    m = x - x.max(axis, keepdim=True).detach()
+    m = x - _row_max(x, axis)
     return m - _exp_below_max(m).sum(axis, keepdim=True).log()

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import core.engine.realize as R
 from core.tensor import Tensor, plans
+from core.ir.ops import Ops
 
 def _rand(shape: tuple, seed: int) -> np.ndarray: return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
@@ -55,11 +56,11 @@ def test_a_plan_over_an_assigned_input_reads_its_new_values() -> None:
   np.testing.assert_allclose(first.numpy(), _softmax(xs), rtol=1e-4, atol=1e-6)
 
 def test_a_plan_whose_inner_node_is_computed() -> None:
-  # x.max(-1, keepdim=True) is softmax's inner row max (one node): computed and held, it has a memo the walk no longer looks
-  # for below the plan's output; the softmax is computed whole from x, with the same values
+  # softmax's inner row max (one node: x's max over -1 kept, without NaN propagation, MAX_NO_NAN): computed and held, it has a
+  # memo the walk no longer looks for below the plan's output; the softmax is computed whole from x, with the same values
   xs = _rand((8, 40), 5)
   x = Tensor(xs).realize()
-  m = x.max(-1, keepdim=True)
+  m = x._reduce(Ops.MAX, -1, True, no_nan=True)
   inner = m.uop
   m.realize()
   s = x.softmax(-1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, cast
 from core.ir.dtype import dtypes, DType, PtrDType
-from core.ir.ops import UOp, Ops, AxisType, GroupOp
+from core.ir.ops import UOp, Ops, AxisType, GroupOp, reduce_alu
 from core.ir.pattern import graph_rewrite
 from core.codegen.opt.kernel import REGISTER_AXES, range_size
 from core.codegen.opt.shuffle import transpose_rows
@@ -21,11 +21,10 @@ def _simplify(u: UOp, memo: dict[UOp, UOp] | None = None) -> UOp:
   from core.ir.symbolic import symbolic
   return graph_rewrite(u, symbolic, name="simplify expanded index", memo=memo)
 
-def _combine(op: Ops, xs: list[UOp]) -> UOp:
+def _combine(op: Ops | tuple[Ops, str], xs: list[UOp]) -> UOp:
   # a balanced tree: independent adds, so the unrolled partial sums don't wait on each other
   while len(xs) > 1:
-    xs = [(a + b if op is Ops.ADD else a * b if op is Ops.MUL else a.maximum(b)) for a, b in zip(xs[0::2], xs[1::2])] + \
-         ([xs[-1]] if len(xs) % 2 else [])
+    xs = [reduce_alu(op, a, b) for a, b in zip(xs[0::2], xs[1::2])] + ([xs[-1]] if len(xs) % 2 else [])
   return xs[0]
 
 # a float sum over register axes alone (a depthwise conv's taps): runs of this many terms accumulated (FMA chains), added in a tree;
@@ -34,7 +33,7 @@ UNROLLED_SUM_CHAIN = 3
 
 FOLD_MIN_BYTES = 16   # vector halves at least this wide are added as vectors when the lanes fold (16: every SIMD ISA's narrowest)
 
-def fold_lanes(op: Ops, v: UOp) -> UOp:
+def fold_lanes(op: Ops | tuple[Ops, str], v: UOp) -> UOp:
   """The lanes of vector `v` combined by `op`: its halves as vectors while a half is at least FOLD_MIN_BYTES wide (a 64-lane
   accumulator: 4 vector adds, not 60 scalar ones), then the lanes left one by one in a tree."""
   while (n := v.dtype.count) % 2 == 0 and n // 2 * v.dtype.scalar().itemsize >= FOLD_MIN_BYTES:

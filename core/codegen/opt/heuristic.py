@@ -2,7 +2,7 @@
 from __future__ import annotations
 from collections import Counter
 from typing import Any
-from core.ir.ops import UOp, Ops, AxisType, GroupOp
+from core.ir.ops import UOp, Ops, AxisType, GroupOp, reduce_op
 from core.ir.dtype import dtypes
 from core.ir.pattern import graph_rewrite
 from core.ir.symbolic import symbolic
@@ -762,7 +762,7 @@ def _costly_input(k: Kernel, red: UOp) -> bool:
 
 def _reduces_by(k: Kernel, red: UOp, op: Ops) -> bool:
   """Whether a reduction over `red` combines by `op`."""
-  return any(red in u.src[1:] and u.arg is op for u in k.ast.toposort() if u.op is Ops.REDUCE)
+  return any(red in u.src[1:] and reduce_op(u.arg) is op for u in k.ast.toposort() if u.op is Ops.REDUCE)
 
 def _row_pass(k: Kernel, reds: list[UOp], contig_out: UOp, loads: list[UOp], lanes: int) -> Kernel | None:
   """Row reductions fused with the elementwise pass over the same row (realize_points.row_fusable: softmax, layernorm): no

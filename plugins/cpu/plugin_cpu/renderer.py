@@ -288,7 +288,8 @@ def pm_exp2_scalef(lanes: frozenset[int], split: bool = False) -> PatternMatcher
 MAX_FIXUP_ARG = "max_fixup"
 
 def pm_max_fixup(lanes: frozenset[int], arg: str = MAX_FIXUP_ARG) -> PatternMatcher:
-  return PatternMatcher([(UPat(Ops.MAX, name="x", custom=lambda x: x.dtype.scalar() is dtypes.float32 and x.dtype.count in lanes),
+  # a MAX_NO_NAN max (arg) needs no NaN fix-up: llvm_ir renders it `a > b ? a : b`, which is vmaxps
+  return PatternMatcher([(UPat(Ops.MAX, name="x", custom=lambda x: x.arg is None and x.dtype.scalar() is dtypes.float32 and x.dtype.count in lanes),
                           lambda x: UOp(Ops.CUSTOM, x.dtype, x.src, arg))], name=f"max by vmaxps and {arg}")
 
 # Without AVX-512 the same vmaxps with a NaN first operand blended back, vcmpunordps + vblendvps: three instructions where the
