@@ -167,6 +167,13 @@ def test_an_untimed_submission_loads_neither_the_timestamps_stage_nor_the_queue_
   assert "core.hcq.timestamps" in imported_after(FIRST_RESULT, CORE_CACHE_DIR=str(tmp_path), DEV="CPU", SPEC="0", DEBUG="2")
   assert "core.ir.spec" in imported_after(FIRST_RESULT, CORE_CACHE_DIR=str(tmp_path), DEV="CPU", SPEC="1")
 
+def test_an_llvm_start_imports_no_c_codegen(tmp_path):
+  # the CPU plugin's C renderer (and core's C code generator under it) loads only where DEV asks for it
+  c_codegen = {"plugin_cpu.c_renderer", "core.codegen.c_style", "core.codegen.access_guard"}
+  llvm = imported_after(FIRST_RESULT, CORE_CACHE_DIR=str(tmp_path), DEV="CPU:LLVM")
+  assert "plugin_cpu.renderer" in llvm and not llvm & c_codegen, llvm & c_codegen
+  assert c_codegen <= imported_after(FIRST_RESULT, CORE_CACHE_DIR=str(tmp_path), DEV="CPU:C")
+
 def test_timed_submission_times_its_kernel():
   # the timestamps stage, imported on demand, still runs and reads back a time for each launch
   from core import Tensor

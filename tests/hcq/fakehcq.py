@@ -123,7 +123,7 @@ class FakeHCQ(HCQDevice):
 
 def make_fake(name: str) -> Compiled:
   from plugin_cpu.runtime import CPUAllocator, CPUProgram
-  from plugin_cpu.renderer import CPUCRenderer
+  from plugin_cpu.c_renderer import CPUCRenderer
   from plugin_cpu.compiler import CCompiler
   r = CPUCRenderer()
   r.device = name

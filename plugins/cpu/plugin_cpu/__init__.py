@@ -22,7 +22,7 @@ def unavailable_reason() -> str:
 
 # the one place the CPU renderers are built: the device factory and the NULL device (compile only) both come here
 def make_c(arch: str | None = None) -> tuple[Any, Any]:
-  from plugin_cpu.renderer import CPUCRenderer
+  from plugin_cpu.c_renderer import CPUCRenderer
   from plugin_cpu.compiler import CCompiler
   return CPUCRenderer(arch=arch), CCompiler(march=arch)
 

@@ -1,21 +1,22 @@
-"""The CPU plugin's renderers: host C and host LLVM IR, kernels as plain functions where every axis is a loop."""
+"""The CPU plugin's renderers: what both share (the host's threads, vectors, caches and rules) and the host LLVM IR renderer; the
+C renderer is plugin_cpu/c_renderer.py, imported only where DEV asks for it (an LLVM start skips core's C codegen). Kernels are
+plain functions where every axis is a loop."""
 from __future__ import annotations
 import copy, os, re
-from typing import Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, TypeVar
 from core.helpers import host_machine
-from core.ir.dtype import DType, dtypes
+from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
-from core.codegen.c_style import CStyleRenderer, access_condition, base_rewrite, c_code_for_op, _render_load as _c_render_load
 from core.codegen.llvm_ir import HostLLVMRenderer, llvm_rewrite, _masked_intrinsic, _render_load, _render_store
 from core.codegen.lowerer import pm_fuse_mulacc
 from core.codegen.decompose import fast_exp2, pm_vector_math
-from core.device.compiler import CompileError
-from plugin_cpu.compiler import arch_flags, cc_supports, find_cc, host_flags, host_simd_bytes, host_x86_fma, simd_bytes, x86_fma
+from plugin_cpu.compiler import arch_flags, host_flags, host_simd_bytes, simd_bytes
 from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, _known_align, cache_bytes, host_streams, pm_streaming_stores, store_width, stream_width
 from core.codegen.linearize import has_shuffle_network
 from plugin_cpu.bf16dot import bf16_dot, host_bf16_dot, pm_bf16_dot, render_dot
 from plugin_cpu.prefetch import prefetch_offsets, line_offsets
+if TYPE_CHECKING: from plugin_cpu.c_renderer import CPUCRenderer
 
 # bf16: gcc before 13 has __bf16 only as a storage type, so the C renderer leaves it to codegen's decompositions
 _HOST_DTYPES = frozenset((dtypes.bool,) + dtypes.ints + (dtypes.float16, dtypes.float32, dtypes.float64))
@@ -56,56 +57,6 @@ EXTRA_RULES = extra_rules(SIMD_BYTES)
 def _check_block(x: UOp) -> None:
   if x.arg != "gidx0": raise NotImplementedError(f"the CPU runs one-dimensional launches: no thread id {x.arg} (only gidx0)")
 
-# x86 FMA builtins by vector width in bytes (the C code is compiled with -ffp-contract=off, so `a*b+c` is never fused on its own)
-_X86_FMA = {16: "__builtin_ia32_vfmaddps", 32: "__builtin_ia32_vfmaddps256"}
-
-def _c_mulacc(fma: bool) -> Callable[[str, str, str, DType], str]:
-  """One fused multiply-add (one rounding) for the accumulator updates pm_fuse_mulacc makes; `a*b+c` where there is none.
-  `fma`: the target CPU has x86 FMA3 (the vector builtins then exist)."""
-  def mulacc(a: str, b: str, c: str, dt: DType) -> str:
-    if dt.scalar() is dtypes.float32 and dt.count == 1: return f"__builtin_fmaf({a},{b},{c})"
-    if dt.scalar() is dtypes.float64 and dt.count == 1: return f"__builtin_fma({a},{b},{c})"
-    if dt.scalar() is dtypes.float32 and fma and (fn := _X86_FMA.get(dt.itemsize)): return f"{fn}({a},{b},{c})"
-    return f"(({a}*{b})+{c})"
-  return mulacc
-
-# GCC's and clang's spellings of one streaming store of an aligned 16/32/64-byte integer vector (the value is bit-cast to it)
-_C_STREAM = {16: "__builtin_ia32_movntdq", 32: "__builtin_ia32_movntdq256", 64: "__builtin_ia32_movntdq512"}
-
-def _c_stream_prefix(w: int) -> list[str]:
-  return [f"typedef long long core_nt{w} __attribute__((vector_size({w})));",
-          f"typedef long long core_nt{w}u __attribute__((vector_size({w}),aligned(1)));",
-          "#if defined(__clang__)", f"#define CORE_STREAM{w}(p, v) __builtin_nontemporal_store((v), (p))",
-          "#else", f"#define CORE_STREAM{w}(p, v) {_C_STREAM[w]}((p), (v))", "#endif",
-          # a vector wider than one instruction is split with __builtin_shufflevector: clang, and GCC from 12 on
-          "#if !defined(CORE_NT_SPLIT) && (defined(__clang__) || __GNUC__ >= 12)", "#define CORE_NT_SPLIT 1", "#endif"]
-
-def _c_stream_store(ctx: CPUCRenderer, x: UOp) -> str:
-  """A STORE marked NT_ARG: streaming stores of whole aligned chunks when the address is aligned (and a gate true), else plain
-  ones (a view or a foreign pointer may not be aligned, and a misaligned streaming store faults)."""
-  idx, val = x.src[0], x.src[1]
-  w, t = store_width(x, ctx.simd_width), ctx.render_dtype(val.dtype)
-  ctx.stream_widths[w] = None
-  n, lanes = val.dtype.itemsize // w, w // val.dtype.scalar().itemsize
-  parts = [f"(core_nt{w})nt_v"] if n == 1 else \
-          [f"(core_nt{w})__builtin_shufflevector(nt_v, nt_v, {', '.join(str(k * lanes + j) for j in range(lanes))})" for k in range(n)]
-  decl = ", ".join(f"nt_{k} = {p}" for k, p in enumerate(parts))
-  stream = " ".join(f"CORE_STREAM{w}((core_nt{w}*)nt_p + {k}, nt_{k});" for k in range(n))
-  plain = " ".join(f"((core_nt{w}u*)nt_p)[{k}] = nt_{k};" for k in range(n))
-  gate = f"({cond}) && " if (cond := access_condition(ctx, idx, val.dtype.itemsize)) is not None else ""
-  st = (f"{{ {t} nt_v = {ctx[val]}; void* nt_p = {ctx[idx]}; core_nt{w} {decl}; "
-        f"if ({gate}((unsigned long long)nt_p & {w - 1}) == 0) {{ {stream} }} else {'if (' + cond + ') ' if cond else ''}{{ {plain} }} }}")
-  if n == 1: return st
-  return f"#ifdef CORE_NT_SPLIT\n  {st}\n#else\n  *{ctx.render_vec_ptr(idx, val.dtype)} = {ctx[val]};\n#endif"
-
-def _c_prefetch_load(ctx: CPUCRenderer, x: UOp) -> str | None:
-  """A LOAD that also prefetches (plugin_cpu/prefetch.py): read prefetches `off` elements on (its locality hint), one per cache line
-  of the vector, then the load, in one comma expression."""
-  if (pf_at := ctx.prefetch.get(x)) is None: return None
-  off, loc = pf_at
-  pf = "".join(f"__builtin_prefetch(({ctx[x.src[0]]})+{o}, 0, {loc}), " for o in line_offsets(x, off))
-  return f"({pf}{_c_render_load(ctx, x)})"
-
 def narrow_flags(flags: frozenset[str], simd: int) -> frozenset[str]:
   """`flags` without the features of vectors wider than `simd` bytes: AVX-512's below 64 (an AVX2 CPU), AVX's and FMA's below 32."""
   if simd < 64: flags = frozenset(f for f in flags if not f.startswith("avx512"))
@@ -119,76 +70,6 @@ def _narrowed(rnd: R, simd: int) -> R:
   out = copy.copy(rnd)
   out.target(narrow_flags(rnd.flags, simd))
   return out
-
-class CPUCRenderer(CStyleRenderer):
-  """`void name(T* restrict data0, ..., int var0, ..., int gidx0)` compiled by the system C compiler. The block index gidx0 is a
-  parameter, present only in kernels the optimizer split into thread blocks."""
-  device = "CPU"
-  suffix = "C"
-  # one thread of control per kernel: BARRIER orders memory (the HCQ submit program writes the ring, then the doorbell)
-  barrier = "__atomic_thread_fence(__ATOMIC_RELEASE);"
-  has_local = False
-  global_max = None
-  supports_float4 = True
-  supported_dtypes = _HOST_DTYPES
-  threads = THREADS if THREADS > 1 else 0
-  simd_width = SIMD_BYTES
-  simd_regs = SIMD_REGS
-  l2_bytes = L2_BYTES
-  stream_min_bytes = STREAM_MIN_BYTES
-  scratch_bytes = SCRATCH_BYTES
-  extra_matcher = EXTRA_RULES
-  string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _c_stream_store), (UPat(Ops.LOAD, name="x"), _c_prefetch_load)]) + \
-    base_rewrite
-  code_for_op = {**c_code_for_op, Ops.MULACC: _c_mulacc(host_x86_fma())}
-  vector_alu = CStyleRenderer.vector_alu | {Ops.MULACC}
-
-  flags = host_flags()   # the CPU features the kernels are rendered for (compiler.arch_flags' names)
-
-  def __init__(self, cc: str | None = None, arch: str | None = None):
-    if arch is not None:   # DEV=CPU:C:<arch>: that CPU model's (compiler.arch_flags)
-      self.arch = arch
-      self.target(arch_flags(arch))
-    # the compiler that will build the kernels ($CC, as CCompiler finds it) decides whether half is native or emulated: clang
-    # before 15 has no _Float16 on x86-64. Without a compiler nothing gets built, and CCompiler says so.
-    try: self.native_half = cc_supports(cc or find_cc(), "_Float16")
-    except CompileError: pass
-
-  def target(self, flags: frozenset[str]) -> None:
-    """Render for a CPU with `flags`: its vectors, registers, rules and FMA."""
-    self.flags, self.simd_width = flags, simd_bytes(flags)
-    self.simd_regs = host_vector_regs(self.simd_width)
-    self.extra_matcher = extra_rules(self.simd_width)
-    self.code_for_op = {**c_code_for_op, Ops.MULACC: _c_mulacc(x86_fma(flags))}
-
-  def narrowed(self, simd: int) -> CPUCRenderer: return _narrowed(self, simd)
-
-  def reg_attr(self, x: UOp) -> str:
-    # packed panels (PACK) are read with vector loads: on a cache line, no load straddles two
-    return " __attribute__((aligned(64)))" if x.dtype.size * x.dtype.base.itemsize >= 64 else ""  # type: ignore[attr-defined]
-
-  def _render(self, name: str, uops: list[UOp]) -> str:
-    self.blocks: list[UOp] = []   # SPECIAL gidx0 seen; this is the per-render copy
-    self.stream_widths: dict[int, None] = {}   # widths of the streaming stores rendered
-    self.prefetch = prefetch_offsets(uops, self.panel_budget()) if PREFETCH else {}
-    return super()._render(name, uops)
-
-  def render_special(self, x: UOp) -> str:
-    _check_block(x)
-    self.blocks.append(x)
-    # the body declares `T gidx0 = <this>;`: an int32 index is the parameter itself (render_kernel drops that line)
-    return x.arg if x.dtype.itemsize == 4 else f"{x.arg}_arg"
-
-  def render_kernel(self, name: str, bufs: list[UOp], vars_: list[UOp], prefix: list[str], body: list[str]) -> str:
-    for x in self.blocks[:1]:
-      if x.dtype.itemsize == 4: body = [ln for ln in body if ln.strip() != f"{self.render_dtype(x.dtype)} {x.arg} = {x.arg};"]
-      else: self.r[x] = f"{x.arg}_arg"   # the body is rendered: only the parameter's name reads this now
-    if self.stream_widths:
-      prefix = prefix + [ln for w in self.stream_widths for ln in _c_stream_prefix(w)]
-      # streaming stores are weakly ordered: fence them before the block returns, so whoever sees the kernel done sees its data
-      body = body + ["  __builtin_ia32_sfence();"]
-    # the block index is the last parameter, after the buffers and the variables, as cpu_launch passes it
-    return super().render_kernel(name, bufs, vars_ + self.blocks[:1], prefix, body)
 
 NT_MD = "!{i32 1}"   # the !nontemporal metadata: a node holding i32 1, as the LangRef asks
 
@@ -445,7 +326,9 @@ class CPULLVMRenderer(HostLLVMRenderer):
     sig = src[src.index("(", src.index("define ")) + 1:src.index(") #0 {")]
     args = ", ".join(f"{p.split()[0]} {p.split()[-1]}" for p in sig.split(", ")) if sig else ""
     widest: dict[str, int] = {}   # each buffer's widest store: aligned to it, aligned to all of them
-    for x in self.unchecked: widest[b] = max(widest.get(b := self[x.src[0].src[0]], 0), store_width(x, self.simd_width))
+    for x in self.unchecked:
+      b = self[x.src[0].src[0]]
+      widest[b] = max(widest.get(b, 0), store_width(x, self.simd_width))
     bufs = sorted(widest.items())
     check, conds = [], []
     for b, w in bufs:

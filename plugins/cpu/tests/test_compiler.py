@@ -5,7 +5,7 @@ from plugin_cpu import elfload, compiler
 from core.device.compiler import CompileError
 from plugin_cpu.compiler import CCompiler, LLVMCompiler, cc_supports, find_cc
 from plugin_cpu.native import NativeCompiler
-from plugin_cpu.renderer import CPUCRenderer
+from plugin_cpu.c_renderer import CPUCRenderer
 
 GOOD_C = "void k(int* restrict data0) { data0[0] = 42; }\n"
 GOOD_LL = "define void @k(ptr noalias %data0) #0 {\nentry:\n  store i32 42, ptr %data0, align 4\n  ret void\n}\nattributes #0 = { nounwind }\n"

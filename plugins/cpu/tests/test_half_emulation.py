@@ -7,7 +7,7 @@ import pytest
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp
 from plugin_cpu.compiler import CCompiler, cc_supports, find_cc
-from plugin_cpu.renderer import CPUCRenderer
+from plugin_cpu.c_renderer import CPUCRenderer
 from cpu_kernels import C_EMULATED_HALF, Linear, buf, c, device, elementwise, rng, run
 
 EMU = C_EMULATED_HALF

@@ -14,7 +14,8 @@ from core.codegen.opt import Kernel, OptOps
 from core.codegen.opt.heuristic import hand_coded
 from core.codegen.program import get_program, program_source
 import plugin_cpu.prefetch as prefetch
-from plugin_cpu.renderer import CPUCRenderer, CPULLVMRenderer
+from plugin_cpu.c_renderer import CPUCRenderer
+from plugin_cpu.renderer import CPULLVMRenderer
 
 # a prefetch as each renderer writes it
 PREFETCH = {"LLVM": r"call void @llvm\.prefetch\.p0", "C": r"__builtin_prefetch\("}

@@ -153,7 +153,8 @@ def run_py(code: str, cpus: set[int] | None = None, **env: str) -> str:
 CHILD = """
 import conftest, numpy as np
 from plugin_cpu import native
-from plugin_cpu.renderer import CPUCRenderer, CPULLVMRenderer
+from plugin_cpu.c_renderer import CPUCRenderer
+from plugin_cpu.renderer import CPULLVMRenderer
 from test_pool import COUNT_SRC, CPUProgram, CCompiler, to_dev, from_dev
 prg = CPUProgram("count", CCompiler().compile(COUNT_SRC))
 cnt, idx = to_dev(np.zeros(100, np.int32)), to_dev(np.zeros(100, np.int32))

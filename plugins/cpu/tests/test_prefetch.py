@@ -9,7 +9,8 @@ from core import Tensor
 from core.schedule.kernelize import create_schedule
 from core.codegen.program import get_program, program_source
 from core.ir.ops import Ops
-from plugin_cpu.renderer import CPUCRenderer, CPULLVMRenderer
+from plugin_cpu.c_renderer import CPUCRenderer
+from plugin_cpu.renderer import CPULLVMRenderer
 
 W = 1000   # a row of floats (4000 bytes): a multiple of neither vector width's unroll
 

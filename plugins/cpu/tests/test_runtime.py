@@ -6,7 +6,8 @@ from core.device.allocator import BufferSpec
 from core.device.target import Target
 from plugin_cpu.runtime import CPUAllocator, CPUProgram, make_device
 from plugin_cpu.compiler import CCompiler
-from plugin_cpu.renderer import CPUCRenderer, CPULLVMRenderer
+from plugin_cpu.c_renderer import CPUCRenderer
+from plugin_cpu.renderer import CPULLVMRenderer
 
 SRC = "void k(int* restrict data0, int* restrict data1, int n) { for (int i = 0; i < n; i++) data0[i] = data1[i] * %d; }\n"
 

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
-from plugin_cpu.renderer import CPUCRenderer, CPULLVMRenderer, host_threads
+from plugin_cpu.c_renderer import CPUCRenderer
+from plugin_cpu.renderer import CPULLVMRenderer, host_threads
 from plugin_cpu.compiler import host_simd_bytes
 from cpu_kernels import RENDERERS, Linear, device, c, rng, buf
 

@@ -14,7 +14,8 @@ from core.codegen.opt import Kernel, OptOps
 from core.codegen.opt.heuristic import hand_coded
 from core.schedule.kernelize import create_schedule
 from core.codegen.program import get_program, program_source
-from plugin_cpu.renderer import CPUCRenderer, CPULLVMRenderer
+from plugin_cpu.c_renderer import CPUCRenderer
+from plugin_cpu.renderer import CPULLVMRenderer
 
 CACHED, STREAMED = 28 << 20, 1   # stream_min_bytes: the buffers fit (plain stores), or every kernel streams
 

@@ -10,7 +10,8 @@ from cpu_kernels import run_on_renderer
 from core import Tensor
 from core.schedule.kernelize import create_schedule
 from core.codegen.program import get_program, program_source
-from plugin_cpu.renderer import CPUCRenderer, CPULLVMRenderer
+from plugin_cpu.c_renderer import CPUCRenderer
+from plugin_cpu.renderer import CPULLVMRenderer
 
 CASES = [((1024, 2048), (1, 0)), ((2, 64, 56, 56), (0, 2, 3, 1)), ((2, 56, 56, 64), (0, 3, 1, 2))]
 
