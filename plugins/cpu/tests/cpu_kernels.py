@@ -96,10 +96,11 @@ def run_rendered(rnd, fn, *xs: np.ndarray) -> tuple[np.ndarray, str]:
 def host_like_renderer(ren: str, simd_bytes: int, threads: int = 2):
   """The CPU plugin's LLVM or C renderer as on the hosts we measure: 32-byte vectors with 16 registers and the Zen 3's 512 KiB L2,
   or 64-byte ones with 32 registers and the Zen 5's 1 MiB (panel budgets of 256 and 512 KiB), on `threads` threads. Sources
-  only: what it renders runs where the host has those vectors."""
+  only: what it renders runs where the host has those vectors. Narrower than this host's vectors it also takes that CPU's
+  rules (narrowed: on an AVX-512 host the 32-byte renderer renders as an AVX2 host's does, no vscalefps or 64-byte streams)."""
   from plugin_cpu.c_renderer import CPUCRenderer
   from plugin_cpu.renderer import CPULLVMRenderer
-  rnd = copy.copy(CPULLVMRenderer() if ren == "LLVM" else CPUCRenderer())
+  rnd = (CPULLVMRenderer() if ren == "LLVM" else CPUCRenderer()).narrowed(simd_bytes)
   rnd.simd_width, rnd.simd_regs, rnd.threads = simd_bytes, 16 if simd_bytes == 32 else 32, threads
   rnd.l2_bytes = 512 << 10 if simd_bytes == 32 else 1 << 20
   return rnd

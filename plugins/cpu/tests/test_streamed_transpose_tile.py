@@ -5,10 +5,10 @@ kernel tests its buffers' alignment once (a second function, stores plain, where
 split the tile's block. Spills of the haswell/znver3 code, the order, values at aligned and misaligned addresses and for odd
 shapes, and kernels without a transposing tile ordered as before."""
 from __future__ import annotations
-import copy, platform, re
+import platform, re
 import numpy as np
 import pytest
-from cpu_kernels import run_on_renderer
+from cpu_kernels import host_like_renderer, run_on_renderer
 from core import Tensor
 from core.ir.ops import Ops
 from core.codegen import linearize as lin
@@ -16,11 +16,10 @@ from core.codegen.opt import Kernel
 from core.codegen.opt.heuristic import hand_coded
 from core.schedule.kernelize import create_schedule
 from core.codegen.program import get_program, launch_vals, program_source
-from plugin_cpu.renderer import CPULLVMRenderer
 
 def _renderer(simd_bytes: int = 32, bound: int = 1):
-  rnd = copy.copy(CPULLVMRenderer())
-  rnd.simd_width, rnd.simd_regs, rnd.threads, rnd.stream_min_bytes = simd_bytes, 16 if simd_bytes == 32 else 32, 0, bound
+  rnd = host_like_renderer("LLVM", simd_bytes, threads=0)
+  rnd.stream_min_bytes = bound
   return rnd
 
 def _kernel(fn, shape, simd_bytes: int = 32, bound: int = 1):
