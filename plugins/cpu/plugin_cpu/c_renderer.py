@@ -7,12 +7,11 @@ from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
 from core.codegen.c_style import CStyleRenderer, access_condition, base_rewrite, c_code_for_op, _render_load as _c_render_load
 from core.device.compiler import CompileError
-from plugin_cpu.compiler import arch_flags, cc_supports, find_cc, host_flags, host_x86_fma, simd_bytes, x86_fma
+from plugin_cpu.compiler import arch_flags, cc_supports, find_cc, host_x86_fma, simd_bytes, x86_fma
 from plugin_cpu.streaming import NT_ARG, store_width
 from plugin_cpu.prefetch import prefetch_offsets, line_offsets
 from plugin_cpu import renderer as R
-from plugin_cpu.renderer import (_HOST_DTYPES, EXTRA_RULES, L2_BYTES, SCRATCH_BYTES, SIMD_BYTES, SIMD_REGS, STREAM_MIN_BYTES, THREADS,
-                                 _check_block, _narrowed, extra_rules, host_vector_regs)
+from plugin_cpu.renderer import _HOST_DTYPES, EXTRA_RULES, HostTarget, _check_block, _narrowed, extra_rules, host_vector_regs
 
 # x86 FMA builtins by vector width in bytes (the C code is compiled with -ffp-contract=off, so `a*b+c` is never fused on its own)
 _X86_FMA = {16: "__builtin_ia32_vfmaddps", 32: "__builtin_ia32_vfmaddps256"}
@@ -65,30 +64,19 @@ def _c_prefetch_load(ctx: CPUCRenderer, x: UOp) -> str | None:
   return f"({pf}{_c_render_load(ctx, x)})"
 
 
-class CPUCRenderer(CStyleRenderer):
+class CPUCRenderer(HostTarget, CStyleRenderer):
   """`void name(T* restrict data0, ..., int var0, ..., int gidx0)` compiled by the system C compiler. The block index gidx0 is a
   parameter, present only in kernels the optimizer split into thread blocks."""
-  device = "CPU"
   suffix = "C"
   # one thread of control per kernel: BARRIER orders memory (the HCQ submit program writes the ring, then the doorbell)
   barrier = "__atomic_thread_fence(__ATOMIC_RELEASE);"
   has_local = False
-  global_max = None
-  supports_float4 = True
   supported_dtypes = _HOST_DTYPES
-  threads = THREADS if THREADS > 1 else 0
-  simd_width = SIMD_BYTES
-  simd_regs = SIMD_REGS
-  l2_bytes = L2_BYTES
-  stream_min_bytes = STREAM_MIN_BYTES
-  scratch_bytes = SCRATCH_BYTES
   extra_matcher = EXTRA_RULES
   string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _c_stream_store), (UPat(Ops.LOAD, name="x"), _c_prefetch_load)]) + \
     base_rewrite
   code_for_op = {**c_code_for_op, Ops.MULACC: _c_mulacc(host_x86_fma())}
   vector_alu = CStyleRenderer.vector_alu | {Ops.MULACC}
-
-  flags = host_flags()   # the CPU features the kernels are rendered for (compiler.arch_flags' names)
 
   def __init__(self, cc: str | None = None, arch: str | None = None):
     if arch is not None:   # DEV=CPU:C:<arch>: that CPU model's (compiler.arch_flags)

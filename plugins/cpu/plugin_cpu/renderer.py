@@ -8,6 +8,7 @@ from core.helpers import host_machine
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
+from core.device.renderer import Renderer
 from core.codegen.llvm_ir import HostLLVMRenderer, llvm_rewrite, _masked_intrinsic, _render_load, _render_store
 from core.codegen.lowerer import pm_fuse_mulacc
 from core.codegen.decompose import fast_exp2, pm_vector_math
@@ -255,19 +256,24 @@ def _llvm_max_blend(ctx: CPULLVMRenderer, x: UOp) -> str:
             f"{out} = select <{w} x i1> {nan}, {wt} {a}, {wt} {m}"]
   return _vector_pieces(ctx, x, call, 8)
 
-class CPULLVMRenderer(HostLLVMRenderer):
-  """The same kernel as LLVM IR for llvmlite; the compiler fills in the host triple and data layout."""
+class HostTarget(Renderer):
+  """What both CPU renderers render for until target() names a CPU: this host's threads, vectors, caches and features (the C
+  renderer, plugin_cpu/c_renderer.py, and the LLVM one below take it as their first base)."""
   device = "CPU"
-  suffix = "LLVM"
   global_max = None
   supports_float4 = True
-  supported_dtypes = _HOST_DTYPES | {dtypes.bfloat16}
   threads = THREADS if THREADS > 1 else 0
   simd_width = SIMD_BYTES
   simd_regs = SIMD_REGS
   l2_bytes = L2_BYTES
   stream_min_bytes = STREAM_MIN_BYTES
   scratch_bytes = SCRATCH_BYTES
+  flags = host_flags()   # the CPU features the kernels are rendered for (compiler.arch_flags' names)
+
+class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
+  """The same kernel as LLVM IR for llvmlite; the compiler fills in the host triple and data layout."""
+  suffix = "LLVM"
+  supported_dtypes = _HOST_DTYPES | {dtypes.bfloat16}
   # LLVM tunes most AVX-512 CPUs to 256-bit vectors for loops it vectorizes itself; the attribute asks for the full width
   kernel_attrs = 'nounwind "prefer-vector-width"="512"' if SIMD_BYTES == 64 else "nounwind"
   # with the bf16 dot product, bf16 is loaded and multiplied as vectors: the pairs of widened products become vdpbf16ps
@@ -282,7 +288,6 @@ class CPULLVMRenderer(HostLLVMRenderer):
                                    (UPat(Ops.CUSTOM, name="x", arg=MAX_BLEND_ARG), _llvm_max_blend)]) + llvm_rewrite
 
   split_tile_rows = True   # unchecked_streams: one alignment test per kernel
-  flags = host_flags()   # the CPU features the kernels are rendered for (compiler.arch_flags' names)
 
   def __init__(self, arch: str | None = None):
     if arch is not None:   # DEV=CPU:LLVM:<arch>: that CPU model's (compiler.arch_flags)
