@@ -80,6 +80,10 @@ def _llvm_nt_branch(ctx: CPULLVMRenderer, c: str, t: str, v: str, p: str, w: int
   return (f"br i1 {c}, label %{k}, label %{k}.plain\n{ctx.label(k)}\n  store {t} {v}, ptr {p}, align {w}, !nontemporal {NT_MD}\n"
           f"  br label %{k}.done\n{ctx.label(k + '.plain')}\n  {plain}\n  br label %{k}.done\n{ctx.label(k + '.done')}")
 
+def _fenced(src: str) -> str:
+  """`src` with an SFENCE before its first function returns: streaming stores are weakly ordered."""
+  return src.replace("\n  ret void\n}\n", "\n  call void @llvm.x86.sse.sfence()\n  ret void\n}\n", 1)
+
 def unchecked_streams(uops: list[UOp], simd_bytes: int) -> frozenset[UOp]:
   """The streamed STOREs that need no test of their own in a kernel holding a transposing tile whose rows were loaded a register
   at a time (narrower than the rows it stores: the expander's split rows, which linearize.tile_keys orders group by group):
@@ -313,7 +317,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
     if self.unchecked: src = self._versioned(name, uops, src)
     if not self.streams: return src
     # streaming stores are weakly ordered: SFENCE before the block returns, so whoever sees the kernel done sees its data
-    return src.replace("\n  ret void\n}\n", "\n  call void @llvm.x86.sse.sfence()\n  ret void\n}\n", 1) + "declare void @llvm.x86.sse.sfence()\n"
+    return _fenced(src) + "declare void @llvm.x86.sse.sfence()\n"
 
   def _versioned(self, name: str, uops: list[UOp], src: str) -> str:
     """`src` (its `unchecked` streamed stores unconditional) entered only where their buffers are aligned to their widths, and
@@ -351,8 +355,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
 
   def _render_plain(self, name: str, uops: list[UOp]) -> str:
     src = super()._render(name, uops)
-    return src if not self.streams else \
-      src.replace("\n  ret void\n}\n", "\n  call void @llvm.x86.sse.sfence()\n  ret void\n}\n", 1)
+    return _fenced(src) if self.streams else src
 
   def render_special(self, x: UOp) -> str:
     _check_block(x)
