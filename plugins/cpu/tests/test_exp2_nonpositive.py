@@ -1,6 +1,7 @@
 """exp2 of an input known to be <= 0 (EXP2_NONPOSITIVE, what softmax's x - max(x) is): decompose.fast_exp2_nonpositive drops
-fast_exp2's overflow guard and builds 2**n from one factor, with the same values bit for bit."""
+fast_exp2's overflow guard, builds 2**n from one factor and takes a polynomial of one degree less, within about 2 ulp."""
 from __future__ import annotations
+import re
 import numpy as np
 import pytest
 from core import Tensor
@@ -18,11 +19,11 @@ X = np.concatenate([-gen.uniform(0, 260, 200000), -gen.uniform(0, 2, 30000), -np
 def _nonpositive_exp2(t: Tensor) -> Tensor: return t._wrap(t.uop.exp2(nonpositive=True), t)
 
 @pytest.mark.parametrize("ren", RENDERERS)
-def test_nonpositive_exp2_equals_general_exp2_bit_for_bit(ren):
+def test_nonpositive_exp2_within_about_two_ulp_and_special_values_exact(ren):
   got, _ = _run(ren, _nonpositive_exp2, X)
-  general, _ = _run(ren, lambda t: t.exp2(), X)
-  np.testing.assert_array_equal(got.view(np.uint32), general.view(np.uint32))   # NaN's bits too
-  assert _ulps(got, X, np.exp2) <= 1.5   # subnormal results, -inf -> 0 and NaN exact (_ulps asserts them)
+  np.testing.assert_array_equal(np.isnan(got), np.isnan(X))
+  # LLVM 1.77, C 2.07 (no fused multiply-add) over 25M inputs; subnormal results, -inf -> 0 and NaN exact (_ulps asserts them)
+  assert _ulps(got, X, np.exp2) <= 2.1
 
 def _src32(fn) -> str:
   """fn's kernel as the LLVM renderer writes it for 8 lanes (AVX2): the bits path, where an AVX-512 host's 16 take vscalefps."""
@@ -37,6 +38,12 @@ def test_nonpositive_exp2_has_no_overflow_guard_and_one_shift():
   clamp_129 = "0x4060200000000000"   # 129.0, fast_exp2's upper clamp, as LLVM IR writes a float
   assert clamp_129 in general and clamp_129 not in src
   assert src.count(" shl ") == 1 and " lshr " not in src and general.count(" shl ") == 2
+
+def test_nonpositive_exp2_takes_one_multiply_add_less():
+  # AVX2's softmax is bound by the FMA/multiply pipes: a degree-5 polynomial (5 FMAs) where fast_exp2 takes degree 6
+  src, general = _src32(_nonpositive_exp2), _src32(lambda t: t.exp2())
+  fmas = re.compile(r"call <\d+ x float> @llvm\.fmuladd")
+  assert len(fmas.findall(src)) == 5 and len(fmas.findall(general)) == 6
 
 @pytest.mark.parametrize("x", [float("-inf"), -1e30, -300.0, -252.0])
 def test_nonpositive_exp2_far_below_range_takes_no_subnormal_product(x):
