@@ -5,7 +5,7 @@ from __future__ import annotations
 import concurrent.futures, ctypes, functools, hashlib, os, threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
-from core.codegen.llvm_ir import HostLLVMRenderer, LLVMRenderer, llvm_rewrite, _render_load, _render_store
+from core.codegen.llvm_ir import HostLLVMRenderer, LLVMRenderer, Param, llvm_rewrite, _render_load, _render_store
 from core.codegen.access_guard import extent, param_of, proven_in_extent, wild_access
 from core.helpers import LRUCache, to_function_name
 from core.ir.dtype import AddrSpace, PtrDType, dtypes
@@ -59,15 +59,14 @@ def _guarded_access(ctx: HostKernelRenderer, x: UOp) -> str | None:
   return "\n  ".join(lines + [(_render_load if x.op is Ops.LOAD else _render_store)(ctx, gx)])
 
 # where a work-item ends: the largest wild address it touched (+ 1) into the fault slot, unless a work-item was first
-GUARD_EXIT = """  %oob.all = load i64, ptr %oob.acc, align 8
+GUARD_EXIT = """%oob.all = load i64, ptr %oob.acc, align 8
   %oob.any = icmp ne i64 %oob.all, 0
   br i1 %oob.any, label %oob.report, label %oob.exit
 oob.report:
   %oob.old = cmpxchg ptr %fault, i64 0, i64 %oob.all monotonic monotonic
   br label %oob.exit
 oob.exit:
-  ret void
-}"""
+  ret void"""
 
 host_kernel_rewrite = PatternMatcher([(UPat((Ops.LOAD, Ops.STORE), name="x"), _guarded_access)]) + llvm_rewrite
 
@@ -80,10 +79,11 @@ class HostKernelRenderer(HostLLVMRenderer):
   guarded = False     # whether this render has checked an access (and so declared the guard's register)
   check_all = False   # check accesses proven inside their buffer's declared extent too (HostBuild.checked)
 
-  def _render(self, name: str, uops: list[UOp]) -> str:
+  def function(self, name: str, uops: list[UOp]) -> str:
     self.guarded = False
-    src = super()._render(name, uops)
-    return src.replace("  ret void\n}", GUARD_EXIT, 1) if self.guarded else src
+    return super().function(name, uops)
+
+  def render_return(self) -> str: return GUARD_EXIT if self.guarded else "ret void"
 
   def render_special(self, x: UOp) -> str:
     if x.arg not in AXES: raise HostBuildError(f"thread id {x.arg!r} is not one of {', '.join(AXES)}")
@@ -92,12 +92,12 @@ class HostKernelRenderer(HostLLVMRenderer):
       return ""
     return f"{self[x]} = sext i32 %{x.arg} to {self.ty(x.dtype)}"
 
-  def render_params(self, bufs: list[UOp], vars_: list[UOp]) -> list[str]:
+  def render_params(self, bufs: list[UOp], vars_: list[UOp]) -> list[Param]:
     for i, b in enumerate(bufs):   # each buffer's allocation, read once at entry
       for j, end in enumerate(("lo", "hi")):
         self.allocas += [f"%data{b.arg}.{end}p = getelementptr inbounds i64, ptr %bounds, i64 {2 * i + j}",
                          f"%data{b.arg}.{end} = load i64, ptr %data{b.arg}.{end}p, align 8"]
-    return LLVMRenderer.render_params(self, bufs, vars_) + [f"i32 %{a}" for a in AXES] + ["ptr %bounds", "ptr %fault"]
+    return LLVMRenderer.render_params(self, bufs, vars_) + [Param("i32", f"%{a}") for a in AXES] + [Param("ptr", "%bounds"), Param("ptr", "%fault")]
 
   def render_define_local(self, x: UOp) -> str:
     # LDS: a stack array of the call, which runs a whole workgroup (workitem_loops), so one per workgroup

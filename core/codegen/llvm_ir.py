@@ -1,7 +1,7 @@
 """The shared LLVM IR renderer: a linearized kernel (list of UOps) to LLVM IR text, with hooks for amdgcn/nvptx subclasses."""
 from __future__ import annotations
 import copy, math, struct
-from typing import Any
+from typing import Any, NamedTuple
 from core.ir.dtype import DType, PtrDType, AddrSpace, dtypes, float_to_bf16_bits
 from core.ir.ops import UOp, Ops, GroupOp, MAX_NO_NAN
 from core.ir.pattern import UPat, PatternMatcher
@@ -237,6 +237,14 @@ llvm_rewrite = PatternMatcher([
   (UPat(GroupOp.ALU, name="x"), _render_alu),
 ])
 
+class Param(NamedTuple):
+  """A parameter of a kernel's function: `ty attrs name` in its signature, `ty name` where a call passes it on."""
+  ty: str
+  name: str
+  attrs: str = ""   # e.g. "noalias", "noalias align 4"
+  def __str__(self) -> str: return f"{self.ty} {self.attrs} {self.name}" if self.attrs else f"{self.ty} {self.name}"
+  def arg(self) -> str: return f"{self.ty} {self.name}"
+
 class LLVMRenderer(Renderer):
   """Renders LLVM IR. Subclasses set the target (triple, data layout), the calling convention, address spaces and thread ids."""
   suffix = "LLVM"
@@ -304,16 +312,22 @@ class LLVMRenderer(Renderer):
   def render_define_local(self, x: UOp) -> str:
     assert isinstance(x.dtype, PtrDType)  # DEFINE_LOCAL is always a pointer
     name = f"@{to_function_name(self.kernel_name)}.temp{x.arg}"
-    self.globals.append(f"{name} = internal addrspace({self.local_addrspace}) global [{x.dtype.size} x {self.mem_ty(x.dtype.base)}] undef, "
-                        f"align 16")
+    self.globals[f"{name} = internal addrspace({self.local_addrspace}) global [{x.dtype.size} x {self.mem_ty(x.dtype.base)}] undef, "
+                 f"align 16"] = None
     self.r[x] = name
     return ""
-  def render_params(self, bufs: list[UOp], vars_: list[UOp]) -> list[str]:
+  def render_params(self, bufs: list[UOp], vars_: list[UOp]) -> list[Param]:
     # variables arrive as 32-bit ints (the launch ABI); wider index math gets them sign-extended at entry
     for v in vars_:
       if self.ty(v.dtype) != "i32": self.allocas.append(f"{self[v]} = sext i32 {self[v]}.arg to {self.ty(v.dtype)}")
-    return [f"{self.ptr_ty(b.dtype)} noalias {self[b]}" for b in bufs] + \
-           [f"i32 {self[v]}" + (".arg" if self.ty(v.dtype) != "i32" else "") for v in vars_]
+    return [Param(self.ptr_ty(b.dtype), self[b], "noalias") for b in bufs] + \
+           [Param("i32", self[v] + (".arg" if self.ty(v.dtype) != "i32" else "")) for v in vars_]
+  def render_prologue(self, params: list[Param]) -> str:
+    """Instructions of the entry block after its allocas, before the kernel's first op ("" for none)."""
+    return ""
+  def render_return(self) -> str:
+    """The function's last instructions (the body's end flows into them): `ret void` and what must come before it."""
+    return "ret void"
 
   # *** bookkeeping the rules use ***
 
@@ -333,10 +347,21 @@ class LLVMRenderer(Renderer):
     return ctx._render(to_function_name(name), uops)
 
   def _render(self, name: str, uops: list[UOp]) -> str:
+    """The module of one function, `name`, running `uops`."""
+    self.start_module()
+    return self.module([self.function(name, uops)])
+
+  def start_module(self) -> None:
+    """Empties what the functions of a module share: the globals and declarations they add, and the lines after the attributes."""
+    self.globals: dict[str, None] = {}
+    self.declares: dict[str, None] = {}
+    # after the attributes: what a subclass adds there (the CPU renderer's SFENCE declaration, where streaming kernels always had it)
+    self.trailer: dict[str, None] = {}
+
+  def function(self, name: str, uops: list[UOp]) -> str:
+    """The definition of the function `name` running `uops`; the globals and declarations it needs go to the module's."""
     self.kernel_name, self.r, self.ntmp, self.nlabel, self.block = name, {}, 0, 0, "entry"
     self.allocas: list[str] = []
-    self.globals: list[str] = []
-    self.declares: dict[str, None] = {}
     self.loop_label: dict[UOp, str] = {}
     self.open_order: dict[UOp, int] = {}
     self.defined_in: dict[UOp, str] = {}   # the block each value was rendered in: a later op there may reuse it
@@ -363,12 +388,18 @@ class LLVMRenderer(Renderer):
       assert isinstance(txt, str), f"rule for {u.op.name} returned {type(txt).__name__}, not str"
       if _literal(u): self.r[u] = txt
       elif txt: body.append("  " + txt)
+    params = self.render_params(bufs, vars_)
+    fn = [f"define {self.kernel_cconv}void @{name}({', '.join(map(str, params))}) #0 {{", "entry:"] + ["  " + a for a in self.allocas]
+    if prologue := self.render_prologue(params): fn.append("  " + prologue)
+    return "\n".join(fn + body + ["  " + self.render_return(), "}"])
+
+  def module(self, functions: list[str]) -> str:
+    """The module of `functions` (definitions from function()): the target, the globals and declarations once each, the
+    functions (a blank line apart), their attributes, then the trailer."""
     header = [f"target triple = \"{self.target_triple}\""] if self.target_triple else []
     if self.data_layout: header.append(f"target datalayout = \"{self.data_layout}\"")
-    params = self.render_params(bufs, vars_)
-    fn = [f"define {self.kernel_cconv}void @{name}({', '.join(params)}) #0 {{", "entry:"]
-    fn += ["  " + a for a in self.allocas] + body + ["  ret void", "}"]
-    return "\n".join(header + self.globals + list(self.declares) + fn + [f"attributes #0 = {{ {self.kernel_attrs} }}"]) + "\n"
+    return "\n".join(header + list(self.globals) + list(self.declares) + ["\n\n".join(functions), f"attributes #0 = {{ {self.kernel_attrs} }}"] +
+                     list(self.trailer)) + "\n"
 
 # float -> bfloat16 (round to nearest even, NaN stays NaN): LLVM lowers `fptrunc float to bfloat` on x86 to a call of this
 # compiler-runtime helper, which the process may not have (libgcc has it only from gcc 13): each host module that uses bfloat

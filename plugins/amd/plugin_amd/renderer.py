@@ -4,7 +4,7 @@ import copy, dataclasses
 from core.helpers import prod
 from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp, Ops
-from core.codegen.llvm_ir import LLVMRenderer
+from core.codegen.llvm_ir import LLVMRenderer, Param
 
 TRIPLE = "amdgcn-amd-amdhsa"
 DEFAULT_ARCH = "gfx1100"
@@ -74,9 +74,9 @@ class AMDLLVMRenderer(LLVMRenderer):
     ctx.kernel_attrs = f'nounwind "amdgpu-flat-work-group-size"="{local},{local}" "uniform-work-group-size"="true"'
     return LLVMRenderer.render(ctx, name, uops)
 
-  def render_params(self, bufs: list[UOp], vars_: list[UOp]) -> list[str]:
+  def render_params(self, bufs: list[UOp], vars_: list[UOp]) -> list[Param]:
     # buffers are allocated (and viewed) at multiples of their element size; `align` lets LLVM use wide loads
-    return [f"{self.ptr_ty(b.dtype)} noalias align {b.dtype.base.itemsize} {self[b]}" for b in bufs] + super().render_params([], vars_)
+    return [Param(self.ptr_ty(b.dtype), self[b], f"noalias align {b.dtype.base.itemsize}") for b in bufs] + super().render_params([], vars_)
 
   def render_special(self, x: UOp) -> str:
     kind, axis = ("workgroup" if x.arg.startswith("gidx") else "workitem"), "xyz"[int(x.arg[-1])]

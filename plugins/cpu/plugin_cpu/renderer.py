@@ -2,14 +2,14 @@
 C renderer is plugin_cpu/c_renderer.py, imported only where DEV asks for it (an LLVM start skips core's C codegen). Kernels are
 plain functions where every axis is a loop."""
 from __future__ import annotations
-import copy, os, re
+import copy, os
 from typing import TYPE_CHECKING, Callable, TypeVar
 from core.helpers import host_machine
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
 from core.device.renderer import Renderer
-from core.codegen.llvm_ir import HostLLVMRenderer, llvm_rewrite, _masked_intrinsic, _render_load, _render_store
+from core.codegen.llvm_ir import HostLLVMRenderer, Param, llvm_rewrite, _masked_intrinsic, _render_load, _render_store
 from core.codegen.lowerer import pm_fuse_mulacc
 from core.codegen.decompose import fast_exp2, pm_vector_math
 from plugin_cpu.compiler import arch_flags, host_flags, host_simd_bytes, simd_bytes
@@ -79,10 +79,6 @@ def _llvm_nt_branch(ctx: CPULLVMRenderer, c: str, t: str, v: str, p: str, w: int
   k = ctx.fresh_label("nt")
   return (f"br i1 {c}, label %{k}, label %{k}.plain\n{ctx.label(k)}\n  store {t} {v}, ptr {p}, align {w}, !nontemporal {NT_MD}\n"
           f"  br label %{k}.done\n{ctx.label(k + '.plain')}\n  {plain}\n  br label %{k}.done\n{ctx.label(k + '.done')}")
-
-def _fenced(src: str) -> str:
-  """`src` with an SFENCE before its first function returns: streaming stores are weakly ordered."""
-  return src.replace("\n  ret void\n}\n", "\n  call void @llvm.x86.sse.sfence()\n  ret void\n}\n", 1)
 
 def unchecked_streams(uops: list[UOp], simd_bytes: int) -> frozenset[UOp]:
   """The streamed STOREs that need no test of their own in a kernel holding a transposing tile whose rows were loaded a register
@@ -309,53 +305,45 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
   def narrowed(self, simd: int) -> CPULLVMRenderer: return _narrowed(self, simd)
 
   def _render(self, name: str, uops: list[UOp]) -> str:
-    self.blocks: list[UOp] = []
-    self.streams = False
     self.prefetch = prefetch_offsets(uops, self.panel_budget()) if PREFETCH else {}
     self.unchecked, self.plain_copy = unchecked_streams(uops, self.simd_width), False
-    src = super()._render(name, uops)
-    if self.unchecked: src = self._versioned(name, uops, src)
-    if not self.streams: return src
-    # streaming stores are weakly ordered: SFENCE before the block returns, so whoever sees the kernel done sees its data
-    return _fenced(src) + "declare void @llvm.x86.sse.sfence()\n"
+    self.start_module()
+    fns = [self.function(name, uops)]
+    if self.unchecked:   # where a buffer of its unconditional streaming stores is misaligned, the kernel calls this copy
+      self.plain_copy = True
+      fns.append(self.function(name + "_unaligned", uops))
+    return self.module(fns)
 
-  def _versioned(self, name: str, uops: list[UOp], src: str) -> str:
-    """`src` (its `unchecked` streamed stores unconditional) entered only where their buffers are aligned to their widths, and
-    a second function, the same kernel with those stores plain, called where one is not."""
-    other = copy.copy(self)
-    other.plain_copy, other.streams, other.blocks = True, False, []
-    alt = other._render_plain(name + "_unaligned", uops)
-    # the copy's definition and what it declares, its metadata numbered apart from this one's
-    alt = re.sub(r"!(\d+)", lambda m: f"!{int(m.group(1)) + 1000}", alt)
-    fn = alt[alt.index("define "):alt.index("\n}\n", alt.index("define ")) + 3]
-    decls = [ln for ln in alt.split("\n") if ln.startswith("declare ") and ln not in src]
-    meta = [ln for ln in alt.split("\n") if re.match(r"^!\d+ = ", ln)]
-    head = src.index("\n", src.index("entry:")) + 1
-    while src[head:].startswith("  ") and " = alloca " in src[head:src.index("\n", head)]: head = src.index("\n", head) + 1
-    sig = src[src.index("(", src.index("define ")) + 1:src.index(") #0 {")]
-    args = ", ".join(f"{p.split()[0]} {p.split()[-1]}" for p in sig.split(", ")) if sig else ""
+  def function(self, name: str, uops: list[UOp]) -> str:
+    self.blocks: list[UOp] = []
+    self.streams = False
+    return super().function(name, uops)
+
+  def render_prologue(self, params: list[Param]) -> str:
+    """The kernel whose `unchecked` streamed stores are unconditional runs only where their buffers are aligned to their widths:
+    it tests them once here, and passes its arguments to the copy with those stores plain (<name>_unaligned) where one is not."""
+    if not self.unchecked or self.plain_copy: return ""
     widest: dict[str, int] = {}   # each buffer's widest store: aligned to it, aligned to all of them
     for x in self.unchecked:
       b = self[x.src[0].src[0]]
       widest[b] = max(widest.get(b, 0), store_width(x, self.simd_width))
-    bufs = sorted(widest.items())
     check, conds = [], []
-    for b, w in bufs:
+    for b, w in sorted(widest.items()):
       a, m, c = f"%nt.{b[1:]}.a", f"%nt.{b[1:]}.m", f"%nt.{b[1:]}.c"
-      check += [f"  {a} = ptrtoint ptr {b} to i64", f"  {m} = and i64 {a}, {w - 1}", f"  {c} = icmp eq i64 {m}, 0"]
+      check += [f"{a} = ptrtoint ptr {b} to i64", f"{m} = and i64 {a}, {w - 1}", f"{c} = icmp eq i64 {m}, 0"]
       conds.append(c)
     for i in range(1, len(conds)):
-      check.append(f"  %nt.all{i} = and i1 {conds[i - 1] if i == 1 else f'%nt.all{i - 1}'}, {conds[i]}")
+      check.append(f"%nt.all{i} = and i1 {conds[i - 1] if i == 1 else f'%nt.all{i - 1}'}, {conds[i]}")
     ok = conds[0] if len(conds) == 1 else f"%nt.all{len(conds) - 1}"
-    check += [f"  br i1 {ok}, label %nt.aligned, label %nt.unaligned", "nt.unaligned:",
-              f"  tail call void @{name}_unaligned({args})", "  ret void", "nt.aligned:"]
-    src = src[:head] + "\n".join(check) + "\n" + src[head:]
-    at = src.index("attributes #0")
-    return src[:at] + "\n".join(decls + [fn]) + "\n" + src[at:] + ("\n".join(meta) + "\n" if meta else "")
+    return "\n  ".join(check + [f"br i1 {ok}, label %nt.aligned, label %nt.unaligned\nnt.unaligned:",
+                                f"tail call void @{self.kernel_name}_unaligned({', '.join(p.arg() for p in params)})",
+                                "ret void\nnt.aligned:"])
 
-  def _render_plain(self, name: str, uops: list[UOp]) -> str:
-    src = super()._render(name, uops)
-    return _fenced(src) if self.streams else src
+  def render_return(self) -> str:
+    if not self.streams: return "ret void"
+    # streaming stores are weakly ordered: SFENCE before the block returns, so whoever sees the kernel done sees its data
+    self.trailer["declare void @llvm.x86.sse.sfence()"] = None
+    return "call void @llvm.x86.sse.sfence()\n  ret void"
 
   def render_special(self, x: UOp) -> str:
     _check_block(x)
@@ -365,6 +353,6 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
       return ""
     return f"{self[x]} = sext i32 %{x.arg} to {self.ty(x.dtype)}"
 
-  def render_params(self, bufs: list[UOp], vars_: list[UOp]) -> list[str]:
+  def render_params(self, bufs: list[UOp], vars_: list[UOp]) -> list[Param]:
     # the block index is the last parameter: after the buffers and the variables, as cpu_launch passes it
-    return super().render_params(bufs, vars_) + [f"i32 %{x.arg}" for x in self.blocks[:1]]
+    return super().render_params(bufs, vars_) + [Param("i32", f"%{x.arg}") for x in self.blocks[:1]]

@@ -103,3 +103,35 @@ def test_avx512_streamed_tile_keeps_its_order_and_branches():
   _, k, rnd = _kernel(_t, (4096, 4096), simd_bytes=64)
   src = program_source(get_program(k.ast, rnd, optimize=False))
   assert "_unaligned" not in src and src.count("br i1") > 16
+
+@pytest.mark.parametrize("threads", [0, 2])
+def test_unaligned_copy_is_a_second_function_of_one_module(threads):
+  # the module is assembled from two rendered functions (LLVMRenderer.function/module), not spliced from two renders' text:
+  # it parses and verifies, defines exactly the kernel and its copy, declares each intrinsic once, and the kernel's entry block
+  # holds its allocas, then the alignment test, then a tail call passing its own parameters on
+  import llvmlite.binding as llvm
+  from plugin_cpu.renderer import unchecked_streams
+  (item,) = create_schedule([_t(Tensor(np.zeros((4096, 4096), np.float32))).uop])[0]
+  rnd = host_like_renderer("LLVM", 32, threads=threads)
+  k = hand_coded(Kernel(item.ast, rnd))
+  spec = get_program(k.ast, rnd, optimize=False)
+  src, name = program_source(spec), spec.arg.name
+  mod = llvm.parse_assembly(src)
+  mod.verify()
+  assert sorted(f.name for f in mod.functions if not f.is_declaration) == [name, f"{name}_unaligned"]
+  decls = [ln for ln in src.split("\n") if ln.startswith("declare ")]
+  assert len(decls) == len(set(decls)) and "declare void @llvm.x86.sse.sfence()" in decls
+  meta = re.findall(r"^(!\d+) = ", src, re.M)
+  assert len(meta) == len(set(meta))
+  main = src[src.index(f"define void @{name}("):src.index(f"define void @{name}_unaligned(")]
+  sig = main[main.index("(") + 1:main.index(") #0")]
+  args = ", ".join(f"{p.split()[0]} {p.split()[-1]}" for p in sig.split(", "))
+  entry = main.split("\n")[2:]
+  n_alloca = next(i for i, ln in enumerate(entry) if " = alloca " not in ln)
+  assert n_alloca == 3 and entry[n_alloca].startswith("  %nt.data0.a = ptrtoint ptr %data0"), entry[:8]
+  assert f"  tail call void @{name}_unaligned({args})" in entry[:n_alloca + 8] and ("i32 %gidx0" in args) == (threads > 0)
+  # the copy: the same kernel, its streamed stores plain and untested (the kernel's own stores all stream, unconditionally)
+  copy = src[src.index(f"define void @{name}_unaligned("):]
+  n_streamed = len(unchecked_streams(_linear(k, rnd), 32))
+  assert main.count("!nontemporal") == n_streamed and "!nontemporal" not in copy and "ptrtoint" not in copy and \
+         f"@{name}" not in copy.split("\n", 1)[1]

@@ -7,7 +7,7 @@ from core.ir.ops import UOp, Ops
 from core.ir.pattern import UPat, PatternMatcher
 from core.codegen.decompose import fast_exp2, fast_log2
 from core.codegen.lowerer import pm_fuse_mulacc
-from core.codegen.llvm_ir import LLVMRenderer, llvm_rewrite
+from core.codegen.llvm_ir import LLVMRenderer, Param, llvm_rewrite
 from core.codegen.c_style import CStyleRenderer, base_rewrite, c_code_for_op
 from core.device.tensor_core import TENSOR_CORES, tensor_core
 
@@ -231,9 +231,9 @@ class PTXRenderer(LLVMRenderer):
     ctx.kernel_attrs = f'nounwind "nvvm.reqntid"="{local[0]},{local[1]},{local[2]}"'
     return LLVMRenderer.render(ctx, name, uops)
 
-  def render_params(self, bufs: list[UOp], vars_: list[UOp]) -> list[str]:
+  def render_params(self, bufs: list[UOp], vars_: list[UOp]) -> list[Param]:
     # buffers are allocated (and viewed) at multiples of their element size; `align` lets LLVM use wide loads
-    return [f"{self.ptr_ty(b.dtype)} noalias align {b.dtype.base.itemsize} {self[b]}" for b in bufs] + super().render_params([], vars_)
+    return [Param(self.ptr_ty(b.dtype), self[b], f"noalias align {b.dtype.base.itemsize}") for b in bufs] + super().render_params([], vars_)
 
   def render_special(self, x: UOp) -> str:
     fn = f"@llvm.nvvm.read.ptx.sreg.{'ctaid' if x.arg.startswith('gidx') else 'tid'}.{'xyz'[int(x.arg[-1])]}"

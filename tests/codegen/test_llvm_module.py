@@ -1,0 +1,53 @@
+"""The LLVM renderer renders functions and assembles modules apart: a module of several functions declares what they call once,
+each function's entry block holds its allocas, then its prologue (LLVMRenderer.render_prologue), and each ends with its
+render_return; parameters (llvm_ir.Param) print as a signature's and as a call's."""
+from __future__ import annotations
+import llvmlite.binding as llvm
+from core.ir.dtype import dtypes
+from core.ir.ops import UOp, Ops, AxisType
+from core.codegen.llvm_ir import HostLLVMRenderer, Param
+
+def _sqrt_kernel(n: int = 16) -> list[UOp]:
+  """out[i] = sqrt(in[i]), linearized: the params, the loop, the load, the sqrt, the store, the loop's end."""
+  out, inp = UOp.param(0, dtypes.float32.ptr(n)), UOp.param(1, dtypes.float32.ptr(n))
+  r = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, n),), (0, AxisType.LOOP))
+  ld = inp.index(r).load()
+  st = out.index(r).store(UOp(Ops.SQRT, dtypes.float32, (ld,)))
+  uops: list[UOp] = []
+  for u in st.end(r).toposort():
+    if u not in uops: uops.append(u)
+  return uops
+
+def _defined(src: str) -> list[str]:
+  mod = llvm.parse_assembly(src)
+  mod.verify()
+  return sorted(f.name for f in mod.functions if not f.is_declaration)
+
+def test_a_module_of_two_functions_declares_their_intrinsic_once():
+  r = HostLLVMRenderer()
+  r.start_module()
+  src = r.module([r.function("first", _sqrt_kernel()), r.function("second", _sqrt_kernel(8))])
+  assert _defined(src) == ["first", "second"]
+  assert [ln for ln in src.split("\n") if ln.startswith("declare ")] == ["declare float @llvm.sqrt.f32(float)"]
+  assert src.count("attributes #0 = ") == 1 and src.index("define void @first(") < src.index("define void @second(")
+
+class _Hooked(HostLLVMRenderer):
+  def render_prologue(self, params: list[Param]) -> str:
+    return f"call void @before({', '.join(p.arg() for p in params)})"
+  def render_return(self) -> str:
+    self.trailer["declare void @before(ptr, ptr)"] = None
+    return "fence release\n  ret void"
+
+def test_the_prologue_follows_the_allocas_and_render_return_ends_the_function():
+  src = _Hooked().render("k", _sqrt_kernel())
+  assert _defined(src) == ["k"]
+  fn = src[src.index("define void @k("):src.index("\n}\n") + 2].split("\n")
+  assert fn[0] == "define void @k(ptr noalias %data0, ptr noalias %data1) #0 {" and fn[1] == "entry:"
+  assert fn[2] == "  %ridx1.addr = alloca i32" and fn[3] == "  call void @before(ptr %data0, ptr %data1)"
+  assert fn[-3:] == ["  fence release", "  ret void", "}"]
+  assert src.endswith("attributes #0 = { nounwind }\ndeclare void @before(ptr, ptr)\n")
+
+def test_params_print_as_a_signature_and_as_call_arguments():
+  p = Param("ptr addrspace(1)", "%data0", "noalias align 4")
+  assert (str(p), p.arg()) == ("ptr addrspace(1) noalias align 4 %data0", "ptr addrspace(1) %data0")
+  assert (str(Param("i32", "%n.arg")), Param("i32", "%n.arg").arg()) == ("i32 %n.arg", "i32 %n.arg")
