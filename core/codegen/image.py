@@ -7,10 +7,11 @@ channel; a write stores a whole pixel, so a parameter becomes a written image on
 A parameter that can't be an image (not float32/float16, a size the renderer's image limits don't fit, partial-pixel stores,
 read and written by the same kernel, any other use) is demoted: it stays a plain buffer pointer."""
 from __future__ import annotations
-from typing import Any
+from typing import TYPE_CHECKING
 from core.ir.dtype import dtypes, ImageDType, PtrDType, DType
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import UPat, PatternMatcher, graph_rewrite
+if TYPE_CHECKING: from core.device.renderer import Renderer
 
 IMAGE_CANDIDATE = "image"   # tag of a PARAM the schedule marked: codegen may make it an image (core.schedule.image sets it)
 
@@ -115,8 +116,8 @@ pm_image = PatternMatcher([
   (UPat(Ops.STORE, src=(_img_index,), allow_any_len=True, name="st"), image_store),
 ], name="image index")
 
-def lower_images(sink: UOp, renderer: Any) -> UOp:
+def lower_images(sink: UOp, renderer: Renderer) -> UOp:
   """Marked parameters become images on a renderer with them (the others, and every one elsewhere, plain buffers again)."""
   if not any(u.op is Ops.PARAM and u.tag == IMAGE_CANDIDATE for u in sink.toposort()): return sink
-  imgs = _image_params(sink, renderer.image_max) if getattr(renderer, "has_images", False) else {}
+  imgs = _image_params(sink, renderer.image_max) if renderer.has_images else {}
   return graph_rewrite(sink, pm_image, ctx=imgs, name="image index")

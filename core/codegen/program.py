@@ -2,13 +2,14 @@
 from __future__ import annotations
 import dataclasses, math, struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from core.ir.dtype import PtrDType, dtypes
 from core.ir.ops import UOp, Ops, GroupOp
 from core.ir.pattern import UPat, graph_rewrite
 from core.codegen.lowerer import lower_kernel
 from core.codegen.linearize import linearize, finalize
 from core.helpers import LIFT_CONSTS, LRUCache, SPEC, VIZ, IMAGE, prod
+if TYPE_CHECKING: from core.device.renderer import Renderer
 
 @dataclass(frozen=True)
 class ProgramSpec:
@@ -91,7 +92,7 @@ def estimate(uops: list[UOp], threads: int = 1) -> dict[str, int]:
 # programs of lifted ASTs by (AST, renderer, optimize): what kernels differing only in float literals share
 _lifted_programs: LRUCache = LRUCache("lifted_programs", 512)
 
-def get_program(ast: UOp, renderer: Any, optimize: bool = True) -> UOp:
+def get_program(ast: UOp, renderer: Renderer, optimize: bool = True) -> UOp:
   """PROGRAM(ast, DEVICE, LINEAR, SOURCE) arg=ProgramSpec: optimize (unless `optimize` is False: the AST already carries its
   opts), lower the kernel `ast` (a SINK whose arg is the kernel name) and render it with `renderer`. With LIFT_CONSTS (the
   default) its float literals are kernel arguments (lift_constants): kernels that differ only in them share one PROGRAM
@@ -101,7 +102,7 @@ def get_program(ast: UOp, renderer: Any, optimize: bool = True) -> UOp:
   if (prog := _lifted_programs.get(key := (lifted, renderer, optimize))) is None: prog = _lifted_programs[key] = _program(lifted, renderer, optimize)
   return prog.replace(arg=dataclasses.replace(prog.arg, consts=consts)) if consts else prog
 
-def _program(ast: UOp, renderer: Any, optimize: bool) -> UOp:
+def _program(ast: UOp, renderer: Renderer, optimize: bool) -> UOp:
   name = ast.arg or "kernel"
   if VIZ:
     from core.ir.rewrite_log import kernel
@@ -110,14 +111,13 @@ def _program(ast: UOp, renderer: Any, optimize: bool) -> UOp:
     with kernel(f"{name} ({renderer.device})"): return _get_program(ast, renderer, optimize, name)
   return _get_program(ast, renderer, optimize, name)
 
-def _get_program(ast: UOp, renderer: Any, optimize: bool, name: str) -> UOp:
+def _get_program(ast: UOp, renderer: Renderer, optimize: bool, name: str) -> UOp:
   from core.codegen.opt import optimize as optimize_kernel
   from core.codegen.opt.expander import expand_kernel
-  sink = expand_kernel(optimize_kernel(ast, renderer) if optimize else ast, vectorize=getattr(renderer, "supports_float4", False),
-                       masked=getattr(renderer, "masked_vectors", False), vector_dtypes=getattr(renderer, "vector_dtypes", frozenset()),
-                       simd_bytes=getattr(renderer, "simd_width", 0), split_rows=renderer.split_tile_rows)
-  sink, gsize, lsize = lower_kernel(sink, getattr(renderer, "global_max", None), getattr(renderer, "threads", 0),
-                                    getattr(renderer, "scratch_bytes", 0))
+  sink = expand_kernel(optimize_kernel(ast, renderer) if optimize else ast, vectorize=renderer.supports_float4,
+                       masked=renderer.masked_vectors, vector_dtypes=renderer.vector_dtypes, simd_bytes=renderer.simd_width,
+                       split_rows=renderer.split_tile_rows)
+  sink, gsize, lsize = lower_kernel(sink, renderer.global_max, renderer.threads, renderer.scratch_bytes)
   if IMAGE:
     from core.codegen.image import lower_images
     sink = lower_images(sink, renderer)

@@ -1,11 +1,12 @@
 """The kernel optimizer: give a kernel's axes roles (thread blocks, vector lanes, unrolled registers) by heuristics or BEAM."""
 from __future__ import annotations
-from typing import Any
+from typing import TYPE_CHECKING
 from core.ir.ops import UOp
 from core.helpers import BEAM, NOOPT, DEBUG
 from core.codegen.opt.kernel import Kernel, Opt, OptOps, KernelOptError, apply_opts
+if TYPE_CHECKING: from core.device.renderer import Renderer
 
-def optimize(ast: UOp, renderer: Any) -> UOp:
+def optimize(ast: UOp, renderer: Renderer) -> UOp:
   """The kernel AST with optimizations applied: none with NOOPT=1, a timed search with BEAM=n, else the hand-coded ones."""
   if NOOPT or not ast.src: return ast
   k = Kernel(ast, renderer)

@@ -1,7 +1,7 @@
 """Hand-coded optimizations: register blocking for matmul/conv, SIMD-width vectors along the contiguous axis, thread blocks."""
 from __future__ import annotations
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING
 from core.ir.ops import UOp, Ops, AxisType, GroupOp, reduce_op
 from core.ir.dtype import dtypes
 from core.ir.pattern import graph_rewrite
@@ -12,6 +12,7 @@ from core.codegen.opt.expander import contiguous_offset, strided_offset, VECTOR_
 from core.codegen.opt.pack import PACK_MAX_BYTES, linear_strides, read_index
 from core.codegen.opt.copy import halves_meet, rows_far_apart, stores_cached, tiles_along_rows
 from core.codegen.stash import COSTLY_OPS
+if TYPE_CHECKING: from core.device.renderer import Renderer
 
 # conv register block, measured on a 2-core AVX-512 host: 2 vectors along the contiguous output axis x 4 rows, the reduce
 # unrolled by 2, and the reused axis's loop outside the other's so a panel of the second input stays in cache
@@ -63,10 +64,10 @@ WG_LONG_REDUCE = 256          # reductions this long are shared by a workgroup (
 WG_GROUP = 64
 WG_LOCAL = 32                 # work-items per workgroup along the contiguous output axis
 
-def simd_lanes(renderer: Any, itemsize: int) -> int:
+def simd_lanes(renderer: Renderer, itemsize: int) -> int:
   """Elements of `itemsize` bytes per SIMD register (Renderer.simd_width is in bytes; unknown means 16 with vector support)."""
-  width = getattr(renderer, "simd_width", 1)
-  if width <= 1: width = 16 if getattr(renderer, "supports_float4", False) else 0
+  width = renderer.simd_width
+  if width <= 1: width = 16 if renderer.supports_float4 else 0
   return max(1, width // itemsize)
 
 def _try(k: Kernel, *opts: Opt) -> Kernel:
@@ -127,7 +128,7 @@ def _packed_product(k: Kernel, outs: list[UOp], reds: list[UOp], loads: list[UOp
   """A product of two inputs that each miss a different output axis (a @ b.T: both run along the reduce axis), on a renderer
   that can PACK, with a panel that fits: register tiles reuse each load (a packed panel turns the other input's column reads
   into vector reads), where vector partial sums along the reduce axis would reuse nothing."""
-  if getattr(k.renderer, "has_local", False) or prod(range_size(r) or 0 for r in reds) * panel_bytes > PACK_MAX_BYTES: return False
+  if k.renderer.has_local or prod(range_size(r) or 0 for r in reds) * panel_bytes > PACK_MAX_BYTES: return False
   return _crossed_inputs(outs, loads)
 
 def _crossed_inputs(outs: list[UOp], loads: list[UOp]) -> bool:
@@ -174,7 +175,7 @@ MM_TILE_FEWER_COLS = (2, 8)
 # the L2) vs 1 x 16: 32x256x28x28 -> 64 226 vs 218, 8x256x28x28 -> 64 232 vs 218, 32x128x28x28 -> 64 222 vs 208
 MM_TILE_ONE_VECTOR = (1, 16)
 
-def mm_tile(renderer: Any, window: bool, col_bytes: int, narrow: bool = False, plain: bool = False, n_cols: int = 0,
+def mm_tile(renderer: Renderer, window: bool, col_bytes: int, narrow: bool = False, plain: bool = False, n_cols: int = 0,
             lanes: int = 1, one_vector: bool = False) -> tuple[int, int]:
   """(vectors, rows) of the register tile for a product over `renderer`; `window`: a reduction that slides over an output
   axis (conv), which keeps (MM_J2, MM_I); `col_bytes`: bytes of one vector-wide column of the packed panel (reduce length x
@@ -183,7 +184,7 @@ def mm_tile(renderer: Any, window: bool, col_bytes: int, narrow: bool = False, p
   vectors less, or MM_TILE_ONE_VECTOR where that pads less still and `one_vector`: its panel from beyond the L2 would be read in
   place, a two-vector one's packed)."""
   if window: return MM_J2, MM_I
-  regs = getattr(renderer, "simd_regs", 16)
+  regs = renderer.simd_regs
   def fits(j: int, i: int) -> bool: return j * i + j + 1 <= regs and j * col_bytes <= PACK_MAX_BYTES
   tiles = MM_TILES_NARROW if narrow else MM_TILES_PLAIN if plain else MM_TILES
   tile = next(((j, i) for j, i in tiles if fits(j, i)), (MM_J2, MM_I))
@@ -198,13 +199,13 @@ MM_GROUP_COLS = 64            # output columns a row tile of the row-side input 
                               # under load: 2048^3 panels of 1, 2, 4: 75.6, 83.6, 86.7 GFLOP/s (2 threads 75.6, 80.6, 85.5);
                               # 1024^3: 1 85-89, 2, 4 and 8 all 89-93
 
-def mm_panel_group(renderer: Any, n_panels: int, panel_bytes: int, panel_cols: int) -> int:
+def mm_panel_group(renderer: Renderer, n_panels: int, panel_bytes: int, panel_cols: int) -> int:
   """How many of a product's `n_panels` packed column panels (`panel_bytes` and `panel_cols` columns each) to pack together
   and walk inside each row tile, so each row tile is read for MM_GROUP_COLS columns: the most up to that which fit the
   renderer's per-core L2 (`l2_bytes`) and PACK_MAX_BYTES and leave a group per thread; 1 (each panel alone) where the panel is
   that wide already or the L2 is unknown."""
-  budget = min(getattr(renderer, "l2_bytes", 0), PACK_MAX_BYTES)
-  threads = max(1, getattr(renderer, "threads", 0))
+  budget = min(renderer.l2_bytes, PACK_MAX_BYTES)
+  threads = max(1, renderer.threads)
   return max((g for g in range(2, MM_GROUP_COLS // max(panel_cols, 1) + 1) if n_panels % g == 0 and g * panel_bytes <= budget and
               n_panels // g >= threads), default=1)
 
@@ -238,10 +239,10 @@ def _compute_blocks(n: int, threads: int, work: int) -> int:
 # time: 4x4 139-156 GFLOP/s, 2x4 123-131
 CONV_TILES = ((4, 4), (MM_J2, MM_I))
 
-def _conv_tile(renderer: Any, n: int | None, lanes: int) -> tuple[int, int]:
+def _conv_tile(renderer: Renderer, n: int | None, lanes: int) -> tuple[int, int]:
   """The conv tile for an output row of n: the widest that fits the registers and covers the row whole or padded by at most
   1/MM_PAD_FULL (a row of 28 on 16 lanes keeps two vectors: four would pad it to 64)."""
-  regs = getattr(renderer, "simd_regs", 16)
+  regs = renderer.simd_regs
   return next(((j, i) for j, i in CONV_TILES if j * i + j + 1 <= regs and n is not None and
                (n % (lanes * j) == 0 or _pad_ok(n, lanes * j, MM_PAD_FULL))), (MM_J2, MM_I))
 
@@ -250,7 +251,7 @@ DW_ROW_SPARE = 2              # vector registers a whole-row depthwise tile leav
 # rows load less per output (6 and 3 where 4 does not divide the rows or fit: mobilenet's 12- and 24-row maps)
 DW_TILE_ROWS = (6, 4, 3, 2, 1)
 
-def _whole_row_tile(renderer: Any, n: int | None, n_rows: int | None, lanes: int, win: int) -> tuple[int, int] | None:
+def _whole_row_tile(renderer: Renderer, n: int | None, n_rows: int | None, lanes: int, win: int) -> tuple[int, int] | None:
   """(vectors, rows) of a depthwise conv tile that holds whole output rows of n (padded to whole vectors by at most
   1/MM_PAD_FULL, or as _dw_row_masked allows), the most rows (DW_TILE_ROWS) whose accumulators fit the vector registers and the
   register limit; None where one row does not fit. Its input is read in place through gates along the row: with the row
@@ -258,28 +259,28 @@ def _whole_row_tile(renderer: Any, n: int | None, n_rows: int | None, lanes: int
   per load. One Zen 3 thread, A/B in one process, medians of 9: 8x32x112x112 3x3 2.22 -> 1.60 ms (14 vectors x 1 row),
   8x144x56 1.08 -> 0.90 ms at stride 2 (4x2), 2.36 -> 1.64 at stride 1; rows of 14 and less keep their tile (the same kernel)."""
   if n is None or n_rows is None or not (n % lanes == 0 or _pad_ok(n, lanes, MM_PAD_FULL) or _dw_row_masked(renderer, n, lanes)): return None
-  vecs, regs = -(-n // lanes), getattr(renderer, "simd_regs", 16)
+  vecs, regs = -(-n // lanes), renderer.simd_regs
   return next(((vecs, r) for r in DW_TILE_ROWS if n_rows % r == 0 and vecs * r + DW_ROW_SPARE <= regs and
                lanes * vecs * r * win <= MAX_REGISTER_ELEMS), None)
 
 DW_MASK_LONG_ROWS = True      # a depthwise row longer than one vector always takes the masked whole-row tile (_dw_row_masked)
 
-def _dw_row_masked(renderer: Any, n: int, lanes: int) -> bool:
+def _dw_row_masked(renderer: Renderer, n: int, lanes: int) -> bool:
   """Whether a depthwise conv's row of n is padded to masked whole vectors for the whole-row tile: as _row_masked allows, or any
   row longer than one vector and a lane (18 on 16 lanes -> 32), whose other tiles run most of the row lane by lane (one Zen 5
   thread, 3x3 + relu 1x32x18x18 24.6 -> 2.7 us, 1x32x34x34 87.9 -> 7.1). A vector and one lane (9 on 8) keeps its tile."""
-  return _row_masked(renderer, n, lanes) or (DW_MASK_LONG_ROWS and getattr(renderer, "masked_vectors", False) and n > lanes + 1)
+  return _row_masked(renderer, n, lanes) or (DW_MASK_LONG_ROWS and renderer.masked_vectors and n > lanes + 1)
 
-def _row_masked(renderer: Any, n: int, lanes: int) -> bool:
+def _row_masked(renderer: Renderer, n: int, lanes: int) -> bool:
   """Whether a row of n is padded to whole vectors on `renderer` whose vector loads and stores take a gate per lane: the pad's
   lanes are masked (about the cost of a full vector), and at most 1/MASKED_PAD_SHARE more (24 on 16 lanes -> 32, not 7 -> 16)."""
-  return getattr(renderer, "masked_vectors", False) and _pad_ok(n, lanes, MASKED_PAD_SHARE)
+  return renderer.masked_vectors and _pad_ok(n, lanes, MASKED_PAD_SHARE)
 
 def _pad_ok(n: int | None, m: int, share: int = 8) -> bool:
   """Padding n up to a multiple of m costs at most 1/share more work."""
   return n is not None and n % m != 0 and (-n % m) * share <= n
 
-def _narrow_tile(renderer: Any, n: int | None, lanes: int, tile: tuple[int, int]) -> tuple[int, int] | None:
+def _narrow_tile(renderer: Renderer, n: int | None, lanes: int, tile: tuple[int, int]) -> tuple[int, int] | None:
   """A narrower (vectors, rows) tile than `tile` for a product's output row of n that holds no whole number of vectors and
   would pad by more than 1/MM_PAD_FULL to the tile's vectors: the most vectors (2, then 1) the row pads to within that
   (within 1/MASKED_PAD_SHARE where the pad lanes are masked), with rows for as many accumulators, at most half the vector
@@ -288,7 +289,7 @@ def _narrow_tile(renderer: Any, n: int | None, lanes: int, tile: tuple[int, int]
   512 1x1: 1 vector x 8 rows 85 GFLOP/s, x 12 57 (spills); AVX-512 code there 2 x 8 180, 1 x 16 161, 2 x 12 176."""
   j, i = tile
   if n is None or n % lanes == 0 or n % (lanes * j) == 0 or _pad_ok(n, lanes * j, MM_PAD_FULL): return None
-  share, regs = _narrow_share(renderer), getattr(renderer, "simd_regs", 16)
+  share, regs = _narrow_share(renderer), renderer.simd_regs
   return next(((nj, min(j * i, regs // 2) // nj) for nj in (2, 1) if nj < j and _pad_ok(n, lanes * nj, share)), None)
 
 # a one-vector narrow tile with fewer accumulators than the plain tile takes the plain tile's vectors along another output axis
@@ -306,15 +307,15 @@ def _dividing_rows(n: int | None, most: int) -> int:
   """The most rows up to `most` that divide n (0 where none of 2 or more does)."""
   return next((i for i in range(most, 1, -1) if n is not None and n % i == 0), 0)
 
-def _narrow_share(renderer: Any) -> int:
+def _narrow_share(renderer: Renderer) -> int:
   """_narrow_tile's padding limit (1/share more work): a third where the pad lanes are masked, else a quarter."""
-  return MASKED_PAD_SHARE if getattr(renderer, "masked_vectors", False) else MM_PAD_FULL
+  return MASKED_PAD_SHARE if renderer.masked_vectors else MM_PAD_FULL
 
 def _long_transposed(k: Kernel, rows: UOp, cols: UOp) -> bool:
   """A product that _packed_both may tile (its row-side input, if strided along the reduce, packed by row blocks): one reduce
   axis at least MM_PACK_BOTH_MIN_K long, the rows before the columns, on a renderer without local memory."""
   reds = k.of_type(AxisType.REDUCE)
-  return not getattr(k.renderer, "has_local", False) and len(reds) == 1 and (range_size(reds[0]) or 0) >= MM_PACK_BOTH_MIN_K and \
+  return not k.renderer.has_local and len(reds) == 1 and (range_size(reds[0]) or 0) >= MM_PACK_BOTH_MIN_K and \
     rows.arg[0] <= cols.arg[0]
 
 def _packed_both(k: Kernel, col: UOp, row: UOp, row_regs: int) -> Kernel | None:
@@ -330,7 +331,7 @@ def _packed_both(k: Kernel, col: UOp, row: UOp, row_regs: int) -> Kernel | None:
   item = strided[0].dtype.itemsize
   tile = next((t for t in (MM_ROW_TILE, MM_ROW_TILE // 2, MM_ROW_TILE // 4) if t < n and n % t == 0 and t * row_regs * kn * item <= PACK_MAX_BYTES), 0)
   if not tile: return None
-  threads, nc = getattr(k.renderer, "threads", 0), range_size(cols)
+  threads, nc = k.renderer.threads, range_size(cols)
   # (column blocks whose panels an input reads at fixed strides: attention's output in head layout, read as columns of 64, packs
   # only where each block starts at a head, so the block count that does so nearest about 4 per thread; 768 columns of 16: 12)
   for blocks in (_block_counts(nc, threads) if threads and nc is not None else [0]):
@@ -357,7 +358,7 @@ def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp
   would win the expander's vector axis (the store is contiguous along it). None when the kernel is not such a conv."""
   rnd = k.renderer
   n_out = range_size(contig_out)
-  if getattr(rnd, "has_local", False) or n_out is None: return None
+  if rnd.has_local or n_out is None: return None
   # the product's inputs: loads inside the reduction (a fused batchnorm's parameters or a residual are read once per output)
   reds = [r for r in k.of_type(AxisType.REDUCE) if range_size(r) is not None]
   red_loads = [ld for ld in loads if any(r in ld.toposort() for r in reds)]
@@ -388,7 +389,7 @@ def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp
   # 8x256x14x14 25.7 -> 23.0 ms, 8x512x7x7 27.2 -> 23.6; AVX-512's wider tiles don't fit it)
   more = [r for r in reds if r not in windows and (range_size(r) or 99) <= MM_WINDOW and _sliding(r, outs, x_loads)]
   # each weight's panel holds its own reduction (a conv with its 1x1 shortcut conv fused in: 512x3x3 and 256 long)
-  regs, item = getattr(rnd, "simd_regs", 16), w_loads[0].dtype.itemsize
+  regs, item = rnd.simd_regs, w_loads[0].dtype.itemsize
   red_len = max(prod(range_size(r) or 1 for r in reds if r in ld.toposort()) for ld in w_loads)
   # a residual along a row of one vector (ONNX resnet's 16x16 stage on 16 lanes) over a short reduction: the row tile reads it
   # as vectors, the channel tile gathers it (a load and insert per element, against red_len/lanes FMAs per output). One Zen 5
@@ -451,7 +452,7 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
   not use (matmul: the rows; conv: the output channels), unrolled so each vector load is reused across it; `third`, a further
   axis some input does not use, when the tile has too few accumulators; the reduce unrolled a little. With `pad`, axes the
   tile does not divide are padded to it (PADTO: the extra rows and columns load zeros and store nothing)."""
-  rnd, masked = k.renderer, getattr(k.renderer, "masked_vectors", False)
+  rnd, masked = k.renderer, k.renderer.masked_vectors
   # the loads along the vector axis; when none is contiguous in it (a stride-2 conv reads every second input column), those
   # that use it at all: their gathered vectors are what the tile must reuse across another axis (conv: the output channels)
   vec_loads = [ld for ld in loads if _contiguous_in(k, contig_out, [ld])] or [ld for ld in loads if contig_out in ld.src[0].src[1].toposort()]
@@ -483,17 +484,17 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
     not any(_sliding(r, outs, loads) for r in reds) and \
     (all(contiguous_offset(ld.src[0].src[1], r) is not None for ld in loads if other in ld.toposort() for r in reds if r in ld.toposort())
      or _long_transposed(k, other, contig_out))
-  if other is not None and not window and reused and not small_reuse and not getattr(rnd, "has_local", False) and \
+  if other is not None and not window and reused and not small_reuse and not rnd.has_local and \
      (range_size(other) or 99) <= MM_WINDOW and (one := _one_column_tile(k, contig_out, other, vec_loads, lanes)) is not None:
     return one
   # (whether a one-vector tile's panel, beyond the L2, would be read in place and a two-vector one's packed, their row blocks not
   # split yet: asked only where one vector can pad less than two)
   col_side_bytes = sum(b.dtype.size * b.dtype.base.itemsize for b in {ld.src[0].src[0] for ld in _panel_loads(k, other)}) if other is not None else 0   # type: ignore[attr-defined]
-  one_vector = other is not None and plain and (range_size(contig_out) or 0) % (2 * lanes) != 0 and not getattr(rnd, "has_local", False) and \
-    col_side_bytes > getattr(rnd, "l2_bytes", 0) and _panel_in_place(k, other, lanes, MM_TILE_ONE_VECTOR[1]) and not _panel_in_place(k, other, 2 * lanes, MM_TILE_FEWER_COLS[1])
+  one_vector = other is not None and plain and (range_size(contig_out) or 0) % (2 * lanes) != 0 and not rnd.has_local and \
+    col_side_bytes > rnd.l2_bytes and _panel_in_place(k, other, lanes, MM_TILE_ONE_VECTOR[1]) and not _panel_in_place(k, other, 2 * lanes, MM_TILE_FEWER_COLS[1])
   tile_j, tile_i = mm_tile(rnd, window, col_bytes, narrow=item == 2, plain=plain, n_cols=range_size(contig_out) or 0, lanes=lanes,
                            one_vector=one_vector)
-  if other is not None and not window and not getattr(rnd, "has_local", False) and tile_j * col_bytes > PACK_MAX_BYTES >= col_bytes and \
+  if other is not None and not window and not rnd.has_local and tile_j * col_bytes > PACK_MAX_BYTES >= col_bytes and \
      _panel_reuse(k, other) > (range_size(other) or 0):
     # the panel is read again for every step of the reduce axes it does not use (8x512x7x7 conv summed by the pooling): a
     # one-vector tile over a packed panel beats two vectors gathered each step (one AVX-512 thread: 65 -> 17.5 ms)
@@ -503,7 +504,7 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
   gated = any(len(ld.src[0].src) > 2 and contig_out in ld.src[0].src[2].toposort() for ld in loads)
   win = prod(range_size(r) or 1 for r in reds if (range_size(r) or 99) <= MM_WINDOW and _sliding(r, outs, loads))
   row = _whole_row_tile(rnd, range_size(contig_out), range_size(other) if other is not None else None, lanes, win) \
-    if small_reuse and window and reused and gated and not getattr(rnd, "has_local", False) else None
+    if small_reuse and window and reused and gated and not rnd.has_local else None
   # a row narrower than the tile (7 wide) keeps the paths made for it; a masked one padded to a vector does not
   if row is not None and row[0] < tile_j and not _dw_row_masked(rnd, range_size(contig_out) or 0, lanes): row = None
   if row is not None: tile_j, tile_i = row
@@ -534,7 +535,7 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
     if other is not None and _pad_ok(range_size(other), tile_i): k = _try(k, Opt(OptOps.PADTO, _pos(k, other), tile_i))
     contig_out, other = _same(k, contig_out), (_same(k, other) if other is not None else None)
   nacc, ncols, amt_i = 1, 1, 0
-  regs = getattr(rnd, "simd_regs", 16)
+  regs = rnd.simd_regs
   if amt_j := _pick_amt(range_size(contig_out), (lanes, 8, 4, 2)):
     k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt_j))
     # a second vector register along the same axis: more independent accumulators (the expander unrolls it); not when one
@@ -567,7 +568,7 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
     if k.applied[-1].op is OptOps.UPCAST:
       nacc *= amt_t
       if third_vecs: ncols *= amt_t   # its vectors are loaded each reduce step, beside the row's: no room to unroll the reduce
-  if other is not None and not getattr(rnd, "has_local", False) and (tiled := _packed_both(k, contig_out, other, amt_i or 1)) is not None:
+  if other is not None and not rnd.has_local and (tiled := _packed_both(k, contig_out, other, amt_i or 1)) is not None:
     return tiled
   if other is not None and MM_SWAP and not small_reuse:
     # the reused axis outermost: the block of the other input its loads touch stays in cache while it is reused (not for a
@@ -589,17 +590,17 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
   if red is not None and red_size >= 16 and (amt_k := _pick_amt(red_size, (MM_K,))) and nacc + MM_K * (ncols + 1) <= regs:
     k = _try(k, Opt(OptOps.UNROLL, _pos(k, red), amt_k))
   # (a panel read in place groups nothing: its rows are read from the L2 either way)
-  in_place = other is not None and not getattr(rnd, "has_local", False) and _panel_in_place(k, _same(k, other), lanes * ncols)
-  if other is not None and plain and not in_place and not getattr(rnd, "has_local", False) and (cols := _column_loop(k, _same(k, other))) is not None and \
+  in_place = other is not None and not rnd.has_local and _panel_in_place(k, _same(k, other), lanes * ncols)
+  if other is not None and plain and not in_place and not rnd.has_local and (cols := _column_loop(k, _same(k, other))) is not None and \
      (g := mm_panel_group(rnd, range_size(cols) or 0, col_bytes * ncols, lanes * ncols)) > 1:
     # several column panels packed together and walked inside each row tile: the tile's rows of the other input are read from
     # L3 once per group instead of once per panel (AVX2: 4 panels of 16 columns; measured at MM_GROUP_COLS)
     k = _try(k, Opt(OptOps.TILE, _pos(k, cols), g))
-  if other is not None and _panel_reuse(k, _same(k, other)) >= MM_PACK_REUSE and not getattr(rnd, "has_local", False) and not in_place:
+  if other is not None and _panel_reuse(k, _same(k, other)) >= MM_PACK_REUSE and not rnd.has_local and not in_place:
     # the input the row loop doesn't use is read at a stride of a whole row per reduce step (a new page each time for big
     # matrices: L1 set conflicts and TLB misses); a contiguous copy made once per panel is read by every row block
     k = _try(k, Opt(OptOps.PACK, _pos(k, _same(k, other))))
-  threads = getattr(rnd, "threads", 0)
+  threads = rnd.threads
   if other is not None and plain and threads and k.applied and k.applied[-1].op is OptOps.PACK and \
      prod(range_size(r) or 1 for r in k.axes if r.arg[1] is not AxisType.OUTER) >= MIN_THREADED_WORK and \
      (cols := _column_loop(k, _same(k, other))) is not None and _thread_loop(k, threads) is cols:
@@ -660,7 +661,7 @@ def _one_column_tile(k: Kernel, col: UOp, rows: UOp, col_loads: list[UOp], lanes
   broadcasts. One Zen 3 thread, A/B in one process, medians of 7: stem dW 8x3x224x224 -> 64 (7x7/2) 50.0 -> 38.8 ms
   (2 vectors x 4 rows: 8 accumulators, each dY vector feeding 4 FMAs; torch's conv2d_weight alone: 35 ms). None when it does
   not fit."""
-  regs = getattr(k.renderer, "simd_regs", 16)
+  regs = k.renderer.simd_regs
   cap = min(RED_REUSE_ACC, regs - 4)   # beside the accumulators: the column vector, a broadcast, its neighbour, one spare
   if (range_size(col) or 0) % lanes or lanes < 2 or (n_rows := range_size(rows) or 0) * 2 > cap: return None
   more = [(n_rows * a, r) for r in k.of_type(AxisType.LOOP) if r is not col and r is not rows and all(r not in ld.toposort() for ld in col_loads)
@@ -722,7 +723,7 @@ def _group_reduce(k: Kernel) -> Kernel:
   else each output would be one work-item looping over the whole reduction while the rest of the GPU idles. Applied first,
   so a group's work-items read neighbouring elements."""
   outs = k.of_type(AxisType.LOOP)
-  if not getattr(k.renderer, "has_shared", False) or prod(range_size(r) or WG_FEW_OUTPUTS for r in outs) >= WG_FEW_OUTPUTS: return k
+  if not k.renderer.has_shared or prod(range_size(r) or WG_FEW_OUTPUTS for r in outs) >= WG_FEW_OUTPUTS: return k
   reds = sorted((r for r in k.of_type(AxisType.REDUCE) if (range_size(r) or 0) >= WG_LONG_REDUCE), key=lambda r: -(range_size(r) or 0))
   if reds and (amt := _pick_amt(range_size(reds[0]), (WG_GROUP, WG_GROUP // 4))): k = _try(k, Opt(OptOps.GROUP, _pos(k, reds[0]), amt))
   return k
@@ -738,7 +739,7 @@ TC = ContextVar("TC", 1)      # 0: never use the renderer's tensor cores (Opt TC
 def _tensor_core(k: Kernel) -> Kernel | None:
   """k on the first of the renderer's tensor cores that computes it (TC=0 turns them off), else None."""
   if not TC: return None
-  for i in range(len(getattr(k.renderer, "tensor_cores", ()))):
+  for i in range(len(k.renderer.tensor_cores)):
     try: return k.apply(Opt(OptOps.TC, i))
     except KernelOptError: pass
   return None
@@ -792,7 +793,7 @@ def _row_pass(k: Kernel, reds: list[UOp], contig_out: UOp, loads: list[UOp], lan
       # add's latency, so a row max takes twice the vectors a step (one Zen 5 thread, softmax 4096x1000: 9 vectors a step, not 3,
       # 0.835 -> 0.800 ms); a layernorm's sums keep theirs (8 a step: 0.47 -> 0.52 ms, the loop from memory no faster)
       row_max = _reduces_by(k, _same(k, red), Ops.MAX)
-      copies = (ROW_MAX_VECTORS if row_max else ROW_RED_VECTORS) * lanes // amt if not getattr(k.renderer, "has_local", False) else 1
+      copies = (ROW_MAX_VECTORS if row_max else ROW_RED_VECTORS) * lanes // amt if not k.renderer.has_local else 1
       wants = (9, 8, 7, 6, 4, 5, 3, 2) if row_max else (4, 5, 3, 2)
       if copies >= 2 and k.applied[-1].op is OptOps.UNROLL and not _costly_input(k, _same(k, red)) and \
          (a2 := _pick_amt(range_size(_same(k, red)), tuple(c for c in wants if c <= copies + 1))):
@@ -844,12 +845,12 @@ def _reductions_outside(k: Kernel) -> Kernel:
 def hand_coded(k: Kernel) -> Kernel:
   rnd = k.renderer
   if (tc := _tensor_core(k)) is not None: return tc
-  if not getattr(rnd, "has_local", False): k = _merge_loops(k)
-  if getattr(rnd, "has_local", False): k = _group_reduce(k)
+  if not rnd.has_local: k = _merge_loops(k)
+  if rnd.has_local: k = _group_reduce(k)
   stores = [u for u in k.ast.toposort() if u.op is Ops.STORE]
   if len(stores) != 1 or stores[0].src[0].op is not Ops.INDEX: return k
   st = stores[0]
-  vec_ok = getattr(rnd, "supports_float4", False) and st.src[1].dtype.scalar() in VECTOR_MEM_DTYPES
+  vec_ok = rnd.supports_float4 and st.src[1].dtype.scalar() in VECTOR_MEM_DTYPES
   lanes = simd_lanes(rnd, st.src[1].dtype.itemsize) if vec_ok else 1
   outs = [r for r in k.of_type(AxisType.LOOP) if range_size(r) is not None]
   reds = [r for r in k.of_type(AxisType.REDUCE) if range_size(r) is not None]
@@ -875,16 +876,16 @@ def hand_coded(k: Kernel) -> Kernel:
   across: UOp | None = None   # the output axis the transposed input is contiguous along
   across_step = 0             # the output's stride along `across` in bytes (an output row's, of a 2-D transpose)
   tile_rows = lanes           # the register tile's output rows (its upcast of `across`)
-  if vec_ok or getattr(rnd, "threads", 0):
+  if vec_ok or rnd.threads:
     if reds and contig_out is not None and (row := _row_pass(k, reds, contig_out, loads, lanes)) is not None: k = row
     elif reds and gathers and contig_out is not None and (undiv := _undivide(k, contig_out, loads, lanes)) is not None: k = undiv
     elif reds and contig_out is not None and not short_red and \
        (not (along_red or gathers) or _packed_product(k, outs, reds, loads, MM_J2 * lanes * st.src[1].dtype.itemsize)):
       blocked = _channel_block(k, outs, loads, contig_out, lanes) if vec_ok else None
-      if blocked is None: blocked = _register_block(k, outs, loads, contig_out, lanes, pad=not getattr(rnd, "has_local", False))
+      if blocked is None: blocked = _register_block(k, outs, loads, contig_out, lanes, pad=not rnd.has_local)
       # padding pays only through the packed panel or masked vector loads: else every vector load of the padded axis is a gated gather
       if any(o.op is OptOps.PADTO for o in blocked.applied) and not any(o.op is OptOps.PACK for o in blocked.applied) and \
-         not getattr(rnd, "masked_vectors", False):
+         not rnd.masked_vectors:
         blocked = _register_block(k, outs, loads, contig_out, lanes, pad=False)
       k = blocked
     elif reds:
@@ -939,7 +940,7 @@ def hand_coded(k: Kernel) -> Kernel:
         k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt), Opt(OptOps.UPCAST, _pos(k, across), tile_rows))
         transposed = k.applied[-1].op is OptOps.UPCAST
       else:
-        if vec_ok and getattr(rnd, "masked_vectors", False) and _pad_ok(range_size(contig_out), lanes, MASKED_PAD_SHARE) and not strided:
+        if vec_ok and rnd.masked_vectors and _pad_ok(range_size(contig_out), lanes, MASKED_PAD_SHARE) and not strided:
           # a row that holds no whole vector (a padded copy's 58 or 26 columns): padded to one, the tail's lanes masked, where it
           # would otherwise take 2-lane vectors (a masked vector costs about what a full one does, so up to a third more lanes
           # still take fewer instructions); without masked loads and stores each padded lane would be a gated scalar access
@@ -949,9 +950,9 @@ def hand_coded(k: Kernel) -> Kernel:
         # per element (random bits: 20 threefry rounds) gains nothing and would compile twice the code
         if amt := _pick_amt(range_size(contig_out), (lanes, 4, 2) if _alu_count(k) > ALU_HEAVY else (2 * lanes, lanes, 4, 2)):
           k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt))
-  if getattr(rnd, "has_local", False): return _local(k)
+  if rnd.has_local: return _local(k)
   k = _reductions_outside(k)
-  threads = getattr(rnd, "threads", 0)
+  threads = rnd.threads
   work = prod(range_size(r) or 1 for r in k.axes)
   if threads > 0 and work >= MIN_THREADED_WORK:
     if (loop := _thread_loop(k, threads)) is not None:

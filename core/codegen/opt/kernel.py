@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Any
 from core.ir.ops import UOp, Ops, AxisType
 from core.helpers import prod, fast_members
+from core.device.renderer import Renderer
 
 @fast_members
 class OptOps(enum.Enum):
@@ -50,9 +51,10 @@ def range_size(r: UOp) -> int | None: return r.src[0].arg if r.src[0].op is Ops.
 
 class Kernel:
   """The axes (RANGE nodes) of a kernel AST with their sizes and roles. `apply` returns a new Kernel: ASTs are immutable."""
-  def __init__(self, ast: UOp, renderer: Any = None, applied: tuple[Opt, ...] = ()):
+  def __init__(self, ast: UOp, renderer: Renderer | None = None, applied: tuple[Opt, ...] = ()):
     if ast.op is not Ops.SINK: raise TypeError(f"Kernel needs a kernel SINK, got {ast.op.name}")
-    self.ast, self.renderer, self.applied = ast, renderer, applied
+    # no renderer: the base one's capabilities (no threads, locals, shared memory or tensor cores)
+    self.ast, self.renderer, self.applied = ast, renderer if renderer is not None else Renderer(), applied
     self.axes: list[UOp] = sorted({u for u in ast.toposort() if u.op is Ops.RANGE}, key=axis_key)
 
   def types(self) -> list[AxisType]: return [r.arg[1] for r in self.axes]
@@ -72,7 +74,7 @@ class Kernel:
     if opt.op is OptOps.NOOP: return Kernel(self.ast, self.renderer, self.applied + (opt,))
     if opt.op is OptOps.TC:
       from core.codegen.opt.tc import apply_tensor_core
-      tcs = getattr(self.renderer, "tensor_cores", ())
+      tcs = self.renderer.tensor_cores
       if not 0 <= opt.axis < len(tcs): raise KernelOptError(f"{opt}: the renderer has {len(tcs)} tensor cores")
       return Kernel(apply_tensor_core(self.ast, tcs[opt.axis]), self.renderer, self.applied + (opt,))
     if not 0 <= opt.axis < len(self.axes): raise KernelOptError(f"{opt}: kernel {self.ast.arg} has {len(self.axes)} axes")
@@ -114,7 +116,7 @@ class Kernel:
       if kind not in (AxisType.REDUCE, AxisType.GROUP_REDUCE): raise KernelOptError(f"{opt}: UNROLL needs a reduce axis, not {kind.name}")
       ast = split_axis(self.ast, r, amt, AxisType.UNROLL)
     elif opt.op is OptOps.THREAD:
-      if not getattr(rnd, "threads", 0): raise KernelOptError(f"{opt}: the renderer has no thread pool (threads=0)")
+      if not rnd.threads: raise KernelOptError(f"{opt}: the renderer has no thread pool (threads=0)")
       if kind is not AxisType.LOOP: raise KernelOptError(f"{opt}: THREAD needs a LOOP axis, not {kind.name}")
       if self.of_type(AxisType.GLOBAL): raise KernelOptError(f"{opt}: the kernel is already split into thread blocks")
       ast = split_axis(self.ast, r, amt, AxisType.GLOBAL, outer=True)
@@ -124,11 +126,11 @@ class Kernel:
     elif opt.op in (OptOps.LOCAL, OptOps.GROUP) and any(o.op is OptOps.TC for o in self.applied):
       raise KernelOptError(f"{opt}: after TC the warp's lanes must stay the innermost work-item id")
     elif opt.op is OptOps.LOCAL:
-      if not getattr(rnd, "has_local", False): raise KernelOptError(f"{opt}: the renderer has no local (workgroup) ids")
+      if not rnd.has_local: raise KernelOptError(f"{opt}: the renderer has no local (workgroup) ids")
       if kind not in (AxisType.LOOP, AxisType.GLOBAL): raise KernelOptError(f"{opt}: LOCAL needs an output axis, not {kind.name}")
       ast = split_axis(self.ast, r, amt, AxisType.LOCAL)
     elif opt.op is OptOps.GROUP:
-      if not getattr(rnd, "has_shared", False): raise KernelOptError(f"{opt}: the renderer has no shared (workgroup) memory")
+      if not rnd.has_shared: raise KernelOptError(f"{opt}: the renderer has no shared (workgroup) memory")
       if kind is not AxisType.REDUCE: raise KernelOptError(f"{opt}: GROUP needs a REDUCE axis, not {kind.name}")
       reds = [u for u in self.ast.toposort() if u.op is Ops.REDUCE]
       # a group reduction reuses its shared buffer on every trip of an enclosing reduce loop, which would need a second barrier
@@ -147,14 +149,14 @@ class Kernel:
     lanes = self.of_type(AxisType.LOCAL, AxisType.GROUP_REDUCE)
     if not lanes: return None
     n = prod(range_size(r) or 1 for r in lanes)
-    if (lm := getattr(self.renderer, "local_max", None)) and n > lm[0]: return f"{n} work-items per workgroup > {lm[0]}"
+    if (lm := self.renderer.local_max) and n > lm[0]: return f"{n} work-items per workgroup > {lm[0]}"
     groups = set(self.of_type(AxisType.GROUP_REDUCE))
     shared = sum(u.dtype.itemsize for u in self.ast.toposort() if u.op is Ops.REDUCE and groups & set(u.src[1:]))
     shared *= n * prod(range_size(r) or 1 for r in self.of_type(AxisType.UPCAST))
-    if shared > (sm := getattr(self.renderer, "shared_max", 0)): return f"group reductions need {shared} bytes of shared memory > {sm}"
+    if shared > (sm := self.renderer.shared_max): return f"group reductions need {shared} bytes of shared memory > {sm}"
     return None
 
-def apply_opts(ast: UOp, opts: list[Opt] | tuple[Opt, ...], renderer: Any = None) -> UOp:
+def apply_opts(ast: UOp, opts: list[Opt] | tuple[Opt, ...], renderer: Renderer | None = None) -> UOp:
   k = Kernel(ast, renderer)
   for o in opts: k = k.apply(o)
   return k.ast

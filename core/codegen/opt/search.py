@@ -1,18 +1,19 @@
 """BEAM=n: search over optimization sequences by timing candidates on the device; the best sequence is cached on disk."""
 from __future__ import annotations
 import hashlib, json, math, os, time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from core.ir.dtype import PtrDType, dtypes
 from core.ir.ops import UOp, Ops, AxisType
 from core.helpers import cache_dir, getenv, DEBUG
 from core.codegen.opt.kernel import Kernel, Opt, OptOps, KernelOptError, range_size
+if TYPE_CHECKING: from core.device.renderer import Renderer
 
 def _actions(k: Kernel) -> list[Opt]:
   """Every single-step Opt worth trying on k (invalid ones are filtered by Kernel.apply)."""
   rnd = k.renderer
   out: list[Opt] = []
-  threads = getattr(rnd, "threads", 0)
-  out += [Opt(OptOps.TC, i) for i in range(len(getattr(rnd, "tensor_cores", ())))]
+  threads = rnd.threads
+  out += [Opt(OptOps.TC, i) for i in range(len(rnd.tensor_cores))]
   for i, r in enumerate(k.axes):
     kind, n = r.arg[1], range_size(r)
     if n is None or n < 2: continue
@@ -24,17 +25,17 @@ def _actions(k: Kernel) -> list[Opt]:
     if kind is AxisType.LOOP: out += [Opt(OptOps.PADTO, i, a) for a in (4, 8, 16, 32) if n % a and a < n]
     if kind is AxisType.LOOP: out += [Opt(OptOps.TILE, i, a) for a in (4, 8, 16, 32) if a < n and n % a == 0]
     # packed panels live in each thread's stack: only for renderers whose threads run whole loops (CPUs)
-    if kind is AxisType.LOOP and not getattr(rnd, "has_local", False): out.append(Opt(OptOps.PACK, i))
-    if kind in (AxisType.LOOP, AxisType.GLOBAL) and getattr(rnd, "has_local", False):
+    if kind is AxisType.LOOP and not rnd.has_local: out.append(Opt(OptOps.PACK, i))
+    if kind in (AxisType.LOOP, AxisType.GLOBAL) and rnd.has_local:
       out += [Opt(OptOps.LOCAL, i, a) for a in (2, 4, 8, 16, 32) if a <= n and n % a == 0]
-    if kind is AxisType.REDUCE and getattr(rnd, "has_shared", False):
+    if kind is AxisType.REDUCE and rnd.has_shared:
       out += [Opt(OptOps.GROUP, i, a) for a in (4, 16, 64, 256) if a <= n and n % a == 0]
   return out
 
 class Timer:
   """Compiles and runs kernels of one AST's buffers on the renderer's device, with random inputs; checks outputs against the
   first (unoptimized) kernel's."""
-  def __init__(self, ast: UOp, renderer: Any):
+  def __init__(self, ast: UOp, renderer: Renderer):
     import numpy as np
     from core.device.registry import Device
     from core.device.buffer import Buffer
@@ -86,9 +87,9 @@ class Timer:
     ts = [t or 0.0] + [call() or 0.0 for _ in range(reps - 1)]
     return min(ts)
 
-def _cache_path(ast: UOp, renderer: Any, amt: int) -> Any:
-  key = "|".join([str(ast), type(renderer).__name__, str(renderer.device), str(getattr(renderer, "arch", None)), str(amt),
-                  str(getattr(renderer, "threads", 0)), str(getattr(renderer, "simd_width", 1))])
+def _cache_path(ast: UOp, renderer: Renderer, amt: int) -> Any:
+  key = "|".join([str(ast), type(renderer).__name__, str(renderer.device), str(renderer.arch), str(amt),
+                  str(renderer.threads), str(renderer.simd_width)])
   return cache_dir() / "beam" / hashlib.sha256(key.encode()).hexdigest()
 
 def beam_search(k: Kernel, amt: int, max_candidates: int | None = None) -> Kernel:
