@@ -107,13 +107,33 @@ def copy_ahead_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: 
   ahead = {r: max(1, -(-COPY_AHEAD_LINES * line_bytes() // per_iter(r))) for r in {r for r, _ in outer.values()}} if COPY_AHEAD_LINES else {}
   return {x: step * ahead[r] for x, (r, step) in outer.items() if r in ahead}
 
-def reread_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int], budget: int) -> dict[UOp, tuple[int, int]]:
+# an in-place panel's next one is prefetched by the first row block's loads, and again by every other row block's (AVX2's 2 x 6
+# tile: 64 channels in 11 blocks, each line 11 times): one prefetch instruction per reduce step each, and the first block's
+# burst of misses. Where `spread` and a panel with the next one fill the L1 (L1_BYTES), row block b's reduce step k prefetches
+# only where k = b modulo the greatest power of two up to the row blocks (8 of 11): every line once or twice, the misses spread
+# over the blocks, for a compare and a branch per step. One Zen 3 thread, 1x1 conv 32x256x28x28 -> 64, one prefetch per line,
+# the kernel's LLVM IR gated by hand, A/B in one process, medians of 11, time vs every block's: mod 8 0.96, 0.92, mod 4 0.96,
+# 0.94, mod 2 0.97, 0.97, mod 11 (each line once) 0.96, 0.91; the same offset chosen by a select in place of the branch (a
+# prefetch of the current line) 0.96-0.99; only in block 0 1.12 (its burst alone leaves lines missing: the later blocks fetch
+# them). This rule vs every block's (both once per line), same measure: 32x256x28x28 -> 64 (16 KiB panels) 0.98, 0.98; 16x256
+# 0.97, 0.97; 8x256 0.96, 0.96; 8x256 -> 72 0.99, 0.96; but 32x192 (12 KiB, two fit the L1 with room) 0.99, 0.99 and 32x128
+# (8 KiB) 1.02, 1.02 (twice): hence the L1 bound. Measured with 16 vector registers only (AVX2): renderers with
+# SPREAD_BELOW_REGS or more (AVX-512's 8-row tiles) keep every block's.
+SPREAD_BELOW_REGS = 32
+# (the gate of a spread prefetch: the reduce range, the row-block range, the mask both are compared under)
+Spread = tuple[UOp, UOp, int]
+
+def reread_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int], budget: int,
+                   spread: bool = False) -> dict[UOp, tuple[int, int, Spread | None]]:
   """For each global load in a reduce loop of a buffer beyond `budget` bytes (the renderer's panel_budget) that is re-read across
   a loop it doesn't use (a product's column-side input read in place: every row block reads the panel again), (the step of its
   address along the innermost loop it uses outside that one (the next panel), where that is a positive constant; the locality
-  hint: NEXT_PANEL_LOCALITY where the panel's loads read over half of L1_BYTES, else L1_LOCALITY). One Zen 5 thread, conv
-  32x256x28x28 -> 64 1x1 in place: 125 GFLOP/s without, 205 with (170 packed); from the L3 (8 images) it costs 222 -> 216."""
+  hint: NEXT_PANEL_LOCALITY where the panel's loads read over half of L1_BYTES, else L1_LOCALITY; with `spread`, the gate that
+  spreads it over the row blocks (see SPREAD_BELOW_REGS) where one row loop and one reduce loop lie inside the panel's, or
+  None; each line once: _once_per_line). One Zen 5 thread, conv 32x256x28x28 -> 64 1x1 in place: 125 GFLOP/s without, 205
+  with (170 packed); from the L3 (8 images) it costs 222 -> 216."""
   out: dict[UOp, int] = {}
+  gates: dict[UOp, Spread] = {}
   panels: dict[UOp, tuple[UOp, UOp]] = {}             # load -> (its buffer, the next-panel loop)
   panel_bytes: dict[tuple[UOp, UOp], int] = {}         # (buffer, next-panel loop) -> bytes its loads read per panel
   opened: list[UOp] = []   # the loops open at each point of the linear order
@@ -130,10 +150,34 @@ def reread_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict
     # (every load of the panel counts, those that prefetch nothing too: a padded one, whose gated address steps by no constant)
     trips = prod(r.src[0].arg if r.src[0].op is Ops.CONST else 1 for r in rngs if r.arg[-1] is AxisType.REDUCE)
     panel_bytes[(buf, panel)] = panel_bytes.get((buf, panel), 0) + x.dtype.itemsize * trips
-    if not any(order[r] > order[panel] and r not in rngs and r.arg[-1] is not AxisType.REDUCE for r in opened): continue
+    if not (rows := [r for r in opened if order[r] > order[panel] and r not in rngs and r.arg[-1] is not AxisType.REDUCE]): continue
     step = (idx.substitute({panel: panel + 1}) - idx).simplify()
     if step.op is Ops.CONST and step.arg > 0: out[x], panels[x] = step.arg, (buf, panel)
-  return {x: (o, NEXT_PANEL_LOCALITY if 2 * panel_bytes[panels[x]] > L1_BYTES else L1_LOCALITY) for x, o in out.items()}
+    reds = [r for r in rngs if r.arg[-1] is AxisType.REDUCE]
+    if spread and x in out and len(rows) == 1 and len(reds) == 1 and rows[0].src[0].op is Ops.CONST and (n := rows[0].src[0].arg) >= 2:
+      gates[x] = (reds[0], rows[0], (1 << (n.bit_length() - 1)) - 1)
+  return _once_per_line({x: (o, NEXT_PANEL_LOCALITY if 2 * panel_bytes[panels[x]] > L1_BYTES else L1_LOCALITY,
+                             gates.get(x) if 2 * panel_bytes[panels[x]] >= L1_BYTES else None) for x, o in out.items()})
+
+def _once_per_line(offs: dict[UOp, tuple[int, int, Spread | None]]) -> dict[UOp, tuple[int, int, Spread | None]]:
+  """offs without the loads whose every prefetched line another load of the same buffer and index terms (up to a constant)
+  prefetches already: AVX2's two 8-float vectors of a 64-byte panel line each prefetched that line, one prefetch instruction
+  per reduce step too many (one Zen 3 thread, 1x1 conv 32x256x28x28 -> 64, A/B in one process, medians of 11: 0.97x the
+  time). Only where the index terms and the distance are whole lines (the buffer starts on a line: the lines each constant
+  falls on are known); a vector of a line or more keeps its prefetches (AVX-512's 16 floats)."""
+  groups: dict[tuple, list[tuple[int, UOp]]] = {}
+  for x, (o, loc, gate) in offs.items():
+    per_line = max(1, line_bytes() // x.dtype.scalar().itemsize)
+    parts = split_sum(x.src[0].src[1])
+    if parts is None or o % per_line or any(c % per_line for _, c in parts[0]): continue
+    groups.setdefault((x.src[0].src[0], frozenset(parts[0]), o, loc, gate, per_line), []).append((parts[1], x))
+  out = dict(offs)
+  for (_, _, o, _, _, per_line), loads in groups.items():
+    fetched: set[int] = set()   # the lines the kept loads prefetch, in lines from the terms' own
+    for c, x in sorted(loads, key=lambda cx: cx[0]):
+      if all(ln in fetched for ln in range((c + o) // per_line, (c + o + x.dtype.count - 1) // per_line + 1)): del out[x]
+      else: fetched.update((c + p) // per_line for p in line_offsets(x, o))
+  return out
 
 WINDOW_PREFETCH = True     # window_offsets on (a switch for comparisons)
 
@@ -171,22 +215,23 @@ def window_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict
         break
   return out
 
-def prefetch_offsets(uops: list[UOp], panel_budget: int = 0) -> dict[UOp, tuple[int, int]]:
-  """For each LOAD that should prefetch, (the prefetched address's distance from its own in elements, the locality hint): a pack
-  copy's next panel (panel_offsets), an in-place panel's next one (reread_offsets, where the renderer's `panel_budget` is known:
-  big panels into the L2), or one row on (all but reread_offsets' L2 ones L1_LOCALITY). A load
+def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0) -> dict[UOp, tuple[int, int, Spread | None]]:
+  """For each LOAD that should prefetch, (the prefetched address's distance from its own in elements, the locality hint, the gate
+  that skips it or None): a pack copy's next panel (panel_offsets), an in-place panel's next one (reread_offsets, where the
+  renderer's `panel_budget` is known: big panels into the L2; spread over the row blocks below SPREAD_BELOW_REGS `simd_regs`),
+  or one row on (all but reread_offsets' L2 ones L1_LOCALITY). A load
   qualifies for the row where it reads a global buffer in the second reduce loop over that buffer, under a loop of rows (not a
   reduce) that the first reduce loop's reads share, and the row step of its address is a constant of at most ROW_MAX_BYTES."""
   order = {u: i for i, u in enumerate(uops)}
   deps = _loop_deps(uops)
   first: dict[UOp, tuple[UOp, frozenset[UOp]]] = {}   # buffer -> (the first reduce range reading it, that read's ranges)
   second: dict[UOp, UOp] = {}                    # buffer -> the second reduce range reading it
-  out = {x: (o, L1_LOCALITY) for x, o in panel_offsets(uops, deps, order).items()}
+  out: dict[UOp, tuple[int, int, Spread | None]] = {x: (o, L1_LOCALITY, None) for x, o in panel_offsets(uops, deps, order).items()}
   # (not beside a pack's copy: the other input's row tile, re-read across a group of panels, is in the L1 already)
-  if panel_budget and not _copied(uops): out.update(reread_offsets(uops, deps, order, panel_budget))
+  if panel_budget and not _copied(uops): out.update(reread_offsets(uops, deps, order, panel_budget, 0 < simd_regs < SPREAD_BELOW_REGS))
   # (a conv's channel tile packs its weights: its input's broadcast loads prefetch the next row)
   if panel_budget and WINDOW_PREFETCH and _copied(uops):
-    out.update((x, (o, L1_LOCALITY)) for x, o in window_offsets(uops, deps, order, panel_budget).items())
+    out.update((x, (o, L1_LOCALITY, None)) for x, o in window_offsets(uops, deps, order, panel_budget).items())
   for x in uops:
     if x.op is not Ops.LOAD or x.src[0].op is not Ops.INDEX or x in out: continue
     buf, idx = x.src[0].src[0], x.src[0].src[1]
@@ -203,5 +248,5 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0) -> dict[UOp, tuple[
     if not rows: continue
     row = max(rows, key=lambda r: order[r])
     step = (idx.substitute({row: row + 1}) - idx).simplify()
-    if step.op is Ops.CONST and 0 < step.arg * buf.dtype.base.itemsize <= ROW_MAX_BYTES: out[x] = (step.arg, L1_LOCALITY)
+    if step.op is Ops.CONST and 0 < step.arg * buf.dtype.base.itemsize <= ROW_MAX_BYTES: out[x] = (step.arg, L1_LOCALITY, None)
   return out

@@ -130,15 +130,23 @@ PREFETCH_DECL = "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)"
 
 def _llvm_prefetch_load(ctx: CPULLVMRenderer, x: UOp) -> str | None:
   """A LOAD that also prefetches (plugin_cpu/prefetch.py): the load, then read prefetches `off` elements on (its locality hint),
-  one per cache line of the vector (plain getelementptrs, as the address may lie past the buffer: a prefetch never faults)."""
+  one per cache line of the vector (plain getelementptrs, as the address may lie past the buffer: a prefetch never faults); a
+  spread one in a block of its own, branched to where its reduce and row-block indices agree under the mask."""
   if (pf_at := ctx.prefetch.get(x)) is None: return None
-  off, loc = pf_at
+  off, loc, gate = pf_at
   ctx.declares[PREFETCH_DECL] = None
   out = _render_load(ctx, x)
+  if gate is not None:
+    red, row, mask = gate
+    a, b, c, k = ctx.tmp(), ctx.tmp(), ctx.tmp(), ctx.fresh_label("prefetch")
+    t = ctx.ty(red.dtype)
+    out += (f"\n  {a} = and {t} {ctx[red]}, {mask}\n  {b} = and {t} {ctx[row]}, {mask}\n  {c} = icmp eq {t} {a}, {b}\n"
+            f"  br i1 {c}, label %{k}, label %{k}.done\n{ctx.label(k)}")
   for o in line_offsets(x, off):
     p = ctx.tmp()
     out += (f"\n  {p} = getelementptr {ctx.mem_ty(x.src[0].src[0].dtype.base)}, ptr {ctx[x.src[0]]}, i64 {o}\n"
             f"  call void @llvm.prefetch.p0(ptr {p}, i32 0, i32 {loc}, i32 1)")
+  if gate is not None: out += f"\n  br label %{k}.done\n{ctx.label(k + '.done')}"
   return out
 
 # AVX-512's vscalefps is p * 2**n in one instruction, where exp2's 2**n from the float's bits takes 4 integer ops and a second
@@ -305,7 +313,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
   def narrowed(self, simd: int) -> CPULLVMRenderer: return _narrowed(self, simd)
 
   def _render(self, name: str, uops: list[UOp]) -> str:
-    self.prefetch = prefetch_offsets(uops, self.panel_budget()) if PREFETCH else {}
+    self.prefetch = prefetch_offsets(uops, self.panel_budget(), self.simd_regs) if PREFETCH else {}
     self.unchecked, self.plain_copy = unchecked_streams(uops, self.simd_width), False
     self.start_module()
     fns = [self.function(name, uops)]

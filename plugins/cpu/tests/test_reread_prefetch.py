@@ -92,3 +92,42 @@ def test_in_place_products_give_numpys_results(ren):
     "  want = np.einsum('nchw,oc->nohw', x.astype(np.float64), w[:, :, 0, 0].astype(np.float64))\n"
     "  np.testing.assert_allclose(Tensor(x).conv2d(Tensor(w)).numpy(), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())\n"
     "print('ok')\n"), CPU_PREFETCH="1")
+
+# AVX2 (32-byte vectors): a reduce step reads one 64-byte line of the panel as two 8-float vectors, and the next panel is prefetched
+# once per line, in one row block of each power of two (prefetch.SPREAD_BELOW_REGS): LLVM's 2 x 6 tile cuts 32 channels (padded to
+# 36) into 6 row blocks, 64 (padded to 66) into 11; the C renderer's 2 x 4 cuts 32 into 8. Panels of 16 KiB: with the next, a
+# 32 KiB L1
+SPREAD_MASK = {("LLVM", 32): 3, ("LLVM", 64): 7, ("C", 32): 7}
+GATE = {"LLVM": r"= and i32 %ridx\d+, (\d+)\n", "C": r"\(ridx\w+&(\d+)\)==\(ridx\w+&\d+\)"}
+
+def _in_place_source(ren: str, simd_bytes: int, shape: tuple[int, ...]) -> tuple[str, int]:
+  """The kernel's source and its reduce unroll (reduce steps per loop iteration)."""
+  rnd = _renderer(ren, simd_bytes)
+  (item,) = _items(*shape)
+  k = hand_coded(Kernel(item.ast, rnd))
+  assert not any(o.op is OptOps.PACK for o in k.applied), k.applied
+  return program_source(get_program(k.ast, rnd, optimize=False)), int(np.prod([o.amt for o in k.applied if o.op is OptOps.UNROLL]))
+
+@pytest.mark.parametrize("ren, o", list(SPREAD_MASK))
+def test_avx2_next_panel_line_prefetched_once_by_one_row_block_of_each_power_of_two(ren, o, monkeypatch):
+  monkeypatch.setattr(prefetch, "L1_BYTES", 32 << 10)
+  src, unroll = _in_place_source(ren, 32, (4, 256, 28, o))
+  assert len(re.findall(PREFETCH[ren], src)) == unroll, src   # one line per reduce step, not one per vector
+  gates = re.findall(GATE[ren], src)
+  assert gates and set(gates) == {str(SPREAD_MASK[(ren, o)])}, gates
+
+def test_avx2_panel_that_fits_the_l1_twice_over_is_prefetched_by_every_row_block(monkeypatch):
+  # 128 channels: 8 KiB panels, two of them leave the L1 half free: every row block prefetches (once per line)
+  monkeypatch.setattr(prefetch, "L1_BYTES", 32 << 10)
+  src, unroll = _in_place_source("LLVM", 32, (4, 128, 28, 64))
+  assert len(re.findall(PREFETCH["LLVM"], src)) == unroll and not re.findall(GATE["LLVM"], src), src
+
+@pytest.mark.parametrize("ren", ["LLVM", "C"])
+@pytest.mark.parametrize("shape", [(4, 256, 28, 64), (4, 256, 28, 32), (4, 96, 56, 24)])
+def test_avx512_in_place_panels_render_as_before_the_once_per_line_and_spread_rules(ren, shape, monkeypatch):
+  # 16-float vectors are a line each, and 32 registers keep every row block's prefetch (unmeasured there)
+  monkeypatch.setattr(prefetch, "L1_BYTES", 32 << 10)
+  src, _ = _in_place_source(ren, 64, shape)
+  monkeypatch.setattr(prefetch, "SPREAD_BELOW_REGS", 0)
+  monkeypatch.setattr(prefetch, "_once_per_line", lambda offs: offs)
+  assert _in_place_source(ren, 64, shape)[0] == src
