@@ -232,11 +232,12 @@ def drop_gated_where(w: UOp) -> UOp | None:
 
 pm_drop_gated_where = PatternMatcher([(UPat(Ops.WHERE, name="w"), drop_gated_where)], name="drop gated where")
 
-def lower_kernel(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0,
-                 scratch_bytes: int = 0) -> tuple[UOp, tuple[int, ...], tuple[int, ...]]:
-  """The lowered kernel, its launch size and its workgroup size; `scratch_bytes`: Renderer.scratch_bytes (core.codegen.stash)."""
+def lower_kernel(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0, scratch_bytes: int = 0,
+                 scaled_exp2: bool = False) -> tuple[UOp, tuple[int, ...], tuple[int, ...]]:
+  """The lowered kernel, its launch size and its workgroup size; `scratch_bytes`, `scaled_exp2`: Renderer.scratch_bytes and
+  Renderer.scaled_exp2 (core.codegen.stash)."""
   from core.codegen.opt.tc import pm_wmma_accumulate
   sink = gate_group_stores(graph_rewrite(sink, pm_lower_reduce + pm_wmma_accumulate, LowerCtx(sink), name="lower reduce"))
   sink, gsize, lsize = map_globals(sink, global_max, threads)
   if DROP_GATED_WHERE: sink = graph_rewrite(sink, pm_drop_gated_where, name="drop gated where")
-  return lower_index_dtype(stash_reduced_values(sink, scratch_bytes)), gsize, lsize
+  return lower_index_dtype(stash_reduced_values(sink, scratch_bytes, scaled_exp2)), gsize, lsize

@@ -2,7 +2,8 @@
 says one is cheap, else in the output row), the output loop reads it."""
 from __future__ import annotations
 from core.ir.dtype import AddrSpace
-from core.ir.ops import UOp, Ops, GroupOp
+from core.ir.ops import UOp, Ops, GroupOp, EXP2_NONPOSITIVE
+from core.codegen.decompose import EXP2_SCALED
 
 # values worth a store and a load per element instead of their recomputation (a softmax's exp: ~25 vector ops)
 COSTLY_OPS = (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW)
@@ -39,14 +40,31 @@ def _canonical(u: UOp) -> UOp:
   """u with its memory addresses simplified: index math built in different orders compares equal."""
   return u.substitute({i: i.replace(src=(i.src[0], i.src[1].simplify()) + i.src[2:]) for i in u.toposort() if i.op is Ops.INDEX and len(i.src) > 1})
 
-def stash_reduced_values(sink: UOp, scratch_bytes: int = 0) -> UOp:
+def _base(u: UOp) -> UOp:
+  while u.op is Ops.AFTER: u = u.src[0]
+  return u
+
+def _inverse_sum(x: UOp, acc: UOp) -> bool:
+  """x is 1 / (a sum of the lanes of accumulator `acc`) (broadcast): a factor c in every summed value is a factor 1/c in x."""
+  def degree(u: UOp) -> int | None:   # of u in the accumulator's value: 1 its sums, -1 their reciprocals, None anything else
+    if u.op is Ops.LOAD: return 1 if u.src[0].op is Ops.INDEX and _base(u.src[0].src[0]) is acc else None
+    if u.op is Ops.GEP: return degree(u.src[0])
+    if u.op is Ops.RECIPROCAL: return None if (d := degree(u.src[0])) is None else -d
+    if u.op in (Ops.ADD, Ops.VECTORIZE): return d if len(ds := {degree(s) for s in u.src}) == 1 and (d := ds.pop()) is not None else None
+    return None
+  return degree(x) == -1
+
+def stash_reduced_values(sink: UOp, scratch_bytes: int = 0, scaled_exp2: bool = False) -> UOp:
   """A kernel whose one output STORE (in a loop over r1) recomputes an expensive value E(r1) that a reduction loop over r (same
   extent) also consumes as E(r) stashes E(r) during the reduction and reads it back in the output loop (the row is in L1 then):
   softmax's exp runs once per element, not twice. The stash is a per-thread row where it fits `scratch_bytes` (the renderer's
   Renderer.scratch_bytes: 0 where private arrays are slow), so the output is written once and may stream past the caches (a
   stash in the output makes every line read for ownership, then written back); else the output row at r's position. Only the
   thread that reduces a row writes and reads its stash (both are loops of one thread, one row after the other), and the output
-  buffer is written by this kernel alone."""
+  buffer is written by this kernel alone. Where the renderer lowers EXP2_SCALED (`scaled_exp2`: Renderer.scaled_exp2) and the
+  output is E times 1 / the row's sum of E, E an exp2 of x <= 0 (softmax), the reduction sums and stashes 2**EXP2_SCALE * E
+  instead: the factor cancels in the output (2**63 * e times 2**-63 / sum: the same product, rounded once), and its exp2 takes
+  no multiply by a constant to undo it (one Zen 3 thread, softmax 4096x1000: about 0.93x the time)."""
   nodes = list(sink.toposort())   # one walk: this runs on every kernel
   outs = [u for u in nodes if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM]
   if len(outs) != 1 or len(outs[0].src[0].src) not in (2, 3) or any(u.op is Ops.BARRIER for u in nodes): return sink
@@ -64,6 +82,9 @@ def stash_reduced_values(sink: UOp, scratch_bytes: int = 0) -> UOp:
     if r.src[0] is not r1.src[0] or e.dtype != out.src[1].dtype or not any(x.op in COSTLY_OPS for x in e.toposort()): continue
     want = _canonical(e.substitute({r: r1}))
     if r1 not in want.toposort() or (e1 := next((c for c in _lanes(out.src[1]) if c.op is e.op and _canonical(c) is want), None)) is None: continue
+    if scaled_exp2 and e.op is Ops.EXP2 and e.arg == EXP2_NONPOSITIVE and st.src[1].op is Ops.ADD and (v := out.src[1]).op is Ops.MUL \
+       and e1 in v.src and _inverse_sum(v.src[1] if v.src[0] is e1 else v.src[0], _base(st.src[0].src[0])):
+      st = st.substitute({e: (e := e.replace(arg=EXP2_SCALED))})
     if (row := _scratch_row(nodes, r, e, scratch_bytes)) is not None:   # whole vectors, ungated: padded lanes are never stored out
       stash = UOp(Ops.STORE, src=(row.index(r), e), arg=STASH_ARG)
       back = row.after(new_end := UOp(Ops.GROUP, src=(stash, st)).end(r)).index(r1).load(dtype=e.dtype)

@@ -34,6 +34,8 @@ class Renderer:
   scratch_bytes: int = 0                                    # bytes of a per-thread array (DEFINE_REG) that stays in a near cache: a
                                                             # row kernel stashes its exps there (core.codegen.stash); 0: private
                                                             # arrays are slow (a GPU spills them to its local memory)
+  scaled_exp2: bool = False                                 # its rules lower an EXP2 whose arg is decompose.EXP2_SCALED (2**x times
+                                                            # 2**EXP2_SCALE): a softmax's stashed exps may take it (core.codegen.stash)
   supported_dtypes: ClassVar[frozenset[DType]] = frozenset(d for d in dtypes.all if d not in dtypes.fp8s and d is not dtypes.bfloat16)
   has_images: ClassVar[bool] = False                        # IMAGE=1/2 may read and write buffers as 2-D RGBA images
   image_max: ClassVar[tuple[int, int]] = (0, 0)             # the largest image, (width, height) in pixels

@@ -11,7 +11,7 @@ from core.ir.pattern import PatternMatcher, UPat
 from core.device.renderer import Renderer
 from core.codegen.llvm_ir import HostLLVMRenderer, Param, llvm_rewrite, _masked_intrinsic, _render_load, _render_store
 from core.codegen.lowerer import pm_fuse_mulacc
-from core.codegen.decompose import fast_exp2, pm_vector_math
+from core.codegen.decompose import EXP2_SCALED, fast_exp2, pm_vector_math
 from plugin_cpu.compiler import arch_flags, host_flags, host_simd_bytes, simd_bytes
 from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, _known_align, cache_bytes, host_streams, pm_streaming_stores, store_width, stream_width
 from core.codegen.linearize import has_shuffle_network
@@ -168,7 +168,9 @@ def _split(x: UOp) -> tuple[UOp, UOp]: return UOp(Ops.CUSTOM, x.dtype, (x,), ROU
 
 def pm_exp2_scalef(lanes: frozenset[int], split: bool = False) -> PatternMatcher:
   """exp2 of float32 vectors of `lanes` by vscalefps, its argument split by vrndscaleps and vreduceps where `split` (AVX-512DQ)."""
-  return PatternMatcher([(UPat(Ops.EXP2, name="x", custom=lambda x: x.dtype.scalar() is dtypes.float32 and x.dtype.count in lanes),
+  # (an EXP2_SCALED, 2**63 times exp, takes the bits path: target() makes none where these rules are)
+  return PatternMatcher([(UPat(Ops.EXP2, name="x", custom=lambda x: x.dtype.scalar() is dtypes.float32 and x.dtype.count in lanes
+                                                             and x.arg != EXP2_SCALED),
                           lambda x: fast_exp2(x.src[0], _scalef, _split if split else None))], name="exp2 by vscalefps")
 
 # Ops.MAX returns a NaN operand (like the reference ALU): LLVM renders `a > b || isnan(a) ? a : b` as two compares into masks, an
@@ -276,6 +278,7 @@ class HostTarget(Renderer):
   l2_bytes = L2_BYTES
   stream_min_bytes = STREAM_MIN_BYTES
   scratch_bytes = SCRATCH_BYTES
+  scaled_exp2 = True   # decompose.pm_vector_math lowers EXP2_SCALED (extra_rules)
   flags = host_flags()   # the CPU features the kernels are rendered for (compiler.arch_flags' names)
 
 class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
@@ -287,6 +290,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
   # with the bf16 dot product, bf16 is loaded and multiplied as vectors: the pairs of widened products become vdpbf16ps
   vector_dtypes = frozenset({dtypes.bfloat16}) if BF16_DOT else frozenset()
   extra_matcher = llvm_rules(host_flags(), SIMD_BYTES)
+  scaled_exp2 = not scalef_lanes(host_flags())   # vscalefps takes 2**n at no cost: a softmax's exps stay unscaled there
   string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _llvm_stream_store), (UPat(Ops.WMMA, name="x"), render_dot),
                                    (UPat(Ops.LOAD, name="x"), _llvm_prefetch_load),
                                    (UPat(Ops.CUSTOM, name="x", arg=SCALEF_ARG), _llvm_masked("scalef")),
@@ -309,6 +313,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
     self.kernel_attrs = 'nounwind "prefer-vector-width"="512"' if self.simd_width == 64 else "nounwind"
     self.vector_dtypes = frozenset({dtypes.bfloat16}) if bf16_dot(flags) else frozenset()
     self.extra_matcher = llvm_rules(flags, self.simd_width)
+    self.scaled_exp2 = not scalef_lanes(flags)
 
   def narrowed(self, simd: int) -> CPULLVMRenderer: return _narrowed(self, simd)
 
