@@ -26,6 +26,25 @@ def test_dropping_a_graph_frees_its_nodes():
   gc.collect()
   assert len(UOpMeta.ucache) <= before + 5
 
+def test_a_new_node_is_filled_without_the_guard_and_is_a_uop():
+  # UOpMeta and rebuild store a new node's fields as a _UOpFields (no setter guard: plain slot stores), then make it a UOp; the
+  # fields are the base's slots, UOp adds none (so the __class__ assignment is allowed) and keeps its guard
+  import weakref
+  from core.ir.ops import _UOpFields, rebuild
+  assert UOp.__slots__ == () and _UOpFields.__setattr__ is object.__setattr__
+  x = UOp(Ops.CONST, dtypes.int32, arg=7001)
+  u = UOp(Ops.ADD, dtypes.int32, (x, x), tag="t")
+  assert type(u) is UOp and (u.op, u.dtype, u.src, u.arg, u.tag) == (Ops.ADD, dtypes.int32, (x, x), None, "t")
+  assert u._key == (Ops.ADD, dtypes.int32, (x, x), None, "t") and weakref.ref(u)() is u and u.shape == ()
+  with pytest.raises(AttributeError, match="immutable"): u.op = Ops.MUL
+  nodes: list[UOp] = [x]
+  rebuild(nodes, [(Ops.ADD, dtypes.int32, (0, 0), None, None, "t"), (Ops.MUL, dtypes.int32, (1, 0), None, None, None)])
+  assert nodes[1] is u and type(nodes[2]) is UOp and nodes[2] is UOp(Ops.MUL, dtypes.int32, (u, x))
+  n = len(UOpMeta.ucache)
+  del u, nodes
+  gc.collect()
+  assert len(UOpMeta.ucache) == n - 2   # the ADD and the MUL: their __del__ (UOp's) ran
+
 def test_toposort_orders_sources_first_and_handles_depth():
   x = Variable("x", 0, 10)
   a, b = x + 1, x * 2
