@@ -41,8 +41,9 @@ def _scalar_op(t: Tensor, op: Ops, y: Any) -> Tensor | None:
   if type(y) is not float and type(y) is not int: return None
   u = t.uop
   if not dtypes.is_float(dt := u.dtype) or (shape := u.shape) is None or not _INT_ONLY.issuperset(map(type, shape)): return None
-  # u.alu(op, c) and t._wrap(..., t) for one float parent: the dtype is u's, requires_grad is t's own
-  return type(t)(UOp(op, dt, (u, UOp.const(dt, y, u.device, shape))), requires_grad=t._requires_grad)
+  # u.alu(op, c) and t._wrap(..., t) for one float parent: the dtype is u's, requires_grad is t's own. Passed by position: a
+  # keyword makes the class call build a dict for __init__ on every op (0.8k of x + 1's 71k instructions)
+  return type(t)(UOp(op, dt, (u, UOp.const(dt, y, u.device, shape))), None, None, t._requires_grad)
 
 class ElementwiseMixin:
   def _float(self: Tensor) -> Tensor:  # type: ignore[misc]
