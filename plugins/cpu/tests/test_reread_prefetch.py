@@ -94,10 +94,10 @@ def test_in_place_products_give_numpys_results(ren):
     "print('ok')\n"), CPU_PREFETCH="1")
 
 # AVX2 (32-byte vectors): a reduce step reads one 64-byte line of the panel as two 8-float vectors, and the next panel is prefetched
-# once per line, in one row block of each power of two (prefetch.SPREAD_BELOW_REGS): LLVM's 2 x 6 tile cuts 32 channels (padded to
-# 36) into 6 row blocks, 64 (padded to 66) into 11; the C renderer's 2 x 4 cuts 32 into 8. Panels of 16 KiB: with the next, a
-# 32 KiB L1
-SPREAD_MASK = {("LLVM", 32): 3, ("LLVM", 64): 7, ("C", 32): 7}
+# once per line, in one row block of each power of two (prefetch.SPREAD_BELOW_REGS; the LLVM renderer's): LLVM's 2 x 6 tile cuts
+# 32 channels (padded to 36) into 6 row blocks, 64 (padded to 66) into 11; the C renderer's 2 x 4 cuts 32 into 8, each of which
+# prefetches (its compiler may be gcc, which built the gated prefetch slower). Panels of 16 KiB: with the next, a 32 KiB L1
+SPREAD_MASK = {("LLVM", 32): 3, ("LLVM", 64): 7, ("C", 32): None}
 GATE = {"LLVM": r"= and i32 %ridx\d+, (\d+)\n", "C": r"\(ridx\w+&(\d+)\)==\(ridx\w+&\d+\)"}
 
 def _in_place_source(ren: str, simd_bytes: int, shape: tuple[int, ...]) -> tuple[str, int]:
@@ -109,12 +109,12 @@ def _in_place_source(ren: str, simd_bytes: int, shape: tuple[int, ...]) -> tuple
   return program_source(get_program(k.ast, rnd, optimize=False)), int(np.prod([o.amt for o in k.applied if o.op is OptOps.UNROLL]))
 
 @pytest.mark.parametrize("ren, o", list(SPREAD_MASK))
-def test_avx2_next_panel_line_prefetched_once_by_one_row_block_of_each_power_of_two(ren, o, monkeypatch):
+def test_avx2_next_panel_line_prefetched_once_and_by_one_llvm_row_block_of_each_power_of_two(ren, o, monkeypatch):
   monkeypatch.setattr(prefetch, "L1_BYTES", 32 << 10)
   src, unroll = _in_place_source(ren, 32, (4, 256, 28, o))
   assert len(re.findall(PREFETCH[ren], src)) == unroll, src   # one line per reduce step, not one per vector
-  gates = re.findall(GATE[ren], src)
-  assert gates and set(gates) == {str(SPREAD_MASK[(ren, o)])}, gates
+  gates, mask = re.findall(GATE[ren], src), SPREAD_MASK[(ren, o)]
+  assert (set(gates) == {str(mask)} if mask is not None else not gates), gates
 
 def test_avx2_panel_that_fits_the_l1_twice_over_is_prefetched_by_every_row_block(monkeypatch):
   # 128 channels: 8 KiB panels, two of them leave the L1 half free: every row block prefetches (once per line)
