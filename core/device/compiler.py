@@ -1,6 +1,6 @@
 """Compiler base: source text -> binary, with a crash-safe on-disk cache keyed by compiler identity and source hash."""
 from __future__ import annotations
-import functools, os, pathlib, re, stat, threading
+import functools, os, pathlib, stat, threading
 from typing import Any, NamedTuple
 from core.helpers import ContextVar, cache_dir, sha256
 
@@ -22,8 +22,7 @@ class Compiler:
   def cache_path(self, src: str) -> pathlib.Path | None:
     """Where `src`'s binary is cached, or None when this compiler is not cached."""
     if self.cachekey is None or DISABLE_COMPILER_CACHE: return None
-    key = re.sub(r"[^A-Za-z0-9_.+-]", "_", self.cachekey).lstrip(".") or "_"   # never "." or ".."
-    return cache_dir() / "compile" / key / sha256(src.encode()).hexdigest()
+    return cache_dir() / "compile" / cache_folder(self.cachekey) / sha256(src.encode()).hexdigest()
 
   def compile_cached(self, src: str) -> bytes:
     if (path := self.cache_path(src)) is not None and (lib := _read_entry(path)) is not None:
@@ -33,6 +32,11 @@ class Compiler:
     lib = self.compile(src)
     if path is not None: _write_entry(path, lib)
     return lib
+
+def cache_folder(key: str) -> str:
+  """A compiler's cache key as one folder name: characters outside [A-Za-z0-9_.+-] become '_', leading dots go (never "." or "..").
+  By str methods: the regular expression's compile was ~0.4M instructions of every start (a warm one reads an entry)."""
+  return "".join(c if c.isascii() and (c.isalnum() or c in "_.+-") else "_" for c in key).lstrip(".") or "_"
 
 def _read_entry(path: pathlib.Path) -> bytes | None:
   # opened without blocking and read only when it is a regular file: a FIFO or device node planted in the cache never hangs us

@@ -214,3 +214,54 @@ def test_module_plugins_register_the_hooks_pluggy_finds_without_its_attribute_wa
   assert hooks(ours) == hooks(ref) and len(hooks(ours)) == len(hookspecs.HOOK_NAMES) + 4
   # pluggy's lookup is asked only about the hooks it registers (to bind each), never about the modules' other names
   assert calls and set(calls) == set(hookspecs.HOOK_NAMES), sorted(set(calls) - set(hookspecs.HOOK_NAMES))
+
+# Regular expressions and dataclass signatures cost start-up time: compiling one pattern is ~0.4M instructions, and dataclass()
+# gives a class without a docstring one built by inspect.signature (~0.5M). The probe runs the first result with re's compile
+# step watched and lists the dataclasses core and the CPU plugin made.
+PROBE_START = """
+import sys, sysconfig, dataclasses, numpy   # Python's and numpy's own patterns compile at their import: not ours
+import re
+STDLIB = sysconfig.get_paths()["stdlib"]
+ours = []
+compile_ = re._compile
+def watched(pattern, flags):
+  f = sys._getframe(1)
+  # the first caller outside Python's library (re, fnmatch, pathlib, importlib) is the code that asked for the pattern
+  while f is not None and (f.f_code.co_filename.startswith(STDLIB) or f.f_code.co_filename.startswith("<frozen")): f = f.f_back
+  if f is not None and ("/core/" in f.f_code.co_filename or "/plugin_cpu/" in f.f_code.co_filename):
+    ours.append((str(pattern), f.f_code.co_filename, f.f_lineno))
+  return compile_(pattern, flags)
+re._compile = watched
+from core import Tensor
+assert (Tensor([1., 2., 3.]) + 1).numpy().tolist() == [2., 3., 4.]
+undocumented = sorted(f"{c.__module__}.{c.__qualname__}" for m in list(sys.modules.values()) if m.__name__.startswith(("core", "plugin_cpu"))
+                      for c in list(vars(m).values()) if isinstance(c, type) and dataclasses.is_dataclass(c) and c.__module__ == m.__name__
+                      and (c.__doc__ or "").startswith(c.__name__ + "("))
+print("PROBE", repr((ours, undocumented)))
+"""
+
+def _probe_start(tmp_path) -> tuple[list, list]:
+  env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "CORE_CACHE_DIR": str(tmp_path)}
+  out = subprocess.run([sys.executable, "-c", PROBE_START], capture_output=True, text=True, env=env, timeout=120)
+  assert out.returncode == 0, out.stderr
+  return ast.literal_eval(next(ln for ln in out.stdout.splitlines() if ln.startswith("PROBE"))[6:])
+
+def test_a_warm_start_compiles_no_regular_expression_and_no_dataclass_signature(tmp_path):
+  _probe_start(tmp_path)   # fills the cache
+  patterns, undocumented = _probe_start(tmp_path)
+  assert patterns == [], f"core or the CPU plugin compiled regular expressions on a warm start: {patterns}"
+  assert undocumented == [], f"dataclasses without a docstring (dataclass() runs inspect.signature for them): {undocumented}"
+
+def test_name_checks_agree_with_the_patterns_they_replace():
+  import re
+  from core.device.compiler import cache_folder
+  from core.device.plugins import _norm, _short
+  from core.device.target import _is_arch, _is_name
+  samples = ["", "cpu", "CPU", "_x1", "1x", "a-b", "a.b", "sm_90", "gfx1100", "znver4", "x86-64-v3", "é", "a b", "a\tb", "cpu\n", "..", ".x",
+             "plugin-cpu", "plugin_cpu", "Plugin__CPU", "my.plugin--x", "a-_.b", "-a-", "cpu_native_gcc 12/x:y", "c++"]
+  for s in samples:
+    assert _is_name(s) == bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", s)), s
+    assert _is_arch(s) == bool(re.fullmatch(r"[A-Za-z0-9_.\-]+", s)), s
+    assert _norm(s) == re.sub(r"[-_.]+", "-", s).lower(), s
+    assert _short(s) == re.sub(r"^plugin[-_]", "", re.sub(r"[-_.]+", "-", s).lower()), s
+    assert cache_folder(s) == (re.sub(r"[^A-Za-z0-9_.+-]", "_", s).lstrip(".") or "_"), s
