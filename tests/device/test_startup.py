@@ -226,8 +226,11 @@ ours = []
 compile_ = re._compile
 def watched(pattern, flags):
   f = sys._getframe(1)
-  # the first caller outside Python's library (re, fnmatch, pathlib, importlib) is the code that asked for the pattern
-  while f is not None and (f.f_code.co_filename.startswith(STDLIB) or f.f_code.co_filename.startswith("<frozen")): f = f.f_back
+  # the first caller outside Python's library (re, fnmatch, pathlib, importlib) is the code that asked for the pattern; a
+  # library module's own top-level code (urllib.parse's patterns, compiled when core's `import pathlib` first loads it) is not
+  while f is not None and (f.f_code.co_filename.startswith(STDLIB) or f.f_code.co_filename.startswith("<frozen")):
+    if f.f_code.co_name == "<module>" and f.f_code.co_filename.startswith(STDLIB): return compile_(pattern, flags)
+    f = f.f_back
   if f is not None and ("/core/" in f.f_code.co_filename or "/plugin_cpu/" in f.f_code.co_filename):
     ours.append((str(pattern), f.f_code.co_filename, f.f_lineno))
   return compile_(pattern, flags)
