@@ -71,9 +71,6 @@ def _horner(x: UOp, coeffs: list[float]) -> UOp:
   for c in coeffs[1:]: acc = UOp(Ops.MULACC, x.dtype, (acc, x, x.const_like(c)))
   return acc
 
-# 1.5 * 2**23 + 252: as _ROUND (252 even: the same ties to even), r's low mantissa bits holding k = n + 252, 0 <= k <= 252 for
-# x <= 0 clamped at -252
-_ROUND_NONPOSITIVE = 12582912.0 + 252.0
 # 2**f on |f| <= 1/2 as a degree-5 polynomial for exp2 of x <= 0 (softmax's exp): a near-minimax fit of the error in ulps
 # (Lawson's iteration weighted by the float32 spacing of 2**f), within 1.06 ulp of 2**f there; with float32 Horner's roundings
 # 1.78 ulp (2.07 unfused: the C renderer) where _EXP2_POLY's are 0.92 (1.14). Why one degree less here: the AVX2 softmax is
@@ -82,32 +79,32 @@ _ROUND_NONPOSITIVE = 12582912.0 + 252.0
 _EXP2_POLY_NONPOSITIVE = [0.0013225702366438698, 0.009671762422340281, 0.05550891445039435, 0.24022237044410527, 0.6931468292507238, 1.0]
 
 # EXP2 arg of an exp2 of x <= 0 whose consumer takes 2**x * 2**EXP2_SCALE (core.codegen.stash: a row normalization, where the
-# factor cancels): 2**(n + EXP2_SCALE) is one factor from the bits (k = n + 190, ties to even as 190 is even), no constant multiply
+# factor cancels): 2**(n + EXP2_SCALE) is one factor from the bits, no constant multiply
 EXP2_SCALED, EXP2_SCALE = "nonpositive, scaled", 63
-_ROUND_SCALED = 12582912.0 + 127.0 + EXP2_SCALE
 
-def fast_exp2_scaled(x: UOp) -> UOp:
-  """2**x * 2**EXP2_SCALE for float32 x <= 0 or NaN (EXP2_SCALED): fast_exp2_nonpositive without its constant multiply. The
-  factor 2**(n+63) is normal for every n whose result is not 0 (n >= -150) and 0.0 at the clamp n = -190, so p * 2**(n+63)
-  rounds once: 2**EXP2_SCALE times fast_exp2_nonpositive's value where that is a normal float, and where it is subnormal this
-  rounding is its only one (fast_exp2_nonpositive's rounds again at 2**-125)."""
-  xc = (x < -190.0).where(-190.0, x)
-  r = xc + _ROUND_SCALED
-  n = r - _ROUND_SCALED
+def _exp2_nonpositive_times(x: UOp, s: int) -> UOp:
+  """2**x * 2**s for float32 x <= 0 or NaN, s odd in [1, 125]: the degree-5 polynomial times 2**(n+s), one factor from the bits. r's
+  low mantissa bits hold k = n + 127 + s (1.5 * 2**23 + 127 + s rounds x to n, ties to even as 127 + s is even), 0 <= k for x
+  clamped at -(127 + s), where k = 0 makes the factor 0.0 (-inf included, no subnormal on the way). The factor is normal for
+  every n whose result is not 0 (n >= -150), so p * 2**(n+s) rounds once."""
+  xc = (x < -(127.0 + s)).where(-(127.0 + s), x)
+  r = xc + (12582912.0 + 127.0 + s)
+  n = r - (12582912.0 + 127.0 + s)
   return _horner(xc - n, _EXP2_POLY_NONPOSITIVE) * (r.bitcast(dtypes.uint32.vec(x.dtype.count)) << 23).bitcast(x.dtype)
 
+def fast_exp2_scaled(x: UOp) -> UOp:
+  """2**x * 2**EXP2_SCALE for float32 x <= 0 or NaN (EXP2_SCALED): fast_exp2_nonpositive without its constant multiply, so
+  where its value is a normal float this is 2**EXP2_SCALE times it, and where it is subnormal this rounding is its only one
+  (fast_exp2_nonpositive's rounds again at 2**-125)."""
+  return _exp2_nonpositive_times(x, EXP2_SCALE)
+
 def fast_exp2_nonpositive(x: UOp) -> UOp:
-  """2**x for float32 x known to be <= 0 or NaN (EXP2_NONPOSITIVE): fast_exp2 without its overflow guard. 2**n is one factor
-  2**(n+125) from the bits, k << 23 (a normal float, or 0.0 at the clamp n = -252: -inf gives 0 with no subnormal on the way),
-  then a constant 2**-125: fast_exp2's clamp at 129 and three of its four integer ops saved, and a degree-5 polynomial
-  (_EXP2_POLY_NONPOSITIVE) for its degree 6 (17 -> 12 vector ops per exp on AVX2). p * 2**(n+125) is exact for n >= -250 (and
-  every n whose result is not 0 is >= -150), so the constant's multiply rounds once, subnormal results included: within 1.8 ulp
-  of 2**x (2.1 unfused; fast_exp2: 0.9), special values (-0.0, -inf -> 0, NaN) exact."""
-  xc = (x < -252.0).where(-252.0, x)
-  r = xc + _ROUND_NONPOSITIVE
-  n = r - _ROUND_NONPOSITIVE
-  p = _horner(xc - n, _EXP2_POLY_NONPOSITIVE)
-  return p * (r.bitcast(dtypes.uint32.vec(x.dtype.count)) << 23).bitcast(x.dtype) * 2.0 ** -125
+  """2**x for float32 x known to be <= 0 or NaN (EXP2_NONPOSITIVE): fast_exp2 without its overflow guard. 2**(n+125) from the
+  bits (_exp2_nonpositive_times), then a constant 2**-125: fast_exp2's clamp at 129 and three of its four integer ops saved, and
+  a degree-5 polynomial (_EXP2_POLY_NONPOSITIVE) for its degree 6 (17 -> 12 vector ops per exp on AVX2). p * 2**(n+125) is exact
+  for n >= -250 (the clamp is at -252), so the constant's multiply rounds once, subnormal results included: within 1.8 ulp of
+  2**x (2.1 unfused; fast_exp2: 0.9), special values (-0.0, -inf -> 0, NaN) exact."""
+  return _exp2_nonpositive_times(x, 125) * 2.0 ** -125
 
 def fast_exp2(x: UOp, scale: Callable[[UOp, UOp], UOp] | None = None, split: Callable[[UOp], tuple[UOp, UOp]] | None = None) -> UOp:
   """2**x for float32 x. `scale(p, n)`: p * 2**n (n an integer-valued float, -254 <= n <= 129) in one instruction where the
