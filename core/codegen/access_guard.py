@@ -30,9 +30,7 @@ def proven_in_extent(idx: UOp, param: UOp, nbytes: int) -> bool:
   inner = idx
   while inner.op in (Ops.CAST, Ops.BITCAST): inner = inner.src[0]   # a vector access: its lanes from the element at the index
   if inner.op is not Ops.INDEX or (n := extent(param)) is None: return False
-  base = inner.src[0]
-  while base.op is Ops.AFTER: base = base.src[0]
-  if base is not param: return False
+  if inner.src[0].after_base is not param: return False
   lo, hi = inner.src[1].vmin, inner.src[1].vmax
   item = param.dtype.base.itemsize   # type: ignore[attr-defined]
   return isinstance(lo, int) and isinstance(hi, int) and lo >= 0 and hi * item + nbytes <= n

@@ -93,9 +93,7 @@ pm_lower_reduce = PatternMatcher([(UPat(Ops.REDUCE, name="red"), lower_reduce)],
 def _is_acc_read(u: UOp) -> bool:
   """u reads an accumulator register (LOAD(INDEX(AFTER(DEFINE_REG, ...), 0)))."""
   if u.op is not Ops.LOAD or u.src[0].op is not Ops.INDEX: return False
-  b = u.src[0].src[0]
-  while b.op is Ops.AFTER: b = b.src[0]
-  return b.op is Ops.DEFINE_REG
+  return u.src[0].src[0].after_base.op is Ops.DEFINE_REG
 
 def _sum_terms(v: UOp) -> list[UOp]:
   """The terms of an ADD tree (the unrolled parts the expander summed), left to right."""

@@ -18,9 +18,7 @@ def _scratch_row(nodes: list[UOp], r: UOp, e: UOp, max_bytes: int) -> UOp | None
 def _reduce_update(end: UOp) -> tuple[UOp, UOp] | None:
   """(update STORE, value) of an accumulator loop END(STORE(acc[0], combine(acc[0], value)), range), else None."""
   if len(end.src) != 2 or (st := end.src[0]).op is not Ops.STORE or st.src[0].op is not Ops.INDEX: return None
-  base = st.src[0].src[0]
-  while base.op is Ops.AFTER: base = base.src[0]
-  if base.op is not Ops.DEFINE_REG or (upd := st.src[1]).op not in GroupOp.ALU or len(upd.src) != 2: return None
+  if st.src[0].src[0].after_base.op is not Ops.DEFINE_REG or (upd := st.src[1]).op not in GroupOp.ALU or len(upd.src) != 2: return None
   acc = [s for s in upd.src if s.op is Ops.LOAD and s.src[0] is st.src[0]]
   return (st, upd.src[1] if acc and upd.src[0] is acc[0] else upd.src[0]) if acc else None
 
@@ -40,14 +38,10 @@ def _canonical(u: UOp) -> UOp:
   """u with its memory addresses simplified: index math built in different orders compares equal."""
   return u.substitute({i: i.replace(src=(i.src[0], i.src[1].simplify()) + i.src[2:]) for i in u.toposort() if i.op is Ops.INDEX and len(i.src) > 1})
 
-def _base(u: UOp) -> UOp:
-  while u.op is Ops.AFTER: u = u.src[0]
-  return u
-
 def _inverse_sum(x: UOp, acc: UOp) -> bool:
   """x is 1 / (a sum of the lanes of accumulator `acc`) (broadcast): a factor c in every summed value is a factor 1/c in x."""
   def degree(u: UOp) -> int | None:   # of u in the accumulator's value: 1 its sums, -1 their reciprocals, None anything else
-    if u.op is Ops.LOAD: return 1 if u.src[0].op is Ops.INDEX and _base(u.src[0].src[0]) is acc else None
+    if u.op is Ops.LOAD: return 1 if u.src[0].op is Ops.INDEX and u.src[0].src[0].after_base is acc else None
     if u.op is Ops.GEP: return degree(u.src[0])
     if u.op is Ops.RECIPROCAL: return None if (d := degree(u.src[0])) is None else -d
     if u.op in (Ops.ADD, Ops.VECTORIZE): return d if len(ds := {degree(s) for s in u.src}) == 1 and (d := ds.pop()) is not None else None
@@ -83,7 +77,7 @@ def stash_reduced_values(sink: UOp, scratch_bytes: int = 0, scaled_exp2: bool = 
     want = _canonical(e.substitute({r: r1}))
     if r1 not in want.toposort() or (e1 := next((c for c in _lanes(out.src[1]) if c.op is e.op and _canonical(c) is want), None)) is None: continue
     if scaled_exp2 and e.op is Ops.EXP2 and e.arg == EXP2_NONPOSITIVE and st.src[1].op is Ops.ADD and (v := out.src[1]).op is Ops.MUL \
-       and e1 in v.src and _inverse_sum(v.src[1] if v.src[0] is e1 else v.src[0], _base(st.src[0].src[0])):
+       and e1 in v.src and _inverse_sum(v.src[1] if v.src[0] is e1 else v.src[0], st.src[0].src[0].after_base):
       st = st.substitute({e: (e := e.replace(arg=EXP2_SCALED))})
     if (row := _scratch_row(nodes, r, e, scratch_bytes)) is not None:   # whole vectors, ungated: padded lanes are never stored out
       stash = UOp(Ops.STORE, src=(row.index(r), e), arg=STASH_ARG)

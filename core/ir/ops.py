@@ -264,6 +264,13 @@ class UOp(_UOpFields, metaclass=UOpMeta):
     while u.op in GroupOp.Movement: u = u.src[0]
     return u
 
+  @property
+  def after_base(self) -> UOp:
+    """The node under any AFTERs: the buffer (PARAM, DEFINE_LOCAL, DEFINE_REG) an INDEX reads, whose AFTERs only order accesses."""
+    u = self
+    while u.op is Ops.AFTER: u = u.src[0]
+    return u
+
   # *** builders ***
 
   @staticmethod

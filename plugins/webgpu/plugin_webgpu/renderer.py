@@ -117,11 +117,6 @@ wgsl_code_for_op: dict[Ops, Callable[..., str]] = {**c_code_for_op,
   Ops.MULACC: lambda a, b, c, dt: f"fma({a}, {b}, {c})" if dtypes.is_float(dt) else f"(({a} * {b}) + {c})",
 }
 
-def _base(u: UOp) -> UOp:
-  """The buffer under an INDEX source: PARAM, DEFINE_LOCAL or DEFINE_REG (AFTER only orders accesses)."""
-  while u.op is Ops.AFTER: u = u.src[0]
-  return u
-
 def _cmplt(ctx: WGSLRenderer, x: UOp) -> str | None:
   if x.src[0].dtype.scalar() is not dtypes.bool: return None
   return f"((!{ctx[x.src[0]]}) & {ctx[x.src[1]]})"
@@ -277,7 +272,7 @@ class WGSLRenderer(CStyleRenderer):
     return ""
 
   def _element(self, idx: UOp) -> tuple[UOp, str]:
-    buf = _base(idx.src[0])
+    buf = idx.src[0].after_base
     i = self[idx.src[1]]
     return buf, (f"(o{buf.arg} + {i})" if buf.op is Ops.PARAM else i)
 
@@ -316,7 +311,7 @@ class WGSLRenderer(CStyleRenderer):
     import copy
     ctx = copy.copy(self)
     ctx.workgroup_vars = []
-    ctx.written = {_base(u.src[0].src[0]) for u in uops if u.op is Ops.STORE and u.src[0].op is Ops.INDEX}
+    ctx.written = {u.src[0].src[0].after_base for u in uops if u.op is Ops.STORE and u.src[0].op is Ops.INDEX}
     # `enable f16;` only in kernels that use half: a shader without it runs on adapters without shader-f16 (browsers)
     ctx.uses_f16 = self.f16 and any(dt.base.scalar() is dtypes.float16 for u in uops for dt in (u.dtype, *(s.dtype for s in u.src)))
     ctx.gsize, ctx.lsize = [1, 1, 1], [1, 1, 1]
