@@ -2,9 +2,10 @@
 from __future__ import annotations
 import functools, itertools, struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp, Ops
+from core.ir.pattern import PatternMatcher, UPat
 
 @dataclass(frozen=True)
 class ProgramData:
@@ -134,3 +135,12 @@ def command_kind(cmd: UOp) -> str:
   """A short human name of an abstract command, for errors and DEBUG output."""
   if cmd.op is Ops.LAUNCH: return f"launch {cmd.src[0].arg.name}"
   return {Ops.COPY: "copy", Ops.WAIT: "wait", Ops.SIGNAL: "signal", Ops.BARRIER: "barrier", Ops.TIMESTAMP: "timestamp"}.get(cmd.op, cmd.op.name)
+
+def lower_each_command(lower: Callable[[Any, UOp], UOp], name: str) -> PatternMatcher:
+  """A pm_lower that hands every abstract command (the shapes core builds above: launch, copy, wait, signal, barrier,
+  timestamp) to one function `lower(ctx, cmd)`, for a device that picks a command's encoding by its queue in plain code."""
+  return PatternMatcher([(UPat(Ops.LAUNCH, src=(UPat(Ops.PROGRAM), UPat()), name="cmd"), lower),
+                         (UPat((Ops.COPY, Ops.WAIT), src=(UPat(), UPat()), name="cmd"), lower),
+                         (UPat(Ops.SIGNAL, src=(UPat(Ops.BUFFER), UPat()), name="cmd"), lower),
+                         (UPat(Ops.BARRIER, src=(), name="cmd"), lower),
+                         (UPat(Ops.TIMESTAMP, src=(UPat(),), name="cmd"), lower)], name=name)

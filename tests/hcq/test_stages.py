@@ -127,6 +127,22 @@ def test_encode_splits_patches():
   assert struct.unpack_from("<Q", words, 72)[0] == 7 and struct.unpack_from("<Q", words, 24)[0] == 16   # constants baked in
   assert [k for k, _ in ctx.commands[sub]] == ["copy", "signal", "wait"]
 
+def test_lower_each_command_hands_every_abstract_command_to_one_function():
+  from core.ir.pattern import graph_rewrite
+  a, b = buf(), buf()
+  prog = q.prepared_program("X", q.placeholder("program", "X", 64), q.ProgramData("k", 8, 8, (0,)))
+  cmds = [q.launch(prog, q.placeholder("kernargs", "X", 8), (1, 1, 1), (1, 1, 1)), q.copy(a, b, 16), q.wait(a, q.u64(1)),
+          q.signal(a, q.u64(2)), q.barrier(), q.timestamp(a)]
+  seen: list[tuple[str, Ops]] = []
+  def lower(ctx, cmd):
+    seen.append((ctx, cmd.op))
+    return q.ins(bytes([len(seen)]))
+  pm = q.lower_each_command(lower, "lower X")
+  out = [graph_rewrite(c, pm, "ctx", bottom_up=True) for c in cmds]
+  assert seen == [("ctx", op) for op in (Ops.LAUNCH, Ops.COPY, Ops.WAIT, Ops.SIGNAL, Ops.BARRIER, Ops.TIMESTAMP)]
+  assert [o.arg[0] for o in out] == [bytes([i]) for i in range(1, 7)]
+  assert graph_rewrite(a, pm, "ctx", bottom_up=True) is a and len(seen) == 6   # a buffer is no command
+
 def test_pack_shares_one_allocation():
   k1, k2 = q.placeholder("kernargs", "X", 24), q.placeholder("kernargs", "X", 8)
   ctx = state()

@@ -4,8 +4,7 @@ from typing import Any, Callable
 from core.device.hcq import EncodeCtx
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
-from core.ir.pattern import PatternMatcher, UPat
-from core.hcq.queue_ir import Words, const_value, hi32, lo32
+from core.hcq.queue_ir import Words, lower_each_command, const_value, hi32, lo32
 from plugin_amd import pm4, sdma
 from plugin_amd.prep import AMDProgramData, USER_SGPRS
 from plugin_amd.runtime import AMDHCQ
@@ -170,14 +169,7 @@ def _lower(ctx: EncodeCtx, cmd: UOp) -> UOp:
   return lower_command(cmd, ctx.queue, ctx.hcq.arch, ctx.hcq)
 
 # the HCQ contract's pm_lower: each abstract command -> the words of its queue's engine (ctx: core.device.hcq.EncodeCtx)
-pm_lower = PatternMatcher([
-  (UPat(Ops.LAUNCH, src=(UPat(Ops.PROGRAM), UPat()), name="cmd"), _lower),
-  (UPat(Ops.COPY, src=(UPat(), UPat()), name="cmd"), _lower),
-  (UPat(Ops.WAIT, src=(UPat(), UPat()), name="cmd"), _lower),
-  (UPat(Ops.SIGNAL, src=(UPat(Ops.BUFFER), UPat()), name="cmd"), _lower),
-  (UPat(Ops.BARRIER, src=(), name="cmd"), _lower),
-  (UPat(Ops.TIMESTAMP, src=(UPat(),), name="cmd"), _lower),
-], name="lower AMD queue commands")
+pm_lower = lower_each_command(_lower, "lower AMD queue commands")
 
 # *** resolving patches (what core's resolve stage does; used by the MOCK interface's tests) ***
 

@@ -21,10 +21,10 @@ from typing import Any
 from core.device.hcq import EncodeCtx
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
-from core.ir.pattern import PatternMatcher, UPat
-from core.hcq.queue_ir import Words, const_value, hi32, lo32
+from core.hcq.queue_ir import Words, lower_each_command, const_value, hi32, lo32
 from plugin_nv import pushbuf as pb
 from plugin_nv.prep import NVProgramData, QMD_ALIGN
+from plugin_nv.runtime import NVHCQ
 from plugin_nv.qmd import address_fields, address_slot, arch_info, build_qmd
 
 def getaddr(buf: UOp) -> UOp: return buf if buf.op is Ops.GETADDR else UOp(Ops.GETADDR, dtypes.uint64, (buf,))
@@ -142,16 +142,9 @@ def lower_command(cmd: UOp, queue: str, arch: str) -> UOp:
   raise ValueError(f"NV pm_lower: no lowering for {cmd.op.name} (arg {cmd.arg!r}) on {queue}")
 
 def _lower(ctx: EncodeCtx, cmd: UOp) -> UOp:
-  arch = getattr(ctx.hcq, "arch", None)
-  if not isinstance(arch, str): raise TypeError(f"NV pm_lower for {ctx.device}: its HCQ object {type(ctx.hcq).__name__} names no arch")
-  return lower_command(cmd, ctx.queue, arch)
+  # core's encode stage names the submit's queue; the arch is the device's own
+  if not isinstance(ctx.hcq, NVHCQ): raise TypeError(f"NV pm_lower for {ctx.device}: its HCQ object is a {type(ctx.hcq).__name__}, not an NVHCQ")
+  return lower_command(cmd, ctx.queue, ctx.hcq.arch)
 
 # the HCQ contract's pm_lower (ctx: core.device.hcq.EncodeCtx)
-pm_lower = PatternMatcher([
-  (UPat(Ops.LAUNCH, src=(UPat(Ops.PROGRAM), UPat()), name="cmd"), _lower),
-  (UPat(Ops.COPY, src=(UPat(), UPat()), name="cmd"), _lower),
-  (UPat(Ops.WAIT, src=(UPat(), UPat()), name="cmd"), _lower),
-  (UPat(Ops.SIGNAL, src=(UPat(Ops.BUFFER), UPat()), name="cmd"), _lower),
-  (UPat(Ops.BARRIER, src=(), name="cmd"), _lower),
-  (UPat(Ops.TIMESTAMP, src=(UPat(),), name="cmd"), _lower),
-], name="lower NV queue commands")
+pm_lower = lower_each_command(_lower, "lower NV queue commands")

@@ -18,6 +18,22 @@ def test_the_hcq_rules_are_the_hooks(pm: Any) -> None:
   from plugin_nv.bufferize import pm_bufferize
   assert pm.pm_prep_program("NV") is pm_prep_program and pm.pm_lower("NV") is pm_lower and pm.pm_bufferize("NV:1") is pm_bufferize
 
+def test_lowering_needs_the_nv_hcq_object() -> None:
+  from core.device.hcq import EncodeCtx, HCQDevice
+  from core.hcq import queue_ir as qi
+  from core.ir.pattern import graph_rewrite
+  from plugin_nv.lower import lower_compute_barrier, pm_lower
+  from plugin_nv.runtime import NVHCQ
+  class Other(HCQDevice):
+    queues = ("COMPUTE:0",)
+    arch = "sm_90"   # an arch alone does not make an NV device
+    def ring_size(self, queue: str) -> int: return 4096
+    def wait_signal(self, signal: Any, value: int, timeout_s: float) -> None: pass
+  with pytest.raises(TypeError, match="its HCQ object is a Other, not an NVHCQ"):
+    graph_rewrite(qi.barrier(), pm_lower, EncodeCtx(Other(), "NV", "COMPUTE:0"), bottom_up=True)
+  got = graph_rewrite(qi.barrier(), pm_lower, EncodeCtx(NVHCQ("NV", "sm_90"), "NV", "COMPUTE:0"), bottom_up=True)
+  assert got is lower_compute_barrier()
+
 def test_available_only_with_the_kernel_driver(pm: Any) -> None:
   from plugin_nv.nvk import gpu_present
   assert pm.spec("NV").available() is gpu_present()

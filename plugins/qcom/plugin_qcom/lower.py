@@ -6,8 +6,7 @@ waits compare the low dword (timeline values stay below 2**32, four billion subm
 from __future__ import annotations
 from core.device.hcq import EncodeCtx
 from core.ir.ops import UOp, Ops
-from core.ir.pattern import PatternMatcher, UPat
-from core.hcq.queue_ir import Words, const_value, getaddr, hi32, lo32
+from core.hcq.queue_ir import Words, lower_each_command, const_value, getaddr, hi32, lo32
 from plugin_qcom import descriptors, pm4, regs
 from plugin_qcom.prep import QCOMProgramData
 
@@ -135,11 +134,4 @@ def lower_command(cmd: UOp, queue: str = "COMPUTE:0") -> UOp:
 def _lower(ctx: EncodeCtx, cmd: UOp) -> UOp: return lower_command(cmd, ctx.queue)
 
 # the HCQ contract's pm_lower (ctx: core.device.hcq.EncodeCtx)
-pm_lower = PatternMatcher([
-  (UPat(Ops.LAUNCH, src=(UPat(Ops.PROGRAM), UPat()), name="cmd"), _lower),
-  (UPat(Ops.COPY, src=(UPat(), UPat()), name="cmd"), _lower),
-  (UPat(Ops.WAIT, src=(UPat(), UPat()), name="cmd"), _lower),
-  (UPat(Ops.SIGNAL, src=(UPat(Ops.BUFFER), UPat()), name="cmd"), _lower),
-  (UPat(Ops.BARRIER, src=(), name="cmd"), _lower),
-  (UPat(Ops.TIMESTAMP, src=(UPat(),), name="cmd"), _lower),
-], name="lower QCOM queue commands")
+pm_lower = lower_each_command(_lower, "lower QCOM queue commands")
