@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
   from core.device.hcq import HCQDevice
+  from core.device.target import Target
 
 class KernelFault(RuntimeError):
   """A kernel crashed on a device that runs it directly (a wild address, a division by zero): the message names the kernel,
@@ -50,7 +51,7 @@ class Compiled:
   """A device ready to use. `runtime(name, lib)` loads a compiled kernel as a Program; `target` is the DEV entry it came from.
   `hcq`: the device's command-queue side (core/device/hcq.py); when given, schedules run through core's HCQ pipeline."""
   def __init__(self, device: str, allocator: Any, renderer: Any, compiler: Any, runtime: Callable[[str, bytes], Program] | None,
-               target: Any = None, hcq: HCQDevice | None = None):
+               target: Target | None = None, hcq: HCQDevice | None = None):
     self.device, self.allocator, self.renderer, self.compiler, self.runtime, self.target = device, allocator, renderer, compiler, runtime, target
     self.hcq = hcq
 

@@ -6,6 +6,7 @@ import os
 from typing import Any
 from core.device.allocator import Allocator, BufferSpec
 from core.device.compiled import Compiled
+from core.device.target import Target
 
 def disk_path(device: str) -> str:
   """The file of a canonical DISK device name ("DISK:/abs/path" -> "/abs/path")."""
@@ -62,6 +63,6 @@ class NoKernels:
     raise RuntimeError(f"{self.device} stores bytes and can't run kernels: move the tensor to a compute device first "
                        f"(t.to('CPU')); on DISK only whole contiguous slices (t[a:b], reshapes) are views")
 
-def make_disk_device(name: str, target: Any = None) -> Compiled:
+def make_disk_device(name: str, target: Target | None = None) -> Compiled:
   if ":" not in name: raise ValueError("the DISK device needs a file: device='disk:/path/to/file'")
   return Compiled(name, DiskAllocator(name), NoKernels(name), None, None, target)

@@ -11,6 +11,7 @@ from core.device.compiler import Compiler
 from core.device.renderer import Renderer
 from core.device.tensor_core import TENSOR_CORES, TensorCore, tensor_core
 from core.device.compiled import Compiled
+from core.device.target import Target
 
 # *** C semantics of ALU ops and casts on numpy arrays (core.ir.alu.exec_alu is the specification) ***
 
@@ -452,7 +453,7 @@ def make_python_renderer(arch: str | None = None) -> tuple[PythonRenderer, Pytho
   """(Renderer, Compiler) for the PYTHON device, in the form DeviceSpec.renderers expects (the NULL device borrows it)."""
   return PythonRenderer(), PythonCompiler()
 
-def make_python_device(name: str, target: Any = None) -> Compiled:
+def make_python_device(name: str, target: Target | None = None) -> Compiled:
   """The PYTHON device: host memory, the JSON renderer, the identity compiler and the numpy interpreter."""
-  renderer, compiler = make_python_renderer(getattr(target, "arch", None))
+  renderer, compiler = make_python_renderer(target.arch if target is not None else None)
   return Compiled(name, PythonAllocator(name), renderer, compiler, PythonProgram, target)

@@ -36,7 +36,7 @@ def device_kind(device: str) -> dict[str, Any]:
   from core.device.registry import Device
   dev, target = Device[device], Device.target(device)
   return {"device": target.device, "renderer": type(dev.renderer).__name__,
-          "arch": getattr(dev.renderer, "arch", None) or target.arch, "dev": str(target), "compiler": dev.compiler.cachekey}
+          "arch": dev.renderer.arch or target.arch, "dev": str(target), "compiler": dev.compiler.cachekey}
 
 def _kind_str(k: dict[str, Any]) -> str:
   return f"{k.get('device')} (renderer {k.get('renderer')}, arch {k.get('arch') or 'default'}, DEV={k.get('dev')}, compiler {k.get('compiler')})"

@@ -4,6 +4,7 @@ import ctypes, os, tempfile, time
 from typing import Any
 from core.device.allocator import BufferSpec, LRUAllocator
 from core.device.compiled import Compiled
+from core.device.target import Target
 
 class ExampleAllocator(LRUAllocator):
   """Buffers are ctypes byte arrays: zero-copy host access, views via from_buffer at an offset."""
@@ -28,12 +29,13 @@ class ExampleProgram:
     self.fxn(*[ctypes.cast(b, ctypes.c_void_p) for b in bufs], *[ctypes.c_int32(v) for v in vals])
     return time.perf_counter() - st if wait else None
 
-def make_device(name: str, target: Any = None) -> Compiled:
+def make_device(name: str, target: Target | None = None) -> Compiled:
   """The EXAMPLE device for DEV target `target`. Interface DIRECT (the default): core calls each kernel through ExampleProgram.
   SIM (DEV=SIM+EXAMPLE): core's HCQ pipeline runs whole schedules as packets on the simulated driver's queues (iface_sim.py)."""
   from plugin_example import make_c
-  renderer, compiler = make_c(getattr(target, "arch", None))
-  iface = (getattr(target, "interface", None) or "DIRECT").upper()
+  target = target or Target(device=name)
+  renderer, compiler = make_c(target.arch)
+  iface = (target.interface or "DIRECT").upper()
   if iface not in ("DIRECT", "SIM"): raise ValueError(f"{name} has no interface {iface!r}; choose DIRECT (the default) or SIM (DEV=SIM+{name})")
   from plugin_example.iface_sim import sim_hcq
   return Compiled(name, ExampleAllocator(name), renderer, compiler, ExampleProgram, target=target, hcq=sim_hcq(name) if iface == "SIM" else None)

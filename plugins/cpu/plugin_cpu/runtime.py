@@ -5,6 +5,7 @@ from typing import Any, Callable, NoReturn
 from core.helpers import to_function_name
 from core.device.allocator import BufferSpec, LRUAllocator
 from core.device.compiled import Compiled, KernelFault
+from core.device.target import Target
 
 ALIGN = 64  # a cache line, and enough for any AVX-512 vector load
 CPU_MAX_ARGS = 64  # as in native/pool.h
@@ -233,19 +234,20 @@ def llvmlite_available() -> bool:
   try: return importlib.util.find_spec("llvmlite") is not None
   except (ImportError, ValueError): return False
 
-def make_device(name: str, target: Any = None) -> Compiled:
+def make_device(name: str, target: Target | None = None) -> Compiled:
   """The CPU device for DEV target `target`: renderer LLVM (the default when llvmlite is installed: as fast and it compiles
   in-process) or C; ARCH is -march/cpu. Interface HCQ (the default): schedules run through core's HCQ pipeline on this
   device's command processor (iface_hcq.py); DIRECT: kernels are called one by one."""
   from plugin_cpu import make_c, make_llvm
-  which = (getattr(target, "renderer", None) or ("LLVM" if llvmlite_available() else "C")).upper()
-  arch = getattr(target, "arch", None)
+  target = target or Target(device=name)
+  which = (target.renderer or ("LLVM" if llvmlite_available() else "C")).upper()
+  arch = target.arch
   makers = {"C": make_c, "LLVM": make_llvm}
   if which not in makers: raise ValueError(f"{name} has no renderer {which!r}; choose one of {', '.join(makers)} (DEV={name}:LLVM or DEV={name}:C)")
   if which == "LLVM" and not llvmlite_available(): raise RuntimeError(f"{name}:LLVM needs llvmlite: pip install llvmlite, or use DEV={name}:C")
   renderer, compiler = makers[which](arch)
   renderer.device, renderer.arch = name, arch
-  iface = (getattr(target, "interface", None) or "HCQ").upper()
+  iface = (target.interface or "HCQ").upper()
   if iface not in ("HCQ", "DIRECT"): raise ValueError(f"{name} has no interface {iface!r}; choose HCQ (the default) or DIRECT (DEV=DIRECT+{name})")
   from plugin_cpu.iface_hcq import device_hcq
   return Compiled(name, CPUAllocator(name), renderer, compiler, CPUProgram, target, hcq=device_hcq(name) if iface == "HCQ" else None)

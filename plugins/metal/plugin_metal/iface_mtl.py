@@ -11,6 +11,7 @@ import bisect, ctypes, threading, time
 from typing import Any
 from core.device.allocator import BufferSpec, LRUAllocator
 from core.device.compiled import Compiled
+from core.device.target import Target
 from plugin_metal import objc
 from plugin_metal.cmdbuf import Call
 from plugin_metal.icb import Icb, max_bind_count
@@ -225,7 +226,7 @@ class MtlProgram:
     if err is not None: raise RuntimeError(f"METAL kernel {self.name} failed: {err}")
     return time.perf_counter() - st if wait else None
 
-def make_mtl_device(name: str, target: Any) -> Compiled:
+def make_mtl_device(name: str, target: Target) -> Compiled:
   """The METAL device on macOS: the system's default GPU."""
   import sys
   if sys.platform != "darwin": raise RuntimeError(f"{name}: the MTL interface needs macOS (Metal); on this machine use DEV=MOCK+{name} "
@@ -234,5 +235,5 @@ def make_mtl_device(name: str, target: Any) -> Compiled:
   from plugin_metal.compiler import MetalCompiler
   dev = objc.metal_device()
   hcq = MtlHCQ(name, dev)
-  return Compiled(name, MtlAllocator(name, dev), MetalRenderer(getattr(target, "arch", None)), MetalCompiler(),
+  return Compiled(name, MtlAllocator(name, dev), MetalRenderer(target.arch), MetalCompiler(),
                   lambda n, lib: MtlProgram(hcq, n, lib), target=target, hcq=hcq)

@@ -6,6 +6,7 @@ from typing import Any
 from core.codegen.access_guard import Allocations
 from core.device.allocator import BufferSpec, LRUAllocator
 from core.device.compiled import Compiled
+from core.device.target import Target
 from plugin_metal import INTERFACES
 
 # every MOCK allocation, so a guarded kernel's accesses are checked against the allocation each buffer argument points into
@@ -44,9 +45,10 @@ class MockProgram:
     del keep
     return time.perf_counter() - st if wait else None
 
-def make_device(name: str, target: Any = None) -> Compiled:
+def make_device(name: str, target: Target | None = None) -> Compiled:
   """The METAL device for DEV target `target`: MTL (the default; macOS only) or MOCK (DEV=MOCK+METAL, anywhere with clang++)."""
-  iface = (getattr(target, "interface", None) or INTERFACES[0]).upper()
+  target = target or Target(device=name)
+  iface = (target.interface or INTERFACES[0]).upper()
   if iface not in INTERFACES: raise ValueError(f"{name} has no interface {iface!r}; choose {' or '.join(INTERFACES)} (DEV=MOCK+{name})")
   if iface == "MTL":
     from plugin_metal.iface_mtl import make_mtl_device
@@ -54,7 +56,7 @@ def make_device(name: str, target: Any = None) -> Compiled:
   from plugin_metal.renderer import MetalRenderer
   from plugin_metal.compiler import MetalCheckCompiler
   from plugin_metal.iface_mock import mock_hcq
-  renderer = MetalRenderer(getattr(target, "arch", None))
+  renderer = MetalRenderer(target.arch)
   renderer.guard_accesses = True   # the MSL runs on the host: accesses not proven in range are checked (access_guard)
   # the address-space pass only: the host build (hostbuild.py) compiles each kernel's MSL as C++ anyway
   return Compiled(name, HostAllocator(name), renderer, MetalCheckCompiler(as_cxx=False), MockProgram, target=target, hcq=mock_hcq(name))

@@ -4,6 +4,7 @@ import ctypes, itertools, threading, time
 from typing import Any
 from core.device.allocator import BufferSpec, LRUAllocator
 from core.device.compiled import Compiled
+from core.device.target import Target
 from plugin_webgpu.gpu import GPU, gpu
 from plugin_webgpu.compiler import WGSLCompiler, pipeline
 from plugin_webgpu.renderer import WGSLRenderer
@@ -170,11 +171,11 @@ def make_renderer(g: GPU | None) -> WGSLRenderer:
   """The WGSL renderer for the adapter `g` (f16 and limits as granted), or with WebGPU's default limits when there is none."""
   return WGSLRenderer(f16=g.f16, limits=g.limits) if g is not None else WGSLRenderer()
 
-def make_device(name: str, target: Any = None) -> Compiled:
+def make_device(name: str, target: Target | None = None) -> Compiled:
   """The WEBGPU device: the process's wgpu device (lavapipe, or any adapter wgpu finds). Interface HCQ (the default): core's
   HCQ pipeline lowers whole schedules into packets that iface_hcq.py's command processor replays as command encoders;
   DIRECT: kernels are dispatched one by one, each a submitted command encoder."""
-  iface = (getattr(target, "interface", None) or "HCQ").upper()
+  iface = ((target.interface if target is not None else None) or "HCQ").upper()
   if iface not in ("HCQ", "DIRECT"): raise ValueError(f"{name} has no interface {iface!r}; choose HCQ (the default) or DIRECT (DEV=DIRECT+{name})")
   g = gpu()
   renderer = make_renderer(g)
