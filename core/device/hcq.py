@@ -1,9 +1,9 @@
 """The HCQ device contract: what a plugin's runtime offers core's command-queue pipeline (core/hcq), as one typed base class."""
 from __future__ import annotations
-import abc, contextlib, ctypes
+import abc, atexit, contextlib, ctypes, threading
 import numpy as np
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from core.helpers import frozen_record
+from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
 
 if TYPE_CHECKING:
   from core.device.buffer import Buffer
@@ -28,7 +28,7 @@ def handle_addr(buf: Buffer) -> int:
   if isinstance(h, int): return h
   return int(h.ctypes.data) if isinstance(h, np.ndarray) else ctypes.addressof(h)
 
-@dataclass(frozen=True)
+@frozen_record
 class RingLayout:
   """How a queue's ring takes command words. `unit`: bytes per count of its write pointer and doorbell (1, 2 or 4; a PM4
   queue counts dwords). `nop`: None when a submit's words may wrap from the ring's end to its start anywhere (the command
@@ -109,7 +109,27 @@ class HCQDevice(abc.ABC):
     afterwards only patch and run it (METAL: an indirect command buffer). The default does nothing."""
     return contextlib.nullcontext()
 
-@dataclass(frozen=True)
+H = TypeVar("H")
+
+class PerDevice(Generic[H]):
+  """An interface's HCQ objects, one per device name for the life of the process like the hardware queues they stand for:
+  a device reopened (Device.reset()) gets the same object, so the submissions core cached against its rings and signals
+  keep working. `on_exit(h)` runs for each at interpreter exit (stopping workers before what they use is torn down)."""
+  def __init__(self, on_exit: Callable[[H], None] | None = None):
+    self._objs: dict[str, H] = {}
+    self._lock = threading.RLock()   # a constructor may look at the other devices' objects
+    if on_exit is not None: atexit.register(lambda: [on_exit(h) for h in self.values()])
+
+  def get(self, device: str, make: Callable[[], H], keep: Callable[[H], bool] | None = None) -> H:
+    """The object of `device`, made by `make()` when there is none yet or `keep(old)` is False (closed, another arch)."""
+    with self._lock:
+      if (h := self._objs.get(device)) is None or (keep is not None and not keep(h)): h = self._objs[device] = make()
+    return h
+
+  def values(self) -> list[H]:
+    with self._lock: return list(self._objs.values())
+
+@frozen_record
 class EncodeCtx:
   """The ctx a plugin's pm_lower rules get: the device's HCQ object and the submit being encoded (its device and queue;
   a command's words depend on its queue, e.g. AMD encodes PM4 on COMPUTE and SDMA on COPY)."""

@@ -18,7 +18,7 @@ from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp
 from core.device.allocator import BufferSpec
 from core.device.buffer import Buffer
-from core.device.hcq import HCQDevice, RingLayout, handle_addr
+from core.device.hcq import HCQDevice, RingLayout, handle_addr, PerDevice
 from core.hcq import HCQError
 from plugin_example.queue import Op, decode, packet_words
 
@@ -203,12 +203,9 @@ def take_faults(queues: list[SimQueue]) -> list[str]:
   for q in queues: q.fault = None
   return reports
 
-_by_device: dict[str, SimHCQ] = {}
-_by_device_lock = threading.Lock()
+_by_device: PerDevice[SimHCQ] = PerDevice()
 
 def sim_hcq(device: str) -> SimHCQ:
   """The SimHCQ of a device instance, one per process like the hardware queues it stands for: a device reopened (Device.reset())
   keeps its queues and signals, which core's cached submissions and host timelines refer to."""
-  with _by_device_lock:
-    if (h := _by_device.get(device)) is None: h = _by_device[device] = SimHCQ(device)
-  return h
+  return _by_device.get(device, lambda: SimHCQ(device))

@@ -14,10 +14,11 @@ Waits between devices: a queue here may wait on another HCQ device's timeline si
 planned (`needs_staging`), that device's signal pages are mapped into this GPU's page tables (USERPTR).
 """
 from __future__ import annotations
-import atexit, ctypes, threading
+import ctypes, threading
 from typing import Any
 from core.device.allocator import BufferSpec, LRUAllocator
 from core.device.buffer import Buffer
+from core.device.hcq import PerDevice
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp
 from plugin_amd import kfd as K
@@ -146,7 +147,7 @@ class KFDHCQ(AMDHCQ):
 # *** one driver per process (the kernel keeps one KFD process per process), one HCQ object per device instance ***
 
 _drv: K.KFD | None = None
-_by_device: dict[str, KFDHCQ] = {}
+_by_device: PerDevice[KFDHCQ] = PerDevice(on_exit=KFDHCQ.close)
 _lock = threading.Lock()
 
 def driver() -> K.KFD:
@@ -156,15 +157,9 @@ def driver() -> K.KFD:
     if _drv is None: _drv = K.KFD()
   return _drv
 
-def _close_all() -> None:
-  for h in list(_by_device.values()): h.close()
-atexit.register(_close_all)
-
 def open_device(name: str, arch: str | None) -> tuple[KFDAllocator, KFDHCQ]:
   """The allocator and HCQ object of DEV=KFD+AMD[:LLVM[:ARCH]] (runtime.make_device builds the device): the arch is the installed
   GPU's, an ARCH that differs is refused."""
   drv = driver()
   if arch and arch != drv.arch: raise ValueError(f"DEV asks for KFD+AMD {arch}, but the GPU behind /dev/kfd is {drv.arch}")
-  with _lock:
-    if (h := _by_device.get(name)) is None or h.closed: h = _by_device[name] = KFDHCQ(name, drv)
-  return KFDAllocator(name, drv), h
+  return KFDAllocator(name, drv), _by_device.get(name, lambda: KFDHCQ(name, drv), keep=lambda h: not h.closed)

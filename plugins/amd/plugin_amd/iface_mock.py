@@ -17,11 +17,11 @@ every time), reads its arguments from the kernarg buffer (address from the user 
 packet's grid.
 """
 from __future__ import annotations
-import atexit, ctypes, threading
+import ctypes, threading
 from typing import Any
 from core.device.allocator import BufferSpec, LRUAllocator
 from core.device.buffer import Buffer
-from core.device.hcq import handle_addr
+from core.device.hcq import handle_addr, PerDevice
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp
 from plugin_amd.mock_cp import MEMORY, MockActions, PM4Processor, RingWorker, SDMAProcessor, register_program
@@ -140,20 +140,13 @@ class MockHCQ(AMDHCQ):
       self._queues.clear()
       self._uops.clear()
 
-_by_device: dict[str, MockHCQ] = {}
-_hcq_lock = threading.Lock()
-
-def _close_all() -> None:
-  # stop the workers before the interpreter tears down what a running dispatch may still use
-  for h in list(_by_device.values()): h.close()
-atexit.register(_close_all)
+# closed at exit: the workers stop before the interpreter tears down what a running dispatch may still use
+_by_device: PerDevice[MockHCQ] = PerDevice(on_exit=MockHCQ.close)
 
 def device_hcq(device: str, arch: str) -> MockHCQ:
   """One HCQ object per device instance and process (like the hardware queues): reopening the device keeps the queues that
   submissions core cached point at."""
-  with _hcq_lock:
-    if (h := _by_device.get(device)) is None or h.arch != arch: h = _by_device[device] = MockHCQ(device, arch)
-  return h
+  return _by_device.get(device, lambda: MockHCQ(device, arch), keep=lambda h: h.arch == arch)
 
 def open_device(name: str, arch: str | None) -> tuple[MockAllocator, MockHCQ]:
   """The allocator and HCQ object of DEV=MOCK+AMD[:LLVM[:ARCH]] (runtime.make_device builds the device; default arch gfx1100)."""

@@ -18,7 +18,7 @@ from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp
 from core.device.allocator import BufferSpec
 from core.device.buffer import Buffer
-from core.device.hcq import HCQDevice
+from core.device.hcq import HCQDevice, PerDevice
 from core.hcq import HCQError
 from core.helpers import getenv
 
@@ -129,7 +129,6 @@ def _idle_clean() -> Any:
   return _untyped("cmdproc_idle_clean")
 
 _live: weakref.WeakSet[CPUHCQ] = weakref.WeakSet()
-_hcq_lock = threading.Lock()   # guards the HCQ objects by device
 
 class CPUHCQ(HCQDevice):
   """The HCQDevice of a CPU device: its queues (started on first use), the buffers its placeholders map to, waits and faults."""
@@ -356,14 +355,12 @@ class CPUHCQ(HCQDevice):
     try: self.close()
     except Exception: pass   # interpreter shutdown
 
-_by_device: dict[str, CPUHCQ] = {}
+_by_device: PerDevice[CPUHCQ] = PerDevice()
 
 def device_hcq(device: str) -> CPUHCQ:
   """The HCQ object of a device instance, one per process like the hardware queues it stands for: reopening the device (e.g.
   after Device.reset()) gets the same queues, so submissions core cached against their rings and signals keep working."""
-  with _hcq_lock:
-    if (h := _by_device.get(device)) is None: h = _by_device[device] = CPUHCQ(device)
-  return h
+  return _by_device.get(device, lambda: CPUHCQ(device))
 
 def _close_all() -> None:
   for h in list(_live): h.close()

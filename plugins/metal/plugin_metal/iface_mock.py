@@ -1,8 +1,9 @@
 """METAL's MOCK interface (DEV=MOCK+METAL): the command-buffer programs in the rings are replayed on the host, each DISPATCH running
 the kernel's own MSL built as C++ against the host <metal_stdlib> (hostbuild.py), so what is checked is the MSL the device gets."""
 from __future__ import annotations
-import ctypes, importlib.util, threading, time
+import ctypes, importlib.util, time
 from typing import Any
+from core.device.hcq import PerDevice
 from plugin_metal.cmdbuf import Call
 from plugin_metal.icb import Icb, IcbCommand
 from plugin_metal.queues import MetalHCQ, peek, poke
@@ -63,13 +64,10 @@ class MockHCQ(MetalHCQ):
     from plugin_metal.hostbuild import host_kernel
     return host_kernel(name, lib.decode())
 
-_by_device: dict[str, MockHCQ] = {}
-_by_device_lock = threading.Lock()
+_by_device: PerDevice[MockHCQ] = PerDevice()
 
 def mock_hcq(device: str) -> MockHCQ:
   """The MockHCQ of a device instance, one per process like the queues it stands for (a reopened device keeps its queues and
   signals, which core's cached submissions and host timelines refer to)."""
   if importlib.util.find_spec("plugin_cpu") is None: raise RuntimeError(CPU_MISSING)
-  with _by_device_lock:
-    if (h := _by_device.get(device)) is None: h = _by_device[device] = MockHCQ(device)
-  return h
+  return _by_device.get(device, lambda: MockHCQ(device))

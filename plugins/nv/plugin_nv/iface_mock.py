@@ -13,11 +13,11 @@ where the ring ends), writes GP_PUT into the USERD page and notifies the channel
 GPU it fetches entries from GP_GET to GP_PUT, decodes each pushbuffer segment and writes GP_GET back. Each channel starts with
 a setup segment that binds its engine object with SET_OBJECT (compute class on subchannel 1, copy class on subchannel 4)."""
 from __future__ import annotations
-import atexit, ctypes, struct, threading, time
+import ctypes, struct, threading, time
 from typing import Any
 from core.device.allocator import BufferSpec, LRUAllocator
 from core.device.buffer import Buffer
-from core.device.hcq import handle_addr
+from core.device.hcq import handle_addr, PerDevice
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp
 from plugin_nv import pushbuf as pb
@@ -231,18 +231,11 @@ class MockHCQ(NVHCQ):
       self._channels.clear()
       self._uops.clear()
 
-_by_device: dict[str, MockHCQ] = {}
-_hcq_lock = threading.Lock()
-
-def _close_all() -> None:
-  for h in list(_by_device.values()): h.close()
-atexit.register(_close_all)
+_by_device: PerDevice[MockHCQ] = PerDevice(on_exit=MockHCQ.close)
 
 def device_hcq(device: str, arch: str) -> MockHCQ:
   """One HCQ object per device instance and process: reopening the device keeps the channels core's cached submissions use."""
-  with _hcq_lock:
-    if (h := _by_device.get(device)) is None or h.arch != arch: h = _by_device[device] = MockHCQ(device, arch)
-  return h
+  return _by_device.get(device, lambda: MockHCQ(device, arch), keep=lambda h: h.arch == arch)
 
 def open_device(name: str, arch: str) -> tuple[MockAllocator, MockHCQ]:
   """The allocator and HCQ object of DEV=MOCK+NV[:PTX|CUDA[:ARCH]] (runtime.make_device builds the device)."""

@@ -15,11 +15,11 @@ semaphores without calling into it. Each channel starts with a segment that bind
 Memory of other devices (the semaphore of another HCQ device a channel here waits on) is mapped for the GPU on first use
 (`addr`, nvk.RM.gpu_address)."""
 from __future__ import annotations
-import atexit, ctypes, struct, threading, time
+import ctypes, struct, threading, time
 from typing import Any
 from core.device.allocator import BufferSpec, LRUAllocator
 from core.device.buffer import Buffer
-from core.device.hcq import handle_addr
+from core.device.hcq import handle_addr, PerDevice
 from core.hcq import HCQError
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp
@@ -152,7 +152,7 @@ class NVKHCQ(NVHCQ):
   def _kick(self) -> None:
     # every device instance on this GPU: a channel here may wait on another instance's semaphore, whose work only reaches the
     # GPU once published
-    for h in [h for h in list(_by_device.values()) if h.rm is self.rm and not h.closed] or [self]: h.publish()
+    for h in [h for h in _by_device.values() if h.rm is self.rm and not h.closed] or [self]: h.publish()
     if self.simulated: self.rm.os.kick()   # type: ignore[attr-defined]
 
   def _busy(self) -> list[str]: return [c.describe() for c in list(self._channels.values()) if c.busy()]
@@ -177,7 +177,7 @@ class NVKHCQ(NVHCQ):
       self._uops.clear()
 
 _rm: nvk.RM | None = None
-_by_device: dict[str, NVKHCQ] = {}
+_by_device: PerDevice[NVKHCQ] = PerDevice(on_exit=NVKHCQ.close)
 _lock = threading.Lock()
 
 def driver() -> nvk.RM:
@@ -187,14 +187,8 @@ def driver() -> nvk.RM:
     if _rm is None: _rm = nvk.RM()
   return _rm
 
-def _close_all() -> None:
-  for h in list(_by_device.values()): h.close()
-atexit.register(_close_all)
-
 def open_device(name: str, arch: str | None) -> tuple[NVKAllocator, NVKHCQ]:
   """The allocator and HCQ object of DEV=NVK+NV[:PTX|CUDA[:ARCH]]: the arch is the GPU's; an ARCH that differs is refused."""
   rm = driver()
   if arch and arch != rm.arch: raise ValueError(f"DEV asks for NVK+NV {arch}, but the GPU behind /dev/nvidiactl is {rm.arch}")
-  with _lock:
-    if (h := _by_device.get(name)) is None or h.closed: h = _by_device[name] = NVKHCQ(name, rm)
-  return NVKAllocator(name, rm), h
+  return NVKAllocator(name, rm), _by_device.get(name, lambda: NVKHCQ(name, rm), keep=lambda h: not h.closed)

@@ -10,13 +10,13 @@ Programs: the compiler writes a program image (prep.py) whose code is the kernel
 address CP_LOAD_STATE6 loaded, its arguments from the constants, builds it with the CL compiler (cached) and runs it over
 the grid in HLSQ_CS_NDRANGE / CP_EXEC_CS, each buffer wrapped as a cl_mem over its host memory (CL_MEM_USE_HOST_PTR)."""
 from __future__ import annotations
-import ctypes, hashlib, struct, threading
+import ctypes, hashlib, struct
 from typing import Any
 from core.codegen.access_guard import GUARD_NAME, guard_fault, guard_table
 from core.device.allocator import BufferSpec, LRUAllocator
 from core.device.compiled import Compiled
 from core.device.compiler import Compiler
-from core.device.hcq import handle_addr
+from core.device.hcq import handle_addr, PerDevice
 from core.device.target import Target
 from core.helpers import LRUCache
 from plugin_qcom import cl
@@ -124,7 +124,7 @@ class MockHCQ(QCOMHCQ):
     """Runs every MOCK+QCOM device's ring (a queue here may wait on another instance's signal, and only waiting threads run
     the processors); True when something ran."""
     moved = False
-    for h in list(_by_device.values()): moved = h._drain_own() or moved
+    for h in _by_device.values(): moved = h._drain_own() or moved
     return moved
 
   def _drain_own(self) -> bool:
@@ -153,15 +153,13 @@ class MockHCQ(QCOMHCQ):
     from core.device.registry import Device
     return not isinstance(Device[other_device].hcq, MockHCQ)
 
-_by_device: dict[str, MockHCQ] = {}
-_lock = threading.Lock()
+_by_device: PerDevice[MockHCQ] = PerDevice()
 
 def open_device(name: str, target: Target | None) -> Compiled:
   """DEV=MOCK+QCOM: the renderer follows the OpenCL device the dispatches run on (its half and double support)."""
   ctx = cl.context()
   clc = CLCompiler(ctx)
-  with _lock:
-    if (hcq := _by_device.get(name)) is None: hcq = _by_device[name] = MockHCQ(name, CLLauncher(ctx, clc, name))
+  hcq = _by_device.get(name, lambda: MockHCQ(name, CLLauncher(ctx, clc, name)))
   renderer = OpenCLRenderer(caps_of(ctx), name)
   renderer.guard_accesses = True   # the OpenCL C runs on the host (pocl): accesses not proven in range are checked (access_guard)
   return Compiled(name, MockAllocator(name), renderer, MockCompiler(clc), no_direct_path, target, hcq=hcq)

@@ -15,7 +15,7 @@ from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp
 from core.device.allocator import BufferSpec
 from core.device.buffer import Buffer
-from core.device.hcq import HCQDevice, RingLayout, handle_addr
+from core.device.hcq import HCQDevice, RingLayout, handle_addr, PerDevice
 from core.hcq import HCQError
 from plugin_webgpu.gpu import GPU
 from plugin_webgpu.queue import DEVICE_BIT, Op, decode, packet_words
@@ -292,11 +292,8 @@ def _start_background() -> None:
       time.sleep(idle)
   threading.Thread(target=loop, name="webgpu-command-processor", daemon=True).start()
 
-_by_device: dict[str, WebGPUHCQ] = {}
-_by_device_lock = threading.Lock()
+_by_device: PerDevice[WebGPUHCQ] = PerDevice()
 
 def webgpu_hcq(device: str, g: GPU) -> WebGPUHCQ:
   """The WebGPUHCQ of a device instance, one per process like the queues it stands for (a reopened device keeps its queues)."""
-  with _by_device_lock:
-    if (h := _by_device.get(device)) is None: h = _by_device[device] = WebGPUHCQ(device, g)
-  return h
+  return _by_device.get(device, lambda: WebGPUHCQ(device, g))

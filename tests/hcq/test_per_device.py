@@ -1,0 +1,39 @@
+"""PerDevice: an interface's HCQ objects, one per device name for the life of the process."""
+import subprocess, sys, textwrap, threading
+from core.device.hcq import PerDevice
+
+class Obj:
+  def __init__(self, name: str, arch: str):
+    self.name, self.arch, self.closed = name, arch, False
+
+def test_one_object_per_device_name_until_it_is_not_kept():
+  objs: PerDevice[Obj] = PerDevice()
+  a = objs.get("X", lambda: Obj("X", "v1"))
+  assert objs.get("X", lambda: Obj("X", "v2")) is a   # reopened: the same queues
+  assert objs.get("X:1", lambda: Obj("X:1", "v1")) is not a
+  b = objs.get("X", lambda: Obj("X", "v2"), keep=lambda h: h.arch == "v2")   # opened for another arch: a new one
+  assert b is not a and b.arch == "v2" and objs.get("X", lambda: Obj("X", "v3"), keep=lambda h: not h.closed) is b
+  b.closed = True
+  assert objs.get("X", lambda: Obj("X", "v3"), keep=lambda h: not h.closed).arch == "v3"
+  assert sorted(o.name for o in objs.values()) == ["X", "X:1"]
+
+def test_a_constructor_may_look_at_the_other_objects():
+  objs: PerDevice[Obj] = PerDevice()
+  objs.get("A", lambda: Obj("A", "v"))
+  seen: list[list[str]] = []
+  def make() -> Obj:
+    seen.append([o.name for o in objs.values()])
+    return Obj("B", "v")
+  t = threading.Thread(target=objs.get, args=("B", make))
+  t.start()
+  t.join(10)
+  assert not t.is_alive() and seen == [["A"]]
+
+def test_on_exit_runs_for_each_object_at_interpreter_exit():
+  code = textwrap.dedent("""
+    from core.device.hcq import PerDevice
+    objs = PerDevice(on_exit=lambda h: print("closed", h))
+    objs.get("A", lambda: "a"); objs.get("B", lambda: "b")
+  """)
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
+  assert out.split("\n") == ["closed a", "closed b", ""]
