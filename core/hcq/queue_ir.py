@@ -2,10 +2,12 @@
 from __future__ import annotations
 import functools, itertools, struct
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
+
+if TYPE_CHECKING: from core.device.hcq import RingHCQ
 
 @dataclass(frozen=True)
 class ProgramData:
@@ -16,13 +18,15 @@ class ProgramData:
   kernarg_align: int
   arg_offsets: tuple[int, ...]
 
-# kinds of placeholder buffers: per schedule "program", "kernargs", "cmdbuf", "scratch", "staging"; per (device, queue):
+# kinds of placeholder buffers per (device, queue):
 QUEUE_KINDS = ("ring", "wptr", "doorbell", "timeline_signal")
 # the host copy of a queue's timeline value: core owns it (host memory), it never reaches a plugin
 HOST_KINDS = ("timeline_value",)
 # the per-device placeholder of a timed submission's timestamps (core/hcq/timestamps.py): named here so that bufferize knows it
 # without importing the timestamps stage, which untimed submissions never run
 TIMESTAMPS_KIND = "timestamps"
+# kinds of placeholder buffers per schedule
+SCHEDULE_KINDS = ("program", "kernargs", "cmdbuf", "scratch", "staging", TIMESTAMPS_KIND)
 
 _counter = itertools.count()
 
@@ -144,3 +148,16 @@ def lower_each_command(lower: Callable[[Any, UOp], UOp], name: str) -> PatternMa
                          (UPat(Ops.SIGNAL, src=(UPat(Ops.BUFFER), UPat()), name="cmd"), lower),
                          (UPat(Ops.BARRIER, src=(), name="cmd"), lower),
                          (UPat(Ops.TIMESTAMP, src=(UPat(),), name="cmd"), lower)], name=name)
+
+def ring_bufferize(name: str) -> PatternMatcher:
+  """A pm_bufferize for a RingHCQ device (ctx: its HCQ object): a per-queue placeholder becomes that queue's one buffer, a
+  per-schedule one a fresh allocation of its size (RingHCQ.buffer_uop). Any other tag, or a queue the device lacks, is a
+  ValueError naming the device."""
+  def bufferize(ctx: RingHCQ, b: UOp) -> UOp:
+    t, kinds = b.tag, SCHEDULE_KINDS + ctx.PER_QUEUE
+    k = t if isinstance(t, str) else t[0] if isinstance(t, tuple) and len(t) == 2 else None
+    if k not in kinds: raise ValueError(f"{ctx.device}: no buffer for placeholder tag {t!r} (kinds: {', '.join(kinds)})")
+    if k in ctx.PER_QUEUE and t[1] not in ctx.queues:
+      raise ValueError(f"{ctx.device}: placeholder {t!r} names a queue this device lacks (it has {', '.join(ctx.queues)})")
+    return ctx.buffer_uop(t, b.dtype, b.arg)
+  return PatternMatcher([(UPat(Ops.BUFFER, name="b", custom=lambda b: b.tag is not None), bufferize)], name=name)

@@ -143,6 +143,26 @@ def test_lower_each_command_hands_every_abstract_command_to_one_function():
   assert [o.arg[0] for o in out] == [bytes([i]) for i in range(1, 7)]
   assert graph_rewrite(a, pm, "ctx", bottom_up=True) is a and len(seen) == 6   # a buffer is no command
 
+def test_ring_bufferize_gives_queue_buffers_once_and_fresh_schedule_buffers():
+  from core.device.buffer import Buffer
+  from core.device.hcq import RingHCQ
+  from core.ir.pattern import graph_rewrite
+  made: list[tuple[str, str]] = []
+  class Ring(RingHCQ):   # on PYTHON: host memory any test can allocate
+    queues = ("COMPUTE:0",)
+    def queue_buffer(self, kind, queue):
+      made.append((kind, queue))
+      return Buffer("PYTHON", 1, dtypes.uint64).allocate()
+  pm, h = q.ring_bufferize("x bufferize"), Ring("PYTHON")
+  sig = q.queue_buffer("timeline_signal", "COMPUTE:0", "PYTHON")
+  a, b = graph_rewrite(sig, pm, h), graph_rewrite(sig, pm, h)
+  assert a is b and a.tag is None and made == [("timeline_signal", "COMPUTE:0")] and h.buffer_of(a).nbytes == 8
+  k1, k2 = (graph_rewrite(q.placeholder("kernargs", "PYTHON", 24), pm, h) for _ in range(2))
+  assert k1 is not k2 and k1.tag is None and h.buffer_of(k1).nbytes == 24 and len(made) == 1
+  with pytest.raises(ValueError, match="PYTHON: no buffer for placeholder tag 'qmd'"): graph_rewrite(q.placeholder("qmd", "PYTHON", 8), pm, h)
+  with pytest.raises(ValueError, match=r"names a queue this device lacks \(it has COMPUTE:0\)"):
+    graph_rewrite(q.queue_buffer("ring", "COPY:0", "PYTHON"), pm, h)
+
 def test_pack_shares_one_allocation():
   k1, k2 = q.placeholder("kernargs", "X", 24), q.placeholder("kernargs", "X", 8)
   ctx = state()

@@ -38,7 +38,7 @@ def test_packed_kinds_are_fresh_and_unknowns_refused():
     assert graph_rewrite(qi.placeholder(kind, "NV", 300), pm_bufferize, h).tag is None
   assert h.fresh == [(k, 300) for k in ("program", "kernargs", "cmdbuf", "scratch", "staging")]
   with pytest.raises(ValueError, match="no buffer for placeholder tag 'qmd'"): graph_rewrite(qi.placeholder("qmd", "NV", 8), pm_bufferize, h)
-  with pytest.raises(ValueError, match=r"names a channel this device lacks \(it has COMPUTE:0, COPY:0\)"):
+  with pytest.raises(ValueError, match=r"names a queue this device lacks \(it has COMPUTE:0, COPY:0\)"):
     graph_rewrite(qi.queue_buffer("ring", "COMPUTE:1", "NV"), pm_bufferize, h)
 
 def test_ring_rules():
