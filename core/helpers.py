@@ -1,9 +1,13 @@
 """Environment flags, Context, and the small utilities every layer shares."""
 from __future__ import annotations
-import collections, contextlib, functools, os, pathlib, sys
-from typing import Any, Callable, ClassVar, Iterable, Iterator, Sequence, TypeVar
+import collections, contextlib, dataclasses, enum, functools, operator, os, pathlib, sys, types
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Iterator, Sequence, TypeVar
 
 T = TypeVar("T")
+
+if TYPE_CHECKING: from typing_extensions import dataclass_transform
+else:
+  def dataclass_transform(**_: Any) -> Callable[[T], T]: return lambda fn: fn
 
 # *** enums whose members read as fast as class attributes ***
 
@@ -26,6 +30,109 @@ def fast_members(e: T) -> T:
   members = dict(e.__members__)  # type: ignore[attr-defined]
   ns = {"_enum": e, "__module__": e.__module__, "__qualname__": e.__qualname__, "__doc__": e.__doc__, **members}  # type: ignore[attr-defined]
   return _EnumMembers(e.__name__, (), ns)  # type: ignore[return-value,attr-defined]
+
+# what an `int_enum` class derives from: IntEnum for type checkers (members typed as members), nothing at run time, so that
+# the class statement makes a plain class and int_enum makes the enum
+if TYPE_CHECKING: IntEnumBody = enum.IntEnum
+else:
+  class IntEnumBody:
+    """The base of a plain class body that `int_enum` turns into an IntEnum."""
+
+def int_enum(cls: type[T]) -> type[T]:
+  """Class decorator: a plain class body (deriving from IntEnumBody) as an IntEnum with the same members, values, order and
+  methods. Built by enum._simple_enum on 3.11+ (the stdlib's own enums use it: no per-member _EnumDict and __set_name__
+  steps), which for Ops' 84 members is ~4M instructions less of every start; the class statement's route elsewhere."""
+  if sys.version_info >= (3, 11): e = enum._simple_enum(enum.IntEnum)(cls)  # type: ignore[attr-defined]
+  else:
+    body = {k: v for k, v in cls.__dict__.items() if k not in ("__dict__", "__weakref__")}
+    e = types.new_class(cls.__name__, (enum.IntEnum,), exec_body=lambda ns: [ns.__setitem__(k, v) for k, v in body.items()])
+  e.__qualname__ = cls.__qualname__   # both routes name the class by its bare name
+  return e
+
+# *** records: dataclasses without a compile of generated source at import ***
+
+class _FactoryDefault:
+  def __repr__(self) -> str: return "<factory>"
+_FACTORY_DEFAULT = _FactoryDefault()
+
+def _fields_tuple(names: list[str]) -> Callable[[Any], tuple]:
+  """The fields `names` of an object as a tuple (attrgetter gives a bare value for one name, dataclass() a 1-tuple)."""
+  if not names: return lambda obj: ()
+  get = operator.attrgetter(*names)
+  return get if len(names) > 1 else lambda obj: (get(obj),)
+
+def _make_init(cls: type, frozen: bool) -> Callable[..., None]:
+  """The __init__ dataclass() would give `cls`: its init fields as parameters in order (defaults, default factories), each
+  stored (by object.__setattr__ when frozen), then __post_init__ when the class has one."""
+  ns: dict[str, Any] = {"__rec_setattr": object.__setattr__, "__rec_factory": _FACTORY_DEFAULT}
+  params, body = [], []
+  for f in dataclasses.fields(cls):
+    default, factory = f"__rec_d_{f.name}", f"__rec_f_{f.name}"
+    if f.default_factory is not dataclasses.MISSING:
+      ns[default], ns[factory] = _FACTORY_DEFAULT, f.default_factory
+      value = f"{factory}() if {f.name} is __rec_factory else {f.name}" if f.init else f"{factory}()"
+    elif f.default is not dataclasses.MISSING: ns[default], value = f.default, f.name if f.init else default
+    elif f.init: value = f.name
+    else: continue   # no init and no default: dataclass() leaves it unset too
+    if f.init: params.append(f.name if default not in ns else f"{f.name}={default}")
+    body.append(f"  __rec_setattr(self, {f.name!r}, {value})" if frozen else f"  self.{f.name} = {value}")
+  if hasattr(cls, "__post_init__"): body.append("  self.__post_init__()")
+  exec(f"def __init__(self, {', '.join(params)}):\n" + ("\n".join(body) or "  pass"), ns)
+  fn = ns["__init__"]
+  fn.__qualname__ = f"{cls.__qualname__}.__init__"
+  return fn
+
+def _record(cls: type[T], frozen: bool) -> type[T]:
+  if own := [m for m in ("__eq__", "__setattr__", "__delattr__") if m in cls.__dict__]:
+    raise TypeError(f"record {cls.__qualname__} defines {', '.join(own)}: a record makes its own")
+  c: Any = dataclasses.dataclass(init=False, repr=False, eq=False)(cls)
+  fields = dataclasses.fields(c)
+  init_fields = [f for f in fields if f.init]
+  has_default = [f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING for f in init_fields]
+  if has_default != sorted(has_default) or any(f.kw_only for f in fields) or \
+     any("InitVar" in str(a) for k in c.__mro__ for a in k.__dict__.get("__annotations__", {}).values()):
+    raise TypeError(f"record {cls.__qualname__}: fields with defaults go last, and kw_only fields and InitVars are not supported")
+  compared = _fields_tuple([f.name for f in fields if f.compare])
+  def __eq__(self: Any, other: Any) -> Any: return compared(self) == compared(other) if other.__class__ is self.__class__ else NotImplemented
+  shown = [f.name for f in fields if f.repr]
+  def __repr__(self: Any) -> str: return f"{self.__class__.__qualname__}(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in shown) + ")"
+  methods: dict[str, Any] = {"__eq__": __eq__, "__hash__": None}
+  if "__repr__" not in c.__dict__: methods["__repr__"] = __repr__
+  if frozen:
+    hashed = _fields_tuple([f.name for f in fields if (f.compare if f.hash is None else f.hash)])
+    names = frozenset(f.name for f in fields)
+    def __hash__(self: Any) -> int: return hash(hashed(self))
+    def __setattr__(self: Any, name: str, value: Any) -> None:
+      if type(self) is c or name in names: raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+      super(c, self).__setattr__(name, value)
+    def __delattr__(self: Any, name: str) -> None:
+      if type(self) is c or name in names: raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+      super(c, self).__delattr__(name)
+    methods.update(__hash__=__hash__, __setattr__=__setattr__, __delattr__=__delattr__)
+  if cls.__dict__.get("__hash__") is not None: del methods["__hash__"]   # the class's own hash stays (as dataclass() leaves it)
+  if "__init__" not in c.__dict__:
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+      c.__init__ = init = _make_init(c, frozen)   # built on the first instance: a class never made costs no compile
+      init(self, *args, **kwargs)
+    methods["__init__"] = __init__
+  for name, fn in methods.items():
+    if fn is not None: fn.__qualname__ = f"{c.__qualname__}.{name}"
+    setattr(c, name, fn)
+  return c
+
+@dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field,))
+def frozen_record(cls: type[T]) -> type[T]:
+  """Class decorator, for `@dataclass(frozen=True)`: the same class (fields(), replace(), asdict(); equality and hash by the
+  fields with compare=True as a tuple, the same repr, FrozenInstanceError on assignment), but dataclass() builds its six
+  methods from source text by exec at every import, ~3.9M instructions a class (Python's parser and compiler), where these
+  are functions of this module and the __init__ is generated on the class's first instance. Fields with defaults go last;
+  no kw_only fields or InitVars. A subclass is a frozen_record too (dataclass() sees a record as a non-frozen dataclass)."""
+  return _record(cls, frozen=True)
+
+@dataclass_transform(field_specifiers=(dataclasses.field,))
+def mutable_record(cls: type[T]) -> type[T]:
+  """Class decorator, for `@dataclass`: `frozen_record` without the freezing (assignable fields; unhashable, as dataclass() makes it)."""
+  return _record(cls, frozen=False)
 
 # *** collections ***
 

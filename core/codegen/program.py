@@ -1,17 +1,17 @@
 """Kernel AST -> PROGRAM(SINK, DEVICE, LINEAR, SOURCE[, BINARY]): lower, linearize, render and compile a kernel for one device."""
 from __future__ import annotations
 import dataclasses, math, struct
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 from core.ir.dtype import PtrDType, dtypes
 from core.ir.ops import UOp, Ops, GroupOp
 from core.ir.pattern import UPat, graph_rewrite
 from core.codegen.lowerer import lower_kernel
 from core.codegen.linearize import linearize, finalize
-from core.helpers import LIFT_CONSTS, LRUCache, SPEC, VIZ, IMAGE, prod
+from core.helpers import LIFT_CONSTS, LRUCache, SPEC, VIZ, IMAGE, prod, frozen_record
 if TYPE_CHECKING: from core.device.renderer import Renderer
 
-@dataclass(frozen=True)
+@frozen_record
 class ProgramSpec:
   """The PROGRAM uop's arg: how to launch the kernel its sources describe (its code lives in the sources, not here)."""
   name: str

@@ -2,7 +2,7 @@
 from __future__ import annotations
 import collections, dataclasses, os, threading
 from typing import Any, Callable, Generic, TypeVar
-from core.helpers import fmt_bytes
+from core.helpers import fmt_bytes, frozen_record
 
 T = TypeVar("T")
 
@@ -10,7 +10,7 @@ T = TypeVar("T")
 # Reentrant: a garbage collection during an alloc can free a buffer on the same thread
 _lock = threading.RLock()
 
-@dataclasses.dataclass(frozen=True)
+@frozen_record
 class BufferSpec:
   """How a buffer is allocated. Hashable: the LRU cache keys freed blocks by (size, BufferSpec)."""
   uncached: bool = False          # bypass the device cache (signals, doorbells)

@@ -3,13 +3,13 @@ loader, core/device/elfload.py; NV's cubin reader, AMD's code-object loader): th
 size checked against the file. Facts from the ELF-64 object file format."""
 from __future__ import annotations
 import struct
-from dataclasses import dataclass
+from core.helpers import frozen_record
 from typing import NamedTuple
 
 SHT_NOBITS = 8
 
 # immutable records. Section stays a dataclass: a NamedTuple field `index` would shadow tuple.index
-@dataclass(frozen=True)
+@frozen_record
 class Section:
   """One section header with its name and bytes (a docstring of its own: dataclass() gives a class without one a signature from
   inspect.signature, ~0.5M instructions at import)."""
@@ -70,3 +70,26 @@ def read_elf64(data: bytes, machine: int | None, machine_name: str = "", err: ty
   names = body(shstrndx, raw[shstrndx])
   return ELF(e_type, e_machine, entry, flags, data[8], [Section(i, cstr(err, names, h[0], f"section {i} name") if i else "", h[1], h[2],
                                                                 h[3], h[4], h[5], h[6], h[7], h[8], h[9], body(i, h)) for i, h in enumerate(raw)])
+
+class Symbol(NamedTuple):
+  """One ELF64 symbol table entry: st_info is binding << 4 | type; shndx the section it is defined in (0: undefined)."""
+  name: str
+  value: int
+  size: int
+  info: int
+  other: int
+  shndx: int
+  @property
+  def bind(self) -> int: return self.info >> 4
+  @property
+  def type(self) -> int: return self.info & 0xf
+
+def read_symbols(sections: list[Section], tab: Section, err: type[Exception] = ValueError) -> list[Symbol]:
+  """The entries of symbol table `tab` (one of `sections`), named from the string table it links; `err` for a table that is no
+  whole number of 24-byte entries, links no string table, or names a string outside it."""
+  if tab.entsize != 24 or tab.size % 24:
+    raise err(f"symbols: {tab.name} entry size {tab.entsize}, section size {tab.size:#x}, expected 24-byte entries")
+  if not 0 < tab.link < len(sections): raise err(f"symbols: {tab.name} names string table {tab.link}")
+  strs = sections[tab.link].data
+  return [Symbol(cstr(err, strs, n, f"symbol {i} name"), v, sz, inf, oth, shn)
+          for i, (n, inf, oth, shn, v, sz) in enumerate(struct.iter_unpack("<IBBHQQ", tab.data))]

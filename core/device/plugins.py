@@ -4,6 +4,7 @@ import dataclasses, importlib, os, threading
 from typing import Any, Callable, Iterable
 from core.device.spec import DeviceSpec, resolve
 from core.device.target import Target
+from core.helpers import mutable_record
 
 # devices whose plugins live in this repo, so an error can say exactly what to install
 OFFICIAL_PLUGINS = {"CPU": "cpu", "AMD": "amd", "NV": "nv", "QCOM": "qcom", "METAL": "metal", "WEBGPU": "webgpu"}
@@ -43,7 +44,7 @@ def did_you_mean(name: str, choices: Iterable[str], n: int = 3) -> str:
   close = difflib.get_close_matches(name.upper(), list(by_upper), n=n, cutoff=0.5)
   return f" Did you mean {' or '.join(by_upper[c] for c in close)}?" if close else ""
 
-@dataclasses.dataclass
+@mutable_record
 class PluginRecord:
   """One plugin as discovered: what its metadata says, and (once loaded) its module, specs or load error."""
   dist: str                   # distribution name, "core" for the built-in devices

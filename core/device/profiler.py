@@ -6,10 +6,10 @@ Times come from where the work ran: the direct path times each call on the host;
 and after each launch and copy (core/hcq/timestamps.py), read back after the run and converted with HCQDevice.timestamp_ns."""
 from __future__ import annotations
 import atexit, os, threading, time
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 from core.device.counters import GlobalCounters
-from core.helpers import ContextVar, DEBUG, LRUCache, colored
+from core.helpers import ContextVar, DEBUG, LRUCache, colored, frozen_record
 
 PROFILE = ContextVar("PROFILE", 0)
 
@@ -18,7 +18,7 @@ def timing() -> bool:
   submissions carry timestamps."""
   return DEBUG.value >= 2 or bool(PROFILE.value)   # the values, not the settings' operators: every eager op asks twice
 
-@dataclass(frozen=True)
+@frozen_record
 class Event:
   """One span of work: kind "kernel", "copy" or "compile"; `track` is the queue (or "host" for compiles and direct calls)."""
   kind: str

@@ -2,6 +2,7 @@
 from __future__ import annotations
 import dataclasses, importlib
 from typing import Any, Callable, Mapping
+from core.helpers import frozen_record
 
 # A lazy reference is either the object itself or a "package.module:attribute" string imported on first use.
 LazyRef = Any
@@ -15,7 +16,7 @@ def resolve(ref: LazyRef) -> Any:
   for a in attr.split("."): obj = getattr(obj, a)
   return obj
 
-@dataclasses.dataclass(frozen=True)
+@frozen_record
 class DeviceSpec:
   """One device a plugin offers.
 

@@ -1,7 +1,7 @@
 """The DEV grammar: `[INTERFACE[:INDICES]+]DEVICE[:RENDERER[:ARCH]]`, several targets separated by `;`. The NULL device's
 RENDERER may name a device's renderer as DEVICE:RENDERER (`NULL:NV:CUDA:sm_90`): its `renderer` is then "NV:CUDA"."""
 from __future__ import annotations
-import dataclasses
+from core.helpers import frozen_record
 
 GRAMMAR = ("[INTERFACE[:INDICES]+]DEVICE[:RENDERER[:ARCH]], several separated by ';' (e.g. CPU, CPU:LLVM, NV:PTX:sm_90, KFD:0,1+AMD); "
            "NULL[:DEVICE][:RENDERER][:ARCH] compiles only (NULL:NV:PTX:sm_90); DISK:<path> is a file")
@@ -10,7 +10,7 @@ GRAMMAR = ("[INTERFACE[:INDICES]+]DEVICE[:RENDERER[:ARCH]], several separated by
 def _is_name(s: str) -> bool: return s.isascii() and s.isidentifier()   # [A-Za-z_][A-Za-z0-9_]*
 def _is_arch(s: str) -> bool: return s != "" and s.isascii() and all(c.isalnum() or c in "_.-" for c in s)
 
-@dataclasses.dataclass(frozen=True)
+@frozen_record
 class Target:
   """One DEV entry. `renderer`/`interface` None mean the plugin's default; `indices` () means all instances."""
   interface: str | None = None

@@ -1,11 +1,11 @@
 """The pipeline's context: plugin hooks, device lookups, and what stages record on the side (placeholder contents)."""
 from __future__ import annotations
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Callable, Protocol
 from core.ir.ops import UOp
 from core.device.hcq import HCQDevice
 from core.device.registry import Device
-from core.helpers import DEBUG, LRUCache
+from core.helpers import DEBUG, LRUCache, mutable_record
 from core.codegen.program import binary_nbytes
 
 # compiled kernels of HCQ schedules by (kernel, device), bounded by count and by their binaries' bytes
@@ -31,7 +31,7 @@ class HCQHooks(Protocol):
 # tests set this to an HCQHooks object that stands in for the plugin manager
 HOOKS: HCQHooks | None = None
 
-@dataclass
+@mutable_record
 class HCQState:
   """Everything a stage may need besides the graph. Tests build one with a fake plugin; the engine uses `default()`."""
   hooks: HCQHooks

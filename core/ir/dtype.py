@@ -1,13 +1,15 @@
 """Data types: scalars, vectors and pointers, the promotion lattice and C-style value truncation."""
 from __future__ import annotations
-import builtins, enum, functools, math, struct
+import builtins, functools, math, struct
 from typing import Any, ClassVar, Union
-from core.helpers import fast_members
+from core.helpers import fast_members, int_enum, IntEnumBody
 
 ConstType = Union[float, int, bool]
 
 @fast_members
-class AddrSpace(enum.IntEnum):
+@int_enum
+class AddrSpace(IntEnumBody):
+  """Where a pointer points: device memory, a workgroup's shared memory, or registers."""
   GLOBAL = 0
   LOCAL = 1
   REG = 2

@@ -3,7 +3,7 @@ from __future__ import annotations
 import enum, functools, itertools, math, struct, weakref
 from typing import Any, Callable, Generic, Iterator, Sequence, TypeVar, Union, overload
 from core.ir.dtype import ConstType, DType, PtrDType, dtypes, truncate, AddrSpace
-from core.helpers import prod, all_int, fast_members
+from core.helpers import prod, all_int, fast_members, int_enum, IntEnumBody
 
 # EXP2's arg where its source is known to be <= 0 or NaN, as (x - max(x)) * c with c > 0 is: exp2 can't overflow there
 EXP2_NONPOSITIVE = "nonpositive"
@@ -13,7 +13,8 @@ EXP2_NONPOSITIVE = "nonpositive"
 MAX_NO_NAN = "no_nan"
 
 @fast_members
-class Ops(enum.IntEnum):
+@int_enum
+class Ops(IntEnumBody):
   """Every operation of every stage. Grouped in `GroupOp`; the order only matters for the canonical sort."""
   # graph structure
   SINK = enum.auto(); GROUP = enum.auto(); NOOP = enum.auto(); LINEAR = enum.auto()  # noqa: E702
@@ -69,7 +70,8 @@ class GroupOp:
   Elementwise = ALU | frozenset({Ops.CAST, Ops.BITCAST})
 
 @fast_members
-class AxisType(enum.IntEnum):
+@int_enum
+class AxisType(IntEnumBody):
   """The role of a kernel loop; the optimizer changes roles, the renderer turns them into code."""
   GLOBAL = 1; LOCAL = 2; LOOP = 3; GROUP_REDUCE = 4; REDUCE = 5; UPCAST = 6; UNROLL = 7; OUTER = 8  # noqa: E702
   def __repr__(self) -> str: return f"AxisType.{self.name}"

@@ -1,11 +1,11 @@
 """Movement ops become index arithmetic: push `INDEX(tensor, valid, *idx)` down to the buffers it reads."""
 from __future__ import annotations
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 from core.ir.dtype import dtypes, DType
 from core.ir.ops import UOp, Ops, GroupOp, AxisType, sint
 from core.ir.pattern import UPat, PatternMatcher
-from core.helpers import prod
+from core.helpers import mutable_record, prod
 
 PUSH = "push"  # tag of an INDEX that is still being pushed towards the buffers
 
@@ -29,7 +29,7 @@ def push(x: UOp, valid: UOp, idx: tuple[UOp, ...]) -> UOp:
   if x.shape is not None and len(idx) != len(x.shape): raise RuntimeError(f"index rank {len(idx)} != shape {x.shape}")
   return UOp(Ops.INDEX, x.dtype, (x, valid) + idx, tag=PUSH)
 
-@dataclass
+@mutable_record
 class KernelCtx:
   """State of building one kernel: buffer -> PARAM slot, and a counter for new loop ids."""
   params: dict[UOp, UOp] = field(default_factory=dict)   # BUFFER uop -> PARAM uop

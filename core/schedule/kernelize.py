@@ -1,7 +1,6 @@
 """Cut a tensor graph into kernels and emit the linear schedule: a `LINEAR` of `CALL(kernel, *buffers)`."""
 from __future__ import annotations
 import functools
-from dataclasses import dataclass
 from typing import Callable, cast
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops, GroupOp, arg_uops, map_arg
@@ -9,9 +8,9 @@ from core.ir.pattern import graph_rewrite, PatternMatcher, UPat
 from core.schedule.realize_points import find_realize_points, contiguous_buffer
 from core.schedule.indexing import pm_index, KernelCtx, push, flat_index, output_ranges, TRUE
 from core.schedule.split_reduce import pm_split_reduce
-from core.helpers import LRUCache, prod, SPEC, NOOPT, IMAGE
+from core.helpers import LRUCache, mutable_record, prod, SPEC, NOOPT, IMAGE
 
-@dataclass
+@mutable_record
 class ScheduleItem:
   """One step of the schedule: a kernel (SINK) or a COPY, and the BUFFER uops it touches, output first."""
   ast: UOp

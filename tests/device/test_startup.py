@@ -1,8 +1,9 @@
 """Start-up stays lazy (issue 23 item 7): what `import core` and plugin discovery load, checked by the modules a fresh process
 has imported (bench/startup.py has the timings). The entry-point reader must agree with importlib.metadata."""
 from __future__ import annotations
-import ast, json, os, pathlib, subprocess, sys, types, zipfile
-import importlib_metadata
+import ast, copy, dataclasses, enum, json, os, pathlib, pickle, subprocess, sys, types, zipfile
+import importlib_metadata, pytest
+from typing import Any, Callable
 from core.device.entry_points import distributions_with_group, parse_entry_points, metadata_head
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
@@ -268,3 +269,136 @@ def test_name_checks_agree_with_the_patterns_they_replace():
     assert _norm(s) == re.sub(r"[-_.]+", "-", s).lower(), s
     assert _short(s) == re.sub(r"^plugin[-_]", "", re.sub(r"[-_.]+", "-", s).lower()), s
     assert cache_folder(s) == (re.sub(r"[^A-Za-z0-9_.+-]", "_", s).lstrip(".") or "_"), s
+
+# Building an enum by the class statement sends each member through EnumType's _EnumDict and a __set_name__ step (~43k
+# instructions a member, 3.7M for Ops' 84); core.helpers.int_enum builds the same IntEnum by enum._simple_enum.
+PROBE_ENUMS = """
+import enum
+names = []
+set_item = enum._EnumDict.__setitem__
+def watched(self, key, value):
+  names.append(key)
+  set_item(self, key, value)
+enum._EnumDict.__setitem__ = watched
+import core.ir.ops
+print("NAMES", repr(sorted(set(names))))
+"""
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="3.10 has no enum._simple_enum: int_enum takes the class statement's route")
+def test_core_enums_are_built_without_the_enum_class_statement():
+  env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+  out = subprocess.run([sys.executable, "-c", PROBE_ENUMS], capture_output=True, text=True, env=env, timeout=120)
+  assert out.returncode == 0, out.stderr
+  names = set(ast.literal_eval(next(ln for ln in out.stdout.splitlines() if ln.startswith("NAMES"))[6:]))
+  from core.ir.dtype import AddrSpace
+  from core.ir.ops import AxisType, Ops
+  members = {m.name for e in (Ops, AxisType, AddrSpace) for m in e}
+  assert len(members) > 90 and not names & members, sorted(names & members)
+
+def _enum_facts(e: type) -> list:
+  return [(m.name, m.value, repr(m), format(m), f"{m:>4}", int(m), hash(m), m == int(m), m.__class__.__name__) for m in e] + \
+         [e.__doc__, e.__module__, e.__qualname__, issubclass(e, enum.IntEnum), e(7).name, e["W"].value, list(e.__members__), len(e)]
+
+@pytest.mark.parametrize("simple", [True, False], ids=["simple_enum", "class_statement_route"])
+def test_int_enum_makes_the_enum_the_class_statement_makes(simple, monkeypatch):
+  from core.helpers import IntEnumBody, int_enum
+  class E(enum.IntEnum):
+    """Doc."""
+    X = enum.auto(); Y = enum.auto(); Z = 7; W = enum.auto()  # noqa: E702
+    def __repr__(self) -> str: return f"E.{self.name}"
+  if not simple: monkeypatch.setattr(sys, "version_info", (3, 10, 0))   # the route a Python without enum._simple_enum takes
+  elif sys.version_info < (3, 11): pytest.skip("3.10 has no enum._simple_enum")
+  expected = _enum_facts(E)
+  @int_enum
+  class E(IntEnumBody):  # type: ignore[no-redef]
+    """Doc."""
+    X = enum.auto(); Y = enum.auto(); Z = 7; W = enum.auto()  # noqa: E702
+    def __repr__(self) -> str: return f"E.{self.name}"
+  assert _enum_facts(E) == expected
+  assert [(m.name, m.value) for m in E] == [("X", 1), ("Y", 2), ("Z", 7), ("W", 8)] and E(7) is E.Z and E["W"] is E.W
+
+# dataclass() writes each method of a class as source text and execs it at every import: ~3.9M instructions (Python's parser
+# and compiler) a frozen class. core.helpers.frozen_record and mutable_record make the same classes from functions compiled
+# once into the bytecode cache, and generate a record's __init__ on its first instance. The probe lists the modules whose
+# dataclass methods were generated during a warm first result.
+PROBE_DATACLASS_SOURCE = """
+import dataclasses, sys
+import numpy
+made = set()
+create_fn = dataclasses._create_fn
+def watched(name, args, body, *, globals=None, **kw):
+  made.add((globals or {}).get("__name__", "?"))
+  return create_fn(name, args, body, globals=globals, **kw)
+dataclasses._create_fn = watched
+from core import Tensor
+assert (Tensor([1., 2., 3.]) + 1).numpy().tolist() == [2., 3., 4.]
+print("MADE", repr(sorted(m for m in made if m.split(".")[0] in ("core", "plugin_cpu"))))
+"""
+
+def test_a_warm_start_generates_no_dataclass_source_but_for_program_data_and_opt(tmp_path):
+  env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "CORE_CACHE_DIR": str(tmp_path)}
+  for _ in range(2):   # the first run fills the compile cache
+    out = subprocess.run([sys.executable, "-c", PROBE_DATACLASS_SOURCE], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+  made = ast.literal_eval(next(ln for ln in out.stdout.splitlines() if ln.startswith("MADE"))[5:])
+  # left as dataclasses: ProgramData (every plugin derives its own with dataclass(frozen=True)), the CPU's, and the optimizer's Opt
+  assert set(made) <= {"core.hcq.queue_ir", "plugin_cpu.queue", "core.codegen.opt.kernel"}, made
+
+def _record_classes(deco: Any) -> tuple[type, type]:
+  @deco
+  class Base:
+    """Doc."""
+    a: int
+    b: str = "x"
+    c: dict = dataclasses.field(default_factory=dict, compare=False)
+    d: Callable[[], bool] = lambda: True
+    e: Any = dataclasses.field(default=None, compare=False, hash=False, repr=False)
+  @deco
+  class Sub(Base):
+    """Sub."""
+    f: tuple = ()
+    def __post_init__(self) -> None:
+      if self.a < 0: raise ValueError("negative")
+  return Base, Sub
+
+def _record_facts(base: Any, sub: Any, frozen: bool) -> list:
+  x, y, z = base(1), base(1, "x", {"k": 1}), sub(2, f=(1, 2))
+  out = [repr(x).split(", d=")[0], repr(z).split(", d=")[0], x == y, x != y, x == sub(1), z == sub(2, f=(1, 2)), x.c, y.c, x.c is not base(1).c,
+         [f.name for f in dataclasses.fields(sub)], dataclasses.is_dataclass(x), sub.__match_args__, base.__doc__, base.__init__.__qualname__,
+         dataclasses.replace(z, a=5).a, dataclasses.replace(z, a=5).f, dataclasses.asdict(base(3, e=1))["a"], dataclasses.astuple(base(3))[:3]]
+  bad: list[Callable[[], Any]] = [lambda: base(), lambda: base(1, 2, 3, 4, 5, 6), lambda: base(1, zz=2), lambda: sub(-1)]
+  if frozen: bad += [lambda: setattr(x, "a", 2), lambda: setattr(x, "zz", 2), lambda: delattr(x, "a")]
+  for fn in bad:
+    try: out.append(("no error", fn()))
+    except Exception as e: out.append((type(e).__name__, str(e)))
+  if frozen: out += [hash(x) == hash(y), hash(x) == hash((1, "x", x.d)), hash(sub(2)) == hash(sub(2)), copy.deepcopy(z) == z]
+  else:
+    x.a = 7
+    out += [x.a, base.__hash__ is None]
+  return out
+
+@pytest.mark.parametrize("frozen", [True, False], ids=["frozen", "mutable"])
+def test_records_behave_as_the_dataclasses_they_replace(frozen):
+  from core.helpers import frozen_record, mutable_record
+  old = _record_facts(*_record_classes(dataclasses.dataclass(frozen=frozen)), frozen)
+  assert _record_facts(*_record_classes(frozen_record if frozen else mutable_record), frozen) == old
+
+def test_core_records_pickle_and_copy():
+  from core.device.allocator import BufferSpec
+  from core.device.target import Target
+  from core.codegen.program import ProgramSpec
+  for r in (BufferSpec(host=True), Target(device="CPU", renderer="LLVM"), ProgramSpec("k", (2, 1, 1), estimates={"ops": 3})):
+    assert pickle.loads(pickle.dumps(r)) == r and copy.copy(r) == r and hash(copy.deepcopy(r)) == hash(r)
+
+def test_records_reject_what_they_do_not_support():
+  from core.helpers import frozen_record
+  with pytest.raises(TypeError, match="defaults go last"):
+    @frozen_record
+    class A:
+      a: int = 1
+      b: int = dataclasses.field()
+  with pytest.raises(TypeError, match="defines __eq__"):
+    @frozen_record
+    class B:
+      a: int
+      def __eq__(self, other: object) -> bool: return True
