@@ -1,6 +1,6 @@
-"""ELF64 little-endian section headers, the part of the object file format every reader here shares (the CPU's in-process
-loader, core/device/elfload.py; NV's cubin reader, AMD's code-object loader): the header checked, each section with its name and bytes, every offset and
-size checked against the file. Facts from the ELF-64 object file format."""
+"""ELF64 little-endian section headers and symbol tables, the part of the object file format every reader here shares (the
+CPU's in-process loader, core/device/elfload.py; NV's cubin reader, AMD's code-object loader): the header checked, each section
+with its name and bytes, every offset and size checked against the file. Facts from the ELF-64 object file format."""
 from __future__ import annotations
 import struct
 from core.helpers import frozen_record

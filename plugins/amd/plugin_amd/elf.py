@@ -2,7 +2,7 @@
 sections of a relocatable AMDGPU object into one image and applies its R_AMDGPU_* relocations (ELF gABI, LLVM AMDGPUUsage)."""
 from __future__ import annotations
 import dataclasses, struct
-from core.device.elf import Section, read_elf64
+from core.device.elf import Section, Symbol, read_elf64, read_symbols
 
 class ELFError(ValueError):
   """The bytes are not an ELF object this reader can load."""
@@ -22,19 +22,6 @@ RELOC_NAMES = {0: "R_AMDGPU_NONE", 1: "R_AMDGPU_ABS32_LO", 2: "R_AMDGPU_ABS32_HI
 _ABSOLUTE = frozenset({R_AMDGPU_ABS32_LO, R_AMDGPU_ABS32_HI, R_AMDGPU_ABS64, R_AMDGPU_ABS32, R_AMDGPU_RELATIVE64})
 
 @dataclasses.dataclass(frozen=True)
-class Symbol:
-  name: str
-  value: int
-  size: int
-  info: int
-  other: int
-  shndx: int
-  @property
-  def bind(self) -> int: return self.info >> 4
-  @property
-  def type(self) -> int: return self.info & 0xf
-
-@dataclasses.dataclass(frozen=True)
 class Reloc:
   offset: int   # in the target section
   sym: int
@@ -47,22 +34,14 @@ class Note:
   type: int
   desc: bytes
 
-def _cstr(table: bytes, off: int) -> str:
-  if off >= len(table) and table: raise ELFError(f"string offset {off} past the end of a {len(table)}-byte string table")
-  end = table.find(b"\0", off)
-  return table[off:end if end >= 0 else len(table)].decode("utf-8", errors="replace")
-
 class ELF:
   """An ELF64 little-endian file: header fields, sections (with names and bytes), symbols, RELA relocations, notes."""
   def __init__(self, data: bytes):
     self.data = bytes(data)
     elf = read_elf64(self.data, None, err=ELFError)   # the machine is load()'s to check: any ELF64 can be inspected
     self.type, self.machine, self.entry, self.flags, self.sections = elf.type, elf.machine, elf.entry, elf.flags, elf.sections
-    self.symbols: list[Symbol] = []
-    if (symtab := next((s for s in self.sections if s.type == SHT_SYMTAB), None)) is not None:
-      strtab = self.sections[symtab.link].data
-      self.symbols = [Symbol(_cstr(strtab, n), v, sz, inf, oth, shn)
-                      for n, inf, oth, shn, v, sz in struct.iter_unpack("<IBBHQQ", symtab.data[:len(symtab.data) // 24 * 24])]
+    symtab = next((s for s in self.sections if s.type == SHT_SYMTAB), None)
+    self.symbols: list[Symbol] = read_symbols(self.sections, symtab, ELFError) if symtab is not None else []
 
   def section(self, name: str) -> Section | None: return next((s for s in self.sections if s.name == name), None)
   def symbol(self, name: str) -> Symbol | None: return next((s for s in self.symbols if s.name == name), None)

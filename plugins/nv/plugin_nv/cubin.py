@@ -2,7 +2,7 @@
 from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
-from core.device.elf import Section, cstr, read_elf64, unpack
+from core.device.elf import Section, Symbol, cstr, read_elf64, read_symbols, unpack
 
 class CubinError(ValueError):
   """A cubin this reader can't use: names the part (header, section, record) and what is wrong with it."""
@@ -27,15 +27,6 @@ def sm_of_flags(e_flags: int, abi_version: int) -> int:
   """The SM number in a cubin's e_flags. ELF ABI version 7 (CUDA <= 12.8) keeps it in bits 0-7 (EF_CUDA_SM); version 8
   (CUDA 12.9+ and 13: bits 24-31 are no longer zero) moved it to bits 8-15, e.g. sm_90 -> 0x06005a04, sm_120 -> 0x06007802."""
   return (e_flags >> 8) & 0xff if abi_version >= 8 or e_flags >> 24 else e_flags & 0xff
-
-@dataclass(frozen=True)
-class Symbol:
-  name: str
-  value: int
-  size: int
-  info: int
-  other: int
-  shndx: int
 
 @dataclass(frozen=True)
 class Reloc:
@@ -120,15 +111,7 @@ class Cubin:
   def _symbols(self) -> list[Symbol]:
     tabs = [s for s in self.sections if s.type == SHT_SYMTAB and s.name == ".symtab"]
     if len(tabs) != 1: raise CubinError(f"symbols: expected one .symtab section, found {len(tabs)}")
-    tab = tabs[0]
-    if tab.entsize != 24 or tab.size % 24: raise CubinError(f"symbols: .symtab entry size {tab.entsize}, section size {tab.size:#x}, expected 24-byte entries")
-    if not 0 < tab.link < len(self.sections): raise CubinError(f"symbols: .symtab names string table {tab.link}")
-    strs = self.sections[tab.link].data
-    out = []
-    for i in range(tab.size // 24):
-      st_name, info, other, shndx, value, size = struct.unpack_from("<IBBHQQ", tab.data, i * 24)
-      out.append(Symbol(_cstr(strs, st_name, f"symbol {i} name"), value, size, info, other, shndx))
-    return out
+    return read_symbols(self.sections, tabs[0], CubinError)
 
   def relocs(self, target: str) -> tuple[Reloc, ...]:
     """The relocations of section `target` (from .rel<target> or .rela<target>: ptxas writes REL for sm_8x, RELA after)."""
