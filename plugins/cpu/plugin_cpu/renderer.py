@@ -101,8 +101,10 @@ def _llvm_stream_store(ctx: CPULLVMRenderer, x: UOp) -> str:
   cached line would write it out at once (softmax 4096x1000, 16 lanes: half a vector on)."""
   idx, val = x.src[0], x.src[1]
   w, t, p, v = store_width(x, ctx.simd_width), ctx.mem_ty(val.dtype), ctx[idx], ctx[val]
+  # the copy for misaligned buffers (<name>_unaligned) stores these plainly: no streaming store, so no SFENCE for them
+  if x in ctx.unchecked and ctx.plain_copy: return _render_store(ctx, x)
   ctx.streams = True
-  if x in ctx.unchecked: return f"store {t} {v}, ptr {p}, align {w}, !nontemporal {NT_MD}" if not ctx.plain_copy else _render_store(ctx, x)
+  if x in ctx.unchecked: return f"store {t} {v}, ptr {p}, align {w}, !nontemporal {NT_MD}"
   a, m, c = ctx.tmp(), ctx.tmp(), ctx.tmp()
   out = f"{a} = ptrtoint ptr {p} to i64\n  {m} = and i64 {a}, {w - 1}\n  {c} = icmp eq i64 {m}, 0\n  "
   if len(idx.src) < 3: return out + _llvm_nt_branch(ctx, c, t, v, p, w, _render_store(ctx, x))

@@ -135,3 +135,16 @@ def test_unaligned_copy_is_a_second_function_of_one_module(threads):
   n_streamed = len(unchecked_streams(_linear(k, rnd), 32))
   assert main.count("!nontemporal") == n_streamed and "!nontemporal" not in copy and "ptrtoint" not in copy and \
          f"@{name}" not in copy.split("\n", 1)[1]
+
+def test_only_the_streaming_kernel_ends_with_sfence_not_its_unaligned_copy():
+  # the copy's stores are plain (cached, ordered): it returns without the SFENCE that the kernel's streaming stores need
+  (item,) = create_schedule([_t(Tensor(np.zeros((4096, 4096), np.float32))).uop])[0]
+  rnd = host_like_renderer("LLVM", 32, threads=0)
+  spec = get_program(hand_coded(Kernel(item.ast, rnd)).ast, rnd, optimize=False)
+  src, name = program_source(spec), spec.arg.name
+  main = src[src.index(f"define void @{name}("):src.index(f"define void @{name}_unaligned(")]
+  copy = src[src.index(f"define void @{name}_unaligned("):]
+  copy = copy[:copy.index("\n}\n")]
+  assert main.count("call void @llvm.x86.sse.sfence()") == 1 and main.rstrip().endswith("call void @llvm.x86.sse.sfence()\n  ret void\n}")
+  assert "sfence" not in copy and copy.endswith("\n  ret void")
+  assert src.count("declare void @llvm.x86.sse.sfence()") == 1
