@@ -1,6 +1,6 @@
 """Run the nine HCQ stages over a schedule, cache the lowered submission, and run it: patch inputs, submit, wait."""
 from __future__ import annotations
-import ctypes, struct, time
+import ctypes, struct, sys, time
 from typing import Any, Callable
 from core.ir.ops import UOp, Ops
 from core.hcq import HCQError
@@ -84,6 +84,10 @@ class Submission:
     # the same patches by slot: a run looks only at the slots whose address changed (a Jit's replay: usually none or its inputs)
     self._slot_patches: list[list[tuple]] = [[] for _ in self.slots]
     for fp in self._fast_patches: self._slot_patches[fp[0]].append(fp)
+    # per slot, when each of its patches stores the plain 64-bit address into a host view: one-item 'Q' views that run_slots
+    # writes the address into by item assignment (an eager op's result alternates between two pooled buffers, so its slot is
+    # patched every run: _patch_slot's frame and pack_into were 3.2k of x + 1's 70k instructions); else None
+    self._slot_words = [_address_words(ps) for ps in self._slot_patches]
     self.last_addrs: list[int | None] = [None] * len(self.slots)
     self.last_vars: dict[Any, int] = {}
     self.runs = 0   # submits so far: an owner that saw its own run last knows which slots still hold its buffers (run_slots)
@@ -126,7 +130,9 @@ class Submission:
       try: a = _addressof(b._buf)
       except (AttributeError, TypeError): a = handle_addr(b)   # not allocated yet, or a handle that is not a ctypes object
       if a is not None and a != last[i]:   # as in run(): a slot with no address keeps what it had
-        self._patch_slot(i, b, a)
+        if (words := self._slot_words[i]) is not None:
+          for w in words: w[0] = a
+        else: self._patch_slot(i, b, a)
         last[i] = a
     if self._fast_vars: self._patch_vars(var_vals)
     self.resubmit(wait)
@@ -247,6 +253,18 @@ def _host_view(buf: Any) -> memoryview | None:
   """A writable byte view of an allocated Buffer's memory when its allocator maps it (None: write through copyin)."""
   mv = buf.host_view()
   return mv if mv is not None and not mv.readonly else None
+
+def _address_words(patches: list[tuple]) -> list[memoryview] | None:
+  """For one slot's fast patches: a native unsigned 64-bit view of each target's 8 bytes when every patch writes the address
+  itself ('<Q', no addend, shift or own addr()) into a host view and the host is little-endian (native 'Q' is '<Q'), else None
+  (_patch_slot writes them). An address is below 2**64, so the mask changes nothing."""
+  if sys.byteorder != "little" or not patches: return None
+  words = []
+  for _, view, _, off, fmt, _, addend, shift, _, own_addr in patches:
+    if view is None or fmt != "<Q" or addend or shift or own_addr is not None or view.ndim != 1 or view.format not in ("B", "b", "c"):
+      return None
+    words.append(view[off:off + 8].cast("Q"))
+  return words
 
 def _eval_timeline(v: UOp) -> int:
   from core.ir.ops import exec_uop_tree
