@@ -20,6 +20,7 @@ def _signed(dt: DType) -> bool: return dtypes.is_int(dt) and not dtypes.is_unsig
 
 def _render_alu(ctx: LLVMRenderer, x: UOp) -> str:
   op, dt, s = x.op, x.dtype, x.src
+  if dt.scalar() is dtypes.bfloat16: ctx.rounds_to_bfloat = True   # LLVM computes bfloat in float where the target has no bf16 ALU
   t, a = ctx.ty(s[0].dtype), [ctx[u] for u in s]
   fl = dtypes.is_float(s[-1].dtype)
   if op is Ops.WHERE: return f"{ctx[x]} = select {ctx.ty(s[0].dtype)} {a[0]}, {ctx.ty(dt)} {a[1]}, {ctx.ty(dt)} {a[2]}"
@@ -91,6 +92,7 @@ def _render_cast(ctx: LLVMRenderer, x: UOp) -> str:
   tt, ft, v = ctx.ty(to), ctx.ty(fr), ctx[x.src[0]]
   if to.scalar() is dtypes.bool:  # C: nonzero (and NaN) is true
     return f"{ctx[x]} = fcmp une {ft} {v}, {ctx.const(0.0, fr)}" if dtypes.is_float(fr) else f"{ctx[x]} = icmp ne {ft} {v}, {ctx.const(0, fr)}"
+  if to.scalar() is dtypes.bfloat16: ctx.rounds_to_bfloat = True
   if dtypes.is_float(to) and dtypes.is_float(fr):
     if to.scalar().itemsize == fr.scalar().itemsize:  # half <-> bfloat: through float
       f, mid = ctx.tmp(), ctx.ty(dtypes.float32.vec(to.count))
@@ -357,6 +359,8 @@ class LLVMRenderer(Renderer):
     self.declares: dict[str, None] = {}
     # after the attributes: what a subclass adds there (the CPU renderer's SFENCE declaration, where streaming kernels always had it)
     self.trailer: dict[str, None] = {}
+    # whether a rule rounded a value to bfloat (a cast to it, bfloat arithmetic): HostLLVMRenderer then defines __truncsfbf2
+    self.rounds_to_bfloat = False
 
   def function(self, name: str, uops: list[UOp]) -> str:
     """The definition of the function `name` running `uops`; the globals and declarations it needs go to the module's."""
@@ -402,8 +406,9 @@ class LLVMRenderer(Renderer):
                      list(self.trailer)) + "\n"
 
 # float -> bfloat16 (round to nearest even, NaN stays NaN): LLVM lowers `fptrunc float to bfloat` on x86 to a call of this
-# compiler-runtime helper, which the process may not have (libgcc has it only from gcc 13): each host module that uses bfloat
-# carries its own (hidden: never exported; not linkonce: the optimizer would drop it), rounding like dtypes.truncate
+# compiler-runtime helper, which the process may not have (libgcc has it only from gcc 13): each host module that rounds to
+# bfloat (LLVMRenderer.rounds_to_bfloat: a cast to it, or bfloat arithmetic, which LLVM computes in float) carries its own
+# (hidden: never exported; not linkonce: the optimizer would drop it), rounding like dtypes.truncate
 TRUNCSFBF2 = """define hidden bfloat @__truncsfbf2(float %x) nounwind {
   %b = bitcast float %x to i32
   %lsb = lshr i32 %b, 16
@@ -427,6 +432,5 @@ class HostLLVMRenderer(LLVMRenderer):
   has_local = False
   masked_vectors = True
   def render_barrier(self) -> str: return "fence release"
-  def render(self, name: str, uops: list[UOp]) -> str:
-    src = super().render(name, uops)
-    return src + TRUNCSFBF2 if "bfloat" in src else src
+  def module(self, functions: list[str]) -> str:
+    return super().module(functions) + (TRUNCSFBF2 if self.rounds_to_bfloat else "")

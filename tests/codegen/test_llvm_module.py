@@ -3,9 +3,12 @@ each function's entry block holds its allocas, then its prologue (LLVMRenderer.r
 render_return; parameters (llvm_ir.Param) print as a signature's and as a call's."""
 from __future__ import annotations
 import llvmlite.binding as llvm
+import pytest
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops, AxisType
-from core.codegen.llvm_ir import HostLLVMRenderer, Param
+from core.codegen.llvm_ir import TRUNCSFBF2, HostLLVMRenderer, Param
+from core.device.compiler import LLVMTarget, llvm_compile_here
+from core.device.llvm_host import host_llvm
 
 def _sqrt_kernel(n: int = 16) -> list[UOp]:
   """out[i] = sqrt(in[i]), linearized: the params, the loop, the load, the sqrt, the store, the loop's end."""
@@ -51,3 +54,26 @@ def test_params_print_as_a_signature_and_as_call_arguments():
   p = Param("ptr addrspace(1)", "%data0", "noalias align 4")
   assert (str(p), p.arg()) == ("ptr addrspace(1) noalias align 4 %data0", "ptr addrspace(1) %data0")
   assert (str(Param("i32", "%n.arg")), Param("i32", "%n.arg").arg()) == ("i32 %n.arg", "i32 %n.arg")
+
+def _cast_kernel(to, fr, op=None) -> list[UOp]:
+  """out[i] = cast(in[i]) (or op(in[i], in[i]) in the input's dtype first), 8 elements."""
+  out, inp = UOp.param(0, to.ptr(8)), UOp.param(1, fr.ptr(8))
+  r = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 8),), (0, AxisType.LOOP))
+  v = inp.index(r).load()
+  if op is not None: v = UOp(op, fr, (v, v))
+  st = out.index(r).store(v.cast(to) if to is not fr else v)
+  return list(dict.fromkeys(st.end(r).toposort()))
+
+@pytest.mark.parametrize("to, fr, op, rounds", [(dtypes.bfloat16, dtypes.float32, None, True), (dtypes.bfloat16, dtypes.int32, None, True),
+                                                (dtypes.bfloat16, dtypes.float16, None, True), (dtypes.bfloat16, dtypes.bfloat16, Ops.MUL, True),
+                                                (dtypes.float32, dtypes.bfloat16, None, False), (dtypes.bfloat16, dtypes.bfloat16, None, False),
+                                                (dtypes.float32, dtypes.float32, Ops.ADD, False)],
+                         ids=["f32->bf16", "i32->bf16", "f16->bf16", "bf16*bf16", "bf16->f32", "bf16 copy", "f32+f32"])
+def test_the_host_module_defines_truncsfbf2_exactly_where_a_value_is_rounded_to_bfloat(to, fr, op, rounds):
+  # LLVM lowers the rounding to a call of the compiler-runtime helper on x86 without bf16 conversions (haswell): a module that
+  # rounds carries its own definition, one that only loads, stores or widens bfloat calls nothing and defines nothing
+  src = HostLLVMRenderer().render("k", _cast_kernel(to, fr, op))
+  assert src.endswith(TRUNCSFBF2) == rounds and src.count("@__truncsfbf2(") == int(rounds)
+  if host_llvm().triple.startswith("x86_64"):
+    asm = llvm_compile_here(LLVMTarget(host_llvm().triple, "haswell", "", 3, "pic", "default"), src, assembly=True).decode()
+    assert ("__truncsfbf2" in asm) == rounds
