@@ -257,6 +257,9 @@ class LLVMRenderer(Renderer):
   global_addrspace: int = 0            # address space of kernel buffers
   local_addrspace: int = 3             # address space of DEFINE_LOCAL
   private_addrspace: int = 0           # address space of allocas (DEFINE_REG, loop counters): 5 on amdgcn
+  # the device allocates (and views) buffers at multiples of their element size: `align` on the buffer parameters lets LLVM use
+  # wide loads (AMD, NV)
+  aligned_params: bool = False
   string_rewrite: PatternMatcher = llvm_rewrite
   extra_matcher: PatternMatcher | None = None
 
@@ -322,7 +325,7 @@ class LLVMRenderer(Renderer):
     # variables arrive as 32-bit ints (the launch ABI); wider index math gets them sign-extended at entry
     for v in vars_:
       if self.ty(v.dtype) != "i32": self.allocas.append(f"{self[v]} = sext i32 {self[v]}.arg to {self.ty(v.dtype)}")
-    return [Param(self.ptr_ty(b.dtype), self[b], "noalias") for b in bufs] + \
+    return [Param(self.ptr_ty(b.dtype), self[b], "noalias" + (f" align {b.dtype.base.itemsize}" if self.aligned_params else "")) for b in bufs] + \
            [Param("i32", self[v] + (".arg" if self.ty(v.dtype) != "i32" else "")) for v in vars_]
   def render_prologue(self, params: list[Param]) -> str:
     """Instructions of the entry block after its allocas, before the kernel's first op ("" for none)."""

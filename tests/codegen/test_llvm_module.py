@@ -55,6 +55,17 @@ def test_params_print_as_a_signature_and_as_call_arguments():
   assert (str(p), p.arg()) == ("ptr addrspace(1) noalias align 4 %data0", "ptr addrspace(1) %data0")
   assert (str(Param("i32", "%n.arg")), Param("i32", "%n.arg").arg()) == ("i32 %n.arg", "i32 %n.arg")
 
+class _Aligned(HostLLVMRenderer):
+  aligned_params = True
+
+def test_aligned_params_give_each_buffer_its_element_size_as_alignment():
+  out, inp = UOp.param(0, dtypes.float64.ptr(8)), UOp.param(1, dtypes.float16.ptr(8))
+  r = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 8),), (0, AxisType.LOOP))
+  st = out.index(r).store(inp.index(r).load().cast(dtypes.float64))
+  uops = list(dict.fromkeys(st.end(r).toposort()))
+  assert "define void @k(ptr noalias align 8 %data0, ptr noalias align 2 %data1) #0 {" in _Aligned().render("k", uops)
+  assert "define void @k(ptr noalias %data0, ptr noalias %data1) #0 {" in HostLLVMRenderer().render("k", uops)
+
 def _cast_kernel(to, fr, op=None) -> list[UOp]:
   """out[i] = cast(in[i]) (or op(in[i], in[i]) in the input's dtype first), 8 elements."""
   out, inp = UOp.param(0, to.ptr(8)), UOp.param(1, fr.ptr(8))

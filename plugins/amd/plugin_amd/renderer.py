@@ -4,7 +4,7 @@ import copy, dataclasses
 from core.helpers import prod
 from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp, Ops
-from core.codegen.llvm_ir import LLVMRenderer, Param
+from core.codegen.llvm_ir import LLVMRenderer
 
 TRIPLE = "amdgcn-amd-amdhsa"
 DEFAULT_ARCH = "gfx1100"
@@ -51,6 +51,7 @@ class AMDLLVMRenderer(LLVMRenderer):
   global_addrspace = 1
   local_addrspace = 3
   private_addrspace = 5
+  aligned_params = True
   has_local = True
   has_shared = True
   # the dispatch packet's grid is 32 bits of work-items per axis; index math is int32, so stay below 2^31
@@ -73,10 +74,6 @@ class AMDLLVMRenderer(LLVMRenderer):
     ctx = copy.copy(self)
     ctx.kernel_attrs = f'nounwind "amdgpu-flat-work-group-size"="{local},{local}" "uniform-work-group-size"="true"'
     return LLVMRenderer.render(ctx, name, uops)
-
-  def render_params(self, bufs: list[UOp], vars_: list[UOp]) -> list[Param]:
-    # buffers are allocated (and viewed) at multiples of their element size; `align` lets LLVM use wide loads
-    return [Param(self.ptr_ty(b.dtype), self[b], f"noalias align {b.dtype.base.itemsize}") for b in bufs] + super().render_params([], vars_)
 
   def render_special(self, x: UOp) -> str:
     kind, axis = ("workgroup" if x.arg.startswith("gidx") else "workitem"), "xyz"[int(x.arg[-1])]

@@ -7,7 +7,7 @@ from core.ir.ops import UOp, Ops
 from core.ir.pattern import UPat, PatternMatcher
 from core.codegen.decompose import fast_exp2, fast_log2
 from core.codegen.lowerer import pm_fuse_mulacc
-from core.codegen.llvm_ir import LLVMRenderer, Param, llvm_rewrite
+from core.codegen.llvm_ir import LLVMRenderer, llvm_rewrite
 from core.codegen.c_style import CStyleRenderer, base_rewrite, c_code_for_op
 from core.device.tensor_core import TENSOR_CORES, tensor_core
 
@@ -204,6 +204,7 @@ class PTXRenderer(LLVMRenderer):
   global_addrspace = 1
   local_addrspace = 3
   private_addrspace = 0   # NVPTX allocas live in the generic space and are promoted to .local by LLVM itself
+  aligned_params = True
   has_local = True
   has_shared = True
   # grid: 2^31-1 blocks in x, 65535 in y and z; a block: 1024 threads, z at most 64 (CUDA's compute capability table)
@@ -230,10 +231,6 @@ class PTXRenderer(LLVMRenderer):
     ctx = copy.copy(self)
     ctx.kernel_attrs = f'nounwind "nvvm.reqntid"="{local[0]},{local[1]},{local[2]}"'
     return LLVMRenderer.render(ctx, name, uops)
-
-  def render_params(self, bufs: list[UOp], vars_: list[UOp]) -> list[Param]:
-    # buffers are allocated (and viewed) at multiples of their element size; `align` lets LLVM use wide loads
-    return [Param(self.ptr_ty(b.dtype), self[b], f"noalias align {b.dtype.base.itemsize}") for b in bufs] + super().render_params([], vars_)
 
   def render_special(self, x: UOp) -> str:
     fn = f"@llvm.nvvm.read.ptx.sreg.{'ctaid' if x.arg.startswith('gidx') else 'tid'}.{'xyz'[int(x.arg[-1])]}"
