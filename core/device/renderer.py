@@ -36,6 +36,9 @@ class Renderer:
                                                             # arrays are slow (a GPU spills them to its local memory)
   scaled_exp2: bool = False                                 # its rules lower an EXP2 whose arg is decompose.EXP2_SCALED (2**x times
                                                             # 2**EXP2_SCALE): a softmax's stashed exps may take it (core.codegen.stash)
+  odd_row_channel_tile: ClassVar[bool] = False              # a conv whose rows hold an odd number of whole vectors takes the channel
+                                                            # tile (heuristic.CHANNEL_ODD_ROWS): the host LLVM renderer's ran faster,
+                                                            # the C renderer's source slower
   supported_dtypes: ClassVar[frozenset[DType]] = frozenset(d for d in dtypes.all if d not in dtypes.fp8s and d is not dtypes.bfloat16)
   has_images: ClassVar[bool] = False                        # IMAGE=1/2 may read and write buffers as 2-D RGBA images
   image_max: ClassVar[tuple[int, int]] = (0, 0)             # the largest image, (width, height) in pixels

@@ -347,6 +347,16 @@ def _packed_both(k: Kernel, col: UOp, row: UOp, row_regs: int) -> Kernel | None:
 CHANNEL_ROW_VECTORS = 2       # conv output rows shorter than this many vectors take their vectors along the output channels
 CHANNEL_GATHER_RED = 16       # a residual the channel tile gathers costs more than a reduction shorter than this many vectors
 CHANNEL_PAD_SHARE = 16        # so do longer rows of no whole number of vectors, where padding them adds more than 1/16 of the work
+# and rows of an odd number of whole vectors (3 or more) with at most CHANNEL_ODD_ROW_REGS vector registers: the row tile holds one
+# vector along them (two would pad the row), AVX2's 56 = 7 x 8 as 4 channels x 2 rows, 36 weight broadcasts and 18 input vectors
+# per 72 FMAs and a copy of the input's window rows per tile; the channel tile of 2 vectors x 4 pixels broadcasts 18 inputs,
+# loads 18 weight vectors from its panel and reads the input in place. One Zen 3 thread, kernel thread time, A/B in one process,
+# medians of 9, each twice, 3x3 32x64x56x56 86.3/87.6 -> 80.8/81.2 ms, with ResNet's bn and relu 8x64x56x56 21.8/21.6 -> 20.0/20.0
+# (the 1 x 7 pixels tile: 0.92x the row tile's FLOP rate). The C renderer's source, built by clang, ran 1.08-1.12x the time: only
+# where the renderer says so (Renderer.odd_row_channel_tile). With 32 registers the row tile holds more rows per broadcast:
+# not measured there, so not taken
+CHANNEL_ODD_ROWS = True
+CHANNEL_ODD_ROW_REGS = 16
 
 def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp, lanes: int) -> Kernel | None:
   """A conv whose output rows hold few vectors (ResNet's 7x7 and 14x14 stages: a row of 7 holds none), or no whole number of
@@ -365,14 +375,16 @@ def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp
   # a longer row only where padding it to whole vectors costs more than the channel tile's scattered stores: a row of 56 on
   # AVX-512's 16 lanes pads to 64, 1/8 of the FMAs on padding. One Zen 5 thread, CPU time, A/B in one process, medians of 7-9:
   # 3x3 8x64x56x56 175-198 -> 195-208 GFLOP/s, 8x32x100x100 39-42 -> 136-156; the same Zen 5 running code built for Haswell:
-  # 8x128x28x28 (28 on 8 lanes) 75-78 -> 88-89, and 56 there (7 whole vectors) keeps the row tile. Not where an input is read
+  # 8x128x28x28 (28 on 8 lanes) 75-78 -> 88-89; 56 there (7 whole vectors) lost with 1 x 7 pixels. Not where an input is read
   # once per output along the row (a residual): lanes across the channels gather it (ResNet-18's 8x64x56x56 conv-bn-add-relu,
   # same method: 9.96-10.04 -> 10.36-10.59 ms), nor at a stride, where a row block of 14 reads 29 inputs per kernel row, not
   # 16 (ResNet-18's 8x64x56x56 -> 128 3x3/2 in Haswell code, same method: 11.6-12.2 -> 12.3-13.2 ms)
   x_loads = [ld for ld in red_loads if contig_out in ld.toposort()]
   strided = max((st[1] for ld in x_loads if (st := strided_offset(ld.src[0].src[1], contig_out)) is not None), default=1)
-  if n_out >= CHANNEL_ROW_VECTORS * lanes and (n_out % lanes == 0 or _pad_ok(n_out, lanes, CHANNEL_PAD_SHARE) or strided >= 2 or
-                                               any(contig_out in ld.toposort() for ld in loads if ld not in red_loads)): return None
+  odd = CHANNEL_ODD_ROWS and rnd.odd_row_channel_tile and rnd.simd_regs <= CHANNEL_ODD_ROW_REGS and n_out > lanes and \
+    n_out % lanes == 0 and (n_out // lanes) % 2 == 1
+  if n_out >= CHANNEL_ROW_VECTORS * lanes and ((n_out % lanes == 0 and not odd) or _pad_ok(n_out, lanes, CHANNEL_PAD_SHARE) or
+                                               strided >= 2 or any(contig_out in ld.toposort() for ld in loads if ld not in red_loads)): return None
   w_loads = [ld for ld in red_loads if contig_out not in ld.toposort()]
   chan = next((r for r in reversed(outs) if r is not contig_out and all(r not in ld.toposort() for ld in x_loads) and
                all(r in ld.toposort() for ld in w_loads)), None)
@@ -406,6 +418,10 @@ def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp
     return (nc // lanes) % j == 0 and j * rows + j * win + 1 <= regs and lanes * j * rows * win <= MAX_REGISTER_ELEMS and \
       j * lanes * red_len * item <= PACK_MAX_BYTES
   tiles = [(j * rows, j, rows) for j in (4, 2, 1) for rows in range(3, n_out + 1) if n_out % rows == 0 and rows & (rows - 1) and fits(j, rows)]
+  if odd:
+    # (2 or more vectors of channels, a pixel block below the lanes: the channels keep the expander's vector axis)
+    tiles = [(j * rows, j, rows) for j in (4, 2) for rows in range(2, lanes) if n_out % rows == 0 and fits(j, rows)]
+    if not tiles or max(tiles)[0] < MM_MIN_ACC: return None
   pixels = contig_out
   if tiles: _, j, rows = max(tiles)
   else:

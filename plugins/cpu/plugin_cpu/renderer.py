@@ -293,6 +293,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
   vector_dtypes = frozenset({dtypes.bfloat16}) if BF16_DOT else frozenset()
   extra_matcher = llvm_rules(host_flags(), SIMD_BYTES)
   scaled_exp2 = not scalef_lanes(host_flags())   # vscalefps takes 2**n at no cost: a softmax's exps stay unscaled there
+  odd_row_channel_tile = True
   string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _llvm_stream_store), (UPat(Ops.WMMA, name="x"), render_dot),
                                    (UPat(Ops.LOAD, name="x"), _llvm_prefetch_load),
                                    (UPat(Ops.CUSTOM, name="x", arg=SCALEF_ARG), _llvm_masked("scalef")),

@@ -51,8 +51,9 @@ def test_channel_tile_prefetches_the_next_input_row(simd_bytes, shape, row, ren)
 @pytest.mark.parametrize("shape", [(8, 512, 7, 512), (1, 64, 28, 64), (2, 64, 56, 64)], ids=["7x7: next image", "in the L2", "56"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_other_convs_render_as_without_the_rule(shape, simd_bytes, ren, threads, monkeypatch):
-  # (rows of 56 on AVX2's 8 lanes are 7 whole vectors: the row tile, its input loaded as vectors)
-  if shape[2] == 56 and simd_bytes == 64: pytest.skip("the channel tile: test_channel_tile_prefetches_the_next_input_row")
+  # (rows of 56 on AVX2's 8 lanes are 7 whole vectors: the C renderer's row tile, its input loaded as vectors; the LLVM
+  # renderer takes the channel tile there, heuristic.CHANNEL_ODD_ROWS)
+  if shape[2] == 56 and (simd_bytes == 64 or ren == "LLVM"): pytest.skip("the channel tile: test_channel_tile_prefetches_the_next_input_row")
   item = _items(*shape)[-1]
   with_rule = _source(ren, simd_bytes, item, threads)[1]
   monkeypatch.setattr(prefetch, "WINDOW_PREFETCH", False)
