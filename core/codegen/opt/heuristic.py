@@ -54,6 +54,8 @@ TRANSPOSE_MIN_ROW = 512       # output rows this long read a line per element of
                               # (a bound on renderers with workgroups only: CPU ones tile every size, see hand_coded)
 TRANSPOSE_ROW_BYTES = 64      # a transpose tile's output row: a whole cache line, whatever the vector width (see hand_coded)
 WHOLE_LINE_TILES = True       # and its input rows too (False: one register each, half a line on AVX2; for comparisons)
+STRIP_TILES = 4               # a transpose's strip of tiles along the output row (see hand_coded; 0: none, for comparisons)
+STRIP_MIN_ROW = 4096          # bytes of an input row (a page) that such strips sweep along; shorter rows keep the tiles across them
 CACHED_TILE_REGS = True       # a cached transpose's output row at most half the registers (False: a line; for comparisons)
 ALU_HEAVY = 64                # arithmetic ops per element above which an elementwise kernel is compute-bound
 ROW_RED_VECTORS = 4           # vectors of partial results per row reduction of a fused row kernel (_row_pass)
@@ -120,6 +122,13 @@ def _divmod_in(idx: UOp, r: UOp) -> bool:
   return any(t is not r and r in t.toposort() for t, _ in parts[0])
 
 def _pos(k: Kernel, r: UOp) -> int: return k.axes.index(r)
+def _sink_loop(k: Kernel, r: UOp) -> Kernel:
+  """k with LOOP r moved inward, one SWAP with the next loop at a time, to just outside the innermost loop; the others keep
+  their order."""
+  while (i := (loops := k.of_type(AxisType.LOOP)).index(r)) < len(loops) - 2:
+    if (k2 := _try(k, Opt(OptOps.SWAP, _pos(k, r), _pos(k, nxt := loops[i + 1])))) is k: break
+    k, r = k2, _same(k2, nxt)
+  return k
 def _same(k: Kernel, r: UOp) -> UOp:
   """The axis of k that kept r's id (its outer part after a split)."""
   return next(x for x in k.axes if x.arg[0] == r.arg[0])
@@ -892,6 +901,7 @@ def hand_coded(k: Kernel) -> Kernel:
   across: UOp | None = None   # the output axis the transposed input is contiguous along
   across_step = 0             # the output's stride along `across` in bytes (an output row's, of a 2-D transpose)
   tile_rows = lanes           # the register tile's output rows (its upcast of `across`)
+  tile_cols = 0               # and its input rows (its upcast of `contig_out`)
   if vec_ok or rnd.threads:
     if reds and contig_out is not None and (row := _row_pass(k, reds, contig_out, loads, lanes)) is not None: k = row
     elif reds and gathers and contig_out is not None and (undiv := _undivide(k, contig_out, loads, lanes)) is not None: k = undiv
@@ -954,7 +964,7 @@ def hand_coded(k: Kernel) -> Kernel:
          (amt := _pick_amt(range_size(contig_out), (row_len, lanes))):
         tile_rows = (_pick_amt(range_size(across), (line, lanes)) if WHOLE_LINE_TILES else 0) or lanes
         k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt), Opt(OptOps.UPCAST, _pos(k, across), tile_rows))
-        transposed = k.applied[-1].op is OptOps.UPCAST
+        transposed, tile_cols = k.applied[-1].op is OptOps.UPCAST, amt
       else:
         if vec_ok and rnd.masked_vectors and _pad_ok(range_size(contig_out), lanes, MASKED_PAD_SHARE) and not strided:
           # a row that holds no whole vector (a padded copy's 58 or 26 columns): padded to one, the tail's lanes masked, where it
@@ -969,6 +979,21 @@ def hand_coded(k: Kernel) -> Kernel:
   if rnd.has_local: return _local(k)
   k = _reductions_outside(k)
   threads = rnd.threads
+  # A transpose of rows far apart whose register tile holds more than the vector registers (AVX2: 16 input rows of two ymm, 32 > 16)
+  # and whose input rows are at least STRIP_MIN_ROW long: strips of STRIP_TILES tiles along the output row (64 input rows), each
+  # swept along the whole input row, so each input row is read in order and each output row written in runs of STRIP_TILES
+  # lines, where the tiles along `across` innermost (below) read 256 bytes of 16 rows and wrote a line of each of 64 rows at a
+  # time. Thread blocks split each strip into neighbouring parts that run side by side (2 threads: 2 tiles each). One Zen 3
+  # thread, thread time, A/B in one process: 4096^2 16.0 -> 18.2 GB/s; 2 threads, wall: 29.7 -> 33.4 (docs/internals.md has
+  # the rest). Measured on AVX2 only: a tile that fits the registers (AVX-512's 16 rows of one zmm) keeps the order below, and
+  # so does a renderer that loads the tile's rows whole (no split_tile_rows: the C renderer, one thread 10.0 -> 7.0 in strips)
+  strip = 0
+  if transposed and across is not None and contig_out is not None and STRIP_TILES and rows_far_apart(k) and rnd.split_tile_rows and \
+     tile_cols * tile_rows * st.src[1].dtype.itemsize > rnd.simd_regs * rnd.simd_width and \
+     tiles_along_rows(across_step, tile_rows, st.src[1].dtype.itemsize, MM_ROW_TILE, cached=stores_cached(k)) > 1 and \
+     (range_size(across) or 0) * st.src[1].dtype.itemsize >= STRIP_MIN_ROW and \
+     (nc := range_size(_same(k, contig_out)) or 0) > STRIP_TILES and nc % STRIP_TILES == 0:
+    strip = STRIP_TILES
   work = prod(range_size(r) or 1 for r in k.axes)
   if threads > 0 and work >= MIN_THREADED_WORK:
     if (loop := _thread_loop(k, threads)) is not None:
@@ -985,17 +1010,20 @@ def hand_coded(k: Kernel) -> Kernel:
       # a transpose of rows far apart whose split would take blocks of its tiles across the input's rows (a.T: the output rows):
       # blocks of the output's columns instead, so each thread reads input rows of its own (whole pages, one after another) and
       # writes runs of a block's columns, where both threads read every input row at once. 2 threads, 4096^2, process CPU time,
-      # A/B in one process, medians of 21, load ~8: 5.22 -> 4.61 ms
+      # A/B in one process, medians of 21, load ~8: 5.22 -> 4.61 ms (in strips, one block per thread's part of a strip: above)
       elif transposed and across is not None and contig_out is not None and rows_far_apart(k) and _same(k, across) is loop and \
          (c := _same(k, contig_out)).arg[1] is AxisType.LOOP and (range_size(c) or 0) % threads == 0:
-        loop, blocks = c, _block_count(range_size(c) or 1, threads)
+        loop, blocks = c, (range_size(c) or 1) // max(1, strip // threads) if strip else _block_count(range_size(c) or 1, threads)
       k = _try(k, Opt(OptOps.THREAD, _pos(k, loop), blocks))
   if transposed and across is not None and rows_far_apart(k) and (a := _same(k, across)).arg[1] is AxisType.LOOP:
     # the tiles along `across` innermost (at most MM_ROW_TILE of them): the next tile reads the rest of the input lines the
     # last one touched (2048^2 transpose: 17.8 -> 4.8 ms with the register tiles, -> 3.0 ms with this; torch 7.1)
     # (fewer where the tiles' output lines share L1 sets, none where those lines are also cached: copy.tiles_along_rows)
     tiles = tiles_along_rows(across_step, tile_rows, st.src[1].dtype.itemsize, MM_ROW_TILE, cached=stores_cached(k))
-    if tiles > 1 and (na := range_size(a) or 0) > tiles and na % tiles == 0: k = _try(k, Opt(OptOps.TILE, _pos(k, a), tiles))
+    if strip and contig_out is not None and (c := _same(k, contig_out)).arg[1] is AxisType.LOOP:
+      # the strips above: a block's part of one strip already (threads), else STRIP_TILES tiles cut from the loop
+      if (range_size(c) or 0) <= strip or (k := _try(k, Opt(OptOps.TILE, _pos(k, c), strip))).applied[-1].op is OptOps.TILE: k = _sink_loop(k, a)
+    elif tiles > 1 and (na := range_size(a) or 0) > tiles and na % tiles == 0: k = _try(k, Opt(OptOps.TILE, _pos(k, a), tiles))
     elif tiles > 1 and (inner := max(k.of_type(AxisType.LOOP), key=lambda r: r.arg[0])) is not a: k = _try(k, Opt(OptOps.SWAP, _pos(k, a), _pos(k, inner)))
   if streaming and work >= MIN_THREADED_WORK and (rows := k.of_type(AxisType.LOOP)) and \
      (nr := range_size(rows[0]) or 0) % RED_STREAMS == 0 and nr >= 8 * RED_STREAMS:

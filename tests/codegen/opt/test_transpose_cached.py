@@ -6,7 +6,7 @@ keep their tiles. Opts on explicit 16-, 32- and 64-byte renderers; results again
 from __future__ import annotations
 import numpy as np
 import pytest
-from core.codegen.opt import Kernel, OptOps
+from core.codegen.opt import Kernel, OptOps, heuristic
 from core.codegen.opt.copy import tiles_along_rows, stores_cached, CONFLICT_ROWS
 from core.codegen.opt.heuristic import hand_coded, MM_ROW_TILE
 from opt_helpers import kernel_of, product_item, run_ast, host_renderer
@@ -53,7 +53,8 @@ def test_cached_transpose_runs_no_tiles_along_rows(shape, simd_bytes):
   ((512, 520), 28 << 20, 32, 0),                      # AVX2, 65 tiles of 8 rows (half lines: 520 rows hold no 16): a SWAP
   ((1040, 1024), 28 << 20, 64, 0),                    # output rows 1040 floats apart: lines over 16 sets (a SWAP: 65 tiles)
 ])
-def test_others_keep_their_tiles(shape, bound, simd_bytes, tiles):
+def test_others_keep_their_tiles(shape, bound, simd_bytes, tiles, monkeypatch):
+  monkeypatch.setattr(heuristic, "STRIP_TILES", 0)   # AVX2's streamed 1024^2 would run in strips instead (test_transpose_strips)
   k, ops = _opts(shape, simd_bytes, bound)
   assert [o.amt for o in k.applied if o.op is OptOps.TILE] == ([tiles] if tiles else []) and (tiles or OptOps.SWAP in ops), k.applied
 

@@ -6,7 +6,7 @@ on an AVX2 and an AVX-512 renderer; results against numpy. The threads of such a
 from __future__ import annotations
 import numpy as np
 import pytest
-from core.codegen.opt import Kernel, OptOps
+from core.codegen.opt import Kernel, OptOps, heuristic
 from core.codegen.opt.copy import tiles_along_rows, CONFLICT_ROWS
 from core.codegen.opt.heuristic import hand_coded, MM_ROW_TILE
 from core.codegen.opt.expander import strided_offset
@@ -32,7 +32,9 @@ def test_tiles_along_rows(row_bytes, lanes, lane_bytes, want):
 
 def _tiles(k: Kernel) -> list[int]: return [o.amt for o in k.applied if o.op is OptOps.TILE]
 
-def _check_tiles(shape: tuple[int, int], simd_bytes: int, tiles: list[int]):
+def _check_tiles(shape: tuple[int, int], simd_bytes: int, tiles: list[int], monkeypatch):
+  # the tiles along the input's rows, where AVX2's long rows would run in strips instead (test_transpose_strips)
+  monkeypatch.setattr(heuristic, "STRIP_TILES", 0)
   item, want = kernel_of(_transpose, shape, rng=rng)
   rnd = host_renderer(simd_bytes)
   k = hand_coded(Kernel(item.ast, rnd))
@@ -42,13 +44,13 @@ def _check_tiles(shape: tuple[int, int], simd_bytes: int, tiles: list[int]):
 
 @pytest.mark.parametrize("simd_bytes", [32, 64])
 @pytest.mark.parametrize("shape", [(2048, 2048), (1024, 4096), (512, 4096)])
-def test_power_of_two_rows_take_fewer_tiles(simd_bytes, shape):
-  _check_tiles(shape, simd_bytes, [CONFLICT_ROWS // 16])
+def test_power_of_two_rows_take_fewer_tiles(simd_bytes, shape, monkeypatch):
+  _check_tiles(shape, simd_bytes, [CONFLICT_ROWS // 16], monkeypatch)
 
 @pytest.mark.parametrize("simd_bytes", [32, 64])
-def test_rows_over_many_sets_keep_the_row_tile(simd_bytes):
+def test_rows_over_many_sets_keep_the_row_tile(simd_bytes, monkeypatch):
   # input rows of 1040 floats: the output's rows 65 lines apart, one set further each
-  _check_tiles((1040, 4096), simd_bytes, [MM_ROW_TILE])
+  _check_tiles((1040, 4096), simd_bytes, [MM_ROW_TILE], monkeypatch)
 
 @pytest.mark.parametrize("simd_bytes", [32, 64])
 @pytest.mark.parametrize("shape", [(2048, 2048), (1056, 4096), (4096, 1024)])

@@ -1,0 +1,58 @@
+"""A transposing copy whose register tile holds more than the vector registers (AVX2: 16 input rows of two ymm), whose input
+rows are at least heuristic.STRIP_MIN_ROW long, on a renderer that loads such a tile a register of rows at a time, runs in
+strips of STRIP_TILES tiles along the output row, each swept along the whole input row (the strip's tiles innermost, the tiles
+along the input row around them); on 2 threads each thread block is a neighbouring part of a strip (STRIP_TILES // 2 tiles).
+AVX-512's tiles (one zmm per row), short input rows and renderers that load a tile's rows whole (no split_tile_rows: the C
+renderer) keep the tiles along the input row innermost. Results against numpy."""
+from __future__ import annotations
+import numpy as np
+import pytest
+from core.codegen.opt import Kernel
+from core.codegen.opt import heuristic
+from core.codegen.opt.heuristic import hand_coded, STRIP_TILES
+from core.codegen.opt.expander import strided_offset
+from core.ir.ops import Ops, AxisType
+from core.codegen.opt.kernel import range_size
+from opt_helpers import kernel_of, run_ast, host_renderer
+
+rng = np.random.default_rng(23)
+
+def _transpose(a): return a.T.contiguous() if hasattr(a, "uop") else a.T
+
+def _steps(k: Kernel, axes: list) -> list[int]:
+  """The output's element step along each of `axes`."""
+  st = next(u for u in k.ast.toposort() if u.op is Ops.STORE)
+  return [s[1] for r in axes if (s := strided_offset(st.src[0].src[1], r)) is not None]
+
+def _hand_coded(shape: tuple[int, int], simd_bytes: int, threads: int, strips: int = STRIP_TILES, split: bool = True):
+  item, want = kernel_of(_transpose, shape, rng=rng)
+  rnd = host_renderer(simd_bytes)
+  if split and not rnd.split_tile_rows: pytest.skip("a renderer that loads a tile's rows a register at a time (the LLVM one)")
+  rnd.threads, rnd.split_tile_rows = threads, split
+  old, heuristic.STRIP_TILES = heuristic.STRIP_TILES, strips
+  try: k = hand_coded(Kernel(item.ast, rnd))
+  finally: heuristic.STRIP_TILES = old
+  got, _ = run_ast(item, k.ast, rnd)
+  np.testing.assert_array_equal(got.reshape(want.shape), want)
+  return k
+
+@pytest.mark.parametrize("shape", [(2048, 2048), (1024, 2048), (2048, 1024)])
+@pytest.mark.parametrize("threads", [0, 2])
+def test_avx2_long_rows_run_in_strips_along_the_output_row(shape, threads):
+  k = _hand_coded(shape, 32, threads)
+  loops = k.of_type(AxisType.LOOP)
+  # innermost: the strip's tiles (a step of a tile within an output row of shape[0] floats); around it: the tiles along the input row
+  assert _steps(k, loops[-1:]) == [16] and range_size(loops[-1]) == (STRIP_TILES if threads == 0 else STRIP_TILES // 2), k.applied
+  assert _steps(k, loops[-2:-1]) == [16 * shape[0]] and range_size(loops[-2]) == shape[1] // 16, k.applied
+  if threads:
+    # one block per thread's part of a strip: the blocks split the output row
+    (g,) = k.of_type(AxisType.GLOBAL)
+    assert range_size(g) == shape[0] // 16 // (STRIP_TILES // 2) and _steps(k, [g]) == [16 * STRIP_TILES // 2], k.applied
+
+@pytest.mark.parametrize("shape, simd_bytes, split", [((2048, 2048), 64, True), ((4096, 512), 32, True), ((2048, 2048), 32, False)])
+@pytest.mark.parametrize("threads", [0, 2])
+def test_avx512_tiles_short_rows_and_whole_row_loads_keep_the_tiles_along_the_input_row(shape, simd_bytes, split, threads):
+  # AVX-512's 16 x 16 tile fits its 32 zmm; input rows of 512 floats (2 KiB) ran slower in strips on 2 threads; the C renderer
+  # (no split_tile_rows: a tile's rows loaded whole) ran slower in strips on one thread
+  assert _hand_coded(shape, simd_bytes, threads, split=split).applied == \
+    _hand_coded(shape, simd_bytes, threads, strips=0, split=split).applied
