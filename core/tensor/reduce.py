@@ -60,9 +60,9 @@ def _exp_below_max(d: Tensor) -> Tensor:
   y = d * (1 / LN2)
   return y._wrap(y.uop.exp2(nonpositive=True), y)
 
-def _row_max(x: Tensor, axis: int) -> Tensor:
-  """x.max(axis, keepdim=True).detach() for softmax and log_softmax of a float x, without NaN propagation (MAX_NO_NAN): a NaN
-  in a row makes x - max NaN there whatever the max is, so the row's sum of exps, and each output of the row, is NaN anyway."""
+def _row_max(x: Tensor, axis: int | Sequence[int] | None) -> Tensor:
+  """x.max(axis, keepdim=True).detach() for softmax, log_softmax and logsumexp of a float x, without NaN propagation (MAX_NO_NAN):
+  a NaN in a row makes x - max NaN there whatever the max is, so the row's sum of exps, and each output of the row, is NaN anyway."""
   return x._reduce(Ops.MAX, axis, True, no_nan=True).detach()
 
 def _row_mean(u: UOp, axes: tuple[int, ...], n: int) -> UOp:
@@ -172,7 +172,7 @@ class ReduceMixin:
 
   def logsumexp(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:  # type: ignore[misc]
     x = self._float()   # in float from the start: x - max(x) must not wrap around in a small unsigned dtype
-    m = x.max(axis, keepdim=True).detach()
+    m = _row_max(x, axis)
     m = m.isinf().where(0, m)  # all -inf (or an inf) rows: shift by 0 so inf - inf can't make NaN
     ret = (x - m).exp().sum(axis, keepdim=True).log() + m
     return ret if keepdim else ret.squeeze(_axes(axis, self.ndim, "logsumexp"))

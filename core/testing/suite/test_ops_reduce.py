@@ -25,6 +25,21 @@ def test_prod_var_std(axis):
   check_op([SHAPE], lambda t: t.std(axis, correction=0), lambda x: x.std(axis))
   check_op([SHAPE], lambda t: t.logsumexp(axis), lambda x: np.log(np.exp(x).sum(axis)))
 
+def test_logsumexp_of_rows_with_nan_and_inf_matches_numpy():
+  # its max is the one that need not propagate NaN (MAX_NO_NAN): a NaN makes the row's sum of exps NaN whatever the max is,
+  # an inf (or a row of -inf) is shifted by 0; along either axis, and past the length a reduce is split at (40000)
+  inf, nan = np.inf, np.nan
+  rows = np.array([[1, nan, 2, 0], [nan] * 4, [-inf] * 4, [inf, 1, 2, 0], [inf, nan, 0, 1], [-inf, 0, 1, 2], [inf, -inf, 0, 1],
+                   [inf, inf, 1, 0], [-inf, nan, -inf, -inf], [3, 1, 2, 0]], np.float32)
+  long = rng(0).standard_normal((4, 40000)).astype(np.float32)
+  long[0, 39997], long[1, 20000], long[2, 7], long[3] = nan, inf, -inf, -inf
+  for x in (rows, long):
+    with np.errstate(all="ignore"): want = np.log(np.exp(x.astype(np.float64)).sum(1)).astype(np.float32)
+    np.testing.assert_allclose(Tensor(x).logsumexp(1).numpy(), want, rtol=1e-5)
+    np.testing.assert_allclose(Tensor(np.ascontiguousarray(x.T)).logsumexp(0).numpy(), want, rtol=1e-5)
+    assert np.isnan(Tensor(x).logsumexp().item())
+  np.testing.assert_allclose(Tensor(rows[[3, 5, 9]]).logsumexp().item(), np.log(np.exp(rows[[3, 5, 9]].astype(np.float64)).sum()))
+
 def test_reduce_edge_shapes():
   check_op([(0, 3)], lambda t: t.sum(0), lambda x: x.sum(0))
   check_op([(0, 3)], lambda t: t.prod(0), lambda x: x.prod(0))
