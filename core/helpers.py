@@ -85,7 +85,9 @@ def _make_init(cls: type, frozen: bool) -> Callable[..., None]:
 def _record(cls: type[T], frozen: bool) -> type[T]:
   if own := [m for m in ("__eq__", "__setattr__", "__delattr__") if m in cls.__dict__]:
     raise TypeError(f"record {cls.__qualname__} defines {', '.join(own)}: a record makes its own")
-  c: Any = dataclasses.dataclass(init=False, repr=False, eq=False)(cls)
+  # dataclass() lets a frozen class derive only from frozen ones: under a frozen base it also writes the two frozen methods
+  frozen_base = any(dataclasses.is_dataclass(b) and b.__dataclass_params__.frozen for b in cls.__mro__[1:])  # type: ignore[attr-defined]
+  c: Any = dataclasses.dataclass(init=False, repr=False, eq=False, frozen=frozen and frozen_base)(cls)
   fields = dataclasses.fields(c)
   init_fields = [f for f in fields if f.init]
   has_default = [f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING for f in init_fields]
@@ -118,6 +120,10 @@ def _record(cls: type[T], frozen: bool) -> type[T]:
   for name, fn in methods.items():
     if fn is not None: fn.__qualname__ = f"{c.__qualname__}.{name}"
     setattr(c, name, fn)
+  # what the class is, as dataclass() reads it from a subclass (plugins derive frozen dataclasses from core's records)
+  params = c.__dataclass_params__
+  params.init = params.repr = params.eq = True
+  params.frozen = frozen
   return c
 
 @dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field,))
@@ -126,7 +132,7 @@ def frozen_record(cls: type[T]) -> type[T]:
   fields with compare=True as a tuple, the same repr, FrozenInstanceError on assignment), but dataclass() builds its six
   methods from source text by exec at every import, ~3.9M instructions a class (Python's parser and compiler), where these
   are functions of this module and the __init__ is generated on the class's first instance. Fields with defaults go last;
-  no kw_only fields or InitVars. A subclass is a frozen_record too (dataclass() sees a record as a non-frozen dataclass)."""
+  no kw_only fields or InitVars. A record derived from a frozen one gets dataclass()'s two frozen methods built as well."""
   return _record(cls, frozen=True)
 
 @dataclass_transform(field_specifiers=(dataclasses.field,))

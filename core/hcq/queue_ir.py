@@ -1,15 +1,15 @@
 """Queue IR: builders for placeholders, GETADDR, timeline values, the abstract commands, submits and encoded INS."""
 from __future__ import annotations
 import functools, itertools, struct
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
+from core.helpers import frozen_record
 
 if TYPE_CHECKING: from core.device.hcq import RingHCQ
 
-@dataclass(frozen=True)
+@frozen_record
 class ProgramData:
   """A prepared kernel as the device sees it. `arg_offsets`: byte offset in the kernarg buffer of each argument, buffers
   first (uint64 addresses), then variables (int32, in ProgramSpec.vars order). Plugins subclass it to add fields."""

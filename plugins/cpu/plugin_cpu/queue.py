@@ -13,14 +13,14 @@ kernarg_size = 8 * nargs; the pool appends the block index.
 """
 from __future__ import annotations
 import ctypes, struct, threading, weakref
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
 from core.hcq.queue_ir import ProgramData, getaddr
 from core.codegen.program import compiled_program
-from core.helpers import sha256
+from core.helpers import frozen_record, sha256
 
 # *** the command format ***
 
@@ -54,7 +54,7 @@ def decode(words: bytes) -> list[tuple[str, tuple[int, ...]]]:
 
 # *** pm_prep_program: load the shared object, describe its arguments ***
 
-@dataclass(frozen=True)
+@frozen_record
 class CPUProgramData(ProgramData):
   """A loaded CPU kernel: `fn` is its address; one uint64 kernarg slot per argument (buffers, then variables)."""
   fn: int = 0
