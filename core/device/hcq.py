@@ -3,9 +3,10 @@ from __future__ import annotations
 import abc, atexit, contextlib, ctypes, threading
 import numpy as np
 from core.helpers import frozen_record
-from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Sequence, TypeVar
 
 if TYPE_CHECKING:
+  from core.device.allocator import BufferSpec
   from core.device.buffer import Buffer
   from core.ir.dtype import DType
   from core.ir.ops import UOp
@@ -139,8 +140,9 @@ class EncodeCtx:
 
 
 class RingHCQ(HCQDevice):
-  """What the HCQ devices whose rings live in memory share (AMD, NV, QCOM): fixed queue names, one ring size, the per-queue
-  buffers behind placeholders, fault reports, and host-side waits. A plugin's subclass gives `queues`, `kind` and
+  """What the HCQ devices whose rings live in memory share (AMD, NV, QCOM; through HostRingHCQ, EXAMPLE's SIM, METAL and
+  WEBGPU): fixed queue names, one ring size, the per-queue buffers behind placeholders, fault reports, and host-side
+  waits. A plugin's subclass gives `queues`, `kind` and
   `ring_layout`; an interface's subclass gives `queue_buffer(kind, queue)` and the hooks the waits call: `_kick()` (look at
   the doorbells now), `_step()` (run work on the waiting thread; True when something ran), `_busy()` (queues with work
   left) and `_describe()` (the queues' state, for timeout messages)."""
@@ -169,11 +171,16 @@ class RingHCQ(HCQDevice):
   def queue_buffer(self, kind: str, queue: str) -> Buffer: raise NotImplementedError(f"{type(self).__name__} has no queue buffers")
   def timeline_signal(self, queue: str) -> Buffer | None: return self.queue_buffer("timeline_signal", queue)
 
+  def buffer_spec(self) -> BufferSpec:
+    """The BufferSpec of fresh buffers (and a HostRingHCQ's queue buffers); the default keeps them out of the LRU cache, so
+    they start zeroed."""
+    from core.device.allocator import BufferSpec
+    return BufferSpec(nolru=True)
+
   def fresh_buffer(self, tag: object, dtype: DType, size: int) -> Buffer:
     """The memory of a placeholder that is not per-queue (programs, kernel arguments, scratch): a new allocation."""
-    from core.device.allocator import BufferSpec
     from core.device.buffer import Buffer
-    return Buffer(self.device, max(size, 1), dtype, BufferSpec(nolru=True)).allocate()
+    return Buffer(self.device, max(size, 1), dtype, self.buffer_spec()).allocate()
 
   def buffer_uop(self, tag: object, dtype: DType, size: int) -> UOp:
     """The real BUFFER uop of a placeholder: per-queue buffers exist once, anything else is a fresh allocation."""
@@ -209,8 +216,12 @@ class RingHCQ(HCQDevice):
     faults = self._unseen("read")
     return "\n".join(faults) if faults else None
 
+  def _fault_sources(self) -> Sequence[RingHCQ]:
+    """The HCQ objects whose faults a wait here raises: its own (a processor serving several devices' queues says all)."""
+    return [self]
+
   def _raise_faults(self) -> None:
-    if (faults := self._unseen("raised")):
+    if (faults := [f for h in self._fault_sources() for f in h._unseen("raised")]):
       raise HCQError(f"{self.device}: the {self.kind} command processor reported a fault:\n  " + "\n  ".join(faults), device=self.device)
 
   def wait_signal(self, signal: Buffer, value: int, timeout_s: float | None = None) -> None:
@@ -243,3 +254,82 @@ class RingHCQ(HCQDevice):
       if time.monotonic() > deadline: raise HCQError(f"{self.device}: synchronize timed out: {'; '.join(busy)}", device=self.device)
       if not moved: time.sleep(1e-4)
     self._raise_faults()
+
+
+def peek(addr: int) -> int:
+  """The uint64 at host address `addr` (a signal, a doorbell)."""
+  return ctypes.c_uint64.from_address(addr).value
+
+def poke(addr: int, value: int) -> None:
+  """Stores the uint64 `value` at host address `addr`."""
+  ctypes.c_uint64.from_address(addr).value = value
+
+class HostRing:
+  """One queue of a software command processor (EXAMPLE's SIM, METAL, WEBGPU): its ring, write pointer, doorbell and timeline
+  signal in memory the host reads, and the processor's read pointer (bytes since the queue was created, like wptr). A
+  subclass decodes its packets (`next_packet`, whose op `WAIT` stops a queue) and runs them."""
+  WAIT: Any = None   # the op of a WAIT packet, named in describe()
+
+  def __init__(self, hcq: HostRingHCQ[Any], name: str):
+    from core.device.buffer import Buffer
+    from core.ir.dtype import dtypes
+    self.hcq, self.device, self.name, self.ring_size, self.rptr = hcq, hcq.device, name, hcq._ring_size, 0
+    spec = hcq.buffer_spec()   # fresh memory: it must start zeroed
+    self.buffers = {"ring": Buffer(self.device, self.ring_size // 4, dtypes.uint32, spec).allocate()}
+    for kind in ("wptr", "doorbell", "timeline_signal"): self.buffers[kind] = Buffer(self.device, 1, dtypes.uint64, spec).allocate()
+    self.addr = {kind: handle_addr(b) for kind, b in self.buffers.items()}
+
+  def doorbell(self) -> int: return peek(self.addr["doorbell"])
+  def idle(self) -> bool: return self.rptr >= self.doorbell()
+
+  def ring_bytes(self, off: int, n: int) -> bytes:
+    """`n` bytes of the ring from byte `off` (a read pointer value): the ring is a circle (RingLayout(unit=1, nop=None))."""
+    start = off % self.ring_size
+    first = min(n, self.ring_size - start)
+    return ctypes.string_at(self.addr["ring"] + start, first) + ctypes.string_at(self.addr["ring"], n - first)
+
+  def next_packet(self) -> tuple[Any, tuple[int, ...]]:
+    """The packet at the read pointer, (op, fields); ValueError when the words there are no packet."""
+    raise NotImplementedError(f"{type(self).__name__} decodes no packets")
+
+  def fault(self, report: str) -> None:
+    """A packet failed: what the doorbell announced is dropped (later submits run normally), the next wait raises `report`."""
+    self.hcq.faults.append(f"{self.device} {self.name}: {report}")
+    self.rptr = self.doorbell()
+
+  def describe(self) -> str:
+    """Where the processor is in this queue, for timeout errors."""
+    if self.rptr >= (bell := self.doorbell()): return f"{self.name} idle at byte {self.rptr}"
+    op, fields = self.next_packet()
+    if op is not self.WAIT: return f"{self.name} at byte {self.rptr} of {bell}"
+    return f"{self.name} stopped in the WAIT at byte {self.rptr} for signal 0x{fields[0]:x} >= {fields[1]} (it is {peek(fields[0])})"
+
+Q = TypeVar("Q", bound=HostRing)
+
+class HostRingHCQ(RingHCQ, Generic[Q]):
+  """A RingHCQ whose queues are HostRings of type Q, made on first use, read by a software processor that runs when the host
+  waits (the hook `_step`). A subclass gives `queues`, `kind`, `new_queue(name)` and `_step`; `buffer_spec()` where its memory
+  is special (all its buffers use it)."""
+  def __init__(self, device: str, ring_size: int = 1 << 20):
+    super().__init__(device, ring_size)
+    self._queues: dict[str, Q] = {}
+
+  def ring_layout(self, queue: str) -> RingLayout:
+    """Byte write pointers, and a submit may wrap at the ring's end anywhere: the processor reads the ring as a circle."""
+    return RingLayout(unit=1, nop=None)
+
+  def new_queue(self, name: str) -> Q:
+    """A new queue `name` (called once per queue, under the lock)."""
+    raise NotImplementedError(f"{type(self).__name__} makes no queues")
+
+  def queue(self, name: str) -> Q:
+    """The queue `name`, its buffers allocated on first use."""
+    self._check(name)
+    with self._lock:
+      if (q := self._queues.get(name)) is None: q = self._queues[name] = self.new_queue(name)
+    return q
+
+  def queue_buffer(self, kind: str, queue: str) -> Buffer: return self.queue(queue).buffers[kind]
+
+  def _busy(self) -> list[str]: return [q.describe() for q in list(self._queues.values()) if not q.idle()]
+  def _describe(self) -> str: return "; ".join(q.describe() for q in list(self._queues.values())) or "none"

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
-from core.hcq.queue_ir import ProgramData, getaddr, ins
+from core.hcq.queue_ir import ProgramData, getaddr, ins, ring_bufferize
 from core.codegen.program import compiled_program
 
 if TYPE_CHECKING:
@@ -120,9 +120,6 @@ pm_lower = PatternMatcher([
 
 # *** pm_bufferize (ctx: the device's SimHCQ): placeholders -> real buffers ***
 
-pm_bufferize = PatternMatcher([
-  # tag (kind, queue): a queue's ring, wptr, doorbell or timeline signal, the same buffer for every schedule
-  (UPat(Ops.BUFFER, name="b", custom=lambda b: isinstance(b.tag, tuple)), lambda ctx, b: ctx.queue_buffer(*b.tag)),
-  # any other kind (program, kernargs, cmdbuf, scratch, staging): a fresh buffer of the placeholder's size
-  (UPat(Ops.BUFFER, name="b", custom=lambda b: isinstance(b.tag, str)), lambda ctx, b: ctx.fresh_buffer(b.arg, b.dtype)),
-], name="example bufferize")
+# tag (kind, queue): a queue's ring, wptr, doorbell or timeline signal, the same buffer for every schedule (SimHCQ.queue);
+# any other kind (program, kernargs, cmdbuf, scratch, staging): a fresh buffer of the placeholder's size
+pm_bufferize = ring_bufferize("example bufferize")

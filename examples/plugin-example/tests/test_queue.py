@@ -101,7 +101,7 @@ def test_bufferize_gives_each_queue_buffer_once_and_other_kinds_fresh_buffers() 
   k1, k2 = q.placeholder("kernargs", "EXAMPLE", 24), q.placeholder("kernargs", "EXAMPLE", 24)
   out = graph_rewrite(UOp(Ops.SINK, src=(ring, bell, k1, k2)), pm_bufferize, sim, bottom_up=True, name="bufferize").src
   assert all(u.op is Ops.BUFFER and u.tag is None for u in out)
-  assert out[0] is sim.queue_buffer("ring", "COMPUTE:0") and out[1] is sim.queue_buffer("doorbell", "COPY:0")
+  assert out[0] is sim.buffer_uop(("ring", "COMPUTE:0"), dtypes.uint32, 0) and out[1] is sim.buffer_uop(("doorbell", "COPY:0"), dtypes.uint64, 1)
   assert graph_rewrite(ring, pm_bufferize, sim, name="bufferize") is out[0]   # the same buffer for every schedule
   bufs = [b for u in out if (b := sim.buffer_of(u)) is not None]
   assert [b.nbytes for b in bufs] == [4096, 8, 24, 24] and bufs[2] is not bufs[3]
