@@ -10,21 +10,15 @@ groups are kept (keyed by the program and the argument bytes), so a Jit replay o
 dispatch_workgroups per kernel, never a new bind group or uniform for unchanged work."""
 from __future__ import annotations
 import collections, ctypes, hashlib, itertools, struct, threading, time, traceback, weakref
-from typing import Any, Callable
-from core.ir.dtype import DType, dtypes
-from core.ir.ops import UOp
+from typing import Any
 from core.device.allocator import BufferSpec
 from core.device.buffer import Buffer
-from core.device.hcq import HCQDevice, RingLayout, handle_addr, PerDevice
-from core.hcq import HCQError
+from core.device.hcq import HostRing, HostRingHCQ, handle_addr, peek, poke, PerDevice
 from plugin_webgpu.gpu import GPU
 from plugin_webgpu.queue import DEVICE_BIT, Op, decode, packet_words
 from plugin_webgpu.runtime import WGBuffer, WebGPUProgram, device_addr, read_words, resolve, write_bytes
 
 QUERIES = 512   # timestamp queries per query set: a flush resolves them all
-
-def peek(addr: int) -> int: return ctypes.c_uint64.from_address(addr).value
-def poke(addr: int, value: int) -> None: ctypes.c_uint64.from_address(addr).value = value
 
 # *** programs loaded by pm_prep_program: a LAUNCH's image holds the handle ***
 
@@ -35,20 +29,10 @@ _by_key: weakref.WeakValueDictionary[bytes, WebGPUProgram] = weakref.WeakValueDi
 _next_handle = itertools.count(1)
 _load_lock = threading.Lock()
 
-class Queue:
-  """One queue: ring, wptr, doorbell, timeline signal (host memory), and the processor's read pointer (bytes since creation)."""
-  def __init__(self, device: str, name: str, ring_size: int):
-    self.device, self.name, self.ring_size, self.rptr = device, name, ring_size, 0
-    opts = BufferSpec(host=True, nolru=True)
-    self.buffers = {"ring": Buffer(device, ring_size // 4, dtypes.uint32, opts).allocate()}
-    for kind in ("wptr", "doorbell", "timeline_signal"): self.buffers[kind] = Buffer(device, 1, dtypes.uint64, opts).allocate()
-    self.addr = {kind: handle_addr(b) for kind, b in self.buffers.items()}
-    self.fault: str | None = None
-
-  def ring_bytes(self, off: int, n: int) -> bytes:
-    start = off % self.ring_size
-    first = min(n, self.ring_size - start)
-    return ctypes.string_at(self.addr["ring"] + start, first) + ctypes.string_at(self.addr["ring"], n - first)
+class Queue(HostRing):
+  """One queue: core's HostRing (ring, wptr, doorbell, timeline signal in host memory, the processor's read pointer, the ring
+  read as a circle); its device's Processor runs the packets."""
+  WAIT = Op.WAIT
 
   def next_packet(self) -> tuple[Op, tuple[int, ...]]:
     header = struct.unpack("<Q", self.ring_bytes(self.rptr, 8))[0]
@@ -150,7 +134,7 @@ class Processor:
   def step(self, q: Queue) -> bool:
     """Runs the packet at q's read pointer; False when there is none or it is an unsatisfied WAIT (what was recorded is
     submitted then, so the GPU works while the queue waits)."""
-    bell = peek(q.addr["doorbell"])
+    bell = q.doorbell()
     if q.rptr >= bell:
       self.flush()
       return False
@@ -166,50 +150,37 @@ class Processor:
     except Exception as e:
       self.enc, self.q_addrs, self.begin, self.end_slot = None, [], None, None   # what the faulting submit recorded is dropped
       where = traceback.extract_tb(e.__traceback__)[-1]   # the line that failed: the report names it
-      q.fault = f"{q.device} {q.name}: fault at ring byte {q.rptr}: {type(e).__name__}: {e} ({where.filename}:{where.lineno})"
-      q.rptr = bell
+      q.fault(f"fault at ring byte {q.rptr}: {type(e).__name__}: {e} ({where.filename}:{where.lineno})")
     return True
 
-class WebGPUHCQ(HCQDevice):
-  """The HCQDevice of a WEBGPU device: one compute queue (copies share it: WebGPU has one queue per device), the buffers
-  pm_bufferize hands out (host memory), GPU buffer addresses, and waits that run the command processor."""
+class WebGPUHCQ(HostRingHCQ[Queue]):
+  """The HCQDevice of a WEBGPU device: core's HostRingHCQ (queues made on first use, the buffers pm_bufferize hands out, faults
+  and waits) with one compute queue (copies share it: WebGPU has one queue per device), all its memory host memory, GPU
+  buffer addresses, and waits that run the command processor (which a background thread also runs)."""
   queues = ("COMPUTE:0",)
+  kind = "WEBGPU"
 
   def __init__(self, device: str, g: GPU, ring_size: int = 1 << 20):
-    self.device, self.gpu, self._ring_size = device, g, ring_size
-    self._queues: dict[str, Queue] = {}
-    self._lock = threading.Lock()
-    self._queue_uops: dict[tuple[str, str], UOp] = {}
-    self._owned: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
-    self.proc = _processor(g)
+    super().__init__(device, ring_size)
+    self.gpu, self.proc = g, _processor(g)
     _live.add(self)
     _start_background()
 
-  def ring_size(self, queue: str) -> int:
-    if queue not in self.queues: raise ValueError(f"{self.device} has no queue {queue!r}; its queues are {', '.join(self.queues)}")
-    return self._ring_size
-
-  def ring_layout(self, queue: str) -> RingLayout: return RingLayout(unit=1, nop=None)
-  def buffer_of(self, u: UOp) -> Buffer | None: return self._owned.get(u)
+  def buffer_spec(self) -> BufferSpec: return BufferSpec(host=True, nolru=True)   # the processor and the host both read it
+  def new_queue(self, name: str) -> Queue: return Queue(self, name)
   def needs_staging(self, other_device: str) -> bool: return not other_device.split(":")[0] == "WEBGPU"
-  def timeline_signal(self, queue: str) -> Buffer | None: return self.queue(queue).buffers["timeline_signal"]
 
   def addr(self, buf: Buffer) -> int:
     if not buf.is_allocated(): buf.allocate()
     return device_addr(buf._buf) if isinstance(buf._buf, WGBuffer) else handle_addr(buf)
 
-  def wait_signal(self, signal: Buffer, value: int, timeout_s: float) -> None:
-    addr = self.addr(signal)
-    self._run_until(lambda: peek(addr) >= value, timeout_s, lambda: f"waiting for signal 0x{addr:x} to reach {value}; it is {peek(addr)}")
+  # the processor serves every WEBGPU device's queues, so a wait raises a fault of any of them
+  def _step(self) -> bool: return run_queues()
+  def _fault_sources(self) -> list[WebGPUHCQ]: return list(_live)
 
-  def synchronize(self) -> None:
-    from core.helpers import HCQ_TIMEOUT
-    def idle() -> bool: return all(q.rptr >= peek(q.addr["doorbell"]) for q in self._queues.values())
-    self._run_until(idle, float(HCQ_TIMEOUT.value), lambda: "in synchronize")
-    self.proc.flush(wait=True)
-
-  def error(self) -> str | None:
-    return "\n".join(r) if (r := take_faults(list(self._queues.values()))) else None
+  def synchronize(self, timeout_s: float | None = None) -> None:
+    super().synchronize(timeout_s)
+    self.proc.flush(wait=True)   # the queues are read: wait for the GPU work they recorded
 
   # *** what the rules ask ***
 
@@ -222,40 +193,6 @@ class WebGPUHCQ(HCQDevice):
         prg.handle = next(_next_handle)
         _programs[prg.handle] = prg
     return prg
-
-  def queue(self, name: str) -> Queue:
-    self.ring_size(name)
-    with self._lock:
-      if (q := self._queues.get(name)) is None: q = self._queues[name] = Queue(self.device, name, self._ring_size)
-    return q
-
-  def queue_buffer(self, kind: str, queue: str) -> UOp:
-    if (u := self._queue_uops.get((kind, queue))) is None:
-      b = self.queue(queue).buffers[kind]
-      u = self._queue_uops[(kind, queue)] = UOp.new_buffer(self.device, b.size, b.dtype)
-      self._owned[u] = b
-    return u
-
-  def fresh_buffer(self, size: int, dtype: DType) -> UOp:
-    u = UOp.new_buffer(self.device, size, dtype)
-    self._owned[u] = Buffer(self.device, size, dtype, BufferSpec(host=True, nolru=True)).allocate()
-    return u
-
-  def _run_until(self, done: Callable[[], bool], timeout_s: float, what: Callable[[], str]) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-      run_queues()
-      if reports := take_faults([q for h in list(_live) for q in h._queues.values()]):
-        raise HCQError(f"{self.device}: the WEBGPU command processor reported a fault:\n  " + "\n  ".join(reports), device=self.device)
-      if done(): return
-      if time.monotonic() >= deadline:
-        raise HCQError(f"{self.device}: timed out after {timeout_s:g} s (HCQ_TIMEOUT) {what()}", device=self.device)
-      time.sleep(0.0002)
-
-def take_faults(queues: list[Queue]) -> list[str]:
-  reports = [q.fault for q in queues if q.fault is not None]
-  for q in queues: q.fault = None
-  return reports
 
 # *** running the processor: the waiting thread and a background thread ***
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
-from core.hcq.queue_ir import ProgramData, getaddr, ins
+from core.hcq.queue_ir import ProgramData, getaddr, ins, ring_bufferize
 from core.codegen.program import compiled_program
 
 if TYPE_CHECKING:
@@ -106,7 +106,5 @@ pm_lower = PatternMatcher([
 
 # *** pm_bufferize (ctx: the device's WebGPUHCQ): every placeholder is host memory the processor and the host both read ***
 
-pm_bufferize = PatternMatcher([
-  (UPat(Ops.BUFFER, name="b", custom=lambda b: isinstance(b.tag, tuple)), lambda ctx, b: ctx.queue_buffer(*b.tag)),
-  (UPat(Ops.BUFFER, name="b", custom=lambda b: isinstance(b.tag, str)), lambda ctx, b: ctx.fresh_buffer(b.arg, b.dtype)),
-], name="webgpu bufferize")
+# (WebGPUHCQ.buffer_spec): a queue's buffers once, every other kind fresh
+pm_bufferize = ring_bufferize("webgpu bufferize")
