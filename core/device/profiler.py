@@ -8,7 +8,7 @@ from __future__ import annotations
 import atexit, os, threading, time
 from dataclasses import field
 from typing import Any
-from core.device.counters import GlobalCounters
+from core.device.counters import GlobalCounters, tallies
 from core.helpers import ContextVar, DEBUG, LRUCache, colored, frozen_record
 
 PROFILE = ContextVar("PROFILE", 0)
@@ -56,7 +56,7 @@ def _rate(n: float, seconds: float) -> float: return n / seconds * 1e-9 if secon
 
 def kernel(device: str, track: str, name: str, shape: list[int], start_ns: int, dur_ns: int, ops: int, mem: int, seq: int) -> None:
   """Reports a kernel that ran: its DEBUG=2 line, the running time total, and a trace event."""
-  GlobalCounters.time_sum_s += dur_ns * 1e-9
+  tallies.time_sum_s += dur_ns * 1e-9
   if DEBUG >= 2:
     _register_exit()
     s = dur_ns * 1e-9

@@ -31,6 +31,12 @@ def state() -> tuple[Capture | None, bool]:
   cap = d.get("capturing")
   return cap, cap is not None or d.get("keep_literals", False)
 
+def plain() -> bool:
+  """Whether realizes on this thread are plain eager ones: no capture and no literal keeping (state() == (None, False)),
+  without state()'s tuple: the eager op cache asks on every op."""
+  d = _local.__dict__
+  return d.get("capturing") is None and not d.get("keep_literals", False)
+
 @contextlib.contextmanager
 def keeping_literals() -> Iterator[None]:
   """Eager realizes in the block keep float literals in their kernels, as a capture does, instead of passing them as

@@ -567,7 +567,7 @@ _IMPURE = (Ops.BUFFER, Ops.ASSIGN, Ops.BIND, Ops.DEFINE_VAR)
 def _op_hit(u: UOp) -> list[UOp] | None:
   """The results of root `u` from the eager op cache without a memo (under the engine lock), or None: the general path runs it.
   Not in a Jit capture, under literal keeping, per-kernel timing or the IMAGE/NOOPT modes the schedule cache keys apart."""
-  if u.op in _NO_OP_CACHE or _capture.state() != _EAGER or profiler.timing() or IMAGE.value or NOOPT.value: return None
+  if u.op in _NO_OP_CACHE or not _capture.plain() or profiler.timing() or IMAGE.value or NOOPT.value: return None
   key, inputs, _ = _op_key(u)
   if (entry := eager_ops.table.get(key)) is None:
     eager_ops.misses += 1
@@ -610,7 +610,6 @@ def realize_uop_of(holder: Any) -> None:
       return
     holder.uop = res_list[0]
     if _refcount(u) > 2: _memoize((u,), res_list)   # held elsewhere than in `u` and getrefcount's argument
-_EAGER = (None, False)
 
 def _realize_graphs(roots: tuple[UOp, ...], memo: bool = True) -> tuple[list[UOp], list[UOp] | None]:
   """(each root's result, the walk's input buffers or None when the walk met a memo entry). `memo`: memoize the roots."""

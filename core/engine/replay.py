@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 from core.ir.ops import UOp, Ops
 from core.device.buffer import Buffer
-from core.device.counters import GlobalCounters
+from core.device.counters import tallies
 from core.engine.run import buffer_of, get_runner, run_item, _ensure
 from core.codegen.program import launch_vals
 from core.device import profiler
@@ -33,6 +33,6 @@ class DirectReplay:
       if bufs[0].size == 0: continue
       spec = runner.spec
       runner.prg(*[b._buf for b in bufs], global_size=spec.global_size, local_size=spec.local_size, vals=launch_vals(spec, by_arg))
-      GlobalCounters.kernel_count += 1
-      GlobalCounters.global_ops += spec.estimates.get("ops", 0)
-      GlobalCounters.global_mem += spec.estimates.get("mem", 0)
+      tallies.kernel_count += 1
+      tallies.global_ops += spec.estimates.get("ops", 0)
+      tallies.global_mem += spec.estimates.get("mem", 0)

@@ -5,7 +5,7 @@ from typing import Any
 from core.ir.ops import UOp, Ops
 from core.device import profiler
 from core.device.buffer import Buffer
-from core.device.counters import GlobalCounters
+from core.device.counters import tallies
 from core.device.registry import Device
 from core.codegen.program import get_program, compile_program, binary_nbytes, launch_vals, program_binary, program_source, program_shape, ProgramSpec
 from core.helpers import DEBUG, LRUCache, prod
@@ -78,14 +78,14 @@ def run_item(ast: UOp, bufs: list[Buffer], var_vals: dict[UOp, int] | None = Non
   timed = profiler.timing()
   st = time.perf_counter_ns()
   t = runner(bufs, var_vals, wait=timed)
-  GlobalCounters.kernel_count += 1
-  GlobalCounters.global_ops += runner.spec.estimates.get("ops", 0)
-  GlobalCounters.global_mem += runner.spec.estimates.get("mem", 0)
+  tallies.kernel_count += 1
+  tallies.global_ops += runner.spec.estimates.get("ops", 0)
+  tallies.global_mem += runner.spec.estimates.get("mem", 0)
   if timed:
     # the runtime's own measure of the kernel when it returns one, else the host's around the waited call
     dur = int(t * 1e9) if t is not None else time.perf_counter_ns() - st
     profiler.kernel(bufs[0].device, "direct", runner.spec.name, program_shape(runner.program), st, dur, runner.spec.estimates.get("ops", 0),
-                    runner.spec.estimates.get("mem", 0), GlobalCounters.kernel_count)
+                    runner.spec.estimates.get("mem", 0), tallies.kernel_count)
 
 def sizes(u: UOp) -> int: return prod(u.shape or ())
 
@@ -129,7 +129,7 @@ def run_hcq(items: list, var_vals: dict[UOp, int] | None = None) -> None:
     if (buf := buffer_of(b)).is_allocated() is False: buf.allocate()
   sub.run([buffer_of(b) for b in slots], var_vals)
   if timed: report_hcq(sub, items)
-  else: GlobalCounters.kernel_count += sum(1 for it in items if it.ast.op is not Ops.COPY)
+  else: tallies.kernel_count += sum(1 for it in items if it.ast.op is not Ops.COPY)
 
 def report_hcq(sub: Any, items: list) -> None:
   """DEBUG=2 lines and trace events of a timed submission's run, from its devices' timestamps: the timed launches are the
@@ -142,11 +142,11 @@ def report_hcq(sub: Any, items: list) -> None:
       profiler.copy(t.device, t.queue, t.name, t.nbytes, start, dur)
       continue
     spec: ProgramSpec = (p := next(progs)).arg
-    GlobalCounters.kernel_count += 1
-    GlobalCounters.global_ops += spec.estimates.get("ops", 0)
-    GlobalCounters.global_mem += spec.estimates.get("mem", 0)
+    tallies.kernel_count += 1
+    tallies.global_ops += spec.estimates.get("ops", 0)
+    tallies.global_mem += spec.estimates.get("mem", 0)
     profiler.kernel(t.device, t.queue, spec.name, program_shape(p), start, dur, spec.estimates.get("ops", 0), spec.estimates.get("mem", 0),
-                    GlobalCounters.kernel_count)
+                    tallies.kernel_count)
 
 def run_items(items: list, var_vals: dict[UOp, int] | None = None) -> None:
   """Run schedule items in order: runs of consecutive HCQ items go through one HCQ submission, the rest directly."""
@@ -187,7 +187,7 @@ class HCQReplay:
     if sub.runs == self.seen_runs: sub.run_slots(self.input_slots, inputs, var_vals)
     else: sub.run(self._bufs(inputs), var_vals)
     self.seen_runs = sub.runs
-    GlobalCounters.kernel_count += self.kernels
+    tallies.kernel_count += self.kernels
   def _bufs(self, inputs: list[Buffer]) -> list[Buffer]:
     return inputs if self.identity else [inputs[s] if s >= 0 else f for s, f in zip(self.slots, self.fixed)]  # type: ignore[misc]
 

@@ -4,16 +4,16 @@ import threading
 from core.engine import capture
 
 def test_state_follows_capturing_and_keeping_literals():
-  assert capture.state() == (None, False) and capture.current() is None
+  assert capture.state() == (None, False) and capture.current() is None and capture.plain()
   cap = capture.Capture()
   with capture.capturing(cap):
-    assert capture.state() == (cap, True) and capture.current() is cap
+    assert capture.state() == (cap, True) and capture.current() is cap and not capture.plain()
     seen = []
-    t = threading.Thread(target=lambda: seen.append(capture.state()))   # another thread has its own state
+    t = threading.Thread(target=lambda: seen.append((capture.state(), capture.plain())))   # another thread has its own state
     t.start(); t.join()  # noqa: E702
-    assert seen == [(None, False)]
+    assert seen == [((None, False), True)]
   with capture.keeping_literals():
-    assert capture.state() == (None, True)
+    assert capture.state() == (None, True) and not capture.plain()
     with capture.keeping_literals(): assert capture.state() == (None, True)
     assert capture.state() == (None, True)
-  assert capture.state() == (None, False)
+  assert capture.state() == (None, False) and capture.plain()
