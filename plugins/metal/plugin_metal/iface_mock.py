@@ -3,10 +3,10 @@ the kernel's own MSL built as C++ against the host <metal_stdlib> (hostbuild.py)
 from __future__ import annotations
 import ctypes, importlib.util, time
 from typing import Any
-from core.device.hcq import PerDevice
+from core.device.hcq import PerDevice, peek, poke
 from plugin_metal.cmdbuf import Call
 from plugin_metal.icb import Icb, IcbCommand
-from plugin_metal.queues import MetalHCQ, peek, poke
+from plugin_metal.queues import MetalHCQ
 
 CPU_MISSING = ("MOCK+METAL needs plugin-cpu: core compiles the HCQ submit program with Device['CPU']. "
                "pip install ./plugins/cpu (plugin-metal declares it), or DEV=NULL:METAL to compile only")

@@ -11,11 +11,12 @@ import bisect, ctypes, threading, time
 from typing import Any
 from core.device.allocator import BufferSpec, LRUAllocator
 from core.device.compiled import Compiled
+from core.device.hcq import peek, poke
 from core.device.target import Target
 from plugin_metal import objc
 from plugin_metal.cmdbuf import Call
 from plugin_metal.icb import Icb, max_bind_count
-from plugin_metal.queues import MetalHCQ, peek, poke
+from plugin_metal.queues import MetalHCQ
 
 class Allocations:
   """Every live MTLBuffer by host address range: address -> (MTLBuffer, offset)."""
@@ -192,7 +193,7 @@ class MtlHCQ(MetalHCQ):
   def _finish(self) -> None:
     for q in list(self._queues.values()):
       try: q.encoder.finish()  # type: ignore[attr-defined]
-      except RuntimeError as e: q.fault = f"{self.device} {q.name}: {e}"
+      except RuntimeError as e: self.faults.append(f"{self.device} {q.name}: {e}")   # raised by the wait that called this
 
 class MtlProgram:
   """A kernel called directly (outside core's HCQ pipeline): one command buffer per call."""
