@@ -142,10 +142,9 @@ class EncodeCtx:
 class RingHCQ(HCQDevice):
   """What the HCQ devices whose rings live in memory share (AMD, NV, QCOM; through HostRingHCQ, EXAMPLE's SIM, METAL and
   WEBGPU): fixed queue names, one ring size, the per-queue buffers behind placeholders, fault reports, and host-side
-  waits. A plugin's subclass gives `queues`, `kind` and
-  `ring_layout`; an interface's subclass gives `queue_buffer(kind, queue)` and the hooks the waits call: `_kick()` (look at
-  the doorbells now), `_step()` (run work on the waiting thread; True when something ran), `_busy()` (queues with work
-  left) and `_describe()` (the queues' state, for timeout messages)."""
+  waits. A plugin's subclass gives `queues`, `kind` and `ring_layout`; an interface's subclass gives `queue_buffer(kind,
+  queue)` and the hooks the waits call: `_kick()` (look at the doorbells now), `_step()` (run work on the waiting thread;
+  True when something ran), `_busy()` (queues with work left) and `_describe()` (the queues' state, for timeout messages)."""
   PER_QUEUE = ("ring", "wptr", "doorbell", "timeline_signal")   # placeholder kinds with one buffer per queue
   kind = "HCQ"   # named in fault reports
 
