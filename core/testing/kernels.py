@@ -26,8 +26,9 @@ def lds_kernel(local: int = 64, groups: int = 4) -> list[UOp]:
   v = lds.after(bar).index(c(local - 1) - lid).load()
   return linear(out.index(base + lid).store(v))
 
-def loop_kernel(dt: DType = dtypes.float32, fn: Ops = Ops.SIN) -> list[UOp]:
-  """out[g] = sum_i fn(in[g*8 + i]) * n over an 8-long loop, with an int32 variable n: registers, a loop and a variable."""
+def loop_kernel(dt: DType = dtypes.float32, fn: Ops | None = Ops.SIN) -> list[UOp]:
+  """out[g] = sum_i fn(in[g*8 + i]) * n over an 8-long loop, with an int32 variable n: registers, a loop and a variable.
+  `fn=None` sums the inputs themselves (no unary op: a target with no native transcendental still gets a plain loop)."""
   out, inp = UOp.param(0, dt.ptr(64)), UOp.param(1, dt.ptr(512))
   n = UOp(Ops.DEFINE_VAR, dtypes.int32, (), ("n", 1, 10))
   gid = special("gidx0", 64)
@@ -36,7 +37,7 @@ def loop_kernel(dt: DType = dtypes.float32, fn: Ops = Ops.SIN) -> list[UOp]:
   init = acc.index(c(0)).store(c(0.0, dt))
   acc_in = acc.after(init, r)
   x = inp.index(gid * c(8) + r).load()
-  upd = acc_in.index(c(0)).store(acc_in.index(c(0)).load() + UOp(fn, dt, (x,)) * n.cast(dt)).end(r)
+  upd = acc_in.index(c(0)).store(acc_in.index(c(0)).load() + (x if fn is None else UOp(fn, dt, (x,))) * n.cast(dt)).end(r)
   return linear(out, inp, n, out.index(gid).store(acc.after(upd).index(c(0)).load()))
 
 def grid_kernel(g0: int, g1: int, l0: int) -> list[UOp]:

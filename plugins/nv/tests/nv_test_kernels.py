@@ -5,33 +5,19 @@ import functools, struct
 from fractions import Fraction
 from typing import Any
 import numpy as np
-from core.ir.dtype import AddrSpace, DType, dtypes
-from core.ir.ops import UOp, Ops, AxisType
-from core.testing.kernels import c, linear, special
+from core.ir.dtype import DType, dtypes
+from core.ir.ops import UOp, Ops
+from core.testing.kernels import lds_kernel, loop_kernel as core_loop_kernel
 
 ARCH_NAMES = ["sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"]
 
 def shared_kernel(threads: int = 128, blocks: int = 8) -> list[UOp]:
-  """out[b*T + t] = in[b*T + (T-1-t)]: each block reverses its slice through shared memory (store, barrier, load)."""
-  out, inp = UOp.param(0, dtypes.float32.ptr(threads * blocks)), UOp.param(1, dtypes.float32.ptr(threads * blocks))
-  bid, tid = special("gidx0", blocks), special("lidx0", threads)
-  smem = UOp(Ops.DEFINE_LOCAL, dtypes.float32.ptr(threads, AddrSpace.LOCAL), (), 0)
-  base = bid * c(threads)
-  st = smem.index(tid).store(inp.index(base + tid).load())
-  v = smem.after(UOp(Ops.BARRIER, dtypes.void, (st,))).index(c(threads - 1) - tid).load()
-  return linear(out.index(base + tid).store(v))
+  """out[b*T + t] = in[b*T + (T-1-t)]: each block reverses its slice through shared memory (core's LDS kernel)."""
+  return lds_kernel(local=threads, groups=blocks)
 
 def loop_kernel(dt: DType = dtypes.float32) -> list[UOp]:
-  """out[g] = sum_i in[g*8 + i] * n over an 8-long loop with an int32 variable n: a register accumulator, a loop, a variable."""
-  out, inp = UOp.param(0, dt.ptr(64)), UOp.param(1, dt.ptr(512))
-  n = UOp(Ops.DEFINE_VAR, dtypes.int32, (), ("n", 1, 10))
-  gid = special("gidx0", 64)
-  r = UOp(Ops.RANGE, dtypes.int32, (c(8),), (0, AxisType.REDUCE))
-  acc = UOp(Ops.DEFINE_REG, dt.ptr(1, AddrSpace.REG), (), 0)
-  init = acc.index(c(0)).store(c(0.0, dt))
-  acc_in = acc.after(init, r)
-  upd = acc_in.index(c(0)).store(acc_in.index(c(0)).load() + inp.index(gid * c(8) + r).load() * n.cast(dt)).end(r)
-  return linear(out, inp, n, out.index(gid).store(acc.after(upd).index(c(0)).load()))
+  """out[g] = sum_i in[g*8 + i] * n: core's loop kernel without a unary op (a register accumulator, a loop, a variable)."""
+  return core_loop_kernel(dt, None)
 
 def elf_header(cubin: bytes) -> dict[str, int]:
   """The ELF64 header fields the tests check (System V gABI layout): class, data, ABI version, e_machine, e_flags."""
