@@ -2,17 +2,14 @@
 from __future__ import annotations
 import ctypes, os, tempfile, time
 from typing import Any
-from core.device.allocator import BufferSpec, LRUAllocator
+from core.device.allocator import BufferSpec
+from core.device.host_memory import HostArrayAllocator
 from core.device.compiled import Compiled
 from core.device.target import Target
 
-class ExampleAllocator(LRUAllocator):
-  """Buffers are ctypes byte arrays: zero-copy host access, views via from_buffer at an offset."""
+class ExampleAllocator(HostArrayAllocator):
+  """Buffers are ctypes byte arrays (core's HostArrayAllocator gives the views, host access and copies)."""
   def _alloc(self, size: int, options: BufferSpec) -> Any: return (ctypes.c_uint8 * size)()
-  def _offset(self, opaque: Any, size: int, offset: int) -> Any: return (ctypes.c_uint8 * size).from_buffer(opaque, offset)
-  def _as_buffer(self, opaque: Any) -> memoryview: return memoryview(opaque).cast("B")
-  def _copyin(self, dest: Any, src: memoryview) -> None: ctypes.memmove(dest, bytes(src), src.nbytes)
-  def _copyout(self, dest: memoryview, src: Any) -> None: dest[:] = memoryview(src).cast("B")
 
 class ExampleProgram:
   """One kernel: the shared object is written to a temp file just long enough for dlopen to map it."""

@@ -19,7 +19,8 @@ packet's grid.
 from __future__ import annotations
 import ctypes, threading
 from typing import Any
-from core.device.allocator import BufferSpec, LRUAllocator
+from core.device.allocator import BufferSpec
+from core.device.host_memory import HostArrayAllocator, aligned_array
 from core.device.buffer import Buffer
 from core.device.hcq import handle_addr, PerDevice
 from core.ir.dtype import dtypes
@@ -30,19 +31,14 @@ from plugin_amd.runtime import AMDHCQ, timeline_signal_addrs
 
 ALIGN = 256   # COMPUTE_PGM_LO/HI hold address >> 8: program images (and everything else) start 256-byte aligned
 
-class MockAllocator(LRUAllocator):
+class MockAllocator(HostArrayAllocator):
   """Host memory as ctypes arrays, 256-byte aligned, registered as MOCK+AMD device memory (mock_cp.MEMORY)."""
   def _alloc(self, size: int, options: BufferSpec) -> Any:
     if options.external_ptr is not None: return (ctypes.c_uint8 * size).from_address(options.external_ptr)
-    raw = (ctypes.c_uint8 * (size + ALIGN - 1))()
-    buf = (ctypes.c_uint8 * size).from_buffer(raw, -ctypes.addressof(raw) % ALIGN)
+    buf, raw = aligned_array(size, ALIGN)
     MEMORY.register(ctypes.addressof(buf), size, raw)
     return buf
   def _free(self, opaque: Any, options: BufferSpec) -> None: MEMORY.unregister(ctypes.addressof(opaque))
-  def _offset(self, opaque: Any, size: int, offset: int) -> Any: return (ctypes.c_uint8 * size).from_buffer(opaque, offset)
-  def _as_buffer(self, opaque: Any) -> memoryview: return memoryview(opaque).cast("B")
-  def _copyin(self, dest: Any, src: memoryview) -> None: memoryview(dest).cast("B")[:] = src.cast("B")
-  def _copyout(self, dest: memoryview, src: Any) -> None: dest.cast("B")[:] = memoryview(src).cast("B")
 
 # *** waits on other devices' timeline signals ***
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 import _ctypes, ctypes, functools, os, time
 from typing import Any, Callable, NoReturn
 from core.helpers import to_function_name
-from core.device.allocator import BufferSpec, LRUAllocator
+from core.device.allocator import BufferSpec
+from core.device.host_memory import HostArrayAllocator
 from core.device.compiled import Compiled, KernelFault
 from core.device.target import Target
 
@@ -25,7 +26,7 @@ def serial_by_estimate(estimates: dict[str, int]) -> bool:
   False when they are unknown (a program whose spec has none; a compiled file's replays compute them from its saved program)."""
   return SERIAL_OPS > 0 and "ops" in estimates and estimates["ops"] < SERIAL_OPS and estimates.get("mem", 0) < SERIAL_MEM
 
-class CPUAllocator(LRUAllocator):
+class CPUAllocator(HostArrayAllocator):
   """Host memory as ctypes byte arrays whose address is 64-byte aligned. Views (`_offset`) keep their base alive."""
   supports_external_ptr = True
   def _alloc(self, size: int, options: BufferSpec) -> Any:
@@ -33,12 +34,6 @@ class CPUAllocator(LRUAllocator):
     from plugin_cpu.hostmem import alloc_host
     return alloc_host(size)   # 64-byte aligned; from 2 MiB on a mapping of its own on huge pages
   def _free(self, opaque: Any, options: BufferSpec) -> None: pass  # Python frees the array when the last reference goes
-  def _offset(self, opaque: Any, size: int, offset: int) -> Any: return (ctypes.c_uint8 * size).from_buffer(opaque, offset)
-  def _as_buffer(self, opaque: Any) -> memoryview: return memoryview(opaque).cast("B")
-  # a memoryview slice assignment is one memmove, without ctypes' array type and from_buffer per call (0.8 vs 2.2 us for 24 KiB,
-  # the same for MiBs), and takes read-only sources
-  def _copyin(self, dest: Any, src: memoryview) -> None: memoryview(dest).cast("B")[:] = src.cast("B")
-  def _copyout(self, dest: memoryview, src: Any) -> None: dest.cast("B")[:] = memoryview(src).cast("B")
 
 @functools.cache
 def _guarded_launcher() -> Any:

@@ -4,7 +4,8 @@ from __future__ import annotations
 import ctypes, time
 from typing import Any
 from core.codegen.access_guard import Allocations
-from core.device.allocator import BufferSpec, LRUAllocator
+from core.device.allocator import BufferSpec
+from core.device.host_memory import HostArrayAllocator
 from core.device.compiled import Compiled
 from core.device.target import Target
 from plugin_metal import INTERFACES
@@ -12,17 +13,13 @@ from plugin_metal import INTERFACES
 # every MOCK allocation, so a guarded kernel's accesses are checked against the allocation each buffer argument points into
 ALLOCATIONS = Allocations()
 
-class HostAllocator(LRUAllocator):
+class HostAllocator(HostArrayAllocator):
   """MOCK memory: ctypes byte arrays (zero-copy host access, views at an offset); an address is the host pointer."""
   def _alloc(self, size: int, options: BufferSpec) -> Any:
     buf = (ctypes.c_uint8 * size)()
     ALLOCATIONS.add(ctypes.addressof(buf), size)
     return buf
   def _free(self, opaque: Any, options: BufferSpec) -> None: ALLOCATIONS.remove(ctypes.addressof(opaque))
-  def _offset(self, opaque: Any, size: int, offset: int) -> Any: return (ctypes.c_uint8 * size).from_buffer(opaque, offset)
-  def _as_buffer(self, opaque: Any) -> memoryview: return memoryview(opaque).cast("B")
-  def _copyin(self, dest: Any, src: memoryview) -> None: ctypes.memmove(dest, bytes(src), src.nbytes)
-  def _copyout(self, dest: memoryview, src: Any) -> None: dest[:] = memoryview(src).cast("B")
 
 def arg_addresses(bufs: tuple[Any, ...], vals: tuple[int, ...]) -> tuple[list[int], Any]:
   """What a dispatch binds at [[buffer(0..)]]: each buffer's address, then the address of each variable's int32 (the array that

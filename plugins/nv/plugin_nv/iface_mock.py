@@ -15,7 +15,8 @@ a setup segment that binds its engine object with SET_OBJECT (compute class on s
 from __future__ import annotations
 import ctypes, struct, threading, time
 from typing import Any
-from core.device.allocator import BufferSpec, LRUAllocator
+from core.device.allocator import BufferSpec
+from core.device.host_memory import HostArrayAllocator
 from core.device.buffer import Buffer
 from core.device.hcq import handle_addr, PerDevice
 from core.ir.dtype import dtypes
@@ -53,7 +54,7 @@ class LowMemory:
 
 LOW = LowMemory()
 
-class MockAllocator(LRUAllocator):
+class MockAllocator(HostArrayAllocator):
   """Host pages below 2**39 (LowMemory), mapped into MEMORY at their own address."""
   def _alloc(self, size: int, options: BufferSpec) -> Any:
     if options.external_ptr is not None:
@@ -68,10 +69,6 @@ class MockAllocator(LRUAllocator):
       addr = ctypes.addressof(opaque)
       MEMORY.unmap(addr)
       LOW.free(addr, len(opaque))
-  def _offset(self, opaque: Any, size: int, offset: int) -> Any: return (ctypes.c_uint8 * size).from_address(ctypes.addressof(opaque) + offset)
-  def _as_buffer(self, opaque: Any) -> memoryview: return memoryview(opaque).cast("B")
-  def _copyin(self, dest: Any, src: memoryview) -> None: memoryview(dest).cast("B")[:] = src.cast("B")
-  def _copyout(self, dest: memoryview, src: Any) -> None: dest.cast("B")[:] = memoryview(src).cast("B")
 
 GPFIFO_ENTRIES = 1024
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import ctypes, hashlib, struct
 from typing import Any
 from core.codegen.access_guard import GUARD_NAME, guard_fault, guard_table
-from core.device.allocator import BufferSpec, LRUAllocator
+from core.device.allocator import BufferSpec
+from core.device.host_memory import HostArrayAllocator, aligned_array
 from core.device.compiled import Compiled
 from core.device.compiler import Compiler
 from core.device.hcq import handle_addr, PerDevice
@@ -31,20 +32,15 @@ from plugin_qcom.runtime import QCOMHCQ, no_direct_path
 ALIGN = 256   # every allocation starts and ends on 256 bytes (lower.lower_copy rounds copies up to whole dwords)
 MEMORY = Memory()
 
-class MockAllocator(LRUAllocator):
+class MockAllocator(HostArrayAllocator):
   """Host memory as ctypes arrays, 256-byte aligned and padded, registered as MOCK+QCOM device memory."""
   def _alloc(self, size: int, options: BufferSpec) -> Any:
     if options.external_ptr is not None: return (ctypes.c_uint8 * size).from_address(options.external_ptr)
     padded = -(-size // ALIGN) * ALIGN
-    raw = (ctypes.c_uint8 * (padded + ALIGN - 1))()
-    buf = (ctypes.c_uint8 * size).from_buffer(raw, -ctypes.addressof(raw) % ALIGN)
+    buf, raw = aligned_array(size, ALIGN, padded)
     MEMORY.register(ctypes.addressof(buf), padded, raw)
     return buf
   def _free(self, opaque: Any, options: BufferSpec) -> None: MEMORY.unregister(ctypes.addressof(opaque))
-  def _offset(self, opaque: Any, size: int, offset: int) -> Any: return (ctypes.c_uint8 * size).from_buffer(opaque, offset)
-  def _as_buffer(self, opaque: Any) -> memoryview: return memoryview(opaque).cast("B")
-  def _copyin(self, dest: Any, src: memoryview) -> None: memoryview(dest).cast("B")[:] = src.cast("B")
-  def _copyout(self, dest: memoryview, src: Any) -> None: dest.cast("B")[:] = memoryview(src).cast("B")
 
 class MockCompiler(Compiler):
   """OpenCL C -> a program image (prep.py) holding the source as its code. The source is built by the CL compiler first, so
