@@ -80,6 +80,9 @@ class Expander:
     self._deps: dict[UOp, frozenset[UOp]] = {}
     self._mem: dict[UOp, bool] = {}
     self._simplified: dict[UOp, UOp] = {}   # shared by every simplify of this kernel: the copies share most of their nodes
+    # sub's answers by (node, register values, lane): a kernel's loads and store share one gate and most of one index, which
+    # each of them set lane by lane
+    self._subs: dict[tuple[UOp, tuple[tuple[UOp, int], ...], int | None], UOp] = {}
     self._transposed: dict[tuple[tuple[tuple[UOp, ...], ...], int], list[UOp]] = {}   # a tile's shuffled rows, built once for all its stores
 
   def deps(self, u: UOp) -> frozenset[UOp]:
@@ -98,14 +101,18 @@ class Expander:
 
   def sub(self, u: UOp, env: dict[UOp, int], lane: int | None = None) -> UOp:
     """u with the register axes set to constants (the vector axis to `lane`, or kept when None), simplified."""
-    m = {r: UOp.const(dtypes.index, v) for r, v in env.items() if r in self.deps(u)}
+    d = self.deps(u)
+    key = (u, tuple([(r, v) for r, v in env.items() if r in d]), lane)
+    if (hit := self._subs.get(key)) is not None: return hit
+    m = {r: UOp.const(dtypes.index, v) for r, v in key[1]}
     if lane is not None and self.vec is not None: m[self.vec] = UOp.const(dtypes.index, lane)
     if not m: return u
     # like u.substitute(m), but the walk stops at nodes that use none of the axes set (most of a big index expression)
     keys, done = frozenset(m), dict(m)
     for x in u.toposort(gate=lambda x: x not in done and not self.deps(x).isdisjoint(keys)):
       if x not in done: done[x] = x if self.deps(x).isdisjoint(keys) else x.replace(src=tuple(done[s] for s in x.src))
-    return _simplify(done[u], self._simplified)
+    ret = self._subs[key] = _simplify(done[u], self._simplified)
+    return ret
 
   def bcast(self, x: UOp) -> UOp: return x if x.dtype.count > 1 or self.width == 1 else UOp.vectorize(*([x] * self.width))
 
