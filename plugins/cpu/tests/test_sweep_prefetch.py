@@ -1,0 +1,54 @@
+"""A transpose in strips (heuristic.STRIP_TILES: AVX2's LLVM renderer, input rows of a page or more) sweeps along its input rows
+a line of each of the strip's rows a step; its loads also prefetch the same rows' line SWEEP_AHEAD steps on, once per line
+(plugin_cpu/prefetch.sweep_offsets). Other transposes and permutes (tiles along the input row, cached ones, short rows, NCHW <->
+NHWC, AVX-512's and the C renderer's) render as without the rule. Sources at AVX2 and AVX-512 widths (rendered, not run); results
+against numpy from strip kernels run on this host."""
+from __future__ import annotations
+import re
+import numpy as np
+import pytest
+from cpu_kernels import host_like_renderer, run_rendered
+from core import Tensor
+from core.schedule.kernelize import create_schedule
+from core.codegen.opt import Kernel
+from core.codegen.opt.heuristic import hand_coded
+from core.codegen.program import get_program, program_source
+import plugin_cpu.prefetch as prefetch
+from plugin_cpu.compiler import host_flags
+
+# the prefetched address's distance from the loaded one, in elements, as each renderer writes it
+PREFETCH = {"LLVM": r"= getelementptr float, ptr %\w+, i64 (\d+)\n  call void @llvm.prefetch.p0", "C": r"__builtin_prefetch\(.*?\)\+(\d+), 0, 3\)"}
+
+def _source(ren: str, simd_bytes: int, shape: tuple[int, ...], perm: tuple[int, ...], threads: int) -> str:
+  (item,), _, _ = create_schedule([Tensor(np.zeros(shape, np.float32)).permute(*perm).contiguous().uop])
+  rnd = host_like_renderer(ren, simd_bytes, threads)   # a renderer of its own each time: programs are cached by renderer
+  return program_source(get_program(hand_coded(Kernel(item.ast, rnd)).ast, rnd, optimize=False))
+
+@pytest.mark.parametrize("shape", [(4096, 4096), (8192, 1024), (2048, 2048)])
+@pytest.mark.parametrize("threads", [0, 2])
+def test_strip_transpose_prefetches_each_rows_line_steps_ahead(shape, threads):
+  src = _source("LLVM", 32, shape, (1, 0), threads)
+  offs = re.findall(PREFETCH["LLVM"], src)
+  # a step of the sweep reads 16 floats (a line) of each row; the tile's 16 rows, two ymm each, prefetch once per row (and the
+  # kernel is rendered twice: its aligned and unaligned functions)
+  assert offs == [str(16 * prefetch.SWEEP_AHEAD)] * 16 * src.count("define "), offs
+
+@pytest.mark.parametrize("ren, simd_bytes", [("LLVM", 32), ("LLVM", 64), ("C", 32), ("C", 64)], ids=["LLVM AVX2", "LLVM AVX-512", "C AVX2", "C AVX-512"])
+@pytest.mark.parametrize("shape, perm", [((4096, 4096), (1, 0)), ((1024, 1024), (1, 0)), ((512, 512), (1, 0)), ((64, 96), (1, 0)),
+                                         ((32768, 512), (1, 0)), ((32, 64, 56, 56), (0, 2, 3, 1)), ((32, 56, 56, 64), (0, 3, 1, 2))],
+                         ids=["4096^2", "1024^2", "512^2", "64x96", "rows of 2 KiB", "NCHW->NHWC", "NHWC->NCHW"])
+@pytest.mark.parametrize("threads", [0, 2])
+def test_other_transposes_render_as_without_the_rule(ren, simd_bytes, shape, perm, threads, monkeypatch):
+  if (ren, simd_bytes, shape) == ("LLVM", 32, (4096, 4096)): pytest.skip("in strips: test_strip_transpose_prefetches_each_rows_line_steps_ahead")
+  with_rule = _source(ren, simd_bytes, shape, perm, threads)
+  monkeypatch.setattr(prefetch, "SWEEP_PREFETCH", False)
+  assert _source(ren, simd_bytes, shape, perm, threads) == with_rule
+
+@pytest.mark.parametrize("shape", [(2048, 2048), (1024, 4096)])
+@pytest.mark.parametrize("threads", [0, 2])
+def test_prefetching_strip_transposes_give_numpys_results(shape, threads):
+  if "avx2" not in host_flags(): pytest.skip("runs 32-byte vector code: a host with avx2")
+  x = np.random.default_rng(23).standard_normal(shape).astype(np.float32)
+  got, src = run_rendered(host_like_renderer("LLVM", 32, threads), lambda a: a.T.contiguous(), x)
+  assert "llvm.prefetch.p0(ptr" in src
+  np.testing.assert_array_equal(got.reshape(shape[::-1]), x.T)
