@@ -139,13 +139,16 @@ class EncodeCtx:
   queue: str
 
 
+# the placeholder kinds with one buffer per (device, queue): a RingHCQ's rings and the words core's submissions write and wait
+# on (core.hcq.queue_ir builds the placeholders)
+QUEUE_KINDS = ("ring", "wptr", "doorbell", "timeline_signal")
+
 class RingHCQ(HCQDevice):
   """What the HCQ devices whose rings live in memory share (AMD, NV, QCOM; through HostRingHCQ, EXAMPLE's SIM, METAL and
   WEBGPU): fixed queue names, one ring size, the per-queue buffers behind placeholders, fault reports, and host-side
   waits. A plugin's subclass gives `queues`, `kind` and `ring_layout`; an interface's subclass gives `queue_buffer(kind,
   queue)` and the hooks the waits call: `_kick()` (look at the doorbells now), `_step()` (run work on the waiting thread;
   True when something ran), `_busy()` (queues with work left) and `_describe()` (the queues' state, for timeout messages)."""
-  PER_QUEUE = ("ring", "wptr", "doorbell", "timeline_signal")   # placeholder kinds with one buffer per queue
   kind = "HCQ"   # named in fault reports
 
   def __init__(self, device: str, ring_size: int = 1 << 20):
@@ -185,7 +188,7 @@ class RingHCQ(HCQDevice):
     """The real BUFFER uop of a placeholder: per-queue buffers exist once, anything else is a fresh allocation."""
     from core.ir.ops import UOp
     with self._lock:
-      if isinstance(tag, tuple) and len(tag) == 2 and tag[0] in self.PER_QUEUE:
+      if isinstance(tag, tuple) and len(tag) == 2 and tag[0] in QUEUE_KINDS:
         if (u := self._uops.get(tag)) is None:
           b = self.queue_buffer(tag[0], tag[1])
           u = self._uops[tag] = UOp.new_buffer(self.device, b.size, b.dtype)
@@ -275,7 +278,8 @@ class HostRing:
     self.hcq, self.device, self.name, self.ring_size, self.rptr = hcq, hcq.device, name, hcq._ring_size, 0
     spec = hcq.buffer_spec()   # fresh memory: it must start zeroed
     self.buffers = {"ring": Buffer(self.device, self.ring_size // 4, dtypes.uint32, spec).allocate()}
-    for kind in ("wptr", "doorbell", "timeline_signal"): self.buffers[kind] = Buffer(self.device, 1, dtypes.uint64, spec).allocate()
+    for kind in QUEUE_KINDS:
+      if kind != "ring": self.buffers[kind] = Buffer(self.device, 1, dtypes.uint64, spec).allocate()
     self.addr = {kind: handle_addr(b) for kind, b in self.buffers.items()}
 
   def doorbell(self) -> int: return peek(self.addr["doorbell"])

@@ -7,6 +7,7 @@ from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
 from core.helpers import frozen_record
 
+from core.device.hcq import QUEUE_KINDS
 if TYPE_CHECKING: from core.device.hcq import RingHCQ
 
 @frozen_record
@@ -18,8 +19,6 @@ class ProgramData:
   kernarg_align: int
   arg_offsets: tuple[int, ...]
 
-# kinds of placeholder buffers per (device, queue):
-QUEUE_KINDS = ("ring", "wptr", "doorbell", "timeline_signal")
 # the host copy of a queue's timeline value: core owns it (host memory), it never reaches a plugin
 HOST_KINDS = ("timeline_value",)
 # the per-device placeholder of a timed submission's timestamps (core/hcq/timestamps.py): named here so that bufferize knows it
@@ -154,10 +153,10 @@ def ring_bufferize(name: str) -> PatternMatcher:
   per-schedule one a fresh allocation of its size (RingHCQ.buffer_uop). Any other tag, or a queue the device lacks, is a
   ValueError naming the device."""
   def bufferize(ctx: RingHCQ, b: UOp) -> UOp:
-    t, kinds = b.tag, SCHEDULE_KINDS + ctx.PER_QUEUE
+    t, kinds = b.tag, SCHEDULE_KINDS + QUEUE_KINDS
     k = t if isinstance(t, str) else t[0] if isinstance(t, tuple) and len(t) == 2 else None
     if k not in kinds: raise ValueError(f"{ctx.device}: no buffer for placeholder tag {t!r} (kinds: {', '.join(kinds)})")
-    if k in ctx.PER_QUEUE and t[1] not in ctx.queues:
+    if k in QUEUE_KINDS and t[1] not in ctx.queues:
       raise ValueError(f"{ctx.device}: placeholder {t!r} names a queue this device lacks (it has {', '.join(ctx.queues)})")
     return ctx.buffer_uop(t, b.dtype, b.arg)
   return PatternMatcher([(UPat(Ops.BUFFER, name="b", custom=lambda b: b.tag is not None), bufferize)], name=name)
