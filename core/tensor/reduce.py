@@ -177,11 +177,11 @@ class ReduceMixin:
     ret = (x - m).exp().sum(axis, keepdim=True).log() + m
     return ret if keepdim else ret.squeeze(_axes(axis, self.ndim, "logsumexp"))
 
-  def _cum(self: Tensor, op: Ops, axis: int) -> Tensor:  # type: ignore[misc]
+  def _cum(self: Tensor, op: Ops, axis: int, name: str) -> Tensor:  # type: ignore[misc]
     """Running reduction along `axis`. Row i of an (n, n) window view holds p[i:i+n] of p = identity*(n-1) ++ x, so its
     reduction is x[0..i]. Long axes are cut into blocks so the work is O(n*block) instead of O(n^2)."""
     from core.tensor.movement import _axis
-    ax = _axis(axis, self.ndim, "cumsum")
+    ax = _axis(axis, self.ndim, name)   # the user's op (cumsum, cumprod, cummax, cummin) names a bad axis
     x = self.movedim(ax, -1)
     n = x.shape[-1]
     if n == 0: return self
@@ -190,9 +190,9 @@ class ReduceMixin:
       nb = -(-n // block)
       xp = x.pad([None] * (x.ndim - 1) + [(0, nb * block - n)], value=_identity(op, x.dtype))
       xb = xp.unflatten(-1, (nb, block))
-      inner = xb._cum(op, -1)
+      inner = xb._cum(op, -1, name)
       # carry in what all earlier blocks contribute: an exclusive running reduction of the block totals
-      totals = inner[..., -1]._cum(op, -1)
+      totals = inner[..., -1]._cum(op, -1, name)
       carry = totals.pad([None] * (totals.ndim - 1) + [(1, -1)], value=_identity(op, x.dtype)).unsqueeze(-1)
       out = inner._alu(op, carry._broadcast_to(inner.shape))
       return out.flatten(-2)[..., :n].movedim(-1, ax)
@@ -202,53 +202,53 @@ class ReduceMixin:
     w = w.unflatten(-1, (n, L + 1))[..., :n]
     return w._reduce(op, -1, False).movedim(-1, ax)
   def cumsum(self: Tensor, axis: int = 0) -> Tensor:  # type: ignore[misc]
-    if self.ndim == 0: return self._scalar_cum(axis)
+    if self.ndim == 0: return self._scalar_cum(axis, "cumsum")
     acc = sum_acc_dtype(self.dtype)
-    ret = self.cast(acc)._cum(Ops.ADD, axis)
+    ret = self.cast(acc)._cum(Ops.ADD, axis, "cumsum")
     return ret.cast(self.dtype) if self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
   def cumprod(self: Tensor, axis: int = 0) -> Tensor:  # type: ignore[misc]
-    if self.ndim == 0: return self._scalar_cum(axis)
+    if self.ndim == 0: return self._scalar_cum(axis, "cumprod")
     acc = sum_acc_dtype(self.dtype)
-    ret = self.cast(acc)._cum(Ops.MUL, axis)
+    ret = self.cast(acc)._cum(Ops.MUL, axis, "cumprod")
     return ret.cast(self.dtype) if self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
-  def _scalar_cum(self: Tensor, axis: int) -> Tensor:  # type: ignore[misc]
+  def _scalar_cum(self: Tensor, axis: int, name: str) -> Tensor:  # type: ignore[misc]
     from core.tensor.movement import _axis
-    _axis(axis, 0, "cumulative op")   # a 0-d tensor takes axis 0 or -1 only (IndexError otherwise)
+    _axis(axis, 0, name)   # a 0-d tensor takes axis 0 or -1 only (IndexError otherwise)
     return self
 
-  def _cum_index(self: Tensor, values: Tensor, axis: int) -> Tensor:  # type: ignore[misc]
+  def _cum_index(self: Tensor, values: Tensor, axis: int, name: str) -> Tensor:  # type: ignore[misc]
     """For cummax/cummin: the last index j <= i where self[j] equals values[i]. A position that attains the running
     extreme marks itself; a running max of the marks carries the latest one forward (between two marks the extreme
     can't change)."""
     from core.tensor.tensor import Tensor
     from core.tensor.movement import _axis
-    ax = _axis(axis, self.ndim, "cummax")
+    ax = _axis(axis, self.ndim, name)
     n = self.shape[ax]
     pos = Tensor.arange(n, device=self.device).reshape((n,) + (1,) * (self.ndim - ax - 1))
-    return (self == values).where(pos, -1)._cum(Ops.MAX, ax).cast(dtypes.int32)
+    return (self == values).where(pos, -1)._cum(Ops.MAX, ax, name).cast(dtypes.int32)
   def cummax(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:  # type: ignore[misc]
     """(running maximum along `axis`, index where it was attained: the latest index among equal values, as in torch)."""
-    if self.ndim == 0: return self._scalar_cum(axis), self._const(0, dtypes.int32)
+    if self.ndim == 0: return self._scalar_cum(axis, "cummax"), self._const(0, dtypes.int32)
     if self.dtype is dtypes.bool:
       v, i = self.cast(dtypes.uint8).cummax(axis)
       return v.cast(dtypes.bool), i
-    values = self._cum(Ops.MAX, axis)
-    return values, self.detach()._cum_index(values.detach(), axis)
+    values = self._cum(Ops.MAX, axis, "cummax")
+    return values, self.detach()._cum_index(values.detach(), axis, "cummax")
   def cummin(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:  # type: ignore[misc]
     """(running minimum along `axis`, index where it was attained)."""
-    if self.ndim == 0: return self._scalar_cum(axis), self._const(0, dtypes.int32)
+    if self.ndim == 0: return self._scalar_cum(axis, "cummin"), self._const(0, dtypes.int32)
     if self.dtype is dtypes.bool:
       v, i = self.cast(dtypes.uint8).cummin(axis)
       return v.cast(dtypes.bool), i
     # the negation (floats) or bitwise not (ints) reverses the order, as in min()
     flip = (lambda t: -t) if dtypes.is_float(self.dtype) else (lambda t: t.bitwise_not())
-    values = flip(flip(self)._cum(Ops.MAX, axis))
-    return values, self.detach()._cum_index(values.detach(), axis)
+    values = flip(flip(self)._cum(Ops.MAX, axis, "cummin"))
+    return values, self.detach()._cum_index(values.detach(), axis, "cummin")
   def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:  # type: ignore[misc]
     """log(cumsum(exp(x))) without overflow or underflow: a log-step (Hillis-Steele) scan with logaddexp, which is
     associative, so step k combines each element with the one 2^k before it."""
     from core.tensor.movement import _axis
-    if self.ndim == 0: return self._scalar_cum(axis)._float()
+    if self.ndim == 0: return self._scalar_cum(axis, "logcumsumexp")._float()
     ax = _axis(axis, self.ndim, "logcumsumexp")
     x = self._float().movedim(ax, -1)
     n, d = x.shape[-1], 1

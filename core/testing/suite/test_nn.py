@@ -111,10 +111,13 @@ def test_conv2d_forward_matches_numpy(kw):
   np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
 
 def test_conv2d_weight_shape_and_init():
+  Tensor.manual_seed(4)
   layer = nn.Conv2d(6, 9, (3, 2), groups=3)
-  w, bound = layer.weight.numpy(), 1 / math.sqrt(2 * 3 * 2)
+  w, b, bound = layer.weight.numpy(), layer.bias.numpy(), 1 / math.sqrt(2 * 3 * 2)
   assert w.shape == (9, 2, 3, 2) and layer.bias.shape == (9,)
-  assert np.abs(w).max() <= bound + 1e-6 and np.abs(layer.bias.numpy()).max() <= bound + 1e-6
+  assert np.abs(w).max() <= bound + 1e-6 and np.abs(b).max() <= bound + 1e-6
+  # uniform over [-bound, bound] (fan_in 12, not 36: the groups split the input channels): 108 draws reach past 0.8 bound
+  assert w.min() < -0.8 * bound and w.max() > 0.8 * bound and len(np.unique(b)) == 9
 
 def test_conv2d_padding_same_keeps_spatial_size():
   layer = nn.Conv2d(2, 3, 3, padding="same", bias=False)
@@ -218,7 +221,7 @@ def test_embedding_looks_up_rows():
   emb = nn.Embedding(7, 4)
   w = emb.weight.numpy()
   bound = math.sqrt(6 / (7 + 4))
-  assert w.shape == (7, 4) and np.abs(w).max() <= bound + 1e-6
+  assert w.shape == (7, 4) and np.abs(w).max() <= bound + 1e-6 and len(np.unique(w)) == 28   # drawn, not a constant
   idx = np.array([[0, 6, 3], [3, 3, 1]], dtype=np.int32)
   out = emb(Tensor(idx)).numpy()
   assert out.shape == (2, 3, 4)

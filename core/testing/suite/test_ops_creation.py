@@ -102,10 +102,17 @@ def test_init_bounds():
   bound = np.sqrt(2.0) * np.sqrt(3.0 / 32)
   assert np.abs(k).max() <= bound and np.abs(k).max() > 0.9 * bound
   g = Tensor.glorot_uniform(16, 48).numpy()
-  assert np.abs(g).max() <= np.sqrt(6 / 64)
+  assert np.abs(g).max() <= np.sqrt(6 / 64) and np.abs(g).max() > 0.9 * np.sqrt(6 / 64) and g.min() < 0 < g.max()
   s = Tensor.scaled_uniform(10, 10).numpy()
-  assert np.abs(s).max() <= 0.1
+  assert np.abs(s).max() <= 0.1 and np.abs(s).max() > 0.09 and s.min() < 0 < s.max()
   assert Tensor.randn_like(Tensor.ones(2, 2)).shape == (2, 2) and Tensor.rand_like(Tensor.ones(3)).shape == (3,)
+  # the *_like draws are the plain draws of the same shape and dtype: the same numbers after the same seed
+  Tensor.manual_seed(5)
+  like = Tensor.randn_like(Tensor.ones(2, 2)).numpy(), Tensor.rand_like(Tensor.ones(3, dtype=dtypes.float16)).numpy()
+  Tensor.manual_seed(5)
+  np.testing.assert_array_equal(like[0], Tensor.randn(2, 2).numpy())
+  np.testing.assert_array_equal(like[1], Tensor.rand(3, dtype=dtypes.float16).numpy())
+  assert like[1].dtype == np.float16 and len(np.unique(like[0])) == 4
 
 def test_dropout():
   x = Tensor.ones(1000)

@@ -57,4 +57,8 @@ def test_float16_rand_matches_float32_rounded():
   skip_unless(dtypes.float16)
   Tensor.manual_seed(9)
   h = Tensor.rand(N, dtype=dtypes.float16).numpy()
+  Tensor.manual_seed(9)
+  f = Tensor.rand(N, dtype=dtypes.float32).numpy()
   assert h.dtype == np.float16 and h.min() >= 0 and h.max() <= 1
+  np.testing.assert_array_equal(h, f.astype(np.float16))   # the same draw, rounded to nearest (not truncated, not redrawn)
+  assert len(np.unique(h)) > N // 4, "float16 draws collapsed to a few values"

@@ -155,7 +155,7 @@ def test_safe_save_is_atomic(tmp_path):
   fn = tmp_path / "keep.safetensors"
   safe_save({"x": Tensor([1.0, 2.0])}, fn)
   original = open(fn, "rb").read()
-  with pytest.raises(TypeError): safe_save({"x": Tensor([3.0]), 5: Tensor([4.0])}, fn)  # type: ignore[dict-item]
+  with pytest.raises(TypeError, match="safe_save: tensor names must be str, got 5"): safe_save({"x": Tensor([3.0]), 5: Tensor([4.0])}, fn)  # type: ignore[dict-item]
   assert open(fn, "rb").read() == original
   safe_save({"y": Tensor([5.0])}, fn)
   assert sorted(os.listdir(tmp_path)) == ["keep.safetensors"]  # no temporary file left behind
