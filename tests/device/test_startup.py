@@ -64,7 +64,7 @@ def test_a_warm_start_loads_no_openssl(tmp_path):
   # the cache keys, cached binaries' checksums and symbolic's hashes use CPython's own SHA-256 and BLAKE2b (core.helpers): hashlib
   # would load OpenSSL. A Python built without its own SHA-256 takes hashlib's, so the check needs one
   from core import helpers
-  if helpers._sha256_builtin is None: return
+  if helpers._sha256_builtin is None: pytest.skip("this Python has no built-in SHA-256: core takes hashlib's, which loads OpenSSL")
   imported_after(FIRST_RESULT, CORE_CACHE_DIR=str(tmp_path), DEV="CPU")   # fills the cache
   warm = imported_after(FIRST_RESULT, CORE_CACHE_DIR=str(tmp_path), DEV="CPU")
   assert "core.engine.realize" in warm and not warm & {"hashlib", "_hashlib"}, warm & {"hashlib", "_hashlib"}
@@ -180,8 +180,12 @@ def test_timed_submission_times_its_kernel():
   from core import Tensor
   from core.device.registry import Device
   from core.helpers import Context
-  if not Device.DEFAULT.startswith("CPU"): return
+  from core.device.counters import GlobalCounters
+  if not Device.DEFAULT.startswith("CPU"): pytest.skip(f"the timestamps stage of the CPU device; DEV is {Device.DEFAULT}")
+  GlobalCounters.reset()
   with Context(DEBUG=2): assert (Tensor([1., 2., 3.]) * 3).numpy().tolist() == [3., 6., 9.]
+  # the launch's two timestamps were read back: its time is counted (without DEBUG>=2 no timestamps are taken and it stays 0)
+  assert GlobalCounters.kernel_count >= 1 and GlobalCounters.time_sum_s > 0, (GlobalCounters.kernel_count, GlobalCounters.time_sum_s)
 
 def _plugin_module(name: str) -> types.ModuleType:
   # every kind of attribute a module plugin can hold: marked functions (one hook misspelled), a marked staticmethod and
