@@ -24,11 +24,17 @@ from core.helpers import getenv
 
 # *** the native command processor ***
 
+# the library's CPython entries (submit_wait, idle_clean: plugin_cpu.native.python_entries), set when native() loads it; None
+# until then and where the library has none (the ctypes calls are used)
+_entries: Any = None
+
 @functools.cache
 def native() -> ctypes.CDLL:
   """The plugin's native library (native.py builds it) with the command processor's functions declared."""
-  from plugin_cpu.native import lib
+  global _entries
+  from plugin_cpu.native import lib, python_entries
   dll = lib()
+  _entries = python_entries()
   c_u64, c_vp = ctypes.c_uint64, ctypes.c_void_p
   for name, args, res in (("cmdproc_create", [ctypes.c_char_p, c_vp, c_u64, c_vp], c_vp), ("cmdproc_destroy", [c_vp], None),
                           ("cmdproc_rptr", [c_vp], c_u64), ("cmdproc_kick", [], None), ("cmdproc_abort_wait", [c_vp], None),
@@ -242,16 +248,29 @@ class CPUHCQ(HCQDevice):
     s = _SubmitWait(fn=ctypes.cast(fn, ctypes.c_void_p).value, nargs=len(args), signal=ctypes.addressof(signal._buf),
                     timeline=ctypes.addressof(timeline), slice_ns=FAST_SLICE_NS)
     for i, a in enumerate(args): s.args[i] = a
-    ptr, call, last = ctypes.c_void_p(ctypes.addressof(s)), _submit_wait(), [-1.0]
-    def submit_wait(timeout_s: float, _keep: tuple = (fn, args, signal._buf, timeline)) -> int:   # _keep: what `s` points at
-      # as wait_signal's fast path: the queues run and the fault reports were looked at (else the general wait does that)
+    native()   # loaded, and _entries with it
+    last, keep = [-1.0], (fn, args, signal._buf, timeline, s)   # keep: `s` and what it points at
+    if (entries := _entries) is not None:
+      # the CPython entry: the address and the fault count (an int, -1: never looked) as Python ints
+      ptr, call = ctypes.addressof(s), entries.submit_wait
+      def submit_wait(timeout_s: float, _keep: tuple = keep) -> int:
+        # as wait_signal's fast path: the queues run and the fault reports were looked at (else the general wait does that)
+        if not self._running or (mark := self._fault_mark) < 0 or timeout_s < FAST_SLICE_S: return 2
+        if timeout_s != last[0]: s.timeout_ns, last[0] = int(timeout_s * 1e9), timeout_s
+        try: return 1 if call(ptr, mark) else 0   # -1 can't happen: the arguments were counted above
+        except KeyboardInterrupt:
+          self._stop_kernels(timeout=False)
+          raise
+      return submit_wait
+    cptr, ccall = ctypes.c_void_p(ctypes.addressof(s)), _submit_wait()
+    def submit_wait_ctypes(timeout_s: float, _keep: tuple = keep) -> int:   # as above, through ctypes
       if not self._running or (mark := self._mark_arg) is None or timeout_s < FAST_SLICE_S: return 2
       if timeout_s != last[0]: s.timeout_ns, last[0] = int(timeout_s * 1e9), timeout_s
-      try: return 1 if call(ptr, mark) else 0   # -1 can't happen: the arguments were counted above
+      try: return 1 if ccall(cptr, mark) else 0
       except KeyboardInterrupt:
         self._stop_kernels(timeout=False)
         raise
-    return submit_wait
+    return submit_wait_ctypes
 
   def _stop_kernels(self, timeout: bool) -> None:
     """Stops the kernels this device's queues run now and waits (up to 1 s) for their reports, which are then consumed: they
@@ -319,7 +338,7 @@ class CPUHCQ(HCQDevice):
   def synchronize(self, timeout_s: float | None = None) -> None:
     """Waits until every started queue has run everything its doorbell announced."""
     # the usual case in one native call: nothing pending anywhere and no fault since the last look (an eager op waited already)
-    if (mark := self._mark_arg) is not None and _idle_clean()(mark): return
+    if (mark := self._fault_mark) >= 0 and (_entries.idle_clean(mark) if _entries is not None else _idle_clean()(self._mark_arg)): return
     lib = native()
     queues = [q for q in self._queues.values() if q.handle]
     # one native call when nothing is pending on any queue of the process (an eager op's result was waited for already)

@@ -1,7 +1,9 @@
 """The CPU plugin's native library (thread pool, command processor): native/*.c, built when the plugin is installed (setup.py), or
-else compiled together on first use with the system C compiler and cached; loaded by ctypes."""
+else compiled together on first use with the system C compiler and cached; loaded by ctypes (the prebuilt one's per-op entries
+also imported as a CPython module: python_entries)."""
 from __future__ import annotations
 import ctypes, importlib.machinery, os, pathlib, threading
+from types import ModuleType
 from core.helpers import cache_dir, sha256
 from core.device.compiler import Compiler, CompileError, cache_folder
 from plugin_cpu.compiler import find_cc, host_id
@@ -89,16 +91,17 @@ def prebuilt() -> pathlib.Path | None:
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
 _fd: int | None = None   # the memfd of a library built at run time, open for the life of the process
+_path: pathlib.Path | None = None   # the prebuilt library lib() loaded (None: one built at run time)
 
 def lib() -> ctypes.CDLL:
   """The native library, loaded once per process (one pool for everyone, also when threads ask at once): the one built at
   install time when it matches the sources, else built now with the system C compiler (then cached on disk). cpu_launch and
   cpu_pool_* get their argtypes here; the command processor's are set by its user."""
-  global _lib, _fd
+  global _lib, _fd, _path
   if _lib is not None: return _lib
   with _lock:
     if _lib is None:
-      if (path := prebuilt()) is not None: dll = ctypes.CDLL(str(path))
+      if (path := prebuilt()) is not None: dll, _path = ctypes.CDLL(str(path)), path
       else: dll, _fd = load_library(NativeCompiler().compile_cached(sources_json(sources())), "core_cpu_native")
       dll.cpu_launch.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int64]
       dll.cpu_launch.restype = ctypes.c_int
@@ -111,6 +114,19 @@ def lib() -> ctypes.CDLL:
       dll.cpu_guard_check.argtypes, dll.cpu_guard_check.restype = [], None
       _lib = dll
   return _lib
+
+def python_entries() -> ModuleType | None:
+  """The loaded library's CPython entries (native/pyentry.c: submit_wait, idle_clean), the same library imported as a module,
+  or None when it has none (built at run time by the system compiler, without Python's headers): callers use ctypes then.
+  Loads the library."""
+  lib()
+  if _path is None: return None
+  import importlib.util
+  spec = importlib.util.spec_from_file_location("plugin_cpu._native", _path)
+  if spec is None or spec.loader is None: return None
+  try: module = importlib.util.module_from_spec(spec)
+  except ImportError: return None   # built without CPU_NATIVE_PYTHON: no PyInit__native
+  return module
 
 def park_pool() -> None:
   """Puts the pool's idle threads to sleep now instead of after their $CPU_SPIN_US of polling, and any that finishes a block later,

@@ -1,7 +1,7 @@
 """The native library built at install time (setup.py): found when its sources match, ignored when they don't, and enough for
 DEV=CPU:LLVM on a machine with no C compiler at all."""
 from __future__ import annotations
-import os, pathlib, subprocess, sys
+import ctypes, os, pathlib, subprocess, sys
 import pytest
 from plugin_cpu import native
 
@@ -15,6 +15,24 @@ def require_prebuilt() -> pathlib.Path:
 def test_the_prebuilt_library_matches_the_installed_sources():
   path = require_prebuilt()
   assert path.parent == native.NATIVE_DIR.parent and path.name.startswith("_native")
+
+def test_the_prebuilt_library_has_the_python_entries_of_the_library_in_use():
+  require_prebuilt()
+  from plugin_cpu import iface_hcq
+  iface_hcq.native()
+  entries = native.python_entries()
+  assert entries is not None and entries.__file__ == str(native.prebuilt())
+  # the same loaded library as ctypes': one process-wide fault count and queue registry
+  faults = native.lib().cmdproc_faults
+  faults.restype = ctypes.c_uint64
+  assert entries.idle_clean(faults()) == bool(native.lib().cmdproc_pending() == 0)
+
+def test_a_library_built_at_run_time_has_no_python_entries():
+  # no Python headers on that path (native.NATIVE_FLAGS): the module init is not there, and the ctypes calls are used
+  try: lib = native.NativeCompiler().compile_cached(native.sources_json(native.sources()))
+  except native.CompileError: pytest.skip("no C compiler")
+  # its dynamic symbol names, read from the bytes: loading it would keep a memfd's /proc/self/fd path taken for good
+  assert b"PyInit__native" not in lib and b"cmdproc_submit_wait" in lib
 
 def test_a_library_built_from_other_sources_is_not_used(monkeypatch: pytest.MonkeyPatch):
   require_prebuilt()

@@ -19,6 +19,18 @@ def program(values: list[int]) -> ctypes._CFuncPtr:
   body = "".join(f"  store i64 {v}, ptr %p{i}\n" for i, v in enumerate(values))
   return host_library(f"define void @hcq_submit({params}) {{\n{body}  ret void\n}}\n").function("hcq_submit", None)
 
+@pytest.fixture(params=["python entry", "ctypes"], autouse=True)
+def entry(request, monkeypatch):
+  """Each test through the library's CPython entry (plugin_cpu._native, built by setup.py) and through ctypes (a library built at
+  run time has no such entry); a step binds the one in use when it is made."""
+  H.native()
+  if request.param == "python entry" and H._entries is None: pytest.skip("the loaded native library has no CPython entries")
+  if request.param == "ctypes": monkeypatch.setattr(H, "_entries", None)
+  from core.hcq import pipeline as P
+  P._device_epoch[0] += 1   # cached submissions bind their step again (and after the test, with the patch undone)
+  yield request.param
+  P._device_epoch[0] += 1
+
 def signal(v: int) -> Buffer: return Buffer("CPU", 1, dtypes.uint64).copyin(np.array([v], np.uint64).tobytes())
 def addr(x) -> int: return ctypes.addressof(x._buf if isinstance(x, Buffer) else x)
 
@@ -95,3 +107,25 @@ def test_each_eager_op_submits_once_whichever_way_the_device_answers(monkeypatch
   assert all(np.array_equal(o, x + 1) for o in outs)
   assert tl[0] == before + 5   # one submit per op: a step that ran the program is not followed by core's own submit
   assert (sub._submit_wait is not None) == (step != "none")
+
+def test_an_eager_op_and_synchronize_make_no_ctypes_call_with_the_python_entry(monkeypatch, entry):
+  if entry != "python entry": pytest.skip("the CPython entry's path")
+  def no_ctypes(name):
+    def fail(*a): raise AssertionError(f"{name} called through ctypes")
+    return lambda: fail
+  for name in ("_submit_wait", "_idle_clean", "_wait_clean"): monkeypatch.setattr(H, name, no_ctypes(name))
+  x = np.arange(83, dtype=np.float32)   # a size of its own: its submission binds its step under the patches
+  a = Tensor(x).realize()
+  dev = Device[a.device]
+  outs = []
+  for _ in range(5):
+    outs.append((a + 1).realize())
+    dev.synchronize()
+  assert all(np.array_equal(o.numpy(), x + 1) for o in outs)
+
+def test_the_python_entry_checks_its_arguments(entry):
+  if entry != "python entry": pytest.skip("the CPython entry's path")
+  with pytest.raises(TypeError, match="got 1 arguments"): H._entries.submit_wait(1)
+  with pytest.raises(ValueError, match="address is 0"): H._entries.submit_wait(0, 0)
+  with pytest.raises(OverflowError): H._entries.idle_clean(-1)
+  assert H._entries.idle_clean(H.native().cmdproc_faults()) in (True, False)
