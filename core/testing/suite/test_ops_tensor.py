@@ -127,7 +127,7 @@ def test_train_context():
     assert Tensor.training is True
   assert Tensor.training is False
 
-def test_device_mismatch_error():
+def test_a_tensor_of_another_tensors_uop_adds_to_it():
   a = Tensor([1.0])
   b = Tensor(a.uop)
   assert (a + b).tolist() == [2.0]
