@@ -454,8 +454,13 @@ class EagerOps:
   settings (_fill), and the whole table goes when the schedule cache does."""
   def __init__(self, max_entries: int = 512):
     self.table: dict[tuple, tuple[EagerPlan, dict[UOp, int]]] = {}
+    # a PendingOp's key (op, dtype, length, DEVICE node, scalar) -> the entry of its node's op key: the key says everything
+    # the node's op key does (the broadcast scalar node is made from the dtype, the scalar, the device and the shape)
+    self.scalar: dict[tuple, tuple[EagerPlan, dict[UOp, int]]] = {}
     self.max_entries, self.hits, self.misses = max_entries, 0, 0
-  def clear(self) -> None: self.table.clear()
+  def clear(self) -> None:
+    self.table.clear()
+    self.scalar.clear()
   def __len__(self) -> int: return len(self.table)
 
 eager_ops = EagerOps()
@@ -531,8 +536,11 @@ def _fill(u: UOp, walked: list[UOp] | None) -> None:
   # the plan's inputs must be the key's, in order (x + x reads one buffer, a view's buffer is its input)
   if not inputs or w[1] != inputs: return
   if (hit := schedules.get(w[0])) is None or not isinstance(e := hit.plan, EagerPlan) or e.written: return
-  if len(eager_ops.table) >= eager_ops.max_entries: eager_ops.table.clear()
-  eager_ops.table[key] = (e, _with_lits(hit, w[4]))
+  if len(eager_ops.table) >= eager_ops.max_entries: eager_ops.clear()
+  entry = (e, _with_lits(hit, w[4]))
+  # a PendingOp key may point to the entry it replaces
+  if (old := eager_ops.table.get(key)) is not None and old != entry: eager_ops.scalar.clear()
+  eager_ops.table[key] = entry
 
 def _pure(x: UOp) -> bool:
   """Whether no node of x's graph is _IMPURE: a search that stops at the first one (a conv's ~40 nodes over its buffers, where
@@ -563,6 +571,7 @@ def _memoize(roots: tuple[UOp, ...] | list[UOp], res_list: list[UOp]) -> None:
 _VIEWS = (Ops.RESHAPE, Ops.SHRINK, Ops.BUFFER)   # the ops contiguous_buffer can answer something other than None for
 _NO_OP_CACHE = (Ops.BUFFER, Ops.ASSIGN, Ops.BIND)
 _IMPURE = (Ops.BUFFER, Ops.ASSIGN, Ops.BIND, Ops.DEFINE_VAR)
+_SCALAR_OPS = (Ops.ADD, Ops.MUL)   # core.tensor.elementwise._scalar_op's
 
 def _op_hit(u: UOp) -> list[UOp] | None:
   """The results of root `u` from the eager op cache without a memo (under the engine lock), or None: the general path runs it.
@@ -600,16 +609,36 @@ def realize_uop_of(holder: Any) -> None:
   """holder.uop = realize(holder.uop)[0] (Tensor.realize of one tensor), where an eager op cache hit makes the memo only when
   the node outlives the call: one only the holder held dies here, and nothing can build a graph over it any more (the memo
   was most of a repeated tiny op's engine time)."""
-  if (op := (u := holder.uop).op) is Ops.BUFFER or (op is Ops.RESHAPE and _is_realized(u)): return   # _is_realized, its usual miss inline
+  if (p := holder.__dict__.get("_pending")) is not None:
+    # a PendingOp (core.tensor.elementwise): its plan run on its buffer, its node never built, when _op_hit would run the plan
+    with engine_lock:
+      if (entry := eager_ops.scalar.get(p[0])) is not None and _capture.plain() and not (profiler.timing() or IMAGE.value or NOOPT.value):
+        eager_ops.hits += 1
+        holder.uop = entry[0]([p[1]], entry[1])[0]
+        holder._pending = None
+        return
+    u = holder.uop   # built now: the general path below
+  elif (op := (u := holder.uop).op) is Ops.BUFFER or (op is Ops.RESHAPE and _is_realized(u)): return   # _is_realized, its usual miss inline
   with engine_lock:
     if (res_list := _op_hit(u)) is None:
       res_list, walked = _realize_one(u, memo=False)
       holder.uop = res_list[0]
       # the general path's memo likewise (_realize_graphs' rule: a graph that read a buffer), only for a node that outlives the call
       if _refcount(u) > 2 and (walked is None or walked): _memoize((u,), res_list)
-      return
-    holder.uop = res_list[0]
-    if _refcount(u) > 2: _memoize((u,), res_list)   # held elsewhere than in `u` and getrefcount's argument
+    else:
+      holder.uop = res_list[0]
+      if _refcount(u) > 2: _memoize((u,), res_list)   # held elsewhere than in `u` and getrefcount's argument
+    _note_scalar(u)
+
+def _note_scalar(u: UOp) -> None:
+  """After realizing root `u`: when u is a node a PendingOp builds (core.tensor.elementwise: ADD or MUL of a 1-d BUFFER and
+  its dtype's nonzero Python scalar broadcast) and its op key has an entry, the PendingOp key that entry serves. The node
+  rebuilt from the key must be u itself (hash-consed): then the key says all the op key does."""
+  if len(s := u.src) != 2 or (b := s[0]).op is not Ops.BUFFER or (c := s[1]).op is not Ops.EXPAND or u.op not in _SCALAR_OPS: return
+  if (c := c.src[0]).op is not Ops.RESHAPE or (c := c.src[0]).op is not Ops.CONST or type(y := c.arg) is not float or not y: return
+  key = (u.op, b.dtype, b.arg, b.src[1], y)
+  if key not in eager_ops.scalar and UOp(u.op, b.dtype, (b, UOp.const(b.dtype, y, b.src[1].arg, (b.arg,)))) is u and \
+     (entry := eager_ops.table.get(_op_key(u)[0])) is not None: eager_ops.scalar[key] = entry
 
 def _realize_graphs(roots: tuple[UOp, ...], memo: bool = True) -> tuple[list[UOp], list[UOp] | None]:
   """(each root's result, the walk's input buffers or None when the walk met a memo entry). `memo`: memoize the roots."""

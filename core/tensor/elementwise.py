@@ -1,7 +1,7 @@
 """Elementwise Tensor math: operators with broadcasting and weak scalars, transcendentals composed from EXP2/LOG2/SIN,
 rounding, comparisons, bitwise ops and activations."""
 from __future__ import annotations
-import math
+import functools, math
 from typing import TYPE_CHECKING, Any
 from core.ir.dtype import dtypes, least_upper_float, least_upper_dtype
 from core.ir.ops import Ops, UOp
@@ -40,10 +40,33 @@ def _scalar_op(t: Tensor, op: Ops, y: Any) -> Tensor | None:
   None for every other case: the general path decides."""
   if type(y) is not float and type(y) is not int: return None
   u = t.uop
-  if not dtypes.is_float(dt := u.dtype) or (shape := u.shape) is None or not _INT_ONLY.issuperset(map(type, shape)): return None
+  if not dtypes.is_float(dt := u.dtype): return None
+  # an op over a realized 1-d buffer whose plan the eager op cache holds: its node is left unbuilt (PendingOp), and an eager
+  # realize runs the plan from the key alone. A zero is left out: the key holds the scalar itself, and 0.0 == -0.0
+  if u.op is Ops.BUFFER and y and (rg := t._requires_grad) is not True and type(n := u.arg) is int and \
+     (key := (op, dt, n, u.src[1], y)) in _scalar_plans():
+    return type(t)(PendingOp((key, u)), None, None, rg)
+  if (shape := u.shape) is None or not _INT_ONLY.issuperset(map(type, shape)): return None
   # u.alu(op, c) and t._wrap(..., t) for one float parent: the dtype is u's, requires_grad is t's own. Passed by position: a
   # keyword makes the class call build a dict for __init__ on every op (0.8k of x + 1's 71k instructions)
   return type(t)(UOp(op, dt, (u, UOp.const(dt, y, u.device, shape))), None, None, t._requires_grad)
+
+class PendingOp(tuple):
+  """(key, src): a tensor's `src op y` (float src, a 1-d BUFFER; key = (op, dtype, length, DEVICE node, y), y a nonzero Python
+  scalar) whose node is not built yet. An eager realize runs the eager op cache's plan for the key
+  (core.engine.realize.realize_uop_of), so an eager x + 1 builds no node; anything else that asks the tensor for its uop gets
+  build()'s, the node _scalar_op would have built (Tensor.__getattr__). Nothing can hold the node before it is built, so no
+  graph, memo or gradient can tell the difference. A tuple: made in C, without an __init__ call."""
+  __slots__ = ()
+  def build(self) -> UOp:
+    key, u = self
+    return UOp(key[0], u.dtype, (u, UOp.const(u.dtype, key[4], u.device, u.shape)))
+
+@functools.cache
+def _scalar_plans() -> dict[tuple, Any]:
+  """core.engine.realize's table of PendingOp keys with a plan (imported on first use: the engine imports the tensor's modules)."""
+  from core.engine.realize import eager_ops
+  return eager_ops.scalar
 
 class ElementwiseMixin:
   def _float(self: Tensor) -> Tensor:  # type: ignore[misc]

@@ -1,7 +1,7 @@
 """The user-facing lazy Tensor: construction, dtype/device plumbing, realization, host transfer and autograd entry points."""
 from __future__ import annotations
 import builtins, contextlib, functools, sys, threading, weakref
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from core.helpers import TRAINING, prod
 from core.ir.dtype import DType, DTypeLike, ConstType, dtypes, to_dtype, from_np, to_np, least_upper_dtype
 from core.ir.ops import UOp, Ops
@@ -9,7 +9,7 @@ from core.tensor.creation import CreationMixin, ndarray_uop
 from core.tensor.random import RandomMixin
 from core.tensor.movement import MovementMixin
 from core.tensor.indexing import IndexingMixin
-from core.tensor.elementwise import ElementwiseMixin
+from core.tensor.elementwise import ElementwiseMixin, PendingOp
 from core.tensor.reduce import ReduceMixin
 from core.tensor.conv import ConvMixin
 from core.tensor.nnops import NNOpsMixin
@@ -88,6 +88,9 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
     if type(data) is UOp and device is None and dtype is None:   # every op's result (_wrap): nothing to convert
       self.uop: UOp = data
       return
+    if type(data) is PendingOp:   # an eager x + 1's result: its node is built only if something asks for it (__getattr__)
+      self._pending: PendingOp | None = data
+      return
     # a numpy array (a Jit's input every call) before the checks for other kinds of data
     if dtype is None and (npmod := sys.modules.get("numpy")) is not None and type(data) is npmod.ndarray and \
        (fast := ndarray_uop(data, canonical_device(device))) is not None:
@@ -121,6 +124,15 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
           uop = UOp.const(store, 0, dev, shape) if prod(shape) == 0 else from_host(raw, store, dev, tuple(shape))
           if cast_to is not None: uop = uop.cast(cast_to)
     self.uop = uop
+
+  if not TYPE_CHECKING:   # to mypy a __getattr__ would make every misspelt attribute of a Tensor Any
+    def __getattr__(self, name: str) -> Any:
+      # called only for a name the instance and class lack: a pending op's uop (PendingOp), built and kept on first use
+      if name == "uop" and (p := self.__dict__.get("_pending")) is not None:
+        self.uop = u = p.build()
+        self._pending = None
+        return u
+      return object.__getattribute__(self, name)   # raises the AttributeError the lookup raised (a property's own included)
 
   # backward() finds its targets among the live tensors that require grad: a tensor joins `_all` when its requires_grad is
   # set true (a weak set entry for every eager intermediate would cost more than the op itself)
