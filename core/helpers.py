@@ -283,7 +283,9 @@ except ImportError:
   except ImportError: _sha256_builtin = None  # type: ignore[assignment]   # a build without its own hashes: hashlib's
 try: from _blake2 import blake2b
 except ImportError: from hashlib import blake2b  # type: ignore[assignment,no-redef]  # noqa: F401  (hashlib's is _blake2's anyway)
-SHA256_OPENSSL_BYTES = 64 << 10   # OpenSSL's SHA-256 is ~5x faster here: from this size on it pays for its import
+# OpenSSL's SHA-256 is ~6x faster (Zen 3: 1.4 GB/s vs 0.24), but its import costs ~4-6 ms: it pays for that from about 1 MB
+# hashed. The CPU plugin hashes its native sources (~67 KB) at every start to check its prebuilt library
+SHA256_OPENSSL_BYTES = 1 << 20
 
 def sha256(data: bytes | memoryview = b"") -> Any:
   """hashlib.sha256(data): the same digest, from CPython's own SHA-256 for small data (cache keys, kernel binaries), so a warm
