@@ -250,27 +250,18 @@ class CPUHCQ(HCQDevice):
     for i, a in enumerate(args): s.args[i] = a
     native()   # loaded, and _entries with it
     last, keep = [-1.0], (fn, args, signal._buf, timeline, s)   # keep: `s` and what it points at
-    if (entries := _entries) is not None:
-      # the CPython entry: the address and the fault count (an int, -1: never looked) as Python ints
-      ptr, call = ctypes.addressof(s), entries.submit_wait
-      def submit_wait(timeout_s: float, _keep: tuple = keep) -> int:
-        # as wait_signal's fast path: the queues run and the fault reports were looked at (else the general wait does that)
-        if not self._running or (mark := self._fault_mark) < 0 or timeout_s < FAST_SLICE_S: return 2
-        if timeout_s != last[0]: s.timeout_ns, last[0] = int(timeout_s * 1e9), timeout_s
-        try: return 1 if call(ptr, mark) else 0   # -1 can't happen: the arguments were counted above
-        except KeyboardInterrupt:
-          self._stop_kernels(timeout=False)
-          raise
-      return submit_wait
-    cptr, ccall = ctypes.c_void_p(ctypes.addressof(s)), _submit_wait()
-    def submit_wait_ctypes(timeout_s: float, _keep: tuple = keep) -> int:   # as above, through ctypes
-      if not self._running or (mark := self._mark_arg) is None or timeout_s < FAST_SLICE_S: return 2
+    # the CPython entry takes the address and the fault count as Python ints; ctypes takes prebuilt ctypes objects (_mark_arg)
+    entry = (entries := _entries) is not None
+    ptr, call = (ctypes.addressof(s), entries.submit_wait) if entry else (ctypes.c_void_p(ctypes.addressof(s)), _submit_wait())
+    def submit_wait(timeout_s: float, _keep: tuple = keep) -> int:
+      # as wait_signal's fast path: the queues run and the fault reports were looked at (else the general wait does that)
+      if not self._running or self._fault_mark < 0 or timeout_s < FAST_SLICE_S: return 2
       if timeout_s != last[0]: s.timeout_ns, last[0] = int(timeout_s * 1e9), timeout_s
-      try: return 1 if ccall(cptr, mark) else 0
+      try: return 1 if call(ptr, self._fault_mark if entry else self._mark_arg) else 0   # -1 can't happen: the arguments were counted above
       except KeyboardInterrupt:
         self._stop_kernels(timeout=False)
         raise
-    return submit_wait_ctypes
+    return submit_wait
 
   def _stop_kernels(self, timeout: bool) -> None:
     """Stops the kernels this device's queues run now and waits (up to 1 s) for their reports, which are then consumed: they
