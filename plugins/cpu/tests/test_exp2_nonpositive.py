@@ -1,13 +1,14 @@
 """exp2 of an input known to be <= 0 (EXP2_NONPOSITIVE, what softmax's x - max(x) is): decompose.fast_exp2_nonpositive drops
 fast_exp2's overflow guard, builds 2**n from one factor and takes a polynomial of one degree less, within about 2 ulp."""
 from __future__ import annotations
-import re
+import copy, re
 import numpy as np
 import pytest
 from core import Tensor
 from core.ir.dtype import dtypes
 from core.ir.ops import Ops, UOp, EXP2_NONPOSITIVE
 from core.schedule.kernelize import create_schedule
+from core.helpers import host_machine
 from cpu_kernels import RENDERERS
 from test_vector_math import _run, _ulps, _exact_products
 
@@ -25,13 +26,14 @@ def test_nonpositive_exp2_within_about_two_ulp_and_special_values_exact(ren):
   # LLVM 1.77, C 2.07 (no fused multiply-add) over 25M inputs; subnormal results, -inf -> 0 and NaN exact (_ulps asserts them)
   assert _ulps(got, X, np.exp2) <= 2.1
 
-def _src32(fn) -> str:
-  """fn's kernel as the LLVM renderer writes it for 8 lanes (AVX2): the bits path, where an AVX-512 host's 16 take vscalefps."""
+def _src32(fn, renderer=None) -> str:
+  """fn's kernel as the LLVM renderer writes it for 8 lanes (AVX2): the bits path, where an AVX-512 host's 16 take vscalefps;
+  or as `renderer` writes it."""
   from core.codegen.program import get_program, program_source
   from cpu_kernels import device
   items, _, _ = create_schedule([fn(Tensor(np.zeros_like(X))).uop])
   (item,) = [it for it in items if it.ast.op is Ops.SINK]
-  return program_source(get_program(item.ast, device("LLVM").renderer.narrowed(32)))
+  return program_source(get_program(item.ast, renderer or device("LLVM").renderer.narrowed(32)))
 
 def test_nonpositive_exp2_has_no_overflow_guard_and_one_shift():
   src, general = _src32(_nonpositive_exp2), _src32(lambda t: t.exp2())
@@ -43,6 +45,19 @@ def test_nonpositive_exp2_takes_one_multiply_add_less():
   # AVX2's softmax is bound by the FMA/multiply pipes: a degree-5 polynomial (5 FMAs) where fast_exp2 takes degree 6
   src, general = _src32(_nonpositive_exp2), _src32(lambda t: t.exp2())
   fmas = re.compile(r"call <\d+ x float> @llvm\.fmuladd")
+  assert len(fmas.findall(src)) == 5 and len(fmas.findall(general)) == 6
+
+@pytest.mark.skipif(host_machine() != "x86_64", reason="renders x86-64 code")
+def test_vscalefps_nonpositive_exp2_takes_one_multiply_add_less():
+  # AVX-512 (vscalefps, vrndscaleps, vreduceps) takes the same degree-5 polynomial where x <= 0, so a softmax's exps
+  # are the bits path's bit for bit (test_exp2_scalef); a general exp2 keeps degree 6
+  # (rendering only, so any x86-64 host: the renderer is given the flags, as the narrowed renderer's test in test_exp2_scalef)
+  from cpu_kernels import device
+  wide = copy.copy(device("LLVM").renderer)
+  wide.target(frozenset({"avx", "avx2", "fma", "avx512f", "avx512vl", "avx512dq"}))
+  src, general = (_src32(f, wide) for f in (_nonpositive_exp2, lambda t: t.exp2()))
+  fmas = re.compile(r"call <\d+ x float> @llvm\.fmuladd")
+  assert "@llvm.x86.avx512.mask.scalef.ps.512(" in src and "@llvm.x86.avx512.mask.scalef.ps.512(" in general
   assert len(fmas.findall(src)) == 5 and len(fmas.findall(general)) == 6
 
 @pytest.mark.parametrize("x", [float("-inf"), -1e30, -300.0, -252.0])

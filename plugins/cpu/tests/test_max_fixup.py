@@ -48,6 +48,8 @@ def test_row_max_and_softmax_keep_nans(cols):
     want, _ = _run(old, fn, x)
     # a row of whole vectors: its row max is vector maxes, vmaxps + vfixupimmps alone, vmaxps in softmax (MAX_NO_NAN)
     if cols % 8 == 0: assert ("fixupimm" in src) == (ref is not None)
+    if ref is None:   # softmax's exps: which sign a NaN gets is the order of an FMA's operands (IEEE 754 leaves it open)
+      got, want = (np.where(np.isnan(v), np.float32(np.nan), v) for v in (got, want))
     np.testing.assert_array_equal(_bits(got), _bits(want))
     if ref is not None: np.testing.assert_array_equal(got, ref())
   assert np.isnan(got.reshape(x.shape)[1:5]).all() and not np.isnan(got.reshape(x.shape)[[0, 5, 6, 7, 8]]).any()
