@@ -36,12 +36,29 @@ CACHED_MAX_SETS = 2
 def rows_far_apart(k: Kernel, vec: UOp | None = None) -> bool:
   """The transposing tile's input rows, one per lane of the stored vector (along `vec`, or the UPCAST axis the output is
   contiguous along), are at least FAR_ROWS elements apart."""
+  strides = _input_row_strides(k, vec)
+  return not strides or max(strides) >= FAR_ROWS
+
+def _input_row_strides(k: Kernel, vec: UOp | None = None) -> list[int] | None:
+  """The element step of each strided load along `vec` (or the UPCAST axis the output is contiguous along): the tile's input rows
+  lie that far apart; None where there is no such axis."""
   st = next(u for u in k.ast.toposort() if u.op is Ops.STORE)
   if vec is None: vec = next((r for r in k.of_type(AxisType.UPCAST) if contiguous_offset(st.src[0].src[1], r) is not None), None)
-  if vec is None: return True
-  strides = [s[1] for u in k.ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX
-             and (s := strided_offset(u.src[0].src[1], vec)) is not None and s[1] != 1]
-  return not strides or max(strides) >= FAR_ROWS
+  if vec is None: return None
+  return [s[1] for u in k.ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX
+          and (s := strided_offset(u.src[0].src[1], vec)) is not None and s[1] != 1]
+
+def l1_sets(row_bytes: int, rows: int, line: int = 64) -> int:
+  """The L1 sets that the lines of `rows` rows `row_bytes` apart, one per row at the same column, fall in (a VIPT L1's way is
+  at most L1_WAY_BYTES)."""
+  return len({(r * row_bytes // line) % (L1_WAY_BYTES // line) for r in range(rows)})
+
+def tile_lines_share_sets(k: Kernel, out_row_bytes: int, out_rows: int, in_rows: int, item: int) -> bool:
+  """Both sides of the register tile (`out_rows` output rows `out_row_bytes` apart, `in_rows` input rows of `item`-byte elements)
+  have their lines in fewer L1 sets than rows: the output's rows and every strided load's input rows lie about a multiple of the
+  L1 way apart (4096^2, 2048x8192; not 4096x4160 or 4160x4096)."""
+  strides = _input_row_strides(k) or []
+  return l1_sets(out_row_bytes, out_rows) < out_rows and bool(strides) and all(l1_sets(s * item, in_rows) < in_rows for s in strides)
 
 def stores_cached(k: Kernel) -> bool:
   """The renderer stores this kernel's output plainly, into caches that hold its buffers: they total under its `stream_min_bytes`
@@ -55,10 +72,8 @@ def tiles_along_rows(row_bytes: int, lanes: int, lane_bytes: int, most: int, lin
   transposed input's rows: `most`, or where a tile reads whole input lines and the lines of its rows at one column share L1 sets
   (fewer sets than rows) CONFLICT_ROWS // lanes, or 1 (none) where its stores are `cached` (stores_cached) and those lines
   fall in at most CACHED_MAX_SETS sets."""
-  if lanes * lane_bytes < line: return most
-  sets = {(r * row_bytes // line) % (L1_WAY_BYTES // line) for r in range(lanes)}
-  if len(sets) >= lanes: return most
-  return 1 if cached and len(sets) <= CACHED_MAX_SETS else max(1, min(most, CONFLICT_ROWS // lanes))
+  if lanes * lane_bytes < line or (sets := l1_sets(row_bytes, lanes, line)) >= lanes: return most
+  return 1 if cached and sets <= CACHED_MAX_SETS else max(1, min(most, CONFLICT_ROWS // lanes))
 
 def halves_meet(k: Kernel, out_axis: UOp, across: UOp, row_bytes: int, rows: int, lane_bytes: int, most: int) -> bool:
   """A cached tile that stores part of each output line (its `rows` output rows, `row_bytes` apart, read along `across` as

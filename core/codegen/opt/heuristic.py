@@ -10,7 +10,7 @@ from core.helpers import ContextVar, prod
 from core.codegen.opt.kernel import Kernel, Opt, OptOps, KernelOptError, range_size, MAX_REGISTER_ELEMS
 from core.codegen.opt.expander import contiguous_offset, strided_offset, VECTOR_MEM_DTYPES, MAX_SHUFFLED_STRIDE
 from core.codegen.opt.pack import PACK_MAX_BYTES, linear_strides, read_index
-from core.codegen.opt.copy import halves_meet, rows_far_apart, stores_cached, tiles_along_rows
+from core.codegen.opt.copy import halves_meet, rows_far_apart, stores_cached, tile_lines_share_sets, tiles_along_rows
 from core.codegen.stash import COSTLY_OPS
 if TYPE_CHECKING: from core.device.renderer import Renderer
 
@@ -985,11 +985,17 @@ def hand_coded(k: Kernel) -> Kernel:
   # lines, where the tiles along `across` innermost (below) read 256 bytes of 16 rows and wrote a line of each of 64 rows at a
   # time. Thread blocks split each strip into neighbouring parts that run side by side (2 threads: 2 tiles each). One Zen 3
   # thread, thread time, A/B in one process: 4096^2 16.0 -> 18.2 GB/s; 2 threads, wall: 29.7 -> 33.4 (docs/internals.md has
-  # the rest). Measured on AVX2 only: a tile that fits the registers (AVX-512's 16 rows of one zmm) keeps the order below, and
-  # so does a renderer that loads the tile's rows whole (no split_tile_rows: the C renderer, one thread 10.0 -> 7.0 in strips)
+  # the rest). A tile that fits the registers (AVX-512's 16 rows of one zmm) takes strips where both its output and its input
+  # rows lie about a multiple of the L1 way apart (copy.tile_lines_share_sets), else keeps the order below. One Zen 4 thread
+  # (AVX-512), thread time, A/B in one process, GB/s, input shapes: 4096^2 18.9 -> 24.1, 2048^2 19.5 -> 24.3, 3072^2 18.6 -> 24.0,
+  # 8192x1024 18.3 -> 20.7, 1024x8192 18.6 -> 23.8; 2 threads, wall at real-time priority: 41.8 -> 53.3, 52.7 -> 55.4, 48.1 ->
+  # 58.5, 40.3 -> 48.4, 46.9 -> 59.6. Where one side's lines spread over the sets, strips lost: 4096x4160 one thread 20.3 -> 17.2
+  # (2 threads 41.8 -> 36.0), 4160x4096 32.2 -> 25.3 (2 threads 40.4 -> 43.3); Zen 5 not measured. A renderer that loads the
+  # tile's rows whole (no split_tile_rows: the C renderer, one Zen 3 thread 10.0 -> 7.0 in strips) keeps the order below
   strip = 0
   if transposed and across is not None and contig_out is not None and STRIP_TILES and rows_far_apart(k) and rnd.split_tile_rows and \
-     tile_cols * tile_rows * st.src[1].dtype.itemsize > rnd.simd_regs * rnd.simd_width and \
+     (tile_cols * tile_rows * st.src[1].dtype.itemsize > rnd.simd_regs * rnd.simd_width or
+      tile_lines_share_sets(k, across_step, tile_rows, tile_cols, st.src[1].dtype.itemsize)) and \
      tiles_along_rows(across_step, tile_rows, st.src[1].dtype.itemsize, MM_ROW_TILE, cached=stores_cached(k)) > 1 and \
      (range_size(across) or 0) * st.src[1].dtype.itemsize >= STRIP_MIN_ROW and \
      (nc := range_size(_same(k, contig_out)) or 0) > STRIP_TILES and nc % STRIP_TILES == 0:

@@ -1,7 +1,8 @@
-"""A transpose in strips (heuristic.STRIP_TILES: AVX2's LLVM renderer, input rows of a page or more) sweeps along its input rows
+"""A transpose in strips (heuristic.STRIP_TILES: the LLVM renderer's AVX2 tiles, and its AVX-512 tiles whose input and output rows lie
+a multiple of the L1 way apart; input rows of a page or more) sweeps along its input rows
 a line of each of the strip's rows a step; its loads also prefetch the same rows' line SWEEP_AHEAD steps on, once per line
 (plugin_cpu/prefetch.sweep_offsets). Other transposes and permutes (tiles along the input row, cached ones, short rows, NCHW <->
-NHWC, AVX-512's and the C renderer's) render as without the rule. Sources at AVX2 and AVX-512 widths (rendered, not run); results
+NHWC, the C renderer's) render as without the rule. Sources at AVX2 and AVX-512 widths (rendered, not run); results
 against numpy from strip kernels run on this host."""
 from __future__ import annotations
 import re
@@ -24,33 +25,35 @@ def _source(ren: str, simd_bytes: int, shape: tuple[int, ...], perm: tuple[int, 
   rnd = host_like_renderer(ren, simd_bytes, threads)   # a renderer of its own each time: programs are cached by renderer
   return program_source(get_program(hand_coded(Kernel(item.ast, rnd)).ast, rnd, optimize=False))
 
+@pytest.mark.parametrize("simd_bytes", [32, 64])
 @pytest.mark.parametrize("shape", [(4096, 4096), (8192, 1024), (2048, 2048)])
 @pytest.mark.parametrize("threads", [0, 2])
-def test_strip_transpose_prefetches_each_rows_line_steps_ahead(shape, threads):
-  src = _source("LLVM", 32, shape, (1, 0), threads)
+def test_strip_transpose_prefetches_each_rows_line_steps_ahead(shape, threads, simd_bytes):
+  src = _source("LLVM", simd_bytes, shape, (1, 0), threads)
   offs = re.findall(PREFETCH["LLVM"], src)
-  # a step of the sweep reads 16 floats (a line) of each row; the tile's 16 rows, two ymm each, prefetch once per row (and the
-  # kernel is rendered twice: its aligned and unaligned functions)
+  # a step of the sweep reads 16 floats (a line) of each row; the tile's 16 rows, two ymm or one zmm each, prefetch once per row
+  # (and the kernel is rendered twice: its aligned and unaligned functions)
   assert offs == [str(16 * prefetch.SWEEP_AHEAD)] * 16 * src.count("define "), offs
 
 RENDERERS = {"LLVM AVX2": ("LLVM", 32), "LLVM AVX-512": ("LLVM", 64), "C AVX2": ("C", 32), "C AVX-512": ("C", 64)}
 TRANSPOSES = {"4096^2": ((4096, 4096), (1, 0)), "1024^2": ((1024, 1024), (1, 0)), "512^2": ((512, 512), (1, 0)), "64x96": ((64, 96), (1, 0)),
               "rows of 2 KiB": ((32768, 512), (1, 0)), "NCHW->NHWC": ((32, 64, 56, 56), (0, 2, 3, 1)), "NHWC->NCHW": ((32, 56, 56, 64), (0, 3, 1, 2))}
 
-# every pair but AVX2's LLVM 4096^2, which is in strips (test_strip_transpose_prefetches_each_rows_line_steps_ahead)
+# every pair but the LLVM renderer's 4096^2, which is in strips (test_strip_transpose_prefetches_each_rows_line_steps_ahead)
 @pytest.mark.parametrize("ren, simd_bytes, shape, perm", [pytest.param(*r, *t, id=f"{t_id}-{r_id}") for t_id, t in TRANSPOSES.items()
-                                                          for r_id, r in RENDERERS.items() if (r_id, t_id) != ("LLVM AVX2", "4096^2")])
+                                                          for r_id, r in RENDERERS.items() if (r[0], t_id) != ("LLVM", "4096^2")])
 @pytest.mark.parametrize("threads", [0, 2])
 def test_other_transposes_render_as_without_the_rule(ren, simd_bytes, shape, perm, threads, monkeypatch):
   with_rule = _source(ren, simd_bytes, shape, perm, threads)
   monkeypatch.setattr(prefetch, "SWEEP_PREFETCH", False)
   assert _source(ren, simd_bytes, shape, perm, threads) == with_rule
 
+@pytest.mark.parametrize("simd_bytes, flag", [(32, "avx2"), (64, "avx512f")])
 @pytest.mark.parametrize("shape", [(2048, 2048), (1024, 4096)])
 @pytest.mark.parametrize("threads", [0, 2])
-def test_prefetching_strip_transposes_give_numpys_results(shape, threads):
-  if "avx2" not in host_flags(): pytest.skip("runs 32-byte vector code: a host with avx2")
+def test_prefetching_strip_transposes_give_numpys_results(shape, threads, simd_bytes, flag):
+  if flag not in host_flags(): pytest.skip(f"runs {simd_bytes}-byte vector code: a host with {flag}")
   x = np.random.default_rng(23).standard_normal(shape).astype(np.float32)
-  got, src = run_rendered(host_like_renderer("LLVM", 32, threads), lambda a: a.T.contiguous(), x)
+  got, src = run_rendered(host_like_renderer("LLVM", simd_bytes, threads), lambda a: a.T.contiguous(), x)
   assert "llvm.prefetch.p0(ptr" in src
   np.testing.assert_array_equal(got.reshape(shape[::-1]), x.T)
