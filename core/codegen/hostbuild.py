@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 from core.codegen.llvm_ir import HostLLVMRenderer, LLVMRenderer, Param, llvm_rewrite, _render_load, _render_store
 from core.codegen.access_guard import extent, param_of, proven_in_extent, wild_access
+from core.device.renderer import id_sizes
 from core.helpers import LRUCache, to_function_name
 from core.ir.dtype import AddrSpace, PtrDType, dtypes
 from core.ir.ops import UOp, Ops, GroupOp, AxisType
@@ -124,9 +125,7 @@ def workitem_loops(uops: list[UOp]) -> list[UOp]:
     elif u.op is Ops.ENDIF: depth -= 1
     elif u.op is Ops.BARRIER and depth: raise HostBuildError("a BARRIER inside a loop or branch: host builds run barriers only "
                                                              "at the top level of a kernel")
-  lsz = [1, 1, 1]
-  for u in uops:
-    if u.op is Ops.SPECIAL and u.arg.startswith("lidx"): lsz[int(u.arg[4:])] = int(u.src[0].arg)
+  lsz = id_sizes(uops, "lidx")
   n_items, i32 = lsz[0] * lsz[1] * lsz[2], dtypes.int32
   c = lambda v: UOp.const(i32, v)
   region, k = {}, 0
@@ -368,9 +367,7 @@ def host_build(name: str, uops: tuple[UOp, ...] | list[UOp]) -> HostBuild:
   key = hashlib.sha256(src.encode()).hexdigest()
   with _lock:
     if (hit := _builds.get(key)) is not None: return hit
-  local = [1, 1, 1]
-  for u in ul:
-    if u.op is Ops.SPECIAL and u.arg.startswith("lidx"): local[int(u.arg[4:])] = int(u.src[0].arg)
+  local = id_sizes(ul, "lidx")
   extents = tuple(extent(u) for u in ul if u.op is Ops.PARAM)
   b = HostBuild(name, nbufs, nvars, (local[0], local[1], local[2]), extents, src, _load(kname, src), ul)
   with _lock:

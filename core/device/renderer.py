@@ -2,8 +2,17 @@
 from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 from core.ir.dtype import DType, dtypes
+from core.ir.ops import Ops
 # a type only: tensor_core's dataclasses and layout checks (~2 ms) load with the renderers that offer tensor cores, not with every one
 if TYPE_CHECKING: from core.device.tensor_core import TensorCore
+
+def id_sizes(uops: list[Any], prefix: str) -> list[Any]:
+  """The sizes of a linearized kernel's thread ids named `prefix` on their three axes ("gidx": the launch's groups, "lidx": the
+  work-items in a group), 1 on an axis without one: what a GPU renderer declares and checks against its limits."""
+  sizes: list[Any] = [1, 1, 1]
+  for u in uops:
+    if u.op is Ops.SPECIAL and u.arg.startswith(prefix): sizes[int(u.arg[len(prefix):])] = u.src[0].arg
+  return sizes
 
 class Renderer:
   """Describes what a target can do and turns a linearized kernel into source. Subclasses override the class attributes; those

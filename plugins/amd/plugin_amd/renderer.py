@@ -3,7 +3,8 @@ from __future__ import annotations
 import copy, dataclasses
 from core.helpers import prod
 from core.ir.dtype import DType, dtypes
-from core.ir.ops import UOp, Ops
+from core.ir.ops import UOp
+from core.device.renderer import id_sizes
 from core.codegen.llvm_ir import LLVMRenderer
 
 TRIPLE = "amdgcn-amd-amdhsa"
@@ -69,7 +70,7 @@ class AMDLLVMRenderer(LLVMRenderer):
 
   def render(self, name: str, uops: list[UOp]) -> str:
     # the work-group size the kernel is built for: LLVM sizes registers and barriers by it, the dispatch must match it
-    local = prod(u.src[0].arg for u in uops if u.op is Ops.SPECIAL and u.arg.startswith("lidx"))
+    local = prod(id_sizes(uops, "lidx"))
     if local > self.local_max[0]: raise ValueError(f"kernel {name}: {local} work-items per workgroup, the most is {self.local_max[0]}")
     ctx = copy.copy(self)
     ctx.kernel_attrs = f'nounwind "amdgpu-flat-work-group-size"="{local},{local}" "uniform-work-group-size"="true"'

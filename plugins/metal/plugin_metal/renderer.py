@@ -5,6 +5,7 @@ from typing import Any
 from core.helpers import prod
 from core.ir.dtype import DType, PtrDType, AddrSpace, dtypes
 from core.ir.ops import UOp, Ops
+from core.device.renderer import id_sizes
 from core.ir.pattern import UPat, PatternMatcher
 from core.codegen.c_style import CStyleRenderer, access_condition, base_rewrite, c_code_for_op, load_alternative
 from core.device.tensor_core import TENSOR_CORES, tensor_core
@@ -120,9 +121,7 @@ class MetalRenderer(CStyleRenderer):
   def render_special(self, x: UOp) -> str: return f"{GROUP_ARG if x.arg.startswith('gidx') else LOCAL_ARG}.{'xyz'[int(x.arg[-1])]}"
 
   def render(self, name: str, uops: list[UOp]) -> str:
-    local = [1, 1, 1]
-    for u in uops:
-      if u.op is Ops.SPECIAL and u.arg.startswith("lidx"): local[int(u.arg[-1])] = u.src[0].arg
+    local = id_sizes(uops, "lidx")
     if prod(local) > 1024: raise ValueError(f"kernel {name}: a threadgroup of {'x'.join(map(str, local))} threads; Metal allows 1024")
     ctx = copy.copy(self)
     ctx.wmma_defs = {}

@@ -4,6 +4,7 @@ import copy, dataclasses, math
 from core.helpers import prod
 from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp, Ops
+from core.device.renderer import id_sizes
 from core.ir.pattern import UPat, PatternMatcher
 from core.codegen.decompose import fast_exp2, fast_log2
 from core.codegen.lowerer import pm_fuse_mulacc
@@ -223,9 +224,7 @@ class PTXRenderer(LLVMRenderer):
 
   def render(self, name: str, uops: list[UOp]) -> str:
     # .reqntid: the block size the kernel is built for; ptxas sizes registers by it and the launch must match it
-    local = [1, 1, 1]
-    for u in uops:
-      if u.op is Ops.SPECIAL and u.arg.startswith("lidx"): local[int(u.arg[-1])] = u.src[0].arg
+    local = id_sizes(uops, "lidx")
     if prod(local) > 1024 or any(n > m for n, m in zip(local, self.local_max)):
       raise ValueError(f"kernel {name}: a block of {'x'.join(map(str, local))} threads; NV allows 1024 in all, at most {self.local_max}")
     ctx = copy.copy(self)
@@ -334,9 +333,7 @@ class CUDARenderer(CStyleRenderer):
   def render_special(self, x: UOp) -> str: return f"{'blockIdx' if x.arg.startswith('gidx') else 'threadIdx'}.{'xyz'[int(x.arg[-1])]}"
 
   def render(self, name: str, uops: list[UOp]) -> str:
-    local = [1, 1, 1]
-    for u in uops:
-      if u.op is Ops.SPECIAL and u.arg.startswith("lidx"): local[int(u.arg[-1])] = u.src[0].arg
+    local = id_sizes(uops, "lidx")
     if prod(local) > 1024 or any(n > m for n, m in zip(local, self.local_max)):
       raise ValueError(f"kernel {name}: a block of {'x'.join(map(str, local))} threads; NV allows 1024 in all, at most {self.local_max}")
     ctx = copy.copy(self)

@@ -6,6 +6,7 @@ import copy, dataclasses, math, struct
 from typing import Callable
 from core.ir.dtype import DType, PtrDType, ImageDType, AddrSpace, dtypes
 from core.ir.ops import UOp, Ops
+from core.device.renderer import id_sizes
 from core.ir.pattern import PatternMatcher, UPat
 from core.codegen.access_guard import GUARD_PARAM
 from core.codegen.c_style import CStyleRenderer, access_condition, base_rewrite, c_code_for_op
@@ -187,9 +188,7 @@ class OpenCLRenderer(CStyleRenderer):
   # *** the kernel ***
 
   def render(self, name: str, uops: list[UOp]) -> str:
-    local = [1, 1, 1]
-    for u in uops:
-      if u.op is Ops.SPECIAL and u.arg.startswith("lidx"): local[int(u.arg[-1])] = u.src[0].arg
+    local = id_sizes(uops, "lidx")
     if prod(local) > self.caps.max_work_group or any(n > m for n, m in zip(local, self.caps.max_work_items)):
       raise ValueError(f"kernel {name}: a work-group of {'x'.join(map(str, local))} items; the device allows {self.caps.max_work_group} "
                        f"in all, at most {self.caps.max_work_items} per axis")

@@ -23,6 +23,7 @@ from typing import Any, Callable
 from core.helpers import prod
 from core.ir.dtype import DType, PtrDType, dtypes
 from core.ir.ops import UOp, Ops
+from core.device.renderer import id_sizes
 from core.ir.pattern import UPat, PatternMatcher
 from core.codegen.c_style import CStyleRenderer, base_rewrite, c_code_for_op
 from core.codegen.decompose import fast_log2
@@ -314,9 +315,7 @@ class WGSLRenderer(CStyleRenderer):
     ctx.written = {u.src[0].src[0].after_base for u in uops if u.op is Ops.STORE and u.src[0].op is Ops.INDEX}
     # `enable f16;` only in kernels that use half: a shader without it runs on adapters without shader-f16 (browsers)
     ctx.uses_f16 = self.f16 and any(dt.base.scalar() is dtypes.float16 for u in uops for dt in (u.dtype, *(s.dtype for s in u.src)))
-    ctx.gsize, ctx.lsize = [1, 1, 1], [1, 1, 1]
-    for u in uops:
-      if u.op is Ops.SPECIAL: (ctx.gsize if u.arg.startswith("gidx") else ctx.lsize)[int(u.arg[-1])] = u.src[0].arg
+    ctx.gsize, ctx.lsize = id_sizes(uops, "gidx"), id_sizes(uops, "lidx")
     if prod(ctx.lsize) > self.limits["max-compute-invocations-per-workgroup"] or any(n > m for n, m in zip(ctx.lsize, self.local_max)):
       raise ValueError(f"kernel {name}: a workgroup of {'x'.join(map(str, ctx.lsize))} invocations; this adapter allows "
                        f"{self.limits['max-compute-invocations-per-workgroup']} in all, at most {self.local_max}")
