@@ -493,9 +493,11 @@ def run(rows: list[str] | None = None, quick: bool = False, repeat: int = 10, bu
 def _measure_ours(lib: Any, row: Row, size: dict[str, Any], repeat: int, budget_s: float, stat: str) -> Cell:
   """One cell of ours on `row`, data made and checked afresh, started once the process's other threads are quiet."""
   data = row.data(size, np.random.default_rng(0))
+  # the reference first: numpy's BLAS threads poll for work after it (OpenBLAS: about 0.1 s), and settle waits them out
+  want = row.reference(data)
   case = getattr(lib, row.op or row.key)(data)
   suite_libs.settle(lib.park)
-  cell, off = measure(case, row, row.reference(data), size, repeat, budget_s, stat)
+  cell, off = measure(case, row, want, size, repeat, budget_s, stat)
   if off: raise RuntimeError(f"{row.key}: ours is WRONG: {off}")
   return cell
 

@@ -179,6 +179,18 @@ def test_thread_scaling_pairs_each_one_thread_cell_with_an_all_core_one(suite, c
   speed, lo, hi = (float(m.group(i)) for i in (3, 4, 5))
   assert 0 < lo <= speed <= hi, line
 
+def test_measure_ours_computes_the_reference_before_the_threads_settle(suite, monkeypatch):
+  # the float64 reference runs on numpy's BLAS, whose threads then poll for work (OpenBLAS: ~0.1 s): made after settle(), it
+  # left them spinning through the timed calls (the --threads table's all-core conv1x1 cells ran at one-thread speed, 1.00x)
+  import dataclasses, suite_libs
+  events: list[str] = []
+  row = next(r for r in suite.ROWS if r.key == "sum")
+  real_ref, real_settle = row.reference, suite_libs.settle
+  row = dataclasses.replace(row, reference=lambda d: events.append("reference") or real_ref(d))
+  monkeypatch.setattr(suite_libs, "settle", lambda *a, **k: events.append("settle") or real_settle(*a, **k))
+  cell = suite._measure_ours(suite.LOADERS["ours"](), row, row.sizes[1], 1, 0.0, "min")
+  assert events == ["reference", "settle"] and cell.value > 0, events
+
 def test_serve_answers_one_cell_per_row_key(suite):
   # the 1-thread child's protocol: a row key per line in, 'value KEY FIGURE' out (or 'error KEY why'), in order
   out = io.StringIO()
