@@ -31,7 +31,7 @@ ROW_MAX_BYTES = 16 << 10   # a row the later passes read from L1 (32 KiB on curr
 # 32x256x28x28 -> 64 209 -> 225, 208 -> 226, 8x256x28x28 -> 64 211 -> 232; 36 KiB (4 x 4, 144 channels) 8x144x56x56 -> 24
 # 202 -> 224, 185 -> 203; 24 KiB, kept in the L1: 8x192x28x28 -> 32 240 -> 245, 16x96x56x56 -> 24 235 -> 226, 239 -> 232,
 # 8x96x56x56 -> 24 250 -> 241; 16 KiB (1 x 16) 220-221 either way. Packed products' copies (panel_offsets) keep the L1
-L1_LOCALITY, NEXT_PANEL_LOCALITY = 3, 1
+L1_LOCALITY, L2_LOCALITY = 3, 1
 L1_BYTES = cache_bytes(1) or 32 << 10
 
 @functools.cache
@@ -132,7 +132,7 @@ def reread_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict
   """For each global load in a reduce loop of a buffer beyond `budget` bytes (the renderer's panel_budget) that is re-read across
   a loop it doesn't use (a product's column-side input read in place: every row block reads the panel again), (the step of its
   address along the innermost loop it uses outside that one (the next panel), where that is a positive constant; the locality
-  hint: NEXT_PANEL_LOCALITY where the panel's loads read over half of L1_BYTES, else L1_LOCALITY; with `spread`, the gate that
+  hint: L2_LOCALITY where the panel's loads read over half of L1_BYTES, else L1_LOCALITY; with `spread`, the gate that
   spreads it over the row blocks (see SPREAD_BELOW_REGS) where one row loop and one reduce loop lie inside the panel's, or
   None; each line once: _once_per_line). One Zen 5 thread, conv 32x256x28x28 -> 64 1x1 in place: 125 GFLOP/s without, 205
   with (170 packed); from the L3 (8 images) it costs 222 -> 216."""
@@ -160,7 +160,7 @@ def reread_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict
     reds = [r for r in rngs if r.arg[-1] is AxisType.REDUCE]
     if spread and x in out and len(rows) == 1 and len(reds) == 1 and rows[0].src[0].op is Ops.CONST and (n := rows[0].src[0].arg) >= 2:
       gates[x] = (reds[0], rows[0], (1 << (n.bit_length() - 1)) - 1)
-  return _once_per_line({x: (o, NEXT_PANEL_LOCALITY if 2 * panel_bytes[panels[x]] > L1_BYTES else L1_LOCALITY,
+  return _once_per_line({x: (o, L2_LOCALITY if 2 * panel_bytes[panels[x]] > L1_BYTES else L1_LOCALITY,
                              gates.get(x) if 2 * panel_bytes[panels[x]] >= L1_BYTES else None) for x, o in out.items()})
 
 def _once_per_line(offs: dict[UOp, tuple[int, int, Spread | None]]) -> dict[UOp, tuple[int, int, Spread | None]]:
@@ -231,6 +231,14 @@ SWEEP_AHEAD = 2           # steps of the sweep the prefetched lines lie ahead
 SWEEP_MIN_GAP = 4096      # bytes between the rows a sweep reads (a page: rows in other pages are other hardware-prefetch streams)
 SWEEP_MIN_BYTES = 4096    # and along each row (a page of it at least: a short sweep's rows are next to each other's)
 SWEEP_MAX_STEP = 4096     # bytes one step of a sweep reads at most (the 1-thread strip's 64 lines), so the next steps' fit L1 beside it
+# A target of 64-byte vectors (AVX-512) prefetches them into the L2 (prefetcht2), not the L1: likely a prefetch into the L1 holds
+# one of its few misses in flight until the line comes, and a step's 32-64 rows two steps ahead are more (not the L1 sets: with
+# rows 64 bytes off a multiple of 4 KiB, a read-only sweep lost as much). One Zen 4 thread, thread time, A/B in one process, GB/s, input shapes: 4096^2
+# 24.3 -> 28.6, 2048^2 27.4 -> 30.9, 8192x1024 22.9 -> 26.0, 1024x8192 24.7 -> 31.3, 3072^2 20.4 -> 26.8; 2 threads, wall at
+# real-time priority, medians of 21: 52.2 -> 60.7, 30.8 -> 34.5, 53.9 -> 60.6, 59.6 -> 68.0, 58.4 -> 67.2; 4, 8 steps ahead
+# gained no more. The AVX2 kernel run here gains alike (4096^2 22.5 -> 26.7), but Zen 3 had measured t0 and t1 alike (2
+# threads; one not measured): AVX2 targets keep the L1 until a Zen 3 thread says otherwise
+SWEEP_L2_SIMD = 64        # vector bytes of the targets whose sweep prefetches into the L2
 
 def sweep_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int]) -> dict[UOp, int]:
   """For each global load outside reduce loops under a loop along which its address steps by at most a cache line, for
@@ -253,12 +261,12 @@ def sweep_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[
         break
   return {x: s for x, (r, s) in sweeps.items() if step_bytes[r] <= SWEEP_MAX_STEP}
 
-def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0) -> dict[UOp, tuple[int, int, Spread | None]]:
+def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0, simd_width: int = 0) -> dict[UOp, tuple[int, int, Spread | None]]:
   """For each LOAD that should prefetch, (the prefetched address's distance from its own in elements, the locality hint, the gate
   that skips it or None): a pack copy's next panel (panel_offsets), a strip transpose's lines SWEEP_AHEAD steps on along its
-  rows (sweep_offsets), an in-place panel's next one (reread_offsets, where the
-  renderer's `panel_budget` is known: big panels into the L2; spread over the row blocks below SPREAD_BELOW_REGS `simd_regs`),
-  or one row on (all but reread_offsets' L2 ones L1_LOCALITY). A load
+  rows (sweep_offsets; into the L2 where the target's vectors, `simd_width`, are SWEEP_L2_SIMD bytes or more), an in-place
+  panel's next one (reread_offsets, where the renderer's `panel_budget` is known: big panels into the L2; spread over the row
+  blocks below SPREAD_BELOW_REGS `simd_regs`), or one row on (all but those L2 ones L1_LOCALITY). A load
   qualifies for the row where it reads a global buffer in the second reduce loop over that buffer, under a loop of rows (not a
   reduce) that the first reduce loop's reads share, and the row step of its address is a constant of at most ROW_MAX_BYTES."""
   order = {u: i for i, u in enumerate(uops)}
@@ -266,7 +274,9 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0)
   first: dict[UOp, tuple[UOp, frozenset[UOp]]] = {}   # buffer -> (the first reduce range reading it, that read's ranges)
   second: dict[UOp, UOp] = {}                    # buffer -> the second reduce range reading it
   out: dict[UOp, tuple[int, int, Spread | None]] = {x: (o, L1_LOCALITY, None) for x, o in panel_offsets(uops, deps, order).items()}
-  if SWEEP_PREFETCH: out.update(_once_per_line({x: (o * SWEEP_AHEAD, L1_LOCALITY, None) for x, o in sweep_offsets(uops, deps, order).items() if x not in out}))
+  if SWEEP_PREFETCH:
+    loc = L2_LOCALITY if simd_width >= SWEEP_L2_SIMD else L1_LOCALITY
+    out.update(_once_per_line({x: (o * SWEEP_AHEAD, loc, None) for x, o in sweep_offsets(uops, deps, order).items() if x not in out}))
   # (not beside a pack's copy: the other input's row tile, re-read across a group of panels, is in the L1 already)
   if panel_budget and not _copied(uops): out.update(reread_offsets(uops, deps, order, panel_budget, 0 < simd_regs < SPREAD_BELOW_REGS))
   # (a conv's channel tile packs its weights: its input's broadcast loads prefetch the next row)

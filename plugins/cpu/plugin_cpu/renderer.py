@@ -325,7 +325,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
   def narrowed(self, simd: int) -> CPULLVMRenderer: return _narrowed(self, simd)
 
   def _render(self, name: str, uops: list[UOp]) -> str:
-    self.prefetch = prefetch_offsets(uops, self.panel_budget(), self.simd_regs) if PREFETCH else {}
+    self.prefetch = prefetch_offsets(uops, self.panel_budget(), self.simd_regs, self.simd_width) if PREFETCH else {}
     self.unchecked, self.plain_copy = unchecked_streams(uops, self.simd_width), False
     self.start_module()
     fns = [self.function(name, uops)]

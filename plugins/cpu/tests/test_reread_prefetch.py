@@ -57,8 +57,8 @@ def test_next_panel_prefetch_goes_to_the_l2_beyond_half_the_l1(l1_kib, shape, to
   k = hand_coded(Kernel(item.ast, rnd))
   assert not any(o.op is OptOps.PACK for o in k.applied), k.applied
   hints = re.findall(LOCALITY[ren], program_source(get_program(k.ast, rnd, optimize=False)))
-  want = prefetch.NEXT_PANEL_LOCALITY if to_l2 else prefetch.L1_LOCALITY
-  assert hints and set(hints) == {str(want)} and prefetch.NEXT_PANEL_LOCALITY < prefetch.L1_LOCALITY, hints
+  want = prefetch.L2_LOCALITY if to_l2 else prefetch.L1_LOCALITY
+  assert hints and set(hints) == {str(want)} and prefetch.L2_LOCALITY < prefetch.L1_LOCALITY, hints
 
 @pytest.mark.parametrize("ren", ["LLVM", "C"])
 @pytest.mark.parametrize("simd_bytes", [32, 64], ids=["AVX2", "AVX-512"])
