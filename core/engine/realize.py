@@ -469,8 +469,17 @@ Device.on_change(eager_ops.clear)
 def _op_key(u: UOp) -> tuple[tuple, list[UOp], list[UOp]]:
   """(the eager op cache's key of root `u`, its input BUFFER nodes in order, the nodes it holds as themselves). A plan's output
   (core.tensor.plans) is keyed by the plan's key over the plan's inputs, as _walk keys it: its graph is the plan's."""
-  if (f := _fget(id(u))) is not None and (p := f.plan) is not None: key, srcs = [_PLAN, p[0]], p[1]
-  else: key, srcs = [u.op, u.dtype, u._key[3], u.tag], u.src
+  if (f := _fget(id(u))) is not None and (p := f.plan) is not None: return _sources_key([_PLAN, p[0]], p[1])
+  return _sources_key([u.op, u.dtype, u._key[3], u.tag], u.src)
+
+def plan_op_key(plan_key: Any, inputs: tuple[UOp, ...]) -> tuple[tuple, list[UOp]]:
+  """(the eager op cache's key of the output of plan `plan_key` (core.tensor.plans) over `inputs`, its input BUFFER nodes),
+  made without the output's node: _op_key's for that node."""
+  key, bufs, _ = _sources_key([_PLAN, plan_key], inputs)
+  return key, bufs
+
+def _sources_key(key: list, srcs: tuple[UOp, ...]) -> tuple[tuple, list[UOp], list[UOp]]:
+  """_op_key from its root's part `key` and the root's sources `srcs`."""
   inputs: list[UOp] = []
   held: list[UOp] = []
   for x in srcs:
@@ -610,11 +619,14 @@ def realize_uop_of(holder: Any) -> None:
   the node outlives the call: one only the holder held dies here, and nothing can build a graph over it any more (the memo
   was most of a repeated tiny op's engine time)."""
   if (p := holder.__dict__.get("_pending")) is not None:
-    # a PendingOp (core.tensor.elementwise): its plan run on its buffer, its node never built, when _op_hit would run the plan
+    # a PendingOp (core.tensor.elementwise: keyed in eager_ops.scalar, over one buffer) or a PendingPlan (core.tensor.plans: its
+    # op key, over its buffers): its plan run on its buffers, its node never built, when _op_hit would run the plan
+    scalar = p.scalar
     with engine_lock:
-      if (entry := eager_ops.scalar.get(p[0])) is not None and _capture.plain() and not (profiler.timing() or IMAGE.value or NOOPT.value):
+      if (entry := (eager_ops.scalar if scalar else eager_ops.table).get(p[0])) is not None and _capture.plain() and \
+         not (profiler.timing() or IMAGE.value or NOOPT.value):
         eager_ops.hits += 1
-        holder.uop = entry[0]([p[1]], entry[1])[0]
+        holder.uop = entry[0]([p[1]] if scalar else p[1], entry[1])[0]
         holder._pending = None
         return
     u = holder.uop   # built now: the general path below

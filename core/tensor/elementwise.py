@@ -58,6 +58,7 @@ class PendingOp(tuple):
   build()'s, the node _scalar_op would have built (Tensor.__getattr__). Nothing can hold the node before it is built, so no
   graph, memo or gradient can tell the difference. A tuple: made in C, without an __init__ call."""
   __slots__ = ()
+  scalar = True   # its key is eager_ops.scalar's, its source one buffer (PendingPlan: an op key over a list of buffers)
   def build(self) -> UOp:
     key, u = self
     return UOp(key[0], u.dtype, (u, UOp.const(u.dtype, key[4], u.device, u.shape)))

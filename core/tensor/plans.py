@@ -1,6 +1,7 @@
 """Built graphs replayed per signature: a builder's nodes recorded once as (op, dtype, sources, arg, tag) steps over its
 input nodes, then rebuilt for the next inputs of the same signature without the builder's shape algebra and checks."""
 from __future__ import annotations
+import functools
 from typing import Any, Callable, Sequence
 from core.ir.ops import Ops, UOp, rebuild
 from core.engine.state import facts
@@ -82,3 +83,27 @@ def replayed(key: Any, inputs: Sequence[UOp], build: Callable[[], UOp]) -> UOp:
   nodes = [*inputs, *plan[2]]
   rebuild(nodes, plan[0])
   return _noted(key, inputs, nodes[plan[1]], plan)
+
+class PendingPlan(tuple):
+  """(op key, its input BUFFER nodes, plan key, inputs, builder): the output of replayed(plan key, inputs, builder) whose node is
+  not built yet, made where the eager op cache holds that output's op key (core.engine.realize.plan_op_key). As PendingOp (core.
+  tensor.elementwise) for x + 1: an eager realize runs the cache's plan from the op key alone (no nodes rebuilt, no op key made
+  from them, no memo check, none torn down), and anything else that asks the tensor for its uop gets build()'s, the node
+  replayed() would have made. Nothing can hold that node before it is built, so no graph, memo or gradient tells the
+  difference."""
+  __slots__ = ()
+  scalar = False
+  def build(self) -> UOp: return replayed(self[2], self[3], self[4])
+
+def pending(key: Any, inputs: tuple[UOp, ...], build: Callable[[], UOp]) -> PendingPlan | None:
+  """replayed(key, inputs, build)'s output left unbuilt (PendingPlan) when the eager op cache holds its op key; else None."""
+  if not NOTE_PLANS or not replayable(inputs): return None
+  engine = _engine()
+  ok, bufs = engine.plan_op_key(key, inputs)
+  return PendingPlan((ok, bufs, key, inputs, build)) if ok in engine.eager_ops.table else None
+
+@functools.cache
+def _engine() -> Any:
+  """core.engine.realize, imported on first use (as elementwise._scalar_plans)."""
+  import core.engine.realize as engine
+  return engine

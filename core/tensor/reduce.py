@@ -1,13 +1,13 @@
 """Reductions (sum/prod/max/min/mean/var/std/any/all/arg*), running sums and products, matmul/einsum and softmax."""
 from __future__ import annotations
 import math, struct
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 from core.ir.dtype import DType, DTypeLike, dtypes, sum_acc_dtype, to_dtype, least_upper_dtype, least_upper_float
 from core.ir.ops import Ops, UOp
 from core.tensor.validate import check_tensor
 from core.tensor.movement import _axis
 from core.tensor.elementwise import LN2
-from core.tensor.plans import replayed
+from core.tensor.plans import pending, replayed
 
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
@@ -82,26 +82,38 @@ def layernorm_uops(t: Tensor, axis: Any, eps: Any) -> Tensor | None:
     return y.alu(Ops.MUL, inv.expand(shape))
   # a float eps by its bits: 0.0 and -0.0 (or NaNs) are equal keys (or none) but other constants
   key = ("layernorm", shape, axes, u.device, type(eps), eps if type(eps) is int else struct.pack("<d", eps))
-  return t._wrap(replayed(key, (u,), build), t)
+  return _replayed(t, key, build)
+
+def _reduce_uop(u: UOp, op: Ops, shape: tuple, axes: tuple[int, ...], keepdim: bool, n: Any, no_nan: bool) -> UOp:
+  """Tensor._reduce's node: u reduced over `axes` (n elements each), a long float sum split in two stages."""
+  r = _split_sum(u, shape, axes, n) if op is Ops.ADD and isinstance(n, int) and n > SPLIT_REDUCE and dtypes.is_float(u.dtype) \
+    else u.r(op, axes, no_nan)
+  return r.reshape(tuple(1 if i in axes else s for i, s in enumerate(shape)) if keepdim else _dropped(shape, axes))
+
+def _replayed(t: Tensor, key: tuple, build: Callable[[], UOp]) -> Tensor:
+  """The tensor of replayed(key, (t.uop,), build), a builder over t's node alone: pending (plans.PendingPlan) when the eager op
+  cache runs its plan, a realize then builds no node (an eager sum's two to seven)."""
+  inputs = (t.uop,)
+  if (rg := t._requires_grad) is not True and (p := pending(key, inputs, build)) is not None: return type(t)(p, None, None, rg)
+  return t._mop(replayed(key, inputs, build))
 
 class ReduceMixin:
   def _reduce(self: Tensor, op: Ops, axis: int | Sequence[int] | None, keepdim: bool, no_nan: bool = False) -> Tensor:  # type: ignore[misc]
     axes = _axes(axis, self.ndim, op.name.lower())
     if not axes: return self
     shape = self.shape
-    kept = tuple(1 if i in axes else s for i, s in enumerate(shape))
     n = math.prod(shape[a] for a in axes)
     # an empty axis reduces to the op's identity: a constant, unless the result may need a gradient (then the reduction
     # stays in the graph, so backward reaches the input; the scheduler makes the empty input a constant, no kernel reads it)
     if isinstance(n, int) and n == 0 and self.requires_grad is False:
-      return self._const(_identity(op, self.dtype), shape=kept if keepdim else _dropped(shape, axes))
-    # built on UOps and wrapped once: a reduction is the most common eager op after elementwise ones
-    def build() -> UOp:
-      u = _split_sum(self.uop, shape, axes, n) if op is Ops.ADD and isinstance(n, int) and n > SPLIT_REDUCE and dtypes.is_float(self.dtype) \
-        else self.uop.r(op, axes, no_nan)
-      return u.reshape(kept if keepdim else _dropped(shape, axes))
+      return self._const(_identity(op, self.dtype), shape=tuple(1 if i in axes else s for i, s in enumerate(shape)) if keepdim else
+                         _dropped(shape, axes))
+    # built on UOps and wrapped once: a reduction is the most common eager op after elementwise ones. The builder holds the node,
+    # not the tensor: a pending result builds it later, and the tensor may hold another node by then (an assign)
+    u = self.uop
+    def build() -> UOp: return _reduce_uop(u, op, shape, axes, keepdim, n, no_nan)
     if not _INT_ONLY.issuperset(map(type, shape)): return self._mop(build())
-    return self._mop(replayed(("reduce", op, shape, axes, keepdim, self.dtype, self.uop.device, no_nan), (self.uop,), build))
+    return _replayed(self, ("reduce", op, shape, axes, keepdim, u.dtype, u.device, no_nan), build)
 
   def sum(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False,  # type: ignore[misc]
           dtype: DTypeLike | None = None) -> Tensor:
@@ -124,7 +136,14 @@ class ReduceMixin:
   def mean(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:  # type: ignore[misc]
     out = least_upper_float(self.dtype)
     axes = _axes(axis, self.ndim, "mean")
-    n = math.prod(self.shape[a] for a in axes)
+    n = math.prod((shape := self.shape)[a] for a in axes)
+    if out is self.dtype and sum_acc_dtype(out) is out and axes and type(n) is int and n and _INT_ONLY.issuperset(map(type, shape)):
+      # a float32/64 mean's graph below (the sum, then * (1/n) as _scalar_op makes it) as one plan: pending like a sum
+      def build() -> UOp:
+        s = _reduce_uop(u, Ops.ADD, shape, axes, keepdim, n, False)
+        return s.alu(Ops.MUL, UOp.const(out, 1 / n, u.device, s.shape))
+      u = self.uop
+      return _replayed(self, ("mean", shape, axes, keepdim, out, u.device), build)
     s = self.cast(sum_acc_dtype(out))._reduce(Ops.ADD, axes, keepdim)   # self.sum(axis, keepdim, dtype=...) without its wrapper
     if not isinstance(n, int):
       # a binding of 0 is NaN chosen by a select, not 0 / 0 computed: a device may assume no NaN in arithmetic (WGSL does)
@@ -346,7 +365,7 @@ class ReduceMixin:
         d = u.alu(Ops.ADD, UOp(Ops.DETACH, u.dtype, (u.r(Ops.MAX, axes, no_nan=True),)).expand(shape).alu(Ops.NEG))
         ex = d.alu(Ops.MUL, UOp.const(u.dtype, 1 / LN2, u.device, shape)).exp2(nonpositive=True)
         return ex.alu(Ops.MUL, ex.r(Ops.ADD, axes).expand(shape).alu(Ops.RECIPROCAL))
-      return self._wrap(replayed(("softmax", shape, axes, u.device), (u,), build), self)
+      return _replayed(self, ("softmax", shape, axes, u.device), build)
     x = self.cast(dtype) if dtype is not None else self._float()
     e = _exp_below_max(x - _row_max(x, axis))
     return e / e.sum(axis, keepdim=True)

@@ -1,6 +1,6 @@
 """The user-facing lazy Tensor: construction, dtype/device plumbing, realization, host transfer and autograd entry points."""
 from __future__ import annotations
-import builtins, contextlib, functools, sys, threading, weakref
+import builtins, contextlib, functools, struct, sys, threading, weakref
 from typing import TYPE_CHECKING, Any, ClassVar
 from core.helpers import TRAINING, prod
 from core.ir.dtype import DType, DTypeLike, ConstType, dtypes, to_dtype, from_np, to_np, least_upper_dtype
@@ -10,6 +10,7 @@ from core.tensor.random import RandomMixin
 from core.tensor.movement import MovementMixin
 from core.tensor.indexing import IndexingMixin
 from core.tensor.elementwise import ElementwiseMixin, PendingOp
+from core.tensor.plans import PendingPlan
 from core.tensor.reduce import ReduceMixin
 from core.tensor.conv import ConvMixin
 from core.tensor.nnops import NNOpsMixin
@@ -88,8 +89,8 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
     if type(data) is UOp and device is None and dtype is None:   # every op's result (_wrap): nothing to convert
       self.uop: UOp = data
       return
-    if type(data) is PendingOp:   # an eager x + 1's result: its node is built only if something asks for it (__getattr__)
-      self._pending: PendingOp | None = data
+    if type(data) is PendingOp or type(data) is PendingPlan:   # an eager x + 1's or x.sum()'s result: its node is built only if
+      self._pending: PendingOp | PendingPlan | None = data     # something asks for it (__getattr__)
       return
     # a numpy array (a Jit's input every call) before the checks for other kinds of data
     if dtype is None and (npmod := sys.modules.get("numpy")) is not None and type(data) is npmod.ndarray and \
@@ -224,7 +225,16 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
     return to_host(self.uop)
   def tolist(self) -> Any: return self.numpy().tolist()
   def item(self) -> ConstType:
-    if self.numel() != 1: raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
+    if (p := self.__dict__.get("_pending")) is not None:
+      # a pending op (x.sum().item()) realized in a stand-in: its node is not built, and this tensor stays lazy (its graph kept)
+      (t := type(self)(p, None, None, False)).realize()
+      u = t.uop
+    else: u = self.uop
+    if prod(s if (s := u.shape) is not None else ()) != 1:
+      raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
+    # the element's bytes unpacked as its dtype's struct format: the value numpy's .item() gives (a Python float, int or bool),
+    # without an array made over the buffer (most of a realized tensor's item())
+    if (fmt := u.dtype.fmt) is not None: return struct.unpack_from(fmt, _engine_to_host()(u))[0]
     return self.numpy().reshape(()).item()
   def __bool__(self) -> bool:
     if self.numel() != 1: raise ValueError(f"the truth value of a tensor with shape {self.shape} is ambiguous; use .any() or .all()")
@@ -457,6 +467,12 @@ def _engine_realize_uop_of() -> Any:
   """core.engine.realize.realize_uop_of, imported on first use (as _engine_realize)."""
   from core.engine.realize import realize_uop_of
   return realize_uop_of
+
+@functools.cache
+def _engine_to_host() -> Any:
+  """core.engine.realize.to_host, imported on first use (as _engine_realize)."""
+  from core.engine.realize import to_host
+  return to_host
 
 @functools.cache
 def _engine_realize() -> Any:
