@@ -3,7 +3,7 @@ from __future__ import annotations
 import abc, atexit, contextlib, ctypes, threading
 import numpy as np
 from core.helpers import frozen_record
-from typing import TYPE_CHECKING, Any, Callable, Generic, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Protocol, Sequence, TypeVar
 
 if TYPE_CHECKING:
   from core.device.allocator import BufferSpec
@@ -336,3 +336,64 @@ class HostRingHCQ(RingHCQ, Generic[Q]):
 
   def _busy(self) -> list[str]: return [q.describe() for q in list(self._queues.values()) if not q.idle()]
   def _describe(self) -> str: return "; ".join(q.describe() for q in list(self._queues.values())) or "none"
+
+class WorkerQueue(Protocol):
+  """A queue served by its own worker thread (the MOCK+AMD and MOCK+NV queues), as WorkerQueuesHCQ uses it."""
+  buffers: dict[str, Buffer]
+  @property
+  def closed(self) -> bool: ...
+  @property
+  def thread(self) -> threading.Thread: ...
+  @property
+  def kick(self) -> threading.Event: ...
+  def start(self) -> None: ...
+  def busy(self) -> bool: ...
+  def describe(self) -> str: ...
+  def close(self) -> None: ...
+
+W = TypeVar("W", bound=WorkerQueue)
+
+class WorkerQueuesHCQ(RingHCQ, Generic[W]):
+  """A RingHCQ whose queues are WorkerQueues of type W, made on first use. A mixin in front of the plugin's RingHCQ subclass
+  (`class MockHCQ(WorkerQueuesHCQ[MockChannel], NVHCQ)`); the interface gives `new_queue(name)`."""
+  def __init__(self, *args: Any, **kwargs: Any):
+    super().__init__(*args, **kwargs)
+    self._queues: dict[str, W] = {}
+
+  def new_queue(self, name: str) -> W:
+    """A new queue `name` (called once per queue, under the lock)."""
+    raise NotImplementedError(f"{type(self).__name__} makes no queues")
+
+  def queue_timeout_s(self) -> float:
+    """How long a queue's own WAIT waits: longer than the host's wait, which reports the timeout (and releases the WAIT) first."""
+    from core.helpers import HCQ_TIMEOUT
+    return 3 * float(HCQ_TIMEOUT.value)
+
+  def queue(self, name: str) -> W:
+    """The queue `name`, made on first use; its worker started again in a forked child, which has none of the parent's threads."""
+    if (q := self._queues.get(name)) is not None:
+      if not q.thread.is_alive() and not q.closed:
+        with self._lock:
+          if not q.thread.is_alive(): q.start()
+      return q
+    self._check(name)
+    with self._lock:
+      if (q := self._queues.get(name)) is None: q = self._queues[name] = self.new_queue(name)
+    return q
+
+  def queue_buffer(self, kind: str, queue: str) -> Buffer: return self.queue(queue).buffers[kind]
+  def _kick(self) -> None:
+    for name in self.queues: self.queue(name).kick.set()
+  def _busy(self) -> list[str]:
+    busy = []
+    for q in list(self._queues.values()):
+      q.kick.set()
+      if q.busy(): busy.append(q.describe())
+    return busy
+  def _describe(self) -> str: return "; ".join(q.describe() for q in list(self._queues.values()))
+
+  def close(self) -> None:
+    with self._lock:
+      for q in self._queues.values(): q.close()
+      self._queues.clear()
+      self._uops.clear()

@@ -22,7 +22,7 @@ from typing import Any
 from core.device.allocator import BufferSpec
 from core.device.host_memory import HostArrayAllocator, aligned_array
 from core.device.buffer import Buffer
-from core.device.hcq import handle_addr, PerDevice
+from core.device.hcq import handle_addr, PerDevice, WorkerQueuesHCQ
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp
 from plugin_amd.mock_cp import MEMORY, MockActions, PM4Processor, RingWorker, SDMAProcessor, register_program
@@ -80,6 +80,7 @@ class MockHWQueue:
   @property
   def closed(self) -> bool: return self.worker.closed
   def start(self) -> None: self.worker.start()
+  def busy(self) -> bool: return self.worker.busy()
   def describe(self) -> str: return f"{self.name} {self.worker.describe()}"
   def close(self) -> None:
     self.actions.stop = True
@@ -87,39 +88,12 @@ class MockHWQueue:
 
 # *** the HCQ object ***
 
-class MockHCQ(AMDHCQ):
+class MockHCQ(WorkerQueuesHCQ[MockHWQueue], AMDHCQ):
   """The HCQDevice of a MOCK+AMD device (see the module docstring)."""
   kind = "MOCK"
 
-  def __init__(self, device: str, arch: str, ring_size: int = 1 << 20):
-    super().__init__(device, arch, ring_size)
-    self._queues: dict[str, MockHWQueue] = {}
-
-  def queue(self, name: str) -> MockHWQueue:
-    if (q := self._queues.get(name)) is not None:
-      if not q.thread.is_alive() and not q.closed:
-        with self._lock:
-          if not q.thread.is_alive(): q.start()
-      return q
-    self._check(name)
-    from core.helpers import HCQ_TIMEOUT
-    with self._lock:
-      if (q := self._queues.get(name)) is None:
-        # a queue's own WAIT gives up later than the host's wait, which reports a timeout (and releases the WAIT) first
-        q = self._queues[name] = MockHWQueue(self.device, name, self.arch, self._ring_size, self.ring_layout(name).unit,
-                                             3 * float(HCQ_TIMEOUT.value), self.faults)
-    return q
-
-  def queue_buffer(self, kind: str, queue: str) -> Buffer: return self.queue(queue).buffers[kind]
-  def _kick(self) -> None:
-    for name in self.queues: self.queue(name).kick.set()
-  def _busy(self) -> list[str]:
-    busy = []
-    for q in list(self._queues.values()):
-      q.kick.set()
-      if q.worker.busy(): busy.append(q.describe())
-    return busy
-  def _describe(self) -> str: return "; ".join(q.describe() for q in self._queues.values())
+  def new_queue(self, name: str) -> MockHWQueue:
+    return MockHWQueue(self.device, name, self.arch, self._ring_size, self.ring_layout(name).unit, self.queue_timeout_s(), self.faults)
 
   def register_program(self, name: str, uops: tuple[UOp, ...], data: Any, image: bytes) -> None:
     # the software command processor runs a host build of each kernel, found by the code a dispatch points at
@@ -129,12 +103,6 @@ class MockHCQ(AMDHCQ):
     # the processors reach only MOCK+AMD memory: another device's buffers are copied through a staging buffer here
     from core.device.registry import Device
     return not isinstance(Device[other_device].hcq, MockHCQ)
-
-  def close(self) -> None:
-    with self._lock:
-      for q in self._queues.values(): q.close()
-      self._queues.clear()
-      self._uops.clear()
 
 # closed at exit: the workers stop before the interpreter tears down what a running dispatch may still use
 _by_device: PerDevice[MockHCQ] = PerDevice(on_exit=MockHCQ.close)

@@ -18,7 +18,7 @@ from typing import Any
 from core.device.allocator import BufferSpec
 from core.device.host_memory import HostArrayAllocator
 from core.device.buffer import Buffer
-from core.device.hcq import handle_addr, PerDevice
+from core.device.hcq import handle_addr, PerDevice, WorkerQueuesHCQ
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp
 from plugin_nv import pushbuf as pb
@@ -179,40 +179,18 @@ def va(buf: Buffer) -> int:
   if (a := MEMORY.va_of(host)) is None: a = MEMORY.map(host, buf.nbytes, buf)
   return a
 
-class MockHCQ(NVHCQ):
+class MockHCQ(WorkerQueuesHCQ[MockChannel], NVHCQ):
   """The HCQDevice of a MOCK+NV device (see the module docstring)."""
   kind = "MOCK"
 
   def __init__(self, device: str, arch: str, ring_size: int = 1 << 20):
     arch_info(arch)   # refuse an arch the launches can't be encoded for now, not at the first launch
     super().__init__(device, arch, ring_size)
-    self._channels: dict[str, MockChannel] = {}
 
-  def channel(self, name: str) -> MockChannel:
-    if (c := self._channels.get(name)) is not None:
-      if not c.thread.is_alive() and not c.closed:
-        with self._lock:
-          if not c.thread.is_alive(): c.start()   # a forked child has none of the parent's threads
-      return c
-    self._check(name)
-    from core.helpers import HCQ_TIMEOUT
-    with self._lock:
-      if (c := self._channels.get(name)) is None:
-        # a channel's own acquire gives up later than the host's wait, which reports the timeout first
-        c = self._channels[name] = MockChannel(self.device, name, self.arch, self._ring_size, 3 * float(HCQ_TIMEOUT.value), self.faults)
-    return c
+  def new_queue(self, name: str) -> MockChannel:
+    return MockChannel(self.device, name, self.arch, self._ring_size, self.queue_timeout_s(), self.faults)
 
-  def queue_buffer(self, kind: str, queue: str) -> Buffer: return self.channel(queue).buffers[kind]
   def addr(self, buf: Buffer) -> int: return va(buf)
-  def _kick(self) -> None:
-    for name in self.queues: self.channel(name).kick.set()
-  def _busy(self) -> list[str]:
-    busy = []
-    for c in list(self._channels.values()):
-      c.kick.set()
-      if c.busy(): busy.append(c.describe())
-    return busy
-  def _describe(self) -> str: return "; ".join(c.describe() for c in self._channels.values())
 
   def register_program(self, name: str, uops: tuple[UOp, ...], data: Any, image: bytes) -> None:
     from plugin_nv.hostrun import build_kernel
@@ -221,12 +199,6 @@ class MockHCQ(NVHCQ):
   def needs_staging(self, other_device: str) -> bool:
     from core.device.registry import Device
     return not isinstance(Device[other_device].hcq, MockHCQ)
-
-  def close(self) -> None:
-    with self._lock:
-      for c in self._channels.values(): c.close()
-      self._channels.clear()
-      self._uops.clear()
 
 _by_device: PerDevice[MockHCQ] = PerDevice(on_exit=MockHCQ.close)
 

@@ -30,7 +30,7 @@ out["arch"] = hcq.arch
 # the channels the work ran through: GPFIFO entries pointing into core's pushbuffer ring, GP_PUT/GP_GET in USERD
 chans = {}
 for q in hcq.queues:
-  c = hcq.channel(q)
+  c = hcq.queue(q)
   hcq.synchronize()
   userd = c.userd.as_buffer()
   gp_put, gp_get = struct.unpack_from("<I", userd, pb.USERD_GP_PUT)[0], struct.unpack_from("<I", userd, pb.USERD_GP_GET)[0]
@@ -42,7 +42,7 @@ for q in hcq.queues:
                   va_is_host=ring_va == ctypes.addressof(c.buffers["ring"]._buf))
 out["channels"] = chans
 # a malformed method straight into the compute channel: an unknown compute method, then the doorbell
-c = hcq.channel("COMPUTE:0")
+c = hcq.queue("COMPUTE:0")
 ring, wp = c.buffers["ring"].as_buffer().cast("I"), c.buffers["wptr"].as_buffer().cast("Q")
 words = pb.incr(pb.SUBCH_COMPUTE, 0x1230, 1)
 for i, w in enumerate(words): ring[(wp[0] + i) % len(ring)] = w
