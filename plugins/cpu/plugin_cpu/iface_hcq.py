@@ -44,7 +44,7 @@ def native() -> ctypes.CDLL:
                           ("cmdproc_wait_signal", [c_vp, c_u64, ctypes.c_int64, c_u64, ctypes.c_int64], ctypes.c_int),
                           ("cmdproc_wait_clean", [c_vp, c_u64, ctypes.c_int64, c_u64, ctypes.c_int64], ctypes.c_int),
                           ("cmdproc_interrupt", [c_vp, ctypes.c_int], ctypes.c_int),
-                          ("cmdproc_idle_clean", [c_u64], ctypes.c_int)):
+                          ("cmdproc_idle_clean", [c_u64], ctypes.c_int), ("cmdproc_set_handoff", [c_u64], c_u64)):
     fn = getattr(dll, name)
     fn.argtypes, fn.restype = args, res
   return dll

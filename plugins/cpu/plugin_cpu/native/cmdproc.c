@@ -103,7 +103,8 @@ typedef struct cmdproc_queue {
 #define YIELD_ITERS 50
 #define SLEEP_MIN_NS 20000L
 #define SLEEP_MAX_NS 2000000L
-#define HANDOFF_NS 200000ull   /* how long a worker leaves new packets to the host's wait (host draining) */
+/* how long a worker leaves new packets to the host's wait (host draining); cmdproc_set_handoff changes it */
+static _Atomic uint64_t g_handoff_ns = 200000;
 /* two futex words: `g_sig` for threads waiting on a signal value (a worker in a WAIT, a host in cmdproc_wait_signal), bumped
    by SIGNAL packets and faults; `g_work` for idle workers, bumped only by the host (kick, destroy). A SIGNAL that woke idle
    workers too would have the scheduler switch to them on every submit, away from the host thread that is running it. */
@@ -450,10 +451,10 @@ static void *worker(void *arg) {
     uint64_t end = __atomic_load_n(q->doorbell, __ATOMIC_ACQUIRE), rp = atomic_load(&q->rptr);
     if (end == rp) { backoff_wait(&b, &g_work, e); continue; }
     /* new work: the host that rang the doorbell is about to wait and run it on its own thread, which costs no thread
-       hand-off; the worker takes it only when nobody did within HANDOFF_NS (or a host is running it right now) */
+       hand-off; the worker takes it only when nobody did within g_handoff_ns (or a host is running it right now) */
     uint64_t now = now_ns();
     if (end != seen_end) { seen_end = end; seen_ns = now; }
-    if (now - seen_ns < HANDOFF_NS || !try_own(q)) {
+    if (now - seen_ns < atomic_load(&g_handoff_ns) || !try_own(q)) {
       /* a host running this queue's packets cannot watch the time itself: stop its packet once its wait's deadline passed */
       int64_t dl = atomic_load(&q->deadline_ns);
       if (dl && (int64_t)now >= dl && atomic_load(&q->owner) && atomic_load(&q->busy) == 1 && !atomic_load(&q->stop_req)) {
@@ -591,6 +592,10 @@ void cmdproc_describe(void *h, char *buf, int size) {
                                  (unsigned long long)off);
   else snprintf(buf, (size_t)size, "%s is idle (read offset %llu, doorbell %llu)", q->name, (unsigned long long)rp, (unsigned long long)db);
 }
+
+/* sets how long a worker leaves new packets to the host's wait; returns the old value. A test that needs the waiting host to run
+   a queue's packets, whatever the load, sets one longer than it can take to start the wait */
+uint64_t cmdproc_set_handoff(uint64_t ns) { return atomic_exchange(&g_handoff_ns, ns); }
 
 /* the host runs what it can of every queue nobody runs right now (host draining); returns the number of packets run */
 int cmdproc_drain(void) { return host_drain_all(0); }
