@@ -23,7 +23,9 @@ class Group:
 
 _lock = threading.Lock()
 groups: list[Group] = []
-_current = threading.local()
+class _Current(threading.local):
+  group: Group | None = None   # the kernel whose rewrites this thread records (kernel()); None: the schedule's
+_current = _Current()
 
 @contextlib.contextmanager
 def kernel(name: str) -> Iterator[None]:
@@ -31,7 +33,7 @@ def kernel(name: str) -> Iterator[None]:
   if not VIZ:
     yield
     return
-  prev = getattr(_current, "group", None)
+  prev = _current.group
   g = Group(name)
   with _lock: groups.append(g)
   _current.group = g
@@ -41,7 +43,7 @@ def kernel(name: str) -> Iterator[None]:
 def record(name: str, pm: Any, before: Any, after: Any, counts: collections.Counter) -> None:
   """Called by graph_rewrite for each pass while VIZ is on."""
   from core.ir.pattern import rule_label
-  g = getattr(_current, "group", None)
+  g = _current.group
   if g is None:
     with _lock:
       if not groups or groups[-1].name != "schedule": groups.append(Group("schedule"))

@@ -55,7 +55,7 @@ def test_row_max_takes_several_vectors_per_step():
   # a row max over 1000 floats is a chain of dependent max steps: each step folds several vectors (heuristic ROW_RED_VECTORS,
   # a tree of maxes off the chain), where the exp's sum keeps the output loop's width so the stash still matches it
   ren = Device[Device.DEFAULT].renderer
-  if getattr(ren, "has_local", False) or not getattr(ren, "supports_float4", False): pytest.skip("a CPU renderer's heuristic")
+  if ren.has_local or not ren.supports_float4: pytest.skip("a CPU renderer's heuristic")
   x = np.random.default_rng(3).standard_normal((64, 1000)).astype(np.float32)
   t = Tensor(x).softmax(-1)
   ren = copy.copy(ren)

@@ -49,7 +49,7 @@ class Timer:
       assert isinstance(p.dtype, PtrDType)
       dt = p.dtype.base
       b = Buffer(renderer.device, max(1, p.dtype.size), dt).allocate()
-      npdt = np.dtype(dt.fmt) if getattr(dt, "fmt", None) else np.uint8
+      npdt = np.dtype(dt.fmt) if dt.fmt else np.uint8
       if dtypes.is_float(dt): arr = rng.standard_normal(b.size).astype(npdt)
       elif dt is dtypes.bool: arr = rng.integers(0, 2, b.size).astype(npdt)
       else: arr = rng.integers(0, 8, b.size).astype(npdt)
@@ -80,7 +80,7 @@ class Timer:
     if self.ref is None: self.ref = bytes(got)
     else:
       dt = out.dtype
-      if dtypes.is_float(dt) and getattr(dt, "fmt", None):
+      if dtypes.is_float(dt) and dt.fmt:
         a, b = np.frombuffer(got, np.dtype(dt.fmt)), np.frombuffer(self.ref, np.dtype(dt.fmt))
         if not np.allclose(a, b, rtol=1e-3, atol=1e-3, equal_nan=True): return math.inf
       elif bytes(got) != self.ref: return math.inf

@@ -6,6 +6,7 @@ import copy, re
 import numpy as np
 import pytest
 from core import Tensor, Device
+from core.ir.dtype import dtypes
 from core.schedule.kernelize import create_schedule
 from core.codegen.program import get_program, program_source
 from plugin_cpu.bf16dot import host_bf16_dot
@@ -20,7 +21,7 @@ def _bf16_exact(x: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("n, k, m", [(64, 512, 96), (8, 64, 32)])
 def test_bf16_dot_reads_whole_registers(n, k, m):
   rnd = Device[Device.DEFAULT].renderer
-  if not (host_bf16_dot() and "LLVM" in type(rnd).__name__ and "bfloat16" in str(getattr(rnd, "vector_dtypes", ""))):
+  if not (host_bf16_dot() and "LLVM" in type(rnd).__name__ and dtypes.bfloat16 in rnd.vector_dtypes):
     pytest.skip("the LLVM renderer on a CPU with AVX512_BF16")
   rng = np.random.default_rng(3)
   a, b = _bf16_exact(rng.standard_normal((n, k), dtype=np.float32)), _bf16_exact(rng.standard_normal((k, m), dtype=np.float32))
@@ -55,7 +56,7 @@ def test_bf16_dot_packed_panel_is_stored_interleaved(n, k, m, monkeypatch):
   whole = set(re.findall(r"(%\w+) = load <32 x bfloat>, ptr", src))
   assert cols and set(cols) <= whole, sorted(set(cols) - whole)[:4]
   assert "store <32 x bfloat>" in src and "masked.load.v32bf16" not in src
-  if not (host_bf16_dot() and "bfloat16" in str(getattr(Device[Device.DEFAULT].renderer, "vector_dtypes", ""))):
+  if not (host_bf16_dot() and dtypes.bfloat16 in Device[Device.DEFAULT].renderer.vector_dtypes):
     pytest.skip("values need a CPU with AVX512_BF16 (the structure is checked)")
   # and on a CPU with the instruction, the device's kernels (the same choice) give numpy's products, summed in float32
   rng = np.random.default_rng(5)

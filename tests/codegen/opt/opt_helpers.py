@@ -60,7 +60,7 @@ def host_renderer(simd_bytes: int) -> Any:
   and the per-core L2 of the Zen 3 and Zen 5 we measure on (512 KiB, 1 MiB); skips where the default device is not CPU-style.
   Narrower than this host's vectors, it also takes that CPU's rules (the CPU plugin's narrowed: no AVX-512 vscalefps exp2 at 32)."""
   rnd = Device[Device.DEFAULT].renderer
-  if not (rnd.supports_float4 and getattr(rnd, "threads", 0) >= 0 and not rnd.has_local): pytest.skip("a CPU-style renderer")
+  if not (rnd.supports_float4 and rnd.threads >= 0 and not rnd.has_local): pytest.skip("a CPU-style renderer")
   rnd = rnd.narrowed(simd_bytes) if hasattr(rnd, "narrowed") else copy.copy(rnd)
   rnd.simd_width, rnd.threads, rnd.simd_regs = simd_bytes, 2, 16 if simd_bytes == 32 else 32
   rnd.l2_bytes = 512 << 10 if simd_bytes == 32 else 1 << 20

@@ -138,7 +138,7 @@ def test_depthwise_conv_pads_short_rows_to_masked_vectors(simd_bytes, hw, stride
   # and held whole in registers on a renderer with masked vector loads and stores, where narrower vectors at a loop position
   # built a lane mask per load (mobilenet's 64x24x24 and 144x12x12 convs: 36 -> 15 and 45 -> 9 us on one Zen 5 thread)
   rnd = host_renderer(simd_bytes)
-  if not getattr(rnd, "masked_vectors", False): pytest.skip("a renderer with masked vector loads")
+  if not rnd.masked_vectors: pytest.skip("a renderer with masked vector loads")
   x, w = rng.standard_normal((1, 6, hw, hw)).astype(np.float32), rng.standard_normal((6, 1, 3, 3)).astype(np.float32)
   y = Tensor(x).realize().conv2d(Tensor(w).realize(), stride=stride, padding=1, groups=6)
   items, _, _ = create_schedule([y.uop])

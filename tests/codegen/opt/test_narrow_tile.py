@@ -27,9 +27,9 @@ def test_row_of_part_vectors_takes_whole_vectors(simd_bytes, case):
   item, want = CASES[case]()
   rnd = host_renderer(simd_bytes)
   lanes = simd_lanes(rnd, 4)
-  if case == "1x1 conv 7x7" and lanes == 16 and not getattr(rnd, "masked_vectors", False):
+  if case == "1x1 conv 7x7" and lanes == 16 and not rnd.masked_vectors:
     pytest.skip("49 pads to 64 (a third more) only where the pad lanes are masked")
-  if case == "1x1/2 conv 56x56" and lanes == 8 and not getattr(rnd, "masked_vectors", False):
+  if case == "1x1/2 conv 56x56" and lanes == 8 and not rnd.masked_vectors:
     pytest.skip("a strided row of 28 pads to two vectors of 8 only where the pad lanes are masked (else gathered either way)")
   k = hand_coded(Kernel(item.ast, rnd))
   got_lanes, vecs, rows = register_tile(k.applied)

@@ -148,7 +148,7 @@ def test_hand_coded_strided_conv_reuses_gathered_input_across_output_channels():
   k = hand_coded(Kernel(item.ast, rnd))
   got, _ = run_with(item, k.applied)
   np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
-  if rnd.supports_float4 and getattr(rnd, "threads", 0):
+  if rnd.supports_float4 and rnd.threads:
     assert Kernel(item.ast).types()[:4] == [AxisType.LOOP] * 4   # n, cout, oh, ow
     assert [o for o in k.applied if o.op is U][1].axis == 1, k.applied   # after the width's vectors: the output channels
 
@@ -190,7 +190,7 @@ def test_thread_split_makes_gidx_blocks():
   specials = [u for u in sink.toposort() if u.op is Ops.SPECIAL]
   assert gsize == (4, 1, 1) and [u.arg for u in specials] == ["gidx0"]
   assert not any(u.op is Ops.RANGE and u.arg[1] is AxisType.GLOBAL for u in sink.toposort())
-  if getattr(Device[Device.DEFAULT].renderer, "threads", 0):   # a CPU with a thread pool runs the blocks
+  if Device[Device.DEFAULT].renderer.threads:   # a CPU with a thread pool runs the blocks
     got, spec = run_with(item, k.applied)
     a, b = [buffer_of(x).numpy().reshape(s) for x, s in zip(item.bufs[1:], [(16, 24), (24, 32)])]
     np.testing.assert_allclose(got.reshape(16, 32), a @ b, rtol=1e-4, atol=1e-4)

@@ -104,7 +104,7 @@ def _cpu_renderer():
   hand_coded makes depend on them (a.T @ b keeps one panel with 16 lanes or 8 threads; the register tile on the registers),
   so the plans asserted here are the same on every host."""
   rnd = Device[Device.DEFAULT].renderer
-  if not (rnd.supports_float4 and getattr(rnd, "threads", 0) >= 0 and not rnd.has_local): pytest.skip("a CPU-style renderer")
+  if not (rnd.supports_float4 and rnd.threads >= 0 and not rnd.has_local): pytest.skip("a CPU-style renderer")
   rnd = copy.copy(rnd)
   rnd.simd_width, rnd.simd_regs, rnd.threads = 32, 16, 2
   return rnd

@@ -52,7 +52,7 @@ def test_padto_refusals():
 
 def test_hand_coded_pads_odd_matmuls_and_packs():
   rnd = Device[Device.DEFAULT].renderer
-  if not (rnd.supports_float4 and getattr(rnd, "threads", 0) >= 0 and not rnd.has_local): pytest.skip("a CPU-style renderer")
+  if not (rnd.supports_float4 and rnd.threads >= 0 and not rnd.has_local): pytest.skip("a CPU-style renderer")
   item, want = kernel_of(lambda a, b: a @ b, (61, 250), (250, 127))
   k = hand_coded(Kernel(item.ast, rnd))
   ops = [o.op for o in k.applied]
@@ -70,7 +70,7 @@ def test_hand_coded_does_not_pad_without_a_packed_panel():
   k = hand_coded(Kernel(item.ast, rnd))
   got, spec = run_ast(item, k.ast)
   np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
-  if not getattr(rnd, "masked_vectors", False):
+  if not rnd.masked_vectors:
     assert PT not in [o.op for o in k.applied], k.applied
   elif PT in [o.op for o in k.applied]:
     loads = [u for u in program_uops(spec) if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM]

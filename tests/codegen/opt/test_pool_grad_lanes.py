@@ -46,7 +46,7 @@ def test_pool_grad_vectorized_without_division(simd_bytes, hw):
   k = hand_coded(Kernel(item.ast, rnd))
   ups = [o.amt for o in k.applied if o.op is OptOps.UPCAST]
   assert ups[:2] == [2, 2] and ups[2] == (simd_bytes // 4 if hw // 2 % (simd_bytes // 4) == 0 else 8), k.applied
-  sink = expand_kernel(k.ast, vectorize=True, masked=getattr(rnd, "masked_vectors", False))
+  sink = expand_kernel(k.ast, vectorize=True, masked=rnd.masked_vectors)
   idxs = [u for u in sink.toposort() if u.op is Ops.INDEX]
   assert not any(n.op in (Ops.IDIV, Ops.MOD) for i in idxs for s in i.src[1:] for n in s.toposort()), "a div/mod left in an address"
   assert any(u.op is Ops.LOAD and u.dtype.count == ups[2] for u in sink.toposort())

@@ -38,8 +38,8 @@ def _run(item, opts):
   CPU_THREADS=1) still runs the plan's THREAD blocks, one after another; other renderers without one run it without them."""
   dev = Device[Device.DEFAULT]
   ren = dev.renderer
-  if not getattr(ren, "threads", 0):
-    if getattr(ren, "global_max", ()) is None:
+  if not ren.threads:
+    if ren.global_max is None:
       ren = copy.copy(ren)
       ren.threads = AVX2.threads
     else: opts = [o for o in opts if o.op is not T]
@@ -131,7 +131,7 @@ def test_big_sum_matches_float64_and_its_partials_kernel_reads_vectors(n):
   ks = _kernels(t.sum())
   assert len(ks) == 2                                         # parallel partials, then a tiny total
   rnd = Device[Device.DEFAULT].renderer
-  if getattr(rnd, "supports_float4", False):
+  if rnd.supports_float4:
     part = get_program(ks[0].ast, rnd)
     inputs = [u for u in program_uops(part) if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
     assert inputs and all(u.dtype.count > 1 for u in inputs), program_source(part)   # no gathers across rows

@@ -68,7 +68,7 @@ def test_strided_conv_matches_numpy(simd_bytes, n, c, hw, o, k, stride, groups):
     x_loads = [u for u in program_uops(spec) if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM and
                u.src[0].src[0].arg == 1]
     assert x_loads and all(u.dtype.count > 1 for u in x_loads), [u.dtype for u in x_loads]
-  if any(o.op.name == "PADTO" and o.amt >= 8 for o in k_.applied) and getattr(k_.renderer, "masked_vectors", False):
+  if any(o.op.name == "PADTO" and o.amt >= 8 for o in k_.applied) and k_.renderer.masked_vectors:
     assert _gated_per_lane(spec, Ops.LOAD)   # a row padded to whole vectors: the padded lanes' elements are masked off, not read
 
 @pytest.mark.parametrize("n, c, hw, o, k, stride, groups, pad", [
@@ -99,7 +99,7 @@ def test_padded_copy_with_masked_vectors(simd_bytes, shape, pads):
   got, spec = run_ast(items[0], k.ast, rnd)
   want = np.pad(x, ((0, 0), (0, 0), pads, pads))
   np.testing.assert_equal(got.reshape(want.shape), want)
-  if getattr(rnd, "masked_vectors", False):
+  if rnd.masked_vectors:
     assert any(o.op.name == "PADTO" for o in k.applied), k.applied
     assert _gated_per_lane(spec, Ops.LOAD) and _gated_per_lane(spec, Ops.STORE)
 
