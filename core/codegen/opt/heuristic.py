@@ -311,6 +311,14 @@ def _narrow_tile(renderer: Renderer, n: int | None, lanes: int, tile: tuple[int,
 # 0.71-0.73 | 0.69-0.70, 8x960x7x7 -> 160 0.85-0.88 | 0.85-0.88, 8x160x7x7 -> 960 0.76-0.88 | 0.76-0.81, 8x64x7x7 -> 64
 # 0.82-1.00 | 0.81-0.82
 NARROW_THIRD_VECTORS = True
+# so does a row of whole vectors that the plain tile's vectors don't divide (784 pixels, 49 vectors of 16, in 2 x 8 tiles), where
+# `third` divides by them, instead of the row padded to the tile (800: 1/49 more FMAs, and the masked loads and stores of the
+# pair that holds the pad, in every pixel block): per reduce step the same vector loads, broadcasts and FMAs as the padded tile.
+# 1x1 conv 32x256x28x28 -> 64, the 2-core Zen 4 (AVX-512 on 256-bit units), A/B in one process at real-time priority, medians
+# of 21, GFLOP/s 2 x 8 padded -> 1 x 8 x 2 images: one thread (thread time) 108.8 -> 113.4, two (wall) 215.6 -> 227.3 (1 x 16,
+# unpadded, one image: 113.9, 218.6). Only where the pad's lanes are masked (Renderer.masked_vectors): the C renderer pads no
+# whole vectors and keeps 1 x 8 there, which the compiler ran faster than its 1 x 8 x 2 images (102 vs 78.5 GFLOP/s, one thread)
+WHOLE_ROW_THIRD_VECTORS = True
 
 def _dividing_rows(n: int | None, most: int) -> int:
   """The most rows up to `most` that divide n (0 where none of 2 or more does)."""
@@ -544,6 +552,12 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
       narrow, third_vecs = (1, rows), tile_j
     (tile_j, tile_i), k = narrow, _try(k, Opt(OptOps.PADTO, _pos(k, contig_out), lanes * narrow[0]))
     contig_out = _same(k, contig_out)
+  elif WHOLE_ROW_THIRD_VECTORS and masked and pad and reused and not window and row is None and other is not None and third is not None and \
+       tile_j > 1 and (n_row := range_size(contig_out)) is not None and n_row % lanes == 0 and _pad_ok(n_row, lanes * tile_j) and \
+       (range_size(third) or 0) % tile_j == 0 and (rows := _dividing_rows(range_size(other), tile_i)) * tile_j >= MM_MIN_ACC:
+    # a row of whole vectors that the padding below would pad to the tile's (784 pixels, 49 vectors of 16: 800) keeps its length:
+    # the tile's vectors come from `third`, as the narrow tile's do (WHOLE_ROW_THIRD_VECTORS)
+    tile_j, tile_i, third_vecs = 1, rows, tile_j
   want_i = (tile_i,) if row is not None else (tile_i, 4, 3, 2)
   if pad:
     # 1023 columns fit no vector and 1000 no pair of them: round up, the panel copy PACK makes reads the gated loads once

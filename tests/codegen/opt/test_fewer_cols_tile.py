@@ -12,7 +12,8 @@ from opt_helpers import run_ast, host_renderer, conv1x1_item, matmul_item, regis
 rng = np.random.default_rng(29)
 
 CASES = {   # name: (build, AVX-512 tile (vectors, rows))
-  "1x1 conv 4x256x28x28 -> 64": (lambda: conv1x1_item(rng, 4, 256, 28, 64), (2, 8)),
+  # (3 images: no pairs of them to hold the tile's vectors instead, WHOLE_ROW_THIRD_VECTORS)
+  "1x1 conv 3x256x28x28 -> 64": (lambda: conv1x1_item(rng, 3, 256, 28, 64), (2, 8)),
   "matmul 256x256 @ 256x80": (lambda: matmul_item(rng, 256, 256, 80), (1, 8)),   # 5 whole vectors: one at a time, not padded to 6
   "matmul 128x128 @ 128x1000": (lambda: matmul_item(rng, 128, 128, 1000), (4, 4)),
   "matmul 256x256 @ 256x256": (lambda: matmul_item(rng, 256, 256, 256), (4, 4)),

@@ -1,7 +1,7 @@
 """A plain product whose columns one vector pads less than two (784 pixels = 49 vectors of 16: 800 in pairs) and whose panel one
 vector wide, from beyond the L2, is read in place where a two-vector one would be packed (16-row blocks read it, half as many as
 8-row ones: 8 of them, heuristic.PANEL_STREAM_REUSE, not 16) takes one vector x 16 rows (MM_TILE_ONE_VECTOR) on AVX-512, unpadded: 1x1 convs to
-128 channels of 28x28 pixels. Where both panels are read in place (the conv1x1 bench row's 64 channels) or both packed, 2 x 8
+128 channels of 28x28 pixels. Where both panels are read in place (64 channels, over an odd number of images) or both packed, 2 x 8
 stays, as does 4 x 4 where no tile pads less (1024 columns); AVX2's 16 registers hold no 1 x 16 tile. Opts from AVX2-like and
 AVX-512-like renderers; results against numpy."""
 from __future__ import annotations
@@ -18,8 +18,9 @@ CASES = {   # name: (build, AVX-512 tile (vectors, rows))
   "1x1 conv 2x512x28x28 -> 128": (lambda: conv1x1_item(rng, 2, 512, 28, 128), (1, 16)),
   "matmul 128x512 @ 512x784": (lambda: matmul_item(rng, 128, 512, 784), (1, 16)),
   "1x1 conv 1x256x28x28 -> 128": (lambda: conv1x1_item(rng, 1, 256, 28, 128), (2, 8)),     # 784 KiB: in the L2, packed
-  "1x1 conv 2x256x28x28 -> 64": (lambda: conv1x1_item(rng, 2, 256, 28, 64), (2, 8)),       # both in place: 2 x 8 loads less
-  "1x1 conv 2x128x28x28 -> 32": (lambda: conv1x1_item(rng, 2, 128, 28, 32), (2, 8)),
+  # both in place: 2 x 8 loads less (3 images: no pairs of them to hold the tile's vectors instead, WHOLE_ROW_THIRD_VECTORS)
+  "1x1 conv 3x256x28x28 -> 64": (lambda: conv1x1_item(rng, 3, 256, 28, 64), (2, 8)),
+  "1x1 conv 3x128x28x28 -> 32": (lambda: conv1x1_item(rng, 3, 128, 28, 32), (2, 8)),
   "matmul 64x256 @ 256x1024": (lambda: matmul_item(rng, 64, 256, 1024), (4, 4)),           # whole tiles of 4 vectors
 }
 
