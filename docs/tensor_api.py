@@ -22,7 +22,7 @@ SUMMARY = {
   "contiguous_backward": "make the gradient contiguous in the backward pass", "cos": "cosine", "cosh": "hyperbolic cosine",
   "cpu": "the tensor on the CPU device", "cumprod": "cumulative product along a dimension", "cumsum": "cumulative sum along a dimension",
   "data": "the realized bytes as a memoryview (a copy)", "detach": "the same values, cut from the autograd graph",
-  "device": "the device the tensor lives on", "double": "cast to float64", "dtype": "the element type",
+  "device": "the device the tensor lives on", "uop": "the tensor's graph node (a UOp)", "double": "cast to float64", "dtype": "the element type",
   "element_size": "bytes per element", "elu": "exponential linear unit", "empty_like": "an uninitialized tensor of the same shape",
   "eq": "elementwise ==", "exp": "e to the power", "exp2": "2 to the power", "expand_as": "broadcast to another tensor's shape",
   "expm1": "exp(x) - 1", "flatten": "merge dimensions start..end into one", "flip": "reverse along axes", "float": "cast to float32",

@@ -55,13 +55,24 @@ class PendingOp(tuple):
   """(key, src): a tensor's `src op y` (float src, a 1-d BUFFER; key = (op, dtype, length, DEVICE node, y), y a nonzero Python
   scalar) whose node is not built yet. An eager realize runs the eager op cache's plan for the key
   (core.engine.realize.realize_uop_of), so an eager x + 1 builds no node; anything else that asks the tensor for its uop gets
-  build()'s, the node _scalar_op would have built (Tensor.__getattr__). Nothing can hold the node before it is built, so no
+  build()'s, the node _scalar_op would have built (PendingUop). Nothing can hold the node before it is built, so no
   graph, memo or gradient can tell the difference. A tuple: made in C, without an __init__ call."""
   __slots__ = ()
   scalar = True   # its key is eager_ops.scalar's, its source one buffer (PendingPlan: an op key over a list of buffers)
   def build(self) -> UOp:
     key, u = self
     return UOp(key[0], u.dtype, (u, UOp.const(u.dtype, key[4], u.device, u.shape)))
+
+class PendingUop:
+  """Tensor.uop where __init__ kept a pending op (PendingOp, plans.PendingPlan): its node, built on first use and stored in the
+  instance. A non-data descriptor, so the instance's own `uop` (every other tensor's, and this one's once built) is read
+  without calling it."""
+  def __get__(self, t: Any, owner: type | None = None) -> Any:
+    if t is None: return self   # the class's attribute (Tensor.uop), as a property is
+    if (p := t.__dict__.get("_pending")) is None: raise AttributeError(f"this {type(t).__name__} has no uop (its __init__ failed)")
+    t.uop = u = p.build()
+    t._pending = None
+    return u
 
 @functools.cache
 def _scalar_plans() -> dict[tuple, Any]:

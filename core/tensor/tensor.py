@@ -9,7 +9,7 @@ from core.tensor.creation import CreationMixin, ndarray_uop
 from core.tensor.random import RandomMixin
 from core.tensor.movement import MovementMixin
 from core.tensor.indexing import IndexingMixin
-from core.tensor.elementwise import ElementwiseMixin, PendingOp
+from core.tensor.elementwise import ElementwiseMixin, PendingOp, PendingUop
 from core.tensor.plans import PendingPlan
 from core.tensor.reduce import ReduceMixin
 from core.tensor.conv import ConvMixin
@@ -90,7 +90,7 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
       self.uop: UOp = data
       return
     if type(data) is PendingOp or type(data) is PendingPlan:   # an eager x + 1's or x.sum()'s result: its node is built only if
-      self._pending: PendingOp | PendingPlan | None = data     # something asks for it (__getattr__)
+      self._pending: PendingOp | PendingPlan | None = data     # something asks for it (PendingUop)
       return
     # a numpy array (a Jit's input every call) before the checks for other kinds of data
     if dtype is None and (npmod := sys.modules.get("numpy")) is not None and type(data) is npmod.ndarray and \
@@ -126,14 +126,8 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
           if cast_to is not None: uop = uop.cast(cast_to)
     self.uop = uop
 
-  if not TYPE_CHECKING:   # to mypy a __getattr__ would make every misspelt attribute of a Tensor Any
-    def __getattr__(self, name: str) -> Any:
-      # called only for a name the instance and class lack: a pending op's uop (PendingOp), built and kept on first use
-      if name == "uop" and (p := self.__dict__.get("_pending")) is not None:
-        self.uop = u = p.build()
-        self._pending = None
-        return u
-      return object.__getattribute__(self, name)   # raises the AttributeError the lookup raised (a property's own included)
+  if not TYPE_CHECKING:   # to mypy `uop` is the UOp __init__ declares
+    uop = PendingUop()
 
   # backward() finds its targets among the live tensors that require grad: a tensor joins `_all` when its requires_grad is
   # set true (a weak set entry for every eager intermediate would cost more than the op itself)
