@@ -17,6 +17,7 @@ from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, _known_align, cache_bytes
 from core.codegen.linearize import has_shuffle_network
 from plugin_cpu.bf16dot import bf16_dot, host_bf16_dot, pm_bf16_dot, render_dot
 from plugin_cpu.prefetch import prefetch_offsets, line_offsets
+from plugin_cpu.peel import peel_tail_iterations
 if TYPE_CHECKING: from plugin_cpu.c_renderer import CPUCRenderer
 
 # bf16: gcc before 13 has __bf16 only as a storage type, so the C renderer leaves it to codegen's decompositions
@@ -307,6 +308,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
                                    (UPat(Ops.CUSTOM, name="x", arg=MAX_BLEND_ARG), _llvm_max_blend)]) + llvm_rewrite
 
   split_tile_rows = True   # unchecked_streams: one alignment test per kernel
+  peel_tails = True        # peel.peel_tail_iterations on (a switch for comparisons)
 
   def __init__(self, arch: str | None = None):
     if arch is not None:   # DEV=CPU:LLVM:<arch>: that CPU model's (compiler.arch_flags)
@@ -325,6 +327,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
   def narrowed(self, simd: int) -> CPULLVMRenderer: return _narrowed(self, simd)
 
   def _render(self, name: str, uops: list[UOp]) -> str:
+    if self.peel_tails: uops = peel_tail_iterations(uops)
     self.prefetch = prefetch_offsets(uops, self.panel_budget(), self.simd_regs, self.simd_width) if PREFETCH else {}
     self.unchecked, self.plain_copy = unchecked_streams(uops, self.simd_width), False
     self.start_module()
