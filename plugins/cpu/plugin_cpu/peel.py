@@ -39,11 +39,15 @@ def peel_tail_iterations(uops: list[UOp]) -> list[UOp]:
     loop: dict[UOp, UOp] = {r: fewer}
     last: dict[UOp, UOp] = {r: UOp.const(r.dtype, n - 1)}
     new_body, copy = [], []
+    present = set(out)
     for u in body:
       if _tail_gate(u, r, n - 1):
         loop[u], last[u] = UOp.const(dtypes.bool, True), UOp.const(dtypes.bool, False)
         continue
       loop[u] = u.replace(src=tuple(loop.get(s, s) for s in u.src))
+      # a node the true gate turns into one the kernel already has (a constant mask hoisted before the loop) is made anew (tagged):
+      # placed again in the loop, it would be rendered there, and its uses after the loop would name a value the loop defines
+      if loop[u] is not u and loop[u] in present: loop[u] = loop[u].replace(tag=("peeled loop", u.tag))
       # the copy's nodes are new ones (tagged), also those that don't use ridx: a value made in the loop's body is not there after it
       last[u] = u.replace(src=tuple(last.get(s, s) for s in u.src), tag=("peeled", u.tag))
       new_body.append(loop[u])
