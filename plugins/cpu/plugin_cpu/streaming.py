@@ -30,7 +30,9 @@ def cache_bytes(level: int = 0) -> int:
 
 # A kernel whose buffers together are this big can't keep them in the last-level cache, so its writes reach memory anyway: a
 # plain store first reads each destination line in (write-allocate), a streaming store doesn't, and the line isn't kept (a*b+1
-# on 16M floats: 9.35 -> 7.2 ms). The output alone under it is not enough: its first lines are gone by the time the kernel ends
+# on 16M floats: 9.35 -> 7.2 ms; Zen 4, 32 MiB L3, A/B in one process: 27.4 -> 39.7 GB/s on one thread, 52.5 -> 72.4 on two,
+# the same with the L3 flushed before each call: what plain stores leave in the cache does not speed the next call). The output
+# alone under it is not enough: its first lines are gone by the time the kernel ends
 # (one Zen 3 thread, 32 MiB L3, min of 15-30 calls: layernorm 4096x1024 (16 MiB in, 16 out) 2.13 -> 1.53 ms, NCHW->NHWC
 # 32x64x56x56 2.93 -> 2.13, NHWC->NCHW 3.93 -> 2.02; matmul 2048 (3 x 16 MiB) and conv2d 32x64x56x56 unchanged). Kernels that
 # fit are often read back at once by the next kernel, from the cache: they keep plain stores. The bound is 7/8 of the cache, as
