@@ -1,6 +1,6 @@
 """The CUDA renderer (CUDA C through core's C-style renderer) and NVRTCCompiler: source lines, cubins per arch, errors."""
 from __future__ import annotations
-import re
+import os, re
 import pytest
 from core.device.compiler import CompileError
 from core.ir.dtype import dtypes
@@ -11,7 +11,9 @@ from plugin_nv import compiler as nv_compiler
 from plugin_nv.compiler import NVRTCCompiler
 from plugin_nv.renderer import CUDARenderer
 
-needs_nvrtc = pytest.mark.skipif(not have_nvrtc(), reason='no NVRTC here: pip install "plugin-nv[nvrtc]" (the testing extra has it)')
+# skipped off CI only: the job installs the testing extra, so under CI=true a missing NVRTC fails these tests with what to install
+needs_nvrtc = pytest.mark.skipif(not have_nvrtc() and not os.environ.get("CI"),
+                                 reason='no NVRTC here: pip install "plugin-nv[nvrtc]" (the testing extra has it)')
 
 def lines(src: str) -> list[str]: return [ln.strip() for ln in src.splitlines()]
 
