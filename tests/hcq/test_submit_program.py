@@ -1,7 +1,5 @@
 """SubmitProgram.bind: the submit program's call with its host addresses fixed once, as every run of a submission makes it."""
 import ctypes, gc
-import pytest
-pytest.importorskip("llvmlite")
 from core.device.hostjit import host_library
 from core.hcq.callify import SubmitProgram
 

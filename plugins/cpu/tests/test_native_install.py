@@ -50,7 +50,6 @@ def test_the_source_hash_is_setup_pys():
 
 def test_cpu_llvm_runs_without_a_c_compiler(tmp_path: pathlib.Path):
   require_prebuilt()
-  pytest.importorskip("llvmlite")
   # an empty PATH: no cc, gcc or clang to find; an empty kernel cache so every kernel is really compiled
   bindir = tmp_path / "bin"
   bindir.mkdir()

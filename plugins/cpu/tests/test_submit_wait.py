@@ -3,7 +3,6 @@ eager op's submission takes (core.hcq.pipeline.Submission.resubmit)."""
 import ctypes, struct
 import numpy as np
 import pytest
-pytest.importorskip("llvmlite")
 from core import Tensor
 from core.device.buffer import Buffer
 from core.device.hostjit import host_library
