@@ -1,9 +1,10 @@
 """Fixtures for core/hcq's tests: FAKE and FAKE:1, devices of the fake HCQ plugin in fakehcq.py."""
+import os
 import pytest
 
 @pytest.fixture
 def fake():
-  pytest.importorskip("plugin_cpu")
+  if os.environ.get("CI") != "true": pytest.importorskip("plugin_cpu")   # the core job installs every plugin: there it must import
   import fakehcq
   from core.device.registry import Device
   from core.hcq import state
