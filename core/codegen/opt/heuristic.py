@@ -61,6 +61,8 @@ ALU_HEAVY = 64                # arithmetic ops per element above which an elemen
 ROW_RED_VECTORS = 4           # vectors of partial results per row reduction of a fused row kernel (_row_pass)
 ROW_MAX_VECTORS = 8           # the same for a row max, whose NaN-keeping step is two dependent instructions (see _row_pass)
 RED_STREAMS = 4               # rows a thread's block of a reduction along memory reads at once, far apart
+RED_STREAMS_ALONE = 2         # the same where one thread runs the whole kernel and the rows share no load (see hand_coded)
+RED_ALONE_SIMD = 64           # vector bytes of the targets that take RED_STREAMS_ALONE (AVX-512; see hand_coded)
 WG_FEW_OUTPUTS = 4096         # outputs below which a GPU has idle lanes unless the work-items of a group share a reduction
 WG_LONG_REDUCE = 256          # reductions this long are shared by a workgroup (GROUP of WG_GROUP, or a quarter of it)
 WG_GROUP = 64
@@ -1045,12 +1047,26 @@ def hand_coded(k: Kernel) -> Kernel:
       if (range_size(c) or 0) <= strip or (k := _try(k, Opt(OptOps.TILE, _pos(k, c), strip))).applied[-1].op is OptOps.TILE: k = _sink_loop(k, a)
     elif tiles > 1 and (na := range_size(a) or 0) > tiles and na % tiles == 0: k = _try(k, Opt(OptOps.TILE, _pos(k, a), tiles))
     elif tiles > 1 and (inner := max(k.of_type(AxisType.LOOP), key=lambda r: r.arg[0])) is not a: k = _try(k, Opt(OptOps.SWAP, _pos(k, a), _pos(k, inner)))
-  if streaming and work >= MIN_THREADED_WORK and (rows := k.of_type(AxisType.LOOP)) and \
-     (nr := range_size(rows[0]) or 0) % RED_STREAMS == 0 and nr >= 8 * RED_STREAMS:
+  if streaming and work >= MIN_THREADED_WORK and (rows := k.of_type(AxisType.LOOP)):
+    nr = range_size(rows[0]) or 0
     # each thread reads RED_STREAMS rows a quarter of its block apart at once: more memory streams in flight than one row after
     # another (sum of 16M: 26-28 -> 32 GB/s; neighbouring rows instead: no gain). A single thread too (no thread blocks: a
-    # quarter of the loop apart): one Zen 5 thread, sum of 16M, 32.8 -> 35.5 GB/s (torch 37.7). Kernels too small to thread
-    # read from the caches and keep one row at a time
-    k = _try(k, Opt(OptOps.TILE, _pos(k, rows[0]), nr // RED_STREAMS))
-    k = _try(k, Opt(OptOps.UPCAST, _pos(k, _same(k, rows[0])), RED_STREAMS))
+    # quarter of the loop apart): one Zen 5 thread, sum of 16M, 32.8 -> 35.5 GB/s (torch 37.7; two rows 36.2). A thread alone
+    # (no pool: CPU_THREADS=1, one core) reads two (RED_STREAMS_ALONE) where its rows share no load. Kernels alone on the 2-core
+    # Zen 4, wall at real-time priority, A/B in one process interleaved per call, medians of 25, GB/s four -> two rows, back to
+    # back / after a 128 MiB read: sum of 16M (its 4096 x 4096 partials) 31.0 -> 34.6 / 29.5 -> 33.3 and 32.3 -> 35.9 / 30.5
+    # -> 33.9 (torch 33.3 / 31.4), 8192x2048 sum(1) 33.7 -> 37.2 / 30.9 -> 34.3, 4096^2 max(1) 32.2 -> 33.2 / 31.4 -> 33.1,
+    # mean of 16M 30.5 -> 33.4 / 30.1 -> 32.6 (two rows of 128 floats a step 33.3 / 32.7, four 30.4 / 29.9: the rows, not the
+    # bytes a step). Not on a pool, where two rows per thread were even (sum of 16M, 2 threads, medians of 41-61: 76.0 -> 72.8
+    # / 55.1 -> 56.1, 65.7 -> 67.4 / 54.8 -> 56.1), nor where the rows share a load (a matrix-vector product's vector, one load
+    # for every row: 4096^2 @ 4096, 2 threads 75.0 -> 65.0 / 59.8 -> 52.2, one thread 39.8 -> 35.1 / 37.6 -> 33.1 and 29.7 ->
+    # 28.8 / 27.2 -> 26.3), nor on AVX2 targets
+    # (RED_ALONE_SIMD): their code on the same Zen 4 thread was even (sum of 16M 36.0 -> 36.2 / 35.0 -> 34.2, 4096^2 max(1)
+    # 40.2 -> 39.6 / 37.6 -> 36.7); they keep four until a Zen 3 thread says otherwise. Kernels too small to thread read from
+    # the caches and keep one row at a time
+    shared = any(rows[0] not in ld.src[0].src[1].toposort() for ld in _loads(k))
+    streams = RED_STREAMS_ALONE if not threads and not shared and rnd.simd_width >= RED_ALONE_SIMD else RED_STREAMS
+    if nr % streams == 0 and nr >= 8 * streams:
+      k = _try(k, Opt(OptOps.TILE, _pos(k, rows[0]), nr // streams))
+      k = _try(k, Opt(OptOps.UPCAST, _pos(k, _same(k, rows[0])), streams))
   return k
