@@ -1,11 +1,12 @@
 """Tensor constructors that need no data from the host: empty, full, zeros, ones, arange, linspace, eye and *_like."""
 from __future__ import annotations
-import functools, math
+import math
 from typing import TYPE_CHECKING, Any
 from core.helpers import LRUCache, prod, argfix
 from core.ir.dtype import DType, DTypeLike, dtypes, to_dtype, from_np
 from core.ir.ops import UOp
 from core.tensor.validate import scalar_dtype, check_scalar_fits
+from core.engine import realize_module
 
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
@@ -27,13 +28,7 @@ def ndarray_uop(arr: Any, device: str) -> UOp | None:
   if (dt := _np_storage.get(arr.dtype)) is None:
     try: dt = _np_storage[arr.dtype] = from_np(arr.dtype)
     except TypeError: return None
-  return _from_host()(arr.data.cast("B"), dt, device, arr.shape)
-
-@functools.cache
-def _from_host() -> Any:
-  """core.engine.realize.from_host, imported on first use (the engine imports the tensor's modules)."""
-  from core.engine.realize import from_host
-  return from_host
+  return realize_module().from_host(arr.data.cast("B"), dt, device, arr.shape)
 
 class CreationMixin:
   @classmethod

@@ -1,11 +1,12 @@
 """Elementwise Tensor math: operators with broadcasting and weak scalars, transcendentals composed from EXP2/LOG2/SIN,
 rounding, comparisons, bitwise ops and activations."""
 from __future__ import annotations
-import functools, math
+import math
 from typing import TYPE_CHECKING, Any
 from core.ir.dtype import dtypes, least_upper_float, least_upper_dtype
 from core.ir.ops import Ops, UOp
 from core.tensor.validate import scalar_dtype
+from core.engine import realize_module
 
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
@@ -44,7 +45,7 @@ def _scalar_op(t: Tensor, op: Ops, y: Any) -> Tensor | None:
   # an op over a realized 1-d buffer whose plan the eager op cache holds: its node is left unbuilt (PendingOp), and an eager
   # realize runs the plan from the key alone. A zero is left out: the key holds the scalar itself, and 0.0 == -0.0
   if u.op is Ops.BUFFER and y and (rg := t._requires_grad) is not True and type(n := u.arg) is int and \
-     (key := (op, dt, n, u.src[1], y)) in _scalar_plans():
+     (key := (op, dt, n, u.src[1], y)) in realize_module().eager_ops.scalar:
     return type(t)(PendingOp((key, u)), None, None, rg)
   if (shape := u.shape) is None or not _INT_ONLY.issuperset(map(type, shape)): return None
   # u.alu(op, c) and t._wrap(..., t) for one float parent: the dtype is u's, requires_grad is t's own. Passed by position: a
@@ -73,12 +74,6 @@ class PendingUop:
     t.uop = u = p.build()
     t._pending = None
     return u
-
-@functools.cache
-def _scalar_plans() -> dict[tuple, Any]:
-  """core.engine.realize's table of PendingOp keys with a plan (imported on first use: the engine imports the tensor's modules)."""
-  from core.engine.realize import eager_ops
-  return eager_ops.scalar
 
 class ElementwiseMixin:
   def _float(self: Tensor) -> Tensor:  # type: ignore[misc]

@@ -1,9 +1,9 @@
 """Built graphs replayed per signature: a builder's nodes recorded once as (op, dtype, sources, arg, tag) steps over its
 input nodes, then rebuilt for the next inputs of the same signature without the builder's shape algebra and checks."""
 from __future__ import annotations
-import functools
 from typing import Any, Callable, Sequence
 from core.ir.ops import Ops, UOp, rebuild
+from core.engine import realize_module
 from core.engine.state import facts
 
 # at most this many plans (a few small tuples each and the constant nodes they make), all dropped when full
@@ -98,12 +98,6 @@ class PendingPlan(tuple):
 def pending(key: Any, inputs: tuple[UOp, ...], build: Callable[[], UOp]) -> PendingPlan | None:
   """replayed(key, inputs, build)'s output left unbuilt (PendingPlan) when the eager op cache holds its op key; else None."""
   if not NOTE_PLANS or not replayable(inputs): return None
-  engine = _engine()
+  engine = realize_module()
   ok, bufs = engine.plan_op_key(key, inputs)
   return PendingPlan((ok, bufs, key, inputs, build)) if ok in engine.eager_ops.table else None
-
-@functools.cache
-def _engine() -> Any:
-  """core.engine.realize, imported on first use (as elementwise._scalar_plans)."""
-  import core.engine.realize as engine
-  return engine

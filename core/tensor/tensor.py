@@ -20,6 +20,7 @@ from core.tensor.fs import StoreMixin
 from core.tensor.gradient import with_gradient
 from core.tensor.validate import scalar_dtype, check_scalar_fits, checks_own_arguments, check_tensor
 from core.tensor.disk import on_disk as _on_disk
+from core.engine import realize_module
 
 _all_lock = threading.Lock()   # Tensor._all is added to and read from any thread
 
@@ -203,11 +204,11 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
   def realize(self, *lst: Tensor) -> Tensor:
     """Computes this tensor (and `lst`) now; afterwards each one is backed by a device buffer."""
     if not lst:   # the eager case: one tensor
-      _engine_realize_uop_of()(self)
+      realize_module().realize_uop_of(self)
       return self
     for v in lst: check_tensor("realize", "*lst", v)
     ts = [self, *lst]
-    for t, u in zip(ts, _engine_realize()(*[t.uop for t in ts])): t.uop = u
+    for t, u in zip(ts, realize_module().realize(*[t.uop for t in ts])): t.uop = u
     return self
 
   def numpy(self) -> Any:
@@ -215,8 +216,7 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
     if self.dtype.fmt is None: return self.cast(dtypes.float32).numpy()
     return to_numpy(self)
   def data(self) -> memoryview:
-    from core.engine.realize import to_host
-    return to_host(self.uop)
+    return realize_module().to_host(self.uop)
   def tolist(self) -> Any: return self.numpy().tolist()
   def item(self) -> ConstType:
     if (p := self.__dict__.get("_pending")) is not None:
@@ -228,7 +228,7 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
       raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
     # the element's bytes unpacked as its dtype's struct format: the value numpy's .item() gives (a Python float, int or bool),
     # without an array made over the buffer (most of a realized tensor's item())
-    if (fmt := u.dtype.fmt) is not None: return struct.unpack_from(fmt, _engine_to_host()(u))[0]
+    if (fmt := u.dtype.fmt) is not None: return struct.unpack_from(fmt, realize_module().to_host(u))[0]
     return self.numpy().reshape(()).item()
   def __bool__(self) -> bool:
     if self.numel() != 1: raise ValueError(f"the truth value of a tensor with shape {self.shape} is ambiguous; use .any() or .all()")
@@ -455,21 +455,3 @@ def _device_registry() -> Any:
   """core.device.registry.Device, imported on first use (every Tensor made without a device asks it for the default)."""
   from core.device.registry import Device
   return Device
-
-@functools.cache
-def _engine_realize_uop_of() -> Any:
-  """core.engine.realize.realize_uop_of, imported on first use (as _engine_realize)."""
-  from core.engine.realize import realize_uop_of
-  return realize_uop_of
-
-@functools.cache
-def _engine_to_host() -> Any:
-  """core.engine.realize.to_host, imported on first use (as _engine_realize)."""
-  from core.engine.realize import to_host
-  return to_host
-
-@functools.cache
-def _engine_realize() -> Any:
-  """core.engine.realize.realize, imported on first use (importing the engine at module load would cycle through the tensor)."""
-  from core.engine.realize import realize
-  return realize
