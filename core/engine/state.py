@@ -12,8 +12,9 @@ class NodeFacts:
   """The engine's facts about one node. `buffer`: the device Buffer of a BUFFER node. `realized`: (uop over the buffer
   holding the node's value, that buffer's version, the assign epoch) when it was computed. `version`: bumped when something
   is assigned into this BUFFER node's memory. `assigned`: for an ASSIGN that ran, its target. `plain`: the walk epoch in
-  which the node was found to read no buffer (core/engine/realize.py: _walk). `plan`: (plan key, its input nodes) of a node
-  that core.tensor.plans built or replayed from those inputs: its graph is that plan's, so _walk keys it by the two."""
+  which the node was found to read no buffer (core/engine/realize.py: _walk). `plan`: (plan key, its input nodes, its op key or
+  None) of a node that core.tensor.plans built or replayed from those inputs: its graph is that plan's, so _walk keys it by
+  the two; the op key (realize.plan_op_key's, where plans.pending made it) is _op_key's answer for the node."""
   __slots__ = ("buffer", "realized", "version", "assigned", "plain", "plan", "_ref")
   def __init__(self) -> None:
     self.buffer: Any = None
@@ -21,7 +22,7 @@ class NodeFacts:
     self.version = 0
     self.assigned: UOp | None = None
     self.plain = -1
-    self.plan: tuple[Any, tuple[UOp, ...]] | None = None
+    self.plan: tuple[Any, tuple[UOp, ...], tuple[tuple, list[UOp]] | None] | None = None
     self._ref: weakref.ref | None = None   # keeps the weak reference (and so its callback) alive as long as the entry
 
 class _KeyRef(weakref.ref):

@@ -19,10 +19,10 @@ _NAMES_DATA = frozenset({Ops.BUFFER, Ops.UNIQUE})
 # the plan instead of walking its nodes (core/engine/realize.py: _walk_graph)
 NOTE_PLANS = True
 
-def _noted(key: Any, inputs: Sequence[UOp], out: UOp, plan: _Plan) -> UOp:
-  """out, noted as `key`'s plan over `inputs` when it is made from them (not an input itself, as an identity move's output
-  is, nor a constant)."""
-  if NOTE_PLANS and plan[1] >= len(inputs) + len(plan[2]): facts.of(out).plan = (key, tuple(inputs))
+def _noted(key: Any, inputs: Sequence[UOp], out: UOp, plan: _Plan, op_key: tuple[tuple, list[UOp]] | None) -> UOp:
+  """out, noted as `key`'s plan over `inputs` (with its op key when made: pending) when it is made from them (not an input
+  itself, as an identity move's output is, nor a constant)."""
+  if NOTE_PLANS and plan[1] >= len(inputs) + len(plan[2]): facts.of(out).plan = (key, tuple(inputs), op_key)
   return out
 
 def replayable(inputs: Sequence[UOp]) -> bool:
@@ -69,20 +69,21 @@ def _record(out: UOp, inputs: Sequence[UOp]) -> _Plan | None:
 
 _UNSEEN: Any = object()
 
-def replayed(key: Any, inputs: Sequence[UOp], build: Callable[[], UOp]) -> UOp:
+def replayed(key: Any, inputs: Sequence[UOp], build: Callable[[], UOp], op_key: tuple[tuple, list[UOp]] | None = None) -> UOp:
   """build()'s node for these inputs: replayed from the plan recorded under `key` (everything besides the inputs that build
   reads: shapes, dtypes, arguments) when the inputs are apart, else built (and recorded). build must make its nodes from
-  the inputs and the key alone: no fresh buffers (a replay would share their unique ids) and no symbolic dims (nodes in args)."""
+  the inputs and the key alone: no fresh buffers (a replay would share their unique ids) and no symbolic dims (nodes in args).
+  `op_key`: the output's op key (core.engine.realize.plan_op_key), noted beside the plan where the caller made it."""
   if not replayable(inputs): return build()
   if (plan := _plans.get(key, _UNSEEN)) is _UNSEEN:
     out = build()
     if len(_plans) >= PLANS: _plans.clear()   # one step: safe while other threads build
     _plans[key] = rec = _record(out, inputs)
-    return out if rec is None else _noted(key, inputs, out, rec)
+    return out if rec is None else _noted(key, inputs, out, rec, op_key)
   if plan is None: return build()
   nodes = [*inputs, *plan[2]]
   rebuild(nodes, plan[0])
-  return _noted(key, inputs, nodes[plan[1]], plan)
+  return _noted(key, inputs, nodes[plan[1]], plan, op_key)
 
 class PendingPlan(tuple):
   """(op key, its input BUFFER nodes, plan key, inputs, builder): the output of replayed(plan key, inputs, builder) whose node is
@@ -95,9 +96,10 @@ class PendingPlan(tuple):
   scalar = False
   def build(self) -> UOp: return replayed(self[2], self[3], self[4])
 
-def pending(key: Any, inputs: tuple[UOp, ...], build: Callable[[], UOp]) -> PendingPlan | None:
-  """replayed(key, inputs, build)'s output left unbuilt (PendingPlan) when the eager op cache holds its op key; else None."""
-  if not NOTE_PLANS or not replayable(inputs): return None
+def pending(key: Any, inputs: tuple[UOp, ...], build: Callable[[], UOp]) -> PendingPlan | UOp:
+  """replayed(key, inputs, build)'s output: left unbuilt (PendingPlan) when the eager op cache holds its op key, else built with
+  that op key noted (an eager realize of it reads the key instead of making it again)."""
+  if not NOTE_PLANS or not replayable(inputs): return replayed(key, inputs, build)
   engine = realize_module()
   ok, bufs = engine.plan_op_key(key, inputs)
-  return PendingPlan((ok, bufs, key, inputs, build)) if ok in engine.eager_ops.table else None
+  return PendingPlan((ok, bufs, key, inputs, build)) if ok in engine.eager_ops.table else replayed(key, inputs, build, (ok, bufs))

@@ -7,7 +7,7 @@ from core.ir.ops import Ops, UOp
 from core.tensor.validate import check_tensor
 from core.tensor.movement import _axis
 from core.tensor.elementwise import LN2
-from core.tensor.plans import pending, replayed
+from core.tensor.plans import PendingPlan, pending, replayed
 
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
@@ -94,8 +94,8 @@ def _replayed(t: Tensor, key: tuple, build: Callable[[], UOp]) -> Tensor:
   """The tensor of replayed(key, (t.uop,), build), a builder over t's node alone: pending (plans.PendingPlan) when the eager op
   cache runs its plan, a realize then builds no node (an eager sum's two to seven)."""
   inputs = (t.uop,)
-  if (rg := t._requires_grad) is not True and (p := pending(key, inputs, build)) is not None: return type(t)(p, None, None, rg)
-  return t._mop(replayed(key, inputs, build))
+  if (rg := t._requires_grad) is True: return t._mop(replayed(key, inputs, build))
+  return type(t)(out, None, None, rg) if isinstance(out := pending(key, inputs, build), PendingPlan) else t._mop(out)
 
 class ReduceMixin:
   def _reduce(self: Tensor, op: Ops, axis: int | Sequence[int] | None, keepdim: bool, no_nan: bool = False) -> Tensor:  # type: ignore[misc]

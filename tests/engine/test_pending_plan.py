@@ -63,7 +63,7 @@ def test_a_pending_reduction_used_in_a_graph_is_the_node_the_replay_builds(monke
   x = _t(a)
   _warm(lambda: x.sum())
   y = x.sum()
-  monkeypatch.setattr(RD, "pending", lambda *args: None)   # the old path: the replayed node
+  monkeypatch.setattr(RD, "pending", lambda key, inputs, build: plans.replayed(key, inputs, build))   # the old path: the replayed node
   assert y.uop is x.sum().uop
   assert y.uop.op is Ops.RESHAPE and y.shape == ()
   np.testing.assert_allclose((y * 2 - 1).numpy(), a.sum() * 2 - 1, rtol=1e-6)
@@ -121,3 +121,24 @@ def test_item_of_more_than_one_element_raises():
   with pytest.raises(ValueError, match=r"item\(\) needs a tensor with one element, this one has shape \(64,\)"): x.item()
   _warm(lambda: x.reshape(8, 8).sum(-1))
   with pytest.raises(ValueError, match=r"this one has shape \(8,\)"): x.reshape(8, 8).sum(-1).item()
+
+@pytest.mark.parametrize("name,op,shape", CASES[:3], ids=[c[0] for c in CASES[:3]])
+def test_a_missed_eager_reduction_makes_its_op_key_once(name, op, shape, monkeypatch):
+  # a miss (the cache cleared): plans.pending makes the output's op key and notes it beside the plan; the realize that follows
+  # (its cache lookup, the new entry) reads it instead of making it again
+  a = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+  x = _t(a)
+  _warm(lambda: op(x))
+  R.eager_ops.clear()
+  n = [0]
+  sources_key = R._sources_key
+  def counting(*args):
+    n[0] += 1
+    return sources_key(*args)
+  monkeypatch.setattr(R, "_sources_key", counting)
+  out = op(x).realize()
+  assert n[0] == 1
+  h0 = R.eager_ops.hits
+  np.testing.assert_allclose(op(x).realize().numpy(), out.numpy())   # the entry the miss made serves the next call
+  assert R.eager_ops.hits == h0 + 1
+  np.testing.assert_allclose(out.numpy(), _want(name, a), rtol=2e-5, atol=2e-6)
