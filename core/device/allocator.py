@@ -37,9 +37,7 @@ class Allocator(Generic[T]):
   device: str = "?"
   used: int = 0   # bytes handed out and not yet freed (cache excluded); class defaults so a subclass may skip __init__
 
-  def __init__(self, device: Any = "?"):
-    # accepts the device name or the Compiled device itself
-    self.device = device if isinstance(device, str) else getattr(device, "device", "?")
+  def __init__(self, device: str = "?"): self.device = device
 
   def alloc(self, size: int, options: BufferSpec | None = None) -> T:
     if not isinstance(size, int) or size <= 0: raise ValueError(f"{self.device}: can't allocate {size!r} bytes, size must be a positive int")
