@@ -309,37 +309,46 @@ class HostRing:
 
 Q = TypeVar("Q", bound=HostRing)
 
-class HostRingHCQ(RingHCQ, Generic[Q]):
-  """A RingHCQ whose queues are HostRings of type Q, made on first use, read by a software processor that runs when the host
-  waits (the hook `_step`). A subclass gives `queues`, `kind`, `new_queue(name)` and `_step`; `buffer_spec()` where its memory
-  is special (all its buffers use it)."""
-  def __init__(self, device: str, ring_size: int = 1 << 20):
-    super().__init__(device, ring_size)
-    self._queues: dict[str, Q] = {}
+class HCQQueue(Protocol):
+  """One queue of a QueuedHCQ: its buffers by kind (QUEUE_KINDS) and where it is, for timeout errors."""
+  buffers: dict[str, Buffer]
+  def describe(self) -> str: ...
 
-  def ring_layout(self, queue: str) -> RingLayout:
-    """Byte write pointers, and a submit may wrap at the ring's end anywhere: the processor reads the ring as a circle."""
-    return RingLayout(unit=1, nop=None)
+A = TypeVar("A", bound=HCQQueue)
 
-  def new_queue(self, name: str) -> Q:
+class QueuedHCQ(RingHCQ, Generic[A]):
+  """A RingHCQ whose queues are objects of type A (their `buffers` by kind and `describe()`), made on first use by
+  `new_queue(name)`: HostRingHCQ's and WorkerQueuesHCQ's shared part."""
+  def __init__(self, *args: Any, **kwargs: Any):
+    super().__init__(*args, **kwargs)
+    self._queues: dict[str, A] = {}
+
+  def new_queue(self, name: str) -> A:
     """A new queue `name` (called once per queue, under the lock)."""
     raise NotImplementedError(f"{type(self).__name__} makes no queues")
 
-  def queue(self, name: str) -> Q:
-    """The queue `name`, its buffers allocated on first use."""
+  def queue(self, name: str) -> A:
+    """The queue `name`, made on first use."""
     self._check(name)
     with self._lock:
       if (q := self._queues.get(name)) is None: q = self._queues[name] = self.new_queue(name)
     return q
 
   def queue_buffer(self, kind: str, queue: str) -> Buffer: return self.queue(queue).buffers[kind]
-
-  def _busy(self) -> list[str]: return [q.describe() for q in list(self._queues.values()) if not q.idle()]
   def _describe(self) -> str: return "; ".join(q.describe() for q in list(self._queues.values())) or "none"
 
-class WorkerQueue(Protocol):
+class HostRingHCQ(QueuedHCQ[Q]):
+  """A QueuedHCQ whose queues are HostRings of type Q, read by a software processor that runs when the host waits (the hook
+  `_step`). A subclass gives `queues`, `kind`, `new_queue(name)` and `_step`; `buffer_spec()` where its memory is special
+  (all its buffers use it)."""
+  def ring_layout(self, queue: str) -> RingLayout:
+    """Byte write pointers, and a submit may wrap at the ring's end anywhere: the processor reads the ring as a circle."""
+    return RingLayout(unit=1, nop=None)
+
+  def _busy(self) -> list[str]: return [q.describe() for q in list(self._queues.values()) if not q.idle()]
+
+class WorkerQueue(HCQQueue, Protocol):
   """A queue served by its own worker thread (the MOCK+AMD and MOCK+NV queues), as WorkerQueuesHCQ uses it."""
-  buffers: dict[str, Buffer]
   @property
   def closed(self) -> bool: ...
   @property
@@ -348,22 +357,13 @@ class WorkerQueue(Protocol):
   def kick(self) -> threading.Event: ...
   def start(self) -> None: ...
   def busy(self) -> bool: ...
-  def describe(self) -> str: ...
   def close(self) -> None: ...
 
 W = TypeVar("W", bound=WorkerQueue)
 
-class WorkerQueuesHCQ(RingHCQ, Generic[W]):
-  """A RingHCQ whose queues are WorkerQueues of type W, made on first use. A mixin in front of the plugin's RingHCQ subclass
+class WorkerQueuesHCQ(QueuedHCQ[W]):
+  """A QueuedHCQ whose queues are WorkerQueues of type W. A mixin in front of the plugin's RingHCQ subclass
   (`class MockHCQ(WorkerQueuesHCQ[MockChannel], NVHCQ)`); the interface gives `new_queue(name)`."""
-  def __init__(self, *args: Any, **kwargs: Any):
-    super().__init__(*args, **kwargs)
-    self._queues: dict[str, W] = {}
-
-  def new_queue(self, name: str) -> W:
-    """A new queue `name` (called once per queue, under the lock)."""
-    raise NotImplementedError(f"{type(self).__name__} makes no queues")
-
   def queue_timeout_s(self) -> float:
     """How long a queue's own WAIT waits: longer than the host's wait, which reports the timeout (and releases the WAIT) first."""
     from core.helpers import HCQ_TIMEOUT
@@ -376,12 +376,8 @@ class WorkerQueuesHCQ(RingHCQ, Generic[W]):
         with self._lock:
           if not q.thread.is_alive(): q.start()
       return q
-    self._check(name)
-    with self._lock:
-      if (q := self._queues.get(name)) is None: q = self._queues[name] = self.new_queue(name)
-    return q
+    return super().queue(name)
 
-  def queue_buffer(self, kind: str, queue: str) -> Buffer: return self.queue(queue).buffers[kind]
   def _kick(self) -> None:
     for name in self.queues: self.queue(name).kick.set()
   def _busy(self) -> list[str]:
@@ -390,7 +386,6 @@ class WorkerQueuesHCQ(RingHCQ, Generic[W]):
       q.kick.set()
       if q.busy(): busy.append(q.describe())
     return busy
-  def _describe(self) -> str: return "; ".join(q.describe() for q in list(self._queues.values()))
 
   def close(self) -> None:
     with self._lock:
