@@ -11,7 +11,7 @@ from core.tensor.nn.state import get_parameters
 SEED, BATCH, STEPS, LR = 1337, 64, 300, 3e-3
 
 class DigitsCNN:
-  """conv(1->8) relu pool -> conv(8->16) relu pool -> linear(64->10): about 3k parameters."""
+  """conv(1->8) relu pool -> conv(8->16) relu pool -> linear(64->10): about 2k parameters."""
   def __init__(self):
     self.c1, self.c2 = nn.Conv2d(1, 8, 3, padding=1), nn.Conv2d(8, 16, 3, padding=1)
     self.bn1, self.bn2 = nn.BatchNorm2d(8), nn.BatchNorm2d(16)
