@@ -15,7 +15,7 @@ from __future__ import annotations
 import ctypes, hashlib, itertools, struct, threading, time, weakref
 from typing import TYPE_CHECKING
 from core.device.hcq import HostRing, HostRingHCQ, PerDevice, peek, poke
-from plugin_example.queue import Op, decode, packet_words
+from plugin_example.queue import PACKETS, Op
 
 if TYPE_CHECKING:
   from plugin_example.runtime import ExampleProgram
@@ -36,9 +36,7 @@ class SimQueue(HostRing):
 
   def next_packet(self) -> tuple[Op, tuple[int, ...]]:
     """The packet at the read pointer (ValueError when the words there are no packet)."""
-    header = struct.unpack("<Q", self.ring_bytes(self.rptr, 8))[0]
-    (op, fields), = decode(self.ring_bytes(self.rptr, 8 * packet_words(header)))
-    return op, fields
+    return PACKETS.next_in(self)
 
   def step(self) -> bool:
     """Runs the packet at the read pointer. False when there is none (empty queue) or it is a WAIT not satisfied yet."""

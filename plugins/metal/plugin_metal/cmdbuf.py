@@ -17,7 +17,8 @@ back into (buffer, offset).
   TIMESTAMP      (9, 2 words): address               the uint64 at address = a monotonic clock in ns once what precedes completed
 """
 from __future__ import annotations
-import enum, struct
+import enum
+from core.device.word_packets import WordPackets
 
 class Call(enum.IntEnum):
   SET_PIPELINE = 1
@@ -33,28 +34,5 @@ class Call(enum.IntEnum):
 WORDS = {Call.SET_PIPELINE: 2, Call.SET_BUFFER: 3, Call.SET_BUFFER_AT: 3, Call.DISPATCH: 7, Call.MEMORY_BARRIER: 1, Call.SIGNAL: 3,
          Call.WAIT: 3, Call.BLIT_COPY: 4, Call.TIMESTAMP: 2}
 
-def packet(call: Call, *fields: int) -> bytes:
-  """The words of one encoder call: its header, then `fields`."""
-  if len(fields) != WORDS[call] - 1: raise ValueError(f"{call.name} takes {WORDS[call] - 1} fields, got {len(fields)}")
-  return struct.pack(f"<{WORDS[call]}Q", call | WORDS[call] << 8, *fields)
-
-def field(i: int) -> int:
-  """Byte offset of field `i` in its packet: where a patch writes a value known only later."""
-  return 8 * (i + 1)
-
-def packet_words(header: int) -> int:
-  """The length in words of the packet starting with `header`; ValueError when it starts none."""
-  call, n = header & 0xff, header >> 8
-  if call not in WORDS or n != WORDS[Call(call)]: raise ValueError(f"bad encoder-call header 0x{header:016x} (call {call}, {n} words)")
-  return n
-
-def decode(words: bytes) -> list[tuple[Call, tuple[int, ...]]]:
-  """Packets -> [(call, fields)], what a replay runs (tests read it too). ValueError on a bad header or a packet cut short."""
-  out, off = [], 0
-  while off < len(words):
-    n = packet_words(struct.unpack_from("<Q", words, off)[0])
-    if off + 8 * n > len(words): raise ValueError(f"encoder call at byte {off} needs {8 * n} bytes, only {len(words) - off} left")
-    header, *fields = struct.unpack_from(f"<{n}Q", words, off)
-    out.append((Call(header & 0xff), tuple(fields)))
-    off += 8 * n
-  return out
+CALLS = WordPackets(WORDS, "encoder call")
+packet, field, decode = CALLS.packet, CALLS.field, CALLS.decode

@@ -7,10 +7,10 @@ these rings: the host replays them when it waits (`wait_signal`, `synchronize`),
 none can move (a queue stops at a WAIT whose signal has not arrived; another queue may signal it). An interface supplies the
 `Encoder` that performs the calls (MOCK: on the host; MTL: as Metal encoder calls) and loads programs."""
 from __future__ import annotations
-import contextlib, itertools, struct, threading, weakref
+import contextlib, itertools, threading, weakref
 from typing import Any, Iterator, Protocol
 from core.device.hcq import HostRing, HostRingHCQ, peek
-from plugin_metal.cmdbuf import Call, decode, packet_words
+from plugin_metal.cmdbuf import CALLS, Call
 from plugin_metal.icb import COMPUTE_CALLS, GraphState, Icb, commands_of, fits
 
 class Encoder(Protocol):
@@ -34,9 +34,7 @@ class MetalQueue(HostRing):
     self.run: list[tuple[Call, tuple[int, ...]]] = []   # the compute calls read since the last other call (graph replays only)
 
   def next_packet(self) -> tuple[Call, tuple[int, ...]]:
-    header = struct.unpack("<Q", self.ring_bytes(self.rptr, 8))[0]
-    (call, fields), = decode(self.ring_bytes(self.rptr, 8 * packet_words(header)))
-    return call, fields
+    return CALLS.next_in(self)
 
   def step(self) -> bool:
     """Replays the call at the read pointer. False when there is none or it is a WAIT whose signal has not arrived."""

@@ -15,7 +15,7 @@ from core.device.allocator import BufferSpec
 from core.device.buffer import Buffer
 from core.device.hcq import HostRing, HostRingHCQ, handle_addr, peek, poke, PerDevice
 from plugin_webgpu.gpu import GPU
-from plugin_webgpu.queue import DEVICE_BIT, Op, decode, packet_words
+from plugin_webgpu.queue import DEVICE_BIT, PACKETS, Op
 from plugin_webgpu.runtime import WGBuffer, WebGPUProgram, device_addr, read_words, resolve, write_bytes
 
 QUERIES = 512   # timestamp queries per query set: a flush resolves them all
@@ -35,9 +35,7 @@ class Queue(HostRing):
   WAIT = Op.WAIT
 
   def next_packet(self) -> tuple[Op, tuple[int, ...]]:
-    header = struct.unpack("<Q", self.ring_bytes(self.rptr, 8))[0]
-    (op, fields), = decode(self.ring_bytes(self.rptr, 8 * packet_words(header)))
-    return op, fields
+    return PACKETS.next_in(self)
 
 class Processor:
   """Replays packets into command encoders. One per device process-wide; `lock` makes one thread run it at a time."""

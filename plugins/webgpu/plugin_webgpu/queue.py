@@ -23,6 +23,7 @@ from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
 from core.hcq.queue_ir import ProgramData, getaddr, ins, ring_bufferize
+from core.device.word_packets import WordPackets
 from core.codegen.program import compiled_program
 
 if TYPE_CHECKING:
@@ -40,28 +41,8 @@ class Op(enum.IntEnum):
 WORDS = {Op.LAUNCH: 4, Op.COPY: 4, Op.WAIT: 3, Op.SIGNAL: 3, Op.TIMESTAMP: 2, Op.BARRIER: 1}
 DEVICE_BIT = 1 << 63   # never set in a user-space host address
 
-def packet(op: Op, *fields: int) -> bytes:
-  if len(fields) != WORDS[op] - 1: raise ValueError(f"a {op.name} packet has {WORDS[op] - 1} fields, got {len(fields)}")
-  return struct.pack(f"<{WORDS[op]}Q", op | WORDS[op] << 8, *fields)
-
-def field(i: int) -> int: return 8 * (i + 1)
-
-def packet_words(header: int) -> int:
-  """The length in words of the packet that starts with `header` (ValueError when it starts none)."""
-  op, n = header & 0xff, header >> 8
-  if op not in WORDS or n != WORDS[Op(op)]: raise ValueError(f"bad packet header 0x{header:016x} (opcode {op}, {n} words)")
-  return n
-
-def decode(words: bytes) -> list[tuple[Op, tuple[int, ...]]]:
-  """Packets -> [(opcode, fields)] (ValueError on a bad header or a packet cut short)."""
-  out, off = [], 0
-  while off < len(words):
-    n = packet_words(struct.unpack_from("<Q", words, off)[0])
-    if off + 8 * n > len(words): raise ValueError(f"packet at byte {off} needs {8 * n} bytes, only {len(words) - off} left")
-    header, *fields = struct.unpack_from(f"<{n}Q", words, off)
-    out.append((Op(header & 0xff), tuple(fields)))
-    off += 8 * n
-  return out
+PACKETS = WordPackets(WORDS)
+packet, field, decode = PACKETS.packet, PACKETS.field, PACKETS.decode
 
 # *** pm_prep_program (ctx: the device's WebGPUHCQ): the pipeline made once, its handle is the image ***
 
