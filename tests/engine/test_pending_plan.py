@@ -14,17 +14,21 @@ def _t(a: np.ndarray) -> Tensor: return Tensor(a).realize()
 def _warm(fn) -> None:
   for _ in range(3): fn().realize()   # compile, eager plan, cache entry
 
-def _replays(fn, monkeypatch) -> int:
-  """How many times fn() rebuilds a plan's nodes (core.ir.ops.rebuild, which every replay of a recorded plan calls)."""
+def _calls(module, name: str, fn, monkeypatch) -> int:
+  """How many times fn() calls module.name."""
   n = [0]
-  rebuild = plans.rebuild
+  f = getattr(module, name)
   def counting(*args):
     n[0] += 1
-    return rebuild(*args)
-  monkeypatch.setattr(plans, "rebuild", counting)
+    return f(*args)
+  monkeypatch.setattr(module, name, counting)
   try: fn()
-  finally: monkeypatch.setattr(plans, "rebuild", rebuild)
+  finally: monkeypatch.setattr(module, name, f)
   return n[0]
+
+def _replays(fn, monkeypatch) -> int:
+  """How many times fn() rebuilds a plan's nodes (core.ir.ops.rebuild, which every replay of a recorded plan calls)."""
+  return _calls(plans, "rebuild", fn, monkeypatch)
 
 # (name, op, input shape): whole-tensor and last-axis reductions, unsplit and split (more than SPLIT_REDUCE elements) sums
 CASES = [("sum", lambda x: x.sum(), (64,)), ("sum split", lambda x: x.sum(), (1 << 16,)), ("max", lambda x: x.max(), (1 << 16,)),
@@ -130,15 +134,9 @@ def test_a_missed_eager_reduction_makes_its_op_key_once(name, op, shape, monkeyp
   x = _t(a)
   _warm(lambda: op(x))
   R.eager_ops.clear()
-  n = [0]
-  sources_key = R._sources_key
-  def counting(*args):
-    n[0] += 1
-    return sources_key(*args)
-  monkeypatch.setattr(R, "_sources_key", counting)
-  out = op(x).realize()
-  assert n[0] == 1
+  out: list[Tensor] = []
+  assert _calls(R, "_sources_key", lambda: out.append(op(x).realize()), monkeypatch) == 1
   h0 = R.eager_ops.hits
-  np.testing.assert_allclose(op(x).realize().numpy(), out.numpy())   # the entry the miss made serves the next call
+  np.testing.assert_allclose(op(x).realize().numpy(), out[0].numpy())   # the entry the miss made serves the next call
   assert R.eager_ops.hits == h0 + 1
-  np.testing.assert_allclose(out.numpy(), _want(name, a), rtol=2e-5, atol=2e-6)
+  np.testing.assert_allclose(out[0].numpy(), _want(name, a), rtol=2e-5, atol=2e-6)
