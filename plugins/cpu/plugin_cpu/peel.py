@@ -2,7 +2,7 @@
 from __future__ import annotations
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
-from plugin_cpu.prefetch import _global
+from plugin_cpu.prefetch import is_global_param
 
 # A row of 1000 floats in 16-lane vectors is 62 whole vectors and a half (PADTO): each iteration of the loops over it computed
 # the gate `ridx < 62` and took its loads, selects and stores masked, where only the last needs it. With that iteration peeled
@@ -31,7 +31,7 @@ def peel_tail_iterations(uops: list[UOp]) -> list[UOp]:
     body = out[i + 1:end]
     inside = set(body)
     # (a loop whose values are read after it, other than through registers, keeps its form: the copy would have to replace them)
-    if any(u.op is Ops.RANGE or (u.op is Ops.STORE and (u.src[0].op is not Ops.INDEX or _global(u.src[0].src[0]))) for u in body) or \
+    if any(u.op is Ops.RANGE or (u.op is Ops.STORE and (u.src[0].op is not Ops.INDEX or is_global_param(u.src[0].src[0]))) for u in body) or \
        not any(_tail_gate(u, r, n - 1) for u in body) or any(s in inside for u in out[end + 1:] for s in u.src):
       i += 1
       continue

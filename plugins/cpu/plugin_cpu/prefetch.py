@@ -55,7 +55,8 @@ def _loop_deps(uops: list[UOp]) -> dict[UOp, frozenset[UOp]]:
     if u.op is not Ops.END: deps[u] = frozenset((u,)) if u.op is Ops.RANGE else frozenset().union(*(deps.get(s, frozenset()) for s in u.src))
   return deps
 
-def _global(buf: UOp) -> bool:
+def is_global_param(buf: UOp) -> bool:
+  """Whether `buf` is one of the kernel's buffer parameters in global memory (not a REG or LOCAL buffer the kernel defines)."""
   return buf.op is Ops.PARAM and isinstance(buf.dtype, PtrDType) and buf.dtype.addrspace == AddrSpace.GLOBAL
 
 def _copied(uops: list[UOp]) -> list[UOp]:
@@ -63,7 +64,7 @@ def _copied(uops: list[UOp]) -> list[UOp]:
   transposed or strided panel)."""
   def _read(x: UOp) -> bool:
     if x.op is Ops.GEP: x = x.src[0]
-    return x.op is Ops.LOAD and x.src[0].op is Ops.INDEX and _global(x.src[0].src[0])
+    return x.op is Ops.LOAD and x.src[0].op is Ops.INDEX and is_global_param(x.src[0].src[0])
   return [st.src[1] for st in uops if st.op is Ops.STORE and st.src[0].op is Ops.INDEX and isinstance(dst := st.src[0].src[0].dtype, PtrDType)
           and dst.addrspace == AddrSpace.REG and (_read(st.src[1]) or st.src[1].op is Ops.VECTORIZE and all(map(_read, st.src[1].src)))]
 
@@ -144,7 +145,7 @@ def reread_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict
   for x in uops:
     if x.op is Ops.RANGE: opened.append(x)
     elif x.op is Ops.END: opened = [r for r in opened if r not in x.src]
-    if x.op is not Ops.LOAD or x.src[0].op is not Ops.INDEX or not _global(buf := x.src[0].src[0]) or \
+    if x.op is not Ops.LOAD or x.src[0].op is not Ops.INDEX or not is_global_param(buf := x.src[0].src[0]) or \
        buf.dtype.size * buf.dtype.base.itemsize <= budget: continue   # type: ignore[attr-defined]
     idx = x.src[0].src[1]
     rngs = deps.get(idx, frozenset())
@@ -197,7 +198,7 @@ def window_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict
   copied = set(_copied(uops))
   rows: dict[UOp, tuple[frozenset[tuple[UOp, int]], int]] = {}   # load -> (its index's terms, its constant)
   for x in uops:
-    if x.op is not Ops.LOAD or x.dtype.count != 1 or x in copied or x.src[0].op is not Ops.INDEX or not _global(buf := x.src[0].src[0]) or \
+    if x.op is not Ops.LOAD or x.dtype.count != 1 or x in copied or x.src[0].op is not Ops.INDEX or not is_global_param(buf := x.src[0].src[0]) or \
        buf.dtype.size * buf.dtype.base.itemsize <= budget: continue   # type: ignore[attr-defined]
     idx = x.src[0].src[1]
     if any(r.arg[-1] is AxisType.REDUCE for r in deps.get(idx, frozenset())) and (parts := split_sum(idx)) is not None:
@@ -248,7 +249,7 @@ def sweep_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[
   sweeps: dict[UOp, tuple[UOp, int]] = {}   # load -> (its sweep loop, its address's step along it)
   step_bytes: dict[UOp, int] = {}           # sweep loop -> bytes its loads read per step
   for x in uops:
-    if x.op is not Ops.LOAD or x.src[0].op is not Ops.INDEX or not _global(buf := x.src[0].src[0]): continue
+    if x.op is not Ops.LOAD or x.src[0].op is not Ops.INDEX or not is_global_param(buf := x.src[0].src[0]): continue
     idx, item = x.src[0].src[1], buf.dtype.base.itemsize
     if not (rngs := deps.get(idx, frozenset())) or any(r.arg[-1] is AxisType.REDUCE for r in rngs): continue
     steps = {r: s.arg for r in rngs if (s := (idx.substitute({r: r + 1}) - idx).simplify()).op is Ops.CONST}
@@ -285,7 +286,7 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0,
   for x in uops:
     if x.op is not Ops.LOAD or x.src[0].op is not Ops.INDEX or x in out: continue
     buf, idx = x.src[0].src[0], x.src[0].src[1]
-    if not _global(buf): continue
+    if not is_global_param(buf): continue
     rngs = deps.get(idx, frozenset())
     reds = [r for r in rngs if r.arg[-1] is AxisType.REDUCE]
     if len(reds) != 1: continue
