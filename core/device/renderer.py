@@ -37,6 +37,10 @@ class Renderer:
                                                             # (the host LLVM renderer's bfloat16 where the CPU has a bf16 dot product)
   threads: ClassVar[int] = 0                                # worker threads running GLOBAL blocks (gidx0); 0: no thread pool
   l2_bytes: int = 0                                         # bytes of one core's L2 cache; 0: unknown
+  large_conv_in_place: bool = False                         # a 3x3 conv on the thread pool reads its zero-padded input in place
+                                                            # (gated loads) at any size, not through a padded copy (core.tensor.
+                                                            # conv._pad_in_place), in thread blocks of images that fit the L2
+                                                            # (heuristic._image_blocks); False: only small ones (PAD_IN_PLACE_BYTES)
   panel_l2_share: int = 2                                   # a product's input within 1/this of the L2 is read in place (panel_budget)
   stream_min_bytes: int = 0                                 # a kernel whose buffers total this much stores by streaming (non-temporal)
                                                             # stores, no cache keeping its output; 0: never or unknown (opt.copy)

@@ -299,6 +299,15 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
   extra_matcher = llvm_rules(host_flags(), SIMD_BYTES)
   scaled_exp2 = not scalef_lanes(host_flags())   # vscalefps takes 2**n at no cost: a softmax's exps stay unscaled there
   odd_row_channel_tile = True
+  # AVX-512: a large 3x3 conv's gated input loads are masked vector loads (no padded copy: 3 kernels, ~4% of the bench conv's
+  # call), its channel tile (2 vectors of 16 channels x 7 pixels) loads little per FMA, and its thread blocks are images that
+  # stay in the L2 for all their channel blocks (heuristic._image_blocks). 2-core Zen 4, 2 threads, engine path, A/B in one
+  # process at real-time priority (load 33-37), medians of 9, ms copy -> in place: 32x64x56x56 -> 64 35.7 -> 34.3; ResNet-18's
+  # batch-8 3x3s 64x56 8.91 -> 8.52, 64x56/2 4.86 -> 4.57, 128x28 8.59 -> 8.52, 128x28/2 4.76 -> 4.67, 256x14 8.45 -> 8.45,
+  # 256x14/2 4.51 -> 4.47, 512x7 8.64 -> 8.57. AVX2 lost (znver3 code, 8-channel tiles: more loads per FMA, 4 channel blocks
+  # per image; helper CV's per-kernel A/B on the same host: 1 thread 75.9 -> 79.4 ms, 2 threads 38.4 -> 39.3), and Zen 3's
+  # 512 KiB L2 would not hold an 800 KB image
+  large_conv_in_place = SIMD_BYTES == 64
   string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _llvm_stream_store), (UPat(Ops.WMMA, name="x"), render_dot),
                                    (UPat(Ops.LOAD, name="x"), _llvm_prefetch_load),
                                    (UPat(Ops.CUSTOM, name="x", arg=SCALEF_ARG), _llvm_masked("scalef")),
@@ -323,6 +332,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
     self.vector_dtypes = frozenset({dtypes.bfloat16}) if bf16_dot(flags) else frozenset()
     self.extra_matcher = llvm_rules(flags, self.simd_width)
     self.scaled_exp2 = not scalef_lanes(flags)
+    self.large_conv_in_place = self.simd_width == 64
 
   def narrowed(self, simd: int) -> CPULLVMRenderer: return _narrowed(self, simd)
 

@@ -5,9 +5,16 @@ gradients."""
 from __future__ import annotations
 import numpy as np
 import pytest
-from core import Tensor
+from core import Device, Tensor
+from core.codegen.opt import Kernel
+from core.codegen.opt.heuristic import hand_coded
+from core.codegen.opt.kernel import range_size
+from core.ir.ops import AxisType
 from core.schedule.kernelize import create_schedule
+import core.tensor.conv as conv
 from core.tensor.conv import PAD_IN_PLACE_BYTES
+from opt_helpers import host_renderer, run_ast
+from test_conv_channels import _conv_ref
 from test_conv_depthwise import check_conv_grads, check_conv_in_place
 
 rng = np.random.default_rng(67)
@@ -27,9 +34,21 @@ def test_small_conv_reads_its_padded_input_in_place(simd_bytes, n, c, hw, o, ks,
   w = rng.standard_normal((o, c // groups, ks, ks)).astype(np.float32)
   check_conv_in_place(x, w, stride, pad, groups, simd_bytes)
 
-def test_large_conv_keeps_its_padded_copy():
+@pytest.fixture
+def large_in_place(monkeypatch):
+  """Sets whether the default device's renderer reads large convs in place (Renderer.large_conv_in_place, on a thread pool):
+  the graph's choice, with no conv plan replayed from a test that built the same conv with it set otherwise."""
+  monkeypatch.setattr(conv, "replayed", lambda key, inputs, build: build())
+  def set_(on: bool) -> None:
+    rnd = Device[Device.DEFAULT].renderer
+    monkeypatch.setattr(rnd, "large_conv_in_place", on, raising=False)
+    if on and not rnd.threads: monkeypatch.setattr(rnd, "threads", 2)
+  return set_
+
+def test_large_conv_keeps_its_padded_copy(large_in_place):
   # 64 channels of 90x90 padded to 92x92 (2.2 MB) is over the bound: the copy, then the ungated conv
   assert 64 * 92 * 92 * 4 > PAD_IN_PLACE_BYTES
+  large_in_place(False)
   y = Tensor.ones(1, 64, 90, 90).conv2d(Tensor.ones(8, 64, 3, 3), padding=1)
   items, _, _ = create_schedule([y.uop])
   # the padded copy is two kernels (zeros, then the interior: kernelize.PAD_SPLIT_MIN), then the conv reads it
@@ -39,3 +58,40 @@ def test_large_conv_keeps_its_padded_copy():
 def test_small_conv_through_tensor(stride):
   # the default device's renderer and optimizer, with both gradients (the weight's reads the padded input too)
   check_conv_grads(rng.standard_normal((2, 6, 9, 9)).astype(np.float32), rng.standard_normal((8, 6, 3, 3)).astype(np.float32), stride, 1)
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_large_conv_reads_in_place_where_the_renderer_does(large_in_place, groups):
+  # Renderer.large_conv_in_place: an ungrouped conv of any size reads its padded input through gates, one kernel
+  large_in_place(True)
+  y = Tensor.ones(1, 64, 92, 92).conv2d(Tensor.ones(8, 64 // groups, 3, 3), padding=1, groups=groups)
+  items, _, _ = create_schedule([y.uop])
+  assert len(items) == (1 if groups == 1 else 3), [it.ast.arg for it in items]
+
+def _image_blocks_kernel(l2_bytes: int, threads: int) -> tuple[Kernel, np.ndarray, np.ndarray, object]:
+  # 4 images of 16 x 56 x 56 (200 KB each) -> 64 channels: AVX-512's channel tile is 2 vectors of 16, so 2 channel blocks
+  x = rng.standard_normal((4, 16, 56, 56)).astype(np.float32)
+  w = rng.standard_normal((64, 16, 3, 3)).astype(np.float32)
+  y = Tensor(x).realize().conv2d(Tensor(w).realize(), padding=1)
+  items, _, _ = create_schedule([y.uop])
+  assert len(items) == 1, [it.ast.arg for it in items]
+  rnd = host_renderer(64)
+  rnd.large_conv_in_place, rnd.l2_bytes, rnd.threads = True, l2_bytes, threads
+  return hand_coded(Kernel(items[0].ast, rnd)), x, w, (items[0], rnd)
+
+@pytest.mark.parametrize("threads", [0, 2])
+def test_large_conv_in_place_takes_image_blocks(large_in_place, threads):
+  # an input over the L2 whose images fit it, on a thread pool: the images outside the channel blocks, each image's input read by
+  # both while in the L2, and the thread blocks images; without one the channel blocks stay outermost. Values against numpy
+  large_in_place(True)
+  k, x, w, (item, rnd) = _image_blocks_kernel(256 << 10, threads)
+  if threads: assert [range_size(r) for r in k.of_type(AxisType.GLOBAL)] == [4], k.applied
+  else: assert [range_size(r) for r in k.of_type(AxisType.LOOP)][:2] == [2, 4], k.applied
+  got, _ = run_ast(item, k.ast, rnd)
+  want = _conv_ref(x, w, 1, 1, 1)
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+
+def test_large_conv_in_the_l2_keeps_channel_blocks_outermost(large_in_place):
+  # the whole input (800 KB) within the L2: every channel block reads it from there, the blocks stay outermost (the thread loop)
+  large_in_place(True)
+  k, *_ = _image_blocks_kernel(1 << 20, 2)
+  assert [range_size(r) for r in k.of_type(AxisType.GLOBAL)] == [2], k.applied

@@ -1,0 +1,39 @@
+"""A large regular conv reads its padded input in place, with images as its outer blocks, only where the target has AVX-512's
+masked loads (CPULLVMRenderer.large_conv_in_place): x86-64-v4 yes; haswell, znver3 and the C renderer keep the padded copy."""
+from __future__ import annotations
+import copy
+import numpy as np
+import pytest
+from core import Tensor
+from core.device.registry import Device
+import core.tensor.conv as conv
+from core.codegen.opt import Kernel, OptOps
+from core.codegen.opt.heuristic import hand_coded
+from core.codegen.opt.kernel import range_size
+from core.ir.ops import AxisType
+from core.schedule.kernelize import create_schedule
+from plugin_cpu.renderer import CPULLVMRenderer
+from plugin_cpu.c_renderer import CPUCRenderer
+
+@pytest.mark.parametrize("arch, on", [("x86-64-v4", True), ("haswell", False), ("znver3", False)])
+def test_large_conv_in_place_by_target(arch, on):
+  assert CPULLVMRenderer(arch=arch).large_conv_in_place is on
+  assert CPULLVMRenderer(arch=arch).narrowed(32).large_conv_in_place is False
+  assert CPUCRenderer().large_conv_in_place is False
+
+@pytest.mark.parametrize("arch, images", [("x86-64-v4", True), ("haswell", False)])
+def test_in_place_conv_blocks(monkeypatch, arch, images):
+  # the conv read in place (as the graph is on an AVX-512 host), 6 images of 200 KB over an L2 of 256 KiB: on AVX-512 the thread
+  # blocks are the images and the channel blocks run inside them; haswell's keep the channel blocks outermost
+  monkeypatch.setattr(dev := Device[Device.DEFAULT].renderer, "large_conv_in_place", True)
+  if not dev.threads: monkeypatch.setattr(dev, "threads", 2)
+  monkeypatch.setattr(conv, "replayed", lambda key, inputs, build: build())   # no plan built with the fact off
+  x = Tensor(np.ones((6, 16, 56, 56), np.float32)).realize()
+  items, _, _ = create_schedule([x.conv2d(Tensor(np.ones((64, 16, 3, 3), np.float32)).realize(), padding=1).uop])
+  assert len(items) == 1
+  rnd = copy.copy(CPULLVMRenderer(arch=arch))
+  rnd.threads, rnd.l2_bytes = 2, 256 << 10
+  k = hand_coded(Kernel(items[0].ast, rnd))
+  assert any(o.op is OptOps.PACK for o in k.applied), k.applied
+  assert (not any(o.op is OptOps.SWAP for o in k.applied)) is images, k.applied
+  assert ([range_size(r) for r in k.of_type(AxisType.GLOBAL)] == [6]) is images, k.applied
