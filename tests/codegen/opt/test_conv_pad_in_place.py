@@ -59,13 +59,13 @@ def test_small_conv_through_tensor(stride):
   # the default device's renderer and optimizer, with both gradients (the weight's reads the padded input too)
   check_conv_grads(rng.standard_normal((2, 6, 9, 9)).astype(np.float32), rng.standard_normal((8, 6, 3, 3)).astype(np.float32), stride, 1)
 
-@pytest.mark.parametrize("groups", [1, 2])
-def test_large_conv_reads_in_place_where_the_renderer_does(large_in_place, groups):
-  # Renderer.large_conv_in_place: an ungrouped conv of any size reads its padded input through gates, one kernel
+@pytest.mark.parametrize("groups,dilation", [(1, 1), (2, 1), (1, 2)])
+def test_large_conv_reads_in_place_where_the_renderer_does(large_in_place, groups, dilation):
+  # Renderer.large_conv_in_place: an ungrouped undilated conv of any size reads its padded input through gates, one kernel
   large_in_place(True)
-  y = Tensor.ones(1, 64, 92, 92).conv2d(Tensor.ones(8, 64 // groups, 3, 3), padding=1, groups=groups)
+  y = Tensor.ones(1, 64, 92, 92).conv2d(Tensor.ones(8, 64 // groups, 3, 3), padding=dilation, groups=groups, dilation=dilation)
   items, _, _ = create_schedule([y.uop])
-  assert len(items) == (1 if groups == 1 else 3), [it.ast.arg for it in items]
+  assert len(items) == (1 if groups == dilation == 1 else 3), [it.ast.arg for it in items]
 
 def _image_blocks_kernel(l2_bytes: int, threads: int) -> tuple[Kernel, np.ndarray, np.ndarray, object]:
   # 4 images of 16 x 56 x 56 (200 KB each) -> 64 channels: AVX-512's channel tile is 2 vectors of 16, so 2 channel blocks
