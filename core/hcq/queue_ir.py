@@ -4,11 +4,14 @@ import functools, itertools, struct
 from typing import TYPE_CHECKING, Any, Callable
 from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp, Ops
-from core.ir.pattern import PatternMatcher, UPat
+from core.ir.pattern import PatternMatcher, UPat, Rule
 from core.helpers import frozen_record
 
 from core.device.hcq import QUEUE_KINDS
-if TYPE_CHECKING: from core.device.hcq import RingHCQ
+if TYPE_CHECKING:
+  import enum
+  from core.device.hcq import RingHCQ
+  from core.device.word_packets import WordPackets
 
 @frozen_record
 class ProgramData:
@@ -147,6 +150,24 @@ def lower_each_command(lower: Callable[[Any, UOp], UOp], name: str) -> PatternMa
                          (UPat(Ops.SIGNAL, src=(UPat(Ops.BUFFER), UPat()), name="cmd"), lower),
                          (UPat(Ops.BARRIER, src=(), name="cmd"), lower),
                          (UPat(Ops.TIMESTAMP, src=(UPat(),), name="cmd"), lower)], name=name)
+
+def word_packet_rules(packets: WordPackets[Any], opcodes: dict[Ops, enum.IntEnum]) -> list[Rule]:
+  """pm_lower's rules for COPY, WAIT, SIGNAL, TIMESTAMP and BARRIER in a WordPackets format (the software command
+  processors: EXAMPLE's SIM, METAL, WEBGPU): each command is one packet of opcode `opcodes[command]`, its fields patched
+  later: COPY (destination address, source address, nbytes), WAIT and SIGNAL (signal address, uint64 value), TIMESTAMP
+  (address), BARRIER (none). The device adds its own LAUNCH rule."""
+  def u64(v: UOp) -> UOp: return v if v.dtype == dtypes.uint64 else v.cast(dtypes.uint64)
+  def signal_op(op: enum.IntEnum, sig: UOp, value: UOp) -> UOp:
+    return ins(packets.packet(op, 0, 0), [(packets.field(0), getaddr(sig)), (packets.field(1), u64(value))])
+  return [
+    (UPat(Ops.COPY, src=(UPat(name="dst"), UPat(name="src")), name="cmd"), lambda ctx, cmd, dst, src:
+     ins(packets.packet(opcodes[Ops.COPY], 0, 0, cmd.arg), [(packets.field(0), getaddr(dst)), (packets.field(1), getaddr(src))])),
+    (UPat(Ops.WAIT, src=(UPat(name="sig"), UPat(name="value"))), lambda ctx, sig, value: signal_op(opcodes[Ops.WAIT], sig, value)),
+    (UPat(Ops.SIGNAL, src=(UPat(Ops.BUFFER, name="sig"), UPat(name="value"))),
+     lambda ctx, sig, value: signal_op(opcodes[Ops.SIGNAL], sig, value)),
+    (UPat(Ops.TIMESTAMP, src=(UPat(name="buf"),)),
+     lambda ctx, buf: ins(packets.packet(opcodes[Ops.TIMESTAMP], 0), [(packets.field(0), getaddr(buf))])),
+    (UPat(Ops.BARRIER, src=()), lambda ctx: ins(packets.packet(opcodes[Ops.BARRIER])))]
 
 def ring_bufferize(name: str) -> PatternMatcher:
   """A pm_bufferize for a RingHCQ device (ctx: its HCQ object): a per-queue placeholder becomes that queue's one buffer, a

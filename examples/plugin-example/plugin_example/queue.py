@@ -22,10 +22,9 @@ import enum, struct
 import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
-from core.hcq.queue_ir import ProgramData, getaddr, ins, ring_bufferize
+from core.hcq.queue_ir import ProgramData, getaddr, ins, ring_bufferize, word_packet_rules
 from core.device.word_packets import WordPackets
 from core.codegen.program import compiled_program
 
@@ -74,8 +73,6 @@ pm_prep_program = PatternMatcher([(compiled_program, prep_program)], name="examp
 # A patch is (byte offset in the packet, value): a constant is written into the words now, an address when the buffer has one,
 # a timeline value by the submit program when it copies the words into the ring.
 
-def _u64(v: UOp) -> UOp: return v if v.dtype == dtypes.uint64 else v.cast(dtypes.uint64)
-
 def lower_launch(ctx: EncodeCtx, cmd: UOp, prog: UOp, kernargs: UOp) -> UOp:
   data: ExampleProgramData = prog.arg
   if any(g != 1 for g in cmd.arg[0]):
@@ -83,18 +80,12 @@ def lower_launch(ctx: EncodeCtx, cmd: UOp, prog: UOp, kernargs: UOp) -> UOp:
   image = prog.src[1]   # the program placeholder the image bytes were put in
   return ins(packet(Op.LAUNCH, 0, 0, data.nbufs | data.nvars << 32), [(field(0), getaddr(image)), (field(1), getaddr(kernargs))])
 
-def lower_signal_op(op: Op, sig: UOp, value: UOp) -> UOp:
-  return ins(packet(op, 0, 0), [(field(0), getaddr(sig)), (field(1), _u64(value))])
-
 pm_lower = PatternMatcher([
   # LAUNCH(prepared PROGRAM, kernargs buffer) arg=(global size, local size)
   (UPat(Ops.LAUNCH, src=(UPat(Ops.PROGRAM, name="prog"), UPat(name="kernargs")), name="cmd"), lower_launch),
-  (UPat(Ops.COPY, src=(UPat(name="dst"), UPat(name="src")), name="cmd"),
-   lambda ctx, cmd, dst, src: ins(packet(Op.COPY, 0, 0, cmd.arg), [(field(0), getaddr(dst)), (field(1), getaddr(src))])),
-  (UPat(Ops.WAIT, src=(UPat(name="sig"), UPat(name="value"))), lambda ctx, sig, value: lower_signal_op(Op.WAIT, sig, value)),
-  (UPat(Ops.SIGNAL, src=(UPat(Ops.BUFFER, name="sig"), UPat(name="value"))), lambda ctx, sig, value: lower_signal_op(Op.SIGNAL, sig, value)),
-  (UPat(Ops.TIMESTAMP, src=(UPat(name="buf"),)), lambda ctx, buf: ins(packet(Op.TIMESTAMP, 0), [(field(0), getaddr(buf))])),
-  (UPat(Ops.BARRIER, src=()), lambda ctx: ins(packet(Op.BARRIER))),
+  # the other commands are one packet each, their fields as the format above says (core's rules for any WordPackets format)
+  *word_packet_rules(PACKETS, {Ops.COPY: Op.COPY, Ops.WAIT: Op.WAIT, Ops.SIGNAL: Op.SIGNAL, Ops.TIMESTAMP: Op.TIMESTAMP,
+                               Ops.BARRIER: Op.BARRIER}),
 ], name="example lower")
 
 # *** pm_bufferize (ctx: the device's SimHCQ): placeholders -> real buffers ***

@@ -19,10 +19,9 @@ import enum, struct
 import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
-from core.hcq.queue_ir import ProgramData, getaddr, ins, ring_bufferize
+from core.hcq.queue_ir import ProgramData, getaddr, ins, ring_bufferize, word_packet_rules
 from core.device.word_packets import WordPackets
 from core.codegen.program import compiled_program
 
@@ -67,22 +66,14 @@ pm_prep_program = PatternMatcher([(compiled_program, prep_program)], name="webgp
 
 # *** pm_lower (ctx: EncodeCtx): abstract commands -> INS(packet words, patches) ***
 
-def _u64(v: UOp) -> UOp: return v if v.dtype == dtypes.uint64 else v.cast(dtypes.uint64)
-
 def lower_launch(ctx: EncodeCtx, cmd: UOp, prog: UOp, kernargs: UOp) -> UOp:
   data: WebGPUProgramData = prog.arg
   return ins(packet(Op.LAUNCH, 0, 0, data.nbufs | data.nvars << 32), [(field(0), getaddr(prog.src[1])), (field(1), getaddr(kernargs))])
 
-def lower_signal_op(op: Op, sig: UOp, value: UOp) -> UOp: return ins(packet(op, 0, 0), [(field(0), getaddr(sig)), (field(1), _u64(value))])
-
 pm_lower = PatternMatcher([
   (UPat(Ops.LAUNCH, src=(UPat(Ops.PROGRAM, name="prog"), UPat(name="kernargs")), name="cmd"), lower_launch),
-  (UPat(Ops.COPY, src=(UPat(name="dst"), UPat(name="src")), name="cmd"),
-   lambda ctx, cmd, dst, src: ins(packet(Op.COPY, 0, 0, cmd.arg), [(field(0), getaddr(dst)), (field(1), getaddr(src))])),
-  (UPat(Ops.WAIT, src=(UPat(name="sig"), UPat(name="value"))), lambda ctx, sig, value: lower_signal_op(Op.WAIT, sig, value)),
-  (UPat(Ops.SIGNAL, src=(UPat(Ops.BUFFER, name="sig"), UPat(name="value"))), lambda ctx, sig, value: lower_signal_op(Op.SIGNAL, sig, value)),
-  (UPat(Ops.TIMESTAMP, src=(UPat(name="buf"),)), lambda ctx, buf: ins(packet(Op.TIMESTAMP, 0), [(field(0), getaddr(buf))])),
-  (UPat(Ops.BARRIER, src=()), lambda ctx: ins(packet(Op.BARRIER))),
+  *word_packet_rules(PACKETS, {Ops.COPY: Op.COPY, Ops.WAIT: Op.WAIT, Ops.SIGNAL: Op.SIGNAL, Ops.TIMESTAMP: Op.TIMESTAMP,
+                               Ops.BARRIER: Op.BARRIER}),
 ], name="webgpu lower")
 
 # *** pm_bufferize (ctx: the device's WebGPUHCQ): every placeholder is host memory the processor and the host both read ***
