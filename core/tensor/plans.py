@@ -5,6 +5,7 @@ from typing import Any, Callable, Sequence
 from core.ir.ops import Ops, UOp, rebuild
 from core.engine import realize_module
 from core.engine.state import facts
+from core.device.registry import Device
 
 # at most this many plans (a few small tuples each and the constant nodes they make), all dropped when full
 PLANS = 512
@@ -12,6 +13,8 @@ PLANS = 512
 # device and broadcasts: kept, not remade)
 _Plan = tuple[tuple[tuple[Ops, Any, tuple[int, ...], Any, Any, Any], ...], int, tuple[UOp, ...]]
 _plans: dict[Any, _Plan | None] = {}   # None: the builder's graph can't be replayed, always built
+# a builder may read its device's renderer (conv._pad_in_place: Renderer.large_conv_in_place), which a device name may change
+Device.on_change(_plans.clear)
 
 _NAMES_DATA = frozenset({Ops.BUFFER, Ops.UNIQUE})
 

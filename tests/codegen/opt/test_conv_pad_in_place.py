@@ -95,3 +95,15 @@ def test_large_conv_in_the_l2_keeps_channel_blocks_outermost(large_in_place):
   large_in_place(True)
   k, *_ = _image_blocks_kernel(1 << 20, 2)
   assert [range_size(r) for r in k.of_type(AxisType.GLOBAL)] == [2], k.applied
+
+def test_a_device_change_drops_the_conv_plans(monkeypatch):
+  # the conv's plan (keyed by device name) holds its renderer's choice: after Device.reset() the name's new renderer decides
+  def kernels(on: bool) -> int:
+    rnd = Device[Device.DEFAULT].renderer
+    monkeypatch.setattr(rnd, "large_conv_in_place", on, raising=False)
+    if not rnd.threads: monkeypatch.setattr(rnd, "threads", 2)
+    y = Tensor.ones(1, 64, 92, 92).contiguous().realize().conv2d(Tensor.ones(8, 64, 3, 3).contiguous().realize(), padding=1)
+    return len(create_schedule([y.uop])[0])
+  assert kernels(True) == 1
+  Device.reset()
+  assert kernels(False) == 3   # the padded copy's two kernels, then the conv
