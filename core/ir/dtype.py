@@ -92,6 +92,11 @@ class PtrDType(DType):
     if self.addrspace != AddrSpace.GLOBAL: args.append(repr(self.addrspace))
     return f"{self._base!r}.ptr({', '.join(args)})" + (f".vec({self.v})" if self.v != 1 else "")
 
+def global_nbytes(dt: DType) -> int:
+  """Bytes of the global buffer a pointer of type `dt` spans; 0 for a LOCAL or REG pointer, an unknown size or no pointer (the
+  optimizer and the CPU plugin weigh a kernel's buffers against cache sizes with it)."""
+  return dt.nbytes if isinstance(dt, PtrDType) and dt.addrspace == AddrSpace.GLOBAL and dt.size > 0 else 0
+
 class ImageDType(PtrDType):
   """A kernel parameter holding a 2-D RGBA image of `shape` (height, width) pixels of float32 or float16 channels: the same
   bytes as a row-major buffer of height*width*4 elements, read and written a pixel (4 channels) at (x, y) at a time."""

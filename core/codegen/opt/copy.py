@@ -1,6 +1,6 @@
 """Copy kernels that transpose (a.T.contiguous(), NCHW <-> NHWC): the loop order around their register tiles."""
 from __future__ import annotations
-from core.ir.dtype import AddrSpace, PtrDType
+from core.ir.dtype import global_nbytes
 from core.ir.ops import Ops, AxisType, UOp
 from core.codegen.opt.kernel import Kernel, range_size
 from core.codegen.opt.expander import contiguous_offset, strided_offset
@@ -64,8 +64,7 @@ def stores_cached(k: Kernel) -> bool:
   """The renderer stores this kernel's output plainly, into caches that hold its buffers: they total under its `stream_min_bytes`
   (0: not known, as where it never streams)."""
   bound = k.renderer.stream_min_bytes
-  return bound > 0 and sum(u.dtype.size * u.dtype.base.itemsize for u in k.ast.toposort() if u.op is Ops.PARAM and
-                           isinstance(u.dtype, PtrDType) and u.dtype.addrspace == AddrSpace.GLOBAL and u.dtype.size > 0) < bound
+  return bound > 0 and sum(global_nbytes(u.dtype) for u in k.ast.toposort() if u.op is Ops.PARAM) < bound
 
 def tiles_along_rows(row_bytes: int, lanes: int, lane_bytes: int, most: int, line: int = 64, cached: bool = False) -> int:
   """Tiles of `lanes` output rows, `row_bytes` apart, each reading `lanes` x `lane_bytes` of an input row, to run innermost along the

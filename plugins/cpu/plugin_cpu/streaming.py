@@ -1,7 +1,7 @@
 """Streaming (non-temporal) stores on x86-64: which kernel stores bypass the caches, decided once here for both CPU renderers."""
 from __future__ import annotations
 import functools, os
-from core.ir.dtype import AddrSpace, PtrDType, dtypes
+from core.ir.dtype import AddrSpace, PtrDType, dtypes, global_nbytes
 from core.ir.ops import UOp, Ops
 from core.helpers import host_machine
 from core.ir.pattern import PatternMatcher, UPat
@@ -62,9 +62,6 @@ def store_width(x: UOp, simd_bytes: int) -> int:
   n = val.dtype.itemsize
   return stream_width(n, simd_bytes, _known_align(idx.src[1], idx.src[0].dtype.base.itemsize)) or stream_width(n, simd_bytes)
 
-def _global_bytes(b: UOp) -> int:
-  return b.dtype.size * b.dtype.base.itemsize if isinstance(b.dtype, PtrDType) and b.dtype.addrspace == AddrSpace.GLOBAL and b.dtype.size > 0 else 0
-
 def _streamable(x: UOp, buf: UOp, i: UOp, val: UOp, min_bytes: int, simd_bytes: int) -> bool:
   pdt = buf.dtype
   if x.arg is not None or not isinstance(pdt, PtrDType) or pdt.addrspace != AddrSpace.GLOBAL or pdt.size < 0: return False
@@ -72,7 +69,7 @@ def _streamable(x: UOp, buf: UOp, i: UOp, val: UOp, min_bytes: int, simd_bytes: 
   # the buffers the stored value is made of, and the output: too big together for the last-level cache. An output under a
   # quarter of it stays plain (a matvec's, a column sum's: the next kernel may read it back from the cache; not measured)
   params = {u for u in x.toposort() if u.op is Ops.PARAM}
-  if _global_bytes(buf) * 4 < min_bytes or sum(_global_bytes(b) for b in params) < min_bytes: return False
+  if global_nbytes(buf.dtype) * 4 < min_bytes or sum(global_nbytes(b.dtype) for b in params) < min_bytes: return False
   # a value read back from the output (softmax's exps where they are stashed there, core.codegen.stash): its lines are in the
   # cache, and a streaming store over a cached line writes it out at once (softmax 4096x1000 streamed: 3.40 -> 4.13 ms)
   if any(u.op is Ops.INDEX and u.src[0] is buf for u in val.toposort()): return False
