@@ -37,7 +37,8 @@ class Renderer:
                                                             # (the host LLVM renderer's bfloat16 where the CPU has a bf16 dot product)
   threads: ClassVar[int] = 0                                # worker threads running GLOBAL blocks (gidx0); 0: no thread pool
   l2_bytes: int = 0                                         # bytes of one core's L2 cache; 0: unknown
-  large_conv_in_place: bool = False                         # an undilated 3x3 conv on the thread pool reads its padded input in place
+  large_conv_in_place: bool = False                         # an undilated 3x3 conv on the thread pool whose output channels fill
+                                                            # whole channel tiles (2 vectors) reads its padded input in place
                                                             # (gated loads) at any size, not through a padded copy (core.tensor.
                                                             # conv._pad_in_place), in thread blocks of images that fit the L2
                                                             # (heuristic._image_blocks); False: only small ones (PAD_IN_PLACE_BYTES)

@@ -278,22 +278,27 @@ def _weight_grad_product(x: Tensor, dy: Tensor, w: Tensor, groups: int, s: tuple
 # process A/B: 2x16x16x16 s2 -> 32 0.88x, 1x128x7x7 0.85x, 2x32x8x8 0.94x, 1x3x48x48 s2 0.93x, 2x3x32x32 and 2x16x16x16 even)
 PAD_IN_PLACE_BYTES = 512 * 1024
 
-def _pad_in_place(x: Tensor, pads: list, ks: Sequence[int], d: Sequence[int], groups: int, depthwise: bool) -> bool:
+def _pad_in_place(x: Tensor, pads: list, ws: Sequence[int], d: Sequence[int], groups: int) -> bool:
   """Whether conv2d reads its zero-padded input through gated loads rather than a copy kernel first: always for a depthwise
   conv (its k*k products per input element cost about what the copy does), and for a regular conv whose padded input is
-  small (PAD_IN_PLACE_BYTES) or, ungrouped undilated 3x3, where its device's renderer reads large ones in place too on its
-  thread pool (Renderer.large_conv_in_place, threads); a large one else keeps the copy, which the optimizer vectorizes and
+  small (PAD_IN_PLACE_BYTES) or, ungrouped undilated 3x3 with output channels in whole channel tiles (two vectors), where its
+  device's renderer reads large ones in place too on its thread pool (Renderer.large_conv_in_place, threads); `ws` is the
+  weight's shape. A large one else keeps the copy, which the optimizer vectorizes and
   register-tiles ungated. Other windows took tiles along the gated rows: 2-core Zen 4, engine path, A/B in one process, 2
   threads, ResNet's stem (8x3x224 7x7/2) 9.3 -> 18.4 ms in place, 8x128x28x28 -> 256 3x3/2's backward (its 1x1 and 2x2 phase
   convs) 13.6 -> 29.7; without a thread pool (images outermost, one thread) 32x64x56x56 -> 64 3x3 69.6 -> 71.1 ms; dilated
   (2 threads, load 4-5, 21 calls per process, processes alternated, medians) 4x32x40x40 -> 32 dilation 2 1.41 -> 4.5-8.2 ms
-  in place, where dilation 1 is even (1.2 ms)."""
-  if depthwise or not all(isinstance(n, int) for n in x.shape): return depthwise
+  in place, where dilation 1 is even (1.2 ms); output channels that fill no whole tile (1x3x300x300 -> 16, 8x16x130x130 ->
+  24, 8x32x64x64 -> 48: 2 threads, 15 calls per process, 3 processes alternated a side, medians 0.57-0.91 -> 0.99-1.22 ms,
+  7.9-9.6 -> 13.5-15.7, 4.5-5.2 -> 7.4-8.3), where -> 32 and -> 64 gained (8x16x130x130 -> 32 7.6-8.7 -> 6.4-7.1)."""
+  cout, cin_g, *ks = ws
+  if (depthwise := groups > 1 and cin_g == 1) or not all(isinstance(n, int) for n in x.shape): return depthwise
   padded = prod(x.shape[:2]) * prod(n + b + a for n, (b, a) in zip(x.shape[2:], pads))
   if padded * x.dtype.itemsize <= PAD_IN_PLACE_BYTES: return True
   if groups != 1 or any(k != 3 for k in ks) or any(di != 1 for di in d) or not isinstance(x.device, str): return False
   from core.device.registry import Device
-  return (rnd := Device[x.device].renderer).large_conv_in_place and rnd.threads > 0
+  rnd = Device[x.device].renderer
+  return rnd.large_conv_in_place and rnd.threads > 0 and cout % (2 * max(rnd.simd_width // x.dtype.itemsize, 1)) == 0
 
 @register_vjp("max_pool")
 def _max_pool_grad(ctx: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp | None, ...]:
@@ -349,12 +354,11 @@ def _conv_nodes(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, s: 
   xu, wu, dt = x.uop, weight.uop, x.dtype
   (bs, _), (cout, cin_g, *ks) = x.shape[:2], weight.shape
   nd, rc, ws = len(ks), cout // groups, weight.shape
-  depthwise = groups > 1 and cin_g == 1
   u = UOp(Ops.DETACH, dt, (xu,))
   w = UOp(Ops.DETACH, dt, (wu,)) if _weight_grad_by_channels(groups, ws) else wu
   if any(b or a for b, a in pads):
     u = u.pad(((0, 0), (0, 0)) + tuple((int(b), int(a)) for b, a in pads))
-    if not _pad_in_place(x, pads, ks, d, groups, depthwise): u = u.contiguous()
+    if not _pad_in_place(x, pads, ws, d, groups): u = u.contiguous()
   if all(ki == 1 for ki in ks) and all(si == 1 for si in s): u = u.reshape(u.shape + (1,) * nd)   # type: ignore[operator]
   else: u = _windows(u, nd + 2, ks, s, d)
   os_ = u.shape[2:2 + nd]   # type: ignore[index]
@@ -415,7 +419,6 @@ class ConvMixin:
     # loaded 2-core host: 8x96x112 stride 2 10-15 -> 5.5 ms, 8x144x56 4.2-6.6 -> 3.0-4.2 ms, 7x7 and 14x14 about even);
     # nor for a small one (_pad_in_place)
     pads = _padding(padding, nd)
-    depthwise = groups > 1 and cin_g == 1
     if (fast := _conv_uops(self, weight, bias, groups, make_tuple(stride, nd), make_tuple(dilation, nd), pads, dtype)) is not None:
       return fast
     # the input's gradient is a transposed conv (_conv_input_grad), not autograd through the windows below: that would build
@@ -425,7 +428,7 @@ class ConvMixin:
     w_in = weight   # the weight's gradient too comes from the rule (_weight_grad), except a depthwise conv's
     if custom and _weight_grad_by_channels(groups, weight.shape): weight = weight.detach()
     if any(b or a for b, a in pads):
-      in_place = _pad_in_place(x, pads, ks, make_tuple(dilation, nd), groups, depthwise)
+      in_place = _pad_in_place(x, pads, weight.shape, make_tuple(dilation, nd), groups)
       x = x.pad([None, None] + pads) if in_place else x.pad([None, None] + pads).contiguous()
     x = x._pool(ks, stride, dilation)  # (bs, cin, *o, *k)
     os_ = x.shape[2:2 + nd]

@@ -63,9 +63,19 @@ def test_small_conv_through_tensor(stride):
 def test_large_conv_reads_in_place_where_the_renderer_does(large_in_place, groups, dilation):
   # Renderer.large_conv_in_place: an ungrouped undilated conv of any size reads its padded input through gates, one kernel
   large_in_place(True)
-  y = Tensor.ones(1, 64, 92, 92).conv2d(Tensor.ones(8, 64 // groups, 3, 3), padding=dilation, groups=groups, dilation=dilation)
+  y = Tensor.ones(1, 64, 92, 92).conv2d(Tensor.ones(64, 64 // groups, 3, 3), padding=dilation, groups=groups, dilation=dilation)
   items, _, _ = create_schedule([y.uop])
   assert len(items) == (1 if groups == dilation == 1 else 3), [it.ast.arg for it in items]
+
+@pytest.mark.parametrize("simd_bytes,cout,in_place", [(64, 32, True), (64, 64, True), (64, 16, False), (64, 24, False), (64, 48, False),
+                                                      (32, 16, True), (32, 48, True), (32, 24, False)])
+def test_large_conv_in_place_only_with_whole_channel_tiles(large_in_place, monkeypatch, simd_bytes, cout, in_place):
+  # output channels that fill no whole channel tile (two vectors) take tiles along the gated rows in place: they keep the copy
+  large_in_place(True)
+  monkeypatch.setattr(Device[Device.DEFAULT].renderer, "simd_width", simd_bytes, raising=False)
+  y = Tensor.ones(1, 64, 92, 92).conv2d(Tensor.ones(cout, 64, 3, 3), padding=1)
+  items, _, _ = create_schedule([y.uop])
+  assert len(items) == (1 if in_place else 3), [it.ast.arg for it in items]
 
 def _image_blocks_kernel(l2_bytes: int, threads: int) -> tuple[Kernel, np.ndarray, np.ndarray, object]:
   # 4 images of 16 x 56 x 56 (200 KB each) -> 64 channels: AVX-512's channel tile is 2 vectors of 16, so 2 channel blocks
@@ -102,7 +112,7 @@ def test_a_device_change_drops_the_conv_plans(monkeypatch):
     rnd = Device[Device.DEFAULT].renderer
     monkeypatch.setattr(rnd, "large_conv_in_place", on, raising=False)
     if not rnd.threads: monkeypatch.setattr(rnd, "threads", 2)
-    y = Tensor.ones(1, 64, 92, 92).contiguous().realize().conv2d(Tensor.ones(8, 64, 3, 3).contiguous().realize(), padding=1)
+    y = Tensor.ones(1, 64, 92, 92).contiguous().realize().conv2d(Tensor.ones(64, 64, 3, 3).contiguous().realize(), padding=1)
     return len(create_schedule([y.uop])[0])
   assert kernels(True) == 1
   Device.reset()
