@@ -1,15 +1,12 @@
 """METAL's MOCK interface (DEV=MOCK+METAL): the command-buffer programs in the rings are replayed on the host, each DISPATCH running
 the kernel's own MSL built as C++ against the host <metal_stdlib> (hostbuild.py), so what is checked is the MSL the device gets."""
 from __future__ import annotations
-import ctypes, importlib.util, time
+import ctypes, time
 from typing import Any
 from core.device.hcq import PerDevice, peek, poke
 from plugin_metal.cmdbuf import Call
 from plugin_metal.icb import Icb, IcbCommand
 from plugin_metal.queues import MetalHCQ
-
-CPU_MISSING = ("MOCK+METAL needs plugin-cpu: core compiles the HCQ submit program with Device['CPU']. "
-               "pip install ./plugins/cpu (plugin-metal declares it), or DEV=NULL:METAL to compile only")
 
 class MockEncoder:
   """A compute/blit encoder in software: the bound pipeline and buffers, each call done at once on this thread (in order, so a
@@ -69,5 +66,4 @@ _by_device: PerDevice[MockHCQ] = PerDevice()
 def mock_hcq(device: str) -> MockHCQ:
   """The MockHCQ of a device instance, one per process like the queues it stands for (a reopened device keeps its queues and
   signals, which core's cached submissions and host timelines refer to)."""
-  if importlib.util.find_spec("plugin_cpu") is None: raise RuntimeError(CPU_MISSING)
   return _by_device.get(device, lambda: MockHCQ(device))
