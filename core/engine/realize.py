@@ -470,14 +470,12 @@ def _op_key(u: UOp) -> tuple[tuple, list[UOp], list[UOp]]:
   """(the eager op cache's key of root `u`, its input BUFFER nodes in order, the nodes it holds as themselves). A plan's output
   (core.tensor.plans) is keyed by the plan's key over the plan's inputs, as _walk keys it: its graph is the plan's."""
   if (f := _fget(id(u))) is not None and (p := f.plan) is not None:
-    return _sources_key([_PLAN, p[0]], p[1]) if (ok := p[2]) is None else (ok[0], ok[1], [])   # noted by plans.pending
+    return _sources_key([_PLAN, p[0]], p[1]) if (ok := p[2]) is None else ok   # noted by plans.pending
   return _sources_key([u.op, u.dtype, u._key[3], u.tag], u.src)
 
-def plan_op_key(plan_key: Any, inputs: tuple[UOp, ...]) -> tuple[tuple, list[UOp]]:
-  """(the eager op cache's key of the output of plan `plan_key` (core.tensor.plans) over `inputs`, its input BUFFER nodes),
-  made without the output's node: _op_key's for that node."""
-  key, bufs, _ = _sources_key([_PLAN, plan_key], inputs)
-  return key, bufs
+def plan_op_key(plan_key: Any, inputs: tuple[UOp, ...]) -> tuple[tuple, list[UOp], list[UOp]]:
+  """_op_key's answer for the output of plan `plan_key` (core.tensor.plans) over `inputs`, made without the output's node."""
+  return _sources_key([_PLAN, plan_key], inputs)
 
 def _sources_key(key: list, srcs: tuple[UOp, ...]) -> tuple[tuple, list[UOp], list[UOp]]:
   """_op_key from its root's part `key` and the root's sources `srcs`."""

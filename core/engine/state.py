@@ -22,7 +22,7 @@ class NodeFacts:
     self.version = 0
     self.assigned: UOp | None = None
     self.plain = -1
-    self.plan: tuple[Any, tuple[UOp, ...], tuple[tuple, list[UOp]] | None] | None = None
+    self.plan: tuple[Any, tuple[UOp, ...], tuple[tuple, list[UOp], list[UOp]] | None] | None = None
     self._ref: weakref.ref | None = None   # keeps the weak reference (and so its callback) alive as long as the entry
 
 class _KeyRef(weakref.ref):

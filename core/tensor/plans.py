@@ -12,6 +12,8 @@ PLANS = 512
 # the steps (op, dtype, sources, arg, arg's hash key, tag), the output's index, the nodes made from no input (constants, their
 # device and broadcasts: kept, not remade)
 _Plan = tuple[tuple[tuple[Ops, Any, tuple[int, ...], Any, Any, Any], ...], int, tuple[UOp, ...]]
+# an output's eager op cache key, its input BUFFER nodes and the nodes the key holds as themselves (core.engine.realize._op_key)
+OpKey = tuple[tuple, list[UOp], list[UOp]]
 _plans: dict[Any, _Plan | None] = {}   # None: the builder's graph can't be replayed, always built
 # a builder may read its device's renderer (conv._pad_in_place: Renderer.large_conv_in_place), which a device name may change
 Device.on_change(_plans.clear)
@@ -22,7 +24,7 @@ _NAMES_DATA = frozenset({Ops.BUFFER, Ops.UNIQUE})
 # the plan instead of walking its nodes (core/engine/realize.py: _walk_graph)
 NOTE_PLANS = True
 
-def _noted(key: Any, inputs: Sequence[UOp], out: UOp, plan: _Plan, op_key: tuple[tuple, list[UOp]] | None) -> UOp:
+def _noted(key: Any, inputs: Sequence[UOp], out: UOp, plan: _Plan, op_key: OpKey | None) -> UOp:
   """out, noted as `key`'s plan over `inputs` (with its op key when made: pending) when it is made from them (not an input
   itself, as an identity move's output is, nor a constant)."""
   if NOTE_PLANS and plan[1] >= len(inputs) + len(plan[2]): facts.of(out).plan = (key, tuple(inputs), op_key)
@@ -72,7 +74,7 @@ def _record(out: UOp, inputs: Sequence[UOp]) -> _Plan | None:
 
 _UNSEEN: Any = object()
 
-def replayed(key: Any, inputs: Sequence[UOp], build: Callable[[], UOp], op_key: tuple[tuple, list[UOp]] | None = None) -> UOp:
+def replayed(key: Any, inputs: Sequence[UOp], build: Callable[[], UOp], op_key: OpKey | None = None) -> UOp:
   """build()'s node for these inputs: replayed from the plan recorded under `key` (everything besides the inputs that build
   reads: shapes, dtypes, arguments) when the inputs are apart, else built (and recorded). build must make its nodes from
   the inputs and the key alone: no fresh buffers (a replay would share their unique ids) and no symbolic dims (nodes in args).
@@ -104,5 +106,5 @@ def pending(key: Any, inputs: tuple[UOp, ...], build: Callable[[], UOp]) -> Pend
   that op key noted (an eager realize of it reads the key instead of making it again)."""
   if not NOTE_PLANS or not replayable(inputs): return replayed(key, inputs, build)
   engine = realize_module()
-  ok, bufs = engine.plan_op_key(key, inputs)
-  return PendingPlan((ok, bufs, key, inputs, build)) if ok in engine.eager_ops.table else replayed(key, inputs, build, (ok, bufs))
+  ok = engine.plan_op_key(key, inputs)
+  return PendingPlan((ok[0], ok[1], key, inputs, build)) if ok[0] in engine.eager_ops.table else replayed(key, inputs, build, ok)
