@@ -281,10 +281,10 @@ PAD_IN_PLACE_BYTES = 512 * 1024
 def _pad_in_place(x: Tensor, pads: list, ws: Sequence[int], d: Sequence[int], groups: int) -> bool:
   """Whether conv2d reads its zero-padded input through gated loads rather than a copy kernel first: always for a depthwise
   conv (its k*k products per input element cost about what the copy does), and for a regular conv whose padded input is
-  small (PAD_IN_PLACE_BYTES) or, ungrouped undilated 3x3 with output channels in whole channel tiles (two vectors), where its
-  device's renderer reads large ones in place too on its thread pool (Renderer.large_conv_in_place, threads); `ws` is the
-  weight's shape. A large one else keeps the copy, which the optimizer vectorizes and
-  register-tiles ungated. Other windows took tiles along the gated rows: 2-core Zen 4, engine path, A/B in one process, 2
+  small (PAD_IN_PLACE_BYTES) or, ungrouped undilated 3x3 of a realized input with output channels in whole channel tiles (two
+  vectors), where its device's renderer reads large ones in place too on its thread pool (Renderer.large_conv_in_place,
+  threads); `ws` is the weight's shape. A large one else keeps the copy, which the optimizer vectorizes and register-tiles
+  ungated. Other windows took tiles along the gated rows: 2-core Zen 4, engine path, A/B in one process, 2
   threads, ResNet's stem (8x3x224 7x7/2) 9.3 -> 18.4 ms in place, 8x128x28x28 -> 256 3x3/2's backward (its 1x1 and 2x2 phase
   convs) 13.6 -> 29.7; without a thread pool (images outermost, one thread) 32x64x56x56 -> 64 3x3 69.6 -> 71.1 ms; dilated
   (2 threads, load 4-5, 21 calls per process, processes alternated, medians) 4x32x40x40 -> 32 dilation 2 1.41 -> 4.5-8.2 ms
@@ -296,6 +296,9 @@ def _pad_in_place(x: Tensor, pads: list, ws: Sequence[int], d: Sequence[int], gr
   padded = prod(x.shape[:2]) * prod(n + b + a for n, (b, a) in zip(x.shape[2:], pads))
   if padded * x.dtype.itemsize <= PAD_IN_PLACE_BYTES: return True
   if groups != 1 or any(k != 3 for k in ks) or any(di != 1 for di in d) or not isinstance(x.device, str): return False
+  u = x.uop
+  while u.op in (Ops.DETACH, Ops.RESHAPE) and len(u.src) == 1: u = u.src[0]
+  if u.op is not Ops.BUFFER: return False   # computed in this graph: its producer runs once, fused into the copy
   from core.device.registry import Device
   rnd = Device[x.device].renderer
   return rnd.large_conv_in_place and rnd.threads > 0 and cout % (2 * max(rnd.simd_width // x.dtype.itemsize, 1)) == 0
