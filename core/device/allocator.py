@@ -37,7 +37,12 @@ class Allocator(Generic[T]):
   device: str = "?"
   used: int = 0   # bytes handed out and not yet freed (cache excluded); class defaults so a subclass may skip __init__
 
-  def __init__(self, device: str = "?"): self.device = device
+  def __init__(self, device: str = "?"):
+    # the name is what every error message and Buffer reads: a device object here would only fail later, far from the mistake
+    if not isinstance(device, str):
+      raise TypeError(f"{type(self).__name__}(device): device is the device's name (a str such as 'CPU'), not a {type(device).__name__}; "
+                      f"pass the name (a Compiled device's .device)")
+    self.device = device
 
   def alloc(self, size: int, options: BufferSpec | None = None) -> T:
     if not isinstance(size, int) or size <= 0: raise ValueError(f"{self.device}: can't allocate {size!r} bytes, size must be a positive int")

@@ -1,5 +1,7 @@
 """Allocator and LRUAllocator: reuse of freed blocks, and OutOfMemory messages that say what happened."""
 from __future__ import annotations
+from types import SimpleNamespace
+from typing import Any
 import pytest
 from core.device.allocator import Allocator, BufferSpec, LRUAllocator, OutOfMemory
 
@@ -57,6 +59,13 @@ def test_plain_allocator_wraps_memory_error() -> None:
 @pytest.mark.parametrize("size", [0, -5, 1.5])
 def test_bad_sizes_are_refused(size) -> None:
   with pytest.raises(ValueError, match="positive int"): CappedMemory(10).alloc(size)
+
+@pytest.mark.parametrize("cls", [Allocator, LRUAllocator])
+@pytest.mark.parametrize("device, kind", [(SimpleNamespace(device="TEST"), "SimpleNamespace"), (None, "NoneType")])
+def test_device_that_is_not_a_name_is_refused_at_construction(cls: type, device: Any, kind: str) -> None:
+  # a device object (a Compiled, with the name in .device) is the likely mistake: refused here, not by a later error
+  with pytest.raises(TypeError, match=rf"^{cls.__name__}\(device\): device is the device's name \(a str such as 'CPU'\), not a {kind}; "):
+    cls(device)
 
 def test_subclass_may_skip_init() -> None:
   class NoInit(LRUAllocator[bytearray]):
