@@ -1,8 +1,20 @@
-"""Shared test helpers: CORE_TEST_SCALE shape scaling, numpy comparison of forward and backward, numerical gradients."""
+"""Shared test helpers: CI runs, CORE_TEST_SCALE shape scaling, numpy comparison of forward and backward, numerical gradients."""
 from __future__ import annotations
 import os
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 import numpy as np
+import pytest
+
+def ci_run() -> bool:
+  """This is a CI run: CI=true (or 1), as .ci/run and GitHub Actions set it. A CI job installs every tool its tests need
+  (its testing extra, the packages .ci/run installs), so there a missing tool is a broken job: a failure, not a skip."""
+  return os.environ.get("CI", "").lower() in ("true", "1")
+
+def missing_tool(msg: str) -> NoReturn:
+  """A tool the test needs is missing: fails in a CI run (its job installs the tool), skips elsewhere. `msg` names the tool
+  and how to install it."""
+  if ci_run(): pytest.fail(msg)
+  pytest.skip(msg)
 
 def scale_factor() -> float:
   """CORE_TEST_SCALE (default 1.0): slow devices run the suite with smaller shapes."""

@@ -1,6 +1,7 @@
 """bfloat16 on renderers without it: uint16 storage, float32 math rounded to bf16 after each op."""
 import numpy as np
 import pytest
+from core.testing.helpers import ci_run
 from core import Tensor, dtypes
 from core.ir.dtype import truncate, float_to_bf16_bits
 
@@ -25,7 +26,7 @@ def test_bf16_store_rounds_to_nearest_even(dev="PYTHON"):
 def test_bf16_emulation_on_the_c_renderer():
   """The C renderer has no bf16 either: run the same checks there (DEV picks the renderer, so use a subprocess)."""
   import subprocess, sys, os
-  if os.environ.get("CI") != "true": pytest.importorskip("plugin_cpu")   # the core job installs every plugin: there it must import
+  if not ci_run(): pytest.importorskip("plugin_cpu")   # the core job installs every plugin: there it must import
   code = (f"import runpy; t = type('m', (), runpy.run_path({os.path.abspath(__file__)!r}))\n"
           "t.test_bf16_cast_and_math_match_reference_rounding('CPU'); t.test_bf16_bits_round_trip_exactly('CPU'); "
           "t.test_bf16_store_rounds_to_nearest_even('CPU'); print('ok')")

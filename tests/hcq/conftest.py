@@ -1,10 +1,10 @@
 """Fixtures for core/hcq's tests: FAKE and FAKE:1, devices of the fake HCQ plugin in fakehcq.py."""
-import os
 import pytest
+from core.testing.helpers import ci_run
 
 @pytest.fixture
 def fake():
-  if os.environ.get("CI") != "true": pytest.importorskip("plugin_cpu")   # the core job installs every plugin: there it must import
+  if not ci_run(): pytest.importorskip("plugin_cpu")   # the core job installs every plugin: there it must import
   import fakehcq
   from core.device.registry import Device
   from core.hcq import state

@@ -1,7 +1,8 @@
 """Each HCQ stage on small hand-built graphs (fake plugin hooks, no command processor needed)."""
-import ctypes, os, struct
+import ctypes, struct
 from dataclasses import dataclass
 import pytest
+from core.testing.helpers import ci_run
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.hcq import queue_ir as q
@@ -53,7 +54,7 @@ def test_placeholders_and_queue_buffers():
   assert i.op is Ops.INS and i.arg == (b"\x01\x00\x00\x00", (0,)) and i.src[0].arg == 5
 
 def test_prep_fills_kernargs_and_program_image():
-  if os.environ.get("CI") != "true": pytest.importorskip("plugin_cpu")   # the core job installs every plugin: there it must import
+  if not ci_run(): pytest.importorskip("plugin_cpu")   # the core job installs every plugin: there it must import
   a, b = buf(), buf()
   ctx = state()
   out = prep_runtime(schedule_linear([kernel("k", a, b)]), ctx)

@@ -2,10 +2,10 @@
 
 Every node test runs except those EXCLUDED below, each with its reason; test_node_suite_coverage asserts the share that
 runs (and so must pass). Measured on DEV=CPU with onnx 1.23.2: see FLOOR."""
-import os
 import re
 import pytest
-if os.environ.get("CI") != "true": pytest.importorskip("onnx")   # the core job installs onnx: there it must be importable
+from core.testing.helpers import ci_run
+if not ci_run(): pytest.importorskip("onnx")   # the core job installs onnx: there it must be importable
 import onnx.backend.test  # noqa: E402
 from core.onnx.backend import CoreBackend  # noqa: E402
 

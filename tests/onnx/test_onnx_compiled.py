@@ -3,7 +3,8 @@ inputs, compile nothing, give a fresh OnnxRunner's outputs, and refuse files of 
 import json, os, struct, subprocess, sys, textwrap
 import numpy as np
 import pytest
-if os.environ.get("CI") != "true":   # the testing extra installs onnx: the core job must import it
+from core.testing.helpers import ci_run
+if not ci_run():   # the testing extra installs onnx: the core job must import it
   pytest.importorskip("onnx")
 import onnx  # noqa: E402
 from core.device.registry import Device  # noqa: E402
@@ -169,7 +170,7 @@ def _available(dev: str) -> bool:
   import ctypes.util, importlib.util
   plugin = "plugin_" + dev.split("+")[-1].split(":")[0].lower()
   if importlib.util.find_spec(plugin) is None:
-    assert os.environ.get("CI") != "true", f"the core job installs every plugin, yet {plugin} is missing"
+    assert not ci_run(), f"the core job installs every plugin, yet {plugin} is missing"
     return False
   return dev != "CL+QCOM" or ctypes.util.find_library("OpenCL") is not None
 
@@ -219,7 +220,7 @@ def test_compiled_vision_model_reads_weights_as_images(dev, tmp_path):
 def test_bench_rows_run_and_check_against_onnxruntime(capsys):
   """bench/onnx_models.py in a short run: its rows print, and every runner's output was checked against onnxruntime first
   (a smoke run: nothing about speed is asserted)."""
-  pytest.importorskip("onnxruntime") if os.environ.get("CI") != "true" else None
+  if not ci_run(): pytest.importorskip("onnxruntime")
   import importlib.util
   spec = importlib.util.spec_from_file_location("bench_onnx_models", os.path.join(ROOT, "bench", "onnx_models.py"))
   assert spec is not None and spec.loader is not None

@@ -2,10 +2,10 @@
 as the kernel's estimates say (runtime.serial_by_estimate, the rule the Jit's queue launches follow), through direct launches and
 through the command queues alike, never by timing launches at load (that choice differed from the Jit's and with the host's
 load); the outputs stay those of a fresh runner."""
-import os
 import numpy as np
 import pytest
-if os.environ.get("CI") != "true":   # the testing extra installs onnx: the core job must import it
+from core.testing.helpers import ci_run
+if not ci_run():   # the testing extra installs onnx: the core job must import it
   pytest.importorskip("onnx")
 from core.device.registry import Device  # noqa: E402
 from core.onnx import OnnxRunner, load_compiled  # noqa: E402

@@ -1,8 +1,8 @@
 """Subgraphs (If, Loop, Scan) and sequence values in OnnxRunner, against numpy."""
-import os
 import numpy as np
 import pytest
-if os.environ.get("CI") != "true": pytest.importorskip("onnx")
+from core.testing.helpers import ci_run
+if not ci_run(): pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
 from core.onnx import OnnxRunner  # noqa: E402
 

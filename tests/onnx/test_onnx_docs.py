@@ -1,7 +1,8 @@
 """docs/onnx.md's supported-op table is generated from the registry: it must match the registry of this checkout."""
-import importlib.util, os, pathlib
+import importlib.util, pathlib
 import pytest
-if os.environ.get("CI") != "true": pytest.importorskip("onnx")
+from core.testing.helpers import ci_run
+if not ci_run(): pytest.importorskip("onnx")
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 

@@ -1,9 +1,9 @@
 """Load-time graph rewrites: Conv -> BatchNormalization pairs folded into one Conv (core/onnx/fold.py), against onnx's reference
 implementation, and the pairs that must not fold; one-element initializers held as constants (core/onnx/runner.py)."""
-import os
 import numpy as np
 import pytest
-if os.environ.get("CI") != "true":
+from core.testing.helpers import ci_run
+if not ci_run():
   pytest.importorskip("onnx")
 import onnx  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402

@@ -1,8 +1,8 @@
 """ai.onnx.ml ops against onnx's reference evaluator."""
-import os
 import numpy as np
 import pytest
-if os.environ.get("CI") != "true": pytest.importorskip("onnx")
+from core.testing.helpers import ci_run
+if not ci_run(): pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 from core.onnx import OnnxError, OnnxRunner  # noqa: E402

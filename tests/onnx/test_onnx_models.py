@@ -3,7 +3,8 @@
 import os
 import numpy as np
 import pytest
-if os.environ.get("CI") != "true":   # test-only dependencies (the testing extra): the core job installs both, so there they must import
+from core.testing.helpers import ci_run
+if not ci_run():   # test-only dependencies (the testing extra): the core job installs both, so there they must import
   pytest.importorskip("onnx")
   pytest.importorskip("onnxruntime")
 import onnx  # noqa: E402

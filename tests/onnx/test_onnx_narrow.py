@@ -1,9 +1,9 @@
 """Casts to ONNX's narrow types (float8, float4, 4- and 2-bit ints) computed with Tensor ops, against ml_dtypes and onnx's
 reference conversions."""
-import os
 import numpy as np
 import pytest
-if os.environ.get("CI") != "true": pytest.importorskip("onnx")
+from core.testing.helpers import ci_run
+if not ci_run(): pytest.importorskip("onnx")
 import ml_dtypes  # noqa: E402
 from onnx import numpy_helper  # noqa: E402
 from core.tensor.tensor import Tensor  # noqa: E402

@@ -2,9 +2,10 @@
 rule (they read 0) unless CHECK_BOUNDS=1 reports them, Python scalars that don't fit a dtype promote or raise, bad
 arguments raise TypeError/ValueError/IndexError naming the method and the argument, huge allocations raise OutOfMemory."""
 from __future__ import annotations
-import importlib.util, os
+import importlib.util
 import numpy as np
 import pytest
+from core.testing.helpers import ci_run
 from core import Tensor, dtypes
 from core.helpers import Context
 from core.device.allocator import OutOfMemory
@@ -13,7 +14,7 @@ import core.tensor.validate  # noqa: F401  (registers CHECK_BOUNDS with Context)
 def devices() -> list[str]:
   """The interpreter always; the CPU plugin's device where it is installed (the core CI job installs it: required there)."""
   has_cpu = importlib.util.find_spec("plugin_cpu") is not None
-  if os.getenv("CI") == "true": assert has_cpu, "the core CI job installs plugin-cpu"
+  if ci_run(): assert has_cpu, "the core CI job installs plugin-cpu"
   return ["PYTHON"] + (["CPU"] if has_cpu else [])
 
 # *** Python indices ***

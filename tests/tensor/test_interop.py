@@ -1,16 +1,17 @@
 """Zero-copy interop: numpy views of host memory (kept alive, read-only, copies where core rewrites the memory), DLPack both
 ways (numpy always, torch when installed), and tensors over foreign pointers."""
 from __future__ import annotations
-import gc, os
+import gc
 import numpy as np
 import pytest
+from core.testing.helpers import ci_run
 from core import Tensor, Jit
 from core.device.registry import Device
 
 @pytest.fixture
 def cpu() -> str:
   # zero-copy needs a device whose memory is host memory: the CPU plugin, which the core job installs (there it must import)
-  if os.environ.get("CI") != "true": pytest.importorskip("plugin_cpu", reason="zero-copy needs the CPU plugin's host memory")
+  if not ci_run(): pytest.importorskip("plugin_cpu", reason="zero-copy needs the CPU plugin's host memory")
   return "CPU"
 
 def test_asarray_is_numeric():

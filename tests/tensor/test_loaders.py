@@ -2,11 +2,12 @@
 gguf_load (against the gguf package's writer and dequantizer), fetch / Tensor.from_url (against a server on 127.0.0.1), and
 a clear ValueError for every kind of malformed file."""
 from __future__ import annotations
-import gzip, http.server, io, os, pickle, struct, sys, threading, types, zipfile
+import gzip, http.server, io, pickle, struct, sys, threading, types, zipfile
 from collections import OrderedDict
 from typing import Any
 import numpy as np
 import pytest
+from core.testing.helpers import ci_run
 from core import Tensor, dtypes
 from core.fetch import DownloadError
 from core.tensor.nn.state import fetch, gguf_load, torch_load
@@ -202,7 +203,7 @@ def test_torch_load_reads_what_torch_saves(tmp_path, zip_format):
 # *** GGUF: files from the gguf package's writer, values from its dequantizer ***
 
 def _gguf() -> Any:
-  if os.environ.get("CI"): import gguf   # the core job installs it: missing there is a failure
+  if ci_run(): import gguf   # the core job installs it: missing there is a failure
   else: gguf = pytest.importorskip("gguf", reason="pip install gguf (the testing extra) to check gguf_load against the reference")
   return gguf
 

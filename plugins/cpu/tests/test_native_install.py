@@ -3,13 +3,13 @@ DEV=CPU:LLVM on a machine with no C compiler at all."""
 from __future__ import annotations
 import ctypes, os, pathlib, subprocess, sys
 import pytest
+from core.testing.helpers import missing_tool
 from plugin_cpu import native
 
 def require_prebuilt() -> pathlib.Path:
   if (path := native.prebuilt()) is None:
     # CI installs the plugin with a compiler present, so the library must have been built then
-    if os.environ.get("CI"): pytest.fail("the CPU plugin was installed without its native library (setup.py's build_ext failed)")
-    pytest.skip("this install has no prebuilt native library (no C compiler when it was installed)")
+    missing_tool("this install has no prebuilt native library (no C compiler when it was installed, or setup.py's build_ext failed)")
   return path
 
 def test_the_prebuilt_library_matches_the_installed_sources():

@@ -5,9 +5,10 @@ tile. AVX-512 (32 zmm), streamed kernels, NCHW -> NHWC's short output rows and k
 16 x 16. Small transposes take the tile too. Opts and the code LLVM and clang make of it for an explicit AVX2 CPU (haswell);
 results against numpy under both renderers."""
 from __future__ import annotations
-import copy, os, platform, re, shutil
+import copy, platform, re, shutil
 import numpy as np
 import pytest
+from core.testing.helpers import missing_tool
 from cpu_kernels import run_on_renderer
 from core import Tensor
 from core.codegen.opt import Kernel, OptOps
@@ -71,8 +72,7 @@ def test_cached_avx2_transpose_spills_no_register(ren, shape):
   # tile, 36 per 16-row one), and runs them at about the same speed (one Zen 3 thread, 1024^2: 10.4 vs 8.8 GB/s, 768x3072: 7.6
   # vs 8.4), so it is no measure of the tile's register count
   if ren == "C" and (clang := shutil.which("clang")) is None:
-    if os.environ.get("CI"): pytest.fail("clang is not installed (.ci/run installs it)")
-    pytest.skip("no clang")
+    missing_tool("clang is not installed: apt install clang (.ci/run installs it)")
   k, rnd = _kernel(_t, [shape], ren)
   comp = LLVMCompiler(cpu="haswell") if ren == "LLVM" else CCompiler(cc=clang, march="haswell")
   asm = comp.disassemble(comp.compile(program_source(get_program(k.ast, rnd, optimize=False))))

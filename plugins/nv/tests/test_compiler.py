@@ -1,7 +1,8 @@
 """The PTX compiler: LLVM IR -> PTX (llvmlite) -> cubin (ptxas): the PTX's key lines, the cubin's ELF header per arch, errors."""
 from __future__ import annotations
-import os, re
+import re
 import pytest
+from core.testing.helpers import ci_run, missing_tool
 from core.device.compiler import CompileError
 from nv_test_kernels import ARCH_NAMES, cubin_sm, elf_header, have_ptxas, loop_kernel, shared_kernel
 from plugin_nv import compiler as nv_compiler
@@ -9,7 +10,7 @@ from plugin_nv.compiler import PTXCompiler
 from plugin_nv.renderer import PTXRenderer
 
 # skipped off CI only: the job installs the testing extra, so under CI=true a missing ptxas fails these tests with what to install
-needs_ptxas = pytest.mark.skipif(not have_ptxas() and not os.environ.get("CI"),
+needs_ptxas = pytest.mark.skipif(not have_ptxas() and not ci_run(),
                                  reason='no ptxas here: pip install "plugin-nv[ptxas]" (the testing extra has it)')
 
 def test_ptx_key_lines():
@@ -84,9 +85,7 @@ def test_ptxas_from_the_pinned_wheel():
   import importlib.metadata
   try: version = importlib.metadata.version("nvidia-cuda-nvcc")
   except importlib.metadata.PackageNotFoundError:
-    msg = 'the nvidia-cuda-nvcc wheel is not installed (pip install "plugin-nv[ptxas]")'
-    if os.environ.get("CI"): pytest.fail(msg + ": the job's testing extra installs it")
-    pytest.skip(msg)
+    missing_tool('the nvidia-cuda-nvcc wheel is not installed: pip install "plugin-nv[ptxas]" (the testing extra has it)')
   path = nv_compiler._wheel_ptxas()
   assert version == "13.0.88" and path is not None and path.endswith("nvidia/cu13/bin/ptxas")
   assert nv_compiler.ptxas_version(path) == "13.0.88"

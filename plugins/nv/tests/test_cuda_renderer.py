@@ -1,7 +1,8 @@
 """The CUDA renderer (CUDA C through core's C-style renderer) and NVRTCCompiler: source lines, cubins per arch, errors."""
 from __future__ import annotations
-import os, re
+import re
 import pytest
+from core.testing.helpers import ci_run
 from core.device.compiler import CompileError
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
@@ -12,7 +13,7 @@ from plugin_nv.compiler import NVRTCCompiler
 from plugin_nv.renderer import CUDARenderer
 
 # skipped off CI only: the job installs the testing extra, so under CI=true a missing NVRTC fails these tests with what to install
-needs_nvrtc = pytest.mark.skipif(not have_nvrtc() and not os.environ.get("CI"),
+needs_nvrtc = pytest.mark.skipif(not have_nvrtc() and not ci_run(),
                                  reason='no NVRTC here: pip install "plugin-nv[nvrtc]" (the testing extra has it)')
 
 def lines(src: str) -> list[str]: return [ln.strip() for ln in src.splitlines()]

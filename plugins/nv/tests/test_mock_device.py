@@ -5,6 +5,7 @@ subprocess (the device registry reads DEV once per process); its checks come bac
 from __future__ import annotations
 import json, os, re, subprocess, sys
 import pytest
+from core.testing.helpers import missing_tool
 from nv_test_kernels import have_nvrtc
 from nvtools import require
 
@@ -118,9 +119,7 @@ def test_arch_from_dev(result: dict):
 def test_cuda_renderer_on_the_mock():
   require("ptxas")
   if not have_nvrtc():
-    msg = 'no NVRTC here: pip install "plugin-nv[nvrtc]" (the testing extra has it)'
-    if os.environ.get("CI"): pytest.fail(msg)
-    pytest.skip(msg)
+    missing_tool('no NVRTC here: pip install "plugin-nv[nvrtc]" (the testing extra has it)')
   r = run_device("MOCK+NV:CUDA:sm_90")
   assert r["matmul"] < 1e-4 and r["softmax"] < 1e-6 and r["arch"] == "sm_90"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json, os, subprocess, sys, tempfile
 import numpy as np
 import pytest
+from core.testing.helpers import missing_tool
 from core import Tensor
 from core.ir.dtype import dtypes
 from core.ir.ops import Ops
@@ -26,9 +27,7 @@ def sass(cubin: bytes) -> str:
   """cuobjdump -sass of a cubin (cuobjdump runs nvdisasm, from the nvidia-cuda-nvdisasm wheel next to it)."""
   tool = require("cuobjdump")
   if (nvdisasm := find_tool("nvdisasm")) is None:
-    msg = "nvdisasm not found: pip install nvidia-cuda-nvdisasm (the nv testing extra has it)"
-    if os.environ.get("CI"): pytest.fail(msg)
-    pytest.skip(msg)
+    missing_tool("nvdisasm not found: pip install nvidia-cuda-nvdisasm (the nv testing extra has it)")
   with tempfile.TemporaryDirectory() as d:
     p = os.path.join(d, "k.cubin")
     with open(p, "wb") as f: f.write(cubin)
@@ -62,9 +61,7 @@ def test_ptx_cubin_has_hmma(arch, dt):
 @pytest.mark.parametrize("dt", [dtypes.float16, dtypes.bfloat16], ids=lambda d: d.name)
 def test_cuda_cubin_has_hmma(arch, dt):
   if not have_nvrtc():
-    msg = 'no NVRTC here: pip install "plugin-nv[nvrtc]" (the testing extra has it)'
-    if os.environ.get("CI"): pytest.fail(msg)
-    pytest.skip(msg)
+    missing_tool('no NVRTC here: pip install "plugin-nv[nvrtc]" (the testing extra has it)')
   from plugin_nv.compiler import NVRTCCompiler
   cubin = NVRTCCompiler(arch).compile(program_source(get_program(matmul_ast(dt), CUDARenderer(arch))))
   hmma = [ln for ln in sass(cubin).splitlines() if "HMMA.16816.F32" in ln]
@@ -101,8 +98,7 @@ print("JSON" + json.dumps(out))
 def test_mock_nv_runs_tensor_core_kernels(dev):
   require("ptxas")
   if "CUDA" in dev and not have_nvrtc():
-    if os.environ.get("CI"): pytest.fail("no NVRTC here")
-    pytest.skip("no NVRTC here")
+    missing_tool('no NVRTC here: pip install "plugin-nv[nvrtc]" (the testing extra has it)')
   # DEBUG=3 prints the applied opts: every matmul and the conv must have run on the tensor core
   r = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env={**os.environ, "DEV": dev, "DEBUG": "3"}, timeout=600)
   assert r.returncode == 0, r.stderr[-4000:]

@@ -5,6 +5,7 @@ anywhere else without one, on purpose, not failed (the simulated driver and the 
 from __future__ import annotations
 import os
 import pytest
+from core.testing.helpers import ci_run
 
 def pytest_configure(config: pytest.Config) -> None:
   config.addinivalue_line("markers", "hardware: needs an NVIDIA GPU (the kernel driver's device nodes, or libcuda) (skipped elsewhere)")
@@ -24,5 +25,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     it.add_marker(pytest.mark.hardware)
     iface = "CUDA" if "CUDA" in it.name else "NVK"
     if (why := has_interface(iface)) is not None:
-      ci = " (CI has no NVIDIA GPU: skipped there too)" if os.environ.get("CI") else ""
+      ci = " (CI has no NVIDIA GPU: skipped there too)" if ci_run() else ""
       it.add_marker(pytest.mark.skip(reason=why + ci))
