@@ -1,4 +1,5 @@
-"""Shared test helpers: CI runs, CORE_TEST_SCALE shape scaling, numpy comparison of forward and backward, numerical gradients."""
+"""Shared test helpers: CI runs, CORE_TEST_SCALE shape scaling, numpy comparison of forward and backward, numerical gradients,
+numpy references of convolutions."""
 from __future__ import annotations
 import os
 from typing import Any, Callable, NoReturn, Sequence
@@ -71,3 +72,41 @@ def check_op(shapes: Sequence[tuple[int, ...]], tensor_fn: Callable[..., Any], n
   for t, g in zip(ts, num):
     assert t.grad is not None, "no gradient reached an input"
     np.testing.assert_allclose(t.grad.numpy(), g, atol=grad_atol, rtol=grad_rtol)
+
+# *** numpy references the nn suites share (float64, NC* layout, symmetric padding) ***
+
+def np_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
+            groups: int = 1) -> np.ndarray:
+  """N-d cross-correlation; stride, padding and dilation are an int or one value per spatial axis."""
+  nd = w.ndim - 2
+  s, p, d = ((v,) * nd if isinstance(v, int) else tuple(v) for v in (stride, padding, dilation))
+  x = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + [(q, q) for q in p])
+  cout, cin_g, *ks = w.shape
+  outs = [(x.shape[2 + i] - d[i] * (ks[i] - 1) - 1) // s[i] + 1 for i in range(nd)]
+  out = np.zeros((x.shape[0], cout, *outs))
+  rc = cout // groups
+  for o in np.ndindex(*outs):
+    for kk in np.ndindex(*ks):
+      xv = x[(slice(None), slice(None)) + tuple(o[i] * s[i] + kk[i] * d[i] for i in range(nd))]  # (n, cin)
+      for g in range(groups):
+        out[(slice(None), slice(g * rc, (g + 1) * rc)) + o] += xv[:, g * cin_g:(g + 1) * cin_g] @ w[(slice(g * rc, (g + 1) * rc), slice(None)) + kk].T
+  return out if b is None else out + b.reshape(1, -1, *[1] * nd)
+
+def np_conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, stride: int = 1, padding: int = 0,
+                      dilation: int = 1, output_padding: int = 0, groups: int = 1) -> np.ndarray:
+  """N-d transposed convolution in scatter form: each input element adds x * w into the (strided, dilated) output, then the
+  padding is cropped."""
+  x = x.astype(np.float64)
+  n, cin, *ns = x.shape
+  _, rc, *ks = w.shape
+  nd, cin_g = len(ns), cin // groups
+  full = [(ns[i] - 1) * stride + dilation * (ks[i] - 1) + 1 + output_padding for i in range(nd)]
+  out = np.zeros((n, rc * groups, *full))
+  for ci in range(cin):
+    g = ci // cin_g
+    for pos in np.ndindex(*ns):
+      for kk in np.ndindex(*ks):
+        o = tuple(pos[i] * stride + kk[i] * dilation for i in range(nd))
+        out[(slice(None), slice(g * rc, (g + 1) * rc)) + o] += x[(slice(None), ci) + pos][:, None] * w[(ci, slice(None)) + kk]
+  out = out[(slice(None), slice(None)) + tuple(slice(padding, f - padding) for f in full)]
+  return out if b is None else out + b.reshape(1, -1, *[1] * nd)

@@ -5,61 +5,20 @@ import numpy as np
 import pytest
 from core.tensor.tensor import Tensor
 from core.tensor import nn
+from core.helpers import Context
+from core.testing.helpers import np_conv, np_conv_transpose
 
 @pytest.fixture
 def training():
-  old = Tensor.training
-  Tensor.training = True
-  yield
-  Tensor.training = old
+  with Context(TRAINING=1): yield
 
 @pytest.fixture
 def evaluating():
-  old = Tensor.training
-  Tensor.training = False
-  yield
-  Tensor.training = old
+  with Context(TRAINING=0): yield
 
 def rand(*shape: int, seed: int = 0) -> np.ndarray: return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 # *** numpy references ***
-
-def np_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, stride=1, padding=0, dilation=1, groups=1) -> np.ndarray:
-  """N-d cross-correlation, NC* layout, symmetric integer padding per spatial axis."""
-  nd = x.ndim - 2
-  s, p, d = (v if isinstance(v, tuple) else (v,) * nd for v in (stride, padding, dilation))
-  x = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + [(pi, pi) for pi in p])
-  n, cin = x.shape[:2]
-  cout, cg, *k = w.shape
-  osz = [(x.shape[2 + i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in range(nd)]
-  out = np.zeros((n, cout, *osz))
-  og = cout // groups
-  for o in np.ndindex(*osz):
-    for kk in np.ndindex(*k):
-      idx = tuple(o[i] * s[i] + kk[i] * d[i] for i in range(nd))
-      patch = x[(slice(None), slice(None)) + idx]  # (n, cin)
-      for g in range(groups):
-        out[(slice(None), slice(g * og, (g + 1) * og)) + o] += patch[:, g * cg:(g + 1) * cg] @ w[(slice(g * og, (g + 1) * og), slice(None)) + kk].T
-  if b is not None: out += b.reshape(1, -1, *[1] * nd)
-  return out
-
-def np_conv_transpose2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, stride=1, padding=0, output_padding=0, dilation=1, groups=1):
-  """Scatter form: each input pixel adds w * x into the (strided, dilated) output, then the padding is cropped."""
-  n, cin, h, wd = x.shape
-  _, og, kh, kw = w.shape
-  oh, ow = (h - 1) * stride + dilation * (kh - 1) + 1 + output_padding, (wd - 1) * stride + dilation * (kw - 1) + 1 + output_padding
-  full = np.zeros((n, og * groups, oh, ow))
-  cg = cin // groups
-  for i in range(h):
-    for j in range(wd):
-      for a in range(kh):
-        for c in range(kw):
-          for g in range(groups):
-            contrib = x[:, g * cg:(g + 1) * cg, i, j] @ w[g * cg:(g + 1) * cg, :, a, c]  # (n, og)
-            full[:, g * og:(g + 1) * og, i * stride + a * dilation, j * stride + c * dilation] += contrib
-  out = full[:, :, padding:full.shape[2] - padding, padding:full.shape[3] - padding]
-  if b is not None: out = out + b.reshape(1, -1, 1, 1)
-  return out
 
 def np_layernorm(x: np.ndarray, axes: tuple[int, ...], eps: float) -> np.ndarray:
   x = x.astype(np.float64)
@@ -143,7 +102,7 @@ def test_conv_transpose2d_forward_matches_numpy(kw):
   layer = nn.ConvTranspose2d(4, 6, 3, **kw)
   assert layer.weight.shape == (4, 6 // kw.get("groups", 1), 3, 3)
   x = rand(2, 4, 4, 5, seed=7)
-  ref = np_conv_transpose2d(x, layer.weight.numpy(), layer.bias.numpy(), **kw)
+  ref = np_conv_transpose(x, layer.weight.numpy(), layer.bias.numpy(), **kw)
   out = layer(Tensor(x)).numpy()
   assert out.shape == ref.shape
   np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)

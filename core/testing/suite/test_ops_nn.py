@@ -4,25 +4,7 @@ import numpy as np
 import pytest
 from core.tensor.tensor import Tensor
 from core.ir.dtype import dtypes
-from core.testing.helpers import check_op, rng
-
-def np_conv(x, w, stride=1, padding=0, dilation=1, groups=1):
-  nd = w.ndim - 2
-  s, p, d = [(v,) * nd if isinstance(v, int) else tuple(v) for v in (stride, padding, dilation)]
-  x = np.pad(x, [(0, 0), (0, 0)] + [(q, q) for q in p])
-  bs, cin = x.shape[:2]
-  cout, cin_g, *ks = w.shape
-  outs = [(x.shape[2 + i] - d[i] * (ks[i] - 1) - 1) // s[i] + 1 for i in range(nd)]
-  out = np.zeros((bs, cout, *outs))
-  rc = cout // groups
-  for o in np.ndindex(*outs):
-    for kk in np.ndindex(*ks):
-      pos = tuple(o[i] * s[i] + kk[i] * d[i] for i in range(nd))
-      xv = x[(slice(None), slice(None)) + pos]  # (bs, cin)
-      for g in range(groups):
-        wg = w[(slice(g * rc, (g + 1) * rc), slice(None)) + kk]
-        out[(slice(None), slice(g * rc, (g + 1) * rc)) + o] += xv[:, g * cin_g:(g + 1) * cin_g] @ wg.T
-  return out
+from core.testing.helpers import check_op, np_conv, np_conv_transpose, rng
 
 CONVS = [((1, 2, 5, 5), (3, 2, 3, 3), {}), ((2, 4, 6, 5), (4, 2, 2, 3), {"groups": 2, "stride": 2}),
          ((1, 1, 7, 7), (2, 1, 3, 3), {"dilation": 2, "padding": 1}), ((1, 3, 8), (2, 3, 3), {"stride": 2, "padding": 1}),
@@ -36,22 +18,6 @@ def test_conv_bias_non_contiguous():
   b = np.array([0.5, -1.0, 2.0], np.float32)
   check_op([(3, 2, 5, 5), (3, 2, 3, 3)], lambda x, w: x.conv2d(w, Tensor(b)), lambda x, w: np_conv(x, w) + b.reshape(1, 3, 1, 1),
            permute_inputs=True, atol=1e-4)
-
-def np_conv_transpose(x, w, stride=1, padding=0, dilation=1, output_padding=0, groups=1):
-  bs, cin, *ns = x.shape
-  _, rc, *ks = w.shape
-  nd = len(ns)
-  full = [(ns[i] - 1) * stride + dilation * (ks[i] - 1) + 1 + output_padding for i in range(nd)]
-  out = np.zeros((bs, rc * groups, *full))
-  cin_g = cin // groups
-  for b in range(bs):
-    for ci in range(cin):
-      g = ci // cin_g
-      for pos in np.ndindex(*ns):
-        for kk in np.ndindex(*ks):
-          o = tuple(pos[i] * stride + kk[i] * dilation for i in range(nd))
-          out[(b, slice(g * rc, (g + 1) * rc)) + o] += x[(b, ci) + pos] * w[(ci, slice(None)) + kk]
-  return out[(slice(None), slice(None)) + tuple(slice(padding, f - padding) for f in full)]
 
 CONV_T = [{}, {"stride": 2}, {"padding": 1}, {"stride": 2, "padding": 1, "output_padding": 1}, {"dilation": 2}, {"groups": 2}]
 

@@ -14,10 +14,7 @@ B0 = np.random.default_rng(2).standard_normal((3,)).astype(np.float32)
 
 @pytest.fixture(autouse=True)
 def training():
-  old = Tensor.training
-  Tensor.training = True
-  yield
-  Tensor.training = old
+  with Context(TRAINING=1): yield
 
 def np_grads(w: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """Gradients of loss = sum((X @ w + b)^2): nonlinear in the weights, so every step sees a new gradient."""
