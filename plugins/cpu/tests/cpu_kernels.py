@@ -54,14 +54,16 @@ def run(renderer: str, uops: list[UOp], arrays: list[np.ndarray], vals: tuple[in
     outs.append(o)
   return outs
 
-def elementwise(n: int, in_dtypes: list[DType], out_dtype: DType, fn) -> list[UOp]:
-  """out[i] = fn(in0[i], in1[i], ...) over one loop of n."""
+def elementwise(n: int, in_dtypes: list[DType], out_dtype: DType, fn, vec: int = 1) -> list[UOp]:
+  """out[i] = fn(in0[i], in1[i], ...) over one loop of n; with `vec` > 1, fn maps vectors of `vec` lanes (vector loads and stores
+  at i = vec * r)."""
   out = buf(0, out_dtype, n)
   ins = [buf(i + 1, dt, n) for i, dt in enumerate(in_dtypes)]
   lin = Linear()
   lin.add(out, *ins)
-  r = lin.add(rng(n))
-  lin.add(out.index(r).store(fn(*[b.index(r).load() for b in ins])).end(r))
+  r = lin.add(rng(n // vec))
+  i = r if vec == 1 else r * c(vec)
+  lin.add(out.index(i).store(fn(*[b.index(i).load() if vec == 1 else b.index(i).load(dtype=dt.vec(vec)) for b, dt in zip(ins, in_dtypes)])).end(r))
   return lin.uops
 
 def np_dtype(dt: DType): return to_np(dt)

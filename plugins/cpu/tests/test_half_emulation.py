@@ -8,7 +8,7 @@ from core.ir.dtype import dtypes
 from core.ir.ops import UOp
 from plugin_cpu.compiler import CCompiler, cc_supports, find_cc
 from plugin_cpu.c_renderer import CPUCRenderer
-from cpu_kernels import C_EMULATED_HALF, Linear, buf, c, device, elementwise, rng, run
+from cpu_kernels import C_EMULATED_HALF, device, elementwise, run
 
 EMU = C_EMULATED_HALF
 
@@ -110,15 +110,10 @@ def test_half_vectors_where_and_constants():
   # out[4i:4i+4] = where(x < 1.5, x * 0.1, -x) as halfx4 loads and stores; 0.1 is the half nearest it (0x2e66)
   x = np.array([0.5, 1.5, 2.0, -3.0, 65504.0, np.inf, -0.0, 1e-7], np.float16)
   v4 = dtypes.float16.vec(4)
-  out, inp = buf(0, dtypes.float16, 8), buf(1, dtypes.float16, 8)
-  lin = Linear()
-  lin.add(out, inp)
-  r = lin.add(rng(2))
-  v = inp.index(r * c(4)).load(dtype=v4)
-  lin.add(out.index(r * c(4)).store((v < UOp.const(v4, 1.5)).where(v * UOp.const(v4, 0.1), -v)).end(r))
-  src = device(EMU).renderer.render("k", lin.uops)
+  uops = elementwise(8, [dtypes.float16], dtypes.float16, lambda v: (v < UOp.const(v4, 1.5)).where(v * UOp.const(v4, 0.1), -v), vec=4)
+  src = device(EMU).renderer.render("k", uops)
   assert "halfx4" in src and "0x2e66" in src, src
-  got = run(EMU, lin.uops, [np.zeros(8, np.float16), x])[0]
+  got = run(EMU, uops, [np.zeros(8, np.float16), x])[0]
   np.testing.assert_array_equal(_bits(got), _bits(np.where(x < 1.5, x * np.float16(0.1), -x)))
 
 def _native_half_compiler() -> str | None:

@@ -218,27 +218,16 @@ def test_float4_vectors(ren):
   # out[4i:4i+4] = x[4i:4i+4] * 2 + (x[4i+3], x[4i+2], x[4i+1], x[4i]), with vector loads/stores, GEP and VECTORIZE
   x = np.arange(16, dtype=np.float32)
   v4 = dtypes.float32.vec(4)
-  out, inp = buf(0, dtypes.float32, 16), buf(1, dtypes.float32, 16)
-  lin = Linear()
-  lin.add(out, inp)
-  r = lin.add(rng(4))
-  v = inp.index(r * c(4)).load(dtype=v4)
-  rev = UOp.vectorize(*[v.gep(i) for i in (3, 2, 1, 0)])
-  lin.add(out.index(r * c(4)).store(v * UOp.const(v4, 2.0) + rev).end(r))
-  res = run(ren, lin.uops, [np.zeros(16, np.float32), x])[0]
+  uops = elementwise(16, [dtypes.float32], dtypes.float32, lambda v: v * UOp.const(v4, 2.0) + UOp.vectorize(*[v.gep(i) for i in (3, 2, 1, 0)]),
+                     vec=4)
+  res = run(ren, uops, [np.zeros(16, np.float32), x])[0]
   np.testing.assert_array_equal(res, (x.reshape(4, 4) * 2 + x.reshape(4, 4)[:, ::-1]).ravel())
 
 def test_vector_compare_where_lane_by_lane(ren):
   x = np.array([1, -2, 3, -4, 5, -6, 7, -8], np.int32)
   v4 = dtypes.int32.vec(4)
-  out, inp = buf(0, dtypes.int32, 8), buf(1, dtypes.int32, 8)
-  lin = Linear()
-  lin.add(out, inp)
-  r = lin.add(rng(2))
-  v = inp.index(r * c(4)).load(dtype=v4)
-  zero = UOp.const(v4, 0)
-  lin.add(out.index(r * c(4)).store((v < zero).where(-v, v.maximum(UOp.const(v4, 4)))).end(r))
-  res = run(ren, lin.uops, [np.zeros(8, np.int32), x])[0]
+  uops = elementwise(8, [dtypes.int32], dtypes.int32, lambda v: (v < UOp.const(v4, 0)).where(-v, v.maximum(UOp.const(v4, 4))), vec=4)
+  res = run(ren, uops, [np.zeros(8, np.int32), x])[0]
   np.testing.assert_array_equal(res, np.where(x < 0, -x, np.maximum(x, 4)))
 
 def to_np_(dt):
