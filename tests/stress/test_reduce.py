@@ -6,6 +6,11 @@ from core import Tensor, dtypes
 
 def _arr(shape, seed=0): return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
+def _same_as_numpy(a: np.ndarray, *reductions: tuple[str, int | None]) -> None:
+  """Each reduction (the method, the same name in Tensor and numpy, and its axis) of Tensor(a) equals numpy's exactly."""
+  t = Tensor(a)
+  for op, axis in reductions: np.testing.assert_equal(getattr(t, op)(axis).numpy(), getattr(a, op)(axis), err_msg=f"{op}({axis})")
+
 @pytest.mark.parametrize("axis", [(0, 2), (1,), (0, 1, 3), (3, 0), None])
 @pytest.mark.parametrize("keepdim", [False, True])
 def test_sum_max_multi_axis_permuted(axis, keepdim):
@@ -19,41 +24,24 @@ def test_sum_max_multi_axis_permuted(axis, keepdim):
 
 def test_max_min_inf_negative():
   a = np.array([[-np.inf, -5, -1e30], [np.inf, -np.inf, 3], [-7, -8, -9]], np.float32)
-  t = Tensor(a)
-  np.testing.assert_equal(t.max(1).numpy(), a.max(1))
-  np.testing.assert_equal(t.min(1).numpy(), a.min(1))
-  np.testing.assert_equal(t.max(0).numpy(), a.max(0))
-  np.testing.assert_equal(t.min().numpy(), a.min())
+  _same_as_numpy(a, ("max", 1), ("min", 1), ("max", 0), ("min", None))
 
 def test_max_all_neg_inf():
-  a = np.full((3, 4), -np.inf, np.float32)
-  np.testing.assert_equal(Tensor(a).max(1).numpy(), a.max(1))
+  _same_as_numpy(np.full((3, 4), -np.inf, np.float32), ("max", 1))
 
 def test_max_with_nan_propagates():
-  a = np.array([[1, np.nan, 3], [4, 5, 6]], np.float32)
-  got = Tensor(a).max(1).numpy()
-  np.testing.assert_equal(got, a.max(1))  # numpy and torch propagate NaN
+  _same_as_numpy(np.array([[1, np.nan, 3], [4, 5, 6]], np.float32), ("max", 1))  # numpy and torch propagate NaN
 
 def test_min_with_nan_propagates():
-  a = np.array([[1, np.nan, 3], [4, 5, 6]], np.float32)
-  np.testing.assert_equal(Tensor(a).min(1).numpy(), a.min(1))
+  _same_as_numpy(np.array([[1, np.nan, 3], [4, 5, 6]], np.float32), ("min", 1))
 
 def test_int_max_min_extremes():
-  a = np.array([[-2**31, 5, 2**31 - 1], [-1, -2**31, 0]], np.int32)
-  t = Tensor(a)
-  np.testing.assert_equal(t.max(1).numpy(), a.max(1))
-  np.testing.assert_equal(t.min(1).numpy(), a.min(1))
-  u = np.array([[0, 255, 7], [1, 2, 3]], np.uint8)
-  np.testing.assert_equal(Tensor(u).max(1).numpy(), u.max(1))
-  np.testing.assert_equal(Tensor(u).min(1).numpy(), u.min(1))
+  _same_as_numpy(np.array([[-2**31, 5, 2**31 - 1], [-1, -2**31, 0]], np.int32), ("max", 1), ("min", 1))
+  _same_as_numpy(np.array([[0, 255, 7], [1, 2, 3]], np.uint8), ("max", 1), ("min", 1))
 
 def test_argmax_argmin_ties_first():
-  a = np.array([[1, 3, 3, 0], [2, 2, 2, 2], [-1, -5, -5, -1]], np.float32)
-  t = Tensor(a)
-  np.testing.assert_equal(t.argmax(1).numpy(), a.argmax(1))
-  np.testing.assert_equal(t.argmin(1).numpy(), a.argmin(1))
-  np.testing.assert_equal(t.argmax(0).numpy(), a.argmax(0))
-  np.testing.assert_equal(t.argmax().numpy(), a.argmax())
+  _same_as_numpy(np.array([[1, 3, 3, 0], [2, 2, 2, 2], [-1, -5, -5, -1]], np.float32), ("argmax", 1), ("argmin", 1), ("argmax", 0),
+                 ("argmax", None))
 
 def test_argmax_int_and_permuted():
   a = np.random.default_rng(3).integers(-3, 3, (5, 7)).astype(np.int32)
