@@ -130,6 +130,18 @@ class PerDevice(Generic[H]):
   def values(self) -> list[H]:
     with self._lock: return list(self._objs.values())
 
+class PerProcess(Generic[H]):
+  """A driver client the kernel keeps one of per process (KFD's process, RM's client), shared by the interface's devices:
+  made by `make()` on first use; a `make()` that raises (no driver, no access) raises again on the next use."""
+  def __init__(self, make: Callable[[], H]):
+    self._make, self._lock = make, threading.Lock()
+    self._obj: H | None = None
+
+  def get(self) -> H:
+    with self._lock:
+      if self._obj is None: self._obj = self._make()
+      return self._obj
+
 @frozen_record
 class EncodeCtx:
   """The ctx a plugin's pm_lower rules get: the device's HCQ object and the submit being encoded (its device and queue;

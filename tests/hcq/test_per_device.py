@@ -1,6 +1,8 @@
-"""PerDevice: an interface's HCQ objects, one per device name for the life of the process."""
+"""PerDevice: an interface's HCQ objects, one per device name for the life of the process; PerProcess: its driver, one per
+process."""
 import subprocess, sys, textwrap, threading
-from core.device.hcq import PerDevice
+import pytest
+from core.device.hcq import PerDevice, PerProcess
 
 class Obj:
   def __init__(self, name: str, arch: str):
@@ -37,3 +39,16 @@ def test_on_exit_runs_for_each_object_at_interpreter_exit():
   """)
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
   assert out.split("\n") == ["closed a", "closed b", ""]
+
+def test_the_driver_is_made_once_and_a_failed_open_is_tried_again():
+  made: list[int] = []
+  def make() -> int:
+    made.append(len(made))
+    if len(made) == 1: raise FileNotFoundError("no driver yet")
+    return len(made)
+  drv: PerProcess[int] = PerProcess(make)
+  with pytest.raises(FileNotFoundError): drv.get()
+  threads = [threading.Thread(target=drv.get) for _ in range(8)]
+  for t in threads: t.start()
+  for t in threads: t.join(10)
+  assert drv.get() == 2 and made == [0, 1]

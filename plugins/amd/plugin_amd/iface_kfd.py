@@ -14,11 +14,11 @@ Waits between devices: a queue here may wait on another HCQ device's timeline si
 planned (`needs_staging`), that device's signal pages are mapped into this GPU's page tables (USERPTR).
 """
 from __future__ import annotations
-import ctypes, threading
+import ctypes
 from typing import Any
 from core.device.allocator import BufferSpec, LRUAllocator
 from core.device.buffer import Buffer
-from core.device.hcq import PerDevice
+from core.device.hcq import PerDevice, PerProcess
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp
 from plugin_amd import kfd as K
@@ -146,20 +146,12 @@ class KFDHCQ(AMDHCQ):
 
 # *** one driver per process (the kernel keeps one KFD process per process), one HCQ object per device instance ***
 
-_drv: K.KFD | None = None
+_driver: PerProcess[K.KFD] = PerProcess(K.KFD)   # the /dev/kfd driver (a KFDError saying the fix when there is none or no access)
 _by_device: PerDevice[KFDHCQ] = PerDevice(on_exit=KFDHCQ.close)
-_lock = threading.Lock()
-
-def driver() -> K.KFD:
-  """The process's /dev/kfd driver, opened on first use (KFDError with a clear message when there is none or no access)."""
-  global _drv
-  with _lock:
-    if _drv is None: _drv = K.KFD()
-  return _drv
 
 def open_device(name: str, arch: str | None) -> tuple[KFDAllocator, KFDHCQ]:
   """The allocator and HCQ object of DEV=KFD+AMD[:LLVM[:ARCH]] (runtime.make_device builds the device): the arch is the installed
   GPU's, an ARCH that differs is refused."""
-  drv = driver()
+  drv = _driver.get()
   if arch and arch != drv.arch: raise ValueError(f"DEV asks for KFD+AMD {arch}, but the GPU behind /dev/kfd is {drv.arch}")
   return KFDAllocator(name, drv), _by_device.get(name, lambda: KFDHCQ(name, drv), keep=lambda h: not h.closed)

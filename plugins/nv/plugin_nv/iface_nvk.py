@@ -19,7 +19,7 @@ import ctypes, struct, threading, time
 from typing import Any
 from core.device.allocator import BufferSpec, LRUAllocator
 from core.device.buffer import Buffer
-from core.device.hcq import handle_addr, PerDevice
+from core.device.hcq import handle_addr, PerDevice, PerProcess
 from core.hcq import HCQError
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp
@@ -176,19 +176,11 @@ class NVKHCQ(NVHCQ):
       self._channels.clear()
       self._uops.clear()
 
-_rm: nvk.RM | None = None
+_driver: PerProcess[nvk.RM] = PerProcess(nvk.RM)   # the process's RM client (an RMError saying what is missing when there is no driver)
 _by_device: PerDevice[NVKHCQ] = PerDevice(on_exit=NVKHCQ.close)
-_lock = threading.Lock()
-
-def driver() -> nvk.RM:
-  """The process's RM client (opened on first use; an RMError saying what is missing when there is no driver)."""
-  global _rm
-  with _lock:
-    if _rm is None: _rm = nvk.RM()
-  return _rm
 
 def open_device(name: str, arch: str | None) -> tuple[NVKAllocator, NVKHCQ]:
   """The allocator and HCQ object of DEV=NVK+NV[:PTX|CUDA[:ARCH]]: the arch is the GPU's; an ARCH that differs is refused."""
-  rm = driver()
+  rm = _driver.get()
   if arch and arch != rm.arch: raise ValueError(f"DEV asks for NVK+NV {arch}, but the GPU behind /dev/nvidiactl is {rm.arch}")
   return NVKAllocator(name, rm), _by_device.get(name, lambda: NVKHCQ(name, rm), keep=lambda h: not h.closed)
