@@ -1,6 +1,6 @@
 """The HCQ device contract: what a plugin's runtime offers core's command-queue pipeline (core/hcq), as one typed base class."""
 from __future__ import annotations
-import abc, atexit, contextlib, ctypes, threading
+import abc, atexit, contextlib, ctypes, errno, threading
 import numpy as np
 from core.helpers import frozen_record
 from typing import TYPE_CHECKING, Any, Callable, Generic, Protocol, Sequence, TypeVar
@@ -111,6 +111,7 @@ class HCQDevice(abc.ABC):
     return contextlib.nullcontext()
 
 H = TypeVar("H")
+E = TypeVar("E", bound=OSError)
 
 class PerDevice(Generic[H]):
   """An interface's HCQ objects, one per device name for the life of the process like the hardware queues they stand for:
@@ -141,6 +142,14 @@ class PerProcess(Generic[H]):
     with self._lock:
       if self._obj is None: self._obj = self._make()
       return self._obj
+
+def node_open_error(error: type[E], device: str, path: str, e: OSError, driver: str, instead: str, denied: str) -> E:
+  """The `error` (an OSError subclass) for opening a driver's device node `path` failing with `e`, saying the fix: when there is
+  no such node, which kernel `driver` provides it and what to use `instead`; when the user may not open it, what grants access
+  (`denied`)."""
+  if isinstance(e, FileNotFoundError): return error(errno.ENOENT, f"{device} needs {path} ({driver}); there is none here. {instead}")
+  if isinstance(e, PermissionError): return error(errno.EACCES, f"{device}: permission denied opening {path}: {denied}")
+  return error(e.errno or errno.EIO, f"{device}: opening {path} failed: {e}")
 
 @frozen_record
 class EncodeCtx:

@@ -1,8 +1,8 @@
 """PerDevice: an interface's HCQ objects, one per device name for the life of the process; PerProcess: its driver, one per
-process."""
-import subprocess, sys, textwrap, threading
+process; node_open_error: the error a failed open of the driver's device node raises."""
+import errno, subprocess, sys, textwrap, threading
 import pytest
-from core.device.hcq import PerDevice, PerProcess
+from core.device.hcq import PerDevice, PerProcess, node_open_error
 
 class Obj:
   def __init__(self, name: str, arch: str):
@@ -52,3 +52,14 @@ def test_the_driver_is_made_once_and_a_failed_open_is_tried_again():
   for t in threads: t.start()
   for t in threads: t.join(10)
   assert drv.get() == 2 and made == [0, 1]
+
+class DriverError(OSError): pass
+
+@pytest.mark.parametrize("e, code, msg", [
+  (FileNotFoundError(errno.ENOENT, "x"), errno.ENOENT,
+   "X+Y needs /dev/x (the x kernel driver); there is none here. Use MOCK+Y instead"),
+  (PermissionError(errno.EACCES, "x"), errno.EACCES, "X+Y: permission denied opening /dev/x: join group 'x'"),
+  (OSError(errno.EBUSY, "busy"), errno.EBUSY, "X+Y: opening /dev/x failed: [Errno 16] busy")])
+def test_node_open_error_says_the_fix(e: OSError, code: int, msg: str):
+  err = node_open_error(DriverError, "X+Y", "/dev/x", e, "the x kernel driver", "Use MOCK+Y instead", "join group 'x'")
+  assert type(err) is DriverError and err.errno == code and err.strerror == msg

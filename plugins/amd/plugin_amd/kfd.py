@@ -4,6 +4,7 @@ over the simulated driver (kfd_sim.py, selected with AMD_KFD_SIM=<arch>) and has
 from __future__ import annotations
 import ctypes, ctypes.util, dataclasses, errno, os
 from typing import Any
+from core.device.hcq import node_open_error
 
 # Linux asm-generic/ioctl.h: nr bits [7:0], type [15:8], size [29:16] (14 bits), direction [31:30]
 _IOC_NONE, _IOC_WRITE, _IOC_READ = 0, 1, 2
@@ -196,13 +197,10 @@ class Queue:
   doorbell: int   # host address of the queue's 64-bit doorbell
 
 def _open_error(path: str, e: OSError) -> KFDError:
-  if isinstance(e, FileNotFoundError):
-    return KFDError(errno.ENOENT, f"KFD+AMD needs {path} (the amdgpu kernel driver with KFD); there is none here. Use MOCK+AMD for the "
-                                  f"software GPU, or NULL:AMD:gfx1100 to compile only")
-  if isinstance(e, PermissionError):
-    return KFDError(errno.EACCES, f"KFD+AMD: permission denied opening {path}: your user must be in the group that owns it (usually "
-                                  f"'render', on some systems 'video'): sudo usermod -aG render,video $USER, then log in again")
-  return KFDError(e.errno or errno.EIO, f"KFD+AMD: opening {path} failed: {e}")
+  return node_open_error(KFDError, "KFD+AMD", path, e, "the amdgpu kernel driver with KFD",
+                         "Use MOCK+AMD for the software GPU, or NULL:AMD:gfx1100 to compile only",
+                         "your user must be in the group that owns it (usually 'render', on some systems 'video'): sudo usermod -aG "
+                         "render,video $USER, then log in again")
 
 class KFD:
   """A /dev/kfd driver: opens the GPU node named by the topology, acquires its VM, allocates and maps memory, creates PM4 compute and

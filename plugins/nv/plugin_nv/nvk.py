@@ -15,6 +15,7 @@ address, as core's patch cache expects. /dev/nvidia-uvm is not used: RM hands ou
 from __future__ import annotations
 import bisect, ctypes, ctypes.util, dataclasses, errno, os, threading
 from typing import Any, Protocol
+from core.device.hcq import node_open_error
 from plugin_nv import GPU_FILES, pushbuf as pb, rm_abi as R
 from plugin_nv.qmd import ARCHS, arch_info
 
@@ -106,13 +107,10 @@ class GPFIFOChannel:
   token: int
 
 def _open_error(path: str, e: OSError) -> RMError:
-  if isinstance(e, FileNotFoundError):
-    return RMError(errno.ENOENT, f"NVK+NV needs {path} (the NVIDIA kernel driver, open or proprietary); there is none here. Use "
-                                 f"MOCK+NV for the software GPU, NVK_SIM=sm_90 for the simulated driver, or NULL:NV:PTX:sm_90 to compile only")
-  if isinstance(e, PermissionError):
-    return RMError(errno.EACCES, f"NVK+NV: permission denied opening {path}: the device nodes must be readable and writable by your user "
-                                 f"(check the nvidia driver's NVreg_DeviceFileMode/NVreg_DeviceFileGID, or the 'video' group)")
-  return RMError(e.errno or errno.EIO, f"NVK+NV: opening {path} failed: {e}")
+  return node_open_error(RMError, "NVK+NV", path, e, "the NVIDIA kernel driver, open or proprietary",
+                         "Use MOCK+NV for the software GPU, NVK_SIM=sm_90 for the simulated driver, or NULL:NV:PTX:sm_90 to compile only",
+                         "the device nodes must be readable and writable by your user (check the nvidia driver's "
+                         "NVreg_DeviceFileMode/NVreg_DeviceFileGID, or the 'video' group)")
 
 class RM:
   """One process's RM client on GPU `index`. `os_`: the DriverOS (default: the kernel, or the simulated driver under NVK_SIM)."""
