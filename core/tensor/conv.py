@@ -143,34 +143,54 @@ def _transposed_by_phase(x: Tensor, weight: Tensor, groups: int, s: tuple[int, .
   """A stride-s transposed conv (dilation 1) without zero-stuffing, which makes (s-1)/s of the products per dim multiply
   zeros. Output position o (t = o + the pad before) only meets the taps j = t mod s, at inputs x[t div s - m] for
   j = t mod s + s*m; so phase c of t (c < k: the live ones) is a stride-1 conv of x with the sub-kernel w[c + s*m]. The live
-  phases run as one conv, their sub-kernels stacked as output channels (PHASES_IN_ONE_CONV), or a conv each, all over the
-  same t div s (a phase's first or last is often outside the output: even sizes tile better than exact odd ones); their
-  outputs are interleaved (depth-to-space) into one buffer, the dead phases (c >= k, a 1x1's) as zeros."""
-  from core.tensor.tensor import Tensor
+  phases run as one conv, their sub-kernels stacked as output channels (PHASES_IN_ONE_CONV), all over the same t div s, or
+  a conv each over its own outputs (_output_phases); their outputs are interleaved (depth-to-space) into one buffer, the
+  dead phases (c >= k, a 1x1's) as zeros."""
   _, rc, *ks = weight.shape
-  nd, bs, sizes = len(ks), x.shape[0], x.shape[2:]
+  nd, bs = len(ks), x.shape[0]
   kq, live = [-(-k // v) for k, v in zip(ks, s)], [min(k, v) for k, v in zip(ks, s)]
-  lens = [(n - 1) * v - b - a + k + p for n, v, (b, a), k, p in zip(sizes, s, pads, ks, op)]
+  lens = [(n - 1) * v - b - a + k + p for n, v, (b, a), k, p in zip(x.shape[2:], s, pads, ks, op)]
+  wt = _channels_swapped(weight, groups)
+  if prod(live) * prod(kq) > PHASES_IN_ONE_CONV * prod(ks): return _output_phases(x, wt, groups, s, pads, lens)
   q0 = [b // v for (b, _), v in zip(pads, s)]                          # the first and last + 1 t div s of the output
   q1 = [-(-(b + n) // v) for (b, _), n, v in zip(pads, lens, s)]
-  wt = _channels_swapped(weight, groups)
-  def conv(w: Tensor) -> Tensor:   # x over [q0 - taps + 1, q1) (zeros outside it: conv2d pads) with the flipped sub-kernel w
-    lo = [a - t + 1 for a, t in zip(q0, w.shape[2:])]
-    keep = [(min(max(a, 0), n), max(min(b, n), min(max(a, 0), n))) for a, b, n in zip(lo, q1, sizes)]
-    zpad = [(c - a, b - d) for a, b, (c, d) in zip(lo, q1, keep)]
-    return x.shrink([None, None, *keep]).conv2d(w, groups=groups, padding=[v for pr in reversed(zpad) for v in pr])
-  if prod(live) * prod(kq) <= PHASES_IN_ONE_CONV * prod(ks):
-    z = conv(_phases_stacked(wt, s, kq, live)).contiguous()   # its own buffer: the scheduler fuses the permute below into a strided store
-  else:
-    flip = tuple(range(2, 2 + nd))
-    z = Tensor.stack(*[conv(wt[(slice(None), slice(None)) + tuple(slice(ci, None, v) for ci, v in zip(c, s))].flip(flip))
-                       for c in itertools.product(*map(range, live))], dim=2)
+  z = _phase_conv(x, _phases_stacked(wt, s, kq, live), groups, q0, q1).contiguous()   # its own buffer: the scheduler fuses the permute below into a strided store
   qn = [b - a for a, b in zip(q0, q1)]
   z = z.reshape(bs, groups * rc, *live, *qn).pad([None, None] + [(0, v - c) for v, c in zip(s, live)] + [None] * nd)
   z = z.permute(0, 1, *[u for i in range(nd) for u in (2 + nd + i, 2 + i)]).reshape(bs, groups * rc, *[q * v for q, v in zip(qn, s)])
   # interleaved in a buffer of its own: a consumer reading the phases through this view (ResNet's batchnorm backward) gathers
   # from s*s buffers with div/mod indexing; ResNet-18 b8 SGD step, one thread, CPU time, medians of 11 interleaved: 760 -> 701 ms
   return z.shrink([None, None] + [(b - a * v, b - a * v + n) for (b, _), a, v, n in zip(pads, q0, s, lens)]).contiguous()
+
+def _phase_conv(x: Tensor, w: Tensor, groups: int, q0: Sequence[int], q1: Sequence[int]) -> Tensor:
+  """x over [q0 - taps + 1, q1) (zeros outside it: conv2d pads) convolved with the flipped sub-kernel w: t div s in [q0, q1)."""
+  sizes = x.shape[2:]
+  lo = [a - t + 1 for a, t in zip(q0, w.shape[2:])]
+  keep = [(min(max(a, 0), n), max(min(b, n), min(max(a, 0), n))) for a, b, n in zip(lo, q1, sizes)]
+  zpad = [(c - a, b - d) for a, b, (c, d) in zip(lo, q1, keep)]
+  return x.shrink([None, None, *keep]).conv2d(w, groups=groups, padding=[v for pr in reversed(zpad) for v in pr])
+
+def _output_phases(x: Tensor, wt: Tensor, groups: int, s: tuple[int, ...], pads: list[tuple[int, int]], lens: list[int]) -> Tensor:
+  """_transposed_by_phase's conv per phase, by the output's phase: outputs o = s*i + r are tap phase c = (r + b) mod s at
+  t div s = (r + b) div s + i, so each phase computes only its own outputs (ceil((n - r)/s) of them), rounded up to an even
+  count (a row of 8 tiles better than one of 7). By t's phase over one common range, a 3x3/2's 56 outputs took 29 a phase,
+  whose rows pad past whole vectors."""
+  from core.tensor.tensor import Tensor
+  (bs, _), (co, _, *ks), nd = x.shape[:2], wt.shape, len(s)
+  m = [-(-n // v) for n, v in zip(lens, s)]
+  m = [v + v % 2 if v > 1 else v for v in m]
+  # x in a buffer of its own: a phase whose window needs no padding reads it in place, where x computed in the same graph
+  # (ResNet's dY, by the batchnorm's backward) would be recomputed inside its conv; the others copy it padded their way
+  x, flip, zs = x.contiguous(), tuple(range(2, 2 + nd)), []
+  for r in itertools.product(*map(range, s)):
+    c, e = [(ri + b) % v for ri, (b, _), v in zip(r, pads, s)], [(ri + b) // v for ri, (b, _), v in zip(r, pads, s)]
+    if any(ci >= k for ci, k in zip(c, ks)): zs.append(Tensor.zeros(bs, co, *m, dtype=x.dtype, device=x.device))
+    else: zs.append(_phase_conv(x, wt[(slice(None), slice(None)) + tuple(slice(ci, None, v) for ci, v in zip(c, s))].flip(flip), groups, e,
+                                [a + v for a, v in zip(e, m)]))
+  z = Tensor.stack(*zs, dim=2).reshape(bs, co, *s, *m)
+  z = z.permute(0, 1, *[u for i in range(nd) for u in (2 + nd + i, 2 + i)]).reshape(bs, co, *[q * v for q, v in zip(m, s)])
+  # interleaved in a buffer of its own (as above)
+  return z.shrink([None, None] + [(0, n) for n in lens]).contiguous()
 
 @register_vjp("conv_input")
 def _conv_input_grad(ctx: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp | None, ...]:
