@@ -311,8 +311,16 @@ class LLVMRenderer(Renderer):
 
   # *** hooks for GPU subclasses ***
 
+  def special_intrinsic(self, x: UOp) -> str:
+    """The `@llvm....` function (no arguments, i32 result) that reads SPECIAL x's thread id: gidxN the workgroup's, lidxN the
+    work-item's, along axis N."""
+    raise NotImplementedError(f"{type(self).__name__} has no thread ids; name SPECIAL {x.arg}'s intrinsic in a subclass")
   def render_special(self, x: UOp) -> str:
-    raise NotImplementedError(f"{type(self).__name__} has no thread ids; render SPECIAL {x.arg} in a subclass")
+    fn = self.special_intrinsic(x)
+    self.declares[f"declare i32 {fn}()"] = None
+    if self.ty(x.dtype) == "i32": return f"{self[x]} = call i32 {fn}()"
+    t = self.tmp()
+    return f"{t} = call i32 {fn}()\n  {self[x]} = zext i32 {t} to {self.ty(x.dtype)}"
   def render_barrier(self) -> str: raise NotImplementedError(f"{type(self).__name__} has no BARRIER")
   def render_define_local(self, x: UOp) -> str:
     assert isinstance(x.dtype, PtrDType)  # DEFINE_LOCAL is always a pointer

@@ -76,13 +76,8 @@ class AMDLLVMRenderer(LLVMRenderer):
     ctx.kernel_attrs = f'nounwind "amdgpu-flat-work-group-size"="{local},{local}" "uniform-work-group-size"="true"'
     return LLVMRenderer.render(ctx, name, uops)
 
-  def render_special(self, x: UOp) -> str:
-    kind, axis = ("workgroup" if x.arg.startswith("gidx") else "workitem"), "xyz"[int(x.arg[-1])]
-    fn = f"@llvm.amdgcn.{kind}.id.{axis}"
-    self.declares[f"declare i32 {fn}()"] = None
-    if self.ty(x.dtype) == "i32": return f"{self[x]} = call i32 {fn}()"
-    t = self.tmp()
-    return f"{t} = call i32 {fn}()\n  {self[x]} = zext i32 {t} to {self.ty(x.dtype)}"
+  def special_intrinsic(self, x: UOp) -> str:
+    return f"@llvm.amdgcn.{'workgroup' if x.arg.startswith('gidx') else 'workitem'}.id.{'xyz'[int(x.arg[-1])]}"
 
   def render_barrier(self) -> str:
     # s_barrier alone orders execution only: the fences make LDS writes before it visible to the workgroup after it

@@ -231,12 +231,8 @@ class PTXRenderer(LLVMRenderer):
     ctx.kernel_attrs = f'nounwind "nvvm.reqntid"="{local[0]},{local[1]},{local[2]}"'
     return LLVMRenderer.render(ctx, name, uops)
 
-  def render_special(self, x: UOp) -> str:
-    fn = f"@llvm.nvvm.read.ptx.sreg.{'ctaid' if x.arg.startswith('gidx') else 'tid'}.{'xyz'[int(x.arg[-1])]}"
-    self.declares[f"declare i32 {fn}()"] = None
-    if self.ty(x.dtype) == "i32": return f"{self[x]} = call i32 {fn}()"
-    t = self.tmp()
-    return f"{t} = call i32 {fn}()\n  {self[x]} = zext i32 {t} to {self.ty(x.dtype)}"
+  def special_intrinsic(self, x: UOp) -> str:
+    return f"@llvm.nvvm.read.ptx.sreg.{'ctaid' if x.arg.startswith('gidx') else 'tid'}.{'xyz'[int(x.arg[-1])]}"
 
   def render_barrier(self) -> str:
     # bar.sync orders the block's shared and global memory accesses as well as its threads (PTX ISA, "bar, barrier")
