@@ -4,14 +4,18 @@ from __future__ import annotations
 import copy
 import numpy as np
 import pytest
+from numpy.lib.stride_tricks import sliding_window_view
+from cpu_kernels import run_rendered
 from core import Tensor
 from core.device.registry import Device
 import core.tensor.conv as conv
 from core.codegen.opt import Kernel, OptOps
+from core.device.compiler import CompileError
 from core.codegen.opt.heuristic import hand_coded
 from core.codegen.opt.kernel import range_size
 from core.ir.ops import AxisType
 from core.schedule.kernelize import create_schedule
+from plugin_cpu.compiler import arch_flags
 from plugin_cpu.renderer import CPULLVMRenderer
 from plugin_cpu.c_renderer import CPUCRenderer
 
@@ -28,8 +32,10 @@ def test_in_place_conv_blocks(monkeypatch, arch, images):
   monkeypatch.setattr(dev := Device[Device.DEFAULT].renderer, "large_conv_in_place", True)
   if not dev.threads: monkeypatch.setattr(dev, "threads", 2)
   monkeypatch.setattr(conv, "replayed", lambda key, inputs, build: build())   # no plan built with the fact off
-  x = Tensor(np.ones((6, 16, 56, 56), np.float32)).realize()
-  items, _, _ = create_schedule([x.conv2d(Tensor(np.ones((64, 16, 3, 3), np.float32)).realize(), padding=1).uop])
+  rng = np.random.default_rng(6)
+  xn, wn = rng.standard_normal((6, 16, 56, 56)).astype(np.float32), rng.standard_normal((64, 16, 3, 3)).astype(np.float32)
+  def f(a: Tensor, b: Tensor) -> Tensor: return a.conv2d(b, padding=1)
+  items, _, _ = create_schedule([f(Tensor(xn).realize(), Tensor(wn).realize()).uop])
   assert len(items) == 1
   rnd = copy.copy(CPULLVMRenderer(arch=arch))
   rnd.threads, rnd.l2_bytes = 2, 256 << 10
@@ -37,3 +43,10 @@ def test_in_place_conv_blocks(monkeypatch, arch, images):
   assert any(o.op is OptOps.PACK for o in k.applied), k.applied
   assert (not any(o.op is OptOps.SWAP for o in k.applied)) is images, k.applied
   assert ([range_size(r) for r in k.of_type(AxisType.GLOBAL)] == [6]) is images, k.applied
+  # the same conv's values, rendered for the target, where this CPU runs its code
+  try: arch_flags(arch)
+  except CompileError: pytest.skip(f"this CPU cannot run {arch} code")
+  got, _ = run_rendered(rnd, f, xn, wn)
+  win = sliding_window_view(np.pad(xn.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), axis=(2, 3))
+  want = np.einsum("nchwij,ocij->nohw", win, wn.astype(np.float64))
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
