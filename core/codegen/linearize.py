@@ -5,11 +5,13 @@ from typing import cast
 from core.ir.ops import UOp, Ops
 from core.codegen.lowerer import RangeScopes
 
-def _is_shuffle(u: UOp) -> bool: return u.op is Ops.VECTORIZE and all(s.op is Ops.GEP for s in u.src)
+def is_shuffle(u: UOp) -> bool:
+  """A vector made of lanes of other vectors (GEPs): one stage of a transposing tile's shuffle network (opt/shuffle.py)."""
+  return u.op is Ops.VECTORIZE and all(s.op is Ops.GEP for s in u.src)
 
 def has_shuffle_network(uops: list[UOp]) -> bool:
   """A shuffle of shuffles among `uops`: a transposing tile's network (opt/shuffle.py)."""
-  return any(_is_shuffle(u) and any(_is_shuffle(g.src[0]) for g in u.src) for u in uops)
+  return any(is_shuffle(u) and any(is_shuffle(g.src[0]) for g in u.src) for u in uops)
 
 def tile_keys(items: list[UOp], deps: dict[UOp, set[UOp]], users: dict[UOp, list[UOp]], order: dict[UOp, int]) -> dict[UOp, tuple[int, int, int]] | None:
   """Emission keys for a block holding a shuffle network (a shuffle of shuffles: a transposing tile, opt/shuffle.py) whose stores
@@ -18,7 +20,7 @@ def tile_keys(items: list[UOp], deps: dict[UOp, set[UOp]], users: dict[UOp, list
   stage, stores as soon as their values are ready.
   In the graph's depth-first order every output row pulled in the first stages of all its squares, which stayed live until
   the last row was stored (AVX2 4096^2: 72-80 ymm spills per tile)."""
-  if not any(_is_shuffle(it) for it in items): return None
+  if not any(is_shuffle(it) for it in items): return None
   # the items in an order that puts each after its deps (graph positions don't: a loop's item has its block's positions after it)
   left = {it: len(deps[it]) for it in items}
   topo, nxt = [], [it for it in items if not left[it]]
@@ -28,7 +30,7 @@ def tile_keys(items: list[UOp], deps: dict[UOp, set[UOp]], users: dict[UOp, list
       left[us] -= 1
       if not left[us]: nxt.append(us)
   stage: dict[UOp, int] = {}
-  for it in topo: stage[it] = max((stage[d] for d in deps[it]), default=0) + _is_shuffle(it)
+  for it in topo: stage[it] = max((stage[d] for d in deps[it]), default=0) + is_shuffle(it)
   if max(stage.values(), default=0) < 2: return None
   loads: dict[UOp, frozenset[UOp]] = {}
   for it in topo: loads[it] = frozenset().union(*(loads[d] for d in deps[it]), {it} if it.op is Ops.LOAD else ())
@@ -56,7 +58,7 @@ def tile_keys(items: list[UOp], deps: dict[UOp, set[UOp]], users: dict[UOp, list
       if (x := pending.pop()) in group: continue
       group[x] = rank[id(groups[owner[st]])]
       pending.extend(deps[x])
-  return {it: (group.get(it, len(ranked)), stage[it] if _is_shuffle(it) or it.op is Ops.LOAD else -1, order[it]) for it in items}
+  return {it: (group.get(it, len(ranked)), stage[it] if is_shuffle(it) or it.op is Ops.LOAD else -1, order[it]) for it in items}
 
 def linearize(sink: UOp) -> list[UOp]:
   scopes = RangeScopes()

@@ -14,7 +14,7 @@ from core.codegen.lowerer import pm_fuse_mulacc
 from core.codegen.decompose import EXP2_SCALED, fast_exp2, pm_vector_math
 from plugin_cpu.compiler import arch_flags, host_flags, host_simd_bytes, simd_bytes
 from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, _known_align, cache_bytes, host_streams, pm_streaming_stores, store_width, stream_width
-from core.codegen.linearize import has_shuffle_network
+from core.codegen.linearize import has_shuffle_network, is_shuffle
 from plugin_cpu.bf16dot import bf16_dot, host_bf16_dot, pm_bf16_dot, render_dot
 from plugin_cpu.prefetch import prefetch_offsets, line_offsets
 from plugin_cpu.peel import peel_tail_iterations
@@ -82,16 +82,22 @@ def _llvm_nt_branch(ctx: CPULLVMRenderer, c: str, t: str, v: str, p: str, w: int
           f"  br label %{k}.done\n{ctx.label(k + '.plain')}\n  {plain}\n  br label %{k}.done\n{ctx.label(k + '.done')}")
 
 def unchecked_streams(uops: list[UOp], simd_bytes: int) -> frozenset[UOp]:
-  """The streamed STOREs that need no test of their own in a kernel holding a transposing tile whose rows were loaded a register
-  at a time (narrower than the rows it stores: the expander's split rows, which linearize.tile_keys orders group by group):
-  ungated, at an index a known multiple of their width, so aligned exactly where their buffer is (the kernel is versioned on
-  that, once). A test per store split the tile's block, and LLVM schedules and allocates registers per block (AVX2 4096^2: 34
-  ymm spills per tile, 12 without)."""
+  """The streamed STOREs that need no test of their own in a kernel holding a transposing tile (a shuffle network): ungated, at
+  an index a known multiple of their width, so aligned exactly where their buffer is (the kernel is versioned on that, once).
+  A test per store split the tile's block, and LLVM schedules and allocates registers per block (AVX2 4096^2, rows loaded a
+  register at a time: 34 ymm spills per tile, 12 without). AVX-512's tile (a zmm per row) spilled no more, but in a
+  transposing copy its 16 tests and branches per tile cost time: one Zen 4 thread, thread time, A/B in one process, medians
+  of 15-21, GB/s (our copy kernel alike 43-55): 4096^2 33.1 -> 35.4, 2048^2 38.0 -> 39.5, 8192x1024 32.1 -> 34.9, NHWC ->
+  NCHW 32x56x56x64 29.9 -> 31.7, NCHW -> NHWC 32x64x56x56 49.8 -> 50.3; 2 threads (wall at real-time priority, medians of
+  39-59, copy 87-107): 62.0 -> 63.3 and 61.7 -> 62.0, 67.4 -> 68.0, 59.9 -> 59.9, 65.8 -> 66.8, 104.2 -> 103.5 (even)."""
   streamed = [x for x in uops if x.op is Ops.STORE and x.arg == NT_ARG and len(x.src[0].src) < 3 and
               stream_width(x.src[1].dtype.itemsize, simd_bytes, _known_align(x.src[0].src[1], x.src[0].src[0].dtype.base.itemsize))
               == store_width(x, simd_bytes)]
-  if not streamed or not has_shuffle_network(uops) or \
-     min((u.dtype.count for u in uops if u.op is Ops.LOAD), default=0) >= max(x.src[1].dtype.count for x in streamed): return frozenset()
+  if not streamed or not has_shuffle_network(uops): return frozenset()
+  # rows loaded as wide as the stores (AVX-512's tile): only a transposing copy, every streamed value the network's own; a * a.T
+  # (a load along the output row too, multiplied in) ran slower so (one Zen 4 thread, 2048^2, 15.9 -> 14.0 GB/s)
+  if min((u.dtype.count for u in uops if u.op is Ops.LOAD), default=0) >= max(x.src[1].dtype.count for x in streamed) and \
+     not all(is_shuffle(x.src[1]) for x in streamed): return frozenset()
   return frozenset(streamed)
 
 def _llvm_stream_store(ctx: CPULLVMRenderer, x: UOp) -> str:
