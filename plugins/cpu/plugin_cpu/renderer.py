@@ -387,6 +387,15 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
   def render_special(self, x: UOp) -> str:
     _check_block(x)
     self.blocks.append(x)
+    # Below AVX-512, the block index masked to the bits of its block count (a no-op): LLVM then knows its range, widens the 32-bit
+    # index arithmetic that adds it and folds each load's constant offset into its address, where each broadcast of a threaded
+    # kernel took a lea and a sign extension (26 in a step of 24 FMAs of the stem's weight gradient, znver3 code). The 2-core Zen 4,
+    # znver3 code, 2 threads, each kernel A/B in one process interleaved at real-time priority (load 20-30), medians of 9-15, ms:
+    # stem dW 15.2 -> 12.5, 3x3 dW 8x64x56x56 10.5 -> 9.4, depthwise 3x3 8x32x112x112 0.59 -> 0.44, softmax 4096x1000 0.67 ->
+    # 0.62, 3x3 conv 32x64x56x56 36.1 -> 35.7, matmul 1024 and 512-channel convs even. AVX-512 code was mixed (stem dW 11.2 ->
+    # 11.3, its in-place 3x3 conv 33.8 -> 35.2, depthwise 0.58 -> 0.44: its FMAs take their broadcasts from memory) and keeps it
+    if x.dtype.itemsize == 4 and x.src[0].op is Ops.CONST and self.simd_width < 64:
+      return f"{self[x]} = and i32 %{x.arg}, {(1 << (x.src[0].arg - 1).bit_length()) - 1}"
     if x.dtype.itemsize == 4:
       self.r[x] = f"%{x.arg}"   # the parameter itself: no instruction
       return ""

@@ -1,0 +1,55 @@
+"""A thread block's index (gidx0, an i32 argument) is masked to the bits of its block count on targets with vectors under 64
+bytes (CPULLVMRenderer.render_special): LLVM then knows its range, widens the 32-bit index arithmetic that adds it, and folds
+each load's constant offset into its address, where every broadcast of a threaded kernel took a lea and a sign extension (the
+stem's weight gradient in znver3 code: 26). AVX-512 code keeps the argument as it is. Sources for explicit targets; values
+against numpy on this host."""
+from __future__ import annotations
+import copy, platform, re
+import numpy as np
+import pytest
+from cpu_kernels import run_rendered
+from core import Tensor
+from core.codegen.opt import Kernel
+from core.codegen.opt.heuristic import hand_coded
+from core.codegen.program import get_program, program_source
+from core.schedule.kernelize import create_schedule
+from plugin_cpu.renderer import CPULLVMRenderer
+
+def _threaded(arch: str) -> CPULLVMRenderer:
+  rnd = copy.copy(CPULLVMRenderer(arch=arch))
+  rnd.threads = 2
+  return rnd
+
+def _conv(x, w): return x.conv2d(w)
+def _matmul(a, b): return a @ b
+
+@pytest.mark.parametrize("fn, shapes", [(_conv, [(4, 8, 34, 34), (16, 8, 3, 3)]), (_matmul, [(192, 256), (256, 160)])], ids=["conv", "matmul"])
+def test_avx2_block_index_masked_to_block_count(fn, shapes):
+  rng = np.random.default_rng(0)
+  xs = [rng.standard_normal(s, dtype=np.float32) for s in shapes]
+  want = fn(*[x.astype(np.float64) for x in xs]) if fn is _matmul else None
+  if want is None:   # a valid 3x3 conv in float64
+    x, w = (a.astype(np.float64) for a in xs)
+    want = sum(np.einsum("nchw,oc->nohw", x[:, :, i:i + 32, j:j + 32], w[:, :, i, j]) for i in range(3) for j in range(3))
+  got, src = run_rendered(_threaded("znver3"), fn, *xs)
+  blocks = re.search(r"%gidx0 = and i32 %gidx0, (\d+)|(%\S+) = and i32 %gidx0, (\d+)", src)
+  assert blocks is not None, src[:2000]
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+  _, src512 = run_rendered(_threaded("x86-64-v4"), fn, *xs)
+  assert "and i32 %gidx0" not in src512
+
+def test_avx2_threaded_broadcasts_take_no_sign_extension():
+  if platform.machine() != "x86_64": pytest.skip("x86-64 code")
+  from plugin_cpu.compiler import LLVMCompiler
+  # the stem's weight gradient (8x3x224x224 7x7/2 -> 64): its main kernel broadcasts 15 inputs per 24 FMAs at offsets a row apart
+  x, g = Tensor(np.zeros((8, 3, 224, 224), np.float32)), Tensor(np.zeros((8, 64, 112, 112), np.float32))
+  w = Tensor(np.zeros((64, 3, 7, 7), np.float32), requires_grad=True)
+  (gw,) = (x.conv2d(w, stride=2, padding=3) * g).sum().gradient(w)
+  items, _, _ = create_schedule([gw.uop])
+  rnd, comp = _threaded("znver3"), LLVMCompiler(cpu="znver3")
+  main = max((it for it in items if it.ast.op.name == "SINK"), key=lambda it: len(list(it.ast.toposort())))
+  k = hand_coded(Kernel(main.ast, rnd))
+  asm = comp.disassemble(comp.compile(program_source(get_program(k.ast, rnd, optimize=False))))
+  assert len(re.findall(r"\tvbroadcastss", asm)) >= 15
+  # two outside the loops (the code before this had 26: one per broadcast and load of the inner loop)
+  assert len(re.findall(r"\t(?:cltq|movslq)\b", asm)) <= 2
