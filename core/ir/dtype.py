@@ -238,9 +238,13 @@ def least_upper_float(d: DType) -> DType: return d if dtypes.is_float(d) else le
 
 def sum_acc_dtype(d: DType) -> DType:
   """Accumulator for sums: ints widen to at least default_int, small floats accumulate in default_float."""
+  return _sum_acc(d, dtypes.default_float)
+
+@functools.cache   # dtypes are interned and few: one C call instead of three Python ones on every sum
+def _sum_acc(d: DType, default_float: DType) -> DType:
   if dtypes.is_unsigned(d): return least_upper_dtype(d, dtypes.uint32)
   if dtypes.is_int(d) or d is dtypes.bool: return least_upper_dtype(d, dtypes.int32)
-  return least_upper_dtype(d, dtypes.default_float)
+  return least_upper_dtype(d, default_float)
 
 # *** bounds ***
 

@@ -99,10 +99,11 @@ def _replayed(t: Tensor, key: tuple, build: Callable[[], UOp]) -> Tensor:
 
 class ReduceMixin:
   def _reduce(self: Tensor, op: Ops, axis: int | Sequence[int] | None, keepdim: bool, no_nan: bool = False) -> Tensor:  # type: ignore[misc]
-    axes = _axes(axis, self.ndim, op.name.lower())
-    if not axes: return self
     shape = self.shape
-    n = math.prod(shape[a] for a in axes)
+    # the op's name only for _axis's errors: an enum member's name is a Python-level property (a frame on every sum)
+    axes = tuple(range(len(shape))) if axis is None else _axes(axis, len(shape), op.name.lower())
+    if not axes: return self
+    n = math.prod(map(shape.__getitem__, axes))   # no generator frame
     # an empty axis reduces to the op's identity: a constant, unless the result may need a gradient (then the reduction
     # stays in the graph, so backward reaches the input; the scheduler makes the empty input a constant, no kernel reads it)
     if isinstance(n, int) and n == 0 and self.requires_grad is False:
@@ -118,9 +119,11 @@ class ReduceMixin:
   def sum(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False,  # type: ignore[misc]
           dtype: DTypeLike | None = None) -> Tensor:
     """Sum, accumulated in sum_acc_dtype: ints and bool give at least int32 (uint32 for unsigned); half stays half."""
-    acc = sum_acc_dtype(self.dtype) if dtype is None else to_dtype(dtype)
-    ret = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
-    return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
+    dt = self.dtype
+    acc = sum_acc_dtype(dt) if dtype is None else to_dtype(dtype)
+    # no cast (its argument check and its dtype lookups) when the accumulator is the dtype: a float32 sum, the usual eager one
+    ret = (self if acc is dt else self.cast(acc))._reduce(Ops.ADD, axis, keepdim)
+    return ret.cast(dt) if dtype is None and dt in (dtypes.float16, dtypes.bfloat16) else ret
   def prod(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False,  # type: ignore[misc]
            dtype: DTypeLike | None = None) -> Tensor:
     acc = sum_acc_dtype(self.dtype) if dtype is None else to_dtype(dtype)

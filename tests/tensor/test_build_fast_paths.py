@@ -118,3 +118,24 @@ def test_row_ops_take_the_uop_path(monkeypatch: pytest.MonkeyPatch) -> None:
   def no(*a, **k): raise AssertionError("the Tensor ops ran")
   for name in ("mean", "max", "sum", "_operands", "_alu"): monkeypatch.setattr(Tensor, name, no)
   x.softmax(-1), x.layernorm(0)
+
+def test_a_sum_in_its_own_dtype_calls_no_cast(monkeypatch: pytest.MonkeyPatch) -> None:
+  # a float32 sum accumulates in float32: the cast (a checked call that returns the tensor itself) is skipped
+  x = _t(4, 6)
+  def no_cast(*a, **k): raise AssertionError("cast called")
+  monkeypatch.setattr(Tensor, "cast", no_cast)
+  for axis in (None, 0, 1, (0, 1), -1):
+    np.testing.assert_array_equal(x.sum(axis).numpy(), x.numpy().sum(axis))
+  monkeypatch.undo()
+  # other dtypes still cast to their accumulator (and half back), with the same values and dtypes as before
+  for dt, acc in ((np.int8, dtypes.int32), (np.uint8, dtypes.uint32), (np.bool_, dtypes.int32), (np.float16, dtypes.float16)):
+    t = _t(4, 6, dtype=dt)
+    assert t.sum().dtype is acc and t.sum(1).dtype is acc
+    np.testing.assert_array_equal(t.sum(1).numpy(), t.numpy().sum(1, dtype=np.float64).astype(t.sum(1).numpy().dtype))
+  with pytest.raises(IndexError, match="add: dim 2 is out of range"): x.sum(2)
+
+def test_sum_acc_dtype_follows_the_default_float(monkeypatch: pytest.MonkeyPatch) -> None:
+  from core.ir.dtype import sum_acc_dtype
+  assert sum_acc_dtype(dtypes.float16) is dtypes.float32 and sum_acc_dtype(dtypes.int8) is dtypes.int32
+  monkeypatch.setattr(dtypes, "default_float", dtypes.float64)   # cached per dtype and default float
+  assert sum_acc_dtype(dtypes.float16) is dtypes.float64 and sum_acc_dtype(dtypes.float32) is dtypes.float64
