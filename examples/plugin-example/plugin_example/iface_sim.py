@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 # *** the driver's table of loaded kernels: a LAUNCH's image is a handle into it ***
 
-# the ExampleProgramData of the submissions that launch a program holds it, so a program lives while a (cached or captured)
+# the HandleProgramData of the submissions that launch a program holds it, so a program lives while a (cached or captured)
 # submission can launch it and is unloaded after; a handle is never reused, so a stale LAUNCH names no program, not another one
 _programs: weakref.WeakValueDictionary[int, ExampleProgram] = weakref.WeakValueDictionary()
 _by_key: weakref.WeakValueDictionary[tuple[str, bytes], ExampleProgram] = weakref.WeakValueDictionary()

@@ -6,10 +6,11 @@ from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import graph_rewrite
 from core.hcq import queue_ir as q
+from core.hcq.plain import HandleProgramData
 from core.hcq.state import HCQState
 from core.hcq.encode import encode_submit
 from core.codegen.program import ProgramSpec
-from plugin_example.queue import ExampleProgramData, Op, decode, packet, pm_bufferize, pm_lower, pm_prep_program
+from plugin_example.queue import Op, decode, packet, pm_bufferize, pm_lower, pm_prep_program
 from plugin_example.iface_sim import SimHCQ
 
 # *** the packet format ***
@@ -47,7 +48,7 @@ def test_prep_program_loads_the_kernel_and_describes_its_arguments() -> None:
   prepared = graph_rewrite(compiled_kernel(), pm_prep_program, sim, name="prep")
   data = prepared.arg
   assert prepared.op is Ops.PROGRAM and [s.op for s in prepared.src] == [Ops.DEVICE, Ops.BINARY] and prepared.src[0].arg == "EXAMPLE"
-  assert data == ExampleProgramData("k", 24, 8, (0, 8, 16), handle=data.handle, nbufs=2, nvars=1) and data.handle >= 1
+  assert data == HandleProgramData("k", 24, 8, (0, 8, 16), handle=data.handle, nbufs=2, nvars=1) and data.handle >= 1
   assert prepared.src[1].arg == struct.pack("<Q", data.handle)   # the image: the handle the driver gave the loaded kernel
   assert sim.load_program("k", compiled_kernel().src[4].arg) is data.program   # loaded once while held
 
@@ -78,7 +79,7 @@ def addresses(patches: list[tuple[int, UOp]]) -> list[tuple[int, UOp]]:
 
 def test_lower_launch_patches_image_and_kernargs_addresses() -> None:
   image, kargs = q.placeholder("program", "EXAMPLE", 8), q.placeholder("kernargs", "EXAMPLE", 24)
-  prog = q.prepared_program("EXAMPLE", image, ExampleProgramData("k", 24, 8, (0, 8, 16), handle=3, nbufs=2, nvars=1))
+  prog = q.prepared_program("EXAMPLE", image, HandleProgramData("k", 24, 8, (0, 8, 16), handle=3, nbufs=2, nvars=1))
   words, host, ring = encode([q.launch(prog, kargs, (1, 1, 1), (1, 1, 1))])
   assert words == packet(Op.LAUNCH, 0, 0, 2 | 1 << 32)
   assert addresses(host) == [(8, image), (16, kargs)] and len(host) == 2 and ring == []

@@ -22,7 +22,7 @@ QUERIES = 512   # timestamp queries per query set: a flush resolves them all
 
 # *** programs loaded by pm_prep_program: a LAUNCH's image holds the handle ***
 
-# a LAUNCH's image holds a handle; the WebGPUProgramData of the submissions that launch it holds the program, so a program
+# a LAUNCH's image holds a handle; the HandleProgramData of the submissions that launch it holds the program, so a program
 # nothing can launch any more is dropped (its pipeline with it). Handles are never reused.
 _programs: weakref.WeakValueDictionary[int, WebGPUProgram] = weakref.WeakValueDictionary()
 _by_key: weakref.WeakValueDictionary[bytes, WebGPUProgram] = weakref.WeakValueDictionary()

@@ -5,7 +5,7 @@ host memory and replays them as command-encoder calls (a compute pass with pipel
 LAUNCH; copy_buffer_to_buffer or a queue write/read per COPY), submitting at each SIGNAL so a signal is written only once
 the work before it completed.
 
-Packets: little-endian uint64 words, a header `opcode | nwords << 8` then one word per field:
+Packets (core's PLAIN, core.hcq.plain): little-endian uint64 words, a header `opcode | nwords << 8` then one word per field:
   LAUNCH    (1, 4 words): image address (8 bytes there: the program's handle), kernargs address, nbufs | nvars << 32
   COPY      (2, 4 words): destination address, source address, nbytes
   WAIT      (3, 3 words): signal address, value   the queue stops here until the uint64 *signal >= value
@@ -15,59 +15,35 @@ Packets: little-endian uint64 words, a header `opcode | nwords << 8` then one wo
 Addresses: host memory (rings, signals, kernargs, staging) by its address; a GPU buffer as DEVICE_BIT | slot << 32 | offset
 (iface_hcq.py's table of GPU buffers). Kernel arguments: one 8-byte slot per argument, buffer addresses then int32 variables."""
 from __future__ import annotations
-import enum, struct
-import dataclasses
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
-from core.hcq.queue_ir import ProgramData, getaddr, ins, ring_bufferize, word_packet_rules
-from core.device.word_packets import WordPackets
+from core.hcq.queue_ir import getaddr, ins, ring_bufferize, word_packet_rules
+from core.hcq.plain import PLAIN, HandleProgramData, PlainOp as Op, handle_program
 from core.codegen.program import compiled_program
 
 if TYPE_CHECKING:
   from core.device.hcq import EncodeCtx
   from plugin_webgpu.iface_hcq import WebGPUHCQ
 
-class Op(enum.IntEnum):
-  LAUNCH = 1
-  COPY = 2
-  WAIT = 3
-  SIGNAL = 4
-  TIMESTAMP = 5
-  BARRIER = 6
-
-WORDS = {Op.LAUNCH: 4, Op.COPY: 4, Op.WAIT: 3, Op.SIGNAL: 3, Op.TIMESTAMP: 2, Op.BARRIER: 1}
 DEVICE_BIT = 1 << 63   # never set in a user-space host address
 
-PACKETS = WordPackets(WORDS)
+PACKETS = PLAIN
 packet, field, decode = PACKETS.packet, PACKETS.field, PACKETS.decode
 
 # *** pm_prep_program (ctx: the device's WebGPUHCQ): the pipeline made once, its handle is the image ***
 
-@dataclass(frozen=True)
-class WebGPUProgramData(ProgramData):
-  handle: int = 0
-  nbufs: int = 0
-  nvars: int = 0
-  program: Any = dataclasses.field(default=None, compare=False, hash=False, repr=False)   # keeps the program the handle names alive
-
 def prep_program(ctx: WebGPUHCQ, p: UOp, device: UOp, linear: UOp, binary: UOp) -> UOp:
-  spec = p.arg
   # one slot per call buffer up to the highest the kernel binds: a kernel may leave one of its call's buffers unused
-  nbufs, nvars = max((u.arg + 1 for u in linear.src if u.op is Ops.PARAM), default=0), len(spec.vars)
-  prg = ctx.load_program(spec.name, binary.arg)
-  nargs = nbufs + nvars
-  data = WebGPUProgramData(spec.name, 8 * nargs, 8, tuple(range(0, 8 * nargs, 8)), handle=prg.handle, nbufs=nbufs, nvars=nvars,
-                           program=prg)
-  return UOp(Ops.PROGRAM, src=(device, UOp(Ops.BINARY, arg=struct.pack("<Q", prg.handle))), arg=data)
+  nbufs, nvars = max((u.arg + 1 for u in linear.src if u.op is Ops.PARAM), default=0), len(p.arg.vars)
+  return handle_program(device, p.arg.name, ctx.load_program(p.arg.name, binary.arg), nbufs, nvars)
 
 pm_prep_program = PatternMatcher([(compiled_program, prep_program)], name="webgpu prep program")
 
 # *** pm_lower (ctx: EncodeCtx): abstract commands -> INS(packet words, patches) ***
 
 def lower_launch(ctx: EncodeCtx, cmd: UOp, prog: UOp, kernargs: UOp) -> UOp:
-  data: WebGPUProgramData = prog.arg
+  data: HandleProgramData = prog.arg
   return ins(packet(Op.LAUNCH, 0, 0, data.nbufs | data.nvars << 32), [(field(0), getaddr(prog.src[1])), (field(1), getaddr(kernargs))])
 
 pm_lower = PatternMatcher([
