@@ -53,3 +53,20 @@ def test_avx2_threaded_broadcasts_take_no_sign_extension():
   assert len(re.findall(r"\tvbroadcastss", asm)) >= 15
   # two outside the loops (the code before this had 26: one per broadcast and load of the inner loop)
   assert len(re.findall(r"\t(?:cltq|movslq)\b", asm)) <= 2
+
+@pytest.mark.parametrize("shape", [(48, 64, 96), (1000, 32, 24)])
+def test_avx2_block_index_mask_keeps_every_block_of_a_count_not_a_power_of_two(shape):
+  # the mask is all the bits below the count's next power of two (6 blocks: 7, 167: 255), so no block index loses a bit;
+  # the cases above have 2 and 4 blocks, where the count less one would pass too
+  from core.ir.ops import Ops
+  m, k, n = shape
+  rng = np.random.default_rng(1)
+  a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+  rnd = _threaded("znver3")
+  rnd.l2_bytes = 512 << 10
+  (item,) = [it for it in create_schedule([_matmul(Tensor(a), Tensor(b)).uop])[0] if it.ast.op is Ops.SINK]
+  blocks = get_program(item.ast, rnd).arg.global_size[0]
+  assert blocks > 2 and blocks & (blocks - 1), blocks
+  got, src = run_rendered(rnd, _matmul, a, b)
+  assert re.search(rf"= and i32 %gidx0, {(1 << (blocks - 1).bit_length()) - 1}\n", src), src[:2000]
+  np.testing.assert_allclose(got.reshape(m, n), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
