@@ -172,8 +172,8 @@ def _phase_conv(x: Tensor, w: Tensor, groups: int, q0: Sequence[int], q1: Sequen
 
 def _output_phases(x: Tensor, wt: Tensor, groups: int, s: tuple[int, ...], pads: list[tuple[int, int]], lens: list[int]) -> Tensor:
   """_transposed_by_phase's conv per phase, by the output's phase: outputs o = s*i + r are tap phase c = (r + b) mod s at
-  t div s = (r + b) div s + i, so each phase computes only its own outputs (ceil((n - r)/s) of them), rounded up to an even
-  count (a row of 8 tiles better than one of 7). By t's phase over one common range, a 3x3/2's 56 outputs took 29 a phase,
+  t div s = (r + b) div s + i, so each phase computes only its own outputs: ceil(n/s), the most any phase has (the phases stack), rounded
+  up to an even count (a row of 8 tiles better than one of 7). By t's phase over one common range, a 3x3/2's 56 outputs took 29 a phase,
   whose rows pad past whole vectors."""
   from core.tensor.tensor import Tensor
   (bs, _), (co, _, *ks), nd = x.shape[:2], wt.shape, len(s)
