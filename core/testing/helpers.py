@@ -1,4 +1,4 @@
-"""Shared test helpers: CI runs, CORE_TEST_SCALE shape scaling, numpy comparison of forward and backward, numerical gradients,
+"""Shared test helpers: CI runs, hardware-test folders, CORE_TEST_SCALE shape scaling, numpy comparison of forward and backward, numerical gradients,
 numpy references of convolutions."""
 from __future__ import annotations
 import os
@@ -16,6 +16,21 @@ def missing_tool(msg: str) -> NoReturn:
   and how to install it."""
   if ci_run(): pytest.fail(msg)
   pytest.skip(msg)
+
+def hardware_tests(conftest: str, needs: str, why_not: Callable[[pytest.Item], str | None]) -> tuple[Callable[..., None], Callable[..., None]]:
+  """pytest_configure and pytest_collection_modifyitems for a folder of hardware tests (`conftest`: its conftest.py's __file__):
+  every test in the folder gets marker `hardware` (`pytest -m hardware` selects them where the device is), and a skip where
+  `why_not(test)` says what is missing. No CI job has the device: there they skip too, on purpose (missing_tool fails)."""
+  here = os.path.join(os.path.dirname(os.path.abspath(conftest)), "")
+  def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"hardware: needs {needs} (skipped elsewhere)")
+  def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for it in items:
+      if not str(it.fspath).startswith(here): continue   # the hook sees the whole session's tests
+      it.add_marker(pytest.mark.hardware)
+      if (why := why_not(it)) is not None:
+        it.add_marker(pytest.mark.skip(reason=why + (f" (no CI job has {needs}: skipped there too)" if ci_run() else "")))
+  return pytest_configure, pytest_collection_modifyitems
 
 def scale_factor() -> float:
   """CORE_TEST_SCALE (default 1.0): slow devices run the suite with smaller shapes."""

@@ -3,12 +3,7 @@ loads). Elsewhere it is skipped, and a skip is never a pass. CI (CI=true) has no
 anywhere else without one, on purpose, not failed (the simulated driver and the MOCK run the same op suite in CI). Marker
 `hardware`: `python -m pytest tests -m hardware` selects them on a machine with an NVIDIA GPU. None has run yet."""
 from __future__ import annotations
-import os
-import pytest
-from core.testing.helpers import ci_run
-
-def pytest_configure(config: pytest.Config) -> None:
-  config.addinivalue_line("markers", "hardware: needs an NVIDIA GPU (the kernel driver's device nodes, or libcuda) (skipped elsewhere)")
+from core.testing.helpers import hardware_tests
 
 def has_interface(iface: str) -> str | None:
   """None when `iface` can run here, else why not."""
@@ -18,12 +13,5 @@ def has_interface(iface: str) -> str | None:
   from plugin_nv.iface_cuda import find_libcuda
   return None if find_libcuda() is not None else "no libcuda.so.1 here (the CUDA driver library the NVIDIA driver installs)"
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-  here = os.path.dirname(os.path.abspath(__file__))
-  for it in items:
-    if not str(it.fspath).startswith(here): continue
-    it.add_marker(pytest.mark.hardware)
-    iface = "CUDA" if "CUDA" in it.name else "NVK"
-    if (why := has_interface(iface)) is not None:
-      ci = " (CI has no NVIDIA GPU: skipped there too)" if ci_run() else ""
-      it.add_marker(pytest.mark.skip(reason=why + ci))
+pytest_configure, pytest_collection_modifyitems = hardware_tests(
+  __file__, "an NVIDIA GPU (the kernel driver's device nodes, or libcuda)", lambda it: has_interface("CUDA" if "CUDA" in it.name else "NVK"))
