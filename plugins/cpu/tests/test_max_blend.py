@@ -9,7 +9,7 @@ import pytest
 from plugin_cpu.compiler import arch_flags, host_flags
 from plugin_cpu.renderer import extra_rules
 from cpu_kernels import device, run_rendered
-from test_max_fixup import A, B
+from test_max_fixup import bits, max_of_pairs, nan_rows
 from test_vector_math import EXP2_X, _ulps
 
 pytestmark = pytest.mark.skipif(not {"avx2", "fma"} <= host_flags(), reason="runs AVX2 code: an x86 host with avx2 and fma")
@@ -25,30 +25,22 @@ def _renderers(simd: int):
   old.extra_matcher = extra_rules(simd)
   return new, old
 
-def _bits(x: np.ndarray) -> np.ndarray: return x.view(np.uint32)
-
 @pytest.mark.parametrize("simd", [32, 64, 16])
 def test_elementwise_max_is_the_compare_form_bit_for_bit(simd):
-  new, old = _renderers(simd)
-  got, src = run_rendered(new, lambda a, b: a.maximum(b), A, B)
-  want, old_src = run_rendered(old, lambda a, b: a.maximum(b), A, B)
+  src, old_src = max_of_pairs(*_renderers(simd))
   assert re.search(MAX_PS, src) and not re.search(r"fcmp o[gl]t <\d+ x float>", src), src
   assert not re.search(MAX_PS, old_src)
-  np.testing.assert_array_equal(_bits(got), _bits(want))
-  np.testing.assert_array_equal(_bits(got), _bits(np.where((A > B) | np.isnan(A), A, B)))
 
 @pytest.mark.parametrize("cols", [1000, 1001, 256, 17])
 def test_row_max_and_softmax_keep_nans(cols):
-  x = (np.random.default_rng(cols).standard_normal((9, cols)) * 3).astype(np.float32)
-  x[1, cols // 2], x[2, 0], x[3, -1], x[4, :] = np.nan, np.nan, np.nan, -np.inf
-  x[5, ::2], x[6, :] = -0.0, 0.0
+  x = nan_rows(cols)
   new, old = _renderers(32)
   for fn, ref in ((lambda t: t.max(-1), lambda: x.max(-1)), (lambda t: t.softmax(-1), None), (lambda t: t.log_softmax(-1), None)):
     got, src = run_rendered(new, fn, x)
     want, _ = run_rendered(old, fn, x)
     # softmax's row max (MAX_NO_NAN) is the plain select in both renderers; a row max alone of whole vectors keeps the blend
     if cols % 8 == 0: assert bool(re.search(MAX_PS, src)) == (ref is not None)
-    np.testing.assert_array_equal(_bits(got), _bits(want))
+    np.testing.assert_array_equal(bits(got), bits(want))
     if ref is not None: np.testing.assert_array_equal(got, ref())
   with np.errstate(invalid="ignore"):
     e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
