@@ -1,9 +1,9 @@
 """The UOp IR: one `Ops` enum and the immutable, hash-consed `UOp` node every stage rewrites."""
 from __future__ import annotations
-import enum, functools, itertools, math, struct, weakref
-from typing import Any, Callable, Generic, Iterator, Sequence, TypeVar, Union, overload
+import enum, itertools, math, struct, weakref
+from typing import Any, Callable, Generic, Sequence, TypeVar, Union, overload
 from core.ir.dtype import ConstType, DType, PtrDType, dtypes, truncate, AddrSpace
-from core.helpers import prod, all_int, fast_members, int_enum, IntEnumBody
+from core.helpers import prod, fast_members, int_enum, IntEnumBody
 
 # EXP2's arg where its source is known to be <= 0 or NaN, as (x - max(x)) * c with c > 0 is: exp2 can't overflow there
 EXP2_NONPOSITIVE = "nonpositive"
@@ -60,13 +60,9 @@ class GroupOp:
   ALU = Unary | Binary | Ternary
   Movement = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
   Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.XOR, Ops.AND, Ops.OR})
-  Associative = frozenset({Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.MAX})
   Comparison = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
   Idempotent = frozenset({Ops.OR, Ops.AND, Ops.MAX})
-  # ops where f(0, ...) == 0 for the first source, so padding with zeros can pass through them
-  UnsafePad = frozenset({Ops.RECIPROCAL, Ops.LOG2, Ops.EXP2, Ops.IDIV, Ops.FDIV, Ops.POW, Ops.CMPEQ})
   Buffer = frozenset({Ops.LOAD, Ops.STORE, Ops.INDEX})
-  Defines = frozenset({Ops.PARAM, Ops.DEFINE_LOCAL, Ops.DEFINE_REG})
   Elementwise = ALU | frozenset({Ops.CAST, Ops.BITCAST})
 
 @fast_members
@@ -566,13 +562,6 @@ def exec_uop_tree(u: UOp, var_vals: dict[UOp, int]) -> Any:
     elif x.op in GroupOp.ALU: vals[x] = exec_alu(x.op, x.dtype, tuple(vals[s] for s in x.src))
     else: raise TypeError(f"can't evaluate {x.op.name}")
   return vals[u]
-
-def all_uops_in(roots: Sequence[UOp]) -> Iterator[UOp]:
-  return iter(UOp(Ops.SINK, src=tuple(roots)).toposort())
-
-def smax(*xs: sint) -> sint:
-  if all_int(xs): return max(xs)  # type: ignore[arg-type]
-  return functools.reduce(lambda a, b: a.maximum(b) if isinstance(a, UOp) else UOp.const(dtypes.index, a).maximum(b), xs)
 
 _ = AddrSpace  # re-exported for `eval(str(uop))`
 

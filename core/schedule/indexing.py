@@ -2,7 +2,7 @@
 from __future__ import annotations
 from dataclasses import field
 from typing import Any
-from core.ir.dtype import dtypes, DType
+from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops, GroupOp, AxisType, sint
 from core.ir.pattern import UPat, PatternMatcher
 from core.helpers import mutable_record, prod
@@ -122,7 +122,6 @@ def _buffer(ctx: KernelCtx, b: UOp, v: UOp, idx: tuple[UOp, ...]) -> UOp:
 
 def _const(c: UOp) -> UOp: return UOp.const(c.dtype, c.arg)
 
-idx_pat = UPat(Ops.INDEX, tag=PUSH, name="ix")
 def _rule(op: Ops | tuple[Ops, ...], fn: Any, with_ctx: bool = False) -> tuple[UPat, Any]:
   pat = UPat(Ops.INDEX, src=(UPat(op, name="x"),), allow_any_len=True, tag=PUSH, name="ix")
   if with_ctx: return (pat, lambda ctx, ix, x: fn(ctx, x.src[0] if x.src else x, x, ix.src[1], ix.src[2:]))
@@ -143,5 +142,4 @@ pm_index = PatternMatcher([
 def output_ranges(ctx: KernelCtx, shape: tuple[sint, ...]) -> list[UOp]:
   return [ctx.new_range(d, AxisType.LOOP) if d != 1 else const_index(0) for d in shape]
 
-def kernel_dtype_ok(d: DType) -> bool: return d.count == 1
 __all__ = ["pm_index", "KernelCtx", "push", "flat_index", "output_ranges", "strides_for", "TRUE", "prod"]

@@ -1,7 +1,7 @@
 """Movement ops on Tensors: reshape/permute/expand/pad/shrink/flip and what is built from them (cat, stack, split, repeat)."""
 from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
-from core.helpers import prod, argfix, argsort
+from core.helpers import prod, argfix
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops, sint, sym_val
 from core.tensor.disk import on_disk, disk_view
@@ -266,5 +266,3 @@ class MovementMixin:
       pos = (1 if i == 0 else 0 if i == 1 else i) if indexing == "xy" and len(ts) > 1 else i
       out.append(t.reshape([-1 if j == pos else 1 for j in range(len(ts))]).expand(sizes))
     return tuple(out)
-
-  def _inverse_permute(self: Tensor, order: Sequence[int]) -> Tensor: return self.permute(argsort(list(order)))  # type: ignore[misc]

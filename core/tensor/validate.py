@@ -62,10 +62,6 @@ def check_axis(method: str, arg: str, v: Any, ndim: int) -> int:
   if not -n <= v < n: raise IndexError(f"{_what(method, arg)}: dim {v} is out of range for a tensor with {ndim} dims (expected [{-n}, {n - 1}])")
   return v + n if v < 0 else v
 
-def check_choice(method: str, arg: str, v: Any, choices: Sequence[Any]) -> Any:
-  if v not in choices: raise ValueError(f"{_what(method, arg)} must be one of {', '.join(map(repr, choices))}, got {v!r}")
-  return v
-
 def check_tensor(method: str, arg: str, v: Any) -> Any:
   from core.tensor.tensor import Tensor
   if not isinstance(v, Tensor): raise TypeError(f"{_what(method, arg)} must be a Tensor, got {_name(v)} {v!r}"[:300])

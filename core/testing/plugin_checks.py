@@ -1,7 +1,6 @@
 """Checks a plugin runs in its own tests: core finds it through its entry point, its hooks load, its spec is as declared."""
 from __future__ import annotations
 from typing import Any
-import pytest
 from core.testing.helpers import missing_tool
 
 def plugin_manager(device: str, dist: str) -> Any:
@@ -25,12 +24,3 @@ def check_registration(pm: Any, device: str, dist: str, module: str, interfaces:
   rec = next(r for r in pm.records() if device in r.devices)
   assert rec.error is None and rec.info == {"name": dist.removeprefix("plugin-"), "version": version, "api": api}
   return spec
-
-def check_placeholder(pm: Any, device: str) -> None:
-  """A declared-but-unwritten backend: never available or auto-selected, and opening it says "not implemented yet"."""
-  from core.device.target import Target
-  spec = pm.spec(device)
-  assert spec.available() is False
-  with pytest.raises(NotImplementedError, match="not implemented yet"): spec.factory(device, Target(device=device))
-  with pytest.raises(NotImplementedError, match="not implemented yet"): spec.make_renderer(None)
-  assert pm.best_device() != device

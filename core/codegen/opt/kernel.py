@@ -42,7 +42,6 @@ class KernelOptError(ValueError):
 # OUTER marks the copy loops PACK makes: they nest where their uses put them, and no Opt applies to them
 AXIS_RANK = {AxisType.GLOBAL: 0, AxisType.LOCAL: 1, AxisType.OUTER: 2, AxisType.LOOP: 3, AxisType.GROUP_REDUCE: 4, AxisType.REDUCE: 5,
              AxisType.UPCAST: 6, AxisType.UNROLL: 7}
-OUTPUT_AXES = (AxisType.GLOBAL, AxisType.LOCAL, AxisType.LOOP, AxisType.UPCAST)
 REGISTER_AXES = (AxisType.UPCAST, AxisType.UNROLL)
 MAX_REGISTER_ELEMS = 1024  # product of UPCAST/UNROLL sizes: more unrolls into code too large to compile quickly
 

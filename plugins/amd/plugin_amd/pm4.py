@@ -50,7 +50,6 @@ SET_SH_REG_VALUES_DW = 2                       # first register value
 DISPATCH_DIRECT_DWORDS, DISPATCH_DIM_DW = 5, 1
 WAIT_REG_MEM_DWORDS, WAIT_ADDR_DW, WAIT_REF_DW = 7, 2, 4
 RELEASE_MEM_DWORDS, RELEASE_ADDR_DW, RELEASE_DATA_DW = 8, 3, 5
-ACQUIRE_MEM_DWORDS = {"gfx9": 7, "gfx11": 8, "gfx12": 8}
 
 def _u32(x: int, what: str) -> int:
   if not 0 <= x < 1 << 32: raise ValueError(f"{what} = {x:#x} does not fit in 32 bits")

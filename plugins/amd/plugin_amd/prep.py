@@ -56,8 +56,6 @@ class KernelDescriptor:
   @property
   def vgpr_granules(self) -> int: return self.compute_pgm_rsrc1 & 0x3f                   # GRANULATED_WORKITEM_VGPR_COUNT
   @property
-  def sgpr_granules(self) -> int: return self.compute_pgm_rsrc1 >> 6 & 0xf               # GRANULATED_WAVEFRONT_SGPR_COUNT (gfx9)
-  @property
   def enable_private_segment(self) -> bool: return bool(self.compute_pgm_rsrc2 & 1)     # ENABLE_PRIVATE_SEGMENT (scratch)
   @property
   def user_sgpr_count(self) -> int: return self.compute_pgm_rsrc2 >> 1 & 0x1f

@@ -111,7 +111,6 @@ def new_buffer(dev: int, size: int) -> tuple[int, int]:
 
 def new_queue(dev: int) -> int: return msg(dev, "newCommandQueue")
 def new_event(dev: int) -> int: return msg(dev, "newSharedEvent")
-def event_value(ev: int) -> int: return msg(ev, "signaledValue", restype=ctypes.c_uint64)
 
 # *** command buffers and encoders (their objects are autoreleased: used inside an AutoreleasePool, command buffers retained) ***
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
-from core.device.elf import Section, Symbol, cstr, read_elf64, read_symbols, unpack
+from core.device.elf import Section, Symbol, read_elf64, read_symbols, unpack
 
 class CubinError(ValueError):
   """A cubin this reader can't use: names the part (header, section, record) and what is wrong with it."""
@@ -71,7 +71,6 @@ class Kernel:
   records: tuple[Record, ...] = field(repr=False)   # every .nv.info.<name> record, in file order
 
 def _unpack(fmt: str, data: bytes, off: int, what: str) -> tuple: return unpack(CubinError, fmt, data, off, what)
-def _cstr(data: bytes, off: int, what: str) -> str: return cstr(CubinError, data, off, what)
 
 def parse_records(data: bytes, where: str) -> tuple[Record, ...]:
   """The records of one .nv.info section; one that runs past the section's end or has an unknown format is an error."""

@@ -26,7 +26,6 @@ def incr(subch: int, method: int, *data: int) -> list[int]: return [header(SEC_O
 def nonincr(subch: int, method: int, *data: int) -> list[int]: return [header(SEC_OP_NON_INC_METHOD, subch, method, len(data)), *data]
 
 # *** GPFIFO entries (NVC56F_GP_ENTRY0/1) ***
-GP_ENTRY_SIZE = 8
 GP_LENGTH_MAX = (1 << 21) - 1   # GP_ENTRY1_LENGTH 30:10, in dwords
 
 def gp_entry(addr: int, ndwords: int, sync: bool = False) -> tuple[int, int]:
@@ -60,7 +59,6 @@ SEM_OP_ACQUIRE, SEM_OP_RELEASE, SEM_OP_ACQ_STRICT_GEQ, SEM_OP_ACQ_CIRC_GEQ = 0, 
 SEM_RELEASE_WFI = 1 << 20      # SEM_EXECUTE_RELEASE_WFI_EN
 SEM_PAYLOAD_64BIT = 1 << 24    # SEM_EXECUTE_PAYLOAD_SIZE_64BIT
 SEM_RELEASE_TIMESTAMP = 1 << 25
-WFI_SCOPE_ALL = 1
 
 # *** compute class methods (NVC6C0/NVC7C0/NVC9C0/NVCBC0/NVCDC0/NVCEC0) ***
 C_NO_OPERATION = 0x0100

@@ -68,7 +68,6 @@ def load_state6(state_type: int, state_src: int, state_block: int, num_unit: int
 LOAD_STATE6_ADDR_DW = 2   # dword index (header = 0) of the 64-bit source address
 
 def exec_cs(ngroups: tuple[int, int, int]) -> list[int]: return pkt7(CP_EXEC_CS, [0, *ngroups])
-EXEC_CS_NGROUPS_DW = 2
 
 def event_write(event: int, addr: int = 0, value: int = 0, timestamp: bool = False) -> list[int]:
   """CP_EVENT_WRITE: `event` (e.g. CACHE_FLUSH_TS) and, when it completes, the 32-bit `value` written to `addr` (or with

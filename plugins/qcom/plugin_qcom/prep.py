@@ -128,10 +128,6 @@ def read_image(image: bytes) -> QCOMProgramData:
                          const_offset=const_off, nbufs=nbufs, nvars=nvars, nimages=nimages, full_regs=full, half_regs=half,
                          images=tuple(images), const_bytes=const)
 
-def code_of(image: bytes) -> bytes:
-  d = read_image(image)
-  return image[d.code_offset:d.code_offset + d.code_size]
-
 _SIGNATURE = re.compile(r"__kernel\s+(?:__attribute__\(\(.*?\)\)\s+)?void\s+(\w+)\s*\(([^)]*)\)")
 
 _IMAGE_ARG = re.compile(r"(read_only|write_only)\s+image2d_t\s+data\d+_(\d+)x(\d+)([fh])$")
