@@ -2,9 +2,10 @@
 ioctl, mmap, sysfs) and a driver class over it. The layouts and numbers are unit-tested against the header; the KFD class runs in CI
 over the simulated driver (kfd_sim.py, selected with AMD_KFD_SIM=<arch>) and has NEVER RUN ON AMD HARDWARE."""
 from __future__ import annotations
-import ctypes, ctypes.util, dataclasses, errno, os
+import ctypes, dataclasses, errno, os
 from typing import Any
 from core.device.hcq import node_open_error
+from core.device.host_os import Syscalls
 
 # Linux asm-generic/ioctl.h: nr bits [7:0], type [15:8], size [29:16] (14 bits), direction [31:30]
 _IOC_NONE, _IOC_WRITE, _IOC_READ = 0, 1, 2
@@ -96,38 +97,16 @@ class KFDError(OSError):
 
 # *** the OS seam: everything the driver class asks of the kernel ***
 
-class OSBackend:
-  """open(2), close(2), ioctl(2), mmap(2), munmap(2) and sysfs reads, for the real kernel. kfd_sim.SimDriver implements the same
-  methods over host memory; `KFD(backend=...)` takes either. Failures raise OSError with the kernel's errno."""
-  simulated = False
-
+class OSBackend(Syscalls):
+  """core's system calls on the real kernel, and sysfs reads. kfd_sim.SimDriver implements the same methods over host memory;
+  `KFD(backend=...)` takes either. Failures raise OSError with the kernel's errno."""
   def __init__(self) -> None:
+    super().__init__()
     self.faults: list[str] = []   # queue faults the backend saw itself (the simulated driver's; the kernel reports none here)
-    self.libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    self.libc.mmap.restype = ctypes.c_void_p
-    self.libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    self.libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 
-  def open(self, path: str, flags: int) -> int: return os.open(path, flags)
-  def close(self, fd: int) -> None: os.close(fd)
-  def ioctl(self, fd: int, request: int, arg: ctypes.Structure) -> None:
-    if self.libc.ioctl(fd, ctypes.c_ulong(request), ctypes.byref(arg)) < 0:
-      err = ctypes.get_errno()
-      raise OSError(err, os.strerror(err))
-  def mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int) -> int:
-    ret = self.libc.mmap(ctypes.c_void_p(addr or None), length, prot, flags, fd, offset)
-    if ret in (None, ctypes.c_void_p(-1).value):
-      err = ctypes.get_errno()
-      raise OSError(err, os.strerror(err))
-    return int(ret)
-  def munmap(self, addr: int, length: int) -> None:
-    if self.libc.munmap(ctypes.c_void_p(addr), length) < 0:
-      err = ctypes.get_errno()
-      raise OSError(err, os.strerror(err))
   def read_text(self, path: str) -> str:
     with open(path) as f: return f.read()
   def listdir(self, path: str) -> list[str]: return os.listdir(path)
-  def exists(self, path: str) -> bool: return os.path.exists(path)
 
 def default_backend() -> Any:
   """The real kernel, or the simulated driver when AMD_KFD_SIM=<arch> is set (one per process and arch, like /dev/kfd)."""

@@ -7,9 +7,10 @@ and run one call at a time (core's direct path, no HCQ): cuLaunchKernel with the
 the cubin's .nv.info gives (CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE), timed with events when the caller waits. Memory is cuMemAlloc,
 copies cuMemcpyHtoD/DtoH."""
 from __future__ import annotations
-import ctypes, ctypes.util, os, struct
+import ctypes, os, struct
 from typing import Any, Callable
 from core.device.allocator import BufferSpec, LRUAllocator
+from core.device.host_os import loadable_library
 from core.device.compiled import Compiled
 from plugin_nv.cubin import Cubin
 
@@ -28,13 +29,7 @@ class CUDAError(RuntimeError):
 def find_libcuda() -> str | None:
   """$CUDA_LIB, else the loader's libcuda.so.1 (or what ldconfig calls libcuda)."""
   if (p := os.environ.get("CUDA_LIB")): return p if os.path.exists(p) else None
-  for name in ("libcuda.so.1", ctypes.util.find_library("cuda")):
-    if not name: continue
-    try:
-      ctypes.CDLL(name)
-      return name
-    except OSError: continue
-  return None
+  return loadable_library("libcuda.so.1", "cuda")
 
 def load_libcuda() -> ctypes.CDLL:
   if (path := find_libcuda()) is None: raise CUDAError(INSTALL_HINT)

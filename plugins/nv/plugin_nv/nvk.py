@@ -13,9 +13,10 @@ address, as core's patch cache expects. /dev/nvidia-uvm is not used: RM hands ou
 
 `DriverOS` is the seam: OSDriver is the kernel; nvk_sim.SimDriver (NVK_SIM=<arch>) serves the same calls in process."""
 from __future__ import annotations
-import bisect, ctypes, ctypes.util, dataclasses, errno, os, threading
+import bisect, ctypes, dataclasses, errno, os, threading
 from typing import Any, Protocol
 from core.device.hcq import node_open_error
+from core.device.host_os import Syscalls
 from plugin_nv import GPU_FILES, pushbuf as pb, rm_abi as R
 from plugin_nv.qmd import ARCHS, arch_info
 
@@ -36,28 +37,8 @@ class DriverOS(Protocol):
   def munmap(self, addr: int, length: int) -> None: ...
   def exists(self, path: str) -> bool: ...
 
-class OSDriver:
-  """The real kernel through libc."""
-  simulated = False
-  def __init__(self) -> None:
-    self.libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    self.libc.mmap.restype = ctypes.c_void_p
-    self.libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    self.libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-  def _err(self) -> OSError:
-    e = ctypes.get_errno()
-    return OSError(e, os.strerror(e))
-  def open(self, path: str, flags: int) -> int: return os.open(path, flags)
-  def close(self, fd: int) -> None: os.close(fd)
-  def ioctl(self, fd: int, request: int, arg: ctypes.Structure) -> None:
-    if self.libc.ioctl(fd, ctypes.c_ulong(request), ctypes.byref(arg)) < 0: raise self._err()
-  def mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int) -> int:
-    ret = self.libc.mmap(ctypes.c_void_p(addr or None), length, prot, flags, fd, offset)
-    if ret in (None, ctypes.c_void_p(-1).value): raise self._err()
-    return int(ret)
-  def munmap(self, addr: int, length: int) -> None:
-    if self.libc.munmap(ctypes.c_void_p(addr), length) < 0: raise self._err()
-  def exists(self, path: str) -> bool: return os.path.exists(path)
+class OSDriver(Syscalls):
+  """The real kernel: core's system calls through libc."""
 
 def default_os() -> DriverOS:
   """The kernel, or the simulated driver when NVK_SIM=<arch> is set (one per process and arch, as /dev/nvidiactl is)."""

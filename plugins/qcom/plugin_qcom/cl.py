@@ -2,8 +2,9 @@
 
 Constants and signatures are those of the Khronos OpenCL headers (CL/cl.h, OpenCL 1.2 API, which every driver offers)."""
 from __future__ import annotations
-import atexit, ctypes, ctypes.util, dataclasses, functools, hashlib, os, shutil, tempfile, threading
+import atexit, ctypes, dataclasses, functools, hashlib, os, shutil, tempfile, threading
 from typing import Any
+from core.device.host_os import loadable_library
 from core.helpers import LRUCache
 
 # CL/cl.h
@@ -93,13 +94,7 @@ class cl_image_desc(ctypes.Structure):
 
 def find_library() -> str | None:
   """libOpenCL's file name: the ICD loader (Debian: ocl-icd-libopencl1), None when it is not installed."""
-  for name in ("libOpenCL.so.1", ctypes.util.find_library("OpenCL")):
-    if name is None: continue
-    try:
-      ctypes.CDLL(name)
-      return name
-    except OSError: continue
-  return None
+  return loadable_library("libOpenCL.so.1", "OpenCL")
 
 INSTALL = "install an OpenCL driver and the ICD loader (Debian/Ubuntu: apt-get install pocl-opencl-icd ocl-icd-libopencl1)"
 
