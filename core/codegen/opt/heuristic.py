@@ -376,6 +376,14 @@ CHANNEL_PAD_SHARE = 16        # so do longer rows of no whole number of vectors,
 # not measured there, so not taken
 CHANNEL_ODD_ROWS = True
 CHANNEL_ODD_ROW_REGS = 16
+# a row whose channel tiles of a pixel block that is not a power of two hold fewer than MM_MIN_ACC accumulators (16 registers: rows
+# of 28 on AVX2's 8 lanes took 1 vector x 7 pixels, 7) may also take a block of 2 or 4 pixels below the lanes with 2 or more
+# channel vectors, as odd rows do: 2 x 4, 8 accumulators, each broadcast input feeding 2 FMAs. 2-core Zen 4, znver3 code, one
+# thread, kernel thread CPU time, A/B in one process, medians of 7-9 (load 5-8), ms: 3x3 8x128x28x28 -> 128 20.1 -> 17.6 (its
+# input gradient 20.2 -> 17.8), the input gradient's phase convs of 8x64x56x56 -> 128 3x3/2 2.71 -> 2.18 and 4.78 -> 4.27, of
+# 8x128x56x56 -> 128 3x3/2 5.48 -> 4.48 and 9.47 -> 8.51; the C renderer's (clang) 26.5 -> 22.6, 35.0 -> 28.9, 2.59 -> 2.15,
+# 5.10 -> 5.09. With 32 registers (AVX-512) the other tiles hold 8 or more: the same sources
+CHANNEL_POW2_ROWS = True
 
 def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp, lanes: int) -> Kernel | None:
   """A conv whose output rows hold few vectors (ResNet's 7x7 and 14x14 stages: a row of 7 holds none), or no whole number of
@@ -384,7 +392,8 @@ def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp
   them, copied once per channel block and read by every pixel), a block of `rows` pixels of the output row broadcast from the
   input, the kernel columns unrolled so neighbouring pixels share those loads. The tile (vectors x rows) with the most
   accumulators that fits the vector registers, the register limit and the panel; the row block is not a power of two, which
-  would win the expander's vector axis (the store is contiguous along it). None when the kernel is not such a conv."""
+  would win the expander's vector axis (the store is contiguous along it), unless it is below the lanes beside 2 or more
+  channel vectors (odd rows, CHANNEL_POW2_ROWS). None when the kernel is not such a conv."""
   rnd = k.renderer
   n_out = range_size(contig_out)
   if rnd.has_local or n_out is None: return None
@@ -437,9 +446,11 @@ def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp
     return (nc // lanes) % j == 0 and j * rows + j * win + 1 <= regs and lanes * j * rows * win <= MAX_REGISTER_ELEMS and \
       j * lanes * red_len * item <= PACK_MAX_BYTES
   tiles = [(j * rows, j, rows) for j in (4, 2, 1) for rows in range(3, n_out + 1) if n_out % rows == 0 and rows & (rows - 1) and fits(j, rows)]
+  # (2 or more vectors of channels, a pixel block below the lanes: the channels keep the expander's vector axis)
+  below_lanes = [(j * rows, j, rows) for j in (4, 2) for rows in range(2, lanes) if n_out % rows == 0 and fits(j, rows)]
+  if CHANNEL_POW2_ROWS and tiles and max(tiles)[0] < MM_MIN_ACC: tiles += below_lanes
   if odd:
-    # (2 or more vectors of channels, a pixel block below the lanes: the channels keep the expander's vector axis)
-    tiles = [(j * rows, j, rows) for j in (4, 2) for rows in range(2, lanes) if n_out % rows == 0 and fits(j, rows)]
+    tiles = below_lanes
     if not tiles or max(tiles)[0] < MM_MIN_ACC: return None
   pixels = contig_out
   if tiles: _, j, rows = max(tiles)
