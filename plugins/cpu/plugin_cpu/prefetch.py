@@ -232,14 +232,22 @@ SWEEP_AHEAD = 2           # steps of the sweep the prefetched lines lie ahead
 SWEEP_MIN_GAP = 4096      # bytes between the rows a sweep reads (a page: rows in other pages are other hardware-prefetch streams)
 SWEEP_MIN_BYTES = 4096    # and along each row (a page of it at least: a short sweep's rows are next to each other's)
 SWEEP_MAX_STEP = 4096     # bytes one step of a sweep reads at most (the 1-thread strip's 64 lines), so the next steps' fit L1 beside it
-# A target of 64-byte vectors (AVX-512) prefetches them into the L2 (prefetcht2), not the L1: likely a prefetch into the L1 holds
-# one of its few misses in flight until the line comes, and a step's 32-64 rows two steps ahead are more (not the L1 sets: with
-# rows 64 bytes off a multiple of 4 KiB, a read-only sweep lost as much). One Zen 4 thread, thread time, A/B in one process, GB/s, input shapes: 4096^2
-# 24.3 -> 28.6, 2048^2 27.4 -> 30.9, 8192x1024 22.9 -> 26.0, 1024x8192 24.7 -> 31.3, 3072^2 20.4 -> 26.8; 2 threads, wall at
-# real-time priority, medians of 21: 52.2 -> 60.7, 30.8 -> 34.5, 53.9 -> 60.6, 59.6 -> 68.0, 58.4 -> 67.2; 4, 8 steps ahead
-# gained no more. The AVX2 kernel run here gains alike (4096^2 22.5 -> 26.7), but Zen 3 had measured t0 and t1 alike (2
-# threads; one not measured): AVX2 targets keep the L1 until a Zen 3 thread says otherwise
+# AVX-512 targets' strips, and AVX2 ones whose sweep is all the kernel reads, prefetch them into the L2 (prefetcht2), not the L1:
+# likely a prefetch into the L1 holds one of its few misses in flight until the line comes, and a step's 32-64 rows two steps
+# ahead are more (not the L1 sets: with rows 64 bytes off a multiple of 4 KiB, a read-only sweep lost as much). AVX-512 code, one Zen 4 thread, thread
+# time, A/B in one process, GB/s, input shapes: 4096^2 24.3 -> 28.6, 2048^2 27.4 -> 30.9, 8192x1024 22.9 -> 26.0, 1024x8192
+# 24.7 -> 31.3, 3072^2 20.4 -> 26.8; 2 threads, wall at real-time priority, medians of 21: 52.2 -> 60.7, 30.8 -> 34.5, 53.9 ->
+# 60.6, 59.6 -> 68.0, 58.4 -> 67.2; 4, 8 steps ahead gained no more. AVX2 code (znver3) on the same Zen 4, against our copy
+# kernel in the same rounds (load 10-13; two kernels of each): one thread 4096^2 17.8/18.6 -> 21.4/21.5, 8192x1024 19.8/20.0
+# -> 22.5/24.3, 2048^2 23.1/23.9 -> 27.3/27.9, 1024x8192 17.2/17.8 -> 23.7/22.7, 3072^2 19.6/19.7 -> 24.1/25.2; 2 threads at
+# real-time priority, rounds whose copy ran above 60 GB/s: 4096^2 43.4/43.4 -> 49.0/49.2 (58-59% -> 66-67% of copy),
+# 8192x1024 43.6/44.4 -> 49.1/48.8, 2048^2 51.8/51.1 -> 56.2/55.5, 2048^2 a.T + 1 15.3/15.7 -> 19.9/19.3 (2 threads 23.6/24.1 ->
+# 26.0/25.9). Zen 3 had measured prefetcht0 and t1 alike (2 threads, 4096^2). But an AVX2 sweep beside other global loads
+# (a * a.T reads a's rows too) lost in the L2: 2 threads 21.1/20.8 -> 19.2/19.1, one 13.4/13.1 -> 12.9/12.7 (AVX-512 code even,
+# 23.2/23.1 vs 23.4/23.4): AVX2 targets take the L2 only for a sweep that is all of the kernel's global loads. Narrower vectors
+# (aarch64) keep the L1: not measured
 SWEEP_L2_SIMD = 64        # vector bytes of the targets whose sweep prefetches into the L2
+SWEEP_ALONE_L2_SIMD = 32  # and of those whose sweep does where its loads are all of the kernel's global loads
 
 def sweep_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int]) -> dict[UOp, int]:
   """For each global load outside reduce loops under a loop along which its address steps by at most a cache line, for
@@ -265,7 +273,8 @@ def sweep_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[
 def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0, simd_width: int = 0) -> dict[UOp, tuple[int, int, Spread | None]]:
   """For each LOAD that should prefetch, (the prefetched address's distance from its own in elements, the locality hint, the gate
   that skips it or None): a pack copy's next panel (panel_offsets), a strip transpose's lines SWEEP_AHEAD steps on along its
-  rows (sweep_offsets; into the L2 where the target's vectors, `simd_width`, are SWEEP_L2_SIMD bytes or more), an in-place
+  rows (sweep_offsets; into the L2 where the target's vectors, `simd_width`, are SWEEP_L2_SIMD bytes or more, or
+  SWEEP_ALONE_L2_SIMD where the sweep's loads are all of the kernel's global loads), an in-place
   panel's next one (reread_offsets, where the renderer's `panel_budget` is known: big panels into the L2; spread over the row
   blocks below SPREAD_BELOW_REGS `simd_regs`), or one row on (all but those L2 ones L1_LOCALITY). A load
   qualifies for the row where it reads a global buffer in the second reduce loop over that buffer, under a loop of rows (not a
@@ -276,8 +285,10 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0,
   second: dict[UOp, UOp] = {}                    # buffer -> the second reduce range reading it
   out: dict[UOp, tuple[int, int, Spread | None]] = {x: (o, L1_LOCALITY, None) for x, o in panel_offsets(uops, deps, order).items()}
   if SWEEP_PREFETCH:
-    loc = L2_LOCALITY if simd_width >= SWEEP_L2_SIMD else L1_LOCALITY
-    out.update(_once_per_line({x: (o * SWEEP_AHEAD, loc, None) for x, o in sweep_offsets(uops, deps, order).items() if x not in out}))
+    sweeps = sweep_offsets(uops, deps, order)
+    alone = all(x in sweeps for x in uops if x.op is Ops.LOAD and x.src[0].op is Ops.INDEX and is_global_param(x.src[0].src[0]))
+    loc = L2_LOCALITY if simd_width >= (SWEEP_ALONE_L2_SIMD if alone else SWEEP_L2_SIMD) else L1_LOCALITY
+    out.update(_once_per_line({x: (o * SWEEP_AHEAD, loc, None) for x, o in sweeps.items() if x not in out}))
   # (not beside a pack's copy: the other input's row tile, re-read across a group of panels, is in the L1 already)
   if panel_budget and not _copied(uops): out.update(reread_offsets(uops, deps, order, panel_budget, 0 < simd_regs < SPREAD_BELOW_REGS))
   # (a conv's channel tile packs its weights: its input's broadcast loads prefetch the next row)

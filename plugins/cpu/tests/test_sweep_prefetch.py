@@ -1,7 +1,7 @@
 """A transpose in strips (heuristic.STRIP_TILES: the LLVM renderer's AVX2 tiles, and its AVX-512 tiles whose input and output rows lie
 a multiple of the L1 way apart; input rows of a page or more) sweeps along its input rows
 a line of each of the strip's rows a step; its loads also prefetch the same rows' line SWEEP_AHEAD steps on, once per line
-(plugin_cpu/prefetch.sweep_offsets), into the L2 on AVX-512 targets. Other transposes and permutes (tiles along the input row, cached ones, short rows, NCHW <->
+(plugin_cpu/prefetch.sweep_offsets), into the L2 on AVX-512 targets and on AVX2 ones where the sweep is all the kernel reads. Other transposes and permutes (tiles along the input row, cached ones, short rows, NCHW <->
 NHWC, the C renderer's) render as without the rule. Sources at AVX2 and AVX-512 widths (rendered, not run); results
 against numpy from strip kernels run on this host."""
 from __future__ import annotations
@@ -35,13 +35,25 @@ def test_strip_transpose_prefetches_each_rows_line_steps_ahead(shape, threads, s
   # (and the kernel is rendered twice: its aligned and unaligned functions)
   assert offs == [str(16 * prefetch.SWEEP_AHEAD)] * 16 * src.count("define "), offs
 
-@pytest.mark.parametrize("simd_bytes, hint", [(32, prefetch.L1_LOCALITY), (64, prefetch.L2_LOCALITY)])
-@pytest.mark.parametrize("shape", [(4096, 4096), (8192, 1024), (2048, 2048)])
+SWEEP_KERNELS = {"4096^2": (lambda x: x.T.contiguous(), (4096, 4096)), "8192x1024": (lambda x: x.T.contiguous(), (8192, 1024)),
+                 "2048^2": (lambda x: x.T.contiguous(), (2048, 2048)), "a.T + 1": (lambda x: x.T + 1, (2048, 2048)),
+                 "a * a.T": (lambda x: x * x.T, (2048, 2048))}
+
+@pytest.mark.parametrize("arch", ["haswell", "znver3", "x86-64-v4"])
+@pytest.mark.parametrize("kernel", SWEEP_KERNELS)
 @pytest.mark.parametrize("threads", [0, 2])
-def test_strip_transpose_prefetches_into_the_l2_on_avx512(shape, threads, simd_bytes, hint):
-  # AVX-512 targets prefetch the sweep's lines into the L2 (prefetch.SWEEP_L2_SIMD), AVX2 ones into the L1 as before
-  hints = re.findall(r"call void @llvm.prefetch.p0\(ptr %\w+, i32 0, i32 (\d), i32 1\)", _source("LLVM", simd_bytes, shape, (1, 0), threads))
-  assert hints and set(hints) == {str(hint)}, hints
+def test_strip_transpose_prefetches_into_the_l2(kernel, threads, arch):
+  # the sweep's lines go to the L2 (prefetcht2, locality 1) on AVX-512 targets (prefetch.SWEEP_L2_SIMD), and on AVX2 ones where
+  # the sweep is all the kernel reads (SWEEP_ALONE_L2_SIMD); a * a.T's sweep beside its rows' loads keeps the L1 on AVX2
+  from plugin_cpu.renderer import CPULLVMRenderer
+  fn, shape = SWEEP_KERNELS[kernel]
+  (item,), _, _ = create_schedule([fn(Tensor(np.zeros(shape, np.float32))).uop])
+  rnd = CPULLVMRenderer(arch=arch)
+  rnd.threads = threads
+  src = program_source(get_program(hand_coded(Kernel(item.ast, rnd)).ast, rnd, optimize=False))
+  hints = re.findall(r"call void @llvm.prefetch.p0\(ptr %\w+, i32 0, i32 (\d), i32 1\)", src)
+  l1 = kernel == "a * a.T" and arch != "x86-64-v4"
+  assert hints and set(hints) == {str(prefetch.L1_LOCALITY if l1 else prefetch.L2_LOCALITY)}, hints
 
 RENDERERS = {"LLVM AVX2": ("LLVM", 32), "LLVM AVX-512": ("LLVM", 64), "C AVX2": ("C", 32), "C AVX-512": ("C", 64)}
 TRANSPOSES = {"4096^2": ((4096, 4096), (1, 0)), "1024^2": ((1024, 1024), (1, 0)), "512^2": ((512, 512), (1, 0)), "64x96": ((64, 96), (1, 0)),
