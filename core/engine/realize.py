@@ -311,7 +311,7 @@ _refcount = sys.getrefcount
 # ago lets its oldest go first), so that cached plans can't keep much memory alive. A repeat then skips the allocator, a new
 # Buffer and node and their frees, which run slowly after a big kernel has flushed the caches.
 SHARED_POOL_BYTES = 64 << 20
-_shared: dict[tuple, list[tuple[Buffer, UOp | None]]] = {}   # used under the engine lock
+_shared: dict[tuple, list[tuple[Buffer, UOp | None, None]]] = {}   # used under the engine lock
 _shared_bytes = 0
 
 def _shared_clear() -> None:
@@ -328,7 +328,7 @@ def _shared_release() -> None:
   finally: engine_lock.release()
 oom_hooks.append(_shared_release)
 
-def _shared_keep(key: tuple, entry: tuple[Buffer, UOp | None]) -> None:
+def _shared_keep(key: tuple, entry: tuple[Buffer, UOp | None, None]) -> None:
   """Pools `entry` (a new Buffer of `key`'s size) unless it is over the bound, letting the oldest entries go to stay under it."""
   global _shared_bytes
   if (nb := key[1] * key[2].itemsize) * POOL_DEPTH > SHARED_POOL_BYTES: return
@@ -364,11 +364,11 @@ class EagerPlan:
     self.var_vals, self.n_inputs = var_vals, len(phs)
     index = {b: i for i, b in enumerate(slots)}
     escaping = {_base(r) for r in res}
-    # per created buffer: (DEVICE node, size, dtype, needs a uop: a result lives in it)
-    self.created = [(b.src[1], b.arg, b.dtype, b in escaping) for b in created]
-    # per created buffer: its pool of (Buffer, the BUFFER node over it or None for an intermediate), the shared pool's key of a
-    # bigger one, or None (a symbolic size: not pooled)
-    self.pools: list[list[tuple[Buffer, UOp | None]] | tuple | None] = \
+    # per created buffer: (DEVICE node, size, dtype, needs a uop: a result lives in it, the kept result's movement ops: below)
+    self.created: list[tuple[UOp, Any, DType, bool, list[UOp] | None]] = [(b.src[1], b.arg, b.dtype, b in escaping, None) for b in created]
+    # per created buffer: its pool of (Buffer, the BUFFER node over it or None for an intermediate, the result node over that
+    # node when the pool keeps it: below), the shared pool's key of a bigger one, or None (a symbolic size: not pooled)
+    self.pools: list[list[tuple[Buffer, UOp | None, UOp | None]] | tuple | None] = \
       [None if type(b.arg) is not int else [] if b.arg * b.dtype.itemsize <= POOL_BYTES else (b.src[1].arg, b.arg, b.dtype, b in escaping)
        for b in created]
     self.written = sorted({index[it.bufs[0]] for it in items if it.bufs and it.bufs[0] in phset})   # inputs assigned into
@@ -379,6 +379,15 @@ class EagerPlan:
       u = r
       while u.op in GroupOp.Movement and len(u.src) == 1: chain, u = [u] + chain, u.src[0]
       self.results.append((index[u], chain) if u in index else (-1, r))
+    # per created buffer: the movement ops of the one result over it (a sum's reshape to ()) when its own pool keeps that result's
+    # node with the Buffer, handed out again with it: a repeat makes no view node (and frees none), which after a big kernel
+    # flushed the caches cost more than the rest of the rebuild. Only where every result is a view of a created buffer and no two
+    # share one (the pool's entry then stands for that one result)
+    bases = [i for i, _ in self.results]
+    if all(i >= len(phs) for i in bases) and len(set(bases)) == len(bases):
+      for j, (i, chain) in enumerate(self.results):
+        if chain and isinstance(self.pools[c := i - len(phs)], list):
+          self.created[c], self.results[j] = (*self.created[c][:4], chain), (i, [])
     self.slots = slots
     hcq = [_item_hcq(it.ast, it.bufs) for it in items]
     self.replay: Any = None
@@ -393,33 +402,42 @@ class EagerPlan:
     for inp in inputs: bufs.append(f.buffer if (f := _fget(id(inp))) is not None and f.buffer is not None else buffer_of(inp))
     # the created buffers get their memory here, before the replay reads their addresses (its allocate-on-miss goes through
     # an AttributeError, about 0.7 us a buffer)
-    for (dev, size, dtype, named), pool in zip(self.created, self.pools):
+    for (dev, size, dtype, named, kept), pool in zip(self.created, self.pools):
       b: Buffer | None = None
       u: UOp | None = None
       if pool is not None:
-        for p, pu in (pool if isinstance(pool, list) else _shared.get(pool, ())):
+        for p, pu, pr in (pool if isinstance(pool, list) else _shared.get(pool, ())):
           # only the pool holds it: for a result, its node too, which nothing else holds (no tensor, view, memo or graph: a
           # dead result, so no one can tell the node handed out again from a new one) and whose fact is the only other
-          # reference to the Buffer
+          # reference to the Buffer; a kept result node (pr) likewise, then the BUFFER node's other holder is that node
           if pu is None:
             if _refcount(p) == _FREE_REFS:
               b = p
               break
-          elif _refcount(pu) == _FREE_REFS and _refcount(p) == _FREE_REFS + 1:
-            b, u = p, pu
+          elif pr is None:
+            if _refcount(pu) == _FREE_REFS and _refcount(p) == _FREE_REFS + 1:
+              b, u = p, pu
+              break
+          elif _refcount(pr) == _FREE_REFS and _refcount(pu) == _FREE_REFS + 1 and _refcount(p) == _FREE_REFS + 1:
+            b, u = p, pr
             break
       if b is None:
         b = Buffer(dev.arg, size, dtype).allocate()
+        r: UOp | None = None
         if named:
           # UOp.new_buffer with the DEVICE node at hand, and buffer_of's entry set directly (the node is this thread's alone)
           u = UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, arg=next(_unique_ids)), dev), size)
           facts.of(u).buffer = b
+          if kept is not None:
+            r = u
+            for m in kept: r = UOp(m.op, m.dtype, (r,), m.arg, m.tag)
         if isinstance(pool, list):
           # a full pool lets its oldest go: that Buffer (and node) is freed as usual when whatever holds it lets go
           if len(pool) >= POOL_DEPTH: del pool[0]
-          pool.append((b, u))
-        elif pool is not None: _shared_keep(pool, (b, u))
-      uops.append(u)   # None for an intermediate: only its memory is needed, for this run
+          pool.append((b, u, r))
+        elif pool is not None: _shared_keep(pool, (b, u, None))
+        if r is not None: u = r
+      uops.append(u)   # None for an intermediate: only its memory is needed, for this run; a kept result's node for its result
       bufs.append(b)
     if self.replay is not None: self.replay(bufs, var_vals)
     out = []

@@ -115,7 +115,7 @@ def test_the_shared_pool_keeps_at_most_its_bound(monkeypatch):
     for t in ins:
       for _ in range(3): (t + 1).realize()
       assert R._shared_bytes <= R.SHARED_POOL_BYTES
-      assert R._shared_bytes == sum(b.nbytes for entries in R._shared.values() for b, _ in entries)
+      assert R._shared_bytes == sum(b.nbytes for entries in R._shared.values() for b, *_ in entries)
   gc.collect()
   # the results are dead: what stays is the inputs and at most the bound (and the small plans' pools: none here)
   assert GlobalCounters.mem_used[dev] - before - held <= R.SHARED_POOL_BYTES
@@ -166,9 +166,36 @@ def test_a_failed_allocation_lets_the_shared_pool_go():
   a = Tensor(np.ones(1 << 14, dtype=np.float32)).realize()   # 64 KiB: over POOL_BYTES, so its results go to the shared pool
   for _ in range(3): (a + 1).realize()
   assert R._shared_bytes > 0
-  pooled = [weakref.ref(b) for entries in R._shared.values() for b, _ in entries]
+  pooled = [weakref.ref(b) for entries in R._shared.values() for b, *_ in entries]
   assert len(OnceFull().alloc(16)) == 16   # failed once, then the hooks ran and the retry succeeded
   assert R._shared_bytes == 0 and not R._shared
   gc.collect()
   assert all(ref() is None for ref in pooled)   # the pool held the only references: the Buffers were freed
   np.testing.assert_array_equal((a + 1).realize().numpy(), np.full(1 << 14, 2, dtype=np.float32))
+
+def _sum_warm(*ts: Tensor) -> None:
+  for t in ts:
+    for _ in range(3): t.sum().realize()
+
+def test_a_dead_sums_result_node_is_handed_out_again_with_its_buffer():
+  # a sum's result is a view (a reshape to ()) of its buffer: the pool keeps that node too, so a repeat makes none
+  rng = np.random.default_rng(2)
+  xs = [rng.random(1000, dtype=np.float32) for _ in range(3)]
+  a, b, c = (Tensor(x).realize() for x in xs)   # the same plan over other inputs
+  _sum_warm(a, b, c)
+  r = a.sum().realize()
+  node, buf = weakref.ref(r.uop), weakref.ref(_buffer(r))
+  del r
+  gc.collect()
+  r2 = b.sum().realize()
+  assert node() is not None and r2.uop is node() and _buffer(r2) is buf()
+  np.testing.assert_allclose(r2.numpy(), xs[1].astype(np.float64).sum(), rtol=1e-6)
+  # held (r2), or only through a view of its buffer (v): never handed out while anything reads it
+  v = r2.reshape(1)
+  r3 = c.sum().realize()
+  assert r3.uop is not r2.uop and _buffer(r3) is not _buffer(r2)
+  del r2
+  gc.collect()
+  r4 = a.sum().realize()
+  assert _buffer(r4) is not _buffer(v)
+  for t, x in ((v, xs[1]), (r3, xs[2]), (r4, xs[0])): np.testing.assert_allclose(t.numpy(), x.astype(np.float64).sum(), rtol=1e-6)
