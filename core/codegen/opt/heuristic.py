@@ -26,7 +26,11 @@ MM_J2, MM_I, MM_K, MM_SWAP = 2, 4, 2, True
 # upcast first, no reduce unroll; medians of 5 in one process under load) 960/1024/2048: 2x6 69/63/56, 3x4 74/63/54, 2x4 64/51/49
 MM_TILES = ((4, 4), (2, 4))
 # a plain product (matmul, 1x1 conv: no sliding window, the row-side input read along the reduce, rows enough to stay a loop of
-# packed-panel reuse) may take 2x6 where 4x4 does not fit; convs, the stem's gathers and a.T @ b keep MM_TILES (unmeasured)
+# packed-panel reuse) may take 2x6 where 4x4 does not fit; so does a conv's weight gradient (_taps_product: rows of input channels,
+# padded to 6): ResNet-18's 3x3 dW in znver3 code on the Zen 4, one thread, thread CPU time, medians of 7, processes alternated,
+# 2x4 -> 2x6 ms: 8x64x56x56 20.3/20.9 -> 19.6/18.6, /2 -> 128 11.6/11.3 -> 10.0/10.2, 8x128x28x28 20.4/19.7 -> 18.2/17.7, /2 11.9/
+# 11.5 -> 10.5/10.3, 8x256x14x14 19.6/19.1 -> 17.9/17.9, /2 12.8/13.0 -> 12.0/11.9, 8x512x7x7 20.8/21.1 -> 20.2/21.0. Convs, the
+# stem's gathers and a.T @ b keep MM_TILES (unmeasured)
 MM_TILES_PLAIN = ((4, 4), (2, 6), (2, 4))
 # 2-byte inputs (bf16 on the CPU's dot product: each column vector is interleaved by a shuffle per two reduce steps, so more rows
 # per column vector pay): one Zen 5 thread, 1024/2048: 2x8 324-330/364-372 GFLOP/s, 4x6 289/323, 3x8 267/310, 4x4 279-284/270-295
@@ -116,6 +120,11 @@ def _sliding(r: UOp, outs: list[UOp], mem: list[UOp]) -> bool:
                          coef[o] < coef[r] * (range_size(r) or 0) for o in outs): return True
   return False
 
+def _taps_product(outs: list[UOp], reds: list[UOp], mem: list[UOp]) -> bool:
+  """A conv's weight gradient, dW[c, k, o] = sum over n, p of X[n, c, s*p + k] * dY[n, p, o]: an output axis no longer than a
+  kernel window (a tap) slides over a reduce axis (the pixels) in some load."""
+  return any((range_size(o) or 99) <= MM_WINDOW and _sliding(o, reds, mem) for o in outs)
+
 def _divmod_in(idx: UOp, r: UOp) -> bool:
   """idx uses axis r inside a term that is not affine in it (a div or mod of an expression of r)."""
   from core.ir.symbolic import split_sum
@@ -187,17 +196,17 @@ MM_TILE_FEWER_COLS = (2, 8)
 MM_TILE_ONE_VECTOR = (1, 16)
 
 def mm_tile(renderer: Renderer, window: bool, col_bytes: int, narrow: bool = False, plain: bool = False, n_cols: int = 0,
-            lanes: int = 1, one_vector: bool = False) -> tuple[int, int]:
+            lanes: int = 1, one_vector: bool = False, taps: bool = False) -> tuple[int, int]:
   """(vectors, rows) of the register tile for a product over `renderer`; `window`: a reduction that slides over an output
   axis (conv), which keeps (MM_J2, MM_I); `col_bytes`: bytes of one vector-wide column of the packed panel (reduce length x
   vector bytes), so a tile whose panel would not fit PACK_MAX_BYTES falls back to a narrower one; `narrow`: 2-byte inputs;
   `plain`: a plain product (MM_TILES_PLAIN, or MM_TILE_FEWER_COLS where its vectors pad the `n_cols` columns of `lanes`-wide
   vectors less, or MM_TILE_ONE_VECTOR where that pads less still and `one_vector`: its panel from beyond the L2 would be read in
-  place, a two-vector one's packed)."""
+  place, a two-vector one's packed); `taps`: a conv's weight gradient (_taps_product), which takes MM_TILES_PLAIN's tiles."""
   if window: return MM_J2, MM_I
   regs = renderer.simd_regs
   def fits(j: int, i: int) -> bool: return j * i + j + 1 <= regs and j * col_bytes <= PACK_MAX_BYTES
-  tiles = MM_TILES_NARROW if narrow else MM_TILES_PLAIN if plain else MM_TILES
+  tiles = MM_TILES_NARROW if narrow else MM_TILES_PLAIN if plain or taps else MM_TILES
   tile = next(((j, i) for j, i in tiles if fits(j, i)), (MM_J2, MM_I))
   def padded(j: int) -> int: return -(-n_cols // (lanes * j)) * lanes * j
   if not (plain and n_cols): return tile
@@ -566,7 +575,7 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
   one_vector = other is not None and plain and (range_size(contig_out) or 0) % (2 * lanes) != 0 and not rnd.has_local and \
     col_side_bytes > rnd.l2_bytes and _panel_in_place(k, other, lanes, MM_TILE_ONE_VECTOR[1]) and not _panel_in_place(k, other, 2 * lanes, MM_TILE_FEWER_COLS[1])
   tile_j, tile_i = mm_tile(rnd, window, col_bytes, narrow=item == 2, plain=plain, n_cols=range_size(contig_out) or 0, lanes=lanes,
-                           one_vector=one_vector)
+                           one_vector=one_vector, taps=_taps_product(outs, reds, loads))
   if other is not None and not window and not rnd.has_local and tile_j * col_bytes > PACK_MAX_BYTES >= col_bytes and \
      _panel_reuse(k, other) > (range_size(other) or 0):
     # the panel is read again for every step of the reduce axes it does not use (8x512x7x7 conv summed by the pooling): a

@@ -45,3 +45,24 @@ def test_weight_grad_rows_are_channels(simd_bytes, n, c, hw, monkeypatch):
     got, _ = run_ast(it, k.ast, rnd)
   ref = _conv_weight_grad_np(xn, gn)
   np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+@pytest.mark.parametrize("simd_bytes,amts", [(32, [8, 6, 2]), (64, [16, 4, 4])])
+def test_weight_grad_tile_fills_the_vector_registers(simd_bytes, amts, monkeypatch):
+  """The weight gradient's register tile is a plain product's (MM_TILES_PLAIN): 16 vector registers (AVX2) hold 2 vectors x 6
+  rows of c (12 accumulators, c padded to a multiple of 6), not MM_TILES' 2 x 4; 32 (AVX-512) keep 4 x 4."""
+  monkeypatch.setattr(conv, "PARTIALS_PER_DY", 1)
+  n, c, hw = 2, 64, 7
+  xn, gn = rng.standard_normal((n, c, hw, hw), dtype=np.float32), rng.standard_normal((n, c, hw, hw), dtype=np.float32)
+  x, w = Tensor(xn).realize(), Tensor(rng.standard_normal((c, c, 3, 3), dtype=np.float32), requires_grad=True).realize()
+  dw = (x.conv2d(w, padding=1) * Tensor(gn).realize()).sum().gradient(w)[0]
+  items, _, _ = create_schedule([dw.uop])
+  rnd = host_renderer(simd_bytes)
+  rnd.panel_l2_share = 1 << 40
+  got, tiles = None, []
+  for it in items:
+    k = hand_coded(Kernel(it.ast, rnd))
+    if k.of_type(AxisType.REDUCE): tiles.append([o.amt for o in k.applied if o.op is OptOps.UPCAST][:3])
+    got, _ = run_ast(it, k.ast, rnd)
+  assert tiles == [amts], tiles
+  ref = _conv_weight_grad_np(xn, gn)
+  np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
