@@ -239,10 +239,10 @@ SWEEP_MAX_STEP = 4096     # bytes one step of a sweep reads at most (the 1-threa
 # 24.7 -> 31.3, 3072^2 20.4 -> 26.8; 2 threads, wall at real-time priority, medians of 21: 52.2 -> 60.7, 30.8 -> 34.5, 53.9 ->
 # 60.6, 59.6 -> 68.0, 58.4 -> 67.2; 4, 8 steps ahead gained no more. AVX2 code (znver3) on the same Zen 4, against our copy
 # kernel in the same rounds (load 10-13; two kernels of each): one thread 4096^2 17.8/18.6 -> 21.4/21.5, 8192x1024 19.8/20.0
-# -> 22.5/24.3, 2048^2 23.1/23.9 -> 27.3/27.9, 1024x8192 17.2/17.8 -> 23.7/22.7, 3072^2 19.6/19.7 -> 24.1/25.2; 2 threads at
-# real-time priority, rounds whose copy ran above 60 GB/s: 4096^2 43.4/43.4 -> 49.0/49.2 (58-59% -> 66-67% of copy),
-# 8192x1024 43.6/44.4 -> 49.1/48.8, 2048^2 51.8/51.1 -> 56.2/55.5, 2048^2 a.T + 1 15.3/15.7 -> 19.9/19.3 (2 threads 23.6/24.1 ->
-# 26.0/25.9). Zen 3 had measured prefetcht0 and t1 alike (2 threads, 4096^2). But an AVX2 sweep beside other global loads
+# -> 22.5/24.3, 2048^2 23.1/23.9 -> 27.3/27.9, 1024x8192 17.2/17.8 -> 23.7/22.7, 3072^2 19.6/19.7 -> 24.1/25.2, 2048^2 a.T + 1
+# 15.3/15.7 -> 19.9/19.3; 2 threads at real-time priority, rounds whose copy ran above 60 GB/s: 4096^2 43.4/43.4 -> 49.0/49.2
+# (58-59% -> 66-67% of copy), 8192x1024 43.6/44.4 -> 49.1/48.8, 2048^2 51.8/51.1 -> 56.2/55.5; with the copy contended (45-51
+# GB/s) 2048^2 a.T + 1 23.6/24.1 -> 26.0/25.9. Zen 3 had measured prefetcht0 and t1 alike (2 threads, 4096^2). But an AVX2 sweep beside other global loads
 # (a * a.T reads a's rows too) lost in the L2: 2 threads 21.1/20.8 -> 19.2/19.1, one 13.4/13.1 -> 12.9/12.7 (AVX-512 code even,
 # 23.2/23.1 vs 23.4/23.4): AVX2 targets take the L2 only for a sweep that is all of the kernel's global loads. Narrower vectors
 # (aarch64) keep the L1: not measured
