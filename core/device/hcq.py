@@ -71,6 +71,11 @@ class HCQDevice(abc.ABC):
     yet, or a fault to raise); 2: nothing ran (core submits, then waits, as without it). None (the default): no such step."""
     return None
 
+  def submitted_without_wait(self) -> None:
+    """Called after core's submit program rang this device's doorbells when no wait follows (a submission run with
+    wait=False): a command processor that does not watch the doorbells while idle (CPU's workers sleep) is told here. The
+    default does nothing."""
+
   def error(self) -> str | None:
     """The device's own report of a fault since the last call (core adds it to the HCQError it raises), or None."""
     return None

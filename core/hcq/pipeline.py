@@ -173,6 +173,8 @@ class Submission:
         return
     self._launch()
     if wait: self.wait()
+    else:   # nobody waits to run it now: each device hears that its doorbells rang
+      for dev in dict.fromkeys(d for d, *_ in self._waits): self.ctx.hcq_of(dev).submitted_without_wait()
 
   def times(self) -> list[tuple[Any, int, int]]:
     """(timestamps.Timed, start ns, duration ns) of each launch and copy of the latest run ([] unless built with timed=True)."""

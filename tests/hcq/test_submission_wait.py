@@ -36,3 +36,18 @@ def test_run_slots_allocates_a_new_buffer_and_patches_it_in(fake):
   sub.run_slots([(0, 0)], [out])
   assert out.is_allocated()
   np.testing.assert_allclose(np.frombuffer(bytes(out.as_buffer()), np.float32), np.arange(4) + 1)
+
+def test_a_run_nobody_waits_for_tells_the_device(fake):
+  # a device whose command processor sleeps while idle (CPU's workers) hears of a submit no wait will run; one that waits, not
+  from core.engine import run
+  from core.tensor.tensor import Tensor
+  x = Tensor(np.arange(4, dtype=np.float32), device="FAKE")
+  np.testing.assert_allclose((x + 1).numpy(), np.arange(4) + 1)
+  sub = next(s for s in run._submissions.values() if s._waits and s._waits[0][0] == "FAKE")
+  hcq, calls = Device["FAKE"].hcq, []
+  hcq.submitted_without_wait = lambda: calls.append(1)
+  sub.resubmit()
+  assert calls == []
+  sub.resubmit(wait=False)
+  assert calls == [1]
+  sub.wait()

@@ -241,6 +241,10 @@ class CPUHCQ(HCQDevice):
       self._stop_kernels(timeout=False)
       raise
 
+  def submitted_without_wait(self) -> None:
+    """Wakes the sleeping workers (a no-op when none sleeps) to run what core's submit program rang in, since no wait will."""
+    native().cmdproc_kick()
+
   def bind_submit_wait(self, fn: Any, args: tuple[Any, ...], signal: Buffer, timeline: Any) -> Callable[[float], int] | None:
     """The submit program and wait_signal's fast path in one native call (cmdproc_submit_wait), its arguments filled in once:
     the eager op's submit and wait cost one ctypes call, not two, and build no argument per call."""

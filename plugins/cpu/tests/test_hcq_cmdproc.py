@@ -274,6 +274,43 @@ def test_idle_workers_sleep():
     assert (time.process_time() - c0) / (time.monotonic() - t0) < 0.2   # an idle worker does not spin a core
   finally: d.close()
 
+def _wakes(tids: set[str]) -> int:
+  n = 0
+  for t in tids:
+    with open(f"/proc/self/task/{t}/status") as f: n += int(f.read().split("voluntary_ctxt_switches:")[1].split()[0])
+  return n
+
+def test_idle_workers_rarely_wake():
+  # an idle worker's sleep grows to 100 ms (~10 wake-ups a second); with the 2 ms it grew to before, it woke ~475 times a second,
+  # taking the core from whatever ran there. Counted over 0.5 s once the sleep has grown (after ~0.2 s)
+  before = set(os.listdir("/proc/self/task"))
+  d = H.CPUHCQ("CPU", ring_size=4096)
+  try:
+    d.queue("COMPUTE:0"), d.queue("COPY:0")
+    workers = set(os.listdir("/proc/self/task")) - before
+    time.sleep(0.4)
+    w0 = _wakes(workers)
+    time.sleep(0.5)
+    woke = _wakes(workers) - w0
+    assert len(workers) == 2 and woke < 40, f"2 idle workers woke {woke} times in 0.5 s"
+  finally: d.close()
+
+def test_a_core_submission_nobody_waits_for_runs_on_a_worker():
+  # run(wait=False) leaves the submit to the workers: the device's submitted_without_wait() wakes them, no host wait runs it
+  from core.engine import run
+  from core.tensor.tensor import Tensor
+  before = {id(s) for s in run._submissions.values()}
+  x = Tensor(np.arange(7919, dtype=np.float32), device="CPU")
+  np.testing.assert_allclose((x * 3 + 0.25).numpy(), np.arange(7919, dtype=np.float32) * 3 + 0.25)
+  sub = next(s for s in run._submissions.values() if id(s) not in before)
+  (_, _, sig, tl), = sub._waits
+  seen = ctypes.c_uint64.from_address(H.buffer_addr(sig))
+  time.sleep(0.3)   # the workers are asleep
+  sub.resubmit(wait=False)
+  until = time.monotonic() + 5
+  while seen.value < tl[0] and time.monotonic() < until: time.sleep(0.001)
+  assert seen.value == tl[0]
+
 def test_a_waiting_host_runs_the_packets_itself(dev, kernels):
   # host draining: the thread that waits runs what it just submitted (no hand-off to a sleeping worker). The worker takes
   # packets the host leaves for HANDOFF_NS (200 us), which a host preempted between submit and wait can (CI saw it once under

@@ -36,9 +36,12 @@ the kernel is left at an arbitrary point, so its output is incomplete (the error
 sits in a system call leaves only when that returns; a fault on a thread with no alternate stack (a host thread) is caught
 unless it is a stack overflow.
 
-Sleeping: an idle worker spins briefly, then sleeps on a process-wide futex word with a timeout growing to 2 ms; the host's kick
-wakes it. Threads waiting on a signal value sleep on another word, which SIGNAL packets and faults bump, so most waits end early,
-a submit does not wake idle workers, and an idle device costs no CPU.
+Sleeping: an idle worker spins briefly, then sleeps on a process-wide futex word with a timeout growing to 100 ms (a safety net,
+~10 wake-ups a second; at 2 ms it woke ~475 times a second, each taking the core from whatever ran there). The host kicks it
+(cmdproc_kick) after a submit it does not wait for (core's HCQDevice.submitted_without_wait), when a wait finds work it cannot
+run itself, and at synchronize; a submit the host waits for at once runs on the host (below) and wakes no worker. Threads
+waiting on a signal value sleep on another word, which SIGNAL packets and faults bump, with a timeout growing to 2 ms (a WAIT may
+read memory that another device writes), so most waits end early and a submit does not wake idle workers.
 
 Host draining: a queue is run by whoever owns it (q->owner): its worker, or a host thread inside cmdproc_wait_signal, which runs
 the packets of every queue nobody owns before it waits. The host has usually just rung the doorbell and would otherwise hand the
@@ -98,11 +101,14 @@ typedef struct cmdproc_queue {
 
 /* *** sleeping: waiters spin briefly, then sleep on a process-wide futex word with a growing timeout. Everything that can make
    a waiter's condition true (a SIGNAL packet, the host's cmdproc_kick) bumps its word, so waits usually end early; the timeout
-   covers memory the host writes without a kick (a doorbell rung by the submit program). *** */
+   covers memory written without a bump: a signal another device writes (SLEEP_MAX_NS), and a doorbell rung by core's submit
+   program that no kick followed (IDLE_SLEEP_MAX_NS: the host kicks after every submit it does not wait for, so this is only a
+   safety net). *** */
 #define SPIN_ITERS 1000
 #define YIELD_ITERS 50
 #define SLEEP_MIN_NS 20000L
 #define SLEEP_MAX_NS 2000000L
+#define IDLE_SLEEP_MAX_NS 100000000L   /* a worker with no packets */
 /* how long a worker leaves new packets to the host's wait (host draining); cmdproc_set_handoff changes it */
 static _Atomic uint64_t g_handoff_ns = 200000;
 /* two futex words: `g_sig` for threads waiting on a signal value (a worker in a WAIT, a host in cmdproc_wait_signal), bumped
@@ -140,7 +146,7 @@ static inline void cpu_relax(void) {
 }
 
 /* `epoch` must be read before the condition is checked, so a wake between the check and the sleep is not lost */
-static void backoff_wait(backoff *b, waitq *w, uint32_t epoch) {
+static void backoff_wait(backoff *b, waitq *w, uint32_t epoch, long max_ns) {
   if (b->spins < SPIN_ITERS) { b->spins++; cpu_relax(); return; }
   /* then yield for a while: on a busy machine the thread we wait for may need this core */
   if (b->spins < SPIN_ITERS + YIELD_ITERS) { b->spins++; sched_yield(); return; }
@@ -148,7 +154,7 @@ static void backoff_wait(backoff *b, waitq *w, uint32_t epoch) {
   atomic_fetch_add(&w->sleepers, 1);
   syscall(SYS_futex, &w->epoch, FUTEX_WAIT_PRIVATE, epoch, &ts, NULL, 0);
   atomic_fetch_sub(&w->sleepers, 1);
-  b->sleep_ns = b->sleep_ns * 2 > SLEEP_MAX_NS ? SLEEP_MAX_NS : b->sleep_ns * 2;
+  b->sleep_ns = b->sleep_ns * 2 > max_ns ? max_ns : b->sleep_ns * 2;
 }
 
 /* *** faults *** */
@@ -314,7 +320,7 @@ static int run_packet(cmdproc_queue *q, const uint32_t *p, uint32_t op, char *wh
                  (unsigned long long)__atomic_load_n(sig, __ATOMIC_ACQUIRE), (unsigned long long)want);
         return -1;
       }
-      backoff_wait(&b, &g_sig, e);
+      backoff_wait(&b, &g_sig, e, SLEEP_MAX_NS);
     }
     atomic_store(&q->busy, 1);
     return 0;
@@ -444,16 +450,18 @@ static void *worker(void *arg) {
   for (size_t i = 0; i < sizeof(g_fault_signals) / sizeof(g_fault_signals[0]); i++) sigaddset(&fault_set, g_fault_signals[i]);
   pthread_sigmask(SIG_UNBLOCK, &fault_set, NULL);
   t_guard = NULL;   /* touch the TLS block here, never first inside the signal handler */
-  backoff b = {0, SLEEP_MIN_NS};
+  /* b: idle, its sleep grows to IDLE_SLEEP_MAX_NS; h: packets in sight that the host may take, its sleep grows to SLEEP_MAX_NS
+     from each new doorbell value on (a kicked worker looks again soon; a host's drain seen on a timeout keeps b's long sleep) */
+  backoff b = {0, SLEEP_MIN_NS}, h = b;
   uint64_t seen_end = 0, seen_ns = 0;
   while (!atomic_load(&q->stop)) {
     uint32_t e = atomic_load(&g_work.epoch);
     uint64_t end = __atomic_load_n(q->doorbell, __ATOMIC_ACQUIRE), rp = atomic_load(&q->rptr);
-    if (end == rp) { backoff_wait(&b, &g_work, e); continue; }
+    if (end == rp) { backoff_wait(&b, &g_work, e, IDLE_SLEEP_MAX_NS); continue; }
     /* new work: the host that rang the doorbell is about to wait and run it on its own thread, which costs no thread
        hand-off; the worker takes it only when nobody did within g_handoff_ns (or a host is running it right now) */
     uint64_t now = now_ns();
-    if (end != seen_end) { seen_end = end; seen_ns = now; }
+    if (end != seen_end) { seen_end = end; seen_ns = now; h = (backoff){SPIN_ITERS + YIELD_ITERS, SLEEP_MIN_NS}; }
     if (now - seen_ns < atomic_load(&g_handoff_ns) || !try_own(q)) {
       /* a host running this queue's packets cannot watch the time itself: stop its packet once its wait's deadline passed */
       int64_t dl = atomic_load(&q->deadline_ns);
@@ -462,7 +470,7 @@ static void *worker(void *arg) {
         atomic_store(&q->stop_req, STOP_TIMEOUT);
         pthread_kill(q->runner, CPU_INTERRUPT_SIGNAL);
       }
-      backoff_wait(&b, &g_work, e);
+      backoff_wait(&h, &g_work, e, SLEEP_MAX_NS);
       continue;
     }
     b.spins = 0; b.sleep_ns = SLEEP_MIN_NS;
@@ -636,7 +644,7 @@ int cmdproc_wait_signal(const uint64_t *signal, uint64_t value, int64_t timeout_
     if (!woke) { wake(&g_work); woke = 1; }   /* what is left (a WAIT not satisfied yet) may need a worker */
     clock_gettime(CLOCK_MONOTONIC, &t);
     if ((int64_t)(t.tv_sec - t0.tv_sec) * 1000000000 + (t.tv_nsec - t0.tv_nsec) >= timeout_ns) return 1;
-    backoff_wait(&b, &g_sig, e);
+    backoff_wait(&b, &g_sig, e, SLEEP_MAX_NS);
   }
 }
 
