@@ -24,7 +24,8 @@ def _source(shape, perm, simd_bytes: int, ren: str, dt=np.float32) -> str:
   return program_source(get_program(items[0].ast, rnd))
 
 # (a vector load of a register's lanes, a scalar load, a shuffle) as each renderer writes them
-VLOAD = {"LLVM": r"= load <{n} x (float|i32)>, ptr", "C": r"(float|int)x{n} val\d+ = \(\*\(\((float|int)x{n}\*\)"}
+# (the C renderer's load that also prefetches, NHWC -> NCHW's: prefetch.tile_sweep_offsets, is a comma expression)
+VLOAD = {"LLVM": r"= load <{n} x (float|i32)>, ptr", "C": r"(float|int)x{n} val\d+ = \((__builtin_prefetch\([^;]*?\), \()?\*\(\((float|int)x{n}\*\)"}
 SLOAD = {"LLVM": r"= load (float|i32), ptr %v\d+", "C": r"(float|int) val\d+ = "}
 SHUFFLE = {"LLVM": r"= shufflevector ", "C": r"(float|int)x\d+ vec\d+ = \(\((float|int)x\d+\)\{(val|alu)\d+\[\d+\],(val|alu)\d+\[\d+\]"}
 
