@@ -295,8 +295,9 @@ def test_idle_workers_rarely_wake():
     assert len(workers) == 2 and woke < 40, f"2 idle workers woke {woke} times in 0.5 s"
   finally: d.close()
 
-def test_a_core_submission_nobody_waits_for_runs_on_a_worker():
-  # run(wait=False) leaves the submit to the workers: the device's submitted_without_wait() wakes them, no host wait runs it
+def test_a_core_submission_nobody_waits_for_runs_on_a_worker(monkeypatch):
+  # run(wait=False) leaves the submit to the workers: the device's submitted_without_wait() wakes them (one kick), no host wait
+  # runs it (the idle workers' 100 ms timeout would find it too: the kick is what is counted)
   from core.engine import run
   from core.tensor.tensor import Tensor
   before = {id(s) for s in run._submissions.values()}
@@ -306,7 +307,11 @@ def test_a_core_submission_nobody_waits_for_runs_on_a_worker():
   (_, _, sig, tl), = sub._waits
   seen = ctypes.c_uint64.from_address(H.buffer_addr(sig))
   time.sleep(0.3)   # the workers are asleep
+  lib, kicks = H.native(), []
+  kick = lib.cmdproc_kick
+  monkeypatch.setattr(lib, "cmdproc_kick", lambda: (kicks.append(1), kick())[1])
   sub.resubmit(wait=False)
+  assert kicks == [1]
   until = time.monotonic() + 5
   while seen.value < tl[0] and time.monotonic() < until: time.sleep(0.001)
   assert seen.value == tl[0]
