@@ -61,12 +61,16 @@ def is_global_param(buf: UOp) -> bool:
   """Whether `buf` is one of the kernel's buffer parameters in global memory (not a REG or LOCAL buffer the kernel defines)."""
   return buf.op is Ops.PARAM and isinstance(buf.dtype, PtrDType) and buf.dtype.addrspace == AddrSpace.GLOBAL
 
+def global_read(x: UOp) -> UOp | None:
+  """The global buffer parameter that `x` loads from through an INDEX, or None when `x` is no such load."""
+  return buf if x.op is Ops.LOAD and x.src[0].op is Ops.INDEX and is_global_param(buf := x.src[0].src[0]) else None
+
 def _copied(uops: list[UOp]) -> list[UOp]:
   """The values of a pack's copy: global LOADs stored as they are into a REG buffer, or vectors of them or of their lanes (a
   transposed or strided panel)."""
   def _read(x: UOp) -> bool:
     if x.op is Ops.GEP: x = x.src[0]
-    return x.op is Ops.LOAD and x.src[0].op is Ops.INDEX and is_global_param(x.src[0].src[0])
+    return global_read(x) is not None
   return [st.src[1] for st in uops if st.op is Ops.STORE and st.src[0].op is Ops.INDEX and isinstance(dst := st.src[0].src[0].dtype, PtrDType)
           and dst.addrspace == AddrSpace.REG and (_read(st.src[1]) or st.src[1].op is Ops.VECTORIZE and all(map(_read, st.src[1].src)))]
 
@@ -147,8 +151,7 @@ def reread_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict
   for x in uops:
     if x.op is Ops.RANGE: opened.append(x)
     elif x.op is Ops.END: opened = [r for r in opened if r not in x.src]
-    if x.op is not Ops.LOAD or x.src[0].op is not Ops.INDEX or not is_global_param(buf := x.src[0].src[0]) or \
-       buf.dtype.size * buf.dtype.base.itemsize <= budget: continue   # type: ignore[attr-defined]
+    if (buf := global_read(x)) is None or buf.dtype.size * buf.dtype.base.itemsize <= budget: continue   # type: ignore[attr-defined]
     idx = x.src[0].src[1]
     rngs = deps.get(idx, frozenset())
     if not any(r.arg[-1] is AxisType.REDUCE for r in rngs): continue
@@ -200,7 +203,7 @@ def window_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict
   copied = set(_copied(uops))
   rows: dict[UOp, tuple[frozenset[tuple[UOp, int]], int]] = {}   # load -> (its index's terms, its constant)
   for x in uops:
-    if x.op is not Ops.LOAD or x.dtype.count != 1 or x in copied or x.src[0].op is not Ops.INDEX or not is_global_param(buf := x.src[0].src[0]) or \
+    if x.dtype.count != 1 or x in copied or (buf := global_read(x)) is None or \
        buf.dtype.size * buf.dtype.base.itemsize <= budget: continue   # type: ignore[attr-defined]
     idx = x.src[0].src[1]
     if any(r.arg[-1] is AxisType.REDUCE for r in deps.get(idx, frozenset())) and (parts := split_sum(idx)) is not None:
@@ -259,7 +262,7 @@ def sweep_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[
   sweeps: dict[UOp, tuple[UOp, int]] = {}   # load -> (its sweep loop, its address's step along it)
   step_bytes: dict[UOp, int] = {}           # sweep loop -> bytes its loads read per step
   for x in uops:
-    if x.op is not Ops.LOAD or x.src[0].op is not Ops.INDEX or not is_global_param(buf := x.src[0].src[0]): continue
+    if (buf := global_read(x)) is None: continue
     idx, item = x.src[0].src[1], buf.dtype.base.itemsize
     if not (rngs := deps.get(idx, frozenset())) or any(r.arg[-1] is AxisType.REDUCE for r in rngs): continue
     steps = {r: s.arg for r in rngs if (s := (idx.substitute({r: r + 1}) - idx).simplify()).op is Ops.CONST}
@@ -292,7 +295,7 @@ def tile_sweep_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: 
   if not has_shuffle_network(uops): return {}
   out: dict[UOp, int] = {}
   for x in uops:
-    if x.op is not Ops.LOAD or x.src[0].op is not Ops.INDEX or not is_global_param(buf := x.src[0].src[0]): continue
+    if (buf := global_read(x)) is None: continue
     idx, item = x.src[0].src[1], buf.dtype.base.itemsize
     if not (rngs := deps.get(idx, frozenset())) or any(r.arg[-1] is AxisType.REDUCE for r in rngs): return {}
     r = max(rngs, key=lambda q: order[q])
@@ -318,7 +321,7 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0,
   second: dict[UOp, UOp] = {}                    # buffer -> the second reduce range reading it
   out: dict[UOp, tuple[int, int, Spread | None]] = {x: (o, L1_LOCALITY, None) for x, o in panel_offsets(uops, deps, order).items()}
   if sweeps := sweep_offsets(uops, deps, order) if SWEEP_PREFETCH else {}:
-    alone = all(x in sweeps for x in uops if x.op is Ops.LOAD and x.src[0].op is Ops.INDEX and is_global_param(x.src[0].src[0]))
+    alone = all(x in sweeps for x in uops if global_read(x) is not None)
     loc = L2_LOCALITY if simd_width >= (SWEEP_ALONE_L2_SIMD if alone else SWEEP_L2_SIMD) else L1_LOCALITY
     out.update(_once_per_line({x: (o * SWEEP_AHEAD, loc, None) for x, o in sweeps.items() if x not in out}))
   elif TILE_SWEEP_AHEAD:
@@ -329,9 +332,8 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0,
   if panel_budget and WINDOW_PREFETCH and _copied(uops):
     out.update((x, (o, L1_LOCALITY, None)) for x, o in window_offsets(uops, deps, order, panel_budget).items())
   for x in uops:
-    if x.op is not Ops.LOAD or x.src[0].op is not Ops.INDEX or x in out: continue
-    buf, idx = x.src[0].src[0], x.src[0].src[1]
-    if not is_global_param(buf): continue
+    if x in out or (buf := global_read(x)) is None: continue
+    idx = x.src[0].src[1]
     rngs = deps.get(idx, frozenset())
     reds = [r for r in rngs if r.arg[-1] is AxisType.REDUCE]
     if len(reds) != 1: continue
