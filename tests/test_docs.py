@@ -1,4 +1,5 @@
-"""The backend guide quotes the example plugin's files: the quotes must stay the files."""
+"""The docs stay true to the code: the backend guide quotes the example plugin's files, the Tensor API page is current, and every
+setting the code reads is named in the docs."""
 from __future__ import annotations
 import pathlib, re
 
@@ -21,3 +22,18 @@ def test_the_tensor_api_page_is_current():
   mod = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(mod)
   assert (ROOT / "docs" / "tensor-api.md").read_text() == mod.render(), "docs/tensor-api.md is stale: run python docs/tensor_api.py"
+
+# read by core or a plugin but owned by the OS or another library (XDG folders, the Vulkan loader's driver list, the dynamic
+# loader's path), or a test switch only (PYTHON_FOLD_LOOPS: tests/device/test_python_device.py runs the slow path with it)
+_NOT_CORES_SETTINGS = {"LD_LIBRARY_PATH", "VK_DRIVER_FILES", "VK_ICD_FILENAMES", "XDG_CACHE_HOME", "XDG_DATA_DIRS", "PYTHON_FOLD_LOOPS"}
+
+def test_every_setting_the_code_reads_is_documented():
+  # each environment variable core/ or a plugin package reads by a literal name (getenv, os.environ, ContextVar, C getenv)
+  read = re.compile(r"""(?:getenv|environ\.get|ContextVar)\(\s*["']([A-Z][A-Z0-9_]+)["']|environ\[\s*["']([A-Z][A-Z0-9_]+)["']\]"""
+                    r"""|["']([A-Z][A-Z0-9_]+)["'] not in os\.environ""")
+  sources = [*ROOT.glob("core/**/*.py"), *ROOT.glob("plugins/*/plugin_*/**/*.py"), *ROOT.glob("plugins/*/plugin_*/native/*.c")]
+  names = {next(g for g in m.groups() if g): p.relative_to(ROOT) for p in sources for m in read.finditer(p.read_text())}
+  docs = "".join(p.read_text() for p in [ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("plugins/*/README.md"),
+                                         *ROOT.glob("core/*/README.md"), ROOT / "examples" / "plugin-example" / "README.md"])
+  missing = {n: str(p) for n, p in names.items() if n not in _NOT_CORES_SETTINGS and not re.search(rf"\b{n}\b", docs)}
+  assert len(names) > 40 and not missing, f"settings read but named in no README or docs/*.md: {missing}"
