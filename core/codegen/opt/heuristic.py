@@ -120,10 +120,14 @@ def _sliding(r: UOp, outs: list[UOp], mem: list[UOp]) -> bool:
                          coef[o] < coef[r] * (range_size(r) or 0) for o in outs): return True
   return False
 
+def _window_sized(r: UOp, most: int = MM_WINDOW) -> bool:
+  """Axis r is short enough to be a kernel window (at most `most` steps); one of unknown (symbolic) or zero size is not."""
+  return (n := range_size(r)) is not None and n != 0 and n <= most
+
 def _taps_product(outs: list[UOp], reds: list[UOp], mem: list[UOp]) -> bool:
   """A conv's weight gradient, dW[c, k, o] = sum over n, p of X[n, c, s*p + k] * dY[n, p, o]: an output axis no longer than a
   kernel window (a tap) slides over a reduce axis (the pixels) in some load."""
-  return any((range_size(o) or 99) <= MM_WINDOW and _sliding(o, reds, mem) for o in outs)
+  return any(_window_sized(o) and _sliding(o, reds, mem) for o in outs)
 
 def _divmod_in(idx: UOp, r: UOp) -> bool:
   """idx uses axis r inside a term that is not affine in it (a div or mod of an expression of r)."""
@@ -426,7 +430,7 @@ def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp
   chan = next((r for r in reversed(outs) if r is not contig_out and all(r not in ld.toposort() for ld in x_loads) and
                all(r in ld.toposort() for ld in w_loads)), None)
   if chan is None or not x_loads or not w_loads or (nc := range_size(chan)) is None or nc % lanes: return None
-  windows = [r for r in reds if (range_size(r) or 99) <= MM_WINDOW and _sliding(r, [contig_out], x_loads)]
+  windows = [r for r in reds if _window_sized(r) and _sliding(r, [contig_out], x_loads)]
   # (or a 1x1 conv at a stride, x[2*ow], whose rows hold no whole vector: no window, and its pixels can't merge into a longer
   # row; one Zen 3 thread, A/B in one process: ResNet's 8x256x14x14 -> 512 1x1/2 7.1 -> 2.9 ms, where _register_block ran its
   # 7 columns scalar; 8x128x28x28 -> 256 1x1/2 (14 columns, 2 vectors padded to 16 there) 1.9 -> 2.4 here, so not that; nor
@@ -436,7 +440,7 @@ def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp
   # the windows along the other output axes too (the kernel rows), unrolled after the tile where the register limit allows: a
   # loop of 3 around the tile pays its branch and address updates every 3 steps (one Zen 3 thread, A/B in one process: 3x3
   # 8x256x14x14 25.7 -> 23.0 ms, 8x512x7x7 27.2 -> 23.6; AVX-512's wider tiles don't fit it)
-  more = [r for r in reds if r not in windows and (range_size(r) or 99) <= MM_WINDOW and _sliding(r, outs, x_loads)]
+  more = [r for r in reds if r not in windows and _window_sized(r) and _sliding(r, outs, x_loads)]
   # each weight's panel holds its own reduction (a conv with its 1x1 shortcut conv fused in: 512x3x3 and 256 long)
   regs, item = rnd.simd_regs, w_loads[0].dtype.itemsize
   red_len = max(prod(range_size(r) or 1 for r in reds if r in ld.toposort()) for ld in w_loads)
@@ -552,7 +556,7 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
   third = next((r for r in reversed(outs) if r is not contig_out and r is not other and any(r not in ld.toposort() for ld in loads)), None)
   reused = any(contig_out not in ld.toposort() for ld in loads)
   reds = [r for r in k.of_type(AxisType.REDUCE) if range_size(r) is not None]
-  window = any((range_size(r) or 99) <= MM_WINDOW and _sliding(r, outs, loads) for r in reds)
+  window = any(_window_sized(r) and _sliding(r, outs, loads) for r in reds)
   item = loads[0].dtype.itemsize if loads else 4
   # a packed panel holds the reduce axes its inputs use: not a mean's pixels over a conv in the same kernel
   panel_reds = [r for r in reds if other is None or any(r in ld.toposort() for ld in _panel_loads(k, other))]
@@ -567,7 +571,7 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
     (all(contiguous_offset(ld.src[0].src[1], r) is not None for ld in loads if other in ld.toposort() for r in reds if r in ld.toposort())
      or _long_transposed(k, other, contig_out))
   if other is not None and not window and reused and not small_reuse and not rnd.has_local and \
-     (range_size(other) or 99) <= MM_WINDOW and (one := _one_column_tile(k, contig_out, other, vec_loads, lanes)) is not None:
+     _window_sized(other) and (one := _one_column_tile(k, contig_out, other, vec_loads, lanes)) is not None:
     return one
   # (whether a one-vector tile's panel, beyond the L2, would be read in place and a two-vector one's packed, their row blocks not
   # split yet: asked only where one vector can pad less than two)
@@ -584,7 +588,7 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
   if window and reused: tile_j, tile_i = _conv_tile(rnd, range_size(contig_out), lanes)
   # a depthwise conv reading its padded input in place (gates along the vector axis): whole rows in registers
   gated = any(len(ld.src[0].src) > 2 and contig_out in ld.src[0].src[2].toposort() for ld in loads)
-  win = prod(range_size(r) or 1 for r in reds if (range_size(r) or 99) <= MM_WINDOW and _sliding(r, outs, loads))
+  win = prod(range_size(r) or 1 for r in reds if _window_sized(r) and _sliding(r, outs, loads))
   row = _whole_row_tile(rnd, range_size(contig_out), range_size(other) if other is not None else None, lanes, win) \
     if small_reuse and window and reused and gated and not rnd.has_local else None
   # a row narrower than the tile (7 wide) keeps the paths made for it; a masked one padded to a vector does not
@@ -666,7 +670,7 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
     if a.arg[0] < b.arg[0]:
       k = _try(k, Opt(OptOps.SWAP, _pos(k, a), _pos(k, b)))
       if k.applied[-1].op is OptOps.SWAP: other = b   # SWAP exchanges ids: the row loop now has the id the column loop had
-  windows = [r for r in k.of_type(AxisType.REDUCE) if (range_size(r) or 99) <= MM_WINDOW and _sliding(r, k.of_type(AxisType.LOOP) +
+  windows = [r for r in k.of_type(AxisType.REDUCE) if _window_sized(r) and _sliding(r, k.of_type(AxisType.LOOP) +
              k.of_type(AxisType.UPCAST), _loads(k))]
   for w in windows:
     # a small window (conv's kernel rows and columns): fully unrolled, so neighbouring taps share loads and no loop is that short
@@ -900,7 +904,7 @@ def _undivide(k: Kernel, contig_out: UOp, loads: list[UOp], lanes: int) -> Kerne
   split = {r: n.src[1].arg for n in divs for r in k.of_type(AxisType.LOOP) if r in n.src[0].toposort()}
   if contig_out not in split or not all(isinstance(s, int) and 2 <= s <= MAX_SHUFFLED_STRIDE and (range_size(r) or 1) % s == 0
                                         for r, s in split.items()): return None
-  windows = [r for r in k.of_type(AxisType.REDUCE) if (range_size(r) or 99) <= MM_WINDOW and any(r in n.src[0].toposort() for n in divs)]
+  windows = [r for r in k.of_type(AxisType.REDUCE) if _window_sized(r) and any(r in n.src[0].toposort() for n in divs)]
   try:
     for r, s in split.items(): k = k.apply(Opt(OptOps.UPCAST, _pos(k, _same(k, r)), s))
     for w in windows: k = k.apply(Opt(OptOps.UNROLL, _pos(k, _same(k, w)), 0))
@@ -992,7 +996,7 @@ def hand_coded(k: Kernel) -> Kernel:
         # rows too short for a vector (7x7 images): scalar sums with loads reused, the row unrolled whole so neighbouring taps
         # share loads (X[w + kw] over w and kw) and no loop is that short
         k = _reuse_outputs(k, red_loads)
-        if red is not None and (range_size(_same(k, red)) or 99) <= MM_WINDOW * 2: k = _try(k, Opt(OptOps.UNROLL, _pos(k, _same(k, red)), 0))
+        if red is not None and _window_sized(_same(k, red), MM_WINDOW * 2): k = _try(k, Opt(OptOps.UNROLL, _pos(k, _same(k, red)), 0))
     elif contig_out is not None:
       # a transpose (a load runs along another output axis, `across`) with long output rows: a lanes x lanes register tile, stored
       # as vectors along the output; its loads touch `lanes` input rows, a few bytes each, where lanes along the output alone
