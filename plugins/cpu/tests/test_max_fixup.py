@@ -6,14 +6,14 @@ import copy, re
 import numpy as np
 import pytest
 from plugin_cpu.compiler import host_flags
-from plugin_cpu.renderer import extra_rules, llvm_rules, pm_exp2_scalef, scalef_lanes
+from plugin_cpu.renderer import CPULLVMRenderer, extra_rules, llvm_rules, pm_exp2_scalef, scalef_lanes
 from cpu_kernels import device, run_rendered, run_on_renderer
 
 SPECIAL = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 1e-40, -1e-40, 3.4e38, -3.4e38, 2.5, 7.0]
 A, B = (np.array(v, np.float32) for v in zip(*[(a, b) for a in SPECIAL for b in SPECIAL]))   # every ordered pair: 196
 avx512 = pytest.mark.skipif(16 not in scalef_lanes(host_flags()), reason="runs AVX-512 code: a host with avx512f")
 
-def _renderers(simd: int):
+def _renderers(simd: int) -> tuple[CPULLVMRenderer, CPULLVMRenderer]:
   """The host LLVM renderer at `simd` bytes with the vmaxps + vfixupimmps rule (new) and without it (old; vscalefps in both)."""
   new = copy.copy(device("LLVM").renderer)
   new.simd_width, new.extra_matcher = simd, llvm_rules(host_flags(), simd)
@@ -23,7 +23,7 @@ def _renderers(simd: int):
 
 def bits(x: np.ndarray) -> np.ndarray: return x.view(np.uint32)
 
-def max_of_pairs(new, old) -> tuple[str, str]:
+def max_of_pairs(new: CPULLVMRenderer, old: CPULLVMRenderer) -> tuple[str, str]:
   """The elementwise max of every ordered pair (A, B) rendered by `new` and by `old`: bit for bit the same, and the compare
   form's values (a where a > b or a is NaN, else b). Returns both sources."""
   got, src = run_rendered(new, lambda a, b: a.maximum(b), A, B)
