@@ -28,12 +28,13 @@ def test_the_tensor_api_page_is_current():
 _NOT_CORES_SETTINGS = {"LD_LIBRARY_PATH", "VK_DRIVER_FILES", "VK_ICD_FILENAMES", "XDG_CACHE_HOME", "XDG_DATA_DIRS", "PYTHON_FOLD_LOOPS"}
 
 def test_every_setting_the_code_reads_is_documented():
-  # each environment variable core/ or a plugin package reads by a literal name (getenv, os.environ, ContextVar, C getenv)
+  # each environment variable core/, a plugin package or an example reads by a literal name (getenv, os.environ, ContextVar, C getenv)
   read = re.compile(r"""(?:getenv|environ\.get|ContextVar)\(\s*["']([A-Z][A-Z0-9_]+)["']|environ\[\s*["']([A-Z][A-Z0-9_]+)["']\]"""
                     r"""|["']([A-Z][A-Z0-9_]+)["'] not in os\.environ""")
-  sources = [*ROOT.glob("core/**/*.py"), *ROOT.glob("plugins/*/plugin_*/**/*.py"), *ROOT.glob("plugins/*/plugin_*/native/*.c")]
+  sources = [*ROOT.glob("core/**/*.py"), *ROOT.glob("plugins/*/plugin_*/**/*.py"), *ROOT.glob("plugins/*/plugin_*/native/*.c"),
+             *ROOT.glob("examples/**/*.py")]
   names = {next(g for g in m.groups() if g): p.relative_to(ROOT) for p in sources for m in read.finditer(p.read_text())}
   docs = "".join(p.read_text() for p in [ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("plugins/*/README.md"),
-                                         *ROOT.glob("core/*/README.md"), ROOT / "examples" / "plugin-example" / "README.md"])
+                                         *ROOT.glob("core/*/README.md"), *ROOT.glob("examples/**/README.md")])
   missing = {n: str(p) for n, p in names.items() if n not in _NOT_CORES_SETTINGS and not re.search(rf"\b{n}\b", docs)}
   assert len(names) > 40 and not missing, f"settings read but named in no README or docs/*.md: {missing}"
