@@ -357,7 +357,13 @@ class LLVMRenderer(Renderer):
   def render(self, name: str, uops: list[UOp]) -> str:
     """LLVM IR of the kernel `name`. Runs on a copy of the renderer so the name table is private to this call."""
     ctx = copy.copy(self)
+    ctx.kernel_attrs = self.function_attrs(name, uops)
     return ctx._render(to_function_name(name), uops)
+
+  def function_attrs(self, name: str, uops: list[UOp]) -> str:
+    """The attributes of kernel `name`'s function (`attributes #0`): a GPU renderer's add the work-group size `uops` are built
+    for (their lidx sizes), raising ValueError where the device cannot run it."""
+    return self.kernel_attrs
 
   def _render(self, name: str, uops: list[UOp]) -> str:
     """The module of one function, `name`, running `uops`."""

@@ -1,6 +1,6 @@
 """The AMD renderer: LLVM IR for amdgcn-amd-amdhsa (amdgpu_kernel ABI, workgroup/workitem ids, LDS, barriers) per GPU arch."""
 from __future__ import annotations
-import copy, dataclasses
+import dataclasses
 from core.helpers import prod
 from core.ir.dtype import DType, dtypes
 from core.ir.ops import UOp
@@ -68,13 +68,11 @@ class AMDLLVMRenderer(LLVMRenderer):
     self.arch = self.info.name
     self.shared_max = self.info.lds  # type: ignore[misc]  # per-instance: the LDS size depends on the arch
 
-  def render(self, name: str, uops: list[UOp]) -> str:
+  def function_attrs(self, name: str, uops: list[UOp]) -> str:
     # the work-group size the kernel is built for: LLVM sizes registers and barriers by it, the dispatch must match it
     local = prod(id_sizes(uops, "lidx"))
     if local > self.local_max[0]: raise ValueError(f"kernel {name}: {local} work-items per workgroup, the most is {self.local_max[0]}")
-    ctx = copy.copy(self)
-    ctx.kernel_attrs = f'nounwind "amdgpu-flat-work-group-size"="{local},{local}" "uniform-work-group-size"="true"'
-    return LLVMRenderer.render(ctx, name, uops)
+    return f'nounwind "amdgpu-flat-work-group-size"="{local},{local}" "uniform-work-group-size"="true"'
 
   def special_intrinsic(self, x: UOp) -> str:
     return f"@llvm.amdgcn.{'workgroup' if x.arg.startswith('gidx') else 'workitem'}.id.{'xyz'[int(x.arg[-1])]}"

@@ -222,14 +222,12 @@ class PTXRenderer(LLVMRenderer):
     self.info = arch_info(arch)
     self.arch = self.info.name
 
-  def render(self, name: str, uops: list[UOp]) -> str:
+  def function_attrs(self, name: str, uops: list[UOp]) -> str:
     # .reqntid: the block size the kernel is built for; ptxas sizes registers by it and the launch must match it
     local = id_sizes(uops, "lidx")
     if prod(local) > 1024 or any(n > m for n, m in zip(local, self.local_max)):
       raise ValueError(f"kernel {name}: a block of {'x'.join(map(str, local))} threads; NV allows 1024 in all, at most {self.local_max}")
-    ctx = copy.copy(self)
-    ctx.kernel_attrs = f'nounwind "nvvm.reqntid"="{local[0]},{local[1]},{local[2]}"'
-    return LLVMRenderer.render(ctx, name, uops)
+    return f'nounwind "nvvm.reqntid"="{local[0]},{local[1]},{local[2]}"'
 
   def special_intrinsic(self, x: UOp) -> str:
     return f"@llvm.nvvm.read.ptx.sreg.{'ctaid' if x.arg.startswith('gidx') else 'tid'}.{'xyz'[int(x.arg[-1])]}"
