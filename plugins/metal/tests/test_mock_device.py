@@ -59,6 +59,9 @@ except HCQError as e: out["fault"] = str(e)
 submit(packet(Call.SIGNAL, hcq.addr(sig), 7))
 hcq.wait_signal(sig, 7, 10.0)
 out["after_fault"] = peek(hcq.addr(sig))
+submit(packet(Call.SIGNAL, hcq.addr(sig), 8))
+hcq.submitted_without_wait()   # what core calls after a run with wait=False: no wait follows
+out["unwaited"] = peek(hcq.addr(sig))
 # a program stays loaded while held (a submission's MetalProgramData holds it) and is unloaded after; handles are never reused
 import gc
 msl = next(iter(hcq.programs.values())).msl.encode()   # any compiled kernel's MSL will do
@@ -92,6 +95,10 @@ def test_blit_copy_and_signal_from_the_ring(result: dict[str, Any]) -> None:
 def test_a_bad_pipeline_handle_faults_and_the_queue_goes_on(result: dict[str, Any]) -> None:
   assert "SET_PIPELINE of handle" in result["fault"] and "which is not loaded" in result["fault"]
   assert result["after_fault"] == 7
+
+def test_a_submission_nobody_waits_for_runs(result: dict[str, Any]) -> None:
+  # only a thread that steps the rings replays them: core's submitted_without_wait() runs what the doorbell announced
+  assert result["unwaited"] == 8
 
 def test_a_program_is_loaded_once_while_held_and_unloaded_after(result: dict[str, Any]) -> None:
   # a plain dict of programs kept every kernel ever loaded (and its host build's .so) for the life of the process
