@@ -5,7 +5,7 @@ Memory: GPU objects (IOCTL_KGSL_GPUOBJ_ALLOC, CPU-mapped write-back), mapped int
 of the device file; the allocator's handles are the host mappings and `KGSLHCQ.addr` turns a host address into the object's
 GPU address (IOCTL_KGSL_GPUOBJ_INFO).
 Queue: COMPUTE:0, a ring in a GPU object. Core's submit program writes the words and the doorbell (host memory); the driver has no
-doorbell, so every wait and synchronize publishes (`_kick`): the ring's words from what was submitted to the doorbell go to
+doorbell, so every wait, synchronize and submit nobody waits for publishes (`_kick`): the ring's words from what was submitted to the doorbell go to
 IOCTL_KGSL_GPU_COMMAND as indirect buffers (two when they wrap at the ring's end, which only CP_NOP fill crosses), the ring's object in the objlist; the context timestamp that
 call returns retires when they are done (IOCTL_KGSL_CMDSTREAM_READTIMESTAMP_CTXTID, IOCTL_KGSL_DEVICE_WAITTIMESTAMP_CTXTID).
 Signals are memory the command processor writes (lower.py), read by the host through the mapping.

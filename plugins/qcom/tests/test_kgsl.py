@@ -109,5 +109,22 @@ def test_device_submits_the_ring_between_submitted_and_doorbell(clctx: Any) -> N
     fake.retired = 2
     hcq.synchronize(timeout_s=5)
 
+def test_a_submission_nobody_waits_for_reaches_the_driver(clctx: Any) -> None:
+  # the driver has no doorbell: core's submitted_without_wait() (a run with wait=False) hands it the announced words, which no
+  # wait would ever hand on
+  from core.device.hcq import handle_addr
+  from core.device.registry import Device
+  fake = FakeKGSL()
+  dev = open_device("KGSL+QCOM", None, sys=fake)
+  hcq = dev.hcq
+  with Device.installed({"KGSL+QCOM": dev}):
+    ring, bell = hcq.queue_buffer("ring", "COMPUTE:0"), hcq.queue_buffer("doorbell", "COMPUTE:0")
+    ctypes.c_uint64.from_address(handle_addr(bell)).value = 6
+    hcq.submitted_without_wait()
+    obj = dev.allocator.object_at(handle_addr(ring))
+    assert fake.submits == [([(obj.gpuaddr, 24, kgsl.KGSL_CMDLIST_IB)], [(obj.gpuaddr, obj.size, obj.id, kgsl.KGSL_OBJLIST_MEMOBJ)])]
+    fake.retired = 1
+    hcq.synchronize(timeout_s=5)
+
 def test_without_the_driver_node_the_device_says_what_to_use() -> None:
   with pytest.raises(RuntimeError, match="no Adreno kernel driver .* DEV=CL\\+QCOM"): open_device("KGSL+QCOM", None, node="/nonexistent/kgsl")
