@@ -13,6 +13,10 @@ def is_available() -> bool:
   """Metal exists only on macOS (the framework is opened when the device is first used, not here)."""
   return sys.platform == "darwin"
 
+def unavailable_reason() -> str:
+  return (f"Metal runs only on macOS (this is {sys.platform}); DEV=MOCK+METAL runs the MSL kernels on the host as C++ "
+          "(needs clang++ 15 or newer: apt-get install clang-15), DEV=NULL:METAL compiles only")
+
 # the one place the MSL renderer is built: the device factory and the NULL device (DEV=NULL:METAL, compile only) come here
 def make_msl(arch: str | None = None) -> tuple[Any, Any]:
   from plugin_metal.renderer import MetalRenderer
@@ -25,7 +29,7 @@ def core_plugin_info() -> dict[str, Any]: return {"name": "metal", "version": __
 @hookimpl
 def core_devices() -> list[DeviceSpec]:
   return [DeviceSpec("METAL", factory="plugin_metal.runtime:make_device", renderers={"MSL": "plugin_metal:make_msl"}, default_renderer="MSL",
-                     interfaces=INTERFACES, priority=60, is_available=is_available,
+                     interfaces=INTERFACES, priority=60, is_available=is_available, unavailable_reason=unavailable_reason,
                      description="Apple GPUs through Metal (MSL); MOCK+METAL runs the MSL as C++ on the host")]
 
 # the HCQ rules (both interfaces replay the same command-buffer programs), imported only when core's HCQ pipeline asks for them

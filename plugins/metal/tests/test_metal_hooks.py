@@ -15,6 +15,11 @@ def test_available_only_on_macos() -> None:
   from plugin_metal import is_available
   assert is_available() is (sys.platform == "darwin")
 
+def test_says_why_it_is_unavailable_and_what_runs_instead() -> None:
+  from plugin_metal import core_devices
+  spec = core_devices()[0]
+  assert spec.unavailable_reason is not None and "only on macOS" in spec.why_unavailable() and "DEV=MOCK+METAL" in spec.why_unavailable()
+
 def test_hcq_rules_are_pattern_matchers() -> None:
   import plugin_metal
   from core.ir.pattern import PatternMatcher
