@@ -44,10 +44,12 @@ def line_bytes() -> int:
     with open("/sys/devices/system/cpu/cpu0/cache/index0/coherency_line_size") as f: return int(f.read()) or 64
   except (OSError, ValueError): return 64
 
-def line_offsets(load: UOp, off: int) -> list[int]:
-  """The distances in elements to prefetch at for a LOAD that prefetches `off` elements on: one per cache line its vector spans.
-  A prefetch fetches one line, so a vector of two lines (32 floats on AVX-512) with one prefetch left every other line of the
-  next row to its first pass (a hand-written AVX-512 layernorm 4096x1024, one Zen 5 thread: 1.00 -> 0.80 ms)."""
+def line_offsets(load: UOp, off: int | tuple[int, ...]) -> list[int]:
+  """The distances in elements to prefetch at for a LOAD that prefetches `off` elements on: one per cache line its vector spans
+  (a tuple: those distances, a line each, as row_tile_offsets gives a scalar load for its tile's rows). A prefetch fetches one
+  line, so a vector of two lines (32 floats on AVX-512) with one prefetch left every other line of the next row to its first
+  pass (a hand-written AVX-512 layernorm 4096x1024, one Zen 5 thread: 1.00 -> 0.80 ms)."""
+  if isinstance(off, tuple): return list(off)
   per_line = max(1, line_bytes() // load.dtype.scalar().itemsize)
   return [off + k * per_line for k in range(max(1, -(-load.dtype.count // per_line)))]
 
@@ -132,8 +134,8 @@ def copy_ahead_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: 
 # SPREAD_BELOW_REGS or more (AVX-512's 8-row tiles) keep every block's. The LLVM renderer's alone: the C renderer's source,
 # the gate a conditional expression, ran 0.78x the time built by clang but 1.22x by gcc (32x256x28x28 -> 32 and 4x256 -> 32).
 SPREAD_BELOW_REGS = 32
-# (the gate of a spread prefetch: the reduce range, the row-block range, the mask both are compared under)
-Spread = tuple[UOp, UOp, int]
+# (the gate of a spread prefetch: the reduce range, the row-block range or a constant, the mask both are compared under)
+Spread = tuple[UOp, UOp | int, int]
 
 def reread_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int], budget: int,
                    spread: bool = False) -> dict[UOp, tuple[int, int, Spread | None]]:
@@ -224,6 +226,49 @@ def window_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict
       if step.arg * item >= line_bytes():
         if i and step.arg * item <= ROW_MAX_BYTES: out[x] = step.arg
         break
+  return out
+
+# A packed product's row-side loads (a matmul's A, broadcast a row of the row tile each: no loop inside the row block, which
+# window_offsets leaves) read each row tile from the L3 for the first panel of a group and from the L2 for the rest; where the
+# tile is over half the L1 (AVX2's 2 x 6 at K = 2048: 6 rows of 8 KiB), nothing fetches the next tile before its first reduce
+# steps miss. The tile's first load also prefetches the same place of each of its rows one row tile on into the L2, where the
+# reduce index starts a line: each line once, for a compare and a branch a step. znver3 code on a Zen 4, A/B in one process
+# (rule off / on), medians of 15-61, load 6-20, one thread (thread time) and two (process CPU time, no numpy between: its
+# spinning threads slowed whichever ran next), GFLOP/s: 2048^3 93-104 -> 94-106 (+0.1 to +2.4% in 7 runs), 2T 99.7 -> 101.1,
+# 102.3 -> 103.2; 2048x768x768 99.3 -> 109.6, 2T 95.6 -> 104.1; 2048x768x3072 105.6 -> 110.1, 2T 100.2 -> 107.2; 1024^3
+# 101.6 -> 102.2, 108.6 -> 108.3, 2T 100.1 -> 103.4; a @ b.T 1024 101.8 -> 105.5; 256x768x3072 and 256x3072x768 unchanged
+# (+-0.4%). Hand-edited variants of 2048^3 (104.8 before): a prefetch per load per step 86.8, into the L1 97.6 (it evicts the
+# panel's lines); the rule's first form, a gate a load between the padded rows' gated loads, kept LLVM from unswitching the
+# loop on those: 48. Measured with 16 vector registers only (AVX2), LLVM renderer only, as SPREAD_BELOW_REGS
+ROW_TILE_PREFETCH = True   # row_tile_offsets on (a switch for comparisons)
+
+def row_tile_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int], budget: int) -> dict[UOp, tuple[tuple[int, ...], int, Spread]]:
+  """For a packed product's row tiles (scalar global LOADs in a reduce loop of a buffer beyond `budget` bytes, beside a pack's
+  copy, one element apart a reduce step, with the same index terms: its rows) whose innermost other loop steps by a line or
+  more and whose bytes along the reduce are over half of L1_BYTES: for the tile's first load (the least constant), the
+  distances to each row's place one step of that loop on, L2_LOCALITY, and the gate of the reduce steps that start a line."""
+  copied, per_line = set(_copied(uops)), line_bytes()
+  rows: dict[UOp, tuple[UOp, int, frozenset[tuple[UOp, int]], int]] = {}   # load -> (its reduce, row step, index terms, constant)
+  for x in uops:
+    if x.dtype.count != 1 or x in copied or (buf := global_read(x)) is None or \
+       buf.dtype.size * buf.dtype.base.itemsize <= budget: continue   # type: ignore[attr-defined]
+    idx, item = x.src[0].src[1], x.dtype.itemsize
+    rngs = deps.get(idx, frozenset())
+    reds = [r for r in rngs if r.arg[-1] is AxisType.REDUCE]
+    loops = [r for r in rngs if r.arg[-1] not in (AxisType.REDUCE, AxisType.OUTER)]
+    if len(reds) != 1 or not loops or (parts := split_sum(idx)) is None: continue
+    if (along := (idx.substitute({reds[0]: reds[0] + 1}) - idx).simplify()).op is not Ops.CONST or along.arg != 1: continue
+    row = max(loops, key=lambda r: order[r])
+    step = (idx.substitute({row: row + 1}) - idx).simplify()
+    if step.op is Ops.CONST and step.arg * item >= per_line: rows[x] = (reds[0], step.arg, frozenset(parts[0]), parts[1])
+  tiles: dict[tuple[UOp, frozenset[tuple[UOp, int]]], list[UOp]] = {}   # a row tile's loads, by reduce and index terms
+  for x, (red, _, terms, _) in rows.items(): tiles.setdefault((red, terms), []).append(x)
+  out: dict[UOp, tuple[tuple[int, ...], int, Spread]] = {}
+  for (red, _), loads in tiles.items():
+    loads = sorted(loads, key=lambda x: rows[x][3])
+    first, item = loads[0], loads[0].dtype.itemsize
+    if red.src[0].op is not Ops.CONST or 2 * len(loads) * red.src[0].arg * item <= L1_BYTES: continue
+    out[first] = (tuple(rows[x][1] + rows[x][3] - rows[first][3] for x in loads), L2_LOCALITY, (red, 0, per_line // item - 1))
   return out
 
 # A transpose in strips (heuristic.STRIP_TILES) sweeps along its input rows: each step reads the next line of each of the strip's
@@ -335,7 +380,7 @@ def stream_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]]) -> dict[UOp
     out[x] = STREAM_AHEAD_LINES * line_bytes() // item
   return out
 
-def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0, simd_width: int = 0) -> dict[UOp, tuple[int, int, Spread | None]]:
+def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0, simd_width: int = 0) -> dict[UOp, tuple[int | tuple[int, ...], int, Spread | None]]:
   """For each LOAD that should prefetch, (the prefetched address's distance from its own in elements, the locality hint, the gate
   that skips it or None): a pack copy's next panel (panel_offsets), a strip transpose's lines SWEEP_AHEAD steps on along its
   rows (sweep_offsets; into the L2 where the target's vectors, `simd_width`, are SWEEP_L2_SIMD bytes or more, or
@@ -343,14 +388,15 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0,
   lines TILE_SWEEP_AHEAD steps on (tile_sweep_offsets, into the L2), where neither and the target's vectors are STREAM_L2_SIMD
   bytes or more, a streaming reduction's lines STREAM_AHEAD_LINES on (stream_offsets, into the L2), an in-place
   panel's next one (reread_offsets, where the renderer's `panel_budget` is known: big panels into the L2; spread over the row
-  blocks below SPREAD_BELOW_REGS `simd_regs`), or one row on (all but those L2 ones L1_LOCALITY). A load
+  blocks below SPREAD_BELOW_REGS `simd_regs`), a packed product's next row tile (row_tile_offsets, into the L2, below
+  SPREAD_BELOW_REGS `simd_regs`: distances a tuple), or one row on (all but those L2 ones L1_LOCALITY). A load
   qualifies for the row where it reads a global buffer in the second reduce loop over that buffer, under a loop of rows (not a
   reduce) that the first reduce loop's reads share, and the row step of its address is a constant of at most ROW_MAX_BYTES."""
   order = {u: i for i, u in enumerate(uops)}
   deps = _loop_deps(uops)
   first: dict[UOp, tuple[UOp, frozenset[UOp]]] = {}   # buffer -> (the first reduce range reading it, that read's ranges)
   second: dict[UOp, UOp] = {}                    # buffer -> the second reduce range reading it
-  out: dict[UOp, tuple[int, int, Spread | None]] = {x: (o, L1_LOCALITY, None) for x, o in panel_offsets(uops, deps, order).items()}
+  out: dict[UOp, tuple[int | tuple[int, ...], int, Spread | None]] = {x: (o, L1_LOCALITY, None) for x, o in panel_offsets(uops, deps, order).items()}
   if sweeps := sweep_offsets(uops, deps, order) if SWEEP_PREFETCH else {}:
     alone = all(x in sweeps for x in uops if global_read(x) is not None)
     loc = L2_LOCALITY if simd_width >= (SWEEP_ALONE_L2_SIMD if alone else SWEEP_L2_SIMD) else L1_LOCALITY
@@ -364,6 +410,9 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0,
   # (a conv's channel tile packs its weights: its input's broadcast loads prefetch the next row)
   if panel_budget and WINDOW_PREFETCH and _copied(uops):
     out.update((x, (o, L1_LOCALITY, None)) for x, o in window_offsets(uops, deps, order, panel_budget).items())
+  # (the row-side loads of a packed product's row tile: the LLVM renderer below SPREAD_BELOW_REGS alone, where measured)
+  if panel_budget and ROW_TILE_PREFETCH and 0 < simd_regs < SPREAD_BELOW_REGS and _copied(uops):
+    out.update((x, v) for x, v in row_tile_offsets(uops, deps, order, panel_budget).items() if x not in out)
   for x in uops:
     if x in out or (buf := global_read(x)) is None: continue
     idx = x.src[0].src[1]

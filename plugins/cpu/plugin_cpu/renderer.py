@@ -149,7 +149,9 @@ def _llvm_prefetch_load(ctx: CPULLVMRenderer, x: UOp) -> str | None:
     red, row, mask = gate
     a, b, c, k = ctx.tmp(), ctx.tmp(), ctx.tmp(), ctx.fresh_label("prefetch")
     t = ctx.ty(red.dtype)
-    out += (f"\n  {a} = and {t} {ctx[red]}, {mask}\n  {b} = and {t} {ctx[row]}, {mask}\n  {c} = icmp eq {t} {a}, {b}\n"
+    # (a constant row: the reduce index's place in its line, compared as it is)
+    out += f"\n  {a} = and {t} {ctx[red]}, {mask}" + (f"\n  {b} = and {t} {ctx[row]}, {mask}" if isinstance(row, UOp) else "")
+    out += (f"\n  {c} = icmp eq {t} {a}, {b if isinstance(row, UOp) else row}\n"
             f"  br i1 {c}, label %{k}, label %{k}.done\n{ctx.label(k)}")
   for o in line_offsets(x, off):
     p = ctx.tmp()

@@ -14,7 +14,8 @@ from core.codegen.program import get_program, program_source
 from plugin_cpu.prefetch import COPY_AHEAD_LINES, line_bytes
 
 # the prefetched address's distance from the loaded one, in elements, as each renderer writes it
-PREFETCH = {"LLVM": r"= getelementptr float, ptr %\w+, i64 (\d+)\n  call void @llvm.prefetch.p0", "C": r"__builtin_prefetch\(.*?\)\+(\d+), 0, 3\)"}
+# (into the L1, as the copies prefetch: a matmul's next row tile goes to the L2, test_row_tile_prefetch)
+PREFETCH = {"LLVM": r"= getelementptr float, ptr %\w+, i64 (\d+)\n  call void @llvm.prefetch.p0\(ptr %\w+, i32 0, i32 3,", "C": r"__builtin_prefetch\(.*?\)\+(\d+), 0, 3\)"}
 
 def _conv1x1(n: int, c: int, hw: int, o: int):
   x, w = Tensor(np.zeros((n, c, hw, hw), np.float32)), Tensor(np.zeros((o, c, 1, 1), np.float32))
