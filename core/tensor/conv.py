@@ -172,13 +172,13 @@ def _phase_conv(x: Tensor, w: Tensor, groups: int, q0: Sequence[int], q1: Sequen
 
 def _output_phases(x: Tensor, wt: Tensor, groups: int, s: tuple[int, ...], pads: list[tuple[int, int]], lens: list[int]) -> Tensor:
   """_transposed_by_phase's conv per phase, by the output's phase: outputs o = s*i + r are tap phase c = (r + b) mod s at
-  t div s = (r + b) div s + i, so each phase computes only its own outputs: ceil(n/s), the most any phase has (the phases stack), rounded
-  up to an even count (a row of 8 tiles better than one of 7). By t's phase over one common range, a 3x3/2's 56 outputs took 29 a phase,
-  whose rows pad past whole vectors."""
+  t div s = (r + b) div s + i, so each phase computes only its own outputs: ceil(n/s), the most any phase has (the phases stack). By
+  t's phase over one common range, a 3x3/2's 56 outputs took 29 a phase, whose rows pad past whole vectors. Not rounded up to an even
+  count: 7 -> 8 (ResNet's 14x14 gradient) added 31% to the FMAs, and since its row-tap phase takes a channel tile (see
+  heuristic._merge_loops) the 7x7 phases run faster: one thread, 8x512x7x7 -> 8x256x14x14, znver3 code 20 -> 14 ms, AVX-512 12.4 -> 12.1."""
   from core.tensor.tensor import Tensor
   (bs, _), (co, _, *ks), nd = x.shape[:2], wt.shape, len(s)
   m = [-(-n // v) for n, v in zip(lens, s)]
-  m = [v + v % 2 if v > 1 else v for v in m]
   # x in a buffer of its own: a phase whose window needs no padding reads it in place, where x computed in the same graph
   # (ResNet's dY, by the batchnorm's backward) would be recomputed inside its conv; the others copy it padded their way
   x, flip, zs = x.contiguous(), tuple(range(2, 2 + nd)), []

@@ -436,11 +436,13 @@ def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp
   # 7 columns scalar; 8x128x28x28 -> 256 1x1/2 (14 columns, 2 vectors padded to 16 there) 1.9 -> 2.4 here, so not that; nor
   # where the row pads to one vector as _narrow_tile allows, whose tile of one vector x rows of output channels beats this one:
   # one Zen 5 thread, A/B in one process, medians of 11: that 14 on 16 lanes 70 -> 117 GFLOP/s, 7 on AVX2's 8 52 -> 73)
-  if not windows and (strided < 2 or n_out >= lanes or _pad_ok(n_out, lanes, _narrow_share(rnd))): return None
+  # (a window down the rows only, on rows shorter than a vector, is a conv too: _merge_loops leaves those rows apart)
+  more = [r for r in reds if r not in windows and _window_sized(r) and _sliding(r, outs, x_loads)]
+  if not windows and not (more and n_out < lanes) and (strided < 2 or n_out >= lanes or _pad_ok(n_out, lanes, _narrow_share(rnd))):
+    return None
   # the windows along the other output axes too (the kernel rows), unrolled after the tile where the register limit allows: a
   # loop of 3 around the tile pays its branch and address updates every 3 steps (one Zen 3 thread, A/B in one process: 3x3
   # 8x256x14x14 25.7 -> 23.0 ms, 8x512x7x7 27.2 -> 23.6; AVX-512's wider tiles don't fit it)
-  more = [r for r in reds if r not in windows and _window_sized(r) and _sliding(r, outs, x_loads)]
   # each weight's panel holds its own reduction (a conv with its 1x1 shortcut conv fused in: 512x3x3 and 256 long)
   regs, item = rnd.simd_regs, w_loads[0].dtype.itemsize
   red_len = max(prod(range_size(r) or 1 for r in reds if r in ld.toposort()) for ld in w_loads)
@@ -838,10 +840,18 @@ def _tensor_core(k: Kernel) -> Kernel | None:
 
 def _merge_loops(k: Kernel) -> Kernel:
   """Neighbouring output loops that every address walks as one row-major extent become one loop (a 1x1 conv's 28x28 pixels,
-  a permute's h and w): the vectors and thread blocks then split the whole extent, not its short last dimension."""
+  a permute's h and w): the vectors and thread blocks then split the whole extent, not its short last dimension. Not rows
+  shorter than a vector that a kernel window slides down (a conv whose window is one column wide, x[(h + kh)*W + w]: the
+  row-tap phase of a 3x3/2 input gradient, see _channel_block): merged, its taps lie a row apart along one long row, which
+  takes vectors of pixels beside broadcast weights read from the unpacked weight (7x7 rows, one AVX2 thread: 5.4 ms where the
+  column-tap phase's channel tile takes 2.8)."""
+  stores = [u for u in k.ast.toposort() if u.op is Ops.STORE]
+  lanes = simd_lanes(k.renderer, stores[0].src[1].dtype.itemsize) if len(stores) == 1 and k.renderer.supports_float4 else 1
   i = 0
   while i + 1 < len(k.axes):
-    if k.axes[i].arg[1] is AxisType.LOOP and k.axes[i + 1].arg[1] is AxisType.LOOP:
+    if k.axes[i].arg[1] is AxisType.LOOP and k.axes[i + 1].arg[1] is AxisType.LOOP and \
+       not ((range_size(k.axes[i + 1]) or lanes) < lanes and
+            any(_window_sized(r) and _sliding(r, [k.axes[i]], _loads(k)) for r in k.of_type(AxisType.REDUCE))):
       try:
         k = k.apply(Opt(OptOps.MERGE, i, i + 1))
         continue
