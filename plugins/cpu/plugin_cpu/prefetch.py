@@ -154,7 +154,7 @@ def reread_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict
   for x in uops:
     if x.op is Ops.RANGE: opened.append(x)
     elif x.op is Ops.END: opened = [r for r in opened if r not in x.src]
-    if (buf := global_read(x)) is None or buf.dtype.size * buf.dtype.base.itemsize <= budget: continue   # type: ignore[attr-defined]
+    if (buf := global_read(x)) is None or global_nbytes(buf.dtype) <= budget: continue
     idx = x.src[0].src[1]
     rngs = deps.get(idx, frozenset())
     if not any(r.arg[-1] is AxisType.REDUCE for r in rngs): continue
@@ -207,7 +207,7 @@ def window_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict
   rows: dict[UOp, tuple[frozenset[tuple[UOp, int]], int]] = {}   # load -> (its index's terms, its constant)
   for x in uops:
     if x.dtype.count != 1 or x in copied or (buf := global_read(x)) is None or \
-       buf.dtype.size * buf.dtype.base.itemsize <= budget: continue   # type: ignore[attr-defined]
+       global_nbytes(buf.dtype) <= budget: continue
     idx = x.src[0].src[1]
     if any(r.arg[-1] is AxisType.REDUCE for r in deps.get(idx, frozenset())) and (parts := split_sum(idx)) is not None:
       rows[x] = (frozenset(parts[0]), parts[1])
@@ -251,7 +251,7 @@ def row_tile_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: di
   rows: dict[UOp, tuple[UOp, int, frozenset[tuple[UOp, int]], int]] = {}   # load -> (its reduce, row step, index terms, constant)
   for x in uops:
     if x.dtype.count != 1 or x in copied or (buf := global_read(x)) is None or \
-       buf.dtype.size * buf.dtype.base.itemsize <= budget: continue   # type: ignore[attr-defined]
+       global_nbytes(buf.dtype) <= budget: continue
     idx, item = x.src[0].src[1], x.dtype.itemsize
     rngs = deps.get(idx, frozenset())
     reds = [r for r in rngs if r.arg[-1] is AxisType.REDUCE]
