@@ -364,14 +364,16 @@ class QueuedHCQ(RingHCQ, Generic[A]):
   def _describe(self) -> str: return "; ".join(q.describe() for q in list(self._queues.values())) or "none"
 
 class HostRingHCQ(QueuedHCQ[Q]):
-  """A QueuedHCQ whose queues are HostRings of type Q, read by a software processor that runs when the host waits (the hook
-  `_step`). A subclass gives `queues`, `kind`, `new_queue(name)` and `_step`; `buffer_spec()` where its memory is special
+  """A QueuedHCQ whose queues are HostRings of type Q, read by a software processor that runs when the host waits or submits
+  with no wait to follow (the hook `_step`). A subclass gives `queues`, `kind`, `new_queue(name)` and `_step`; `buffer_spec()` where its memory is special
   (all its buffers use it)."""
   def ring_layout(self, queue: str) -> RingLayout:
     """Byte write pointers, and a submit may wrap at the ring's end anywhere: the processor reads the ring as a circle."""
     return RingLayout(unit=1, nop=None)
 
   def _busy(self) -> list[str]: return [q.describe() for q in list(self._queues.values()) if not q.idle()]
+  # nothing watches the doorbells: a submission nobody waits for would run only at the next wait or synchronize
+  def submitted_without_wait(self) -> None: self._step()
 
 class WorkerQueue(HCQQueue, Protocol):
   """A queue served by its own worker thread (the MOCK+AMD and MOCK+NV queues), as WorkerQueuesHCQ uses it."""

@@ -29,6 +29,14 @@ def at(b: Buffer) -> int: return ctypes.addressof(b._buf)
 
 # *** the command processor on hand-written packets ***
 
+def test_a_submission_nobody_waits_for_runs() -> None:
+  # the processor runs on a thread that steps it: core calls submitted_without_wait() after a run with wait=False
+  sim = SimHCQ("EXAMPLE")
+  sig = signal()
+  submit(sim.queue("COMPUTE:0"), packet(Op.SIGNAL, at(sig), 3))
+  sim.submitted_without_wait()
+  assert peek(at(sig)) == 3
+
 def test_copy_and_signal_wrap_around_the_ring_end() -> None:
   sim = SimHCQ("EXAMPLE", ring_size=256)
   q = sim.queue("COMPUTE:0")

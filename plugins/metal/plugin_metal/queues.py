@@ -143,8 +143,6 @@ class MetalHCQ(HostRingHCQ[MetalQueue]):
     for hcq in list(_live): hcq._finish()
     return moved
   def _fault_sources(self) -> list[MetalHCQ]: return list(_live)
-  # nothing replays the rings but a thread that steps them: a submission nobody waits for ran at the next wait or synchronize
-  def submitted_without_wait(self) -> None: self._step()
 
   @contextlib.contextmanager
   def graph_replay(self, key: object) -> Iterator[None]:
