@@ -78,22 +78,28 @@ def run_on_renderer(ren: str, body: str, timeout: int = 300, **env: str) -> None
                        timeout=timeout)
   assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-3000:]
 
+def run_item(item, rnd, compiler=None, ast: UOp | None = None) -> tuple[list, str]:
+  """Schedule item `item` rendered by the renderer object `rnd` (its own optimizer's choices, or `ast`: the item's kernel as the
+  test optimized it) and compiled by `compiler` (the LLVM device's by default), run on this host over the item's buffers: (the
+  buffers, the rendered source)."""
+  from core.engine.run import buffer_of
+  from core.codegen.program import get_program, launch_vals, program_source
+  spec = get_program(item.ast, rnd) if ast is None else get_program(ast, rnd, optimize=False)
+  src, bufs, dev = program_source(spec), [buffer_of(b) for b in item.bufs], device("LLVM")
+  for b in bufs:
+    if not b.is_allocated(): b.allocate()
+  prg = dev.runtime(spec.arg.name, (compiler or dev.compiler).compile(src))
+  prg(*[b._buf for b in bufs], global_size=spec.arg.global_size, local_size=spec.arg.local_size, vals=launch_vals(spec.arg, {}), wait=True)
+  return bufs, src
+
 def run_rendered(rnd, fn, *xs: np.ndarray) -> tuple[np.ndarray, str]:
   """fn over Tensors of xs as one kernel rendered by the renderer object `rnd` and run on the LLVM device over the schedule's
   buffers: (the output, flat; the rendered source)."""
   from core import Tensor
   from core.schedule.kernelize import create_schedule
-  from core.engine.run import buffer_of
-  from core.codegen.program import get_program, launch_vals, program_source
   (item,) = [it for it in create_schedule([fn(*(Tensor(x).realize() for x in xs)).uop])[0] if it.ast.op is Ops.SINK]
-  dev = device("LLVM")
-  spec = get_program(item.ast, rnd)
-  bufs = [buffer_of(b) for b in item.bufs]
-  for b in bufs:
-    if not b.is_allocated(): b.allocate()
-  prg = dev.runtime(spec.arg.name, dev.compiler.compile(program_source(spec)))
-  prg(*[b._buf for b in bufs], global_size=spec.arg.global_size, vals=launch_vals(spec.arg, {}), wait=True)
-  return bufs[0].numpy(), program_source(spec)
+  bufs, src = run_item(item, rnd)
+  return bufs[0].numpy(), src
 
 def host_like_renderer(ren: str, simd_bytes: int, threads: int = 2):
   """The CPU plugin's LLVM or C renderer as on the hosts we measure: 32-byte vectors with 16 registers and the Zen 3's 512 KiB L2,

@@ -7,13 +7,12 @@ import platform
 import numpy as np
 import pytest
 from core import Tensor
-from core.device.registry import Device
-from core.engine.run import buffer_of
 from core.schedule.kernelize import create_schedule
 from core.codegen.opt import Kernel, OptOps
 from core.codegen.opt.heuristic import hand_coded
-from core.codegen.program import get_program, launch_vals, program_source
+from core.codegen.program import get_program, program_source
 from plugin_cpu.compiler import host_flags
+from cpu_kernels import run_item
 import core.codegen.opt.heuristic as heuristic
 
 def _renderer(ren: str, arch: str):
@@ -63,17 +62,12 @@ def test_haswell_code_gives_numpys_results(shape, stride, grad):
   n, c, hw, o = shape
   rng = np.random.default_rng(28)
   x, w = rng.standard_normal((n, c, hw, hw), dtype=np.float32), rng.standard_normal((o, c, 3, 3), dtype=np.float32)
-  rnd, compiler, dev = _renderer("LLVM", "haswell"), LLVMCompiler(cpu="haswell"), Device["CPU"]
+  rnd, compiler = _renderer("LLVM", "haswell"), LLVMCompiler(cpu="haswell")
   items, tiles = _items(x, w, stride, grad), []
   for it in items:
     k = hand_coded(Kernel(it.ast, rnd))
     tiles.append([op.amt for op in k.applied if op.op is OptOps.UPCAST])
-    spec = get_program(k.ast, rnd, optimize=False)
-    bufs = [buffer_of(b) for b in it.bufs]
-    for b in bufs:
-      if not b.is_allocated(): b.allocate()
-    prg = dev.runtime(spec.arg.name, compiler.compile(program_source(spec)))
-    prg(*[b._buf for b in bufs], global_size=spec.arg.global_size, local_size=spec.arg.local_size, vals=launch_vals(spec.arg, {}), wait=True)
+    bufs, _ = run_item(it, rnd, compiler, k.ast)
   assert [8, 2, 4] in tiles and [8, 7] not in tiles, tiles   # the rule's tile, no 1 vector x 7 pixels left
   got = bufs[0].numpy().reshape(x.shape)
   xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))

@@ -7,12 +7,11 @@ import numpy as np
 import pytest
 from core import Tensor
 from core.device.registry import Device
-from core.engine.run import buffer_of
 from core.codegen.opt import Kernel, OptOps
 from core.codegen.opt.heuristic import hand_coded, MM_MIN_ACC
-from core.codegen.program import get_program, launch_vals, program_source
 from core.schedule.kernelize import create_schedule
 from plugin_cpu.renderer import CPULLVMRenderer, SIMD_BYTES, SIMD_REGS
+from cpu_kernels import run_item
 
 x86 = platform.machine().lower() in ("x86_64", "amd64")
 
@@ -33,14 +32,8 @@ def _matmul_item(n: int, kk: int, m: int, rng: np.random.Generator):
   return items[0], a.astype(np.float64) @ b
 
 def _run(item, k: Kernel, renderer, compiler) -> tuple[np.ndarray, str]:
-  spec = get_program(k.ast, renderer, optimize=False)
-  dev = Device["CPU"]
-  bufs = [buffer_of(b) for b in item.bufs]
-  for b in bufs:
-    if not b.is_allocated(): b.allocate()
-  prg = dev.runtime(spec.arg.name, compiler.compile(program_source(spec)))
-  prg(*[b._buf for b in bufs], global_size=spec.arg.global_size, local_size=spec.arg.local_size, vals=launch_vals(spec.arg, {}), wait=True)
-  return bufs[0].numpy(), program_source(spec)
+  bufs, src = run_item(item, renderer, compiler, k.ast)
+  return bufs[0].numpy(), src
 
 @pytest.mark.skipif(not x86, reason="builds code for an x86-64 AVX2 CPU (Haswell)")
 @pytest.mark.parametrize("n, kk, m", [(128, 64, 128), (100, 96, 72), (64, 256, 48)])

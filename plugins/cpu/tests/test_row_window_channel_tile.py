@@ -8,13 +8,11 @@ import platform
 import numpy as np
 import pytest
 from core import Tensor
-from core.device.registry import Device
-from core.engine.run import buffer_of
 from core.schedule.kernelize import create_schedule
 from core.codegen.opt import Kernel, OptOps
 from core.codegen.opt.heuristic import hand_coded
-from core.codegen.program import get_program, launch_vals, program_source
 from plugin_cpu.compiler import host_flags
+from cpu_kernels import run_item
 
 LANES = {"haswell": 8, "x86-64-v4": 16}
 
@@ -57,15 +55,8 @@ def test_input_gradient_onto_14_gives_numpys_results(arch):
   xt = Tensor(x, requires_grad=True).realize()
   xt.conv2d(Tensor(w).realize(), stride=2, padding=1).backward(Tensor(g).realize())
   assert xt.grad is not None
-  rnd, compiler, dev = _renderer("LLVM", arch), LLVMCompiler(cpu=arch), Device["CPU"]
-  for it in create_schedule([xt.grad.uop])[0]:
-    k = hand_coded(Kernel(it.ast, rnd))
-    spec = get_program(k.ast, rnd, optimize=False)
-    bufs = [buffer_of(b) for b in it.bufs]
-    for b in bufs:
-      if not b.is_allocated(): b.allocate()
-    prg = dev.runtime(spec.arg.name, compiler.compile(program_source(spec)))
-    prg(*[b._buf for b in bufs], global_size=spec.arg.global_size, local_size=spec.arg.local_size, vals=launch_vals(spec.arg, {}), wait=True)
+  rnd, compiler = _renderer("LLVM", arch), LLVMCompiler(cpu=arch)
+  for it in create_schedule([xt.grad.uop])[0]: bufs, _ = run_item(it, rnd, compiler, hand_coded(Kernel(it.ast, rnd)).ast)
   got = bufs[0].numpy().reshape(x.shape)
   # dX[n, c, i, j] = sum over o, kh, kw of g[n, o, p, q] * w[o, c, kh, kw] where 2p - 1 + kh = i and 2q - 1 + kw = j
   want = np.zeros((2, 16, 16, 16))
