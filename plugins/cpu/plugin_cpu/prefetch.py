@@ -64,6 +64,10 @@ def is_global_param(buf: UOp) -> bool:
   """Whether `buf` is one of the kernel's buffer parameters in global memory (not a REG or LOCAL buffer the kernel defines)."""
   return buf.op is Ops.PARAM and isinstance(buf.dtype, PtrDType) and buf.dtype.addrspace == AddrSpace.GLOBAL
 
+def index_step(idx: UOp, r: UOp) -> int | None:
+  """How far index `idx` moves when loop `r` steps by one, where that is a constant (else None)."""
+  return s.arg if (s := (idx.substitute({r: r + 1}) - idx).simplify()).op is Ops.CONST else None
+
 def global_read(x: UOp) -> UOp | None:
   """The global buffer parameter that `x` loads from through an INDEX, or None when `x` is no such load."""
   return buf if x.op is Ops.LOAD and x.src[0].op is Ops.INDEX and is_global_param(buf := x.src[0].src[0]) else None
@@ -98,8 +102,7 @@ def panel_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[
     idx = x.src[0].src[1]
     if not (loops := [r for r in deps.get(idx, frozenset()) if r.arg[-1] is not AxisType.OUTER]): continue
     panel = max(loops, key=lambda r: order[r])
-    step = (idx.substitute({panel: panel + 1}) - idx).simplify()
-    if step.op is Ops.CONST and step.arg > 0: out[x] = step.arg
+    if (step := index_step(idx, panel)) is not None and step > 0: out[x] = step
   return out | copy_ahead_offsets(uops, deps, order)
 
 def copy_ahead_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int]) -> dict[UOp, int]:
@@ -112,8 +115,7 @@ def copy_ahead_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: 
     idx, rngs = x.src[0].src[1], deps.get(x.src[0].src[1], frozenset())
     if not rngs or any(r.arg[-1] is not AxisType.OUTER for r in rngs): continue
     r = min(rngs, key=lambda r: order[r])
-    step = (idx.substitute({r: r + 1}) - idx).simplify()
-    if step.op is Ops.CONST and step.arg > 0: outer[x] = (r, step.arg)
+    if (step := index_step(idx, r)) is not None and step > 0: outer[x] = (r, step)
   def per_iter(loop: UOp) -> int:   # bytes the copy reads per iteration of `loop`
     return sum(x.dtype.itemsize * prod(r.src[0].arg if r.src[0].op is Ops.CONST else 1 for r in deps.get(x.src[0].src[1], frozenset())
                                        if order[r] > order[loop]) for x in copied if loop in deps.get(x.src[0].src[1], frozenset()))
@@ -164,8 +166,7 @@ def reread_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict
     trips = prod(r.src[0].arg if r.src[0].op is Ops.CONST else 1 for r in rngs if r.arg[-1] is AxisType.REDUCE)
     panel_bytes[(buf, panel)] = panel_bytes.get((buf, panel), 0) + x.dtype.itemsize * trips
     if not (rows := [r for r in opened if order[r] > order[panel] and r not in rngs and r.arg[-1] is not AxisType.REDUCE]): continue
-    step = (idx.substitute({panel: panel + 1}) - idx).simplify()
-    if step.op is Ops.CONST and step.arg > 0: out[x], panels[x] = step.arg, (buf, panel)
+    if (step := index_step(idx, panel)) is not None and step > 0: out[x], panels[x] = step, (buf, panel)
     reds = [r for r in rngs if r.arg[-1] is AxisType.REDUCE]
     if spread and x in out and len(rows) == 1 and len(reds) == 1 and rows[0].src[0].op is Ops.CONST and (n := rows[0].src[0].arg) >= 2:
       gates[x] = (reds[0], rows[0], (1 << (n.bit_length() - 1)) - 1)
@@ -221,10 +222,9 @@ def window_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict
     idx, item = x.src[0].src[1], x.dtype.itemsize
     loops = sorted((r for r in deps.get(idx, frozenset()) if r.arg[-1] not in (AxisType.REDUCE, AxisType.OUTER)), key=lambda r: -order[r])
     for i, r in enumerate(loops):
-      step = (idx.substitute({r: r + 1}) - idx).simplify()
-      if step.op is not Ops.CONST or step.arg <= 0: break
-      if step.arg * item >= line_bytes():
-        if i and step.arg * item <= ROW_MAX_BYTES: out[x] = step.arg
+      if (step := index_step(idx, r)) is None or step <= 0: break
+      if step * item >= line_bytes():
+        if i and step * item <= ROW_MAX_BYTES: out[x] = step
         break
   return out
 
@@ -257,10 +257,9 @@ def row_tile_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: di
     reds = [r for r in rngs if r.arg[-1] is AxisType.REDUCE]
     loops = [r for r in rngs if r.arg[-1] not in (AxisType.REDUCE, AxisType.OUTER)]
     if len(reds) != 1 or not loops or (parts := split_sum(idx)) is None: continue
-    if (along := (idx.substitute({reds[0]: reds[0] + 1}) - idx).simplify()).op is not Ops.CONST or along.arg != 1: continue
+    if index_step(idx, reds[0]) != 1: continue
     row = max(loops, key=lambda r: order[r])
-    step = (idx.substitute({row: row + 1}) - idx).simplify()
-    if step.op is Ops.CONST and step.arg * item >= per_line: rows[x] = (reds[0], step.arg, frozenset(parts[0]), parts[1])
+    if (step := index_step(idx, row)) is not None and step * item >= per_line: rows[x] = (reds[0], step, frozenset(parts[0]), parts[1])
   tiles: dict[tuple[UOp, frozenset[tuple[UOp, int]]], list[UOp]] = {}   # a row tile's loads, by reduce and index terms
   for x, (red, _, terms, _) in rows.items(): tiles.setdefault((red, terms), []).append(x)
   out: dict[UOp, tuple[tuple[int, ...], int, Spread]] = {}
@@ -311,7 +310,7 @@ def sweep_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[
     if (buf := global_read(x)) is None: continue
     idx, item = x.src[0].src[1], buf.dtype.base.itemsize
     if not (rngs := deps.get(idx, frozenset())) or any(r.arg[-1] is AxisType.REDUCE for r in rngs): continue
-    steps = {r: s.arg for r in rngs if (s := (idx.substitute({r: r + 1}) - idx).simplify()).op is Ops.CONST}
+    steps = {r: s for r in rngs if (s := index_step(idx, r)) is not None}
     for r, s in sorted(steps.items(), key=lambda rs: order[rs[0]]):
       if r.src[0].op is Ops.CONST and 0 < s * item <= line_bytes() and r.src[0].arg * s * item >= SWEEP_MIN_BYTES and \
          any(order[q] > order[r] and t * item >= SWEEP_MIN_GAP for q, t in steps.items()):
@@ -345,10 +344,10 @@ def tile_sweep_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: 
     idx, item = x.src[0].src[1], buf.dtype.base.itemsize
     if not (rngs := deps.get(idx, frozenset())) or any(r.arg[-1] is AxisType.REDUCE for r in rngs): return {}
     r = max(rngs, key=lambda q: order[q])
-    if r.src[0].op is not Ops.CONST or (s := (idx.substitute({r: r + 1}) - idx).simplify()).op is not Ops.CONST: return {}
-    if not (line_bytes() < s.arg * item <= SWEEP_MAX_STEP and r.src[0].arg >= TILE_SWEEP_MIN_STEPS and
-            r.src[0].arg * s.arg * item >= SWEEP_MIN_BYTES): return {}
-    out[x] = s.arg
+    if r.src[0].op is not Ops.CONST or (s := index_step(idx, r)) is None: return {}
+    if not (line_bytes() < s * item <= SWEEP_MAX_STEP and r.src[0].arg >= TILE_SWEEP_MIN_STEPS and
+            r.src[0].arg * s * item >= SWEEP_MIN_BYTES): return {}
+    out[x] = s
   return out
 
 # A reduction whose global loads all stream a buffer too big for the last-level cache (NT_MIN_BYTES: the bound of streaming
@@ -376,7 +375,7 @@ def stream_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]]) -> dict[UOp
     idx, item = x.src[0].src[1], buf.dtype.base.itemsize
     reds = [r for r in deps.get(idx, frozenset()) if r.arg[-1] is AxisType.REDUCE]
     if len(reds) != 1 or x.dtype.itemsize < line_bytes() or global_nbytes(buf.dtype) < STREAM_MIN_BYTES: return {}
-    if (s := (idx.substitute({reds[0]: reds[0] + 1}) - idx).simplify()).op is not Ops.CONST or s.arg != x.dtype.count: return {}
+    if index_step(idx, reds[0]) != x.dtype.count: return {}
     out[x] = STREAM_AHEAD_LINES * line_bytes() // item
   return out
 
@@ -427,6 +426,5 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0,
     rows = [r for r in rngs if r in first[buf][1] and r.arg[-1] is not AxisType.REDUCE]
     if not rows: continue
     row = max(rows, key=lambda r: order[r])
-    step = (idx.substitute({row: row + 1}) - idx).simplify()
-    if step.op is Ops.CONST and 0 < step.arg * buf.dtype.base.itemsize <= ROW_MAX_BYTES: out[x] = (step.arg, L1_LOCALITY, None)
+    if (step := index_step(idx, row)) is not None and 0 < step * buf.dtype.base.itemsize <= ROW_MAX_BYTES: out[x] = (step, L1_LOCALITY, None)
   return out
