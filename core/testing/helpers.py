@@ -42,6 +42,23 @@ def scaled(n: int, minimum: int = 1) -> int:
 
 def rng(seed: int = 0) -> np.random.Generator: return np.random.default_rng(seed)
 
+def unwaited_resubmits_land(timeout_s: float = 5.0) -> tuple[int, int]:
+  """Runs an eager op on the default device, then every HCQ submission of the process again with wait=False (core then calls
+  each device's submitted_without_wait) and polls their timeline signals for up to `timeout_s`: (signals, how many reached
+  their value). A device whose processor does not look at a doorbell nobody waits for leaves some short."""
+  import ctypes, time
+  from core import Tensor
+  from core.device.hcq import handle_addr
+  from core.engine import run
+  x = np.arange(1000, dtype=np.float32)
+  np.testing.assert_allclose((Tensor(x) * 3 + 0.25).numpy(), x * 3 + 0.25)
+  subs = list(run._submissions.values())
+  for sub in subs: sub.resubmit(wait=False)
+  signals = [(ctypes.c_uint64.from_address(handle_addr(sig)), tl[0]) for sub in subs for _, _, sig, tl in sub._waits]
+  until = time.monotonic() + timeout_s
+  while any(s.value < v for s, v in signals) and time.monotonic() < until: time.sleep(0.001)
+  return len(signals), sum(s.value >= v for s, v in signals)
+
 def numerical_grad(fn: Callable[..., np.ndarray], inputs: Sequence[np.ndarray], out_grad: np.ndarray, eps: float = 1e-6) -> list[np.ndarray]:
   """d(sum(fn(*inputs) * out_grad))/d(input) for each input, by central differences in float64."""
   xs = [np.array(x, dtype=np.float64) for x in inputs]

@@ -8,7 +8,7 @@ submit program and the processors all use the same numbers. The processors may t
 Queues: COMPUTE:0 (PM4) and COPY:0 (SDMA), with the hardware's ring layouts (runtime.AMDHCQ.ring_layout: the compute write
 pointer counts dwords, the SDMA one bytes, and an SDMA packet never wraps). Core's submit program copies commands into the ring
 and stores the new write pointer into the doorbell; each queue's worker thread notices the doorbell change by polling it (it
-sleeps between polls and `wait_signal` wakes it at once, so a submit followed by a wait costs no polling delay) and runs the
+sleeps between polls and `wait_signal` or a submit nobody waits for wakes it at once, so neither costs a polling delay) and runs the
 processor over the new ring bytes. Waits between queues (WAIT_REG_MEM / POLL_REGMEM) block only their own worker.
 
 Dispatches: at pm_prep_program time the device builds each kernel for the host (core.codegen.hostbuild) and files it under its code

@@ -128,6 +128,18 @@ submit("COMPUTE:0", pm4.release_mem(gen, addr(sig4), 99))
 hcq.wait_signal(sig4, 99, 5.0)
 out["after_faults"] = u64(sig4)
 
+# a submit nobody waits for: core's submitted_without_wait() (a run with wait=False) wakes the workers, which would otherwise look
+# at their doorbells at their next poll (1-20 ms)
+import threading
+class Told(threading.Event):
+  n = 0
+  def set(self) -> None:
+    Told.n += 1
+    super().set()
+for name in hcq.queues: hcq.queue(name).worker.kick = Told()
+hcq.submitted_without_wait()
+out["told"] = Told.n
+
 # a schedule through core's pipeline across two MOCK GPUs: a kernel on AMD, its output copied by AMD:1's SDMA engine (which waits
 # for AMD's kernel), a kernel on AMD:1 (which waits for the copy), read back. Only core and this plugin are installed: the host
 # side (submit programs, host builds) is core's own
@@ -184,6 +196,9 @@ def test_faults_name_the_packet_and_the_queue_recovers(mock_run):
   assert "SDMA packet at ring byte offset" in mock_run["fault_sdma"] and "opcode 0xff" in mock_run["fault_sdma"]
   assert "timed out" in mock_run["timeout"] and "it is 0" in mock_run["timeout"]
   assert mock_run["after_faults"] == 99
+
+def test_a_submission_nobody_waits_for_wakes_the_workers(mock_run):
+  assert mock_run["told"] == 2   # COMPUTE:0's and COPY:0's
 
 def test_schedule_through_the_pipeline(mock_run):
   np.testing.assert_allclose(mock_run["pipeline"], mock_run["pipeline_expected"])

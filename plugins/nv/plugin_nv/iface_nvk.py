@@ -6,7 +6,7 @@ buffers, programs and constant buffers video memory, rings, semaphores and the c
 
 Channels: COMPUTE:0 and COPY:0 are each a channel group with one GPFIFO channel holding the arch's compute or copy object. Core's
 submit program writes methods into the channel's pushbuffer ring and the count of ring dwords into `doorbell` (host memory: no
-hardware sees that write), so a host thread per device publishes them, and so does every wait and synchronize (`_kick`): a GPFIFO
+hardware sees that write), so a host thread per device publishes them, and so does every wait, synchronize and submit nobody waits for (`_kick`): a GPFIFO
 entry per new segment of the ring (split where the ring ends), GP_PUT into the channel's USERD memory, then the channel's
 work-submit token to the usermode doorbell (NOTIFY_CHANNEL_PENDING). The thread is what lets another device wait on this one's
 semaphores without calling into it. Each channel starts with a segment that binds its engine object to its subchannel

@@ -168,3 +168,20 @@ def test_ops_on_nvk_sim(arch: str):
   r = json.loads(line[7:])
   assert r["arch"] == arch and r["kind"] == "NVK"
   assert r["matmul"] < 1e-4 and r["reduce"] < 1e-3 and r["exp"] < 1e-5 and r["half"] == 0.0 and r["cross"] < 1e-5
+
+UNWAITED = r'''
+from core.testing.helpers import unwaited_resubmits_land
+from plugin_nv.iface_nvk import NVKHCQ
+NVKHCQ._publish_loop = lambda self: None   # no publisher thread: only the host's own calls hand the GPU what core announced
+print("RESULT", *unwaited_resubmits_land())
+'''
+
+def test_a_submission_nobody_waits_for_is_published():
+  # core's submitted_without_wait() (a run with wait=False) publishes the channels' new ring words as a wait does; left to the
+  # publisher thread (stopped here) they reached the GPU 0.2-10 ms later, or never without it
+  env = dict(os.environ, DEV="NVK+NV", NVK_SIM="sm_90")
+  p = subprocess.run([sys.executable, "-c", UNWAITED], env=env, capture_output=True, text=True, timeout=600)
+  line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
+  assert line is not None, p.stdout[-2000:] + p.stderr[-4000:]
+  n, done = map(int, line.split()[1:])
+  assert n >= 1 and done == n

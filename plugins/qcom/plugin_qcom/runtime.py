@@ -49,11 +49,6 @@ class QCOMHCQ(RingHCQ):
     self._check(queue)
     return RingLayout(unit=4)   # the CP's read and write pointers count dwords
 
-  def submitted_without_wait(self) -> None:
-    # neither interface watches the doorbell: KGSL's words reach the driver only when handed on, MOCK's processor runs on the
-    # thread that steps it; left alone, a submission nobody waits for ran at the next wait or synchronize, or never
-    self._step()
-
   def queue_buffer(self, kind: str, queue: str) -> Buffer:
     """The one ring/wptr/doorbell/timeline_signal buffer of a queue (fresh memory starts zeroed)."""
     self._check(queue)

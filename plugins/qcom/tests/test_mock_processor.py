@@ -117,21 +117,7 @@ def test_mock_device_runs_tensors_through_the_packet_stream(clctx: Any) -> None:
   from test_cl import run_dev
   assert int(run_dev("MOCK+QCOM", MOCK_SCRIPT).strip()) >= 2   # each kernel went through a CP_EXEC_CS
 
-UNWAITED_SCRIPT = r'''
-import ctypes, time
-import numpy as np
-from core import Tensor
-from core.device.hcq import handle_addr
-from core.engine import run
-x = np.arange(1000, dtype=np.float32)
-np.testing.assert_allclose((Tensor(x) * 3 + 0.25).numpy(), x * 3 + 0.25)
-subs = list(run._submissions.values())
-for sub in subs: sub.resubmit(wait=False)
-signals = [(ctypes.c_uint64.from_address(handle_addr(sig)), tl[0]) for sub in subs for _, _, sig, tl in sub._waits]
-until = time.monotonic() + 5
-while any(s.value < v for s, v in signals) and time.monotonic() < until: time.sleep(0.001)
-print(len(signals), sum(s.value == v for s, v in signals))
-'''
+UNWAITED_SCRIPT = "from core.testing.helpers import unwaited_resubmits_land\nprint(*unwaited_resubmits_land())"
 
 def test_a_submission_nobody_waits_for_runs(clctx: Any) -> None:
   # the processor runs on the thread that steps it: core's submitted_without_wait() (a run with wait=False) runs what the
