@@ -141,7 +141,9 @@ def cores() -> int:
 def _parallel(threads: int, work: list) -> float:
   """Seconds from the first of `threads` threads starting its call to the last one finishing, all released at once (ctypes
   releases the GIL while each call runs). Timed inside the threads: waking them and joining them (46-131 us for no work on a
-  2-core Zen 4) is Python's cost, not the machine's, and was a few % of a 64 MiB read."""
+  2-core Zen 4) is Python's cost, not the machine's, and was a few % of a 64 MiB read. About half of it stays: a later thread
+  starts once it gets the GIL the first let go (2 threads, no work, 2-core Zen 4, load 6: 18-20 us best, 26-30 median, against
+  39-43 and 53-58 timed around the release and join)."""
   start, spans = threading.Barrier(threads + 1), [(0.0, 0.0)] * threads
   def go(i: int, fn: object, args: tuple) -> None:
     start.wait()
