@@ -59,9 +59,12 @@ def split_edges(ast: UOp, next_id: list[int] | None = None) -> UOp:
   return ast.substitute({end: UOp(Ops.GROUP, src=tuple(parts))})
 
 def edge_split(ast: UOp) -> UOp:
-  """`ast` split at its edges (split_edges) where it is a reduction over gated loads of one input larger than
-  EDGE_SPLIT_MIN_BYTES (a conv reading its large padded input in place), else `ast`."""
+  """`ast` split at its edges (split_edges) where a reduction loop runs over gated loads of one input larger than
+  EDGE_SPLIT_MIN_BYTES (a conv reading its large padded input in place, its input channels the loop), else `ast`."""
   loads = _gated_loads(ast)
   bufs = {ld.src[0].src[0] for ld in loads}
-  if len(bufs) != 1 or not any(u.op is Ops.REDUCE for u in ast.toposort()): return ast
+  # not where every tap is unrolled (a depthwise conv, a pool: the same gates, no reduction loop): split, their kernels did not
+  # linearize (loops not properly nested); they keep one gated nest, as before the split
+  if len(bufs) != 1 or not any(u.op is Ops.REDUCE and any(q.op is Ops.RANGE and q.arg[1] is AxisType.REDUCE for q in u.src[1:])
+                               for u in ast.toposort()): return ast
   return split_edges(ast) if global_nbytes(next(iter(bufs)).dtype) > EDGE_SPLIT_MIN_BYTES else ast

@@ -102,3 +102,22 @@ def test_large_conv_splits_its_edges(edge_split, threads):
   bufs, _ = run_item(item, rnd)
   want = _ref(x, w, 1)
   np.testing.assert_allclose(bufs[0].numpy().reshape(want.shape), want, rtol=1e-4, atol=1e-3)
+
+@pytest.mark.parametrize("arch", ["haswell", "znver3"])
+@pytest.mark.parametrize("op", ["depthwise", "avg_pool"])
+def test_unrolled_window_over_a_large_input_is_not_split(arch, op):
+  # a depthwise 3x3 conv and a 3x3 pool at stride 1 pad 1 also reduce gated loads of one input over EDGE_SPLIT_MIN_BYTES, but
+  # their taps are unrolled (no reduction loop): split, their kernels failed to linearize ("loops ... are not properly nested")
+  x = rng.standard_normal((2, 64, 57, 57)).astype(np.float32)
+  xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+  win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))
+  if op == "depthwise":
+    w = rng.standard_normal((64, 1, 3, 3)).astype(np.float32)
+    y, want = Tensor(x).realize().conv2d(Tensor(w).realize(), padding=1, groups=64), np.einsum("nchwij,cij->nchw", win, w[:, 0].astype(np.float64))
+  else: y, want = Tensor(x).realize().avg_pool2d(3, stride=1, padding=1), win.mean(axis=(4, 5))
+  items, _, _ = create_schedule([y.uop])
+  assert len(items) == 1, [it.ast.arg for it in items]
+  rnd = CPULLVMRenderer(arch=arch)
+  assert rnd.conv_edge_split
+  bufs, _ = run_item(items[0], rnd)
+  np.testing.assert_allclose(bufs[0].numpy().reshape(want.shape), want, rtol=1e-4, atol=1e-5)
