@@ -227,6 +227,16 @@ def test_machine_measures_footprints(suite):
   assert set(m.sized) == {("copy", 1 << 20), ("read", 1 << 20), ("triad", 3 << 20)} and all(v > 0 for v in m.sized.values())
   assert m.bandwidth("triad", 3 << 20) == m.sized[("triad", 3 << 20)] and m.bandwidth("copy", 123) == m.copy_all
 
+def test_machine_splits_every_footprint_among_all_its_threads(suite, monkeypatch):
+  # 8 cores and an 18 KiB copy (6 of the loops' 16-lane groups): each thread gets a chunk, or the start barrier waits forever
+  import threading
+  monkeypatch.setattr(suite.machine_bench, "cores", lambda: 8)
+  got: list = []
+  t = threading.Thread(target=lambda: got.append(suite.machine_bench.measure(repeat=1, quick=True, footprints=[("copy", 18 << 10)], width=16)), daemon=True)
+  t.start()
+  t.join(120)
+  assert got and got[0].threads == 8 and got[0].sized[("copy", 18 << 10)] > 0
+
 def test_machine_loops_move_what_they_say(suite):
   # the copy and triad loops (vectors, streaming stores on x86-64) and the read loop compute their results over a whole chunk
   import ctypes, platform
