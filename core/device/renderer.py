@@ -42,10 +42,6 @@ class Renderer:
                                                             # (gated loads) at any size, not through a padded copy (core.tensor.
                                                             # conv._pad_in_place), in thread blocks of images that fit the L2
                                                             # (heuristic._image_blocks); False: only small ones (PAD_IN_PLACE_BYTES)
-  conv_edge_split: bool = False                             # a large stride-1 3x3 conv padded by at most 1 reads its input in place
-                                                            # too (any thread count), its first and last output rows and columns
-                                                            # split from the interior, which reads without gates (core.codegen.
-                                                            # opt.edges)
   panel_l2_share: int = 2                                   # a product's input within 1/this of the L2 is read in place (panel_budget)
   stream_min_bytes: int = 0                                 # a kernel whose buffers total this much stores by streaming (non-temporal)
                                                             # stores, no cache keeping its output; 0: never or unknown (opt.copy)

@@ -298,13 +298,12 @@ def _weight_grad_product(x: Tensor, dy: Tensor, w: Tensor, groups: int, s: tuple
 # process A/B: 2x16x16x16 s2 -> 32 0.88x, 1x128x7x7 0.85x, 2x32x8x8 0.94x, 1x3x48x48 s2 0.93x, 2x3x32x32 and 2x16x16x16 even)
 PAD_IN_PLACE_BYTES = 512 * 1024
 
-def _pad_in_place(x: Tensor, pads: list, ws: Sequence[int], s: Sequence[int], d: Sequence[int], groups: int) -> bool:
+def _pad_in_place(x: Tensor, pads: list, ws: Sequence[int], d: Sequence[int], groups: int) -> bool:
   """Whether conv2d reads its zero-padded input through gated loads rather than a copy kernel first: always for a depthwise
   conv (its k*k products per input element cost about what the copy does), and for a regular conv whose padded input is
   small (PAD_IN_PLACE_BYTES) or, ungrouped undilated 3x3 of a realized input with output channels in whole channel tiles (two
   vectors), where its device's renderer reads large ones in place too on its thread pool (Renderer.large_conv_in_place,
-  threads) or, at stride 1 (`s`) padded by at most 1, splits their edges from an ungated interior (Renderer.conv_edge_split,
-  core.codegen.opt.edges); `ws` is the weight's shape. A large one else keeps the copy, which the optimizer vectorizes and register-tiles
+  threads); `ws` is the weight's shape. A large one else keeps the copy, which the optimizer vectorizes and register-tiles
   ungated. Other windows took tiles along the gated rows: 2-core Zen 4, engine path, A/B in one process, 2
   threads, ResNet's stem (8x3x224 7x7/2) 9.3 -> 18.4 ms in place, 8x128x28x28 -> 256 3x3/2's backward (its 1x1 and 2x2 phase
   convs) 13.6 -> 29.7; without a thread pool (images outermost, one thread) 32x64x56x56 -> 64 3x3 69.6 -> 71.1 ms; dilated
@@ -322,10 +321,7 @@ def _pad_in_place(x: Tensor, pads: list, ws: Sequence[int], s: Sequence[int], d:
   if u.op is not Ops.BUFFER: return False   # computed in this graph: its producer runs once, fused into the copy
   from core.device.registry import Device
   rnd = Device[x.device].renderer
-  # (conv_edge_split: the interior of a stride-1 conv padded by at most 1 reads ungated once its first and last output rows and
-  # columns are split off; a strided conv's or a wider padding's would keep gates)
-  edges = rnd.conv_edge_split and all(si == 1 for si in s) and all(b <= 1 and a <= 1 for b, a in pads)
-  return (rnd.large_conv_in_place and rnd.threads > 0 or edges) and cout % (2 * max(rnd.simd_width // x.dtype.itemsize, 1)) == 0
+  return rnd.large_conv_in_place and rnd.threads > 0 and cout % (2 * max(rnd.simd_width // x.dtype.itemsize, 1)) == 0
 
 @register_vjp("max_pool")
 def _max_pool_grad(ctx: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp | None, ...]:
@@ -385,7 +381,7 @@ def _conv_nodes(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, s: 
   w = UOp(Ops.DETACH, dt, (wu,)) if _weight_grad_by_channels(groups, ws) else wu
   if any(b or a for b, a in pads):
     u = u.pad(((0, 0), (0, 0)) + tuple((int(b), int(a)) for b, a in pads))
-    if not _pad_in_place(x, pads, ws, s, d, groups): u = u.contiguous()
+    if not _pad_in_place(x, pads, ws, d, groups): u = u.contiguous()
   if all(ki == 1 for ki in ks) and all(si == 1 for si in s): u = u.reshape(u.shape + (1,) * nd)   # type: ignore[operator]
   else: u = _windows(u, nd + 2, ks, s, d)
   os_ = u.shape[2:2 + nd]   # type: ignore[index]
@@ -455,7 +451,7 @@ class ConvMixin:
     w_in = weight   # the weight's gradient too comes from the rule (_weight_grad), except a depthwise conv's
     if custom and _weight_grad_by_channels(groups, weight.shape): weight = weight.detach()
     if any(b or a for b, a in pads):
-      in_place = _pad_in_place(x, pads, weight.shape, make_tuple(stride, nd), make_tuple(dilation, nd), groups)
+      in_place = _pad_in_place(x, pads, weight.shape, make_tuple(dilation, nd), groups)
       x = x.pad([None, None] + pads) if in_place else x.pad([None, None] + pads).contiguous()
     x = x._pool(ks, stride, dilation)  # (bs, cin, *o, *k)
     os_ = x.shape[2:2 + nd]

@@ -17,9 +17,6 @@ def optimize(ast: UOp, renderer: Renderer) -> UOp:
     from core.codegen.opt.heuristic import hand_coded
     k = hand_coded(k)
   if DEBUG >= 3: print(f"opt {ast.arg}: {list(k.applied)} -> {k}")
-  if renderer.conv_edge_split:
-    from core.codegen.opt.edges import edge_split
-    return edge_split(k.ast)
   return k.ast
 
 __all__ = ["optimize", "Kernel", "Opt", "OptOps", "KernelOptError", "apply_opts"]

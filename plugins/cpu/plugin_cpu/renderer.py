@@ -316,13 +316,6 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
   # per image; helper CV's per-kernel A/B on the same host: 1 thread 75.9 -> 79.4 ms, 2 threads 38.4 -> 39.3), and Zen 3's
   # 512 KiB L2 would not hold an 800 KB image
   large_conv_in_place = SIMD_BYTES == 64
-  # AVX2: a gated load is a branch, so a large stride-1 3x3 conv read in place splits its first and last output rows and column
-  # tiles off an ungated interior (core.codegen.opt.edges), and no padded copy runs (3 kernels). 2-core Zen 4 running znver3
-  # code, per-kernel A/B in one process interleaved, ms copy + conv -> split: 32x64x56x56 -> 64 1 thread (thread time, medians
-  # of 7-15, load 1.4-5) 79.1 -> 75.9, 84.1 -> 80.6; 2 threads (wall, medians of 15-41) 44.8 -> 41.1 (load 1.3), 172 -> 166
-  # (load 5); ResNet-18's batch-8 3x3s 1 thread (medians of 31, load 5) 64x56 21.1 -> 20.2, 128x28 23.1 -> 22.4, 256x14 22.7 ->
-  # 22.8 (even over 4 runs), 512x7 23.0 -> 22.5. Its compile takes 2.3-2.9x (5 copies of the tile: 0.32 -> 0.75 s, load 1)
-  conv_edge_split = SIMD_BYTES == 32
   string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _llvm_stream_store), (UPat(Ops.WMMA, name="x"), render_dot),
                                    (UPat(Ops.LOAD, name="x"), _llvm_prefetch_load),
                                    (UPat(Ops.CUSTOM, name="x", arg=SCALEF_ARG), _llvm_masked("scalef")),
@@ -348,7 +341,6 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
     self.extra_matcher = llvm_rules(flags, self.simd_width)
     self.scaled_exp2 = not scalef_lanes(flags)
     self.large_conv_in_place = self.simd_width == 64
-    self.conv_edge_split = self.simd_width == 32
 
   def narrowed(self, simd: int) -> CPULLVMRenderer: return _narrowed(self, simd)
 

@@ -24,11 +24,9 @@ PREFETCH = {"LLVM": r"= getelementptr float, ptr %\w+, i64 (\d+)\n  call void @l
 
 @pytest.fixture(autouse=True)
 def padded_copy(monkeypatch):
-  # these convs read a padded copy of their input (rows of hw + 2), whatever the host: Renderer.large_conv_in_place and
-  # conv_edge_split off, and no conv plan replayed from a test that built the same conv with them on (the plan's key holds the
-  # shapes, not the renderer)
+  # these convs read a padded copy of their input (rows of hw + 2), whatever the host: Renderer.large_conv_in_place off, and no
+  # conv plan replayed from a test that built the same conv with it on (the plan's key holds the shapes, not the renderer)
   monkeypatch.setattr(Device[Device.DEFAULT].renderer, "large_conv_in_place", False)
-  monkeypatch.setattr(Device[Device.DEFAULT].renderer, "conv_edge_split", False)
   monkeypatch.setattr(conv, "replayed", lambda key, inputs, build: build())
 
 def _conv(x: Tensor, w: Tensor, stride: int) -> Tensor: return x.conv2d(w, stride=stride, padding=1)

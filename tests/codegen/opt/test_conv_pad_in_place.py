@@ -37,13 +37,11 @@ def test_small_conv_reads_its_padded_input_in_place(simd_bytes, n, c, hw, o, ks,
 @pytest.fixture
 def large_in_place(monkeypatch):
   """Sets whether the default device's renderer reads large convs in place (Renderer.large_conv_in_place, on a thread pool):
-  the graph's choice, with no conv plan replayed from a test that built the same conv with it set otherwise (and, whatever
-  the host, no edge split: Renderer.conv_edge_split, an AVX2 host's way to read them in place)."""
+  the graph's choice, with no conv plan replayed from a test that built the same conv with it set otherwise."""
   monkeypatch.setattr(conv, "replayed", lambda key, inputs, build: build())
   def set_(on: bool) -> None:
     rnd = Device[Device.DEFAULT].renderer
     monkeypatch.setattr(rnd, "large_conv_in_place", on, raising=False)
-    monkeypatch.setattr(rnd, "conv_edge_split", False, raising=False)
     if on and not rnd.threads: monkeypatch.setattr(rnd, "threads", 2)
   return set_
 
@@ -123,7 +121,6 @@ def test_a_device_change_drops_the_conv_plans(monkeypatch):
   def kernels(on: bool) -> int:
     rnd = Device[Device.DEFAULT].renderer
     monkeypatch.setattr(rnd, "large_conv_in_place", on, raising=False)
-    monkeypatch.setattr(rnd, "conv_edge_split", False, raising=False)
     if not rnd.threads: monkeypatch.setattr(rnd, "threads", 2)
     y = Tensor.ones(1, 64, 92, 92).contiguous().realize().conv2d(Tensor.ones(64, 64, 3, 3).contiguous().realize(), padding=1)
     return len(create_schedule([y.uop])[0])
