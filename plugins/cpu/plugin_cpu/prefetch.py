@@ -361,7 +361,7 @@ def tile_sweep_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: 
 # 1.28x, once); the C loop, medians of 150 interleaved calls, GB/s: aligned 42.8, 16 bytes off 45.6, t2 4 and 8 lines on 45.1
 # and 45.6, t0 8 lines 37.9. The non-temporal hint (prefetchnta) kept the interpreter's lines in the L3 (the Python before the
 # submit, 10th percentile, 52 -> 23 us) but the kernel lost 17-27% (2-32 KiB ahead), its L3 hits on the next call among them. AVX-512
-# code only (STREAM_L2_SIMD): AVX2 code (znver3's 32-byte loads) on the same Zen 4 has no such gap and gains nothing. Its a.sum()
+# code only (STREAM_L2_SIMD): AVX2 code (znver3's 32-byte loads) on the same Zen 4 has a smaller gap and the rule gains at most 2% there. Its a.sum()
 # kernel, no prefetch, ran at the AVX-512 one with it (0.99-1.04x) and the bench's 8-lane read loop at it (one thread, 0.99-1.05x);
 # the rule on it, 600-1000 interleaved rounds, medians of per-round ratios, load 2.5-5: 8 lines on 1.00-1.02x (1 and 2 threads), 16
 # lines 1.01x, 4 lines 0.99x; 16 bytes off a line 1.02-1.03x (AVX-512 code there, rule off/on: 0.91x). A real AVX2 host (Zen 3)
