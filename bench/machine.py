@@ -212,6 +212,8 @@ def measure(repeat: int = 10, quick: bool = False, footprints: Iterable[tuple[st
     """(floats covered, each thread's (addresses, floats)): every chunk a whole number of the loops' groups, so aligned too."""
     grain = width * max(GROUP, READ_ACCUMULATORS)
     count -= count % grain
+    # the loops run their body once before testing the count: a thread given no group would run past its arrays
+    if count < threads * grain: raise ValueError(f"{count} floats are fewer than a group of {grain} for each of {threads} threads")
     # exactly `threads` chunks, within a grain of each other (a ceil-sized step left 18 KiB copies 6 chunks for 8 threads)
     cut = [count // grain * t // threads * grain for t in range(threads + 1)]
     return count, [tuple(x.ctypes.data + 4 * lo for x in arrays) + (hi - lo,) for lo, hi in zip(cut, cut[1:])]
