@@ -191,6 +191,24 @@ def test_measure_ours_computes_the_reference_before_the_threads_settle(suite, mo
   cell = suite._measure_ours(suite.LOADERS["ours"](), row, row.sizes[1], 1, 0.0, "min")
   assert events == ["reference", "settle"] and cell.value > 0, events
 
+def test_measure_lets_the_checked_result_go_before_the_warm_up(suite):
+  # a zero-copy result holds the first call's output: kept through the timed calls, the first of them allocated (and
+  # page-faulted) a fresh output instead of the warm-up call, which is there to take such costs
+  import weakref, numpy as np, suite_libs
+  row = next(r for r in suite.ROWS if r.key == "sum")
+  data = row.data(row.sizes[1], np.random.default_rng(0))
+  refs: list[weakref.ref] = []
+  alive: list[bool] = []   # per call after the check: whether the checked result still exists
+  def run() -> None:
+    if refs: alive.append(refs[0]() is not None)
+  def result() -> np.ndarray:
+    got = np.array(data["a"].astype(np.float64).sum())
+    refs.append(weakref.ref(got))
+    return got
+  cell, off = suite.measure(suite_libs.Case(run, result), row, row.reference(data), row.sizes[1], 3, 10.0, "min")
+  assert off is None and cell.value > 0, off
+  assert alive == [False] * 4, alive   # the warm-up call and the 3 timed ones
+
 def test_serve_answers_one_cell_per_row_key(suite):
   # the 1-thread child's protocol: a row key per line in, 'value KEY FIGURE' out (or 'error KEY why'), in order
   out = io.StringIO()
