@@ -32,6 +32,20 @@ CONFLICT_ROWS = 64
 # output rows 3 KiB apart (4 sets: inputs 768x2304 and 768x3072) ran faster on one thread without tiles (0.261 -> 0.205,
 # 0.427 -> 0.393 ms) but slower on two (wall 0.251 -> 0.294, 0.337 -> 0.379)
 CACHED_MAX_SETS = 2
+# A streamed tile whose thread blocks hold whole output rows of at most ROW_MAX_BYTES (the tiles along that row) keeps those tiles
+# innermost instead: a step then streams `lanes` whole output rows (NCHW -> NHWC: 16 pixels x 64 channels, one run of 4 KiB)
+# and reads a line of each input row, whole (a whole-line tile leaves nothing of a line for the next tile along the input's rows:
+# that order was measured with half-line tiles). The tiles along the input's rows streamed one line of each of 16 output rows a
+# step, a row apart. Zen 5, 2 threads (wall, real-time priority), A/B in one process beside our copy kernel, medians of 13-21,
+# GB/s, AVX-512 / AVX2 code (DEV=CPU:LLVM:znver3), NCHW -> NHWC input shapes: 32x64x56x56 69.1 -> 79.6 / 68.8 -> 82.1 (copy
+# 81), 64x64x56x56 58.5 -> 65.0 / 59.8 -> 63.7 (copy 67), 64x128x28x28 41.7 -> 82.2 / 47.7 -> 81.6, 16x256x28x28 73.4 -> 98.6
+# / 82.0 -> 95.7, 16x512x28x28 40.7 -> 81.1 / 43.3 -> 83.1, 8x1024x28x28 (4 KiB rows) 35.6 -> 81.5 / 42.5 -> 82.1,
+# 2x64x224x224 113.7 -> 127.9 / 112.5 -> 138.0 (copy 150); even: 64x32x56x56, 8x64x112x112, 1x64x512x512. One thread (thread
+# time) 32x64x56x56 47.9 -> 62.0 / 47.2 -> 58.1; a.T (AVX-512, not in strips) 256x65552 26.2 -> 32.8, 1024x4160 46.0 -> 48.4.
+# Blocks of part of a row (a.T on 2 threads: blocks of the output's columns) keep the order above: 4096x4160 59.7 -> 56.8,
+# 256x65552 49.6 -> 46.7 with that part innermost (1024x4160 74.0 -> 82.3: not taken). Plain stores keep it too: cached,
+# 32x32x56x56 lost (117.6 -> 85.2 AVX-512), 32x128x28x28 too (95.5 -> 92.6 / 93.3 -> 88.5)
+ROW_MAX_BYTES = 4096
 
 def rows_far_apart(k: Kernel, vec: UOp | None = None) -> bool:
   """The transposing tile's input rows, one per lane of the stored vector (along `vec`, or the UPCAST axis the output is
@@ -65,6 +79,19 @@ def stores_cached(k: Kernel) -> bool:
   (0: not known, as where it never streams)."""
   bound = k.renderer.stream_min_bytes
   return bound > 0 and sum(global_nbytes(u.dtype) for u in k.ast.toposort() if u.op is Ops.PARAM) < bound
+
+def stores_streamed(k: Kernel) -> bool:
+  """The renderer streams this kernel's stores (non-temporal: its buffers total its `stream_min_bytes` or more, where known)."""
+  bound = k.renderer.stream_min_bytes
+  return bound > 0 and sum(global_nbytes(u.dtype) for u in k.ast.toposort() if u.op is Ops.PARAM) >= bound
+
+def rows_innermost(k: Kernel, row: UOp | None, row_len: int, tile_cols: int, tile_rows: int, item: int, line: int = 64) -> bool:
+  """A streamed tile (stores_streamed) of whole input lines (`tile_rows` x `item` bytes) whose loop of tiles along the output row
+  (`row`, each `tile_cols` elements) is the innermost loop and spans the whole row (`row_len` elements), at most ROW_MAX_BYTES:
+  it stays innermost."""
+  loops = k.of_type(AxisType.LOOP)
+  return row is not None and bool(loops) and loops[-1] is row and tile_rows * item >= line and \
+    (range_size(row) or 0) * tile_cols == row_len and row_len * item <= ROW_MAX_BYTES and stores_streamed(k)
 
 def tiles_along_rows(row_bytes: int, lanes: int, lane_bytes: int, most: int, line: int = 64, cached: bool = False) -> int:
   """Tiles of `lanes` output rows, `row_bytes` apart, each reading `lanes` x `lane_bytes` of an input row, to run innermost along the

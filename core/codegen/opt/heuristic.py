@@ -10,7 +10,7 @@ from core.helpers import ContextVar, prod
 from core.codegen.opt.kernel import Kernel, Opt, OptOps, KernelOptError, range_size, MAX_REGISTER_ELEMS
 from core.codegen.opt.expander import contiguous_offset, strided_offset, VECTOR_MEM_DTYPES, MAX_SHUFFLED_STRIDE
 from core.codegen.opt.pack import PACK_MAX_BYTES, linear_strides, read_index
-from core.codegen.opt.copy import halves_meet, rows_far_apart, stores_cached, tile_lines_share_sets, tiles_along_rows
+from core.codegen.opt.copy import halves_meet, rows_far_apart, rows_innermost, stores_cached, tile_lines_share_sets, tiles_along_rows
 from core.codegen.stash import COSTLY_OPS
 if TYPE_CHECKING: from core.device.renderer import Renderer
 
@@ -1106,6 +1106,9 @@ def hand_coded(k: Kernel) -> Kernel:
     if strip and contig_out is not None and (c := _same(k, contig_out)).arg[1] is AxisType.LOOP:
       # the strips above: a block's part of one strip already (threads), else STRIP_TILES tiles cut from the loop
       if (range_size(c) or 0) <= strip or (k := _try(k, Opt(OptOps.TILE, _pos(k, c), strip))).applied[-1].op is OptOps.TILE: k = _sink_loop(k, a)
+    # (a streamed tile whose blocks hold whole short output rows keeps the row's tiles innermost: copy.rows_innermost)
+    elif contig_out is not None and \
+        rows_innermost(k, _same(k, contig_out), range_size(contig_out) or 0, tile_cols, tile_rows, st.src[1].dtype.itemsize): pass
     elif tiles > 1 and (na := range_size(a) or 0) > tiles and na % tiles == 0: k = _try(k, Opt(OptOps.TILE, _pos(k, a), tiles))
     elif tiles > 1 and (inner := max(k.of_type(AxisType.LOOP), key=lambda r: r.arg[0])) is not a: k = _try(k, Opt(OptOps.SWAP, _pos(k, a), _pos(k, inner)))
   if streaming and work >= MIN_THREADED_WORK and (rows := k.of_type(AxisType.LOOP)):

@@ -1,8 +1,10 @@
 """A transpose in strips (heuristic.STRIP_TILES: the LLVM renderer's AVX2 tiles, and its AVX-512 tiles whose input and output rows lie
 a multiple of the L1 way apart; input rows of a page or more) sweeps along its input rows
 a line of each of the strip's rows a step; its loads also prefetch the same rows' line SWEEP_AHEAD steps on, once per line
-(plugin_cpu/prefetch.sweep_offsets), into the L2 on AVX-512 targets and on AVX2 ones where the sweep is all the kernel reads. Other transposes and permutes (tiles along the input row, cached ones, short rows, NCHW <->
-NHWC, the C renderer's) render as without the rule. Sources at AVX2 and AVX-512 widths (rendered, not run); results
+(plugin_cpu/prefetch.sweep_offsets), into the L2 on AVX-512 targets and on AVX2 ones where the sweep is all the kernel reads. So
+does a streamed NCHW -> NHWC on both renderers, whose tiles of a pixel's channels run innermost (opt.copy.rows_innermost). Other
+transposes and permutes (tiles along the input row, cached ones, short rows, NHWC -> NCHW, the C renderer's a.T) render as
+without the rule. Sources at AVX2 and AVX-512 widths (rendered, not run); results
 against numpy from strip kernels run on this host."""
 from __future__ import annotations
 import re
@@ -20,9 +22,10 @@ from plugin_cpu.compiler import host_flags
 # the prefetched address's distance from the loaded one, in elements, as each renderer writes it
 PREFETCH = {"LLVM": r"= getelementptr float, ptr %\w+, i64 (\d+)\n  call void @llvm.prefetch.p0", "C": r"__builtin_prefetch\(.*?\)\+(\d+), 0, 3\)"}
 
-def _source(ren: str, simd_bytes: int, shape: tuple[int, ...], perm: tuple[int, ...], threads: int) -> str:
+def _source(ren: str, simd_bytes: int, shape: tuple[int, ...], perm: tuple[int, ...], threads: int, stream_min_bytes: int | None = None) -> str:
   (item,), _, _ = create_schedule([Tensor(np.zeros(shape, np.float32)).permute(*perm).contiguous().uop])
   rnd = host_like_renderer(ren, simd_bytes, threads)   # a renderer of its own each time: programs are cached by renderer
+  if stream_min_bytes is not None: rnd.stream_min_bytes = stream_min_bytes
   return program_source(get_program(hand_coded(Kernel(item.ast, rnd)).ast, rnd, optimize=False))
 
 @pytest.mark.parametrize("simd_bytes", [32, 64])
@@ -59,9 +62,26 @@ RENDERERS = {"LLVM AVX2": ("LLVM", 32), "LLVM AVX-512": ("LLVM", 64), "C AVX2": 
 TRANSPOSES = {"4096^2": ((4096, 4096), (1, 0)), "1024^2": ((1024, 1024), (1, 0)), "512^2": ((512, 512), (1, 0)), "64x96": ((64, 96), (1, 0)),
               "rows of 2 KiB": ((32768, 512), (1, 0)), "NCHW->NHWC": ((32, 64, 56, 56), (0, 2, 3, 1)), "NHWC->NCHW": ((32, 56, 56, 64), (0, 3, 1, 2))}
 
-# every pair but the LLVM renderer's 4096^2, which is in strips (test_strip_transpose_prefetches_each_rows_line_steps_ahead)
+def _streamed(ren: str, simd_bytes: int, shape: tuple[int, ...], perm: tuple[int, ...]) -> bool:
+  """This host's renderer streams the stores of the permute of `shape` (its buffers past its bound)."""
+  bound = host_like_renderer(ren, simd_bytes).stream_min_bytes
+  return 0 < bound <= 2 * 4 * int(np.prod(shape))
+
+@pytest.mark.parametrize("ren, simd_bytes", list(RENDERERS.values()), ids=list(RENDERERS))
+@pytest.mark.parametrize("threads", [0, 2])
+def test_streamed_nchw_to_nhwc_prefetches_each_channel_rows_line_steps_ahead(ren, simd_bytes, threads):
+  # its stores streamed (a bound under its 51 MB, whatever this host's L3), the tiles of a pixel's 64 channels run innermost: a
+  # step reads a line of each of 64 channel rows, 12.5 KiB apart, along them; the tile's 16 loads each prefetch their row's line
+  # SWEEP_AHEAD steps (16 floats each) on, in each function the LLVM renderer renders (its aligned and unaligned ones)
+  src = _source(ren, simd_bytes, (32, 64, 56, 56), (0, 2, 3, 1), threads, stream_min_bytes=1 << 20)
+  offs = re.findall(PREFETCH[ren], src)
+  assert offs == [str(16 * prefetch.SWEEP_AHEAD)] * 16 * (src.count("define ") if ren == "LLVM" else 1), offs
+
+# every pair but the LLVM renderer's 4096^2, which is in strips (test_strip_transpose_prefetches_each_rows_line_steps_ahead), and
+# NCHW -> NHWC where its stores stream (test_streamed_nchw_to_nhwc_prefetches_each_channel_rows_line_steps_ahead)
 @pytest.mark.parametrize("ren, simd_bytes, shape, perm", [pytest.param(*r, *t, id=f"{t_id}-{r_id}") for t_id, t in TRANSPOSES.items()
-                                                          for r_id, r in RENDERERS.items() if (r[0], t_id) != ("LLVM", "4096^2")])
+                                                          for r_id, r in RENDERERS.items() if (r[0], t_id) != ("LLVM", "4096^2") and
+                                                          (t_id != "NCHW->NHWC" or not _streamed(*r, *t))])
 @pytest.mark.parametrize("threads", [0, 2])
 def test_other_transposes_render_as_without_the_rule(ren, simd_bytes, shape, perm, threads, monkeypatch):
   with_rule = _source(ren, simd_bytes, shape, perm, threads)
