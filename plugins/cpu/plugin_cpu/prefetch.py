@@ -372,9 +372,18 @@ def tile_sweep_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: 
 # kernel, no prefetch, ran at the AVX-512 one with it (0.99-1.04x) and the bench's 8-lane read loop at it (one thread, 0.99-1.05x);
 # the rule on it, 600-1000 interleaved rounds, medians of per-round ratios, load 2.5-5: 8 lines on 1.00-1.02x (1 and 2 threads), 16
 # lines 1.01x, 4 lines 0.99x; 16 bytes off a line 1.02-1.03x (AVX-512 code there, rule off/on: 0.91x). A real AVX2 host (Zen 3)
-# is unmeasured. The C renderer's kernels are unchanged too
+# is unmeasured. The C renderer's kernels are unchanged too.
+# Not on a Zen 5 (AVX-512 on 512-bit datapaths), where it costs: a.sum() / a.mean() of 16M floats, ours against torch in one
+# process, processes alternating rule on/off at real-time priority (chrt -f 10; load 11-15 from other processes), each the
+# median of 10 cells of 10 calls, 2 runs of 3 pairs, GB/s on 2 threads: sum 101-109 -> 135-142 (torch 110-130: 0.82-0.95x ->
+# 1.16-1.25x), mean 102-110 -> 131-143; one thread sum 48-55 -> 55-62 (1.02-1.14x -> 1.20-1.29x torch), mean 48-59 -> 55-62.
+# Where memory ran slower (~70 GB/s, the host's other load) even (1.04-1.05x torch either way); dot (a*b).sum() even (ratios to
+# torch +-3%, either sign). STREAM_SKIP_FLAGS names the Zen 5 by a feature the Zen 4 lacks, the VEX-coded AVX-VNNI (also on
+# Intel's AVX-512 server cores since Sapphire Rapids: unmeasured either way); a renderer held to an arch (DEV=CPU:LLVM:znver4)
+# carries no such flag (compiler._ARCH_MACROS) and keeps the rule
 STREAM_AHEAD_LINES = 8
 STREAM_L2_SIMD = 64
+STREAM_SKIP_FLAGS = frozenset({"avx_vnni"})
 STREAM_MIN_BYTES = NT_MIN_BYTES
 
 def stream_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]]) -> dict[UOp, int]:
@@ -390,13 +399,15 @@ def stream_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]]) -> dict[UOp
     out[x] = STREAM_AHEAD_LINES * line_bytes() // item
   return out
 
-def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0, simd_width: int = 0) -> dict[UOp, tuple[int | tuple[int, ...], int, Spread | None]]:
+def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0, simd_width: int = 0,
+                     flags: frozenset[str] = frozenset()) -> dict[UOp, tuple[int | tuple[int, ...], int, Spread | None]]:
   """For each LOAD that should prefetch, (the prefetched address's distance from its own in elements, the locality hint, the gate
   that skips it or None): a pack copy's next panel (panel_offsets), a strip transpose's lines SWEEP_AHEAD steps on along its
   rows (sweep_offsets; into the L2 where the target's vectors, `simd_width`, are SWEEP_L2_SIMD bytes or more, or
   SWEEP_ALONE_L2_SIMD where the sweep's loads are all of the kernel's global loads), where no load sweeps, a transposing tile's
-  lines TILE_SWEEP_AHEAD steps on (tile_sweep_offsets, into the L2), where neither and the target's vectors are STREAM_L2_SIMD
-  bytes or more, a streaming reduction's lines STREAM_AHEAD_LINES on (stream_offsets, into the L2), an in-place
+  lines TILE_SWEEP_AHEAD steps on (tile_sweep_offsets, into the L2), where neither, the target's vectors are STREAM_L2_SIMD
+  bytes or more and its CPU features (`flags`) none of STREAM_SKIP_FLAGS, a streaming reduction's lines STREAM_AHEAD_LINES on
+  (stream_offsets, into the L2), an in-place
   panel's next one (reread_offsets, where the renderer's `panel_budget` is known: big panels into the L2; spread over the row
   blocks below SPREAD_BELOW_REGS `simd_regs`), a packed product's next row tile (row_tile_offsets, into the L2, below
   SPREAD_BELOW_REGS `simd_regs`: distances a tuple), or one row on (all but those L2 ones L1_LOCALITY). A load
@@ -413,7 +424,7 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0,
     out.update(_once_per_line({x: (o * SWEEP_AHEAD, loc, None) for x, o in sweeps.items() if x not in out}))
   elif TILE_SWEEP_AHEAD:
     out.update(_once_per_line({x: (o * TILE_SWEEP_AHEAD, L2_LOCALITY, None) for x, o in tile_sweep_offsets(uops, deps, order).items() if x not in out}))
-  if simd_width >= STREAM_L2_SIMD and not out:
+  if simd_width >= STREAM_L2_SIMD and not flags & STREAM_SKIP_FLAGS and not out:
     out.update((x, (o, L2_LOCALITY, None)) for x, o in stream_offsets(uops, deps).items())
   # (not beside a pack's copy: the other input's row tile, re-read across a group of panels, is in the L1 already)
   if panel_budget and not _copied(uops): out.update(reread_offsets(uops, deps, order, panel_budget, 0 < simd_regs < SPREAD_BELOW_REGS))

@@ -346,7 +346,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
 
   def _render(self, name: str, uops: list[UOp]) -> str:
     if self.peel_tails: uops = peel_tail_iterations(uops)
-    self.prefetch = prefetch_offsets(uops, self.panel_budget(), self.simd_regs, self.simd_width) if PREFETCH else {}
+    self.prefetch = prefetch_offsets(uops, self.panel_budget(), self.simd_regs, self.simd_width, self.flags) if PREFETCH else {}
     self.unchecked, self.plain_copy = unchecked_streams(uops, self.simd_width), False
     self.start_module()
     fns = [self.function(name, uops)]

@@ -1,7 +1,7 @@
 """A reduction whose global loads all stream a buffer beyond the last-level cache along its reduce loop, a line or more a load
 (a.sum() of 16M floats, a dot product), prefetches STREAM_AHEAD_LINES lines ahead of each line it loads into the L2, on AVX-512
-targets (plugin_cpu/prefetch.stream_offsets). AVX2's and the C renderer's kernels, smaller buffers and reductions with other loads
-render as without the rule. Sources rendered for explicit vector widths (the size bound set by the test); results against numpy
+targets without any of STREAM_SKIP_FLAGS (a Zen 4; not a Zen 5, where it cost). AVX2's and the C renderer's kernels, smaller
+buffers, reductions with other loads and targets with a skip flag render as without the rule. Sources rendered for explicit vector widths (the size bound set by the test); results against numpy
 from kernels run on this host."""
 from __future__ import annotations
 import re
@@ -22,12 +22,14 @@ PREFETCH = r"= getelementptr float, ptr %\w+, i64 (\d+)\n  call void @llvm.prefe
 KERNELS = {"sum": (lambda a, b: a.sum(), (1 << 21,)), "dot": (lambda a, b: (a * b).sum(), (1 << 21,)),
            "mean": (lambda a, b: a.mean(), (1 << 21,))}
 
-def _sources(ren: str, simd_bytes: int, fn, shape: tuple[int, ...], threads: int) -> list[str]:
-  """Each kernel of fn's schedule over zeros of `shape` (8 MiB: over BOUND), rendered."""
+def _sources(ren: str, simd_bytes: int, fn, shape: tuple[int, ...], threads: int, skip: bool = False) -> list[str]:
+  """Each kernel of fn's schedule over zeros of `shape` (8 MiB: over BOUND), rendered for a CPU without STREAM_SKIP_FLAGS'
+  features (a Zen 4's) or, `skip`, with them (a Zen 5's), whichever this host is."""
   items, _, _ = create_schedule([fn(Tensor(np.zeros(shape, np.float32)), Tensor(np.zeros(shape, np.float32))).uop])
   out = []
   for item in items:
     rnd = host_like_renderer(ren, simd_bytes, threads)   # a renderer of its own each time: programs are cached by renderer
+    rnd.flags = rnd.flags | prefetch.STREAM_SKIP_FLAGS if skip else rnd.flags - prefetch.STREAM_SKIP_FLAGS
     out.append(program_source(get_program(hand_coded(Kernel(item.ast, rnd)).ast, rnd, optimize=False)))
   return out
 
@@ -57,11 +59,24 @@ def test_other_kernels_render_as_without_the_rule(ren, simd_bytes, kernel, shape
   monkeypatch.setattr(prefetch, "STREAM_L2_SIMD", 1 << 30)
   assert _sources(ren, simd_bytes, fn, shape, threads) == with_rule
 
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("threads", [0, 2])
+def test_a_zen5_like_target_renders_as_without_the_rule(kernel, threads, monkeypatch):
+  # its features name it (STREAM_SKIP_FLAGS): there the prefetch cost the streaming reductions (prefetch.py), so none is rendered
+  monkeypatch.setattr(prefetch, "STREAM_MIN_BYTES", BOUND)
+  fn, shape = KERNELS[kernel]
+  skipped = _sources("LLVM", 64, fn, shape, threads, skip=True)
+  assert all("llvm.prefetch" not in src for src in skipped)
+  assert skipped != _sources("LLVM", 64, fn, shape, threads)   # the same kernels on a Zen 4-like target do prefetch
+  monkeypatch.setattr(prefetch, "STREAM_L2_SIMD", 1 << 30)
+  assert _sources("LLVM", 64, fn, shape, threads) == skipped
+
 @pytest.mark.parametrize("kernel", ["sum", "dot"])
 def test_prefetching_streaming_reductions_give_numpys_results(kernel, monkeypatch):
   # on this host's device (AVX-512 code), shapes no other test compiles: the rule must have fired on the stream's kernel
   if "avx512f" not in host_flags(): pytest.skip("runs 64-byte vector code: a host with avx512f")
   monkeypatch.setattr(prefetch, "STREAM_MIN_BYTES", BOUND)
+  monkeypatch.setattr(prefetch, "STREAM_SKIP_FLAGS", frozenset())   # the rule on whatever AVX-512 CPU this is
   fired: list[int] = []
   def recorded(uops, deps):
     fired.append(len(out := stream_offsets(uops, deps)))
