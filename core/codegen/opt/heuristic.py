@@ -180,8 +180,12 @@ def _idle_share(blocks: int, threads: int) -> float:
 def _thread_loop(k: Kernel, threads: int) -> UOp | None:
   """The loop split into thread blocks: the outermost whose blocks leave at most THREAD_IDLE_MAX of the thread time idle, else
   the one that leaves the least (outermost on a tie). 3 batch blocks on 2 threads leave a quarter idle (a batched product whose
-  batch the panel grouping tiled by 4: sdpa's 12 heads), where a loop further in splits evenly."""
-  loops = [r for r in k.of_type(AxisType.LOOP) if (range_size(r) or 0) >= 2]
+  batch the panel grouping tiled by 4: sdpa's 12 heads), where a loop further in splits evenly.
+  Only a loop every reduction varies with: a block of another (a row pass's output columns, _row_pass) would redo each whole
+  reduction for its part of the loop (softmax 4095x1000: 7 row blocks leave 1/8 idle, so its 63 column vectors were split and
+  every block ran the row max and sum of all 4095 rows, 63x the work: 17.6 ms, not 0.6)."""
+  rs = [u for u in k.ast.toposort() if u.op is Ops.REDUCE]
+  loops = [r for r in k.of_type(AxisType.LOOP) if (range_size(r) or 0) >= 2 and all(r in u.toposort() for u in rs)]
   idle = [_idle_share(_block_count(range_size(r) or 1, threads), threads) for r in loops]
   return next((r for r, i in zip(loops, idle) if i <= THREAD_IDLE_MAX), min(zip(loops, idle), key=lambda x: x[1], default=(None,))[0])
 

@@ -9,7 +9,7 @@ import pytest
 from core.codegen.opt import Kernel, OptOps
 from core.codegen.opt.heuristic import hand_coded, _idle_share, _thread_loop
 from core.ir.ops import AxisType, Ops
-from opt_helpers import kernel_of, run_ast, host_renderer
+from opt_helpers import kernel_of, product_item, run_ast, host_renderer
 
 rng = np.random.default_rng(23)
 
@@ -73,3 +73,32 @@ def test_block_counts(n, threads, first):
   from core.codegen.opt.heuristic import _block_counts
   got = _block_counts(n, threads)
   assert got[0] == first and all(n % b == 0 for b in got[1:]) and all(b % threads == 0 for b in got[1:]) and len(set(got)) == len(got)
+
+def _softmax(x): return x.softmax(-1)
+def _layernorm(x, w, b): return x.layernorm() * w + b
+
+@pytest.mark.parametrize("simd_bytes", [32, 64])
+@pytest.mark.parametrize("fn", [_softmax, _layernorm])
+@pytest.mark.parametrize("rows,blocks", [(4095, 7), (999, 3)])
+def test_row_pass_threads_split_the_rows(simd_bytes, fn, rows, blocks):
+  # rows that split into no even number of blocks (4095: 7 blocks, 1/8 idle on 2 threads) used to have the output columns split
+  # instead, each block redoing every row's reductions (softmax 4095x1000: 63 blocks, 63x the work); the split loop is one
+  # every reduction varies with, the rows
+  xs = [rng.standard_normal(s).astype(np.float32) for s in ((rows, 1000), (1000,), (1000,))][:fn.__code__.co_argcount]
+  item = product_item(fn, *xs)
+  rnd = host_renderer(simd_bytes)
+  kern = hand_coded(Kernel(item.ast, rnd))
+  threads = [o for o in kern.applied if o.op is OptOps.THREAD]
+  assert len(threads) == 1 and threads[0].amt == blocks, kern.applied
+  split = kern.of_type(AxisType.GLOBAL)
+  reduces = [u for u in kern.ast.toposort() if u.op is Ops.REDUCE]
+  assert len(split) == 1 and reduces and all(split[0] in u.toposort() for u in reduces), kern.applied
+  x = xs[0].astype(np.float64)
+  if fn is _softmax:
+    e = np.exp(x - x.max(-1, keepdims=True))
+    ref = e / e.sum(-1, keepdims=True)
+  else:
+    d = x - x.mean(-1, keepdims=True)
+    ref = d / np.sqrt((d * d).mean(-1, keepdims=True) + 1e-5) * xs[1] + xs[2]
+  got, _ = run_ast(item, kern.ast, rnd)
+  np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
