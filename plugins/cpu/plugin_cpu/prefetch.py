@@ -53,7 +53,7 @@ def line_offsets(load: UOp, off: int | tuple[int, ...]) -> list[int]:
   per_line = max(1, line_bytes() // load.dtype.scalar().itemsize)
   return [off + k * per_line for k in range(max(1, -(-load.dtype.count // per_line)))]
 
-def _loop_deps(uops: list[UOp]) -> dict[UOp, frozenset[UOp]]:
+def loop_deps(uops: list[UOp]) -> dict[UOp, frozenset[UOp]]:
   """The loops each value depends on, in one pass over the linear order (a toposort per load doubled a matmul's render time)."""
   deps: dict[UOp, frozenset[UOp]] = {}
   for u in uops:
@@ -414,7 +414,7 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0,
   qualifies for the row where it reads a global buffer in the second reduce loop over that buffer, under a loop of rows (not a
   reduce) that the first reduce loop's reads share, and the row step of its address is a constant of at most ROW_MAX_BYTES."""
   order = {u: i for i, u in enumerate(uops)}
-  deps = _loop_deps(uops)
+  deps = loop_deps(uops)
   first: dict[UOp, tuple[UOp, frozenset[UOp]]] = {}   # buffer -> (the first reduce range reading it, that read's ranges)
   second: dict[UOp, UOp] = {}                    # buffer -> the second reduce range reading it
   out: dict[UOp, tuple[int | tuple[int, ...], int, Spread | None]] = {x: (o, L1_LOCALITY, None) for x, o in panel_offsets(uops, deps, order).items()}

@@ -6,7 +6,7 @@ import copy, os
 from typing import TYPE_CHECKING, Callable, TypeVar
 from core.helpers import host_machine
 from core.ir.dtype import dtypes
-from core.ir.ops import UOp, Ops, EXP2_NONPOSITIVE
+from core.ir.ops import UOp, Ops, AxisType, EXP2_NONPOSITIVE
 from core.ir.pattern import PatternMatcher, UPat
 from core.device.renderer import Renderer
 from core.codegen.llvm_ir import HostLLVMRenderer, Param, llvm_rewrite, _masked_intrinsic, _render_load, _render_store
@@ -16,7 +16,7 @@ from plugin_cpu.compiler import arch_flags, host_flags, host_simd_bytes, simd_by
 from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, _known_align, cache_bytes, host_streams, pm_streaming_stores, store_width, stream_width
 from core.codegen.linearize import has_shuffle_network, is_shuffle
 from plugin_cpu.bf16dot import bf16_dot, host_bf16_dot, pm_bf16_dot, render_dot
-from plugin_cpu.prefetch import prefetch_offsets, line_offsets
+from plugin_cpu.prefetch import prefetch_offsets, line_offsets, loop_deps
 from plugin_cpu.peel import peel_tail_iterations
 if TYPE_CHECKING: from plugin_cpu.c_renderer import CPUCRenderer
 
@@ -160,17 +160,25 @@ def _llvm_prefetch_load(ctx: CPULLVMRenderer, x: UOp) -> str | None:
   if gate is not None: out += f"\n  br label %{k}.done\n{ctx.label(k + '.done')}"
   return out
 
-def _llvm_lane_store_index(ctx: CPULLVMRenderer, x: UOp, base: UOp, off: UOp) -> str | None:
-  """The address of a scalar store at a constant offset from a 32-bit index, as the buffer + (the index widened + the offset)
-  in i64: a tile's lanes stored one by one (a conv's output channels in NCHW) then share one base, and each offset folds into
-  its store's displacement. Offset in i32, each lane was an add and a sign extension of its own, and LLVM's loop passes over
-  them (loop idiom, IV users) grew with their square: an AVX-512 3x3 conv's 224 lane stores (16 channels x 14 pixels) were
-  0.5 of its 0.6 s compile, its AVX2 twin's 64 almost none. The same address wherever the i32 sum does not wrap, as no index
-  into a buffer does. (Loads keep the i32 add: there LLVM unrolled differently, the code not measured.)"""
-  if x not in ctx.lane_stores: return None
+def _llvm_lane_index(ctx: CPULLVMRenderer, x: UOp, base: UOp, off: UOp) -> str | None:
+  """The address of a scalar store, or of a scalar load outside reduce loops, at a constant offset from a 32-bit index, as the
+  buffer + (the index widened + the offset) in i64: a tile's lanes stored or read one by one (a conv's output channels in NCHW,
+  the residual it adds) then share one base, and each offset folds into its instruction's displacement. Offset in i32, each
+  lane was an add and a sign extension of its own, and LLVM's loop passes over them (loop idiom, IV users) grew with their
+  square: an AVX-512 3x3 conv's 224 lane stores (16 channels x 14 pixels) were 0.5 of its 0.6 s compile, its AVX2 twin's 64
+  almost none. The same address wherever the i32 sum does not wrap, as no index into a buffer does. (Loads in reduce loops
+  keep the i32 add: the bench 3x3 conv's input loads so written made LLVM unroll its FMA loop, 6% slower.)"""
+  if x not in ctx.lane_indices: return None
   w, s = ctx.tmp(), ctx.tmp()
   return (f"{w} = sext i32 {ctx[base]} to i64\n  {s} = add nsw i64 {w}, {off.arg}\n"
           f"  {ctx[x]} = getelementptr inbounds {ctx.mem_ty(x.src[0].dtype.base)}, {ctx.ptr_ty(x.src[0].dtype)} {ctx[x.src[0]]}, i64 {s}")
+
+def lane_indices(uops: list[UOp]) -> frozenset[UOp]:
+  """The INDEXes _llvm_lane_index writes in i64: those of scalar stores and of scalar loads whose index depends on no reduce loop."""
+  deps = loop_deps(uops)
+  return frozenset(u.src[0] for u in uops if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX and
+                   (u.src[1] if u.op is Ops.STORE else u).dtype.count == 1 and
+                   (u.op is Ops.STORE or not any(r.arg[-1] is AxisType.REDUCE for r in deps.get(u.src[0].src[1], ()))))
 
 # AVX-512's vscalefps is p * 2**n in one instruction, where exp2's 2**n from the float's bits takes 4 integer ops and a second
 # multiply (decompose.fast_exp2's `scale`): float32 vectors of 4 and 8 lanes (avx512vl) and of 16 or a power-of-two multiple of
@@ -330,7 +338,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
   large_conv_in_place = SIMD_BYTES == 64
   string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _llvm_stream_store), (UPat(Ops.WMMA, name="x"), render_dot),
                                    (UPat(Ops.INDEX, name="x", src=(UPat(), UPat(Ops.ADD, dtypes.int32, src=(UPat(name="base"), UPat.cvar("off", vec=False)))),
-                                         allow_any_len=True), _llvm_lane_store_index),
+                                         allow_any_len=True), _llvm_lane_index),
                                    (UPat(Ops.LOAD, name="x"), _llvm_prefetch_load),
                                    (UPat(Ops.CUSTOM, name="x", arg=SCALEF_ARG), _llvm_masked("scalef")),
                                    (UPat(Ops.CUSTOM, name="x", arg=ROUNDEVEN_ARG), _llvm_roundeven),
@@ -362,7 +370,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
     if self.peel_tails: uops = peel_tail_iterations(uops)
     self.prefetch = prefetch_offsets(uops, self.panel_budget(), self.simd_regs, self.simd_width, self.flags) if PREFETCH else {}
     self.unchecked, self.plain_copy = unchecked_streams(uops, self.simd_width), False
-    self.lane_stores = frozenset(u.src[0] for u in uops if u.op is Ops.STORE and u.src[1].dtype.count == 1)
+    self.lane_indices = lane_indices(uops)
     self.start_module()
     fns = [self.function(name, uops)]
     if self.unchecked:   # where a buffer of its unconditional streaming stores is misaligned, the kernel calls this copy
