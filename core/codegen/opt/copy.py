@@ -82,8 +82,7 @@ def stores_cached(k: Kernel) -> bool:
 
 def stores_streamed(k: Kernel) -> bool:
   """The renderer streams this kernel's stores (non-temporal: its buffers total its `stream_min_bytes` or more, where known)."""
-  bound = k.renderer.stream_min_bytes
-  return bound > 0 and sum(global_nbytes(u.dtype) for u in k.ast.toposort() if u.op is Ops.PARAM) >= bound
+  return k.renderer.stream_min_bytes > 0 and not stores_cached(k)
 
 def rows_innermost(k: Kernel, row: UOp | None, row_len: int, tile_cols: int, tile_rows: int, item: int, line: int = 64) -> bool:
   """A streamed tile (stores_streamed) of whole input lines (`tile_rows` x `item` bytes) whose loop of tiles along the output row
