@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 from math import prod
 from core.codegen.linearize import has_shuffle_network
+from core.helpers import LRUCache
 from core.ir.dtype import PtrDType, AddrSpace, global_nbytes
 from core.ir.ops import UOp, Ops, AxisType
 from core.ir.symbolic import split_sum
@@ -64,16 +65,16 @@ def is_global_param(buf: UOp) -> bool:
   """Whether `buf` is one of the kernel's buffer parameters in global memory (not a REG or LOCAL buffer the kernel defines)."""
   return buf.op is Ops.PARAM and isinstance(buf.dtype, PtrDType) and buf.dtype.addrspace == AddrSpace.GLOBAL
 
+# (idx without its constant offset, loop) -> step: an unrolled tile's loads differ only in their constant offsets (a 3x3 conv's
+# 292 loads on AVX-512 share 5 steps, and simplifying each was 190 ms of its 300 ms codegen)
+_steps: LRUCache = LRUCache("index_steps", 4096)
+
 def index_step(idx: UOp, r: UOp) -> int | None:
   """How far index `idx` moves when loop `r` steps by one, where that is a constant (else None)."""
   while idx.op is Ops.ADD and idx.src[1].op is Ops.CONST: idx = idx.src[0]   # a constant offset moves nothing
-  return _step(idx, r)
-
-# (an unrolled tile's loads differ only in their constant offsets: a 3x3 conv's 292 loads on AVX-512 share 5 steps, and
-# simplifying each was 190 ms of its 300 ms codegen)
-@functools.lru_cache(maxsize=4096)
-def _step(idx: UOp, r: UOp) -> int | None:
-  return s.arg if (s := (idx.substitute({r: r + 1}) - idx).simplify()).op is Ops.CONST else None
+  if (step := _steps.get((idx, r), _steps)) is _steps:   # (the cache itself: a miss, where None is a step that is not constant)
+    step = _steps[idx, r] = s.arg if (s := (idx.substitute({r: r + 1}) - idx).simplify()).op is Ops.CONST else None
+  return step
 
 def global_read(x: UOp) -> UOp | None:
   """The global buffer parameter that `x` loads from through an INDEX, or None when `x` is no such load."""
