@@ -1,6 +1,6 @@
 """Environment flags, Context, and the small utilities every layer shares."""
 from __future__ import annotations
-import collections, contextlib, dataclasses, enum, functools, operator, os, pathlib, sys, types
+import collections, contextlib, dataclasses, enum, functools, gc, operator, os, pathlib, sys, types
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Iterator, Sequence, TypeVar
 
 T = TypeVar("T")
@@ -171,6 +171,18 @@ def colored(s: str, color: str | None = None) -> str:
   return f"\u001b[{codes[color]}m{s}\u001b[0m"
 
 # *** environment ***
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+  """The cyclic garbage collector off inside (back on after only if it was on before): work that makes many short-lived
+  acyclic objects (a kernel's codegen: UOp graphs) otherwise sets off full collections, each walking every object the process
+  holds (a model, its tensors) for garbage it does not have. Cycles made inside are collected later."""
+  if not gc.isenabled():
+    yield
+    return
+  gc.disable()
+  try: yield
+  finally: gc.enable()
 
 @functools.cache
 def getenv(key: str, default: Any = 0) -> Any:

@@ -11,13 +11,15 @@ class RangeScopes:
   """Which loops each node lives in: a RANGE opens its loop, an END closes it."""
   def __init__(self) -> None: self.cache: dict[UOp, frozenset[UOp]] = {}
   def __call__(self, root: UOp) -> frozenset[UOp]:
-    for u in root.toposort(gate=lambda x: x not in self.cache):
-      if u in self.cache: continue
-      live = frozenset().union(*(self.cache[s] for s in u.src)) if u.src else frozenset()
-      if u.op is Ops.RANGE: live = live | {u}
-      elif u.op is Ops.END: live = live - set(u.src[1:])
-      self.cache[u] = live
+    if (hit := self.cache.get(root)) is not None: return hit
+    # asked in graph order (linearize), a node's sources are known: no walk
+    for u in ((root,) if all(s in self.cache for s in root.src) else root.toposort(gate=lambda x: x not in self.cache)):
+      if u not in self.cache: self.cache[u] = self._live(u)
     return self.cache[root]
+  def _live(self, u: UOp) -> frozenset[UOp]:
+    live = frozenset().union(*(self.cache[s] for s in u.src)) if u.src else frozenset()
+    if u.op is Ops.RANGE: return live | {u}
+    return live - set(u.src[1:]) if u.op is Ops.END else live
 
 def reduce_identity(op: Ops | tuple[Ops, str], dtype: DType) -> UOp:
   return UOp.const(dtype, {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dtype.min}[reduce_op(op)])
@@ -26,13 +28,13 @@ class LowerCtx:
   def __init__(self, sink: UOp | None = None) -> None:
     self.scopes = RangeScopes()
     # registers the optimizer made (PACK buffers) keep their numbers; accumulators count on from there
-    self.regs = max((u.arg + 1 for u in (sink.toposort() if sink is not None else ()) if u.op is Ops.DEFINE_REG and isinstance(u.arg, int)),
-                    default=0)
+    nodes = list(sink.toposort()) if sink is not None else []   # one walk for all three scans below
+    self.regs = max((u.arg + 1 for u in nodes if u.op is Ops.DEFINE_REG and isinstance(u.arg, int)), default=0)
     # REDUCEs over the same ranges share one loop (unrolled copies of a register-blocked reduction), so each accumulator is
     # initialised inside every loop that encloses any of them; else one copy's loop would be hoisted above another's
     self.enclosing: dict[tuple[UOp, ...], frozenset[UOp]] = {}
     live: dict[UOp, frozenset[UOp]] = {}
-    for u in (sink.toposort() if sink is not None else ()):
+    for u in nodes:
       # like RangeScopes, but a REDUCE closes its own ranges (it is not lowered to an END yet)
       lv = frozenset().union(*(live[x] for x in u.src)) if u.src else frozenset()
       if u.op is Ops.RANGE: lv = lv | {u}
@@ -42,7 +44,7 @@ class LowerCtx:
         key = tuple(r for r in u.src[1:] if r.arg[1] is not AxisType.GROUP_REDUCE)   # the loops its accumulator runs in
         self.enclosing[key] = self.enclosing.get(key, frozenset()) | (live[u.src[0]] - set(key))
     # workgroup axes (LOCAL) index a group reduction's shared buffer with its own lanes; new loops get fresh ids
-    rngs = [u for u in (sink.toposort() if sink is not None else ()) if u.op is Ops.RANGE]
+    rngs = [u for u in nodes if u.op is Ops.RANGE]
     self.locals = sorted((r for r in rngs if r.arg[1] is AxisType.LOCAL), key=lambda r: r.arg)
     self.next_range = max((r.arg[0] for r in rngs), default=-1) + 1
     self.shared = 0
@@ -201,12 +203,17 @@ def gate_group_stores(sink: UOp) -> UOp:
 
 def lower_index_dtype(sink: UOp) -> UOp:
   """`index` math becomes int32, or int64 when some value might not fit."""
-  idx_nodes = [u for u in sink.toposort() if u.dtype is dtypes.index]
-  big = any(not (-2**31 <= u.vmin and u.vmax < 2**31) for u in idx_nodes if u.op is not Ops.DEFINE_VAR)
+  nodes = list(sink.toposort())
+  big = any(not (-2**31 <= u.vmin and u.vmax < 2**31) for u in nodes if u.dtype is dtypes.index and u.op is not Ops.DEFINE_VAR)
   dt = dtypes.int64 if big else dtypes.int32
-  # vectors of indices (a mask's lanes, expander._index_lanes) hold the same values as their scalar parts
-  return graph_rewrite(sink, PatternMatcher([(UPat(dtype=dtypes.index, name="x"), lambda x: x.replace(dtype=dt.vec(x.dtype.count)))]),
-                       name="index dtype")
+  # one rebuild in graph order, sources first (a rewrite pass would try a rule at every node for this one retype); vectors of
+  # indices (a mask's lanes, expander._index_lanes) hold the same values as their scalar parts
+  done: dict[UOp, UOp] = {}
+  for u in nodes:
+    src = tuple([done[s] for s in u.src])
+    retype = u.dtype.scalar() == dtypes.index
+    done[u] = u if src == u.src and not retype else UOp(u.op, dt.vec(u.dtype.count) if retype else u.dtype, src, u.arg, u.tag)
+  return done[sink]
 
 DROP_GATED_WHERE = True   # drop_gated_where in lower_kernel
 
