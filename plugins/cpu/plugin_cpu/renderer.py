@@ -180,6 +180,18 @@ def lane_indices(uops: list[UOp]) -> frozenset[UOp]:
                    (u.src[1] if u.op is Ops.STORE else u).dtype.count == 1 and
                    (u.op is Ops.STORE or not any(r.arg[-1] is AxisType.REDUCE for r in deps.get(u.src[0].src[1], ()))))
 
+def _llvm_index_offset(ctx: CPULLVMRenderer, x: UOp, base: UOp, off: UOp) -> str | None:
+  """A scalar load's 32-bit index plus a constant as an add without signed wrap (nsw), as no index into a buffer wraps: a tile's
+  lanes read one by one in a reduce loop (a pooled sum's 16 channels at stride 49, a batchnorm gradient's) are then one
+  induction variable plus constant offsets to LLVM's loop passes (IndVarSimplify, IV users, LoopLoadElimination), not an
+  address each (and no lane stores here: they are in i64, _llvm_lane_index)."""
+  return f"{ctx[x]} = add nsw i32 {ctx[base]}, {ctx[off]}" if x in ctx.index_offsets else None
+
+def index_offsets(uops: list[UOp]) -> frozenset[UOp]:
+  """The 32-bit (index + constant) adds that index a scalar load: _llvm_index_offset writes them nsw."""
+  idx = (u.src[0].src[1] for u in uops if u.op is Ops.LOAD and u.dtype.count == 1 and u.src[0].op is Ops.INDEX)
+  return frozenset(i for i in idx if i.op is Ops.ADD and i.dtype == dtypes.int32 and i.src[1].op is Ops.CONST)
+
 # AVX-512's vscalefps is p * 2**n in one instruction, where exp2's 2**n from the float's bits takes 4 integer ops and a second
 # multiply (decompose.fast_exp2's `scale`): float32 vectors of 4 and 8 lanes (avx512vl) and of 16 or a power-of-two multiple of
 # 16 (avx512f: an elementwise kernel's 32 and 64 lanes are rendered as 16-lane pieces, which LLVM keeps in separate registers)
@@ -339,6 +351,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
   string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _llvm_stream_store), (UPat(Ops.WMMA, name="x"), render_dot),
                                    (UPat(Ops.INDEX, name="x", src=(UPat(), UPat(Ops.ADD, dtypes.int32, src=(UPat(name="base"), UPat.cvar("off", vec=False)))),
                                          allow_any_len=True), _llvm_lane_index),
+                                   (UPat(Ops.ADD, dtypes.int32, name="x", src=(UPat(name="base"), UPat.cvar("off", vec=False))), _llvm_index_offset),
                                    (UPat(Ops.LOAD, name="x"), _llvm_prefetch_load),
                                    (UPat(Ops.CUSTOM, name="x", arg=SCALEF_ARG), _llvm_masked("scalef")),
                                    (UPat(Ops.CUSTOM, name="x", arg=ROUNDEVEN_ARG), _llvm_roundeven),
@@ -371,6 +384,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
     self.prefetch = prefetch_offsets(uops, self.panel_budget(), self.simd_regs, self.simd_width, self.flags) if PREFETCH else {}
     self.unchecked, self.plain_copy = unchecked_streams(uops, self.simd_width), False
     self.lane_indices = lane_indices(uops)
+    self.index_offsets = index_offsets(uops)
     self.start_module()
     fns = [self.function(name, uops)]
     if self.unchecked:   # where a buffer of its unconditional streaming stores is misaligned, the kernel calls this copy
