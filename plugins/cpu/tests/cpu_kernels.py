@@ -2,7 +2,7 @@
 from __future__ import annotations
 import copy, functools
 import numpy as np
-from core.ir.dtype import DType, dtypes, to_np
+from core.ir.dtype import AddrSpace, DType, dtypes, to_np
 from core.ir.ops import UOp, Ops, AxisType
 from core.device.target import Target
 
@@ -53,6 +53,20 @@ def run(renderer: str, uops: list[UOp], arrays: list[np.ndarray], vals: tuple[in
     dev.allocator._copyout(memoryview(o).cast("B"), h)
     outs.append(o)
   return outs
+
+def offset_row_sums() -> list[UOp]:
+  """out[i] = sum_j x[i*8 + j + 1] + x[i*8 + j + 2] over 4 rows (x of 40 floats): scalar loads at constant offsets from an index
+  inside a reduce loop, into a register accumulator."""
+  out, x = buf(0, dtypes.float32, 4), buf(1, dtypes.float32, 40)
+  acc = UOp(Ops.DEFINE_REG, dtypes.float32.ptr(1, AddrSpace.REG), (), 0)
+  lin = Linear()
+  lin.add(out, x, acc)
+  i = lin.add(rng(4, 0))
+  lin.add(acc.index(c(0)).store(c(0.0, dtypes.float32)))
+  j = lin.add(UOp(Ops.RANGE, dtypes.int32, (c(8),), (1, AxisType.REDUCE)))
+  upd = acc.index(c(0)).store(acc.index(c(0)).load() + x.index(i * c(8) + j + c(1)).load() + x.index(i * c(8) + j + c(2)).load())
+  lin.add(out.index(i).store(acc.after(lin.add(upd.end(j))).index(c(0)).load()).end(i))
+  return lin.uops
 
 def elementwise(n: int, in_dtypes: list[DType], out_dtype: DType, fn, vec: int = 1) -> list[UOp]:
   """out[i] = fn(in0[i], in1[i], ...) over one loop of n; with `vec` > 1, fn maps vectors of `vec` lanes (vector loads and stores

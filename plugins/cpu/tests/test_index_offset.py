@@ -3,22 +3,8 @@ lanes read one by one in a reduce loop are then one induction variable plus offs
 (the data's) keep wrapping. Results match numpy."""
 import re
 import numpy as np
-from core.ir.dtype import dtypes, AddrSpace
-from core.ir.ops import UOp, Ops, AxisType
-from cpu_kernels import Linear, c, rng, buf, run, device
-
-def _lane_sums() -> list:
-  # out[i] = sum_j x[i*8 + j + 1] + x[i*8 + j + 2]: scalar loads at constant offsets inside a reduce loop
-  out, x = buf(0, dtypes.float32, 4), buf(1, dtypes.float32, 40)
-  acc = UOp(Ops.DEFINE_REG, dtypes.float32.ptr(1, AddrSpace.REG), (), 0)
-  lin = Linear()
-  lin.add(out, x, acc)
-  i = lin.add(rng(4, 0))
-  lin.add(acc.index(c(0)).store(c(0.0, dtypes.float32)))
-  j = lin.add(UOp(Ops.RANGE, dtypes.int32, (c(8),), (1, AxisType.REDUCE)))
-  upd = acc.index(c(0)).store(acc.index(c(0)).load() + x.index(i * c(8) + j + c(1)).load() + x.index(i * c(8) + j + c(2)).load())
-  lin.add(out.index(i).store(acc.after(lin.add(upd.end(j))).index(c(0)).load()).end(i))
-  return lin.uops
+from core.ir.dtype import dtypes
+from cpu_kernels import Linear, c, rng, buf, run, device, offset_row_sums
 
 def _plus_one() -> list:
   # out[i] = x[i] + 1 in int32: a data add, which must wrap
@@ -30,7 +16,7 @@ def _plus_one() -> list:
   return lin.uops
 
 def test_a_scalar_loads_offset_index_is_nsw():
-  src = device("LLVM").renderer.render("lane_sums", _lane_sums())
+  src = device("LLVM").renderer.render("lane_sums", offset_row_sums())
   adds = dict(re.findall(r"(%\w+) = add nsw i32 %\w+, (\d+)\n", src))
   geps = re.findall(r"getelementptr inbounds float, ptr %data1, i32 (%\w+)", src)
   assert sorted(int(adds[g]) for g in geps) == [1, 2]
@@ -43,5 +29,5 @@ def test_a_data_add_still_wraps():
 
 def test_lane_sums_match_numpy():
   x = np.arange(40, dtype=np.float32) * 0.5 - 3
-  res = run("LLVM", _lane_sums(), [np.zeros(4, np.float32), x])[0]
+  res = run("LLVM", offset_row_sums(), [np.zeros(4, np.float32), x])[0]
   np.testing.assert_allclose(res, [x[i * 8 + 1:i * 8 + 9].sum() + x[i * 8 + 2:i * 8 + 10].sum() for i in range(4)], rtol=1e-6)

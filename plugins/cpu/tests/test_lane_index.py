@@ -4,9 +4,8 @@ the square of per-lane i32 adds, an AVX-512 conv's output stores most of its com
 Results match numpy."""
 import re
 import numpy as np
-from core.ir.dtype import dtypes, AddrSpace
-from core.ir.ops import UOp, Ops, AxisType
-from cpu_kernels import Linear, c, rng, buf, run, device
+from core.ir.dtype import dtypes
+from cpu_kernels import Linear, c, rng, buf, run, device, offset_row_sums
 
 def _transposing_copy() -> list:
   # out[k*4 + i] = x[i*8 + k]: 8 scalar loads and stores a step, at offsets k and 4k from the row's index
@@ -18,31 +17,18 @@ def _transposing_copy() -> list:
   lin.add(lin.uops[-1].end(i))
   return lin.uops
 
-def _row_sums() -> list:
-  # out[i] = sum_j x[i*8 + j] + x[i*8 + j + 1]: loads at a constant offset inside a reduce loop
-  out, x = buf(0, dtypes.float32, 4), buf(1, dtypes.float32, 40)
-  acc = UOp(Ops.DEFINE_REG, dtypes.float32.ptr(1, AddrSpace.REG), (), 0)
-  lin = Linear()
-  lin.add(out, x, acc)
-  i = lin.add(rng(4, 0))
-  lin.add(acc.index(c(0)).store(c(0.0, dtypes.float32)))
-  j = lin.add(UOp(Ops.RANGE, dtypes.int32, (c(8),), (1, AxisType.REDUCE)))
-  upd = acc.index(c(0)).store(acc.index(c(0)).load() + x.index(i * c(8) + j + c(1)).load() + x.index(i * c(8) + j + c(2)).load())
-  lin.add(out.index(i).store(acc.after(lin.add(upd.end(j))).index(c(0)).load()).end(i))
-  return lin.uops
-
 def test_lane_stores_and_loads_index_in_i64():
   src = device("LLVM").renderer.render("lane_copy", _transposing_copy())
   assert sorted(int(o) for o in re.findall(r"= add nsw i64 %\w+, (\d+)\n  %\w+ = getelementptr inbounds float, ptr %data0", src)) == [4 * k for k in range(8)]
   assert sorted(int(o) for o in re.findall(r"= add nsw i64 %\w+, (\d+)\n  %\w+ = getelementptr inbounds float, ptr %data1", src)) == list(range(8))
 
 def test_loads_in_a_reduce_loop_keep_the_i32_index():
-  src = device("LLVM").renderer.render("row_sums", _row_sums())
+  src = device("LLVM").renderer.render("row_sums", offset_row_sums())
   assert src.count("getelementptr inbounds float, ptr %data1, i32") == 2 and "ptr %data1, i64" not in src
 
 def test_lane_indices_address_what_the_i32_index_did():
   x = np.arange(40, dtype=np.float32) * 0.5 - 3
   res = run("LLVM", _transposing_copy(), [np.zeros(32, np.float32), x[:32].copy()])[0]
   np.testing.assert_array_equal(res, x[:32].reshape(4, 8).T.reshape(-1))
-  res = run("LLVM", _row_sums(), [np.zeros(4, np.float32), x])[0]
+  res = run("LLVM", offset_row_sums(), [np.zeros(4, np.float32), x])[0]
   np.testing.assert_allclose(res, [x[i * 8 + 1:i * 8 + 9].sum() + x[i * 8 + 2:i * 8 + 10].sum() for i in range(4)], rtol=1e-6)
