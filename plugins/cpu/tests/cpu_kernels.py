@@ -54,18 +54,19 @@ def run(renderer: str, uops: list[UOp], arrays: list[np.ndarray], vals: tuple[in
     outs.append(o)
   return outs
 
-def offset_row_sums() -> list[UOp]:
-  """out[i] = sum_j x[i*8 + j + 1] + x[i*8 + j + 2] over 4 rows (x of 40 floats): scalar loads at constant offsets from an index
-  inside a reduce loop, into a register accumulator."""
-  out, x = buf(0, dtypes.float32, 4), buf(1, dtypes.float32, 40)
+def offset_row_sums(offsets: tuple[int, ...] = (1, 2), size: int = 40) -> list[UOp]:
+  """out[i] = sum over j < 8 and o in `offsets` of x[i*8 + j + o], 4 rows (x of `size` floats) into a register accumulator: scalar
+  loads at constant offsets from an index inside a reduce loop (an offset 0 indexes without the add)."""
+  out, x = buf(0, dtypes.float32, 4), buf(1, dtypes.float32, size)
   acc = UOp(Ops.DEFINE_REG, dtypes.float32.ptr(1, AddrSpace.REG), (), 0)
   lin = Linear()
   lin.add(out, x, acc)
   i = lin.add(rng(4, 0))
   lin.add(acc.index(c(0)).store(c(0.0, dtypes.float32)))
   j = lin.add(UOp(Ops.RANGE, dtypes.int32, (c(8),), (1, AxisType.REDUCE)))
-  upd = acc.index(c(0)).store(acc.index(c(0)).load() + x.index(i * c(8) + j + c(1)).load() + x.index(i * c(8) + j + c(2)).load())
-  lin.add(out.index(i).store(acc.after(lin.add(upd.end(j))).index(c(0)).load()).end(i))
+  total = acc.index(c(0)).load()
+  for o in offsets: total = total + x.index(i * c(8) + j + c(o) if o else i * c(8) + j).load()
+  lin.add(out.index(i).store(acc.after(lin.add(acc.index(c(0)).store(total).end(j))).index(c(0)).load()).end(i))
   return lin.uops
 
 def elementwise(n: int, in_dtypes: list[DType], out_dtype: DType, fn, vec: int = 1) -> list[UOp]:

@@ -2,10 +2,10 @@
 import math, struct
 import numpy as np
 import pytest
-from core.ir.dtype import dtypes, AddrSpace, truncate
+from core.ir.dtype import dtypes, truncate
 from core.ir.ops import UOp, Ops, AxisType
 from core.ir.alu import exec_alu
-from cpu_kernels import RENDERERS, C_EMULATED_HALF, Linear, c, rng, buf, run, elementwise
+from cpu_kernels import RENDERERS, C_EMULATED_HALF, Linear, c, rng, buf, run, elementwise, offset_row_sums
 
 # every kernel also through the C renderer's half emulation, which hosts whose compiler has _Float16 would not run otherwise
 pytestmark = pytest.mark.parametrize("ren", RENDERERS + [C_EMULATED_HALF])
@@ -30,19 +30,9 @@ def test_int64_and_double(ren):
   np.testing.assert_array_equal(out, (a * 3).astype(np.float64) / 2.0)
 
 def test_reduction_with_register_accumulator(ren):
-  # out[i] = sum_j x[i*8+j], the accumulator re-initialized for each i
+  # out[i] = sum_j x[i*8+j], the accumulator re-initialized for each i (offset_row_sums with offset 0)
   x = np.arange(32, dtype=np.float32) * 0.5
-  out, inp = buf(0, dtypes.float32, 4), buf(1, dtypes.float32, 32)
-  acc = UOp(Ops.DEFINE_REG, dtypes.float32.ptr(1, AddrSpace.REG), (), 0)
-  lin = Linear()
-  lin.add(out, inp, acc)
-  i = lin.add(rng(4, 0))
-  lin.add(acc.index(c(0)).store(c(0.0, dtypes.float32)))
-  j = lin.add(rng(8, 1))
-  upd = acc.index(c(0)).store(acc.index(c(0)).load() + inp.index(i * c(8) + j).load())
-  end_j = lin.add(upd.end(j))
-  lin.add(out.index(i).store(acc.after(end_j).index(c(0)).load()).end(i))
-  res = run(ren, lin.uops, [np.zeros(4, np.float32), x])[0]
+  res = run(ren, offset_row_sums((0,), 32), [np.zeros(4, np.float32), x])[0]
   np.testing.assert_array_equal(res, x.reshape(4, 8).sum(axis=1))
 
 @pytest.mark.parametrize("idx_dt", [dtypes.int32, dtypes.int64, dtypes.index])
