@@ -8,13 +8,13 @@ import re
 import numpy as np
 import pytest
 from cpu_kernels import host_like_renderer
-from core import Tensor
+from core import Device, Tensor
 from core.schedule.kernelize import create_schedule
 from core.codegen.opt import Kernel
 from core.codegen.opt.heuristic import hand_coded
 from core.codegen.program import get_program, program_source
 import plugin_cpu.prefetch as prefetch
-from plugin_cpu.compiler import host_flags
+from plugin_cpu.renderer import CPULLVMRenderer
 
 BOUND = 4 << 20   # STREAM_MIN_BYTES in these tests: the host's last-level cache plays no part in what they expect
 PREFETCH = r"= getelementptr float, ptr %\w+, i64 (\d+)\n  call void @llvm.prefetch.p0\(ptr %\w+, i32 0, i32 (\d), i32 1\)"
@@ -73,8 +73,10 @@ def test_a_zen5_like_target_renders_as_without_the_rule(kernel, threads, monkeyp
 
 @pytest.mark.parametrize("kernel", ["sum", "dot"])
 def test_prefetching_streaming_reductions_give_numpys_results(kernel, monkeypatch):
-  # on this host's device (AVX-512 code), shapes no other test compiles: the rule must have fired on the stream's kernel
-  if "avx512f" not in host_flags(): pytest.skip("runs 64-byte vector code: a host with avx512f")
+  # on the default device (AVX-512 LLVM code), shapes no other test compiles: the rule must have fired on the stream's kernel
+  ren = Device[Device.DEFAULT].renderer
+  if not isinstance(ren, CPULLVMRenderer) or ren.simd_width < prefetch.STREAM_L2_SIMD:
+    pytest.skip(f"runs 64-byte vector code: the default device renders {ren.simd_width}-byte vectors with {type(ren).__name__}")
   monkeypatch.setattr(prefetch, "STREAM_MIN_BYTES", BOUND)
   monkeypatch.setattr(prefetch, "STREAM_SKIP_FLAGS", frozenset())   # the rule on whatever AVX-512 CPU this is
   fired: list[int] = []
