@@ -184,8 +184,9 @@ def _thread_loop(k: Kernel, threads: int) -> UOp | None:
   Only a loop every reduction varies with: a block of another (a row pass's output columns, _row_pass) would redo each whole
   reduction for its part of the loop (softmax 4095x1000: 7 row blocks leave 1/8 idle, so its 63 column vectors were split and
   every block ran the row max and sum of all 4095 rows, 63x the work: 17.6 ms, not 0.6)."""
-  rs = [u for u in k.ast.toposort() if u.op is Ops.REDUCE]
-  loops = [r for r in k.of_type(AxisType.LOOP) if (range_size(r) or 0) >= 2 and all(r in u.toposort() for u in rs)]
+  # the loops every reduction reads (one walk a reduction, not one a loop and reduction)
+  seen = [frozenset(u.toposort()) for u in k.ast.toposort() if u.op is Ops.REDUCE]
+  loops = [r for r in k.of_type(AxisType.LOOP) if (range_size(r) or 0) >= 2 and all(r in s for s in seen)]
   idle = [_idle_share(_block_count(range_size(r) or 1, threads), threads) for r in loops]
   return next((r for r, i in zip(loops, idle) if i <= THREAD_IDLE_MAX), min(zip(loops, idle), key=lambda x: x[1], default=(None,))[0])
 
