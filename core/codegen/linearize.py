@@ -94,22 +94,12 @@ def linearize(sink: UOp) -> list[UOp]:
 
   paths: dict[UOp | None, list[UOp | None]] = {}
   def block_path(s: UOp | None) -> list[UOp | None]:
-    """The blocks from `s` out to the kernel's top level (None), memoized: asked once per node and per edge."""
+    """The blocks from `s` out to the kernel's top level (None), memoized: asked once per node."""
     if (hit := paths.get(s)) is not None: return hit
     path: list[UOp | None] = [s]
     while path[-1] is not None: path.append(parent[path[-1]])
     paths[s] = path
     return path
-
-  def item_in(u: UOp, scope: UOp | None) -> UOp | None:
-    """The item of `scope` that contains u: u itself, or the child loop (its RANGE) whose block holds u."""
-    s = home[u] if u.op is not Ops.RANGE else u
-    if u.op is Ops.END: s = u.src[1]
-    if s is scope and u.op not in (Ops.RANGE, Ops.END): return u
-    path = block_path(s)
-    if scope not in path: return None            # lives outside this scope: already emitted
-    i = path.index(scope)
-    return path[i - 1] if i > 0 else u
 
   # the nodes living inside each loop's block at any depth, in graph order: one pass, not one per loop
   inner: dict[UOp, list[UOp]] = {r: [] for r in ranges}
@@ -122,13 +112,15 @@ def linearize(sink: UOp) -> list[UOp]:
     members: dict[UOp, list[UOp]] = {it: [it] for it in items}
     for r in items:
       if r.op is Ops.RANGE: members[r] = [r, end_of[r]] + inner[r]
+    # the item of this block each node under it belongs to: one dict lookup per source, not a walk out to the block (an END
+    # belongs where its loop does: a loop may have more ENDs than end_of's)
+    item_of = {m: it for it, mem in members.items() for m in mem}
     deps: dict[UOp, set[UOp]] = {it: set() for it in items}
     for it, mem in members.items():
+      ds = deps[it]
       for m in mem:
         for s in m.src:
-          if s in home or s.op is Ops.RANGE:
-            j = item_in(s, scope)
-            if j is not None and j is not it and j in deps: deps[it].add(j)
+          if (j := item_of.get(s.src[1] if s.op is Ops.END else s)) is not None and j is not it: ds.add(j)
     # Kahn's algorithm, ties broken by the global topological position (a heap of (position, item): positions are distinct), or
     # in a transposing tile's block by its groups of stores, one after another, each breadth-first (tile_keys)
     users: dict[UOp, list[UOp]] = {}

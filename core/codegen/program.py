@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 from core.ir.dtype import PtrDType, dtypes
 from core.ir.ops import UOp, Ops, GroupOp
 from core.ir.pattern import UPat, graph_rewrite
+from core.ir.symbolic import shared_simplify
 from core.codegen.lowerer import lower_kernel
 from core.codegen.linearize import linearize, finalize
 from core.helpers import LIFT_CONSTS, LRUCache, SPEC, VIZ, IMAGE, prod, frozen_record, gc_paused
@@ -105,7 +106,7 @@ def get_program(ast: UOp, renderer: Renderer, optimize: bool = True) -> UOp:
 def _program(ast: UOp, renderer: Renderer, optimize: bool) -> UOp:
   name = ast.arg or "kernel"
   # no collector inside: ResNet-18's 33 kernels set off ~10 full collections, a quarter of their codegen time (gc_paused)
-  with gc_paused():
+  with gc_paused(), shared_simplify():
     if VIZ:
       from core.ir.rewrite_log import kernel
       from core.viz.server import serve_at_exit

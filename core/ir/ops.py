@@ -1,7 +1,7 @@
 """The UOp IR: one `Ops` enum and the immutable, hash-consed `UOp` node every stage rewrites."""
 from __future__ import annotations
 import enum, itertools, math, struct, weakref
-from typing import Any, Callable, Generic, Sequence, TypeVar, Union, overload
+from typing import Any, Callable, Generic, Iterator, Sequence, TypeVar, Union, overload
 from core.ir.dtype import ConstType, DType, PtrDType, dtypes, truncate, AddrSpace
 from core.helpers import prod, fast_members, int_enum, IntEnumBody
 
@@ -187,19 +187,24 @@ class UOp(_UOpFields, metaclass=UOpMeta):
   def toposort(self, gate: Callable[[UOp], bool] | None = None) -> dict[UOp, None]:
     """All nodes reachable from here, every source before its users (iterative; deep graphs are fine).
     `gate(u)` false stops the walk below u (u itself is still included)."""
+    if gate is not None and not gate(self): return {self: None}
     visited: dict[UOp, None] = {}
-    expanded: set[UOp] = set()
-    stack: list[UOp] = [self]
-    # a node is finished the second time it reaches the top of the stack: its sources were all pushed above it
+    seen: set[UOp] = {self}
+    # depth first, each node with an iterator over its sources: a node is done when its iterator runs out (a stack of nodes
+    # pushed with all their sources at once visited each node up to three times: ~1.5x the time)
+    stack: list[tuple[UOp, Iterator[UOp]]] = [(self, iter(self.src))]
+    push, add = stack.append, seen.add
     while stack:
-      u = stack[-1]
-      if u in visited: stack.pop()
-      elif u in expanded:
+      u, srcs = stack[-1]
+      for s in srcs:
+        if s not in seen:
+          add(s)
+          if gate is None or gate(s): push((s, iter(s.src)))
+          else: visited[s] = None
+          break
+      else:
         stack.pop()
         visited[u] = None
-      else:
-        expanded.add(u)
-        if gate is None or gate(u): stack.extend([s for s in reversed(u.src) if s not in visited])
     return visited
 
   @property
@@ -211,8 +216,9 @@ class UOp(_UOpFields, metaclass=UOpMeta):
     done: dict[UOp, UOp] = dict(mapping)
     for u in self.toposort(gate=lambda u: u not in mapping):
       if u in done: continue
-      new_src = tuple(done[s] for s in u.src)
-      done[u] = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)
+      new_src = tuple([done[s] for s in u.src])
+      # tuples of UOps compare by identity (no __eq__): the same sources keep the node
+      done[u] = u if new_src == u.src else UOp(u.op, u.dtype, new_src, u.arg, u.tag)
     return done[self]
 
   def sink(self, *srcs: UOp, **kwargs: Any) -> UOp: return UOp(Ops.SINK, dtypes.void, (self,) + srcs, **kwargs)
@@ -457,9 +463,8 @@ class UOp(_UOpFields, metaclass=UOpMeta):
     return 1
 
   def simplify(self) -> UOp:
-    from core.ir.symbolic import symbolic
-    from core.ir.pattern import graph_rewrite
-    return graph_rewrite(self, symbolic, name="simplify")
+    from core.ir.symbolic import simplify
+    return simplify(self)
   def ssimplify(self) -> sint:
     s = self.simplify()
     return s.arg if s.op is Ops.CONST else s

@@ -292,7 +292,7 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
   pass_name = name or pm.name or "unnamed"
   # which rules fired in this call, when TRACK_REWRITES or VIZ asks
   track: collections.Counter | None = collections.Counter() if TRACK_REWRITES or VIZ else None
-  rewrite = pm.rewrite
+  rewrite, fast, candidates = pm.rewrite, pm._fast, pm._candidates
   done: dict[UOp, UOp] = {} if memo is None else memo
   # stack entries: (node, stage, work) -- stage 0: start, 1: sources done, 2: take the answer of `work`
   stack: list[tuple[UOp, int, UOp]] = [(sink, 0, sink)]
@@ -321,7 +321,9 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
       if (fin := done.get(x)) is not None:
         done[n] = fin
         continue
-      if bottom_up and x is w: r = None
+      # no rule for this op (most nodes, in a pass whose rules match a few ops): no call
+      if (cands := fast.get(x.op)) is None: cands = candidates(x.op)
+      if not cands or (bottom_up and x is w): r = None
       else: r = rewrite(x, ctx, track)
       if r is None:
         done[n] = done[x] = x

@@ -1,11 +1,12 @@
 """The symbolic simplifier: constant folding, algebraic identities, canonical order and exact div/mod/compare folding."""
 from __future__ import annotations
-import functools, math
+import contextlib, functools, math, threading
+from collections.abc import Iterator
 from typing import Any, cast
 from core.ir.dtype import DType, dtypes, dtype_min, dtype_max, truncate
 from core.ir.ops import UOp, Ops, GroupOp
 from core.ir.alu import exec_alu, _idiv
-from core.ir.pattern import UPat, PatternMatcher
+from core.ir.pattern import UPat, PatternMatcher, graph_rewrite
 from core.helpers import blake2b
 
 # Every rule here must hold for every value inside the operands' bounds. Integer dtypes wrap around (they form a ring
@@ -453,6 +454,26 @@ pm_bounds = PatternMatcher([
 
 symbolic = symbolic_simple + pm_canonical + pm_bounds
 symbolic.name = "symbolic"
+
+# *** one memo for every simplify of a kernel's codegen ***
+
+# a node's simplification by `symbolic` is a function of the node alone (no ctx, bounds from its own fields), so a memo may
+# serve every call: a kernel's trial opts, rebuilds and unrolled copies keep asking for the same, mostly final, index math
+_memo = threading.local()
+
+@contextlib.contextmanager
+def shared_simplify() -> Iterator[None]:
+  """Inside (this thread, nested calls join the outermost), simplify() shares one memo; it goes at the end."""
+  if getattr(_memo, "done", None) is not None:
+    yield
+    return
+  _memo.done = {}
+  try: yield
+  finally: _memo.done = None
+
+def simplify(u: UOp, name: str = "simplify", memo: dict[UOp, UOp] | None = None) -> UOp:
+  """u rewritten by `symbolic` to its fixed point, with the memo of shared_simplify where one is open (else `memo`)."""
+  return graph_rewrite(u, symbolic, name=name, memo=shared if (shared := getattr(_memo, "done", None)) is not None else memo)
 
 # *** index-specific rules the code generator adds ***
 

@@ -5,7 +5,6 @@ import itertools
 from typing import Any, cast
 from core.ir.dtype import dtypes, DType, PtrDType
 from core.ir.ops import UOp, Ops, AxisType, GroupOp, reduce_alu
-from core.ir.pattern import graph_rewrite
 from core.codegen.opt.kernel import REGISTER_AXES, range_size
 from core.codegen.opt.shuffle import transpose_rows
 
@@ -18,8 +17,8 @@ VECTOR_SAFE_DTYPES = VECTOR_MEM_DTYPES | frozenset({dtypes.bool, dtypes.int8, dt
                                                     dtypes.void})
 
 def _simplify(u: UOp, memo: dict[UOp, UOp] | None = None) -> UOp:
-  from core.ir.symbolic import symbolic
-  return graph_rewrite(u, symbolic, name="simplify expanded index", memo=memo)
+  from core.ir.symbolic import simplify
+  return simplify(u, "simplify expanded index", memo)
 
 def _combine(op: Ops | tuple[Ops, str], xs: list[UOp]) -> UOp:
   # a balanced tree: independent adds, so the unrolled partial sums don't wait on each other

@@ -242,8 +242,7 @@ def split_axis(ast: UOp, r: UOp, amt: int, kind: AxisType, outer: bool = False) 
 def rebuild(ast: UOp, split: dict[UOp, tuple[UOp, ...]], expr: UOp | None = None) -> UOp:
   """Substitute each old range by its new ranges: in END and REDUCE sources the list of ranges, elsewhere the index
   expression `expr` (or the single new range). Index math is simplified, and the END chains re-nested (canonical order)."""
-  from core.ir.symbolic import symbolic
-  from core.ir.pattern import graph_rewrite
+  from core.ir.symbolic import simplify
   (old, news), = split.items()
   val = expr if expr is not None else news[0]
   done: dict[UOp, UOp] = {old: val}
@@ -253,12 +252,12 @@ def rebuild(ast: UOp, split: dict[UOp, tuple[UOp, ...]], expr: UOp | None = None
       rng = tuple(x for s in u.src[1:] for x in (news if s is old else (done[s],)))
       new_src = (done[u.src[0]],) + rng
     else: new_src = tuple(done[s] for s in u.src)
-    done[u] = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)
+    done[u] = u if new_src == u.src else UOp(u.op, u.dtype, new_src, u.arg, u.tag)
   out = done[ast]
   # the index math of loads and stores: fold the new products and sums
   idx_nodes = {u for u in out.toposort() if u.op is Ops.INDEX}
   memo: dict[UOp, UOp] = {}   # the loads and stores of a kernel mostly share their index math: each node simplified once
-  sub = {u: u.replace(src=(u.src[0],) + tuple(graph_rewrite(s, symbolic, name="simplify index", memo=memo) for s in u.src[1:]))
+  sub = {u: u.replace(src=(u.src[0],) + tuple(simplify(s, "simplify index", memo) for s in u.src[1:]))
          for u in idx_nodes}
   out = out.substitute(sub) if sub else out
   return nest_ends(out)

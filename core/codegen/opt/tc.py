@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops, AxisType
-from core.ir.pattern import UPat, PatternMatcher, graph_rewrite
+from core.ir.pattern import UPat, PatternMatcher
 if TYPE_CHECKING: from core.device.tensor_core import TensorCore, LaneLayout   # types only: a renderer with tensor cores loads them
 from core.codegen.opt.kernel import KernelOptError, range_size, pad_axis, nest_ends
 
@@ -37,8 +37,8 @@ def _operand(x: UOp, dtype_in: object) -> UOp | None:
   return x if x.op is Ops.LOAD and x.dtype is dtype_in and x.src[0].op is Ops.INDEX else None
 
 def _simplify_indices(ast: UOp) -> UOp:
-  from core.ir.symbolic import symbolic
-  sub = {u: u.replace(src=(u.src[0],) + tuple(graph_rewrite(s, symbolic, name="simplify index") for s in u.src[1:]))
+  from core.ir.symbolic import simplify
+  sub = {u: u.replace(src=(u.src[0],) + tuple(simplify(s, "simplify index") for s in u.src[1:]))
          for u in ast.toposort() if u.op is Ops.INDEX}
   return ast.substitute(sub) if sub else ast
 

@@ -1,0 +1,63 @@
+"""The walks codegen repeats per kernel: toposort's order, graph_rewrite asking only rules that exist for an op, and one
+symbolic memo shared by every simplify of a kernel (shared_simplify)."""
+import threading
+from core.ir.dtype import dtypes
+from core.ir.ops import UOp, Ops, Variable
+from core.ir.pattern import UPat, PatternMatcher, graph_rewrite
+from core.ir.symbolic import symbolic, simplify, shared_simplify
+
+def _counted(monkeypatch, pm: PatternMatcher) -> list[UOp]:
+  """The nodes graph_rewrite asks `pm` to rewrite (pm.rewrite shadowed on the instance)."""
+  asked: list[UOp] = []
+  orig = pm.rewrite
+  def rewrite(u, ctx=None, track=None):
+    asked.append(u)
+    return orig(u, ctx, track)
+  monkeypatch.setattr(pm, "rewrite", rewrite, raising=False)
+  return asked
+
+def test_toposort_is_depth_first_sources_in_order():
+  x, y = UOp(Ops.DEFINE_VAR, dtypes.index, arg=("x", 0, 9)), UOp(Ops.DEFINE_VAR, dtypes.index, arg=("y", 0, 9))
+  a = UOp(Ops.ADD, dtypes.index, (x, y))
+  b = UOp(Ops.MUL, dtypes.index, (a, a))   # a source twice
+  c = UOp(Ops.ADD, dtypes.index, (b, a))   # a reached again after its user
+  assert list(c.toposort()) == [x, y, a, b, c]
+  # a gate stops the walk below a node but keeps the node
+  assert list(c.toposort(gate=lambda u: u is not a)) == [a, b, c]
+  assert list(c.toposort(gate=lambda u: False)) == [c]
+
+def test_graph_rewrite_asks_only_ops_with_rules(monkeypatch):
+  x = Variable("x", 0, 10)
+  w = (x < 5).where(x + 1, x * 2)
+  pm = PatternMatcher([(UPat(Ops.WHERE, name="w"), lambda w: w.src[1])])
+  asked = _counted(monkeypatch, pm)
+  assert graph_rewrite(w.sink(), pm) is (x + 1).sink()
+  assert [u.op for u in asked] == [Ops.WHERE]   # not x, the constants, the compare, the add, the mul or the sink
+
+def test_shared_simplify_answers_a_simplified_node_from_its_memo(monkeypatch):
+  x, y = Variable("x", 0, 10), Variable("y", 0, 10)
+  e = (x * 4 + y * 4 + 8) // 4 + 0
+  asked = _counted(monkeypatch, symbolic)
+  want = graph_rewrite(e, symbolic)
+  assert asked and simplify(e) is want and simplify(e, memo={}) is want
+  asked.clear()
+  assert simplify(e) is want and asked   # outside a session each call starts over
+  with shared_simplify():
+    assert simplify(e) is want
+    asked.clear()
+    assert simplify(e) is want and simplify(e) is want and asked == []   # from the memo: no rule asked again
+
+def test_shared_simplify_nests_into_the_outer_memo_and_stays_in_its_thread():
+  import core.ir.symbolic as S
+  x = Variable("x", 0, 10)
+  seen: list = []
+  with shared_simplify():
+    memo = S._memo.done
+    with shared_simplify(): assert S._memo.done is memo
+    assert S._memo.done is memo
+    simplify(x + 0)
+    assert memo.get(x + 0) is x
+    t = threading.Thread(target=lambda: seen.append(getattr(S._memo, "done", None)))
+    t.start()
+    t.join()
+  assert seen == [None] and S._memo.done is None
