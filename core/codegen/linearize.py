@@ -64,7 +64,7 @@ def linearize(sink: UOp) -> list[UOp]:
   scopes = RangeScopes()
   nodes = list(sink.toposort())
   order = {u: i for i, u in enumerate(nodes)}
-  for u in nodes: scopes(u)
+  scopes.fill(nodes)
   ranges = [u for u in nodes if u.op is Ops.RANGE]
   end_of = {u.src[1]: u for u in nodes if u.op is Ops.END}
   # parent loop of each loop: the innermost loop its END still lives in
@@ -161,10 +161,10 @@ def finalize(uops: list[UOp]) -> list[UOp]:
     if u.op is Ops.GROUP:   # only groups stores (unrolled by the expander) under one END; the order is in the list already
       sub[u] = sub.get(u.src[-1], u.src[-1])
       continue
-    src = tuple(sub.get(s, s) for s in u.src)
+    src = tuple([sub.get(s, s) for s in u.src])
     if u.op is Ops.STORE: src = src[:2]
-    nu = u.replace(src=src, tag=i) if any(s.op is Ops.AFTER for s in u.src) or (u.op is Ops.LOAD and src[0].tag is not None) else \
-      (u.replace(src=src) if src != u.src else u)
+    if (u.op is Ops.LOAD and src[0].tag is not None) or any([s.op is Ops.AFTER for s in u.src]): nu = UOp(u.op, u.dtype, src, u.arg, i)
+    else: nu = u if src == u.src else UOp(u.op, u.dtype, src, u.arg, u.tag)
     sub[u] = nu
     final.append(nu)
   return final

@@ -1,6 +1,6 @@
 """Kernel graph -> renderable graph: reductions become accumulators, loops become thread ids, index math gets a width."""
 from __future__ import annotations
-import math
+import functools, math
 from core.ir.dtype import dtypes, AddrSpace, DType
 from core.ir.ops import UOp, Ops, AxisType, reduce_op, reduce_alu
 from core.ir.pattern import UPat, PatternMatcher, graph_rewrite
@@ -16,6 +16,11 @@ class RangeScopes:
     for u in ((root,) if all(s in self.cache for s in root.src) else root.toposort(gate=lambda x: x not in self.cache)):
       if u not in self.cache: self.cache[u] = self._live(u)
     return self.cache[root]
+  def fill(self, nodes: list[UOp]) -> None:
+    """Answer every node of `nodes`, a whole graph in order (sources first): each from its sources, with no test or walk."""
+    cache, live = self.cache, self._live
+    for u in nodes:
+      if u not in cache: cache[u] = live(u)
   def _live(self, u: UOp) -> frozenset[UOp]:
     live = frozenset().union(*(self.cache[s] for s in u.src)) if u.src else frozenset()
     if u.op is Ops.RANGE: return live | {u}
@@ -45,6 +50,7 @@ class LowerCtx:
         self.enclosing[key] = self.enclosing.get(key, frozenset()) | (live[u.src[0]] - set(key))
     # workgroup axes (LOCAL) index a group reduction's shared buffer with its own lanes; new loops get fresh ids
     rngs = [u for u in nodes if u.op is Ops.RANGE]
+    self.group_reduce = any(r.arg[1] is AxisType.GROUP_REDUCE for r in rngs)   # else gate_group_stores has nothing to gate
     self.locals = sorted((r for r in rngs if r.arg[1] is AxisType.LOCAL), key=lambda r: r.arg)
     self.next_range = max((r.arg[0] for r in rngs), default=-1) + 1
     self.shared = 0
@@ -237,12 +243,20 @@ def drop_gated_where(w: UOp) -> UOp | None:
 
 pm_drop_gated_where = PatternMatcher([(UPat(Ops.WHERE, name="w"), drop_gated_where)], name="drop gated where")
 
+@functools.cache
+def _pm_lower(drop_where: bool) -> PatternMatcher:
+  """The reductions lowered and, with `drop_where`, the selects a gated load makes redundant dropped, in one walk of the kernel:
+  map_globals (after it) only ANDs a thread's validity into global loads' gates, a condition no select of the kernel tests.
+  Built once: a matcher compiles its rules per op on first use."""
+  from core.codegen.opt.tc import pm_wmma_accumulate
+  return pm_lower_reduce + pm_wmma_accumulate + (pm_drop_gated_where if drop_where else PatternMatcher([]))
+
 def lower_kernel(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0, scratch_bytes: int = 0,
                  scaled_exp2: bool = False) -> tuple[UOp, tuple[int, ...], tuple[int, ...]]:
   """The lowered kernel, its launch size and its workgroup size; `scratch_bytes`, `scaled_exp2`: Renderer.scratch_bytes and
   Renderer.scaled_exp2 (core.codegen.stash)."""
-  from core.codegen.opt.tc import pm_wmma_accumulate
-  sink = gate_group_stores(graph_rewrite(sink, pm_lower_reduce + pm_wmma_accumulate, LowerCtx(sink), name="lower reduce"))
+  ctx = LowerCtx(sink)
+  sink = graph_rewrite(sink, _pm_lower(DROP_GATED_WHERE), ctx, name="lower reduce")
+  if ctx.group_reduce: sink = gate_group_stores(sink)
   sink, gsize, lsize = map_globals(sink, global_max, threads)
-  if DROP_GATED_WHERE: sink = graph_rewrite(sink, pm_drop_gated_where, name="drop gated where")
   return lower_index_dtype(stash_reduced_values(sink, scratch_bytes, scaled_exp2)), gsize, lsize

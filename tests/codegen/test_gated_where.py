@@ -58,3 +58,16 @@ def test_rule_keeps_other_selects():
   assert drop_gated_where(h.where(p.index(i, g & h).load(), UOp.const(dtypes.float32, 0.0))) is not None
   assert drop_gated_where(g.where(ld, UOp.const(dtypes.float32, 1.0))) is None
   assert drop_gated_where(g.where(ld, UOp.const(dtypes.float32, -0.0))) is None
+
+def test_reductions_lowered_and_selects_dropped_in_one_walk(monkeypatch):
+  # lower_kernel rewrites the whole kernel once (lower reduce and drop gated where together), and skips gate_group_stores'
+  # walk where no reduction is shared by a workgroup
+  import core.codegen.lowerer as lowerer
+  walks: list = []
+  rewrite, gate = lowerer.graph_rewrite, lowerer.gate_group_stores
+  monkeypatch.setattr(lowerer, "graph_rewrite", lambda *a, **k: walks.append(k.get("name")) or rewrite(*a, **k))
+  monkeypatch.setattr(lowerer, "gate_group_stores", lambda sink: walks.append("gate") or gate(sink))
+  x = Tensor(rng.standard_normal((1, 32, 24, 24)).astype(np.float32)).realize()
+  w = Tensor(rng.standard_normal((32, 1, 3, 3)).astype(np.float32)).realize()
+  uops = _program_uops(x.conv2d(w, groups=32, padding=1))
+  assert walks == ["lower reduce"] and _gated_where_loads(uops) == 0

@@ -107,9 +107,10 @@ class Expander:
     if lane is not None and self.vec is not None: m[self.vec] = UOp.const(dtypes.index, lane)
     if not m: return u
     # like u.substitute(m), but the walk stops at nodes that use none of the axes set (most of a big index expression)
-    keys, done = frozenset(m), dict(m)
-    for x in u.toposort(gate=lambda x: x not in done and not self.deps(x).isdisjoint(keys)):
-      if x not in done: done[x] = x if self.deps(x).isdisjoint(keys) else x.replace(src=tuple(done[s] for s in x.src))
+    # (self.deps(u) above filled _deps for every node under u)
+    keys, done, deps = frozenset(m), dict(m), self._deps
+    for x in u.toposort(gate=lambda x: x not in done and not deps[x].isdisjoint(keys)):
+      if x not in done: done[x] = x if deps[x].isdisjoint(keys) else UOp(x.op, x.dtype, tuple([done[s] for s in x.src]), x.arg, x.tag)
     ret = self._subs[key] = _simplify(done[u], self._simplified)
     return ret
 

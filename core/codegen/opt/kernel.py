@@ -246,6 +246,7 @@ def rebuild(ast: UOp, split: dict[UOp, tuple[UOp, ...]], expr: UOp | None = None
   (old, news), = split.items()
   val = expr if expr is not None else news[0]
   done: dict[UOp, UOp] = {old: val}
+  idx_nodes: list[UOp] = []   # the new graph's INDEX nodes (val, the index math, has none)
   for u in ast.toposort(gate=lambda u: u not in done):
     if u in done: continue
     if u.op in (Ops.END, Ops.REDUCE):
@@ -253,9 +254,9 @@ def rebuild(ast: UOp, split: dict[UOp, tuple[UOp, ...]], expr: UOp | None = None
       new_src = (done[u.src[0]],) + rng
     else: new_src = tuple(done[s] for s in u.src)
     done[u] = u if new_src == u.src else UOp(u.op, u.dtype, new_src, u.arg, u.tag)
+    if u.op is Ops.INDEX: idx_nodes.append(done[u])
   out = done[ast]
   # the index math of loads and stores: fold the new products and sums
-  idx_nodes = {u for u in out.toposort() if u.op is Ops.INDEX}
   memo: dict[UOp, UOp] = {}   # the loads and stores of a kernel mostly share their index math: each node simplified once
   sub = {u: u.replace(src=(u.src[0],) + tuple(simplify(s, "simplify index", memo) for s in u.src[1:]))
          for u in idx_nodes}
