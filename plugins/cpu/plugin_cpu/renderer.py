@@ -167,11 +167,22 @@ def _llvm_lane_index(ctx: CPULLVMRenderer, x: UOp, base: UOp, off: UOp) -> str |
   lane was an add and a sign extension of its own, and LLVM's loop passes over them (loop idiom, IV users) grew with their
   square: an AVX-512 3x3 conv's 224 lane stores (16 channels x 14 pixels) were 0.5 of its 0.6 s compile, its AVX2 twin's 64
   almost none. The same address wherever the i32 sum does not wrap, as no index into a buffer does. (Loads in reduce loops
-  keep the i32 add: the bench 3x3 conv's input loads so written made LLVM unroll its FMA loop, 6% slower.)"""
-  if x not in ctx.lane_indices: return None
+  take _llvm_offset_index's form instead: written this way, the bench 3x3 conv's input loads made LLVM unroll its FMA loop, 6%
+  slower.)"""
+  if x not in ctx.lane_indices: return _llvm_offset_index(ctx, x, base, off) if x.src[1] in ctx.offset_adds else None
   w, s = ctx.tmp(), ctx.tmp()
   return (f"{w} = sext i32 {ctx[base]} to i64\n  {s} = add nsw i64 {w}, {off.arg}\n"
           f"  {ctx[x]} = getelementptr inbounds {ctx.mem_ty(x.src[0].dtype.base)}, {ctx.ptr_ty(x.src[0].dtype)} {ctx[x.src[0]]}, i64 {s}")
+
+def _llvm_offset_index(ctx: CPULLVMRenderer, x: UOp, base: UOp, off: UOp) -> str:
+  """An address at a scalar load's 32-bit index plus a constant (index_offsets; in a reduce loop, else _llvm_lane_index's) as
+  the buffer at the index, then the constant in i64 from there: a batchnorm gradient's 16 channels read one by one at stride
+  49 are then one address and 16 displacements to LLVM's loop passes (IndVarSimplify, LoopLoadElimination, LSR), where each
+  lane's i32 sum was an address they widened and rewrote of its own (the i64 sum, _llvm_lane_index's form, made LLVM unroll
+  a 3x3 conv's FMA loop)."""
+  b, t, pt = ctx.tmp(), ctx.mem_ty(x.src[0].dtype.base), ctx.ptr_ty(x.src[0].dtype)
+  return (f"{b} = getelementptr inbounds {t}, {pt} {ctx[x.src[0]]}, i32 {ctx[base]}\n"
+          f"  {ctx[x]} = getelementptr inbounds {t}, {pt} {b}, i64 {off.arg}")
 
 def lane_indices(uops: list[UOp]) -> frozenset[UOp]:
   """The INDEXes _llvm_lane_index writes in i64: those of scalar stores and of scalar loads whose index depends on no reduce loop."""
@@ -361,6 +372,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
 
   split_tile_rows = True   # unchecked_streams: one alignment test per kernel
   peel_tails = True        # peel.peel_tail_iterations on (a switch for comparisons)
+  offset_geps = True       # _llvm_offset_index on (a switch for comparisons)
 
   def __init__(self, arch: str | None = None):
     if arch is not None:   # DEV=CPU:LLVM:<arch>: that CPU model's (compiler.arch_flags)
@@ -385,6 +397,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
     self.unchecked, self.plain_copy = unchecked_streams(uops, self.simd_width), False
     self.lane_indices = lane_indices(uops)
     self.index_offsets = index_offsets(uops)
+    self.offset_adds = self.index_offsets if self.offset_geps else frozenset()   # the INDEXes at them: _llvm_offset_index
     self.start_module()
     fns = [self.function(name, uops)]
     if self.unchecked:   # where a buffer of its unconditional streaming stores is misaligned, the kernel calls this copy

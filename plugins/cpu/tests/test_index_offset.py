@@ -1,6 +1,7 @@
-"""The LLVM renderer writes a scalar load's 32-bit index plus a constant as `add nsw` (renderer._llvm_index_offset): a tile's
-lanes read one by one in a reduce loop are then one induction variable plus offsets to LLVM's loop passes. Other int32 adds
-(the data's) keep wrapping. Results match numpy."""
+"""The LLVM renderer writes a scalar load's 32-bit index plus a constant as `add nsw` (renderer._llvm_index_offset), and the
+load's address as the buffer at the index, then the constant in i64 (renderer._llvm_offset_index): a tile's lanes read one by
+one in a reduce loop are then one address plus displacements to LLVM's loop passes. Other int32 adds (the data's) keep
+wrapping. Results match numpy."""
 import re
 import numpy as np
 from core.ir.dtype import dtypes
@@ -17,9 +18,14 @@ def _plus_one() -> list:
 
 def test_a_scalar_loads_offset_index_is_nsw():
   src = device("LLVM").renderer.render("lane_sums", offset_row_sums())
-  adds = dict(re.findall(r"(%\w+) = add nsw i32 %\w+, (\d+)\n", src))
-  geps = re.findall(r"getelementptr inbounds float, ptr %data1, i32 (%\w+)", src)
-  assert sorted(int(adds[g]) for g in geps) == [1, 2]
+  assert sorted(int(o) for o in re.findall(r"= add nsw i32 %\w+, (\d+)\n", src)) == [1, 2]
+
+def test_a_scalar_loads_offset_is_an_i64_step_from_its_index():
+  # both loads address data1 at the same i32 index (i*8 + j), then 1 and 2 floats on in i64: no address of their own
+  src = device("LLVM").renderer.render("lane_sums", offset_row_sums())
+  at = dict(re.findall(r"(%\w+) = getelementptr inbounds float, ptr %data1, i32 (%\w+)\n", src))
+  steps = [(at[p], int(o)) for p, o in re.findall(r"getelementptr inbounds float, ptr (%\w+), i64 (\d+)", src) if p in at]
+  assert sorted(o for _, o in steps) == [1, 2] and len({i for i, _ in steps}) == 1
 
 def test_a_data_add_still_wraps():
   src = device("LLVM").renderer.render("plus_one", _plus_one())
