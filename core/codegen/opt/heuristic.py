@@ -402,6 +402,24 @@ CHANNEL_ODD_ROW_REGS = 16
 # 8x128x56x56 -> 128 3x3/2 5.48 -> 4.48 and 9.47 -> 8.51; the C renderer's (clang) 26.5 -> 22.6, 35.0 -> 28.9, 2.59 -> 2.15,
 # 5.10 -> 5.09. With 32 registers (AVX-512) the other tiles hold 8 or more: the same sources
 CHANNEL_POW2_ROWS = True
+# an odd row's channel tile with its kernel window left as loops (LLVM unrolls them itself, tap by tap): each tap loads `rows`
+# broadcasts, held, and streams its j weight vectors through one register, so j x rows accumulators fit where the unrolled
+# window's j x 3 weight vectors do not: AVX2's 4 x 3 (12 accumulators, 3 + 4 loads per 12 FMAs; the row of 56 padded to 57)
+# against the unrolled 2 x 4 (8, no slack over the FMA latency x 2 pipes). With the window unrolled the 12-accumulator tiles
+# spilled (4 x 3, 2 x 6, 1 x 12, 2 x 2 rows x 3: 34-68 spill stores per loop); as loops 4 x 3 and 2 x 5 don't (2 x 6 and 1 x 12
+# still do). Zen 5, znver3 code, kernel time, A/B in one process: 3x3 8x64x56x56 one thread (CPU time, medians of 15) 2 x 4
+# 16.3 ms, 4 x 3 14.6, 2 x 5 15.8; 32x64x56x56 one thread (medians of 11) 63.4 -> 56.6 ms, two (wall, 31) 32.6 -> 29.3. Its
+# loop: 1.8 instructions and 0.58 loads (+0.17 prefetches) per FMA, 1.5 loads a cycle at 2 FMAs a cycle (Zen 3: 2 or more)
+CHANNEL_TAP_LOOPS = True
+
+def _tap_loop_tile(regs: int, n_out: int, n_vecs: int, lanes: int, panel_bytes: int) -> tuple[int, int] | None:
+  """(channel vectors, pixels) of the odd row's tap-loop tile (CHANNEL_TAP_LOOPS): the most accumulators whose registers (one
+  per accumulator, a broadcast per pixel, a weight) fit `regs`, j dividing the `n_vecs` channel vectors, the row of `n_out`
+  padded by at most 1/CHANNEL_PAD_SHARE (least padding next), the panel of `panel_bytes` per channel vector within PACK_MAX_BYTES."""
+  fits = [(j * rows, -(-n_out % rows), j, rows) for j in (4, 2) for rows in range(2, lanes) if n_vecs % j == 0 and
+          j * rows + rows + 1 <= regs and j * panel_bytes <= PACK_MAX_BYTES and lanes * j * rows <= MAX_REGISTER_ELEMS and
+          (n_out % rows == 0 or _pad_ok(n_out, rows, CHANNEL_PAD_SHARE))]
+  return max(fits)[2:] if fits else None
 
 def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp, lanes: int) -> Kernel | None:
   """A conv whose output rows hold few vectors (ResNet's 7x7 and 14x14 stages: a row of 7 holds none), or no whole number of
@@ -473,7 +491,10 @@ def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp
     tiles = below_lanes
     if not tiles or max(tiles)[0] < MM_MIN_ACC: return None
   pixels = contig_out
-  if tiles: _, j, rows = max(tiles)
+  taps = _tap_loop_tile(regs, n_out, nc // lanes, lanes, lanes * red_len * item) if odd and CHANNEL_TAP_LOOPS else None
+  if taps is not None and taps[0] * taps[1] <= max(tiles)[0]: taps = None
+  if taps is not None: j, rows = taps
+  elif tiles: _, j, rows = max(tiles)
   else:
     # a row of 8 or 16 (a stride-2 conv's gradient by phases, 8x512x7x7 -> 8x8 outputs) holds no such block: the rows come from
     # the next output axis the input uses and the weights don't (the output rows: no load is contiguous along them, so any
@@ -492,6 +513,7 @@ def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp
     _, rows, j = max(by_rows)
   img = _image_blocks(k, chan, x_loads, w_loads, nc // (j * lanes), nc * red_len * item)
   try:
+    if taps is not None and n_out % rows: k = k.apply(Opt(OptOps.PADTO, _pos(k, pixels), rows))
     k = k.apply(Opt(OptOps.UPCAST, _pos(k, chan), lanes))
     if j > 1: k = k.apply(Opt(OptOps.UPCAST, _pos(k, _same(k, chan)), j))   # j vectors: the expander's lanes are one register
     k = k.apply(Opt(OptOps.UPCAST, _pos(k, _same(k, pixels)), rows))
@@ -515,8 +537,8 @@ def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp
     else:
       if blocks and (first := k.of_type(AxisType.LOOP)[0]) is not c: k = k.apply(Opt(OptOps.SWAP, _pos(k, first), _pos(k, c)))
       pack_at = int(blocks)
-    for w in windows: k = _try(k, Opt(OptOps.UNROLL, _pos(k, _same(k, w)), 0))
-    for w in more:
+    for w in windows if taps is None else []: k = _try(k, Opt(OptOps.UNROLL, _pos(k, _same(k, w)), 0))
+    for w in more if taps is None else []:
       if k.register_elems() * (range_size(w) or 99) <= MAX_REGISTER_ELEMS: k = _try(k, Opt(OptOps.UNROLL, _pos(k, _same(k, w)), 0))
     return k.apply(Opt(OptOps.PACK, _pos(k, k.of_type(AxisType.LOOP)[pack_at])))
   except (KernelOptError, IndexError): return None
