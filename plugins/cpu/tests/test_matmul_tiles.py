@@ -1,6 +1,6 @@
 """Matmul register tiles come from the host's vector registers (renderer.simd_regs, simd_width): on a simulated AVX2 host (8-wide
-ymm, 16 registers; code built for Haswell) the tile fits 16 registers and gives numpy's results, and the tile of this host
-fits its own registers."""
+ymm, 16 registers; code built for Haswell) the tile fits 16 registers and gives numpy's results, and the default device's tile
+fits its renderer's registers (the host's, unless DEV names another CPU, e.g. DEV=CPU:LLVM:znver3)."""
 from __future__ import annotations
 import platform
 import numpy as np
@@ -10,7 +10,7 @@ from core.device.registry import Device
 from core.codegen.opt import Kernel, OptOps
 from core.codegen.opt.heuristic import hand_coded, MM_MIN_ACC
 from core.schedule.kernelize import create_schedule
-from plugin_cpu.renderer import CPULLVMRenderer, SIMD_BYTES, SIMD_REGS
+from plugin_cpu.renderer import CPULLVMRenderer
 from cpu_kernels import run_item
 
 x86 = platform.machine().lower() in ("x86_64", "amd64")
@@ -51,13 +51,12 @@ def test_avx2_tile_fits_and_matches_numpy(n, kk, m):
   assert "<8 x float>" in src and "<16 x float>" not in src
   np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
-def test_host_tile_fits_the_host_registers():
+def test_device_tile_fits_its_registers():
   item, want = _matmul_item(256, 128, 256, np.random.default_rng(0))
   rnd = Device["CPU"].renderer
-  assert rnd.simd_regs == SIMD_REGS and SIMD_REGS == (32 if SIMD_BYTES == 64 or not x86 else 16)
+  assert rnd.simd_regs == (32 if rnd.simd_width == 64 or not x86 else 16)
   k = hand_coded(Kernel(item.ast, rnd))
-  lanes = SIMD_BYTES // 4
-  cols, rows = _tile(k, lanes)
-  assert cols * rows + cols + 1 <= SIMD_REGS and cols * rows >= MM_MIN_ACC, k.applied
+  cols, rows = _tile(k, rnd.simd_width // 4)
+  assert cols * rows + cols + 1 <= rnd.simd_regs and cols * rows >= MM_MIN_ACC, k.applied
   got, _ = _run(item, k, rnd, Device["CPU"].compiler)
   np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
