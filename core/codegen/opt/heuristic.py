@@ -410,16 +410,28 @@ CHANNEL_POW2_ROWS = True
 # still do). Zen 5, znver3 code, kernel time, A/B in one process: 3x3 8x64x56x56 one thread (CPU time, medians of 15) 2 x 4
 # 16.3 ms, 4 x 3 14.6, 2 x 5 15.8; 32x64x56x56 one thread (medians of 11) 63.4 -> 56.6 ms, two (wall, 31) 32.6 -> 29.3. Its
 # loop: 1.8 instructions and 0.58 loads (+0.17 prefetches) per FMA, 1.5 loads a cycle at 2 FMAs a cycle (Zen 3: 2 or more)
+# The rows of part vectors too (AVX2's 28 and 14), one thread, medians of 11-21: 3x3 8x128x28x28 -> 128 2 x 4 15.0 -> 4 x 3 (28
+# padded to 30) 14.1 ms, 8x64x28x28 -> 64 3.79 -> 3.56, 8x256x14x14 -> 256 1 x 7 16.7 -> 4 x 3 (14 padded to 15) 14.1 (0.84-0.96x
+# over 11 shapes of 32-512 channels). Not where the input is read in place through gates (a small one, no padded copy): 8x8x40x40
+# -> 32 1.48x the time, 8x16x24x24 -> 32 1.16x, 8x64x14x14 -> 64 1.54x, 8x16x28x28 -> 32 1.64x (taps left as loops, spills).
+# Rows of powers of two below the lanes spilled or ran 2.5-5x the time as loops (2 x 4, 4 x 2); a stride-2 conv's phases (1 or
+# 2 taps along the row) are not measured: TAP_LOOP_MIN_WINDOW
+# 2 channel vectors x 5 pixels (10 accumulators) gained little or lost: 8x64x56x56 -> 64 0.97x, 8x16x56x56 -> 16 1.02x:
+# TAP_LOOP_VECTORS
 CHANNEL_TAP_LOOPS = True
+TAP_LOOP_MIN_WINDOW = 3
+TAP_LOOP_VECTORS = 4
 
 def _tap_loop_tile(regs: int, n_out: int, n_vecs: int, lanes: int, panel_bytes: int) -> tuple[int, int] | None:
-  """(channel vectors, pixels) of the odd row's tap-loop tile (CHANNEL_TAP_LOOPS): the most accumulators whose registers (one
-  per accumulator, a broadcast per pixel, a weight) fit `regs`, j dividing the `n_vecs` channel vectors, the row of `n_out`
-  padded by at most 1/CHANNEL_PAD_SHARE (least padding next), the panel of `panel_bytes` per channel vector within PACK_MAX_BYTES."""
-  fits = [(j * rows, -(-n_out % rows), j, rows) for j in (4, 2) for rows in range(2, lanes) if n_vecs % j == 0 and
-          j * rows + rows + 1 <= regs and j * panel_bytes <= PACK_MAX_BYTES and lanes * j * rows <= MAX_REGISTER_ELEMS and
-          (n_out % rows == 0 or _pad_ok(n_out, rows, CHANNEL_PAD_SHARE))]
-  return max(fits)[2:] if fits else None
+  """(channel vectors, pixels) of a channel tile with the window as loops (CHANNEL_TAP_LOOPS): TAP_LOOP_VECTORS dividing the
+  `n_vecs` channel vectors, their panel (`panel_bytes` a vector) within PACK_MAX_BYTES, and the most pixels, no power of two,
+  whose registers (one per accumulator, a broadcast per pixel, a weight) fit `regs`, the row of `n_out` padded by at most
+  1/MM_PAD_FULL (least padding first among as many)."""
+  j = TAP_LOOP_VECTORS
+  if n_vecs % j or j * panel_bytes > PACK_MAX_BYTES: return None
+  fits = [(rows, -(-n_out % rows)) for rows in range(3, lanes) if rows & (rows - 1) and j * rows + rows + 1 <= regs and
+          lanes * j * rows <= MAX_REGISTER_ELEMS and (n_out % rows == 0 or _pad_ok(n_out, rows, MM_PAD_FULL))]
+  return (j, max(fits)[0]) if fits else None
 
 def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp, lanes: int) -> Kernel | None:
   """A conv whose output rows hold few vectors (ResNet's 7x7 and 14x14 stages: a row of 7 holds none), or no whole number of
@@ -491,8 +503,12 @@ def _channel_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UOp
     tiles = below_lanes
     if not tiles or max(tiles)[0] < MM_MIN_ACC: return None
   pixels = contig_out
-  taps = _tap_loop_tile(regs, n_out, nc // lanes, lanes, lanes * red_len * item) if odd and CHANNEL_TAP_LOOPS else None
-  if taps is not None and taps[0] * taps[1] <= max(tiles)[0]: taps = None
+  # (only where the input's window loads are ungated, read from its padded copy: a small input read in place through gates keeps
+  # the unrolled window, its gated loads' branches in the tap loops leave LLVM's unroller and scheduler to spill)
+  taps = _tap_loop_tile(regs, n_out, nc // lanes, lanes, lanes * red_len * item) if CHANNEL_TAP_LOOPS and \
+    rnd.odd_row_channel_tile and regs <= CHANNEL_ODD_ROW_REGS and strided < 2 and win >= TAP_LOOP_MIN_WINDOW and \
+    not any(len(ld.src[0].src) > 2 for ld in x_loads) else None
+  if taps is not None and (not tiles or taps[0] * taps[1] <= max(tiles)[0]): taps = None
   if taps is not None: j, rows = taps
   elif tiles: _, j, rows = max(tiles)
   else:

@@ -1,7 +1,8 @@
-"""A 3x3 conv whose output rows hold an odd number of whole vectors (AVX2's 56 = 7 x 8) on a renderer with 16 vector registers
-takes the channel tile with its kernel window left as loops (heuristic.CHANNEL_TAP_LOOPS): 4 channel vectors x 3 pixels, 12
-accumulators, the row padded to whole pixel blocks (56 -> 57: the pad pixel's loads gated, its outputs not stored), where the
-unrolled window held 2 x 4. Results against numpy (the padded row's last block included, with and without a fused bn and relu)
+"""A 3x3 conv's channel tile (output rows of an odd number of whole vectors, AVX2's 56 = 7 x 8, or of part vectors, 28 and 14)
+on a renderer with 16 vector registers takes its kernel window as loops (heuristic.CHANNEL_TAP_LOOPS) where its input's copy is
+read ungated: 4 channel vectors x 3 pixels, 12 accumulators, the row padded to whole pixel blocks (56 -> 57: the pad pixel's
+loads gated, its outputs not stored), where the unrolled window held 2 x 4 (1 x 7 on 14). An input read in place through gates
+keeps the unrolled window. Results against numpy (the padded row's last block included, with and without a fused bn and relu)
 on an AVX2-like renderer; AVX-512's tiles render as without the rule."""
 from __future__ import annotations
 import numpy as np
@@ -19,8 +20,12 @@ def _ref(x: np.ndarray, w: np.ndarray) -> np.ndarray:
   win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))
   return np.einsum("nchwij,ocij->nohw", win, w.astype(np.float64))
 
-def _conv(n: int, c: int, hw: int, o: int) -> Tensor:
-  return Tensor(np.zeros((n, c, hw, hw), np.float32)).conv2d(Tensor(np.zeros((o, c, 3, 3), np.float32)), padding=1)
+def _conv(n: int, c: int, hw: int, o: int, x: np.ndarray | None = None, w: np.ndarray | None = None) -> Tensor:
+  """The conv of a computed input (twice x: padded by a copy kernel, its window loads ungated, whatever the device reads in
+  place) over more than conv.PAD_IN_PLACE_BYTES."""
+  x = np.zeros((n, c, hw, hw), np.float32) if x is None else x
+  w = np.zeros((o, c, 3, 3), np.float32) if w is None else w
+  return (Tensor(x).realize() * 2).conv2d(Tensor(w).realize(), padding=1)
 
 def _applied(y: Tensor, simd_bytes: int) -> list:
   return list(hand_coded(Kernel(create_schedule([y.uop])[0][-1].ast, host_renderer(simd_bytes))).applied)
@@ -29,33 +34,46 @@ def _source(y: Tensor, simd_bytes: int) -> str:
   rnd = host_renderer(simd_bytes)   # a renderer of its own each time: programs are cached by renderer
   return program_source(get_program(hand_coded(Kernel(create_schedule([y.uop])[0][-1].ast, rnd)).ast, rnd, optimize=False))
 
-# (output channels, row): the tile's channel vectors x pixels and the padded row, or None where the row needs none
-TILES = [(64, 56, (4, 3), 57), (32, 40, (4, 3), 42), (32, 24, (4, 3), None), (16, 40, (2, 5), None)]
+# (images, input channels, row, output channels): the tile's channel vectors x pixels, whether the row is padded to it (to 57,
+# 42, 30, 15), and the unrolled window's tile (upcasts after the 8 lanes) without the rule
+TILES = [((2, 32, 56, 64), (4, 3), True, [2, 4]), ((2, 64, 40, 32), (4, 3), True, [2, 4]), ((4, 64, 24, 32), (4, 3), False, [2, 4]),
+         ((4, 64, 28, 32), (4, 3), True, [2, 4]), ((8, 128, 14, 32), (4, 3), True, [7])]
+IDS = ["56", "40", "24", "28", "14"]
 
-@pytest.mark.parametrize("o,hw,tile,padded", TILES, ids=["56", "40", "24", "16 channels"])
-def test_avx2_odd_rows_take_the_tap_loop_tile(o, hw, tile, padded, monkeypatch):
+@pytest.mark.parametrize("shape,tile,padded,old", TILES, ids=IDS)
+def test_avx2_rows_take_the_tap_loop_tile(shape, tile, padded, old, monkeypatch):
   if not host_renderer(32).odd_row_channel_tile: pytest.skip("the renderer keeps the row tile on odd rows")
-  applied = _applied(_conv(2, 8, hw, o), 32)
+  applied = _applied(_conv(*shape), 32)
   assert [a.amt for a in applied if a.op is OptOps.UPCAST] == [8, *tile], applied
-  assert [a.amt for a in applied if a.op is OptOps.PADTO] == ([] if padded is None else [3]), applied
+  assert [a.amt for a in applied if a.op is OptOps.PADTO] == ([3] if padded else []), applied
   assert not any(a.op is OptOps.UNROLL for a in applied), applied   # the window stays loops
   monkeypatch.setattr(heuristic, "CHANNEL_TAP_LOOPS", False)
-  old = _applied(_conv(2, 8, hw, o), 32)
-  assert [a.amt for a in old if a.op is OptOps.UPCAST] == [8, 2, 4] and any(a.op is OptOps.UNROLL for a in old), old
+  before = _applied(_conv(*shape), 32)
+  assert [a.amt for a in before if a.op is OptOps.UPCAST] == [8, *old] and any(a.op is OptOps.UNROLL for a in before), before
 
-@pytest.mark.parametrize("o,hw,tile,padded", TILES, ids=["56", "40", "24", "16 channels"])
-def test_tap_loop_tile_gives_numpys_results(o, hw, tile, padded):
+@pytest.mark.parametrize("in_place", [True, False], ids=["input read in place", "16 output channels"])
+def test_others_keep_the_unrolled_window(in_place):
+  # a small input, padded through gated loads in the conv (conv.PAD_IN_PLACE_BYTES): the taps as loops spilled there; 16
+  # output channels hold no 4 vectors (2 x 5 as loops gained too little)
+  if not host_renderer(32).odd_row_channel_tile: pytest.skip("the renderer keeps the row tile on odd rows")
+  y = Tensor(np.zeros((2, 8, 56, 56), np.float32)).realize().conv2d(Tensor(np.zeros((64, 8, 3, 3), np.float32)).realize(), padding=1) \
+    if in_place else _conv(2, 64, 40, 16)
+  applied = _applied(y, 32)
+  assert [a.amt for a in applied if a.op is OptOps.UPCAST] == [8, 2, 4] and any(a.op is OptOps.UNROLL for a in applied), applied
+
+@pytest.mark.parametrize("shape,tile,padded,old", TILES, ids=IDS)
+def test_tap_loop_tile_gives_numpys_results(shape, tile, padded, old):
+  n, c, hw, o = shape
   rng = np.random.default_rng(hw + o)
-  n, c = 2, 8
   x, w = rng.standard_normal((n, c, hw, hw), dtype=np.float32), rng.standard_normal((o, c, 3, 3), dtype=np.float32)
   s, b = rng.standard_normal(o, dtype=np.float32), rng.standard_normal(o, dtype=np.float32)
-  ref = _ref(x, w)
-  conv = Tensor(x).realize().conv2d(Tensor(w).realize(), padding=1)
+  ref = _ref(2 * x, w)
+  conv = _conv(n, c, hw, o, x, w)
   fused = (conv * Tensor(s).reshape(1, o, 1, 1) + Tensor(b).reshape(1, o, 1, 1)).relu()
   rnd = host_renderer(32)
   for y, want in ((conv, ref), (fused, np.maximum(ref * s.reshape(1, o, 1, 1) + b.reshape(1, o, 1, 1), 0))):
     items = create_schedule([y.uop])[0]
-    for it in items[:-1]: run_ast(it, hand_coded(Kernel(it.ast, rnd)).ast, rnd)   # the padded input's copy, if any
+    for it in items[:-1]: run_ast(it, hand_coded(Kernel(it.ast, rnd)).ast, rnd)   # the padded input's copy
     got, _ = run_ast(items[-1], hand_coded(Kernel(items[-1].ast, rnd)).ast, rnd)
     # every output, the last pixel block's (the pad's neighbours) too
     np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
