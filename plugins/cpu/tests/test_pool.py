@@ -248,3 +248,41 @@ def test_late_worker_backs_off_to_the_launching_thread(cc):
     native.set_pool_backoff(0)   # never: the pool again
     assert any(launch(4, 20, 1) != {me} for _ in range(10))
   finally: native.set_pool_backoff(int(os.getenv("CPU_BACKOFF_US", "") or 10_000))
+
+# records which thread ran each block; every block at position p of its thread's share (the first, the second, ...) waits until
+# `threads` blocks at p have started (each on its own thread then), or gives up after 20 s and counts a timeout in data1[per]
+HOME_SRC = """#define _GNU_SOURCE
+#include <sched.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+void home(long* restrict data0, int* restrict data1, int per, int threads, int gidx0) {
+  int p = gidx0 % per;
+  data0[gidx0] = syscall(SYS_gettid);
+  __atomic_add_fetch(&data1[p], 1, __ATOMIC_SEQ_CST);
+  time_t until = time(0) + 20;
+  while (__atomic_load_n(&data1[p], __ATOMIC_SEQ_CST) < threads)
+    if (sched_yield(), time(0) > until) { __atomic_add_fetch(&data1[per], 1, __ATOMIC_SEQ_CST); break; }
+}
+"""
+
+@pytest.mark.parametrize("per", [1, 2, 3])
+def test_each_thread_runs_its_home_share(cc, per):
+  # `per` blocks a thread: thread t (the launcher first) claims blocks [t*per, (t+1)*per) before any other thread's, so the
+  # same thread runs the same blocks at every launch (a kernel then reads the part of the previous one's output its own core
+  # wrote). A free-for-all claim hands a thread a later position's block while others wait at an earlier one: timeouts.
+  threads = native.pool_threads()
+  if threads < 2: pytest.skip("needs a pool of 2 or more threads")
+  prg, n, launch = CPUProgram("home", cc.compile(HOME_SRC)), per * threads, native.lib().cpu_launch
+  maps = []
+  try:
+    native.set_pool_backoff(0)   # a back-off left by an earlier test would run every block on this thread
+    for _ in range(5):
+      tid, sync = to_dev(np.zeros(n, np.int64)), to_dev(np.zeros(per + 1, np.int32))
+      assert launch(prg.fn, 4, (ctypes.c_uint64 * 4)(ctypes.addressof(tid), ctypes.addressof(sync), per, threads), n) == 0
+      assert from_dev(sync, np.zeros(per + 1, np.int32))[per] == 0, "a block waited in vain for the other threads' blocks"
+      maps.append(from_dev(tid, np.zeros(n, np.int64)).reshape(threads, per))
+  finally: native.set_pool_backoff(int(os.getenv("CPU_BACKOFF_US", "") or 10_000))
+  assert (maps[0] == maps[0][:, :1]).all(), "a thread's share ran on more than one thread"
+  assert len(set(maps[0][:, 0])) == threads and maps[0][0, 0] == threading.get_native_id()
+  for m in maps[1:]: np.testing.assert_array_equal(m, maps[0])

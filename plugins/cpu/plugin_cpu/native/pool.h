@@ -14,7 +14,8 @@
    kernels whose work is too small to split).
    Returns 0, or -1 if nargs is outside [0, CPU_MAX_ARGS] or nblocks does not fit the kernel's `int gidx0`.
    Safe to call from several threads at once: launches that need the pool take turns, one-block launches run at once
-   on the calling thread. */
+   on the calling thread. Each pool thread runs its home share of the blocks first (a contiguous, proportional part: the
+   caller the first), so the same thread runs the same blocks at every launch of a count unless another was late. */
 int cpu_launch(void *fn, int nargs, const uint64_t *args, int64_t nblocks);
 
 /* cpu_launch whose blocks run under a fault guard: a block that raises SIGSEGV/SIGBUS/SIGFPE/SIGILL is abandoned (the
