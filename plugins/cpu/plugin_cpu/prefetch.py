@@ -58,7 +58,16 @@ def loop_deps(uops: list[UOp]) -> dict[UOp, frozenset[UOp]]:
   """The loops each value depends on, in one pass over the linear order (a toposort per load doubled a matmul's render time)."""
   deps: dict[UOp, frozenset[UOp]] = {}
   for u in uops:
-    if u.op is not Ops.END: deps[u] = frozenset((u,)) if u.op is Ops.RANGE else frozenset().union(*(deps.get(s, frozenset()) for s in u.src))
+    if u.op is Ops.END: continue
+    if u.op is Ops.RANGE:
+      deps[u] = frozenset((u,))
+      continue
+    # most values share their sources' set: a new one only where a source adds loops (a union per value was 3/4 of the time)
+    d: frozenset[UOp] = frozenset()
+    for s in u.src:
+      if not (e := deps.get(s)) or e is d or e <= d: continue
+      d = e if d <= e else d | e
+    deps[u] = d
   return deps
 
 def is_global_param(buf: UOp) -> bool:
@@ -318,10 +327,12 @@ def sweep_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[
     if (buf := global_read(x)) is None: continue
     idx, item = x.src[0].src[1], buf.dtype.base.itemsize
     if not (rngs := deps.get(idx, frozenset())) or any(r.arg[-1] is AxisType.REDUCE for r in rngs): continue
-    steps = {r: s for r in rngs if (s := index_step(idx, r)) is not None}
-    for r, s in sorted(steps.items(), key=lambda rs: order[rs[0]]):
-      if r.src[0].op is Ops.CONST and 0 < s * item <= line_bytes() and r.src[0].arg * s * item >= SWEEP_MIN_BYTES and \
-         any(order[q] > order[r] and t * item >= SWEEP_MIN_GAP for q, t in steps.items()):
+    # steps asked only where a loop could be the sweep (outermost first): each new one substitutes into and simplifies the index
+    loops = sorted(rngs, key=order.__getitem__)
+    for i, r in enumerate(loops):
+      if r.src[0].op is Ops.CONST and r.src[0].arg * line_bytes() >= SWEEP_MIN_BYTES and i + 1 < len(loops) and \
+         (s := index_step(idx, r)) is not None and 0 < s * item <= line_bytes() and r.src[0].arg * s * item >= SWEEP_MIN_BYTES and \
+         any((t := index_step(idx, q)) is not None and t * item >= SWEEP_MIN_GAP for q in loops[i + 1:]):
         sweeps[x] = (r, s)
         step_bytes[r] = step_bytes.get(r, 0) + x.dtype.itemsize * prod(q.src[0].arg if q.src[0].op is Ops.CONST else 1
                                                                        for q in rngs if order[q] > order[r])
