@@ -28,8 +28,9 @@ def _sweep(uops):
   return prefetch.sweep_offsets(uops, prefetch.loop_deps(uops), {u: k for k, u in enumerate(uops)})
 
 def test_no_steps_asked_without_a_loop_long_enough_to_sweep():
-  # loops of 16: no sweep of a page at a line a step (SWEEP_MIN_BYTES) on any cache line up to 256 bytes
-  uops, _, _, _ = _gather_copy(16, 16)
+  # loops of 8: no sweep of a page at a line a step (SWEEP_MIN_BYTES) on any cache line below 512 bytes (loops of 16 would
+  # ask on a 256-byte line, A64FX's)
+  uops, _, _, _ = _gather_copy(8, 8)
   prefetch._steps.clear()
   misses = prefetch._steps.misses
   assert _sweep(uops) == {}
