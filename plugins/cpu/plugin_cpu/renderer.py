@@ -169,7 +169,7 @@ def _llvm_lane_index(ctx: CPULLVMRenderer, x: UOp, base: UOp, off: UOp) -> str |
   almost none. The same address wherever the i32 sum does not wrap, as no index into a buffer does. (Loads in reduce loops
   take _llvm_offset_index's form instead: written this way, the bench 3x3 conv's input loads made LLVM unroll its FMA loop, 6%
   slower.)"""
-  if x not in ctx.lane_indices: return _llvm_offset_index(ctx, x, base, off) if x.src[1] in ctx.offset_adds else None
+  if x not in ctx.lane_indices: return _llvm_offset_index(ctx, x, base, off) if x.src[1] in ctx.offset_adds or x in ctx.offset_vectors else None
   w, s = ctx.tmp(), ctx.tmp()
   return (f"{w} = sext i32 {ctx[base]} to i64\n  {s} = add nsw i64 {w}, {off.arg}\n"
           f"  {ctx[x]} = getelementptr inbounds {ctx.mem_ty(x.src[0].dtype.base)}, {ctx.ptr_ty(x.src[0].dtype)} {ctx[x.src[0]]}, i64 {s}")
@@ -179,17 +179,18 @@ def _llvm_offset_index(ctx: CPULLVMRenderer, x: UOp, base: UOp, off: UOp) -> str
   the buffer at the index, then the constant in i64 from there: a batchnorm gradient's 16 channels read one by one at stride
   49 are then one address and 16 displacements to LLVM's loop passes (IndVarSimplify, LoopLoadElimination, LSR), where each
   lane's i32 sum was an address they widened and rewrote of its own (the i64 sum, _llvm_lane_index's form, made LLVM unroll
-  a 3x3 conv's FMA loop)."""
+  a 3x3 conv's FMA loop). An ungated vector load's too (vector_offsets)."""
   b, t, pt = ctx.tmp(), ctx.mem_ty(x.src[0].dtype.base), ctx.ptr_ty(x.src[0].dtype)
   return (f"{b} = getelementptr inbounds {t}, {pt} {ctx[x.src[0]]}, i32 {ctx[base]}\n"
           f"  {ctx[x]} = getelementptr inbounds {t}, {pt} {b}, i64 {off.arg}")
 
-def lane_indices(uops: list[UOp]) -> frozenset[UOp]:
-  """The INDEXes _llvm_lane_index writes in i64: those of scalar stores and of scalar loads whose index depends on no reduce loop."""
-  deps = loop_deps(uops)
+def _in_reduce(deps: dict[UOp, frozenset[UOp]], idx: UOp) -> bool: return any(r.arg[-1] is AxisType.REDUCE for r in deps.get(idx, ()))
+
+def lane_indices(uops: list[UOp], deps: dict[UOp, frozenset[UOp]]) -> frozenset[UOp]:
+  """The INDEXes _llvm_lane_index writes in i64: those of scalar stores and of scalar loads whose index depends on no reduce loop
+  (`deps`: prefetch.loop_deps)."""
   return frozenset(u.src[0] for u in uops if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX and
-                   (u.src[1] if u.op is Ops.STORE else u).dtype.count == 1 and
-                   (u.op is Ops.STORE or not any(r.arg[-1] is AxisType.REDUCE for r in deps.get(u.src[0].src[1], ()))))
+                   (u.src[1] if u.op is Ops.STORE else u).dtype.count == 1 and (u.op is Ops.STORE or not _in_reduce(deps, u.src[0].src[1])))
 
 def _llvm_index_offset(ctx: CPULLVMRenderer, x: UOp, base: UOp, off: UOp) -> str | None:
   """A scalar load's 32-bit index plus a constant as an add without signed wrap (nsw), as no index into a buffer wraps: a tile's
@@ -198,10 +199,22 @@ def _llvm_index_offset(ctx: CPULLVMRenderer, x: UOp, base: UOp, off: UOp) -> str
   address each (and no lane stores here: they are in i64, _llvm_lane_index)."""
   return f"{ctx[x]} = add nsw i32 {ctx[base]}, {ctx[off]}" if x in ctx.index_offsets else None
 
+def _offset_add(i: UOp) -> bool: return i.op is Ops.ADD and i.dtype == dtypes.int32 and i.src[1].op is Ops.CONST
+
 def index_offsets(uops: list[UOp]) -> frozenset[UOp]:
   """The 32-bit (index + constant) adds that index a scalar load: _llvm_index_offset writes them nsw."""
-  idx = (u.src[0].src[1] for u in uops if u.op is Ops.LOAD and u.dtype.count == 1 and u.src[0].op is Ops.INDEX)
-  return frozenset(i for i in idx if i.op is Ops.ADD and i.dtype == dtypes.int32 and i.src[1].op is Ops.CONST)
+  return frozenset(u.src[0].src[1] for u in uops if u.op is Ops.LOAD and u.dtype.count == 1 and u.src[0].op is Ops.INDEX and
+                   _offset_add(u.src[0].src[1]))
+
+def vector_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]]) -> frozenset[UOp]:
+  """The INDEXes of ungated vector loads outside reduce loops at a 32-bit index plus a constant, which _llvm_offset_index
+  addresses too: the stem conv's image rows staged into its panel (8 loads at 15, 460, ... 1395 floats from one index) were 8
+  addresses that LLVM's loop passes widened and rewrote each (its compile 0.20 -> 0.09 s). A gated load keeps the i32 sum: the
+  3x3/2 max pool's window rows above the image, loaded under a branch, so addressed made it 1.24-1.29x slower, with the same
+  vector instructions and fewer scalar ones (its masked loads alone so addressed: 1.08x). So does a load in a reduce loop: with
+  fewer address instructions LLVM unrolled a small weight-gradient sum (r_12_4_4_64) once more, 1.06x slower."""
+  return frozenset(u.src[0] for u in uops if u.op is Ops.LOAD and u.dtype.count > 1 and u.src[0].op is Ops.INDEX and
+                   len(u.src[0].src) == 2 and _offset_add(u.src[0].src[1]) and not _in_reduce(deps, u.src[0].src[1]))
 
 # AVX-512's vscalefps is p * 2**n in one instruction, where exp2's 2**n from the float's bits takes 4 integer ops and a second
 # multiply (decompose.fast_exp2's `scale`): float32 vectors of 4 and 8 lanes (avx512vl) and of 16 or a power-of-two multiple of
@@ -373,6 +386,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
   split_tile_rows = True   # unchecked_streams: one alignment test per kernel
   peel_tails = True        # peel.peel_tail_iterations on (a switch for comparisons)
   offset_geps = True       # _llvm_offset_index on (a switch for comparisons)
+  offset_vectors_on = True  # and for ungated vector loads (vector_offsets)
 
   def __init__(self, arch: str | None = None):
     if arch is not None:   # DEV=CPU:LLVM:<arch>: that CPU model's (compiler.arch_flags)
@@ -395,9 +409,11 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
     if self.peel_tails: uops = peel_tail_iterations(uops)
     self.prefetch = prefetch_offsets(uops, self.panel_budget(), self.simd_regs, self.simd_width, self.flags) if PREFETCH else {}
     self.unchecked, self.plain_copy = unchecked_streams(uops, self.simd_width), False
-    self.lane_indices = lane_indices(uops)
+    deps = loop_deps(uops)
+    self.lane_indices = lane_indices(uops, deps)
     self.index_offsets = index_offsets(uops)
     self.offset_adds = self.index_offsets if self.offset_geps else frozenset()   # the INDEXes at them: _llvm_offset_index
+    self.offset_vectors = vector_offsets(uops, deps) if self.offset_vectors_on else frozenset()
     self.start_module()
     fns = [self.function(name, uops)]
     if self.unchecked:   # where a buffer of its unconditional streaming stores is misaligned, the kernel calls this copy

@@ -1,10 +1,11 @@
 """The LLVM renderer writes a scalar load's 32-bit index plus a constant as `add nsw` (renderer._llvm_index_offset), and the
 load's address as the buffer at the index, then the constant in i64 (renderer._llvm_offset_index): a tile's lanes read one by
-one in a reduce loop are then one address plus displacements to LLVM's loop passes. Other int32 adds (the data's) keep
-wrapping. Results match numpy."""
+one in a reduce loop are then one address plus displacements to LLVM's loop passes; an ungated vector load's address outside
+reduce loops too (renderer.vector_offsets), a gated one's or one's in a reduce loop keeps the i32 sum. Other int32 adds (the data's) keep wrapping. Results match numpy."""
 import re
 import numpy as np
-from core.ir.dtype import dtypes
+from core.ir.dtype import AddrSpace, dtypes
+from core.ir.ops import UOp, Ops, AxisType
 from cpu_kernels import Linear, c, rng, buf, run, device, offset_row_sums
 
 def _plus_one() -> list:
@@ -15,6 +16,55 @@ def _plus_one() -> list:
   i = lin.add(rng(4, 0))
   lin.add(out.index(i).store(x.index(i).load() + c(1)).end(i))
   return lin.uops
+
+def _vector_offset_sums() -> list:
+  # out[4r:4r+4] = x[4r+1:4r+5] + (x[4r+2:4r+6] where r < 7, else 0): vector loads at constant offsets, the second gated
+  out, x, v4 = buf(0, dtypes.float32, 32), buf(1, dtypes.float32, 40), dtypes.float32.vec(4)
+  lin = Linear()
+  lin.add(out, x)
+  r = lin.add(rng(8, 0))
+  i = r * c(4)
+  plain = x.index(i + c(1)).load(dtype=v4)
+  gated = x.index(i + c(2), valid=r < c(7)).load(UOp.const(v4, 0.0), dtype=v4)
+  lin.add(out.index(i).store(plain + gated).end(r))
+  return lin.uops
+
+def test_an_ungated_vector_load_steps_from_its_index():
+  src = device("LLVM").renderer.render("vector_sums", _vector_offset_sums())
+  at = dict(re.findall(r"(%\w+) = getelementptr inbounds float, ptr %data1, i32 (%\w+)\n", src))
+  steps = re.findall(r"(%\w+) = getelementptr inbounds float, ptr (%\w+), i64 (\d+)\n  %\w+ = load <4 x float>, ptr \1", src)
+  assert [(p in at, int(o)) for _, p, o in steps] == [(True, 1)]
+  # the gated load keeps the buffer at the i32 sum
+  adds = dict(re.findall(r"(%\w+) = add i32 %\w+, (\d+)\n", src))
+  assert [adds[i] for i in re.findall(r"getelementptr inbounds float, ptr %data1, i32 (%\w+)\n", src) if i in adds] == ["2"]
+
+def _vector_row_sums() -> list:
+  # out[4i:4i+4] = x[8i+1:8i+5] + x[8i+5:8i+9]: a vector load at a constant offset inside a reduce loop (j), into a register
+  out, x, v4 = buf(0, dtypes.float32, 16), buf(1, dtypes.float32, 40), dtypes.float32.vec(4)
+  acc = UOp(Ops.DEFINE_REG, v4.ptr(1, AddrSpace.REG), (), 0)
+  lin = Linear()
+  lin.add(out, x, acc)
+  i = lin.add(rng(4, 0))
+  lin.add(acc.index(c(0)).store(UOp.const(v4, 0.0)))
+  j = lin.add(UOp(Ops.RANGE, dtypes.int32, (c(2),), (1, AxisType.REDUCE)))
+  total = acc.index(c(0)).load() + x.index(i * c(8) + j * c(4) + c(1)).load(dtype=v4)
+  lin.add(out.index(i * c(4)).store(acc.after(lin.add(acc.index(c(0)).store(total).end(j))).index(c(0)).load()).end(i))
+  return lin.uops
+
+def test_a_vector_load_in_a_reduce_loop_keeps_the_i32_sum():
+  src = device("LLVM").renderer.render("vector_rows", _vector_row_sums())
+  adds = dict(re.findall(r"(%\w+) = add i32 %\w+, (\d+)\n", src))
+  assert [adds[i] for i in re.findall(r"getelementptr inbounds float, ptr %data1, i32 (%\w+)\n", src) if i in adds] == ["1"]
+  assert not re.search(r"getelementptr inbounds float, ptr %\w+, i64 \d+", src)
+  x = np.arange(40, dtype=np.float32) * 0.25 - 2
+  res = run("LLVM", _vector_row_sums(), [np.zeros(16, np.float32), x])[0]
+  np.testing.assert_array_equal(res, np.concatenate([x[8 * i + 1:8 * i + 5] + x[8 * i + 5:8 * i + 9] for i in range(4)]))
+
+def test_vector_offset_sums_match_numpy():
+  x = np.arange(40, dtype=np.float32) * 0.5 - 3
+  res = run("LLVM", _vector_offset_sums(), [np.zeros(32, np.float32), x])[0]
+  want = np.concatenate([x[4 * r + 1:4 * r + 5] + (x[4 * r + 2:4 * r + 6] if r < 7 else 0) for r in range(8)])
+  np.testing.assert_array_equal(res, want)
 
 def test_a_scalar_loads_offset_index_is_nsw():
   src = device("LLVM").renderer.render("lane_sums", offset_row_sums())
