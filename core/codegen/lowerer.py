@@ -1,11 +1,21 @@
 """Kernel graph -> renderable graph: reductions become accumulators, loops become thread ids, index math gets a width."""
 from __future__ import annotations
 import functools, math
+from typing import Iterable
 from core.ir.dtype import dtypes, AddrSpace, DType
 from core.ir.ops import UOp, Ops, AxisType, reduce_op, reduce_alu
 from core.ir.pattern import UPat, PatternMatcher, graph_rewrite
 from core.helpers import prod
 from core.codegen.stash import stash_reduced_values
+
+def union_of(sets: dict[UOp, frozenset[UOp]], srcs: Iterable[UOp]) -> frozenset[UOp]:
+  """The union of the sets of `srcs` (those `sets` has): one of them where it holds the others, as most nodes add no loop to
+  their sources' (a new union per node was most of a walk's time)."""
+  out: frozenset[UOp] = frozenset()
+  for s in srcs:
+    if not (e := sets.get(s)) or e is out or e <= out: continue
+    out = e if out <= e else out | e
+  return out
 
 class RangeScopes:
   """Which loops each node lives in: a RANGE opens its loop, an END closes it."""
@@ -22,7 +32,7 @@ class RangeScopes:
     for u in nodes:
       if u not in cache: cache[u] = live(u)
   def _live(self, u: UOp) -> frozenset[UOp]:
-    live = frozenset().union(*(self.cache[s] for s in u.src)) if u.src else frozenset()
+    live = union_of(self.cache, u.src)
     if u.op is Ops.RANGE: return live | {u}
     return live - set(u.src[1:]) if u.op is Ops.END else live
 
@@ -41,7 +51,7 @@ class LowerCtx:
     live: dict[UOp, frozenset[UOp]] = {}
     for u in nodes:
       # like RangeScopes, but a REDUCE closes its own ranges (it is not lowered to an END yet)
-      lv = frozenset().union(*(live[x] for x in u.src)) if u.src else frozenset()
+      lv = union_of(live, u.src)
       if u.op is Ops.RANGE: lv = lv | {u}
       elif u.op in (Ops.END, Ops.REDUCE): lv = lv - set(u.src[1:])
       live[u] = lv
