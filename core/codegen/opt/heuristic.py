@@ -148,12 +148,18 @@ def _same(k: Kernel, r: UOp) -> UOp:
   """The axis of k that kept r's id (its outer part after a split)."""
   return next(x for x in k.axes if x.arg[0] == r.arg[0])
 
-def _packed_product(k: Kernel, outs: list[UOp], reds: list[UOp], loads: list[UOp], panel_bytes: int) -> bool:
+def _packed_product(k: Kernel, outs: list[UOp], reds: list[UOp], loads: list[UOp], col: UOp, panel_bytes: int) -> bool:
   """A product of two inputs that each miss a different output axis (a @ b.T: both run along the reduce axis), on a renderer
-  that can PACK, with a panel that fits: register tiles reuse each load (a packed panel turns the other input's column reads
-  into vector reads), where vector partial sums along the reduce axis would reuse nothing."""
+  that can PACK, with a panel that fits and rows enough to reuse it: register tiles reuse each load (a packed panel turns the
+  other input's column reads into vector reads), where vector partial sums along the reduce axis would reuse nothing."""
   if k.renderer.has_local or prod(range_size(r) or 0 for r in reds) * panel_bytes > PACK_MAX_BYTES: return False
-  return _crossed_inputs(outs, loads)
+  return _panel_rows(outs, reds, loads, col) >= MM_PACK_REUSE * MM_I and _crossed_inputs(outs, loads)
+
+def _panel_rows(outs: list[UOp], reds: list[UOp], loads: list[UOp], col: UOp) -> int:
+  """The rows a panel of the input read along output axis `col` in the reduction serves: the output axes it misses. Fewer than
+  MM_PACK_REUSE row blocks (a batch-8 a @ W.T) leave _register_block's tile unpacked, each column vector gathered a row apart."""
+  panel = [ld for ld in loads if col in ld.toposort() and any(r in ld.toposort() for r in reds)]
+  return prod(range_size(o) or 0 for o in outs if o is not col and all(o not in ld.toposort() for ld in panel))
 
 def _crossed_inputs(outs: list[UOp], loads: list[UOp]) -> bool:
   """Two inputs that each miss an output axis the other reads (a product, a conv): each load serves several outputs."""
@@ -842,15 +848,15 @@ def _panel_reuse(k: Kernel, rows: UOp) -> int:
 
 RED_REUSE_ACC = 12            # vector accumulators of a product reduced along memory: each load reused across the others' axes
 
-def _reuse_outputs(k: Kernel, red_loads: list[UOp]) -> Kernel:
+def _reuse_outputs(k: Kernel, red_loads: list[UOp], most: int = RED_REUSE_ACC) -> Kernel:
   """A product reduced along memory (a weight gradient: dW[o,c,kh,kw] sums dY[n,o,h,w] * X[n,c,h+kh,w+kw] over n, h, w, whose
-  output rows are too short for vectors): output axes some input does not use unrolled, innermost first, up to RED_REUSE_ACC
+  output rows are too short for vectors): output axes some input does not use unrolled, innermost first, up to `most`
   partial sums, so each vector load feeds several FMAs (dY's across kw, X's across o) instead of one load per FMA each."""
   nacc, reused = 1, set[UOp]()
   for r in reversed([r for r in k.of_type(AxisType.LOOP) if range_size(r) is not None]):
     # one axis per input it is reused by: a second axis only X misses (kh after kw) would add loads as well as sums
     if not (missed := {ld for ld in red_loads if r not in ld.toposort()}) or missed <= reused: continue
-    if amt := _pick_amt(range_size(r), tuple(a for a in (4, 3, 2) if nacc * a <= RED_REUSE_ACC)):
+    if amt := _pick_amt(range_size(r), tuple(a for a in (4, 3, 2) if nacc * a <= most)):
       k = _try(k, Opt(OptOps.UPCAST, _pos(k, r), amt))
       if k.applied[-1].op is OptOps.UPCAST: nacc, reused = nacc * amt, reused | missed
   return k
@@ -1026,7 +1032,7 @@ def hand_coded(k: Kernel) -> Kernel:
     if reds and contig_out is not None and (row := _row_pass(k, reds, contig_out, loads, lanes)) is not None: k = row
     elif reds and gathers and contig_out is not None and (undiv := _undivide(k, contig_out, loads, lanes)) is not None: k = undiv
     elif reds and contig_out is not None and not short_red and \
-       (not (along_red or gathers) or _packed_product(k, outs, reds, loads, MM_J2 * lanes * st.src[1].dtype.itemsize)):
+       (not (along_red or gathers) or _packed_product(k, outs, reds, loads, contig_out, MM_J2 * lanes * st.src[1].dtype.itemsize)):
       blocked = _channel_block(k, outs, loads, contig_out, lanes) if vec_ok else None
       if blocked is None: blocked = _register_block(k, outs, loads, contig_out, lanes, pad=not rnd.has_local)
       # padding pays only through the packed panel or masked vector loads: else every vector load of the padded axis is a gated gather
@@ -1037,11 +1043,21 @@ def hand_coded(k: Kernel) -> Kernel:
     elif reds:
       # a reduction along memory: vector partial sums over the contiguous reduce axis, folded after the loop
       red = next((r for r in reversed(reds) if _contiguous_in(k, r, loads)), None)
-      if red is not None and (amt := _pick_amt(range_size(red), (*_red_vectors(range_size(red), lanes), 4, 2))):
+      # a product with too few rows to pack (_packed_product: a batch-8 a @ W.T) takes one vector a step and the register reuse
+      # below, each load feeding several outputs' sums
+      few_rows = along_red and not short_red and contig_out is not None and _crossed_inputs(outs, loads)
+      vecs = _red_vectors(range_size(red), lanes) if red is not None else ()
+      if red is not None and (amt := _pick_amt(range_size(red), (*(vecs[-1:] if few_rows else vecs), 4, 2))):
         k = _try(k, Opt(OptOps.UNROLL, _pos(k, red), amt))
         streaming = True
-        if short_red and k.applied[-1].op is OptOps.UNROLL:
-          k, streaming = _reuse_outputs(k, red_loads), False   # sums of products: loads reused across outputs, not more rows
+        if (short_red or few_rows) and k.applied[-1].op is OptOps.UNROLL:
+          # sums of products: loads reused across outputs, not more rows (a few-row product's vector accumulators: up to half
+          # the vector registers, the rest for its loads)
+          k, streaming = _reuse_outputs(k, red_loads, rnd.simd_regs // 2 if few_rows else RED_REUSE_ACC), False
+          # (a few-row product's columns outermost: the thread blocks split W, each thread reading its own half once, where
+          # blocks of rows read all of it each)
+          if few_rows and contig_out is not None and (c := _same(k, contig_out)).arg[1] is AxisType.LOOP and (first := k.of_type(AxisType.LOOP)[0]) is not c:
+            k = _try(k, Opt(OptOps.SWAP, _pos(k, first), _pos(k, c)))
         # a vector narrower than the registers is one short add chain: a few of them side by side (copies, not wider lanes)
         elif amt < lanes and k.applied[-1].op is OptOps.UNROLL and (a2 := _pick_amt(range_size(_same(k, red)), (4, 2, 5, 3))):
           k = _try(k, Opt(OptOps.UNROLL, _pos(k, _same(k, red)), a2))
