@@ -1043,9 +1043,10 @@ def hand_coded(k: Kernel) -> Kernel:
     elif reds:
       # a reduction along memory: vector partial sums over the contiguous reduce axis, folded after the loop
       red = next((r for r in reversed(reds) if _contiguous_in(k, r, loads)), None)
-      # a product with too few rows to pack (_packed_product: a batch-8 a @ W.T) takes one vector a step and the register reuse
-      # below, each load feeding several outputs' sums
-      few_rows = along_red and not short_red and contig_out is not None and _crossed_inputs(outs, loads)
+      # a product _packed_product turns down on a CPU (too few rows to reuse a panel, a batch-8 a @ W.T, or a panel too big to
+      # pack) takes one vector a step and the register reuse below, each load feeding several outputs' sums (GPU renderers
+      # never pack: their products keep the workgroup path)
+      few_rows = not rnd.has_local and along_red and not short_red and contig_out is not None and _crossed_inputs(outs, loads)
       vecs = _red_vectors(range_size(red), lanes) if red is not None else ()
       if red is not None and (amt := _pick_amt(range_size(red), (*(vecs[-1:] if few_rows else vecs), 4, 2))):
         k = _try(k, Opt(OptOps.UNROLL, _pos(k, red), amt))
