@@ -17,16 +17,20 @@ def _linear(rows: int, k: int, n: int):
   x, w = rng.standard_normal((rows, k)).astype(np.float32), rng.standard_normal((n, k)).astype(np.float32)
   return product_item(lambda a, b: a @ b.T, x, w), x.astype(np.float64) @ w.T.astype(np.float64)
 
-def _check(item, want, k, rnd) -> None:
-  got, _ = run_ast(item, k.ast, rnd)
-  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+def _tiled(rows: int, k: int, n: int, simd_bytes: int):
+  """(the product's optimized kernel, a checker of its results against numpy, the renderer)."""
+  item, want = _linear(rows, k, n)
+  rnd = host_renderer(simd_bytes)
+  kern = hand_coded(Kernel(item.ast, rnd))
+  def check() -> None:
+    got, _ = run_ast(item, kern.ast, rnd)
+    np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+  return kern, check, rnd
 
 @pytest.mark.parametrize("simd_bytes", [32, 64])
 @pytest.mark.parametrize("rows, k, n", [(8, 512, 1000), (3, 500, 1000), (4, 768, 3072), (2, 96, 40)])
 def test_few_rows_sum_along_the_reduce_with_loads_reused(simd_bytes, rows, k, n):
-  item, want = _linear(rows, k, n)
-  rnd = host_renderer(simd_bytes)
-  kern = hand_coded(Kernel(item.ast, rnd))
+  kern, check, rnd = _tiled(rows, k, n, simd_bytes)
   ops = [o.op for o in kern.applied]
   # no padded, packed column tile: the reduce axis (the last) unrolled first, then rows x columns of accumulators
   assert OptOps.PACK not in ops and OptOps.PADTO not in ops and ops[0] is OptOps.UNROLL and kern.applied[0].axis == 2, kern.applied
@@ -34,20 +38,16 @@ def test_few_rows_sum_along_the_reduce_with_loads_reused(simd_bytes, rows, k, n)
   acc = int(np.prod([o.amt for o in ups]))
   # (3 rows beside 4 columns are 12 accumulators, more than AVX2's 8: the columns alone there)
   assert 1 in {o.axis for o in ups} and 4 <= acc <= rnd.simd_regs // 2, kern.applied
-  _check(item, want, kern, rnd)
+  check()
 
 @pytest.mark.parametrize("simd_bytes", [32, 64])
 def test_one_row_stays_a_matrix_vector_product(simd_bytes):
-  item, want = _linear(1, 768, 3072)
-  rnd = host_renderer(simd_bytes)
-  kern = hand_coded(Kernel(item.ast, rnd))
+  kern, check, _ = _tiled(1, 768, 3072, simd_bytes)
   assert kern.applied[0].op is OptOps.UNROLL and OptOps.PACK not in [o.op for o in kern.applied], kern.applied
-  _check(item, want, kern, rnd)
+  check()
 
 @pytest.mark.parametrize("simd_bytes", [32, 64])
 def test_enough_rows_still_pack(simd_bytes):
-  item, want = _linear(64, 256, 200)
-  rnd = host_renderer(simd_bytes)
-  kern = hand_coded(Kernel(item.ast, rnd))
+  kern, check, _ = _tiled(64, 256, 200, simd_bytes)
   assert OptOps.PACK in [o.op for o in kern.applied], kern.applied
-  _check(item, want, kern, rnd)
+  check()
