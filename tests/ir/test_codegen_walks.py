@@ -61,3 +61,24 @@ def test_shared_simplify_nests_into_the_outer_memo_and_stays_in_its_thread():
     t.start()
     t.join()
   assert seen == [None] and S._memo.done is None
+
+def test_a_kernels_codegen_simplifies_with_one_memo(monkeypatch):
+  # program._program opens shared_simplify around the whole codegen: every simplify of one kernel (trial opts, rebuilds, the
+  # expander's unrolled copies) passes graph_rewrite the same memo, and none is left open after it
+  import numpy as np
+  import core.ir.symbolic as S
+  from core import Tensor
+  from core.device.registry import Device
+  from core.codegen.program import get_program
+  from core.schedule.kernelize import create_schedule
+  memos: list[int | None] = []
+  orig = S.graph_rewrite
+  def spy(u, pm, *a, memo=None, **kw):
+    memos.append(None if memo is None else id(memo))
+    return orig(u, pm, *a, memo=memo, **kw)
+  monkeypatch.setattr(S, "graph_rewrite", spy)
+  x = Tensor(np.arange(24, dtype=np.float32).reshape(4, 6)).realize()
+  items, _, _ = create_schedule([(x * 2 + 1).sum(axis=1).uop])
+  get_program(items[-1].ast, Device[Device.DEFAULT].renderer)
+  assert memos and None not in memos and len(set(memos)) == 1, memos
+  assert getattr(S._memo, "done", None) is None
