@@ -1,21 +1,11 @@
 """Kernel graph -> renderable graph: reductions become accumulators, loops become thread ids, index math gets a width."""
 from __future__ import annotations
 import functools, math
-from typing import Iterable
 from core.ir.dtype import dtypes, AddrSpace, DType
-from core.ir.ops import UOp, Ops, AxisType, reduce_op, reduce_alu
+from core.ir.ops import UOp, Ops, AxisType, reduce_op, reduce_alu, union_of
 from core.ir.pattern import UPat, PatternMatcher, graph_rewrite
 from core.helpers import prod
 from core.codegen.stash import stash_reduced_values
-
-def union_of(sets: dict[UOp, frozenset[UOp]], srcs: Iterable[UOp]) -> frozenset[UOp]:
-  """The union of the sets of `srcs` (those `sets` has): one of them where it holds the others, as most nodes add no loop to
-  their sources' (a new union per node was most of a walk's time)."""
-  out: frozenset[UOp] = frozenset()
-  for s in srcs:
-    if not (e := sets.get(s)) or e is out or e <= out: continue
-    out = e if out <= e else out | e
-  return out
 
 class RangeScopes:
   """Which loops each node lives in: a RANGE opens its loop, an END closes it."""

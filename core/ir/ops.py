@@ -1,7 +1,7 @@
 """The UOp IR: one `Ops` enum and the immutable, hash-consed `UOp` node every stage rewrites."""
 from __future__ import annotations
 import enum, itertools, math, struct, weakref
-from typing import Any, Callable, Generic, Iterator, Sequence, TypeVar, Union, overload
+from typing import Any, Callable, Generic, Iterable, Iterator, Sequence, TypeVar, Union, overload
 from core.ir.dtype import ConstType, DType, PtrDType, dtypes, truncate, AddrSpace
 from core.helpers import prod, fast_members, int_enum, IntEnumBody
 
@@ -582,6 +582,15 @@ def map_arg(arg: Any, fn: Callable[[UOp], Any]) -> Any:
   if isinstance(arg, UOp): return fn(arg)
   if isinstance(arg, tuple): return tuple(map_arg(a, fn) for a in arg)
   return arg
+
+def union_of(sets: dict[UOp, frozenset[UOp]], srcs: Iterable[UOp]) -> frozenset[UOp]:
+  """The union of the sets of `srcs` (those `sets` has), returned as one of them where it holds the others: in per-node walks
+  (loop scopes, loop dependencies) most nodes add nothing to their sources' sets, and a new union per node was most of the time."""
+  out: frozenset[UOp] = frozenset()
+  for s in srcs:
+    if not (e := sets.get(s)) or e is out or e <= out: continue
+    out = e if out <= e else out | e
+  return out
 
 def sym_val(x: sint) -> int:
   """The current value of an int or of an expression of bound variables."""

@@ -1,9 +1,9 @@
-"""The loops each node lives in (lowerer.RangeScopes, linearize's), built from its sources' sets by lowerer.union_of: a node whose
+"""The loops each node lives in (lowerer.RangeScopes, linearize's), built from its sources' sets by union_of (core.ir.ops): a node whose
 sources add no loop to one of theirs shares that set (a new union per node was most of the walk), a new set only where loops
 meet."""
 from core.ir.dtype import dtypes
-from core.ir.ops import UOp, Ops, AxisType
-from core.codegen.lowerer import RangeScopes, union_of
+from core.ir.ops import UOp, Ops, AxisType, union_of
+from core.codegen.lowerer import RangeScopes
 
 def _rng(n: int, axis: int) -> UOp: return UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, n),), (axis, AxisType.LOOP))
 

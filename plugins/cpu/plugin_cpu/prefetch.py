@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 from math import prod
 from core.codegen.linearize import has_shuffle_network
-from core.codegen.lowerer import union_of
+from core.ir.ops import union_of
 from core.helpers import LRUCache
 from core.ir.dtype import PtrDType, AddrSpace, global_nbytes
 from core.ir.ops import UOp, Ops, AxisType
