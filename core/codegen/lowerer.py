@@ -5,7 +5,7 @@ from core.ir.dtype import dtypes, AddrSpace, DType
 from core.ir.ops import UOp, Ops, AxisType, reduce_op, reduce_alu, union_of
 from core.ir.pattern import UPat, PatternMatcher, graph_rewrite
 from core.helpers import prod
-from core.codegen.stash import stash_reduced_values
+from core.codegen.stash import stash_reduced_values, COSTLY_OPS
 
 class RangeScopes:
   """Which loops each node lives in: a RANGE opens its loop, an END closes it."""
@@ -166,10 +166,10 @@ def gate_invalid_threads(sink: UOp, valid: list[UOp]) -> UOp:
     sub[idx] = idx.replace(src=idx.src[:2] + (gate,) + idx.src[3:])
   return sink.substitute(sub)
 
-def map_globals(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0) -> tuple[UOp, tuple[int, ...], tuple[int, ...]]:
-  """Output loops become hardware thread ids (gidx0 is the innermost loop), workgroup axes (LOCAL, GROUP_REDUCE) work-item ids
-  (lidx); returns the new sink and the launch and workgroup sizes. With a thread pool (`threads` > 0) only GLOBAL ranges
-  (thread blocks chosen by the optimizer) become ids; the other loops stay loops inside each block."""
+def thread_ids(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0) \
+    -> tuple[UOp, dict[UOp, UOp], list[UOp], tuple[int, ...], tuple[int, ...]]:
+  """map_globals before its substitution: the sink with the ENDs of loops that become ids dropped, {loop: its id expression},
+  the conditions a thread must meet to exist (gate_invalid_threads), and the launch and workgroup sizes."""
   if threads > 0:
     global_max = (2 ** 31 - 1,)
     kinds: tuple[AxisType, ...] = (AxisType.GLOBAL,)
@@ -178,18 +178,25 @@ def map_globals(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0)
   loops = [r for r in rngs if r.arg[1] in kinds] if global_max else []
   # a group's work-items innermost (lidx0): neighbours read neighbouring elements of the reduction
   lanes = [r for r in rngs if r.arg[1] is AxisType.LOCAL] + [r for r in rngs if r.arg[1] is AxisType.GROUP_REDUCE]
-  if not loops and not lanes: return sink, (1, 1, 1), (1, 1, 1)
+  if not loops and not lanes: return sink, {}, [], (1, 1, 1), (1, 1, 1)
   sub, launch, valid = _thread_ids(loops, "gidx", len(global_max)) if global_max and loops else ({}, [], [])
   lsub, local, lvalid = _thread_ids(lanes, "lidx", 3) if lanes else ({}, [], [])
   sub.update(lsub)
-  # drop the ENDs of loops that became thread ids (wherever they sit in a chain), then replace the ranges
+  # drop the ENDs of loops that became thread ids (wherever they sit in a chain); the ranges are replaced after
   def strip(u: UOp) -> UOp:
     if u.op is not Ops.END: return u
     inner = strip(u.src[0])
     keep = tuple(r for r in u.src[1:] if r not in sub)
     return inner.end(*keep) if keep else inner
-  new = sink.replace(src=tuple(strip(s) for s in sink.src))
-  return gate_invalid_threads(new.substitute(sub), valid + lvalid), tuple(launch + [1] * (3 - len(launch))), tuple(local + [1] * (3 - len(local)))
+  return sink.replace(src=tuple(strip(s) for s in sink.src)), sub, valid + lvalid, tuple(launch + [1] * (3 - len(launch))), \
+    tuple(local + [1] * (3 - len(local)))
+
+def map_globals(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0) -> tuple[UOp, tuple[int, ...], tuple[int, ...]]:
+  """Output loops become hardware thread ids (gidx0 is the innermost loop), workgroup axes (LOCAL, GROUP_REDUCE) work-item ids
+  (lidx); returns the new sink and the launch and workgroup sizes. With a thread pool (`threads` > 0) only GLOBAL ranges
+  (thread blocks chosen by the optimizer) become ids; the other loops stay loops inside each block."""
+  new, sub, valid, launch, local = thread_ids(sink, global_max, threads)
+  return gate_invalid_threads(new.substitute(sub), valid), launch, local
 
 def gate_group_stores(sink: UOp) -> UOp:
   """After a group reduction every work-item of the group holds the result: only the first (id 0 on each GROUP_REDUCE axis
@@ -207,19 +214,38 @@ def gate_group_stores(sink: UOp) -> UOp:
     sub[st] = st.replace(src=(idx.replace(src=idx.src[:2] + (gate,) + idx.src[3:]),) + st.src[1:])
   return sink.substitute(sub) if sub else sink
 
-def lower_index_dtype(sink: UOp) -> UOp:
-  """`index` math becomes int32, or int64 when some value might not fit."""
-  nodes = list(sink.toposort())
-  big = any(not (-2**31 <= u.vmin and u.vmax < 2**31) for u in nodes if u.dtype is dtypes.index and u.op is not Ops.DEFINE_VAR)
+def _substituted_nodes(sink: UOp, ids: dict[UOp, UOp]) -> list[UOp]:
+  """The nodes of sink.substitute(ids) in graph order, each replaced node standing (after its replacement's) for its image."""
+  nodes: list[UOp] = []
+  for u in sink.toposort(gate=lambda u: u not in ids):   # as substitute walks: not below a replaced node
+    if u in ids: nodes.extend(ids[u].toposort())
+    nodes.append(u)
+  return nodes
+
+def lower_index_dtype(sink: UOp, ids: dict[UOp, UOp] | None = None, nodes: list[UOp] | None = None) -> UOp:
+  """`index` math becomes int32, or int64 when some value might not fit. With `ids` ({loop: its thread id expression}, from
+  thread_ids) the loops are replaced in the same rebuild, sink.substitute(ids) retyped in one walk (`nodes`: that walk's
+  _substituted_nodes, where the caller has them). The width is decided on the nodes before the substitution: the same answer
+  where every id has its loop's bounds (_same_bounds), as a node's bounds are a function of its sources' bounds."""
+  ids = ids or {}
+  if nodes is None: nodes = _substituted_nodes(sink, ids)
+  big = any(not (-2**31 <= u.vmin and u.vmax < 2**31) for u in nodes if u.dtype is dtypes.index and u.op is not Ops.DEFINE_VAR and u not in ids)
   dt = dtypes.int64 if big else dtypes.int32
   # one rebuild in graph order, sources first (a rewrite pass would try a rule at every node for this one retype); vectors of
   # indices (a mask's lanes, expander._index_lanes) hold the same values as their scalar parts
   done: dict[UOp, UOp] = {}
   for u in nodes:
+    if (i := ids.get(u)) is not None:
+      done[u] = done[i]
+      continue
     src = tuple([done[s] for s in u.src])
     retype = u.dtype.scalar() == dtypes.index
     done[u] = u if src == u.src and not retype else UOp(u.op, dt.vec(u.dtype.count) if retype else u.dtype, src, u.arg, u.tag)
   return done[sink]
+
+def _same_bounds(ids: dict[UOp, UOp]) -> bool:
+  """Every thread id expression has its loop's bounds (and is no constant, which some bounds rules look at)."""
+  return all(i.op is not Ops.CONST and i.dtype is r.dtype and i.vmin == r.vmin and i.vmax == r.vmax for r, i in ids.items())
 
 DROP_GATED_WHERE = True   # drop_gated_where in lower_kernel
 
@@ -258,5 +284,11 @@ def lower_kernel(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0
   ctx = LowerCtx(sink)
   sink = graph_rewrite(sink, _pm_lower(DROP_GATED_WHERE), ctx, name="lower reduce")
   if ctx.group_reduce: sink = gate_group_stores(sink)
-  sink, gsize, lsize = map_globals(sink, global_max, threads)
-  return lower_index_dtype(stash_reduced_values(sink, scratch_bytes, scaled_exp2)), gsize, lsize
+  sink, ids, valid, gsize, lsize = thread_ids(sink, global_max, threads)
+  # map_globals' substitution goes in with the retype (one rebuild, not two) where nothing between would look at the ids: no
+  # thread gates to add and no costly value for stash_reduced_values (which changes nothing without one)
+  nodes = _substituted_nodes(sink, ids)
+  if valid or not _same_bounds(ids) or any(u.op in COSTLY_OPS for u in nodes):
+    sink, ids = stash_reduced_values(gate_invalid_threads(sink.substitute(ids), valid), scratch_bytes, scaled_exp2), {}
+    nodes = _substituted_nodes(sink, ids)
+  return lower_index_dtype(sink, ids, nodes), gsize, lsize
