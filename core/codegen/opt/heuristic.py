@@ -64,6 +64,8 @@ CACHED_TILE_REGS = True       # a cached transpose's output row at most half the
 ALU_HEAVY = 64                # arithmetic ops per element above which an elementwise kernel is compute-bound
 ROW_RED_VECTORS = 4           # vectors of partial results per row reduction of a fused row kernel (_row_pass)
 ROW_MAX_VECTORS = 8           # the same for a row max, whose NaN-keeping step is two dependent instructions (see _row_pass)
+ROW_FMA_VECTORS = MM_MIN_ACC  # the same for a row sum of products (a variance), each vector its own accumulator (see _row_pass;
+                              # 0: copies as for other sums, for comparisons)
 RED_STREAMS = 4               # rows a thread's block of a reduction along memory reads at once, far apart
 RED_STREAMS_ALONE = 2         # the same where one thread runs the whole kernel and the rows share no load (see hand_coded)
 RED_ALONE_SIMD = 64           # vector bytes of the targets that take RED_STREAMS_ALONE (AVX-512; see hand_coded)
@@ -916,6 +918,11 @@ def _reduces_by(k: Kernel, red: UOp, op: Ops) -> bool:
   """Whether a reduction over `red` combines by `op`."""
   return any(red in u.src[1:] and reduce_op(u.arg) is op for u in k.ast.toposort() if u.op is Ops.REDUCE)
 
+def _sums_products(k: Kernel, red: UOp) -> bool:
+  """Whether a reduction over `red` is a float sum of products (a variance's squares: one FMA per element where fused)."""
+  return any(red in u.src[1:] and reduce_op(u.arg) is Ops.ADD and u.src[0].op is Ops.MUL and dtypes.is_float(u.dtype)
+             for u in k.ast.toposort() if u.op is Ops.REDUCE)
+
 def _row_pass(k: Kernel, reds: list[UOp], contig_out: UOp, loads: list[UOp], lanes: int) -> Kernel | None:
   """Row reductions fused with the elementwise pass over the same row (realize_points.row_fusable: softmax, layernorm): no
   reduction uses the output loop, so each runs once per row before it. Each contiguous reduce axis gets vector partial
@@ -934,6 +941,14 @@ def _row_pass(k: Kernel, reds: list[UOp], contig_out: UOp, loads: list[UOp], lan
       k, contig_out, reds = padded, _same(padded, contig_out), [_same(padded, red) for red in reds]
       loads = _loads(k)
   for red in reds:
+    if ROW_FMA_VECTORS and not k.renderer.has_local and _contiguous_in(k, red, loads) and _sums_products(k, red) and \
+       (amt := _pick_amt(range_size(red), (ROW_FMA_VECTORS * lanes, 4 * lanes, 2 * lanes))):
+      # a sum of products: its partial results as separate vectors (one wide accumulator), one product each a step. Copies
+      # summed into one update are one chain of FMAs through the accumulator (lowerer.fuse_mulacc: 2 copies wait 2 FMA
+      # latencies a step). One Zen 5 thread, layernorm 64x1024 (rows in L2), 2 copies of 2 vectors -> 8 vectors: AVX2 code
+      # 158 -> 113 ns a row, AVX-512 102 -> 89
+      k = _try(k, Opt(OptOps.UNROLL, _pos(k, red), amt))
+      continue
     if _contiguous_in(k, red, loads) and (amt := _pick_amt(range_size(red), (*_red_vectors(range_size(red), lanes)[-2:], 4, 2))):
       k = _try(k, Opt(OptOps.UNROLL, _pos(k, red), amt))
       # partial results in ROW_RED_VECTORS vectors side by side (copies, not wider lanes): one vector's chain of dependent
