@@ -1,5 +1,5 @@
 """The walks codegen repeats per kernel: toposort's order, graph_rewrite asking only rules that exist for an op, and one
-symbolic memo shared by every simplify of a kernel (shared_simplify)."""
+symbolic memo shared by every simplify of a kernel and kept for the thread's next one (shared_simplify)."""
 import threading
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops, Variable
@@ -82,3 +82,29 @@ def test_a_kernels_codegen_simplifies_with_one_memo(monkeypatch):
   get_program(items[-1].ast, Device[Device.DEFAULT].renderer)
   assert memos and None not in memos and len(set(memos)) == 1, memos
   assert getattr(S._memo, "done", None) is None
+
+def test_shared_simplify_keeps_the_memo_for_the_threads_next_kernel(monkeypatch):
+  # kernels of one shape ask for the same index math: the next session answers it from the memo, asking no rule (a new memo
+  # per session asked them all again); past SIMPLIFY_MEMO_ENTRIES the next session starts a new one; another thread has its own
+  import core.ir.symbolic as S
+  x, y = Variable("x", 0, 10), Variable("y", 0, 10)
+  e = (x * 4 + y * 4 + 8) // 4 + 0
+  want = graph_rewrite(e, symbolic)
+  with shared_simplify():
+    assert simplify(e) is want
+    memo = S._memo.done
+  asked = _counted(monkeypatch, symbolic)
+  with shared_simplify():
+    assert S._memo.done is memo and simplify(e) is want and asked == []
+  theirs: list = []
+  def other() -> None:
+    with shared_simplify(): theirs.append(S._memo.done)
+  t = threading.Thread(target=other)
+  t.start()
+  t.join()
+  assert theirs and theirs[0] is not memo and theirs[0] is not None
+  monkeypatch.setattr(S, "SIMPLIFY_MEMO_ENTRIES", len(memo) - 1)
+  with shared_simplify():
+    assert S._memo.done is not memo and S._memo.done == {}
+    assert simplify(e) is want and asked
+  assert S._memo.done is None
