@@ -10,7 +10,7 @@ from core.helpers import ContextVar, prod
 from core.codegen.opt.kernel import Kernel, Opt, OptOps, KernelOptError, range_size, MAX_REGISTER_ELEMS
 from core.codegen.opt.expander import contiguous_offset, strided_offset, VECTOR_MEM_DTYPES, MAX_SHUFFLED_STRIDE
 from core.codegen.opt.pack import PACK_MAX_BYTES, linear_strides, read_index
-from core.codegen.opt.copy import halves_meet, rows_far_apart, rows_innermost, stores_cached, tile_lines_share_sets, tiles_along_rows
+from core.codegen.opt.copy import halves_meet, rows_far_apart, rows_innermost, stores_cached, stores_streamed, tile_lines_share_sets, tiles_along_rows
 from core.codegen.stash import COSTLY_OPS
 if TYPE_CHECKING: from core.device.renderer import Renderer
 
@@ -59,6 +59,7 @@ TRANSPOSE_MIN_ROW = 512       # output rows this long read a line per element of
 TRANSPOSE_ROW_BYTES = 64      # a transpose tile's output row: a whole cache line, whatever the vector width (see hand_coded)
 WHOLE_LINE_TILES = True       # and its input rows too (False: one register each, half a line on AVX2; for comparisons)
 STRIP_TILES = 4               # a transpose's strip of tiles along the output row (see hand_coded; 0: none, for comparisons)
+STRIP_PARTS_DEALT = True      # a strip's parts on the threads' j-th blocks (see hand_coded; False: runs, for comparisons)
 STRIP_MIN_ROW = 4096          # bytes of an input row (a page) that such strips sweep along; shorter rows keep the tiles across them
 CACHED_TILE_REGS = True       # a cached transpose's output row at most half the registers (False: a line; for comparisons)
 ALU_HEAVY = 64                # arithmetic ops per element above which an elementwise kernel is compute-bound
@@ -1153,6 +1154,7 @@ def hand_coded(k: Kernel) -> Kernel:
      (nc := range_size(_same(k, contig_out)) or 0) > STRIP_TILES and nc % STRIP_TILES == 0:
     strip = STRIP_TILES
   work = prod(range_size(r) or 1 for r in k.axes)
+  parts = False   # thread blocks that are parts of the strips above
   if threads > 0 and work >= MIN_THREADED_WORK:
     if (loop := _thread_loop(k, threads)) is not None:
       blocks = _block_count(range_size(loop) or 1, threads)
@@ -1172,7 +1174,18 @@ def hand_coded(k: Kernel) -> Kernel:
       elif transposed and across is not None and contig_out is not None and rows_far_apart(k) and _same(k, across) is loop and \
          (c := _same(k, contig_out)).arg[1] is AxisType.LOOP and (range_size(c) or 0) % threads == 0:
         loop, blocks = c, (range_size(c) or 1) // max(1, strip // threads) if strip else _block_count(range_size(c) or 1, threads)
+        parts = bool(strip)
       k = _try(k, Opt(OptOps.THREAD, _pos(k, loop), blocks))
+      # A streamed one's strip parts run side by side (the threads' j-th blocks make up one strip, INTERLEAVE), where the pool
+      # gives each thread a run of consecutive blocks (its home share: thread 0 read the first half of the input's rows, thread 1
+      # the second, each writing its half of every output row alone). The 2-core Zen 5, wall at real-time priority, A/B in one
+      # process, medians of 41, GB/s, AVX2 code (znver3) / AVX-512, input shapes, our copy at 62-85 (slow-bandwidth spell):
+      # 4096^2 54.1 -> 58.3 / 48.9 -> 53.2, 2048^2 55.5 -> 84.7 / 53.8 -> 84.2, 8192x1024 61.9 -> 67.6 / 60.3 -> 67.4, 1024x8192
+      # 52.2 -> 62.9 / 55.6 -> 66.0; 4096x4160, 4160x4096 (AVX2 in strips) even. Where the two vCPUs had memory links of their own
+      # (copy at 110-160) AVX2 code ran 0.94-0.99x, AVX-512 0.93-1.17x. Not cached ones: 768x3072 (AVX-512) 0.78-0.80x
+      if parts and STRIP_PARTS_DEALT and stores_streamed(k) and k.applied[-1].op is OptOps.THREAD and (g := k.of_type(AxisType.GLOBAL)) \
+         and (range_size(g[0]) or 0) > threads:
+        k = _try(k, Opt(OptOps.INTERLEAVE, _pos(k, g[0]), threads))
   if transposed and across is not None and rows_far_apart(k) and (a := _same(k, across)).arg[1] is AxisType.LOOP:
     # the tiles along `across` innermost (at most MM_ROW_TILE of them): the next tile reads the rest of the input lines the
     # last one touched (2048^2 transpose: 17.8 -> 4.8 ms with the register tiles, -> 3.0 ms with this; torch 7.1)

@@ -21,9 +21,11 @@ class OptOps(enum.Enum):
   (opt/tc.py: it must come first, and no LOCAL or GROUP may follow, which would move the warp's lanes off lidx0); NOOP does
   nothing; MERGE makes LOOP `axis` and the LOOP nested in it (`amt`) one loop, where every address uses them as one
   (axis * size(amt) + amt, times a stride: the spatial axes of a 1x1 conv or a permute), so the vectors along it see the
-  whole row-major extent (28x28 -> 784, 16-lane vectors where 28 took 4)."""
+  whole row-major extent (28x28 -> 784, 16-lane vectors where 28 took 4); INTERLEAVE deals the GLOBAL `axis`'s blocks out to
+  `amt` threads that each run an equal run of consecutive block ids (a CPU pool's home shares): block g does the work of
+  block (g mod n/amt) * amt + g div n/amt, so the threads' j-th blocks are neighbours."""
   UPCAST = "UPCAST"; UNROLL = "UNROLL"; THREAD = "THREAD"; LOCAL = "LOCAL"; GROUP = "GROUP"; SWAP = "SWAP"; PACK = "PACK"  # noqa: E702
-  PADTO = "PADTO"; TILE = "TILE"; TC = "TC"; NOOP = "NOOP"; MERGE = "MERGE"  # noqa: E702
+  PADTO = "PADTO"; TILE = "TILE"; TC = "TC"; NOOP = "NOOP"; MERGE = "MERGE"; INTERLEAVE = "INTERLEAVE"  # noqa: E702
 
 @dataclass(frozen=True)
 class Opt:
@@ -97,6 +99,17 @@ class Kernel:
       return Kernel(merged, self.renderer, self.applied + (opt,))
     kind, n = r.arg[1], range_size(r)
     if n is None: raise KernelOptError(f"{opt}: axis {opt.axis} has a symbolic size")
+    if opt.op is OptOps.INTERLEAVE:
+      if kind is not AxisType.GLOBAL: raise KernelOptError(f"{opt}: INTERLEAVE needs the GLOBAL axis, not {kind.name}")
+      if opt.amt < 2 or n % opt.amt or n == opt.amt: raise KernelOptError(f"{opt}: {n} blocks are not {opt.amt} runs of several")
+      if any(o.op is OptOps.INTERLEAVE for o in self.applied): raise KernelOptError(f"{opt}: the blocks are interleaved already")
+      dealt = (r % (n // opt.amt)) * opt.amt + r // (n // opt.amt)
+      # every use of the block id takes the dealt one, but the END of its range
+      done: dict[UOp, UOp] = {}
+      for u in self.ast.toposort():
+        src = tuple(s if s is r and u.op is Ops.END else dealt if s is r else done.get(s, s) for s in u.src)
+        if any(a is not b for a, b in zip(src, u.src)): done[u] = u.replace(src=src)
+      return Kernel(done.get(self.ast, self.ast), self.renderer, self.applied + (opt,))
     if opt.op is OptOps.PADTO:
       if kind not in (AxisType.LOOP, AxisType.REDUCE): raise KernelOptError(f"{opt}: PADTO needs a LOOP or REDUCE axis, not {kind.name}")
       if opt.amt < 2 or n % opt.amt == 0: raise KernelOptError(f"{opt}: axis size {n} needs no padding to a multiple of {opt.amt}")

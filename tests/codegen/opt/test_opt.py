@@ -221,3 +221,23 @@ def test_beam_env_goes_through_get_program(tmp_path, monkeypatch):
     spec = get_program(item.ast, Device[Device.DEFAULT].renderer)
   assert (tmp_path / "beam").is_dir()
   assert spec.arg.name == item.ast.arg
+
+def test_interleave_deals_the_blocks_out_and_keeps_the_numbers():
+  # INTERLEAVE: block g does block (g mod n/amt) * amt + g div n/amt's work (6 blocks on 3 threads: 0 3 1 4 2 5)
+  import copy
+  rnd = copy.copy(Device["CPU"].renderer)
+  rnd.threads = 3
+  item, want = kernel_of(lambda a: a * 2 + 1, (6, 40))
+  k0 = Kernel(item.ast, rnd).apply(Opt(T, 0, 6))
+  k = k0.apply(Opt(OptOps.INTERLEAVE, 0, 3))
+  got, _ = run_ast(item, k.ast, rnd)
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-6)
+  (g,) = k.of_type(AxisType.GLOBAL)
+  st = next(u for u in k.ast.toposort() if u.op is Ops.STORE)
+  from core.ir.symbolic import simplify
+  from core.ir.ops import UOp
+  zero = {r: UOp.const(r.dtype, 0) for r in k.axes if r is not g}
+  assert [simplify(st.src[0].src[1].substitute({**zero, g: UOp.const(g.dtype, b)})).arg // 40 for b in range(6)] == [0, 3, 1, 4, 2, 5]
+  for bad in (Opt(OptOps.INTERLEAVE, 1, 3), Opt(OptOps.INTERLEAVE, 0, 4), Opt(OptOps.INTERLEAVE, 0, 6)):   # a loop; 6 % 4; one run each
+    with pytest.raises(KernelOptError): k0.apply(bad)
+  with pytest.raises(KernelOptError): k.apply(Opt(OptOps.INTERLEAVE, 0, 3))   # dealt already

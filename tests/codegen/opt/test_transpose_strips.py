@@ -63,3 +63,43 @@ def test_spread_avx512_tiles_short_rows_and_whole_row_loads_keep_the_tiles_along
   # rows loaded whole) ran slower in strips on one thread
   assert _hand_coded(shape, simd_bytes, threads, split=split).applied == \
     _hand_coded(shape, simd_bytes, threads, strips=0, split=split).applied
+
+def _dealt(shape: tuple[int, int], simd_bytes: int, threads: int, bound: int) -> Kernel:
+  """hand_coded's transpose on `threads` threads with stores streamed from `bound` bytes (1: streamed, 1 << 40: cached), checked
+  against numpy."""
+  item, want = kernel_of(_transpose, shape, rng=rng)
+  rnd = host_renderer(simd_bytes)
+  if not rnd.split_tile_rows: pytest.skip("a renderer that loads a tile's rows a register at a time (the LLVM one)")
+  rnd.threads, rnd.stream_min_bytes = threads, bound
+  k = hand_coded(Kernel(item.ast, rnd))
+  got, _ = run_ast(item, k.ast, rnd)
+  np.testing.assert_array_equal(got.reshape(want.shape), want)
+  return k
+
+@pytest.mark.parametrize("simd_bytes", [32, 64])
+@pytest.mark.parametrize("threads", [2, 4])
+def test_streamed_strip_parts_run_side_by_side_on_the_threads(simd_bytes, threads):
+  # the pool runs each thread's run of consecutive blocks (its home share): the blocks are dealt out so that the threads' j-th
+  # blocks are the parts of one strip (2048^2 on the 2-core Zen 5, 2 threads: 55 -> 85 GB/s), not thread 0 on the first half
+  from core.codegen.opt.kernel import OptOps
+  from core.ir.symbolic import simplify
+  from core.ir.ops import UOp
+  from core.ir.dtype import dtypes
+  k = _dealt((2048, 2048), simd_bytes, threads, 1)
+  assert [o.amt for o in k.applied if o.op is OptOps.INTERLEAVE] == [threads], k.applied
+  (g,) = k.of_type(AxisType.GLOBAL)
+  n, part = range_size(g) or 0, 16 * STRIP_TILES // threads
+  st = next(u for u in k.ast.toposort() if u.op is Ops.STORE)
+  zero = {r: UOp.const(r.dtype, 0) for r in k.axes if r is not g}
+  def column(b: int) -> int:   # the first output column block b stores
+    return simplify(st.src[0].src[1].substitute({**zero, g: UOp.const(dtypes.int32 if g.dtype == dtypes.int32 else g.dtype, b)})).arg
+  # thread t's j-th block (block t * n/threads + j) stores part t of strip j
+  assert [[column(t * (n // threads) + j) for t in range(threads)] for j in range(3)] == \
+         [[(j * threads + t) * part for t in range(threads)] for j in range(3)]
+
+@pytest.mark.parametrize("simd_bytes", [32, 64])
+def test_cached_strips_keep_each_threads_blocks_in_a_run(simd_bytes):
+  # stores in caches that hold the buffers (under stream_min_bytes): blocks in runs (AVX-512 768x3072 ran 0.78-0.80x dealt)
+  from core.codegen.opt.kernel import OptOps
+  k = _dealt((2048, 2048), simd_bytes, 2, 1 << 40)
+  assert not any(o.op is OptOps.INTERLEAVE for o in k.applied), k.applied
