@@ -82,29 +82,30 @@ _EXP2_POLY_NONPOSITIVE = [0.0013225702366438698, 0.009671762422340281, 0.0555089
 # factor cancels): 2**(n + EXP2_SCALE) is one factor from the bits, no constant multiply
 EXP2_SCALED, EXP2_SCALE = "nonpositive, scaled", 63
 
-def _exp2_nonpositive_times(x: UOp, s: int) -> UOp:
+def _exp2_nonpositive_times(x: UOp, s: int, rnd: Callable[[UOp], UOp] | None = None) -> UOp:
   """2**x * 2**s for float32 x <= 0 or NaN, s odd in [1, 125]: the degree-5 polynomial times 2**(n+s), one factor from the bits. r's
   low mantissa bits hold k = n + 127 + s (1.5 * 2**23 + 127 + s rounds x to n, ties to even as 127 + s is even), 0 <= k for x
   clamped at -(127 + s), where k = 0 makes the factor 0.0 (-inf included, no subnormal on the way). The factor is normal for
-  every n whose result is not 0 (n >= -150), so p * 2**(n+s) rounds once."""
+  every n whose result is not 0 (n >= -150), so p * 2**(n+s) rounds once. `rnd(x)`: x rounded to an integer, ties to even, in
+  one instruction where the target has one (the same n, not waiting on r)."""
   xc = (x < -(127.0 + s)).where(-(127.0 + s), x)
   r = xc + (12582912.0 + 127.0 + s)
-  n = r - (12582912.0 + 127.0 + s)
+  n = r - (12582912.0 + 127.0 + s) if rnd is None else rnd(xc)
   return _horner(xc - n, _EXP2_POLY_NONPOSITIVE) * (r.bitcast(dtypes.uint32.vec(x.dtype.count)) << 23).bitcast(x.dtype)
 
-def fast_exp2_scaled(x: UOp) -> UOp:
+def fast_exp2_scaled(x: UOp, rnd: Callable[[UOp], UOp] | None = None) -> UOp:
   """2**x * 2**EXP2_SCALE for float32 x <= 0 or NaN (EXP2_SCALED): fast_exp2_nonpositive without its constant multiply, so
   where its value is a normal float this is 2**EXP2_SCALE times it, and where it is subnormal this rounding is its only one
   (fast_exp2_nonpositive's rounds again at 2**-125)."""
-  return _exp2_nonpositive_times(x, EXP2_SCALE)
+  return _exp2_nonpositive_times(x, EXP2_SCALE, rnd)
 
-def fast_exp2_nonpositive(x: UOp) -> UOp:
+def fast_exp2_nonpositive(x: UOp, rnd: Callable[[UOp], UOp] | None = None) -> UOp:
   """2**x for float32 x known to be <= 0 or NaN (EXP2_NONPOSITIVE): fast_exp2 without its overflow guard. 2**(n+125) from the
   bits (_exp2_nonpositive_times), then a constant 2**-125: fast_exp2's clamp at 129 and three of its four integer ops saved, and
   a degree-5 polynomial (_EXP2_POLY_NONPOSITIVE) for its degree 6 (17 -> 12 vector ops per exp on AVX2). p * 2**(n+125) is exact
   for n >= -250 (the clamp is at -252), so the constant's multiply rounds once, subnormal results included: within 1.8 ulp of
   2**x (2.1 unfused; fast_exp2: 0.9), special values (-0.0, -inf -> 0, NaN) exact."""
-  return _exp2_nonpositive_times(x, 125) * 2.0 ** -125
+  return _exp2_nonpositive_times(x, 125, rnd) * 2.0 ** -125
 
 def fast_exp2(x: UOp, scale: Callable[[UOp, UOp], UOp] | None = None, split: Callable[[UOp], tuple[UOp, UOp]] | None = None,
               nonpositive: bool = False) -> UOp:

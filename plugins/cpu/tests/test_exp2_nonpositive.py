@@ -1,7 +1,7 @@
 """exp2 of an input known to be <= 0 (EXP2_NONPOSITIVE, what softmax's x - max(x) is): decompose.fast_exp2_nonpositive drops
 fast_exp2's overflow guard, builds 2**n from one factor and takes a polynomial of one degree less, within about 2 ulp."""
 from __future__ import annotations
-import copy, re
+import copy, re, struct
 import numpy as np
 import pytest
 from core import Tensor
@@ -86,3 +86,27 @@ def test_softmax_tells_exp2_its_input_is_nonpositive_and_matches_numpy(name):
     d = x.astype(np.float64) - x.max(ax, keepdims=True)
     ref = d - np.log(np.exp(d).sum(ax, keepdims=True)) if name == "log_softmax" else np.exp(d) / np.exp(d).sum(ax, keepdims=True)
   np.testing.assert_allclose(fn(Tensor(x)).numpy(), ref, rtol=2e-6, atol=1e-7)
+
+@pytest.mark.skipif(host_machine() != "x86_64", reason="renders x86-64 code")
+def test_avx_nonpositive_exp2_rounds_by_roundps():
+  # without AVX-512 (renderer.pm_exp2_roundeven) n = roundeven(x), one vroundps, where it was r - 1.5*2**23 after r = x + 1.5*2**23:
+  # the same n, so the same values; the rounding constant is added once (r: the exponent's bits) and never subtracted. Both forms:
+  # exp2 of x <= 0 (log_softmax's) and the scaled one a softmax's stash sums (2**63 * exp2)
+  from cpu_kernels import device
+  avx2 = copy.copy(device("LLVM").renderer)
+  avx2.target(frozenset({"avx", "avx2", "fma"}))
+  def rounding(s: int) -> str: return "0x%016X" % struct.unpack("<Q", struct.pack("<d", 12582912.0 + 127 + s))[0]
+  src = _src32(_nonpositive_exp2, avx2)
+  assert re.search(r"@llvm\.roundeven\.v\d+f32\(", src) and len(re.findall(rf"= f(add|sub) <\d+ x float> [^\n]*{rounding(125)}", src)) == 1
+  got, _ = _run("LLVM", _nonpositive_exp2, X, avx2)
+  np.testing.assert_array_equal(np.isnan(got), np.isnan(X))
+  assert _ulps(got, X, np.exp2) <= 2.1
+  x = gen.standard_normal((16, 1000)).astype(np.float32) * 30
+  x[3, ::2] = -np.inf
+  from core.codegen.program import get_program, program_source
+  items, _, _ = create_schedule([Tensor(x).softmax(-1).uop])
+  (item,) = [it for it in items if it.ast.op is Ops.SINK]
+  src = program_source(get_program(item.ast, avx2))
+  assert re.search(r"@llvm\.roundeven\.v\d+f32\(", src) and len(re.findall(rf"= f(add|sub) <\d+ x float> [^\n]*{rounding(63)}", src)) == 1
+  e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+  np.testing.assert_allclose(_run("LLVM", lambda t: t.softmax(-1), x, avx2)[0], e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)

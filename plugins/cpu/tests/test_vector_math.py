@@ -7,7 +7,7 @@ import pytest
 from core import Tensor
 from core.ir.ops import Ops
 from core.schedule.kernelize import create_schedule
-from core.codegen.program import get_program, program_source
+from core.codegen.program import get_program, launch_vals, program_source
 from cpu_kernels import RENDERERS, device
 
 gen = np.random.default_rng(0)
@@ -17,16 +17,17 @@ EXP2_X = np.concatenate([gen.uniform(-160, 140, 100000), gen.uniform(-2, 2, 3000
 LOG2_X = np.concatenate([gen.uniform(0, 10, 30000), np.exp(gen.uniform(-100, 88, 50000)), gen.uniform(0.9, 1.1, 30000),
                          [-1, 1e-40, 1e-45, 3e38, 1.4142135, 1.4142137] + SPECIAL]).astype(np.float32)
 
-def _run(ren: str, fn, x: np.ndarray) -> tuple[np.ndarray, str]:
-  """fn over x as one kernel rendered by `ren`, run on the CPU device; (result, rendered source)."""
+def _run(ren: str, fn, x: np.ndarray, renderer=None) -> tuple[np.ndarray, str]:
+  """fn over x as one kernel rendered by `ren` (or by `renderer`, compiled by `ren`'s device), run on the CPU device; (result,
+  rendered source)."""
   items, _, _ = create_schedule([fn(Tensor(np.zeros_like(x))).uop])
   (item,) = [it for it in items if it.ast.op is Ops.SINK]
   dev = device(ren)
-  spec = get_program(item.ast, dev.renderer)
+  spec = get_program(item.ast, renderer or dev.renderer)
   prg = dev.runtime(spec.arg.name, dev.compiler.compile(program_source(spec)))
   out, inp = dev.allocator.alloc(x.nbytes), dev.allocator.alloc(x.nbytes)
   dev.allocator._copyin(inp, memoryview(x).cast("B"))
-  prg(out, inp, global_size=spec.arg.global_size, wait=True)
+  prg(out, inp, global_size=spec.arg.global_size, vals=launch_vals(spec.arg, {}), wait=True)   # its lifted literals
   got = np.empty_like(x)
   dev.allocator._copyout(memoryview(got).cast("B"), out)
   return got, program_source(spec)
