@@ -131,7 +131,9 @@ def test_hand_coded_merges_a_1x1_convs_pixels():
     if isinstance(x, Tensor): return x.conv2d(w)
     return np.einsum("nchw,oc->nohw", x, w[:, :, 0, 0])
   item, want = kernel_of(conv1x1, (2, 8, 6, 6), (4, 8, 1, 1))
-  k = hand_coded(Kernel(item.ast, Device[Device.DEFAULT].renderer))
+  rnd = Device[Device.DEFAULT].renderer
+  if rnd.has_local: pytest.skip("loops merge where the renderer has no workgroups (has_local): a GPU-style one launches them")
+  k = hand_coded(Kernel(item.ast, rnd))
   assert any(o.op is OptOps.MERGE for o in k.applied), k.applied
   got, _ = run_with(item, k.applied)
   np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
@@ -230,8 +232,9 @@ def test_interleave_deals_the_blocks_out_and_keeps_the_numbers():
   item, want = kernel_of(lambda a: a * 2 + 1, (6, 40))
   k0 = Kernel(item.ast, rnd).apply(Opt(T, 0, 6))
   k = k0.apply(Opt(OptOps.INTERLEAVE, 0, 3))
-  got, _ = run_ast(item, k.ast, rnd)
-  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-6)
+  if Device.DEFAULT == "CPU":   # the kernels run on the default device: the CPU renderer's on the CPU only
+    got, _ = run_ast(item, k.ast, rnd)
+    np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-6)
   (g,) = k.of_type(AxisType.GLOBAL)
   st = next(u for u in k.ast.toposort() if u.op is Ops.STORE)
   from core.ir.symbolic import simplify

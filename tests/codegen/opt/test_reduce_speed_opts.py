@@ -34,15 +34,14 @@ def _single_kernel(fn, *shapes, seed=0):
   return ks[0], fn(*xs)
 
 def _run(item, opts):
-  """`item` run with the plan `opts` (made for AVX2 below) on the default device. A CPU renderer without a pool (one core,
-  CPU_THREADS=1) still runs the plan's THREAD blocks, one after another; other renderers without one run it without them."""
+  """`item` run with the plan `opts` (made for AVX2 below) on the default device. A renderer without a pool still runs the
+  plan's THREAD blocks: a CPU one (one core, CPU_THREADS=1) one after another, a GPU-style one (PYTHON) as its launch grid; the
+  plan's later opts (a TILE of a block's rows) count on the split."""
   dev = Device[Device.DEFAULT]
   ren = dev.renderer
   if not ren.threads:
-    if ren.global_max is None:
-      ren = copy.copy(ren)
-      ren.threads = AVX2.threads
-    else: opts = [o for o in opts if o.op is not T]
+    ren = copy.copy(ren)
+    ren.threads = AVX2.threads
   spec = get_program(apply_opts(item.ast, opts, ren), ren, optimize=False)
   bufs = [buffer_of(b) for b in item.bufs]
   for b in bufs:
