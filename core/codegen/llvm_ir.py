@@ -398,16 +398,17 @@ class LLVMRenderer(Renderer):
         self.r[u] = f"%{to_function_name(u.arg[0])}"
         vars_.append(u)
         continue
+      literal = _literal(u)   # (asked twice a node: once here)
       if u.op is Ops.RANGE:
         self.loop_label[u], self.open_order[u] = self.fresh_label("loop"), i
         self.r[u] = f"%ridx{self.nlabel}"
       elif u.op is Ops.DEFINE_REG: self.r[u] = f"%acc{u.arg}"
-      elif not _literal(u): self.r[u] = f"%v{i}"
+      elif not literal: self.r[u] = f"%v{i}"
       self.defined_in[u] = self.block
       txt = self.string_rewrite.rewrite(u, ctx=self)
       if txt is None: raise NotImplementedError(f"{type(self).__name__} can't render {u.op.name} ({u.dtype}) in kernel {name}")
       assert isinstance(txt, str), f"rule for {u.op.name} returned {type(txt).__name__}, not str"
-      if _literal(u): self.r[u] = txt
+      if literal: self.r[u] = txt
       elif txt: body.append("  " + txt)
     params = self.render_params(bufs, vars_)
     fn = [f"define {self.kernel_cconv}void @{name}({', '.join(map(str, params))}) #0 {{", "entry:"] + ["  " + a for a in self.allocas]

@@ -100,7 +100,7 @@ def _copied(uops: list[UOp]) -> list[UOp]:
 # none 56 us, 8 lines ahead 46, 16 44, 32 41, 64 41; 0 turns it off (a switch for comparisons)
 COPY_AHEAD_LINES = 32
 
-def panel_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int]) -> dict[UOp, int]:
+def panel_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int], copied: list[UOp] | None = None) -> dict[UOp, int]:
   """For each load of a pack's copy (a global LOAD stored as it is into a REG buffer), the distance to the same place in the
   next panel: its address's step along the innermost loop it uses other than the copy's own (OUTER) loops, where that is a
   positive constant. The last panel's prefetch lies past it, unused (a prefetch never faults). One Zen 5, conv 32x256x28x28
@@ -110,19 +110,20 @@ def panel_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[
   COPY_AHEAD_LINES lines (copy_ahead_offsets). Its rows lie a matrix row apart (4-8 KiB), a new page each, which the hardware
   prefetchers don't cross: without it a threaded matmul's copy waited on each row (about 1% of a 1024 or 2048 matmul)."""
   out: dict[UOp, int] = {}
-  for x in _copied(uops):
+  if copied is None: copied = _copied(uops)
+  for x in copied:
     if x.op is not Ops.LOAD: continue
     idx = x.src[0].src[1]
     if not (loops := [r for r in deps.get(idx, frozenset()) if r.arg[-1] is not AxisType.OUTER]): continue
     panel = max(loops, key=lambda r: order[r])
     if (step := index_step(idx, panel)) is not None and step > 0: out[x] = step
-  return out | copy_ahead_offsets(uops, deps, order)
+  return out | copy_ahead_offsets(uops, deps, order, copied)
 
-def copy_ahead_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int]) -> dict[UOp, int]:
+def copy_ahead_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int], copied: list[UOp] | None = None) -> dict[UOp, int]:
   """For each load of a pack's copy under no loop but its own (OUTER) ones, the distance to the place it reads COPY_AHEAD_LINES
   cache lines of the copy later: its address's step along the outermost copy loop it uses (a positive constant) times the
   iterations of that loop that read those lines (every copy load under it, with the loops inside it, counts)."""
-  copied = [x for x in _copied(uops) if x.op is Ops.LOAD]
+  copied = [x for x in (_copied(uops) if copied is None else copied) if x.op is Ops.LOAD]
   outer: dict[UOp, tuple[UOp, int]] = {}   # load -> (the outermost loop it uses, its address's step along it)
   for x in copied:
     idx, rngs = x.src[0].src[1], deps.get(x.src[0].src[1], frozenset())
@@ -208,7 +209,8 @@ def _once_per_line(offs: dict[UOp, tuple[int, int, Spread | None]]) -> dict[UOp,
 
 WINDOW_PREFETCH = True     # window_offsets on (a switch for comparisons)
 
-def window_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int], budget: int) -> dict[UOp, int]:
+def window_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int], budget: int,
+                   copied: list[UOp] | None = None) -> dict[UOp, int]:
   """For a conv's broadcast input loads (scalar global LOADs in a reduce loop of a buffer beyond `budget` bytes, beside a pack
   copy: heuristic._channel_block's tile), the step of the address along the output rows: the innermost loop it uses whose step
   is a cache line or more, inside at most a row (ROW_MAX_BYTES), with a loop further in that steps less (the pixel blocks, whose
@@ -217,10 +219,10 @@ def window_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict
   them. Only the first and last load of each window row (one index up to a constant) prefetch: their lines are all the row's.
   A product's row-side loads (no loop inside the row block) and the next image of a 7x7 map (more than a row on) don't.
   One Zen 5 thread, 3x3 32x64x56x56 (27.5 MiB padded input): 212-219 -> 221-232 GFLOP/s."""
-  copied = set(_copied(uops))
+  copies = set(_copied(uops) if copied is None else copied)
   rows: dict[UOp, tuple[frozenset[tuple[UOp, int]], int]] = {}   # load -> (its index's terms, its constant)
   for x in uops:
-    if x.dtype.count != 1 or x in copied or (buf := global_read(x)) is None or \
+    if x.dtype.count != 1 or x in copies or (buf := global_read(x)) is None or \
        global_nbytes(buf.dtype) <= budget: continue
     idx = x.src[0].src[1]
     if any(r.arg[-1] is AxisType.REDUCE for r in deps.get(idx, frozenset())) and (parts := split_sum(idx)) is not None:
@@ -255,15 +257,16 @@ def window_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict
 # loop on those: 48. Measured with 16 vector registers only (AVX2), LLVM renderer only, as SPREAD_BELOW_REGS
 ROW_TILE_PREFETCH = True   # row_tile_offsets on (a switch for comparisons)
 
-def row_tile_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int], budget: int) -> dict[UOp, tuple[tuple[int, ...], int, Spread]]:
+def row_tile_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int], budget: int,
+                     copied: list[UOp] | None = None) -> dict[UOp, tuple[tuple[int, ...], int, Spread]]:
   """For a packed product's row tiles (scalar global LOADs in a reduce loop of a buffer beyond `budget` bytes, beside a pack's
   copy, one element apart a reduce step, with the same index terms: its rows) whose innermost other loop steps by a line or
   more and whose bytes along the reduce are over half of L1_BYTES: for the tile's first load (the least constant), the
   distances to each row's place one step of that loop on, L2_LOCALITY, and the gate of the reduce steps that start a line."""
-  copied, per_line = set(_copied(uops)), line_bytes()
+  copies, per_line = set(_copied(uops) if copied is None else copied), line_bytes()
   rows: dict[UOp, tuple[UOp, int, frozenset[tuple[UOp, int]], int]] = {}   # load -> (its reduce, row step, index terms, constant)
   for x in uops:
-    if x.dtype.count != 1 or x in copied or (buf := global_read(x)) is None or \
+    if x.dtype.count != 1 or x in copies or (buf := global_read(x)) is None or \
        global_nbytes(buf.dtype) <= budget: continue
     idx, item = x.src[0].src[1], x.dtype.itemsize
     rngs = deps.get(idx, frozenset())
@@ -425,7 +428,8 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0,
   deps = loop_deps(uops)
   first: dict[UOp, tuple[UOp, frozenset[UOp]]] = {}   # buffer -> (the first reduce range reading it, that read's ranges)
   second: dict[UOp, UOp] = {}                    # buffer -> the second reduce range reading it
-  out: dict[UOp, tuple[int | tuple[int, ...], int, Spread | None]] = {x: (o, L1_LOCALITY, None) for x, o in panel_offsets(uops, deps, order).items()}
+  copied = _copied(uops)   # (asked by most of the passes below: one scan of the kernel)
+  out: dict[UOp, tuple[int | tuple[int, ...], int, Spread | None]] = {x: (o, L1_LOCALITY, None) for x, o in panel_offsets(uops, deps, order, copied).items()}
   if sweeps := sweep_offsets(uops, deps, order) if SWEEP_PREFETCH else {}:
     alone = all(x in sweeps for x in uops if global_read(x) is not None)
     loc = L2_LOCALITY if simd_width >= (SWEEP_ALONE_L2_SIMD if alone else SWEEP_L2_SIMD) else L1_LOCALITY
@@ -435,13 +439,13 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0,
   if simd_width >= STREAM_L2_SIMD and not flags & STREAM_SKIP_FLAGS and not out:
     out.update((x, (o, L2_LOCALITY, None)) for x, o in stream_offsets(uops, deps).items())
   # (not beside a pack's copy: the other input's row tile, re-read across a group of panels, is in the L1 already)
-  if panel_budget and not _copied(uops): out.update(reread_offsets(uops, deps, order, panel_budget, 0 < simd_regs < SPREAD_BELOW_REGS))
+  if panel_budget and not copied: out.update(reread_offsets(uops, deps, order, panel_budget, 0 < simd_regs < SPREAD_BELOW_REGS))
   # (a conv's channel tile packs its weights: its input's broadcast loads prefetch the next row)
-  if panel_budget and WINDOW_PREFETCH and _copied(uops):
-    out.update((x, (o, L1_LOCALITY, None)) for x, o in window_offsets(uops, deps, order, panel_budget).items())
+  if panel_budget and WINDOW_PREFETCH and copied:
+    out.update((x, (o, L1_LOCALITY, None)) for x, o in window_offsets(uops, deps, order, panel_budget, copied).items())
   # (the row-side loads of a packed product's row tile: the LLVM renderer below SPREAD_BELOW_REGS alone, where measured)
-  if panel_budget and ROW_TILE_PREFETCH and 0 < simd_regs < SPREAD_BELOW_REGS and _copied(uops):
-    out.update((x, v) for x, v in row_tile_offsets(uops, deps, order, panel_budget).items() if x not in out)
+  if panel_budget and ROW_TILE_PREFETCH and 0 < simd_regs < SPREAD_BELOW_REGS and copied:
+    out.update((x, v) for x, v in row_tile_offsets(uops, deps, order, panel_budget, copied).items() if x not in out)
   for x in uops:
     if x in out or (buf := global_read(x)) is None: continue
     idx = x.src[0].src[1]

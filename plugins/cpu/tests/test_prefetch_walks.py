@@ -40,3 +40,15 @@ def test_a_sweep_is_still_found():
   # rows of 1024 floats (a page along i), each step's 16 rows a page apart (j): the sweep steps one element along i
   uops, ld, _, _ = _gather_copy(1024, 16)
   assert _sweep(uops) == {ld: 1}
+
+def test_the_pack_copy_is_found_once_a_kernel(monkeypatch):
+  # prefetch_offsets scans the kernel for a pack's copy once and hands it to the passes that ask (they scanned 3-5 times)
+  uops, _, _, _ = _gather_copy(1024, 16)
+  calls: list[int] = []
+  copied = prefetch._copied
+  monkeypatch.setattr(prefetch, "_copied", lambda u: calls.append(len(u)) or copied(u))
+  for regs in (16, 32):
+    calls.clear()
+    want = prefetch.prefetch_offsets(uops, panel_budget=1 << 20, simd_regs=regs, simd_width=32)
+    assert calls == [len(uops)]
+    assert prefetch.prefetch_offsets(uops, panel_budget=1 << 20, simd_regs=regs, simd_width=32) == want
