@@ -108,13 +108,14 @@ def fast_exp2_nonpositive(x: UOp, rnd: Callable[[UOp], UOp] | None = None) -> UO
   return _exp2_nonpositive_times(x, 125, rnd) * 2.0 ** -125
 
 def fast_exp2(x: UOp, scale: Callable[[UOp, UOp], UOp] | None = None, split: Callable[[UOp], tuple[UOp, UOp]] | None = None,
-              nonpositive: bool = False) -> UOp:
+              nonpositive: bool = False, rnd: Callable[[UOp], UOp] | None = None) -> UOp:
   """2**x for float32 x. `scale(p, n)`: p * 2**n (n an integer-valued float, -254 <= n <= 129) in one instruction where the
   target has one (AVX-512's vscalefps: the same single rounding as the two factors below); else 2**n is built from the bits.
   `split(x)`, with a `scale` that takes any n (+-inf too, as vscalefps: 2**inf is inf, 2**-inf 0): (n, f), x rounded to an
   integer (ties to even) and x - n, one instruction each, +-inf giving (+-inf, 0) and NaN a NaN f (AVX-512DQ's vrndscaleps and
   vreduceps): no clamp, two ops in place of four, the same values. `nonpositive` (x <= 0 or NaN, EXP2_NONPOSITIVE):
-  fast_exp2_nonpositive's degree-5 polynomial, one multiply-add less (within 1.8 ulp of 2**x where degree 6 is within 0.9)."""
+  fast_exp2_nonpositive's degree-5 polynomial, one multiply-add less (within 1.8 ulp of 2**x where degree 6 is within 0.9).
+  `rnd` (bits path): as _exp2_nonpositive_times'."""
   poly = _EXP2_POLY_NONPOSITIVE if nonpositive else _EXP2_POLY
   if scale is not None and split is not None:
     n, f = split(x)
@@ -126,7 +127,7 @@ def fast_exp2(x: UOp, scale: Callable[[UOp, UOp], UOp] | None = None, split: Cal
   xc = (x < -254.0).where(-254.0, x)
   xc = (xc > 129.0).where(129.0, xc)
   r = xc + _ROUND
-  n = r - _ROUND
+  n = r - _ROUND if rnd is None else rnd(xc)
   p = _horner(xc - n, poly)
   if scale is not None: return scale(p, n)
   # 2**n in two factors, 2**(h-127) and 2**(k-h-127) with k = n + 254 and h = floor(k/2), each a normal float (or 0.0 at n = -254):

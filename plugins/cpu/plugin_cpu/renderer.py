@@ -268,21 +268,23 @@ def max_blend_lanes(flags: frozenset[str]) -> frozenset[int]:
   if "avx" not in flags or "avx512f" in flags or host_machine() == "aarch64": return frozenset()
   return frozenset({4, 8, 16, 32, 64, 128})
 
-# Without AVX-512, an exp2 of x <= 0 (a softmax's) takes its n = roundeven(x) from vroundps, not r - 1.5*2**23 after r = x +
-# 1.5*2**23 (decompose._exp2_nonpositive_times): the same n, one op each, but f = x - n no longer waits on r's add (3 dependent ops
-# -> 2). AVX2 code (znver3) on one Zen 5 thread, A/B in one process, medians of 31 (IQR of pair ratios): softmax 4096x1000's kernel
-# 0.979x (0.977-0.980), 256x1000 0.977x, log_softmax 4096x1000 0.977x, a causal 12x256x256 softmax 0.987x; the same values
+# Without AVX-512, exp2 takes its n = roundeven(x) from vroundps, not r - 1.5*2**23 after r = x + 1.5*2**23 (decompose's fast_exp2
+# and _exp2_nonpositive_times): the same n, one op each, but f = x - n no longer waits on r's add (3 dependent ops -> 2). AVX2 code
+# (znver3) on one Zen 5 thread, A/B in one process, medians of 31 (IQR of pair ratios): softmax 4096x1000's kernel 0.979x
+# (0.977-0.980), 256x1000 0.977x, log_softmax 4096x1000 0.977x, a causal 12x256x256 softmax 0.987x; 64x1024 exp 0.986x, sigmoid
+# 0.982x, gelu 0.982x; the same values
 def pm_exp2_roundeven(lanes: frozenset[int]) -> PatternMatcher:
-  """exp2 of float32 x <= 0 in vectors of `lanes` with n rounded by llvm.roundeven (SSE4.1's roundps, which every AVX CPU has)."""
+  """float32 exp2 in vectors of `lanes` with n rounded by llvm.roundeven (SSE4.1's roundps, which every AVX CPU has)."""
   def rnd(v: UOp) -> UOp: return UOp(Ops.CUSTOM, v.dtype, (v,), ROUNDEVEN_ARG)
   def ok(x: UOp) -> bool: return x.dtype.scalar() is dtypes.float32 and x.dtype.count in lanes
   return PatternMatcher([(UPat(Ops.EXP2, arg=EXP2_SCALED, name="x", custom=ok), lambda x: fast_exp2_scaled(x.src[0], rnd)),
-                         (UPat(Ops.EXP2, arg=EXP2_NONPOSITIVE, name="x", custom=ok), lambda x: fast_exp2_nonpositive(x.src[0], rnd))],
-                        name="exp2 of x <= 0 by roundps")
+                         (UPat(Ops.EXP2, arg=EXP2_NONPOSITIVE, name="x", custom=ok), lambda x: fast_exp2_nonpositive(x.src[0], rnd)),
+                         (UPat(Ops.EXP2, name="x", custom=lambda x: ok(x) and x.arg is None), lambda x: fast_exp2(x.src[0], rnd=rnd))],
+                        name="exp2 by roundps")
 
 def llvm_rules(flags: frozenset[str], simd: int) -> PatternMatcher:
   """The LLVM renderer's rules before rendering: exp2 by vscalefps and max by vmaxps + vfixupimmps on AVX-512 (vmaxps and a NaN
-  blend, and exp2 of x <= 0 rounded by vroundps, on AVX), then extra_rules' (and the bf16 dot product's where the target has it)."""
+  blend, and exp2 rounded by vroundps, on AVX), then extra_rules' (and the bf16 dot product's where the target has it)."""
   rules = pm_exp2_scalef(lanes, "avx512dq" in flags) + extra_rules(simd) if (lanes := scalef_lanes(flags)) else extra_rules(simd)
   if lanes: rules = pm_max_fixup(lanes) + rules
   elif blend := max_blend_lanes(flags): rules = pm_max_fixup(blend, MAX_BLEND_ARG) + pm_exp2_roundeven(blend) + rules

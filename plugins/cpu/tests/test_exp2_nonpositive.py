@@ -90,8 +90,8 @@ def test_softmax_tells_exp2_its_input_is_nonpositive_and_matches_numpy(name):
 @pytest.mark.skipif(host_machine() != "x86_64", reason="renders x86-64 code")
 def test_avx_nonpositive_exp2_rounds_by_roundps():
   # without AVX-512 (renderer.pm_exp2_roundeven) n = roundeven(x), one vroundps, where it was r - 1.5*2**23 after r = x + 1.5*2**23:
-  # the same n, so the same values; the rounding constant is added once (r: the exponent's bits) and never subtracted. Both forms:
-  # exp2 of x <= 0 (log_softmax's) and the scaled one a softmax's stash sums (2**63 * exp2)
+  # the same n, so the same values; the rounding constant is added once (r: the exponent's bits) and never subtracted. Every form:
+  # exp2 of x <= 0 (log_softmax's), the scaled one a softmax's stash sums (2**63 * exp2) and the general one
   from cpu_kernels import device
   avx2 = copy.copy(device("LLVM").renderer)
   avx2.target(frozenset({"avx", "avx2", "fma"}))
@@ -101,6 +101,11 @@ def test_avx_nonpositive_exp2_rounds_by_roundps():
   got, _ = _run("LLVM", _nonpositive_exp2, X, avx2)
   np.testing.assert_array_equal(np.isnan(got), np.isnan(X))
   assert _ulps(got, X, np.exp2) <= 2.1
+  # a general exp2 (sigmoid's, gelu's) the same way: 1.5 * 2**23 + 254 added once
+  from test_vector_math import EXP2_X
+  src = _src32(lambda t: t.exp2(), avx2)
+  assert re.search(r"@llvm\.roundeven\.v\d+f32\(", src) and len(re.findall(rf"= f(add|sub) <\d+ x float> [^\n]*{rounding(127)}", src)) == 1
+  assert _ulps(_run("LLVM", lambda t: t.exp2(), EXP2_X, avx2)[0], EXP2_X, np.exp2) <= 1.5
   x = gen.standard_normal((16, 1000)).astype(np.float32) * 30
   x[3, ::2] = -np.inf
   from core.codegen.program import get_program, program_source
