@@ -97,7 +97,24 @@ class LLVMTarget(NamedTuple):   # a NamedTuple: a sixth of a frozen dataclass's 
   opt: int = 2
   reloc: str = "default"
   codemodel: str = "jitdefault"
+  options: tuple[str, ...] = ()   # LLVM command-line options ("-name=value", names from LLVM_OPTION_DEFAULTS) for its compiles
   def machine(self) -> Any: return _target_machine(self)
+
+# LLVM's options are process-wide: a compile sets its target's and puts back the defaults of those it does not name, so one
+# target's options never reach another's compiles in the same process (a CPU's and a GPU's kernels, the compile worker)
+LLVM_OPTION_DEFAULTS = {"-dse-memoryssa-walklimit": "90"}
+_options_now: dict[str, str] = {}
+
+def _set_llvm_options(llvm: Any, options: tuple[str, ...]) -> None:
+  want = dict(LLVM_OPTION_DEFAULTS)
+  for opt in options:
+    name, _, value = opt.partition("=")
+    if name not in LLVM_OPTION_DEFAULTS: raise ValueError(f"LLVM option {name!r} has no default in LLVM_OPTION_DEFAULTS to restore")
+    want[name] = value
+  for name, value in want.items():
+    if _options_now.get(name, LLVM_OPTION_DEFAULTS[name]) != value:
+      llvm.set_option("", f"{name}={value}")
+      _options_now[name] = value
 
 @functools.cache
 def _target_machine(t: LLVMTarget) -> Any:
@@ -122,6 +139,7 @@ def llvm_compile_here(target: LLVMTarget, src: str, what: str = "", assembly: bo
   """llvm_object's work, always in this process (leaking the pass builder's ~63 KB): what the compile worker runs."""
   import llvmlite.binding as llvm
   tm = target.machine()
+  _set_llvm_options(llvm, target.options)
   # a context of its own: LLVM keeps every type and constant a module creates in its context until the context goes, so
   # compiling into the global one grows the process by tens of KB per kernel, forever
   ctx = llvm.create_context()
