@@ -46,6 +46,13 @@ MM_MIN_ACC = 8                # vector accumulators a register tile needs: FMA l
 CONV_ODD_ROW_ACC = True
 MM_WINDOW = 4                 # reduce axes this small are unrolled whole
 MM_PACK_REUSE = 4             # row blocks that must reuse a packed panel for the copy to pay
+# a plain a @ W.T (_plain_product) with few rows takes vector sums along the reduce axis instead (hand_coded's few_rows), its
+# register tile (_reuse_outputs) FEW_ROW_COLS columns x the rows half the vector registers leave: W read once per tile of rows,
+# from cache. Up to FEW_ROW_PASSES such passes it beats the packed tile. Zen 5, 2 threads, kernel time, packed vs reduce path
+# in one process, interleaved, medians of 201 pair ratios reduce/packed (load 10-11), rows 16/24/32/48/64/80: AVX-512 (32 zmm:
+# 4 rows a tile) x512x1000 0.26/0.35/0.42/0.55/0.61/0.68, x768x3072 0.68/0.74/0.76/0.78/0.78, x1024x4096 0.05/0.06/0.06/0.24/
+# 0.27; AVX2 code (znver3, 16 ymm: 2 rows) x512x1000 0.70/0.87/0.87/1.00/1.00/1.02, x768x3072 0.79/0.86/0.86/0.98/1.00
+FEW_ROW_PASSES, FEW_ROW_COLS = 16, 4
 MM_COL_VECS = 4               # vectors per reduce step of a column reduction (4 x 32 bytes: two cache lines; 6.7 -> 19 GB/s)
 MM_PAD_FULL = 4               # padding allowed (1/4 more work) for an output row that holds no whole vector
 MM_ROW_TILE = 16              # row tiles per packed row block when the row-side input is strided along the reduce axis
@@ -156,7 +163,22 @@ def _packed_product(k: Kernel, outs: list[UOp], reds: list[UOp], loads: list[UOp
   that can PACK, with a panel that fits and rows enough to reuse it: register tiles reuse each load (a packed panel turns the
   other input's column reads into vector reads), where vector partial sums along the reduce axis would reuse nothing."""
   if k.renderer.has_local or prod(range_size(r) or 0 for r in reds) * panel_bytes > PACK_MAX_BYTES: return False
-  return _panel_rows(outs, reds, loads, col) >= MM_PACK_REUSE * MM_I and _crossed_inputs(outs, loads)
+  rows = _panel_rows(outs, reds, loads, col)
+  if _plain_product(reds, [ld for ld in loads if any(r in ld.toposort() for r in reds)]):
+    if rows <= FEW_ROW_PASSES * (k.renderer.simd_regs // 2 // FEW_ROW_COLS): return False
+  return rows >= MM_PACK_REUSE * MM_I and _crossed_inputs(outs, loads)
+
+def _plain_product(reds: list[UOp], red_loads: list[UOp]) -> bool:
+  """a @ W.T itself: one reduce axis that every input in the reduction reads at stride 1, each input's rows (its other
+  axes' strides) no closer than the reduce length, so no two rows overlap as a conv window's do (a strided or NCHW 1x1 conv
+  reads its input channels a plane apart: not this)."""
+  if len(reds) != 1 or (n := range_size(reds[0])) is None: return False
+  for ld in red_loads:
+    idx = read_index(ld.src[0])
+    axes = [r for r in idx.toposort() if r.op is Ops.RANGE]
+    if (strides := linear_strides(idx, axes)) is None or strides.get(reds[0]) != 1: return False
+    if any(abs(v) < n for r, v in strides.items() if r is not reds[0]): return False
+  return True
 
 def _panel_rows(outs: list[UOp], reds: list[UOp], loads: list[UOp], col: UOp) -> int:
   """The rows a panel of the input read along output axis `col` in the reduction serves: the output axes it misses. Fewer than

@@ -2,7 +2,8 @@
 vector partial sums along the reduce axis, each load reused across a small rows x columns register tile (heuristic._reuse_outputs,
 at most half the vector registers of accumulators), the columns on the threads: its rows are too few for a packed panel to be
 reused by MM_PACK_REUSE row blocks (_packed_product), and the register tile without the panel gathered each column vector a
-reduce row apart (ResNet-18's fc, 8x512 @ 1000x512.T: 256 two-lane accumulators). Enough rows still pack. The tile is read from
+reduce row apart (ResNet-18's fc, 8x512 @ 1000x512.T: 256 two-lane accumulators). So do products of up to FEW_ROW_PASSES
+passes of that tile's rows over W (_plain_product); more rows pack. The tile is read from
 the optimizer's opts on AVX2-like (8 lanes, 16 registers) and AVX-512-like (16 lanes, 32) renderers; results against numpy."""
 from __future__ import annotations
 import numpy as np
@@ -46,8 +47,17 @@ def test_one_row_stays_a_matrix_vector_product(simd_bytes):
   assert kern.applied[0].op is OptOps.UNROLL and OptOps.PACK not in [o.op for o in kern.applied], kern.applied
   check()
 
-@pytest.mark.parametrize("simd_bytes", [32, 64])
-def test_enough_rows_still_pack(simd_bytes):
-  kern, check, _ = _tiled(64, 256, 200, simd_bytes)
-  assert OptOps.PACK in [o.op for o in kern.applied], kern.applied
+# the bound: 16 passes over W by the reduce path's tile of rows (half the vector registers over 4 columns: 2 rows with 16
+# registers, 4 with 32), so 32 rows on AVX2-like renderers and 64 on AVX-512-like ones; one row block more packs
+@pytest.mark.parametrize("simd_bytes, rows, packs", [(32, 16, False), (32, 32, False), (32, 48, True),
+                                                     (64, 16, False), (64, 64, False), (64, 80, True)])
+def test_rows_up_to_the_bound_sum_along_the_reduce(simd_bytes, rows, packs):
+  kern, check, rnd = _tiled(rows, 256, 200, simd_bytes)
+  ops = [o.op for o in kern.applied]
+  assert (OptOps.PACK in ops) is packs, kern.applied
+  if not packs:
+    # one vector a step along the reduce, then a rows x columns tile of at most half the registers
+    assert ops[0] is OptOps.UNROLL and kern.applied[0].axis == 2 and kern.applied[0].amt == simd_bytes // 4, kern.applied
+    acc = int(np.prod([o.amt for o in kern.applied if o.op is OptOps.UPCAST]))
+    assert acc == rnd.simd_regs // 2, kern.applied
   check()
