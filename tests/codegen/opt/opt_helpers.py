@@ -55,14 +55,24 @@ def run_ast(item: Any, ast: UOp, renderer: Any = None) -> tuple[np.ndarray, Any]
   prg(*[b._buf for b in bufs], global_size=spec.arg.global_size, local_size=spec.arg.local_size, vals=launch_vals(spec.arg, {}), wait=True)
   return bufs[0].numpy(), spec
 
-def host_renderer(simd_bytes: int) -> Any:
+def host_renderer(simd_bytes: int, masked: bool = False) -> Any:
   """The default device's renderer as on a host with `simd_bytes`-wide vectors and 2 threads (16 ymm on AVX2, zmm on AVX-512)
   and the per-core L2 of the Zen 3 and Zen 5 we measure on (512 KiB, 1 MiB); skips where the default device is not CPU-style.
-  Narrower than this host's vectors, it also takes that CPU's rules (the CPU plugin's narrowed: no AVX-512 vscalefps exp2 at 32)."""
+  Narrower than this host's vectors, it also takes that CPU's rules (the CPU plugin's narrowed: no AVX-512 vscalefps exp2 at 32).
+  masked: for the choices Renderer.masked_vectors decides, a renderer that masks a vector's pad lanes: where the default's masks
+  none (the CPU plugin's C renderer) the CPU plugin's LLVM renderer, whose kernels the default device may not build: run the
+  default renderer's own plan there."""
   rnd = Device[Device.DEFAULT].renderer
   if not (rnd.supports_float4 and rnd.threads >= 0 and not rnd.has_local): pytest.skip("a CPU-style renderer")
+  if masked and not rnd.masked_vectors: rnd = _masking_renderer(rnd)
   rnd = rnd.narrowed(simd_bytes) if hasattr(rnd, "narrowed") else copy.copy(rnd)
   rnd.simd_width, rnd.threads, rnd.simd_regs = simd_bytes, 2, 16 if simd_bytes == 32 else 32
   rnd.l2_bytes = 512 << 10 if simd_bytes == 32 else 1 << 20
   rnd.stream_min_bytes = 0   # this host's streaming bound not known (its L3's): tests of what depends on it set one
   return rnd
+
+def _masking_renderer(rnd: Any) -> Any:
+  """The CPU plugin's LLVM renderer for `rnd`'s CPU model: it masks the pad lanes of a row's last vector."""
+  try: from plugin_cpu.renderer import CPULLVMRenderer
+  except ImportError: pytest.skip(f"a renderer with masked vectors ({type(rnd).__name__} has none)")
+  return CPULLVMRenderer(arch=getattr(rnd, "arch", None))
