@@ -33,11 +33,13 @@ def _softmax_ref(x: np.ndarray) -> np.ndarray:
   e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
   return e / e.sum(-1, keepdims=True)
 
-@pytest.mark.parametrize("simd_bytes, steps", [(64, 9), (32, 5)])
-def test_softmax_row_max_takes_more_vectors_a_step(simd_bytes, steps):
-  # 1000 on 16 lanes: 63 padded vectors, 9 a step (3 with a sum's 4); on 8 lanes 125 vectors, 5 a step either way
+@pytest.mark.parametrize("simd_bytes", [64, 32])
+def test_softmax_row_max_takes_more_vectors_a_step(simd_bytes):
+  # 1000 on 16 lanes: 63 padded (masked) vectors, 9 a step (3 with a sum's 4); on 8 lanes, or 16 without masked pad lanes
+  # (8 lanes then: 125 vectors), 5 a step either way
   item = _item(Tensor(rng.standard_normal((64, 1000)).astype(np.float32)).softmax(-1))
-  assert _max_step_loads(item, host_renderer(simd_bytes)) == steps
+  rnd = host_renderer(simd_bytes)
+  assert _max_step_loads(item, rnd) == (9 if simd_bytes == 64 and rnd.masked_vectors else 5)
 
 def test_row_sums_keep_their_vectors_a_step(monkeypatch):
   # layernorm's two sums: the same opts whatever a row max would take
@@ -54,10 +56,11 @@ def test_softmax_and_log_softmax_values(simd_bytes, rows, cols):
   x = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
   x[1, cols // 3] = 40.0   # a row max far from the rest
   rnd = host_renderer(simd_bytes)
-  for fn, ref in ((lambda t: t.softmax(-1), _softmax_ref(x)), (lambda t: t.log_softmax(-1), np.log(_softmax_ref(x)))):
+  # log_softmax: the float32 row sum's relative error (a few 1e-6 over thousands of terms) is an absolute one in its log
+  for fn, ref, atol in ((lambda t: t.softmax(-1), _softmax_ref(x), 1e-6), (lambda t: t.log_softmax(-1), np.log(_softmax_ref(x)), 1e-5)):
     item = _item(fn(Tensor(x)))
     got, _ = run_ast(item, hand_coded(Kernel(item.ast, rnd)).ast, rnd)
-    np.testing.assert_allclose(got.reshape(x.shape), ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got.reshape(x.shape), ref, rtol=1e-5, atol=atol)
 
 def test_row_max_values_with_nans():
   x = rng.standard_normal((6, 1000)).astype(np.float32)
