@@ -43,12 +43,14 @@ def test_every_tap_one_mulacc(c, hw, k, simd_bytes):
   np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
   uops = program_uops(spec)
   stores = [u for u in uops if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM]
-  # one output vector per store (whole rows, padded to masked vectors); k*k taps each, every one fused
-  assert sum(u.op is Ops.MULACC for u in uops) == k * k * len(stores)
+  # the output vectors (whole rows, padded to vectors: stored masked, or lane by lane where the renderer masks none); k*k taps
+  # each, every one fused
+  vecs = len({s.src[1].src[0] if s.src[1].op is Ops.GEP else s.src[1] for s in stores})
+  assert sum(u.op is Ops.MULACC for u in uops) == k * k * vecs
   assert not any(u.op is Ops.MUL and dtypes.is_float(u.dtype) for u in uops)
   # in runs of UNROLLED_SUM_CHAIN (short FMA chains, added in a tree): one accumulator each
   accs = [u for u in uops if u.op is Ops.DEFINE_REG and u.dtype.size == 1]
-  assert len(accs) == -(-k * k // expander.UNROLLED_SUM_CHAIN) * len(stores)
+  assert len(accs) == -(-k * k // expander.UNROLLED_SUM_CHAIN) * vecs
 
 @pytest.mark.parametrize("fma", [True, False])
 @pytest.mark.parametrize("c, hw, k", [(64, 24, 3), (8, 20, 5), (16, 7, 3), (4, 9, 7)])
