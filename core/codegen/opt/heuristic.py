@@ -52,6 +52,7 @@ MM_PACK_REUSE = 4             # row blocks that must reuse a packed panel for th
 # in one process, interleaved, medians of 201 pair ratios reduce/packed (load 10-11), rows 16/24/32/48/64/80: AVX-512 (32 zmm:
 # 4 rows a tile) x512x1000 0.26/0.35/0.42/0.55/0.61/0.68, x768x3072 0.68/0.74/0.76/0.78/0.78, x1024x4096 0.05/0.06/0.06/0.24/
 # 0.27; AVX2 code (znver3, 16 ymm: 2 rows) x512x1000 0.70/0.87/0.87/1.00/1.00/1.02, x768x3072 0.79/0.86/0.86/0.98/1.00
+# (passes of the tile that fits: rows no such tile divides pass once a row, native 31/61x768x3072 1.23/1.33x the packed time)
 FEW_ROW_PASSES, FEW_ROW_COLS = 16, 4
 MM_COL_VECS = 4               # vectors per reduce step of a column reduction (4 x 32 bytes: two cache lines; 6.7 -> 19 GB/s)
 MM_PAD_FULL = 4               # padding allowed (1/4 more work) for an output row that holds no whole vector
@@ -165,7 +166,9 @@ def _packed_product(k: Kernel, outs: list[UOp], reds: list[UOp], loads: list[UOp
   if k.renderer.has_local or prod(range_size(r) or 0 for r in reds) * panel_bytes > PACK_MAX_BYTES: return False
   rows = _panel_rows(outs, reds, loads, col)
   if _plain_product(reds, [ld for ld in loads if any(r in ld.toposort() for r in reds)]):
-    if rows <= FEW_ROW_PASSES * (k.renderer.simd_regs // 2 // FEW_ROW_COLS): return False
+    # the rows of _reuse_outputs' tile beside FEW_ROW_COLS columns (1 where no size that fits divides them: 31 rows)
+    tile = _pick_amt(rows, tuple(a for a in (4, 3, 2) if FEW_ROW_COLS * a <= k.renderer.simd_regs // 2)) or 1
+    if rows // tile <= FEW_ROW_PASSES: return False
   return rows >= MM_PACK_REUSE * MM_I and _crossed_inputs(outs, loads)
 
 def _plain_product(reds: list[UOp], red_loads: list[UOp]) -> bool:
