@@ -142,10 +142,11 @@ class CCompiler(Compiler):
       except OSError as e: return f"<objdump failed: {e}>"
 
 # Dead store elimination walks up from every store through the earlier ones, an alias query a step, up to 90 steps: a conv's
-# 224 lane stores made it a fifth of the optimizer's time (ResNet-18 b8 inference: 216 of 974 ms). The dead stores it finds
-# in our code (hcq_submit's template words that the launch patches, up to 40 stores up: larger templates stay loops) are
-# within 48: ResNet-18's and the bench's kernels (native and znver3) give byte-identical objects with it
-LLVM_OPTIONS = ("-dse-memoryssa-walklimit=48",)
+# 224 lane stores made it a fifth of the optimizer's time (ResNet-18 b8 inference: 216 of 974 ms). Our kernels overwrite no
+# stored value, so the CPU's compiles walk no step (a store right before its overwrite still goes): ResNet-18's and the
+# bench's kernels (native and znver3) give byte-identical objects. hcq_submit, whose copied template words the launch
+# patches, is the host compiler's (core.device.hostjit): it keeps LLVM's walk
+LLVM_OPTIONS = ("-dse-memoryssa-walklimit=0",)
 
 class LLVMCompiler(Compiler):
   """LLVM IR -> machine code: llvmlite parses and optimizes (new pass manager, O3, host CPU and features) and emits an object

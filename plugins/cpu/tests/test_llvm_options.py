@@ -2,6 +2,7 @@
 put back to LLVM's default for a target that does not name it."""
 import pytest
 from core.device.compiler import LLVMTarget, llvm_compile_here
+from core.device.hostjit import host_compiler
 from core.device.llvm_host import host_llvm
 from plugin_cpu.compiler import LLVM_OPTIONS, LLVMCompiler
 
@@ -21,9 +22,18 @@ def test_cpu_target_compiles_with_its_options():
   assert LLVMCompiler().target.options == LLVM_OPTIONS
   assert any(o.startswith("-dse-memoryssa-walklimit=") for o in LLVM_OPTIONS)
 
-def test_cpu_options_keep_near_dead_stores_found():
-  # hcq_submit's patched template words lie up to 40 stores up: still removed
-  assert not keeps_dead_store(LLVM_OPTIONS, 40)
+def test_cpu_target_walks_no_store_up():
+  # a dead store with one store between is kept (LLVM's default walk removes it); one right before its overwrite still goes
+  assert keeps_dead_store(LLVM_OPTIONS, 1)
+  assert not keeps_dead_store((), 1)
+  assert not keeps_dead_store(LLVM_OPTIONS, 0)
+
+def test_the_submit_programs_compiler_keeps_the_walk():
+  # hcq_submit's template words that the launch patches lie up to 40 stores up: the host compiler still removes them
+  t = host_compiler().target
+  assert t.options == ()
+  asm = llvm_compile_here(t, dead_store_ir(40), assembly=True).decode()
+  assert "$22" in asm and "$11" not in asm
 
 def test_options_apply_to_their_target_only():
   # 70 stores up is past the CPU's walk, not LLVM's default one: a target without options gets the default back
