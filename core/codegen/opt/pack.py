@@ -1,5 +1,6 @@
 """PACK: copy the block of an input that a loop reuses into a thread-private contiguous buffer before that loop runs."""
 from __future__ import annotations
+import mmap
 from core.ir.dtype import AddrSpace
 from core.ir.ops import UOp, Ops, AxisType
 from core.helpers import prod
@@ -7,6 +8,9 @@ from core.helpers import prod
 # bytes of one packed buffer (a stack array per thread; the CPU plugin's kernel threads have 8 MiB stacks). 512 KiB is a
 # 16-float panel of K=8192: unpacked, those rows sit a page apart and share a few cache sets (1024x4096x1024 ran 41 GFLOP/s)
 PACK_MAX_BYTES = 512 * 1024
+# a VIPT L1 indexes its sets within a page (set span = size / ways <= page), so lines whose rows lie a page or more apart may
+# share a set: a copy step reads at most one output vector's rows of them (_row_group_loops)
+PAGE_BYTES = mmap.PAGESIZE
 
 def _axis_key(r: UOp) -> tuple[int, int]:
   from core.codegen.opt.kernel import axis_key
@@ -37,6 +41,14 @@ def _store_strides(ast: UOp, rngs: list[UOp]) -> dict[UOp, int]:
   used = [r for r in rngs if r in st.src[0].src[1].toposort()]
   if not used: return {}
   return linear_strides(st.src[0].src[1], used) or {}
+
+def _row_group_loops(inner: list[UOp], strides: dict[UOp, int], out_strides: dict[UOp, int], itemsize: int) -> set[UOp]:
+  """The register axes of a load that its copy steps through as loops: the output's axes other than the one its vectors run
+  along, where they step the source a page or more. One copy step over all 64 columns of an x @ W.T panel read 64 rows of W,
+  4 KiB apart at K=1024: 64 lines of one L1 set (12 ways on the Zen 5), and the copy of 16 MiB of W cost about 3 ms a call
+  whatever the rows. Now a step reads one vector's rows (16 on AVX-512, 8 on AVX2), and the panel's stores stay vectors."""
+  if not any(out_strides.get(r) == 1 for r in inner): return set()
+  return {r for r, o in out_strides.items() if o != 1 and abs(strides[r]) * itemsize >= PAGE_BYTES}
 
 def packable_loads(ast: UOp, a: UOp) -> list[UOp]:
   """Loads from kernel buffers that sit inside a reduction, don't depend on loop `a` and read at a fixed stride along every
@@ -83,9 +95,11 @@ def pack_loads(ast: UOp, a: UOp) -> UOp | None:
       pstride[r] = acc
       acc *= range_size(r) or 1
     copy_rng: dict[UOp, UOp] = {}
+    loops = _row_group_loops(inner, strides, out_strides, ld.dtype.itemsize)
+    regs = [r for r in inner if r.arg[1] in REGISTER_AXES and r not in loops]
     # the copy's loops nest by the source's strides instead, largest outermost: it reads the input forwards
-    for r in sorted(order, key=lambda r: (r.arg[1] in REGISTER_AXES, -abs(strides[r]), _axis_key(r))):
-      if r.arg[1] in REGISTER_AXES: copy_rng[r] = r
+    for r in sorted(order, key=lambda r: (r in regs, -abs(strides[r]), _axis_key(r))):
+      if r in regs: copy_rng[r] = r
       else:
         # OUTER: a loop of the optimizer's own; no Opt applies to it (a THREAD split of a copy would leave each block's
         # panel partly filled)
