@@ -166,10 +166,31 @@ def _packed_product(k: Kernel, outs: list[UOp], reds: list[UOp], loads: list[UOp
   if k.renderer.has_local or prod(range_size(r) or 0 for r in reds) * panel_bytes > PACK_MAX_BYTES: return False
   rows = _panel_rows(outs, reds, loads, col)
   if _plain_product(reds, [ld for ld in loads if any(r in ld.toposort() for r in reds)]):
-    # the rows of _reuse_outputs' tile beside FEW_ROW_COLS columns (1 where no size that fits divides them: 31 rows)
-    tile = _pick_amt(rows, tuple(a for a in (4, 3, 2) if FEW_ROW_COLS * a <= k.renderer.simd_regs // 2)) or 1
-    if rows // tile <= FEW_ROW_PASSES: return False
+    if -(-rows // _few_row_tile(rows, k.renderer.simd_regs)) <= FEW_ROW_PASSES: return False
   return rows >= MM_PACK_REUSE * MM_I and _crossed_inputs(outs, loads)
+
+# rows no tile of _few_row_tile divides (17, 31) padded to the largest that fits, up to FEW_ROW_PAD_ROWS padded rows: 1-row
+# tiles passed W once a row. Zen 5, 2 threads, kernel time, one process, interleaved, medians of 21 pair ratios padded/today's
+# plan (load 3.7-4.2, slow-bandwidth spell: copy 55 GB/s), rows 17/19/23/29/31: AVX-512 x512x1000 0.27/0.63/0.66/0.74/0.75,
+# x768x3072 0.33/0.86/0.91/0.94/0.96; AVX2 code (znver3) x512x1000 0.30/0.74/0.78/0.91/0.30, x768x3072 0.30/0.82/0.84/0.91/0.28;
+# rows 5/7/11/13 AVX-512 x500x1000 0.85/0.61/0.59/0.66, x768x3072 0.79/0.63/0.68/0.75; rows 3/5/7/9/11/13 AVX2 x500x1000
+# 0.75/0.73/0.70/0.68/0.67/0.66, x768x3072 0.76/0.76/0.73/0.70/0.69/0.68.
+# More rows lose to the packed tile (AVX-512 x768x3072 47 -> 48 1.02, 61 -> 64 1.04: as unpadded 48 and 64 rows do, 1.00, 1.04)
+FEW_ROW_PAD_ROWS = 32
+
+def _few_row_tile(rows: int, regs: int) -> int:
+  """The rows of _reuse_outputs' tile beside FEW_ROW_COLS columns within half the vector registers: the largest of 4, 3, 2
+  that divides them, else the largest of 4, 2 that fits where the rows padded to it (_pad_few_rows) are few, else 1."""
+  fits = tuple(a for a in (4, 3, 2) if FEW_ROW_COLS * a <= regs // 2)
+  if tile := _pick_amt(rows, fits): return tile
+  return next((a for a in fits if a != 3 and -(-rows // a) * a <= FEW_ROW_PAD_ROWS), 1)
+
+def _pad_few_rows(k: Kernel, red_loads: list[UOp], contig_out: UOp) -> Kernel:
+  """A few-row product's rows padded to a whole tile of _few_row_tile (31 -> 32): the padded rows read zeros and store nothing."""
+  rows = [r for r in k.of_type(AxisType.LOOP) if r is not _same(k, contig_out) and any(r not in ld.toposort() for ld in red_loads)]
+  if len(rows) != 1 or (n := range_size(rows[0])) is None: return k
+  tile = _few_row_tile(n, k.renderer.simd_regs)
+  return k if n % tile == 0 else _try(k, Opt(OptOps.PADTO, _pos(k, rows[0]), tile))
 
 def _plain_product(reds: list[UOp], red_loads: list[UOp]) -> bool:
   """a @ W.T itself: one reduce axis that every input in the reduction reads at stride 1, each input's rows (its other
@@ -1095,6 +1116,7 @@ def hand_coded(k: Kernel) -> Kernel:
         if (short_red or few_rows) and k.applied[-1].op is OptOps.UNROLL:
           # sums of products: loads reused across outputs, not more rows (a few-row product's vector accumulators: up to half
           # the vector registers, the rest for its loads)
+          if few_rows and contig_out is not None: k = _pad_few_rows(k, red_loads, contig_out)
           k, streaming = _reuse_outputs(k, red_loads, rnd.simd_regs // 2 if few_rows else RED_REUSE_ACC), False
           # (a few-row product's columns outermost: the thread blocks split W, each thread reading its own half once, where
           # blocks of rows read all of it each)

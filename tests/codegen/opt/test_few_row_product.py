@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 from core.codegen.opt import Kernel, OptOps
 from core.codegen.opt.heuristic import hand_coded
+from core.codegen.program import program_uops
+from core.ir.ops import Ops
 from opt_helpers import run_ast, host_renderer, product_item
 
 rng = np.random.default_rng(39)
@@ -33,11 +35,12 @@ def _tiled(rows: int, k: int, n: int, simd_bytes: int):
 def test_few_rows_sum_along_the_reduce_with_loads_reused(simd_bytes, rows, k, n):
   kern, check, rnd = _tiled(rows, k, n, simd_bytes)
   ops = [o.op for o in kern.applied]
-  # no padded, packed column tile: the reduce axis (the last) unrolled first, then rows x columns of accumulators
-  assert OptOps.PACK not in ops and OptOps.PADTO not in ops and ops[0] is OptOps.UNROLL and kern.applied[0].axis == 2, kern.applied
+  # no padded, packed column tile: the reduce axis (the last) unrolled first, then rows x columns of accumulators (only the
+  # rows padded: 3 rows beside 4 columns are 12 accumulators, more than AVX2's 8, so 2-row tiles over 4 rows there)
+  assert OptOps.PACK not in ops and all(o.axis == 0 for o in kern.applied if o.op is OptOps.PADTO), kern.applied
+  assert ops[0] is OptOps.UNROLL and kern.applied[0].axis == 2, kern.applied
   ups = [o for o in kern.applied if o.op is OptOps.UPCAST]
   acc = int(np.prod([o.amt for o in ups]))
-  # (3 rows beside 4 columns are 12 accumulators, more than AVX2's 8: the columns alone there)
   assert 1 in {o.axis for o in ups} and 4 <= acc <= rnd.simd_regs // 2, kern.applied
   check()
 
@@ -49,9 +52,10 @@ def test_one_row_stays_a_matrix_vector_product(simd_bytes):
 
 # the bound: 16 passes over W by the reduce path's tile of rows (half the vector registers over 4 columns: 2 rows with 16
 # registers, 4 with 32), so 32 rows on AVX2-like renderers and 64 on AVX-512-like ones; one row block more packs
-# (rows no tile of 2-4 divides pass once each: 31 pack on both)
-@pytest.mark.parametrize("simd_bytes, rows, packs", [(32, 16, False), (32, 32, False), (32, 48, True), (32, 31, True),
-                                                     (64, 16, False), (64, 64, False), (64, 80, True), (64, 31, True)])
+# (rows no tile of 2-4 divides are padded to one up to FEW_ROW_PAD_ROWS: 31 on both; 61 on 64 bytes pack)
+@pytest.mark.parametrize("simd_bytes, rows, packs", [(32, 16, False), (32, 32, False), (32, 48, True), (32, 31, False),
+                                                     (64, 16, False), (64, 64, False), (64, 80, True), (64, 31, False),
+                                                     (64, 61, True)])
 def test_rows_up_to_the_bound_sum_along_the_reduce(simd_bytes, rows, packs):
   kern, check, rnd = _tiled(rows, 256, 200, simd_bytes)
   ops = [o.op for o in kern.applied]
@@ -62,3 +66,18 @@ def test_rows_up_to_the_bound_sum_along_the_reduce(simd_bytes, rows, packs):
     acc = int(np.prod([o.amt for o in kern.applied if o.op is OptOps.UPCAST]))
     assert acc == rnd.simd_regs // 2, kern.applied
   check()
+
+@pytest.mark.parametrize("simd_bytes, rows, tile", [(32, 31, 2), (32, 17, 2), (32, 3, 2), (64, 31, 4), (64, 17, 4), (64, 7, 4)])
+def test_rows_no_tile_divides_are_padded_to_one(simd_bytes, rows, tile):
+  """31 or 17 rows take the 2- or 4-row tile over rows padded to it (32, 18 or 20), not a 1-row tile; the padded rows'
+  outputs are never stored (every store to the output gated); values against numpy."""
+  item, want = _linear(rows, 256, 200)
+  rnd = host_renderer(simd_bytes)
+  kern = hand_coded(Kernel(item.ast, rnd))
+  pads = [o for o in kern.applied if o.op is OptOps.PADTO]
+  assert len(pads) == 1 and pads[0].axis == 0 and pads[0].amt == tile and OptOps.PACK not in [o.op for o in kern.applied], kern.applied
+  assert any(o.op is OptOps.UPCAST and o.axis == 0 and o.amt == tile for o in kern.applied), kern.applied
+  got, spec = run_ast(item, kern.ast, rnd)
+  stores = [u for u in program_uops(spec) if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM]
+  assert stores and all(len(s.src[0].src) > 2 for s in stores)
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
