@@ -398,7 +398,7 @@ class LLVMRenderer(Renderer):
         self.r[u] = f"%{to_function_name(u.arg[0])}"
         vars_.append(u)
         continue
-      literal = _literal(u)   # (asked twice a node: once here)
+      literal = _literal(u)
       if u.op is Ops.RANGE:
         self.loop_label[u], self.open_order[u] = self.fresh_label("loop"), i
         self.r[u] = f"%ridx{self.nlabel}"

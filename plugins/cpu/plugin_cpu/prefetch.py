@@ -100,7 +100,7 @@ def _copied(uops: list[UOp]) -> list[UOp]:
 # none 56 us, 8 lines ahead 46, 16 44, 32 41, 64 41; 0 turns it off (a switch for comparisons)
 COPY_AHEAD_LINES = 32
 
-def panel_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int], copied: list[UOp] | None = None) -> dict[UOp, int]:
+def panel_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int], copied: list[UOp]) -> dict[UOp, int]:
   """For each load of a pack's copy (a global LOAD stored as it is into a REG buffer), the distance to the same place in the
   next panel: its address's step along the innermost loop it uses other than the copy's own (OUTER) loops, where that is a
   positive constant. The last panel's prefetch lies past it, unused (a prefetch never faults). One Zen 5, conv 32x256x28x28
@@ -110,7 +110,6 @@ def panel_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[
   COPY_AHEAD_LINES lines (copy_ahead_offsets). Its rows lie a matrix row apart (4-8 KiB), a new page each, which the hardware
   prefetchers don't cross: without it a threaded matmul's copy waited on each row (about 1% of a 1024 or 2048 matmul)."""
   out: dict[UOp, int] = {}
-  if copied is None: copied = _copied(uops)
   for x in copied:
     if x.op is not Ops.LOAD: continue
     idx = x.src[0].src[1]
@@ -119,11 +118,11 @@ def panel_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[
     if (step := index_step(idx, panel)) is not None and step > 0: out[x] = step
   return out | copy_ahead_offsets(uops, deps, order, copied)
 
-def copy_ahead_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int], copied: list[UOp] | None = None) -> dict[UOp, int]:
+def copy_ahead_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int], copied: list[UOp]) -> dict[UOp, int]:
   """For each load of a pack's copy under no loop but its own (OUTER) ones, the distance to the place it reads COPY_AHEAD_LINES
   cache lines of the copy later: its address's step along the outermost copy loop it uses (a positive constant) times the
   iterations of that loop that read those lines (every copy load under it, with the loops inside it, counts)."""
-  copied = [x for x in (_copied(uops) if copied is None else copied) if x.op is Ops.LOAD]
+  copied = [x for x in copied if x.op is Ops.LOAD]
   outer: dict[UOp, tuple[UOp, int]] = {}   # load -> (the outermost loop it uses, its address's step along it)
   for x in copied:
     idx, rngs = x.src[0].src[1], deps.get(x.src[0].src[1], frozenset())
@@ -210,7 +209,7 @@ def _once_per_line(offs: dict[UOp, tuple[int, int, Spread | None]]) -> dict[UOp,
 WINDOW_PREFETCH = True     # window_offsets on (a switch for comparisons)
 
 def window_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int], budget: int,
-                   copied: list[UOp] | None = None) -> dict[UOp, int]:
+                   copied: list[UOp]) -> dict[UOp, int]:
   """For a conv's broadcast input loads (scalar global LOADs in a reduce loop of a buffer beyond `budget` bytes, beside a pack
   copy: heuristic._channel_block's tile), the step of the address along the output rows: the innermost loop it uses whose step
   is a cache line or more, inside at most a row (ROW_MAX_BYTES), with a loop further in that steps less (the pixel blocks, whose
@@ -219,7 +218,7 @@ def window_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict
   them. Only the first and last load of each window row (one index up to a constant) prefetch: their lines are all the row's.
   A product's row-side loads (no loop inside the row block) and the next image of a 7x7 map (more than a row on) don't.
   One Zen 5 thread, 3x3 32x64x56x56 (27.5 MiB padded input): 212-219 -> 221-232 GFLOP/s."""
-  copies = set(_copied(uops) if copied is None else copied)
+  copies = set(copied)
   rows: dict[UOp, tuple[frozenset[tuple[UOp, int]], int]] = {}   # load -> (its index's terms, its constant)
   for x in uops:
     if x.dtype.count != 1 or x in copies or (buf := global_read(x)) is None or \
@@ -258,12 +257,12 @@ def window_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict
 ROW_TILE_PREFETCH = True   # row_tile_offsets on (a switch for comparisons)
 
 def row_tile_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int], budget: int,
-                     copied: list[UOp] | None = None) -> dict[UOp, tuple[tuple[int, ...], int, Spread]]:
+                     copied: list[UOp]) -> dict[UOp, tuple[tuple[int, ...], int, Spread]]:
   """For a packed product's row tiles (scalar global LOADs in a reduce loop of a buffer beyond `budget` bytes, beside a pack's
   copy, one element apart a reduce step, with the same index terms: its rows) whose innermost other loop steps by a line or
   more and whose bytes along the reduce are over half of L1_BYTES: for the tile's first load (the least constant), the
   distances to each row's place one step of that loop on, L2_LOCALITY, and the gate of the reduce steps that start a line."""
-  copies, per_line = set(_copied(uops) if copied is None else copied), line_bytes()
+  copies, per_line = set(copied), line_bytes()
   rows: dict[UOp, tuple[UOp, int, frozenset[tuple[UOp, int]], int]] = {}   # load -> (its reduce, row step, index terms, constant)
   for x in uops:
     if x.dtype.count != 1 or x in copies or (buf := global_read(x)) is None or \
