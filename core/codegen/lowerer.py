@@ -5,7 +5,7 @@ from core.ir.dtype import dtypes, AddrSpace, DType
 from core.ir.ops import UOp, Ops, AxisType, reduce_op, reduce_alu, union_of
 from core.ir.pattern import UPat, PatternMatcher, graph_rewrite
 from core.helpers import prod
-from core.codegen.stash import stash_reduced_values, COSTLY_OPS
+from core.codegen.stash import stash_reduced_values, max_ahead, COSTLY_OPS
 
 class RangeScopes:
   """Which loops each node lives in: a RANGE opens its loop, an END closes it."""
@@ -278,9 +278,9 @@ def _pm_lower(drop_where: bool) -> PatternMatcher:
   return pm_lower_reduce + pm_wmma_accumulate + (pm_drop_gated_where if drop_where else PatternMatcher([]))
 
 def lower_kernel(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0, scratch_bytes: int = 0,
-                 scaled_exp2: bool = False) -> tuple[UOp, tuple[int, ...], tuple[int, ...]]:
-  """The lowered kernel, its launch size and its workgroup size; `scratch_bytes`, `scaled_exp2`: Renderer.scratch_bytes and
-  Renderer.scaled_exp2 (core.codegen.stash)."""
+                 scaled_exp2: bool = False, ahead: bool = False) -> tuple[UOp, tuple[int, ...], tuple[int, ...]]:
+  """The lowered kernel, its launch size and its workgroup size; `scratch_bytes`, `scaled_exp2`, `ahead`: Renderer.scratch_bytes,
+  Renderer.scaled_exp2 and Renderer.max_ahead (core.codegen.stash)."""
   ctx = LowerCtx(sink)
   sink = graph_rewrite(sink, _pm_lower(DROP_GATED_WHERE), ctx, name="lower reduce")
   if ctx.group_reduce: sink = gate_group_stores(sink)
@@ -290,5 +290,6 @@ def lower_kernel(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0
   nodes = _substituted_nodes(sink, ids)
   if valid or not _same_bounds(ids) or any(u.op in COSTLY_OPS for u in nodes):
     sink, ids = stash_reduced_values(gate_invalid_threads(sink.substitute(ids), valid), scratch_bytes, scaled_exp2), {}
+    if ahead: sink = max_ahead(sink)
     nodes = _substituted_nodes(sink, ids)
   return lower_index_dtype(sink, ids, nodes), gsize, lsize

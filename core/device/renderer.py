@@ -50,6 +50,8 @@ class Renderer:
                                                             # arrays are slow (a GPU spills them to its local memory)
   scaled_exp2: bool = False                                 # its rules lower an EXP2 whose arg is decompose.EXP2_SCALED (2**x times
                                                             # 2**EXP2_SCALE): a softmax's stashed exps may take it (core.codegen.stash)
+  max_ahead: bool = False                                   # a row kernel's max for the next row runs after this row's reductions
+                                                            # (core.codegen.stash.max_ahead): where its exp pass is compute-bound
   odd_row_channel_tile: ClassVar[bool] = False              # a conv whose rows hold an odd number of whole vectors takes the channel
                                                             # tile (heuristic.CHANNEL_ODD_ROWS): the host LLVM renderer's ran faster,
                                                             # the C renderer's source slower

@@ -12,18 +12,19 @@ from core.ir.ops import Ops, UOp, AxisType
 from core.ir.pattern import graph_rewrite
 from core.codegen import lowerer
 from core.codegen.lowerer import LowerCtx, lower_kernel, map_globals, lower_index_dtype, _pm_lower
-from core.codegen.stash import stash_reduced_values
+from core.codegen.stash import stash_reduced_values, max_ahead
 import core.codegen.program as program
 from core.device.registry import Device
 from core.schedule.kernelize import create_schedule
 
-def _two_walks(sink: UOp, global_max, threads: int = 0, scratch_bytes: int = 0, scaled_exp2: bool = False):
-  """lower_kernel as it was: map_globals' substitution, stash_reduced_values, then lower_index_dtype's rebuild."""
+def _two_walks(sink: UOp, global_max, threads: int = 0, scratch_bytes: int = 0, scaled_exp2: bool = False, ahead: bool = False):
+  """lower_kernel as it was: map_globals' substitution, stash_reduced_values (and max_ahead), then lower_index_dtype's rebuild."""
   ctx = LowerCtx(sink)
   sink = graph_rewrite(sink, _pm_lower(lowerer.DROP_GATED_WHERE), ctx, name="lower reduce")
   if ctx.group_reduce: sink = lowerer.gate_group_stores(sink)
   sink, gsize, lsize = map_globals(sink, global_max, threads)
-  return lower_index_dtype(stash_reduced_values(sink, scratch_bytes, scaled_exp2)), gsize, lsize
+  sink = stash_reduced_values(sink, scratch_bytes, scaled_exp2)
+  return lower_index_dtype(max_ahead(sink) if ahead else sink), gsize, lsize
 
 def _lowered(out: Tensor, monkeypatch) -> list[tuple]:
   """(lower_kernel's arguments, its answer) for each kernel of `out` on a renderer of its own (programs are cached by it)."""

@@ -379,6 +379,9 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
   vector_dtypes = frozenset({dtypes.bfloat16}) if BF16_DOT else frozenset()
   extra_matcher = llvm_rules(host_flags(), SIMD_BYTES)
   scaled_exp2 = not scalef_lanes(host_flags())   # vscalefps takes 2**n at no cost: a softmax's exps stay unscaled there
+  # exp2 from the float's bits (no vscalefps): a softmax's exp pass is compute-bound, so the next row's max runs beside its sum
+  # (core.codegen.stash.max_ahead). AVX-512 code is memory-bound there and lost: one Zen 5 thread, 4096x1000 1.18x the time
+  max_ahead = not scalef_lanes(host_flags())
   odd_row_channel_tile = True
   # AVX-512: a large 3x3 conv's gated input loads are masked vector loads (no padded copy: 3 kernels, ~4% of the bench conv's
   # call), its channel tile (2 vectors of 16 channels x 7 pixels) loads little per FMA, and its thread blocks are images that
@@ -418,6 +421,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
     self.vector_dtypes = frozenset({dtypes.bfloat16}) if bf16_dot(flags) else frozenset()
     self.extra_matcher = llvm_rules(flags, self.simd_width)
     self.scaled_exp2 = not scalef_lanes(flags)
+    self.max_ahead = not scalef_lanes(flags)
     self.large_conv_in_place = self.simd_width == 64
 
   def narrowed(self, simd: int) -> CPULLVMRenderer: return _narrowed(self, simd)

@@ -1,0 +1,72 @@
+"""Without AVX-512 a softmax's exp pass is compute-bound: the next row's max runs after the row's reductions, before its output
+loop, and the first row's before the row loop (core.codegen.stash.max_ahead). The values are the plain order's, bit for bit."""
+from __future__ import annotations
+import copy
+import numpy as np
+import pytest
+from core import Tensor
+from core.ir.ops import Ops, AxisType
+from core.schedule.kernelize import create_schedule
+from core.codegen.program import get_program, program_uops
+from cpu_kernels import host_like_renderer, run_rendered
+
+AVX2 = frozenset({"avx", "avx2", "fma"})
+AVX512 = AVX2 | {"avx512f", "avx512vl", "avx512dq", "avx512bw"}
+
+def _renderer(ahead: bool, simd: int = 32):
+  rnd = copy.copy(host_like_renderer("LLVM", simd))
+  rnd.max_ahead = ahead
+  return rnd
+
+def _uops(fn, shape, rnd):
+  (item,) = [it for it in create_schedule([fn(Tensor(np.zeros(shape, np.float32))).uop])[0] if it.ast.op is Ops.SINK]
+  return program_uops(get_program(item.ast, rnd))
+
+def test_only_cpus_without_vscalefps_take_it():
+  rnd = copy.copy(host_like_renderer("LLVM", 32))
+  rnd.target(AVX2)
+  assert rnd.max_ahead is True
+  rnd.target(AVX512)
+  assert rnd.max_ahead is False
+
+def _loops(uops):
+  """(axis kind, holds a max update) of each loop, in program order."""
+  out, stack = [], []
+  for u in uops:
+    if u.op is Ops.RANGE:
+      stack.append(len(out))
+      out.append((u.arg[1], False))
+    elif u.op is Ops.END and stack: stack.pop()
+    elif u.op is Ops.STORE and stack and u.src[1].op is Ops.MAX: out[stack[-1]] = (out[stack[-1]][0], True)
+  return out
+
+@pytest.mark.parametrize("fn", [lambda t: t.softmax(-1), lambda t: t.log_softmax(-1)])
+@pytest.mark.parametrize("shape", [(4096, 1000), (64, 1001)])
+def test_next_rows_max_runs_after_the_rows_sum(fn, shape):
+  loops = _loops(_uops(fn, shape, _renderer(True)))
+  maxes = [i for i, (_, m) in enumerate(loops) if m]
+  rows = next(i for i, (kind, _) in enumerate(loops) if kind is AxisType.LOOP)
+  sums = [i for i, (kind, m) in enumerate(loops) if kind is AxisType.REDUCE and not m and i > rows]
+  # the first row's max before the row loop, the next row's after the exp sum and before the output loop (the row's last)
+  assert len(maxes) == 2 and maxes[0] < rows < sums[0] < maxes[1] < len(loops) - 1, loops
+  plain = _loops(_uops(fn, shape, _renderer(False)))
+  assert [m for _, m in plain].count(True) == 1 and plain[0] == (AxisType.LOOP, False)
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("rows, cols", [(10, 1000), (10, 1001), (3, 17), (2, 256), (1, 1000)])
+def test_values_are_the_plain_orders(op, rows, cols):
+  x = (np.random.default_rng(cols + rows).standard_normal((rows, cols)) * 3).astype(np.float32)
+  if rows >= 10:
+    x[1, cols // 2], x[2, :], x[3, ::2], x[9, 0] = np.nan, -np.inf, -np.inf, np.inf
+    x[4] += 3e38   # the largest maxima next to small ones: each row takes its own
+    x[5] -= 3e38
+    x[6, : cols // 2] = -150
+    x[7] *= 1e30
+  fn = lambda t: getattr(t, op)(-1)
+  got, want = (run_rendered(_renderer(ahead), fn, x)[0].reshape(x.shape) for ahead in (True, False))
+  np.testing.assert_array_equal(got, want)   # NaN rows included
+  x64 = x.astype(np.float64)
+  ok = np.isfinite(x64).all(-1)
+  y = x64[ok] - x64[ok].max(-1, keepdims=True)
+  ref = np.exp(y) / np.exp(y).sum(-1, keepdims=True) if op == "softmax" else y - np.log(np.exp(y).sum(-1, keepdims=True))
+  np.testing.assert_allclose(got[ok], ref, rtol=1e-5, atol=1e-5 if op == "log_softmax" else 1e-7)
