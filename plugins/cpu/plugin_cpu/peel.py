@@ -1,8 +1,9 @@
 """Peeling a loop's partial last iteration off on the linear kernel (the LLVM renderer's), so the others run without masks."""
 from __future__ import annotations
-from core.ir.dtype import dtypes
+from core.ir.dtype import PtrDType, dtypes
 from core.ir.ops import UOp, Ops
 from plugin_cpu.prefetch import is_global_param
+from plugin_cpu.streaming import NT_ARG
 
 # A row of 1000 floats in 16-lane vectors is 62 whole vectors and a half (PADTO): each iteration of the loops over it computed
 # the gate `ridx < 62` and took its loads, selects and stores masked, where only the last needs it. With that iteration peeled
@@ -17,10 +18,30 @@ from plugin_cpu.prefetch import is_global_param
 def _tail_gate(u: UOp, r: UOp, last: int) -> bool:
   return u.op is Ops.CMPLT and u.src[0] is r and u.src[1].op is Ops.CONST and u.src[1].arg == last
 
+def _global_store(u: UOp) -> bool:
+  return u.op is Ops.STORE and (u.src[0].op is not Ops.INDEX or is_global_param(u.src[0].src[0]))
+
+def _innermost_peel(body: list[UOp]) -> bool: return not any(u.op is Ops.RANGE or _global_store(u) for u in body)
+
+# A loop over a padded axis's tiles (a conv's channel tile of 3 pixels, AVX2's row of 56 padded to 57: 19 blocks) whose tile
+# loops nest inside, reading a packed panel (a REG buffer), and whose padded outputs' stores are gated: peeled, the copy's false
+# gate leaves the padded pixel's loads zero and its stores gone, so LLVM drops its accumulators' FMAs (1 in 57 of that conv's);
+# the other blocks run ungated (LLVM had unswitched the loop on the gate, both copies computing all 3 pixels). Not where a
+# store streams (above), nor over a panel read in place (no packed one): the copy, outside the row block loop, took the next
+# panel's prefetches again with other hints (prefetch.reread_offsets), and 4x256x28x28 -> 32 1x1 (36 rows for 32) gained nothing
+def _panel_load(u: UOp) -> bool:
+  return u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and (b := u.src[0].src[0]).op is Ops.DEFINE_REG and \
+    isinstance(b.dtype, PtrDType) and b.dtype.size > 1
+
+def _tile_peel(body: list[UOp], r: UOp, last: int) -> bool:
+  stores = [u for u in body if _global_store(u)]
+  return any(u.op is Ops.RANGE for u in body) and any(map(_panel_load, body)) and all(u.arg != NT_ARG for u in stores) and \
+    any(len(u.src[0].src) > 2 and any(_tail_gate(g, r, last) for g in u.src[0].src[2].toposort()) for u in stores)
+
 def peel_tail_iterations(uops: list[UOp]) -> list[UOp]:
-  """`uops` with each innermost loop of n > 1 iterations whose body tests `ridx < n - 1` (a padded axis' partial last vector)
-  and stores to no buffer run n - 1 times with that test true, then once more in a copy of its body with ridx = n - 1 and the
-  test false."""
+  """`uops` with each loop of n > 1 iterations whose body tests `ridx < n - 1` (a padded axis' partial last vector or tile), and
+  is innermost and stores to no buffer or is a packed tile's loop whose stores that test gates (_tile_peel), run n - 1 times
+  with that test true, then once more in a copy of its body with ridx = n - 1 and the test false."""
   out, i = list(uops), 0
   while i < len(out):
     r = out[i]
@@ -31,8 +52,8 @@ def peel_tail_iterations(uops: list[UOp]) -> list[UOp]:
     body = out[i + 1:end]
     inside = set(body)
     # (a loop whose values are read after it, other than through registers, keeps its form: the copy would have to replace them)
-    if any(u.op is Ops.RANGE or (u.op is Ops.STORE and (u.src[0].op is not Ops.INDEX or is_global_param(u.src[0].src[0]))) for u in body) or \
-       not any(_tail_gate(u, r, n - 1) for u in body) or any(s in inside for u in out[end + 1:] for s in u.src):
+    if not any(_tail_gate(u, r, n - 1) for u in body) or not (_innermost_peel(body) or _tile_peel(body, r, n - 1)) or \
+       any(s in inside for u in out[end + 1:] for s in u.src):
       i += 1
       continue
     fewer = r.replace(src=(UOp.const(r.dtype, n - 1),))

@@ -4,15 +4,17 @@ from __future__ import annotations
 import copy, re
 import numpy as np
 import pytest
+from numpy.lib.stride_tricks import sliding_window_view
 from core import Tensor
 import core.tensor.conv as conv
+from core.device.registry import Device
 from core.codegen.program import get_program, program_source, program_uops
 from core.device.compiler import llvm_compile_here
 from core.ir.ops import Ops
 from core.schedule.kernelize import create_schedule
 from plugin_cpu.compiler import arch_flags, host_flags
 from plugin_cpu.peel import peel_tail_iterations
-from cpu_kernels import device, run_rendered
+from cpu_kernels import device, run_item, run_rendered
 
 pytestmark = pytest.mark.skipif(not {"avx2", "fma"} <= host_flags(), reason="renders for x86-64 CPUs with AVX2 (arch_flags needs them here)")
 AVX512 = frozenset({"avx", "avx2", "fma", "avx512f", "avx512vl", "avx512dq", "avx512bw"})
@@ -87,3 +89,23 @@ def test_a_node_the_true_gate_makes_is_placed_once(monkeypatch, flags):
     peeled += len(uops) != len(program_uops(prog))
     llvm_compile_here(device("LLVM").compiler.target, program_source(prog))
   assert peeled
+
+def test_a_padded_tile_loop_drops_its_padded_outputs_work(monkeypatch):
+  # AVX2's 3x3 conv tile of 4 channel vectors x 3 pixels pads the row of 56 to 57 (19 blocks): its last block runs in a copy of
+  # the loop body after 18 ungated ones, where the padded pixel's stores are gone and LLVM drops its FMAs (2 pixels' worth)
+  monkeypatch.setattr(Device[Device.DEFAULT].renderer, "large_conv_in_place", False)   # the padded copy, as on an AVX2 host
+  monkeypatch.setattr(conv, "replayed", lambda key, inputs, build: build())
+  new, old = _renderers(arch_flags("haswell"))
+  rng = np.random.default_rng(2)
+  x, w = rng.standard_normal((1, 64, 56, 56)).astype(np.float32), (rng.standard_normal((64, 64, 3, 3)) / 24).astype(np.float32)
+  items = [it for it in create_schedule([Tensor(x).realize().conv2d(Tensor(w).realize(), padding=1).uop])[0] if it.ast.op is Ops.SINK]
+  heads = [re.findall(r"icmp slt i32 %ridx\d+, (\d+)\n  br i1 %t\d+, label %loop\d+\.body", program_source(get_program(items[-1].ast, r)))
+           for r in (new, old)]
+  assert "18" in heads[0] and "19" not in heads[0] and "19" in heads[1], heads
+  if not arch_flags("haswell") <= host_flags(): pytest.skip("values need AVX2 (the structure is checked)")
+  for it in items[:-1]: run_item(it, new)
+  got, want = (run_item(items[-1], r)[0][0].numpy().copy() for r in (new, old))
+  np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+  win = sliding_window_view(np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), axis=(2, 3))
+  ref = np.einsum("nchwij,ocij->nohw", win, w.astype(np.float64))
+  np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=1e-4, atol=1e-4)
