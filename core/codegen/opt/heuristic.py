@@ -68,6 +68,7 @@ TRANSPOSE_ROW_BYTES = 64      # a transpose tile's output row: a whole cache lin
 WHOLE_LINE_TILES = True       # and its input rows too (False: one register each, half a line on AVX2; for comparisons)
 STRIP_TILES = 4               # a transpose's strip of tiles along the output row (see hand_coded; 0: none, for comparisons)
 STRIP_PARTS_DEALT = True      # a strip's parts on the threads' j-th blocks (see hand_coded; False: runs, for comparisons)
+STRIP_PART_UNROLLED = True    # a block's part of a strip of register-sized tiles unrolled (see hand_coded; False: a loop)
 STRIP_MIN_ROW = 4096          # bytes of an input row (a page) that such strips sweep along; shorter rows keep the tiles across them
 CACHED_TILE_REGS = True       # a cached transpose's output row at most half the registers (False: a line; for comparisons)
 ALU_HEAVY = 64                # arithmetic ops per element above which an elementwise kernel is compute-bound
@@ -1193,8 +1194,10 @@ def hand_coded(k: Kernel) -> Kernel:
   # (2 threads 41.8 -> 36.0), 4160x4096 32.2 -> 25.3 (2 threads 40.4 -> 43.3); Zen 5 not measured. A renderer that loads the
   # tile's rows whole (no split_tile_rows: the C renderer, one Zen 3 thread 10.0 -> 7.0 in strips) keeps the order below
   strip = 0
+  # (the tile outgrows the vector registers: AVX2's 16 rows of two ymm)
+  split = transposed and tile_cols * tile_rows * st.src[1].dtype.itemsize > rnd.simd_regs * rnd.simd_width
   if transposed and across is not None and contig_out is not None and STRIP_TILES and rows_far_apart(k) and rnd.split_tile_rows and \
-     (tile_cols * tile_rows * st.src[1].dtype.itemsize > rnd.simd_regs * rnd.simd_width or
+     (split or
       tile_lines_share_sets(k, across_step, tile_rows, tile_cols, st.src[1].dtype.itemsize)) and \
      tiles_along_rows(across_step, tile_rows, st.src[1].dtype.itemsize, MM_ROW_TILE, cached=stores_cached(k)) > 1 and \
      (range_size(across) or 0) * st.src[1].dtype.itemsize >= STRIP_MIN_ROW and \
@@ -1241,6 +1244,16 @@ def hand_coded(k: Kernel) -> Kernel:
     if strip and contig_out is not None and (c := _same(k, contig_out)).arg[1] is AxisType.LOOP:
       # the strips above: a block's part of one strip already (threads), else STRIP_TILES tiles cut from the loop
       if (range_size(c) or 0) <= strip or (k := _try(k, Opt(OptOps.TILE, _pos(k, c), strip))).applied[-1].op is OptOps.TILE: k = _sink_loop(k, a)
+      # Streamed tiles that fit the registers (AVX-512's: a zmm per row) of a kernel that reads nothing else run the block's
+      # part of the strip unrolled, not as a loop of tiles: a step's loads of every tile then issue ahead of the previous tile's
+      # streaming stores (in the loop, each tile's 16 loads waited behind the last one's 16 stores), and with no loop of rows far
+      # apart the sweep prefetch goes (lost beside it on 2 threads). The 2-core Zen 5, native, A/B in one process, pair ratios:
+      # one thread (thread time, 4 tiles) 4096^2 1.19-1.23, 8192x1024 1.05-1.07, 1024x8192 1.13-1.14, 8192x2048 1.17-1.23,
+      # 3072^2 1.12; 2 threads (2 tiles) in docs/internals.md. a * a.T, whose rows' loads the sweep prefetch helped, lost so on
+      # 2 threads (0.95); AVX2's split 16x16 tile (32 ymm loads a tile) on one thread (0.86-0.91)
+      if STRIP_PART_UNROLLED and not split and stores_streamed(k) and len(loads) == 1 and \
+         (t := k.of_type(AxisType.LOOP)[-1]) is not _same(k, a) and 1 < (n := range_size(t) or 0) <= strip:
+        k = _try(k, Opt(OptOps.UPCAST, _pos(k, t), n))
     # (a streamed tile whose blocks hold whole short output rows keeps the row's tiles innermost: copy.rows_innermost)
     elif contig_out is not None and \
         rows_innermost(k, _same(k, contig_out), range_size(contig_out) or 0, tile_cols, tile_rows, st.src[1].dtype.itemsize): pass

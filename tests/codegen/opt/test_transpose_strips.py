@@ -12,6 +12,7 @@ from core.codegen.opt import Kernel
 from core.codegen.opt import heuristic
 from core.codegen.opt.heuristic import hand_coded, STRIP_TILES
 from core.codegen.opt.expander import strided_offset
+from core.codegen.opt.copy import stores_streamed
 from core.ir.ops import Ops, AxisType
 from core.codegen.opt.kernel import range_size
 from opt_helpers import kernel_of, run_ast, host_renderer
@@ -37,6 +38,10 @@ def _hand_coded(shape: tuple[int, int], simd_bytes: int, threads: int, strips: i
   np.testing.assert_array_equal(got.reshape(want.shape), want)
   return k
 
+def _fits(k: Kernel) -> bool:
+  """Whether the 16 x 16 float tile fits k's renderer's vector registers."""
+  return 16 * 16 * 4 <= k.renderer.simd_regs * k.renderer.simd_width
+
 @pytest.mark.parametrize("simd_bytes", [32, 64])
 @pytest.mark.parametrize("shape", [(2048, 2048), (1024, 2048), (2048, 1024)])
 @pytest.mark.parametrize("threads", [0, 2])
@@ -44,9 +49,16 @@ def test_long_rows_run_in_strips_along_the_output_row(shape, threads, simd_bytes
   # AVX2's tile spills its registers; AVX-512's fits them, but these rows (4 or 8 KiB apart) put all of a tile's input lines and
   # all of its output lines in one L1 set each
   k = _hand_coded(shape, simd_bytes, threads)
-  loops = k.of_type(AxisType.LOOP)
-  # innermost: the strip's tiles (a step of a tile within an output row of shape[0] floats); around it: the tiles along the input row
-  assert _steps(k, loops[-1:]) == [16] and range_size(loops[-1]) == (STRIP_TILES if threads == 0 else STRIP_TILES // 2), k.applied
+  loops, part = k.of_type(AxisType.LOOP), STRIP_TILES if threads == 0 else STRIP_TILES // 2
+  if _fits(k) and stores_streamed(k):
+    # AVX-512's streamed tiles: the block's part of the strip unrolled (an upcast a tile's step along the output row), inside the loop of
+    # tiles along the input row
+    assert [range_size(r) for r in k.of_type(AxisType.UPCAST) if _steps(k, [r]) == [16]] == [part], k.applied
+    loops = loops + [None]
+  else:
+    # innermost: the strip's tiles (a step of a tile within an output row of shape[0] floats)
+    assert _steps(k, loops[-1:]) == [16] and range_size(loops[-1]) == part, k.applied
+  # around it: the tiles along the input row
   assert _steps(k, loops[-2:-1]) == [16 * shape[0]] and range_size(loops[-2]) == shape[1] // 16, k.applied
   if threads:
     # one block per thread's part of a strip: the blocks split the output row
@@ -103,3 +115,20 @@ def test_cached_strips_keep_each_threads_blocks_in_a_run(simd_bytes):
   from core.codegen.opt.kernel import OptOps
   k = _dealt((2048, 2048), simd_bytes, 2, 1 << 40)
   assert not any(o.op is OptOps.INTERLEAVE for o in k.applied), k.applied
+
+@pytest.mark.parametrize("simd_bytes", [32, 64])
+@pytest.mark.parametrize("threads", [0, 2])
+def test_register_tiles_unroll_the_blocks_part_of_the_strip(simd_bytes, threads):
+  # streamed tiles that fit the registers (AVX-512's) run a block's part of the strip unrolled, each tile's loads ahead of the
+  # last one's streaming stores (one Zen 5 thread, 4096^2: 1.19-1.23x); AVX2's split tiles keep the loop of tiles (one thread
+  # 0.86-0.91x so), and so do cached stores
+  from core.codegen.opt.kernel import OptOps
+  def part_upcasts(on: bool, bound: int = 1) -> list:
+    old, heuristic.STRIP_PART_UNROLLED = heuristic.STRIP_PART_UNROLLED, on
+    try: k = _dealt((2048, 2048), simd_bytes, threads, bound)
+    finally: heuristic.STRIP_PART_UNROLLED = old
+    return [o.amt for o in k.applied[k.applied.index(next(o for o in k.applied if o.op is OptOps.THREAD)) + 1:]
+            if o.op is OptOps.UPCAST] if threads else [range_size(r) for r in k.of_type(AxisType.UPCAST) if _steps(k, [r]) == [16]]
+  part = STRIP_TILES if threads == 0 else STRIP_TILES // 2
+  assert part_upcasts(True) == ([part] if simd_bytes == 64 else [])
+  assert part_upcasts(False) == [] and part_upcasts(True, 1 << 40) == []
