@@ -88,9 +88,10 @@ def stash_reduced_values(sink: UOp, scratch_bytes: int = 0, scaled_exp2: bool = 
     return sink.substitute({end: new_end, out: out.replace(src=(out.src[0], out.src[1].substitute({e1: back, end: new_end})) + out.src[2:])})
   return sink
 
-def _rows_at(u: UOp, r: UOp, row: UOp) -> UOp:
-  """u with loop `r` replaced by `row` in its memory addresses only (a reduction's init and ranges stay)."""
-  return u.substitute({i: i.substitute({r: row}) for i in u.toposort() if i.op is Ops.INDEX and i.src[0].op is Ops.PARAM})
+def _rows_at(end: UOp, value: UOp, r: UOp, row: UOp) -> UOp:
+  """Reduction loop `end` with loop `r` replaced by `row` in the reduced `value` (its addresses, and a pad's or a mask's test of
+  the row: the next row's value), not in the accumulator's init and ranges."""
+  return end.substitute({value: value.substitute({r: row})})
 
 def max_ahead(sink: UOp) -> UOp:
   """A row kernel (one loop over rows around the rest) whose row max feeds a later reduction of the row (softmax's exps, their
@@ -104,9 +105,9 @@ def max_ahead(sink: UOp) -> UOp:
     return sink
   nodes = list(sink.toposort())
   ends = [u for u in nodes if u.op is Ops.END and u is not top]
-  maxes = [(e, f[0]) for e in ends if (f := _reduce_update(e)) is not None and f[0].src[1].op is Ops.MAX]
+  maxes = [(e, f) for e in ends if (f := _reduce_update(e)) is not None and f[0].src[1].op is Ops.MAX]
   if len(maxes) != 1: return sink
-  mend, upd = maxes[0]
+  mend, (upd, value) = maxes[0]
   acc = upd.src[0].src[0].after_base
   reads = [u for u in nodes if u.op is Ops.AFTER and u.src[0] is acc]
   inits = {u.src[1] for u in reads if len(u.src) == 3 and u.src[1].op is Ops.STORE}
@@ -119,12 +120,12 @@ def max_ahead(sink: UOp) -> UOp:
   if not later: return sink
   axis = max(u.arg[0] for u in nodes if u.op is Ops.RANGE) + 1
   r2 = mend.src[1]
-  first = _rows_at(mend, r0, r0.const_like(0)).substitute({init: init.replace(src=tuple(s for s in init.src if s is not r0)),
-                                                          r2: r2.replace(arg=(axis, r2.arg[1]))})
+  first = _rows_at(mend, value, r0, r0.const_like(0)).substitute({init: init.replace(src=tuple(s for s in init.src if s is not r0)),
+                                                                 r2: r2.replace(arg=(axis, r2.arg[1]))})
   carried = {done[0]: acc.after(first, r0)}
   later = [e.substitute(carried) for e in later]
   after_row = acc.after(later[0] if len(later) == 1 else UOp(Ops.GROUP, src=tuple(later)))
-  nxt = _rows_at(mend, r0, (r0 < n - 1).where(r0 + 1, r0)).substitute(
+  nxt = _rows_at(mend, value, r0, (r0 < n - 1).where(r0 + 1, r0)).substitute(
     {init: init.replace(src=(init.src[0].replace(src=(after_row,) + init.src[0].src[1:]),) + init.src[1:]), r2: r2.replace(arg=(axis + 1, r2.arg[1]))})
   body = top.src[0].substitute(carried)
   # what reads the row's reductions (the output loop) waits for the next max: it runs while the sum's last steps finish

@@ -70,3 +70,18 @@ def test_values_are_the_plain_orders(op, rows, cols):
   y = x64[ok] - x64[ok].max(-1, keepdims=True)
   ref = np.exp(y) / np.exp(y).sum(-1, keepdims=True) if op == "softmax" else y - np.log(np.exp(y).sum(-1, keepdims=True))
   np.testing.assert_allclose(got[ok], ref, rtol=1e-5, atol=1e-5 if op == "log_softmax" else 1e-7)
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_the_next_rows_max_tests_the_next_row(op):
+  # rows padded with zeros around rows near 200, and rows shifted by 100 a row (an arange in the kernel): the next row's max tests
+  # the next row's padding and takes its shift, not this row's (this row's gave log_softmax -inf where a row follows a pad row)
+  x = (np.random.default_rng(5).standard_normal((1000, 1000)) + 200).astype(np.float32)
+  r = lambda t: Tensor.arange(t.shape[0]).reshape(t.shape[0], 1).cast("float32") * 100
+  for fn, x64 in ((lambda t: getattr(t.pad(((1, 1), (0, 0))), op)(-1), np.pad(x.astype(np.float64), ((1, 1), (0, 0)))),
+                  (lambda t: getattr(t + r(t), op)(-1), (x + np.arange(1000, dtype=np.float32)[:, None] * 100).astype(np.float64))):
+    assert [m for _, m in _loops(_uops(fn, x.shape, _renderer(True)))].count(True) == 2   # it runs ahead there
+    got, want = (run_rendered(_renderer(ahead), fn, x)[0].reshape(x64.shape) for ahead in (True, False))
+    np.testing.assert_array_equal(got, want)
+    y = x64 - x64.max(-1, keepdims=True)
+    ref = np.exp(y) / np.exp(y).sum(-1, keepdims=True) if op == "softmax" else y - np.log(np.exp(y).sum(-1, keepdims=True))
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 if op == "log_softmax" else 1e-7)
