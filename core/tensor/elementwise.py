@@ -7,6 +7,7 @@ from core.ir.dtype import dtypes, least_upper_float, least_upper_dtype
 from core.ir.ops import Ops, UOp
 from core.tensor.validate import scalar_dtype
 from core.engine import realize_module
+from core.tensor.plans import PendingPlan, pending
 
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
@@ -38,8 +39,8 @@ _INT_ONLY = frozenset({int})   # a concrete shape's element types
 def _scalar_op(t: Tensor, op: Ops, y: Any) -> Tensor | None:
   """t + y / t * y for a float tensor of a concrete shape and a Python int or float: the graph _operands and _alu build (the
   scalar takes t's dtype, expanded to its shape), without the scalar's Tensor and the argument checks (x + 1 in an eager loop).
-  None for every other case: the general path decides."""
-  if type(y) is not float and type(y) is not int: return None
+  For a tensor y, _plan_op's answer. None for every other case: the general path decides."""
+  if type(y) is not float and type(y) is not int: return _plan_op(t, op, y)
   u = t.uop
   if not dtypes.is_float(dt := u.dtype): return None
   # an op over a realized 1-d buffer whose plan the eager op cache holds: its node is left unbuilt (PendingOp), and an eager
@@ -51,6 +52,30 @@ def _scalar_op(t: Tensor, op: Ops, y: Any) -> Tensor | None:
   # u.alu(op, c) and t._wrap(..., t) for one float parent: the dtype is u's, requires_grad is t's own. Passed by position: a
   # keyword makes the class call build a dict for __init__ on every op (0.8k of x + 1's 71k instructions)
   return type(t)(UOp(op, dt, (u, UOp.const(dt, y, u.device, shape))), None, None, t._requires_grad)
+
+# the most inputs a plan _plan_op extends may have: a layernorm's weight and bias fit. A longer chain of ops would replay the
+# whole chain for each new one, and key it ever deeper
+PLAN_OP_INPUTS = 4
+
+def _plan_op(t: Tensor, op: Ops, y: Any) -> Tensor | None:
+  """t + y / t * y where t is a pending plan's output (plans.PendingPlan: a layernorm, a softmax, a sum) and y a realized tensor
+  of its float dtype that broadcasts to its shape (a layernorm's weight and bias): a plan over t's inputs and y's buffer whose
+  builder makes the graph _operands and _alu would, pending in turn. So `x.layernorm(-1) * w + b` realizes as one eager op cache
+  hit, no node built (three tensors' graphs built and keyed, ~20 nodes made and freed, were most of its Python). None otherwise."""
+  if type(p := t.__dict__.get("_pending")) is not PendingPlan or (meta := p[5]) is None or type(y) is not type(t) or \
+     y.__dict__.get("_pending") is not None or len(p[3]) >= PLAN_OP_INPUTS: return None
+  dt, shape = meta
+  yu = y.uop
+  if (yu.op is not Ops.BUFFER and not (yu.op is Ops.RESHAPE and len(yu.src) == 1 and yu.src[0].op is Ops.BUFFER)) or \
+     yu.dtype is not dt or not dtypes.is_float(dt) or (rt := t._requires_grad) is True or (ry := y._requires_grad) is True or \
+     yu.device != p[3][0].device or (ys := yu.shape) is None or len(ys) > len(shape) or not _INT_ONLY.issuperset(map(type, ys)) or \
+     not all([a == 1 or a == b for a, b in zip(ys, shape[len(shape) - len(ys):])]): return None
+  def build() -> UOp:
+    v = yu if len(ys) == len(shape) else yu.reshape((1,) * (len(shape) - len(ys)) + ys)   # _broadcast_to's nodes
+    return p.build().alu(op, v if ys == shape else v.expand(shape))
+  out = pending(("elementwise", op, p[2], ys), (*p[3], yu), build)
+  rg = None if rt is None or ry is None else False
+  return type(t)(out, None, None, rg)
 
 class PendingOp(tuple):
   """(key, src): a tensor's `src op y` (float src, a 1-d BUFFER; key = (op, dtype, length, DEVICE node, y), y a nonzero Python

@@ -10,8 +10,8 @@ from core.device.registry import Device
 # at most this many plans (a few small tuples each and the constant nodes they make), all dropped when full
 PLANS = 512
 # the steps (op, dtype, sources, arg, arg's hash key, tag), the output's index, the nodes made from no input (constants, their
-# device and broadcasts: kept, not remade)
-_Plan = tuple[tuple[tuple[Ops, Any, tuple[int, ...], Any, Any, Any], ...], int, tuple[UOp, ...]]
+# device and broadcasts: kept, not remade), the output's (dtype, shape): a function of the key, as every step is
+_Plan = tuple[tuple[tuple[Ops, Any, tuple[int, ...], Any, Any, Any], ...], int, tuple[UOp, ...], tuple[Any, Any]]
 # an output's eager op cache key, its input BUFFER nodes and the nodes the key holds as themselves (core.engine.realize._op_key)
 OpKey = tuple[tuple, list[UOp], list[UOp]]
 _plans: dict[Any, _Plan | None] = {}   # None: the builder's graph can't be replayed, always built
@@ -70,7 +70,7 @@ def _record(out: UOp, inputs: Sequence[UOp]) -> _Plan | None:
     if id(u) in const: continue
     index[id(u)] = n + len(consts) + len(steps)
     steps.append((u.op, u.dtype, tuple(index[id(s)] for s in u.src), u.arg, u._key[3], u.tag))
-  return tuple(steps), index[id(out)], tuple(consts)
+  return tuple(steps), index[id(out)], tuple(consts), (out.dtype, out.shape)
 
 _UNSEEN: Any = object()
 
@@ -91,20 +91,28 @@ def replayed(key: Any, inputs: Sequence[UOp], build: Callable[[], UOp], op_key: 
   return _noted(key, inputs, nodes[plan[1]], plan, op_key)
 
 class PendingPlan(tuple):
-  """(op key, its input BUFFER nodes, plan key, inputs, builder): the output of replayed(plan key, inputs, builder) whose node is
-  not built yet, made where the eager op cache holds that output's op key (core.engine.realize.plan_op_key). As PendingOp (core.
-  tensor.elementwise) for x + 1: an eager realize runs the cache's plan from the op key alone (no nodes rebuilt, no op key made
-  from them, no memo check, none torn down), and anything else that asks the tensor for its uop gets build()'s, the node
-  replayed() would have made. Nothing can hold that node before it is built, so no graph, memo or gradient tells the
+  """(op key, its input BUFFER nodes, plan key, inputs, builder, the output's (dtype, shape), the op key's held nodes): the output
+  of replayed(plan key, inputs, builder) whose node is not built yet, made where the plan is recorded or the eager op cache holds
+  the output's op key (core.engine.realize.plan_op_key); an elementwise op may extend it (core.tensor.elementwise._plan_op). As
+  PendingOp (core.tensor.elementwise) for x + 1: an eager realize runs the cache's plan from the op key alone (no nodes rebuilt,
+  no op key made from them, no memo check, none torn down), and anything else that asks the tensor for its uop gets build()'s,
+  the node replayed() would have made. Nothing can hold that node before it is built, so no graph, memo or gradient tells the
   difference."""
   __slots__ = ()
   scalar = False
-  def build(self) -> UOp: return replayed(self[2], self[3], self[4])
+  def build(self) -> UOp: return replayed(self[2], self[3], self[4], (self[0], self[1], self[6]))   # its op key noted
 
 def pending(key: Any, inputs: tuple[UOp, ...], build: Callable[[], UOp]) -> PendingPlan | UOp:
-  """replayed(key, inputs, build)'s output: left unbuilt (PendingPlan) when the eager op cache holds its op key, else built with
-  that op key noted (an eager realize of it reads the key instead of making it again)."""
+  """replayed(key, inputs, build)'s output: left unbuilt (PendingPlan) when the plan is recorded (recorded first if new: its
+  (dtype, shape) is then known, so `x.layernorm(-1) * w + b` extends it before anything realizes) or the eager op cache holds
+  its op key; built where the builder's graph can't be replayed."""
   if not NOTE_PLANS or not replayable(inputs): return replayed(key, inputs, build)
   engine = realize_module()
   ok = engine.plan_op_key(key, inputs)
-  return PendingPlan((ok[0], ok[1], key, inputs, build)) if ok[0] in engine.eager_ops.table else replayed(key, inputs, build, ok)
+  if (plan := _plans.get(key, _UNSEEN)) is _UNSEEN:
+    # recorded now, the node dropped (a replay remakes it): the first call's graph is then the one every later call's is, so
+    # their schedule and op key are one from the start
+    out = replayed(key, inputs, build, ok)
+    if (plan := _plans.get(key)) is None: return out
+  elif plan is None and ok[0] not in engine.eager_ops.table: return build()
+  return PendingPlan((ok[0], ok[1], key, inputs, build, None if plan is None else plan[3], ok[2]))
