@@ -108,6 +108,9 @@ def max_ahead(sink: UOp) -> UOp:
   maxes = [(e, f) for e in ends if (f := _reduce_update(e)) is not None and f[0].src[1].op is Ops.MAX]
   if len(maxes) != 1: return sink
   mend, (upd, value) = maxes[0]
+  # the next row's value is made from its inputs alone: one that reads another accumulator (softmax of x - x.mean(-1): the row's
+  # mean) would take this row's
+  if any(u.op in (Ops.AFTER, Ops.END, Ops.DEFINE_REG, Ops.DEFINE_LOCAL) for u in value.toposort()): return sink
   acc = upd.src[0].src[0].after_base
   reads = [u for u in nodes if u.op is Ops.AFTER and u.src[0] is acc]
   inits = {u.src[1] for u in reads if len(u.src) == 3 and u.src[1].op is Ops.STORE}
