@@ -116,6 +116,17 @@ def run_rendered(rnd, fn, *xs: np.ndarray) -> tuple[np.ndarray, str]:
   bufs, src = run_item(item, rnd)
   return bufs[0].numpy(), src
 
+def arch_renderer(ren: str, arch: str):
+  """The CPU plugin's LLVM or C renderer for the CPU model `arch` as DEV=CPU:<ren>:<arch> builds it (its vectors, registers and
+  rules), also where this CPU lacks that model's features: sources only (the device refuses such a model, compiler.arch_flags)."""
+  from plugin_cpu.c_renderer import CPUCRenderer
+  from plugin_cpu.compiler import arch_flags
+  from plugin_cpu.renderer import CPULLVMRenderer
+  rnd = CPULLVMRenderer() if ren == "LLVM" else CPUCRenderer()
+  rnd.arch = arch
+  rnd.target(arch_flags(arch, runs_here=False))
+  return rnd
+
 def host_like_renderer(ren: str, simd_bytes: int, threads: int = 2):
   """The CPU plugin's LLVM or C renderer as on the hosts we measure: 32-byte vectors with 16 registers and the Zen 3's 512 KiB L2,
   or 64-byte ones with 32 registers and the Zen 5's 1 MiB (panel budgets of 256 and 512 KiB), on `threads` threads. Sources

@@ -19,6 +19,15 @@ def test_arch_flags_come_from_the_compilers_march():
     assert {"avx512f", "avx512vl"} <= compiler.arch_flags("skylake-avx512")
   assert compiler.arch_flags(None) == compiler.host_flags()
 
+def test_a_model_this_cpu_lacks_is_refused_unless_only_rendered(monkeypatch):
+  # an AVX2 host (this CPU's flags without AVX-512): x86-64-v4 can't run here, but its flags render the tests' AVX-512 sources
+  monkeypatch.setattr(compiler, "host_flags", lambda: frozenset({"avx", "avx2", "fma"}))
+  compiler.arch_flags.cache_clear()
+  try:
+    with pytest.raises(CompileError, match="which this CPU lacks"): compiler.arch_flags("x86-64-v4")
+    assert {"avx512f", "avx512vl", "avx512dq"} <= compiler.arch_flags("x86-64-v4", runs_here=False)
+  finally: compiler.arch_flags.cache_clear()
+
 @needs_avx2
 @pytest.mark.parametrize("make", [make_llvm, make_c], ids=["LLVM", "C"])
 def test_renderers_take_the_models_simd_facts(make):

@@ -12,13 +12,10 @@ from core.codegen.opt import Kernel, OptOps
 from core.codegen.opt.heuristic import hand_coded
 from core.codegen.program import get_program, program_source
 from plugin_cpu.compiler import host_flags
-from cpu_kernels import run_item
+from cpu_kernels import arch_renderer, run_item
 import core.codegen.opt.heuristic as heuristic
 
-def _renderer(ren: str, arch: str):
-  from plugin_cpu.c_renderer import CPUCRenderer
-  from plugin_cpu.renderer import CPULLVMRenderer
-  return CPULLVMRenderer(arch=arch) if ren == "LLVM" else CPUCRenderer(arch=arch)
+def _renderer(ren: str, arch: str): return arch_renderer(ren, arch)
 
 def _items(x: np.ndarray, w: np.ndarray, stride: int = 1, grad: bool = False) -> list:
   """The schedule of the conv (padding 1), or with `grad` of its input gradient for an output gradient of ones' shape."""

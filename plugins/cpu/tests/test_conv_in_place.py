@@ -1,11 +1,10 @@
 """A large regular conv reads its padded input in place, with images as its outer blocks, only where the target has AVX-512's
 masked loads (CPULLVMRenderer.large_conv_in_place): x86-64-v4 yes; haswell, znver3 and the C renderer keep the padded copy."""
 from __future__ import annotations
-import copy
 import numpy as np
 import pytest
 from numpy.lib.stride_tricks import sliding_window_view
-from cpu_kernels import run_rendered
+from cpu_kernels import arch_renderer, run_rendered
 from core import Tensor
 from core.device.registry import Device
 import core.tensor.conv as conv
@@ -16,13 +15,12 @@ from core.codegen.opt.kernel import range_size
 from core.ir.ops import AxisType
 from core.schedule.kernelize import create_schedule
 from plugin_cpu.compiler import arch_flags
-from plugin_cpu.renderer import CPULLVMRenderer
 from plugin_cpu.c_renderer import CPUCRenderer
 
 @pytest.mark.parametrize("arch, on", [("x86-64-v4", True), ("haswell", False), ("znver3", False)])
 def test_large_conv_in_place_by_target(arch, on):
-  assert CPULLVMRenderer(arch=arch).large_conv_in_place is on
-  assert CPULLVMRenderer(arch=arch).narrowed(32).large_conv_in_place is False
+  assert arch_renderer("LLVM", arch).large_conv_in_place is on
+  assert arch_renderer("LLVM", arch).narrowed(32).large_conv_in_place is False
   assert CPUCRenderer().large_conv_in_place is False
 
 @pytest.mark.parametrize("arch, images", [("x86-64-v4", True), ("haswell", False)])
@@ -37,7 +35,7 @@ def test_in_place_conv_blocks(monkeypatch, arch, images):
   def f(a: Tensor, b: Tensor) -> Tensor: return a.conv2d(b, padding=1)
   items, _, _ = create_schedule([f(Tensor(xn).realize(), Tensor(wn).realize()).uop])
   assert len(items) == 1
-  rnd = copy.copy(CPULLVMRenderer(arch=arch))
+  rnd = arch_renderer("LLVM", arch)
   rnd.threads, rnd.l2_bytes = 2, 256 << 10
   k = hand_coded(Kernel(items[0].ast, rnd))
   assert any(o.op is OptOps.PACK for o in k.applied), k.applied

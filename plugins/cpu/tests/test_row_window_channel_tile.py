@@ -12,14 +12,11 @@ from core.schedule.kernelize import create_schedule
 from core.codegen.opt import Kernel, OptOps
 from core.codegen.opt.heuristic import hand_coded
 from plugin_cpu.compiler import host_flags
-from cpu_kernels import run_item
+from cpu_kernels import arch_renderer, run_item
 
 LANES = {"haswell": 8, "x86-64-v4": 16}
 
-def _renderer(ren: str, arch: str):
-  from plugin_cpu.c_renderer import CPUCRenderer
-  from plugin_cpu.renderer import CPULLVMRenderer
-  return CPULLVMRenderer(arch=arch) if ren == "LLVM" else CPUCRenderer(arch=arch)
+def _renderer(ren: str, arch: str): return arch_renderer(ren, arch)
 
 @pytest.mark.parametrize("ren", ["LLVM", "C"])
 @pytest.mark.parametrize("arch", ["haswell", "x86-64-v4"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import numpy as np
 import pytest
-from cpu_kernels import host_like_renderer, run_rendered
+from cpu_kernels import arch_renderer, host_like_renderer, run_rendered
 from core import Tensor
 from core.schedule.kernelize import create_schedule
 from core.codegen.opt import Kernel
@@ -50,10 +50,9 @@ SWEEP_KERNELS = {"4096^2": (lambda x: x.T.contiguous(), (4096, 4096)), "8192x102
 def test_strip_transpose_prefetches_into_the_l2(kernel, threads, arch):
   # the sweep's lines go to the L2 (prefetcht2, locality 1) on AVX-512 targets (prefetch.SWEEP_L2_SIMD), and on AVX2 ones where
   # the sweep is all the kernel reads (SWEEP_ALONE_L2_SIMD); a * a.T's sweep beside its rows' loads keeps the L1 on AVX2
-  from plugin_cpu.renderer import CPULLVMRenderer
   fn, shape = SWEEP_KERNELS[kernel]
   (item,), _, _ = create_schedule([fn(Tensor(np.zeros(shape, np.float32))).uop])
-  rnd = CPULLVMRenderer(arch=arch)
+  rnd = arch_renderer("LLVM", arch)
   rnd.threads = threads
   src = program_source(get_program(hand_coded(Kernel(item.ast, rnd)).ast, rnd, optimize=False))
   hints = re.findall(r"call void @llvm.prefetch.p0\(ptr %\w+, i32 0, i32 (\d), i32 1\)", src)

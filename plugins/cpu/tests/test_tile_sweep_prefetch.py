@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import numpy as np
 import pytest
-from cpu_kernels import host_like_renderer, run_rendered
+from cpu_kernels import arch_renderer, host_like_renderer, run_rendered
 from core import Tensor
 from core.schedule.kernelize import create_schedule
 from core.codegen.opt import Kernel
@@ -28,7 +28,7 @@ def nhwc_nchw(x: Tensor) -> Tensor: return x.permute(0, 3, 1, 2).contiguous()
 @pytest.mark.parametrize("arch", ["haswell", "znver3", "x86-64-v4"])
 @pytest.mark.parametrize("threads", [0, 2])
 def test_nhwc_to_nchw_prefetches_its_lines_steps_ahead_into_the_l2(arch, threads):
-  src = _source(CPULLVMRenderer(arch=arch), nhwc_nchw, (32, 56, 56, 64), threads)
+  src = _source(arch_renderer("LLVM", arch), nhwc_nchw, (32, 56, 56, 64), threads)
   steps = re.findall(r"= getelementptr float, ptr %\w+, i64 (\d+)\n  call void @llvm.prefetch.p0\(ptr %\w+, i32 0, i32 (\d), i32 1\)", src)
   # a step of the loop is whole pixels of 64 channels: every prefetch lies TILE_SWEEP_AHEAD steps on, into the L2 (locality 1)
   assert steps and {int(o) % (prefetch.TILE_SWEEP_AHEAD * 64) for o, _ in steps} == {0}, steps
@@ -43,7 +43,7 @@ UNCHANGED = {"64x96 transpose": (lambda x: x.T.contiguous(), (64, 96)), "x + 1":
              "NCHW->NHWC": (lambda x: x.permute(0, 2, 3, 1).contiguous(), (32, 64, 56, 56)),
              "NHWC->NCHW 7x7": (nhwc_nchw, (32, 7, 7, 512)), "NHWC->NCHW 17x19x40": (nhwc_nchw, (3, 17, 19, 40))}
 
-@pytest.mark.parametrize("rnd", [lambda: CPULLVMRenderer(arch="haswell"), lambda: CPULLVMRenderer(arch="x86-64-v4"), lambda: CPULLVMRenderer(),
+@pytest.mark.parametrize("rnd", [lambda: arch_renderer("LLVM", "haswell"), lambda: arch_renderer("LLVM", "x86-64-v4"), lambda: CPULLVMRenderer(),
                                  lambda: CPUCRenderer().narrowed(32), lambda: CPUCRenderer()], ids=["haswell", "x86-64-v4", "native", "C32", "C"])
 @pytest.mark.parametrize("kernel", UNCHANGED)
 @pytest.mark.parametrize("threads", [0, 2])
