@@ -1,7 +1,6 @@
 """Order a kernel graph into a list: loops stay contiguous, everything is emitted in the outermost loop it can live in."""
 from __future__ import annotations
 import heapq
-from typing import cast
 from core.ir.ops import UOp, Ops
 from core.codegen.lowerer import RangeScopes
 
@@ -92,7 +91,7 @@ def linearize(sink: UOp) -> list[UOp]:
     if u.op is Ops.RANGE: return parent[u]      # the RANGE heads its own block, which lives in the parent
     if u.op is Ops.END: return parent[u.src[1]]
     live = scopes.cache[u]
-    return max(live, key=lambda e: depth[e]) if live else None
+    return max(live, key=depth.__getitem__) if live else None
 
   home = {u: scope_of(u) for u in nodes if u.op is not Ops.SINK}
   children: dict[UOp | None, list[UOp]] = {}
@@ -107,26 +106,30 @@ def linearize(sink: UOp) -> list[UOp]:
     paths[s] = path
     return path
 
-  # the nodes living inside each loop's block at any depth, in graph order: one pass, not one per loop
-  inner: dict[UOp, list[UOp]] = {r: [] for r in ranges}
-  for u, s in home.items():
-    for blk in block_path(s)[:-1]: inner[cast(UOp, blk)].append(u)
+  # what each block's items wait on: a node using another orders, of the blocks they both live in, only the innermost (in every
+  # block outside it both lie in one loop, one item), so each edge is looked at once, not once per enclosing loop
+  def own(x: UOp) -> UOp | None:
+    """The item of x's home block x belongs to: x, or for an END its loop where it is that loop's end_of (else none)."""
+    return x if x.op is not Ops.END else x.src[1] if end_of.get(x.src[1]) is x else None
+  waits: dict[UOp | None, dict[UOp, set[UOp]]] = {}
+  def wait(blk: UOp | None, i: UOp | None, j: UOp | None) -> None:
+    if i is not None and j is not None and i is not j: waits.setdefault(blk, {}).setdefault(i, set()).add(j)
+  for m, hm in home.items():
+    for s in m.src:
+      if s.op is Ops.END: s = s.src[1]
+      if (hs := home[s]) is hm: wait(hm, own(m), own(s))
+      elif s is not hm:   # (a node of loop s's block using s: one item, s, where s lives)
+        pm, ps = block_path(hm), block_path(hs)
+        k = min(len(pm), len(ps)) - 1   # the depth of the innermost block both lie in
+        while pm[len(pm) - k - 1] is not ps[len(ps) - k - 1]: k -= 1
+        # in it: the node itself (own) where that is its home, else the loop of that block holding its home
+        wait(pm[len(pm) - k - 1], own(m) if k == len(pm) - 1 else pm[len(pm) - k - 2], own(s) if k == len(ps) - 1 else ps[len(ps) - k - 2])
 
   out: list[UOp] = []
   def emit(scope: UOp | None) -> None:
     items = [u for u in children.get(scope, []) if u.op is not Ops.END]
-    members: dict[UOp, list[UOp]] = {it: [it] for it in items}
-    for r in items:
-      if r.op is Ops.RANGE: members[r] = [r, end_of[r]] + inner[r]
-    # the item of this block each node under it belongs to: one dict lookup per source, not a walk out to the block (an END
-    # belongs where its loop does: a loop may have more ENDs than end_of's)
-    item_of = {m: it for it, mem in members.items() for m in mem}
-    deps: dict[UOp, set[UOp]] = {it: set() for it in items}
-    for it, mem in members.items():
-      ds = deps[it]
-      for m in mem:
-        for s in m.src:
-          if (j := item_of.get(s.src[1] if s.op is Ops.END else s)) is not None and j is not it: ds.add(j)
+    block = waits.get(scope, {})
+    deps: dict[UOp, set[UOp]] = {it: block.get(it, set()) for it in items}
     # Kahn's algorithm, ties broken by the global topological position (a heap of (position, item): positions are distinct), or
     # in a transposing tile's block by its groups of stores, one after another, each square by square (tile_keys)
     users: dict[UOp, list[UOp]] = {}

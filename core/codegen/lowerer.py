@@ -229,18 +229,21 @@ def lower_index_dtype(sink: UOp, ids: dict[UOp, UOp] | None = None, nodes: list[
   where every id has its loop's bounds (_same_bounds), as a node's bounds are a function of its sources' bounds."""
   ids = ids or {}
   if nodes is None: nodes = _substituted_nodes(sink, ids)
-  big = any(not (-2**31 <= u.vmin and u.vmax < 2**31) for u in nodes if u.dtype is dtypes.index and u.op is not Ops.DEFINE_VAR and u not in ids)
+  big = any(not (-2**31 <= (b := u._min_max)[0] and b[1] < 2**31) for u in nodes
+            if u.dtype is dtypes.index and u.op is not Ops.DEFINE_VAR and u not in ids)
   dt = dtypes.int64 if big else dtypes.int32
   # one rebuild in graph order, sources first (a rewrite pass would try a rule at every node for this one retype); vectors of
   # indices (a mask's lanes, expander._index_lanes) hold the same values as their scalar parts
   done: dict[UOp, UOp] = {}
+  retyped: dict[DType, DType | None] = {}   # each dtype's new one (None: kept), asked once, not once a node
   for u in nodes:
     if (i := ids.get(u)) is not None:
       done[u] = done[i]
       continue
-    src = tuple([done[s] for s in u.src])
-    retype = u.dtype.scalar() == dtypes.index
-    done[u] = u if src == u.src and not retype else UOp(u.op, dt.vec(u.dtype.count) if retype else u.dtype, src, u.arg, u.tag)
+    src = tuple(map(done.__getitem__, u.src))
+    if (d := u.dtype) not in retyped: retyped[d] = dt.vec(d.count) if d.scalar() is dtypes.index else None
+    new = retyped[d]
+    done[u] = u if src == u.src and new is None else UOp(u.op, d if new is None else new, src, u.arg, u.tag)
   return done[sink]
 
 def _same_bounds(ids: dict[UOp, UOp]) -> bool:

@@ -188,6 +188,16 @@ class UOp(_UOpFields, metaclass=UOpMeta):
     """All nodes reachable from here, every source before its users (iterative; deep graphs are fine).
     `gate(u)` false stops the walk below u (u itself is still included)."""
     if gate is not None and not gate(self): return {self: None}
+    if gate is None and self.op is Ops.SINK:
+      # a kernel's SINK is walked whole by one stage of its codegen after another (the optimizer's trials, the expander's groups,
+      # the renderer's rules, linearize: ResNet-18 b8 inference walked SINKs it had walked ~800 times in its 33 kernels): its
+      # order is kept on it, and each caller gets a copy to change as it likes (a dict copy, not a walk). Only SINKs: membership
+      # tests on every subexpression would keep a walk each
+      if (hit := self.__dict__.get("_topo")) is None: hit = self.__dict__["_topo"] = self._walk(None)
+      return dict(hit)
+    return self._walk(gate)
+
+  def _walk(self, gate: Callable[[UOp], bool] | None) -> dict[UOp, None]:
     visited: dict[UOp, None] = {}
     seen: set[UOp] = {self}
     # depth first, each node with an iterator over its sources: a node is done when its iterator runs out (a stack of nodes

@@ -108,3 +108,18 @@ def test_shared_simplify_keeps_the_memo_for_the_threads_next_kernel(monkeypatch)
     assert S._memo.done is not memo and S._memo.done == {}
     assert simplify(e) is want and asked
   assert S._memo.done is None
+
+def test_a_sink_is_walked_once_and_each_caller_gets_its_own_order(monkeypatch):
+  x, y = Variable("x", 0, 9), Variable("y", 0, 9)
+  e = (x + y) * 2
+  s = e.sink(x)
+  walks: list[UOp] = []
+  walk = UOp._walk
+  monkeypatch.setattr(UOp, "_walk", lambda u, gate: walks.append(u) or walk(u, gate))
+  first = s.toposort()
+  assert list(first) == [x, y, x + y, UOp.const(dtypes.index, 2), e, s] and walks == [s]
+  first.clear()   # a caller's copy: changing it changes no later answer
+  assert list(s.toposort()) == [x, y, x + y, UOp.const(dtypes.index, 2), e, s] and walks == [s]
+  # other nodes, and gated walks of a sink, walk each time (a membership test on every subexpression would keep a walk each)
+  e.toposort(); e.toposort(); s.toposort(gate=lambda u: True)
+  assert walks == [s, e, e, s]

@@ -104,9 +104,6 @@ def _pairs_packed(sink: UOp) -> UOp | None:
   column vectors 182. The matmul_bf16 kernel (1024^3), one thread, CPU time, A/B interleaved in one process: 173 -> 218
   GFLOP/s, the same bits."""
   topo = sink.toposort()
-  users: dict[UOp, list[UOp]] = {}
-  for u in topo:
-    for x in u.src: users.setdefault(x, []).append(u)
   rows: dict[UOp, list[tuple[UOp, UOp, UOp]]] = {}   # panel -> (interleave, its row-0 load, its row-1 load)
   for v in topo:
     if v.op is Ops.VECTORIZE and len(v.src) == 2 * LANES and v.src[0].op is v.src[1].op is Ops.GEP:
@@ -114,6 +111,10 @@ def _pairs_packed(sink: UOp) -> UOp | None:
       if la.op is lb.op is Ops.LOAD and la.dtype.count == 2 * LANES and v is _lanes(la, lb) and (r := _reg(la.src[0])) is not None \
          and _reg(lb.src[0]) is r:
         rows.setdefault(r, []).append((v, la, lb))
+  if not rows: return None   # (every kernel passes here: the users below only where a panel is read so)
+  users: dict[UOp, list[UOp]] = {}
+  for u in topo:
+    for x in u.src: users.setdefault(x, []).append(u)
   sub = {k: x for r, rs in rows.items() for k, x in _interleaved_panel(r, rs, topo, users).items()}
   return sink.substitute(sub) if sub else None
 

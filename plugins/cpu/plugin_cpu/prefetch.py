@@ -410,7 +410,8 @@ def stream_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]]) -> dict[UOp
   return out
 
 def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0, simd_width: int = 0,
-                     flags: frozenset[str] = frozenset()) -> dict[UOp, tuple[int | tuple[int, ...], int, Spread | None]]:
+                     flags: frozenset[str] = frozenset(), deps: dict[UOp, frozenset[UOp]] | None = None) \
+    -> dict[UOp, tuple[int | tuple[int, ...], int, Spread | None]]:
   """For each LOAD that should prefetch, (the prefetched address's distance from its own in elements, the locality hint, the gate
   that skips it or None): a pack copy's next panel (panel_offsets), a strip transpose's lines SWEEP_AHEAD steps on along its
   rows (sweep_offsets; into the L2 where the target's vectors, `simd_width`, are SWEEP_L2_SIMD bytes or more, or
@@ -422,9 +423,10 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0,
   blocks below SPREAD_BELOW_REGS `simd_regs`), a packed product's next row tile (row_tile_offsets, into the L2, below
   SPREAD_BELOW_REGS `simd_regs`: distances a tuple), or one row on (all but those L2 ones L1_LOCALITY). A load
   qualifies for the row where it reads a global buffer in the second reduce loop over that buffer, under a loop of rows (not a
-  reduce) that the first reduce loop's reads share, and the row step of its address is a constant of at most ROW_MAX_BYTES."""
+  reduce) that the first reduce loop's reads share, and the row step of its address is a constant of at most ROW_MAX_BYTES.
+  `deps`: loop_deps(uops), where the caller has it (the LLVM renderer asks it too)."""
   order = {u: i for i, u in enumerate(uops)}
-  deps = loop_deps(uops)
+  if deps is None: deps = loop_deps(uops)
   first: dict[UOp, tuple[UOp, frozenset[UOp]]] = {}   # buffer -> (the first reduce range reading it, that read's ranges)
   second: dict[UOp, UOp] = {}                    # buffer -> the second reduce range reading it
   copied = _copied(uops)   # (asked by most of the passes below: one scan of the kernel)

@@ -428,9 +428,9 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
 
   def _render(self, name: str, uops: list[UOp]) -> str:
     if self.peel_tails: uops = peel_tail_iterations(uops)
-    self.prefetch = prefetch_offsets(uops, self.panel_budget(), self.simd_regs, self.simd_width, self.flags) if PREFETCH else {}
-    self.unchecked, self.plain_copy = unchecked_streams(uops, self.simd_width), False
     deps = loop_deps(uops)
+    self.prefetch = prefetch_offsets(uops, self.panel_budget(), self.simd_regs, self.simd_width, self.flags, deps) if PREFETCH else {}
+    self.unchecked, self.plain_copy = unchecked_streams(uops, self.simd_width), False
     self.lane_indices = lane_indices(uops, deps)
     self.index_offsets = index_offsets(uops)
     self.offset_adds = self.index_offsets if self.offset_geps else frozenset()   # the INDEXes at them: _llvm_offset_index

@@ -52,3 +52,21 @@ def test_the_pack_copy_is_found_once_a_kernel(monkeypatch):
     want = prefetch.prefetch_offsets(uops, panel_budget=1 << 20, simd_regs=regs, simd_width=32)
     assert calls == [len(uops)]
     assert prefetch.prefetch_offsets(uops, panel_budget=1 << 20, simd_regs=regs, simd_width=32) == want
+
+def test_prefetch_offsets_takes_the_renderers_loop_deps(monkeypatch):
+  # the LLVM renderer asks loop_deps for its own rules and hands it to prefetch_offsets: one walk of the kernel, not two
+  uops, _, _, _ = _gather_copy(1024, 16)
+  want = prefetch.prefetch_offsets(uops, panel_budget=1 << 20, simd_regs=16, simd_width=32)
+  deps = prefetch.loop_deps(uops)
+  monkeypatch.setattr(prefetch, "loop_deps", lambda u: (_ for _ in ()).throw(AssertionError("walked again")))
+  assert prefetch.prefetch_offsets(uops, panel_budget=1 << 20, simd_regs=16, simd_width=32, deps=deps) == want
+
+def test_the_renderer_walks_loop_deps_once_a_kernel(monkeypatch):
+  from plugin_cpu import renderer as R
+  uops, _, _, _ = _gather_copy(1024, 16)
+  calls: list[int] = []
+  deps = prefetch.loop_deps
+  monkeypatch.setattr(prefetch, "loop_deps", lambda u: calls.append(len(u)) or deps(u))
+  monkeypatch.setattr(R, "loop_deps", prefetch.loop_deps)
+  src = R.CPULLVMRenderer("znver3").render("gather", uops)
+  assert "define" in src and calls == [len(uops)]

@@ -108,3 +108,20 @@ def test_masked_vectors_keep_a_padded_reduction_exact():
   x = rng.standard_normal((40, 29)).astype(np.float32)
   got = (Tensor(x)[:, None, :] * Tensor(x)[None, :, :]).sum(-1).numpy()
   np.testing.assert_allclose(got, x @ x.T, rtol=1e-4, atol=1e-4)
+
+def test_strided_offset_answers_an_index_once(monkeypatch):
+  # the optimizer and the expander ask the same (index, axis) many times a kernel: split and rebuilt once
+  import core.ir.symbolic as S
+  from core.codegen.opt.expander import strided_offset, _offsets
+  from core.ir.ops import UOp
+  r, q = UOp.range(8, 0, AxisType.UPCAST), UOp.range(4, 1, AxisType.LOOP)
+  idx = q * 24 + r * 3 + 5
+  _offsets.clear()
+  calls: list = []
+  split = S.split_sum
+  monkeypatch.setattr(S, "split_sum", lambda x: calls.append(x) or split(x))
+  want = (q * 24 + 5, 3)
+  assert strided_offset(idx, r) == want and strided_offset(idx, r) == want and len(calls) == 1
+  assert strided_offset(idx, q) == (r * 3 + 5, 24) and len(calls) == 2
+  # an index using the axis inside another term has no stride along it
+  assert strided_offset(idx + r // 2, r) is None and strided_offset(idx + r // 2, r) is None and len(calls) == 3
