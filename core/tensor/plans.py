@@ -85,10 +85,15 @@ def replayed(key: Any, inputs: Sequence[UOp], build: Callable[[], UOp], op_key: 
     if len(_plans) >= PLANS: _plans.clear()   # one step: safe while other threads build
     _plans[key] = rec = _record(out, inputs)
     return out if rec is None else _noted(key, inputs, out, rec, op_key)
-  if plan is None: return build()
+  return build() if plan is None else _replay(key, inputs, plan, op_key)
+
+def _replay(key: Any, inputs: Sequence[UOp], plan: _Plan, op_key: OpKey | None) -> UOp:
+  """plan's output rebuilt over the inputs, noted, with its recorded shape: the general op a pending result meets next asks it
+  (a node's first .shape walks its sources' first, ~2 us for a sum's nodes)."""
   nodes = [*inputs, *plan[2]]
   rebuild(nodes, plan[0])
-  return _noted(key, inputs, nodes[plan[1]], plan, op_key)
+  if "shape" not in (d := (out := nodes[plan[1]]).__dict__): d["shape"] = plan[3][1]
+  return _noted(key, inputs, out, plan, op_key)
 
 class PendingPlan(tuple):
   """(op key, its input BUFFER nodes, plan key, inputs, builder, the output's (dtype, shape), the op key's held nodes): the output
@@ -100,19 +105,33 @@ class PendingPlan(tuple):
   difference."""
   __slots__ = ()
   scalar = False
-  def build(self) -> UOp: return replayed(self[2], self[3], self[4], (self[0], self[1], self[6]))   # its op key noted
+  def build(self) -> UOp:
+    # its inputs were found replayable when it was made; its plan is kept unless the table was cleared since
+    if (plan := _plans.get(self[2])) is None: return replayed(self[2], self[3], self[4], (self[0], self[1], self[6]))
+    return _replay(self[2], self[3], plan, (self[0], self[1], self[6]))   # its op key noted
 
 def pending(key: Any, inputs: tuple[UOp, ...], build: Callable[[], UOp]) -> PendingPlan | UOp:
   """replayed(key, inputs, build)'s output: left unbuilt (PendingPlan) when the plan is recorded (recorded first if new: its
   (dtype, shape) is then known, so `x.layernorm(-1) * w + b` extends it before anything realizes) or the eager op cache holds
   its op key; built where the builder's graph can't be replayed."""
   if not NOTE_PLANS or not replayable(inputs): return replayed(key, inputs, build)
-  engine = realize_module()
-  ok = engine.plan_op_key(key, inputs)
+  return _pending(key, inputs, build, realize_module().plan_op_key(key, inputs))
+
+def extended(p: PendingPlan, key: Any, y: UOp, build: Callable[[], UOp]) -> PendingPlan | UOp | None:
+  """pending(key, (*p's inputs, y), build) for a plan over p's inputs and one more, y (a BUFFER or a RESHAPE of one), its op key
+  made from p's: plan_op_key keys each input on its own, so p's parts are its prefix and only y's buffer needs the test that
+  it is none of p's (replayable's). None where it is one of them."""
+  b = y.src[0] if y.op is Ops.RESHAPE else y
+  if b in p[1]: return None
+  part = (b.dtype, b.arg, b.src[1]) if b is y else (y._key[3], b.dtype, b.arg, b.src[1])
+  return _pending(key, (*p[3], y), build, ((p[0][0], key, *p[0][2:], part), [*p[1], b], p[6]))
+
+def _pending(key: Any, inputs: tuple[UOp, ...], build: Callable[[], UOp], ok: OpKey) -> PendingPlan | UOp:
+  """pending()'s answer for replayable inputs whose op key is ok."""
   if (plan := _plans.get(key, _UNSEEN)) is _UNSEEN:
     # recorded now, the node dropped (a replay remakes it): the first call's graph is then the one every later call's is, so
     # their schedule and op key are one from the start
     out = replayed(key, inputs, build, ok)
     if (plan := _plans.get(key)) is None: return out
-  elif plan is None and ok[0] not in engine.eager_ops.table: return build()
+  elif plan is None and ok[0] not in realize_module().eager_ops.table: return build()
   return PendingPlan((ok[0], ok[1], key, inputs, build, None if plan is None else plan[3], ok[2]))

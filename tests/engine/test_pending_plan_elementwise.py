@@ -112,3 +112,33 @@ def test_a_chain_stops_extending_at_the_input_bound():
       t, want = t * w, want * (W + i)
       assert ("uop" not in t.__dict__) == (i + 2 <= E.PLAN_OP_INPUTS)   # the sum's input and i + 1 weights
     np.testing.assert_allclose(t.numpy(), want, rtol=1e-4)
+
+def test_the_extended_plans_op_key_is_the_one_plan_op_key_makes():
+  x, w, b = _t(A), _t(W), _t(B.reshape(1, 64).copy())   # b: a RESHAPE of its buffer, keyed with its shape
+  for _ in range(3): (x.layernorm(-1) * w + b).realize()
+  p = (x.layernorm(-1) * w + b).__dict__["_pending"]
+  ok = R.plan_op_key(p[2], p[3])
+  assert (p[0], p[1], p[6]) == ok and p[1] == [x.uop.src[0], w.uop, b.uop.src[0]]
+
+def test_a_replayed_result_carries_its_shape():
+  x, w2 = _t(A), _t(A[:, :1].copy())
+  for _ in range(3): (x.sum(-1, keepdim=True) * w2 + x).realize()
+  t = x.sum(-1, keepdim=True) * w2
+  assert type(t.__dict__.get("_pending")) is plans.PendingPlan
+  u = t.uop   # replayed: no node of this graph is alive, so every one is new
+  assert u.__dict__.get("shape") == (8, 1) == type(u).shape.fn(u)   # recorded with the plan, as computed from the node
+  np.testing.assert_allclose((t + x).numpy(), A.astype(np.float64).sum(-1, keepdims=True) * A[:, :1] + A, rtol=1e-5, atol=1e-4)
+
+# (t's op, y's shape, whether it extends the plan): a y with 1s broadcasts per dim; one wider than t takes the general path
+BROADCASTS = [("layernorm", (1, 64), True), ("layernorm", (8, 1), True), ("layernorm", (64,), True),
+              ("mean keepdim", (1, 64), False), ("mean keepdim", (64,), False), ("mean keepdim", (8, 1), True)]
+
+@pytest.mark.parametrize("op,ys,extends", BROADCASTS, ids=[f"{o} {s}" for o, s, _ in BROADCASTS])
+def test_an_operand_extends_the_plan_only_where_it_broadcasts_to_its_shape(op, ys, extends):
+  x, v = _t(A), RNG.standard_normal(ys).astype(np.float32)
+  y = _t(v)
+  f, want = (lambda: x.layernorm(-1), _ln(A)) if op == "layernorm" else (lambda: x.mean(-1, keepdim=True), A.astype(np.float64).mean(-1, keepdims=True))
+  for _ in range(3):
+    got = f() * y
+    assert ("uop" not in got.__dict__) == extends
+    np.testing.assert_allclose(got.numpy(), want * v, rtol=2e-5, atol=2e-5)
