@@ -161,26 +161,24 @@ def _llvm_prefetch_load(ctx: CPULLVMRenderer, x: UOp) -> str | None:
   return out
 
 def _llvm_lane_index(ctx: CPULLVMRenderer, x: UOp, base: UOp, off: UOp) -> str | None:
-  """The address of a scalar store, or of a scalar load outside reduce loops, at a constant offset from a 32-bit index, as the
-  buffer + (the index widened + the offset) in i64: a tile's lanes stored or read one by one (a conv's output channels in NCHW,
-  the residual it adds) then share one base, and each offset folds into its instruction's displacement. Offset in i32, each
-  lane was an add and a sign extension of its own, and LLVM's loop passes over them (loop idiom, IV users) grew with their
-  square: an AVX-512 3x3 conv's 224 lane stores (16 channels x 14 pixels) were 0.5 of its 0.6 s compile, its AVX2 twin's 64
-  almost none. The same address wherever the i32 sum does not wrap, as no index into a buffer does. (Loads in reduce loops
-  take _llvm_offset_index's form instead: written this way, the bench 3x3 conv's input loads made LLVM unroll its FMA loop, 6%
-  slower.)"""
-  if x not in ctx.lane_indices: return _llvm_offset_index(ctx, x, base, off) if x.src[1] in ctx.offset_adds or x in ctx.offset_vectors else None
-  w, s = ctx.tmp(), ctx.tmp()
-  return (f"{w} = sext i32 {ctx[base]} to i64\n  {s} = add nsw i64 {w}, {off.arg}\n"
-          f"  {ctx[x]} = getelementptr inbounds {ctx.mem_ty(x.src[0].dtype.base)}, {ctx.ptr_ty(x.src[0].dtype)} {ctx[x.src[0]]}, i64 {s}")
+  """The address at a 32-bit index plus a constant of a tile's lane (lane_indices), of a scalar load in a reduce loop
+  (index_offsets) or of an ungated vector load (vector_offsets): _llvm_offset_index's two GEPs, so a tile's lanes step from one
+  address. Other INDEXes keep the i32 sum. Each lane's own i32 sum made LLVM's loop passes grow with their square (an AVX-512 3x3
+  conv's 224 lane stores); one GEP each at (the index widened + the offset) in i64 left the instruction selector's DAG combiner
+  to take every lane's sum apart again (visitADD, SimplifyDemandedBits): ResNet-18 b8 inference compiles in 0.91-0.93x the time.
+  Gated lanes (a branch around each) keep that i64 sum: from one address, bench --quick's E_4_8_16_16 took 1.02x the time."""
+  if x in ctx.lane_indices and len(x.src) > 2:
+    w, s = ctx.tmp(), ctx.tmp()
+    return (f"{w} = sext i32 {ctx[base]} to i64\n  {s} = add nsw i64 {w}, {off.arg}\n"
+            f"  {ctx[x]} = getelementptr inbounds {ctx.mem_ty(x.src[0].dtype.base)}, {ctx.ptr_ty(x.src[0].dtype)} {ctx[x.src[0]]}, i64 {s}")
+  return _llvm_offset_index(ctx, x, base, off) if x in ctx.lane_indices or x.src[1] in ctx.offset_adds or x in ctx.offset_vectors else None
 
 def _llvm_offset_index(ctx: CPULLVMRenderer, x: UOp, base: UOp, off: UOp) -> str:
-  """An address at a scalar load's 32-bit index plus a constant (index_offsets; in a reduce loop, else _llvm_lane_index's) as
-  the buffer at the index, then the constant in i64 from there: a batchnorm gradient's 16 channels read one by one at stride
-  49 are then one address and 16 displacements to LLVM's loop passes (IndVarSimplify, LoopLoadElimination, LSR), where each
-  lane's i32 sum was an address they widened and rewrote of its own (the i64 sum, _llvm_lane_index's form, made LLVM unroll
-  a 3x3 conv's FMA loop). An ungated vector load's too (vector_offsets). Neither GEP is inbounds (as prefetch addresses are
-  not): the index alone may lie outside the buffer (a padded window's tap loop: the pixel plus the tap, then -row-1), and an
+  """An address at a 32-bit index plus a constant (_llvm_lane_index's: a tile's lane, a scalar load's in a reduce loop, an
+  ungated vector load's) as the buffer at the index, then the constant in i64 from there: a batchnorm gradient's 16 channels
+  read one by one at stride 49 are then one address and 16 displacements to LLVM's loop passes (IndVarSimplify,
+  LoopLoadElimination, LSR), where each lane's i32 sum was an address they widened and rewrote of its own. Neither GEP is
+  inbounds (as prefetch addresses are not): the index alone may lie outside the buffer (a padded window's tap loop: the pixel plus the tap, then -row-1), and an
   inbounds GEP outside its object is poison, the load's address with it. The machine code is the same without: ResNet-18 b8
   inference and training step, the 92 kernels with such addresses native and 93 in znver3 code, byte for byte."""
   b, t, pt = ctx.tmp(), ctx.mem_ty(x.src[0].dtype.base), ctx.ptr_ty(x.src[0].dtype)
@@ -190,8 +188,8 @@ def _llvm_offset_index(ctx: CPULLVMRenderer, x: UOp, base: UOp, off: UOp) -> str
 def _in_reduce(deps: dict[UOp, frozenset[UOp]], idx: UOp) -> bool: return any(r.arg[-1] is AxisType.REDUCE for r in deps.get(idx, ()))
 
 def lane_indices(uops: list[UOp], deps: dict[UOp, frozenset[UOp]]) -> frozenset[UOp]:
-  """The INDEXes _llvm_lane_index writes in i64: those of scalar stores and of scalar loads whose index depends on no reduce loop
-  (`deps`: prefetch.loop_deps)."""
+  """The INDEXes of a tile's lanes, which _llvm_lane_index addresses from their index: those of scalar stores and of scalar
+  loads whose index depends on no reduce loop (`deps`: prefetch.loop_deps)."""
   return frozenset(u.src[0] for u in uops if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX and
                    (u.src[1] if u.op is Ops.STORE else u).dtype.count == 1 and (u.op is Ops.STORE or not _in_reduce(deps, u.src[0].src[1])))
 
@@ -199,7 +197,7 @@ def _llvm_index_offset(ctx: CPULLVMRenderer, x: UOp, base: UOp, off: UOp) -> str
   """A scalar load's 32-bit index plus a constant as an add without signed wrap (nsw), as no index into a buffer wraps: a tile's
   lanes read one by one in a reduce loop (a pooled sum's 16 channels at stride 49, a batchnorm gradient's) are then one
   induction variable plus constant offsets to LLVM's loop passes (IndVarSimplify, IV users, LoopLoadElimination), not an
-  address each (and no lane stores here: they are in i64, _llvm_lane_index)."""
+  address each (lane stores' addresses: _llvm_lane_index)."""
   return f"{ctx[x]} = add nsw i32 {ctx[base]}, {ctx[off]}" if x in ctx.index_offsets else None
 
 def _offset_add(i: UOp) -> bool: return i.op is Ops.ADD and i.dtype == dtypes.int32 and i.src[1].op is Ops.CONST
