@@ -8,10 +8,11 @@ from core.device.entry_points import distributions_with_group, parse_entry_point
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
-def imported_after(code: str, **env_vars: str) -> set[str]:
-  """The modules imported in a new interpreter after `code` runs (with `env_vars` set), and their top-level packages."""
+def imported_after(code: str, **env_vars: str | None) -> set[str]:
+  """The modules imported in a new interpreter after `code` runs (with `env_vars` set, those of None unset), and their top-level
+  packages."""
   probe = code + "\nimport sys\nprint('MODS', repr(sorted(sys.modules)))\n"   # repr, not json: whether json loads is checked too
-  env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **env_vars}
+  env = {k: v for k, v in {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **env_vars}.items() if v is not None}
   out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
   assert out.returncode == 0, out.stderr
   mods = ast.literal_eval(next(ln for ln in out.stdout.splitlines() if ln.startswith("MODS"))[5:])
@@ -54,7 +55,7 @@ def test_a_warm_start_imports_no_error_path_or_cache_writer_modules(tmp_path):
   import plugin_cpu
   prebuilt = any(pathlib.Path(plugin_cpu.__file__).parent.glob("_native*.so"))
   for disabled in ("example", ""):
-    default = imported_after(FIRST_RESULT, CORE_CACHE_DIR=str(tmp_path), CORE_DISABLED_PLUGINS=disabled)
+    default = imported_after(FIRST_RESULT, CORE_CACHE_DIR=str(tmp_path), CORE_DISABLED_PLUGINS=disabled, DEV=None)
     assert "plugin_example" in default or disabled, "the probe is real: choosing the default device imports every plugin"
     assert not default & (NOT_ON_A_WARM_START if prebuilt else NOT_ON_A_WARM_START - {"shutil", "bz2", "lzma"}), default & NOT_ON_A_WARM_START
     # nor is a lower-priority plugin's probe module imported to describe its device (WEBGPU's wgpu and Vulkan driver search)
