@@ -2,12 +2,12 @@
 thread block does on a pool: more memory streams in flight than one row after another. AVX-512 targets read RED_STREAMS_ALONE
 (two) rows, AVX2 ones and rows that share a load (a matrix-vector product's vector) RED_STREAMS (four); small ones keep one."""
 from __future__ import annotations
-import copy
 import numpy as np
 import pytest
 from core import Tensor
 from core.codegen.opt import Kernel, OptOps
 from core.codegen.opt.heuristic import RED_STREAMS, hand_coded
+from plugin_cpu.compiler import arch_flags
 from plugin_cpu.renderer import CPULLVMRenderer
 from test_reduce_speed_opts import AVX2, _run, _single_kernel
 
@@ -16,7 +16,10 @@ class OneCore(AVX2):
   threads = 0
 
 def _one_core(arch: str) -> CPULLVMRenderer:
-  ren = copy.copy(CPULLVMRenderer(arch=arch))
+  """The LLVM renderer for CPU model `arch` (its flags whether or not this CPU has them: the values run on the default device)."""
+  ren = CPULLVMRenderer()
+  ren.arch = arch
+  ren.target(arch_flags(arch, runs_here=False))
   ren.threads = 0   # as CPU_THREADS=1 renders
   return ren
 
