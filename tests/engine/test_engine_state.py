@@ -8,8 +8,9 @@ from core.device.registry import Device
 from core.engine import realize as R
 from core.engine.state import facts
 
-# what a node may cache from its own (immutable) fields: cached_property values and the bounds/sort-key caches
-CACHED_FROM_FIELDS = {"shape", "device", "_min_max", "_skey"}
+# what a node may cache from its own (immutable) fields: cached_property values, the bounds/sort-key caches and a SINK's
+# toposort order (the graph below a node never changes)
+CACHED_FROM_FIELDS = {"shape", "device", "_min_max", "_skey", "_topo"}
 
 def _nodes(*ts: Tensor) -> dict[UOp, None]:
   return UOp(UOp.sink(ts[0].uop).op, src=tuple(t.uop for t in ts)).toposort()
