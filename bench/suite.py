@@ -10,7 +10,7 @@ the machine (other processes) hits every row and framework alike instead of the 
 figure is then the median of its rounds, printed with their range [min-max]; every round is checked against the reference,
 and the machine's own loops (the bandwidth and peak the rows are judged against) run again each round, their medians taken."""
 from __future__ import annotations
-import argparse, math, os, random, statistics, subprocess, sys, time, traceback
+import argparse, contextlib, math, os, random, statistics, subprocess, sys, time, traceback
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, TextIO
 
@@ -534,16 +534,20 @@ def thread_scaling(results: list[Result], quick: bool, repeat: int, budget_s: fl
   with subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                         env=dict(os.environ, CPU_THREADS="1")) as child:
     assert child.stdin is not None and child.stdout is not None
-    for _ in range(rounds):
-      for r in rows:
-        all_ = _measure_ours(lib, r.row, r.size, repeat, budget_s, stat).value
-        lib.park()   # our pool asleep while the child times its cell
-        child.stdin.write(r.row.key + "\n")
-        child.stdin.flush()
-        reply = child.stdout.readline().split(maxsplit=2)
-        if len(reply) == 3 and reply[0] == "value" and all_: pairs[r.row.key].append((float(reply[2]), all_))
-        else: failed.append(f"{r.row.key}: {' '.join(reply) or 'no reply'}")
-    child.stdin.close()
+    try:
+      for _ in range(rounds):
+        for r in rows:
+          all_ = _measure_ours(lib, r.row, r.size, repeat, budget_s, stat).value
+          lib.park()   # our pool asleep while the child times its cell
+          child.stdin.write(r.row.key + "\n")
+          child.stdin.flush()
+          reply = child.stdout.readline().split(maxsplit=2)
+          if len(reply) == 3 and reply[0] == "value" and all_: pairs[r.row.key].append((float(reply[2]), all_))
+          else: failed.append(f"{r.row.key}: {' '.join(reply) or 'no reply'}")
+      child.stdin.close()
+    except BrokenPipeError:   # the child exited: its stderr, printed below, says why
+      failed.append("the 1-thread child exited")
+      with contextlib.suppress(BrokenPipeError): child.stdin.close()
     err = child.stderr.read() if child.stderr is not None else ""
   one = {k: statistics.median(o for o, _ in ps) for k, ps in pairs.items() if ps}
   print(f"\nthread scaling: ours on 1 thread (CPU_THREADS=1) and on all {cores} cores, each 1-thread cell right after an all-core "

@@ -368,3 +368,12 @@ def test_settle_waits_for_quiet_threads(suite, monkeypatch):
   monkeypatch.setattr(suite_libs, "_other_threads_cpu_ns", lambda: next(busy))
   clock[0] = 0.0
   assert suite_libs.settle(max_s=0.5) is False and clock[0] == pytest.approx(0.5, abs=suite_libs.SETTLE_STEP_S)
+
+def test_thread_scaling_says_why_its_child_died(suite, capsys, monkeypatch):
+  # a 1-thread child that exits before its first row (here: no script to run) is a failed cell with the child's stderr, not a
+  # BrokenPipeError out of the bench
+  if len(os.sched_getaffinity(0)) < 2: pytest.skip("one core: no scaling table")
+  monkeypatch.setattr(suite, "__file__", "/nonexistent/suite.py")
+  assert suite.main(["--quick", "--rows", "sum", "--repeat", "1", "--budget", "0", "--peers", "", "--no-machine", "--threads"]) == 0
+  text = capsys.readouterr().out
+  assert "the 1-thread run failed" in text and "/nonexistent/suite.py" in text, text
