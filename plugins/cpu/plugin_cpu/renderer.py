@@ -178,9 +178,10 @@ def _llvm_offset_index(ctx: CPULLVMRenderer, x: UOp, base: UOp, off: UOp) -> str
   ungated vector load's) as the buffer at the index, then the constant in i64 from there: a batchnorm gradient's 16 channels
   read one by one at stride 49 are then one address and 16 displacements to LLVM's loop passes (IndVarSimplify,
   LoopLoadElimination, LSR), where each lane's i32 sum was an address they widened and rewrote of its own. Neither GEP is
-  inbounds (as prefetch addresses are not): the index alone may lie outside the buffer (a padded window's tap loop: the pixel plus the tap, then -row-1), and an
-  inbounds GEP outside its object is poison, the load's address with it. The machine code is the same without: ResNet-18 b8
-  inference and training step, the 92 kernels with such addresses native and 93 in znver3 code, byte for byte."""
+  inbounds (as prefetch addresses are not): the index alone may lie outside the buffer (a padded window's tap loop: the pixel
+  plus the tap, then -row-1), and an inbounds GEP outside its object is poison, the load's address with it. The machine code
+  is the same without: ResNet-18 b8 inference and training step, the 92 kernels with such addresses native and 93 in znver3
+  code, byte for byte."""
   b, t, pt = ctx.tmp(), ctx.mem_ty(x.src[0].dtype.base), ctx.ptr_ty(x.src[0].dtype)
   return (f"{b} = getelementptr {t}, {pt} {ctx[x.src[0]]}, i32 {ctx[base]}\n"
           f"  {ctx[x]} = getelementptr {t}, {pt} {b}, i64 {off.arg}")
