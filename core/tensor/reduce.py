@@ -7,7 +7,7 @@ from core.ir.ops import Ops, UOp
 from core.tensor.validate import check_tensor
 from core.tensor.movement import _axis
 from core.tensor.elementwise import LN2
-from core.tensor.plans import PendingPlan, pending, replayed
+from core.tensor.plans import PendingPlan, again, keep, pending, replayed
 
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
@@ -119,11 +119,15 @@ class ReduceMixin:
   def sum(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False,  # type: ignore[misc]
           dtype: DTypeLike | None = None) -> Tensor:
     """Sum, accumulated in sum_acc_dtype: ints and bool give at least int32 (uint32 for unsigned); half stays half."""
+    # an eager repeat (x.sum() in a loop) takes its pending result from x: see plans.again
+    call = ("sum", axis, keepdim, dtype) if axis is None or type(axis) is int else None
+    if call is not None and (r := again(self, call)) is not None: return r
     dt = self.dtype
     acc = sum_acc_dtype(dt) if dtype is None else to_dtype(dtype)
     # no cast (its argument check and its dtype lookups) when the accumulator is the dtype: a float32 sum, the usual eager one
     ret = (self if acc is dt else self.cast(acc))._reduce(Ops.ADD, axis, keepdim)
-    return ret.cast(dt) if dtype is None and dt in (dtypes.float16, dtypes.bfloat16) else ret
+    if dtype is None and dt in (dtypes.float16, dtypes.bfloat16): return ret.cast(dt)
+    return ret if call is None else keep(self, call, ret)
   def prod(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False,  # type: ignore[misc]
            dtype: DTypeLike | None = None) -> Tensor:
     acc = sum_acc_dtype(self.dtype) if dtype is None else to_dtype(dtype)
@@ -361,6 +365,7 @@ class ReduceMixin:
   # *** softmax ***
 
   def softmax(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:  # type: ignore[misc]
+    if dtype is None and type(axis) is int and (r := again(self, ("softmax", axis))) is not None: return r   # an eager repeat (plans.again)
     if dtype is None and (ra := _row_axis(self, axis)) is not None:
       # the graph of the general form below, built on UOps and wrapped once (its ~10 tensors were most of its Python)
       u, shape, axes = ra
@@ -368,7 +373,7 @@ class ReduceMixin:
         d = u.alu(Ops.ADD, UOp(Ops.DETACH, u.dtype, (u.r(Ops.MAX, axes, no_nan=True),)).expand(shape).alu(Ops.NEG))
         ex = d.alu(Ops.MUL, UOp.const(u.dtype, 1 / LN2, u.device, shape)).exp2(nonpositive=True)
         return ex.alu(Ops.MUL, ex.r(Ops.ADD, axes).expand(shape).alu(Ops.RECIPROCAL))
-      return _replayed(self, ("softmax", shape, axes, u.device), build)
+      return keep(self, ("softmax", axis), _replayed(self, ("softmax", shape, axes, u.device), build))
     x = self.cast(dtype) if dtype is not None else self._float()
     e = _exp_below_max(x - _row_max(x, axis))
     return e / e.sum(axis, keepdim=True)

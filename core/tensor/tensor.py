@@ -10,7 +10,7 @@ from core.tensor.random import RandomMixin
 from core.tensor.movement import MovementMixin
 from core.tensor.indexing import IndexingMixin
 from core.tensor.elementwise import ElementwiseMixin, PendingOp, PendingUop
-from core.tensor.plans import PendingPlan
+from core.tensor.plans import PendingPlan, forget
 from core.tensor.reduce import ReduceMixin
 from core.tensor.conv import ConvMixin
 from core.tensor.nnops import NNOpsMixin
@@ -248,7 +248,9 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
     return ret
   def to_(self, device: str | None) -> Tensor:
     dev = canonical_device(device)
-    if dev != self.device: self.uop = self.uop.copy_to_device(dev)
+    if dev != self.device:
+      forget(self)   # its kept pending results would hold the old buffer
+      self.uop = self.uop.copy_to_device(dev)
     return self
   def cpu(self) -> Tensor: return self.to("CPU")
 
@@ -296,6 +298,7 @@ class Tensor(CreationMixin, RandomMixin, MovementMixin, IndexingMixin, Elementwi
 
   def replace(self, x: Tensor) -> Tensor:
     if x.shape != self.shape or x.dtype != self.dtype: raise ValueError(f"replace: {x.shape} {x.dtype} doesn't match {self.shape} {self.dtype}")
+    forget(self)
     self.uop = x.uop
     return self
 
