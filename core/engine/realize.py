@@ -309,8 +309,9 @@ _refcount = sys.getrefcount
 # Bigger buffers (a softmax's 16 MB result) go to one pool that every plan shares, keyed by (device, size, dtype, whether its
 # node is kept), holding at most SHARED_POOL_BYTES of Buffers in all (each at most 1/POOL_DEPTH of it; the key used longest
 # ago lets its oldest go first), so that cached plans can't keep much memory alive. A repeat then skips the allocator, a new
-# Buffer and node and their frees, which run slowly after a big kernel has flushed the caches.
-SHARED_POOL_BYTES = 64 << 20
+# Buffer and node and their frees, which run slowly after a big kernel has flushed the caches: ~40 us of an eager a * b + 1
+# on 16M floats (a 64 MiB result, the largest pooled; in a loop the allocator's cache would hold the dead one anyway).
+SHARED_POOL_BYTES = 128 << 20
 _shared: dict[tuple, list[tuple[Buffer, UOp | None, None]]] = {}   # used under the engine lock
 _shared_bytes = 0
 

@@ -199,3 +199,20 @@ def test_a_dead_sums_result_node_is_handed_out_again_with_its_buffer():
   r4 = a.sum().realize()
   assert _buffer(r4) is not _buffer(v)
   for t, x in ((v, xs[1]), (r3, xs[2]), (r4, xs[0])): np.testing.assert_allclose(t.numpy(), x.astype(np.float64).sum(), rtol=1e-6)
+
+def test_a_dead_64_mib_result_is_handed_out_again():
+  # the bench's eager a * b + 1 on 16M floats: its 64 MiB result is pooled (SHARED_POOL_BYTES), so a repeat allocates and
+  # frees no Buffer
+  n = 1 << 24
+  a, b = Tensor(np.full(n, 2, dtype=np.float32)).realize(), Tensor(np.full(n, 3, dtype=np.float32)).realize()
+  R._shared_clear()
+  for _ in range(3): (a * b + 1).realize()
+  r = (a * b + 1).realize()
+  buf = weakref.ref(_buffer(r))
+  del r
+  gc.collect()
+  r2 = (a * b + 1).realize()
+  assert _buffer(r2) is buf()
+  np.testing.assert_array_equal(r2.numpy()[::1 << 16], np.full(n >> 16, 7, dtype=np.float32))
+  del r2
+  R._shared_clear()
