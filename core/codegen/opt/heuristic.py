@@ -3,7 +3,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 from core.ir.ops import UOp, Ops, AxisType, GroupOp, reduce_op
-from core.ir.dtype import dtypes
+from core.ir.dtype import dtypes, global_nbytes
 from core.ir.pattern import graph_rewrite
 from core.ir.symbolic import symbolic
 from core.helpers import ContextVar, prod
@@ -69,6 +69,8 @@ WHOLE_LINE_TILES = True       # and its input rows too (False: one register each
 STRIP_TILES = 4               # a transpose's strip of tiles along the output row (see hand_coded; 0: none, for comparisons)
 STRIP_PARTS_DEALT = True      # a strip's parts on the threads' j-th blocks (see hand_coded; False: runs, for comparisons)
 STRIP_PART_UNROLLED = True    # a block's part of a strip of register-sized tiles unrolled (see hand_coded; False: a loop)
+STRIP_ALONE_TILES = 2         # the tiles of such an unrolled strip where one thread runs it all (see hand_coded; 0: STRIP_TILES)
+STRIP_ALONE_SPAN = 4          # where its buffers total this many times the renderer's stream_min_bytes or more
 STRIP_MIN_ROW = 4096          # bytes of an input row (a page) that such strips sweep along; shorter rows keep the tiles across them
 CACHED_TILE_REGS = True       # a cached transpose's output row at most half the registers (False: a line; for comparisons)
 ALU_HEAVY = 64                # arithmetic ops per element above which an elementwise kernel is compute-bound
@@ -1056,6 +1058,11 @@ def _reductions_outside(k: Kernel) -> Kernel:
     k = swapped
   return k
 
+def _unrolls_part(k: Kernel, split: bool, n_loads: int) -> bool:
+  """Whether a transpose in strips runs a block's part of its strip unrolled (STRIP_PART_UNROLLED, see hand_coded): streamed
+  register tiles that fit the vector registers (not `split`) of a kernel that reads nothing but its transposed input."""
+  return STRIP_PART_UNROLLED and not split and stores_streamed(k) and n_loads == 1
+
 def hand_coded(k: Kernel) -> Kernel:
   rnd = k.renderer
   if (tc := _tensor_core(k)) is not None: return tc
@@ -1204,6 +1211,18 @@ def hand_coded(k: Kernel) -> Kernel:
      (nc := range_size(_same(k, contig_out)) or 0) > STRIP_TILES and nc % STRIP_TILES == 0:
     strip = STRIP_TILES
   work = prod(range_size(r) or 1 for r in k.axes)
+  # Unrolled below (_unrolls_part), a strip that one thread runs whole over buffers far beyond the last-level cache
+  # (STRIP_ALONE_SPAN x stream_min_bytes: 112 MiB over a 32 MiB L3) holds STRIP_ALONE_TILES tiles (32 input rows, as each of 2
+  # threads' parts of STRIP_TILES), not 64: each step's 64 lines of rows far apart come from memory. The 2-core Zen 5, native,
+  # one thread (no pool, thread time), our kernels with STRIP_TILES and with this in one process, interleaved, medians of 31
+  # pair ratios per run, load 6-13, input shapes: 128 MiB 4096^2 1.16-1.18 (35-37 -> 41-43 GB/s; copy 52-55), 8192x2048
+  # 1.16-1.18, 16384x1024 1.10-1.13, 1024x16384 1.09-1.10, 2048x8192 1.05-1.06, a.T + 1 4096^2 1.29-1.30; 256 MiB 8192x4096
+  # 1.13-1.18, 4096x8192 0.95-1.04 (4 runs); 72 MiB 3072^2 1.04-1.22. Smaller buffers lost, part of them in the L3: 64 MiB
+  # 8192x1024 0.85-0.95, 1024x8192 0.83-1.01, 4096x2048 0.89-0.93; 32 MiB 2048^2 0.64-0.86, a.T + 1 0.77-0.80
+  if strip and STRIP_ALONE_TILES and not (threads > 1 and work >= MIN_THREADED_WORK) and \
+     _unrolls_part(k, split, len(loads)) and nc % STRIP_ALONE_TILES == 0 and \
+     sum(global_nbytes(u.dtype) for u in k.ast.toposort() if u.op is Ops.PARAM) >= STRIP_ALONE_SPAN * rnd.stream_min_bytes:
+    strip = min(strip, STRIP_ALONE_TILES)
   parts = False   # thread blocks that are parts of the strips above
   if threads > 0 and work >= MIN_THREADED_WORK:
     if (loop := _thread_loop(k, threads)) is not None:
@@ -1251,8 +1270,8 @@ def hand_coded(k: Kernel) -> Kernel:
       # one thread (thread time, 4 tiles) 4096^2 1.19-1.23, 8192x1024 1.05-1.07, 1024x8192 1.13-1.14, 8192x2048 1.17-1.23,
       # 3072^2 1.12; 2 threads (2 tiles) in docs/internals.md. a * a.T, whose rows' loads the sweep prefetch helped, lost so on
       # 2 threads (0.95); AVX2's split 16x16 tile (32 ymm loads a tile) on one thread (0.86-0.91)
-      if STRIP_PART_UNROLLED and not split and stores_streamed(k) and len(loads) == 1 and \
-         (t := k.of_type(AxisType.LOOP)[-1]) is not _same(k, a) and 1 < (n := range_size(t) or 0) <= strip:
+      if _unrolls_part(k, split, len(loads)) and (t := k.of_type(AxisType.LOOP)[-1]) is not _same(k, a) and \
+         1 < (n := range_size(t) or 0) <= strip:
         k = _try(k, Opt(OptOps.UPCAST, _pos(k, t), n))
     # (a streamed tile whose blocks hold whole short output rows keeps the row's tiles innermost: copy.rows_innermost)
     elif contig_out is not None and \

@@ -2,7 +2,8 @@
 input and output rows both lie about a multiple of the L1 way apart (AVX-512's tile of one zmm per row), whose input rows are at
 least heuristic.STRIP_MIN_ROW long, on a renderer that loads such a tile a register of rows at a time, runs in strips of
 STRIP_TILES tiles along the output row, each swept along the whole input row (the strip's tiles innermost, the tiles along the
-input row around them); on 2 threads each thread block is a neighbouring part of a strip (STRIP_TILES // 2 tiles). AVX-512's
+input row around them); on 2 threads each thread block is a neighbouring part of a strip (STRIP_TILES // 2 tiles), and a strip
+of AVX-512's streamed tiles, unrolled, that one thread runs is STRIP_ALONE_TILES tiles. AVX-512's
 tiles whose input or output rows spread over the L1 sets, short input rows and renderers that load a tile's rows whole (no
 split_tile_rows: the C renderer) keep the tiles along the input row innermost. Results against numpy."""
 from __future__ import annotations
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 from core.codegen.opt import Kernel
 from core.codegen.opt import heuristic
-from core.codegen.opt.heuristic import hand_coded, STRIP_TILES
+from core.codegen.opt.heuristic import hand_coded, STRIP_TILES, STRIP_ALONE_TILES
 from core.codegen.opt.expander import strided_offset
 from core.codegen.opt.copy import stores_streamed
 from core.ir.ops import Ops, AxisType
@@ -52,7 +53,8 @@ def test_long_rows_run_in_strips_along_the_output_row(shape, threads, simd_bytes
   loops, part = k.of_type(AxisType.LOOP), STRIP_TILES if threads == 0 else STRIP_TILES // 2
   if _fits(k) and stores_streamed(k):
     # AVX-512's streamed tiles: the block's part of the strip unrolled (an upcast a tile's step along the output row), inside the loop of
-    # tiles along the input row
+    # tiles along the input row; one thread's strip STRIP_ALONE_TILES tiles where the buffers span STRIP_ALONE_SPAN streaming bounds
+    if threads == 0 and 2 * 4 * shape[0] * shape[1] >= heuristic.STRIP_ALONE_SPAN * k.renderer.stream_min_bytes: part = STRIP_ALONE_TILES
     assert [range_size(r) for r in k.of_type(AxisType.UPCAST) if _steps(k, [r]) == [16]] == [part], k.applied
     loops = loops + [None]
   else:
@@ -129,6 +131,27 @@ def test_register_tiles_unroll_the_blocks_part_of_the_strip(simd_bytes, threads)
     finally: heuristic.STRIP_PART_UNROLLED = old
     return [o.amt for o in k.applied[k.applied.index(next(o for o in k.applied if o.op is OptOps.THREAD)) + 1:]
             if o.op is OptOps.UPCAST] if threads else [range_size(r) for r in k.of_type(AxisType.UPCAST) if _steps(k, [r]) == [16]]
-  part = STRIP_TILES if threads == 0 else STRIP_TILES // 2
+  part = STRIP_ALONE_TILES if threads == 0 else STRIP_TILES // 2
   assert part_upcasts(True) == ([part] if simd_bytes == 64 else [])
   assert part_upcasts(False) == [] and part_upcasts(True, 1 << 40) == []
+
+@pytest.mark.parametrize("simd_bytes", [32, 64])
+@pytest.mark.parametrize("threads", [0, 1, 2])
+@pytest.mark.parametrize("bound", [1, 9 << 20])
+def test_one_threads_unrolled_strip_holds_strip_alone_tiles(simd_bytes, threads, bound, monkeypatch):
+  # AVX-512's streamed tiles, unrolled, in a strip that one thread runs whole over buffers of STRIP_ALONE_SPAN streaming bounds
+  # (stream_min_bytes) or more: STRIP_ALONE_TILES tiles (32 input rows a step, not 64: one Zen 5 thread, 4096^2 1.16-1.18x);
+  # buffers under that (2048^2's 32 MiB against 4 x 9 MiB), each of 2 threads' parts (2 tiles of a 4-tile strip either way)
+  # and AVX2's split tiles (a loop of them) keep STRIP_TILES. Values against numpy
+  def strip() -> tuple[list[int], int]:
+    k = _dealt((2048, 2048), simd_bytes, threads, bound)
+    # (the unrolled part's upcast, and the output columns one strip or part covers: of the thread blocks, else the strip loop)
+    ups = [range_size(r) or 0 for r in k.of_type(AxisType.UPCAST) if _steps(k, [r]) == [16]]
+    blocks = k.of_type(AxisType.GLOBAL) or [r for r in k.of_type(AxisType.LOOP) if _steps(k, [r]) and _steps(k, [r])[0] % 16 == 0 and _steps(k, [r])[0] < 2048]
+    return ups, 2048 // (range_size(blocks[0]) or 1)
+  new = strip()
+  monkeypatch.setattr(heuristic, "STRIP_ALONE_TILES", 0)
+  old = strip()
+  part = STRIP_TILES // threads if threads > 1 else STRIP_ALONE_TILES
+  if simd_bytes == 64 and bound == 1: assert new == ([part], 16 * part) and old == ([STRIP_TILES // max(1, threads)], 16 * STRIP_TILES // max(1, threads)), (new, old)
+  else: assert new == old and new[0] == ([STRIP_TILES // max(1, threads)] if simd_bytes == 64 else []), (new, old)
