@@ -96,8 +96,15 @@ def _exp2_nonpositive_times(x: UOp, s: int, rnd: Callable[[UOp], UOp] | None = N
 def fast_exp2_scaled(x: UOp, rnd: Callable[[UOp], UOp] | None = None) -> UOp:
   """2**x * 2**EXP2_SCALE for float32 x <= 0 or NaN (EXP2_SCALED): fast_exp2_nonpositive without its constant multiply, so
   where its value is a normal float this is 2**EXP2_SCALE times it, and where it is subnormal this rounding is its only one
-  (fast_exp2_nonpositive's rounds again at 2**-125)."""
-  return _exp2_nonpositive_times(x, EXP2_SCALE, rnd)
+  (fast_exp2_nonpositive's rounds again at 2**-125). An x clamped already, where(t < lo, lo, t) with lo an even integer in
+  [-254, -126] (the same for a row: core.codegen.stash._fma_shift), is 2**t * 2**(-lo - 127) the same way: lo in place of
+  -(127 + EXP2_SCALE), in the clamp and in the rounding constant."""
+  if x.op is not Ops.WHERE or (cmp := x.src[0]).op is not Ops.CMPLT or cmp.src != (x.src[2], x.src[1]):
+    return _exp2_nonpositive_times(x, EXP2_SCALE, rnd)
+  big = x.src[1].const_like(12582912.0) - x.src[1]
+  r = x + big
+  n = r - big if rnd is None else rnd(x)
+  return _horner(x - n, _EXP2_POLY_NONPOSITIVE) * (r.bitcast(dtypes.uint32.vec(x.dtype.count)) << 23).bitcast(x.dtype)
 
 def fast_exp2_nonpositive(x: UOp, rnd: Callable[[UOp], UOp] | None = None) -> UOp:
   """2**x for float32 x known to be <= 0 or NaN (EXP2_NONPOSITIVE): fast_exp2 without its overflow guard. 2**(n+125) from the

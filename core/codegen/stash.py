@@ -1,9 +1,9 @@
 """Row kernels compute an expensive reduced value once: the reduction loop stashes it (in a per-thread row where the renderer
 says one is cheap, else in the output row), the output loop reads it."""
 from __future__ import annotations
-from core.ir.dtype import AddrSpace
+from core.ir.dtype import AddrSpace, dtypes
 from core.ir.ops import UOp, Ops, GroupOp, AxisType, EXP2_NONPOSITIVE
-from core.codegen.decompose import EXP2_SCALED
+from core.codegen.decompose import EXP2_SCALED, EXP2_SCALE
 
 # values worth a store and a load per element instead of their recomputation (a softmax's exp: ~25 vector ops)
 COSTLY_OPS = (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW)
@@ -48,7 +48,34 @@ def _inverse_sum(x: UOp, acc: UOp) -> bool:
     return None
   return degree(x) == -1
 
-def stash_reduced_values(sink: UOp, scratch_bytes: int = 0, scaled_exp2: bool = False) -> UOp:
+def _row_scalar(v: UOp) -> UOp | None:
+  """The scalar a broadcast VECTORIZE repeats (v itself where v is a scalar), else None."""
+  if v.dtype.count == 1: return v
+  return v.src[0] if v.op is Ops.VECTORIZE and all(s is v.src[0] for s in v.src) else None
+
+def _fma_shift(x: UOp, r: UOp) -> UOp:
+  """A softmax's EXP2_SCALED argument (a + b) * c, b and c the same for the whole loop `r` (-max and 1 / ln 2), as one multiply-add
+  t = a * A + B clamped at lo: 2**(t + EXP2_SCALE) * 2**K for K = -lo - (127 + EXP2_SCALE) (decompose.fast_exp2_scaled), a factor
+  that cancels in the row's output as 2**EXP2_SCALE does. B = b * c rounded is a pivot within half its ulp of max * c: t is
+  -e at the max, e = b * c - B (exact in float64), which K (e rounded to an even integer) takes back out, so the row's largest
+  exp is 2**(EXP2_SCALE + [-1, 1]) and its sum far from overflow. That holds while |e| <= 64 (|max| <= 2**30); above, float32
+  values next to the max are at least 128 apart, so exp(x - max) is 1 at the max and 0 elsewhere in float32, and A = 2 (1 above
+  2**126, where 2 * max overflows) gives exactly that: t = A * (x - max). One op less than (a + b) * c per element; the near-max
+  exps of a row with |max| > 2**22 take t's rounding at |t| <= |e| (at most 2**-18 of a log2, at |max| = 2**30)."""
+  if x.op is not Ops.MUL or (d := x.src[0]).op is not Ops.ADD: return x
+  (a, bv), cv = d.src, x.src[1]
+  if (b := _row_scalar(bv)) is None or (c := _row_scalar(cv)) is None or any(r in u.toposort() for u in (b, c)): return x
+  mag = (b < 0.0).where(-b, b)
+  big = mag > 2.0 ** 30
+  A = big.where((mag > 2.0 ** 126).where(b.const_like(1.0), b.const_like(2.0)), c)
+  B = b * A
+  e = big.where(b.const_like(0.0), (b.cast(dtypes.float64) * A.cast(dtypes.float64) - B.cast(dtypes.float64)).cast(b.dtype))
+  lo = -(127.0 + EXP2_SCALE) - ((e * 0.5 + 12582912.0) - 12582912.0) * 2.0   # e rounded to an even integer (|e| <= 64)
+  n = x.dtype.count
+  t = UOp(Ops.MULACC, x.dtype, (a, UOp.vectorize(*[A] * n), UOp.vectorize(*[B] * n)))
+  return (t < (lov := UOp.vectorize(*[lo] * n))).where(lov, t)
+
+def stash_reduced_values(sink: UOp, scratch_bytes: int = 0, scaled_exp2: bool = False, fma_shift: bool = False) -> UOp:
   """A kernel whose one output STORE (in a loop over r1) recomputes an expensive value E(r1) that a reduction loop over r (same
   extent) also consumes as E(r) stashes E(r) during the reduction and reads it back in the output loop (the row is in L1 then):
   softmax's exp runs once per element, not twice. The stash is a per-thread row where it fits `scratch_bytes` (the renderer's
@@ -78,7 +105,7 @@ def stash_reduced_values(sink: UOp, scratch_bytes: int = 0, scaled_exp2: bool = 
     if r1 not in want.toposort() or (e1 := next((c for c in _lanes(out.src[1]) if c.op is e.op and _canonical(c) is want), None)) is None: continue
     if scaled_exp2 and e.op is Ops.EXP2 and e.arg == EXP2_NONPOSITIVE and st.src[1].op is Ops.ADD and (v := out.src[1]).op is Ops.MUL \
        and e1 in v.src and _inverse_sum(v.src[1] if v.src[0] is e1 else v.src[0], st.src[0].src[0].after_base):
-      st = st.substitute({e: (e := e.replace(arg=EXP2_SCALED))})
+      st = st.substitute({e: (e := e.replace(src=(_fma_shift(e.src[0], r),) if fma_shift else e.src, arg=EXP2_SCALED))})
     if (row := _scratch_row(nodes, r, e, scratch_bytes)) is not None:   # whole vectors, ungated: padded lanes are never stored out
       stash = UOp(Ops.STORE, src=(row.index(r), e), arg=STASH_ARG)
       back = row.after(new_end := UOp(Ops.GROUP, src=(stash, st)).end(r)).index(r1).load(dtype=e.dtype)

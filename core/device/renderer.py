@@ -50,6 +50,10 @@ class Renderer:
                                                             # arrays are slow (a GPU spills them to its local memory)
   scaled_exp2: bool = False                                 # its rules lower an EXP2 whose arg is decompose.EXP2_SCALED (2**x times
                                                             # 2**EXP2_SCALE): a softmax's stashed exps may take it (core.codegen.stash)
+  fma_exp_shift: bool = False                               # with scaled_exp2, a softmax's exp2 argument (x - max) * (1 / ln 2) is one
+                                                            # multiply-add with a per-row pivot (core.codegen.stash._fma_shift): its
+                                                            # MULACC rounds once (a fused multiply-add), else the product's rounding
+                                                            # before the add would lose the difference
   max_ahead: bool = False                                   # a row kernel's max for the next row runs after this row's reductions
                                                             # (core.codegen.stash.max_ahead): where its exp pass is compute-bound
   odd_row_channel_tile: ClassVar[bool] = False              # a conv whose rows hold an odd number of whole vectors takes the channel
