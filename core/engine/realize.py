@@ -95,7 +95,7 @@ def _walk_one(u: UOp) -> Walk | None | object:
   f = _fget(id(u))
   epoch = _plain_epoch
   if f is not None:
-    if f.plain == epoch: return _NO_FAST
+    if f.plain == epoch or f.plan is not None: return _NO_FAST   # a plan's output: the general walk keys it as its plan
     if f.assigned is not None: return None
   key: list[tuple] = []
   inputs: list[UOp] = []

@@ -7,7 +7,7 @@ from core.ir.dtype import dtypes, least_upper_float, least_upper_dtype
 from core.ir.ops import Ops, UOp
 from core.tensor.validate import scalar_dtype
 from core.engine import realize_module
-from core.tensor.plans import PendingPlan, extended
+from core.tensor.plans import PendingPlan, extended, pending, replayable, scaled
 
 if TYPE_CHECKING:
   from core.tensor.tensor import Tensor
@@ -41,7 +41,9 @@ def _scalar_op(t: Tensor, op: Ops, y: Any) -> Tensor | None:
   scalar takes t's dtype, expanded to its shape), without the scalar's Tensor and the argument checks (x + 1 in an eager loop).
   For a tensor y, _plan_op's answer. None for every other case: the general path decides."""
   if type(y) is not float and type(y) is not int: return _plan_op(t, op, y)
-  u = t.uop
+  if (u := t.__dict__.get("uop")) is None:   # pending (t.uop would build its node): a pending plan's is extended instead
+    if type(p := t.__dict__.get("_pending")) is PendingPlan and (r := _plan_scalar(t, p, op, y)) is not None: return r
+    u = t.uop
   if not dtypes.is_float(dt := u.dtype): return None
   # an op over a realized 1-d buffer whose plan the eager op cache holds: its node is left unbuilt (PendingOp), and an eager
   # realize runs the plan from the key alone. A zero is left out: the key holds the scalar itself, and 0.0 == -0.0
@@ -64,7 +66,8 @@ def _plan_op(t: Tensor, op: Ops, y: Any) -> Tensor | None:
   hit, no node built (three tensors' graphs built and keyed, ~20 nodes made and freed, were most of its Python). None otherwise."""
   # a pending y has no uop of its own yet. y's shape is tested first: an operand wider than t (x.sum(-1, keepdim=True) + x) is
   # the usual miss, and each test before it was time the general op then paid (~0.6 us a miss)
-  if type(p := t.__dict__.get("_pending")) is not PendingPlan or (meta := p[5]) is None or type(y) is not type(t) or \
+  if (p := t.__dict__.get("_pending")) is None: return _binary_plan(t, op, y)
+  if type(p) is not PendingPlan or (meta := p[5]) is None or type(y) is not type(t) or \
      (yu := y.__dict__.get("uop")) is None or len(p[3]) >= PLAN_OP_INPUTS: return None
   dt, shape = meta
   # y broadcasts to t's shape: equal to its last dims, or has 1s (only then the per-dim test; a symbolic dim equals no int)
@@ -79,6 +82,31 @@ def _plan_op(t: Tensor, op: Ops, y: Any) -> Tensor | None:
   if (out := extended(p, ("elementwise", op, p[2], ys), yu, build)) is None: return None
   rg = None if rt is None or ry is None else False
   return type(t)(out, None, None, rg)
+
+def _binary_plan(t: Tensor, op: Ops, y: Any) -> Tensor | None:
+  """t + y / t * y for realized float tensors of one dtype and shape over distinct buffers (a * b in an eager loop): a plan over
+  both, pending (plans.PendingPlan), so `a * b + 1` realizes as one eager op cache hit with no node built. None otherwise."""
+  if type(y) is not type(t) or (tu := t.__dict__.get("uop")) is None or (yu := y.__dict__.get("uop")) is None or \
+     (dt := tu.dtype) is not yu.dtype or not dtypes.is_float(dt) or (shape := tu.shape) != yu.shape or shape is None or \
+     not _INT_ONLY.issuperset(map(type, shape)) or (rt := t._requires_grad) is True or (ry := y._requires_grad) is True or \
+     tu.device != yu.device or not replayable(inputs := (tu, yu)): return None
+  def build() -> UOp: return tu.alu(op, yu)   # _alu's node: the operands need no cast or broadcast
+  out = pending(("binary", op, dt, shape, tu.device), inputs, build)
+  return type(t)(out, None, None, None if rt is None or ry is None else False) if type(out) is PendingPlan else None
+
+def _plan_scalar(t: Tensor, p: PendingPlan, op: Ops, y: Any) -> Tensor | None:
+  """t + y / t * y for t the pending output of _binary_plan and y a Python scalar: the plan extended by the op (plans.scaled),
+  pending in turn (`a * b + 1`). Only over that elementwise plan: where its node is held and computed, running it again costs
+  what reading it would (a graph over a held softmax or sum reads its memo instead). Not for a zero or a NaN: the key holds y
+  (0.0 == -0.0, a NaN equals nothing)."""
+  if p[2][0] != "binary" or (meta := p[5]) is None or not y or y != y or (rg := t._requires_grad) is True: return None
+  dt = meta[0]
+  shape = meta[1]
+  def build() -> UOp:
+    n = p.build()
+    return UOp(op, dt, (n, UOp.const(dt, y, n.device, shape)))   # _scalar_op's node over the plan's
+  out = scaled(p, ("scalar", op, p[2], type(y), y), build)
+  return type(t)(out, None, None, rg) if type(out) is PendingPlan else None
 
 class PendingOp(tuple):
   """(key, src): a tensor's `src op y` (float src, a 1-d BUFFER; key = (op, dtype, length, DEVICE node, y), y a nonzero Python

@@ -126,6 +126,10 @@ def extended(p: PendingPlan, key: Any, y: UOp, build: Callable[[], UOp]) -> Pend
   part = (b.dtype, b.arg, b.src[1]) if b is y else (y._key[3], b.dtype, b.arg, b.src[1])
   return _pending(key, (*p[3], y), build, ((p[0][0], key, *p[0][2:], part), [*p[1], b], p[6]))
 
+def scaled(p: PendingPlan, key: Any, build: Callable[[], UOp]) -> PendingPlan | UOp:
+  """pending(key, p's inputs, build) for a plan over p's inputs alone (p's output and a scalar), its op key made from p's."""
+  return _pending(key, p[3], build, ((p[0][0], key, *p[0][2:]), p[1], p[6]))
+
 def _pending(key: Any, inputs: tuple[UOp, ...], build: Callable[[], UOp], ok: OpKey) -> PendingPlan | UOp:
   """pending()'s answer for replayable inputs whose op key is ok."""
   if (plan := _plans.get(key, _UNSEEN)) is _UNSEEN:
