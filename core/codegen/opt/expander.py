@@ -17,6 +17,10 @@ VECTOR_MEM_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dty
 VECTOR_SAFE_DTYPES = VECTOR_MEM_DTYPES | frozenset({dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.index,
                                                     dtypes.void})
 
+def _build_sum(like: UOp, terms: list[tuple[UOp, int]], const: int) -> UOp:
+  from core.ir.symbolic import _build_sum as build
+  return build(like, terms, const)
+
 def _simplify(u: UOp, memo: dict[UOp, UOp] | None = None) -> UOp:
   from core.ir.symbolic import simplify
   return simplify(u, "simplify expanded index", memo)
@@ -92,6 +96,7 @@ class Expander:
     # sub's answers by (node, register values, lane): a kernel's loads and store share one gate and most of one index, which
     # each of them set lane by lane
     self._subs: dict[tuple[UOp, tuple[tuple[UOp, int], ...], int | None], UOp] = {}
+    self._sums: dict[UOp, Any] = {}   # _sum_parts by node
     self._transposed: dict[tuple[tuple[tuple[UOp, ...], ...], int], list[UOp]] = {}   # a tile's shuffled rows, built once for all its stores
 
   def deps(self, u: UOp) -> frozenset[UOp]:
@@ -116,6 +121,9 @@ class Expander:
     m = {r: UOp.const(dtypes.index, v) for r, v in key[1]}
     if lane is not None and self.vec is not None: m[self.vec] = UOp.const(dtypes.index, lane)
     if not m: return u
+    if (ret := self._sub_sum(u, m)) is not None:
+      self._subs[key] = ret
+      return ret
     # like u.substitute(m), but the walk stops at nodes that use none of the axes set (most of a big index expression)
     # (self.deps(u) above filled _deps for every node under u)
     keys, done, deps = frozenset(m), dict(m), self._deps
@@ -123,6 +131,27 @@ class Expander:
       if x not in done: done[x] = x if deps[x].isdisjoint(keys) else UOp(x.op, x.dtype, tuple([done[s] for s in x.src]), x.arg, x.tag)
     ret = self._subs[key] = _simplify(done[u], self._simplified)
     return ret
+
+  def _sub_sum(self, u: UOp, m: dict[UOp, UOp]) -> UOp | None:
+    """u with the axes of `m` set, built as the sum it simplifies to, or None where that is not known: u an index sum in which,
+    simplified, each axis set is a term of its own and in no other term (setting it then only moves the constant)."""
+    if (parts := self._sums.get(u)) is None: parts = self._sums[u] = self._sum_parts(u)
+    if not parts: return None
+    terms, const, deps = parts
+    keep: list[tuple[UOp, int]] = []
+    for (t, c), d in zip(terms, deps):
+      if t in m: const += c * m[t].arg
+      elif d.isdisjoint(m): keep.append((t, c))
+      else: return None
+    ret = _build_sum(u, keep, const)
+    # a sum whose terms left are constant over their bounds (a size-1 axis) is one value: simplify folds it
+    return ret if ret.op is Ops.CONST or ret.vmin != ret.vmax else None
+
+  def _sum_parts(self, u: UOp) -> tuple[list[tuple[UOp, int]], int, list[frozenset[UOp]]] | tuple[()]:
+    """split_sum of index u simplified, with each term's register axes; () where it is no sum."""
+    from core.ir.symbolic import split_sum
+    if u.dtype is not dtypes.index or (parts := split_sum(_simplify(u, self._simplified))) is None: return ()
+    return parts[0], parts[1], [self.deps(t) for t, _ in parts[0]]
 
   def bcast(self, x: UOp) -> UOp: return x if x.dtype.count > 1 or self.width == 1 else UOp.vectorize(*([x] * self.width))
 

@@ -1,12 +1,14 @@
 """The expander's per-lane indices of a scattered store or gather (Expander._lane_indices) are the nodes that setting each lane
-in the index and simplifying gives: the shortcut for indices affine in the vector axis (lane 0's sum plus the lane's constant)
+in the index and simplifying gives: the shortcut for indices affine in the vector axis (the sum with each lane's constant)
 must not change a program."""
 from __future__ import annotations
+from typing import cast
 import numpy as np
 import pytest
 from core import Tensor
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, AxisType
+from core.ir.symbolic import simplify
 from core.schedule.kernelize import create_schedule
 from core.codegen.opt.expander import Expander
 from core.codegen.program import _program, program_source
@@ -16,7 +18,9 @@ vec = UOp.range(16, 7, AxisType.UPCAST)
 unroll = UOp.range(3, 6, AxisType.UNROLL)
 outer = UOp.range(64, 10, AxisType.OUTER)
 
-def _per_lane(ex: Expander, u: UOp, env: dict[UOp, int]) -> list[UOp]: return [ex.sub(u, env, k) for k in range(ex.width)]
+def _per_lane(ex: Expander, u: UOp, env: dict[UOp, int]) -> list[UOp]:
+  vec = cast(UOp, ex.vec)
+  return [simplify(u.substitute({r: UOp.const(dtypes.index, v) for r, v in {**env, vec: k}.items()})) for k in range(ex.width)]
 
 @pytest.mark.parametrize("name, index", [
   ("affine", vec * 576 + unroll * 3 + outer * 9 + 5),        # the channel tile's weight panel: lane 0's sum plus 576*k
