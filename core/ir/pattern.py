@@ -215,6 +215,9 @@ def _wants_ctx(fn: Callable[..., Any]) -> bool:
   if type(code) is not types.CodeType or isinstance(fn, functools.partial): return "ctx" in inspect.signature(fn).parameters
   return "ctx" in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
 
+# a rule as rewrite tries it on nodes of one op: its matcher, fn, early reject, whether fn takes ctx, its index, its direct call
+Candidate = tuple[Matcher, Callable[..., Any], frozenset[Ops], bool, int, Callable[[UOp, Any], Any] | None]
+
 class PatternMatcher:
   """An ordered list of (UPat, fn) rules; the first rule whose pattern matches and whose fn returns a UOp wins.
   `fn` gets the named captures as keyword arguments, and `ctx` too if it declares that parameter."""
@@ -224,21 +227,26 @@ class PatternMatcher:
     # per op, the rules that can match it, compiled when a node of that op is first rewritten: matchers are built at import
     # time and summed with `+`, and most never meet most ops (fanning each rule out to every op at construction was 1.5% of a
     # warm start's instructions)
-    self._fast: dict[Ops, tuple[tuple[Matcher, Callable[..., Any], frozenset[Ops], bool, int], ...]] = {}
+    self._fast: dict[Ops, tuple[Candidate, ...]] = {}
     self._entries: list[tuple[frozenset[Ops] | None, UPat, Callable[..., Any], bool, int]] | None = None
   def __add__(self, other: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.rules + other.rules, self.name or other.name)
   def __len__(self) -> int: return len(self.rules)
 
-  def _candidates(self, op: Ops) -> tuple[tuple[Matcher, Callable[..., Any], frozenset[Ops], bool, int], ...]:
+  def _candidates(self, op: Ops) -> tuple[Candidate, ...]:
     if self._entries is None: self._entries = [(_rule_ops(pat), pat, fn, _wants_ctx(fn), i) for i, (pat, fn) in enumerate(self.rules)]
-    ret = self._fast[op] = tuple((pat.matcher(), fn, pat.early_reject, wc, i) for ops, pat, fn, wc, i in self._entries if ops is None or op in ops)
+    ret = self._fast[op] = tuple((pat.matcher(), fn, pat.early_reject, wc, i, _direct(pat, fn, wc))
+                                 for ops, pat, fn, wc, i in self._entries if ops is None or op in ops)
     return ret
 
   def rewrite(self, u: UOp, ctx: Any = None, track: collections.Counter | None = None) -> Any:
     """One rewrite of `u` by the first rule that applies, or None (the rule's answer: a UOp, or a string/bool/tuple)."""
     if (candidates := self._fast.get(u.op)) is None: candidates = self._candidates(u.op)
     src_ops: set[Ops] | None = None
-    for match, fn, reject, wants_ctx, i in candidates:
+    for match, fn, reject, wants_ctx, i, direct in candidates:
+      if direct is not None:
+        if (ret := direct(u, ctx)) is None or ret is u: continue
+        if track is not None: track[i] += 1
+        return ret
       if reject:
         if src_ops is None: src_ops = {s.op for s in u.src}
         if not reject <= src_ops: continue
@@ -254,6 +262,22 @@ class PatternMatcher:
         if track is not None: track[i] += 1
         return ret
     return None
+
+def _direct(pat: UPat, fn: Callable[..., Any], wants_ctx: bool) -> Callable[[UOp, Any], Any] | None:
+  """A rule whose pattern looks at the node alone (no sources, no alternatives) as one call `(u, ctx) -> fn's answer or None`:
+  it matches one way at most, so the matcher's continuation and capture dict (most of a renderer rule's cost, one rule a node)
+  are not needed. Its op needs no test (rewrite picks rules by op); fn gets its arguments by position where they are exactly
+  its parameters (ctx first). None for other patterns."""
+  if pat.src is not None or pat._any is not None: return None
+  test = _node_test(UPat(None, pat.dtype, None, pat.arg, None, tag=pat.tag, custom=pat.custom))
+  params = (("ctx",) if wants_ctx else ()) + ((pat.name,) if pat.name is not None else ())
+  code = getattr(fn, "__code__", None)
+  if type(code) is types.CodeType and not isinstance(fn, functools.partial) and code.co_varnames[:code.co_argcount] == params: call = fn
+  else: call = lambda *a: fn(**dict(zip(params, a)))   # noqa: E731
+  if params == ("ctx", pat.name): return (lambda u, ctx: call(ctx, u)) if test is None else (lambda u, ctx: call(ctx, u) if test(u) else None)
+  if params == (pat.name,): return (lambda u, ctx: call(u)) if test is None else (lambda u, ctx: call(u) if test(u) else None)
+  if params == ("ctx",): return (lambda u, ctx: call(ctx)) if test is None else (lambda u, ctx: call(ctx) if test(u) else None)
+  return (lambda u, ctx: call()) if test is None else (lambda u, ctx: call() if test(u) else None)
 
 def _rule_ops(pat: UPat) -> frozenset[Ops] | None:
   """The ops a pattern can match at its root; None for any op."""
@@ -292,8 +316,43 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
   pass_name = name or pm.name or "unnamed"
   # which rules fired in this call, when TRACK_REWRITES or VIZ asks
   track: collections.Counter | None = collections.Counter() if TRACK_REWRITES or VIZ else None
-  rewrite, fast, candidates = pm.rewrite, pm._fast, pm._candidates
   done: dict[UOp, UOp] = {} if memo is None else memo
+  if bottom_up or memo is not None: _rewrite_from(sink, pm, ctx, bottom_up, done, track)
+  else: _rewrite_in_order(sink, pm, ctx, done, track)
+  if track is not None:
+    if TRACK_REWRITES:
+      rewrite_stats[pass_name].update(track)
+      _tracked_matchers[pass_name] = pm
+    if VIZ:
+      from core.ir.rewrite_log import record
+      record(pass_name, pm, sink, done[sink], track)
+  return done[sink]
+
+def _rewrite_in_order(sink: UOp, pm: PatternMatcher, ctx: Any, done: dict[UOp, UOp], track: collections.Counter | None) -> None:
+  """A top-down rewrite of a whole graph (no memo: nothing under it is final yet) in the order of sink.toposort(): each node
+  after its sources, as _rewrite_from's depth-first walk takes them, so every rule sees the same nodes in the same order (and
+  `ctx` the same calls). A SINK keeps its order (UOp.toposort): a kernel's passes then walk it without a stack of their own.
+  A rule's new answer is finished by _rewrite_from, which finds its final sources in `done`."""
+  rewrite, fast, candidates = pm.rewrite, pm._fast, pm._candidates
+  get = done.get
+  for n in sink.toposort():
+    if n in done: continue   # finished already, under an earlier node's new answer
+    # n is not done: only a rebuilt node may be (the final node of another)
+    if (src := n.src) and (new_src := tuple(map(done.__getitem__, src))) != src:
+      if (fin := get(x := UOp(n.op, n.dtype, new_src, n.arg, n.tag))) is not None:
+        done[n] = fin
+        continue
+    else: x = n
+    if (cands := fast.get(x.op)) is None: cands = candidates(x.op)
+    if not cands or (r := rewrite(x, ctx, track)) is None: done[n] = done[x] = x
+    elif (fin := get(r)) is not None: done[n] = done[x] = fin
+    else:
+      _rewrite_from(r, pm, ctx, False, done, track)
+      done[n] = done[r]
+
+def _rewrite_from(sink: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, done: dict[UOp, UOp], track: collections.Counter | None) -> None:
+  """graph_rewrite's walk from `sink`, depth first with an explicit stack, stopping at nodes `done` has (a memo's, or final)."""
+  rewrite, fast, candidates = pm.rewrite, pm._fast, pm._candidates
   # stack entries: (node, stage, work) -- stage 0: start, 1: sources done, 2: take the answer of `work`
   stack: list[tuple[UOp, int, UOp]] = [(sink, 0, sink)]
   push, pop = stack.append, stack.pop
@@ -333,14 +392,6 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
         push((r, 0, r))
     else:
       done[n] = done[w]
-  if track is not None:
-    if TRACK_REWRITES:
-      rewrite_stats[pass_name].update(track)
-      _tracked_matchers[pass_name] = pm
-    if VIZ:
-      from core.ir.rewrite_log import record
-      record(pass_name, pm, sink, done[sink], track)
-  return done[sink]
 
 def graph_rewrite_map(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False, name: str | None = None) -> dict[UOp, UOp]:
   """Like graph_rewrite on a SINK, but returns {each source of the sink: its rewrite}."""

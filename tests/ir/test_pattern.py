@@ -113,3 +113,40 @@ def test_graph_rewrite_memo_rewrites_shared_nodes_once():
   assert r1 is (a * 3) + 1 and r2 is (a * 3) + 2
   assert len(calls) == 1
   assert graph_rewrite(shared + 2, pm) is r2 and len(calls) == 2   # without the memo it is rewritten again
+
+def test_node_only_rules_skip_the_matcher_and_keep_its_answers():
+  # a rule whose pattern tests the node alone is called directly (no matcher, no capture dict): its compiled matcher never runs
+  import functools
+  class Ctx:
+    def rule(self, x): return one if x.arg[0] == "x" else None
+  def by_kw(x, ctx): return ctx.get(x)                         # parameters not in (ctx, name) order: passed by keyword
+  rules = [(UPat(Ops.DEFINE_VAR, name="x", custom=lambda u: u.arg[0] == "q"), lambda x: x),   # returns its node: falls through
+           (UPat(Ops.DEFINE_VAR, name="x", arg=("y", 0, 10)), by_kw),
+           (UPat(Ops.DEFINE_VAR, name="x"), Ctx().rule),
+           (UPat(Ops.CONST, dtype=dtypes.float32), lambda: False),                               # a non-UOp answer is an answer
+           (UPat(Ops.CONST, name="c", arg=1), functools.partial(lambda k, c: UOp.const(c.dtype, c.arg + k), 1))]
+  def no_matcher(*a: object) -> None: raise AssertionError("the matcher ran")
+  for pat, _ in rules: pat._fn = no_matcher
+  pm = PatternMatcher(rules)
+  q = Variable("q", 0, 10)
+  assert pm.rewrite(x) is one and pm.rewrite(y, ctx={y: x}) is x and pm.rewrite(q) is None
+  assert pm.rewrite(UOp.const(dtypes.float32, 2.0)) is False and pm.rewrite(one) is UOp.const(dtypes.index, 2)
+  two = UOp.const(dtypes.index, 2)
+  assert graph_rewrite(x + y, pm, ctx={y: x}) is two + two
+
+def test_top_down_rewrite_calls_rules_in_the_depth_first_order_of_the_memo_walk():
+  # without a memo graph_rewrite walks the graph in toposort order, with one it walks depth first from the root: the rules (and
+  # a ctx they change) see the same nodes in the same order, rewrites of rewrites included
+  import random
+  rng = random.Random(0)
+  vs = [Variable(f"v{i}", 0, 10) for i in range(6)]
+  nodes = list(vs)
+  for _ in range(200): nodes.append(rng.choice(nodes) + rng.choice(nodes) if rng.random() < 0.5 else rng.choice(nodes) * rng.randint(0, 3))
+  sink = UOp.sink(*rng.sample(nodes[100:], 12))
+  def rules(seen: list) -> PatternMatcher:
+    return PatternMatcher([(UPat(Ops.MUL, src=(UPat.var("a"), UPat.cvar("c"))), lambda ctx, a, c: seen.append(("mul", a, c)) or (a + a if c.arg == 2 else None)),
+                           (UPat(Ops.ADD, name="r"), lambda ctx, r: seen.append(("add", r)) or None)])
+  first: list = []
+  second: list = []
+  out = graph_rewrite(sink, rules(first), ctx=0)
+  assert graph_rewrite(sink, rules(second), ctx=0, memo={}) is out and first == second and len(first) > 50
