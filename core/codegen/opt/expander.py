@@ -141,8 +141,8 @@ class Expander:
     keep: list[tuple[UOp, int]] = []
     for (t, c), d in zip(terms, deps):
       if t in m: const += c * m[t].arg
-      elif d.isdisjoint(m): keep.append((t, c))
-      else: return None
+      elif d.isdisjoint(m) and t.vmin != t.vmax: keep.append((t, c))
+      else: return None   # a term with an axis set inside, or one value (a size-1 axis): simplify folds it
     ret = _build_sum(u, keep, const)
     # a sum whose terms left are constant over their bounds (a size-1 axis) is one value: simplify folds it
     return ret if ret.op is Ops.CONST or ret.vmin != ret.vmax else None

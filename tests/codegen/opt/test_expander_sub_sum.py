@@ -16,6 +16,7 @@ from opt_helpers import host_renderer
 
 vec, unroll = UOp.range(16, 7, AxisType.UPCAST), UOp.range(3, 6, AxisType.UNROLL)
 outer, one = UOp.range(64, 10, AxisType.OUTER), UOp.range(1, 11, AxisType.OUTER)
+loop = UOp.range(3, 12, AxisType.LOOP)
 
 def _set(u: UOp, env: dict[UOp, int]) -> UOp:
   """u with the axes of env set, simplified (u itself where it uses none of them)."""
@@ -28,6 +29,7 @@ def _set(u: UOp, env: dict[UOp, int]) -> UOp:
   ("lanes to zero", vec * 4 + outer + UOp.const(dtypes.index, -8)),
   ("descending", vec * -3 + outer * 16 + 50),
   ("size-1 axis left", vec * 2 + one * 5),        # with vec set: one value, which simplify folds to a constant
+  ("size-1 axis kept", one + vec * -1 + loop * 577 + 11),   # simplify keeps the size-1 axis, but folds it once vec is set
   ("in a quotient", (vec * 5 + outer) // 3 + unroll),   # set and simplified whole
   ("two lane terms", vec * 2 + (vec + outer) * 7),
   ("registers only", vec * 3 + unroll),
