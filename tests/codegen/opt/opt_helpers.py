@@ -1,7 +1,7 @@
 """Shared by the optimizer tests: run one kernel AST on the default device, bypassing the optimizer, and read its output."""
 from __future__ import annotations
 import copy
-from typing import Any
+from typing import Any, Callable
 import numpy as np
 import pytest
 from core.ir.ops import UOp
@@ -70,6 +70,19 @@ def host_renderer(simd_bytes: int, masked: bool = False) -> Any:
   rnd.l2_bytes = 512 << 10 if simd_bytes == 32 else 1 << 20
   rnd.stream_min_bytes = 0   # this host's streaming bound not known (its L3's): tests of what depends on it set one
   return rnd
+
+def conv_sources(shortcut_off: Callable[[], Any]) -> tuple[str, str]:
+  """The source of a conv whose stores go lane by lane on 16 lanes and whose loads are unrolled copies (2x8x5x56, 32 3x3
+  filters, pad 1, host_renderer(64)), as built and again after `shortcut_off()` (a monkeypatch of a codegen shortcut)."""
+  from core import Tensor
+  from core.codegen.program import _program
+  from core.schedule.kernelize import create_schedule
+  x, w = Tensor(np.ones((2, 8, 5, 56), np.float32)).realize(), Tensor(np.ones((32, 8, 3, 3), np.float32)).realize()
+  items, _, _ = create_schedule([x.conv2d(w, padding=1).uop])
+  rnd = host_renderer(64)
+  built = program_source(_program(items[-1].ast, rnd, True))
+  shortcut_off()
+  return built, program_source(_program(items[-1].ast, rnd, True))
 
 def _masking_renderer(rnd: Any) -> Any:
   """The CPU plugin's LLVM renderer for `rnd`'s CPU model: it masks the pad lanes of a row's last vector."""
