@@ -100,8 +100,7 @@ def _plan_scalar(t: Tensor, p: PendingPlan, op: Ops, y: Any) -> Tensor | None:
   what reading it would (a graph over a held softmax or sum reads its memo instead). Not for a zero or a NaN: the key holds y
   (0.0 == -0.0, a NaN equals nothing)."""
   if p[2][0] != "binary" or (meta := p[5]) is None or not y or y != y or (rg := t._requires_grad) is True: return None
-  dt = meta[0]
-  shape = meta[1]
+  dt, shape = meta
   def build() -> UOp:
     n = p.build()
     return UOp(op, dt, (n, UOp.const(dt, y, n.device, shape)))   # _scalar_op's node over the plan's
