@@ -114,8 +114,9 @@ def hcq_submission(items: list, timed: bool = False) -> tuple[Any, list[UOp]]:
   key = key + (timed,)
   if (sub := _submissions.get(key)) is None:
     from core.hcq.pipeline import Submission
-    from core.hcq.state import HCQState
+    from core.hcq.state import HCQState, compile_kernels
     from core.schedule.kernelize import ScheduleItem, placeholder
+    compile_kernels([(it.ast, it.bufs[0].src[1].arg) for it in items if it.ast.op is not Ops.COPY])
     # lowered over stand-ins of the schedule's buffers: every run passes its own Buffers, and a cached submission must not
     # keep the memory of the run that built it alive (a deleted 256 MiB tensor stayed allocated that way)
     stand = {b: placeholder(b, i, "hcq slot") for i, b in enumerate(slots)}

@@ -1,5 +1,6 @@
 """The pipeline's context: plugin hooks, device lookups, and what stages record on the side (placeholder contents)."""
 from __future__ import annotations
+import os, sys, threading
 from dataclasses import field
 from typing import Any, Callable, Protocol
 from core.ir.ops import UOp
@@ -21,6 +22,50 @@ def compile_kernel(ast: UOp, device: str) -> UOp:
     with profiler.compiling(device, str(ast.arg)): hit = _compiled[(ast, device)] = compile_program(get_program(ast, dev.renderer), dev.compiler)
     if DEBUG >= 4: print(program_source(hit))
   return hit
+
+def _cores() -> int:
+  """The cores this process may run on."""
+  try: return len(os.sched_getaffinity(0))
+  except AttributeError: return os.cpu_count() or 1   # no affinity call on macOS
+
+COMPILE_SWITCH_INTERVAL = 1e-4   # seconds: the GIL's switch interval while compile_kernels overlaps codegen and compiles
+
+def compile_kernels(kernels: list[tuple[UOp, str]]) -> None:
+  """compile_kernel of each (kernel, device) not compiled yet, each kernel's compile (LLVM, a C compiler) in a second thread
+  while this one generates the next kernel's code: codegen is Python and holds the GIL, the compilers mostly run outside
+  it, so on two cores a first call's codegen hides behind its compiles. The same programs as compile_kernel's, in order."""
+  todo = [k for k in dict.fromkeys(kernels) if k not in _compiled]
+  from core.device import profiler
+  # one at a time: nothing to overlap, no second core to overlap on, or compile events to time one by one
+  if len(todo) < 2 or _cores() < 2 or profiler.PROFILE: return
+  from _queue import SimpleQueue   # queue's C part: concurrent.futures would import logging, ~5 ms of a first call
+  from core.codegen.program import get_program, compile_program, program_source
+  jobs: SimpleQueue = SimpleQueue()
+  done: SimpleQueue = SimpleQueue()
+  def work() -> None:
+    while (job := jobs.get()) is not None:
+      try: done.put((compile_program(*job), None))
+      except Exception as e: done.put((None, e))
+  # the compile thread takes the GIL back after each of its ~26 calls into LLVM a compile; while codegen runs, each wait is a
+  # switch interval (5 ms by default: 130 ms a compile, longer than the compile), so the interval is short while both run
+  interval = sys.getswitchinterval()
+  sys.setswitchinterval(min(interval, COMPILE_SWITCH_INTERVAL))
+  thread = threading.Thread(target=work, name="compile", daemon=True)
+  thread.start()
+  try:
+    try:
+      for ast, device in todo:
+        dev = Device[device]
+        jobs.put((get_program(ast, dev.renderer), dev.compiler))
+    finally: jobs.put(None)
+    for key in todo:   # one thread: the results come in order
+      prog, err = done.get()
+      if err is not None: raise err
+      _compiled[key] = prog
+      if DEBUG >= 4: print(program_source(prog))
+  finally:
+    thread.join()
+    sys.setswitchinterval(interval)
 
 class HCQHooks(Protocol):
   """The plugin hooks the pipeline asks, each of the plugin that declared the device (core.device.plugins.PluginManager)."""

@@ -1,9 +1,20 @@
 """A first call's general path: scheduling, codegen and compiles run with the cyclic garbage collector off (a cold ResNet-18
-training step set off ~590 collections, 5 of them full). Values from numpy."""
-import gc
+training step set off ~590 collections, 5 of them full), and a submission's new kernels are compiled in a second thread while
+the next kernel's code is generated (core.hcq.state.compile_kernels; on two or more cores): the same programs as one at a
+time, errors raised the same. Values from numpy."""
+import gc, threading
 import numpy as np
-from core import Tensor
+import pytest
+from core import Tensor, Device
+from core.ir.ops import Ops
+from core.device.compiler import CompileError
 import core.engine.realize as realize
+import core.codegen.program as program
+from core.hcq import state
+from core.schedule.kernelize import create_schedule
+
+def _asts(t: Tensor) -> list:
+  return [it.ast for it in create_schedule([t.uop])[0] if it.ast.op is Ops.SINK]
 
 def test_the_general_path_runs_without_the_collector_and_restores_it(monkeypatch):
   seen: list[bool] = []
@@ -17,3 +28,53 @@ def test_the_general_path_runs_without_the_collector_and_restores_it(monkeypatch
   out = ((Tensor(x) + 7) * 2).max(0).numpy()
   assert seen == [False] and gc.isenabled()
   np.testing.assert_allclose(out, ((x + 7) * 2).max(0))
+
+def _three_kernels(rows: int) -> tuple[Tensor, np.ndarray]:
+  # each test its own shape: kernels are cached by their AST, which a shape changes and data doesn't
+  x = np.random.default_rng(rows).standard_normal((rows, 47)).astype(np.float32)
+  # three kernels: each contiguous() is a buffer of its own
+  t = ((Tensor(x) * 2).contiguous().exp().contiguous() + 1).sum(0)
+  return t, (np.exp(x * 2) + 1).sum(0)
+
+def test_kernels_compile_in_a_second_thread_to_the_same_programs(monkeypatch):
+  threads: list[int] = []
+  orig = program.compile_program
+  def spy(p, compiler):
+    threads.append(threading.get_ident())
+    return orig(p, compiler)
+  monkeypatch.setattr(program, "compile_program", spy)
+  t, want = _three_kernels(23)
+  dev = Device.DEFAULT
+  kernels = [(a, dev) for a in _asts(t)]
+  assert len(kernels) >= 2 and not any(k in state._compiled for k in kernels)
+  state.compile_kernels(kernels)
+  assert len(threads) == len(kernels) and threading.get_ident() not in threads
+  for ast, d in kernels:
+    got = state._compiled[(ast, d)]
+    one = orig(program.get_program(ast, Device[d].renderer), Device[d].compiler)
+    assert program.program_source(got) == program.program_source(one)
+    assert program.program_binary(got) == program.program_binary(one)
+  np.testing.assert_allclose(t.numpy(), want, rtol=1e-5, atol=1e-7)
+
+def test_a_compile_error_in_the_thread_is_raised_by_the_call(monkeypatch):
+  orig, calls = program.compile_program, []
+  def failing(p, compiler):
+    calls.append(p)
+    if len(calls) == 2: raise CompileError("the second kernel's compiler failed")
+    return orig(p, compiler)
+  monkeypatch.setattr(program, "compile_program", failing)
+  t, _ = _three_kernels(19)
+  kernels = [(a, Device.DEFAULT) for a in _asts(t)]
+  with pytest.raises(CompileError, match="second kernel"): state.compile_kernels(kernels)
+  assert kernels[0] in state._compiled and kernels[1] not in state._compiled
+  monkeypatch.setattr(program, "compile_program", orig)
+  t2, want = _three_kernels(19)
+  np.testing.assert_allclose(t2.numpy(), want, rtol=1e-5, atol=1e-7)
+
+def test_one_core_compiles_one_kernel_at_a_time(monkeypatch):
+  monkeypatch.setattr(state, "_cores", lambda: 1)
+  t, want = _three_kernels(13)
+  kernels = [(a, Device.DEFAULT) for a in _asts(t)]
+  state.compile_kernels(kernels)
+  assert not any(k in state._compiled for k in kernels)   # left to compile_kernel, as the submission is built
+  np.testing.assert_allclose(t.numpy(), want, rtol=1e-5, atol=1e-7)
