@@ -1,6 +1,5 @@
 """Decide which tensor-level nodes become buffers (kernel boundaries)."""
 from __future__ import annotations
-import functools, operator
 from typing import Callable, cast
 from core.ir.ops import UOp, Ops, GroupOp, sint
 from core.helpers import prod
@@ -130,7 +129,9 @@ def find_realize_points(sink: UOp, fuse_rows: Callable[[str], bool] = lambda dev
       points.add(s)
       cost.clear()   # costs above s change now that s is a buffer
   def add_recomputed() -> None:
-    while (shared := _recomputed_reduce(nodes, users, points, cost_of)) is not None:
+    start = 0
+    while (found := _recomputed_reduce(nodes, users, points, cost_of, start)) is not None:
+      shared, start = found
       points.add(shared)
       cost.clear()
   add_recomputed()
@@ -202,16 +203,23 @@ def _counts(nodes: list[UOp], data: dict[UOp, bool]) -> frozenset[UOp]:
   return frozenset(u for u in nodes if u.op is Ops.REDUCE_AXIS and u.arg[0] is Ops.ADD and len(u.arg[1]) == 1 and
                    dtypes.is_int(u.dtype) and not data[u])
 
-def _recomputed_reduce(nodes: list[UOp], users: dict[UOp, list[UOp]], points: set[UOp], cost_of) -> UOp | None:
-  """The first node (sources first) holding an unrealized reduction that more than one kernel computes. Each kernel
-  (realize point) computes everything below it down to buffers and other points, so a value reached from two points
-  would be computed twice; the lowest such node is the cheapest buffer: what sits above it stays fused."""
+def _recomputed_reduce(nodes: list[UOp], users: dict[UOp, list[UOp]], points: set[UOp], cost_of, start: int = 0) -> tuple[UOp, int] | None:
+  """The first node (sources first) from nodes[start] on holding an unrealized reduction that more than one kernel computes, and
+  the index after it. Each kernel (realize point) computes everything below it down to buffers and other points, so a value
+  reached from two points would be computed twice; the lowest such node is the cheapest buffer: what sits above it stays fused.
+  Realizing it changes no node before it: those below it were reached from two kernels already and were not taken (their cost
+  is unchanged), the others are untouched, so the next search starts after it (find_realize_points' add_recomputed)."""
   bit = {p: 1 << i for i, p in enumerate(points)}
   kernels: dict[UOp, int] = {}
   for u in reversed(nodes):
-    kernels[u] = bit[u] if u in points else functools.reduce(operator.or_, (kernels.get(v, 0) for v in users.get(u, [])), 0)
-  for u in nodes:
-    if u not in points and u.op not in GroupOp.Movement and (kernels[u] & (kernels[u] - 1)) and cost_of(u) >= _EXPENSIVE: return u
+    if u in points: kernels[u] = bit[u]
+    else:
+      k = 0
+      for v in users.get(u, ()): k |= kernels.get(v, 0)
+      kernels[u] = k
+  for i in range(start, len(nodes)):
+    u = nodes[i]
+    if u not in points and u.op not in GroupOp.Movement and (kernels[u] & (kernels[u] - 1)) and cost_of(u) >= _EXPENSIVE: return u, i + 1
   return None
 
 def _wide_siblings(nodes: list[UOp], points: set[UOp]) -> set[UOp]:
