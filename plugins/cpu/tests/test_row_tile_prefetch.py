@@ -1,4 +1,4 @@
-"""A packed product's row tile (a matmul's A rows, broadcast in the reduce loop) beyond the panel budget and over half the L1
+"""A packed product's row tile (a matmul's A rows, broadcast in the reduce loop) beyond the panel budget, whatever its size,
 prefetches the next row tile into the L2 from its first load, once per line (plugin_cpu/prefetch.row_tile_offsets): AVX2's LLVM
 renderer only (16 vector registers, where measured); AVX-512 and the C renderer render as without the rule. Sources from
 renderers like the hosts we measure on (rendered, not run); results against numpy from AVX2 kernels run on this host."""
@@ -26,16 +26,16 @@ def _gated_distances(src: str) -> list[list[int]]:
   return [[int(d) for d in re.findall(r"i64 (\d+)", body)] for _, body in re.findall(GATED, src)]
 
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("n, k", [(96, 2048), (100, 2048), (300, 1536)])
+@pytest.mark.parametrize("n, k", [(96, 2048), (100, 2048), (300, 1536), (200, 512), (300, 256)])
 def test_avx2_row_tile_prefetches_the_next_tile(n, k, threads):
   # AVX2's 2 x 6 tile: six rows of A, k apart; the next tile is 6 rows on. One gate, under the reduce index's line start
   src = _source("LLVM", 32, n, k, 256, threads)
   assert _gated_distances(src) == [[6 * k + r * k for r in range(6)]], _gated_distances(src)
   assert re.search(r"= and i32 %ridx\d+, 15\n  %\w+ = icmp eq i32 %\w+, 0\n", src)
 
-def test_small_row_tile_renders_as_without_the_rule(monkeypatch):
-  # 6 rows of 256: 6 KiB, in the L1 across the panels (and A within the panel budget). (Rows of 1536 or more: 36 KiB, over half
-  # of any current x86 L1, 32 or 48 KiB)
+def test_row_tile_within_the_panel_budget_renders_as_without_the_rule(monkeypatch):
+  # 96 rows of 256: A (96 KiB) within the panel budget, in the L2 after the first panel, as the next tile. (Beyond it, tiles of
+  # 6 rows of 256 or 512, 6 or 12 KiB, at most half of any current x86 L1, prefetch: see above)
   with_rule = _source("LLVM", 32, 96, 256, 256)
   monkeypatch.setattr(prefetch, "ROW_TILE_PREFETCH", False)
   assert _source("LLVM", 32, 96, 256, 256) == with_rule
@@ -46,7 +46,7 @@ def test_other_renderers_render_as_without_the_rule(ren, simd_bytes, monkeypatch
   monkeypatch.setattr(prefetch, "ROW_TILE_PREFETCH", False)
   assert _source(ren, simd_bytes, 96, 2048, 256) == with_rule
 
-@pytest.mark.parametrize("n, k, m", [(96, 2048, 256), (100, 2048, 128), (200, 1536, 64)])
+@pytest.mark.parametrize("n, k, m", [(96, 2048, 256), (100, 2048, 128), (200, 1536, 64), (200, 512, 128)])
 def test_prefetching_matmul_gives_numpys_result(n, k, m):
   # AVX2 code, its prefetch checked, run here (any x86-64 host with AVX2 runs it); 100 and 50 rows pad the last tile
   r = np.random.default_rng(n + k + m)
