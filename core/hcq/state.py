@@ -6,7 +6,7 @@ from typing import Any, Callable, Protocol
 from core.ir.ops import UOp
 from core.device.hcq import HCQDevice
 from core.device.registry import Device
-from core.helpers import DEBUG, LRUCache, mutable_record
+from core.helpers import BEAM, DEBUG, LRUCache, mutable_record
 from core.codegen.program import binary_nbytes
 
 # compiled kernels of HCQ schedules by (kernel, device), bounded by count and by their binaries' bytes
@@ -36,8 +36,9 @@ def compile_kernels(kernels: list[tuple[UOp, str]]) -> None:
   it, so on two cores a first call's codegen hides behind its compiles. The same programs as compile_kernel's, in order."""
   todo = [k for k in dict.fromkeys(kernels) if k not in _compiled]
   from core.device import profiler
-  # one at a time: nothing to overlap, no second core to overlap on, or compile events to time one by one
-  if len(todo) < 2 or _cores() < 2 or profiler.PROFILE: return
+  # one at a time: nothing to overlap, no second core to overlap on, compile events to time one by one, or BEAM's timed
+  # candidates (run beside a compile on the other core they time slower, and compile with the same LLVM target machine)
+  if len(todo) < 2 or _cores() < 2 or profiler.PROFILE or BEAM: return
   from _queue import SimpleQueue   # queue's C part: concurrent.futures would import logging, ~5 ms of a first call
   from core.codegen.program import get_program, compile_program, program_source
   jobs: SimpleQueue = SimpleQueue()
