@@ -37,7 +37,7 @@ def compile_kernels(kernels: list[tuple[UOp, str]]) -> None:
   todo = [k for k in dict.fromkeys(kernels) if k not in _compiled]
   from core.device import profiler
   # one at a time: nothing to overlap, no second core to overlap on, compile events to time one by one, or BEAM's timed
-  # candidates (run beside a compile on the other core they time slower, and compile with the same LLVM target machine)
+  # candidates (run beside a compile on the other core, they would time slower)
   if len(todo) < 2 or _cores() < 2 or profiler.PROFILE or BEAM: return
   from _queue import SimpleQueue   # queue's C part: concurrent.futures would import logging, ~5 ms of a first call
   from core.codegen.program import get_program, compile_program, program_source
