@@ -70,6 +70,7 @@ STRIP_TILES = 4               # a transpose's strip of tiles along the output ro
 STRIP_PARTS_DEALT = True      # a strip's parts on the threads' j-th blocks (see hand_coded; False: runs, for comparisons)
 STRIP_PART_UNROLLED = True    # a block's part of a strip of register-sized tiles unrolled (see hand_coded; False: a loop)
 STRIP_ALONE_TILES = 2         # the tiles of such an unrolled strip where one thread runs it all (see hand_coded; 0: STRIP_TILES)
+SPLIT_PART_TILES = 2          # split tiles (AVX2's) of a strip part unrolled up to this many (see _unrolls_part; 0: none)
 STRIP_ALONE_SPAN = 4          # where its buffers total this many times the renderer's stream_min_bytes or more
 STRIP_MIN_ROW = 4096          # bytes of an input row (a page) that such strips sweep along; shorter rows keep the tiles across them
 CACHED_TILE_REGS = True       # a cached transpose's output row at most half the registers (False: a line; for comparisons)
@@ -1058,10 +1059,11 @@ def _reductions_outside(k: Kernel) -> Kernel:
     k = swapped
   return k
 
-def _unrolls_part(k: Kernel, split: bool, n_loads: int) -> bool:
-  """Whether a transpose in strips runs a block's part of its strip unrolled (STRIP_PART_UNROLLED, see hand_coded): streamed
-  register tiles that fit the vector registers (not `split`) of a kernel that reads nothing but its transposed input."""
-  return STRIP_PART_UNROLLED and not split and stores_streamed(k) and n_loads == 1
+def _unrolls_part(k: Kernel, split: bool, n_loads: int, tiles: int) -> bool:
+  """Whether a transpose in strips runs a block's part of its strip (`tiles` tiles) unrolled (STRIP_PART_UNROLLED, see
+  hand_coded): streamed register tiles of a kernel that reads nothing but its transposed input, where they fit the vector
+  registers or, `split` (AVX2's), the part holds at most SPLIT_PART_TILES."""
+  return STRIP_PART_UNROLLED and (not split or tiles <= SPLIT_PART_TILES) and stores_streamed(k) and n_loads == 1
 
 def hand_coded(k: Kernel) -> Kernel:
   rnd = k.renderer
@@ -1220,7 +1222,7 @@ def hand_coded(k: Kernel) -> Kernel:
   # 1.13-1.18, 4096x8192 0.95-1.04 (4 runs); 72 MiB 3072^2 1.04-1.22. Smaller buffers lost, part of them in the L3: 64 MiB
   # 8192x1024 0.85-0.95, 1024x8192 0.83-1.01, 4096x2048 0.89-0.93; 32 MiB 2048^2 0.64-0.86, a.T + 1 0.77-0.80
   if strip and STRIP_ALONE_TILES and not (threads > 1 and work >= MIN_THREADED_WORK) and \
-     _unrolls_part(k, split, len(loads)) and nc % STRIP_ALONE_TILES == 0 and \
+     _unrolls_part(k, split, len(loads), STRIP_ALONE_TILES) and nc % STRIP_ALONE_TILES == 0 and \
      sum(global_nbytes(u.dtype) for u in k.ast.toposort() if u.op is Ops.PARAM) >= STRIP_ALONE_SPAN * rnd.stream_min_bytes:
     strip = min(strip, STRIP_ALONE_TILES)
   parts = False   # thread blocks that are parts of the strips above
@@ -1269,9 +1271,10 @@ def hand_coded(k: Kernel) -> Kernel:
       # apart the sweep prefetch goes (lost beside it on 2 threads). The 2-core Zen 5, native, A/B in one process, pair ratios:
       # one thread (thread time, 4 tiles) 4096^2 1.19-1.23, 8192x1024 1.05-1.07, 1024x8192 1.13-1.14, 8192x2048 1.17-1.23,
       # 3072^2 1.12; 2 threads (2 tiles) in docs/internals.md. a * a.T, whose rows' loads the sweep prefetch helped, lost so on
-      # 2 threads (0.95); AVX2's split 16x16 tile (32 ymm loads a tile) on one thread (0.86-0.91)
-      if _unrolls_part(k, split, len(loads)) and (t := k.of_type(AxisType.LOOP)[-1]) is not _same(k, a) and \
-         1 < (n := range_size(t) or 0) <= strip:
+      # 2 threads (0.95); AVX2's split 16x16 tile (32 ymm loads a tile) in a part of 4 (0.68-0.80 on one thread), not of 2:
+      # 2 Zen 5 threads, znver3 code, 4096^2 1.07-1.15 (our copy at 95-105 GB/s), 1.00-1.04 (at 46-60; docs/internals.md)
+      if (t := k.of_type(AxisType.LOOP)[-1]) is not _same(k, a) and 1 < (n := range_size(t) or 0) <= strip and \
+         _unrolls_part(k, split, len(loads), n):
         k = _try(k, Opt(OptOps.UPCAST, _pos(k, t), n))
     # (a streamed tile whose blocks hold whole short output rows keeps the row's tiles innermost: copy.rows_innermost)
     elif contig_out is not None and \
