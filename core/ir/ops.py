@@ -1,8 +1,8 @@
 """The UOp IR: one `Ops` enum and the immutable, hash-consed `UOp` node every stage rewrites."""
 from __future__ import annotations
-import enum, itertools, math, struct, weakref
+import enum, itertools, math, operator, struct, weakref
 from typing import Any, Callable, Generic, Iterable, Iterator, Sequence, TypeVar, Union, overload
-from core.ir.dtype import ConstType, DType, PtrDType, dtypes, truncate, AddrSpace
+from core.ir.dtype import ConstType, DType, PtrDType, dtypes, truncate, AddrSpace, dtype_min, dtype_max
 from core.helpers import prod, fast_members, int_enum, IntEnumBody
 
 # EXP2's arg where its source is known to be <= 0 or NaN, as (x - max(x)) * c with c > 0 is: exp2 can't overflow there
@@ -497,37 +497,43 @@ def _corners(fn: Callable[[Any, Any], Any], a: UOp, b: UOp) -> tuple[Any, Any]:
   vals = [fn(x, y) for x in (a.vmin, a.vmax) for y in (b.vmin, b.vmax)]
   return min(vals), max(vals)
 
+# each scalar dtype's (min, max) as _bounds clamps to them (index math is unbounded), asked once a dtype, not once a node
+_dtype_ranges: dict[DType, tuple[ConstType, ConstType]] = {}
+
+def _dtype_range(d: DType) -> tuple[ConstType, ConstType]:
+  if (r := _dtype_ranges.get(d)) is None: r = _dtype_ranges[d] = (-math.inf, math.inf) if d is dtypes.index else (dtype_min(d), dtype_max(d))
+  return r
+
+def _clamp(lo: ConstType, hi: ConstType, r: tuple[Any, Any]) -> tuple[ConstType, ConstType]:
+  """r, or the whole range [lo, hi] where r leaves it: the value could wrap around, so no better bound is safe."""
+  return (lo, hi) if r[0] < lo or r[1] > hi else r
+
 def _bounds(u: UOp) -> tuple[ConstType, ConstType]:
   """Interval bounds of `u`, assuming its sources' bounds are already cached."""
-  from core.ir.dtype import dtype_min, dtype_max
-  from core.ir.alu import _idiv
-  d = u.dtype.scalar() if not isinstance(u.dtype, PtrDType) else dtypes.int64
-  lo, hi = dtype_min(d), dtype_max(d)
-  if d is dtypes.index: lo, hi = -math.inf, math.inf
-  s = u.src
-  def clamp(r: tuple[Any, Any]) -> tuple[ConstType, ConstType]:
-    if r[0] < lo or r[1] > hi: return lo, hi  # could wrap around: no better bound is safe
-    return r
   op = u.op
   if op is Ops.CONST: return (u.arg, u.arg)
+  d = u.dtype.scalar() if not isinstance(u.dtype, PtrDType) else dtypes.int64
+  lo, hi = _dtype_ranges.get(d) or _dtype_range(d)
+  s = u.src
   if op is Ops.VCONST: return (min(u.arg), max(u.arg))
   if op is Ops.DEFINE_VAR: return (u.arg[1], u.arg[2])
   if op in (Ops.BIND, Ops.ASSIGN): return s[0]._min_max
   if op in (Ops.RANGE, Ops.SPECIAL): return (0, s[0].vmax - 1)
   if op in (Ops.GEP, Ops.VECTORIZE) and s and s[0].dtype.scalar() is not dtypes.void:
     return (min(x.vmin for x in s), max(x.vmax for x in s))
-  if op is Ops.ADD: return clamp((s[0].vmin + s[1].vmin, s[0].vmax + s[1].vmax))
-  if op is Ops.SUB: return clamp((s[0].vmin - s[1].vmax, s[0].vmax - s[1].vmin))
-  if op is Ops.NEG: return clamp((-s[0].vmax, -s[0].vmin))
+  if op is Ops.ADD:   # (the commonest: index sums)
+    (a0, a1), (b0, b1) = s[0]._min_max, s[1]._min_max
+    return _clamp(lo, hi, (a0 + b0, a1 + b1))
+  if op is Ops.SUB: return _clamp(lo, hi, (s[0].vmin - s[1].vmax, s[0].vmax - s[1].vmin))
+  if op is Ops.NEG: return _clamp(lo, hi, (-s[0].vmax, -s[0].vmin))
   if op is Ops.MUL:
     if any(math.isinf(x) for x in (s[0].vmin, s[0].vmax, s[1].vmin, s[1].vmax)) and dtypes.is_int(d):
       return lo, hi
-    return clamp(_corners(lambda x, y: x * y, s[0], s[1]))
+    return _clamp(lo, hi, _corners(operator.mul, s[0], s[1]))
   if op is Ops.MAX: return (max(s[0].vmin, s[1].vmin), max(s[0].vmax, s[1].vmax))
-  if op is Ops.IDIV and s[1].vmin > 0 and dtypes.is_int(d) and not any(math.isinf(x) for x in (s[0].vmin, s[0].vmax)):
-    return clamp(_corners(_idiv, s[0], s[1]))
-  if op is Ops.IDIV and s[1].vmax < 0 and dtypes.is_int(d) and not any(math.isinf(x) for x in (s[0].vmin, s[0].vmax)):
-    return clamp(_corners(_idiv, s[0], s[1]))
+  if op is Ops.IDIV and (s[1].vmin > 0 or s[1].vmax < 0) and dtypes.is_int(d) and not any(math.isinf(x) for x in (s[0].vmin, s[0].vmax)):
+    from core.ir.alu import _idiv
+    return _clamp(lo, hi, _corners(_idiv, s[0], s[1]))
   if op is Ops.MOD and s[1].vmin > 0 and dtypes.is_int(d):
     m = s[1].vmax - 1
     if s[0].vmin >= 0: return (0, min(s[0].vmax, m))
@@ -555,7 +561,7 @@ def _bounds(u: UOp) -> tuple[ConstType, ConstType]:
   # shift counts at or past the width are masked by the target (x >> 40 on int32 is x >> 8), so only bound smaller ones
   bits = 64 if d is dtypes.index else 8 * d.itemsize
   if op is Ops.SHL and s[1].op is Ops.CONST and s[0].vmin >= 0 and 0 <= s[1].arg < bits:
-    return clamp((s[0].vmin << s[1].arg, s[0].vmax << s[1].arg))
+    return _clamp(lo, hi, (s[0].vmin << s[1].arg, s[0].vmax << s[1].arg))
   if op is Ops.SHR and s[1].op is Ops.CONST and s[0].vmin >= 0 and 0 <= s[1].arg < bits:
     return (s[0].vmin >> s[1].arg, s[0].vmax >> s[1].arg)
   if op is Ops.CAST and (dtypes.is_int(d) or d is dtypes.bool) and (dtypes.is_int(s[0].dtype) or s[0].dtype.scalar() is dtypes.bool):

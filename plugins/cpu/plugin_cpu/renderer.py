@@ -160,18 +160,26 @@ def _llvm_prefetch_load(ctx: CPULLVMRenderer, x: UOp) -> str | None:
   if gate is not None: out += f"\n  br label %{k}.done\n{ctx.label(k + '.done')}"
   return out
 
-def _llvm_lane_index(ctx: CPULLVMRenderer, x: UOp, base: UOp, off: UOp) -> str | None:
+def _offset_add_parts(i: UOp) -> tuple[UOp, UOp] | None:
+  """(the base, the constant) of an int32 ADD whose second source is a constant: the addresses the rules below write."""
+  return (i.src[0], i.src[1]) if i.op is Ops.ADD and i.dtype.scalar() is dtypes.int32 and len(i.src) == 2 and i.src[1].op is Ops.CONST else None
+
+def _llvm_lane_index(ctx: CPULLVMRenderer, x: UOp) -> str | None:
   """The address at a 32-bit index plus a constant of a tile's lane (lane_indices), of a scalar load in a reduce loop
   (index_offsets) or of an ungated vector load (vector_offsets): _llvm_offset_index's two GEPs, so a tile's lanes step from one
   address. Other INDEXes keep the i32 sum. Each lane's own i32 sum made LLVM's loop passes grow with their square (an AVX-512 3x3
   conv's 224 lane stores); one GEP each at (the index widened + the offset) in i64 left the instruction selector's DAG combiner
   to take every lane's sum apart again (visitADD, SimplifyDemandedBits): ResNet-18 b8 inference compiles in 0.91-0.93x the time.
   Gated lanes (a branch around each) keep that i64 sum: from one address, bench --quick's E_4_8_16_16 took 1.02x the time."""
+  # the sets first: most INDEXes are in none (a rule of the node alone, called directly: it tests the index's shape itself)
+  if len(x.src) < 2 or not (x in ctx.lane_indices or x.src[1] in ctx.offset_adds or x in ctx.offset_vectors) or \
+     (parts := _offset_add_parts(x.src[1])) is None: return None
+  base, off = parts
   if x in ctx.lane_indices and len(x.src) > 2:
     w, s = ctx.tmp(), ctx.tmp()
     return (f"{w} = sext i32 {ctx[base]} to i64\n  {s} = add nsw i64 {w}, {off.arg}\n"
             f"  {ctx[x]} = getelementptr inbounds {ctx.mem_ty(x.src[0].dtype.base)}, {ctx.ptr_ty(x.src[0].dtype)} {ctx[x.src[0]]}, i64 {s}")
-  return _llvm_offset_index(ctx, x, base, off) if x in ctx.lane_indices or x.src[1] in ctx.offset_adds or x in ctx.offset_vectors else None
+  return _llvm_offset_index(ctx, x, base, off)
 
 def _llvm_offset_index(ctx: CPULLVMRenderer, x: UOp, base: UOp, off: UOp) -> str:
   """An address at a 32-bit index plus a constant (_llvm_lane_index's: a tile's lane, a scalar load's in a reduce loop, an
@@ -194,12 +202,13 @@ def lane_indices(uops: list[UOp], deps: dict[UOp, frozenset[UOp]]) -> frozenset[
   return frozenset(u.src[0] for u in uops if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX and
                    (u.src[1] if u.op is Ops.STORE else u).dtype.count == 1 and (u.op is Ops.STORE or not _in_reduce(deps, u.src[0].src[1])))
 
-def _llvm_index_offset(ctx: CPULLVMRenderer, x: UOp, base: UOp, off: UOp) -> str | None:
+def _llvm_index_offset(ctx: CPULLVMRenderer, x: UOp) -> str | None:
   """A scalar load's 32-bit index plus a constant as an add without signed wrap (nsw), as no index into a buffer wraps: a tile's
   lanes read one by one in a reduce loop (a pooled sum's 16 channels at stride 49, a batchnorm gradient's) are then one
   induction variable plus constant offsets to LLVM's loop passes (IndVarSimplify, IV users, LoopLoadElimination), not an
   address each (lane stores' addresses: _llvm_lane_index)."""
-  return f"{ctx[x]} = add nsw i32 {ctx[base]}, {ctx[off]}" if x in ctx.index_offsets else None
+  # (index_offsets holds only int32 adds of a constant: _offset_add)
+  return f"{ctx[x]} = add nsw i32 {ctx[x.src[0]]}, {ctx[x.src[1]]}" if x in ctx.index_offsets else None
 
 def _offset_add(i: UOp) -> bool: return i.op is Ops.ADD and i.dtype == dtypes.int32 and i.src[1].op is Ops.CONST
 
@@ -395,9 +404,8 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
   # 512 KiB L2 would not hold an 800 KB image
   large_conv_in_place = SIMD_BYTES == 64
   string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _llvm_stream_store), (UPat(Ops.WMMA, name="x"), render_dot),
-                                   (UPat(Ops.INDEX, name="x", src=(UPat(), UPat(Ops.ADD, dtypes.int32, src=(UPat(name="base"), UPat.cvar("off", vec=False)))),
-                                         allow_any_len=True), _llvm_lane_index),
-                                   (UPat(Ops.ADD, dtypes.int32, name="x", src=(UPat(name="base"), UPat.cvar("off", vec=False))), _llvm_index_offset),
+                                   # node-only patterns: called directly, without the matcher's captures (a rule a node)
+                                   (UPat(Ops.INDEX, name="x"), _llvm_lane_index), (UPat(Ops.ADD, dtypes.int32, name="x"), _llvm_index_offset),
                                    (UPat(Ops.LOAD, name="x"), _llvm_prefetch_load),
                                    (UPat(Ops.CUSTOM, name="x", arg=SCALEF_ARG), _llvm_masked("scalef")),
                                    (UPat(Ops.CUSTOM, name="x", arg=ROUNDEVEN_ARG), _llvm_roundeven),
