@@ -88,6 +88,9 @@ LLVM_INPROC = ContextVar("CORE_LLVM_INPROC", 500)
 LLVM_WORKER_COMPILES = ContextVar("CORE_LLVM_WORKER_COMPILES", 1000)
 _inproc_lock = threading.Lock()
 inproc_compiles = 0   # LLVM compiles this process ran itself (each leaked its pass builder)
+# a thread that sets off_process.on hands its LLVM compiles to the worker process (llvm_worker.compile_off_process): llvmlite
+# runs one call at a time in a process, so a second compile thread (core.hcq.state.compile_kernels) compiles in another one
+off_process = threading.local()
 
 class LLVMTarget(NamedTuple):   # a NamedTuple: a sixth of a frozen dataclass's class creation, at every start (the CPU compilers)
   """What an llvmlite target machine is made of: enough to build the same machine in the compile worker process."""
@@ -128,6 +131,9 @@ def llvm_object(target: LLVMTarget, src: str, what: str = "", assembly: bool = F
   LLVM IR). `what` names the target in errors. In this process for the first CORE_LLVM_INPROC compiles, then in the compile
   worker; the bytes are the same either way."""
   global inproc_compiles
+  if getattr(off_process, "on", False):
+    from core.device.llvm_worker import compile_off_process
+    return compile_off_process(target, src, what, assembly)
   with _inproc_lock:
     here = inproc_compiles < LLVM_INPROC.value
     if here: inproc_compiles += 1

@@ -141,6 +141,21 @@ def compile_in_worker(target: LLVMTarget, src: str, what: str = "", assembly: bo
   raise CompileError(f"the LLVM compile worker died twice compiling{' for ' + what if what else ''}: {died[0]}; then {died[1]}\n"
                      f"--- source ---\n{src}")
 
+_off_process_failed = False   # the worker could not compile once: compile_off_process compiles here from then on
+
+def compile_off_process(target: LLVMTarget, src: str, what: str = "", assembly: bool = False) -> bytes:
+  """compile_in_worker for a thread that wants its compiles out of this process (llvmlite's calls run one at a time in a
+  process), falling back to this process where the worker can't start or dies: the same bytes either way, and an IR error
+  raises here the CompileError the worker gave."""
+  global _off_process_failed
+  if not _off_process_failed:
+    try: return compile_in_worker(target, src, what, assembly)
+    except CompileError as e:
+      if not str(e).startswith("the LLVM compile worker died"): raise
+      _off_process_failed = True
+    except Exception: _off_process_failed = True   # no worker (spawn failed) or a broken reply
+  return llvm_compile_here(target, src, what, assembly)
+
 def worker_pid() -> int | None:
   """The running worker's process id, or None when there is none (none started yet, or it was replaced)."""
   return _worker.pid if _worker is not None and _worker.owner == os.getpid() else None

@@ -8,6 +8,7 @@ from core.device.hcq import HCQDevice
 from core.device.registry import Device
 from core.helpers import BEAM, DEBUG, LRUCache, mutable_record
 from core.codegen.program import binary_nbytes
+from core.device.compiler import off_process as llvm_off_process
 
 # compiled kernels of HCQ schedules by (kernel, device), bounded by count and by their binaries' bytes
 _compiled: LRUCache = LRUCache("hcq_programs", 512, 256 << 20, binary_nbytes)
@@ -29,6 +30,7 @@ def _cores() -> int:
   except AttributeError: return os.cpu_count() or 1   # no affinity call on macOS
 
 COMPILE_SWITCH_INTERVAL = 1e-4   # seconds: the GIL's switch interval while compile_kernels overlaps codegen and compiles
+COMPILE_BACKLOG = 4   # compiles waiting for the compile thread when compile_kernels starts a second one (off-process LLVM)
 
 def compile_kernels(kernels: list[tuple[UOp, str]]) -> None:
   """compile_kernel of each (kernel, device) not compiled yet, each kernel's compile (LLVM, a C compiler) in a second thread
@@ -43,29 +45,42 @@ def compile_kernels(kernels: list[tuple[UOp, str]]) -> None:
   from core.codegen.program import get_program, compile_program, program_source
   jobs: SimpleQueue = SimpleQueue()
   done: SimpleQueue = SimpleQueue()
-  def work() -> None:
+  def work(off_process: bool) -> None:
+    if off_process: llvm_off_process.on = True   # this thread's LLVM compiles run in the worker process
     while (job := jobs.get()) is not None:
-      try: done.put((compile_program(*job), None))
-      except Exception as e: done.put((None, e))
+      i, prog, compiler = job
+      try: done.put((i, compile_program(prog, compiler), None))
+      except Exception as e: done.put((i, None, e))
   # the compile thread takes the GIL back after each of its ~26 calls into LLVM a compile; while codegen runs, each wait is a
   # switch interval (5 ms by default: 130 ms a compile, longer than the compile), so the interval is short while both run
   interval = sys.getswitchinterval()
   sys.setswitchinterval(min(interval, COMPILE_SWITCH_INTERVAL))
-  thread = threading.Thread(target=work, name="compile", daemon=True)
-  thread.start()
+  threads = [threading.Thread(target=work, args=(False,), name="compile", daemon=True)]
+  threads[0].start()
   try:
     try:
-      for ast, device in todo:
+      for i, (ast, device) in enumerate(todo):
         dev = Device[device]
-        jobs.put((get_program(ast, dev.renderer), dev.compiler))
-    finally: jobs.put(None)
-    for key in todo:   # one thread: the results come in order
-      prog, err = done.get()
+        jobs.put((i, get_program(ast, dev.renderer), dev.compiler))
+        # compiles fall behind codegen: a second thread compiles too, its LLVM compiles in the worker process (llvmlite runs
+        # one call at a time in a process; a C compiler is a process already), so two run at once; the worker's start
+        # (~0.3 s) pays only where this many wait
+        if len(threads) == 1 and jobs.qsize() >= COMPILE_BACKLOG:
+          threads.append(threading.Thread(target=work, args=(True,), name="compile-worker", daemon=True))
+          threads[1].start()
+    finally:
+      for _ in threads: jobs.put(None)
+    got: dict[int, tuple[Any, Exception | None]] = {}
+    for i, key in enumerate(todo):   # the results in the kernels' order, whichever thread compiled them
+      while i not in got:
+        j, prog, err = done.get()
+        got[j] = (prog, err)
+      prog, err = got.pop(i)
       if err is not None: raise err
       _compiled[key] = prog
       if DEBUG >= 4: print(program_source(prog))
   finally:
-    thread.join()
+    for t in threads: t.join()
     sys.setswitchinterval(interval)
 
 class HCQHooks(Protocol):

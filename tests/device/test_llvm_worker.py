@@ -4,7 +4,7 @@ the CompileError text are the same as in process; a killed worker is replaced; n
 from __future__ import annotations
 import inspect, os, signal, subprocess, sys, textwrap, threading, time
 import pytest
-from core.device import llvm_worker
+from core.device import compiler, llvm_worker
 from core.device.compiler import CompileError, llvm_compile_here, llvm_object
 from core.device.hostjit import host_compiler
 from core.helpers import Context
@@ -157,3 +157,37 @@ def test_compiles_in_the_worker_keep_this_process_flat():
   grew, compiles, starts = map(int, r.stdout.split())
   assert compiles == 1600 and starts == 4
   assert grew < 1500 * 63 * 1024 // 10, f"RSS grew {grew / 2**20:.1f} MiB over 1,500 compiles in the worker"
+
+def _off_process(src: str) -> bytes:
+  # what compile_kernels' second compile thread does: its LLVM compiles go to the worker whatever CORE_LLVM_INPROC says
+  out: list = []
+  def work() -> None:
+    compiler.off_process.on = True
+    try: out.append(llvm_object(host_compiler().target, src, "the host"))
+    except Exception as e: out.append(e)
+  t = threading.Thread(target=work)
+  t.start()
+  t.join()
+  if isinstance(out[0], Exception): raise out[0]
+  return out[0]
+
+def test_an_off_process_thread_compiles_in_the_worker_to_the_same_bytes(monkeypatch):
+  monkeypatch.setattr(llvm_worker, "_off_process_failed", False)
+  before, inproc = llvm_worker.worker_compiles, compiler.inproc_compiles
+  assert _off_process(kernel_ir(40)) == llvm_compile_here(host_compiler().target, kernel_ir(40), "the host")
+  assert llvm_worker.worker_compiles == before + 1 and compiler.inproc_compiles == inproc
+  assert not getattr(compiler.off_process, "on", False)   # this thread still compiles in process
+  bad = "define void @f() {\n  %x = fadd float 1.0, undefined_name\n  ret void\n}\n"
+  with pytest.raises(CompileError, match="rejected the IR for the host"): _off_process(bad)
+  assert not llvm_worker._off_process_failed   # an IR error is the source's, not the worker's
+
+@pytest.mark.parametrize("argv", [["/nonexistent/python"], [sys.executable, "-c", "import sys; sys.exit(3)"]])
+def test_an_off_process_thread_compiles_here_when_the_worker_cannot_start(argv, monkeypatch):
+  llvm_worker.shutdown()
+  monkeypatch.setattr(llvm_worker, "_off_process_failed", False)
+  monkeypatch.setattr(llvm_worker, "worker_argv", lambda: argv)
+  assert _off_process(kernel_ir(41)) == llvm_compile_here(host_compiler().target, kernel_ir(41), "the host")
+  assert llvm_worker._off_process_failed and llvm_worker.worker_pid() is None
+  starts = llvm_worker.worker_starts
+  assert _off_process(kernel_ir(42)) == llvm_compile_here(host_compiler().target, kernel_ir(42), "the host")
+  assert llvm_worker.worker_starts == starts   # no second try at starting it

@@ -82,3 +82,39 @@ def test_kernels_left_to_compile_kernel(why, monkeypatch):
   with Context(BEAM=int(why == "BEAM")): state.compile_kernels(kernels)
   assert not any(k in state._compiled for k in kernels)   # left to compile_kernel, as the submission is built
   np.testing.assert_allclose(t.numpy(), want, rtol=1e-5, atol=1e-7)
+
+def _six_kernels(rows: int) -> tuple[Tensor, np.ndarray]:
+  x = np.random.default_rng(rows).standard_normal((rows, 43)).astype(np.float32)
+  t = Tensor(x)
+  for k in range(5): t = (t * (k + 2)).contiguous()
+  return t.sum(0), (x * 720).sum(0)
+
+def test_a_backlog_of_compiles_goes_to_a_second_thread_in_the_llvm_worker(monkeypatch):
+  # the in-process compile thread holds its first kernel until the second thread has compiled one in the worker process: the
+  # results still land in the kernels' order, each compile_kernel's source and binary
+  from core.device import compiler, llvm_worker
+  if not isinstance(getattr(Device[Device.DEFAULT].compiler, "target", None), compiler.LLVMTarget): pytest.skip("not an LLVM compiler")
+  monkeypatch.setattr(state, "COMPILE_BACKLOG", 0)
+  monkeypatch.setattr(llvm_worker, "_off_process_failed", False)
+  orig, worker_done, where = program.compile_program, threading.Event(), {}
+  def spy(p, comp):
+    off = getattr(compiler.off_process, "on", False)
+    if not off: worker_done.wait(10)
+    out = orig(p, comp)
+    where[program.program_source(out)] = off
+    if off: worker_done.set()
+    return out
+  monkeypatch.setattr(program, "compile_program", spy)
+  t, want = _six_kernels(31)
+  dev = Device.DEFAULT
+  kernels = [(a, dev) for a in _asts(t)]
+  assert len(kernels) >= 5 and not any(k in state._compiled for k in kernels)
+  before = llvm_worker.worker_compiles
+  with Context(CORE_DISABLE_COMPILER_CACHE=1): state.compile_kernels(kernels)   # compiles, not an earlier run's cache entries
+  assert worker_done.is_set() and llvm_worker.worker_compiles > before and any(where.values())
+  for ast, d in kernels:
+    got = state._compiled[(ast, d)]
+    one = orig(program.get_program(ast, Device[d].renderer), Device[d].compiler)
+    assert program.program_source(got) == program.program_source(one)
+    assert program.program_binary(got) == program.program_binary(one)
+  np.testing.assert_allclose(t.numpy(), want, rtol=1e-4)
