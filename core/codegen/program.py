@@ -150,8 +150,11 @@ compiled_program = UPat(Ops.PROGRAM, src=(UPat(Ops.SINK), UPat(Ops.DEVICE, name=
 # binaries by (compiler, source) in this process: kernels that differ only in their lifted literals share one source
 _binaries: LRUCache = LRUCache("binaries", 512, 256 << 20, len)
 
-def compile_program(p: UOp, compiler: Any) -> UOp:
-  """The PROGRAM with its BINARY: the compiler's output for its SOURCE (from the compiler's disk cache when it has it)."""
+def compile_program(p: UOp, compiler: Any, binary: bytes | None = None) -> UOp:
+  """The PROGRAM with its BINARY: the compiler's output for its SOURCE (from the compiler's disk cache when it has it), or
+  `binary`, that output made already (core.hcq.state.compile_kernels' compile threads run only the compiler)."""
   if len(p.src) == 5: return p
-  if (binary := _binaries.get(key := (compiler, program_source(p)))) is None: binary = _binaries[key] = compiler.compile_cached(key[1])
+  key = (compiler, program_source(p))
+  if binary is not None: _binaries[key] = binary
+  elif (binary := _binaries.get(key)) is None: binary = _binaries[key] = compiler.compile_cached(key[1])
   return p.replace(src=p.src + (UOp(Ops.BINARY, arg=binary),))

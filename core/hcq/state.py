@@ -42,26 +42,32 @@ def compile_kernels(kernels: list[tuple[UOp, str]]) -> None:
   # candidates (run beside a compile on the other core, they would time slower)
   if len(todo) < 2 or _cores() < 2 or profiler.PROFILE or BEAM: return
   from _queue import SimpleQueue   # queue's C part: concurrent.futures would import logging, ~5 ms of a first call
-  from core.codegen.program import get_program, compile_program, program_source
+  from core.codegen.program import get_program, compile_program, program_source, _binaries
   jobs: SimpleQueue = SimpleQueue()
   done: SimpleQueue = SimpleQueue()
+  # the threads run only the compilers: the UOps, the in-memory caches and their counts stay with this thread
   def work(off_process: bool) -> None:
     if off_process: llvm_off_process.on = True   # this thread's LLVM compiles run in the worker process
     while (job := jobs.get()) is not None:
-      i, prog, compiler = job
-      try: done.put((i, compile_program(prog, compiler), None))
-      except Exception as e: done.put((i, None, e))
+      src, compiler = job
+      try: done.put((job, compiler.compile_cached(src), None))
+      except Exception as e: done.put((job, None, e))
   # the compile thread takes the GIL back after each of its ~26 calls into LLVM a compile; while codegen runs, each wait is a
   # switch interval (5 ms by default: 130 ms a compile, longer than the compile), so the interval is short while both run
   interval = sys.getswitchinterval()
   sys.setswitchinterval(min(interval, COMPILE_SWITCH_INTERVAL))
   threads = [threading.Thread(target=work, args=(False,), name="compile", daemon=True)]
   threads[0].start()
+  progs: list[tuple[UOp, Any]] = []
+  queued: set[tuple[str, Any]] = set()   # (source, compiler): kernels that differ only in lifted literals share a source
   try:
     try:
-      for i, (ast, device) in enumerate(todo):
+      for ast, device in todo:
         dev = Device[device]
-        jobs.put((i, get_program(ast, dev.renderer), dev.compiler))
+        progs.append((prog := get_program(ast, dev.renderer), dev.compiler))
+        if len(prog.src) == 5 or (job := (program_source(prog), dev.compiler)) in queued or (dev.compiler, job[0]) in _binaries: continue
+        queued.add(job)
+        jobs.put(job)
         # compiles fall behind codegen: a second thread compiles too, its LLVM compiles in the worker process (llvmlite runs
         # one call at a time in a process; a C compiler is a process already), so two run at once; the worker's start
         # (~0.3 s) pays only where this many wait
@@ -70,15 +76,17 @@ def compile_kernels(kernels: list[tuple[UOp, str]]) -> None:
           threads[1].start()
     finally:
       for _ in threads: jobs.put(None)
-    got: dict[int, tuple[Any, Exception | None]] = {}
-    for i, key in enumerate(todo):   # the results in the kernels' order, whichever thread compiled them
-      while i not in got:
-        j, prog, err = done.get()
-        got[j] = (prog, err)
-      prog, err = got.pop(i)
-      if err is not None: raise err
-      _compiled[key] = prog
-      if DEBUG >= 4: print(program_source(prog))
+    got: dict[tuple[str, Any], tuple[bytes | None, Exception | None]] = {}
+    for key, (prog, compiler) in zip(todo, progs):   # in the kernels' order, whichever thread compiled them
+      binary = None
+      if (job := (program_source(prog), compiler)) in queued:
+        while job not in got:
+          j, out, err = done.get()
+          got[j] = (out, err)
+        binary, err = got[job]
+        if err is not None: raise err
+      _compiled[key] = hit = compile_program(prog, compiler, binary)
+      if DEBUG >= 4: print(program_source(hit))
   finally:
     for t in threads: t.join()
     sys.setswitchinterval(interval)

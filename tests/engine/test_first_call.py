@@ -38,18 +38,26 @@ def _three_kernels(rows: int) -> tuple[Tensor, np.ndarray]:
   return t, (np.exp(x * 2) + 1).sum(0)
 
 def test_kernels_compile_in_a_second_thread_to_the_same_programs(monkeypatch):
-  threads: list[int] = []
-  orig = program.compile_program
-  def spy(p, compiler):
-    threads.append(threading.get_ident())
-    return orig(p, compiler)
-  monkeypatch.setattr(program, "compile_program", spy)
-  t, want = _three_kernels(23)
+  # the compile thread runs the compiler only: the PROGRAMs and the caches are made in the calling thread
+  compiled_in, built_in = [], []
   dev = Device.DEFAULT
+  comp, orig = Device[dev].compiler, program.compile_program
+  cached = comp.compile_cached
+  def compile_spy(src):
+    compiled_in.append(threading.get_ident())
+    return cached(src)
+  def build_spy(*a):
+    built_in.append(threading.get_ident())
+    return orig(*a)
+  monkeypatch.setattr(comp, "compile_cached", compile_spy)
+  monkeypatch.setattr(program, "compile_program", build_spy)
+  t, want = _three_kernels(23)
   kernels = [(a, dev) for a in _asts(t)]
   assert len(kernels) >= 2 and not any(k in state._compiled for k in kernels)
   state.compile_kernels(kernels)
-  assert len(threads) == len(kernels) and threading.get_ident() not in threads
+  assert len(compiled_in) == len(kernels) and threading.get_ident() not in compiled_in
+  assert built_in == [threading.get_ident()] * len(kernels)
+  monkeypatch.undo()
   for ast, d in kernels:
     got = state._compiled[(ast, d)]
     one = orig(program.get_program(ast, Device[d].renderer), Device[d].compiler)
@@ -58,19 +66,39 @@ def test_kernels_compile_in_a_second_thread_to_the_same_programs(monkeypatch):
   np.testing.assert_allclose(t.numpy(), want, rtol=1e-5, atol=1e-7)
 
 def test_a_compile_error_in_the_thread_is_raised_by_the_call(monkeypatch):
-  orig, calls = program.compile_program, []
-  def failing(p, compiler):
-    calls.append(p)
+  comp = Device[Device.DEFAULT].compiler
+  cached, calls = comp.compile_cached, []
+  def failing(src):
+    calls.append(src)
     if len(calls) == 2: raise CompileError("the second kernel's compiler failed")
-    return orig(p, compiler)
-  monkeypatch.setattr(program, "compile_program", failing)
+    return cached(src)
+  monkeypatch.setattr(comp, "compile_cached", failing)
   t, _ = _three_kernels(19)
   kernels = [(a, Device.DEFAULT) for a in _asts(t)]
   with pytest.raises(CompileError, match="second kernel"): state.compile_kernels(kernels)
   assert kernels[0] in state._compiled and kernels[1] not in state._compiled
-  monkeypatch.setattr(program, "compile_program", orig)
+  monkeypatch.undo()
   t2, want = _three_kernels(19)
   np.testing.assert_allclose(t2.numpy(), want, rtol=1e-5, atol=1e-7)
+
+def test_kernels_that_share_a_source_compile_once(monkeypatch):
+  # kernels that differ only in a lifted literal render one source: it compiles once, and both PROGRAMs carry its binary
+  x = np.random.default_rng(17).standard_normal((17, 41)).astype(np.float32)
+  ts = [(Tensor(x) * 2 + c).sum(0) for c in (3, 5, 7)]
+  dev = Device.DEFAULT
+  comp = Device[dev].compiler
+  cached, srcs = comp.compile_cached, []
+  def spy(src):
+    srcs.append(src)
+    return cached(src)
+  monkeypatch.setattr(comp, "compile_cached", spy)
+  kernels = [(a, dev) for t in ts for a in _asts(t)]
+  assert len(kernels) == 3 and not any(k in state._compiled for k in kernels)
+  with Context(CORE_DISABLE_COMPILER_CACHE=1): state.compile_kernels(kernels)
+  assert len(srcs) == 1
+  monkeypatch.undo()
+  assert len({program.program_binary(state._compiled[k]) for k in kernels}) == 1
+  for t, c in zip(ts, (3, 5, 7)): np.testing.assert_allclose(t.numpy(), (x * 2 + c).sum(0), rtol=1e-5, atol=1e-5)
 
 @pytest.mark.parametrize("why", ["one core", "BEAM"])
 def test_kernels_left_to_compile_kernel(why, monkeypatch):
@@ -96,17 +124,18 @@ def test_a_backlog_of_compiles_goes_to_a_second_thread_in_the_llvm_worker(monkey
   if not isinstance(getattr(Device[Device.DEFAULT].compiler, "target", None), compiler.LLVMTarget): pytest.skip("not an LLVM compiler")
   monkeypatch.setattr(state, "COMPILE_BACKLOG", 0)
   monkeypatch.setattr(llvm_worker, "_off_process_failed", False)
-  orig, worker_done, where = program.compile_program, threading.Event(), {}
-  def spy(p, comp):
+  dev = Device.DEFAULT
+  comp = Device[dev].compiler
+  cached, orig, worker_done, where = comp.compile_cached, program.compile_program, threading.Event(), {}
+  def spy(src):
     off = getattr(compiler.off_process, "on", False)
     if not off: worker_done.wait(10)
-    out = orig(p, comp)
-    where[program.program_source(out)] = off
+    out = cached(src)
+    where[src] = off
     if off: worker_done.set()
     return out
-  monkeypatch.setattr(program, "compile_program", spy)
+  monkeypatch.setattr(comp, "compile_cached", spy)
   t, want = _six_kernels(31)
-  dev = Device.DEFAULT
   kernels = [(a, dev) for a in _asts(t)]
   assert len(kernels) >= 5 and not any(k in state._compiled for k in kernels)
   before = llvm_worker.worker_compiles
