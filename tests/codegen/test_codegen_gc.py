@@ -17,13 +17,8 @@ def _kernel_ast(t: Tensor) -> UOp:
   return item.ast
 
 @pytest.mark.parametrize("enabled", [True, False])
-def test_codegen_runs_without_the_collector_and_restores_it(monkeypatch, enabled):
-  seen: list[bool] = []
-  orig = program._get_program
-  def spy(*a, **k):
-    seen.append(gc.isenabled())
-    return orig(*a, **k)
-  monkeypatch.setattr(program, "_get_program", spy)
+def test_codegen_runs_without_the_collector_and_restores_it(gc_state_at, enabled):
+  seen = gc_state_at(program, "_get_program")
   x = np.arange(37 * 43, dtype=np.float32).reshape(37, 43)
   t = (Tensor(x) * 3).sum(1)
   ast = _kernel_ast(t)

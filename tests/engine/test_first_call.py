@@ -17,13 +17,8 @@ from core.schedule.kernelize import create_schedule
 def _asts(t: Tensor) -> list:
   return [it.ast for it in create_schedule([t.uop])[0] if it.ast.op is Ops.SINK]
 
-def test_the_general_path_runs_without_the_collector_and_restores_it(monkeypatch):
-  seen: list[bool] = []
-  orig = realize.create_schedule
-  def spy(*a, **k):
-    seen.append(gc.isenabled())
-    return orig(*a, **k)
-  monkeypatch.setattr(realize, "create_schedule", spy)
+def test_the_general_path_runs_without_the_collector_and_restores_it(gc_state_at):
+  seen = gc_state_at(realize, "create_schedule")
   x = np.arange(29 * 31, dtype=np.float32).reshape(29, 31)
   assert gc.isenabled()
   out = ((Tensor(x) + 7) * 2).max(0).numpy()
