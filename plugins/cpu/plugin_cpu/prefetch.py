@@ -245,26 +245,27 @@ def window_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict
 # A packed product's row-side loads (a matmul's A, broadcast a row of the row tile each: no loop inside the row block, which
 # window_offsets leaves) read each row tile from the L3 for the first panel of a group and from the L2 for the rest: nothing
 # fetches the next tile before its first reduce steps miss. The tile's first load also prefetches the same place of each of
-# its rows one row tile on into the L2, where the reduce index starts a line: each line once, for a compare and a branch a step. znver3 code on a Zen 4, A/B in one process
-# (rule off / on), medians of 15-61, load 6-20, one thread (thread time) and two (process CPU time, no numpy between: its
-# spinning threads slowed whichever ran next), GFLOP/s: 2048^3 93-104 -> 94-106 (+0.1 to +2.4% in 7 runs), 2T 99.7 -> 101.1,
-# 102.3 -> 103.2; 2048x768x768 99.3 -> 109.6, 2T 95.6 -> 104.1; 2048x768x3072 105.6 -> 110.1, 2T 100.2 -> 107.2; 1024^3
-# 101.6 -> 102.2, 108.6 -> 108.3, 2T 100.1 -> 103.4; a @ b.T 1024 101.8 -> 105.5; 256x768x3072 and 256x3072x768 unchanged
-# (+-0.4%). Hand-edited variants of 2048^3 (104.8 before): a prefetch per load per step 86.8, into the L1 97.6 (it evicts the
-# panel's lines); the rule's first form, a gate a load between the padded rows' gated loads, kept LLVM from unswitching the
-# loop on those: 48. Whatever the tile's size: it took tiles over half the L1 only (K = 1024 on a Zen 3 or 4, not on the Zen 5's
-# 48 KiB), but A beyond the L2 is read from the L3 all the same. znver3 code on a Zen 5, one thread (thread time), A/B in one
-# process, medians of 25-41 pair ratios [min-max], load 13-15, 1024xKx1024 (rule off below half the L1 / on): K = 1024 1.034
-# [1.007-1.056] (122.7 -> 127.6 GFLOP/s), 768 1.017 [0.987-1.055], 512 1.028 [1.006-1.056], 256 1.010 [0.978-1.032]. Measured
-# with 16 vector registers only (AVX2), LLVM renderer only, as SPREAD_BELOW_REGS
+# its rows one row tile on into the L2, where the reduce index starts a line: each line once, for a compare and a branch a
+# step. znver3 code on a Zen 4, A/B in one process (rule off / on), medians of 15-61, load 6-20, one thread (thread time) and
+# two (process CPU time, no numpy between: its spinning threads slowed whichever ran next), GFLOP/s: 2048^3 93-104 -> 94-106
+# (+0.1 to +2.4% in 7 runs), 2T 99.7 -> 101.1, 102.3 -> 103.2; 2048x768x768 99.3 -> 109.6, 2T 95.6 -> 104.1; 2048x768x3072
+# 105.6 -> 110.1, 2T 100.2 -> 107.2; 1024^3 101.6 -> 102.2, 108.6 -> 108.3, 2T 100.1 -> 103.4; a @ b.T 1024 101.8 -> 105.5;
+# 256x768x3072 and 256x3072x768 unchanged (+-0.4%). Hand-edited variants of 2048^3 (104.8 before): a prefetch per load per
+# step 86.8, into the L1 97.6 (it evicts the panel's lines); the rule's first form, a gate a load between the padded rows'
+# gated loads, kept LLVM from unswitching the loop on those: 48. Whatever the tile's size: it took tiles over half the L1
+# only (K = 1024 on a Zen 3 or 4, not on the Zen 5's 48 KiB), but A beyond the L2 is read from the L3 all the same. znver3
+# code on a Zen 5, one thread (thread time), A/B in one process, medians of 25-41 pair ratios [min-max], load 13-15,
+# 1024xKx1024 (rule off below half the L1 / on): K = 1024 1.034 [1.007-1.056] (122.7 -> 127.6 GFLOP/s), 768 1.017
+# [0.987-1.055], 512 1.028 [1.006-1.056], 256 1.010 [0.978-1.032]. Measured with 16 vector registers only (AVX2), LLVM
+# renderer only, as SPREAD_BELOW_REGS
 ROW_TILE_PREFETCH = True   # row_tile_offsets on (a switch for comparisons)
 
 def row_tile_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int], budget: int,
                      copied: list[UOp]) -> dict[UOp, tuple[tuple[int, ...], int, Spread]]:
   """For a packed product's row tiles (scalar global LOADs in a reduce loop of a buffer beyond `budget` bytes, beside a pack's
   copy, one element apart a reduce step, with the same index terms: its rows) whose innermost other loop steps by a line or
-  more: for the tile's first load (the least constant), the
-  distances to each row's place one step of that loop on, L2_LOCALITY, and the gate of the reduce steps that start a line."""
+  more: for the tile's first load (the least constant), the distances to each row's place one step of that loop on,
+  L2_LOCALITY, and the gate of the reduce steps that start a line."""
   copies, per_line = set(copied), line_bytes()
   rows: dict[UOp, tuple[UOp, int, frozenset[tuple[UOp, int]], int]] = {}   # load -> (its reduce, row step, index terms, constant)
   for x in uops:
