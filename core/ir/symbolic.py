@@ -482,6 +482,13 @@ def simplify(u: UOp, name: str = "simplify", memo: dict[UOp, UOp] | None = None)
   """u rewritten by `symbolic` to its fixed point, with the memo of shared_simplify where one is open (else `memo`)."""
   return graph_rewrite(u, symbolic, name=name, memo=shared if (shared := getattr(_memo, "done", None)) is not None else memo)
 
+def mark_simplified(u: UOp, memo: dict[UOp, UOp] | None = None) -> UOp:
+  """u, recorded as its own simplification in the open shared_simplify memo (else `memo`), so later simplify() calls stop at
+  it. The caller promises that simplify(u) is u: a node built as simplify would return it (kernel.rebuild's range sums)."""
+  if (m := getattr(_memo, "done", None)) is None: m = memo
+  if m is not None: m[u] = u
+  return u
+
 # *** index-specific rules the code generator adds ***
 
 def _gep_vectorize(v: UOp, root: UOp) -> UOp | None:

@@ -4,7 +4,7 @@ import threading
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops, Variable
 from core.ir.pattern import UPat, PatternMatcher, graph_rewrite
-from core.ir.symbolic import symbolic, simplify, shared_simplify
+from core.ir.symbolic import symbolic, simplify, shared_simplify, mark_simplified
 
 def _counted(monkeypatch, pm: PatternMatcher) -> list[UOp]:
   """The nodes graph_rewrite asks `pm` to rewrite (pm.rewrite shadowed on the instance)."""
@@ -46,6 +46,20 @@ def test_shared_simplify_answers_a_simplified_node_from_its_memo(monkeypatch):
     assert simplify(e) is want
     asked.clear()
     assert simplify(e) is want and simplify(e) is want and asked == []   # from the memo: no rule asked again
+
+def test_a_node_marked_simplified_is_answered_from_the_memo(monkeypatch):
+  # mark_simplified records a node the caller built as simplify returns it: later calls in the session stop there
+  x, y = Variable("x", 0, 10), Variable("y", 0, 10)
+  u = graph_rewrite((x + 1) * 4 + y, symbolic)
+  assert graph_rewrite(u, symbolic) is u
+  asked = _counted(monkeypatch, symbolic)
+  with shared_simplify():
+    assert mark_simplified(u) is u
+    assert simplify(u) is u and asked == []
+  mine: dict[UOp, UOp] = {}
+  assert mark_simplified(u, mine) is u and mine == {u: u}   # outside a session: the caller's memo
+  assert simplify(u, memo=mine) is u and asked == []
+  assert mark_simplified(u) is u and simplify(u) is u and asked   # no session, no memo: nothing recorded
 
 def test_shared_simplify_nests_into_the_outer_memo_and_stays_in_its_thread():
   import core.ir.symbolic as S

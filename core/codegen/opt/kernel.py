@@ -258,7 +258,7 @@ def split_axis(ast: UOp, r: UOp, amt: int, kind: AxisType, outer: bool = False) 
 def rebuild(ast: UOp, split: dict[UOp, tuple[UOp, ...]], expr: UOp | None = None) -> UOp:
   """Substitute each old range by its new ranges: in END and REDUCE sources the list of ranges, elsewhere the index
   expression `expr` (or the single new range). Index math is simplified, and the END chains re-nested (canonical order)."""
-  from core.ir.symbolic import simplify, split_sum
+  from core.ir.symbolic import simplify, split_sum, mark_simplified
   (old, news), = split.items()
   val = expr if expr is not None else news[0]
   done: dict[UOp, UOp] = {old: val}
@@ -279,7 +279,8 @@ def rebuild(ast: UOp, split: dict[UOp, tuple[UOp, ...]], expr: UOp | None = None
     # a canonical sum over ranges (the index math of every earlier rebuild) is built as simplify gives it: ~0.2 ms a sum saved
     if parts is not None and (terms := canonical_range_sum(before)) is not None:
       if after is before: return before
-      if (ret := _resplit(before, *terms, old, parts)) is not None: return ret
+      # marked in the memo: the expander's and lowerer's simplify calls then stop at the sum instead of walking it again
+      if (ret := _resplit(before, *terms, old, parts)) is not None: return mark_simplified(ret, memo)
     return simplify(after, "simplify index", memo)
   sub = {new: new.replace(src=(new.src[0],) + tuple(index_math(b, a) for b, a in zip(u.src[1:], new.src[1:]))) for u, new in idx_nodes}
   out = out.substitute(sub) if sub else out

@@ -34,6 +34,22 @@ def test_every_apply_builds_the_kernel_simplify_gives(which, monkeypatch):
   assert all(a.ast is b.ast for a, b in zip(fast, slow))
   assert len(built) >= 8 and all(u is not None for u in built)
 
+@pytest.mark.parametrize("which", list(OPTS))
+def test_the_built_sums_are_marked_simplified_and_simplify_agrees(which, monkeypatch):
+  # rebuild marks each sum it builds in the shared memo (the expander's simplify calls then stop there): the promise holds,
+  # each equals simplify's answer with a fresh memo
+  rng = np.random.default_rng(0)
+  ast = matmul_item(rng, 16, 32, 64)[0].ast if which == "matmul" else _conv_ast(rng)
+  marked: list[UOp] = []
+  mark = symbolic.mark_simplified
+  monkeypatch.setattr(symbolic, "mark_simplified", lambda u, memo=None: marked.append(u) or mark(u, memo))
+  with symbolic.shared_simplify():
+    k = Kernel(ast)
+    for o in OPTS[which]: k = k.apply(o)
+    memo = symbolic._memo.done
+  assert len(marked) >= 8 and all(memo.get(u) is u for u in marked)
+  assert all(symbolic.simplify(u, memo={}) is u for u in marked)
+
 def test_a_split_after_the_first_simplifies_no_index_sum(monkeypatch):
   k = Kernel(matmul_item(np.random.default_rng(1), 16, 32, 64)[0].ast).apply(Opt(OptOps.UPCAST, 1, 4))
   assert all(kernel.canonical_range_sum(s) is not None for s in _index_sources(k.ast))
