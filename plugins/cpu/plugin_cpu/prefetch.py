@@ -78,7 +78,22 @@ def index_step(idx: UOp, r: UOp) -> int | None:
   """How far index `idx` moves when loop `r` steps by one, where that is a constant (else None)."""
   while idx.op is Ops.ADD and idx.src[1].op is Ops.CONST: idx = idx.src[0]   # a constant offset moves nothing
   if (step := _steps.get((idx, r), _steps)) is _steps:   # (the cache itself: a miss, where None is a step that is not constant)
-    step = _steps[idx, r] = s.arg if (s := (idx.substitute({r: r + 1}) - idx).simplify()).op is Ops.CONST else None
+    if (step := _linear_step(idx, r)) is None:
+      step = s.arg if (s := (idx.substitute({r: r + 1}) - idx).simplify()).op is Ops.CONST else None
+    _steps[idx, r] = step
+  return step
+
+def _linear_step(idx: UOp, r: UOp) -> int | None:
+  """r's coefficient in sum `idx` where r appears in it only as terms r or r*c (c an int constant) and every other term is
+  free of r, as simplify would find it (~0.6 ms a substitute and simplify); else None."""
+  if idx.dtype.count != 1: return None
+  step, todo = 0, [idx]
+  while todo:
+    u = todo.pop()
+    if u.op is Ops.ADD: todo += u.src
+    elif u is r: step += 1
+    elif u.op is Ops.MUL and u.src[0] is r and u.src[1].op is Ops.CONST and type(u.src[1].arg) is int: step += u.src[1].arg
+    elif r in u.toposort(): return None
   return step
 
 def global_read(x: UOp) -> UOp | None:
