@@ -65,7 +65,7 @@ def compile_kernels(kernels: list[tuple[UOp, str]]) -> None:
       for ast, device in todo:
         dev = Device[device]
         progs.append((prog := get_program(ast, dev.renderer), dev.compiler))
-        if len(prog.src) == 5 or (job := (program_source(prog), dev.compiler)) in queued or (dev.compiler, job[0]) in _binaries: continue
+        if (job := (program_source(prog), dev.compiler)) in queued or (dev.compiler, job[0]) in _binaries: continue
         queued.add(job)
         jobs.put(job)
         # compiles fall behind codegen: a second thread compiles too, its LLVM compiles in the worker process (llvmlite runs
