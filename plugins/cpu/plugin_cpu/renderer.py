@@ -210,7 +210,7 @@ def _llvm_index_offset(ctx: CPULLVMRenderer, x: UOp) -> str | None:
   # (index_offsets holds only int32 adds of a constant: _offset_add)
   return f"{ctx[x]} = add nsw i32 {ctx[x.src[0]]}, {ctx[x.src[1]]}" if x in ctx.index_offsets else None
 
-def _offset_add(i: UOp) -> bool: return i.op is Ops.ADD and i.dtype == dtypes.int32 and i.src[1].op is Ops.CONST
+def _offset_add(i: UOp) -> bool: return i.dtype == dtypes.int32 and _offset_add_parts(i) is not None   # (scalar only)
 
 def index_offsets(uops: list[UOp]) -> frozenset[UOp]:
   """The 32-bit (index + constant) adds that index a scalar load: _llvm_index_offset writes them nsw."""
