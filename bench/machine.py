@@ -10,7 +10,7 @@ Run alone: python bench/machine.py"""
 from __future__ import annotations
 import ctypes, os, platform, statistics, threading, time
 from dataclasses import dataclass, field, fields
-from typing import Iterable
+from typing import Callable, Iterable
 import numpy as np
 
 ACCUMULATORS = 12          # independent FMA chains: more than FMA latency x pipes (4 cycles x 2 on Zen), so the pipes stay full
@@ -189,51 +189,69 @@ def median(ms: list[Machine]) -> Machine:
 
 ARRAYS = {"read": 1, "copy": 2, "triad": 3}   # arrays each bandwidth loop streams through
 
+def _library(width: int) -> object:
+  """The loops in `width`-lane vectors, compiled for this CPU by core's host JIT (once per process)."""
+  from core.device.hostjit import host_library
+  return host_library(_ir(width, platform.machine().lower() in ("x86_64", "amd64")))
+
+def _chunks(threads: int, count: int, width: int, *arrays: np.ndarray) -> tuple[int, list[tuple[int, ...]]]:
+  """(floats covered, each thread's (addresses, floats)): every chunk a whole number of the loops' groups, so aligned too."""
+  grain = width * max(GROUP, READ_ACCUMULATORS)
+  count -= count % grain
+  # the loops run their body once before testing the count: a thread given no group would run past its arrays
+  if count < threads * grain: raise ValueError(f"{count} floats are fewer than a group of {grain} for each of {threads} threads")
+  # exactly `threads` chunks, within a grain of each other (a ceil-sized step left 18 KiB copies 6 chunks for 8 threads)
+  cut = [count // grain * t // threads * grain for t in range(threads + 1)]
+  return count, [tuple(x.ctypes.data + 4 * lo for x in arrays) + (hi - lo,) for lo, hi in zip(cut, cut[1:])]
+
+def _loop_work(lib: object, kind: str, threads: int, count: int, width: int, arrays: tuple[np.ndarray, ...],
+               sink: np.ndarray) -> tuple[int, list]:
+  """(bytes one call moves, each thread's (function, arguments)) of one bandwidth loop over `count` floats of `arrays`."""
+  count, work = _chunks(threads, count, width, *arrays)
+  if kind == "read":
+    read = lib.function("read", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)  # type: ignore[attr-defined]
+    return 4 * count, [(read, (p, sink[t].ctypes.data, m)) for t, (p, m) in enumerate(work)]   # each thread's sum to its own row
+  fn = lib.function(kind, None, *[ctypes.c_void_p] * ARRAYS[kind], ctypes.c_int64)  # type: ignore[attr-defined]
+  return 4 * count * len(arrays), [(fn, args) for args in work]
+
+def sampler(kind: str, nbytes: int, width: int | None = None) -> Callable[[int], float]:
+  """One bandwidth loop ("read", "copy", "triad") over `nbytes` moved per call, its arrays allocated once: each call of the
+  result with a thread count runs the loop once on that many threads and returns its GB/s. bench/suite.py times it between a
+  row's frameworks, so the row and the loop it is judged against share each spell of the machine."""
+  width = width or vector_width()
+  count = max(nbytes // (4 * ARRAYS[kind]), cores() * width * READ_ACCUMULATORS)
+  arrays = tuple(_array(count) for _ in range(ARRAYS[kind]))
+  sink = np.zeros((cores(), width), np.float32)
+  lib, plans = _library(width), {}
+  def run(threads: int) -> float:
+    if threads not in plans: plans[threads] = _loop_work(lib, kind, threads, count, width, arrays, sink)
+    moved, work = plans[threads]
+    return moved / _parallel(threads, work) / 1e9
+  return run
+
 def measure(repeat: int = 10, quick: bool = False, footprints: Iterable[tuple[str, int]] = (), width: int | None = None) -> Machine:
   """Best of `repeat` runs of each loop (as many as a row's timed calls: on a shared machine the best of 3 came out at a third
   of the best of 10), on one thread and on every core (`quick`: small sizes, a smoke test; the bandwidth
   then measures the caches, not memory); `footprints`: (kind, bytes moved per call) of rows, each also measured on every core
   with arrays of that size (at most the memory-sized ones); `width`: float32 lanes of every loop's vectors (default this CPU's
   widest; 8 measures what AVX2 code gets on an AVX-512 CPU: bench/suite.py --isa avx2)."""
-  from core.device.hostjit import host_library
   width, n = width or vector_width(), cores()
   iters, floats = (FMA_ITERS // 100, STREAM_FLOATS >> 8) if quick else (FMA_ITERS, STREAM_FLOATS)
-  lib = host_library(_ir(width, platform.machine().lower() in ("x86_64", "amd64")))
-  fma = lib.function("fma_loop", None, ctypes.c_int64, ctypes.c_void_p)
-  copy = lib.function("copy", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
-  triad = lib.function("triad", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
-  read = lib.function("read", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+  lib = _library(width)
+  fma = lib.function("fma_loop", None, ctypes.c_int64, ctypes.c_void_p)  # type: ignore[attr-defined]
   sink = np.zeros((max(n, 1), width), np.float32)
   def peak(threads: int) -> float:
     flops = 2 * width * ACCUMULATORS * iters * threads
     return max(flops / _parallel(threads, [(fma, (iters, sink[t].ctypes.data)) for t in range(threads)]) for _ in range(repeat)) / 1e9
   a, b, c = (_array(floats) for _ in range(3))
-  def chunks(threads: int, count: int, *arrays: np.ndarray) -> tuple[int, list[tuple[int, ...]]]:
-    """(floats covered, each thread's (addresses, floats)): every chunk a whole number of the loops' groups, so aligned too."""
-    grain = width * max(GROUP, READ_ACCUMULATORS)
-    count -= count % grain
-    # the loops run their body once before testing the count: a thread given no group would run past its arrays
-    if count < threads * grain: raise ValueError(f"{count} floats are fewer than a group of {grain} for each of {threads} threads")
-    # exactly `threads` chunks, within a grain of each other (a ceil-sized step left 18 KiB copies 6 chunks for 8 threads)
-    cut = [count // grain * t // threads * grain for t in range(threads + 1)]
-    return count, [tuple(x.ctypes.data + 4 * lo for x in arrays) + (hi - lo,) for lo, hi in zip(cut, cut[1:])]
-  def stream(fn: object, threads: int, arrays: tuple[np.ndarray, ...], count: int = floats) -> float:
-    count, work = chunks(threads, count, *arrays)
-    return max(4 * count * len(arrays) / _parallel(threads, [(fn, args) for args in work]) for _ in range(repeat)) / 1e9
-  def reads(threads: int, count: int = floats) -> float:
-    # each thread's partial sum goes to its own row of `sink`
-    count, work = chunks(threads, count, a)
-    return max(4 * count / _parallel(threads, [(read, (p, sink[t].ctypes.data, m)) for t, (p, m) in enumerate(work)])
-               for _ in range(repeat)) / 1e9
-  loops = {"copy": (copy, (a, b)), "triad": (triad, (a, b, c))}
+  loops = {"read": (a,), "copy": (a, b), "triad": (a, b, c)}
+  def best(kind: str, threads: int, count: int = floats) -> float:
+    moved, work = _loop_work(lib, kind, threads, count, width, loops[kind], sink)
+    return max(moved / _parallel(threads, work) for _ in range(repeat)) / 1e9
   def at(kind: str, nbytes: int) -> float:
-    count = max(min(nbytes // (4 * ARRAYS[kind]), floats), n * width * READ_ACCUMULATORS)
-    if kind == "read": return reads(n, count)
-    fn, arrays = loops[kind]
-    return stream(fn, n, arrays, count)
-  return Machine(width, n, peak(1), peak(n), stream(copy, 1, (a, b)), stream(copy, n, (a, b)),
-                 stream(triad, 1, (a, b, c)), stream(triad, n, (a, b, c)), reads(1), reads(n),
-                 {fp: at(*fp) for fp in dict.fromkeys(footprints)})
+    return best(kind, n, max(min(nbytes // (4 * ARRAYS[kind]), floats), n * width * READ_ACCUMULATORS))
+  return Machine(width, n, peak(1), peak(n), best("copy", 1), best("copy", n), best("triad", 1), best("triad", n), best("read", 1),
+                 best("read", n), {fp: at(*fp) for fp in dict.fromkeys(footprints)})
 
 if __name__ == "__main__":
   import sys

@@ -8,7 +8,10 @@ torch's libgomp workers ~10 ms, and a cell started meanwhile shared a core with 
 a row's cells, run numpy's BLAS too). --rounds N runs the whole list of rows N times, round after round, so a slow spell of
 the machine (other processes) hits every row and framework alike instead of the rows that happened to run then; a cell's
 figure is then the median of its rounds, printed with their range [min-max]; every round is checked against the reference,
-and the machine's own loops (the bandwidth and peak the rows are judged against) run again each round, their medians taken."""
+and the machine's own loops (the bandwidth and peak the rows are judged against) run again each round, their medians taken.
+The bandwidth rows go further, as this VM's memory bandwidth changes between spells of minutes: each row's frameworks and the
+machine's loop at the row's footprint are timed in turn, sample after sample (paired), and each ratio is the median of the
+per-sample ratios, printed with their range and the spell the samples fell in."""
 from __future__ import annotations
 import argparse, contextlib, math, os, random, statistics, subprocess, sys, time, traceback
 from dataclasses import dataclass, field, replace
@@ -218,8 +221,8 @@ def _count(n: int) -> str: return f"{n >> 20}M" if n >= 1 << 20 and n % (1 << 20
 
 @dataclass
 class Cell:
-  """One framework's outcome on one row: `value` in the row's unit (the median of `values`, one per round), or a status
-  (WRONG, n/a, -, err)."""
+  """One framework's outcome on one row: `value` in the row's unit (the median of `values`: one per round, or every sample of a
+  paired row), or a status (WRONG, n/a, -, err)."""
   value: float | None = None
   status: str = ""
   first_s: float | None = None   # the first call of the first round: compile + run
@@ -231,8 +234,41 @@ class Cell:
     if self.status: return   # failed, or n/a, in an earlier round
     if other.status in ("WRONG", "err"): self.status, self.value = other.status, None
     elif other.value is not None:
-      self.values.append(other.value)
+      self.values += other.values   # a round's figure, or all of a paired row's samples in it
       self.value = statistics.median(self.values)
+
+# *** paired samples: a bandwidth row's frameworks and the machine's loop at its footprint, interleaved ***
+
+LOOP, LOOP_1 = "loop", "loop 1 thread"   # a sample's figures of the machine's loop (bench/machine.py) on all cores, on one
+SAMPLE_CALLS = 3     # timed calls per framework in a sample, after one untimed call (another's arrays just left the caches) ...
+SAMPLE_S = 0.05      # ... fewer once this much is spent (a slow peer's call is long enough alone)
+
+def paired(row: Row) -> bool:
+  """Rows judged as a share of a memory bandwidth: their frameworks and that loop are sampled in turn (this VM's bandwidth moves
+  between spells of minutes, ~1x or ~2x the 1-thread figure on 2 threads, and figures taken minutes apart compared spells)."""
+  return row.unit == "GB/s" and row.bw is not None
+
+def sample_order(names: list[str], i: int) -> list[str]:
+  """The order of sample `i`: rotated each sample, so no one always follows the same other (its caches, its threads' wake-up)."""
+  k = i % len(names) if names else 0
+  return names[k:] + names[:k]
+
+def paired_ratios(samples: list[dict[str, float]], a: str, b: str) -> list[float]:
+  """a / b within each sample that has both: figures taken a fraction of a second apart, in the same spell of the machine."""
+  return [s[a] / s[b] for s in samples if s.get(a) and s.get(b)]
+
+def spread(values: list[float]) -> tuple[float, float, float] | None:
+  """(median, min, max) of all the values (no best-of: every pair counts), None for none."""
+  return (statistics.median(values), min(values), max(values)) if values else None
+
+def spell_text(samples: list[dict[str, float]], kind: str, nbytes: int) -> str:
+  """Which spell a row's samples fell in: the machine's loop at the row's footprint on all cores, and that over its 1-thread
+  figure in the same sample (on this VM ~1x in the slow spells, ~2x in the fast ones; a range spanning both: the spell changed
+  during the row, and the pairs still compare like with like)."""
+  loop, scale = spread([s[LOOP] for s in samples if s.get(LOOP)]), spread(paired_ratios(samples, LOOP, LOOP_1))
+  if loop is None: return "no machine loop sampled"
+  text = f"machine {kind} {nbytes / 2**20:.3g} MiB {_fmt(loop[0])} GB/s [{_fmt(loop[1])}-{_fmt(loop[2])}]"
+  return text + (f", {scale[0]:.2f}x [{scale[1]:.2f}-{scale[2]:.2f}] its 1-thread figure" if scale else "")
 
 @dataclass
 class Result:
@@ -240,18 +276,31 @@ class Result:
   size: dict[str, Any]
   cells: dict[str, Cell] = field(default_factory=dict)
   machine: machine_bench.Machine | None = None   # what a bandwidth ref ("copy", "read", "triad") is measured by
+  samples: list[dict[str, float]] = field(default_factory=list)   # a paired row's: each {framework or LOOP: GB/s}, of all rounds
   @property
   def footprint(self) -> int | None:
     """Bytes one call moves (a GB/s row): the machine's bandwidth loops also ran over that much, for the row's ceiling."""
     return int(self.row.work(self.size)) if self.row.unit == "GB/s" and self.row.work is not None else None
+  def paired_spread(self, ref: str) -> tuple[float, float, float] | None:
+    """Ours over `ref` (a framework, or a bandwidth: the loop) per sample: (median, min, max); None without samples of both."""
+    return spread(paired_ratios(self.samples, "ours", LOOP if ref in BANDWIDTHS else ref)) if self.samples else None
   @property
   def ratio(self) -> float | None:
     ours = self.cells.get("ours", Cell()).value
     if self.row.ref is None: return None
+    if self.samples: return (p := self.paired_spread(self.row.ref)) and p[0]
     ref = ((self.machine.bandwidth(self.row.ref, self.footprint) if self.machine else None) if self.row.ref in BANDWIDTHS else
            self.cells.get(self.row.ref, Cell()).value)
     if ours is None or ref is None or ours == 0 or ref == 0: return None
     return ours / ref   # throughput: ours/ref (>= target); time: ours/ref (<= target)
+  @property
+  def bw_share(self) -> float | None:
+    """Ours as a share of the machine's loop of the row's access pattern at its footprint: the median of the samples' shares
+    (paired), else of the loop measured with the machine's other figures."""
+    ours = self.cells.get("ours", Cell()).value
+    if self.row.bw is None or ours is None: return None
+    if self.samples: return (p := self.paired_spread(self.row.bw)) and p[0]
+    return ours / self.machine.bandwidth(self.row.bw, self.footprint) if self.machine else None
   @property
   def met(self) -> bool | None:
     ours = self.cells.get("ours", Cell())
@@ -263,7 +312,7 @@ class Result:
     if self.row.peak_target and ours.value < self.row.peak_target * self.machine.peak_all: return False
     # a bandwidth row must also come near the machine's own bandwidth for its access pattern
     if self.row.bw is None or self.row.ref in BANDWIDTHS: return True
-    return ours.value >= self.row.bw_target * self.machine.bandwidth(self.row.bw, self.footprint)
+    return (share := self.bw_share) is None or share >= self.row.bw_target
 
 def _close(got: Any, want: Any, row: Row) -> str | None:
   """None when got matches want within the row's tolerance, else what is off."""
@@ -283,11 +332,8 @@ def _perturb(x: Any) -> Any:
   if isinstance(x, (list, tuple)): return [_perturb(x[0]), *x[1:]]
   return np.asarray(x) * 1.1 + 1
 
-def measure(case: Case, row: Row, want: Any, size: dict[str, Any], repeat: int, budget_s: float, stat: str,
-            wrong: bool = False) -> tuple[Cell, str | None]:
-  """First call (timed), the check against numpy, a warm-up call, then up to `repeat` timed calls (stopping early once
-  `budget_s` is spent, after at least one). The figure is the min (or median) of the timed calls, per operation.
-  Returns the cell and, when the check failed, what was off."""
+def check(case: Case, row: Row, want: Any, wrong: bool = False) -> tuple[float, str | None]:
+  """First call (timed), the check against numpy and a warm-up call: (the first call's seconds, what was off or None)."""
   st = time.perf_counter()
   case.run()
   first = time.perf_counter() - st
@@ -295,11 +341,24 @@ def measure(case: Case, row: Row, want: Any, size: dict[str, Any], repeat: int, 
   if case.result is not None and want is not None:   # want None: no reference here (a training row without torch)
     got = case.result()
     if wrong: got = _perturb(got)
-    if (off := _close(row.select(got), want, row)) is not None: return Cell(status="WRONG", first_s=first), off
+    if (off := _close(row.select(got), want, row)) is not None: return first, off
     # a zero-copy result (ours, torch) holds the first call's output: kept, the first timed call allocated and page-faulted a
     # fresh one (softmax, ours: 423 faults, 15 GB/s against ~50 on the next calls) instead of the warm-up call
     del got
   if not case.fresh and first < 1.0: case.run()   # a slow first call is mostly running, not compiling: skip the warm-up
+  return first, None
+
+def _figure(row: Row, size: dict[str, Any], seconds: float) -> float:
+  """One operation's time in the row's unit (throughput from its work, else ms or us)."""
+  return row.work(size) / seconds / 1e9 if row.work is not None else seconds * (1e3 if row.unit == "ms" else 1e6)
+
+def measure(case: Case, row: Row, want: Any, size: dict[str, Any], repeat: int, budget_s: float, stat: str,
+            wrong: bool = False) -> tuple[Cell, str | None]:
+  """First call (timed), the check against numpy, a warm-up call, then up to `repeat` timed calls (stopping early once
+  `budget_s` is spent, after at least one). The figure is the min (or median) of the timed calls, per operation.
+  Returns the cell and, when the check failed, what was off."""
+  first, off = check(case, row, want, wrong)
+  if off is not None: return Cell(status="WRONG", first_s=first), off
   times: list[float] = []
   limit = max(repeat, 1) if case.max_calls is None else max(min(repeat, case.max_calls - case.calls_before_check), 1)
   while len(times) < limit and (not times or sum(times) < budget_s):
@@ -307,8 +366,43 @@ def measure(case: Case, row: Row, want: Any, size: dict[str, Any], repeat: int, 
     case.run()
     times.append(time.perf_counter() - st)
   t = (min(times) if stat == "min" else statistics.median(times)) / case.count
-  value = row.work(size) / t / 1e9 if row.work is not None else t * (1e3 if row.unit == "ms" else 1e6)
-  return Cell(value=value, first_s=first), None
+  return Cell(value=_figure(row, size, t), first_s=first), None
+
+def burst(call: Callable[[], float], stat: str) -> float:
+  """One sample of a paired row: an untimed call, then up to SAMPLE_CALLS timed ones (fewer once SAMPLE_S is spent); `call`
+  runs once and returns its GB/s; the sample is their max (stat min: the least time) or median."""
+  call()
+  got: list[float] = []
+  end = time.perf_counter() + SAMPLE_S
+  while len(got) < SAMPLE_CALLS and (not got or time.perf_counter() < end): got.append(call())
+  return max(got) if stat == "min" else statistics.median(got)
+
+def _case_rate(case: Case, row: Row, size: dict[str, Any]) -> Callable[[], float]:
+  """One timed call of a framework's case, as GB/s."""
+  def call() -> float:
+    st = time.perf_counter()
+    case.run()
+    return _figure(row, size, (time.perf_counter() - st) / case.count)
+  return call
+
+def sample_pairs(calls: dict[str, Callable[[], float]], settle: Callable[[], object], repeat: int, budget_s: float,
+                 stat: str) -> tuple[list[dict[str, float]], dict[str, str]]:
+  """Up to `repeat` samples (at least one; fewer once budget_s per participant is spent), each a burst of every participant in
+  turn (sample_order), each burst started once the process's other threads are quiet. Returns the samples and, for a
+  participant that raised (left out of the later samples), why."""
+  samples: list[dict[str, float]] = []
+  failed: dict[str, str] = {}
+  live, start = dict(calls), time.perf_counter()
+  while live and len(samples) < max(repeat, 1) and (not samples or time.perf_counter() - start < budget_s * len(calls)):
+    sample: dict[str, float] = {}
+    for name in sample_order(list(live), len(samples)):
+      settle()
+      try: sample[name] = burst(live[name], stat)
+      except Exception as e:
+        failed[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        del live[name]
+    samples.append(sample)
+  return samples, failed
 
 def machine_info() -> str:
   cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -380,10 +474,20 @@ def _share(r: Result, m: machine_bench.Machine | None) -> str:
   """Our figure as a share of what the machine measured: FLOP/s of the FMA peak, bytes/s of the bandwidth of the row's access
   pattern (named: "% read bw", "% copy bw", "% triad bw")."""
   ours = r.cells.get("ours")
-  if m is None or ours is None or ours.value is None: return "-"
-  if r.row.unit == "GFLOP/s": return f"{100 * ours.value / m.peak_all:.0f}% peak"
-  if r.row.unit == "GB/s" and r.row.bw: return f"{100 * ours.value / m.bandwidth(r.row.bw, r.footprint):.0f}% {r.row.bw} bw"
-  return "-"
+  if ours is None or ours.value is None: return "-"
+  if r.row.unit == "GFLOP/s": return "-" if m is None else f"{100 * ours.value / m.peak_all:.0f}% peak"
+  if r.row.unit != "GB/s" or not r.row.bw: return "-"
+  if r.samples:   # paired: the median share over the samples [their min-max]
+    if (p := r.paired_spread(r.row.bw)) is None: return "-"
+    return f"{100 * p[0]:.0f}% {r.row.bw} bw" + (f" [{100 * p[1]:.0f}-{100 * p[2]:.0f}]" if p[1] != p[2] else "")
+  return "-" if m is None else f"{100 * ours.value / m.bandwidth(r.row.bw, r.footprint):.0f}% {r.row.bw} bw"
+
+def _ratio_text(r: Result) -> str:
+  """The target's ratio; a paired row's is the median of its samples' ratios, shown with their [min-max]."""
+  if (ratio := r.ratio) is None: return "-"
+  text = f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.2g}x"
+  if r.samples and (p := r.paired_spread(r.row.ref or "")) and p[1] != p[2]: text += f" [{p[1]:.2f}-{p[2]:.2f}]"
+  return text
 
 def _fmt(v: float) -> str: return f"{v:.3g}" if v < 100 else f"{v:.0f}"
 
@@ -396,10 +500,9 @@ def print_table(results: list[Result], libs: list[str], out: TextIO, machine: ma
   head = ["row", "work", "unit", *libs, "of machine", "ratio", "target", "met", "ours 1st call"]
   lines = []
   for r in results:
-    ratio = r.ratio
     if r.row.ref is None: rtxt, ttxt = "-", f"<= {_fmt(r.row.target)} {r.row.unit}"
     else:
-      rtxt = "-" if ratio is None else f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.2g}x"
+      rtxt = _ratio_text(r)
       ttxt = f"{'>=' if r.row.higher_better else '<='} {r.row.target}x {r.row.ref}" + ("" if r.row.higher_better else " time")
       if r.row.bw and r.row.ref not in BANDWIDTHS: ttxt += f", {r.row.bw_target}x {r.row.bw} bw"
       if r.row.peak_target: ttxt += f", {r.row.peak_target:.0%} peak"
@@ -449,9 +552,13 @@ def run(rows: list[str] | None = None, quick: bool = False, repeat: int = 10, bu
   print(f"figures: steady state, the {stat} of up to {repeat} timed calls after a warm-up call (at most ~{budget_s:g} s of "
         "timing per cell), each cell started once the other threads are quiet" +
         (f"; the median of {rounds} rounds over all rows [their min-max]" if rounds > 1 else "") +
-        "; 'ours 1st call' is our first call (compile + run)", file=out)
+        "; 'ours 1st call' is our first call (compile + run). Bandwidth rows (GB/s) instead take up to "
+        f"{repeat} samples a round, each an untimed call and up to {SAMPLE_CALLS} timed ones of every framework and of the "
+        "machine's loop at the row's footprint in turn (the same spell of the machine's memory); a figure is the median of the "
+        "samples [their min-max], a ratio the median of the per-sample ratios [their min-max]", file=out)
   out.flush()
   results = [Result(row, row.sizes[1 if quick else 0], machine=machine) for row in todo]
+  loops: dict[tuple[str, int], Callable[[int], float]] | None = {} if measure_machine else None   # the paired rows' loops
   errors: list[str] = []
   header_notes = len(notes)   # the notes printed so far; those of the rows (n/a and why) follow the table
   unsettled = 0
@@ -464,29 +571,56 @@ def run(rows: list[str] | None = None, quick: bool = False, repeat: int = 10, bu
       if want is None and rnd == 0: print(f"{row.key}: no reference without torch: results unchecked", file=out)
       if rnd == 0 and row.ref is not None and (other := next((r for r in results if r.row.key == row.ref and r.cells), None)):
         res.cells[row.ref] = other.cells["ours"]   # a row judged against another row of ours (bf16 against float32)
+      def settled() -> None:
+        nonlocal unsettled
+        if not suite_libs.settle(libs["ours"].park): unsettled += 1   # our pool and every peer's workers asleep before the cell
+      cells: dict[str, Cell] = {}
+      cases: dict[str, Callable[[], float]] = {}   # a paired row's frameworks, checked, timed below in turn with the loop
       for name in names:
         cell, msg = Cell(status="-"), ""
         if name in libs:
           try:
             case = getattr(libs[name], row.op or row.key)(data)
-            if not suite_libs.settle(libs["ours"].park): unsettled += 1   # our pool and every peer's workers asleep before the cell
-            cell, off = measure(case, row, want, size, repeat, budget_s, stat, wrong=name == "ours" and row.key in wrong)
+            settled()
+            if paired(row):
+              first, off = check(case, row, want, wrong=name == "ours" and row.key in wrong)
+              cell = Cell(status="WRONG" if off else "", first_s=first)
+              if not off: cases[name] = _case_rate(case, row, size)
+            else: cell, off = measure(case, row, want, size, repeat, budget_s, stat, wrong=name == "ours" and row.key in wrong)
             if off: msg = f"{row.key}: {name} is WRONG: {off}"
           except NotApplicable as e: cell = Cell(status="n/a"); msg = f"{row.key}: {name} n/a ({e})"
           except Exception as e:
             cell, msg = Cell(status="err"), f"{row.key}: {name} failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             if os.getenv("BENCH_TRACEBACK"): traceback.print_exc()
         if msg and msg not in notes + errors: (notes if cell.status == "n/a" else errors).append(msg)
+        cells[name] = cell
+      if cases:
+        if loops is not None and (fp := res.footprint) and row.bw:
+          if (row.bw, fp) not in loops: loops[(row.bw, fp)] = machine_bench.sampler(row.bw, fp, lanes)
+          loop = loops[(row.bw, fp)]
+          cases.update({LOOP: lambda: loop(machine_bench.cores()), LOOP_1: lambda: loop(1)})
+        samples, failed = sample_pairs(cases, settled, repeat, budget_s, stat)
+        res.samples += samples
+        for name, why in failed.items():
+          errors.append(f"{row.key}: {name} failed: {why}")
+          if name in cells: cells[name] = Cell(status="err")
+        for name, cell in cells.items():
+          if not cell.status and (got := [x[name] for x in samples if name in x]):
+            cell.value, cell.values = statistics.median(got), got
+      for name, cell in cells.items():
         if name in res.cells: res.cells[name].add_round(cell)
         else: res.cells[name] = cell
         print(f"  {row.key} {name}{f' round {rnd + 1}' if rounds > 1 else ''}: {_cell_text(cell)} {row.unit}", file=sys.stderr, flush=True)
-      del data, want
+      del data, want, cases
   if len(machines) > 1:
     machine = machine_bench.median(machines)
     for res in results: res.machine = machine
     print(f"\nthe machine, each figure the median of its {len(machines)} rounds: {machine.text()}", file=out)
   print(file=out)
   print_table(results, names, out, machine)
+  for res in results:
+    if res.samples and res.row.bw and res.footprint:   # the paired rows: how many pairs, and in which spell of the machine
+      print(f"{res.row.key}: {len(res.samples)} samples; {spell_text(res.samples, res.row.bw, res.footprint)}", file=out)
   for n in notes[header_notes:]: print(n, file=out)
   for err in errors: print(err, file=out)
   if unsettled: print(f"{unsettled} cell(s) started with other threads still busy after {suite_libs.SETTLE_MAX_S:g} s", file=out)
