@@ -3,8 +3,9 @@ prefetch, decided on the linear kernel for both CPU renderers.
 
 A row kernel reads each row of a buffer in a first reduce loop (from memory), then again in later loops (from the L1 cache). While
 the later loops run, nothing fetches the next row: the hardware prefetcher follows misses, and there are none, so the time is
-memory plus compute. The loads of the second reduce loop over the buffer also prefetch the same place one row on, so the next
-row's first pass finds it in the cache (one Zen 3 thread, layernorm 4096x1024: LLVM 2.38 -> 1.70 ms, C 2.63 -> 1.76).
+memory plus compute. The loads of the second reduce loop over the buffer also prefetch the same place a row or two on
+(rows_ahead), so a later row's first pass finds it in the cache (one row on, one Zen 3 thread, layernorm 4096x1024: LLVM
+2.38 -> 1.70 ms, C 2.63 -> 1.76).
 
 A packed product (core.codegen.opt.pack) copies a panel of an input, then computes on it: the copy waits on memory while no FMA
 runs, and the compute reads no memory. The copy's loads also prefetch the next panel, which then arrives while this one is
@@ -27,6 +28,16 @@ from core.ir.symbolic import split_sum
 from plugin_cpu.streaming import NT_MIN_BYTES, cache_bytes
 
 ROW_MAX_BYTES = 16 << 10   # a row the later passes read from L1 (32 KiB on current x86 cores), with room for the next one
+
+# A row kernel prefetches ROWS_AHEAD rows on where this row and those up to the prefetched one fit half the L1 data cache, else
+# the next row. One row on, the prefetches go out during the row's later passes only, a fraction of a row's time before the next
+# row's first pass reads it (4 KiB rows at 40 GB/s a thread: ~100 ns, about a memory latency). Zen 5, 2 threads, both variants
+# in one process, each Jit-captured and sampled in turn with the copy loop, runs at load 13-23, speed 2 rows on / 1, medians of
+# 30 pairs per run: layernorm 4096x1024 1.037, 1.055, 1.099, 0.994, 1.083; softmax 4096x1000 1.046, 1.026, 1.019, 1.076; AVX2
+# code (znver3) layernorm 1.031, 1.019, 1.048 (its softmax reads the next row's max ahead and prefetches nothing: 0.998, 0.986,
+# the noise of the method); C renderer layernorm 1.048, softmax 1.005 (compute-bound); the GPT-2 block row (its 256x768
+# layernorms) 1.003 / 1.002 the time native / AVX2. 3 rows on no better than 2 (1.004, 1.017, 1.010 over 2 rows on)
+ROWS_AHEAD = 2
 
 # each prefetch's locality hint (llvm.prefetch's and __builtin_prefetch's 0-3; on x86 3 is prefetcht0, into the L1, and 1
 # prefetcht2, into the L2 only). An in-place panel's next one (reread_offsets) goes to the L2 where a panel is over half the L1
@@ -428,6 +439,11 @@ def stream_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]]) -> dict[UOp
     out[x] = STREAM_AHEAD_LINES * line_bytes() // item
   return out
 
+def rows_ahead(row_bytes: int) -> int:
+  """How many rows on a row kernel prefetches: ROWS_AHEAD where the row and those up to the prefetched one fit half the L1 data
+  cache (the rest holds what the later passes read beside it: a layernorm's weight and bias), else 1."""
+  return ROWS_AHEAD if (ROWS_AHEAD + 1) * row_bytes <= L1_BYTES // 2 else 1
+
 def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0, simd_width: int = 0,
                      flags: frozenset[str] = frozenset(), deps: dict[UOp, frozenset[UOp]] | None = None) \
     -> dict[UOp, tuple[int | tuple[int, ...], int, Spread | None]]:
@@ -440,7 +456,7 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0,
   (stream_offsets, into the L2), an in-place
   panel's next one (reread_offsets, where the renderer's `panel_budget` is known: big panels into the L2; spread over the row
   blocks below SPREAD_BELOW_REGS `simd_regs`), a packed product's next row tile (row_tile_offsets, into the L2, below
-  SPREAD_BELOW_REGS `simd_regs`: distances a tuple), or one row on (all but those L2 ones L1_LOCALITY). A load
+  SPREAD_BELOW_REGS `simd_regs`: distances a tuple), or rows_ahead rows on (all but those L2 ones L1_LOCALITY). A load
   qualifies for the row where it reads a global buffer in the second reduce loop over that buffer, under a loop of rows (not a
   reduce) that the first reduce loop's reads share, and the row step of its address is a constant of at most ROW_MAX_BYTES.
   `deps`: loop_deps(uops), where the caller has it (the LLVM renderer asks it too)."""
@@ -480,5 +496,6 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0,
     rows = [r for r in rngs if r in first[buf][1] and r.arg[-1] is not AxisType.REDUCE]
     if not rows: continue
     row = max(rows, key=lambda r: order[r])
-    if (step := index_step(idx, row)) is not None and 0 < step * buf.dtype.base.itemsize <= ROW_MAX_BYTES: out[x] = (step, L1_LOCALITY, None)
+    if (step := index_step(idx, row)) is not None and 0 < (row_bytes := step * buf.dtype.base.itemsize) <= ROW_MAX_BYTES:
+      out[x] = (step * rows_ahead(row_bytes), L1_LOCALITY, None)
   return out

@@ -40,9 +40,19 @@ def _sources(fn, rows: int, simd_bytes: int, ren: str = "LLVM", width: int = W) 
 def test_row_kernels_prefetch_the_next_row(fn, simd_bytes, ren):
   srcs = _sources(fn, 4096, simd_bytes, ren)
   assert len(srcs) == 1
-  # the prefetched address is the loaded one a row (W floats) on
+  # the prefetched address is the loaded one a row (W floats) or two on (rows_ahead: what fits this host's L1)
   offs = re.findall(PREFETCH[ren], srcs[0])
-  assert offs and set(offs) == {str(W)}, srcs[0]
+  assert offs and set(offs) == {str(W * prefetch.rows_ahead(4 * W))}, srcs[0]
+
+@pytest.mark.parametrize("ren", ["LLVM", "C"])
+@pytest.mark.parametrize("l1_kib, width, ahead", [(32, 1024, 2), (32, 2048, 1), (48, 2048, 2), (48, 4096, 1)])
+def test_row_kernels_prefetch_two_rows_on_where_they_fit_the_l1(l1_kib, width, ahead, ren, monkeypatch):
+  # one row on, the next row's lines are asked for a fraction of a row's time before it is read; two rows on where the row and
+  # the two after it fit half the L1 (4 KiB rows on 32 KiB; 8 KiB rows on 48 KiB, not on 32)
+  monkeypatch.setattr(prefetch, "L1_BYTES", l1_kib << 10)
+  (src,) = _sources(_layernorm, 256, 64, ren, width)
+  offs = [o for _, dists in _prefetching_loads(src, ren) for o in dists]
+  assert offs and min(offs) == width * ahead, (sorted(set(offs)), src)
 
 def _prefetching_loads(src: str, ren: str) -> list[tuple[int, list[int]]]:
   """(float lanes, prefetched distances in elements) of each load that prefetches, as each renderer writes it."""
@@ -62,7 +72,8 @@ def test_a_load_prefetches_every_line_of_its_vector(simd_bytes, ren):
   (src,) = _sources(_layernorm, 4096, simd_bytes, ren, width)
   loads = _prefetching_loads(src, ren)
   assert loads, src
-  for lanes, offs in loads: assert offs == [width + k * per_line for k in range(-(-lanes // per_line))], (lanes, offs)
+  row = width * prefetch.rows_ahead(4 * width)
+  for lanes, offs in loads: assert offs == [row + k * per_line for k in range(-(-lanes // per_line))], (lanes, offs)
   assert max(lanes for lanes, _ in loads) * 4 >= simd_bytes, "the loads are narrower than a vector: the case this checks is gone"
 
 @pytest.mark.parametrize("ren", ["LLVM", "C"])
