@@ -424,6 +424,19 @@ def tile_sweep_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: 
 STREAM_AHEAD_LINES = 8
 STREAM_L2_SIMD = 64
 STREAM_SKIP_FLAGS = frozenset({"avx_vnni"})
+
+# A Zen 5 (named by STREAM_SKIP_FLAGS, as above) running AVX-512 code wants a transposing tile's lines TILE_SWEEP_NEAR steps on,
+# not TILE_SWEEP_AHEAD (the Zen 4's best). NHWC -> NCHW 32x56x56x64, 2 threads, native code, both distances in one process, each
+# Jit-captured and sampled in turn with the copy loop, load 27-41, speed 4 steps / 8, medians of 20-40 pairs a run: slow memory
+# spell 1.046, 1.043, 1.053, 1.047, 1.040, 1.045; fast spell 1.043, 1.062, 0.985; 2 steps 1.01-1.04 of 8, below 4. AVX2 code
+# (znver3, no such flag) on the same host: 4 / 8 1.000, 2 / 8 1.003 (it keeps 8). The training step's 64x64x3x3 weight
+# transpose takes it too: resnet18_train 1.001 the time
+TILE_SWEEP_NEAR = 4
+
+def tile_sweep_ahead(simd_width: int, flags: frozenset[str]) -> int:
+  """Steps on that a transposing tile's loads prefetch (tile_sweep_offsets): TILE_SWEEP_NEAR for AVX-512 code on a CPU with any
+  of STREAM_SKIP_FLAGS, else TILE_SWEEP_AHEAD (0: the rule off)."""
+  return TILE_SWEEP_NEAR if TILE_SWEEP_AHEAD and simd_width >= STREAM_L2_SIMD and flags & STREAM_SKIP_FLAGS else TILE_SWEEP_AHEAD
 STREAM_MIN_BYTES = NT_MIN_BYTES
 
 def stream_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]]) -> dict[UOp, int]:
@@ -451,7 +464,7 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0,
   that skips it or None): a pack copy's next panel (panel_offsets), a strip transpose's lines SWEEP_AHEAD steps on along its
   rows (sweep_offsets; into the L2 where the target's vectors, `simd_width`, are SWEEP_L2_SIMD bytes or more, or
   SWEEP_ALONE_L2_SIMD where the sweep's loads are all of the kernel's global loads), where no load sweeps, a transposing tile's
-  lines TILE_SWEEP_AHEAD steps on (tile_sweep_offsets, into the L2), where neither, the target's vectors are STREAM_L2_SIMD
+  lines tile_sweep_ahead steps on (tile_sweep_offsets, into the L2), where neither, the target's vectors are STREAM_L2_SIMD
   bytes or more and its CPU features (`flags`) none of STREAM_SKIP_FLAGS, a streaming reduction's lines STREAM_AHEAD_LINES on
   (stream_offsets, into the L2), an in-place
   panel's next one (reread_offsets, where the renderer's `panel_budget` is known: big panels into the L2; spread over the row
@@ -470,8 +483,8 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0,
     alone = all(x in sweeps for x in uops if global_read(x) is not None)
     loc = L2_LOCALITY if simd_width >= (SWEEP_ALONE_L2_SIMD if alone else SWEEP_L2_SIMD) else L1_LOCALITY
     out.update(_once_per_line({x: (o * SWEEP_AHEAD, loc, None) for x, o in sweeps.items() if x not in out}))
-  elif TILE_SWEEP_AHEAD:
-    out.update(_once_per_line({x: (o * TILE_SWEEP_AHEAD, L2_LOCALITY, None) for x, o in tile_sweep_offsets(uops, deps, order).items() if x not in out}))
+  elif ahead := tile_sweep_ahead(simd_width, flags):
+    out.update(_once_per_line({x: (o * ahead, L2_LOCALITY, None) for x, o in tile_sweep_offsets(uops, deps, order).items() if x not in out}))
   if simd_width >= STREAM_L2_SIMD and not flags & STREAM_SKIP_FLAGS and not out:
     out.update((x, (o, L2_LOCALITY, None)) for x, o in stream_offsets(uops, deps).items())
   # (not beside a pack's copy: the other input's row tile, re-read across a group of panels, is in the L1 already)

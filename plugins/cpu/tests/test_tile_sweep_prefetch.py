@@ -34,6 +34,18 @@ def test_nhwc_to_nchw_prefetches_its_lines_steps_ahead_into_the_l2(arch, threads
   assert steps and {int(o) % (prefetch.TILE_SWEEP_AHEAD * 64) for o, _ in steps} == {0}, steps
   assert {h for _, h in steps} == {str(prefetch.L2_LOCALITY)}, steps
 
+@pytest.mark.parametrize("threads", [0, 2])
+def test_a_zen5_prefetches_its_tiles_fewer_steps_ahead(threads):
+  # AVX-512 code on a CPU with STREAM_SKIP_FLAGS' features (a Zen 5): the same lines, TILE_SWEEP_NEAR steps on, not
+  # TILE_SWEEP_AHEAD; without them (a Zen 4) as before
+  def offsets(zen5: bool) -> list[int]:
+    rnd = host_like_renderer("LLVM", 64, threads)
+    rnd.flags = rnd.flags | prefetch.STREAM_SKIP_FLAGS if zen5 else rnd.flags - prefetch.STREAM_SKIP_FLAGS
+    src = _source(rnd, nhwc_nchw, (32, 56, 56, 64), threads)
+    return sorted(int(o) for o, _ in re.findall(r"= getelementptr float, ptr %\w+, i64 (\d+)\n  call void @llvm.prefetch.p0\(ptr %\w+, i32 0, i32 (\d)", src))
+  near, far = offsets(True), offsets(False)
+  assert near and near != far and [o * prefetch.TILE_SWEEP_AHEAD for o in near] == [o * prefetch.TILE_SWEEP_NEAR for o in far], (near, far)
+
 def test_the_c_renderer_prefetches_nhwc_to_nchw_too():
   src = _source(CPUCRenderer().narrowed(32), nhwc_nchw, (32, 56, 56, 64), 2)
   assert re.findall(r"__builtin_prefetch\(.*?, 0, (\d)\)", src) and set(re.findall(r"__builtin_prefetch\(.*?, 0, (\d)\)", src)) == {"1"}
