@@ -424,6 +424,7 @@ def tile_sweep_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: 
 STREAM_AHEAD_LINES = 8
 STREAM_L2_SIMD = 64
 STREAM_SKIP_FLAGS = frozenset({"avx_vnni"})
+STREAM_MIN_BYTES = NT_MIN_BYTES
 
 # A Zen 5 (named by STREAM_SKIP_FLAGS, as above) running AVX-512 code wants a transposing tile's lines TILE_SWEEP_NEAR steps on,
 # not TILE_SWEEP_AHEAD (the Zen 4's best). NHWC -> NCHW 32x56x56x64, 2 threads, native code, both distances in one process, each
@@ -437,7 +438,6 @@ def tile_sweep_ahead(simd_width: int, flags: frozenset[str]) -> int:
   """Steps on that a transposing tile's loads prefetch (tile_sweep_offsets): TILE_SWEEP_NEAR for AVX-512 code on a CPU with any
   of STREAM_SKIP_FLAGS, else TILE_SWEEP_AHEAD (0: the rule off)."""
   return TILE_SWEEP_NEAR if TILE_SWEEP_AHEAD and simd_width >= STREAM_L2_SIMD and flags & STREAM_SKIP_FLAGS else TILE_SWEEP_AHEAD
-STREAM_MIN_BYTES = NT_MIN_BYTES
 
 def stream_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]]) -> dict[UOp, int]:
   """Where every global load of the kernel reads a buffer of STREAM_MIN_BYTES or more, a whole cache line or more a load, one after
