@@ -190,9 +190,13 @@ def _llvm_offset_index(ctx: CPULLVMRenderer, x: UOp, base: UOp, off: UOp) -> str
   plus the tap, then -row-1), and an inbounds GEP outside its object is poison, the load's address with it. The machine code
   is the same without: ResNet-18 b8 inference and training step, the 92 kernels with such addresses native and 93 in znver3
   code, byte for byte."""
-  b, t, pt = ctx.tmp(), ctx.mem_ty(x.src[0].dtype.base), ctx.ptr_ty(x.src[0].dtype)
-  return (f"{b} = getelementptr {t}, {pt} {ctx[x.src[0]]}, i32 {ctx[base]}\n"
-          f"  {ctx[x]} = getelementptr {t}, {pt} {b}, i64 {off.arg}")
+  t, pt = ctx.mem_ty(x.src[0].dtype.base), ctx.ptr_ty(x.src[0].dtype)
+  # the lanes of a tile in one block share the buffer-at-index GEP (it dominates the rest of its block): a 3x3 conv's 224
+  # lane stores and 96 panel loads wrote one each, for LLVM to parse and merge again
+  lane = f"{ctx[x]} = getelementptr {t}, {pt} {{}}, i64 {off.arg}"
+  if (b := ctx.base_geps.get(key := (ctx.block, x.src[0], base))) is not None: return lane.format(b)
+  b = ctx.base_geps[key] = ctx.tmp()
+  return f"{b} = getelementptr {t}, {pt} {ctx[x.src[0]]}, i32 {ctx[base]}\n  " + lane.format(b)
 
 def _in_reduce(deps: dict[UOp, frozenset[UOp]], idx: UOp) -> bool: return any(r.arg[-1] is AxisType.REDUCE for r in deps.get(idx, ()))
 
@@ -456,6 +460,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
   def function(self, name: str, uops: list[UOp]) -> str:
     self.blocks: list[UOp] = []
     self.streams = False
+    self.base_geps: dict[tuple[str, UOp, UOp], str] = {}   # (block, buffer, index) -> _llvm_offset_index's first GEP there
     return super().function(name, uops)
 
   def render_prologue(self, params: list[Param]) -> str:
