@@ -84,7 +84,9 @@ def strided_lanes(stride: int, width: int) -> tuple[list[int], list[tuple[int, i
 class Expander:
   """Rewrites a kernel whose register axes are `unrolled` (copied per value) and `vec` (lanes of vector dtypes, or None)."""
   def __init__(self, unrolled: list[UOp], vec: UOp | None, masked: bool = False, mem_dtypes: frozenset[DType] = VECTOR_MEM_DTYPES,
-               simd_bytes: int = 0, split_rows: bool = False):
+               simd_bytes: int = 0, split_rows: bool = False, walks: Expander | None = None):
+    """`walks`: an Expander over the same register axes whose deps, sums and substitutions this one reuses (they depend on
+    the set of register axes, not on which of them is the vector axis: pick_vector_axis asks them first)."""
     self.unrolled, self.vec, self.masked, self.mem_dtypes, self.simd_bytes = unrolled, vec, masked, mem_dtypes, simd_bytes
     self.split_rows = split_rows
     self.width: int = (range_size(vec) or 1) if vec is not None else 1
@@ -98,6 +100,9 @@ class Expander:
     self._subs: dict[tuple[UOp, tuple[tuple[UOp, int], ...], int | None], UOp] = {}
     self._sums: dict[UOp, Any] = {}   # _sum_parts by node
     self._transposed: dict[tuple[tuple[tuple[UOp, ...], ...], int], list[UOp]] = {}   # a tile's shuffled rows, built once for all its stores
+    if walks is not None:
+      assert walks.regs == self.regs, "walks over other register axes"
+      self._deps, self._mem, self._subs, self._sums = walks._deps, walks._mem, walks._subs, walks._sums
 
   def deps(self, u: UOp) -> frozenset[UOp]:
     """The register axes u depends on (walked without recursion: kernels can be deep)."""
@@ -363,22 +368,27 @@ class Expander:
     return UOp(Ops.GROUP, dtypes.void, tuple(UOp(Ops.STORE, dtypes.void, (ix, val.gep(k) if val.dtype.count > 1 else val))
                                              for k, ix in enumerate(idx)))
 
-def pick_vector_axis(sink: UOp, regs: list[UOp], mem_dtypes: frozenset[DType] = VECTOR_MEM_DTYPES) -> UOp | None:
+def pick_vector_axis(sink: UOp, regs: list[UOp], mem_dtypes: frozenset[DType] = VECTOR_MEM_DTYPES, walks: Expander | None = None) -> UOp | None:
   """The register axis (power-of-two size) along which the most loads inside a reduction touch neighbouring elements, then the
-  most loads/stores (ties: the innermost)."""
+  most loads/stores (ties: the innermost). `walks`: an Expander over `regs` (no vector axis) to ask, whose answers the
+  expansion then reuses."""
   best: tuple[int, int, bool, Any] | None = None
   choice = None
   mem = [u for u in sink.toposort() if u.op in (Ops.LOAD, Ops.STORE)]
+  # the expander's walks with every axis a register: which axes an index uses, and the index with the others set to 0 (an
+  # index sum's terms dropped where it is one: substitute + simplify per load and axis took ~10% of the expander's time)
+  probe = walks if walks is not None else Expander(regs, None)
   for r in regs:
     n = range_size(r)
     if n is None or n < 2 or n & (n - 1): continue   # vector types have a power-of-two number of lanes
-    others = {x: UOp.const(dtypes.index, 0) for x in regs if x is not r}
+    others = {x: 0 for x in regs if x is not r}
     score = inner = 0
     for m in mem:
       idx = m.src[0]
-      if idx.op is not Ops.INDEX or r not in idx.src[1].toposort(): continue
+      if idx.op is not Ops.INDEX or r not in probe.deps(idx.src[1]): continue
       dt = m.dtype if m.op is Ops.LOAD else m.src[1].dtype
-      i = _simplify(idx.src[1].substitute(others)) if others else idx.src[1]
+      # (an index using none of the others is simplified as substitute + simplify left it)
+      i = (probe.sub(idx.src[1], others) if probe.deps(idx.src[1]) != {r} else _simplify(idx.src[1])) if others else idx.src[1]
       if dt.scalar() in mem_dtypes and contiguous_offset(i, r) is not None:
         score += 2 if m.op is Ops.STORE else 1
         # a load that moves with a reduction runs once per reduce step, one of the outputs' once per output (a fused
@@ -404,8 +414,9 @@ def expand_kernel(sink: UOp, vectorize: bool = True, masked: bool = False, vecto
   if vectorize and any(u.op is Ops.WMMA or u.dtype.scalar() not in safe for u in sink.toposort() if not isinstance(u.dtype, PtrDType)):
     vectorize = False
   for group in register_groups(sink, regs):
-    vec = pick_vector_axis(sink, group, mem) if vectorize else None
-    sink = Expander([r for r in group if r is not vec], vec, masked, mem, simd_bytes, split_rows)(sink, {})
+    walks = Expander(group, None)
+    vec = pick_vector_axis(sink, group, mem, walks) if vectorize else None
+    sink = Expander([r for r in group if r is not vec], vec, masked, mem, simd_bytes, split_rows, walks)(sink, {})
   return sink
 
 def register_groups(sink: UOp, regs: list[UOp]) -> list[list[UOp]]:
