@@ -2,7 +2,7 @@
 from __future__ import annotations
 import enum
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 from core.ir.ops import UOp, Ops, AxisType
 from core.ir.dtype import dtypes
 from core.helpers import prod, fast_members
@@ -85,10 +85,7 @@ class Kernel:
       if not (0 <= opt.amt < len(self.axes)) or opt.amt == opt.axis: raise KernelOptError(f"{opt}: no other axis {opt.amt}")
       o = self.axes[opt.amt]
       if r.arg[1] is not AxisType.LOOP or o.arg[1] is not AxisType.LOOP: raise KernelOptError(f"{opt}: SWAP needs two LOOP axes")
-      # loops nest by id within a role: exchanging the ids exchanges the nesting, the iteration space stays the same
-      ast = rebuild(rebuild(self.ast, {r: (r.replace(arg=(-1, r.arg[1])),)}), {o: (o.replace(arg=r.arg),)})
-      ast = rebuild(ast, {r.replace(arg=(-1, r.arg[1])): (r.replace(arg=o.arg),)})
-      return Kernel(ast, self.renderer, self.applied + (opt,))
+      return Kernel(swap_ids(self.ast, r, o), self.renderer, self.applied + (opt,))
     if opt.op is OptOps.PACK:
       from core.codegen.opt.pack import pack_loads
       if r.arg[1] is not AxisType.LOOP: raise KernelOptError(f"{opt}: PACK needs a LOOP axis, not {r.arg[1].name}")
@@ -261,17 +258,6 @@ def rebuild(ast: UOp, split: dict[UOp, tuple[UOp, ...]], expr: UOp | None = None
   from core.ir.symbolic import simplify, split_sum, mark_simplified
   (old, news), = split.items()
   val = expr if expr is not None else news[0]
-  done: dict[UOp, UOp] = {old: val}
-  idx_nodes: list[tuple[UOp, UOp]] = []   # the INDEX nodes, old and new (val, the index math, has none)
-  for u in ast.toposort(gate=lambda u: u not in done):
-    if u in done: continue
-    if u.op in (Ops.END, Ops.REDUCE):
-      rng = tuple(x for s in u.src[1:] for x in (news if s is old else (done[s],)))
-      new_src = (done[u.src[0]],) + rng
-    else: new_src = tuple(done[s] for s in u.src)
-    done[u] = u if new_src == u.src else UOp(u.op, u.dtype, new_src, u.arg, u.tag)
-    if u.op is Ops.INDEX: idx_nodes.append((u, done[u]))
-  out = done[ast]
   # the index math of loads and stores: fold the new products and sums
   memo: dict[UOp, UOp] = {}   # the loads and stores of a kernel mostly share their index math: each node simplified once
   parts = split_sum(val)
@@ -282,6 +268,37 @@ def rebuild(ast: UOp, split: dict[UOp, tuple[UOp, ...]], expr: UOp | None = None
       # marked in the memo: the expander's and lowerer's simplify calls then stop at the sum instead of walking it again
       if (ret := _resplit(before, *terms, old, parts)) is not None: return mark_simplified(ret, memo)
     return simplify(after, "simplify index", memo)
+  return _rewalk(ast, {old: val}, {old: news}, index_math)
+
+def swap_ids(ast: UOp, a: UOp, b: UOp) -> UOp:
+  """LOOP ranges a and b with their ids exchanged: loops nest by id within a role, so the nesting is exchanged and the
+  iteration space stays the same. One walk of the kernel (it was three rebuilds, through a spare id)."""
+  from core.ir.symbolic import simplify, mark_simplified, _order, _build_sum
+  new = {a: a.replace(arg=b.arg), b: b.replace(arg=a.arg)}
+  memo: dict[UOp, UOp] = {}
+  def index_math(before: UOp, after: UOp) -> UOp:
+    # a canonical sum over ranges stays one with the two terms renamed, in simplify's order (as rebuild's _resplit builds it)
+    if (parts := canonical_range_sum(before)) is not None:
+      if after is before: return before
+      terms = sorted([(new.get(t, t), c) for t, c in parts[0]], key=lambda tc: _order(tc[0]))
+      return mark_simplified(_build_sum(before, terms, parts[1]), memo)
+    return simplify(after, "simplify index", memo)
+  return _rewalk(ast, new, {r: (n,) for r, n in new.items()}, index_math)
+
+def _rewalk(ast: UOp, vals: dict[UOp, UOp], ends: dict[UOp, tuple[UOp, ...]], index_math: Callable[[UOp, UOp], UOp]) -> UOp:
+  """`ast` with each range r of `vals` replaced: by the ranges ends[r] in END and REDUCE sources, elsewhere by vals[r]; then
+  each INDEX's sources after the buffer by index_math(before, after), and the END chains re-nested (canonical order)."""
+  done: dict[UOp, UOp] = dict(vals)
+  idx_nodes: list[tuple[UOp, UOp]] = []   # the INDEX nodes, old and new (the values of `vals` have none)
+  for u in ast.toposort(gate=lambda u: u not in done):
+    if u in done: continue
+    if u.op in (Ops.END, Ops.REDUCE):
+      rng = tuple(x for s in u.src[1:] for x in (ends[s] if s in ends else (done[s],)))
+      new_src = (done[u.src[0]],) + rng
+    else: new_src = tuple(done[s] for s in u.src)
+    done[u] = u if new_src == u.src else UOp(u.op, u.dtype, new_src, u.arg, u.tag)
+    if u.op is Ops.INDEX: idx_nodes.append((u, done[u]))
+  out = done[ast]
   sub = {new: new.replace(src=(new.src[0],) + tuple(index_math(b, a) for b, a in zip(u.src[1:], new.src[1:]))) for u, new in idx_nodes}
   out = out.substitute(sub) if sub else out
   return nest_ends(out)
