@@ -68,8 +68,9 @@ def tile_keys(items: list[UOp], deps: dict[UOp, set[UOp]], users: dict[UOp, list
 def linearize(sink: UOp) -> list[UOp]:
   scopes = RangeScopes()
   nodes = list(sink.toposort())
-  order = {u: i for i, u in enumerate(nodes)}
+  order = dict(zip(nodes, range(len(nodes))))
   scopes.fill(nodes)
+  live_of = scopes.cache
   ranges = [u for u in nodes if u.op is Ops.RANGE]
   end_of = {u.src[1]: u for u in nodes if u.op is Ops.END}
   # parent loop of each loop: the innermost loop its END still lives in
@@ -79,7 +80,7 @@ def linearize(sink: UOp) -> list[UOp]:
   while pending:
     progress = False
     for r in list(pending):
-      encl = scopes.cache[end_of[r]] if r in end_of else frozenset()
+      encl = live_of[end_of[r]] if r in end_of else frozenset()
       if all(e in depth for e in encl):
         parent[r] = max(encl, key=lambda e: depth[e]) if encl else None
         depth[r] = depth[parent[r]] + 1
@@ -87,81 +88,93 @@ def linearize(sink: UOp) -> list[UOp]:
         progress = True
     if not progress: raise RuntimeError(f"loops {pending} are not properly nested")
 
-  def scope_of(u: UOp) -> UOp | None:
-    if u.op is Ops.RANGE: return parent[u]      # the RANGE heads its own block, which lives in the parent
-    if u.op is Ops.END: return parent[u.src[1]]
-    live = scopes.cache[u]
-    return max(live, key=depth.__getitem__) if live else None
+  # each node's block: a RANGE heads its own block, which lives in the parent (an END lives there too), anything else lives
+  # in the innermost loop it is in (asked once per distinct set of loops: most nodes share their sources' set)
+  innermost: dict[frozenset[UOp], UOp | None] = {frozenset(): None}
+  home: dict[UOp, UOp | None] = {}
+  children: dict[UOp | None, list[UOp]] = {}   # each block's items but ENDs (emitted with their loops), in graph order
+  for u in nodes:
+    if u.op is Ops.END:
+      home[u] = parent[u.src[1]]
+      continue
+    if u.op is Ops.RANGE: h = parent[u]
+    elif u.op is Ops.SINK: continue
+    elif (h := innermost.get(live := live_of[u], u)) is u: h = innermost[live] = max(live, key=depth.__getitem__)
+    home[u] = h
+    if (kids := children.get(h)) is None: children[h] = [u]
+    else: kids.append(u)
 
-  home = {u: scope_of(u) for u in nodes if u.op is not Ops.SINK}
-  children: dict[UOp | None, list[UOp]] = {}
-  for u, s in home.items(): children.setdefault(s, []).append(u)
-
-  paths: dict[UOp | None, list[UOp | None]] = {}
-  def block_path(s: UOp | None) -> list[UOp | None]:
-    """The blocks from `s` out to the kernel's top level (None), memoized: asked once per node."""
-    if (hit := paths.get(s)) is not None: return hit
-    path: list[UOp | None] = [s]
-    while path[-1] is not None: path.append(parent[path[-1]])
-    paths[s] = path
-    return path
-
-  # what each block's items wait on: a node using another orders, of the blocks they both live in, only the innermost (in every
-  # block outside it both lie in one loop, one item), so each edge is looked at once, not once per enclosing loop
-  def own(x: UOp) -> UOp | None:
-    """The item of x's home block x belongs to: x, or for an END its loop where it is that loop's end_of (else none)."""
-    return x if x.op is not Ops.END else x.src[1] if end_of.get(x.src[1]) is x else None
-  waits: dict[UOp | None, dict[UOp, set[UOp]]] = {}
-  def wait(blk: UOp | None, i: UOp | None, j: UOp | None) -> None:
-    if i is not None and j is not None and i is not j: waits.setdefault(blk, {}).setdefault(i, set()).add(j)
+  # what each item waits on, an item being a node of a block or a loop in it (its RANGE: the whole loop, its END included). A
+  # node using another orders, of the blocks they both live in, only the innermost (in every block outside it both lie in one
+  # loop, one item), so each edge is looked at once, not once per enclosing loop
+  meet: dict[tuple[UOp | None, UOp | None], tuple[UOp | None, UOp | None]] = {}
+  def meeting(hm: UOp | None, hs: UOp | None) -> tuple[UOp | None, UOp | None]:
+    """For a node living in block hm using one in block hs: in the innermost block both lie in, the loops holding them (None:
+    the node itself lives there)."""
+    pm, ps = [hm], [hs]
+    while pm[-1] is not None: pm.append(parent[pm[-1]])
+    while ps[-1] is not None: ps.append(parent[ps[-1]])
+    k = min(len(pm), len(ps)) - 1   # the depth of the innermost block both lie in
+    while pm[len(pm) - k - 1] is not ps[len(ps) - k - 1]: k -= 1
+    return (None if k == len(pm) - 1 else pm[len(pm) - k - 2], None if k == len(ps) - 1 else ps[len(ps) - k - 2])
+  deps: dict[UOp, set[UOp]] = {}
+  users: dict[UOp, list[UOp]] = {}
   for m, hm in home.items():
+    # an END is the item of its loop where it is that loop's end_of (else none); a source END stands for its loop
+    item = m if m.op is not Ops.END else m.src[1] if end_of.get(m.src[1]) is m else None
     for s in m.src:
       if s.op is Ops.END: s = s.src[1]
-      if (hs := home[s]) is hm: wait(hm, own(m), own(s))
-      elif s is not hm:   # (a node of loop s's block using s: one item, s, where s lives)
-        pm, ps = block_path(hm), block_path(hs)
-        k = min(len(pm), len(ps)) - 1   # the depth of the innermost block both lie in
-        while pm[len(pm) - k - 1] is not ps[len(ps) - k - 1]: k -= 1
-        # in it: the node itself (own) where that is its home, else the loop of that block holding its home
-        wait(pm[len(pm) - k - 1], own(m) if k == len(pm) - 1 else pm[len(pm) - k - 2], own(s) if k == len(ps) - 1 else ps[len(ps) - k - 2])
+      if (hs := home[s]) is hm: i, j = item, s
+      elif s is hm: continue   # (a node of loop s's block using s: one item, s, where s lives)
+      else:
+        if (hit := meet.get((hm, hs))) is None: hit = meet[(hm, hs)] = meeting(hm, hs)
+        i, j = item if hit[0] is None else hit[0], s if hit[1] is None else hit[1]
+      if i is None or i is j: continue
+      if (ds := deps.get(i)) is None: deps[i] = {j}
+      elif j in ds: continue
+      else: ds.add(j)
+      if (us := users.get(j)) is None: users[j] = [i]
+      else: us.append(i)
+  left = {i: len(ds) for i, ds in deps.items()}
 
   out: list[UOp] = []
+  args: list[UOp] = []   # the kernel's arguments (PARAM, DEFINE_VAR), listed first
   def emit(scope: UOp | None) -> None:
-    items = [u for u in children.get(scope, []) if u.op is not Ops.END]
-    block = waits.get(scope, {})
-    deps: dict[UOp, set[UOp]] = {it: block.get(it, set()) for it in items}
-    # Kahn's algorithm, ties broken by the global topological position (a heap of (position, item): positions are distinct), or
-    # in a transposing tile's block by its groups of stores, one after another, each square by square (tile_keys)
-    users: dict[UOp, list[UOp]] = {}
-    for it, ds in deps.items():
-      for d in ds: users.setdefault(d, []).append(it)
-    key = tile_keys(items, deps, users, order) or order
-    ready = [(key[it], it) for it in items if not deps[it]]
+    items = children.get(scope, [])
+    # Kahn's algorithm, ties broken by the global topological position (distinct: a heap of positions), or in a transposing
+    # tile's block by its groups of stores, one after another, each square by square (tile_keys; a heap of ranks by its key)
+    tk = tile_keys(items, {it: deps.get(it, set()) for it in items}, users, order) if any(is_shuffle(it) for it in items) else None
+    if tk is None: rank, by_rank = order, nodes
+    else:
+      by_rank = sorted(items, key=tk.__getitem__)
+      rank = dict(zip(by_rank, range(len(by_rank))))
+    ready = [rank[it] for it in items if it not in left]
     heapq.heapify(ready)
     emitted = 0
     while ready:
-      it = heapq.heappop(ready)[1]
+      it = by_rank[heapq.heappop(ready)]
       emitted += 1
       if it.op is Ops.RANGE:
         out.append(it)
         emit(it)  # noqa: F821  (deleted once the outer function is done, to break the cycle)
         out.append(end_of[it])
+      elif it.op in (Ops.PARAM, Ops.DEFINE_VAR): args.append(it)
       else: out.append(it)
-      for us in users.get(it, []):
-        deps[us].discard(it)
-        if not deps[us]: heapq.heappush(ready, (key[us], us))
+      for us in users.get(it, ()):
+        left[us] -= 1
+        if not left[us]: heapq.heappush(ready, rank[us])
     if emitted != len(items): raise RuntimeError("cycle while linearizing a kernel")
 
   emit(None)
   del emit   # the recursive closure is a reference cycle holding the kernel's graph: break it, don't leave it for the gc
   # kernel arguments first, in slot order (buffers), then variables by name: renderers declare them in list order
-  args = sorted((u for u in out if u.op is Ops.PARAM), key=lambda u: u.arg) + sorted((u for u in out if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg)
-  return args + [u for u in out if u.op not in (Ops.PARAM, Ops.DEFINE_VAR)]
+  params, variables = [u for u in args if u.op is Ops.PARAM], [u for u in args if u.op is Ops.DEFINE_VAR]
+  return sorted(params, key=lambda u: u.arg) + sorted(variables, key=lambda u: u.arg) + out
 
 def finalize(uops: list[UOp]) -> list[UOp]:
   """Drop ordering-only nodes: AFTER becomes its value, GROUP its last source, STORE keeps (index, value). Nodes that read through an AFTER
   get their list position as tag, so two reads of one register at different times stay two distinct nodes."""
-  sub: dict[UOp, UOp] = {}
+  sub: dict[UOp, UOp] = {}   # the nodes replaced so far (most nodes stay as they are)
   final: list[UOp] = []
   for i, u in enumerate(uops):
     if u.op is Ops.AFTER:
@@ -170,10 +183,12 @@ def finalize(uops: list[UOp]) -> list[UOp]:
     if u.op is Ops.GROUP:   # only groups stores (unrolled by the expander) under one END; the order is in the list already
       sub[u] = sub.get(u.src[-1], u.src[-1])
       continue
-    src = tuple([sub.get(s, s) for s in u.src])
+    # (an AFTER source is always replaced: a node whose sources are all unreplaced reads through none)
+    if sub.keys().isdisjoint(u.src): src, after = u.src, False
+    else: src, after = tuple([sub.get(s, s) for s in u.src]), any([s.op is Ops.AFTER for s in u.src])
     if u.op is Ops.STORE: src = src[:2]
-    if (u.op is Ops.LOAD and src[0].tag is not None) or any([s.op is Ops.AFTER for s in u.src]): nu = UOp(u.op, u.dtype, src, u.arg, i)
-    else: nu = u if src == u.src else UOp(u.op, u.dtype, src, u.arg, u.tag)
-    sub[u] = nu
+    if after or (u.op is Ops.LOAD and src[0].tag is not None): nu = sub[u] = UOp(u.op, u.dtype, src, u.arg, i)
+    elif src is not u.src and src != u.src: nu = sub[u] = UOp(u.op, u.dtype, src, u.arg, u.tag)
+    else: nu = u
     final.append(nu)
   return final
