@@ -69,6 +69,17 @@ def offset_row_sums(offsets: tuple[int, ...] = (1, 2), size: int = 40) -> list[U
   lin.add(out.index(i).store(acc.after(lin.add(acc.index(c(0)).store(total).end(j))).index(c(0)).load()).end(i))
   return lin.uops
 
+def lane_copy() -> list[UOp]:
+  """out[k*4 + i] = x[i*8 + k]: 8 scalar loads and stores a step of one loop of 4, at constant offsets (k, 4k) from the row's
+  index, all in the loop's one block (a tile's lanes, as the LLVM renderer addresses them: renderer._llvm_offset_index)."""
+  out, x = buf(0, dtypes.float32, 32), buf(1, dtypes.float32, 32)
+  lin = Linear()
+  lin.add(out, x)
+  i = lin.add(rng(4, 0))
+  for k in range(8): lin.add(out.index(i + c(4 * k)).store(x.index(i * c(8) + c(k)).load()))
+  lin.add(lin.uops[-1].end(i))
+  return lin.uops
+
 def elementwise(n: int, in_dtypes: list[DType], out_dtype: DType, fn, vec: int = 1) -> list[UOp]:
   """out[i] = fn(in0[i], in1[i], ...) over one loop of n; with `vec` > 1, fn maps vectors of `vec` lanes (vector loads and stores
   at i = vec * r)."""

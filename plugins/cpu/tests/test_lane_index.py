@@ -4,18 +4,7 @@ tile's lanes then step from one address. As one GEP at (the index widened + the 
 lane's address from its sum. Loads in reduce loops keep the i32 add. Results match numpy."""
 import re
 import numpy as np
-from core.ir.dtype import dtypes
-from cpu_kernels import Linear, c, rng, buf, run, device, offset_row_sums
-
-def _transposing_copy() -> list:
-  # out[k*4 + i] = x[i*8 + k]: 8 scalar loads and stores a step, at offsets k and 4k from the row's index
-  out, x = buf(0, dtypes.float32, 32), buf(1, dtypes.float32, 32)
-  lin = Linear()
-  lin.add(out, x)
-  i = lin.add(rng(4, 0))
-  for k in range(8): lin.add(out.index(i + c(4 * k)).store(x.index(i * c(8) + c(k)).load()))
-  lin.add(lin.uops[-1].end(i))
-  return lin.uops
+from cpu_kernels import run, device, offset_row_sums, lane_copy
 
 def _steps(src: str, data: str) -> list[int]:
   """The constant offsets of the lane addresses that step from `data` at an i32 index (the lane's base) in `src`."""
@@ -23,7 +12,7 @@ def _steps(src: str, data: str) -> list[int]:
   return sorted(int(o) for b, o in re.findall(r"= getelementptr float, ptr (%\w+), i64 (\d+)\n", src) if b in at)
 
 def test_lane_stores_and_loads_step_from_their_index():
-  src = device("LLVM").renderer.render("lane_copy", _transposing_copy())
+  src = device("LLVM").renderer.render("lane_copy", lane_copy())
   assert _steps(src, "%data0") == [4 * k for k in range(8)]
   assert _steps(src, "%data1") == list(range(8))
   assert "add nsw i64" not in src
@@ -35,7 +24,7 @@ def test_loads_in_a_reduce_loop_keep_the_i32_index():
 
 def test_lane_indices_address_what_the_i32_index_did():
   x = np.arange(40, dtype=np.float32) * 0.5 - 3
-  res = run("LLVM", _transposing_copy(), [np.zeros(32, np.float32), x[:32].copy()])[0]
+  res = run("LLVM", lane_copy(), [np.zeros(32, np.float32), x[:32].copy()])[0]
   np.testing.assert_array_equal(res, x[:32].reshape(4, 8).T.reshape(-1))
   res = run("LLVM", offset_row_sums(), [np.zeros(4, np.float32), x])[0]
   np.testing.assert_allclose(res, [x[i * 8 + 1:i * 8 + 9].sum() + x[i * 8 + 2:i * 8 + 10].sum() for i in range(4)], rtol=1e-6)

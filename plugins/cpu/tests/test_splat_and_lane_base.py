@@ -3,8 +3,7 @@
 buffer at their index (renderer._llvm_offset_index), not one each. Results match numpy."""
 import re
 import numpy as np
-from core.ir.dtype import dtypes
-from cpu_kernels import Linear, c, rng, buf, run, device, run_rendered
+from cpu_kernels import run, device, run_rendered, lane_copy
 
 def test_a_broadcast_is_one_lane_and_a_splat_shuffle():
   # an outer product: a[i] broadcast over the lanes of b's vector
@@ -16,21 +15,11 @@ def test_a_broadcast_is_one_lane_and_a_splat_shuffle():
   for vec, val in re.findall(r"(%\w+) = insertelement <\d+ x float> poison, float (%\w+), i32 0", src):
     assert not re.search(rf"= insertelement <\d+ x float> {vec}, float {val}, i32 1\n", src), src
 
-def _transposing_copy() -> list:
-  # out[k*4 + i] = x[i*8 + k]: 8 scalar loads and stores a step, at offsets from the row's index, in the loop's one block
-  out, x = buf(0, dtypes.float32, 32), buf(1, dtypes.float32, 32)
-  lin = Linear()
-  lin.add(out, x)
-  i = lin.add(rng(4, 0))
-  for k in range(8): lin.add(out.index(i + c(4 * k)).store(x.index(i * c(8) + c(k)).load()))
-  lin.add(lin.uops[-1].end(i))
-  return lin.uops
-
 def test_a_blocks_lanes_share_the_buffer_at_their_index():
-  src = device("LLVM").renderer.render("lane_copy", _transposing_copy())
+  src = device("LLVM").renderer.render("lane_copy", lane_copy())
   for data in ("%data0", "%data1"):
     (base,) = re.findall(rf"(%\w+) = getelementptr float, ptr {data}, i32 %\w+\n", src)
     assert len(re.findall(rf"= getelementptr float, ptr {base}, i64 \d+\n", src)) == 8, src
   x = np.arange(32, dtype=np.float32) * 0.5 - 3
-  res = run("LLVM", _transposing_copy(), [np.zeros(32, np.float32), x])[0]
+  res = run("LLVM", lane_copy(), [np.zeros(32, np.float32), x])[0]
   np.testing.assert_array_equal(res, x.reshape(4, 8).T.reshape(-1))
