@@ -112,28 +112,34 @@ class node_cached(Generic[_T]):
     return val
 
 _ucache: dict[tuple, weakref.ReferenceType[UOp]] = {}
-_keyed_args = (float, tuple, bool)
+# arg types whose key is not the arg itself (_arg_key): a set, so the test is one hash of the type (a tuple compared each)
+_keyed_args = frozenset({float, tuple, bool})
+_weakref = weakref.ref
+
+def _intern(cls: type, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None) -> UOp:
+  """UOp(...): the live node equal to these fields, or a new one. UOpMeta's __call__; core/ir's own builders call it directly
+  as `_intern(UOp, ...)`, a plain Python call (UOp(...) goes through the metaclass's C-level call slot, ~0.7k instructions more)."""
+  key = (op, dtype, src, arg if type(arg) not in _keyed_args else _arg_key(arg), tag)
+  if (ref := _ucache.get(key)) is not None and (ret := ref()) is not None: return ret
+  if cls is UOp:
+    # the hot path of every graph builder: filled as a _UOpFields (no __init__, no __setattr__ call), then made a UOp
+    new: Any = _new_uop(_UOpFields)
+    new.op = op; new.dtype = dtype; new.src = src; new.arg = arg; new.tag = tag; new._key = key  # noqa: E702
+    new.__class__ = UOp
+    ret = new
+  else:
+    ret = type.__call__(cls, op, dtype, src, arg, tag)
+    ret._key = key
+  # setdefault is one atomic step: when two threads build the same node at once, both get the one stored first
+  ref = _weakref(ret)
+  if (old := _ucache.setdefault(key, ref)) is not ref:
+    if (first := old()) is not None: return first
+    _ucache[key] = ref
+  return ret
 
 class UOpMeta(type):
   ucache = _ucache
-  def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None) -> UOp:
-    key = (op, dtype, src, arg if type(arg) not in _keyed_args else _arg_key(arg), tag)
-    if (ref := _ucache.get(key)) is not None and (ret := ref()) is not None: return ret
-    if cls is UOp:
-      # the hot path of every graph builder: filled as a _UOpFields (no __init__, no __setattr__ call), then made a UOp
-      new: Any = _new_uop(_UOpFields)
-      new.op = op; new.dtype = dtype; new.src = src; new.arg = arg; new.tag = tag; new._key = key  # noqa: E702
-      new.__class__ = UOp
-      ret = new
-    else:
-      ret = super().__call__(op, dtype, src, arg, tag)
-      ret._key = key
-    # setdefault is one atomic step: when two threads build the same node at once, both get the one stored first
-    ref = weakref.ref(ret)
-    if (old := _ucache.setdefault(key, ref)) is not ref:
-      if (first := old()) is not None: return first
-      _ucache[key] = ref
-    return ret
+  __call__ = _intern
 
 class _UOpFields:
   """A UOp's fields (its slots), without UOp's guard against setting them. UOpMeta and rebuild fill a new node as one of these
@@ -164,8 +170,9 @@ class UOp(_UOpFields, metaclass=UOpMeta):
     object.__setattr__(self, k, v)
   def __del__(self) -> None:
     try:
-      # weak references are still live inside __del__, so compare with self
-      if (ref := _ucache.get(key := self._key)) is not None and ((r := ref()) is None or r is self): del _ucache[key]
+      # one hash of the key: the entry is taken out, and put back in the rare case that it is another live node's (weak
+      # references are still live inside __del__: ref() is self or None when the entry is this node's)
+      if (ref := _ucache.pop(key := self._key, None)) is not None and (r := ref()) is not None and r is not self: _ucache[key] = ref
     except (AttributeError, TypeError): pass  # interpreter shutdown or a failed construction
   def __reduce__(self): return (UOp, (self.op, self.dtype, self.src, self.arg, self.tag))
   def __repr__(self) -> str:
@@ -180,7 +187,7 @@ class UOp(_UOpFields, metaclass=UOpMeta):
            kwargs.pop("tag", self.tag))
     if kwargs: raise TypeError(f"replace got unknown fields {list(kwargs)}")
     if new[0] is self.op and new[1] is self.dtype and new[2] is self.src and new[3] is self.arg and new[4] is self.tag: return self
-    return UOp(*new)
+    return _intern(UOp, *new)
 
   # *** graph walking ***
 
@@ -228,7 +235,7 @@ class UOp(_UOpFields, metaclass=UOpMeta):
       if u in done: continue
       new_src = tuple([done[s] for s in u.src])
       # tuples of UOps compare by identity (no __eq__): the same sources keep the node
-      done[u] = u if new_src == u.src else UOp(u.op, u.dtype, new_src, u.arg, u.tag)
+      done[u] = u if new_src == u.src else _intern(UOp, u.op, u.dtype, new_src, u.arg, u.tag)
     return done[self]
 
   def sink(self, *srcs: UOp, **kwargs: Any) -> UOp: return UOp(Ops.SINK, dtypes.void, (self,) + srcs, **kwargs)
@@ -301,7 +308,7 @@ class UOp(_UOpFields, metaclass=UOpMeta):
     if dtype.count > 1 and not isinstance(value, tuple):
       return UOp(Ops.VCONST, dtype, arg=tuple(truncate(dtype.scalar(), value) for _ in range(dtype.count)))
     if isinstance(value, tuple): return UOp(Ops.VCONST, dtype, arg=tuple(truncate(dtype.scalar(), v) for v in value))
-    ret = UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),) if device is not None else (), truncate(dtype, value))
+    ret = _intern(UOp, Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),) if device is not None else (), truncate(dtype, value))
     if shape is not None: ret = ret.reshape((1,) * len(shape)).expand(shape)
     if key is not None and all(type(d) is int for d in shape):  # type: ignore[union-attr]
       if len(_const_cache) >= CONST_CACHE_SIZE: del _const_cache[next(iter(_const_cache))]
@@ -314,7 +321,7 @@ class UOp(_UOpFields, metaclass=UOpMeta):
     return UOp.const(self.dtype, value)
   def alu(self, op: Ops, *srcs: UOp) -> UOp:
     dtype = dtypes.bool.vec(self.dtype.count) if op in GroupOp.Comparison else (srcs[-1] if op is Ops.WHERE else self).dtype
-    return UOp(op, dtype, (self,) + srcs)
+    return _intern(UOp, op, dtype, (self,) + srcs)
   def _binop(self, op: Ops, x: Any, reverse: bool) -> UOp:
     y = x if isinstance(x, UOp) else self.const_like(x)
     return y.alu(op, self) if reverse else self.alu(op, y)
@@ -356,7 +363,7 @@ class UOp(_UOpFields, metaclass=UOpMeta):
     elif isinstance(y, UOp): yv, x = y, y.const_like(x)
     else: raise TypeError("where needs at least one UOp branch")
     return self.alu(Ops.WHERE, x, yv)
-  def cast(self, dtype: DType) -> UOp: return self if self.dtype is dtype else UOp(Ops.CAST, dtype, (self,))
+  def cast(self, dtype: DType) -> UOp: return self if self.dtype is dtype else _intern(UOp, Ops.CAST, dtype, (self,))
   def bitcast(self, dtype: DType) -> UOp: return self if self.dtype is dtype else UOp(Ops.BITCAST, dtype, (self,))
   def exp2(self, nonpositive: bool = False) -> UOp:
     """2**self; `nonpositive` where the caller knows self <= 0 or NaN (arg EXP2_NONPOSITIVE: a renderer may drop the overflow guard)."""
@@ -386,7 +393,7 @@ class UOp(_UOpFields, metaclass=UOpMeta):
   def contiguous(self) -> UOp: return UOp(Ops.CONTIGUOUS, self.dtype, (self,))
   def copy_to_device(self, device: str) -> UOp: return UOp(Ops.COPY, self.dtype, (self, UOp(Ops.DEVICE, arg=device)))
   def assign(self, x: UOp, arg: Any = None) -> UOp: return UOp(Ops.ASSIGN, self.dtype, (self, x), arg)
-  def after(self, *deps: UOp) -> UOp: return UOp(Ops.AFTER, self.dtype, (self,) + deps)
+  def after(self, *deps: UOp) -> UOp: return _intern(UOp, Ops.AFTER, self.dtype, (self,) + deps)
   @staticmethod
   def new_buffer(device: str, size: int, dtype: DType, num: int | None = None) -> UOp:
     """A fresh buffer node: the UNIQUE source makes two buffers of equal size different nodes."""
@@ -406,19 +413,19 @@ class UOp(_UOpFields, metaclass=UOpMeta):
   @staticmethod
   def special(end: sint, name: str) -> UOp: return UOp(Ops.SPECIAL, dtypes.index, (_as_index(end),), name)
   def index(self, *idx: UOp, valid: UOp | None = None) -> UOp:
-    return UOp(Ops.INDEX, self.dtype, (self,) + idx + ((valid,) if valid is not None else ()))
+    return _intern(UOp, Ops.INDEX, self.dtype, (self,) + idx + ((valid,) if valid is not None else ()))
   def load(self, *alt: UOp, dtype: DType | None = None) -> UOp:
     base = self.dtype.base if isinstance(self.dtype, PtrDType) else self.dtype
-    return UOp(Ops.LOAD, dtype or base, (self,) + alt)
-  def store(self, value: UOp, *extra: UOp) -> UOp: return UOp(Ops.STORE, dtypes.void, (self, value) + extra)
-  def end(self, *ranges: UOp) -> UOp: return self if not ranges else UOp(Ops.END, dtypes.void, (self,) + ranges)
+    return _intern(UOp, Ops.LOAD, dtype or base, (self,) + alt)
+  def store(self, value: UOp, *extra: UOp) -> UOp: return _intern(UOp, Ops.STORE, dtypes.void, (self, value) + extra)
+  def end(self, *ranges: UOp) -> UOp: return self if not ranges else _intern(UOp, Ops.END, dtypes.void, (self,) + ranges)
   def reduce(self, *ranges: UOp, op: Ops | tuple[Ops, str] = Ops.ADD) -> UOp: return UOp(Ops.REDUCE, self.dtype, (self,) + ranges, op)
   def gep(self, i: int | tuple[int, ...]) -> UOp:
     idx = (i,) if isinstance(i, int) else tuple(i)
     if self.dtype.count == 1 and idx == (0,): return self
-    return UOp(Ops.GEP, self.dtype.scalar().vec(len(idx)), (self,), idx)
+    return _intern(UOp, Ops.GEP, self.dtype.scalar().vec(len(idx)), (self,), idx)
   @staticmethod
-  def vectorize(*srcs: UOp) -> UOp: return srcs[0] if len(srcs) == 1 else UOp(Ops.VECTORIZE, srcs[0].dtype.vec(len(srcs)), srcs)
+  def vectorize(*srcs: UOp) -> UOp: return srcs[0] if len(srcs) == 1 else _intern(UOp, Ops.VECTORIZE, srcs[0].dtype.vec(len(srcs)), srcs)
 
   # *** symbolic variables ***
 

@@ -45,6 +45,33 @@ def test_a_new_node_is_filled_without_the_guard_and_is_a_uop():
   gc.collect()
   assert len(UOpMeta.ucache) == n - 2   # the ADD and the MUL: their __del__ (UOp's) ran
 
+def test_core_ir_builders_intern_as_uop_does():
+  # core/ir's builders call _intern (UOpMeta's __call__) directly: the same table, so the same nodes as UOp(...)
+  from core.ir.ops import _intern
+  x = UOp(Ops.CONST, dtypes.int32, arg=7004)
+  assert UOpMeta.__call__ is _intern and _intern(UOp, Ops.ADD, dtypes.int32, (x, x)) is UOp(Ops.ADD, dtypes.int32, (x, x)) is x + x
+  # args Python calls equal keep their own keys (float, bool, tuple args are keyed by _arg_key)
+  assert _intern(UOp, Ops.CONST, dtypes.float32, (), -0.0) is not UOp(Ops.CONST, dtypes.float32, (), 0.0)
+  assert _intern(UOp, Ops.NOOP, arg=(1.0,)) is not UOp(Ops.NOOP, arg=(True,)) and _intern(UOp, Ops.NOOP, arg=(1,)) is UOp(Ops.NOOP, arg=(1,))
+  assert x.alu(Ops.MUL, x) is UOp(Ops.MUL, dtypes.int32, (x, x)) and x.cast(dtypes.int64) is UOp(Ops.CAST, dtypes.int64, (x,))
+
+def test_a_dying_node_leaves_another_live_nodes_entry():
+  # __del__ takes its key's entry out (one hash) and puts it back where the entry is another live node's: as if an equal node
+  # had been built after the dying node's weak reference was cleared (a collection of a cycle)
+  import weakref
+  x, y = UOp(Ops.CONST, dtypes.int32, arg=7002), UOp(Ops.CONST, dtypes.int32, arg=7003)
+  key = x._key
+  UOpMeta.ucache[key] = weakref.ref(y)
+  del x
+  gc.collect()
+  assert UOpMeta.ucache[key]() is y
+  del UOpMeta.ucache[key]
+  z = UOp(Ops.CONST, dtypes.int32, arg=7002)
+  assert z._key == key and UOpMeta.ucache[key]() is z and UOpMeta.ucache[y._key]() is y
+  n = len(UOpMeta.ucache)
+  del z
+  assert len(UOpMeta.ucache) == n - 1 and key not in UOpMeta.ucache
+
 def test_toposort_orders_sources_first_and_handles_depth():
   x = Variable("x", 0, 10)
   a, b = x + 1, x * 2
