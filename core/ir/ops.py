@@ -170,9 +170,10 @@ class UOp(_UOpFields, metaclass=UOpMeta):
     object.__setattr__(self, k, v)
   def __del__(self) -> None:
     try:
-      # one hash of the key: the entry is taken out, and put back in the rare case that it is another live node's (weak
-      # references are still live inside __del__: ref() is self or None when the entry is this node's)
-      if (ref := _ucache.pop(key := self._key, None)) is not None and (r := ref()) is not None and r is not self: _ucache[key] = ref
+      # only this node's entry (weak references are still live inside __del__: ref() is self, or None) is taken out, and only
+      # after looking: taking any entry out and putting another live node's back left a moment where a thread building that
+      # node found none and made a second, equal one (a duplicate dropped unstored, rebuild's or a race's, dies this way)
+      if (ref := _ucache.get(key := self._key)) is not None and ((r := ref()) is None or r is self): del _ucache[key]
     except (AttributeError, TypeError): pass  # interpreter shutdown or a failed construction
   def __reduce__(self): return (UOp, (self.op, self.dtype, self.src, self.arg, self.tag))
   def __repr__(self) -> str:

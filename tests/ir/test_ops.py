@@ -72,6 +72,27 @@ def test_a_dying_node_leaves_another_live_nodes_entry():
   del z
   assert len(UOpMeta.ucache) == n - 1 and key not in UOpMeta.ucache
 
+def test_a_dropped_duplicate_never_hides_the_live_node_from_another_thread():
+  # a duplicate that lost its key's entry (rebuild's, or two threads building one node) dies unstored: its __del__ must leave
+  # the live node's entry in place at every moment, or a thread looking the node up meanwhile builds a second, equal node
+  import sys, threading
+  from core.ir.ops import rebuild
+  live = UOp(Ops.CONST, dtypes.int32, arg=7005)
+  done, other = threading.Event(), []
+  def drop_duplicates() -> None:
+    for _ in range(100_000): rebuild([], [(Ops.CONST, dtypes.int32, (), 7005, 7005, None)])   # equal to live: made, then dropped
+    done.set()
+  def look_up() -> None:
+    while not done.is_set(): other.extend(u for u in [UOp(Ops.CONST, dtypes.int32, arg=7005) for _ in range(100)] if u is not live)
+  interval = sys.getswitchinterval()
+  sys.setswitchinterval(1e-6)   # switch threads often, inside __del__ too
+  try:
+    threads = [threading.Thread(target=drop_duplicates), threading.Thread(target=look_up)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+  finally: sys.setswitchinterval(interval)
+  assert not other and UOpMeta.ucache[live._key]() is live
+
 def test_toposort_orders_sources_first_and_handles_depth():
   x = Variable("x", 0, 10)
   a, b = x + 1, x * 2
