@@ -61,11 +61,13 @@ def _render_alu(ctx: LLVMRenderer, x: UOp) -> str:
     # an out-of-range shift is poison in LLVM; mask the count like the hardware (and the reference ALU) do
     m = ctx.tmp()
     pre, a[1] = f"{m} = and {t} {a[1]}, {ctx.const(8 * dt.scalar().itemsize - 1, dt)}\n  ", m
-  name = {Ops.ADD: ("fadd", "add"), Ops.SUB: ("fsub", "sub"), Ops.MUL: ("fmul", "mul"), Ops.FDIV: ("fdiv", "fdiv"),
-          Ops.XOR: ("xor", "xor"), Ops.OR: ("or", "or"), Ops.AND: ("and", "and"), Ops.SHL: ("shl", "shl"),
-          Ops.SHR: ("lshr", "ashr" if _signed(dt) else "lshr"), Ops.IDIV: ("", "sdiv" if _signed(dt) else "udiv"),
-          Ops.MOD: ("", "srem" if _signed(dt) else "urem")}[op][0 if fl else 1]
+  name = _BINARY[op][0 if fl else 2 if _signed(dt) else 1]
   return f"{pre}{ctx[x]} = {name} {t} {a[0]}, {a[1]}"
+
+# the instruction of a binary op: (on floats, on unsigned ints, on signed ints)
+_BINARY = {Ops.ADD: ("fadd", "add", "add"), Ops.SUB: ("fsub", "sub", "sub"), Ops.MUL: ("fmul", "mul", "mul"), Ops.FDIV: ("fdiv", "fdiv", "fdiv"),
+           Ops.XOR: ("xor", "xor", "xor"), Ops.OR: ("or", "or", "or"), Ops.AND: ("and", "and", "and"), Ops.SHL: ("shl", "shl", "shl"),
+           Ops.SHR: ("lshr", "lshr", "ashr"), Ops.IDIV: ("", "udiv", "sdiv"), Ops.MOD: ("", "urem", "srem")}
 
 def _render_safe_div(ctx: LLVMRenderer, x: UOp) -> str:
   # x/0 is undefined (and traps on x86), as is INT_MIN/-1: divide by 1 instead and pick the reference answer (0, or -x)
@@ -161,6 +163,8 @@ def _render_end(ctx: LLVMRenderer, x: UOp) -> str:
     k, t, n = ctx.loop_label[r], ctx.ty(r.dtype), ctx.tmp()
     out.append(f"{n} = add {t} {ctx[r]}, 1\n  store {t} {n}, {ctx.private_ptr()} {ctx[r]}.addr\n  br label %{k}.head\n{ctx.label(k + '.exit')}")
   return "\n  ".join(out)
+
+_LITERAL_OPS = frozenset({Ops.CONST, Ops.VCONST, Ops.AFTER, Ops.VECTORIZE})   # the ops of nodes _literal may answer True for
 
 def _literal(u: UOp) -> bool:
   """Rendered as an LLVM constant in place (no instruction): constants, and vectors of them."""
@@ -387,7 +391,8 @@ class LLVMRenderer(Renderer):
 
   def function(self, name: str, uops: list[UOp]) -> str:
     """The definition of the function `name` running `uops`; the globals and declarations it needs go to the module's."""
-    self.kernel_name, self.r, self.ntmp, self.nlabel, self.block = name, {}, 0, 0, "entry"
+    self.kernel_name, self.ntmp, self.nlabel, self.block = name, 0, 0, "entry"
+    self.r: dict[UOp, str] = {}   # each value's name (or a literal's text)
     self.allocas: list[str] = []
     self.loop_label: dict[UOp, str] = {}
     self.open_order: dict[UOp, int] = {}
@@ -395,26 +400,28 @@ class LLVMRenderer(Renderer):
     bufs: list[UOp] = []
     vars_: list[UOp] = []
     body: list[str] = []
+    # (once per node: the names it looks up a kernel's thousands of times)
+    r, defined_in, rewrite = self.r, self.defined_in, self.string_rewrite.rewrite
     for i, u in enumerate(uops):
-      if u.op is Ops.PARAM:
-        self.r[u] = f"%data{u.arg}"
+      if (op := u.op) is Ops.PARAM:
+        r[u] = f"%data{u.arg}"
         bufs.append(u)
         continue
-      if u.op is Ops.DEFINE_VAR:
-        self.r[u] = f"%{to_function_name(u.arg[0])}"
+      if op is Ops.DEFINE_VAR:
+        r[u] = f"%{to_function_name(u.arg[0])}"
         vars_.append(u)
         continue
-      literal = _literal(u)
-      if u.op is Ops.RANGE:
+      literal = op in _LITERAL_OPS and _literal(u)
+      if op is Ops.RANGE:
         self.loop_label[u], self.open_order[u] = self.fresh_label("loop"), i
-        self.r[u] = f"%ridx{self.nlabel}"
-      elif u.op is Ops.DEFINE_REG: self.r[u] = f"%acc{u.arg}"
-      elif not literal: self.r[u] = f"%v{i}"
-      self.defined_in[u] = self.block
-      txt = self.string_rewrite.rewrite(u, ctx=self)
+        r[u] = f"%ridx{self.nlabel}"
+      elif op is Ops.DEFINE_REG: r[u] = f"%acc{u.arg}"
+      elif not literal: r[u] = f"%v{i}"
+      defined_in[u] = self.block
+      txt = rewrite(u, self)
       if txt is None: raise NotImplementedError(f"{type(self).__name__} can't render {u.op.name} ({u.dtype}) in kernel {name}")
       assert isinstance(txt, str), f"rule for {u.op.name} returned {type(txt).__name__}, not str"
-      if literal: self.r[u] = txt
+      if literal: r[u] = txt
       elif txt: body.append("  " + txt)
     params = self.render_params(bufs, vars_)
     fn = [f"define {self.kernel_cconv}void @{name}({', '.join(map(str, params))}) #0 {{", "entry:"] + ["  " + a for a in self.allocas]

@@ -39,7 +39,9 @@ class LowerCtx:
     # initialised inside every loop that encloses any of them; else one copy's loop would be hoisted above another's
     self.enclosing: dict[tuple[UOp, ...], frozenset[UOp]] = {}
     live: dict[UOp, frozenset[UOp]] = {}
-    for u in nodes:
+    # (up to the last REDUCE: only theirs are asked; a kernel without one, half of a training step's, walks nothing)
+    last = max((i for i, u in enumerate(nodes) if u.op is Ops.REDUCE), default=-1)
+    for u in nodes[:last + 1]:
       # like RangeScopes, but a REDUCE closes its own ranges (it is not lowered to an END yet)
       lv = union_of(live, u.src)
       if u.op is Ops.RANGE: lv = lv | {u}

@@ -38,14 +38,19 @@ def _tile_peel(body: list[UOp], r: UOp, last: int) -> bool:
   return any(u.op is Ops.RANGE for u in body) and any(map(_panel_load, body)) and all(u.arg != NT_ARG for u in stores) and \
     any(len(u.src[0].src) > 2 and any(_tail_gate(g, r, last) for g in u.src[0].src[2].toposort()) for u in stores)
 
+def _compared(uops: list[UOp]) -> set[UOp]: return {u.src[0] for u in uops if u.op is Ops.CMPLT and u.src[1].op is Ops.CONST}
+
 def peel_tail_iterations(uops: list[UOp]) -> list[UOp]:
   """`uops` with each loop of n > 1 iterations whose body tests `ridx < n - 1` (a padded axis' partial last vector or tile), and
   is innermost and stores to no buffer or is a packed tile's loop whose stores that test gates (_tile_peel), run n - 1 times
   with that test true, then once more in a copy of its body with ridx = n - 1 and the test false."""
   out, i = list(uops), 0
+  # the loops some node compares with a constant (a tail gate's form): only theirs can have one. Most kernels' loops have none,
+  # and looking for it through each loop's body (nested loops' bodies again) was most of this pass
+  compared = _compared(out)
   while i < len(out):
     r = out[i]
-    if r.op is not Ops.RANGE or r.src[0].op is not Ops.CONST or (n := r.src[0].arg) < 2:
+    if r.op is not Ops.RANGE or r not in compared or r.src[0].op is not Ops.CONST or (n := r.src[0].arg) < 2:
       i += 1
       continue
     end = next(j for j in range(i + 1, len(out)) if out[j].op is Ops.END and out[j].src[-1] is r)
@@ -76,4 +81,5 @@ def peel_tail_iterations(uops: list[UOp]) -> list[UOp]:
     consts = [c for c in (fewer.src[0], UOp.const(dtypes.bool, True), UOp.const(dtypes.bool, False)) if c not in out]
     out[i:end + 1] = [*consts, fewer, *new_body, out[end].replace(src=tuple(loop.get(s, s) for s in out[end].src)), *copy]
     i += len(consts) + 1
+    compared = _compared(out)
   return out

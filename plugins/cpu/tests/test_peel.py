@@ -109,3 +109,19 @@ def test_a_padded_tile_loop_drops_its_padded_outputs_work(monkeypatch):
   win = sliding_window_view(np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), axis=(2, 3))
   ref = np.einsum("nchwij,ocij->nohw", win, w.astype(np.float64))
   np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=1e-4, atol=1e-4)
+
+def test_loops_no_node_compares_with_a_constant_are_not_searched(monkeypatch):
+  # a tail gate is `ridx < n - 1`: a loop that no node compares with a constant has none, and its body (with its nested loops'
+  # bodies) is not searched for one; the loops of softmax's padded row still are, and peel as before
+  import plugin_cpu.peel as peel
+  tested = []
+  orig = peel._tail_gate
+  monkeypatch.setattr(peel, "_tail_gate", lambda u, r, last: tested.append(r) or orig(u, r, last))
+  ren = _renderers(AVX512)[0]
+  x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+  (item,) = [it for it in create_schedule([(Tensor(x) @ Tensor(x)).uop])[0] if it.ast.op is Ops.SINK]
+  uops = program_uops(get_program(item.ast, ren))
+  assert not any(u.op is Ops.CMPLT for u in uops) and peel_tail_iterations(uops) == list(uops) and not tested
+  (item,) = [it for it in create_schedule([Tensor(_rows(1000)).softmax(-1).uop])[0] if it.ast.op is Ops.SINK]
+  uops = program_uops(get_program(item.ast, ren))
+  assert len(peel_tail_iterations(uops)) > len(uops) and tested

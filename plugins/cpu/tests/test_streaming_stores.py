@@ -6,7 +6,7 @@ import pytest
 from core import Tensor
 from core.ir.dtype import dtypes
 from core.ir.ops import AxisType, UOp, Ops
-from core.ir.pattern import graph_rewrite
+from core.ir.pattern import PatternMatcher, UPat, graph_rewrite
 from core.schedule.kernelize import create_schedule
 from core.codegen.program import get_program, program_source, program_uops
 from core.codegen.stash import STASH_ARG
@@ -134,6 +134,47 @@ def test_rule_leaves_a_value_read_back_from_the_output_plain():
   i = r * c(8)
   v = UOp(Ops.LOAD, dtypes.float32.vec(8), (out.index(i),))
   assert not _marked(UOp(Ops.STORE, dtypes.void, (out.index(i), v + v)).end(r))
+
+def test_rule_marks_what_the_store_patterns_did():
+  # the rule tests STORE(INDEX(PARAM, i[, gate]), val, ...) itself: it marks what the two source patterns it replaced marked
+  from plugin_cpu.streaming import _streamable
+  def by_patterns(x: UOp, min_bytes: int, simd: int) -> bool:
+    def mark(x: UOp, buf: UOp, i: UOp, val: UOp, g: UOp | None = None) -> UOp | None:
+      if g is not None and g.dtype.count not in (1, val.dtype.count): return None
+      return x.replace(arg=NT_ARG) if _streamable(x, buf, i, val, min_bytes, simd) else None
+    index = (UPat(Ops.PARAM, name="buf"), UPat.var("i"))
+    pm = PatternMatcher([(UPat(Ops.STORE, src=(UPat(Ops.INDEX, src=index), UPat.var("val")), name="x", allow_any_len=True), mark),
+                         (UPat(Ops.STORE, src=(UPat(Ops.INDEX, src=index + (UPat.var("g"),)), UPat.var("val")), name="x",
+                               allow_any_len=True), mark)])
+    return pm.rewrite(x) is not None
+  out, inp, reg = buf(0, dtypes.float32, 4096), buf(1, dtypes.float32, 4096), UOp(Ops.DEFINE_REG, dtypes.float32.ptr(8), (), 0)
+  r = rng(512)
+  i = r * c(8)
+  v = UOp(Ops.LOAD, dtypes.float32.vec(8), (inp.index(i),))
+  lanes = UOp(Ops.VECTORIZE, dtypes.bool.vec(8), tuple(r < c(k) for k in range(8)))
+  half = UOp(Ops.VECTORIZE, dtypes.bool.vec(4), tuple(r < c(k) for k in range(4)))
+  stores = [UOp(Ops.STORE, dtypes.void, (out.index(i), v)), UOp(Ops.STORE, dtypes.void, (out.index(i, valid=r < c(3)), v)),
+            UOp(Ops.STORE, dtypes.void, (out.index(i, valid=lanes), v)), UOp(Ops.STORE, dtypes.void, (out.index(i, valid=half), v)),
+            UOp(Ops.STORE, dtypes.void, (out.index(i), v, r)), UOp(Ops.STORE, dtypes.void, (reg.index(c(0)), v)),
+            UOp(Ops.STORE, dtypes.void, (out.index(i), v.gep(0))), UOp(Ops.STORE, dtypes.void, (out.index(i), v), NT_ARG)]
+  rule = pm_streaming_stores(1024, 32)
+  got = [rule.rewrite(x) is not None for x in stores]
+  assert got == [by_patterns(x, 1024, 32) for x in stores]
+  assert got == [True, True, True, False, True, False, False, False]
+  big = pm_streaming_stores(1 << 30, 32)
+  assert [big.rewrite(x) is not None for x in stores] == [by_patterns(x, 1 << 30, 32) for x in stores] == [False] * 8
+
+def test_rule_walks_no_store_into_a_small_output(monkeypatch):
+  # an output under a quarter of min_bytes stays plain whatever the value reads: decided before a walk of the store's graph (one
+  # per vector store of the kernel), as the bounds of the buffers it reads need
+  walked = []
+  orig = UOp.toposort
+  def toposort(self: UOp, gate=None):
+    if self.op is Ops.STORE: walked.append(self)
+    return orig(self, gate)
+  monkeypatch.setattr(UOp, "toposort", toposort)
+  assert not _marked(_store(4096, lambda r: r * c(8)), min_bytes=1 << 20) and not walked
+  assert _marked(_store(4096, lambda r: r * c(8))) and walked
 
 def _kernel_marked(t: Tensor, min_bytes: int, scratch_bytes: int | None = None) -> list[bool]:
   """Whether the rule marks a store of each of t's kernels, optimized and lowered as get_program does before the renderer rules
