@@ -1,4 +1,4 @@
-"""Software prefetch of the next row in row kernels (softmax, layernorm) and of the next panel in packed copies: which loads also
+"""Software prefetch of the rows ahead in row kernels (softmax, layernorm) and of the next panel in packed copies: which loads also
 prefetch, decided on the linear kernel for both CPU renderers.
 
 A row kernel reads each row of a buffer in a first reduce loop (from memory), then again in later loops (from the L1 cache). While

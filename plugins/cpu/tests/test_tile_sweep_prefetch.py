@@ -1,5 +1,5 @@
 """A permute whose transposing tile steps by more than a cache line along its innermost loop (NHWC -> NCHW: each step reads a
-line of each of its pixels, 256 bytes apart) prefetches the same lines TILE_SWEEP_AHEAD steps on into the L2
+line of each of its pixels, 256 bytes apart) prefetches the same lines TILE_SWEEP_AHEAD steps on (TILE_SWEEP_NEAR on a Zen 5) into the L2
 (plugin_cpu/prefetch.tile_sweep_offsets). Plain copies and elementwise kernels, NCHW -> NHWC, scalar permutes and tiles whose loop
 is too short (a 64x96 transpose) render as without the rule. Sources for explicit targets (rendered, not run); results against
 numpy from kernels run on this host."""
