@@ -1,7 +1,7 @@
 """Order a kernel graph into a list: loops stay contiguous, everything is emitted in the outermost loop it can live in."""
 from __future__ import annotations
 import heapq
-from core.ir.ops import UOp, Ops
+from core.ir.ops import UOp, Ops, intern_uop
 from core.codegen.lowerer import RangeScopes
 
 def is_shuffle(u: UOp) -> bool:
@@ -187,8 +187,8 @@ def finalize(uops: list[UOp]) -> list[UOp]:
     if sub.keys().isdisjoint(u.src): src, after = u.src, False
     else: src, after = tuple([sub.get(s, s) for s in u.src]), any([s.op is Ops.AFTER for s in u.src])
     if u.op is Ops.STORE: src = src[:2]
-    if after or (u.op is Ops.LOAD and src[0].tag is not None): nu = sub[u] = UOp(u.op, u.dtype, src, u.arg, i)
-    elif src is not u.src and src != u.src: nu = sub[u] = UOp(u.op, u.dtype, src, u.arg, u.tag)
+    if after or (u.op is Ops.LOAD and src[0].tag is not None): nu = sub[u] = intern_uop(UOp, u.op, u.dtype, src, u.arg, i)
+    elif src is not u.src and src != u.src: nu = sub[u] = intern_uop(UOp, u.op, u.dtype, src, u.arg, u.tag)
     else: nu = u
     final.append(nu)
   return final

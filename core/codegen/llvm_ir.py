@@ -3,7 +3,7 @@ from __future__ import annotations
 import copy, math, struct
 from typing import Any, NamedTuple
 from core.ir.dtype import DType, PtrDType, AddrSpace, dtypes, float_to_bf16_bits
-from core.ir.ops import UOp, Ops, GroupOp, MAX_NO_NAN
+from core.ir.ops import UOp, Ops, GroupOp, MAX_NO_NAN, intern_uop
 from core.ir.pattern import UPat, PatternMatcher
 from core.helpers import to_function_name
 from core.device.renderer import Renderer
@@ -44,7 +44,7 @@ def _render_alu(ctx: LLVMRenderer, x: UOp) -> str:
     c1, c2 = ctx.tmp(), ctx.tmp()
     return (f"{c0} = fcmp ogt {t} {a[0]}, {a[1]}\n  {c1} = fcmp uno {t} {a[0]}, {a[0]}\n  {c2} = or {b1} {c0}, {c1}\n"
             f"  {ctx[x]} = select {b1} {c2}, {t} {a[0]}, {t} {a[1]}")
-  if op is Ops.MULACC and fl and ctx.defined_in.get(prod := UOp(Ops.MUL, dt, (s[0], s[1]))) == ctx.block:
+  if op is Ops.MULACC and fl and ctx.defined_in.get(prod := intern_uop(UOp, Ops.MUL, dt, (s[0], s[1]))) == ctx.block:
     # the product is computed anyway (softmax stores exp's p * 2**(n+125) * 2**-125 and sums it): adding it takes an add
     # port where the FMA took one of the two FMA ports the rest of the loop (exp's polynomial) is bound by
     return f"{ctx[x]} = fadd {t} {ctx[prod]}, {a[2]}"

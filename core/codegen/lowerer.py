@@ -2,7 +2,7 @@
 from __future__ import annotations
 import functools, math
 from core.ir.dtype import dtypes, AddrSpace, DType
-from core.ir.ops import UOp, Ops, AxisType, reduce_op, reduce_alu, union_of
+from core.ir.ops import UOp, Ops, AxisType, reduce_op, reduce_alu, union_of, intern_uop
 from core.ir.pattern import UPat, PatternMatcher, graph_rewrite
 from core.helpers import prod
 from core.codegen.stash import stash_reduced_values, max_ahead, COSTLY_OPS
@@ -60,10 +60,10 @@ class LowerCtx:
 def _accumulate(ctx: LowerCtx, op: Ops | tuple[Ops, str], v: UOp, rngs: tuple[UOp, ...]) -> UOp:
   """A register initialised inside the loops enclosing v, updated with v in the `rngs` loops, read after them."""
   outer = sorted((ctx.scopes(v) - set(rngs)) | ctx.enclosing.get(rngs, frozenset()), key=lambda r: r.arg)
-  acc = UOp(Ops.DEFINE_REG, v.dtype.ptr(1, AddrSpace.REG), (), ctx.regs)
+  acc = intern_uop(UOp, Ops.DEFINE_REG, v.dtype.ptr(1, AddrSpace.REG), (), ctx.regs)
   ctx.regs += 1
   zero = UOp.const(dtypes.index, 0)
-  init = UOp(Ops.STORE, dtypes.void, (acc.index(zero), reduce_identity(op, v.dtype)) + tuple(outer))
+  init = intern_uop(UOp, Ops.STORE, dtypes.void, (acc.index(zero), reduce_identity(op, v.dtype)) + tuple(outer))
   acc_in = acc.after(init, *rngs)   # reading the accumulator must stay inside the reduce loops
   upd: UOp = acc_in.index(zero).store(reduce_alu(op, acc_in.index(zero).load(), v))
   for r in sorted(rngs, key=lambda r: r.arg, reverse=True): upd = upd.end(r)
@@ -117,7 +117,7 @@ def fuse_mulacc(upd: UOp) -> UOp | None:
   terms = _sum_terms(v)
   if not any(t.op is Ops.MUL for t in terms): return None
   out = acc
-  for t in terms: out = UOp(Ops.MULACC, upd.dtype, (t.src[0], t.src[1], out)) if t.op is Ops.MUL else out + t
+  for t in terms: out = intern_uop(UOp, Ops.MULACC, upd.dtype, (t.src[0], t.src[1], out)) if t.op is Ops.MUL else out + t
   return out
 
 # for renderers with a fused multiply-add (Renderer.extra_matcher): accumulator updates of float reductions use it
@@ -245,7 +245,7 @@ def lower_index_dtype(sink: UOp, ids: dict[UOp, UOp] | None = None, nodes: list[
     src = tuple(map(done.__getitem__, u.src))
     if (d := u.dtype) not in retyped: retyped[d] = dt.vec(d.count) if d.scalar() is dtypes.index else None
     new = retyped[d]
-    done[u] = u if src == u.src and new is None else UOp(u.op, d if new is None else new, src, u.arg, u.tag)
+    done[u] = u if src == u.src and new is None else intern_uop(UOp, u.op, d if new is None else new, src, u.arg, u.tag)
   return done[sink]
 
 def _same_bounds(ids: dict[UOp, UOp]) -> bool:

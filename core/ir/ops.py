@@ -141,6 +141,9 @@ class UOpMeta(type):
   ucache = _ucache
   __call__ = _intern
 
+# UOp(...)'s builder by a public name, for hot graph builders outside core/ir: intern_uop(UOp, op, dtype, src, arg, tag)
+intern_uop = _intern
+
 class _UOpFields:
   """A UOp's fields (its slots), without UOp's guard against setting them. UOpMeta and rebuild fill a new node as one of these
   with plain attribute stores (which CPython specializes for slots), then make it a UOp: UOp adds no slot, so the layout is one

@@ -46,10 +46,10 @@ def test_a_new_node_is_filled_without_the_guard_and_is_a_uop():
   assert len(UOpMeta.ucache) == n - 2   # the ADD and the MUL: their __del__ (UOp's) ran
 
 def test_core_ir_builders_intern_as_uop_does():
-  # core/ir's builders call _intern (UOpMeta's __call__) directly: the same table, so the same nodes as UOp(...)
-  from core.ir.ops import _intern
+  # core/ir's builders call _intern (UOpMeta's __call__) directly, codegen's by its public name: the same table, so the same nodes
+  from core.ir.ops import _intern, intern_uop
   x = UOp(Ops.CONST, dtypes.int32, arg=7004)
-  assert UOpMeta.__call__ is _intern and _intern(UOp, Ops.ADD, dtypes.int32, (x, x)) is UOp(Ops.ADD, dtypes.int32, (x, x)) is x + x
+  assert UOpMeta.__call__ is _intern is intern_uop and _intern(UOp, Ops.ADD, dtypes.int32, (x, x)) is UOp(Ops.ADD, dtypes.int32, (x, x)) is x + x
   # args Python calls equal keep their own keys (float, bool, tuple args are keyed by _arg_key)
   assert _intern(UOp, Ops.CONST, dtypes.float32, (), -0.0) is not UOp(Ops.CONST, dtypes.float32, (), 0.0)
   assert _intern(UOp, Ops.NOOP, arg=(1.0,)) is not UOp(Ops.NOOP, arg=(True,)) and _intern(UOp, Ops.NOOP, arg=(1,)) is UOp(Ops.NOOP, arg=(1,))
