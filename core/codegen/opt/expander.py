@@ -123,12 +123,13 @@ class Expander:
     d = self.deps(u)
     key = (u, tuple([(r, v) for r, v in env.items() if r in d]), lane)
     if (hit := self._subs.get(key)) is not None: return hit
-    m = {r: UOp.const(dtypes.index, v) for r, v in key[1]}
-    if lane is not None and self.vec is not None: m[self.vec] = UOp.const(dtypes.index, lane)
-    if not m: return u
-    if (ret := self._sub_sum(u, m)) is not None:
+    vals = dict(key[1])
+    if lane is not None and self.vec is not None: vals[self.vec] = lane
+    if not vals: return u
+    if (ret := self._sub_sum(u, vals)) is not None:
       self._subs[key] = ret
       return ret
+    m = {r: UOp.const(dtypes.index, v) for r, v in vals.items()}   # constant nodes only here: the sum above moves its constant
     # like u.substitute(m), but the walk stops at nodes that use none of the axes set (most of a big index expression)
     # (self.deps(u) above filled _deps for every node under u)
     keys, done, deps = frozenset(m), dict(m), self._deps
@@ -137,15 +138,15 @@ class Expander:
     ret = self._subs[key] = _simplify(done[u], self._simplified)
     return ret
 
-  def _sub_sum(self, u: UOp, m: dict[UOp, UOp]) -> UOp | None:
-    """u with the axes of `m` set, built as the sum it simplifies to, or None where that is not known: u an index sum in which,
+  def _sub_sum(self, u: UOp, m: dict[UOp, int]) -> UOp | None:
+    """u with the axes of `m` set to its ints, built as the sum it simplifies to, or None where that is not known: u an index sum in which,
     simplified, each axis set is a term of its own and in no other term (setting it then only moves the constant)."""
     if (parts := self._sums.get(u)) is None: parts = self._sums[u] = self._sum_parts(u)
     if not parts: return None
     terms, const, deps = parts
     keep: list[tuple[UOp, int]] = []
     for (t, c), d in zip(terms, deps):
-      if t in m: const += c * m[t].arg
+      if t in m: const += c * m[t]
       elif d.isdisjoint(m) and t.vmin != t.vmax: keep.append((t, c))
       else: return None   # a term with an axis set inside, or one value (a size-1 axis): simplify folds it
     ret = _build_sum(u, keep, const)

@@ -2,6 +2,7 @@
 where each axis set is a term of its own: an unrolled copy's or lane's index was set and simplified whole, ~9% of ResNet-18's
 codegen (issue 23.8). The nodes must be the ones substituting and simplifying gives, or a program would change."""
 from __future__ import annotations
+import sys
 import pytest
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, AxisType
@@ -51,3 +52,15 @@ def test_conv_program_unchanged(monkeypatch):
   # a conv whose stores go lane by lane and whose loads are unrolled copies: the same source where each is set and simplified
   built, slow = conv_sources(lambda: monkeypatch.setattr(Expander, "_sub_sum", lambda self, u, m: None))
   assert slow == built
+
+def test_the_shortcut_builds_no_constant_per_axis_set():
+  # the shortcut moves the sum's constant by the ints; a constant node per axis set (made, hashed, dropped) only where it
+  # substitutes and simplifies
+  made: list[int] = []
+  def count(frame, event, _):
+    if event == "call" and frame.f_code is UOp.const.__code__ and frame.f_back.f_code is Expander.sub.__code__: made.append(1)
+  ex, u = Expander([unroll], vec), simplify(vec * 576 + unroll * 3 + outer * 9)
+  sys.setprofile(count)
+  try: lanes = [ex.sub(u, {unroll: r}, k) for r in range(3) for k in range(16)]
+  finally: sys.setprofile(None)
+  assert not made and all(got is _set(u, {unroll: r, vec: k}) for got, (r, k) in zip(lanes, [(r, k) for r in range(3) for k in range(16)]))
