@@ -122,8 +122,9 @@ def _intern(cls: type, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...]
   key = (op, dtype, src, arg if type(arg) not in _keyed_args else _arg_key(arg), tag)
   if (ref := _ucache.get(key)) is not None and (ret := ref()) is not None: return ret
   if cls is UOp:
-    # the hot path of every graph builder: filled as a _UOpFields (no __init__, no __setattr__ call), then made a UOp
-    new: Any = _new_uop(_UOpFields)
+    # the hot path of every graph builder: filled as a _UOpFields (no __init__, no __setattr__ call), then made a UOp.
+    # _UOpFields() and not object.__new__(_UOpFields): the type's own call skips the builtin's argument tuple and checks (~0.3k)
+    new: Any = _UOpFields()
     new.op = op; new.dtype = dtype; new.src = src; new.arg = arg; new.tag = tag; new._key = key  # noqa: E702
     new.__class__ = UOp
     ret = new
@@ -625,8 +626,6 @@ def sym_val(x: sint) -> int:
   binds = {u.src[0]: u.src[1].arg for u in x.toposort() if u.op is Ops.BIND}
   return int(exec_uop_tree(x.substitute({u: u.src[0] for u in x.toposort() if u.op is Ops.BIND}), binds))
 
-_new_uop = object.__new__
-
 def rebuild(nodes: list[UOp], steps: Sequence[tuple[Ops, DType, tuple[int, ...], Any, Any, Any]]) -> None:
   """Appends to `nodes` one node per step (op, dtype, source indices into nodes, arg, arg's hash key as UOpMeta makes it, tag): the
   nodes UOpMeta would make, for a replay of recorded steps (core/tensor/plans.py) without a call or an arg key per node. A new
@@ -635,7 +634,7 @@ def rebuild(nodes: list[UOp], steps: Sequence[tuple[Ops, DType, tuple[int, ...],
   for op, dtype, srcs, arg, arg_key, tag in steps:
     src = (nodes[srcs[0]],) if len(srcs) == 1 else (nodes[srcs[0]], nodes[srcs[1]]) if len(srcs) == 2 else tuple([nodes[i] for i in srcs])
     key = (op, dtype, src, arg_key, tag)
-    ret: Any = _new_uop(_UOpFields)   # as UOpMeta fills one
+    ret: Any = _UOpFields()   # as UOpMeta fills one
     ret.op = op; ret.dtype = dtype; ret.src = src; ret.arg = arg; ret.tag = tag; ret._key = key  # noqa: E702
     ret.__class__ = UOp
     if (old := setdefault(key, ref := ref_of(ret))) is not ref:
