@@ -116,9 +116,9 @@ _ucache: dict[tuple, weakref.ReferenceType[UOp]] = {}
 _keyed_args = frozenset({float, tuple, bool})
 _weakref = weakref.ref
 
-def _intern(cls: type, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None) -> UOp:
-  """UOp(...): the live node equal to these fields, or a new one. UOpMeta's __call__; core/ir's own builders call it directly
-  as `_intern(UOp, ...)`, a plain Python call (UOp(...) goes through the metaclass's C-level call slot, ~0.7k instructions more)."""
+def intern_uop(cls: type, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None) -> UOp:
+  """UOp(...): the live node equal to these fields, or a new one. UOpMeta's __call__; hot graph builders (core/ir's, codegen's)
+  call it directly as `intern_uop(UOp, ...)`, a plain Python call (UOp(...) goes through the metaclass's C-level call slot, ~0.7k instructions more)."""
   key = (op, dtype, src, arg if type(arg) not in _keyed_args else _arg_key(arg), tag)
   if (ref := _ucache.get(key)) is not None and (ret := ref()) is not None: return ret
   if cls is UOp:
@@ -140,10 +140,7 @@ def _intern(cls: type, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...]
 
 class UOpMeta(type):
   ucache = _ucache
-  __call__ = _intern
-
-# UOp(...)'s builder by a public name, for hot graph builders outside core/ir: intern_uop(UOp, op, dtype, src, arg, tag)
-intern_uop = _intern
+  __call__ = intern_uop
 
 class _UOpFields:
   """A UOp's fields (its slots), without UOp's guard against setting them. UOpMeta and rebuild fill a new node as one of these
@@ -192,7 +189,7 @@ class UOp(_UOpFields, metaclass=UOpMeta):
            kwargs.pop("tag", self.tag))
     if kwargs: raise TypeError(f"replace got unknown fields {list(kwargs)}")
     if new[0] is self.op and new[1] is self.dtype and new[2] is self.src and new[3] is self.arg and new[4] is self.tag: return self
-    return _intern(UOp, *new)
+    return intern_uop(UOp, *new)
 
   # *** graph walking ***
 
@@ -240,7 +237,7 @@ class UOp(_UOpFields, metaclass=UOpMeta):
       if u in done: continue
       new_src = tuple([done[s] for s in u.src])
       # tuples of UOps compare by identity (no __eq__): the same sources keep the node
-      done[u] = u if new_src == u.src else _intern(UOp, u.op, u.dtype, new_src, u.arg, u.tag)
+      done[u] = u if new_src == u.src else intern_uop(UOp, u.op, u.dtype, new_src, u.arg, u.tag)
     return done[self]
 
   def sink(self, *srcs: UOp, **kwargs: Any) -> UOp: return UOp(Ops.SINK, dtypes.void, (self,) + srcs, **kwargs)
@@ -313,7 +310,7 @@ class UOp(_UOpFields, metaclass=UOpMeta):
     if dtype.count > 1 and not isinstance(value, tuple):
       return UOp(Ops.VCONST, dtype, arg=tuple(truncate(dtype.scalar(), value) for _ in range(dtype.count)))
     if isinstance(value, tuple): return UOp(Ops.VCONST, dtype, arg=tuple(truncate(dtype.scalar(), v) for v in value))
-    ret = _intern(UOp, Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),) if device is not None else (), truncate(dtype, value))
+    ret = intern_uop(UOp, Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),) if device is not None else (), truncate(dtype, value))
     if shape is not None: ret = ret.reshape((1,) * len(shape)).expand(shape)
     if key is not None and all(type(d) is int for d in shape):  # type: ignore[union-attr]
       if len(_const_cache) >= CONST_CACHE_SIZE: del _const_cache[next(iter(_const_cache))]
@@ -326,7 +323,7 @@ class UOp(_UOpFields, metaclass=UOpMeta):
     return UOp.const(self.dtype, value)
   def alu(self, op: Ops, *srcs: UOp) -> UOp:
     dtype = dtypes.bool.vec(self.dtype.count) if op in GroupOp.Comparison else (srcs[-1] if op is Ops.WHERE else self).dtype
-    return _intern(UOp, op, dtype, (self,) + srcs)
+    return intern_uop(UOp, op, dtype, (self,) + srcs)
   def _binop(self, op: Ops, x: Any, reverse: bool) -> UOp:
     y = x if isinstance(x, UOp) else self.const_like(x)
     return y.alu(op, self) if reverse else self.alu(op, y)
@@ -368,7 +365,7 @@ class UOp(_UOpFields, metaclass=UOpMeta):
     elif isinstance(y, UOp): yv, x = y, y.const_like(x)
     else: raise TypeError("where needs at least one UOp branch")
     return self.alu(Ops.WHERE, x, yv)
-  def cast(self, dtype: DType) -> UOp: return self if self.dtype is dtype else _intern(UOp, Ops.CAST, dtype, (self,))
+  def cast(self, dtype: DType) -> UOp: return self if self.dtype is dtype else intern_uop(UOp, Ops.CAST, dtype, (self,))
   def bitcast(self, dtype: DType) -> UOp: return self if self.dtype is dtype else UOp(Ops.BITCAST, dtype, (self,))
   def exp2(self, nonpositive: bool = False) -> UOp:
     """2**self; `nonpositive` where the caller knows self <= 0 or NaN (arg EXP2_NONPOSITIVE: a renderer may drop the overflow guard)."""
@@ -398,7 +395,7 @@ class UOp(_UOpFields, metaclass=UOpMeta):
   def contiguous(self) -> UOp: return UOp(Ops.CONTIGUOUS, self.dtype, (self,))
   def copy_to_device(self, device: str) -> UOp: return UOp(Ops.COPY, self.dtype, (self, UOp(Ops.DEVICE, arg=device)))
   def assign(self, x: UOp, arg: Any = None) -> UOp: return UOp(Ops.ASSIGN, self.dtype, (self, x), arg)
-  def after(self, *deps: UOp) -> UOp: return _intern(UOp, Ops.AFTER, self.dtype, (self,) + deps)
+  def after(self, *deps: UOp) -> UOp: return intern_uop(UOp, Ops.AFTER, self.dtype, (self,) + deps)
   @staticmethod
   def new_buffer(device: str, size: int, dtype: DType, num: int | None = None) -> UOp:
     """A fresh buffer node: the UNIQUE source makes two buffers of equal size different nodes."""
@@ -418,19 +415,19 @@ class UOp(_UOpFields, metaclass=UOpMeta):
   @staticmethod
   def special(end: sint, name: str) -> UOp: return UOp(Ops.SPECIAL, dtypes.index, (_as_index(end),), name)
   def index(self, *idx: UOp, valid: UOp | None = None) -> UOp:
-    return _intern(UOp, Ops.INDEX, self.dtype, (self,) + idx + ((valid,) if valid is not None else ()))
+    return intern_uop(UOp, Ops.INDEX, self.dtype, (self,) + idx + ((valid,) if valid is not None else ()))
   def load(self, *alt: UOp, dtype: DType | None = None) -> UOp:
     base = self.dtype.base if isinstance(self.dtype, PtrDType) else self.dtype
-    return _intern(UOp, Ops.LOAD, dtype or base, (self,) + alt)
-  def store(self, value: UOp, *extra: UOp) -> UOp: return _intern(UOp, Ops.STORE, dtypes.void, (self, value) + extra)
-  def end(self, *ranges: UOp) -> UOp: return self if not ranges else _intern(UOp, Ops.END, dtypes.void, (self,) + ranges)
+    return intern_uop(UOp, Ops.LOAD, dtype or base, (self,) + alt)
+  def store(self, value: UOp, *extra: UOp) -> UOp: return intern_uop(UOp, Ops.STORE, dtypes.void, (self, value) + extra)
+  def end(self, *ranges: UOp) -> UOp: return self if not ranges else intern_uop(UOp, Ops.END, dtypes.void, (self,) + ranges)
   def reduce(self, *ranges: UOp, op: Ops | tuple[Ops, str] = Ops.ADD) -> UOp: return UOp(Ops.REDUCE, self.dtype, (self,) + ranges, op)
   def gep(self, i: int | tuple[int, ...]) -> UOp:
     idx = (i,) if isinstance(i, int) else tuple(i)
     if self.dtype.count == 1 and idx == (0,): return self
-    return _intern(UOp, Ops.GEP, self.dtype.scalar().vec(len(idx)), (self,), idx)
+    return intern_uop(UOp, Ops.GEP, self.dtype.scalar().vec(len(idx)), (self,), idx)
   @staticmethod
-  def vectorize(*srcs: UOp) -> UOp: return srcs[0] if len(srcs) == 1 else _intern(UOp, Ops.VECTORIZE, srcs[0].dtype.vec(len(srcs)), srcs)
+  def vectorize(*srcs: UOp) -> UOp: return srcs[0] if len(srcs) == 1 else intern_uop(UOp, Ops.VECTORIZE, srcs[0].dtype.vec(len(srcs)), srcs)
 
   # *** symbolic variables ***
 

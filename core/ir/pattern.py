@@ -3,7 +3,7 @@ from __future__ import annotations
 import collections, functools, inspect, itertools, math, types
 from typing import Any, Callable, Iterable, Sequence
 from core.ir.dtype import DType
-from core.ir.ops import UOp, Ops, GroupOp, _intern
+from core.ir.ops import UOp, Ops, GroupOp, intern_uop
 from core.helpers import TRACK_REWRITES, VIZ
 
 class UPat:
@@ -339,7 +339,7 @@ def _rewrite_in_order(sink: UOp, pm: PatternMatcher, ctx: Any, done: dict[UOp, U
     if n in done: continue   # finished already, under an earlier node's new answer
     # n is not done: only a rebuilt node may be (the final node of another)
     if (src := n.src) and (new_src := tuple(map(done.__getitem__, src))) != src:
-      if (fin := get(x := _intern(UOp, n.op, n.dtype, new_src, n.arg, n.tag))) is not None:
+      if (fin := get(x := intern_uop(UOp, n.op, n.dtype, new_src, n.arg, n.tag))) is not None:
         done[n] = fin
         continue
     else: x = n
@@ -376,7 +376,7 @@ def _rewrite_from(sink: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, done
       src = w.src
       new_src = tuple(map(done.__getitem__, src))
       # tuples of UOps compare by identity (UOp defines no __eq__), so this is a fast "nothing changed" test
-      x = w if new_src == src else _intern(UOp, w.op, w.dtype, new_src, w.arg, w.tag)
+      x = w if new_src == src else intern_uop(UOp, w.op, w.dtype, new_src, w.arg, w.tag)
       if (fin := done.get(x)) is not None:
         done[n] = fin
         continue

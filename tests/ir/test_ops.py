@@ -46,13 +46,13 @@ def test_a_new_node_is_filled_without_the_guard_and_is_a_uop():
   assert len(UOpMeta.ucache) == n - 2   # the ADD and the MUL: their __del__ (UOp's) ran
 
 def test_core_ir_builders_intern_as_uop_does():
-  # core/ir's builders call _intern (UOpMeta's __call__) directly, codegen's by its public name: the same table, so the same nodes
-  from core.ir.ops import _intern, intern_uop
+  # hot builders (core/ir's, codegen's) call intern_uop (UOpMeta's __call__) directly: the same table, so the same nodes
+  from core.ir.ops import intern_uop
   x = UOp(Ops.CONST, dtypes.int32, arg=7004)
-  assert UOpMeta.__call__ is _intern is intern_uop and _intern(UOp, Ops.ADD, dtypes.int32, (x, x)) is UOp(Ops.ADD, dtypes.int32, (x, x)) is x + x
+  assert UOpMeta.__call__ is intern_uop and intern_uop(UOp, Ops.ADD, dtypes.int32, (x, x)) is UOp(Ops.ADD, dtypes.int32, (x, x)) is x + x
   # args Python calls equal keep their own keys (float, bool, tuple args are keyed by _arg_key)
-  assert _intern(UOp, Ops.CONST, dtypes.float32, (), -0.0) is not UOp(Ops.CONST, dtypes.float32, (), 0.0)
-  assert _intern(UOp, Ops.NOOP, arg=(1.0,)) is not UOp(Ops.NOOP, arg=(True,)) and _intern(UOp, Ops.NOOP, arg=(1,)) is UOp(Ops.NOOP, arg=(1,))
+  assert intern_uop(UOp, Ops.CONST, dtypes.float32, (), -0.0) is not UOp(Ops.CONST, dtypes.float32, (), 0.0)
+  assert intern_uop(UOp, Ops.NOOP, arg=(1.0,)) is not UOp(Ops.NOOP, arg=(True,)) and intern_uop(UOp, Ops.NOOP, arg=(1,)) is UOp(Ops.NOOP, arg=(1,))
   assert x.alu(Ops.MUL, x) is UOp(Ops.MUL, dtypes.int32, (x, x)) and x.cast(dtypes.int64) is UOp(Ops.CAST, dtypes.int64, (x,))
 
 def test_a_dying_node_leaves_another_live_nodes_entry():
