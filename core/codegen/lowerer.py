@@ -1,6 +1,6 @@
 """Kernel graph -> renderable graph: reductions become accumulators, loops become thread ids, index math gets a width."""
 from __future__ import annotations
-import functools, math
+import functools, math, operator
 from core.ir.dtype import dtypes, AddrSpace, DType
 from core.ir.ops import UOp, Ops, AxisType, reduce_op, reduce_alu, union_of, intern_uop
 from core.ir.pattern import UPat, PatternMatcher, graph_rewrite
@@ -52,6 +52,9 @@ class LowerCtx:
         self.enclosing[key] = self.enclosing.get(key, frozenset()) | (live[u.src[0]] - set(key))
     # workgroup axes (LOCAL) index a group reduction's shared buffer with its own lanes; new loops get fresh ids
     rngs = [u for u in nodes if u.op is Ops.RANGE]
+    # the kernel's loops: lowering its REDUCEs keeps every one (an END, a register's store or a gate still uses it) and adds only
+    # REDUCE loops (lower_group_reduce's reads), which never become thread ids: thread_ids takes them from here, not a walk
+    self.ranges = rngs
     self.group_reduce = any(r.arg[1] is AxisType.GROUP_REDUCE for r in rngs)   # else gate_group_stores has nothing to gate
     self.locals = sorted((r for r in rngs if r.arg[1] is AxisType.LOCAL), key=lambda r: r.arg)
     self.next_range = max((r.arg[0] for r in rngs), default=-1) + 1
@@ -168,15 +171,16 @@ def gate_invalid_threads(sink: UOp, valid: list[UOp]) -> UOp:
     sub[idx] = idx.replace(src=idx.src[:2] + (gate,) + idx.src[3:])
   return sink.substitute(sub)
 
-def thread_ids(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0) \
+def thread_ids(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0, ranges: list[UOp] | None = None) \
     -> tuple[UOp, dict[UOp, UOp], list[UOp], tuple[int, ...], tuple[int, ...]]:
   """map_globals before its substitution: the sink with the ENDs of loops that become ids dropped, {loop: its id expression},
-  the conditions a thread must meet to exist (gate_invalid_threads), and the launch and workgroup sizes."""
+  the conditions a thread must meet to exist (gate_invalid_threads), and the launch and workgroup sizes. `ranges`: the kernel's
+  RANGEs where the caller has them (LowerCtx.ranges; REDUCE loops may be missing), else a walk of `sink` finds them."""
   if threads > 0:
     global_max = (2 ** 31 - 1,)
     kinds: tuple[AxisType, ...] = (AxisType.GLOBAL,)
   else: kinds = (AxisType.LOOP, AxisType.GLOBAL)
-  rngs = sorted({u for u in sink.toposort() if u.op is Ops.RANGE}, key=lambda r: r.arg)
+  rngs = sorted({u for u in sink.toposort() if u.op is Ops.RANGE} if ranges is None else set(ranges), key=lambda r: r.arg)
   loops = [r for r in rngs if r.arg[1] in kinds] if global_max else []
   # a group's work-items innermost (lidx0): neighbours read neighbouring elements of the reduction
   lanes = [r for r in rngs if r.arg[1] is AxisType.LOCAL] + [r for r in rngs if r.arg[1] is AxisType.GROUP_REDUCE]
@@ -252,6 +256,8 @@ def _same_bounds(ids: dict[UOp, UOp]) -> bool:
   """Every thread id expression has its loop's bounds (and is no constant, which some bounds rules look at)."""
   return all(i.op is not Ops.CONST and i.dtype is r.dtype and i.vmin == r.vmin and i.vmax == r.vmax for r, i in ids.items())
 
+_op_of = operator.attrgetter("op")
+
 DROP_GATED_WHERE = True   # drop_gated_where in lower_kernel
 
 def _conjuncts(g: UOp) -> list[UOp]: return _conjuncts(g.src[0]) + _conjuncts(g.src[1]) if g.op is Ops.AND else [g]
@@ -289,11 +295,11 @@ def lower_kernel(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0
   ctx = LowerCtx(sink)
   sink = graph_rewrite(sink, _pm_lower(DROP_GATED_WHERE), ctx, name="lower reduce")
   if ctx.group_reduce: sink = gate_group_stores(sink)
-  sink, ids, valid, gsize, lsize = thread_ids(sink, global_max, threads)
+  sink, ids, valid, gsize, lsize = thread_ids(sink, global_max, threads, ctx.ranges)
   # map_globals' substitution goes in with the retype (one rebuild, not two) where nothing between would look at the ids: no
   # thread gates to add and no costly value for stash_reduced_values (which changes nothing without one)
   nodes = _substituted_nodes(sink, ids)
-  if valid or not _same_bounds(ids) or any(u.op in COSTLY_OPS for u in nodes):
+  if valid or not _same_bounds(ids) or any(map(COSTLY_OPS.__contains__, map(_op_of, nodes))):   # (C loops: a test a node)
     sink, ids = stash_reduced_values(gate_invalid_threads(sink.substitute(ids), valid), scratch_bytes, scaled_exp2, fma_shift), {}
     if ahead: sink = max_ahead(sink)
     nodes = _substituted_nodes(sink, ids)

@@ -95,3 +95,19 @@ def test_hand_built_ids(ends, global_max, threads):
   got, want = lower_kernel(sink, global_max, threads), _two_walks(sink, global_max, threads)
   assert got[0] is want[0] and got[1:] == want[1:]
   assert not any(u.dtype.scalar() is dtypes.index for u in got[0].toposort())
+
+@pytest.mark.parametrize("make", [lambda: _t(64, 96).sum(axis=1), lambda: _t(2, 8, 12, 12).conv2d(_t(8, 8, 3, 3), padding=1),
+                                  lambda: _t(16, 100).softmax(), lambda: _t(512, 1024) + 1], ids=["sum", "conv", "softmax", "add"])
+def test_thread_ids_take_the_loops_from_the_lowering_context(make, monkeypatch):
+  # lower_kernel hands thread_ids the loops LowerCtx found (no walk of the lowered kernel): the same loops as that walk finds,
+  # but for REDUCE loops, which never become ids
+  seen: list[tuple] = []
+  orig = lowerer.thread_ids
+  def spy(sink: UOp, global_max, threads: int = 0, ranges=None):
+    seen.append((ranges, {u for u in sink.toposort() if u.op is Ops.RANGE}))
+    return orig(sink, global_max, threads, ranges)
+  monkeypatch.setattr(lowerer, "thread_ids", spy)
+  assert _lowered(make(), monkeypatch)
+  for given, walked in seen:
+    assert given is not None
+    assert {r for r in given if r.arg[1] is not AxisType.REDUCE} == {r for r in walked if r.arg[1] is not AxisType.REDUCE}
