@@ -13,7 +13,8 @@ from core.codegen.llvm_ir import HostLLVMRenderer, Param, llvm_rewrite, _masked_
 from core.codegen.lowerer import pm_fuse_mulacc
 from core.codegen.decompose import EXP2_SCALED, fast_exp2, fast_exp2_nonpositive, fast_exp2_scaled, pm_vector_math
 from plugin_cpu.compiler import arch_flags, host_flags, host_simd_bytes, host_x86_fma, simd_bytes, x86_fma
-from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, _known_align, cache_bytes, host_streams, pm_streaming_stores, store_width, stream_width
+from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, _known_align, buffer_tested, cache_bytes, host_streams, pm_streaming_stores, store_width, \
+  stream_width
 from core.codegen.linearize import has_shuffle_network, is_shuffle
 from plugin_cpu.bf16dot import bf16_dot, host_bf16_dot, pm_bf16_dot, render_dot
 from plugin_cpu.prefetch import prefetch_offsets, line_offsets, loop_deps
@@ -113,7 +114,9 @@ def _llvm_stream_store(ctx: CPULLVMRenderer, x: UOp) -> str:
   ctx.streams = True
   if x in ctx.unchecked: return f"store {t} {v}, ptr {p}, align {w}, !nontemporal {NT_MD}"
   a, m, c = ctx.tmp(), ctx.tmp(), ctx.tmp()
-  out = f"{a} = ptrtoint ptr {p} to i64\n  {m} = and i64 {a}, {w - 1}\n  {c} = icmp eq i64 {m}, 0\n  "
+  # a store gated per lane at an index a known multiple of its width tests its buffer (LLVM hoists that, unswitches the loop)
+  at = ctx[idx.src[0]] if buffer_tested(x, ctx.simd_width) else p
+  out = f"{a} = ptrtoint ptr {at} to i64\n  {m} = and i64 {a}, {w - 1}\n  {c} = icmp eq i64 {m}, 0\n  "
   if len(idx.src) < 3: return out + _llvm_nt_branch(ctx, c, t, v, p, w, _render_store(ctx, x))
   if (g := idx.src[2]).dtype.count == 1:
     both = ctx.tmp()
@@ -442,7 +445,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
   def narrowed(self, simd: int) -> CPULLVMRenderer: return _narrowed(self, simd)
 
   def _render(self, name: str, uops: list[UOp]) -> str:
-    if self.peel_tails: uops = peel_tail_iterations(uops)
+    if self.peel_tails: uops = peel_tail_iterations(uops, self.simd_width)
     deps = loop_deps(uops)
     self.prefetch = prefetch_offsets(uops, self.panel_budget(), self.simd_regs, self.simd_width, self.flags, deps) if PREFETCH else {}
     self.unchecked, self.plain_copy = unchecked_streams(uops, self.simd_width), False

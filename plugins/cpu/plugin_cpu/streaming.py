@@ -62,6 +62,14 @@ def store_width(x: UOp, simd_bytes: int) -> int:
   n = val.dtype.itemsize
   return stream_width(n, simd_bytes, _known_align(idx.src[1], idx.src[0].dtype.base.itemsize)) or stream_width(n, simd_bytes)
 
+def buffer_tested(x: UOp, simd_bytes: int) -> bool:
+  """Whether streamed STORE x tests its buffer's alignment (once for the kernel) in place of its address's: a store gated per lane (a
+  padded row's, heuristic._row_pass) at an index a known multiple of its width (store_width), so aligned exactly where its buffer
+  is. Other streamed stores (a matmul's, gated per row or not, an elementwise kernel's) keep a test each: not measured."""
+  idx = x.src[0]
+  if len(idx.src) < 3 or idx.src[2].dtype.count == 1 or (w := store_width(x, simd_bytes)) == 0: return False
+  return _known_align(idx.src[1], idx.src[0].dtype.base.itemsize) % w == 0
+
 def _streamable(x: UOp, buf: UOp, i: UOp, val: UOp, min_bytes: int, simd_bytes: int) -> bool:
   pdt = buf.dtype
   if x.arg is not None or not isinstance(pdt, PtrDType) or pdt.addrspace != AddrSpace.GLOBAL or pdt.size < 0: return False

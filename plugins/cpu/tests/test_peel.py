@@ -59,8 +59,8 @@ def test_padded_row_loops_mask_only_their_last_vector(flags, cols, op):
   np.testing.assert_allclose(got.reshape(x.shape), ref, rtol=2e-6, atol=1e-7)
 
 def test_a_loop_storing_to_a_buffer_keeps_its_masks():
-  # softmax's last loop stores the row (streaming stores, whose aligned and unaligned branches LLVM would merge into one plain
-  # store in a peeled copy): it keeps its 63 iterations and its gated stores, where the exp loop before it runs 62
+  # softmax's last loop stores the row plainly (64 rows: below the streaming bound; streamed ones are peeled, see
+  # test_streaming_stores): it keeps its 63 iterations and its gated stores, where the exp loop before it runs 62
   src = _src(_renderers(AVX512)[0], OPS["softmax"], _rows(1000))
   heads = re.findall(r"icmp slt i32 %ridx\d+, (\d+)\n  br i1 %t\d+, label %loop\d+\.body", src)
   assert heads.count("62") == 1 and heads.count("63") == 1, heads

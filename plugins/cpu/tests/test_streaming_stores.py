@@ -1,6 +1,6 @@
 """Streaming stores: big outputs' vector stores stream past the caches (x86-64, both renderers) and results still match numpy."""
 from __future__ import annotations
-import copy
+import copy, re
 import numpy as np
 import pytest
 from core import Tensor
@@ -10,6 +10,7 @@ from core.ir.pattern import PatternMatcher, UPat, graph_rewrite
 from core.schedule.kernelize import create_schedule
 from core.codegen.program import get_program, program_source, program_uops
 from core.codegen.stash import STASH_ARG
+from plugin_cpu.compiler import host_flags
 from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, host_streams, pm_streaming_stores, store_width, stream_width
 from cpu_kernels import RENDERERS, Linear, device, buf, rng, c, run
 
@@ -282,5 +283,42 @@ def test_streamed_softmax_matches_numpy(ren, shape):
   CompiledRunner(prog, device(ren))([out, inp], wait=True)
   got = np.empty_like(x)
   out.copyout(memoryview(got))
+  e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+  np.testing.assert_allclose(got, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+AVX512 = frozenset({"avx", "avx2", "fma", "avx512f", "avx512vl", "avx512dq", "avx512bw"})
+HEADS = re.compile(r"icmp slt i32 %ridx\d+, (\d+)\n  br i1 %t\d+, label %loop\d+\.body")
+TAIL_GATE = re.compile(r"%v\d+ = icmp slt i32 %ridx\d+, \d+")   # a loop's gate of its last vector, in its body
+
+@pytest.mark.skipif(not host_streams(), reason="streaming stores are rendered on x86-64 hosts only")
+@pytest.mark.parametrize("out_offset", [0, 4])
+def test_streamed_padded_rows_test_their_buffer_once_and_peel(monkeypatch, out_offset):
+  # softmax over rows of 1000 floats in 16-lane vectors, every store streamed: the output loop's index is a known multiple of its
+  # 32-byte pieces, so a piece is aligned exactly where the buffer is: its test is the buffer's (one for the kernel), not one per
+  # piece, and the loop runs its 62 whole vectors unmasked, its partial last one peeled off after it (plugin_cpu.peel) with its
+  # whole piece streamed too. An output 4 bytes off alignment takes the plain stores
+  from plugin_cpu import renderer as R
+  from core.codegen.program import launch_vals
+  monkeypatch.setattr(R, "NT_MIN_BYTES", 1)
+  rnd = copy.copy(device("LLVM").renderer)
+  rnd.target(AVX512)   # its rules now stream every store
+  x = np.random.default_rng(5).standard_normal((64, 1000)).astype(np.float32) * 3
+  x[1, -1], x[2, -9] = x[1].max() + 1, -np.inf   # a row max and a -inf in the partial last vector
+  (ast,) = [it.ast for it in create_schedule([Tensor(np.zeros(x.shape, np.float32)).realize().softmax(-1).uop])[0] if it.ast.op is Ops.SINK]
+  spec = get_program(ast, rnd)
+  src = program_source(spec)
+  heads = HEADS.findall(src)
+  assert "!nontemporal" in src and heads.count("62") == 2 and "63" not in heads, heads
+  assert set(re.findall(r"ptrtoint ptr (%\w+) to i64", src)) == {"%data0"} and not TAIL_GATE.search(src), src
+  if not AVX512 <= host_flags(): pytest.skip("values need AVX-512 (the structure is checked)")
+  dev = device("LLVM")
+  prg = dev.runtime(spec.arg.name, dev.compiler.compile(src))
+  out = dev.allocator._offset(dev.allocator.alloc(x.nbytes + out_offset), x.nbytes, out_offset) if out_offset else dev.allocator.alloc(x.nbytes)
+  inp = dev.allocator.alloc(x.nbytes)
+  dev.allocator._copyin(out, memoryview(np.full(x.size, np.nan, np.float32)).cast("B"))
+  dev.allocator._copyin(inp, memoryview(x).cast("B"))
+  prg(out, inp, global_size=spec.arg.global_size, vals=launch_vals(spec.arg, {}), wait=True)
+  got = np.empty_like(x)
+  dev.allocator._copyout(memoryview(got).cast("B"), out)
   e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
   np.testing.assert_allclose(got, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
