@@ -19,6 +19,7 @@ from core.codegen.linearize import has_shuffle_network, is_shuffle
 from plugin_cpu.bf16dot import bf16_dot, host_bf16_dot, pm_bf16_dot, render_dot
 from plugin_cpu.prefetch import prefetch_offsets, line_offsets, loop_deps
 from plugin_cpu.peel import peel_tail_iterations
+from plugin_cpu.tile_rows import ROW_ARG, pm_store_rows
 if TYPE_CHECKING: from plugin_cpu.c_renderer import CPUCRenderer
 
 # bf16: gcc before 13 has __bf16 only as a storage type, so the C renderer leaves it to codegen's decompositions
@@ -178,7 +179,7 @@ def _llvm_lane_index(ctx: CPULLVMRenderer, x: UOp) -> str | None:
   if len(x.src) < 2 or not (x in ctx.lane_indices or x.src[1] in ctx.offset_adds or x in ctx.offset_vectors) or \
      (parts := _offset_add_parts(x.src[1])) is None: return None
   base, off = parts
-  if x in ctx.lane_indices and len(x.src) > 2:
+  if x in ctx.lane_indices and len(x.src) > 2 and x.src[2].dtype.count == 1:   # (a row's gate per lane is constant)
     w, s = ctx.tmp(), ctx.tmp()
     return (f"{w} = sext i32 {ctx[base]} to i64\n  {s} = add nsw i64 {w}, {off.arg}\n"
             f"  {ctx[x]} = getelementptr inbounds {ctx.mem_ty(x.src[0].dtype.base)}, {ctx.ptr_ty(x.src[0].dtype)} {ctx[x.src[0]]}, i64 {s}")
@@ -204,10 +205,12 @@ def _llvm_offset_index(ctx: CPULLVMRenderer, x: UOp, base: UOp, off: UOp) -> str
 def _in_reduce(deps: dict[UOp, frozenset[UOp]], idx: UOp) -> bool: return any(r.arg[-1] is AxisType.REDUCE for r in deps.get(idx, ()))
 
 def lane_indices(uops: list[UOp], deps: dict[UOp, frozenset[UOp]]) -> frozenset[UOp]:
-  """The INDEXes of a tile's lanes, which _llvm_lane_index addresses from their index: those of scalar stores and of scalar
-  loads whose index depends on no reduce loop (`deps`: prefetch.loop_deps)."""
+  """The INDEXes of a tile's lanes, which _llvm_lane_index addresses from their index: those of scalar stores, of scalar loads
+  whose index depends on no reduce loop (`deps`: prefetch.loop_deps) and of a tile's row stores (tile_rows: 32 in a 3x3 conv,
+  as i32 sums took IndVarSimplify, IV users and LoopIdiomRecognize 42 ms, so addressed 8)."""
   return frozenset(u.src[0] for u in uops if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX and
-                   (u.src[1] if u.op is Ops.STORE else u).dtype.count == 1 and (u.op is Ops.STORE or not _in_reduce(deps, u.src[0].src[1])))
+                   ((u.src[1] if u.op is Ops.STORE else u).dtype.count == 1 and (u.op is Ops.STORE or not _in_reduce(deps, u.src[0].src[1])) or
+                    u.op is Ops.STORE and u.arg == ROW_ARG))
 
 def _llvm_index_offset(ctx: CPULLVMRenderer, x: UOp) -> str | None:
   """A scalar load's 32-bit index plus a constant as an add without signed wrap (nsw), as no index into a buffer wraps: a tile's
@@ -303,6 +306,7 @@ def llvm_rules(flags: frozenset[str], simd: int) -> PatternMatcher:
   rules = pm_exp2_scalef(lanes, "avx512dq" in flags) + extra_rules(simd) if (lanes := scalef_lanes(flags)) else extra_rules(simd)
   if lanes: rules = pm_max_fixup(lanes) + rules
   elif blend := max_blend_lanes(flags): rules = pm_max_fixup(blend, MAX_BLEND_ARG) + pm_exp2_roundeven(blend) + rules
+  if "avx512f" in flags: rules = pm_store_rows(host_vector_regs(simd)) + rules   # a conv tile's rows under masks (tile_rows)
   return pm_bf16_dot + rules if bf16_dot(flags) else rules
 
 def _vector_pieces(ctx: CPULLVMRenderer, x: UOp, call: Callable[[str, str, str, int], list[str]], piece: int = 16) -> str:
