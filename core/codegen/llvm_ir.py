@@ -13,6 +13,9 @@ _SCALAR = {dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int1
            dtypes.bfloat16: "bfloat", dtypes.float32: "float", dtypes.float64: "double", dtypes.void: "void"}
 _MANGLE = {"half": "f16", "bfloat": "bf16", "float": "f32", "double": "f64"}
 
+# each value dtype's LLVM type, asked ~30k times a ResNet-18 inference's codegen (a pointer's depends on the renderer: not kept)
+_TYPES: dict[DType, str] = {}
+
 def _is_int(dt: DType) -> bool: return dtypes.is_int(dt) or dt.scalar() is dtypes.bool
 def _signed(dt: DType) -> bool: return dtypes.is_int(dt) and not dtypes.is_unsigned(dt)
 
@@ -279,9 +282,11 @@ class LLVMRenderer(Renderer):
 
   def ty(self, dt: DType) -> str:
     """The LLVM type of a value of `dt` (bool is i1 in registers)."""
+    if (t := _TYPES.get(dt)) is not None: return t
     if isinstance(dt, PtrDType): return self.ptr_ty(dt)
     if dt.scalar() not in _SCALAR: raise NotImplementedError(f"{type(self).__name__} has no LLVM type for {dt}")
-    return _SCALAR[dt.scalar()] if dt.count == 1 else f"<{dt.count} x {_SCALAR[dt.scalar()]}>"
+    t = _TYPES[dt] = _SCALAR[dt.scalar()] if dt.count == 1 else f"<{dt.count} x {_SCALAR[dt.scalar()]}>"
+    return t
   def mem_ty(self, dt: DType) -> str:
     """The LLVM type of `dt` in memory: bool is a byte there, as in C."""
     return self.ty(dt) if dt.scalar() is not dtypes.bool else ("i8" if dt.count == 1 else f"<{dt.count} x i8>")

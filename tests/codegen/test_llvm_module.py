@@ -88,3 +88,17 @@ def test_the_host_module_defines_truncsfbf2_exactly_where_a_value_is_rounded_to_
   if host_llvm().triple.startswith("x86_64"):
     asm = llvm_compile_here(LLVMTarget(host_llvm().triple, "haswell", "", 3, "pic", "default"), src, assembly=True).decode()
     assert ("__truncsfbf2" in asm) == rounds
+
+class _Addrspace1(HostLLVMRenderer):
+  global_addrspace = 1
+
+def test_value_types_are_kept_once_asked_and_pointer_types_are_each_renderers():
+  # ty() keeps each value dtype's LLVM type in a table (asked ~30k times a ResNet-18 codegen); a pointer's depends on the
+  # renderer's address spaces, so it is never kept
+  from core.codegen import llvm_ir
+  v = dtypes.float16.vec(7)
+  llvm_ir._TYPES.pop(v, None)
+  assert HostLLVMRenderer().ty(v) == "<7 x half>" and llvm_ir._TYPES[v] == "<7 x half>"
+  assert _Addrspace1().ty(v) == "<7 x half>" and HostLLVMRenderer().ty(dtypes.bool) == "i1"
+  p = dtypes.float32.ptr(16)
+  assert HostLLVMRenderer().ty(p) == "ptr" and _Addrspace1().ty(p) == "ptr addrspace(1)" and p not in llvm_ir._TYPES
