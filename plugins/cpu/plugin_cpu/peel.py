@@ -56,8 +56,9 @@ def _folded(u: UOp, last: dict[UOp, UOp]) -> UOp | None:
 
 def peel_tail_iterations(uops: list[UOp], simd_bytes: int = 0) -> list[UOp]:
   """`uops` with each loop of n > 1 iterations whose body tests `ridx < n - 1` (a padded axis' partial last vector or tile), and
-  is innermost and stores to no buffer or is a packed tile's loop whose stores that test gates (_tile_peel), run n - 1 times
-  with that test true, then once more in a copy of its body with ridx = n - 1 and the test false."""
+  is innermost and stores to no buffer (or, given `simd_bytes`, only streams to one at a known multiple of its store's width:
+  streaming.buffer_tested) or is a packed tile's loop whose stores that test gates (_tile_peel), run n - 1 times with that test
+  true, then once more in a copy of its body with ridx = n - 1 and the test false."""
   out, i = list(uops), 0
   # the loops some node compares with a constant (a tail gate's form): only theirs can have one. Most kernels' loops have none,
   # and looking for it through each loop's body (nested loops' bodies again) was most of this pass
