@@ -56,10 +56,12 @@ def test_small_image_conv_matches_numpy(simd_bytes, n, c, hw, o, stride, pad, gr
   lanes = simd_bytes // 4
   uops = program_uops(spec)
   # the channel path: the packed weight panel read as whole vectors along the channels, the output stored lane by lane (a vector
-  # of channels is 16 elements a plane apart); the row path reads the panel as broadcast scalars
+  # of channels is 16 elements a plane apart) or, AVX-512 LLVM code, as the tile's rows (plugin_cpu.tile_rows: arg "tile row");
+  # the row path reads the panel as broadcast scalars
   reg_loads = [u for u in uops if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is not Ops.PARAM]
   stores = [u for u in uops if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM]
-  took = bool(reg_loads) and all(u.dtype.count == lanes for u in reg_loads) and all(u.src[1].dtype.count == 1 for u in stores)
+  took = bool(reg_loads) and all(u.dtype.count == lanes for u in reg_loads) and \
+         all(u.src[1].dtype.count == 1 or u.arg == "tile row" for u in stores)
   assert took == channel[simd_bytes == 64], k.applied
   if took:
     # the accumulators (a block of pixels times the channel vectors), a weight vector per channel vector (the weights' register
