@@ -1176,15 +1176,21 @@ def hand_coded(k: Kernel) -> Kernel:
         k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt), Opt(OptOps.UPCAST, _pos(k, across), tile_rows))
         transposed, tile_cols = k.applied[-1].op is OptOps.UPCAST, amt
       else:
-        if vec_ok and rnd.masked_vectors and _pad_ok(range_size(contig_out), lanes, MASKED_PAD_SHARE) and not strided:
+        narrow = 0
+        if vec_ok and rnd.masked_vectors and not strided and \
+           (w := next((w for w in (lanes, lanes // 2) if (w == lanes or 8 <= w > (range_size(contig_out) or w)) and
+                       _pad_ok(range_size(contig_out), w, MASKED_PAD_SHARE)), 0)):
           # a row that holds no whole vector (a padded copy's 58 or 26 columns): padded to one, the tail's lanes masked, where it
           # would otherwise take 2-lane vectors (a masked vector costs about what a full one does, so up to a third more lanes
-          # still take fewer instructions); without masked loads and stores each padded lane would be a gated scalar access
-          k = _try(k, Opt(OptOps.PADTO, _pos(k, contig_out), lanes))
-          contig_out = _same(k, contig_out)
+          # still take fewer instructions); without masked loads and stores each padded lane would be a gated scalar access.
+          # A row shorter than half a vector of at least 8 lanes (AVX-512: ResNet's 7x7 pad copy) is one masked half vector:
+          # its 49 scalar copies a channel took LLVM 51 ms to compile (loop access analysis) and ran 2.9x the time. Longer rows
+          # keep their pieces (bench --quick's 18-float rows as 3 masked half vectors ran 1.56x the time of 9 2-lane ones)
+          k = _try(k, Opt(OptOps.PADTO, _pos(k, contig_out), w))
+          contig_out, narrow = _same(k, contig_out), w if w < lanes else 0
         # two vectors per iteration keep two loads in flight, which pays in memory-bound kernels; a kernel with much arithmetic
         # per element (random bits: 20 threefry rounds) gains nothing and would compile twice the code
-        if amt := _pick_amt(range_size(contig_out), (lanes, 4, 2) if _alu_count(k) > ALU_HEAVY else (2 * lanes, lanes, 4, 2)):
+        if amt := _pick_amt(range_size(contig_out), (narrow,) if narrow else (lanes, 4, 2) if _alu_count(k) > ALU_HEAVY else (2 * lanes, lanes, 4, 2)):
           k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt))
   if rnd.has_local: return _local(k)
   k = _reductions_outside(k)
