@@ -1,6 +1,7 @@
 """The UOp IR: one `Ops` enum and the immutable, hash-consed `UOp` node every stage rewrites."""
 from __future__ import annotations
 import enum, itertools, math, operator, struct, weakref
+from _weakref import _remove_dead_weakref  # type: ignore[attr-defined]
 from typing import Any, Callable, Generic, Iterable, Iterator, Sequence, TypeVar, Union, overload
 from core.ir.dtype import ConstType, DType, PtrDType, dtypes, truncate, AddrSpace, dtype_min, dtype_max
 from core.helpers import prod, fast_members, int_enum, IntEnumBody
@@ -111,10 +112,25 @@ class node_cached(Generic[_T]):
     val = obj.__dict__[self.name] = self.fn(obj)
     return val
 
+# The intern table: a node's key -> a weak reference to the node. Lookups take no lock. A node has no __del__ (while one ran,
+# the node's weak reference still gave it: a lookup then revived the dying node without an entry); its weak reference is dead
+# before any Python code runs at its death, and its callback (_drop) takes the entry out. Entries go only through
+# _remove_dead_weakref, one atomic step that takes a key's entry out only while that entry is dead: a death never takes out an
+# equal node's entry stored since, and a build that finds a dead entry never overwrites another build's (both stored theirs)
 _ucache: dict[tuple, weakref.ReferenceType[UOp]] = {}
 # arg types whose key is not the arg itself (_arg_key): a set, so the test is one hash of the type (a tuple compared each)
 _keyed_args = frozenset({float, tuple, bool})
 _weakref = weakref.ref
+
+# each node's weak reference -> its key, for the reference's callback. A weakref.ref subclass with a key slot instead was called
+# through tp_call on every lookup (~90 instructions more) and cost the collector and type lookups more (+0.9% a training step's
+# codegen; this: +0.03%)
+_keys: dict[weakref.ReferenceType[UOp], tuple] = {}
+
+def _drop(ref: weakref.ReferenceType[UOp], remove: Callable[[dict, Any], None] = _remove_dead_weakref, table: dict = _ucache,
+          pop: Callable[[Any], tuple] = _keys.pop) -> None:
+  """A node's death (its weak reference's callback): its key's entry goes if it is still dead. Bound names: interpreter exit."""
+  remove(table, pop(ref))
 
 def intern_uop(cls: type, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None) -> UOp:
   """UOp(...): the live node equal to these fields, or a new one. UOpMeta's __call__; hot graph builders (core/ir's, codegen's)
@@ -132,10 +148,10 @@ def intern_uop(cls: type, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, .
     ret = type.__call__(cls, op, dtype, src, arg, tag)
     ret._key = key
   # setdefault is one atomic step: when two threads build the same node at once, both get the one stored first
-  ref = _weakref(ret)
-  if (old := _ucache.setdefault(key, ref)) is not ref:
+  _keys[ref := _weakref(ret, _drop)] = key
+  while (old := _ucache.setdefault(key, ref)) is not ref:
     if (first := old()) is not None: return first
-    _ucache[key] = ref
+    _remove_dead_weakref(_ucache, key)   # an equal node's dead entry (its callback has yet to run), unless replaced meanwhile
   return ret
 
 class UOpMeta(type):
@@ -169,13 +185,6 @@ class UOp(_UOpFields, metaclass=UOpMeta):
   def __setattr__(self, k: str, v: Any) -> None:
     if k != "_key": raise AttributeError(f"UOp is immutable (tried to set {k})")
     object.__setattr__(self, k, v)
-  def __del__(self) -> None:
-    try:
-      # only this node's entry (weak references are still live inside __del__: ref() is self, or None) is taken out, and only
-      # after looking: taking any entry out and putting another live node's back left a moment where a thread building that
-      # node found none and made a second, equal one (a duplicate dropped unstored, rebuild's or a race's, dies this way)
-      if (ref := _ucache.get(key := self._key)) is not None and ((r := ref()) is None or r is self): del _ucache[key]
-    except (AttributeError, TypeError): pass  # interpreter shutdown or a failed construction
   def __reduce__(self): return (UOp, (self.op, self.dtype, self.src, self.arg, self.tag))
   def __repr__(self) -> str:
     from core.ir.render import uop_to_python
@@ -626,15 +635,18 @@ def sym_val(x: sint) -> int:
 def rebuild(nodes: list[UOp], steps: Sequence[tuple[Ops, DType, tuple[int, ...], Any, Any, Any]]) -> None:
   """Appends to `nodes` one node per step (op, dtype, source indices into nodes, arg, arg's hash key as UOpMeta makes it, tag): the
   nodes UOpMeta would make, for a replay of recorded steps (core/tensor/plans.py) without a call or an arg key per node. A new
-  node is stored first and an equal live one found by the same setdefault (one hash of its key, not two)."""
-  add, setdefault, ref_of = nodes.append, _ucache.setdefault, weakref.ref
+  node is stored first and an equal live one found by the same setdefault (one hash of its key, not two), as intern_uop does."""
+  add, setdefault, ref_of, keys = nodes.append, _ucache.setdefault, weakref.ref, _keys
   for op, dtype, srcs, arg, arg_key, tag in steps:
     src = (nodes[srcs[0]],) if len(srcs) == 1 else (nodes[srcs[0]], nodes[srcs[1]]) if len(srcs) == 2 else tuple([nodes[i] for i in srcs])
     key = (op, dtype, src, arg_key, tag)
     ret: Any = _UOpFields()   # as UOpMeta fills one
     ret.op = op; ret.dtype = dtype; ret.src = src; ret.arg = arg; ret.tag = tag; ret._key = key  # noqa: E702
     ret.__class__ = UOp
-    if (old := setdefault(key, ref := ref_of(ret))) is not ref:
-      if (first := old()) is not None: ret = first   # the equal live node (ours dies unstored: its __del__ leaves the entry)
-      else: _ucache[key] = ref
+    keys[ref := ref_of(ret, _drop)] = key
+    while (old := setdefault(key, ref)) is not ref:
+      if (first := old()) is not None:
+        ret = first   # the equal live node (ours dies unstored: its callback leaves the live entry)
+        break
+      _remove_dead_weakref(_ucache, key)
     add(ret)

@@ -43,7 +43,7 @@ def test_a_new_node_is_filled_without_the_guard_and_is_a_uop():
   n = len(UOpMeta.ucache)
   del u, nodes
   gc.collect()
-  assert len(UOpMeta.ucache) == n - 2   # the ADD and the MUL: their __del__ (UOp's) ran
+  assert len(UOpMeta.ucache) == n - 2   # the ADD and the MUL: their entries went at their deaths
 
 def test_core_ir_builders_intern_as_uop_does():
   # hot builders (core/ir's, codegen's) call intern_uop (UOpMeta's __call__) directly: the same table, so the same nodes
@@ -56,8 +56,8 @@ def test_core_ir_builders_intern_as_uop_does():
   assert x.alu(Ops.MUL, x) is UOp(Ops.MUL, dtypes.int32, (x, x)) and x.cast(dtypes.int64) is UOp(Ops.CAST, dtypes.int64, (x,))
 
 def test_a_dying_node_leaves_another_live_nodes_entry():
-  # __del__ takes its key's entry out (one hash) and puts it back where the entry is another live node's: as if an equal node
-  # had been built after the dying node's weak reference was cleared (a collection of a cycle)
+  # a dying node takes its key's entry out only while that entry is dead: as if an equal node had been built after the dying
+  # node's weak reference was cleared (a collection of a cycle)
   import weakref
   x, y = UOp(Ops.CONST, dtypes.int32, arg=7002), UOp(Ops.CONST, dtypes.int32, arg=7003)
   key = x._key
@@ -73,7 +73,7 @@ def test_a_dying_node_leaves_another_live_nodes_entry():
   assert len(UOpMeta.ucache) == n - 1 and key not in UOpMeta.ucache
 
 def test_a_dropped_duplicate_never_hides_the_live_node_from_another_thread():
-  # a duplicate that lost its key's entry (rebuild's, or two threads building one node) dies unstored: its __del__ must leave
+  # a duplicate that lost its key's entry (rebuild's, or two threads building one node) dies unstored: its death must leave
   # the live node's entry in place at every moment, or a thread looking the node up meanwhile builds a second, equal node
   import sys, threading
   from core.ir.ops import rebuild
@@ -85,13 +85,82 @@ def test_a_dropped_duplicate_never_hides_the_live_node_from_another_thread():
   def look_up() -> None:
     while not done.is_set(): other.extend(u for u in [UOp(Ops.CONST, dtypes.int32, arg=7005) for _ in range(100)] if u is not live)
   interval = sys.getswitchinterval()
-  sys.setswitchinterval(1e-6)   # switch threads often, inside __del__ too
+  sys.setswitchinterval(1e-6)   # switch threads often, inside a death too
   try:
     threads = [threading.Thread(target=drop_duplicates), threading.Thread(target=look_up)]
     for t in threads: t.start()
     for t in threads: t.join()
   finally: sys.setswitchinterval(interval)
   assert not other and UOpMeta.ucache[live._key]() is live
+
+class _HashHook:
+  """A node's arg whose hash runs `hook` at the `at`-th hash from arming: every step of a lookup, a build or a death hashes
+  the node's key, so this is another thread taking over at that step, made deterministic."""
+  def __init__(self, n: int): self.n, self.at, self.hook = n, 0, None
+  def arm(self, at: int, hook) -> None: self.at, self.hook = at, hook
+  def __hash__(self) -> int:
+    if self.hook is not None:
+      self.at -= 1
+      if self.at == 0:
+        hook, self.hook = self.hook, None
+        hook()
+    return hash(self.n)
+
+@pytest.mark.parametrize("at", [1, 2, 3, 4])
+@pytest.mark.parametrize("route", ["refcount", "cycle"])
+def test_a_node_built_while_an_equal_node_dies_is_the_one_the_table_holds(route, at):
+  # a build at any step of an equal node's death gets a node that stays the table's: with UOp.__del__ the dying node's weak
+  # reference was still live while __del__ ran, so a lookup then revived it without an entry (refcount, at 1 and 2); in a
+  # collection the weak reference is cleared first, and __del__'s look-then-delete took out the entry of a node built between
+  # the two (cycle, at 2). Either way a later build made a second, equal node
+  import weakref
+  arg, built = _HashHook(8000 + at), []
+  x = UOp(Ops.SINK, dtypes.void, (), arg)
+  wx = weakref.ref(x)
+  if route == "cycle": x.toposort()   # a SINK keeps its walk, itself in it: a cycle, so x dies in a collection
+  arg.arm(at, lambda: built.append(UOp(Ops.SINK, dtypes.void, (), arg)))
+  del x
+  if route == "cycle":
+    assert wx() is not None
+    gc.collect()
+  assert wx() is None or (built and wx() is built[0])
+  if not built: built.append(UOp(Ops.SINK, dtypes.void, (), arg))   # the death hashed fewer times
+  y = built[0]
+  assert UOp(Ops.SINK, dtypes.void, (), arg) is y and UOpMeta.ucache[y._key]() is y
+
+@pytest.mark.parametrize("at", [1, 2, 3, 4, 5])
+def test_two_builds_over_a_dead_entry_give_one_node(at):
+  # a build that finds its key's entry dead (a node whose weak reference a collection cleared, its death not yet run) stores its
+  # own: overwriting it unconditionally let another build's entry, stored in between, be overwritten (at 3): two equal live nodes
+  import weakref
+  class Gone: pass
+  arg, built = _HashHook(8100 + at), []
+  key = (Ops.NOOP, dtypes.void, (), arg, None)
+  gone = Gone()
+  UOpMeta.ucache[key] = weakref.ref(gone)
+  del gone
+  arg.arm(at, lambda: built.append(UOp(Ops.NOOP, dtypes.void, (), arg)))
+  y = UOp(Ops.NOOP, dtypes.void, (), arg)
+  assert all(b is y for b in built) and UOpMeta.ucache[key]() is y and UOp(Ops.NOOP, dtypes.void, (), arg) is y
+
+def test_threads_building_and_dropping_one_node_share_it():
+  # two threads build, check and drop the same node over and over (switching every microsecond): equal live nodes are one
+  # node and it is the table's. With UOp.__del__ a build inside another thread's death revived the dying node without an entry
+  import sys, threading
+  bad: list[int] = []
+  def churn() -> None:
+    for i in range(150_000):
+      a, b = UOp(Ops.CONST, dtypes.int32, arg=8200), UOp(Ops.CONST, dtypes.int32, arg=8200)
+      if a is not b or (r := UOpMeta.ucache.get(a._key)) is None or r() is not a: bad.append(i)
+      del a, b
+  interval = sys.getswitchinterval()
+  sys.setswitchinterval(1e-6)
+  try:
+    threads = [threading.Thread(target=churn) for _ in range(2)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+  finally: sys.setswitchinterval(interval)
+  assert not bad
 
 def test_toposort_orders_sources_first_and_handles_depth():
   x = Variable("x", 0, 10)
