@@ -4,9 +4,9 @@ from __future__ import annotations
 import itertools
 from typing import Any, cast
 from core.ir.dtype import dtypes, DType, PtrDType
-from core.ir.ops import UOp, Ops, AxisType, GroupOp, reduce_alu
+from core.ir.ops import UOp, Ops, AxisType, GroupOp, reduce_alu, intern_uop
 from core.helpers import LRUCache
-from core.codegen.opt.kernel import REGISTER_AXES, range_size
+from core.codegen.opt.kernel import REGISTER_AXES, range_size, build_sum, const_of
 from core.codegen.opt.shuffle import transpose_rows
 
 # element types whose vectors every renderer we have loads and stores directly (bool is i1 in LLVM registers, a byte in memory)
@@ -17,13 +17,13 @@ VECTOR_MEM_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dty
 VECTOR_SAFE_DTYPES = VECTOR_MEM_DTYPES | frozenset({dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.index,
                                                     dtypes.void})
 
-def _build_sum(like: UOp, terms: list[tuple[UOp, int]], const: int) -> UOp:
-  from core.ir.symbolic import _build_sum as build
-  return build(like, terms, const)
-
 def _simplify(u: UOp, memo: dict[UOp, UOp] | None = None) -> UOp:
   from core.ir.symbolic import simplify
   return simplify(u, "simplify expanded index", memo)
+
+def _mark_simplified(u: UOp, memo: dict[UOp, UOp]) -> UOp:
+  from core.ir.symbolic import mark_simplified
+  return mark_simplified(u, memo)
 
 def _combine(op: Ops | tuple[Ops, str], xs: list[UOp]) -> UOp:
   # a balanced tree: independent adds, so the unrolled partial sums don't wait on each other
@@ -62,12 +62,12 @@ def strided_offset(idx: UOp, v: UOp) -> tuple[UOp, int] | None:
   return ret
 
 def _strided_offset(idx: UOp, v: UOp) -> tuple[UOp, int] | None:
-  from core.ir.symbolic import split_sum, _build_sum
+  from core.ir.symbolic import split_sum
   if (parts := split_sum(idx)) is None: return None
   terms, const = parts
   # v must be one term and in no other: the walks below only where it is one
   if len(with_v := [c for t, c in terms if t is v]) != 1 or any(t is not v and v in t.toposort() for t, _ in terms): return None
-  return _build_sum(idx, [(t, c) for t, c in terms if t is not v], const), with_v[0]
+  return build_sum(idx, [(t, c) for t, c in terms if t is not v], const), with_v[0]
 
 def contiguous_offset(idx: UOp, v: UOp) -> UOp | None:
   """idx - v when idx is `v + (terms not using v)`, else None (then lanes of v are not neighbours in memory)."""
@@ -99,6 +99,7 @@ class Expander:
     # each of them set lane by lane
     self._subs: dict[tuple[UOp, tuple[tuple[UOp, int], ...], int | None], UOp] = {}
     self._sums: dict[UOp, Any] = {}   # _sum_parts by node
+    self._whole: dict[UOp, UOp] = {}   # _simplified_whole by node
     self._transposed: dict[tuple[tuple[tuple[UOp, ...], ...], int], list[UOp]] = {}   # a tile's shuffled rows, built once for all its stores
     if walks is not None:
       assert walks.regs == self.regs, "walks over other register axes"
@@ -127,16 +128,31 @@ class Expander:
     if lane is not None and self.vec is not None: vals[self.vec] = lane
     if not vals: return u
     if (ret := self._sub_sum(u, vals)) is not None:
-      self._subs[key] = ret
+      # simplify's answer, marked as its own: a gate's compare and the lowerer's walks stop at it
+      self._subs[key] = ret = _mark_simplified(ret, self._simplified)
       return ret
-    m = {r: UOp.const(dtypes.index, v) for r, v in vals.items()}   # constant nodes only here: the sum above moves its constant
+    if u.dtype is dtypes.bool and u.op in GroupOp.ALU:
+      # a gate: each source set as above (a compared index by the sum shortcut, not walked and simplified whole), then only this
+      # node simplified (simplify is bottom-up: a node's answer is its simplified sources' node simplified)
+      deps = self._deps
+      src = tuple(self._simplified_whole(s) if deps[s].isdisjoint(vals) else self.sub(s, env, lane if self.vec in deps[s] else None)
+                  for s in u.src)
+      ret = self._subs[key] = _simplify(u.replace(src=src), self._simplified)
+      return ret
+    m = {r: const_of(dtypes.index, v) for r, v in vals.items()}   # constant nodes only here: the sum above moves its constant
     # like u.substitute(m), but the walk stops at nodes that use none of the axes set (most of a big index expression)
     # (self.deps(u) above filled _deps for every node under u)
     keys, done, deps = frozenset(m), dict(m), self._deps
     for x in u.toposort(gate=lambda x: x not in done and not deps[x].isdisjoint(keys)):
-      if x not in done: done[x] = x if deps[x].isdisjoint(keys) else UOp(x.op, x.dtype, tuple([done[s] for s in x.src]), x.arg, x.tag)
+      if x not in done: done[x] = x if deps[x].isdisjoint(keys) else intern_uop(UOp, x.op, x.dtype, tuple([done[s] for s in x.src]), x.arg, x.tag)
     ret = self._subs[key] = _simplify(done[u], self._simplified)
     return ret
+
+  def _simplified_whole(self, u: UOp) -> UOp:
+    """u simplified (a gate's source that uses no axis set), once a kernel."""
+    if u.op is Ops.CONST: return u
+    if (hit := self._whole.get(u)) is None: hit = self._whole[u] = _simplify(u, self._simplified)
+    return hit
 
   def _sub_sum(self, u: UOp, m: dict[UOp, int]) -> UOp | None:
     """u with the axes of `m` set to its ints, built as the sum it simplifies to, or None where that is not known: u an index sum in which,
@@ -149,7 +165,7 @@ class Expander:
       if t in m: const += c * m[t]
       elif d.isdisjoint(m) and t.vmin != t.vmax: keep.append((t, c))
       else: return None   # a term with an axis set inside, or one value (a size-1 axis): simplify folds it
-    ret = _build_sum(u, keep, const)
+    ret = build_sum(u, keep, const)
     # a sum whose terms left are constant over their bounds (a size-1 axis) is one value: simplify folds it
     return ret if ret.op is Ops.CONST or ret.vmin != ret.vmax else None
 
@@ -171,7 +187,7 @@ class Expander:
   def _expand(self, u: UOp, env: dict[UOp, int]) -> UOp:
     op, vec = u.op, self.vec
     if op is Ops.RANGE:
-      if u in env: return UOp.const(dtypes.index, env[u])
+      if u in env: return const_of(dtypes.index, env[u])
       raise RuntimeError(f"expander: the vector axis {u.arg} is used outside index math")
     if op is Ops.SINK: return u.replace(src=tuple(self(s, env) for s in u.src))
     if op is Ops.END: return self._end(u, env)
@@ -196,7 +212,7 @@ class Expander:
   def _index_lanes(self, u: UOp, env: dict[UOp, int]) -> UOp:
     """The lanes of index u: base + c*lane as a scalar broadcast plus a constant vector when u is that, else lane by lane."""
     if (st := strided_offset(self.sub(u, env), cast(UOp, self.vec))) is not None:
-      return self.bcast(st[0]) + UOp.vectorize(*[UOp.const(dtypes.index, st[1] * k) for k in range(self.width)])
+      return self.bcast(st[0]) + UOp.vectorize(*[const_of(dtypes.index, st[1] * k) for k in range(self.width)])
     return UOp.vectorize(*[self.sub(u, env, k) for k in range(self.width)])
 
   def _gate_lanes(self, u: UOp, env: dict[UOp, int]) -> UOp | None:
@@ -304,7 +320,7 @@ class Expander:
     if self.width <= 3 or (st := strided_offset(i, cast(UOp, self.vec))) is None: return [self.sub(u, env, k) for k in range(self.width)]
     c, (first, second, last) = st[1], (self.sub(u, env, k) for k in (0, 1, self.width - 1))
     terms, base = (first.src[0], first.src[1].arg) if first.op is Ops.ADD and first.src[1].op is Ops.CONST else (first, 0)
-    def built(k: int) -> UOp: return UOp(Ops.ADD, dtypes.index, (terms, UOp.const(dtypes.index, base + c * k)))
+    def built(k: int) -> UOp: return intern_uop(UOp, Ops.ADD, dtypes.index, (terms, const_of(dtypes.index, base + c * k)))
     if first.dtype is not dtypes.index or not isinstance(base, int) or second is not built(1) or last is not built(self.width - 1) or \
        any(base + c * k == 0 for k in range(1, self.width)):
       return [self.sub(u, env, k) for k in range(self.width)]
@@ -334,13 +350,13 @@ class Expander:
     if kind == "vector":
       vdt = u.dtype.vec(self.width)
       if len(idx.src) > 2: alt = [self.bcast(alt[0]) if alt else UOp.const(vdt, 0)]
-      return UOp(Ops.LOAD, vdt, (idx, *[self.bcast(a) for a in alt]))
+      return intern_uop(UOp, Ops.LOAD, vdt, (idx, *[self.bcast(a) for a in alt]))
     if kind == "strided":
       stride, idxs = idx
       vdt = u.dtype.vec(self.width)
       if alt and len(idxs[0].src) > 2: alt = [self.bcast(alt[0])]
       elif len(idxs[0].src) > 2: alt = [UOp.const(vdt, 0)]
-      vecs = [UOp(Ops.LOAD, vdt, (ix, *alt)) for ix in idxs]
+      vecs = [intern_uop(UOp, Ops.LOAD, vdt, (ix, *alt)) for ix in idxs]
       return UOp.vectorize(*[vecs[j].gep(e) for j, e in strided_lanes(stride, self.width)[1]])
     if kind == "rows":
       axis, idxs = idx
@@ -353,11 +369,11 @@ class Expander:
       # streamed tile's alignment once (Renderer.split_tile_rows): with clang's branch per store the C renderer's streamed
       # tiles ran 30% slower split
       w = reg if self.split_rows and 2 <= reg < n and len(idxs) > reg else n
-      rows = tuple(tuple(UOp(Ops.LOAD, u.dtype.vec(w), (ix if p == 0 else ix.replace(src=(ix.src[0], _simplify(ix.src[1] + p, self._simplified))),))
+      rows = tuple(tuple(intern_uop(UOp, Ops.LOAD, u.dtype.vec(w), (ix if p == 0 else ix.replace(src=(ix.src[0], _simplify(ix.src[1] + p, self._simplified))),))
                          for p in range(0, n, w)) for ix in idxs)
       if (key := (rows, reg)) not in self._transposed: self._transposed[key] = transpose_rows([list(r) for r in rows], reg)
       return self._transposed[key][env[axis]]
-    return UOp.vectorize(*[UOp(Ops.LOAD, u.dtype, (ix, *[a.gep(k) if a.dtype.count > 1 else a for a in alt])) for k, ix in enumerate(idx)])
+    return UOp.vectorize(*[intern_uop(UOp, Ops.LOAD, u.dtype, (ix, *[a.gep(k) if a.dtype.count > 1 else a for a in alt])) for k, ix in enumerate(idx)])
 
   def _store(self, u: UOp, env: dict[UOp, int]) -> UOp:
     val = self(u.src[1], env)
@@ -365,8 +381,8 @@ class Expander:
     if kind == "scalar":
       if val.dtype.count > 1: raise RuntimeError("expander: a vector value stored to one address")
       return u.replace(src=(idx, val) + u.src[2:])
-    if kind == "vector": return UOp(Ops.STORE, dtypes.void, (idx, self.bcast(val)))
-    return UOp(Ops.GROUP, dtypes.void, tuple(UOp(Ops.STORE, dtypes.void, (ix, val.gep(k) if val.dtype.count > 1 else val))
+    if kind == "vector": return intern_uop(UOp, Ops.STORE, dtypes.void, (idx, self.bcast(val)))
+    return intern_uop(UOp, Ops.GROUP, dtypes.void, tuple(intern_uop(UOp, Ops.STORE, dtypes.void, (ix, val.gep(k) if val.dtype.count > 1 else val))
                                              for k, ix in enumerate(idx)))
 
 def pick_vector_axis(sink: UOp, regs: list[UOp], mem_dtypes: frozenset[DType] = VECTOR_MEM_DTYPES, walks: Expander | None = None) -> UOp | None:

@@ -3,8 +3,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from typing import Any, Callable
-from core.ir.ops import UOp, Ops, AxisType
-from core.ir.dtype import dtypes
+from core.ir.ops import UOp, Ops, AxisType, intern_uop
+from core.ir.dtype import dtypes, DType
 from core.helpers import prod, fast_members
 from core.device.renderer import Renderer
 
@@ -50,6 +50,23 @@ MAX_REGISTER_ELEMS = 1024  # product of UPCAST/UNROLL sizes: more unrolls into c
 
 def axis_key(r: UOp) -> tuple[int, Any]: return (AXIS_RANK[r.arg[1]], r.arg[0])
 def range_size(r: UOp) -> int | None: return r.src[0].arg if r.src[0].op is Ops.CONST else None
+
+# index math is built node by node thousands of times a kernel: these build UOp's operators' nodes with the interning call
+# itself (x * c and x + y each pass through _binop, const_like's shape and device walks, UOp.const's checks and the metaclass)
+def const_of(dtype: DType, v: Any) -> UOp:
+  """UOp.const(dtype, v) of a kernel node's scalar dtype (an index's int directly)."""
+  return intern_uop(UOp, Ops.CONST, dtype, (), v) if dtype is dtypes.index and type(v) is int else UOp.const(dtype, v)
+
+def build_sum(like: UOp, terms: list[tuple[UOp, int]], const: int) -> UOp:
+  """symbolic._build_sum's node for kernel-level math (no device, so const_like is UOp.const): the terms times their
+  coefficients (0 dropped, 1 bare) added left to right, then the constant (or `like`'s constant when nothing is left)."""
+  acc: UOp | None = None
+  for t, c in terms:
+    if c == 0: continue
+    e = t if c == 1 else intern_uop(UOp, Ops.MUL, t.dtype, (t, const_of(t.dtype, c)))
+    acc = e if acc is None else intern_uop(UOp, Ops.ADD, acc.dtype, (acc, e))
+  if acc is None: return const_of(like.dtype, const)
+  return intern_uop(UOp, Ops.ADD, acc.dtype, (acc, const_of(acc.dtype, const))) if const != 0 else acc
 
 class Kernel:
   """The axes (RANGE nodes) of a kernel AST with their sizes and roles. `apply` returns a new Kernel: ASTs are immutable."""
@@ -212,7 +229,7 @@ def pad_reduce(ast: UOp, r: UOp, size: int) -> UOp:
 def merge_axes(ast: UOp, a: UOp, b: UOp) -> UOp | None:
   """LOOP ranges a (size A) and b (size B) replaced by one range of size A*B with a's id, or None unless every use of them is
   an address `a*(B*s) + b*s + rest` (a gate, a broadcast along one of them, or any other use keeps them apart)."""
-  from core.ir.symbolic import split_sum, _build_sum
+  from core.ir.symbolic import split_sum
   A, B = range_size(a), range_size(b)
   if A is None or B is None or a.arg[1] is not AxisType.LOOP or b.arg[1] is not AxisType.LOOP: return None
   new = UOp.range(A * B, a.arg[0], a.arg[1])
@@ -227,7 +244,7 @@ def merge_axes(ast: UOp, a: UOp, b: UOp) -> UOp | None:
     if any(t is not a and t is not b and (a in t.toposort() or b in t.toposort()) for t, _ in terms): return None
     if coef[b] == 0 or coef[a] != coef[b] * B: return None
     rest = [(t, c) for t, c in terms if t is not a and t is not b]
-    sub[u] = u.replace(src=(u.src[0], _build_sum(u.src[1], rest + [(new, coef[b])], const), *u.src[2:]))
+    sub[u] = u.replace(src=(u.src[0], build_sum(u.src[1], rest + [(new, coef[b])], const), *u.src[2:]))
   out = ast.substitute(sub)
   done: dict[UOp, UOp] = {}
   for u in out.toposort():
@@ -273,7 +290,7 @@ def rebuild(ast: UOp, split: dict[UOp, tuple[UOp, ...]], expr: UOp | None = None
 def swap_ids(ast: UOp, a: UOp, b: UOp) -> UOp:
   """LOOP ranges a and b with their ids exchanged: loops nest by id within a role, so the nesting is exchanged and the
   iteration space stays the same. One walk of the kernel (it was three rebuilds, through a spare id)."""
-  from core.ir.symbolic import simplify, mark_simplified, _order, _build_sum
+  from core.ir.symbolic import simplify, mark_simplified, _order
   new = {a: a.replace(arg=b.arg), b: b.replace(arg=a.arg)}
   memo: dict[UOp, UOp] = {}
   def index_math(before: UOp, after: UOp) -> UOp:
@@ -281,7 +298,7 @@ def swap_ids(ast: UOp, a: UOp, b: UOp) -> UOp:
     if (parts := canonical_range_sum(before)) is not None:
       if after is before: return before
       terms = sorted([(new.get(t, t), c) for t, c in parts[0]], key=lambda tc: _order(tc[0]))
-      return mark_simplified(_build_sum(before, terms, parts[1]), memo)
+      return mark_simplified(build_sum(before, terms, parts[1]), memo)
     return simplify(after, "simplify index", memo)
   return _rewalk(ast, new, {r: (n,) for r, n in new.items()}, index_math)
 
@@ -296,7 +313,7 @@ def _rewalk(ast: UOp, vals: dict[UOp, UOp], ends: dict[UOp, tuple[UOp, ...]], in
       rng = tuple(x for s in u.src[1:] for x in (ends[s] if s in ends else (done[s],)))
       new_src = (done[u.src[0]],) + rng
     else: new_src = tuple(done[s] for s in u.src)
-    done[u] = u if new_src == u.src else UOp(u.op, u.dtype, new_src, u.arg, u.tag)
+    done[u] = u if new_src == u.src else intern_uop(UOp, u.op, u.dtype, new_src, u.arg, u.tag)
     if u.op is Ops.INDEX: idx_nodes.append((u, done[u]))
   out = done[ast]
   sub = {new: new.replace(src=(new.src[0],) + tuple(index_math(b, a) for b, a in zip(u.src[1:], new.src[1:]))) for u, new in idx_nodes}
@@ -327,13 +344,13 @@ def canonical_range_sum(s: UOp) -> tuple[list[tuple[UOp, int]], int] | None:
 def _resplit(like: UOp, terms: list[tuple[UOp, int]], const: int, old: UOp, parts: tuple[list[tuple[UOp, int]], int]) -> UOp | None:
   """The canonical sum `terms + const` with range `old` set to the sum `parts` of new ranges, as simplify builds it: old's
   term replaced by one term per new range, in simplify's order; None where old is no term or parts is no plain sum of ranges."""
-  from core.ir.symbolic import _order, _build_sum
+  from core.ir.symbolic import _order
   new_terms, rest = parts
   if rest or len(c := [k for t, k in terms if t is old]) != 1: return None
   if any(r.op is not Ops.RANGE or r.src[0].op is not Ops.CONST or r.src[0].arg < 2 or m < 1 for r, m in new_terms): return None
   out = [(t, k) for t, k in terms if t is not old] + [(r, m * c[0]) for r, m in new_terms]
   if len({t for t, _ in out}) != len(out): return None
-  return _build_sum(like, sorted(out, key=lambda tk: _order(tk[0])), const)
+  return build_sum(like, sorted(out, key=lambda tk: _order(tk[0])), const)
 
 def nest_ends(sink: UOp) -> UOp:
   """Every STORE's END chain rebuilt with one range per END, outermost first by (role, id)."""

@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 import pytest
 from core.ir.dtype import dtypes
-from core.ir.ops import UOp, AxisType
+from core.ir.ops import UOp, Ops, AxisType
 from core.ir.symbolic import simplify
 import core.codegen.opt.expander as expander
 from core.codegen.opt.expander import Expander
+from core.codegen.opt.kernel import const_of
 from opt_helpers import conv_sources
 
 vec, unroll = UOp.range(16, 7, AxisType.UPCAST), UOp.range(3, 6, AxisType.UNROLL)
@@ -58,9 +59,17 @@ def test_the_shortcut_builds_no_constant_per_axis_set():
   # substitutes and simplifies
   made: list[int] = []
   def count(frame, event, _):
-    if event == "call" and frame.f_code is UOp.const.__code__ and frame.f_back.f_code is Expander.sub.__code__: made.append(1)
+    if event == "call" and frame.f_code in (UOp.const.__code__, const_of.__code__) and frame.f_back.f_code is Expander.sub.__code__: made.append(1)
   ex, u = Expander([unroll], vec), simplify(vec * 576 + unroll * 3 + outer * 9)
   sys.setprofile(count)
   try: lanes = [ex.sub(u, {unroll: r}, k) for r in range(3) for k in range(16)]
   finally: sys.setprofile(None)
   assert not made and all(got is _set(u, {unroll: r, vec: k}) for got, (r, k) in zip(lanes, [(r, k) for r in range(3) for k in range(16)]))
+
+def test_the_shortcut_marks_its_sums_simplified():
+  # a gate's compare of a set index is then simplified without walking the sum again (simplify's answer is the sum itself)
+  import core.ir.symbolic as symbolic
+  with symbolic.shared_simplify():
+    ex, u = Expander([unroll], vec), simplify(vec * 576 + unroll * 3 + outer * 9)
+    got = ex.sub(u, {unroll: 1}, 3)
+    assert got.op is not Ops.CONST and symbolic._memo.done.get(got) is got and got is _set(u, {unroll: 1, vec: 3})

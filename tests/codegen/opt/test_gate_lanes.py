@@ -12,7 +12,8 @@ def _counting(width: int) -> tuple[Expander, UOp, UOp, list[int]]:
   ex, lanes = Expander([], vec), []
   sub = ex.sub
   def counted(u, env, lane=None):
-    if lane is not None: lanes.append(lane)
+    # the condition's lanes (sub sets a compare's sources through itself too)
+    if lane is not None and u.op is Ops.CMPLT: lanes.append(lane)
     return sub(u, env, lane)
   ex.sub = counted   # type: ignore[method-assign]
   return ex, vec, row, lanes
