@@ -138,6 +138,9 @@ def arch_renderer(ren: str, arch: str):
   rnd.target(arch_flags(arch, runs_here=False))
   return rnd
 
+# an AVX-512 target's flags, for tests that render its code on any host (renderer.target): rules key on flags, not the host
+AVX512 = frozenset({"avx", "avx2", "fma", "avx512f", "avx512vl", "avx512dq", "avx512bw"})
+
 def host_like_renderer(ren: str, simd_bytes: int, threads: int = 2):
   """The CPU plugin's LLVM or C renderer as on the hosts we measure: 32-byte vectors with 16 registers and the Zen 3's 512 KiB L2,
   or 64-byte ones with 32 registers and the Zen 5's 1 MiB (panel budgets of 256 and 512 KiB), on `threads` threads. Sources

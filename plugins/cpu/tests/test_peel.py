@@ -14,10 +14,9 @@ from core.ir.ops import Ops
 from core.schedule.kernelize import create_schedule
 from plugin_cpu.compiler import arch_flags, host_flags
 from plugin_cpu.peel import peel_tail_iterations
-from cpu_kernels import device, run_item, run_rendered
+from cpu_kernels import AVX512, device, run_item, run_rendered
 
 pytestmark = pytest.mark.skipif(not {"avx2", "fma"} <= host_flags(), reason="renders for x86-64 CPUs with AVX2 (arch_flags needs them here)")
-AVX512 = frozenset({"avx", "avx2", "fma", "avx512f", "avx512vl", "avx512dq", "avx512bw"})
 # a masked load whose mask is computed at run time (a loop's gate), not a constant
 GATED_LOAD = re.compile(r"@llvm\.masked\.load\.[^(]+\(ptr [^,]+, i32 \d+, <\d+ x i1> %")
 OPS = {"softmax": lambda t: t.softmax(-1), "log_softmax": lambda t: t.log_softmax(-1)}

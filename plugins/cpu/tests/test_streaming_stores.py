@@ -12,7 +12,7 @@ from core.codegen.program import get_program, program_source, program_uops
 from core.codegen.stash import STASH_ARG
 from plugin_cpu.compiler import host_flags
 from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, host_streams, pm_streaming_stores, store_width, stream_width
-from cpu_kernels import RENDERERS, Linear, device, buf, rng, c, run
+from cpu_kernels import AVX512, RENDERERS, Linear, device, buf, rng, c, run
 
 BIG = 1 << 24   # 64 MiB of float32: past any last-level cache
 MARKS = {"C": ("CORE_STREAM", "__builtin_ia32_sfence();"), "LLVM": ("!nontemporal", "call void @llvm.x86.sse.sfence()")}
@@ -286,7 +286,6 @@ def test_streamed_softmax_matches_numpy(ren, shape):
   e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
   np.testing.assert_allclose(got, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
 
-AVX512 = frozenset({"avx", "avx2", "fma", "avx512f", "avx512vl", "avx512dq", "avx512bw"})
 HEADS = re.compile(r"icmp slt i32 %ridx\d+, (\d+)\n  br i1 %t\d+, label %loop\d+\.body")
 TAIL_GATE = re.compile(r"%v\d+ = icmp slt i32 %ridx\d+, \d+")   # a loop's gate of its last vector, in its body
 
