@@ -11,7 +11,7 @@ from core.schedule.kernelize import create_schedule
 from core.codegen.program import get_program, program_source, program_uops
 from core.codegen.stash import STASH_ARG
 from plugin_cpu.compiler import host_flags
-from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, host_streams, pm_streaming_stores, store_width, stream_width
+from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, host_streams, nt_min_bytes, pm_streaming_stores, store_width, stream_width
 from cpu_kernels import AVX512, RENDERERS, Linear, device, buf, rng, c, run
 
 BIG = 1 << 24   # 64 MiB of float32: past any last-level cache
@@ -216,6 +216,10 @@ def test_stream_width():
   assert [stream_width(64, 64, a) for a in (64, 128, 32, 16, 8, 0)] == [64, 64, 32, 16, 0, 64]
   assert [stream_width(b, 64) for b in (64, 128, 32)] == [64, 64, 32]
   assert NT_MIN_BYTES >= 4 << 20
+
+def test_stream_bound_counts_at_most_a_ccx_l3():
+  # 7/8 of the last-level cache, at least 4 MiB, and at most 7/8 of 32 MiB whatever sysfs reports (a VM guest reads its socket's L3)
+  assert [nt_min_bytes(b << 20) for b in (32, 16, 2, 0, 480)] == [28 << 20, 14 << 20, 4 << 20, 4 << 20, 28 << 20]
 
 def _padded_rows(rows: int, cols: int, count: int, scalar_gate: bool) -> list[UOp]:
   """out = in + in over rows of `cols` floats in vectors of `count` lanes, the last one gated per lane (heuristic._row_pass's
