@@ -52,7 +52,13 @@ MM_PACK_REUSE = 4             # row blocks that must reuse a packed panel for th
 # in one process, interleaved, medians of 201 pair ratios reduce/packed (load 10-11), rows 16/24/32/48/64/80: AVX-512 (32 zmm:
 # 4 rows a tile) x512x1000 0.26/0.35/0.42/0.55/0.61/0.68, x768x3072 0.68/0.74/0.76/0.78/0.78, x1024x4096 0.05/0.06/0.06/0.24/
 # 0.27; AVX2 code (znver3, 16 ymm: 2 rows) x512x1000 0.70/0.87/0.87/1.00/1.00/1.02, x768x3072 0.79/0.86/0.86/0.98/1.00
-# (passes of the tile that fits: rows no such tile divides pass once a row, native 31/61x768x3072 1.23/1.33x the packed time)
+# (passes of the tile that fits: rows no such tile divides pass once a row, native 31/61x768x3072 1.23/1.33x the packed time).
+# Nor more passes than the reduce path's vector steps along the reduce axis: each output ends in a horizontal sum of its
+# vector, a large share of a short reduction's work, where the packed tile's panel copy costs less a row the more rows share
+# it. Intel Xeon (AVX-512, LLVM rocketlake), one thread, kernel time, reduce / packed, rows x K x 1024 (min of 35 calls, processes
+# alternated twice): K = 64 (4 steps) rows 16/24/32/48/64 1.05/1.33/1.53/1.69/1.99, attention's 12 heads x 64 x 64 x 256 1.95;
+# K = 128 (8) 16/32/48/64 0.69/0.96/1.23/1.36; K = 256 (16) 16/32/64 0.58/0.78/1.13; K = 512 64 rows 0.95. AVX2 code (znver3,
+# 2-row tiles) on that host: K = 64 (8 steps) 16/24/32 rows 0.92/1.0-1.1/1.16, 32 x 64 x 256 1.07-1.15; K = 128 (16) 16/32 0.82/1.01
 FEW_ROW_PASSES, FEW_ROW_COLS = 16, 4
 MM_COL_VECS = 4               # vectors per reduce step of a column reduction (4 x 32 bytes: two cache lines; 6.7 -> 19 GB/s)
 MM_PAD_FULL = 4               # padding allowed (1/4 more work) for an output row that holds no whole vector
@@ -163,14 +169,15 @@ def _same(k: Kernel, r: UOp) -> UOp:
   """The axis of k that kept r's id (its outer part after a split)."""
   return next(x for x in k.axes if x.arg[0] == r.arg[0])
 
-def _packed_product(k: Kernel, outs: list[UOp], reds: list[UOp], loads: list[UOp], col: UOp, panel_bytes: int) -> bool:
+def _packed_product(k: Kernel, outs: list[UOp], reds: list[UOp], loads: list[UOp], col: UOp, lanes: int, itemsize: int) -> bool:
   """A product of two inputs that each miss a different output axis (a @ b.T: both run along the reduce axis), on a renderer
   that can PACK, with a panel that fits and rows enough to reuse it: register tiles reuse each load (a packed panel turns the
   other input's column reads into vector reads), where vector partial sums along the reduce axis would reuse nothing."""
-  if k.renderer.has_local or prod(range_size(r) or 0 for r in reds) * panel_bytes > PACK_MAX_BYTES: return False
+  red_len = prod(range_size(r) or 0 for r in reds)
+  if k.renderer.has_local or red_len * MM_J2 * lanes * itemsize > PACK_MAX_BYTES: return False
   rows = _panel_rows(outs, reds, loads, col)
   if _plain_product(reds, [ld for ld in loads if any(r in ld.toposort() for r in reds)]):
-    if -(-rows // _few_row_tile(rows, k.renderer.simd_regs)) <= FEW_ROW_PASSES: return False
+    if -(-rows // _few_row_tile(rows, k.renderer.simd_regs)) <= min(FEW_ROW_PASSES, -(-red_len // lanes)): return False
   return rows >= MM_PACK_REUSE * MM_I and _crossed_inputs(outs, loads)
 
 # rows no tile of _few_row_tile divides (17, 31) padded to the largest that fits, up to FEW_ROW_PAD_ROWS padded rows: 1-row
@@ -1104,7 +1111,7 @@ def hand_coded(k: Kernel) -> Kernel:
     if reds and contig_out is not None and (row := _row_pass(k, reds, contig_out, loads, lanes)) is not None: k = row
     elif reds and gathers and contig_out is not None and (undiv := _undivide(k, contig_out, loads, lanes)) is not None: k = undiv
     elif reds and contig_out is not None and not short_red and \
-       (not (along_red or gathers) or _packed_product(k, outs, reds, loads, contig_out, MM_J2 * lanes * st.src[1].dtype.itemsize)):
+       (not (along_red or gathers) or _packed_product(k, outs, reds, loads, contig_out, lanes, st.src[1].dtype.itemsize)):
       blocked = _channel_block(k, outs, loads, contig_out, lanes) if vec_ok else None
       if blocked is None: blocked = _register_block(k, outs, loads, contig_out, lanes, pad=not rnd.has_local)
       # padding pays only through the packed panel or masked vector loads: else every vector load of the padded axis is a gated gather

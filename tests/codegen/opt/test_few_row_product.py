@@ -3,7 +3,7 @@ vector partial sums along the reduce axis, each load reused across a small rows 
 at most half the vector registers of accumulators), the columns on the threads: its rows are too few for a packed panel to be
 reused by MM_PACK_REUSE row blocks (_packed_product), and the register tile without the panel gathered each column vector a
 reduce row apart (ResNet-18's fc, 8x512 @ 1000x512.T: 256 two-lane accumulators). So do products of up to FEW_ROW_PASSES
-passes of that tile's rows over W (_plain_product); more rows pack. The tile is read from
+passes of that tile's rows over W (_plain_product), and no more passes than vector steps along the reduce axis; more rows pack. The tile is read from
 the optimizer's opts on AVX2-like (8 lanes, 16 registers) and AVX-512-like (16 lanes, 32) renderers; results against numpy."""
 from __future__ import annotations
 import numpy as np
@@ -80,4 +80,26 @@ def test_rows_no_tile_divides_are_padded_to_one(simd_bytes, rows, tile):
   got, spec = run_ast(item, kern.ast, rnd)
   stores = [u for u in program_uops(spec) if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM]
   assert stores and all(len(s.src[0].src) > 2 for s in stores)
+  np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+# and no more passes than the reduce path's vector steps along the reduce axis (K / lanes): a short reduction's horizontal sums
+# cost more than a packed panel (attention's q @ k.T per head, K = 64: 4 steps on 16 lanes, 8 on 8)
+@pytest.mark.parametrize("simd_bytes, rows, k, packs", [(64, 16, 64, False), (64, 20, 64, True), (64, 32, 64, True),
+                                                        (64, 32, 128, False), (64, 48, 128, True), (64, 64, 256, False),
+                                                        (32, 16, 64, False), (32, 24, 64, True), (32, 32, 128, False)])
+def test_short_reductions_take_fewer_passes(simd_bytes, rows, k, packs):
+  kern, check, _ = _tiled(rows, k, 256, simd_bytes)
+  assert (OptOps.PACK in [o.op for o in kern.applied]) is packs, kern.applied
+  check()
+
+@pytest.mark.parametrize("simd_bytes", [32, 64])
+def test_attention_block_scores_pack(simd_bytes):
+  """A causal attention's 64-row query block against its keys, 12 heads, head size 64 (sdpa's split rows): packed on both."""
+  q, kk = rng.standard_normal((12, 64, 64)).astype(np.float32), rng.standard_normal((12, 256, 64)).astype(np.float32)
+  item = product_item(lambda a, b: a @ b.transpose(-1, -2), q, kk)
+  want = q.astype(np.float64) @ kk.astype(np.float64).transpose(0, 2, 1)
+  rnd = host_renderer(simd_bytes)
+  kern = hand_coded(Kernel(item.ast, rnd))
+  assert OptOps.PACK in [o.op for o in kern.applied], kern.applied
+  got, _ = run_ast(item, kern.ast, rnd)
   np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
