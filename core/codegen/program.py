@@ -115,6 +115,11 @@ def _program(ast: UOp, renderer: Renderer, optimize: bool) -> UOp:
     return _get_program(ast, renderer, optimize, name)
 
 def _get_program(ast: UOp, renderer: Renderer, optimize: bool, name: str) -> UOp:
+  if optimize and (own := renderer.own_kernel(ast, name)) is not None:
+    own_src, size, est = own
+    params = tuple(sorted({u for u in ast.toposort() if u.op is Ops.PARAM}, key=lambda u: u.arg))
+    return UOp(Ops.PROGRAM, src=(ast, UOp(Ops.DEVICE, arg=renderer.device), UOp(Ops.LINEAR, src=params), UOp(Ops.SOURCE, arg=own_src)),
+               arg=ProgramSpec(name, size, (1, 1, 1), (), (0,), est))
   from core.codegen.opt import optimize as optimize_kernel
   from core.codegen.opt.expander import expand_kernel
   sink = expand_kernel(optimize_kernel(ast, renderer) if optimize else ast, vectorize=renderer.supports_float4,

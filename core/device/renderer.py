@@ -73,5 +73,11 @@ class Renderer:
     _panel_in_place); a CPU renderer has its in-place loads of bigger ones prefetch the next panel (plugin_cpu.prefetch)."""
     return self.l2_bytes // self.panel_l2_share
 
+  def own_kernel(self, ast: Any, name: str) -> tuple[str, tuple[int, ...], dict[str, int]] | None:
+    """A kernel this renderer writes whole for kernel `ast` (before the optimizer): (source, global size, estimates), its
+    arguments the AST's PARAMs in slot order and then its block index; None (the default, and most kernels): the optimizer and
+    lowering make it (core.codegen.program). The CPU's AMX bf16 matmul is one (plugin_cpu/amx.py)."""
+    return None
+
   def render(self, name: str, uops: list[Any]) -> str: raise NotImplementedError(f"{type(self).__name__} must implement render(name, uops)")
   def __repr__(self) -> str: return f"{type(self).__name__}(device={self.device!r})"
