@@ -68,7 +68,8 @@ def host_flags() -> frozenset[str]:
 
 # what `cc -march=X -dM -E` predefines -> the /proc/cpuinfo flag names the plugin decides by
 _ARCH_MACROS = {"__AVX__": "avx", "__AVX2__": "avx2", "__FMA__": "fma", "__AVX512F__": "avx512f", "__AVX512VL__": "avx512vl",
-                "__AVX512DQ__": "avx512dq", "__AVX512BF16__": "avx512_bf16"}
+                "__AVX512DQ__": "avx512dq", "__AVX512BF16__": "avx512_bf16", "__AMXTILE__": "amx_tile",
+                "__AMXBF16__": "amx_bf16"}
 
 @functools.cache
 def arch_flags(arch: str | None = None, runs_here: bool = True) -> frozenset[str]:

@@ -17,6 +17,7 @@ from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, _known_align, buffer_test
   stream_width
 from core.codegen.linearize import has_shuffle_network, is_shuffle
 from plugin_cpu.bf16dot import bf16_dot, host_bf16_dot, pm_bf16_dot, render_dot
+from plugin_cpu.amx import amx_bf16, match_matmul, render_matmul
 from plugin_cpu.prefetch import prefetch_offsets, line_offsets, loop_deps
 from plugin_cpu.peel import peel_tail_iterations
 from plugin_cpu.tile_rows import ROW_ARG, pm_store_rows
@@ -62,8 +63,9 @@ def _check_block(x: UOp) -> None:
   if x.arg != "gidx0": raise NotImplementedError(f"the CPU runs one-dimensional launches: no thread id {x.arg} (only gidx0)")
 
 def narrow_flags(flags: frozenset[str], simd: int) -> frozenset[str]:
-  """`flags` without the features of vectors wider than `simd` bytes: AVX-512's below 64 (an AVX2 CPU), AVX's and FMA's below 32."""
-  if simd < 64: flags = frozenset(f for f in flags if not f.startswith("avx512"))
+  """`flags` without the features of vectors wider than `simd` bytes: AVX-512's and AMX's below 64 (an AVX2 CPU), AVX's and FMA's
+  below 32."""
+  if simd < 64: flags = frozenset(f for f in flags if not f.startswith(("avx512", "amx")))   # AMX CPUs have AVX-512
   return flags - {"avx", "avx2", "fma"} if simd < 32 else flags
 
 R = TypeVar("R", "CPUCRenderer", "CPULLVMRenderer")
@@ -405,6 +407,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
   # path and llvm.fmuladd fuses (x86 FMA3). AVX2 code (znver3) on Zen 5, softmax 4096x1000 and 256x1000: 0.96-0.97x the time
   fma_exp_shift = not scalef_lanes(host_flags()) and host_x86_fma()
   odd_row_channel_tile = True
+  amx = amx_bf16(host_flags())   # bf16 matmuls on AMX tiles (plugin_cpu/amx.py); make_device turns it off where Linux refuses them
   # AVX-512: a large 3x3 conv's gated input loads are masked vector loads (no padded copy: 3 kernels, ~4% of the bench conv's
   # call), its channel tile (2 vectors of 16 channels x 7 pixels) loads little per FMA, and its thread blocks are images that
   # stay in the L2 for all their channel blocks (heuristic._image_blocks). 2-core Zen 4, 2 threads, engine path, A/B in one
@@ -445,6 +448,13 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
     self.max_ahead = not scalef_lanes(flags)
     self.fma_exp_shift = not scalef_lanes(flags) and x86_fma(flags)
     self.large_conv_in_place = self.simd_width == 64
+    self.amx = amx_bf16(flags)
+
+  def own_kernel(self, ast: UOp, name: str) -> tuple[str, tuple[int, ...], dict[str, int]] | None:
+    """A bf16 x bf16 -> float32 matmul on AMX tiles where the target has them (plugin_cpu/amx.py); None for anything else."""
+    if not self.amx or (mm := match_matmul(ast)) is None: return None
+    src, nblocks = render_matmul(name, mm, self.threads)
+    return src, (nblocks, 1, 1), {"ops": 2 * mm.m * mm.n * mm.k, "mem": 2 * (mm.m * mm.k + mm.k * mm.n) + 4 * mm.m * mm.n}
 
   def narrowed(self, simd: int) -> CPULLVMRenderer: return _narrowed(self, simd)
 
