@@ -172,7 +172,7 @@ def _offset_add_parts(i: UOp) -> tuple[UOp, UOp] | None:
 
 def _llvm_lane_index(ctx: CPULLVMRenderer, x: UOp) -> str | None:
   """The address at a 32-bit index plus a constant of a tile's lane (lane_indices), of a scalar load in a reduce loop
-  (index_offsets) or of an ungated vector load (vector_offsets): _llvm_offset_index's two GEPs, so a tile's lanes step from one
+  (index_offsets) or of an ungated vector load or a vector store (vector_offsets): _llvm_offset_index's two GEPs, so a tile's lanes step from one
   address. Other INDEXes keep the i32 sum. Each lane's own i32 sum made LLVM's loop passes grow with their square (an AVX-512 3x3
   conv's 224 lane stores); one GEP each at (the index widened + the offset) in i64 left the instruction selector's DAG combiner
   to take every lane's sum apart again (visitADD, SimplifyDemandedBits): ResNet-18 b8 inference compiles in 0.91-0.93x the time.
@@ -229,15 +229,22 @@ def index_offsets(uops: list[UOp]) -> frozenset[UOp]:
   return frozenset(u.src[0].src[1] for u in uops if u.op is Ops.LOAD and u.dtype.count == 1 and u.src[0].op is Ops.INDEX and
                    _offset_add(u.src[0].src[1]))
 
-def vector_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]]) -> frozenset[UOp]:
+def vector_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], stores: bool = True) -> frozenset[UOp]:
   """The INDEXes of ungated vector loads outside reduce loops at a 32-bit index plus a constant, which _llvm_offset_index
   addresses too: the stem conv's image rows staged into its panel (8 loads at 15, 460, ... 1395 floats from one index) were 8
   addresses that LLVM's loop passes widened and rewrote each (its compile 0.20 -> 0.09 s). A gated load keeps the i32 sum: the
   3x3/2 max pool's window rows above the image, loaded under a branch, so addressed made it 1.24-1.29x slower, with the same
   vector instructions and fewer scalar ones (its masked loads alone so addressed: 1.08x). So does a load in a reduce loop: with
   fewer address instructions LLVM unrolled a small weight-gradient sum (r_12_4_4_64) once more, 1.06x slower."""
-  return frozenset(u.src[0] for u in uops if u.op is Ops.LOAD and u.dtype.count > 1 and u.src[0].op is Ops.INDEX and
-                   len(u.src[0].src) == 2 and _offset_add(u.src[0].src[1]) and not _in_reduce(deps, u.src[0].src[1]))
+  return frozenset(u.src[0] for u in uops if (u.op is Ops.LOAD and u.dtype.count > 1 and len(u.src[0].src) == 2 or stores and _vector_store(u)) and
+                   u.src[0].op is Ops.INDEX and _offset_add(u.src[0].src[1]) and not _in_reduce(deps, u.src[0].src[1]))
+
+def _vector_store(u: UOp) -> bool:
+  """A vector store, plain or masked (a gate per lane: one address, no branch), which vector_offsets addresses too: a 1x1
+  stride-2 conv's 16 output rows 196 floats apart (stored twice: zeros, then the sums) were 16 i32 sums that IndVarSimplify,
+  IV users and LSR took 44 of its 80 ms on; so addressed its compile took 0.79x the time, the panel stores of the 3x3 convs'
+  weight gathers 0.84-0.91x, and the kernels ran as fast (ResNet-18 b8 inference: 24 kernels, 0.99-1.006x)."""
+  return u.op is Ops.STORE and u.src[1].dtype.count > 1 and (len(u.src[0].src) == 2 or u.src[0].src[2].dtype.count > 1)
 
 # AVX-512's vscalefps is p * 2**n in one instruction, where exp2's 2**n from the float's bits takes 4 integer ops and a second
 # multiply (decompose.fast_exp2's `scale`): float32 vectors of 4 and 8 lanes (avx512vl) and of 16 or a power-of-two multiple of
@@ -431,6 +438,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
   peel_tails = True        # peel.peel_tail_iterations on (a switch for comparisons)
   offset_geps = True       # _llvm_offset_index on (a switch for comparisons)
   offset_vectors_on = True  # and for ungated vector loads (vector_offsets)
+  offset_stores_on = True   # and for vector stores (vector_offsets)
 
   def __init__(self, arch: str | None = None):
     if arch is not None:   # DEV=CPU:LLVM:<arch>: that CPU model's (compiler.arch_flags)
@@ -466,7 +474,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
     self.lane_indices = lane_indices(uops, deps)
     self.index_offsets = index_offsets(uops)
     self.offset_adds = self.index_offsets if self.offset_geps else frozenset()   # the INDEXes at them: _llvm_offset_index
-    self.offset_vectors = vector_offsets(uops, deps) if self.offset_vectors_on else frozenset()
+    self.offset_vectors = vector_offsets(uops, deps, self.offset_stores_on) if self.offset_vectors_on else frozenset()
     self.start_module()
     fns = [self.function(name, uops)]
     if self.unchecked:   # where a buffer of its unconditional streaming stores is misaligned, the kernel calls this copy

@@ -1,7 +1,8 @@
 """The LLVM renderer writes a scalar load's 32-bit index plus a constant as `add nsw` (renderer._llvm_index_offset), and the
 load's address as the buffer at the index, then the constant in i64 (renderer._llvm_offset_index): a tile's lanes read one by
 one in a reduce loop are then one address plus displacements to LLVM's loop passes; an ungated vector load's address outside
-reduce loops too (renderer.vector_offsets), a gated one's or one's in a reduce loop keeps the i32 sum. Other int32 adds (the data's) keep wrapping. Results match numpy."""
+reduce loops too (renderer.vector_offsets), a gated one's or one's in a reduce loop keeps the i32 sum, and a vector store's outside
+reduce loops, plain or masked, but not one under a branch. Other int32 adds (the data's) keep wrapping. Results match numpy."""
 import re
 import numpy as np
 from core.ir.dtype import AddrSpace, dtypes
@@ -37,6 +38,42 @@ def test_an_ungated_vector_load_steps_from_its_index():
   # the gated load keeps the buffer at the i32 sum
   adds = dict(re.findall(r"(%\w+) = add i32 %\w+, (\d+)\n", src))
   assert [adds[i] for i in re.findall(r"getelementptr inbounds float, ptr %data1, i32 (%\w+)\n", src) if i in adds] == ["2"]
+
+def _vector_offset_stores() -> list:
+  # out[4r+1:4r+5] = x[4r:4r+4] (a plain vector store), out[4r+33:4r+37] = 2x[4r:4r+4] in its lanes k < 3 (masked), and
+  # out[4r+65:4r+69] = -x[4r:4r+4] where r < 5 (under a branch): each at its row's index plus a constant
+  out, x = buf(0, dtypes.float32, 100), buf(1, dtypes.float32, 32)
+  lin = Linear()
+  lin.add(out, x)
+  lanes = UOp(Ops.VECTORIZE, dtypes.bool.vec(4), tuple(c(k) < c(3) for k in range(4)))
+  for axis, (off, valid, f) in enumerate([(1, None, lambda v: v), (33, lambda r: lanes, lambda v: v + v), (65, lambda r: r < c(5), lambda v: -v)]):
+    r = lin.add(rng(8, axis))
+    i = r * c(4)
+    v = x.index(i).load(dtype=dtypes.float32.vec(4))
+    lin.add(out.index(i + c(off), valid=valid(r) if valid else None).store(f(v)).end(r))
+  return lin.uops
+
+def test_a_vector_store_steps_from_its_index_unless_under_a_branch():
+  src = device("LLVM").renderer.render("vector_stores", _vector_offset_stores())
+  at = set(re.findall(r"(%\w+) = getelementptr float, ptr %data0, i32 %\w+\n", src))
+  steps = {p: int(o) for p, b, o in re.findall(r"(%\w+) = getelementptr float, ptr (%\w+), i64 (\d+)\n", src) if b in at}
+  plain = re.findall(r"store <4 x float> %\w+, ptr (%\w+)", src)
+  masked = re.findall(r"call void @llvm\.masked\.store\.v4f32\.p0\(<4 x float> %\w+, ptr (%\w+)", src)
+  assert sorted(steps.values()) == [1, 33] and [steps.get(p) for p in masked] == [33]
+  assert sorted(steps.get(p, -1) for p in plain) == [-1, 1]   # the branch-gated store: below
+  # the branch-gated store keeps the buffer at the i32 sum
+  adds = dict(re.findall(r"(%\w+) = add i32 %\w+, (\d+)\n", src))
+  assert [adds[i] for i in re.findall(r"getelementptr inbounds float, ptr %data0, i32 (%\w+)\n", src) if i in adds] == ["65"]
+
+def test_vector_offset_stores_match_numpy():
+  x = np.arange(32, dtype=np.float32) * 0.5 - 3
+  res = run("LLVM", _vector_offset_stores(), [np.zeros(100, np.float32), x])[0]
+  want = np.zeros(100, np.float32)
+  for r in range(8):
+    want[4 * r + 1:4 * r + 5] = x[4 * r:4 * r + 4]
+    want[4 * r + 33:4 * r + 36] = 2 * x[4 * r:4 * r + 3]
+    if r < 5: want[4 * r + 65:4 * r + 69] = -x[4 * r:4 * r + 4]
+  np.testing.assert_array_equal(res, want)
 
 def _vector_row_sums() -> list:
   # out[4i:4i+4] = x[8i+1:8i+5] + x[8i+5:8i+9]: a vector load at a constant offset inside a reduce loop (j), into a register
