@@ -2,7 +2,8 @@
 load's address as the buffer at the index, then the constant in i64 (renderer._llvm_offset_index): a tile's lanes read one by
 one in a reduce loop are then one address plus displacements to LLVM's loop passes; an ungated vector load's address outside
 reduce loops too (renderer.vector_offsets), a gated one's or one's in a reduce loop keeps the i32 sum, and a vector store's outside
-reduce loops, plain or masked, but not one under a branch. Other int32 adds (the data's) keep wrapping. Results match numpy."""
+reduce loops, plain or masked, but not one under a branch. Every load's and store's index plus a constant is nsw (renderer.index_adds);
+other int32 adds (the data's) keep wrapping. Results match numpy."""
 import re
 import numpy as np
 from core.ir.dtype import AddrSpace, dtypes
@@ -35,8 +36,8 @@ def test_an_ungated_vector_load_steps_from_its_index():
   at = dict(re.findall(r"(%\w+) = getelementptr float, ptr %data1, i32 (%\w+)\n", src))
   steps = re.findall(r"(%\w+) = getelementptr float, ptr (%\w+), i64 (\d+)\n  %\w+ = load <4 x float>, ptr \1", src)
   assert [(p in at, int(o)) for _, p, o in steps] == [(True, 1)]
-  # the gated load keeps the buffer at the i32 sum
-  adds = dict(re.findall(r"(%\w+) = add i32 %\w+, (\d+)\n", src))
+  # the gated load keeps the buffer at the i32 sum, an add nsw (renderer.index_adds: without it, a plain add)
+  adds = dict(re.findall(r"(%\w+) = add nsw i32 %\w+, (\d+)\n", src))
   assert [adds[i] for i in re.findall(r"getelementptr inbounds float, ptr %data1, i32 (%\w+)\n", src) if i in adds] == ["2"]
 
 def _vector_offset_stores() -> list:
@@ -61,8 +62,8 @@ def test_a_vector_store_steps_from_its_index_unless_under_a_branch():
   masked = re.findall(r"call void @llvm\.masked\.store\.v4f32\.p0\(<4 x float> %\w+, ptr (%\w+)", src)
   assert sorted(steps.values()) == [1, 33] and [steps.get(p) for p in masked] == [33]
   assert sorted(steps.get(p, -1) for p in plain) == [-1, 1]   # the branch-gated store: below
-  # the branch-gated store keeps the buffer at the i32 sum
-  adds = dict(re.findall(r"(%\w+) = add i32 %\w+, (\d+)\n", src))
+  # the branch-gated store keeps the buffer at the i32 sum (nsw)
+  adds = dict(re.findall(r"(%\w+) = add nsw i32 %\w+, (\d+)\n", src))
   assert [adds[i] for i in re.findall(r"getelementptr inbounds float, ptr %data0, i32 (%\w+)\n", src) if i in adds] == ["65"]
 
 def test_vector_offset_stores_match_numpy():
@@ -90,7 +91,8 @@ def _vector_row_sums() -> list:
 
 def test_a_vector_load_in_a_reduce_loop_keeps_the_i32_sum():
   src = device("LLVM").renderer.render("vector_rows", _vector_row_sums())
-  adds = dict(re.findall(r"(%\w+) = add i32 %\w+, (\d+)\n", src))
+  # (nsw: every load's and store's index plus a constant, renderer.index_adds)
+  adds = dict(re.findall(r"(%\w+) = add nsw i32 %\w+, (\d+)\n", src))
   assert [adds[i] for i in re.findall(r"getelementptr inbounds float, ptr %data1, i32 (%\w+)\n", src) if i in adds] == ["1"]
   assert not re.search(r"getelementptr (inbounds )?float, ptr %\w+, i64 \d+", src)
   x = np.arange(40, dtype=np.float32) * 0.25 - 2
