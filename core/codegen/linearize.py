@@ -1,6 +1,8 @@
 """Order a kernel graph into a list: loops stay contiguous, everything is emitted in the outermost loop it can live in."""
 from __future__ import annotations
 import heapq
+from functools import reduce
+from operator import or_
 from core.ir.ops import UOp, Ops, intern_uop
 from core.codegen.lowerer import RangeScopes
 
@@ -24,46 +26,45 @@ def tile_keys(items: list[UOp], deps: dict[UOp, set[UOp]], users: dict[UOp, list
   spill references per tile, 4 square by square, and a step's stores waited on all 16 loads. AVX2 code (znver3) on a Zen 5,
   4096^2, A/B in one process, GB/s: one thread (thread time) 29.1 -> 31.3; 2 threads (wall, real-time priority) 68.5 -> 74.3
   where the copy ran at 120, even (0.994x) where it ran at 66 (the memory the limit)"""
-  if not any(is_shuffle(it) for it in items): return None
-  # the items in an order that puts each after its deps (graph positions don't: a loop's item has its block's positions after it)
+  shuffles = {it for it in items if is_shuffle(it)}
+  if not shuffles: return None
+  # what each item needs, one int: bit i for the i-th load in graph order (the highest set, the last load), and above the loads'
+  # bits its shuffle stage as the highest of one-hot bits (a dep's bits OR-ed in, shifted one up at a shuffle: max + 1)
+  loads = sorted([it for it in items if it.op is Ops.LOAD], key=order.__getitem__)
+  n = len(loads)
+  needs: dict[UOp, int] = dict.fromkeys(items, 1 << n)
+  for i, ld in enumerate(loads): needs[ld] |= 1 << i
+  low = (1 << n) - 1
+  # the items in an order that puts each after its deps (graph positions don't: a loop's item has its block's positions after
+  # it), each one's needs from its deps' as it comes
   left = {it: len(deps[it]) for it in items}
-  topo, nxt = [], [it for it in items if not left[it]]
+  nxt, topo = [it for it in items if not left[it]], []
   while nxt:
     topo.append(it := nxt.pop())
-    for us in users.get(it, []):
+    m = reduce(or_, map(needs.__getitem__, deps[it]), needs[it])
+    needs[it] = m if it not in shuffles else m >> n << (n + 1) | m & low
+    for us in users.get(it, ()):
       left[us] -= 1
       if not left[us]: nxt.append(us)
-  stage: dict[UOp, int] = {}
-  for it in topo: stage[it] = max((stage[d] for d in deps[it]), default=0) + is_shuffle(it)
-  if max(stage.values(), default=0) < 2: return None
-  loads: dict[UOp, frozenset[UOp]] = {}
-  for it in topo: loads[it] = frozenset().union(*(loads[d] for d in deps[it]), {it} if it.op is Ops.LOAD else ())
-  # stores that share a load are one group (union-find over loads), groups ranked by their first store
-  stores = [it for it in topo if it.op is Ops.STORE]
-  owner: dict[UOp, int] = {}
-  groups: list[set[UOp]] = []
-  for st in stores:
-    hit = sorted({owner[ld] for ld in loads[st] if ld in owner})
-    g = hit[0] if hit else len(groups)
-    if not hit: groups.append(set())
-    for h in hit[1:]:
-      for x in groups[h]: owner[x] = g
-      groups[g] |= groups[h]
-      groups[h] = set()
-    groups[g] |= loads[st] | {st}
-    for x in groups[g]: owner[x] = g
-  ranked = [grp for grp in groups if grp]
-  if len(ranked) < 2: return None
-  rank = {id(grp): r for r, grp in enumerate(sorted(ranked, key=lambda grp: min(order[x] for x in grp if x.op is Ops.STORE)))}
-  group: dict[UOp, int] = {}
-  for st in sorted(stores, key=lambda st: rank[id(groups[owner[st]])]):
-    pending = [st]
-    while pending:
-      if (x := pending.pop()) in group: continue
-      group[x] = rank[id(groups[owner[st]])]
-      pending.extend(deps[x])
-  last = {it: max((order[ld] for ld in loads[it]), default=-1) for it in items}
-  return {it: (group.get(it, len(ranked)), last[it], stage[it] if is_shuffle(it) or it.op is Ops.LOAD else -1, order[it]) for it in items}
+  if max(needs.values()) >> n < 4: return None   # no item at stage 2
+  # stores that share a load are one group (connected through their loads), groups ranked by their first store
+  groups: list[tuple[int, list[UOp]]] = []   # (the group's loads, its stores)
+  for st in (it for it in topo if it.op is Ops.STORE):
+    m, sts, apart = needs[st] & low, [st], []
+    for grp in groups:
+      if grp[0] & m: m, sts = m | grp[0], sts + grp[1]
+      else: apart.append(grp)
+    groups = apart + [(m, sts)]
+  if len(groups) < 2: return None
+  first = [min(map(order.__getitem__, sts)) for _, sts in groups]
+  rank = {st: r for r, i in enumerate(sorted(range(len(groups)), key=first.__getitem__)) for st in groups[i][1]}
+  # an item's group: the first (by rank) whose stores need it (the lowest bit of its users' and its own), the last + 1 for those
+  # none needs
+  below: dict[UOp, int] = {}
+  for it in reversed(topo): below[it] = reduce(or_, map(below.__getitem__, users.get(it, ())), 1 << rank[it] if it in rank else 0)
+  pos = [order[ld] for ld in loads]
+  return {it: ((g & -g).bit_length() - 1 if (g := below[it]) else len(groups), pos[(m & low).bit_length() - 1] if (m := needs[it]) & low else -1,
+               (m >> n).bit_length() - 1 if it in shuffles or it.op is Ops.LOAD else -1, order[it]) for it in items}
 
 def linearize(sink: UOp) -> list[UOp]:
   scopes = RangeScopes()
