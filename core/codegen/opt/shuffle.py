@@ -2,20 +2,25 @@
 along another (a transposing copy's output rows) in log2 steps of interleaves, each one shufflevector of two registers,
 where a gather would load every element on its own."""
 from __future__ import annotations
-from core.ir.ops import UOp
+from core.ir.ops import UOp, Ops, intern_uop
+
+def _lanes(v: UOp) -> list[UOp]:
+  """[v.gep(0), v.gep(1), ...]: the same nodes, made without gep's checks per lane (a conv's tile rows take thousands)."""
+  if v.dtype.count == 1: return [v]
+  t = v.dtype.scalar()
+  return [intern_uop(UOp, Ops.GEP, t, (v,), (i,)) for i in range(v.dtype.count)]
 
 def _swap(a: UOp, c: UOp, b: int) -> tuple[UOp, UOp]:
   """Rows a and c (b rows apart) with their off-diagonal b x b blocks swapped: in each 2b lanes a keeps its first b and takes
   c's first b, c takes a's last b and keeps its own (blends and in-lane shuffles at b < 4 floats, a 128-bit lane swap at 4)."""
-  n = a.dtype.count
-  return (UOp.vectorize(*[a.gep(l) if l & b == 0 else c.gep(l - b) for l in range(n)]),
-          UOp.vectorize(*[a.gep(l + b) if l & b == 0 else c.gep(l) for l in range(n)]))
+  n, la, lc = a.dtype.count, _lanes(a), _lanes(c)
+  return (UOp.vectorize(*[la[l] if l & b == 0 else lc[l - b] for l in range(n)]),
+          UOp.vectorize(*[la[l + b] if l & b == 0 else lc[l] for l in range(n)]))
 
 def concat(parts: list[UOp]) -> UOp:
   """The vectors of `parts` (one type, a power-of-two count) end to end, two at a time."""
   while len(parts) > 1:
-    parts = [UOp.vectorize(*[a.gep(i) for i in range(a.dtype.count)], *[b.gep(i) for i in range(b.dtype.count)])
-             for a, b in zip(parts[0::2], parts[1::2])]
+    parts = [UOp.vectorize(*_lanes(a), *_lanes(b)) for a, b in zip(parts[0::2], parts[1::2])]
   return parts[0]
 
 def _square(rows: list[UOp]) -> list[UOp]:

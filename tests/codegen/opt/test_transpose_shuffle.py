@@ -48,3 +48,18 @@ def test_rows_loaded_a_register_at_a_time_give_each_column_of_squares_its_own_lo
   assert [_lanes(o, env) for o in out] == [[(k, a) for k in range(j)] for a in range(m)]
   for a, o in enumerate(out):
     assert {u for u in o.toposort() if u in env} == {row[a // w] for row in pieces}
+
+@pytest.mark.parametrize("j, m, most", [(16, 16, 8), (8, 16, 0)])
+def test_a_networks_lanes_are_the_nodes_gep_makes_without_calling_it(monkeypatch, j, m, most):
+  # a conv's tile rows build thousands of one-lane GEPs: made straight from their fields (shuffle._lanes), not through UOp.gep's
+  # checks, they must still be gep's very nodes
+  rows = [UOp.variable(f"r{k}", 0, 9).cast(dtypes.float32.vec(m)) for k in range(j)]
+  calls, gep = [0], UOp.gep
+  def counted(self, i):
+    calls[0] += isinstance(i, int) or len(i) == 1   # (a square's piece of a wider row is one GEP of its lanes: kept)
+    return gep(self, i)
+  monkeypatch.setattr(UOp, "gep", counted)
+  out = transpose_rows([[r] for r in rows], most)
+  assert calls[0] == 0
+  geps = [u for o in out for u in o.toposort() if u.op is Ops.GEP]
+  assert geps and all(g is gep(g.src[0], g.arg) for g in geps)
