@@ -32,6 +32,22 @@ MM_TILES = ((4, 4), (2, 4))
 # 11.5 -> 10.5/10.3, 8x256x14x14 19.6/19.1 -> 17.9/17.9, /2 12.8/13.0 -> 12.0/11.9, 8x512x7x7 20.8/21.1 -> 20.2/21.0. Convs, the
 # stem's gathers and a.T @ b keep MM_TILES (unmeasured)
 MM_TILES_PLAIN = ((4, 4), (2, 6), (2, 4))
+# a plain product on a core whose L2 holds BIG_L2_BYTES or more takes 4x6 first: 24 FMAs per 4 panel vectors (4x4: 16), and
+# the panel, past the L1 for a long reduce (1024 x 64 floats: 256 KiB), is read from the L2 each step. The L2 size stands for
+# the core here: it is what sysfs tells apart between the Intel AVX-512 server core these were measured on (2 MiB, LLVM's
+# rocketlake: Sapphire Rapids or later; its L1 prefetcher fetches the next line only) and the Zen 3/4/5 (0.5-1 MiB), where 4x4
+# was measured best (above). One thread of that Intel guest, thread time, A/B in one process, medians of 11-15, GFLOP/s (% of
+# the FMA peak loop's, timed between): 1024^3 4x4 175-188 (74-79%), 4x6 197-201 (83-84%), 2x12 198-200, 2x14 196-201, 3x8
+# 186-192, 3x9 193; 2048^3 4x4 180-195, 4x6 187-206, 2x12 187-204. 4x6 leaves no registers for a reduce unrolled by MM_K,
+# which a bf16 product's dot product needs (mm_tile's `half`: those keep MM_TILES_PLAIN)
+MM_TILES_BIG_L2 = ((4, 6),)
+BIG_L2_BYTES = 2 << 20
+
+def big_l2(renderer: Renderer) -> bool:
+  """Whether `renderer` takes the choices measured on a big L2: it declares `big_l2_tiles` (the CPU LLVM renderer; the C
+  renderer's gcc code ran 4x6 at 0.96-0.98x the time of 4x4: 1024^3 and 256x768x2304, one thread) and its per-core L2 holds
+  BIG_L2_BYTES or more (unknown, 0, does not)."""
+  return getattr(renderer, "big_l2_tiles", False) and getattr(renderer, "l2_bytes", 0) >= BIG_L2_BYTES
 # 2-byte inputs (bf16 on the CPU's dot product: each column vector is interleaved by a shuffle per two reduce steps, so more rows
 # per column vector pay): one Zen 5 thread, 1024/2048: 2x8 324-330/364-372 GFLOP/s, 4x6 289/323, 3x8 267/310, 4x4 279-284/270-295
 MM_TILES_NARROW = ((2, 8), (2, 4))
@@ -271,17 +287,19 @@ MM_TILE_FEWER_COLS = (2, 8)
 MM_TILE_ONE_VECTOR = (1, 16)
 
 def mm_tile(renderer: Renderer, window: bool, col_bytes: int, narrow: bool = False, plain: bool = False, n_cols: int = 0,
-            lanes: int = 1, one_vector: bool = False, taps: bool = False) -> tuple[int, int]:
+            lanes: int = 1, one_vector: bool = False, taps: bool = False, half: bool = False) -> tuple[int, int]:
   """(vectors, rows) of the register tile for a product over `renderer`; `window`: a reduction that slides over an output
   axis (conv), which keeps (MM_J2, MM_I); `col_bytes`: bytes of one vector-wide column of the packed panel (reduce length x
   vector bytes), so a tile whose panel would not fit PACK_MAX_BYTES falls back to a narrower one; `narrow`: 2-byte inputs;
-  `plain`: a plain product (MM_TILES_PLAIN, or MM_TILE_FEWER_COLS where its vectors pad the `n_cols` columns of `lanes`-wide
+  `plain`: a plain product (MM_TILES_PLAIN, after MM_TILES_BIG_L2 on a big_l2 renderer, or MM_TILE_FEWER_COLS where its vectors pad the `n_cols` columns of `lanes`-wide
   vectors less, or MM_TILE_ONE_VECTOR where that pads less still and `one_vector`: its panel from beyond the L2 would be read in
-  place, a two-vector one's packed); `taps`: a conv's weight gradient (_taps_product), which takes MM_TILES_PLAIN's tiles."""
+  place, a two-vector one's packed); `taps`: a conv's weight gradient (_taps_product), which takes MM_TILES_PLAIN's tiles;
+  `half`: the product goes through 2-byte floats (bf16 inputs cast in the kernel: their dot product pairs the reduce steps, an
+  unroll 4x6 has no registers for), which keeps MM_TILES_PLAIN."""
   if window: return MM_J2, MM_I
   regs = renderer.simd_regs
   def fits(j: int, i: int) -> bool: return j * i + j + 1 <= regs and j * col_bytes <= PACK_MAX_BYTES
-  tiles = MM_TILES_NARROW if narrow else MM_TILES_PLAIN if plain or taps else MM_TILES
+  tiles = MM_TILES_NARROW if narrow else (MM_TILES_BIG_L2 if plain and not half and big_l2(renderer) else ()) + MM_TILES_PLAIN if plain or taps else MM_TILES
   tile = next(((j, i) for j, i in tiles if fits(j, i)), (MM_J2, MM_I))
   def padded(j: int) -> int: return -(-n_cols // (lanes * j)) * lanes * j
   if not (plain and n_cols): return tile
@@ -690,7 +708,8 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
   one_vector = other is not None and plain and (range_size(contig_out) or 0) % (2 * lanes) != 0 and not rnd.has_local and \
     col_side_bytes > rnd.l2_bytes and _panel_in_place(k, other, lanes, MM_TILE_ONE_VECTOR[1]) and not _panel_in_place(k, other, 2 * lanes, MM_TILE_FEWER_COLS[1])
   tile_j, tile_i = mm_tile(rnd, window, col_bytes, narrow=item == 2, plain=plain, n_cols=range_size(contig_out) or 0, lanes=lanes,
-                           one_vector=one_vector, taps=_taps_product(outs, reds, loads))
+                           one_vector=one_vector, taps=_taps_product(outs, reds, loads),
+                           half=plain and big_l2(rnd) and any(u.dtype.scalar() in (dtypes.bfloat16, dtypes.float16) for u in k.ast.toposort()))
   if other is not None and not window and not rnd.has_local and tile_j * col_bytes > PACK_MAX_BYTES >= col_bytes and \
      _panel_reuse(k, other) > (range_size(other) or 0):
     # the panel is read again for every step of the reduce axes it does not use (8x512x7x7 conv summed by the pooling): a

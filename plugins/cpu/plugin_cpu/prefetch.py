@@ -161,6 +161,32 @@ def copy_ahead_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: 
   ahead = {r: max(1, -(-COPY_AHEAD_LINES * line_bytes() // per_iter(r))) for r in {r for r, _ in outer.values()}} if COPY_AHEAD_LINES else {}
   return {x: step * ahead[r] for x, (r, step) in outer.items() if r in ahead}
 
+# A packed product's FMA loop reads its panel (the pack's REG buffer) from the L2 where the panel is bigger than the L1 (a reduce of
+# 1024 over 64 columns: 256 KiB), a line per vector a reduce step. The loads of the panel also prefetch it PACKED_AHEAD_BYTES on
+# into the L1 (each reduce step's vectors the same place that many bytes of steps on), on the cores the register tile takes
+# MM_TILES_BIG_L2 on (heuristic.big_l2: a 2 MiB L2, the Intel AVX-512 server core; the Zen 3/4/5 are unmeasured and keep their
+# code) with AVX-512 code. That Intel guest, one thread, thread time, the same 4x6 kernel's IR with and without interleaved in
+# one process, medians of 7-15, GFLOP/s: 1024^3 none 179.7, 185.3, 178.8; 1 KiB on 185.5, 195.7, 188.5; 2 KiB 187.9, 194.0;
+# 4 KiB 188.0, 195.8, 191.1; 8 KiB 184.3; 2048^3 none 187.6, 2 KiB 196.7, 4 KiB 196.8; into the L2 (prefetcht1), 2 KiB: 178.0
+PACKED_AHEAD_BYTES = 2048
+PACKED_PREFETCH = True      # packed_panel_offsets on (a switch for comparisons)
+PACKED_PREFETCH_SIMD = 64   # vector bytes of the targets that take it (AVX-512: measured)
+
+def packed_panel_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: dict[UOp, int], copied: list[UOp]) -> dict[UOp, int]:
+  """For each vector load of a pack's panel (a REG buffer its copy stores into) bigger than L1_BYTES, inside a reduce loop
+  along which its index steps by a positive constant: that step times the steps that cover PACKED_AHEAD_BYTES."""
+  values = set(copied)
+  panels = {st.src[0].src[0] for st in uops if st.op is Ops.STORE and st.src[1] in values and st.src[0].op is Ops.INDEX}
+  out: dict[UOp, int] = {}
+  for x in uops:
+    if x.op is not Ops.LOAD or x.dtype.count == 1 or x.src[0].op is not Ops.INDEX or (buf := x.src[0].src[0]) not in panels or \
+       buf.dtype.size * buf.dtype.base.itemsize <= L1_BYTES: continue
+    idx = x.src[0].src[1]
+    if not (reds := [r for r in deps.get(idx, frozenset()) if r.arg[-1] is AxisType.REDUCE]): continue
+    if (step := index_step(idx, max(reds, key=lambda r: order[r]))) is not None and step > 0:
+      out[x] = step * max(1, PACKED_AHEAD_BYTES // (step * buf.dtype.base.itemsize))
+  return out
+
 # an in-place panel's next one is prefetched by the first row block's loads, and again by every other row block's (AVX2's 2 x 6
 # tile: 64 channels in 11 blocks, each line 11 times): one prefetch instruction per reduce step each, and the first block's
 # burst of misses. Where `spread` and a panel with the next one fill the L1 (L1_BYTES), row block b's reduce step k prefetches
@@ -458,7 +484,7 @@ def rows_ahead(row_bytes: int) -> int:
   return ROWS_AHEAD if (ROWS_AHEAD + 1) * row_bytes <= L1_BYTES // 2 else 1
 
 def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0, simd_width: int = 0,
-                     flags: frozenset[str] = frozenset(), deps: dict[UOp, frozenset[UOp]] | None = None) \
+                     flags: frozenset[str] = frozenset(), deps: dict[UOp, frozenset[UOp]] | None = None, big_l2: bool = False) \
     -> dict[UOp, tuple[int | tuple[int, ...], int, Spread | None]]:
   """For each LOAD that should prefetch, (the prefetched address's distance from its own in elements, the locality hint, the gate
   that skips it or None): a pack copy's next panel (panel_offsets), a strip transpose's lines SWEEP_AHEAD steps on along its
@@ -468,7 +494,8 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0,
   bytes or more and its CPU features (`flags`) none of STREAM_SKIP_FLAGS, a streaming reduction's lines STREAM_AHEAD_LINES on
   (stream_offsets, into the L2), an in-place
   panel's next one (reread_offsets, where the renderer's `panel_budget` is known: big panels into the L2; spread over the row
-  blocks below SPREAD_BELOW_REGS `simd_regs`), a packed product's next row tile (row_tile_offsets, into the L2, below
+  blocks below SPREAD_BELOW_REGS `simd_regs`), a packed panel's loads PACKED_AHEAD_BYTES on (packed_panel_offsets, where
+  `big_l2`, heuristic.big_l2 of the renderer, and the vectors are PACKED_PREFETCH_SIMD bytes), a packed product's next row tile (row_tile_offsets, into the L2, below
   SPREAD_BELOW_REGS `simd_regs`: distances a tuple), or rows_ahead rows on (all but those L2 ones L1_LOCALITY). A load
   qualifies for the row where it reads a global buffer in the second reduce loop over that buffer, under a loop of rows (not a
   reduce) that the first reduce loop's reads share, and the row step of its address is a constant of at most ROW_MAX_BYTES.
@@ -492,6 +519,8 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0,
   # (a conv's channel tile packs its weights: its input's broadcast loads prefetch the next row)
   if panel_budget and WINDOW_PREFETCH and copied:
     out.update((x, (o, L1_LOCALITY, None)) for x, o in window_offsets(uops, deps, order, panel_budget, copied).items())
+  if PACKED_PREFETCH and big_l2 and simd_width >= PACKED_PREFETCH_SIMD and copied:
+    out.update((x, (o, L1_LOCALITY, None)) for x, o in packed_panel_offsets(uops, deps, order, copied).items())
   # (the row-side loads of a packed product's row tile: the LLVM renderer below SPREAD_BELOW_REGS alone, where measured)
   if panel_budget and ROW_TILE_PREFETCH and 0 < simd_regs < SPREAD_BELOW_REGS and copied:
     out.update((x, v) for x, v in row_tile_offsets(uops, deps, order, panel_budget, copied).items() if x not in out)

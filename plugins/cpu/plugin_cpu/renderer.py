@@ -11,6 +11,7 @@ from core.ir.pattern import PatternMatcher, UPat
 from core.device.renderer import Renderer
 from core.codegen.llvm_ir import HostLLVMRenderer, Param, llvm_rewrite, _masked_intrinsic, _render_load, _render_store
 from core.codegen.lowerer import pm_fuse_mulacc
+from core.codegen.opt.heuristic import big_l2
 from core.codegen.decompose import EXP2_SCALED, fast_exp2, fast_exp2_nonpositive, fast_exp2_scaled, pm_vector_math
 from plugin_cpu.compiler import arch_flags, host_flags, host_simd_bytes, host_x86_fma, simd_bytes, x86_fma
 from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, _known_align, buffer_tested, cache_bytes, host_streams, pm_streaming_stores, store_width, \
@@ -422,6 +423,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
   fma_exp_shift = not scalef_lanes(host_flags()) and host_x86_fma()
   odd_row_channel_tile = True
   amx = amx_bf16(host_flags())   # bf16 matmuls on AMX tiles (plugin_cpu/amx.py); make_device turns it off where Linux refuses them
+  big_l2_tiles = True   # heuristic.big_l2: a plain product's 4x6 tile and its packed panel's prefetch where the L2 holds 2 MiB
   # AVX-512: a large 3x3 conv's gated input loads are masked vector loads (no padded copy: 3 kernels, ~4% of the bench conv's
   # call), its channel tile (2 vectors of 16 channels x 7 pixels) loads little per FMA, and its thread blocks are images that
   # stay in the L2 for all their channel blocks (heuristic._image_blocks). 2-core Zen 4, 2 threads, engine path, A/B in one
@@ -477,7 +479,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
   def _render(self, name: str, uops: list[UOp]) -> str:
     if self.peel_tails: uops = peel_tail_iterations(uops, self.simd_width)
     deps = loop_deps(uops)
-    self.prefetch = prefetch_offsets(uops, self.panel_budget(), self.simd_regs, self.simd_width, self.flags, deps) if PREFETCH else {}
+    self.prefetch = prefetch_offsets(uops, self.panel_budget(), self.simd_regs, self.simd_width, self.flags, deps, big_l2(self)) if PREFETCH else {}
     self.unchecked, self.plain_copy = unchecked_streams(uops, self.simd_width), False
     self.lane_indices = lane_indices(uops, deps)
     self.index_offsets = index_offsets(uops)

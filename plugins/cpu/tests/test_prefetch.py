@@ -81,6 +81,7 @@ def test_a_load_prefetches_every_line_of_its_vector(simd_bytes, ren):
 @pytest.mark.parametrize("fn", [_mul_add, _sum, _matmul])
 def test_other_kernels_do_not_prefetch(fn, simd_bytes, ren, monkeypatch):
   monkeypatch.setattr(prefetch, "ROW_TILE_PREFETCH", False)   # (a matmul's next row tile on AVX2: test_row_tile_prefetch)
+  monkeypatch.setattr(prefetch, "PACKED_PREFETCH", False)     # (its packed panel's loads on a 2 MiB L2: test_big_l2_tile)
   srcs = _sources(fn, 4096, simd_bytes, ren)
   assert srcs and not any("prefetch" in s for s in srcs)
 
