@@ -11,7 +11,7 @@ from core.ir.pattern import PatternMatcher, UPat
 from core.device.renderer import Renderer
 from core.codegen.llvm_ir import HostLLVMRenderer, Param, llvm_rewrite, _masked_intrinsic, _render_load, _render_store
 from core.codegen.lowerer import pm_fuse_mulacc
-from core.codegen.opt.heuristic import big_l2
+from core.codegen.opt.heuristic import BIG_L2_BYTES, big_l2
 from core.codegen.decompose import EXP2_SCALED, fast_exp2, fast_exp2_nonpositive, fast_exp2_scaled, pm_vector_math
 from plugin_cpu.compiler import arch_flags, host_flags, host_simd_bytes, host_x86_fma, simd_bytes, x86_fma
 from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, _known_align, buffer_tested, cache_bytes, host_streams, pm_streaming_stores, store_width, \
@@ -431,8 +431,13 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
   # batch-8 3x3s 64x56 8.91 -> 8.52, 64x56/2 4.86 -> 4.57, 128x28 8.59 -> 8.52, 128x28/2 4.76 -> 4.67, 256x14 8.45 -> 8.45,
   # 256x14/2 4.51 -> 4.47, 512x7 8.64 -> 8.57. AVX2 lost (znver3 code, 8-channel tiles: more loads per FMA, 4 channel blocks
   # per image; helper CV's per-kernel A/B on the same host: 1 thread 75.9 -> 79.4 ms, 2 threads 38.4 -> 39.3), and Zen 3's
-  # 512 KiB L2 would not hold an 800 KB image
-  large_conv_in_place = SIMD_BYTES == 64
+  # 512 KiB L2 would not hold an 800 KB image. Nor on a core with a 2 MiB L2 (heuristic.big_l2, the Intel AVX-512 server
+  # core: the copy's ungated channel tile there, 2 x 7 as in place, runs without the gates' branches). That 2-core Intel guest,
+  # processes alternated, ms in place -> copy (both kernels): 2 threads at real-time priority, wall, medians of 7, 32x64x56x56
+  # -> 64 28.1/28.0 -> 22.1/21.5; process CPU time / 2, medians of 5: 26.0/26.0/25.7 -> 21.5/20.3/21.4, ResNet-18's batch-8
+  # 3x3s 64x56 6.9/7.0 -> 5.5/5.5, 128x28 6.4/6.4 -> 4.7/5.3, 256x14 6.3/6.1 -> 5.2/5.0, 512x7 5.5/5.5 -> 5.0/5.1, 128x28/2
+  # 3.3/3.4 -> 3.0/3.0, but 64x56/2 3.0/3.0 -> 3.3/3.7
+  large_conv_in_place = SIMD_BYTES == 64 and L2_BYTES < BIG_L2_BYTES
   string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _llvm_stream_store), (UPat(Ops.WMMA, name="x"), render_dot),
                                    # node-only patterns: called directly, without the matcher's captures (a rule a node)
                                    (UPat(Ops.INDEX, name="x"), _llvm_lane_index), (UPat(Ops.ADD, dtypes.int32, name="x"), _llvm_index_offset),
@@ -465,7 +470,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
     self.scaled_exp2 = not scalef_lanes(flags)
     self.max_ahead = not scalef_lanes(flags)
     self.fma_exp_shift = not scalef_lanes(flags) and x86_fma(flags)
-    self.large_conv_in_place = self.simd_width == 64
+    self.large_conv_in_place = self.simd_width == 64 and not big_l2(self)
     self.amx = amx_bf16(flags)
 
   def own_kernel(self, ast: UOp, name: str) -> tuple[str, tuple[int, ...], dict[str, int]] | None:

@@ -151,4 +151,5 @@ def host_like_renderer(ren: str, simd_bytes: int, threads: int = 2):
   rnd = (CPULLVMRenderer() if ren == "LLVM" else CPUCRenderer()).narrowed(simd_bytes)
   rnd.simd_width, rnd.simd_regs, rnd.threads = simd_bytes, 16 if simd_bytes == 32 else 32, threads
   rnd.l2_bytes = 512 << 10 if simd_bytes == 32 else 1 << 20
+  if ren == "LLVM": rnd.target(rnd.flags)   # its rules that read the L2 (large_conv_in_place) as that host's
   return rnd
