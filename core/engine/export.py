@@ -19,7 +19,7 @@ from core.device.compiled import PreparableProgram, prepare_launch
 from core.device.counters import GlobalCounters
 
 MAGIC = b"COREPRG\x00"
-FORMAT_VERSION = 2   # 2: programs carry the values of their lifted literals ("vals")
+FORMAT_VERSION = 3   # 2: programs carry the values of their lifted literals ("vals"); 3: and their "estimates"
 ROLES = ("input", "output", "weight", "scratch")
 
 class CompiledFileError(ValueError):
@@ -45,7 +45,10 @@ def _kind_str(k: dict[str, Any]) -> str:
 class ExportedProgram:
   """One kernel launch: its compiled binary, launch dims and the graph's buffers it takes, in argument order (`outs`: the
   positions it writes). `linear` (the linearized program as core/ir/serialize.py data) and `source` are what a device's
-  command-queue pipeline reads besides the binary (argument counts, register use): HCQ-only devices replay with them."""
+  command-queue pipeline reads besides the binary (argument counts, register use): HCQ-only devices replay with them.
+  `estimates` (the kernel's ProgramSpec.estimates: FLOPs, bytes) are saved, not recomputed from `linear`, which for a kernel its
+  renderer wrote whole (Renderer.own_kernel) holds only its parameters: replays run each kernel by them as the Jit does (the
+  CPU: its blocks serial or on the pool)."""
   name: str
   binary: bytes
   global_size: tuple[int, ...]
@@ -55,6 +58,7 @@ class ExportedProgram:
   linear: list = field(default_factory=list)
   source: str = ""
   vals: tuple[int, ...] = ()   # the kernel's variables' values in argument order: its lifted float literals (LIFT_CONSTS)
+  estimates: dict[str, int] = field(default_factory=dict)
 
 @dataclass
 class ExportedBuffer:
@@ -88,7 +92,8 @@ class CompiledGraph:
       return [pos - len(b), len(b)]
     header = {"format": "core-compiled", "format_version": FORMAT_VERSION, "core_version": self.core_version, "kind": self.kind,
               "programs": [{"name": p.name, "binary": section(p.binary), "global_size": list(p.global_size), "local_size": list(p.local_size),
-                            "bufs": list(p.bufs), "outs": list(p.outs), "linear": p.linear, "source": p.source, "vals": list(p.vals)}
+                            "bufs": list(p.bufs), "outs": list(p.outs), "linear": p.linear, "source": p.source, "vals": list(p.vals),
+                            "estimates": p.estimates}
                            for p in self.programs],
               "buffers": [{"size": b.size, "dtype": b.dtype.name, "role": b.role, "data": None if b.data is None else section(b.data)}
                           for b in self.buffers],
@@ -120,6 +125,10 @@ def _ints(v: Any, where: str, lo: int = 0, hi: int | None = None) -> tuple[int, 
   if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= lo and (hi is None or x < hi) for x in v):
     raise CompiledFileError(f"malformed compiled file: {where} must be a list of integers >= {lo}" + ("" if hi is None else f" and < {hi}"))
   return tuple(v)
+
+def _counts(d: dict, where: str) -> dict[str, int]:
+  if not all(isinstance(k, str) for k in d): raise CompiledFileError(f"malformed compiled file: {where} must have string keys")
+  return dict(zip(d, _ints(list(d.values()), where)))
 
 def _section(ref: Any, data: bytes, where: str) -> bytes:
   off, n = _ints(ref, where) if isinstance(ref, list) and len(ref) == 2 else (None, None)
@@ -159,7 +168,8 @@ def graph_from_bytes(raw: bytes) -> CompiledGraph:
                                  _ints(_get(p, "local_size", list, where), where + ".local_size", 1),
                                  _ints(_get(p, "bufs", list, where), where + ".bufs", 0, len(bufs)), _ints(_get(p, "outs", list, where), where + ".outs"),
                                  _get(p, "linear", list, where), _get(p, "source", str, where),
-                                 _ints(_get(p, "vals", list, where), where + ".vals", -2**31, 2**31)))
+                                 _ints(_get(p, "vals", list, where), where + ".vals", -2**31, 2**31),
+                                 _counts(_get(p, "estimates", dict, where), where + ".estimates")))
   ins = list(_ints(_get(h, "inputs", list, "header"), "inputs", 0, len(bufs)))
   outs = list(_ints(_get(h, "outputs", list, "header"), "outputs", 0, len(bufs)))
   return CompiledGraph(kind, progs, bufs, ins, outs, _get(h, "meta", dict, "header"), _get(h, "core_version", str, "header"))
@@ -200,7 +210,8 @@ def export_items(items: list[Any], input_bufs: list[UOp], output_bufs: list[UOp]
       if i in spec.outs: written.add(b)
       elif b not in written: read_first.add(b)
     progs.append(ExportedProgram(spec.name, program_binary(p), tuple(spec.global_size), tuple(spec.local_size), tuple(idx[b] for b in it.bufs),
-                                 tuple(spec.outs), _linear_data(p, program_uops), program_source(p), tuple(fixed[v.arg] for v in spec.vars)))
+                                 tuple(spec.outs), _linear_data(p, program_uops), program_source(p), tuple(fixed[v.arg] for v in spec.vars),
+                                 dict(spec.estimates)))
   def exported(b: UOp) -> ExportedBuffer:
     if b.op is not Ops.BUFFER: raise CompiledFileError(f"export supports plain buffers, got {b.op.name}")
     role = "input" if b in input_bufs else "output" if b in output_bufs else "weight" if b in read_first else "scratch"
@@ -227,12 +238,6 @@ def _saved_linear(p: ExportedProgram, i: int) -> list[UOp]:
   """Program `p`'s (programs[i]) linearized uops as saved; a CompiledFileError when they do not read back."""
   try: return uops_from_data(p.linear)
   except SerializeError as e: raise CompiledFileError(f"malformed compiled file: programs[{i}].linear: {e}") from None
-
-def _estimates(p: ExportedProgram, linear: list[UOp]) -> dict[str, int]:
-  """The kernel's ProgramSpec.estimates (FLOPs, bytes) from its saved program, as its Jit launch had them."""
-  from core.codegen.program import estimate
-  from core.helpers import prod
-  return estimate(linear, prod(p.global_size) * prod(p.local_size))
 
 class NoDirectLaunch(CompiledFileError):
   """The device runs kernels only inside its command queues."""
@@ -262,14 +267,13 @@ class GraphReplay(_Replay):
     super().__init__(graph, device)
     # a kernel writing nothing (an empty output) is not launched, as in the engine; the buffers never change, so a runtime that
     # can build a launch's arguments once (`prepare`) is called with no arguments per run
-    self.calls: list[Callable[[], Any]] = [self._call(p, i) for i, p in enumerate(graph.programs) if graph.buffers[p.bufs[0]].size > 0]
+    self.calls: list[Callable[[], Any]] = [self._call(p) for p in graph.programs if graph.buffers[p.bufs[0]].size > 0]
 
-  def _call(self, p: ExportedProgram, i: int) -> Callable[[], Any]:
+  def _call(self, p: ExportedProgram) -> Callable[[], Any]:
     prg, args = self._load(p), tuple(self.bufs[j]._buf for j in p.bufs)
     if isinstance(prg, PreparableProgram):
       # with the kernel's estimates the device runs it as the Jit's queue launch of it does (e.g. the CPU: serial or on its pool)
-      est = _estimates(p, _saved_linear(p, i)) if p.linear else None
-      return prepare_launch(prg, *args, global_size=p.global_size, local_size=p.local_size, vals=p.vals, estimates=est)
+      return prepare_launch(prg, *args, global_size=p.global_size, local_size=p.local_size, vals=p.vals, estimates=p.estimates or None)
     return functools.partial(prg, *args, global_size=p.global_size, local_size=p.local_size, vals=p.vals)
 
   def _load(self, p: ExportedProgram) -> Callable:
@@ -308,7 +312,7 @@ class HCQGraphReplay(_Replay):
       # the kernel's variables (its lifted literals, in argument order) take the saved values
       variables = tuple(sorted((u for u in linear if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg))
       if len(variables) != len(p.vals): raise CompiledFileError(f"malformed compiled file: programs[{i}] has {len(variables)} variables and {len(p.vals)} values")
-      spec = ProgramSpec(p.name, p.global_size, p.local_size, variables, p.outs, _estimates(p, linear),
+      spec = ProgramSpec(p.name, p.global_size, p.local_size, variables, p.outs, p.estimates,
                          consts=tuple((v.arg, x) for v, x in zip(variables, p.vals)))
       programs[sink] = UOp(Ops.PROGRAM, src=(sink, dev_uop, UOp(Ops.LINEAR, src=tuple(linear)), UOp(Ops.SOURCE, arg=p.source),
                                              UOp(Ops.BINARY, arg=p.binary)), arg=spec)

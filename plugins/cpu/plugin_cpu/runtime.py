@@ -23,7 +23,7 @@ SERIAL_MEM = 1 << 20   # bytes
 
 def serial_by_estimate(estimates: dict[str, int]) -> bool:
   """Whether a kernel of these estimates (ProgramSpec.estimates: ops, mem bytes) is too small to hand its blocks to the pool;
-  False when they are unknown (a program whose spec has none; a compiled file's replays compute them from its saved program)."""
+  False when they are unknown (a program whose spec has none; a compiled file saves them with each program)."""
   return SERIAL_OPS > 0 and "ops" in estimates and estimates["ops"] < SERIAL_OPS and estimates.get("mem", 0) < SERIAL_MEM
 
 class CPUAllocator(HostArrayAllocator):
