@@ -11,12 +11,13 @@ VNNI layout, one 16-column tile after another, then for each 32x32 sub-block kee
 reading A's tiles in place (a tile load takes a row stride) and B's from the copy. The accumulators start at zero in the first
 chunk and from C in the later ones. The copy is at most COPY_BYTES (256 KiB) of the calling thread's stack (the pool's and
 the command processor's threads have 8 MiB). Linux gives a process the tile registers only when asked (request_tile_data), which
-runtime.make_device does before any kernel of a renderer that renders these runs."""
+runtime.make_device does for every LLVM device before any of its kernels runs (with CPU_AMX=0 too: a compiled file's may)."""
 from __future__ import annotations
-import ctypes, functools, os
+import ctypes, functools, os, sys
 from core.helpers import frozen_record, host_machine, to_function_name
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops, AxisType
+from plugin_cpu.compiler import host_flags
 
 TILE = 16                       # rows of a tile; 16 float32 or 32 bf16 a row (64 bytes)
 SUB = 2 * TILE                  # a sub-block's rows and columns (2x2 accumulator tiles), and K per tile product
@@ -38,8 +39,9 @@ def amx_bf16(flags: frozenset[str]) -> bool:
 @functools.cache
 def request_tile_data() -> bool:
   """Asks Linux for the AMX tile registers (XTILEDATA) for this process: without it the first tile instruction raises SIGILL.
-  The permission is the process's, so the thread pool's threads have it too. True when it is granted (or was already)."""
-  if host_machine() != "x86_64": return False
+  The permission is the process's, so the thread pool's threads have it too. True when it is granted (or was already); False
+  without asking on a CPU without tiles or another OS (its syscall 158 is another call)."""
+  if host_machine() != "x86_64" or sys.platform != "linux" or "amx_tile" not in host_flags(): return False
   try: libc = ctypes.CDLL(None, use_errno=True)
   except OSError: return False
   if libc.syscall(SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0: return False

@@ -242,9 +242,10 @@ def make_device(name: str, target: Target | None = None) -> Compiled:
   if which == "LLVM" and not llvmlite_available(): raise RuntimeError(f"{name}:LLVM needs llvmlite: pip install llvmlite, or use DEV={name}:C")
   renderer, compiler = makers[which](arch)
   renderer.device, renderer.arch = name, arch
-  if getattr(renderer, "amx", False):   # AMX kernels run only in a process Linux gave the tile registers (plugin_cpu/amx.py)
+  if which == "LLVM":   # tile kernels run only in a process Linux gave the tile registers (plugin_cpu/amx.py); asked with CPU_AMX=0
+    # too, where the renderer writes none but a compiled file made without it may hold some
     from plugin_cpu.amx import request_tile_data
-    renderer.amx = request_tile_data()
+    renderer.amx = request_tile_data() and renderer.amx
   iface = (target.interface or "HCQ").upper()
   if iface not in ("HCQ", "DIRECT"): raise ValueError(f"{name} has no interface {iface!r}; choose HCQ (the default) or DIRECT (DEV=DIRECT+{name})")
   from plugin_cpu.iface_hcq import device_hcq

@@ -117,3 +117,35 @@ def test_request_tile_data():
   """A new process has no tile registers until it asks (Linux's arch_prctl(ARCH_REQ_XCOMP_PERM)); the request grants them."""
   res = subprocess.run([sys.executable, "-c", PERMISSION], capture_output=True, text=True, timeout=120)
   assert res.stdout.split() == ["False", "True", "True"], res.stdout + res.stderr[-3000:]
+
+SAVE_OR_REPLAY = """
+import sys
+import numpy as np
+from core import Device, Jit, Tensor
+from core.engine.export import load_replay, read_graph
+from core.tensor.jit_export import export_jit
+a, b = np.random.default_rng(5).standard_normal((2, 64, 64), dtype=np.float32)
+bf = lambda x: Tensor(x).cast("bfloat16").realize()
+if sys.argv[1] == "save":
+  jit = Jit(lambda x, y: x.matmul(y, dtype="float32").contiguous())
+  for _ in range(2): jit(bf(a), bf(b))
+  export_jit(jit).save(sys.argv[2])
+else:
+  assert not Device[Device.DEFAULT].renderer.amx   # CPU_AMX=0: this process renders no tiles
+  (out,) = load_replay(read_graph(sys.argv[2]), Device.DEFAULT)([bf(x).bitcast("uint16").numpy().tobytes() for x in (a, b)])
+  want = bf(a).float().numpy().astype(np.float64) @ bf(b).float().numpy()
+  print(float(np.abs(np.frombuffer(out.as_buffer(), np.float32).reshape(64, 64) - want).max()))
+"""
+
+@pytest.mark.skipif(not HOST_AMX, reason="this CPU has no AMX tiles with bf16 (amx_tile, amx_bf16)")
+def test_a_compiled_files_tile_kernel_runs_with_amx_off(tmp_path):
+  """A file compiled with the tiles replays in a process with CPU_AMX=0 (same device kind): make_device still asked for them."""
+  path, env = str(tmp_path / "mm.core"), dict(os.environ, DEV="CPU:LLVM")
+  env.pop("CPU_AMX", None)
+  res = subprocess.run([sys.executable, "-c", SAVE_OR_REPLAY, "save", path], capture_output=True, text=True, env=env, timeout=600)
+  assert res.returncode == 0, res.stderr[-3000:]
+  from core.engine.export import read_graph
+  assert "tdpbf16ps" in read_graph(path).programs[-1].source
+  res = subprocess.run([sys.executable, "-c", SAVE_OR_REPLAY, "replay", path], capture_output=True, text=True,
+                       env=dict(env, CPU_AMX="0"), timeout=600)
+  assert res.returncode == 0 and float(res.stdout.split()[-1]) < 1e-3, res.stdout + res.stderr[-3000:]
