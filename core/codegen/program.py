@@ -65,8 +65,10 @@ def program_device(p: UOp) -> str: return p.src[1].arg
 def program_uops(p: UOp) -> tuple[UOp, ...]: return p.src[2].src
 def program_source(p: UOp) -> str: return p.src[3].arg
 def program_shape(p: UOp) -> list[int]:
-  """The kernel's loop and thread extents in order (what DEBUG=2 shows as its shape)."""
-  return [u.src[0].arg for u in program_uops(p) if u.op in (Ops.RANGE, Ops.SPECIAL) and u.src[0].op is Ops.CONST]
+  """The kernel's loop and thread extents in order (what DEBUG=2 shows as its shape); for a kernel its renderer wrote whole (no
+  loops in its LINEAR, only PARAMs: Renderer.own_kernel) its launch's extents above 1."""
+  shape = [u.src[0].arg for u in program_uops(p) if u.op in (Ops.RANGE, Ops.SPECIAL) and u.src[0].op is Ops.CONST]
+  return shape or [s for s in (*p.arg.global_size, *p.arg.local_size) if s > 1]
 def binary_nbytes(p: UOp) -> int:
   """Bytes of a compiled PROGRAM's binary (0 for a binary that is not bytes or text): what compiled-kernel caches bound."""
   return len(b) if len(p.src) == 5 and isinstance(b := p.src[4].arg, (bytes, bytearray, str)) else 0

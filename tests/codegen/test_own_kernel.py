@@ -6,7 +6,7 @@ import copy
 import numpy as np
 from core import Tensor
 from core.ir.ops import Ops
-from core.codegen.program import get_program, program_source, program_uops
+from core.codegen.program import get_program, program_shape, program_source, program_uops
 from core.device.registry import Device
 from core.schedule.kernelize import create_schedule
 
@@ -31,6 +31,7 @@ def test_own_kernel_is_the_program():
   assert p.arg.global_size == (5, 1, 1) and p.arg.local_size == (1, 1, 1) and p.arg.estimates == {"ops": 7, "mem": 9}
   params = program_uops(p)
   assert [u.op for u in params] == [Ops.PARAM] * 3 and [u.arg for u in params] == [0, 1, 2]
+  assert program_shape(p) == [5]   # what DEBUG=2 and the profiler show: its blocks (its LINEAR has no loops)
 
 def test_no_own_kernel_keeps_the_usual_program():
   ast, rnd = _ast(), copy.copy(Device[Device.DEFAULT].renderer)
