@@ -188,6 +188,26 @@ def _divmod_parts(x: UOp, c: int):
     rhi = rb + sum(r * hi for (_, r), (_, hi) in zip(r_terms, bounds))
   return terms, b, q_terms, qb, r_terms, rb, rlo, rhi
 
+def _magnitude(terms: list[tuple[UOp, int]], const: int) -> int:
+  return abs(const) + sum(abs(f) * max(abs(cast(int, t.vmin)), abs(cast(int, t.vmax))) for t, f in terms)
+
+def _block_split(x: UOp, c: int, terms: list[tuple[UOp, int]], b: int) -> tuple[UOp, UOp, int] | None:
+  """x = g*S + y with g > 1 dividing c, g dividing the coefficient of every term of S and 0 <= y < g (the other terms and
+  the constant, y's bounds from its terms'): (S, y, g), the largest such g, or None. Then for x >= 0, x // c == S // (c//g)
+  and x % c == g*(S % (c//g)) + y: a lane offset l < 32 beside 32*r drops out of (32*r + l) // 64."""
+  for g in sorted({math.gcd(c, f) for _, f in terms} - {1, c}, reverse=True):
+    big = [(t, f // g) for t, f in terms if f % g == 0]
+    small = [(t, f) for t, f in terms if f % g]
+    bounds = [(cast(int, t.vmin), cast(int, t.vmax)) for t, _ in small]
+    if not big or not _finite(*(v for t, _ in terms for v in (t.vmin, t.vmax))): continue
+    ylo = b + sum(f * (lo if f > 0 else hi) for (_, f), (lo, hi) in zip(small, bounds))
+    yhi = b + sum(f * (hi if f > 0 else lo) for (_, f), (lo, hi) in zip(small, bounds))
+    if (k := ylo // g) != yhi // g: continue
+    # S and y are new sums: no partial sum of theirs may wrap (bounded by the sum of the terms' magnitudes)
+    if not all(_fits(x.dtype, _magnitude(part, const)) for part, const in ((big, k), (small, b - k * g))): continue
+    return _build_sum(x, big, k), _build_sum(x, small, b - k * g), g
+  return None
+
 def fold_div(x: UOp, d: UOp) -> UOp | None:
   """x // c for a constant c."""
   c = d.arg
@@ -212,6 +232,7 @@ def fold_div(x: UOp, d: UOp) -> UOp | None:
   if rlo is not None and rlo >= 0 and _fits(x.dtype, rhi) and (any(q for _, q in q_terms) or qb):
     # floor((c*Q + R)/c) == Q + floor(R/c), and R >= 0 keeps the truncating division equal to floor (R must not wrap)
     return _build_sum(x, q_terms, qb) + _build_sum(x, r_terms, rb) // c
+  if (sp := _block_split(x, c, terms, b)) is not None: return sp[0] // (c // sp[2])
   return None
 
 def fold_mod(x: UOp, d: UOp) -> UOp | None:
@@ -235,6 +256,7 @@ def fold_mod(x: UOp, d: UOp) -> UOp | None:
     return inner * g + (b % g) if b % g else inner * g
   if rlo is not None and rlo >= 0 and _fits(x.dtype, rhi) and (any(q for _, q in q_terms) or qb):
     return _build_sum(x, r_terms, rb) % c  # x and R differ by a multiple of c and are both >= 0 (R must not wrap)
+  if (sp := _block_split(x, c, terms, b)) is not None: return (sp[0] % (c // sp[2])) * sp[2] + sp[1]
   return None
 
 def fold_divmod_terms(root: UOp) -> UOp | None:
@@ -317,6 +339,8 @@ def _const_lt(root: UOp, d: UOp, x: UOp) -> UOp | None:
   if not isinstance(c, int) or not _is_int(x.dtype) or x.dtype.count != 1: return None
   if x.op is Ops.ADD and x.src[1].op is Ops.CONST and _exact(x) and _fits(x.dtype, c - x.src[1].arg):
     return x.src[1].const_like(c - x.src[1].arg) < x.src[0]
+  if x.op is Ops.MUL and x.src[1].op is Ops.CONST and isinstance(k := x.src[1].arg, int) and k > 0 and _exact(x):
+    return x.src[1].const_like(c // k) < x.src[0]  # c < x*k  <=>  floor(c/k) < x: a lane's gate 767 - l < 32*r is 23 < r
   return None
 
 def _ne_const(x: UOp, d: UOp) -> UOp | None:
