@@ -124,7 +124,9 @@ def _render_load(ctx: LLVMRenderer, x: UOp) -> str:
     m = ctx.tmp()
     return f"{m} = load {mt}, {ptr}, align 1\n  {dest} = icmp ne {mt} {m}, {ctx.mem_const(0, x.dtype)}"
   if len(idx.src) < 3: return load(ctx[x])
-  if idx.src[2].dtype.count > 1:
+  gate = idx.src[2]
+  if gate.dtype.count > 1 and gate.op is Ops.VECTORIZE and len(set(gate.src)) == 1: gate = gate.src[0]
+  if gate.dtype.count > 1:
     # a gate per lane (Renderer.masked_vectors): the masked-off lanes read nothing and take the alternative's lanes
     alt = ctx[x.src[1]] if len(x.src) > 1 and x.src[1].dtype is not dtypes.void else ctx.const(0, x.dtype)
     name = _masked_intrinsic("load", x.dtype)
@@ -133,7 +135,7 @@ def _render_load(ctx: LLVMRenderer, x: UOp) -> str:
   # a gated load must not touch memory when the gate is false: branch around it and merge with the alternative
   k, prev, val = ctx.fresh_label("load"), ctx.block, ctx.tmp()
   alt = ctx[x.src[1]] if len(x.src) > 1 and x.src[1].dtype is not dtypes.void else ctx.const(0, x.dtype)
-  return (f"br i1 {ctx[idx.src[2]]}, label %{k}, label %{k}.done\n{ctx.label(k)}\n  {load(val)}\n  br label %{k}.done\n"
+  return (f"br i1 {ctx[gate]}, label %{k}, label %{k}.done\n{ctx.label(k)}\n  {load(val)}\n  br label %{k}.done\n"
           f"{ctx.label(k + '.done')}\n  {ctx[x]} = phi {t} [{val}, %{k}], [{alt}, %{prev}]")
 
 def _render_store(ctx: LLVMRenderer, x: UOp) -> str:
