@@ -39,13 +39,14 @@ def cache_bytes(level: int = 0) -> int:
 # the cache holds more than one kernel's data: 4096x1000 float32 rows (32.8 MB in and out, 0.98 of a 32 MiB L3) missed it
 # (one Zen 5 thread, A/B in one process, medians of 31: layernorm 0.88 -> 0.72 ms, softmax with its stash in a per-thread row
 # 1.67 -> 1.45 streamed). $CPU_STREAM_MIN_BYTES overrides it (a huge value turns streaming stores off, for comparisons).
+LLC_MAX_BYTES = 32 << 20   # the Zen 3/4/5 CCX's L3, where the 7/8 bound was measured
+
 def nt_min_bytes(llc_bytes: int) -> int:
   """The bound above for a last-level cache of `llc_bytes` (0: unknown), counted at most LLC_MAX_BYTES: a VM's guest is shown its
   host socket's whole L3, which every other guest shares (a 2-vCPU guest on a Granite Rapids socket reads 480 MiB; there a*b+1 on
   16M floats, 192 MB, ran at 15 GB/s with plain stores and 24 streamed, and 12-48 MB footprints ran alike either way)."""
   return max(min(llc_bytes, LLC_MAX_BYTES) * 7 // 8, 4 << 20)
 
-LLC_MAX_BYTES = 32 << 20   # the Zen 3/4/5 CCX's L3, where the 7/8 bound was measured
 NT_MIN_BYTES = int(os.getenv("CPU_STREAM_MIN_BYTES", "") or nt_min_bytes(cache_bytes()))
 
 def host_streams() -> bool:
