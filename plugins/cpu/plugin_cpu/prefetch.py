@@ -180,7 +180,7 @@ def packed_panel_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order
   out: dict[UOp, int] = {}
   for x in uops:
     if x.op is not Ops.LOAD or x.dtype.count == 1 or x.src[0].op is not Ops.INDEX or (buf := x.src[0].src[0]) not in panels or \
-       buf.dtype.size * buf.dtype.base.itemsize <= L1_BYTES: continue
+       not isinstance(pt := buf.dtype, PtrDType) or pt.size * pt.base.itemsize <= L1_BYTES: continue
     idx = x.src[0].src[1]
     if not (reds := [r for r in deps.get(idx, frozenset()) if r.arg[-1] is AxisType.REDUCE]): continue
     if (step := index_step(idx, max(reds, key=lambda r: order[r]))) is not None and step > 0:
