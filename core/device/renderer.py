@@ -56,6 +56,9 @@ class Renderer:
                                                             # before the add would lose the difference
   max_ahead: bool = False                                   # a row kernel's max for the next row runs after this row's reductions
                                                             # (core.codegen.stash.max_ahead): where its exp pass is compute-bound
+  big_l2_tiles: ClassVar[bool] = False                      # where the L2 holds 2 MiB or more, a plain float32 product takes a 4x6
+                                                            # register tile and prefetches its packed panel (heuristic.big_l2): the
+                                                            # host LLVM renderer's ran faster, the C renderer's slower
   odd_row_channel_tile: ClassVar[bool] = False              # a conv whose rows hold an odd number of whole vectors takes the channel
                                                             # tile (heuristic.CHANNEL_ODD_ROWS): the host LLVM renderer's ran faster,
                                                             # the C renderer's source slower

@@ -47,7 +47,7 @@ def big_l2(renderer: Renderer) -> bool:
   """Whether `renderer` takes the choices measured on a big L2: it declares `big_l2_tiles` (the CPU LLVM renderer; the C
   renderer's gcc code ran 4x6 at 0.96-0.98x the time of 4x4: 1024^3 and 256x768x2304, one thread) and its per-core L2 holds
   BIG_L2_BYTES or more (unknown, 0, does not)."""
-  return getattr(renderer, "big_l2_tiles", False) and getattr(renderer, "l2_bytes", 0) >= BIG_L2_BYTES
+  return renderer.big_l2_tiles and renderer.l2_bytes >= BIG_L2_BYTES
 # 2-byte inputs (bf16 on the CPU's dot product: each column vector is interleaved by a shuffle per two reduce steps, so more rows
 # per column vector pay): one Zen 5 thread, 1024/2048: 2x8 324-330/364-372 GFLOP/s, 4x6 289/323, 3x8 267/310, 4x4 279-284/270-295
 MM_TILES_NARROW = ((2, 8), (2, 4))

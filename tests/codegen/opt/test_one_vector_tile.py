@@ -42,7 +42,7 @@ def test_one_vector_tile_where_it_pads_less_and_a_two_vector_panel_is_packed(sim
   np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 class _Regs:
-  simd_regs = 32
+  simd_regs, big_l2_tiles, l2_bytes = 32, False, 0
 
 @pytest.mark.parametrize("n_cols, one_vector, tile", [
   (784, True, (1, 16)),     # 49 vectors: 1 x 16 pads none, 2 x 8 one, 4 x 4 three
@@ -53,4 +53,4 @@ class _Regs:
 def test_mm_tile_one_vector_choice(n_cols, one_vector, tile):
   assert mm_tile(_Regs(), False, 256 * 64, plain=True, n_cols=n_cols, lanes=16, one_vector=one_vector) == tile
   # sixteen registers hold no 1 x 16 tile (16 accumulators, a column vector and a broadcast)
-  assert mm_tile(type("R16", (), {"simd_regs": 16})(), False, 256 * 32, plain=True, n_cols=n_cols, lanes=8, one_vector=one_vector) != (1, 16)
+  assert mm_tile(type("R16", (), {"simd_regs": 16, "big_l2_tiles": False, "l2_bytes": 0})(), False, 256 * 32, plain=True, n_cols=n_cols, lanes=8, one_vector=one_vector) != (1, 16)
