@@ -444,13 +444,23 @@ def tile_sweep_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: 
 # median of 10 cells of 10 calls, 2 runs of 3 pairs, GB/s on 2 threads: sum 101-109 -> 135-142 (torch 110-130: 0.82-0.95x ->
 # 1.16-1.25x), mean 102-110 -> 131-143; one thread sum 48-55 -> 55-62 (1.02-1.14x -> 1.20-1.29x torch), mean 48-59 -> 55-62.
 # Where memory ran slower (~70 GB/s, the host's other load) even (1.04-1.05x torch either way); dot (a*b).sum() even (ratios to
-# torch +-3%, either sign). STREAM_SKIP_FLAGS names the Zen 5 by a feature the Zen 4 lacks, the VEX-coded AVX-VNNI (also on
-# Intel's AVX-512 server cores since Sapphire Rapids: unmeasured either way); a renderer held to an arch (DEV=CPU:LLVM:znver4)
-# carries no such flag (compiler._ARCH_MACROS) and keeps the rule
+# torch +-3%, either sign). STREAM_SKIP_FLAGS names the Zen 5 by a feature the Zen 4 lacks, the VEX-coded AVX-VNNI; Intel's
+# AVX-512 server cores since Sapphire Rapids have it too, and AMX (STREAM_KEEP_FLAGS), which no Zen has: they keep the rule.
+# There (a 2-vCPU Xeon guest, avx_vnni and amx_tile, load 5-7), a.sum() of 16M floats, the kernels alone, rule off/on in one
+# process, interleaved with the read loop, medians [quartiles] of per-sample ratios of the off kernel's time to the on one's:
+# 2 threads, process CPU time 1.055 [1.008-1.118] (200 samples), 1.091 [1.014-1.208] (200, order swapped); wall 1.034, 1.039
+# (400 and 300 samples, quartiles 0.76-1.37); one thread (its 2-row kernel), CPU time 1.010 [0.939-1.105]. A renderer held to
+# an arch (DEV=CPU:LLVM:znver4) carries neither flag (compiler._ARCH_MACROS has no AVX-VNNI) and keeps the rule
 STREAM_AHEAD_LINES = 8
 STREAM_L2_SIMD = 64
 STREAM_SKIP_FLAGS = frozenset({"avx_vnni"})
+STREAM_KEEP_FLAGS = frozenset({"amx_tile"})
 STREAM_MIN_BYTES = NT_MIN_BYTES
+
+def streams_ahead(simd_width: int, flags: frozenset[str]) -> bool:
+  """Whether a target of `simd_width`-byte vectors and CPU features `flags` takes the streaming reduction's prefetch
+  (stream_offsets): vectors of STREAM_L2_SIMD bytes or more, not a Zen 5 (a STREAM_SKIP_FLAGS feature without a STREAM_KEEP_FLAGS one)."""
+  return simd_width >= STREAM_L2_SIMD and not (flags & STREAM_SKIP_FLAGS and not flags & STREAM_KEEP_FLAGS)
 
 # A Zen 5 (named by STREAM_SKIP_FLAGS, as above) running AVX-512 code wants a transposing tile's lines TILE_SWEEP_NEAR steps on,
 # not TILE_SWEEP_AHEAD (the Zen 4's best). NHWC -> NCHW 32x56x56x64, 2 threads, native code, both distances in one process, each
@@ -458,6 +468,10 @@ STREAM_MIN_BYTES = NT_MIN_BYTES
 # spell 1.046, 1.043, 1.053, 1.047, 1.040, 1.045; fast spell 1.043, 1.062, 0.985; 2 steps 1.01-1.04 of 8, below 4. AVX2 code
 # (znver3, no such flag) on the same host: 4 / 8 1.000, 2 / 8 1.003 (it keeps 8). The training step's 64x64x3x3 weight
 # transpose takes it too: resnet18_train 1.001 the time
+# Intel's AVX-512 server cores have that flag too (STREAM_SKIP_FLAGS, whatever STREAM_KEEP_FLAGS) and keep 4 steps: a 2-vCPU
+# Xeon guest (avx_vnni, amx_tile), the kernel alone, both in one process, medians [quartiles] of per-sample time ratios, load
+# 5: 8 steps / 4 one thread (CPU time) 1.038 [0.975-1.124] (100 samples), 2 threads (wall) 1.045 (200); 2 and 6 steps / 4
+# one thread 1.024 and 1.018, no prefetch 1.018 (80 each)
 TILE_SWEEP_NEAR = 4
 
 def tile_sweep_ahead(simd_width: int, flags: frozenset[str]) -> int:
@@ -491,7 +505,7 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0,
   rows (sweep_offsets; into the L2 where the target's vectors, `simd_width`, are SWEEP_L2_SIMD bytes or more, or
   SWEEP_ALONE_L2_SIMD where the sweep's loads are all of the kernel's global loads), where no load sweeps, a transposing tile's
   lines tile_sweep_ahead steps on (tile_sweep_offsets, into the L2), where neither, the target's vectors are STREAM_L2_SIMD
-  bytes or more and its CPU features (`flags`) none of STREAM_SKIP_FLAGS, a streaming reduction's lines STREAM_AHEAD_LINES on
+  bytes or more and its CPU features (`flags`) not a Zen 5's (streams_ahead), a streaming reduction's lines STREAM_AHEAD_LINES on
   (stream_offsets, into the L2), an in-place
   panel's next one (reread_offsets, where the renderer's `panel_budget` is known: big panels into the L2; spread over the row
   blocks below SPREAD_BELOW_REGS `simd_regs`), a packed panel's loads PACKED_AHEAD_BYTES on (packed_panel_offsets, where
@@ -512,7 +526,7 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0,
     out.update(_once_per_line({x: (o * SWEEP_AHEAD, loc, None) for x, o in sweeps.items() if x not in out}))
   elif ahead := tile_sweep_ahead(simd_width, flags):
     out.update(_once_per_line({x: (o * ahead, L2_LOCALITY, None) for x, o in tile_sweep_offsets(uops, deps, order).items() if x not in out}))
-  if simd_width >= STREAM_L2_SIMD and not flags & STREAM_SKIP_FLAGS and not out:
+  if streams_ahead(simd_width, flags) and not out:
     out.update((x, (o, L2_LOCALITY, None)) for x, o in stream_offsets(uops, deps).items())
   # (not beside a pack's copy: the other input's row tile, re-read across a group of panels, is in the L1 already)
   if panel_budget and not copied: out.update(reread_offsets(uops, deps, order, panel_budget, 0 < simd_regs < SPREAD_BELOW_REGS))

@@ -1,8 +1,9 @@
 """A reduction whose global loads all stream a buffer beyond the last-level cache along its reduce loop, a line or more a load
 (a.sum() of 16M floats, a dot product), prefetches STREAM_AHEAD_LINES lines ahead of each line it loads into the L2, on AVX-512
-targets without any of STREAM_SKIP_FLAGS (a Zen 4; not a Zen 5, where it cost). AVX2's and the C renderer's kernels, smaller
-buffers, reductions with other loads and targets with a skip flag render as without the rule. Sources rendered for explicit vector widths (the size bound set by the test); results against numpy
-from kernels run on this host."""
+targets but a Zen 5 (a STREAM_SKIP_FLAGS feature without a STREAM_KEEP_FLAGS one), where it cost: a Zen 4, an Intel AVX-512
+server core (both). AVX2's and the C renderer's kernels, smaller buffers, reductions with other loads and Zen 5-like targets
+render as without the rule. Sources rendered for explicit vector widths (the size bound set by the test); results against
+numpy from kernels run on this host."""
 from __future__ import annotations
 import re
 import numpy as np
@@ -22,14 +23,16 @@ PREFETCH = r"= getelementptr float, ptr %\w+, i64 (\d+)\n  call void @llvm.prefe
 KERNELS = {"sum": (lambda a, b: a.sum(), (1 << 21,)), "dot": (lambda a, b: (a * b).sum(), (1 << 21,)),
            "mean": (lambda a, b: a.mean(), (1 << 21,))}
 
-def _sources(ren: str, simd_bytes: int, fn, shape: tuple[int, ...], threads: int, skip: bool = False) -> list[str]:
-  """Each kernel of fn's schedule over zeros of `shape` (8 MiB: over BOUND), rendered for a CPU without STREAM_SKIP_FLAGS'
-  features (a Zen 4's) or, `skip`, with them (a Zen 5's), whichever this host is."""
+CPUS = {"zen4": frozenset(), "zen5": prefetch.STREAM_SKIP_FLAGS, "intel": prefetch.STREAM_SKIP_FLAGS | prefetch.STREAM_KEEP_FLAGS}
+
+def _sources(ren: str, simd_bytes: int, fn, shape: tuple[int, ...], threads: int, cpu: str = "zen4") -> list[str]:
+  """Each kernel of fn's schedule over zeros of `shape` (8 MiB: over BOUND), rendered for a CPU with `cpu`'s features of
+  STREAM_SKIP_FLAGS and STREAM_KEEP_FLAGS (a Zen 4: neither; a Zen 5: a skip flag; an Intel AVX-512 server core: both), whichever this host is."""
   items, _, _ = create_schedule([fn(Tensor(np.zeros(shape, np.float32)), Tensor(np.zeros(shape, np.float32))).uop])
   out = []
   for item in items:
     rnd = host_like_renderer(ren, simd_bytes, threads)   # a renderer of its own each time: programs are cached by renderer
-    rnd.flags = rnd.flags | prefetch.STREAM_SKIP_FLAGS if skip else rnd.flags - prefetch.STREAM_SKIP_FLAGS
+    rnd.flags = rnd.flags - prefetch.STREAM_SKIP_FLAGS - prefetch.STREAM_KEEP_FLAGS | CPUS[cpu]
     out.append(program_source(get_program(hand_coded(Kernel(item.ast, rnd)).ast, rnd, optimize=False)))
   return out
 
@@ -65,11 +68,20 @@ def test_a_zen5_like_target_renders_as_without_the_rule(kernel, threads, monkeyp
   # its features name it (STREAM_SKIP_FLAGS): there the prefetch cost the streaming reductions (prefetch.py), so none is rendered
   monkeypatch.setattr(prefetch, "STREAM_MIN_BYTES", BOUND)
   fn, shape = KERNELS[kernel]
-  skipped = _sources("LLVM", 64, fn, shape, threads, skip=True)
+  skipped = _sources("LLVM", 64, fn, shape, threads, cpu="zen5")
   assert all("llvm.prefetch" not in src for src in skipped)
   assert skipped != _sources("LLVM", 64, fn, shape, threads)   # the same kernels on a Zen 4-like target do prefetch
   monkeypatch.setattr(prefetch, "STREAM_L2_SIMD", 1 << 30)
   assert _sources("LLVM", 64, fn, shape, threads) == skipped
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("threads", [0, 2])
+def test_an_intel_avx512_server_core_keeps_the_rule(kernel, threads, monkeypatch):
+  # AVX-VNNI beside AMX (Sapphire Rapids on): not a Zen 5, and the prefetch paid there (prefetch.py); rendered as a Zen 4's
+  monkeypatch.setattr(prefetch, "STREAM_MIN_BYTES", BOUND)
+  fn, shape = KERNELS[kernel]
+  intel = _sources("LLVM", 64, fn, shape, threads, cpu="intel")
+  assert "llvm.prefetch" in intel[0] and intel == _sources("LLVM", 64, fn, shape, threads)
 
 @pytest.mark.parametrize("kernel", ["sum", "dot"])
 def test_prefetching_streaming_reductions_give_numpys_results(kernel, monkeypatch):
