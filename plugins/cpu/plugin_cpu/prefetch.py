@@ -113,12 +113,15 @@ def global_read(x: UOp) -> UOp | None:
 
 def _copied(uops: list[UOp]) -> list[UOp]:
   """The values of a pack's copy: global LOADs stored as they are into a REG buffer, or vectors of them or of their lanes (a
-  transposed or strided panel)."""
+  transposed or strided panel), or of the lanes of such vectors (a panel whose rows load_rows transposes by shuffles)."""
+  known: dict[UOp, bool] = {}
   def _read(x: UOp) -> bool:
     if x.op is Ops.GEP: x = x.src[0]
-    return global_read(x) is not None
+    if x.op is not Ops.VECTORIZE: return global_read(x) is not None
+    if (r := known.get(x)) is None: r = known[x] = all(map(_read, x.src))
+    return r
   return [st.src[1] for st in uops if st.op is Ops.STORE and st.src[0].op is Ops.INDEX and isinstance(dst := st.src[0].src[0].dtype, PtrDType)
-          and dst.addrspace == AddrSpace.REG and (_read(st.src[1]) or st.src[1].op is Ops.VECTORIZE and all(map(_read, st.src[1].src)))]
+          and dst.addrspace == AddrSpace.REG and _read(st.src[1])]
 
 # where no loop outside a pack's copy steps to the next panel (the panel loop became the THREAD axis: heuristic._panel_blocks), the
 # copy's loads prefetch this many of its own cache lines ahead along its outermost loop: enough misses in flight to cover memory

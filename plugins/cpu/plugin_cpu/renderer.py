@@ -22,6 +22,7 @@ from plugin_cpu.amx import amx_bf16, match_matmul, render_matmul
 from plugin_cpu.prefetch import prefetch_offsets, line_offsets, loop_deps
 from plugin_cpu.peel import peel_tail_iterations
 from plugin_cpu.tile_rows import ROW_ARG, pm_store_rows
+from plugin_cpu.load_rows import pm_load_rows
 if TYPE_CHECKING: from plugin_cpu.c_renderer import CPUCRenderer
 
 # bf16: gcc before 13 has __bf16 only as a storage type, so the C renderer leaves it to codegen's decompositions
@@ -209,11 +210,11 @@ def _in_reduce(deps: dict[UOp, frozenset[UOp]], idx: UOp) -> bool: return any(r.
 
 def lane_indices(uops: list[UOp], deps: dict[UOp, frozenset[UOp]]) -> frozenset[UOp]:
   """The INDEXes of a tile's lanes, which _llvm_lane_index addresses from their index: those of scalar stores, of scalar loads
-  whose index depends on no reduce loop (`deps`: prefetch.loop_deps) and of a tile's row stores (tile_rows: 32 in a 3x3 conv,
-  as i32 sums took IndVarSimplify, IV users and LoopIdiomRecognize 42 ms, so addressed 8)."""
+  whose index depends on no reduce loop (`deps`: prefetch.loop_deps) and of a tile's row stores and loads (tile_rows: 32 in a
+  3x3 conv, as i32 sums took IndVarSimplify, IV users and LoopIdiomRecognize 42 ms, so addressed 8; load_rows)."""
   return frozenset(u.src[0] for u in uops if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX and
                    ((u.src[1] if u.op is Ops.STORE else u).dtype.count == 1 and (u.op is Ops.STORE or not _in_reduce(deps, u.src[0].src[1])) or
-                    u.op is Ops.STORE and u.arg == ROW_ARG))
+                    u.arg == ROW_ARG))
 
 def _llvm_index_offset(ctx: CPULLVMRenderer, x: UOp) -> str | None:
   """A load's or store's 32-bit index plus a constant as an add without signed wrap (nsw), as no index into a buffer wraps: a tile's
@@ -323,7 +324,8 @@ def llvm_rules(flags: frozenset[str], simd: int) -> PatternMatcher:
   rules = pm_exp2_scalef(lanes, "avx512dq" in flags) + extra_rules(simd) if (lanes := scalef_lanes(flags)) else extra_rules(simd)
   if lanes: rules = pm_max_fixup(lanes) + rules
   elif blend := max_blend_lanes(flags): rules = pm_max_fixup(blend, MAX_BLEND_ARG) + pm_exp2_roundeven(blend) + rules
-  if "avx512f" in flags: rules = pm_store_rows(host_vector_regs(simd)) + rules   # a conv tile's rows under masks (tile_rows)
+  # a conv tile's rows under masks: stored (tile_rows) and loaded (load_rows)
+  if "avx512f" in flags: rules = pm_store_rows(host_vector_regs(simd)) + pm_load_rows + rules
   return pm_bf16_dot + rules if bf16_dot(flags) else rules
 
 def _vector_pieces(ctx: CPULLVMRenderer, x: UOp, call: Callable[[str, str, str, int], list[str]], piece: int = 16) -> str:
