@@ -311,15 +311,23 @@ MM_GROUP_COLS = 64            # output columns a row tile of the row-side input 
                               # (ungrouped there); AVX2's 2x6 has 16. One Zen 3 thread, CPU time, medians, A/B in one process
                               # under load: 2048^3 panels of 1, 2, 4: 75.6, 83.6, 86.7 GFLOP/s (2 threads 75.6, 80.6, 85.5);
                               # 1024^3: 1 85-89, 2, 4 and 8 all 89-93
+# on a big_l2 core with AVX-512 code, panels that hold MM_GROUP_COLS already (the 4x6 tile's 64 columns) go two a group: the row
+# tile is read from L3 once per 128 columns. That Intel guest, A/B in one process, medians, 1024^3 2 threads (wall at real-time
+# priority; both cores read the row tiles from the shared L3) 347.6 -> 354.7, 357.1 -> 362.1, 345.6 -> 352.6, 338.7 -> 342.4
+# GFLOP/s, one thread (thread time) 159.8 -> 162.3, 162.7 -> 163.1. Narrower panels keep MM_GROUP_COLS: a 1x1/2 conv's 32-column
+# panels went four a group and lost their PACK (ResNet-18's 8x64x56x56 -> 128: 6x the time)
+MM_GROUP_COLS_BIG_L2 = 128
+MM_GROUP_BIG_L2_SIMD = 64     # vector bytes of the code that takes it (AVX-512: measured)
 
 def mm_panel_group(renderer: Renderer, n_panels: int, panel_bytes: int, panel_cols: int) -> int:
   """How many of a product's `n_panels` packed column panels (`panel_bytes` and `panel_cols` columns each) to pack together
-  and walk inside each row tile, so each row tile is read for MM_GROUP_COLS columns: the most up to that which fit the
-  renderer's per-core L2 (`l2_bytes`) and PACK_MAX_BYTES and leave a group per thread; 1 (each panel alone) where the panel is
-  that wide already or the L2 is unknown."""
+  and walk inside each row tile, so each row tile is read for MM_GROUP_COLS columns (MM_GROUP_COLS_BIG_L2 for panels that wide
+  on a big_l2 renderer with AVX-512 code): the most up to that which fit the renderer's per-core L2 (`l2_bytes`) and
+  PACK_MAX_BYTES and leave a group per thread; 1 (each panel alone) where the panel is that wide already or the L2 is unknown."""
   budget = min(renderer.l2_bytes, PACK_MAX_BYTES)
   threads = max(1, renderer.threads)
-  return max((g for g in range(2, MM_GROUP_COLS // max(panel_cols, 1) + 1) if n_panels % g == 0 and g * panel_bytes <= budget and
+  cols = MM_GROUP_COLS_BIG_L2 if panel_cols >= MM_GROUP_COLS and big_l2(renderer) and renderer.simd_width >= MM_GROUP_BIG_L2_SIMD else MM_GROUP_COLS
+  return max((g for g in range(2, cols // max(panel_cols, 1) + 1) if n_panels % g == 0 and g * panel_bytes <= budget and
               n_panels // g >= threads), default=1)
 
 MM_PANEL_BLOCKS = 16          # thread blocks per thread a plain product's column-panel loop may be cut into (_panel_blocks)

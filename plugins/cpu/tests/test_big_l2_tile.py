@@ -1,6 +1,6 @@
 """A plain product on a core with a 2 MiB L2 (heuristic.big_l2: the Intel AVX-512 server core) takes the 4 x 6 register tile
 (MM_TILES_BIG_L2), and its FMA loop's loads of the packed panel prefetch it PACKED_AHEAD_BYTES on into the L1
-(prefetch.packed_panel_offsets, AVX-512 code); a 1 MiB L2 (the Zen 5's, host_like_renderer) keeps the 4 x 4 tile and no such
+(prefetch.packed_panel_offsets, AVX-512 code), two such panels packed together (heuristic.MM_GROUP_COLS_BIG_L2); a 1 MiB L2 (the Zen 5's, host_like_renderer) keeps the 4 x 4 tile and no such
 prefetch; so does the C renderer (no `big_l2_tiles`). Sources rendered for AVX-512 on any host; results against numpy where this
 host runs AVX-512."""
 from __future__ import annotations
@@ -45,17 +45,30 @@ def test_big_l2_takes_the_taller_tile(n, l2, tile):
 
 @pytest.mark.parametrize("n", [1024, 2048])
 def test_packed_panel_loads_prefetch_ahead_on_a_big_l2(n):
-  # the 4 x 6 tile's panel holds 64 columns a reduce step (256 bytes): its loads prefetch PACKED_AHEAD_BYTES of steps on
+  # the 4 x 6 tile's panel holds 64 columns a reduce step (256 bytes): its loads prefetch PACKED_AHEAD_BYTES of steps on (1024:
+  # two panels packed together, MM_GROUP_COLS_BIG_L2; 2048's two would pass PACK_MAX_BYTES)
   rnd = _renderer(BIG_L2_BYTES)
   src = program_source(get_program(_matmul(n, n, n)[0].ast, rnd))
   panel = set(re.findall(r"(%\w+) = alloca \[(\d+) x float\]", src))
-  assert len(panel) == 1 and int(next(iter(panel))[1]) == n * 64, panel
+  assert len(panel) == 1 and int(next(iter(panel))[1]) == n * 64 * {1024: 2, 2048: 1}[n], panel
   acc = next(iter(panel))[0]
   # the prefetching loads read the panel (their pointers are getelementptrs into it), its 4 vectors a step in each FMA loop (1024
   # rows: a loop and its peeled tail, 1024 not being a multiple of 6; 2048: one loop, its last tile's extra rows gated)
   ptrs = set(re.findall(rf"(%\w+) = getelementptr inbounds float, ptr {acc}, ", src))
   hits = [(p, int(o)) for p, _, o in re.findall(LOAD_PREFETCH, src) if p in ptrs]
   assert len(hits) == {1024: 8, 2048: 4}[n] and {o for _, o in hits} == {PACKED_AHEAD_BYTES // 4}, hits
+
+def _grouped(k: Kernel) -> int:
+  """The column panels k packs together and walks inside each row tile (a TILE before the PACK), 1 when none; 0: no PACK."""
+  return next((o.amt for o in k.applied if o.op is OptOps.TILE), 1) if any(o.op is OptOps.PACK for o in k.applied) else 0
+
+@pytest.mark.parametrize("l2, simd, n, group", [(BIG_L2_BYTES, 64, 1024, 2), (BIG_L2_BYTES, 64, 512, 2), (BIG_L2_BYTES, 64, 2048, 1),
+                                                (1 << 20, 64, 1024, 1)], ids=["2 MiB 1024", "2 MiB 512", "2 MiB 2048", "1 MiB 1024"])
+def test_big_l2_groups_two_panels(l2, simd, n, group):
+  # the 4x6 tile's 64-column panels two a group on a 2 MiB L2 (MM_GROUP_COLS_BIG_L2) where the pair fits PACK_MAX_BYTES
+  # (2048: 512 KiB each, alone); a 1 MiB L2 keeps one panel a pass
+  k = hand_coded(Kernel(_matmul(n, n, n)[0].ast, _renderer(l2)))
+  assert _tile(k) == ((4, 6) if l2 == BIG_L2_BYTES else (4, 4)) and _grouped(k) == group, k.applied
 
 def test_c_renderer_keeps_its_tile():
   rnd = host_like_renderer("C", 64, threads=0)
@@ -70,12 +83,13 @@ def test_no_panel_prefetch_on_a_smaller_l2():
   assert not [p for p, _, _ in re.findall(LOAD_PREFETCH, src) if p in ptrs]
 
 @pytest.mark.skipif("avx512f" not in __import__("plugin_cpu.compiler", fromlist=["host_flags"]).host_flags(), reason="runs AVX-512 code")
-@pytest.mark.parametrize("n, kk, m", [(1024, 1024, 1024), (390, 512, 256), (200, 768, 320)])
-def test_big_l2_products_give_numpys_results(n, kk, m):
-  # rows not a multiple of 6 (padded, a peeled tail), panels with and without the prefetch (768 x 64 floats: 192 KiB; 512: 128)
+@pytest.mark.parametrize("n, kk, m, group", [(1024, 1024, 1024, 2), (390, 512, 256, 2), (200, 768, 320, 0)])
+def test_big_l2_products_give_numpys_results(n, kk, m, group):
+  # rows not a multiple of 6 (padded, a peeled tail), panels with and without the prefetch (768 x 64 floats: 192 KiB; 512: 128),
+  # grouped two a pass, and too few rows to pack
   item, want = _matmul(n, kk, m, np.random.default_rng(n + kk + m))
   rnd = _renderer(BIG_L2_BYTES)
   k = hand_coded(Kernel(item.ast, rnd))
-  assert _tile(k) == (4, 6), k.applied
+  assert _tile(k) == (4, 6) and _grouped(k) == group, k.applied
   bufs, src = run_item(item, rnd, ast=k.ast)
   np.testing.assert_allclose(bufs[0].numpy().reshape(want.shape), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
