@@ -452,7 +452,9 @@ def tile_sweep_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order: 
 # There (a 2-vCPU Xeon guest, avx_vnni and amx_tile, load 5-7), a.sum() of 16M floats, the kernels alone, rule off/on in one
 # process, interleaved with the read loop, medians [quartiles] of per-sample ratios of the off kernel's time to the on one's:
 # 2 threads, process CPU time 1.055 [1.008-1.118] (200 samples), 1.091 [1.014-1.208] (200, order swapped); wall 1.034, 1.039
-# (400 and 300 samples, quartiles 0.76-1.37); one thread (its 2-row kernel), CPU time 1.010 [0.939-1.105]. A renderer held to
+# (400 and 300 samples, quartiles 0.76-1.37); one thread (its 2-row kernel), CPU time 1.010 [0.939-1.105]. Later runs, 2 threads,
+# CPU time: sum 1.028 [0.944-1.141], a.mean() 1.023 [0.966-1.098], a dot (a*b).sum() 0.984 [0.963-1.009] and 0.989 [0.972-1.005]
+# (150-250 samples: the dot, two streams, about a percent slower with it; on the Zen 5 it was even either way). A renderer held to
 # an arch (DEV=CPU:LLVM:znver4) carries neither flag (compiler._ARCH_MACROS has no AVX-VNNI) and keeps the rule
 STREAM_AHEAD_LINES = 8
 STREAM_L2_SIMD = 64
