@@ -122,3 +122,78 @@ def test_eager_replays_compute_each_calls_inputs():
   Q, K, V = (Tensor(x).realize() for x in (q, k, v))
   out = Q.scaled_dot_product_attention(K, V, is_causal=True, scale=0.2).numpy()   # another scale: another plan
   np.testing.assert_allclose(out, np_causal(q, k, v, 0.2)[0] @ v, rtol=1e-4, atol=1e-5)
+
+@pytest.fixture
+def small_hot_split(monkeypatch):
+  """A hot split from the second eager call of a signature and 2**16 multiply-adds: (1, 2, 128, 16) splits in two blocks."""
+  import core.tensor.nnops as N
+  from core.tensor import plans
+  monkeypatch.setattr(N, "SPLIT_HOT_CALLS", 1)
+  monkeypatch.setattr(N, "REPLAYED_SPLIT_WORK", 2 ** 16)
+  plans._plans.clear()
+  N._calls.clear()
+  assert _causal_row_cuts(128, 128, 2 ** 16, False, hot=True) == [0, 64, 128]
+
+def test_a_hot_eager_call_builds_no_node(small_hot_split, monkeypatch):
+  # a steady call over realized inputs is pending (plans.PendingPlan): its realize is one eager op cache hit keyed by the plan,
+  # no node of its graph made (ops.rebuild, the UOp constructor) nor torn down
+  import core.ir.ops as O
+  from core.tensor.plans import PendingPlan
+  arrays = [data(*[(1, 2, 128, 16)] * 3, seed=s) for s in range(4)]
+  for q, k, v in arrays[:3]:   # recorded whole, then split (recorded and compiled), then a split replay
+    out = Tensor(q).realize().scaled_dot_product_attention(Tensor(k).realize(), Tensor(v).realize(), is_causal=True)
+    np.testing.assert_allclose(out.numpy(), np_causal(q, k, v)[0] @ v, rtol=1e-4, atol=1e-5)
+  Q, K, V = (Tensor(x).realize() for x in arrays[3])
+  made, meta_call, rebuild = [], O.UOpMeta.__call__, O.rebuild
+  with monkeypatch.context() as m:
+    m.setattr(O.UOpMeta, "__call__", lambda cls, *a, **kw: made.append(a) or meta_call(cls, *a, **kw))
+    m.setattr(O, "rebuild", lambda *a: made.append(a) or rebuild(*a))
+    out = Q.scaled_dot_product_attention(K, V, is_causal=True).realize()
+  assert {a[0] for a in made} <= {Ops.UNIQUE, Ops.BUFFER, Ops.RESHAPE} and len(made) <= 3 and out.requires_grad is None   # its result's
+  q, k, v = arrays[3]
+  np.testing.assert_allclose(out.numpy(), np_causal(q, k, v)[0] @ v, rtol=1e-4, atol=1e-5)
+  pend = Q.scaled_dot_product_attention(K, V, is_causal=True)
+  assert type(pend.__dict__.get("_pending")) is PendingPlan
+  # asked for its node, it is the graph the split builds: a gradient reaches the inputs through it
+  Qg = Tensor(q, requires_grad=True)
+  grads = ((pend * 1).sum() + (Qg * 0).sum()).gradient(Q, K, V)
+  g = np.ones_like(q)
+  for a, want in zip(grads, np_causal_grads(q, k, v, g)[1:]): np.testing.assert_allclose(a.numpy(), want, rtol=1e-4, atol=1e-5)
+
+def test_pending_replays_are_keyed_by_signature(small_hot_split):
+  # shapes, dtypes and scales of one op: each hot signature replays its own plan, with the values of its own inputs
+  from core.engine import realize as R
+  cases = [((1, 2, 128, 16), (1, 2, 128, 16), (1, 2, 128, 16), np.float32, None), ((1, 2, 128, 16), (1, 2, 128, 16), (1, 2, 128, 8), np.float32, None),
+           ((1, 2, 128, 16), (1, 2, 192, 16), (1, 2, 192, 16), np.float32, None), ((1, 2, 128, 16), (1, 2, 128, 16), (1, 2, 128, 16), np.float32, 0.3),
+           ((1, 2, 128, 16), (1, 2, 128, 16), (1, 2, 128, 16), np.float16, None)]
+  for rnd in range(3):
+    for i, (qs, ks, vs, dt, scale) in enumerate(cases):
+      q, k, v = (x.astype(dt) for x in data(qs, ks, vs, seed=10 * rnd + i))
+      out = Tensor(q).realize().scaled_dot_product_attention(Tensor(k).realize(), Tensor(v).realize(), is_causal=True, scale=scale)
+      assert out.dtype == Tensor(q).dtype and out.shape == qs[:-1] + vs[-1:]
+      want = np_causal(q, k, v, scale)[0] @ v.astype(np.float64)
+      np.testing.assert_allclose(out.numpy().astype(np.float64), want, rtol=3e-3 if dt is np.float16 else 1e-4, atol=3e-3 if dt is np.float16 else 1e-5)
+  # after the caches are dropped, a pending result is built over its own inputs' nodes
+  q, k, v = data(*cases[0][:3], seed=99)
+  pend = Tensor(q).realize().scaled_dot_product_attention(Tensor(k).realize(), Tensor(v).realize(), is_causal=True)
+  from core.tensor import plans
+  plans._plans.clear()
+  R.eager_ops.clear()
+  np.testing.assert_allclose(pend.numpy(), np_causal(q, k, v)[0] @ v, rtol=1e-4, atol=1e-5)
+
+def test_pending_replays_keep_no_buffer_alive(small_hot_split, monkeypatch):
+  # the plans and the eager op cache hold no input buffer of a call, and no output buffer but in the eager buffer pool (for the
+  # next call's result): they go once the tensors do
+  import gc, weakref
+  from core.engine import realize as R
+  monkeypatch.setattr(R, "HOST_POOL_BYTES", 0)   # no Tensor(ndarray) pool of small inputs
+  ins, outs = [], []
+  for s in range(4):
+    ts = [Tensor(x).realize() for x in data(*[(1, 2, 128, 16)] * 3, seed=s)]
+    out = ts[0].scaled_dot_product_attention(ts[1], ts[2], is_causal=True).realize()
+    ins += [weakref.ref(R.realized_buffer(t.uop)[0]) for t in ts]
+    outs.append(weakref.ref(R.realized_buffer(out.uop)[0]))
+    del ts, out
+  gc.collect()
+  pooled = [b for entries in R._shared.values() for b, *_ in entries]
+  assert [r() for r in ins] == [None] * len(ins) and all(r() is None or any(r() is b for b in pooled) for r in outs)
