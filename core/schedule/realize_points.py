@@ -129,10 +129,11 @@ def find_realize_points(sink: UOp, fuse_rows: Callable[[str], bool] = lambda dev
       points.add(s)
       cost.clear()   # costs above s change now that s is a buffer
   def add_recomputed() -> None:
-    start = 0
-    while (found := _recomputed_reduce(nodes, users, points, cost_of, start)) is not None:
-      shared, start = found
-      points.add(shared)
+    # the nodes two kernels compute, found once: realizing one changes no answer from the next search's start on (see below)
+    start, shared = 0, _shared_nodes(nodes, users, points)
+    while (found := _recomputed_reduce(nodes, users, points, cost_of, start, shared)) is not None:
+      red, start = found
+      points.add(red)
       cost.clear()
   add_recomputed()
   if wide := _wide_siblings(nodes, points):
@@ -203,23 +204,33 @@ def _counts(nodes: list[UOp], data: dict[UOp, bool]) -> frozenset[UOp]:
   return frozenset(u for u in nodes if u.op is Ops.REDUCE_AXIS and u.arg[0] is Ops.ADD and len(u.arg[1]) == 1 and
                    dtypes.is_int(u.dtype) and not data[u])
 
-def _recomputed_reduce(nodes: list[UOp], users: dict[UOp, list[UOp]], points: set[UOp], cost_of, start: int = 0) -> tuple[UOp, int] | None:
-  """The first node (sources first) from nodes[start] on holding an unrealized reduction that more than one kernel computes, and
-  the index after it. Each kernel (realize point) computes everything below it down to buffers and other points, so a value
-  reached from two points would be computed twice; the lowest such node is the cheapest buffer: what sits above it stays fused.
-  Realizing it changes no node before it: those below it were reached from two kernels already and were not taken (their cost
-  is unchanged), the others are untouched, so the next search starts after it (find_realize_points' add_recomputed)."""
+def _shared_nodes(nodes: list[UOp], users: dict[UOp, list[UOp]], points: set[UOp]) -> set[UOp]:
+  """The nodes (not points) that more than one kernel computes: each kernel (realize point) computes everything below it down to
+  buffers and other points, so these are the nodes reached from two points through their users without passing another."""
   bit = {p: 1 << i for i, p in enumerate(points)}
   kernels: dict[UOp, int] = {}
+  shared: set[UOp] = set()
   for u in reversed(nodes):
     if u in points: kernels[u] = bit[u]
     else:
       k = 0
       for v in users.get(u, ()): k |= kernels.get(v, 0)
       kernels[u] = k
+      if k & (k - 1): shared.add(u)
+  return shared
+
+def _recomputed_reduce(nodes: list[UOp], users: dict[UOp, list[UOp]], points: set[UOp], cost_of, start: int = 0,
+                       shared: set[UOp] | None = None) -> tuple[UOp, int] | None:
+  """The first node (sources first) from nodes[start] on holding an unrealized reduction that more than one kernel computes, and
+  the index after it; the lowest such node is the cheapest buffer: what sits above it stays fused. `shared`: _shared_nodes of
+  `points` as they were at an earlier search, where only nodes before `start` have been realized since.
+  Realizing a node changes no node before it: those below it were reached from two kernels already and were not taken (their
+  cost is unchanged), the others are untouched, so the next search starts after it (find_realize_points' add_recomputed). Nor
+  does it change which nodes after it two kernels compute: a node's kernels are found through its users, all after it."""
+  if shared is None: shared = _shared_nodes(nodes, users, points)
   for i in range(start, len(nodes)):
     u = nodes[i]
-    if u not in points and u.op not in GroupOp.Movement and (kernels[u] & (kernels[u] - 1)) and cost_of(u) >= _EXPENSIVE: return u, i + 1
+    if u in shared and u not in points and u.op not in GroupOp.Movement and cost_of(u) >= _EXPENSIVE: return u, i + 1
   return None
 
 def _wide_siblings(nodes: list[UOp], points: set[UOp]) -> set[UOp]:

@@ -118,6 +118,24 @@ def test_reads_of_old_value_run_before_the_assign():
   writes = [it.bufs[0] for it in items]
   assert writes.index(w1.base) > writes.index(w2.base), "w1 is overwritten only after w2's update has read it"
 
+def test_assigns_are_ordered_by_old_value_reads_and_needed_results():
+  # c reads b's old value and b reads a's old value: c's update, then b's, then a's (the order given is the reverse of that)
+  a, b, c = (buf(4, (4,)) for _ in range(3))
+  upd_a, upd_b, upd_c = a.assign(a * 0.5), b.assign(b + a * 2.0), c.assign(c + b * 3.0)
+  items, _, _ = create_schedule([upd_a, upd_b, upd_c])
+  assert [it.bufs[0] for it in items] == [c.base, b.base, a.base]
+  # d's update needs a's new value (its result, not its buffer): after a's, though given first
+  d = buf(4, (4,))
+  items, _, _ = create_schedule([d.assign(d + upd_a), upd_a])
+  assert [it.bufs[0] for it in items] == [a.base, d.base]
+
+def test_swapping_assigns_save_their_values_first():
+  # a = b and b = a: each reads the other's old value, a cycle no order satisfies; both values go to temporaries first
+  a, b = buf(4, (4,)), buf(4, (4,))
+  items, _, _ = create_schedule([a.assign(b + 1.0), b.assign(a + 1.0)])
+  (t0, rb), (t1, ra), (wa, ta), (wb, tb) = (it.bufs for it in items)
+  assert (rb, ra, wa, wb) == (b.base, a.base, a.base, b.base) and (ta, tb) == (t0, t1) and not {t0, t1} & {a.base, b.base}
+
 def test_reduce_two_kernels_need_is_computed_once():
   # h = x @ w + b feeds relu (forward) and relu's mask (backward, another kernel): the matmul gets its own buffer instead
   # of being recomputed inside both kernels

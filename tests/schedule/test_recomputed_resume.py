@@ -1,6 +1,7 @@
 """find_realize_points realizes reductions that two kernels would recompute one at a time, lowest first; after each it searches
-on from the node after it (_recomputed_reduce's `start`): no node before it can qualify then. Checked against the search from
-the first node at every step, on a small conv net's training graph (conv, batchnorm, pooling: many shared reductions), and
+on from the node after it (_recomputed_reduce's `start`): no node before it can qualify then, and it keeps the nodes two kernels
+compute as the first search found them (`shared`): no node after it changes. Checked against a fresh search from the first
+node at every step, on a small conv net's training graph (conv, batchnorm, pooling: many shared reductions), and
 the step's loss against numpy (and its gradients against torch where it is installed: the core job has no torch)."""
 import numpy as np
 from core import Tensor
@@ -13,9 +14,10 @@ def _conv(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 def test_the_search_after_each_realized_reduction_finds_what_a_full_search_finds(monkeypatch):
   orig, resumed = rp._recomputed_reduce, []
-  def checked(nodes, users, points, cost_of, start=0):
-    got = orig(nodes, users, points, cost_of, start)
+  def checked(nodes, users, points, cost_of, start=0, shared=None):
+    got = orig(nodes, users, points, cost_of, start, shared)
     if start:
+      assert shared is not None   # the sets of the first search, kept
       full = orig(nodes, users, points, cost_of, 0)
       assert (got and got[0]) is (full and full[0])
       resumed.append(start)
