@@ -9,7 +9,7 @@ from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops, AxisType, EXP2_NONPOSITIVE
 from core.ir.pattern import PatternMatcher, UPat
 from core.device.renderer import Renderer
-from core.codegen.llvm_ir import HostLLVMRenderer, Param, llvm_rewrite, _masked_intrinsic, _render_load, _render_store
+from core.codegen.llvm_ir import HostLLVMRenderer, Param, llvm_rewrite, _masked_intrinsic, _render_end, _render_load, _render_store
 from core.codegen.lowerer import pm_fuse_mulacc
 from core.codegen.opt.heuristic import BIG_L2_BYTES, big_l2
 from core.codegen.decompose import EXP2_SCALED, fast_exp2, fast_exp2_nonpositive, fast_exp2_scaled, pm_vector_math
@@ -166,6 +166,27 @@ def _llvm_prefetch_load(ctx: CPULLVMRenderer, x: UOp) -> str | None:
     out += (f"\n  {p} = getelementptr {ctx.mem_ty(x.src[0].src[0].dtype.base)}, ptr {ctx[x.src[0]]}, i64 {o}\n"
             f"  call void @llvm.prefetch.p0(ptr {p}, i32 0, i32 {loc}, i32 1)")
   if gate is not None: out += f"\n  br label %{k}.done\n{ctx.label(k + '.done')}"
+  return out
+
+# A pack's copy runs once a panel: LLVM unrolling its loops fully (a 1x1 stride-2 conv's copied row of 14 or 28 pixels) or
+# analysing them for it (the stem's copy loops around its 7 taps) took a large share of their compile for no speed. Those of
+# more than COPY_UNROLL_MAX steps, or with loops inside, are marked not to be unrolled; shorter innermost ones may still be (the
+# stem's 7 taps unrolled ran 1.5% faster in AVX2 code, a 3x3 conv's 3-step kh copy 3.5% in a training kernel)
+NO_UNROLL_MD = '!{!"llvm.loop.unroll.disable"}'
+COPY_NO_UNROLL = True   # _llvm_copy_end on (a switch for comparisons)
+COPY_UNROLL_MAX = 8
+
+def _llvm_copy_end(ctx: CPULLVMRenderer, x: UOp) -> str | None:
+  """The END of a pack's copy loops (AxisType.OUTER) with each back edge marked llvm.loop.unroll.disable."""
+  def big(r: UOp) -> bool:   # more steps than COPY_UNROLL_MAX, or loops inside (opened after it, while it is open)
+    return r.src[0].op is not Ops.CONST or r.src[0].arg > COPY_UNROLL_MAX or any(o > ctx.open_order[r] for o in ctx.open_order.values())
+  if not COPY_NO_UNROLL or not (outer := [r for r in x.src[1:] if r.op is Ops.RANGE and r.arg[-1] is AxisType.OUTER and big(r)]): return None
+  out = _render_end(ctx, x)
+  ctx.trailer.setdefault(f"!0 = {NO_UNROLL_MD}", None)
+  for r in outer:
+    n = sum(t.startswith("!") for t in ctx.trailer)
+    ctx.trailer[f"!{n} = distinct !{{!{n}, !0}}"] = None
+    out = out.replace(f"br label %{ctx.loop_label[r]}.head\n", f"br label %{ctx.loop_label[r]}.head, !llvm.loop !{n}\n")
   return out
 
 def _offset_add_parts(i: UOp) -> tuple[UOp, UOp] | None:
@@ -443,7 +464,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
   string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _llvm_stream_store), (UPat(Ops.WMMA, name="x"), render_dot),
                                    # node-only patterns: called directly, without the matcher's captures (a rule a node)
                                    (UPat(Ops.INDEX, name="x"), _llvm_lane_index), (UPat(Ops.ADD, dtypes.int32, name="x"), _llvm_index_offset),
-                                   (UPat(Ops.LOAD, name="x"), _llvm_prefetch_load),
+                                   (UPat(Ops.LOAD, name="x"), _llvm_prefetch_load), (UPat(Ops.END, name="x"), _llvm_copy_end),
                                    (UPat(Ops.CUSTOM, name="x", arg=SCALEF_ARG), _llvm_masked("scalef")),
                                    (UPat(Ops.CUSTOM, name="x", arg=ROUNDEVEN_ARG), _llvm_roundeven),
                                    (UPat(Ops.CUSTOM, name="x", arg=REDUCE_ARG), _llvm_masked("reduce", 8)),   # 8: no fraction bits kept, ties to even

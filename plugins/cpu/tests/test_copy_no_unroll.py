@@ -1,0 +1,49 @@
+"""The LLVM renderer marks a pack copy's loops (AxisType.OUTER) llvm.loop.unroll.disable where they take more than
+COPY_UNROLL_MAX steps or hold loops (renderer._llvm_copy_end): LLVM unrolled a 1x1 stride-2 conv's 14-step copied row fully,
+a large share of its compile, for no speed. A copy loop of a few steps with none inside (a 3x3 conv's kh) may still be
+unrolled. Results against numpy."""
+import re
+import numpy as np
+import pytest
+from cpu_kernels import host_like_renderer, run_item
+from core import Tensor
+from core.ir.ops import Ops
+from core.schedule.kernelize import create_schedule
+from core.codegen.program import get_program, program_source
+from plugin_cpu.renderer import COPY_UNROLL_MAX, host_flags
+
+def _item(out: Tensor):
+  (item,) = [it for it in create_schedule([out.uop])[0] if it.ast.op is Ops.SINK]
+  return item
+
+def _marked(src: str) -> list[int]:
+  """The step counts of the loops whose back edge carries unroll.disable metadata."""
+  (off,) = re.findall(r'^(!\d+) = !\{!"llvm.loop.unroll.disable"\}$', src, re.M)
+  out = []
+  for loop, md in re.findall(r"br label %(loop\d+)\.head, !llvm.loop (!\d+)\n", src):
+    assert re.search(rf"^{md} = distinct !\{{{md}, {off}\}}$", src, re.M), src
+    out.append(int(re.search(rf"^{loop}\.head:\n.*\n\s+%t\d+ = icmp slt i32 %ridx\d+, (\d+)", src, re.M).group(1)))
+  return out
+
+def _downsample(x: np.ndarray, w: np.ndarray) -> Tensor: return Tensor(x).conv2d(Tensor(w), stride=2)
+
+@pytest.mark.parametrize("simd", [32, 64])
+def test_a_copied_row_of_many_steps_is_not_unrolled(simd):
+  src = program_source(get_program(_item(_downsample(np.zeros((2, 128, 28, 28), np.float32), np.zeros((256, 128, 1, 1), np.float32))).ast,
+                                   host_like_renderer("LLVM", simd, threads=0)))
+  # the copy's row of 14 pixels and its channel loop: both marked, each with a distinct loop id
+  assert 14 in _marked(src) and len(_marked(src)) == len(set(re.findall(r", !llvm.loop (!\d+)", src))) >= 2, src
+
+def test_a_copy_loop_of_a_few_steps_with_no_loop_inside_may_be_unrolled():
+  src = program_source(get_program(_item(Tensor(np.zeros((2, 64, 14, 14), np.float32)).conv2d(Tensor(np.zeros((64, 64, 3, 3), np.float32)), padding=1)).ast,
+                                   host_like_renderer("LLVM", 64, threads=0)))
+  # the weight panel's copy: its channel loop (64) is marked, its kh loop (3 steps, the innermost) is not
+  assert _marked(src) == [64] and all(n > COPY_UNROLL_MAX for n in _marked(src))
+
+def test_copies_that_are_not_unrolled_give_numpys_values():
+  r = np.random.default_rng(5)
+  x, w = r.standard_normal((2, 64, 14, 14)).astype(np.float32), r.standard_normal((128, 64, 1, 1)).astype(np.float32)
+  bufs, src = run_item(_item(_downsample(x, w)), host_like_renderer("LLVM", 64 if "avx512f" in host_flags() else 32, threads=0))
+  assert _marked(src)
+  ref = np.einsum("nchw,oc->nohw", x[:, :, ::2, ::2].astype(np.float64), w[:, :, 0, 0])
+  np.testing.assert_allclose(bufs[0].numpy().reshape(ref.shape), ref, rtol=1e-4, atol=1e-4)
