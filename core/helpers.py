@@ -1,6 +1,6 @@
 """Environment flags, Context, and the small utilities every layer shares."""
 from __future__ import annotations
-import collections, contextlib, dataclasses, enum, functools, gc, operator, os, pathlib, sys, types
+import collections, contextlib, dataclasses, enum, functools, gc, operator, os, pathlib, sys, threading, time, types
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Iterator, Sequence, TypeVar
 
 T = TypeVar("T")
@@ -279,6 +279,39 @@ def cache_dir() -> pathlib.Path:
   if (d := os.getenv("CORE_CACHE_DIR")): return pathlib.Path(d)
   if sys.platform == "darwin": return pathlib.Path.home() / "Library" / "Caches" / "core"
   return pathlib.Path(os.getenv("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "core"
+
+# a stamp is trusted only once its files' times are this old: a file system's clock ticks coarsely (a jiffy), so a change in the
+# tick of a read could leave the times unchanged ("racy" stamps, as git's index has them)
+SETTLE_NS = 2_000_000_000
+
+def _file_times(path: str) -> tuple[int, ...] | None:
+  # modification and change times, size, inode: writing, adding or removing a folder's entry changes its times, and the change
+  # time can't be set back (touch -d, cp -p, tar)
+  try: st = os.stat(path)
+  except OSError: return None
+  return (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+
+def stamped(kind: str, key: str, paths: list[str], make: Callable[[], T], dump: Callable[[T], list[str] | None],
+            load: Callable[[list[str]], T | None]) -> T:
+  """What `make()` derives from the files or folders `paths`, kept in the cache folder (kind/<hash of key and paths>.txt) after
+  their stamp (times, size, inode; a missing one too) as dump's lines, and read back by `load` while the stamp is the same
+  (load's None: damaged, made again). A stamp with a time in the last SETTLE_NS is not written; a read-only cache is no error."""
+  path = cache_dir() / kind / f"{sha256(chr(10).join([key, *paths]).encode()).hexdigest()[:24]}.txt"
+  times = [_file_times(p) for p in paths]
+  head = [" ".join(map(str, t)) if t is not None else "-" for t in times]
+  try: lines = path.read_text(encoding="utf-8").split("\n")
+  except (OSError, ValueError): lines = []
+  if lines[:len(head)] == head and (got := load(lines[len(head):])) is not None: return got
+  value = make()
+  if (out := dump(value)) is None or any(c in ln for ln in out for c in "\n\r"): return value
+  if any(t is not None and max(t[:2]) >= time.time_ns() - SETTLE_NS for t in times): return value
+  try:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text("\n".join(head + out), encoding="utf-8")
+    os.replace(tmp, path)
+  except OSError: pass
+  return value
 
 @functools.cache
 def host_machine() -> str:

@@ -8,6 +8,7 @@ or egg file) returns None, and the caller asks importlib.metadata, which handles
 from __future__ import annotations
 import os, sys
 from typing import NamedTuple
+from core.helpers import stamped
 
 class EntryPoint(NamedTuple):   # a NamedTuple: a quarter of a frozen dataclass's cost to create at import
   name: str
@@ -48,14 +49,39 @@ def metadata_head(text: str) -> dict[str, str]:
 
 def distributions_with_group(group: str, path: list[str] | None = None) -> list[FoundDistribution] | None:
   """Every distribution on `path` (sys.path) whose entry_points.txt has section `group`, in sys.path order; None when some
-  entry of the path is not a plain folder (the caller then uses importlib.metadata)."""
+  entry of the path is not a plain folder (the caller then uses importlib.metadata). Kept in the cache folder while no entry
+  of the path has changed (core.helpers.stamped): installing or removing a distribution adds or deletes its dist-info folder,
+  which changes its parent's times (pip replaces the folder on an upgrade or reinstall, editable or not)."""
+  entries = sys.path if path is None else path
+  folders = [os.path.abspath(entry or ".") for entry in entries]
+  if any(os.path.exists(f) and not os.path.isdir(f) for f in folders): return None   # a zip or egg file
+  # named by the entries as given too: a relative entry's distributions keep relative paths
+  return stamped("entry_points", "\n".join([group, *entries]), folders, lambda: _scan(group, entries), _dump, _load)
+
+def _dump(found: list[FoundDistribution]) -> list[str] | None:
+  lines = []
+  for d in found:
+    lines.append("\t".join(["D", d.path, "?" if d.name is None else "=" + d.name, "?" if d.version is None else "=" + d.version]))
+    lines += ["\t".join(["E", *ep]) for ep in d.entry_points]
+  return None if any(line.count("\t") != 3 for line in lines) else lines   # a tab in a field would not read back
+
+def _load(lines: list[str]) -> list[FoundDistribution] | None:
+  found: list[FoundDistribution] = []
+  for line in lines:
+    f = line.split("\t")
+    if f[0] == "D" and len(f) == 4: found.append(FoundDistribution(f[1], [], _opt(f[2]), _opt(f[3])))
+    elif f[0] == "E" and len(f) == 4 and found: found[-1].entry_points.append(EntryPoint(f[1], f[2], f[3]))
+    elif line: return None   # damaged: scanned again
+  return found
+
+def _opt(field: str) -> str | None: return None if field == "?" else field[1:]
+
+def _scan(group: str, entries: list[str]) -> list[FoundDistribution]:
   found = []
-  for entry in sys.path if path is None else path:
+  for entry in entries:
     folder = entry or "."
     try:
-      if not os.path.isdir(folder):
-        if os.path.exists(folder): return None   # a zip or egg file: importlib.metadata reads those
-        continue
+      if not os.path.isdir(folder): continue
       names = sorted(os.listdir(folder))
     except OSError: continue
     for n in names:

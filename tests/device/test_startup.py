@@ -138,6 +138,44 @@ def test_entry_point_reader_defers_zip_paths(tmp_path):
   assert distributions_with_group("core.plugins", [str(tmp_path / "missing"), str(z)]) is None   # importlib.metadata reads zips
   assert distributions_with_group("core.plugins", [str(tmp_path / "missing")]) == []
 
+def test_entry_points_are_read_from_the_cache_until_a_folder_changes(tmp_path, monkeypatch):
+  from core import helpers
+  from core.device import entry_points
+  site, scans = tmp_path / "site", []
+  site.mkdir()
+  monkeypatch.setenv("CORE_CACHE_DIR", str(tmp_path / "cache"))
+  scan = entry_points._scan
+  monkeypatch.setattr(entry_points, "_scan", lambda *a: scans.append(a) or scan(*a))
+  def found() -> list[tuple]: return [(d.name, d.version, [tuple(e) for e in d.entry_points]) for d in distributions_with_group("core.plugins", [str(site)]) or []]
+  _dist(site, "plugin_a-1.0.dist-info", "plugin-a", "1.0", "[core.plugins]\nA = plugin_a\nB = plugin_a:hooks\n")
+  (site / "plugin_n-0.1.egg-info").mkdir()   # no PKG-INFO: name and version None
+  (site / "plugin_n-0.1.egg-info" / "entry_points.txt").write_text("[core.plugins]\nN = plugin_n\n")
+  a = ("plugin-a", "1.0", [("A", "plugin_a", "core.plugins"), ("B", "plugin_a:hooks", "core.plugins")])
+  n = (None, None, [("N", "plugin_n", "core.plugins")])
+  assert found() == found() == [a, n] and len(scans) == 2   # a folder changed in the last SETTLE_NS is scanned each time
+  monkeypatch.setattr(helpers, "SETTLE_NS", 0)   # from here every stamp counts as settled
+  assert found() == [a, n] and len(scans) == 3   # scanned once more and written
+  assert found() == found() == [a, n] and len(scans) == 3   # then read back as it was
+  # an install adds a dist-info folder (the folder's times change): seen at once
+  _dist(site, "plugin_b-2.0.dist-info", "plugin-b", "2.0", "[core.plugins]\nC = plugin_b\n")
+  b = ("plugin-b", "2.0", [("C", "plugin_b", "core.plugins")])
+  assert found() == found() == [a, b, n] and len(scans) == 4
+  # a removal too
+  for f in ("METADATA", "entry_points.txt"): (site / "plugin_a-1.0.dist-info" / f).unlink()
+  (site / "plugin_a-1.0.dist-info").rmdir()
+  assert found() == found() == [b, n] and len(scans) == 5
+  # a damaged or cleared cache is scanned again
+  (cache,) = (tmp_path / "cache" / "entry_points").iterdir()
+  cache.write_text(cache.read_text() + "\nX\tbroken")
+  assert found() == found() == [b, n] and len(scans) == 6
+  cache.unlink()
+  assert found() == found() == [b, n] and len(scans) == 7
+  # the same folder named relatively has its own entry (its distributions' paths are relative); a zip on the path still defers
+  monkeypatch.chdir(site)
+  assert [(d.name, d.path) for d in distributions_with_group("core.plugins", ["."]) or []] == \
+    [("plugin-b", "./plugin_b-2.0.dist-info"), (None, "./plugin_n-0.1.egg-info")] and len(scans) == 8
+  assert distributions_with_group("core.plugins", [str(site), str(tmp_path / "cache" / "entry_points" / cache.name)]) is None
+
 def test_parsers():
   assert [(e.group, e.name, e.value) for e in parse_entry_points("; c\n[g]\na = m:f\n[h]\nb=n\n")] == [("g", "a", "m:f"), ("h", "b", "n")]
   assert metadata_head("Name: x\nVersion: 2\n\nVersion: 3\n") == {"Name": "x", "Version": "2"}
