@@ -3,6 +3,7 @@ DEV=CPU:LLVM on a machine with no C compiler at all."""
 from __future__ import annotations
 import ctypes, os, pathlib, subprocess, sys
 import pytest
+from core import helpers
 from core.testing.helpers import missing_tool
 from plugin_cpu import native
 
@@ -34,10 +35,40 @@ def test_a_library_built_at_run_time_has_no_python_entries():
   # its dynamic symbol names, read from the bytes: loading it would keep a memfd's /proc/self/fd path taken for good
   assert b"PyInit__native" not in lib and b"cmdproc_submit_wait" in lib
 
-def test_a_library_built_from_other_sources_is_not_used(monkeypatch: pytest.MonkeyPatch):
-  require_prebuilt()
-  monkeypatch.setattr(native, "source_hash", lambda: "0" * 64)   # as if a .c file had been edited after the install
+def _copied_sources(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Path:
+  # the native sources copied to a folder the plugin then reads as its own (NATIVE_DIR), with its own cache folder
+  (d := tmp_path / "native").mkdir()
+  for p in native.NATIVE_DIR.iterdir():
+    if p.suffix in (".c", ".h"): (d / p.name).write_bytes(p.read_bytes())
+  monkeypatch.setattr(native, "NATIVE_DIR", d)
+  monkeypatch.setenv("CORE_CACHE_DIR", str(tmp_path / "cache"))
+  return d
+
+def test_a_library_built_from_other_sources_is_not_used(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch):
+  lib = require_prebuilt()
+  d = _copied_sources(tmp_path, monkeypatch)
+  (tmp_path / lib.name).write_bytes(lib.read_bytes())   # beside the copy, as setup.py leaves it beside the sources
+  monkeypatch.setattr(helpers, "SETTLE_NS", 0)   # the copy's stamp counts as settled: its hash is cached
+  assert native.prebuilt() is not None and native.prebuilt() is not None   # the same sources, the second from the cache
+  with open(d / "pool.c", "a") as f: f.write("\n/* edited after the install */\n")
   assert native.prebuilt() is None
+
+def test_the_source_hash_is_cached_until_a_source_changes(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch):
+  d, hashed = _copied_sources(tmp_path, monkeypatch), []
+  source_hash = native.source_hash
+  monkeypatch.setattr(native, "source_hash", lambda: hashed.append(1) or source_hash())
+  first = native.installed_source_hash()
+  assert native.installed_source_hash() == first == source_hash() and len(hashed) == 2   # changed in the last SETTLE_NS: hashed
+  monkeypatch.setattr(helpers, "SETTLE_NS", 0)
+  assert native.installed_source_hash() == first and len(hashed) == 3   # hashed and written
+  assert native.installed_source_hash() == first and len(hashed) == 3   # read back
+  with open(d / "pool.c", "a") as f: f.write("\n")   # an edit, a new header, a removal: each hashed again
+  assert native.installed_source_hash() == native.installed_source_hash() == source_hash() != first and len(hashed) == 4
+  (d / "extra.h").write_text("#define X 1\n")
+  assert native.installed_source_hash() == native.installed_source_hash() == source_hash() and len(hashed) == 5
+  (d / "extra.h").unlink()
+  (d / "pool.c").write_bytes((native_dir := pathlib.Path(native.__file__).parent / "native" / "pool.c").read_bytes())
+  assert native.installed_source_hash() == first and len(hashed) == 6 and native_dir.exists()
 
 def test_the_source_hash_is_setup_pys():
   # setup.py hashes json.dumps of the sources; the plugin writes the same text without importing json
