@@ -106,7 +106,7 @@ class Kernel:
     if opt.op is OptOps.PACK:
       from core.codegen.opt.pack import pack_loads
       if r.arg[1] is not AxisType.LOOP: raise KernelOptError(f"{opt}: PACK needs a LOOP axis, not {r.arg[1].name}")
-      if (packed := pack_loads(self.ast, r)) is None: raise KernelOptError(f"{opt}: no input read at fixed strides is reused by this loop")
+      if (packed := pack_loads(self.ast, r, self.renderer.simd_width)) is None: raise KernelOptError(f"{opt}: no input read at fixed strides is reused by this loop")
       return Kernel(packed, self.renderer, self.applied + (opt,))
     if opt.op is OptOps.MERGE:
       if not (0 <= opt.amt < len(self.axes)) or opt.amt == opt.axis: raise KernelOptError(f"{opt}: no other axis {opt.amt}")

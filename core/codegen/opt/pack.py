@@ -11,6 +11,7 @@ PACK_MAX_BYTES = 512 * 1024
 # a VIPT L1 indexes its sets within a page (set span = size / ways <= page), so lines whose rows lie a page or more apart may
 # share a set: a copy step reads at most one output vector's rows of them (_row_group_loops)
 PAGE_BYTES = mmap.PAGESIZE
+PACK_ROWS = True   # a gathering copy reads rows (pack_loads' row_bytes; a switch for comparisons)
 
 def _axis_key(r: UOp) -> tuple[int, int]:
   from core.codegen.opt.kernel import axis_key
@@ -68,11 +69,20 @@ def packable_loads(ast: UOp, a: UOp) -> list[UOp]:
     out.append(u)
   return out
 
-def pack_loads(ast: UOp, a: UOp) -> UOp | None:
+def _row_loop(inner: list[UOp], regs: list[UOp], strides: dict[UOp, int], rows: int) -> UOp | None:
+  """The copy loop to read `rows` neighbours of a step: the one along which the source is contiguous, where the copy's vectors
+  gather (none of its register axes steps the source by 1) and `rows` divides it."""
+  from core.codegen.opt.kernel import range_size
+  if rows < 2 or not regs or any(abs(strides[r]) == 1 for r in regs): return None
+  return next((r for r in inner if r not in regs and abs(strides[r]) == 1 and (range_size(r) or 1) % rows == 0), None)
+
+def pack_loads(ast: UOp, a: UOp, row_bytes: int = 0) -> UOp | None:
   """Each packable load of `a` becomes a read of a DEFINE_REG buffer filled by a copy loop that runs once per iteration of the
   loops outside `a` (it uses none of the ranges inside `a`, so the linearizer places it there). The copy keeps the register
-  axes of the load (the expander vectorizes it like the kernel) and gets fresh OUTER ranges for the others. None when no load
-  qualifies."""
+  axes of the load (the expander vectorizes it like the kernel) and gets fresh OUTER ranges for the others. A copy whose
+  vectors gather (q @ k.T's k, x @ W.T's W) also unrolls its contiguous loop by `row_bytes` (a register) of it (_row_loop):
+  the expander then loads those rows whole and transposes them in registers, not a scalar load and an insert a lane. None
+  when no load qualifies."""
   from core.codegen.opt.kernel import range_size, REGISTER_AXES
   loads = packable_loads(ast, a)
   if not loads: return None
@@ -97,9 +107,18 @@ def pack_loads(ast: UOp, a: UOp) -> UOp | None:
     copy_rng: dict[UOp, UOp] = {}
     loops = _row_group_loops(inner, strides, out_strides, ld.dtype.itemsize)
     regs = [r for r in inner if r.arg[1] in REGISTER_AXES and r not in loops]
+    rows = row_bytes // ld.dtype.itemsize if PACK_ROWS else 0
+    row = _row_loop(inner, regs, strides, rows)
     # the copy's loops nest by the source's strides instead, largest outermost: it reads the input forwards
     for r in sorted(order, key=lambda r: (r in regs, -abs(strides[r]), _axis_key(r))):
-      if r in regs: copy_rng[r] = r
+      if r in regs and row is not None:
+        # ranges of the copy's own, so its register axes and the rows expand apart from the kernel's (expander.register_groups)
+        copy_rng[r] = UOp.range(range_size(r) or 1, next_id, r.arg[1])
+        next_id += 1
+      elif r in regs: copy_rng[r] = r
+      elif r is row:
+        copy_rng[r] = UOp.range((range_size(r) or 1) // rows, next_id, AxisType.OUTER) * rows + UOp.range(rows, next_id + 1, AxisType.UPCAST)
+        next_id += 2
       else:
         # OUTER: a loop of the optimizer's own; no Opt applies to it (a THREAD split of a copy would leave each block's
         # panel partly filled)
@@ -113,6 +132,6 @@ def pack_loads(ast: UOp, a: UOp) -> UOp | None:
       for t in terms[1:]: out = out + t
       return out
     copy = buf.index(flat(copy_rng)).store(ld.substitute(copy_rng))
-    for r in sorted(copy_rng.values(), key=_axis_key, reverse=True): copy = copy.end(r)
+    for r in sorted({x for v in copy_rng.values() for x in v.toposort() if x.op is Ops.RANGE}, key=_axis_key, reverse=True): copy = copy.end(r)
     sub[ld] = buf.after(copy).index(flat({r: r for r in order})).load(dtype=ld.dtype)
   return ast.substitute(sub)

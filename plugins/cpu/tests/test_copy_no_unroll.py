@@ -42,7 +42,7 @@ def test_a_copy_loop_of_a_few_steps_with_no_loop_inside_may_be_unrolled():
 
 def test_copies_that_are_not_unrolled_give_numpys_values():
   r = np.random.default_rng(5)
-  x, w = r.standard_normal((2, 64, 14, 14)).astype(np.float32), r.standard_normal((128, 64, 1, 1)).astype(np.float32)
+  x, w = r.standard_normal((2, 128, 28, 28)).astype(np.float32), r.standard_normal((256, 128, 1, 1)).astype(np.float32)
   bufs, src = run_item(_item(_downsample(x, w)), host_like_renderer("LLVM", 64 if "avx512f" in host_flags() else 32, threads=0))
   assert _marked(src)
   ref = np.einsum("nchw,oc->nohw", x[:, :, ::2, ::2].astype(np.float64), w[:, :, 0, 0])
