@@ -1099,6 +1099,19 @@ def _unrolls_part(k: Kernel, split: bool, n_loads: int, tiles: int) -> bool:
   registers or, `split` (AVX2's), the part holds at most SPLIT_PART_TILES."""
   return STRIP_PART_UNROLLED and (not split or tiles <= SPLIT_PART_TILES) and stores_streamed(k) and n_loads == 1
 
+# An elementwise kernel with few arithmetic ops (EW_ONE_VECTOR_ALUS or fewer) in AVX-512 code on a big_l2 core (the Intel server
+# core) takes one vector a loop step, not two. That 2-vCPU Xeon guest, 2 threads, process CPU time, A/B in one process, medians
+# [quartiles] of per-sample two/one time ratios: a*b+1 over 16M floats 1.035 [1.008-1.055] and 1.035 (order swapped) at load
+# 8-9, 1.018 [1.007-1.033] and 1.016 at load 2-3, one thread 1.022 and 1.015; ResNet-18 b8 inference's 8 such kernels (pad
+# copies, residual adds), summed, 0.995-1.012, a training step's 63 0.994 (even); the bench rows' 20 1.040. gpt2_block's GELU
+# (30 ops) ran 0.953 [0.935-0.984] so: more ops keep two. Zen 4/5 (1 MiB L2) and AVX2 code keep two (measured there)
+EW_ONE_VECTOR_SIMD = 64       # vector bytes of the code that takes it (AVX-512: measured)
+EW_ONE_VECTOR_ALUS = 16       # the most arithmetic ops of such a kernel (gpt2_block's attention mask, 16: even)
+
+def _one_vector_steps(renderer: Renderer, alus: int) -> bool:
+  """Whether an elementwise kernel of `alus` arithmetic ops steps one vector a loop iteration, not two (EW_ONE_VECTOR_SIMD)."""
+  return big_l2(renderer) and renderer.simd_width >= EW_ONE_VECTOR_SIMD and alus <= EW_ONE_VECTOR_ALUS
+
 def hand_coded(k: Kernel) -> Kernel:
   rnd = k.renderer
   if (tc := _tensor_core(k)) is not None: return tc
@@ -1223,8 +1236,11 @@ def hand_coded(k: Kernel) -> Kernel:
           k = _try(k, Opt(OptOps.PADTO, _pos(k, contig_out), w))
           contig_out, narrow = _same(k, contig_out), w if w < lanes else 0
         # two vectors per iteration keep two loads in flight, which pays in memory-bound kernels; a kernel with much arithmetic
-        # per element (random bits: 20 threefry rounds) gains nothing and would compile twice the code
-        if amt := _pick_amt(range_size(contig_out), (narrow,) if narrow else (lanes, 4, 2) if _alu_count(k) > ALU_HEAVY else (2 * lanes, lanes, 4, 2)):
+        # per element (random bits: 20 threefry rounds) gains nothing and would compile twice the code; nor does a big_l2 core's
+        # AVX-512 code (_one_vector_steps)
+        alus = _alu_count(k)
+        one = alus > ALU_HEAVY or _one_vector_steps(rnd, alus)
+        if amt := _pick_amt(range_size(contig_out), (narrow,) if narrow else (lanes, 4, 2) if one else (2 * lanes, lanes, 4, 2)):
           k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt))
   if rnd.has_local: return _local(k)
   k = _reductions_outside(k)
