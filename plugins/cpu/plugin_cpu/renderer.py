@@ -9,7 +9,8 @@ from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops, AxisType, EXP2_NONPOSITIVE
 from core.ir.pattern import PatternMatcher, UPat
 from core.device.renderer import Renderer
-from core.codegen.llvm_ir import HostLLVMRenderer, Param, llvm_rewrite, _masked_intrinsic, _render_end, _render_load, _render_store
+from core.codegen.llvm_ir import HostLLVMRenderer, Param, llvm_rewrite, _masked_intrinsic, _render_end, _render_load, _render_store, \
+  _shuffle_sources
 from core.codegen.lowerer import pm_fuse_mulacc
 from core.codegen.opt.heuristic import BIG_L2_BYTES, big_l2
 from core.codegen.decompose import EXP2_SCALED, fast_exp2, fast_exp2_nonpositive, fast_exp2_scaled, pm_vector_math
@@ -237,12 +238,51 @@ def lane_indices(uops: list[UOp], deps: dict[UOp, frozenset[UOp]]) -> frozenset[
                    ((u.src[1] if u.op is Ops.STORE else u).dtype.count == 1 and (u.op is Ops.STORE or not _in_reduce(deps, u.src[0].src[1])) or
                     u.arg == ROW_ARG))
 
+def unused_values(ctx: CPULLVMRenderer, uops: list[UOp]) -> frozenset[UOp]:
+  """Values whose readers take their parts, not the value, which _llvm_unused renders as nothing: GEPs of one lane that only
+  VECTORIZEs rendered as one shufflevector read (llvm_ir._shuffle_sources: those take the lanes' vectors; a register
+  transpose's, tile_rows' and load_rows': 2112 of the 3059 instructions of a 3x3 conv with a residual add, extractelements
+  for LLVM to parse and delete), and 32-bit (index + constant) adds that only INDEXes addressed from their base read
+  (_llvm_lane_index: 76 more). Not bool lanes: a load's or store's gate may be read through a VECTORIZE of one lane
+  (_render_load). Needs the renderer's lane_indices, offset_adds and offset_vectors; fills its shuffles (_llvm_shuffle)."""
+  read: set[UOp] = set()
+  maybe: list[UOp] = []
+  lanes, offset, shuffles = ctx.lane_indices, ctx.offset_vectors, ctx.shuffles
+  for u in uops:
+    if (op := u.op) is Ops.GEP:
+      if len(u.arg) == 1 and u.dtype is not dtypes.bool: maybe.append(u)
+    elif op is Ops.ADD:
+      if u.dtype is dtypes.int32 and u.src[1].op is Ops.CONST: maybe.append(u)
+    elif op is Ops.VECTORIZE:
+      if u.src[0].op is Ops.GEP and (sh := _shuffle_sources(u)) is not None:
+        shuffles[u] = sh
+        continue
+    elif op is Ops.INDEX and len(u.src) > 1 and (u in lanes or u.src[1] in ctx.offset_adds or u in offset) and \
+         _offset_add_parts(u.src[1]) is not None:
+      read.add(u.src[0])
+      read.update(u.src[2:])
+      continue
+    read.update(u.src)
+  return frozenset(u for u in maybe if u not in read)
+
+def _llvm_unused(ctx: CPULLVMRenderer, x: UOp) -> str | None: return "" if x in ctx.unused else None
+
+def _llvm_shuffle(ctx: CPULLVMRenderer, x: UOp) -> str | None:
+  """A VECTORIZE of lanes of one or two vectors, from what unused_values found (ctx.shuffles): the shufflevector llvm_ir's
+  _render_vectorize writes, without looking again."""
+  if (sh := ctx.shuffles.get(x)) is None: return None
+  srcs, mask = sh
+  st = ctx.ty(srcs[0].dtype)
+  return (f"{ctx[x]} = shufflevector {st} {ctx[srcs[0]]}, {st} {ctx[srcs[1]] if len(srcs) > 1 else 'poison'}, "
+          f"<{len(mask)} x i32> <{', '.join(f'i32 {m}' for m in mask)}>")
+
 def _llvm_index_offset(ctx: CPULLVMRenderer, x: UOp) -> str | None:
   """A load's or store's 32-bit index plus a constant as an add without signed wrap (nsw), as no index into a buffer wraps: a tile's
   lanes read one by one in a reduce loop (a pooled sum's 16 channels at stride 49, a batchnorm gradient's) are then one
   induction variable plus constant offsets to LLVM's loop passes (IndVarSimplify, IV users, LoopLoadElimination), not an
   address each (lane stores' addresses: _llvm_lane_index). Vector loads' and stores' too (index_adds)."""
   # (nsw_adds holds only int32 adds of a constant: _offset_add)
+  if x in ctx.unused: return ""
   return f"{ctx[x]} = add nsw i32 {ctx[x.src[0]]}, {ctx[x.src[1]]}" if x in ctx.nsw_adds else None
 
 def _offset_add(i: UOp) -> bool: return i.dtype == dtypes.int32 and _offset_add_parts(i) is not None   # (scalar only)
@@ -465,6 +505,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
                                    # node-only patterns: called directly, without the matcher's captures (a rule a node)
                                    (UPat(Ops.INDEX, name="x"), _llvm_lane_index), (UPat(Ops.ADD, dtypes.int32, name="x"), _llvm_index_offset),
                                    (UPat(Ops.LOAD, name="x"), _llvm_prefetch_load), (UPat(Ops.END, name="x"), _llvm_copy_end),
+                                   (UPat(Ops.GEP, name="x"), _llvm_unused), (UPat(Ops.VECTORIZE, name="x"), _llvm_shuffle),
                                    (UPat(Ops.CUSTOM, name="x", arg=SCALEF_ARG), _llvm_masked("scalef")),
                                    (UPat(Ops.CUSTOM, name="x", arg=ROUNDEVEN_ARG), _llvm_roundeven),
                                    (UPat(Ops.CUSTOM, name="x", arg=REDUCE_ARG), _llvm_masked("reduce", 8)),   # 8: no fraction bits kept, ties to even
@@ -514,6 +555,8 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
     self.offset_adds = self.index_offsets if self.offset_geps else frozenset()   # the INDEXes at them: _llvm_offset_index
     self.nsw_adds = self.index_offsets | index_adds(uops) if self.nsw_indexes_on else self.index_offsets
     self.offset_vectors = vector_offsets(uops, deps, self.offset_stores_on) if self.offset_vectors_on else frozenset()
+    self.shuffles: dict[UOp, tuple[list[UOp], list[int]]] = {}   # (filled by unused_values)
+    self.unused = unused_values(self, uops)
     self.start_module()
     fns = [self.function(name, uops)]
     if self.unchecked:   # where a buffer of its unconditional streaming stores is misaligned, the kernel calls this copy

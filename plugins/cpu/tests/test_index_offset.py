@@ -105,8 +105,13 @@ def test_vector_offset_sums_match_numpy():
   want = np.concatenate([x[4 * r + 1:4 * r + 5] + (x[4 * r + 2:4 * r + 6] if r < 7 else 0) for r in range(8)])
   np.testing.assert_array_equal(res, want)
 
-def test_a_scalar_loads_offset_index_is_nsw():
-  src = device("LLVM").renderer.render("lane_sums", offset_row_sums())
+def test_a_scalar_loads_offset_index_is_nsw(monkeypatch):
+  # where the loads' addresses are the i32 sums (offset_geps off), the sums are nsw; stepped from the index in i64 (below), the
+  # sums are read by nothing and not written (renderer.unused_values)
+  rnd = device("LLVM").renderer
+  assert not re.search(r"= add nsw i32 %\w+, \d+\n", rnd.render("lane_sums", offset_row_sums()))
+  monkeypatch.setattr(rnd, "offset_geps", False)
+  src = rnd.render("lane_sums", offset_row_sums())
   assert sorted(int(o) for o in re.findall(r"= add nsw i32 %\w+, (\d+)\n", src)) == [1, 2]
 
 def test_a_scalar_loads_offset_is_an_i64_step_from_its_index():
