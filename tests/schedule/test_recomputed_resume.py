@@ -12,6 +12,34 @@ def _conv(x: np.ndarray, w: np.ndarray) -> np.ndarray:
   win = np.lib.stride_tricks.sliding_window_view(np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), (2, 3))
   return np.einsum("nchwij,ocij->nohw", win, w.astype(np.float64))
 
+def convnet_step(seed: int, sgd: bool) -> tuple[Tensor, Tensor, Tensor, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+  """A small conv net's training step (convs, batchnorm, pooling): its loss realized with the weights' gradients, or with their
+  SGD updates (`sgd`); (loss, weight tensors, the numpy inputs)."""
+  rng = np.random.default_rng(seed)
+  x = rng.standard_normal((2, 3, 10, 10)).astype(np.float32)
+  w1 = (rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32)
+  w2 = (rng.standard_normal((4, 4, 3, 3)) * 0.3).astype(np.float32)
+  tw1, tw2 = Tensor(w1, requires_grad=True), Tensor(w2, requires_grad=True)
+  with Tensor.train():
+    h = Tensor(x).conv2d(tw1, padding=1)
+    d = h - h.mean((0, 2, 3), keepdim=True)
+    h = (d / ((d * d).mean((0, 2, 3), keepdim=True) + 1e-5).sqrt()).relu()
+    h = h.conv2d(tw2, padding=1).relu().max_pool2d(2)
+    loss = (h * h).mean()
+    loss.backward()
+    assert tw1.grad is not None and tw2.grad is not None
+    if sgd: Tensor.realize(loss, tw1.assign(tw1 - tw1.grad * 0.1), tw2.assign(tw2 - tw2.grad * 0.1))
+    else: Tensor.realize(loss, tw1.grad, tw2.grad)
+  return loss, tw1, tw2, (x, w1, w2)
+
+def numpy_loss(x: np.ndarray, w1: np.ndarray, w2: np.ndarray) -> float:
+  """convnet_step's loss in float64."""
+  nh = _conv(x, w1)
+  nd = nh - nh.mean((0, 2, 3), keepdims=True)
+  nh = np.maximum(nd / np.sqrt((nd * nd).mean((0, 2, 3), keepdims=True) + 1e-5), 0)
+  nh = np.maximum(_conv(nh, w2), 0).reshape(2, 4, 5, 2, 5, 2).max((3, 5))
+  return float((nh * nh).mean())
+
 def test_the_search_after_each_realized_reduction_finds_what_a_full_search_finds(monkeypatch):
   orig, resumed = rp._recomputed_reduce, []
   def checked(nodes, users, points, cost_of, start=0, shared=None):
@@ -23,25 +51,9 @@ def test_the_search_after_each_realized_reduction_finds_what_a_full_search_finds
       resumed.append(start)
     return got
   monkeypatch.setattr(rp, "_recomputed_reduce", checked)
-  rng = np.random.default_rng(0)
-  x = rng.standard_normal((2, 3, 10, 10)).astype(np.float32)
-  w1 = rng.standard_normal((4, 3, 3, 3)).astype(np.float32) * 0.3
-  w2 = rng.standard_normal((4, 4, 3, 3)).astype(np.float32) * 0.3
-  tw1, tw2 = Tensor(w1, requires_grad=True), Tensor(w2, requires_grad=True)
-  with Tensor.train():
-    h = Tensor(x).conv2d(tw1, padding=1)
-    d = h - h.mean((0, 2, 3), keepdim=True)
-    h = (d / ((d * d).mean((0, 2, 3), keepdim=True) + 1e-5).sqrt()).relu()
-    h = h.conv2d(tw2, padding=1).relu().max_pool2d(2)
-    loss = (h * h).mean()
-    loss.backward()
-    Tensor.realize(loss, tw1.grad, tw2.grad)
+  loss, tw1, tw2, (x, w1, w2) = convnet_step(0, sgd=False)
   assert resumed   # the graph realized more than one recomputed reduction
-  nh = _conv(x, w1)
-  nd = nh - nh.mean((0, 2, 3), keepdims=True)
-  nh = np.maximum(nd / np.sqrt((nd * nd).mean((0, 2, 3), keepdims=True) + 1e-5), 0)
-  nh = np.maximum(_conv(nh, w2), 0).reshape(2, 4, 5, 2, 5, 2).max((3, 5))
-  np.testing.assert_allclose(loss.numpy(), (nh * nh).mean(), rtol=1e-4)
+  np.testing.assert_allclose(loss.numpy(), numpy_loss(x, w1, w2), rtol=1e-4)
   try: import torch
   except ImportError: return
   tx, t1, t2 = torch.tensor(x), torch.tensor(w1, requires_grad=True), torch.tensor(w2, requires_grad=True)
