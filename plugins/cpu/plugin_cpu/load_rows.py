@@ -10,7 +10,7 @@ from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
 from core.codegen.opt.shuffle import transpose_rows
-from plugin_cpu.tile_rows import ROW_MAX, ROW_ARG, _row_gate
+from plugin_cpu.tile_rows import ROW_MAX, ROW_ARG, row_gate
 
 LOAD_ROWS = True   # load_rows on (a switch for comparisons)
 
@@ -56,7 +56,7 @@ def load_rows(sink: UOp) -> UOp | None:
       for a in range(c, c + n, step):
         m = min(step, c + n - a)
         pad = 1 << (m - 1).bit_length()
-        gate = _row_gate(m, pad)
+        gate = row_gate(m, pad)
         rows = [UOp(Ops.LOAD, ld.dtype.vec(pad), (ld.src[0] if gate is None else ld.src[0].replace(src=ld.src[0].src + (gate,)),), ROW_ARG)
                 for ld in at[a].src]
         for j, col in enumerate(transpose_rows([[r] for r in rows], pad)[:m]): sub[at[a + j]] = col

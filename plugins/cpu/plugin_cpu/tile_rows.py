@@ -22,12 +22,12 @@ def _lane_store(s: UOp) -> tuple[tuple[UOp, UOp, int], UOp, int] | None:
 ROW_MAX = 8
 ROW_ARG = "tile row"   # the arg of a row's STORE (renderer.lane_indices addresses it from its index; rendered as any store)
 
-def _row_gate(n: int, width: int) -> UOp | None:
+def row_gate(n: int, width: int) -> UOp | None:
   """The constant gate of a row's first n of `width` lanes (None: all of them)."""
   return UOp.vectorize(*[UOp.const(dtypes.bool, j < n) for j in range(width)]) if n < width else None
 
 def _row_store(idx: UOp, row: UOp, gate: UOp | None) -> UOp:
-  """`row` stored at INDEX idx, under `gate` (_row_gate: AVX-512 stores it under a mask register, where LLVM wrote a 7-lane vector
+  """`row` stored at INDEX idx, under `gate` (row_gate: AVX-512 stores it under a mask register, where LLVM wrote a 7-lane vector
   as 4 + 2 + 1 floats)."""
   if gate is not None: idx = idx.replace(src=idx.src + (gate,))
   return UOp(Ops.STORE, dtypes.void, (idx, row), ROW_ARG)
@@ -70,7 +70,7 @@ def store_rows(g: UOp, regs: int) -> UOp | None:
       m = min(step, n - a)
       pad = 1 << (m - 1).bit_length()   # (padded to a power of two with the last column again: its lanes are never stored)
       cols = transpose_rows([[v] for v in vecs[a:a + m] + (vecs[a + m - 1],) * (pad - m)], pad)
-      gate = _row_gate(m, pad)
+      gate = row_gate(m, pad)
       out += [_row_store(r[a][2], cols[r[0][1]], gate) for r in rows]
   return UOp(Ops.GROUP, dtypes.void, tuple(out + rest)) if out else None
 
