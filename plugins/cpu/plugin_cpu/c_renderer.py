@@ -7,11 +7,11 @@ from core.ir.ops import UOp, Ops
 from core.ir.pattern import PatternMatcher, UPat
 from core.codegen.c_style import CStyleRenderer, access_condition, base_rewrite, c_code_for_op, _render_load as _c_render_load
 from core.device.compiler import CompileError
-from plugin_cpu.compiler import arch_flags, cc_supports, find_cc, host_x86_fma, simd_bytes, x86_fma
+from plugin_cpu.compiler import arch_flags, cc_supports, find_cc, host_flags, simd_bytes, x86_fma
 from plugin_cpu.streaming import NT_ARG, store_width
 from plugin_cpu.prefetch import prefetch_offsets, line_offsets
 from plugin_cpu import renderer as R
-from plugin_cpu.renderer import _HOST_DTYPES, EXTRA_RULES, HostTarget, _check_block, _narrowed, extra_rules, host_vector_regs
+from plugin_cpu.renderer import _HOST_DTYPES, HostTarget, _check_block, _narrowed, extra_rules, host_vector_regs
 
 # x86 FMA builtins by vector width in bytes (the C code is compiled with -ffp-contract=off, so `a*b+c` is never fused on its own)
 _X86_FMA = {16: "__builtin_ia32_vfmaddps", 32: "__builtin_ia32_vfmaddps256"}
@@ -72,16 +72,13 @@ class CPUCRenderer(HostTarget, CStyleRenderer):
   barrier = "__atomic_thread_fence(__ATOMIC_RELEASE);"
   has_local = False
   supported_dtypes = _HOST_DTYPES
-  extra_matcher = EXTRA_RULES
   string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _c_stream_store), (UPat(Ops.LOAD, name="x"), _c_prefetch_load)]) + \
     base_rewrite
-  code_for_op = {**c_code_for_op, Ops.MULACC: _c_mulacc(host_x86_fma())}
   vector_alu = CStyleRenderer.vector_alu | {Ops.MULACC}
 
   def __init__(self, cc: str | None = None, arch: str | None = None):
-    if arch is not None:   # DEV=CPU:C:<arch>: that CPU model's (compiler.arch_flags)
-      self.arch = arch
-      self.target(arch_flags(arch))
+    if arch is not None: self.arch = arch   # DEV=CPU:C:<arch>: that CPU model's features (compiler.arch_flags)
+    self.target(host_flags() if arch is None else arch_flags(arch))
     # the compiler that will build the kernels ($CC, as CCompiler finds it) decides whether half is native or emulated: clang
     # before 15 has no _Float16 on x86-64. Without a compiler nothing gets built, and CCompiler says so.
     try: self.native_half = cc_supports(cc or find_cc(), "_Float16")

@@ -12,13 +12,13 @@ from core.device.renderer import Renderer
 from core.codegen.llvm_ir import HostLLVMRenderer, Param, llvm_rewrite, _masked_intrinsic, _render_end, _render_load, _render_store, \
   _shuffle_sources
 from core.codegen.lowerer import pm_fuse_mulacc
-from core.codegen.opt.heuristic import BIG_L2_BYTES, big_l2
+from core.codegen.opt.heuristic import big_l2
 from core.codegen.decompose import EXP2_SCALED, fast_exp2, fast_exp2_nonpositive, fast_exp2_scaled, pm_vector_math
-from plugin_cpu.compiler import arch_flags, host_flags, host_simd_bytes, host_x86_fma, simd_bytes, x86_fma
+from plugin_cpu.compiler import arch_flags, host_flags, simd_bytes, x86_fma
 from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, _known_align, buffer_tested, cache_bytes, host_streams, pm_streaming_stores, store_width, \
   stream_width
 from core.codegen.linearize import has_shuffle_network, is_shuffle
-from plugin_cpu.bf16dot import bf16_dot, host_bf16_dot, pm_bf16_dot, render_dot
+from plugin_cpu.bf16dot import bf16_dot, pm_bf16_dot, render_dot
 from plugin_cpu.amx import amx_bf16, match_matmul, render_matmul
 from plugin_cpu.prefetch import prefetch_offsets, line_offsets, loop_deps
 from plugin_cpu.peel import peel_tail_iterations
@@ -46,21 +46,17 @@ def host_vector_regs(simd_bytes: int) -> int:
 
 # renderer.threads tells the optimizer how many blocks to cut the outer loop into; 0 (a single thread) means don't
 THREADS = host_threads()
-SIMD_BYTES = host_simd_bytes()
-SIMD_REGS = host_vector_regs(SIMD_BYTES)
 L2_BYTES = cache_bytes(2)   # the per-core cache a matmul's group of packed panels should fit (heuristic.mm_panel_group)
 # a row kernel's stash of its exps (core.codegen.stash) is a per-thread array up to half the L1 data cache (it stays there between
 # the reduction and the output loop, beside the input row the reduction reads twice); longer rows stash in the output
 SCRATCH_BYTES = (cache_bytes(1) or 32 << 10) // 2
 STREAM_MIN_BYTES = NT_MIN_BYTES if host_streams() else 0   # kernels whose buffers total this much stream their stores (opt.copy)
-BF16_DOT = host_bf16_dot()   # bf16 products summed in float32 on vdpbf16ps (plugin_cpu/bf16dot.py), LLVM renderer only
 PREFETCH = os.getenv("CPU_PREFETCH", "1") != "0"   # the next row's prefetch in row kernels (plugin_cpu/prefetch.py); 0 for comparisons
 
 # both renderers run the same rules before rendering: FMA for reduction updates, float32 exp2/log2 as vector arithmetic (libm
 # would run once per lane), and (x86-64) which stores stream past the caches
 def extra_rules(simd: int) -> PatternMatcher:
   return pm_fuse_mulacc + pm_vector_math + pm_streaming_stores(NT_MIN_BYTES, simd) if host_streams() else pm_fuse_mulacc + pm_vector_math
-EXTRA_RULES = extra_rules(SIMD_BYTES)
 
 def _check_block(x: UOp) -> None:
   if x.arg != "gidx0": raise NotImplementedError(f"the CPU runs one-dimensional launches: no thread id {x.arg} (only gidx0)")
@@ -454,38 +450,24 @@ def _llvm_max_blend(ctx: CPULLVMRenderer, x: UOp) -> str:
   return _vector_pieces(ctx, x, call, 8)
 
 class HostTarget(Renderer):
-  """What both CPU renderers render for until target() names a CPU: this host's threads, vectors, caches and features (the C
-  renderer, plugin_cpu/c_renderer.py, and the LLVM one below take it as their first base)."""
+  """This host's threads and caches, shared by both CPU renderers (the C renderer, plugin_cpu/c_renderer.py, and the LLVM one
+  below take it as their first base). What depends on the CPU's features (vectors, registers, rules) is set by each renderer's
+  target(), which its __init__ calls with this host's flags or those of DEV's arch."""
   device = "CPU"
   global_max = None
   supports_float4 = True
   threads = THREADS if THREADS > 1 else 0
-  simd_width = SIMD_BYTES
-  simd_regs = SIMD_REGS
   l2_bytes = L2_BYTES
   stream_min_bytes = STREAM_MIN_BYTES
   scratch_bytes = SCRATCH_BYTES
   scaled_exp2 = True   # decompose.pm_vector_math lowers EXP2_SCALED (extra_rules)
-  flags = host_flags()   # the CPU features the kernels are rendered for (compiler.arch_flags' names)
+  flags: frozenset[str]   # the CPU features the kernels are rendered for (compiler.arch_flags' names), set by target()
 
 class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
   """The same kernel as LLVM IR for llvmlite; the compiler fills in the host triple and data layout."""
   suffix = "LLVM"
   supported_dtypes = _HOST_DTYPES | {dtypes.bfloat16}
-  # LLVM tunes most AVX-512 CPUs to 256-bit vectors for loops it vectorizes itself; the attribute asks for the full width
-  kernel_attrs = 'nounwind "prefer-vector-width"="512"' if SIMD_BYTES == 64 else "nounwind"
-  # with the bf16 dot product, bf16 is loaded and multiplied as vectors: the pairs of widened products become vdpbf16ps
-  vector_dtypes = frozenset({dtypes.bfloat16}) if BF16_DOT else frozenset()
-  extra_matcher = llvm_rules(host_flags(), SIMD_BYTES)
-  scaled_exp2 = not scalef_lanes(host_flags())   # vscalefps takes 2**n at no cost: a softmax's exps stay unscaled there
-  # exp2 from the float's bits (no vscalefps): a softmax's exp pass is compute-bound, so the next row's max runs beside its sum
-  # (core.codegen.stash.max_ahead). AVX-512 code is memory-bound there and lost: one Zen 5 thread, 4096x1000 1.18x the time
-  max_ahead = not scalef_lanes(host_flags())
-  # a softmax's (x - max) * (1 / ln 2) as one FMA, x * (1 / ln 2) + a per-row pivot (stash._fma_shift): where exp2 takes the bits
-  # path and llvm.fmuladd fuses (x86 FMA3). AVX2 code (znver3) on Zen 5, softmax 4096x1000 and 256x1000: 0.96-0.97x the time
-  fma_exp_shift = not scalef_lanes(host_flags()) and host_x86_fma()
   odd_row_channel_tile = True
-  amx = amx_bf16(host_flags())   # bf16 matmuls on AMX tiles (plugin_cpu/amx.py); make_device turns it off where Linux refuses them
   big_l2_tiles = True   # heuristic.big_l2: a plain product's 4x6 tile and its packed panel's prefetch where the L2 holds 2 MiB
   # AVX-512: a large 3x3 conv's gated input loads are masked vector loads (no padded copy: 3 kernels, ~4% of the bench conv's
   # call), its channel tile (2 vectors of 16 channels x 7 pixels) loads little per FMA, and its thread blocks are images that
@@ -499,8 +481,8 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
   # processes alternated, ms in place -> copy (both kernels): 2 threads at real-time priority, wall, medians of 7, 32x64x56x56
   # -> 64 28.1/28.0 -> 22.1/21.5; process CPU time / 2, medians of 5: 26.0/26.0/25.7 -> 21.5/20.3/21.4, ResNet-18's batch-8
   # 3x3s 64x56 6.9/7.0 -> 5.5/5.5, 128x28 6.4/6.4 -> 4.7/5.3, 256x14 6.3/6.1 -> 5.2/5.0, 512x7 5.5/5.5 -> 5.0/5.1, 128x28/2
-  # 3.3/3.4 -> 3.0/3.0, but 64x56/2 3.0/3.0 -> 3.3/3.7
-  large_conv_in_place = SIMD_BYTES == 64 and L2_BYTES < BIG_L2_BYTES
+  # 3.3/3.4 -> 3.0/3.0, but 64x56/2 3.0/3.0 -> 3.3/3.7. Set by target(): AVX-512 code on a core without the big L2.
+  large_conv_in_place: bool
   string_rewrite = PatternMatcher([(UPat(Ops.STORE, name="x", arg=NT_ARG), _llvm_stream_store), (UPat(Ops.WMMA, name="x"), render_dot),
                                    # node-only patterns: called directly, without the matcher's captures (a rule a node)
                                    (UPat(Ops.INDEX, name="x"), _llvm_lane_index), (UPat(Ops.ADD, dtypes.int32, name="x"), _llvm_index_offset),
@@ -520,21 +502,27 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
   nsw_indexes_on = True     # every load's and store's (index + constant) nsw (index_adds)
 
   def __init__(self, arch: str | None = None):
-    if arch is not None:   # DEV=CPU:LLVM:<arch>: that CPU model's (compiler.arch_flags)
-      self.arch = arch
-      self.target(arch_flags(arch))
+    if arch is not None: self.arch = arch   # DEV=CPU:LLVM:<arch>: that CPU model's features (compiler.arch_flags)
+    self.target(host_flags() if arch is None else arch_flags(arch))
 
   def target(self, flags: frozenset[str]) -> None:
     """Render for a CPU with `flags`: its vectors, registers, rules (exp2 by vscalefps on AVX-512) and bf16 dot product."""
     self.flags, self.simd_width = flags, simd_bytes(flags)
     self.simd_regs = host_vector_regs(self.simd_width)
+    # LLVM tunes most AVX-512 CPUs to 256-bit vectors for loops it vectorizes itself; the attribute asks for the full width
     self.kernel_attrs = 'nounwind "prefer-vector-width"="512"' if self.simd_width == 64 else "nounwind"
+    # with the bf16 dot product, bf16 is loaded and multiplied as vectors: the pairs of widened products become vdpbf16ps
     self.vector_dtypes = frozenset({dtypes.bfloat16}) if bf16_dot(flags) else frozenset()
     self.extra_matcher = llvm_rules(flags, self.simd_width)
-    self.scaled_exp2 = not scalef_lanes(flags)
+    self.scaled_exp2 = not scalef_lanes(flags)   # vscalefps takes 2**n at no cost: a softmax's exps stay unscaled there
+    # exp2 from the float's bits (no vscalefps): a softmax's exp pass is compute-bound, so the next row's max runs beside its sum
+    # (core.codegen.stash.max_ahead). AVX-512 code is memory-bound there and lost: one Zen 5 thread, 4096x1000 1.18x the time
     self.max_ahead = not scalef_lanes(flags)
+    # a softmax's (x - max) * (1 / ln 2) as one FMA, x * (1 / ln 2) + a per-row pivot (stash._fma_shift): where exp2 takes the
+    # bits path and llvm.fmuladd fuses (x86 FMA3). AVX2 code (znver3) on Zen 5, softmax 4096x1000 and 256x1000: 0.96-0.97x the time
     self.fma_exp_shift = not scalef_lanes(flags) and x86_fma(flags)
     self.large_conv_in_place = self.simd_width == 64 and not big_l2(self)
+    # bf16 matmuls on AMX tiles (plugin_cpu/amx.py); make_device turns it off where Linux refuses them
     self.amx = amx_bf16(flags)
 
   def own_kernel(self, ast: UOp, name: str) -> tuple[str, tuple[int, ...], dict[str, int]] | None:

@@ -30,11 +30,11 @@ def launch(renderer: str, uops: list[UOp], arrays: list[np.ndarray], nblocks: in
 
 def test_renderer_capabilities():
   expect = host_threads() if host_threads() > 1 else 0
-  for cls in (CPUCRenderer, CPULLVMRenderer):
-    assert cls.threads == expect and cls.simd_width == host_simd_bytes() in (16, 32, 64)
+  for rnd in (CPUCRenderer(), CPULLVMRenderer()):
+    assert rnd.threads == expect and rnd.simd_width == host_simd_bytes() in (16, 32, 64)
   flags = open("/proc/cpuinfo").read()
-  if " avx512f" in flags: assert CPUCRenderer.simd_width == 64
-  elif " avx2" in flags: assert CPUCRenderer.simd_width == 32
+  if " avx512f" in flags: assert CPUCRenderer().simd_width == 64
+  elif " avx2" in flags: assert CPUCRenderer().simd_width == 32
 
 @pytest.mark.parametrize("ren", RENDERERS)
 def test_block_index_is_the_last_parameter(ren):
@@ -116,4 +116,4 @@ def test_compiler_flags():
   assert ("-mprefer-vector-width=512" in flags) == (host_simd_bytes() == 64)
   assert "-mprefer-vector-width=512" not in CCompiler(march="x86-64").flags
   assert LLVMCompiler().opt == 3
-  assert ('"prefer-vector-width"="512"' in CPULLVMRenderer.kernel_attrs) == (host_simd_bytes() == 64)
+  assert ('"prefer-vector-width"="512"' in CPULLVMRenderer().kernel_attrs) == (host_simd_bytes() == 64)
