@@ -1,9 +1,10 @@
-"""Host memory: small buffers 64-byte aligned, big ones on their own 2 MiB-aligned mapping madvised for huge pages, unmapped on free."""
+"""Host memory: small buffers 64-byte aligned, from MAP_MIN on a mapping of their own backed where touched, big ones 2 MiB-aligned
+and madvised for huge pages, unmapped on free."""
 from __future__ import annotations
-import ctypes, gc
+import ctypes, gc, mmap
 import numpy as np
 from core.device.allocator import BufferSpec
-from plugin_cpu.hostmem import HUGE_MIN, HUGE_PAGE, alloc_host
+from plugin_cpu.hostmem import HUGE_MIN, HUGE_PAGE, MAP_MIN, alloc_host
 from plugin_cpu.runtime import CPUAllocator
 
 def _mapping(addr: int) -> dict[str, str] | None:
@@ -33,6 +34,25 @@ def test_small_buffers_are_64_byte_aligned_and_zeroed():
     a = alloc_host(size)
     assert ctypes.addressof(a) % 64 == 0 and ctypes.sizeof(a) == size
     assert not any(bytes(a)[:4096])
+
+def _resident_bytes() -> int:
+  with open("/proc/self/statm") as f: return int(f.read().split()[1]) * mmap.PAGESIZE
+
+def test_mid_buffers_are_backed_only_where_touched_and_unmapped_on_free():
+  sizes = [MAP_MIN, MAP_MIN + 12345, *([(MAP_MIN + HUGE_MIN) // 2] * 8)]   # HCQ rings are 1 MiB
+  before = _resident_bytes()
+  bufs = [alloc_host(n) for n in sizes]
+  # a ctypes array's memory is written whole when made (~10 MiB resident here): a mapping's pages only when touched
+  assert _resident_bytes() - before < sum(sizes) // 4
+  for a, n in zip(bufs, sizes):
+    assert ctypes.addressof(a) % 64 == 0 and ctypes.sizeof(a) == n
+    assert not np.frombuffer(a, np.uint8).any()
+  addr = ctypes.addressof(bufs[-1])
+  np.frombuffer(bufs[-1], np.uint8)[::4096] = 1
+  assert np.frombuffer(bufs[-1], np.uint8).sum() == len(range(0, sizes[-1], 4096))
+  del a, bufs
+  gc.collect()
+  assert _mapping(addr) is None
 
 def test_big_buffer_is_2mib_aligned_madvised_and_unmapped_on_free():
   size = 3 * HUGE_PAGE + 12345
