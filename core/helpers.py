@@ -284,12 +284,16 @@ def cache_dir() -> pathlib.Path:
 # tick of a read could leave the times unchanged ("racy" stamps, as git's index has them)
 SETTLE_NS = 2_000_000_000
 
-def _file_times(path: str) -> tuple[int, ...] | None:
-  # modification and change times, size, inode: writing, adding or removing a folder's entry changes its times, and the change
-  # time can't be set back (touch -d, cp -p, tar)
+def file_stamp(path: str) -> str:
+  """`path`'s stamp as `stamped` keeps it: modification and change times, size, inode ("-": missing). Writing, adding or
+  removing a folder's entry changes its times, and the change time can't be set back (touch -d, cp -p, tar)."""
   try: st = os.stat(path)
-  except OSError: return None
-  return (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+  except OSError: return "-"
+  return f"{st.st_mtime_ns} {st.st_ctime_ns} {st.st_size} {st.st_ino}"
+
+def stamp_settled(stamp: str) -> bool:
+  """Whether a file_stamp's times are older than SETTLE_NS (a missing file's always are): only such a stamp may be kept."""
+  return stamp == "-" or max(map(int, stamp.split()[:2])) < time.time_ns() - SETTLE_NS
 
 def stamped(kind: str, key: str, paths: list[str], make: Callable[[], T], dump: Callable[[T], list[str] | None],
             load: Callable[[list[str]], T | None]) -> T:
@@ -297,14 +301,13 @@ def stamped(kind: str, key: str, paths: list[str], make: Callable[[], T], dump: 
   their stamp (times, size, inode; a missing one too) as dump's lines, and read back by `load` while the stamp is the same
   (load's None: damaged, made again). A stamp with a time in the last SETTLE_NS is not written; a read-only cache is no error."""
   path = cache_dir() / kind / f"{sha256(chr(10).join([key, *paths]).encode()).hexdigest()[:24]}.txt"
-  times = [_file_times(p) for p in paths]
-  head = [" ".join(map(str, t)) if t is not None else "-" for t in times]
+  head = [file_stamp(p) for p in paths]
   try: lines = path.read_text(encoding="utf-8").split("\n")
   except (OSError, ValueError): lines = []
   if lines[:len(head)] == head and (got := load(lines[len(head):])) is not None: return got
   value = make()
   if (out := dump(value)) is None or any(c in ln for ln in out for c in "\n\r"): return value
-  if any(t is not None and max(t[:2]) >= time.time_ns() - SETTLE_NS for t in times): return value
+  if not all(stamp_settled(h) for h in head): return value
   try:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")

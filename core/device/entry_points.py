@@ -8,7 +8,7 @@ or egg file) returns None, and the caller asks importlib.metadata, which handles
 from __future__ import annotations
 import os, sys
 from typing import NamedTuple
-from core.helpers import stamped
+from core.helpers import file_stamp, stamp_settled, stamped
 
 class EntryPoint(NamedTuple):   # a NamedTuple: a quarter of a frozen dataclass's cost to create at import
   name: str
@@ -51,33 +51,42 @@ def distributions_with_group(group: str, path: list[str] | None = None) -> list[
   """Every distribution on `path` (sys.path) whose entry_points.txt has section `group`, in sys.path order; None when some
   entry of the path is not a plain folder (the caller then uses importlib.metadata). Kept in the cache folder while no entry
   of the path has changed (core.helpers.stamped): installing or removing a distribution adds or deletes its dist-info folder,
-  which changes its parent's times (pip replaces the folder on an upgrade or reinstall, editable or not)."""
+  which changes its parent's times (pip replaces the folder on an upgrade or reinstall, editable or not); an entry_points.txt
+  written in place changes only its own, so every dist-info folder's entry_points.txt is stamped as well (~90 stats here)."""
   entries = sys.path if path is None else path
   folders = [os.path.abspath(entry or ".") for entry in entries]
   if any(os.path.exists(f) and not os.path.isdir(f) for f in folders): return None   # a zip or egg file
-  # named by the entries as given too: a relative entry's distributions keep relative paths
-  return stamped("entry_points", "\n".join([group, *entries]), folders, lambda: _scan(group, entries), _dump, _load)
+  # named by the entries as given too: a relative entry's distributions keep relative paths; "2": the entries with file stamps
+  return stamped("entry_points", "\n".join(["2", group, *entries]), folders, lambda: _scan(group, entries), _dump, _load).found
 
-def _dump(found: list[FoundDistribution]) -> list[str] | None:
-  lines = []
-  for d in found:
+class _Scan(NamedTuple):
+  found: list[FoundDistribution]
+  files: list[tuple[str, str]]   # (every entry_points.txt path scanned, its file_stamp before it was read; "-": none there)
+
+def _dump(scan: _Scan) -> list[str] | None:
+  if not all(stamp_settled(stamp) for _, stamp in scan.files): return None   # one written in the last tick: not kept
+  lines = ["\t".join(["F", path, stamp, ""]) for path, stamp in scan.files]
+  for d in scan.found:
     lines.append("\t".join(["D", d.path, "?" if d.name is None else "=" + d.name, "?" if d.version is None else "=" + d.version]))
     lines += ["\t".join(["E", *ep]) for ep in d.entry_points]
   return None if any(line.count("\t") != 3 for line in lines) else lines   # a tab in a field would not read back
 
-def _load(lines: list[str]) -> list[FoundDistribution] | None:
-  found: list[FoundDistribution] = []
+def _load(lines: list[str]) -> _Scan | None:
+  scan = _Scan([], [])
+  found = scan.found
   for line in lines:
     f = line.split("\t")
-    if f[0] == "D" and len(f) == 4: found.append(FoundDistribution(f[1], [], _opt(f[2]), _opt(f[3])))
+    if f[0] == "F" and len(f) == 4:
+      if file_stamp(f[1]) != f[2]: return None   # an entry_points.txt written, added or removed: scanned again
+    elif f[0] == "D" and len(f) == 4: found.append(FoundDistribution(f[1], [], _opt(f[2]), _opt(f[3])))
     elif f[0] == "E" and len(f) == 4 and found: found[-1].entry_points.append(EntryPoint(f[1], f[2], f[3]))
     elif line: return None   # damaged: scanned again
-  return found
+  return scan
 
 def _opt(field: str) -> str | None: return None if field == "?" else field[1:]
 
-def _scan(group: str, entries: list[str]) -> list[FoundDistribution]:
-  found = []
+def _scan(group: str, entries: list[str]) -> _Scan:
+  scan = _Scan([], [])
   for entry in entries:
     folder = entry or "."
     try:
@@ -87,11 +96,12 @@ def _scan(group: str, entries: list[str]) -> list[FoundDistribution]:
     for n in names:
       if not n.endswith((".dist-info", ".egg-info")): continue
       d = os.path.join(folder, n)
+      scan.files.append((eps_path := os.path.join(d, "entry_points.txt"), file_stamp(eps_path)))
       try:
-        with open(os.path.join(d, "entry_points.txt"), encoding="utf-8") as f: text = f.read()
+        with open(eps_path, encoding="utf-8") as f: text = f.read()
       except OSError: continue   # no entry points (or an egg-info file, not a folder)
       if f"[{group}]" not in text: continue
       eps = [ep for ep in parse_entry_points(text) if ep.group == group]
       head = metadata_head(_read(d, "METADATA") or _read(d, "PKG-INFO") or "")
-      found.append(FoundDistribution(d, eps, head.get("Name"), head.get("Version")))
-  return found
+      scan.found.append(FoundDistribution(d, eps, head.get("Name"), head.get("Version")))
+  return scan

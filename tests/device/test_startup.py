@@ -164,16 +164,29 @@ def test_entry_points_are_read_from_the_cache_until_a_folder_changes(tmp_path, m
   for f in ("METADATA", "entry_points.txt"): (site / "plugin_a-1.0.dist-info" / f).unlink()
   (site / "plugin_a-1.0.dist-info").rmdir()
   assert found() == found() == [b, n] and len(scans) == 5
+  # an entry_points.txt written in place (no folder's times change), one added to a dist-info folder without any, one removed
+  eps = site / "plugin_b-2.0.dist-info" / "entry_points.txt"
+  eps.write_text("[core.plugins]\nC = plugin_b\nD = plugin_b\n")
+  b = ("plugin-b", "2.0", [("C", "plugin_b", "core.plugins"), ("D", "plugin_b", "core.plugins")])
+  assert found() == found() == [b, n] and len(scans) == 6
+  _dist(site, "plain-1.0.dist-info", "plain", "1.0", "[console_scripts]\nx = y:z\n")
+  (site / "plain-1.0.dist-info" / "entry_points.txt").unlink()
+  assert found() == found() == [b, n] and len(scans) == 7
+  (site / "plain-1.0.dist-info" / "entry_points.txt").write_text("[core.plugins]\nP = plain\n")
+  p = ("plain", "1.0", [("P", "plain", "core.plugins")])
+  assert found() == found() == [p, b, n] and len(scans) == 8
+  (site / "plain-1.0.dist-info" / "entry_points.txt").unlink()
+  assert found() == found() == [b, n] and len(scans) == 9
   # a damaged or cleared cache is scanned again
   (cache,) = (tmp_path / "cache" / "entry_points").iterdir()
   cache.write_text(cache.read_text() + "\nX\tbroken")
-  assert found() == found() == [b, n] and len(scans) == 6
+  assert found() == found() == [b, n] and len(scans) == 10
   cache.unlink()
-  assert found() == found() == [b, n] and len(scans) == 7
+  assert found() == found() == [b, n] and len(scans) == 11
   # the same folder named relatively has its own entry (its distributions' paths are relative); a zip on the path still defers
   monkeypatch.chdir(site)
   assert [(d.name, d.path) for d in distributions_with_group("core.plugins", ["."]) or []] == \
-    [("plugin-b", "./plugin_b-2.0.dist-info"), (None, "./plugin_n-0.1.egg-info")] and len(scans) == 8
+    [("plugin-b", "./plugin_b-2.0.dist-info"), (None, "./plugin_n-0.1.egg-info")] and len(scans) == 12
   assert distributions_with_group("core.plugins", [str(site), str(tmp_path / "cache" / "entry_points" / cache.name)]) is None
 
 def test_parsers():
