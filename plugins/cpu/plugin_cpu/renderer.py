@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy, os
 from typing import TYPE_CHECKING, Callable, TypeVar
 from core.helpers import host_machine
-from core.ir.dtype import dtypes
+from core.ir.dtype import AddrSpace, PtrDType, dtypes
 from core.ir.ops import UOp, Ops, AxisType, EXP2_NONPOSITIVE
 from core.ir.pattern import PatternMatcher, UPat
 from core.device.renderer import Renderer
@@ -276,14 +276,50 @@ def unused_values(ctx: CPULLVMRenderer, uops: list[UOp]) -> frozenset[UOp]:
 
 def _llvm_unused(ctx: CPULLVMRenderer, x: UOp) -> str | None: return "" if x in ctx.unused else None
 
+# The X86 instruction selector combines each shuffle with the shuffles below it (combineX86ShufflesRecursively), a search that
+# grows with the chain's depth: a 16x16 register transpose (4 stages of 16 shuffles: pack._row_loop's AVX-512 panel copies) took
+# ~7.5 ms of compile, ~3.7 ms with its chains cut in two halves. Only stages count (shuffles of vectors as wide as they are):
+# a 3x3 conv's weight copy (4-wide transposes of 3-float rows, joined into 16 lanes) cut where its joins were counted took 11-17
+# more instructions and ran ~0.8% slower. Only a pack's panel copy is cut (its shuffles stored to a register buffer): cut, the
+# training step's weight transposes (E_128_256: a 2-step loop LLVM then kept) ran up to 1.18x the time, its NHWC permute 0.91x.
+# SHUFFLE_CUT_DEPTH is the halves' depth; 0: no cut (a switch for comparisons).
+SHUFFLE_CUT_DEPTH = 2
+SHUFFLE_CUT_BITS = (128, 256, 512)   # vector registers ("v": xmm, ymm, zmm)
+
+def shuffle_cuts(uops: list[UOp], shuffles: dict[UOp, tuple[list[UOp], list[int]]]) -> frozenset[UOp]:
+  """The stages (unused_values' ctx.shuffles of vectors as wide as they are) of a panel copy SHUFFLE_CUT_DEPTH deep on a chain
+  of stages, counted from its last cut, that SHUFFLE_CUT_DEPTH more stages read in turn: _llvm_shuffle passes each through an
+  empty asm, which the selector does not see through."""
+  if not SHUFFLE_CUT_DEPTH: return frozenset()
+  panel = {u.src[1] for u in uops if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and
+           isinstance(b := u.src[0].src[0].dtype, PtrDType) and b.addrspace == AddrSpace.REG}
+  readers: dict[UOp, list[UOp]] = {}
+  for x, (srcs, _) in shuffles.items():
+    for s in srcs: readers.setdefault(s, []).append(x)
+  def stage(x: UOp) -> bool: return shuffles[x][0][0].dtype == x.dtype
+  above: dict[UOp, int] = {}   # the longest chain of stages reading x
+  for x in reversed(shuffles):   # (the kernel's order: a shuffle's sources come first)
+    above[x] = max((int(stage(r)) + above[r] for r in readers.get(x, ())), default=0)
+    if x in panel or any(r in panel for r in readers.get(x, ())): panel.add(x)
+  depth: dict[UOp, int] = {}
+  cuts: set[UOp] = set()
+  for x, (srcs, _) in shuffles.items():
+    if not stage(x): continue
+    depth[x] = d = 1 + max((depth.get(s, 0) for s in srcs if s not in cuts), default=0)
+    if d >= SHUFFLE_CUT_DEPTH and above[x] >= SHUFFLE_CUT_DEPTH and x in panel and x.dtype.itemsize * 8 in SHUFFLE_CUT_BITS: cuts.add(x)
+  return frozenset(cuts)
+
 def _llvm_shuffle(ctx: CPULLVMRenderer, x: UOp) -> str | None:
   """A VECTORIZE of lanes of one or two vectors, from what unused_values found (ctx.shuffles): the shufflevector llvm_ir's
-  _render_vectorize writes, without looking again."""
+  _render_vectorize writes, without looking again; at a cut (shuffle_cuts) through an empty asm of the register it is in."""
   if (sh := ctx.shuffles.get(x)) is None: return None
   srcs, mask = sh
-  st = ctx.ty(srcs[0].dtype)
-  return (f"{ctx[x]} = shufflevector {st} {ctx[srcs[0]]}, {st} {ctx[srcs[1]] if len(srcs) > 1 else 'poison'}, "
-          f"<{len(mask)} x i32> <{', '.join(f'i32 {m}' for m in mask)}>")
+  st, out = ctx.ty(srcs[0].dtype), ctx.tmp() if x in ctx.shuffle_cuts else ctx[x]
+  sv = (f"{out} = shufflevector {st} {ctx[srcs[0]]}, {st} {ctx[srcs[1]] if len(srcs) > 1 else 'poison'}, "
+        f"<{len(mask)} x i32> <{', '.join(f'i32 {m}' for m in mask)}>")
+  if out == ctx[x]: return sv
+  t = ctx.ty(x.dtype)
+  return f'{sv}\n  {ctx[x]} = call {t} asm "", "=v,0"({t} {out})'
 
 def _llvm_index_offset(ctx: CPULLVMRenderer, x: UOp) -> str | None:
   """A load's or store's 32-bit index plus a constant as an add without signed wrap (nsw), as no index into a buffer wraps: a tile's
@@ -559,6 +595,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
     self.offset_vectors = vector_offsets(uops, deps, self.offset_stores_on) if self.offset_vectors_on else frozenset()
     self.shuffles: dict[UOp, tuple[list[UOp], list[int]]] = {}   # (filled by unused_values)
     self.unused = unused_values(self, uops)
+    self.shuffle_cuts = shuffle_cuts(uops, self.shuffles)
     self.start_module()
     fns = [self.function(name, uops)]
     if self.unchecked:   # where a buffer of its unconditional streaming stores is misaligned, the kernel calls this copy
