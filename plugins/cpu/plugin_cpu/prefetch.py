@@ -34,9 +34,9 @@ ROW_MAX_BYTES = 16 << 10   # a row the later passes read from L1 (32 KiB on curr
 # row's first pass reads it (4 KiB rows at 40 GB/s a thread: ~100 ns, about a memory latency). Zen 5, 2 threads, both variants
 # in one process, each Jit-captured and sampled in turn with the copy loop, runs at load 13-23, speed 2 rows on / 1, medians of
 # 30 pairs per run: layernorm 4096x1024 1.037, 1.055, 1.099, 0.994, 1.083; softmax 4096x1000 1.046, 1.026, 1.019, 1.076; AVX2
-# code (znver3) layernorm 1.031, 1.019, 1.048 (its softmax reads the next row's max ahead and prefetches nothing: 0.998, 0.986,
-# the noise of the method); C renderer layernorm 1.048, softmax 1.005 (compute-bound); the GPT-2 block row (its 256x768
-# layernorms) 1.003 / 1.002 the time native / AVX2. 3 rows on no better than 2 (1.004, 1.017, 1.010 over 2 rows on)
+# code (znver3) layernorm 1.031, 1.019, 1.048 (its softmax read the next row's max ahead and prefetched nothing then: 0.998,
+# 0.986, the noise of the method; it prefetches now: _shared_rows); C renderer layernorm 1.048, softmax 1.005 (compute-bound);
+# the GPT-2 block row (its 256x768 layernorms) 1.003 / 1.002 the time native / AVX2. 3 rows on no better than 2 (1.004, 1.017, 1.010 over 2 rows on)
 ROWS_AHEAD = 2
 
 # each prefetch's locality hint (llvm.prefetch's and __builtin_prefetch's 0-3; on x86 3 is prefetcht0, into the L1, and 1
@@ -497,6 +497,21 @@ def stream_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]]) -> dict[UOp
     out[x] = STREAM_AHEAD_LINES * line_bytes() // item
   return out
 
+SHARED_ROWS = True   # _shared_rows on (a switch for comparisons)
+
+def _shared_rows(x: UOp, red: UOp, buf: UOp, uops: list[UOp], deps: dict[UOp, frozenset[UOp]]) -> list[UOp]:
+  """The loops other than reduces around load `x` (of `buf`, in reduce loop `red`) that a read of `buf` in another reduce loop
+  is in too: the row loop of a row kernel whose first pass is not in it. core.codegen.stash.max_ahead takes the first row's
+  max before the row loop and each next row's after this row's exps, so the exp pass is the second over the buffer but shares
+  its row loop with the max pass after it. Without a prefetch there the exp pass, compute-bound in AVX2 code, runs while no
+  line of the next rows is on its way. AVX2 code (znver3) on a 2-vCPU Xeon guest (Sapphire Rapids class), softmax 4096x1000's
+  kernel, this rule off/on in one process, medians [quartiles]: 2 threads, wall, against the copy loop, load 10: 1.22x
+  [1.09-1.54] and 1.23x the speed (0.80 -> 0.95-1.02 of the copy loop); one thread, CPU time: 0.885x [0.867-0.900] the time.
+  1 row on instead of rows_ahead's 2: 1.018x and 0.982x the time of 2."""
+  return [r for r in deps.get(x.src[0].src[1], frozenset()) if r.arg[-1] is not AxisType.REDUCE and any(
+    y is not x and global_read(y) is buf and r in (dy := deps.get(y.src[0].src[1], frozenset())) and red not in dy and
+    any(q.arg[-1] is AxisType.REDUCE for q in dy) for y in uops)]
+
 def rows_ahead(row_bytes: int) -> int:
   """How many rows on a row kernel prefetches: ROWS_AHEAD where the row and those up to the prefetched one fit half the L1 data
   cache (the rest holds what the later passes read beside it: a layernorm's weight and bias), else 1."""
@@ -517,7 +532,8 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0,
   `big_l2`, heuristic.big_l2 of the renderer, and the vectors are PACKED_PREFETCH_SIMD bytes), a packed product's next row tile (row_tile_offsets, into the L2, below
   SPREAD_BELOW_REGS `simd_regs`: distances a tuple), or rows_ahead rows on (all but those L2 ones L1_LOCALITY). A load
   qualifies for the row where it reads a global buffer in the second reduce loop over that buffer, under a loop of rows (not a
-  reduce) that the first reduce loop's reads share, and the row step of its address is a constant of at most ROW_MAX_BYTES.
+  reduce) that the first reduce loop's reads share (or where those are outside it, another reduce loop's: _shared_rows), and the
+  row step of its address is a constant of at most ROW_MAX_BYTES.
   `deps`: loop_deps(uops), where the caller has it (the LLVM renderer asks it too)."""
   order = {u: i for i, u in enumerate(uops)}
   if deps is None: deps = loop_deps(uops)
@@ -555,6 +571,7 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0,
     if reds[0] is first[buf][0] or second.setdefault(buf, reds[0]) is not reds[0]: continue
     # the innermost loop both passes share, other than reduces: the row
     rows = [r for r in rngs if r in first[buf][1] and r.arg[-1] is not AxisType.REDUCE]
+    if not rows and SHARED_ROWS: rows = _shared_rows(x, reds[0], buf, uops, deps)
     if not rows: continue
     row = max(rows, key=lambda r: order[r])
     if (step := index_step(idx, row)) is not None and 0 < (row_bytes := step * buf.dtype.base.itemsize) <= ROW_MAX_BYTES:

@@ -1,13 +1,13 @@
 """Without AVX-512 a softmax's exp pass is compute-bound: the next row's max runs after the row's reductions, before its output
 loop, and the first row's before the row loop (core.codegen.stash.max_ahead). The values are the plain order's, bit for bit."""
 from __future__ import annotations
-import copy
+import copy, re
 import numpy as np
 import pytest
 from core import Tensor
 from core.ir.ops import Ops, AxisType
 from core.schedule.kernelize import create_schedule
-from core.codegen.program import get_program, program_uops
+from core.codegen.program import get_program, program_source, program_uops
 from cpu_kernels import host_like_renderer, run_rendered
 
 AVX2 = frozenset({"avx", "avx2", "fma"})
@@ -98,3 +98,19 @@ def test_a_max_of_another_reduction_keeps_the_plain_order(op):
   y = x64 - x64.max(-1, keepdims=True)
   ref = np.exp(y) / np.exp(y).sum(-1, keepdims=True) if op == "softmax" else y - np.log(np.exp(y).sum(-1, keepdims=True))
   np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 if op == "log_softmax" else 1e-7)
+
+@pytest.mark.parametrize("shape", [(4096, 1000), (512, 1024)])
+def test_the_exp_pass_prefetches_the_rows_ahead(shape, monkeypatch):
+  # the exp pass is the second over the row, under the row loop the next row's max shares (the first row's max is before it):
+  # its loads prefetch the row rows_ahead on, as the plain order's second pass does, and no other loop prefetches
+  import plugin_cpu.prefetch as prefetch
+  def loops() -> list[str]:   # each loop body's text, to the next loop's header
+    src = program_source(get_program(item.ast, _renderer(True)))
+    return [b.split(".head:")[0] for b in re.split(r"\nloop\d+\.body:", src)[1:]]
+  (item,) = [it for it in create_schedule([Tensor(np.zeros(shape, np.float32)).softmax(-1).uop])[0] if it.ast.op is Ops.SINK]
+  fetching = [b for b in loops() if "@llvm.prefetch" in b]
+  assert len(fetching) == 1 and "roundeven" in fetching[0], fetching   # the exp pass (its exp2 rounds by vroundps)
+  assert set(re.findall(r"getelementptr float, ptr %\w+, i64 (\d+)\n  call void @llvm.prefetch", fetching[0])) == \
+    {str(shape[1] * prefetch.rows_ahead(4 * shape[1]))}
+  monkeypatch.setattr(prefetch, "SHARED_ROWS", False)
+  assert not any("@llvm.prefetch" in b for b in loops())

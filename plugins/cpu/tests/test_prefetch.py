@@ -27,8 +27,8 @@ PREFETCH = {"LLVM": r"= getelementptr float, ptr %\w+, i64 (\d+)\n  call void @l
 def _sources(fn, rows: int, simd_bytes: int, ren: str = "LLVM", width: int = W) -> list[str]:
   rnd = copy.copy(CPULLVMRenderer() if ren == "LLVM" else CPUCRenderer())
   rnd.simd_width, rnd.simd_regs, rnd.threads = simd_bytes, 16 if simd_bytes == 32 else 32, 2
-  # the plain order, whatever this host's: an AVX2 host's softmax reads the next row's max ahead (Renderer.max_ahead), and its
-  # exp pass is then the first over the row, with no second pass to prefetch the next one from
+  # the plain order, whatever this host's: an AVX2 host's softmax reads the next row's max ahead (Renderer.max_ahead), whose
+  # exp pass prefetches too (test_max_ahead)
   rnd.max_ahead = False
   x, w, b = Tensor(np.zeros((rows, width), np.float32)), Tensor(np.zeros(width, np.float32)), Tensor(np.zeros(width, np.float32))
   items, _, _ = create_schedule([fn(x, w, b).uop])
