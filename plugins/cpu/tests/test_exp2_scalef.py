@@ -59,9 +59,10 @@ def test_softmax_rows_take_vscalefps():
   got, src = _run(new, lambda t: t.softmax(-1), x)
   want, old_src = _run(old, lambda t: t.softmax(-1), x)
   assert "@llvm.x86.avx512.mask.scalef.ps.512(" in src and "scalef" not in old_src
-  # bit for bit: a softmax's exp of x - max <= 0 takes decompose.fast_exp2_nonpositive's degree-5 polynomial on both paths, and
-  # p * 2**n rounds once on both (before, vscalefps took fast_exp2's degree 6: 1-4 ulp apart in 56% of the elements)
-  np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+  # a softmax's exp of x - max <= 0 takes decompose.fast_exp2_nonpositive's degree-5 polynomial on both paths (before,
+  # vscalefps took fast_exp2's degree 6: 1-4 ulp apart in 56% of the elements), shifted by 1/2 where AVX-512DQ splits its
+  # argument at floor(t) (test_softmax_exp_splits_at_the_floor): not the bits path's bit for bit there
+  if "avx512dq" not in host_flags(): np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
   e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
   np.testing.assert_allclose(got, e / e.sum(-1, keepdims=True), rtol=4e-6, atol=0)
   assert (got[5, ::3] == 0).all()   # exp(-inf) is exactly 0
@@ -100,3 +101,31 @@ def test_vscalefps_exp2_splits_x_in_two_instructions(simd):
     assert const not in src and const in old_src
   np.testing.assert_array_equal(got.view(np.uint32)[~np.isnan(X)], want.view(np.uint32)[~np.isnan(X)])
   np.testing.assert_array_equal(np.isnan(got), np.isnan(X))
+
+@avx512
+@pytest.mark.skipif("avx512dq" not in host_flags(), reason="vreduceps: a host with avx512dq")
+def test_softmax_exp_splits_at_the_floor(monkeypatch):
+  # exp2 of (x - max) * 1/ln 2: t = that + 1/2 in the multiply's place (one FMA), f = t - floor(t) by vreduceps rounding down
+  # (immediate 9) and vscalefps flooring t itself (decompose.fast_exp2_floor): no vrndscaleps (llvm.roundeven)
+  import plugin_cpu.renderer as renderer
+  x = (gen.standard_normal((40, 1000)) * 3).astype(np.float32)
+  x[1, ::3], x[2, :-1], x[3, ::7], x[4] = -np.inf, -np.inf, np.nan, -np.inf   # masked lanes, one lane left, NaN, a row of -inf
+  x[5] += 3e38                  # the largest maxima next to small ones
+  x[6] -= 3e38
+  x[7] *= 1e30                  # one lane 1, the rest 0
+  x[8, :500] -= 150             # exps through the subnormals
+  x[9] = np.arange(1000, dtype=np.float32) * -0.5   # t at every half: floor and nearest split differently
+  new, _ = _renderers(64)
+  got, src = _run(new, lambda t: t.softmax(-1), x)
+  assert re.search(r"@llvm\.x86\.avx512\.mask\.reduce\.ps\.512\(<16 x float> %\w+, i32 9,", src) and "@llvm.roundeven" not in src
+  x64 = x.astype(np.float64)
+  with np.errstate(invalid="ignore"):
+    e = np.exp(x64 - x64.max(-1, keepdims=True))
+    want = e / e.sum(-1, keepdims=True)
+  np.testing.assert_array_equal(np.isnan(got), np.isnan(want))   # a NaN lane or an all -inf row: NaN rows
+  ok = ~np.isnan(want)
+  np.testing.assert_allclose(got[ok], want[ok], rtol=4e-6, atol=3e-45)   # (two of the smallest subnormal's steps)
+  assert (got[1, ::3] == 0).all() and got[2, -1] == 1 and (got[7][x[7] < x[7].max()] == 0).all()
+  monkeypatch.setattr(renderer, "EXP2_FLOOR", False)
+  _, old_src = _run(_renderers(64)[0], lambda t: t.softmax(-1), x)
+  assert "@llvm.roundeven" in old_src and not re.search(r"mask\.reduce\.ps\.512\(<16 x float> %\w+, i32 9,", old_src)
