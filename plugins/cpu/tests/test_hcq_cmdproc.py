@@ -295,6 +295,29 @@ def test_idle_workers_rarely_wake():
     assert len(workers) == 2 and woke < 40, f"2 idle workers woke {woke} times in 0.5 s"
   finally: d.close()
 
+def test_a_worker_sleeps_while_a_waiting_host_runs_a_long_kernel(kernels):
+  # host draining: while the waiting thread runs the kernel, the queue's worker has nothing to do before that wait's deadline
+  # and sleeps until then (at most 100 ms at a time). It polled every 2 ms or less instead (~460 wake-ups a second), each one
+  # taking a core from the kernel's threads under CFS
+  before = set(os.listdir("/proc/self/task"))
+  d = H.CPUHCQ("CPU", ring_size=4096)
+  old = H.native().cmdproc_set_handoff(120 * 10**9)   # the waiting thread runs the kernel, however late its wait starts
+  try:
+    q = d.queue("COMPUTE:0")
+    worker = set(os.listdir("/proc/self/task")) - before
+    X, sig = buf(np.zeros(1, np.int32)), signal()
+    d.wait_signal(sig, 0, 5)   # every queue started
+    submit(q, CQ.enc_launch(fn(kernels, "slow_store"), addr(kernargs(addr(X), 7, 200000)), 3, 1) + CQ.enc_signal(addr(sig), 1))
+    H.native().cmdproc_kick()   # the worker sees the packets now, not at the end of its idle sleep
+    w0, t0 = _wakes(worker), time.monotonic()
+    d.wait_signal(sig, 1, 60)
+    woke, secs = _wakes(worker) - w0, time.monotonic() - t0
+    assert X.numpy()[0] == 7 and len(worker) == 1
+    assert secs > 0.05 and woke < 5 + 20 * secs, f"the worker woke {woke} times in the {secs:.2f} s the host ran the kernel"
+  finally:
+    H.native().cmdproc_set_handoff(old)
+    d.close()
+
 def test_a_core_submission_nobody_waits_for_runs_on_a_worker(monkeypatch):
   # run(wait=False) leaves the submit to the workers: the device's submitted_without_wait() wakes them (one kick), no host wait
   # runs it (the idle workers' 100 ms timeout would find it too: the kick is what is counted)

@@ -39,7 +39,8 @@ unless it is a stack overflow.
 Sleeping: an idle worker spins briefly, then sleeps on a process-wide futex word with a timeout growing to 100 ms (a safety net,
 ~10 wake-ups a second; at 2 ms it woke ~475 times a second, each taking the core from whatever ran there). The host kicks it
 (cmdproc_kick) after a submit it does not wait for (core's HCQDevice.submitted_without_wait), when a wait finds work it cannot
-run itself, and at synchronize; a submit the host waits for at once runs on the host (below) and wakes no worker. Threads
+run itself, when its drain leaves packets behind, and at synchronize; a submit the host waits for at once runs on the host
+(below) and wakes no worker. While a host runs its queue, a worker sleeps until that host's deadline (at most 100 ms). Threads
 waiting on a signal value sleep on another word, which SIGNAL packets and faults bump, with a timeout growing to 2 ms (a WAIT may
 read memory that another device writes), so most waits end early and a submit does not wake idle workers.
 
@@ -145,15 +146,20 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* `epoch` must be read before the condition is checked, so a wake between the check and the sleep is not lost */
+/* sleeps on `w` for at most `ns` (< 1 s) unless its epoch moved on from `epoch`, which must be read before the condition is
+   checked, so a wake between the check and the sleep is not lost */
+static void sleep_on(waitq *w, uint32_t epoch, long ns) {
+  struct timespec ts = {0, ns};
+  atomic_fetch_add(&w->sleepers, 1);
+  syscall(SYS_futex, &w->epoch, FUTEX_WAIT_PRIVATE, epoch, &ts, NULL, 0);
+  atomic_fetch_sub(&w->sleepers, 1);
+}
+
 static void backoff_wait(backoff *b, waitq *w, uint32_t epoch, long max_ns) {
   if (b->spins < SPIN_ITERS) { b->spins++; cpu_relax(); return; }
   /* then yield for a while: on a busy machine the thread we wait for may need this core */
   if (b->spins < SPIN_ITERS + YIELD_ITERS) { b->spins++; sched_yield(); return; }
-  struct timespec ts = {0, b->sleep_ns};
-  atomic_fetch_add(&w->sleepers, 1);
-  syscall(SYS_futex, &w->epoch, FUTEX_WAIT_PRIVATE, epoch, &ts, NULL, 0);
-  atomic_fetch_sub(&w->sleepers, 1);
+  sleep_on(w, epoch, b->sleep_ns);
   b->sleep_ns = b->sleep_ns * 2 > max_ns ? max_ns : b->sleep_ns * 2;
 }
 
@@ -464,13 +470,18 @@ static void *worker(void *arg) {
     if (end != seen_end) { seen_end = end; seen_ns = now; h = (backoff){SPIN_ITERS + YIELD_ITERS, SLEEP_MIN_NS}; }
     if (now - seen_ns < atomic_load(&g_handoff_ns) || !try_own(q)) {
       /* a host running this queue's packets cannot watch the time itself: stop its packet once its wait's deadline passed */
+      int owned = atomic_load(&q->owner);
       int64_t dl = atomic_load(&q->deadline_ns);
-      if (dl && (int64_t)now >= dl && atomic_load(&q->owner) && atomic_load(&q->busy) == 1 && !atomic_load(&q->stop_req)) {
+      if (dl && (int64_t)now >= dl && owned && atomic_load(&q->busy) == 1 && !atomic_load(&q->stop_req)) {
         atomic_store(&q->stop_at, atomic_load(&q->cur_offset) + 1);
         atomic_store(&q->stop_req, STOP_TIMEOUT);
         pthread_kill(q->runner, CPU_INTERRUPT_SIGNAL);
       }
-      backoff_wait(&h, &g_work, e, SLEEP_MAX_NS);
+      /* a host runs the packets: nothing to do here before its deadline, and a host that leaves packets behind wakes this
+         worker (host_drain_all). Polling instead woke it every 2 ms or less through the host's kernel, each time taking a core
+         from the kernel's threads under CFS (a 1024^3 matmul on 2 cores: ~14 wake-ups a call) */
+      if (owned && dl > (int64_t)now) sleep_on(&g_work, e, dl - (int64_t)now < IDLE_SLEEP_MAX_NS ? (long)(dl - (int64_t)now) : IDLE_SLEEP_MAX_NS);
+      else backoff_wait(&h, &g_work, e, SLEEP_MAX_NS);
       continue;
     }
     b.spins = 0; b.sleep_ns = SLEEP_MIN_NS;
@@ -493,10 +504,14 @@ static int host_drain_all(int64_t deadline_ns) {
     if (!try_own(q)) continue;
     t_host = 1;
     atomic_store(&q->deadline_ns, deadline_ns);
-    n += drain(q);
+    int ran = drain(q);
+    n += ran;
     atomic_store(&q->deadline_ns, 0);
     t_host = 0;
     disown(q);
+    /* packets left after some ran (submitted meanwhile, or a WAIT not satisfied yet): the worker, asleep while this thread ran
+       the queue, takes them. (A WAIT at the head that nothing ran before: the waiting host wakes it once, cmdproc_wait_signal) */
+    if (ran && __atomic_load_n(q->doorbell, __ATOMIC_ACQUIRE) != atomic_load(&q->rptr)) wake(&g_work);
   }
   pthread_mutex_unlock(&g_reg_lock);
   return n;
