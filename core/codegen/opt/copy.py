@@ -50,10 +50,10 @@ ROW_MAX_BYTES = 4096
 def rows_far_apart(k: Kernel, vec: UOp | None = None) -> bool:
   """The transposing tile's input rows, one per lane of the stored vector (along `vec`, or the UPCAST axis the output is
   contiguous along), are at least FAR_ROWS elements apart."""
-  strides = _input_row_strides(k, vec)
+  strides = input_row_strides(k, vec)
   return not strides or max(strides) >= FAR_ROWS
 
-def _input_row_strides(k: Kernel, vec: UOp | None = None) -> list[int] | None:
+def input_row_strides(k: Kernel, vec: UOp | None = None) -> list[int] | None:
   """The element step of each strided load along `vec` (or the UPCAST axis the output is contiguous along): the tile's input rows
   lie that far apart; None where there is no such axis."""
   st = next(u for u in k.ast.toposort() if u.op is Ops.STORE)
@@ -71,7 +71,7 @@ def tile_lines_share_sets(k: Kernel, out_row_bytes: int, out_rows: int, in_rows:
   """Both sides of the register tile (`out_rows` output rows `out_row_bytes` apart, `in_rows` input rows of `item`-byte elements)
   have their lines in fewer L1 sets than rows: the output's rows and every strided load's input rows lie about a multiple of the
   L1 way apart (4096^2, 2048x8192; not 4096x4160 or 4160x4096)."""
-  strides = _input_row_strides(k) or []
+  strides = input_row_strides(k) or []
   return l1_sets(out_row_bytes, out_rows) < out_rows and bool(strides) and all(l1_sets(s * item, in_rows) < in_rows for s in strides)
 
 def stores_cached(k: Kernel) -> bool:

@@ -10,7 +10,7 @@ from core.helpers import ContextVar, prod
 from core.codegen.opt.kernel import Kernel, Opt, OptOps, KernelOptError, range_size, MAX_REGISTER_ELEMS
 from core.codegen.opt.expander import contiguous_offset, strided_offset, VECTOR_MEM_DTYPES, MAX_SHUFFLED_STRIDE
 from core.codegen.opt.pack import PACK_MAX_BYTES, linear_strides, read_index
-from core.codegen.opt.copy import halves_meet, rows_far_apart, rows_innermost, stores_cached, stores_streamed, tile_lines_share_sets, tiles_along_rows
+from core.codegen.opt.copy import input_row_strides, halves_meet, rows_far_apart, rows_innermost, stores_cached, stores_streamed, tile_lines_share_sets, tiles_along_rows
 from core.codegen.stash import COSTLY_OPS
 if TYPE_CHECKING: from core.device.renderer import Renderer
 
@@ -95,6 +95,15 @@ STRIP_ALONE_TILES = 2         # the tiles of such an unrolled strip where one th
 SPLIT_PART_TILES = 2          # split tiles (AVX2's) of a strip part unrolled up to this many (see _unrolls_part; 0: none)
 STRIP_ALONE_SPAN = 4          # where its buffers total this many times the renderer's stream_min_bytes or more
 STRIP_MIN_ROW = 4096          # bytes of an input row (a page) that such strips sweep along; shorter rows keep the tiles across them
+# A close-rows transpose's chunk (_close_rows_chunks): at most CLOSE_CHUNK_BYTES of input (half a Zen 3/4 L1d, a third of this
+# Intel host's), at least CLOSE_CHUNK_STEPS tile steps. A 2-vCPU Xeon guest (AVX-512, 2 MiB L2), NHWC -> NCHW, kernels alone, A/B
+# in one process at real-time priority, medians [quartiles] of 31 per-sample ratios, new/old speed: 32x56x56x64 2 threads 1.041
+# [1.013-1.073], one thread 1.076 (0.81 -> 0.87 of the copy loop's one-thread figure); 4x56x56x64 1.082 / 1.138; 8x112x112x32 one
+# thread 1.204; AVX2 code (znver3) 32x56x56x64 1.015 / 1.047, 4x56x56x64 1.142 / 1.264. Chunks of 64 KiB 1.052, 8 KiB 1.054 (one
+# thread, 32x56x56x64). Chunks of 2 steps lost in AVX2 code (a 256x512 transpose 0.81x, gpt2_block's E_256_2304 0.82x), so did the
+# C renderer's whole-row tiles (0.91x): neither takes them
+CLOSE_CHUNK_BYTES = 16384     # (0: none, for comparisons)
+CLOSE_CHUNK_STEPS = 4
 CACHED_TILE_REGS = True       # a cached transpose's output row at most half the registers (False: a line; for comparisons)
 ALU_HEAVY = 64                # arithmetic ops per element above which an elementwise kernel is compute-bound
 ROW_RED_VECTORS = 4           # vectors of partial results per row reduction of a fused row kernel (_row_pass)
@@ -1112,6 +1121,20 @@ def _one_vector_steps(renderer: Renderer, alus: int) -> bool:
   """Whether an elementwise kernel of `alus` arithmetic ops steps one vector a loop iteration, not two (EW_ONE_VECTOR_SIMD)."""
   return big_l2(renderer) and renderer.simd_width >= EW_ONE_VECTOR_SIMD and alus <= EW_ONE_VECTOR_ALUS
 
+def _close_rows_chunks(k: Kernel, across: UOp, contig_out: UOp, tile_cols: int, itemsize: int) -> Kernel:
+  """A transposing copy of close input rows (NHWC -> NCHW: a pixel's 64 channels, 256 bytes) whose tiles along the output row
+  run innermost, a pass over the rows for each tile across them (16 channels: one line of four per pixel a pass, the rest of an
+  image's lines left for the next passes to find in L2): the output row's tiles in chunks of CLOSE_CHUNK_STEPS or more, of at
+  most CLOSE_CHUNK_BYTES of input, the tiles across the rows between a chunk and its steps, so the passes over a chunk's lines,
+  read in order, find them in L1. Renderers that split the tile's rows into vector loads (split_tile_rows) only."""
+  a, c = _same(k, across), _same(k, contig_out)
+  loops, nc = k.of_type(AxisType.LOOP), range_size(c) or 0
+  if not (CLOSE_CHUNK_BYTES and k.renderer.split_tile_rows and a in loops and c is loops[-1] and (strides := input_row_strides(k))): return k
+  most = CLOSE_CHUNK_BYTES // (tile_cols * max(strides) * itemsize)   # tile steps whose input fits a chunk
+  if not (n := next((n for n in range(min(most, nc - 1), CLOSE_CHUNK_STEPS - 1, -1) if nc % n == 0), 0)): return k
+  if (k2 := _try(k, Opt(OptOps.TILE, _pos(k, c), n))) is k: return k
+  return _sink_loop(k2, _same(k2, a))
+
 def hand_coded(k: Kernel) -> Kernel:
   rnd = k.renderer
   if (tc := _tensor_core(k)) is not None: return tc
@@ -1337,6 +1360,8 @@ def hand_coded(k: Kernel) -> Kernel:
         rows_innermost(k, _same(k, contig_out), range_size(contig_out) or 0, tile_cols, tile_rows, st.src[1].dtype.itemsize): pass
     elif tiles > 1 and (na := range_size(a) or 0) > tiles and na % tiles == 0: k = _try(k, Opt(OptOps.TILE, _pos(k, a), tiles))
     elif tiles > 1 and (inner := max(k.of_type(AxisType.LOOP), key=lambda r: r.arg[0])) is not a: k = _try(k, Opt(OptOps.SWAP, _pos(k, a), _pos(k, inner)))
+  elif transposed and across is not None and contig_out is not None and not rows_far_apart(k):
+    k = _close_rows_chunks(k, across, contig_out, tile_cols, st.src[1].dtype.itemsize)
   if streaming and work >= MIN_THREADED_WORK and (rows := k.of_type(AxisType.LOOP)):
     nr = range_size(rows[0]) or 0
     # each thread reads RED_STREAMS rows a quarter of its block apart at once: more memory streams in flight than one row after
