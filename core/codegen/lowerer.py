@@ -13,7 +13,7 @@ class RangeScopes:
   def __call__(self, root: UOp) -> frozenset[UOp]:
     if (hit := self.cache.get(root)) is not None: return hit
     # asked in graph order (linearize), a node's sources are known: no walk
-    for u in ((root,) if all(s in self.cache for s in root.src) else root.toposort(gate=lambda x: x not in self.cache)):
+    for u in ((root,) if all(s in self.cache for s in root.src) else root.toposort(stop=self.cache)):
       if u not in self.cache: self.cache[u] = self._live(u)
     return self.cache[root]
   def fill(self, nodes: list[UOp]) -> None:
@@ -223,7 +223,7 @@ def gate_group_stores(sink: UOp) -> UOp:
 def _substituted_nodes(sink: UOp, ids: dict[UOp, UOp]) -> list[UOp]:
   """The nodes of sink.substitute(ids) in graph order, each replaced node standing (after its replacement's) for its image."""
   nodes: list[UOp] = []
-  for u in sink.toposort(gate=lambda u: u not in ids):   # as substitute walks: not below a replaced node
+  for u in sink.toposort(stop=ids):   # as substitute walks: not below a replaced node
     if u in ids: nodes.extend(ids[u].toposort())
     nodes.append(u)
   return nodes

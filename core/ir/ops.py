@@ -2,7 +2,7 @@
 from __future__ import annotations
 import enum, itertools, math, operator, struct, weakref
 from _weakref import _remove_dead_weakref  # type: ignore[attr-defined]
-from typing import Any, Callable, Generic, Iterable, Iterator, Sequence, TypeVar, Union, overload
+from typing import Any, Callable, Container, Generic, Iterable, Iterator, Sequence, TypeVar, Union, overload
 from core.ir.dtype import ConstType, DType, PtrDType, dtypes, truncate, AddrSpace, dtype_min, dtype_max
 from core.helpers import prod, fast_members, int_enum, IntEnumBody
 
@@ -202,9 +202,13 @@ class UOp(_UOpFields, metaclass=UOpMeta):
 
   # *** graph walking ***
 
-  def toposort(self, gate: Callable[[UOp], bool] | None = None) -> dict[UOp, None]:
+  def toposort(self, gate: Callable[[UOp], bool] | None = None, stop: Container[UOp] | None = None) -> dict[UOp, None]:
     """All nodes reachable from here, every source before its users (iterative; deep graphs are fine).
-    `gate(u)` false stops the walk below u (u itself is still included)."""
+    `gate(u)` false stops the walk below u (u itself is still included); so does u in `stop` (gate=lambda u: u not in stop
+    without a call per node: the walks that fill a memo of every node below one, stopping at the nodes it has)."""
+    if stop is not None:
+      assert gate is None, "toposort takes a gate or a stop set, not both"
+      return {self: None} if self in stop else self._walk_until(stop)
     if gate is not None and not gate(self): return {self: None}
     if gate is None and self.op is Ops.SINK:
       # a kernel's SINK is walked whole by one stage of its codegen after another (the optimizer's trials, the expander's groups,
@@ -217,21 +221,37 @@ class UOp(_UOpFields, metaclass=UOpMeta):
 
   def _walk(self, gate: Callable[[UOp], bool] | None) -> dict[UOp, None]:
     visited: dict[UOp, None] = {}
-    seen: set[UOp] = {self}
     # depth first, each node with an iterator over its sources: a node is done when its iterator runs out (a stack of nodes
-    # pushed with all their sources at once visited each node up to three times: ~1.5x the time)
+    # pushed with all their sources at once visited each node up to three times: ~1.5x the time). No set of nodes seen: a node
+    # on the stack is below none of the nodes above it (a node's sources exist before it: no cycle), so only done ones recur
     stack: list[tuple[UOp, Iterator[UOp]]] = [(self, iter(self.src))]
-    push, add = stack.append, seen.add
+    push, pop = stack.append, stack.pop
     while stack:
       u, srcs = stack[-1]
       for s in srcs:
-        if s not in seen:
-          add(s)
+        if s not in visited:
           if gate is None or gate(s): push((s, iter(s.src)))
           else: visited[s] = None
           break
       else:
-        stack.pop()
+        pop()
+        visited[u] = None
+    return visited
+
+  def _walk_until(self, stop: Container[UOp]) -> dict[UOp, None]:
+    """_walk with the gate `u not in stop`, tested in its loop."""
+    visited: dict[UOp, None] = {}
+    stack: list[tuple[UOp, Iterator[UOp]]] = [(self, iter(self.src))]
+    push, pop = stack.append, stack.pop
+    while stack:
+      u, srcs = stack[-1]
+      for s in srcs:
+        if s not in visited:
+          if s in stop: visited[s] = None
+          else: push((s, iter(s.src)))
+          break
+      else:
+        pop()
         visited[u] = None
     return visited
 
@@ -241,12 +261,24 @@ class UOp(_UOpFields, metaclass=UOpMeta):
   def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
     """This graph with every node that is a key of `mapping` replaced (the replacements are not walked)."""
     if not mapping: return self
+    if (hit := mapping.get(self)) is not None: return hit
     done: dict[UOp, UOp] = dict(mapping)
-    for u in self.toposort(gate=lambda u: u not in mapping):
-      if u in done: continue
-      new_src = tuple([done[s] for s in u.src])
-      # tuples of UOps compare by identity (no __eq__): the same sources keep the node
-      done[u] = u if new_src == u.src else intern_uop(UOp, u.op, u.dtype, new_src, u.arg, u.tag)
+    # _walk's depth-first walk, not below a replaced node, each node rebuilt as it is done (its sources are): one loop, no gate
+    # called per node, no list of the walk
+    stack: list[tuple[UOp, Iterator[UOp]]] = [(self, iter(self.src))]
+    push, pop = stack.append, stack.pop
+    while stack:
+      u, srcs = stack[-1]
+      for s in srcs:
+        if s not in done:
+          push((s, iter(s.src)))
+          break
+      else:
+        pop()
+        src = u.src
+        new_src = tuple([done[s] for s in src])
+        # tuples of UOps compare by identity (no __eq__): the same sources keep the node
+        done[u] = u if new_src == src else intern_uop(UOp, u.op, u.dtype, new_src, u.arg, u.tag)
     return done[self]
 
   def sink(self, *srcs: UOp, **kwargs: Any) -> UOp: return UOp(Ops.SINK, dtypes.void, (self,) + srcs, **kwargs)

@@ -137,3 +137,54 @@ def test_a_sink_is_walked_once_and_each_caller_gets_its_own_order(monkeypatch):
   # other nodes, and gated walks of a sink, walk each time (a membership test on every subexpression would keep a walk each)
   e.toposort(); e.toposort(); s.toposort(gate=lambda u: True)
   assert walks == [s, e, e, s]
+
+def _ref_toposort(root: UOp, gate=None) -> list[UOp]:
+  """toposort by recursion: each node after its sources, sources in order, not below a node the gate refuses."""
+  out: dict[UOp, None] = {}
+  def visit(u: UOp, top: bool) -> None:
+    if u in out: return
+    if top or gate is None or gate(u):
+      for s in u.src: visit(s, False)
+    out[u] = None
+  if gate is not None and not gate(root): return [root]
+  visit(root, True)
+  return list(out)
+
+def _ref_substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
+  memo: dict[UOp, UOp] = {}
+  def go(u: UOp) -> UOp:
+    if u in mapping: return mapping[u]
+    if u not in memo: memo[u] = u.replace(src=tuple(go(s) for s in u.src))
+    return memo[u]
+  return go(root)
+
+def _random_dag(rng, n: int) -> list[UOp]:
+  nodes = [Variable(f"v{i}", 0, 9) for i in range(3)]
+  for _ in range(n):
+    a, b = rng.choice(nodes), rng.choice(nodes[-6:])   # recent nodes often: deep, shared subgraphs
+    nodes.append(UOp(rng.choice([Ops.ADD, Ops.MUL, Ops.MAX]), dtypes.index, (a, b) if rng.random() < 0.8 else (a, b, a)))
+  return nodes
+
+def test_walks_and_substitute_match_recursive_references():
+  # toposort's and substitute's iterative walks (no seen set: a graph has no cycle; a stop set in place of a gate) against plain
+  # recursion, on random DAGs with shared subgraphs, sources repeated, gates and replacements anywhere (the root, a node below
+  # another replaced one)
+  import random
+  rng = random.Random(0)
+  for trial in range(60):
+    nodes = _random_dag(rng, rng.randrange(5, 80))
+    root = nodes[-1]
+    assert list(root.toposort()) == _ref_toposort(root)
+    stop = set(rng.sample(nodes, 3))
+    gate = lambda u: u not in stop   # noqa: E731
+    assert list(root.toposort(gate=gate)) == _ref_toposort(root, gate)
+    assert list(root.toposort(stop=stop)) == _ref_toposort(root, gate)
+    sub = {u: Variable(f"w{trial}_{i}", 0, 9) for i, u in enumerate(rng.sample(nodes, rng.randrange(1, 4)))}
+    assert root.substitute(sub) is _ref_substitute(root, sub)
+  assert root.substitute({root: nodes[0]}) is nodes[0] and list(root.toposort(stop={root})) == [root]
+
+def test_substitute_is_iterative():
+  x, y = Variable("x", 0, 10), Variable("y", 0, 10)
+  deep = x
+  for _ in range(50_000): deep = deep + 1
+  assert deep.substitute({x: y}).toposort().keys() >= {y} and x not in deep.substitute({x: y}).toposort()

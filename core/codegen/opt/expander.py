@@ -108,14 +108,14 @@ class Expander:
   def deps(self, u: UOp) -> frozenset[UOp]:
     """The register axes u depends on (walked without recursion: kernels can be deep)."""
     if (hit := self._deps.get(u)) is not None: return hit
-    for x in u.toposort(gate=lambda x: x not in self._deps):
+    for x in u.toposort(stop=self._deps):
       if x in self._deps: continue
       self._deps[x] = (frozenset({x}) & self.regs) if x.op is Ops.RANGE else frozenset().union(*(self._deps[s] for s in x.src))
     return self._deps[u]
 
   def has_mem(self, u: UOp) -> bool:
     if (hit := self._mem.get(u)) is not None: return hit
-    for x in u.toposort(gate=lambda x: x not in self._mem):
+    for x in u.toposort(stop=self._mem):
       if x not in self._mem: self._mem[x] = x.op in (Ops.LOAD, Ops.REDUCE, Ops.STORE) or any(self._mem[s] for s in x.src)
     return self._mem[u]
 

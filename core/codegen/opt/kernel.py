@@ -199,7 +199,7 @@ def pad_axis(ast: UOp, r: UOp, size: int, gate_stores: bool = True) -> UOp:
   new = UOp.range(size, r.arg[0], r.arg[1])
   ok = new < n
   done: dict[UOp, UOp] = {r: new}
-  for u in ast.toposort(gate=lambda u: u not in done):
+  for u in ast.toposort(stop=done):
     if u in done: continue
     src = tuple(done[s] for s in u.src)
     if u.op is Ops.INDEX and any(s is not o for s, o in zip(src, u.src)):
@@ -307,7 +307,7 @@ def _rewalk(ast: UOp, vals: dict[UOp, UOp], ends: dict[UOp, tuple[UOp, ...]], in
   each INDEX's sources after the buffer by index_math(before, after), and the END chains re-nested (canonical order)."""
   done: dict[UOp, UOp] = dict(vals)
   idx_nodes: list[tuple[UOp, UOp]] = []   # the INDEX nodes, old and new (the values of `vals` have none)
-  for u in ast.toposort(gate=lambda u: u not in done):
+  for u in ast.toposort(stop=done):
     if u in done: continue
     if u.op in (Ops.END, Ops.REDUCE):
       rng = tuple(x for s in u.src[1:] for x in (ends[s] if s in ends else (done[s],)))
