@@ -1116,6 +1116,16 @@ def _unrolls_part(k: Kernel, split: bool, n_loads: int, tiles: int) -> bool:
 # (30 ops) ran 0.953 [0.935-0.984] so: more ops keep two. Zen 4/5 (1 MiB L2) and AVX2 code keep two (measured there)
 EW_ONE_VECTOR_SIMD = 64       # vector bytes of the code that takes it (AVX-512: measured)
 EW_ONE_VECTOR_ALUS = 16       # the most arithmetic ops of such a kernel (gpt2_block's attention mask, 16: even)
+# A kernel that streams its buffers (copy.stores_streamed: memory-bound), where it steps more than one vector, steps
+# EW_STEP_BYTES (two lines an array, more misses in flight), up to EW_STEP_VECTORS vectors: AVX2 code four ymm, not two, as
+# AVX-512 code on a Zen steps two zmm (the same share of the vector registers: 4 of 16, 2 of 32; a Zen 3 keeps 2 load ports
+# and 16 ymm, as here). AVX2 code (znver3) on the 2-vCPU Xeon guest, a*b+1 over 16M floats, the kernel alone, A/B in one
+# process, load 5-7, medians [quartiles] of per-sample speed ratios four/two: 2 threads, wall at real-time priority, 1.069
+# [1.040-1.106], 1.060 [1.031-1.092], 1.048 [1.031-1.073] and, order swapped, 1.041, 1.043, 1.002; one thread, CPU time,
+# 1.052 [1.038-1.071]. A training step's 3 such kernels (ResNet-18 b8: relu/batchnorm backward over 8x64x112x112) even
+# (1.003, swapped 0.988). ResNet's pad copies (cached buffers) ran 0.92-0.97x with four: they keep two
+EW_STEP_BYTES = 128
+EW_STEP_VECTORS = 4
 
 def _one_vector_steps(renderer: Renderer, alus: int) -> bool:
   """Whether an elementwise kernel of `alus` arithmetic ops steps one vector a loop iteration, not two (EW_ONE_VECTOR_SIMD)."""
@@ -1260,10 +1270,12 @@ def hand_coded(k: Kernel) -> Kernel:
           contig_out, narrow = _same(k, contig_out), w if w < lanes else 0
         # two vectors per iteration keep two loads in flight, which pays in memory-bound kernels; a kernel with much arithmetic
         # per element (random bits: 20 threefry rounds) gains nothing and would compile twice the code; nor does a big_l2 core's
-        # AVX-512 code (_one_vector_steps)
+        # AVX-512 code (_one_vector_steps); a streamed kernel's step covers two lines (EW_STEP_BYTES)
         alus = _alu_count(k)
         one = alus > ALU_HEAVY or _one_vector_steps(rnd, alus)
-        if amt := _pick_amt(range_size(contig_out), (narrow,) if narrow else (lanes, 4, 2) if one else (2 * lanes, lanes, 4, 2)):
+        wide = min(EW_STEP_VECTORS * lanes, max(2 * lanes, EW_STEP_BYTES // st.src[1].dtype.itemsize)) \
+          if vec_ok and stores_streamed(k) else 2 * lanes
+        if amt := _pick_amt(range_size(contig_out), (narrow,) if narrow else (lanes, 4, 2) if one else (wide, 2 * lanes, lanes, 4, 2)):
           k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt))
   if rnd.has_local: return _local(k)
   k = _reductions_outside(k)

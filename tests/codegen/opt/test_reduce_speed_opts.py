@@ -123,6 +123,17 @@ def test_elementwise_gets_vectors_and_equal_thread_blocks():
   got = _run(item, [o for o in k.applied if o.op is not T])
   np.testing.assert_allclose(got, want, rtol=1e-6)
 
+@pytest.mark.parametrize("simd_width, bound, step", [(32, 1 << 16, 32), (32, 1 << 30, 16), (64, 1 << 16, 32), (64, 1 << 30, 32)])
+def test_streamed_elementwise_steps_two_lines(simd_width, bound, step):
+  # buffers beyond the streaming bound (memory-bound): AVX2 code steps four ymm (two lines) a loop iteration, not two; cached
+  # ones keep two vectors, and AVX-512 code steps two zmm (two lines) either way
+  item, want = _single_kernel(lambda a, b: a * b + 1, (1 << 16,), (1 << 16,))
+  rnd = AVX2()
+  rnd.simd_width, rnd.stream_min_bytes = simd_width, bound
+  k = hand_coded(Kernel(item.ast, rnd))
+  assert [o.amt for o in k.applied if o.op is U] == [step], k.applied
+  np.testing.assert_allclose(_run(item, [o for o in k.applied if o.op is not T]), want, rtol=1e-6)
+
 @pytest.mark.parametrize("n", [1 << 20, (1 << 20) + 77])
 def test_big_sum_matches_float64_and_its_partials_kernel_reads_vectors(n):
   x = np.random.default_rng(3).random(n, dtype=np.float32)
