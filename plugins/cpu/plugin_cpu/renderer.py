@@ -173,6 +173,12 @@ NO_UNROLL_MD = '!{!"llvm.loop.unroll.disable"}'
 COPY_NO_UNROLL = True   # _llvm_copy_end on (a switch for comparisons)
 COPY_UNROLL_MAX = 8
 KERNEL_COPY_NO_UNROLL = True   # stream_copy_loops too (a switch for comparisons)
+# A reduce loop of more than NEST_UNROLL_MAX and at most COPY_UNROLL_MAX steps around loops of at most COPY_UNROLL_MAX (the
+# stem's 7 kh taps around its 7 kw taps) is marked too: LLVM unrolls the kw taps, costs out unrolling the kh loop around them
+# (a sixth of the stem's compile) and keeps it rolled, the same object. Wider bounds changed objects and lost speed: a 3x3
+# conv's 3 kh taps (1.01-1.09x, AVX2 code too), a channel loop around them, a 2-step loop around a reduce, an 8-step batch sum.
+NEST_NO_UNROLL = True   # (a switch for comparisons)
+NEST_UNROLL_MAX = 4
 
 def stream_copy_loops(uops: list[UOp]) -> frozenset[UOp]:
   """The loops of a kernel whose every store stores a load as it is, neither gated (a pad's copy), along which each load and
@@ -184,13 +190,18 @@ def stream_copy_loops(uops: list[UOp]) -> frozenset[UOp]:
                    all(index_step(i.src[1], r) == st.src[1].dtype.count for st in stores for i in (st.src[0], st.src[1].src[0])))
 
 def _llvm_copy_end(ctx: CPULLVMRenderer, x: UOp) -> str | None:
-  """The END of copy loops (a pack's, AxisType.OUTER, or stream_copy_loops) with each back edge marked llvm.loop.unroll.disable."""
-  def many(r: UOp) -> bool: return r.src[0].op is not Ops.CONST or r.src[0].arg > COPY_UNROLL_MAX
+  """The END of copy loops (a pack's, AxisType.OUTER, or stream_copy_loops) and of loops with loops inside (NEST_NO_UNROLL) with
+  each back edge marked llvm.loop.unroll.disable."""
+  def many(r: UOp, n: int = COPY_UNROLL_MAX) -> bool: return r.src[0].op is not Ops.CONST or r.src[0].arg > n
   def inner(r: UOp) -> bool: return any(o > ctx.open_order[r] for o in ctx.open_order.values())   # loops opened after it, open
   # (a stream's loops with loops inside are left as they were: LLVM fully unrolls innermost ones)
+  def window(r: UOp) -> bool:   # a reduce of more than NEST_UNROLL_MAX taps around loops of at most COPY_UNROLL_MAX: a 7x7 window
+    return r.arg[-1] is AxisType.REDUCE and inner(r) and many(r, NEST_UNROLL_MAX) and not many(r) and \
+      not any(many(o) for o, n in ctx.open_order.items() if n > ctx.open_order[r])
   if not COPY_NO_UNROLL or not (outer := [r for r in x.src[1:] if r.op is Ops.RANGE and
                                           ((r.arg[-1] is AxisType.OUTER and (many(r) or inner(r))) or
-                                           (r in ctx.stream_copies and many(r) and not inner(r)))]): return None
+                                           (r in ctx.stream_copies and many(r) and not inner(r)) or
+                                           (NEST_NO_UNROLL and window(r)))]): return None
   out = _render_end(ctx, x)
   ctx.trailer.setdefault(f"!0 = {NO_UNROLL_MD}", None)
   for r in outer:
