@@ -104,6 +104,14 @@ STRIP_MIN_ROW = 4096          # bytes of an input row (a page) that such strips 
 # C renderer's whole-row tiles (0.91x): neither takes them
 CLOSE_CHUNK_BYTES = 16384     # (0: none, for comparisons)
 CLOSE_CHUNK_STEPS = 4
+# A transpose whose output rows hold no whole vector (NHWC -> NCHW of 14x14 images: rows of 196 floats) takes a tile whose side along
+# the output row is half or a quarter of a vector, down to NARROW_TILE_BYTES (an SSE register: 4 floats), where it was a gather of
+# one element a lane over loops of channels outside pixels, each input line read again by the next 15 channels' passes. The 2-vCPU
+# Xeon guest, 2 threads, kernels alone at real-time priority, A/B in one process, medians of 21 per-sample speed ratios new/old,
+# NHWC -> NCHW input shapes, AVX-512 / AVX2 (znver3) / C: 8x14x14x256 3.49 (0.58 -> 2.1x the copy loop's figure at that
+# footprint) / 3.39 / 3.58, 4x30x30x256 2.70 / 2.90 / 3.17, 32x14x14x64 1.06 / 1.02 / 1.72; 2-D transposes of 1000 and 4100 rows
+# (1000x1024 and 4100x512 inputs) 12-16x (2.3 -> 29-37 GB/s; AVX2's 8 lanes already divide 1000)
+NARROW_TILE_BYTES = 16        # (0: none, for comparisons)
 CACHED_TILE_REGS = True       # a cached transpose's output row at most half the registers (False: a line; for comparisons)
 ALU_HEAVY = 64                # arithmetic ops per element above which an elementwise kernel is compute-bound
 ROW_RED_VECTORS = 4           # vectors of partial results per row reduction of a fused row kernel (_row_pass)
@@ -117,6 +125,10 @@ WG_FEW_OUTPUTS = 4096         # outputs below which a GPU has idle lanes unless 
 WG_LONG_REDUCE = 256          # reductions this long are shared by a workgroup (GROUP of WG_GROUP, or a quarter of it)
 WG_GROUP = 64
 WG_LOCAL = 32                 # work-items per workgroup along the contiguous output axis
+
+def _narrow_sides(lanes: int, itemsize: int) -> tuple[int, ...]:
+  """A transpose tile's sides narrower than a vector of `lanes`, widest first, down to NARROW_TILE_BYTES."""
+  return tuple(w for w in (lanes // 2, lanes // 4, lanes // 8) if w > 1 and NARROW_TILE_BYTES and w * itemsize >= NARROW_TILE_BYTES)
 
 def simd_lanes(renderer: Renderer, itemsize: int) -> int:
   """Elements of `itemsize` bytes per SIMD register (Renderer.simd_width is in bytes; unknown means 16 with vector support)."""
@@ -1251,7 +1263,7 @@ def hand_coded(k: Kernel) -> Kernel:
       # in L1 (one Zen 3 thread, 256^2 5.6 -> 28 GB/s, 12x256x64 (0, 2, 1) 9.7 -> 30); GPUs only for long rows
       if vec_ok and across is not None and \
          (not rnd.has_local or max(range_size(contig_out) or 0, range_size(across) or 0) >= TRANSPOSE_MIN_ROW) and \
-         (amt := _pick_amt(range_size(contig_out), (row_len, lanes))):
+         (amt := _pick_amt(range_size(contig_out), (row_len, lanes, *_narrow_sides(lanes, st.src[1].dtype.itemsize)))):
         tile_rows = (_pick_amt(range_size(across), (line, lanes)) if WHOLE_LINE_TILES else 0) or lanes
         k = _try(k, Opt(OptOps.UPCAST, _pos(k, contig_out), amt), Opt(OptOps.UPCAST, _pos(k, across), tile_rows))
         transposed, tile_cols = k.applied[-1].op is OptOps.UPCAST, amt
