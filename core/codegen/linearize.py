@@ -177,19 +177,22 @@ def finalize(uops: list[UOp]) -> list[UOp]:
   get their list position as tag, so two reads of one register at different times stay two distinct nodes."""
   sub: dict[UOp, UOp] = {}   # the nodes replaced so far (most nodes stay as they are)
   final: list[UOp] = []
+  unreplaced, append = sub.keys().isdisjoint, final.append   # (the keys view follows sub)
+  AFTER, GROUP, STORE, LOAD = Ops.AFTER, Ops.GROUP, Ops.STORE, Ops.LOAD
   for i, u in enumerate(uops):
-    if u.op is Ops.AFTER:
-      sub[u] = sub.get(u.src[0], u.src[0])
+    op, src = u.op, u.src
+    if op is AFTER:
+      sub[u] = sub.get(src[0], src[0])
       continue
-    if u.op is Ops.GROUP:   # only groups stores (unrolled by the expander) under one END; the order is in the list already
-      sub[u] = sub.get(u.src[-1], u.src[-1])
+    if op is GROUP:   # only groups stores (unrolled by the expander) under one END; the order is in the list already
+      sub[u] = sub.get(src[-1], src[-1])
       continue
     # (an AFTER source is always replaced: a node whose sources are all unreplaced reads through none)
-    if sub.keys().isdisjoint(u.src): src, after = u.src, False
-    else: src, after = tuple([sub.get(s, s) for s in u.src]), any([s.op is Ops.AFTER for s in u.src])
-    if u.op is Ops.STORE: src = src[:2]
-    if after or (u.op is Ops.LOAD and src[0].tag is not None): nu = sub[u] = intern_uop(UOp, u.op, u.dtype, src, u.arg, i)
-    elif src is not u.src and src != u.src: nu = sub[u] = intern_uop(UOp, u.op, u.dtype, src, u.arg, u.tag)
+    if unreplaced(src): new_src, after = src, False
+    else: new_src, after = tuple([sub.get(s, s) for s in src]), any([s.op is AFTER for s in src])
+    if op is STORE: new_src = new_src[:2]
+    if after or (op is LOAD and new_src[0].tag is not None): nu = sub[u] = intern_uop(UOp, op, u.dtype, new_src, u.arg, i)
+    elif new_src is not src and new_src != src: nu = sub[u] = intern_uop(UOp, op, u.dtype, new_src, u.arg, u.tag)
     else: nu = u
-    final.append(nu)
+    append(nu)
   return final
