@@ -174,6 +174,35 @@ def test_threads_follow_affinity():
   assert run_py(CHILD, cpus={mine[0]}).split() == ["1", "0", "0"]
   if len(mine) > 1: assert run_py(CHILD, cpus=set(mine)).split() == [str(len(mine))] * 3
 
+APART_CHILD = """
+import os, conftest, numpy as np
+from test_pool import CPUProgram, CCompiler, to_dev, from_dev
+# blocks long enough that a direct launch takes the pool (its first launches of a size are timed on one thread)
+src = "void busy(int* restrict data0, int gidx0) { volatile int s = 0; for (int i = 0; i < 100000; i++) s += i; data0[gidx0] += 1; }"
+prg = CPUProgram("busy", CCompiler().compile(src))
+cpus, out = sorted(os.sched_getaffinity(0)), to_dev(np.zeros(8, np.int32))
+def launch(times): [prg(out, global_size=(8, 1, 1)) for _ in range(times)]
+launch(4)   # the pool starts on every CPU the process may use
+for cpu in (cpus[0], cpus[-1]):
+  os.sched_setaffinity(0, {cpu})   # the launching thread runs on `cpu`
+  launch(2)
+  workers = [t for t in os.listdir("/proc/self/task") if open(f"/proc/self/task/{t}/comm").read().strip() == "cpu-pool"]
+  print(cpu, ";".join(",".join(map(str, sorted(os.sched_getaffinity(int(t))))) for t in workers))
+assert (from_dev(out, np.zeros(8, np.int32)) == 8).all()
+"""
+
+def test_workers_run_apart_from_the_launcher():
+  # each launch leaves the launching thread's CPU out of the workers' affinity (a worker woken onto it would run after it);
+  # CPU_APART=0 leaves them on every CPU the process may use
+  cpus = sorted(os.sched_getaffinity(0))
+  if len(cpus) < 2: pytest.skip("one CPU: no other CPU to keep the workers on")
+  for apart in ("1", "0"):
+    lines = [ln.split() for ln in run_py(APART_CHILD, CPU_APART=apart).splitlines()]
+    assert [int(c) for c, _ in lines] == [cpus[0], cpus[-1]]
+    for cpu, masks in lines:
+      want = [c for c in cpus if apart == "0" or c != int(cpu)]
+      assert masks.split(";") == [",".join(map(str, want))] * (len(cpus) - 1), (apart, cpu, masks)
+
 def test_forked_child_gets_a_working_pool(cc):
   prg = CPUProgram("count", cc.compile(COUNT_SRC))
   cnt, idx = to_dev(np.zeros(40, np.int32)), to_dev(np.zeros(40, np.int32))
