@@ -5,6 +5,8 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 from core.ir.ops import UOp
+from core.codegen.opt import Kernel
+from core.codegen.opt.heuristic import hand_coded
 from core.device.registry import Device
 from core.engine.run import buffer_of
 from core.codegen.program import get_program, launch_vals, program_source
@@ -42,6 +44,21 @@ def register_tile(applied: list[Any]) -> tuple[int, int, int]:
   vecs = [o.amt for o in ups[1:] if o.axis == ups[0].axis]
   rows = [o.amt for o in ups[1:] if o.axis != ups[0].axis]
   return ups[0].amt, int(np.prod(vecs or [1])), int(np.prod(rows or [1]))
+
+def permute_fn(perm: tuple[int, ...]) -> Callable[[Any], Any]:
+  """x.permute(*perm).contiguous() for a Tensor, x.transpose(perm) for numpy's reference (kernel_of's fn)."""
+  return lambda x: x.permute(*perm).contiguous() if hasattr(x, "uop") else x.transpose(perm)
+
+def permuted_kernel(shape: tuple[int, ...], perm: tuple[int, ...], simd_bytes: int, threads: int, rng: np.random.Generator) -> tuple[Any, Any]:
+  """(the hand-coded Kernel of a permute of a `shape` array on host_renderer(simd_bytes) with `threads`, that renderer); its
+  values checked against numpy's."""
+  item, want = kernel_of(permute_fn(perm), shape, rng=rng)
+  rnd = host_renderer(simd_bytes)
+  rnd.threads = threads
+  k = hand_coded(Kernel(item.ast, rnd))
+  got, _ = run_ast(item, k.ast, rnd)
+  np.testing.assert_array_equal(got.reshape(want.shape), want)
+  return k, rnd
 
 def run_ast(item: Any, ast: UOp, renderer: Any = None) -> tuple[np.ndarray, Any]:
   """(the kernel's first buffer after one run of `ast` over `item`'s buffers, its ProgramSpec)."""

@@ -10,7 +10,7 @@ from core.codegen.opt.kernel import range_size
 from core.ir.ops import AxisType
 from core.codegen.opt.heuristic import hand_coded
 from core.codegen.opt.copy import rows_far_apart
-from opt_helpers import kernel_of, run_ast, host_renderer
+from opt_helpers import kernel_of, run_ast, host_renderer, permute_fn
 
 rng = np.random.default_rng(5)
 
@@ -19,7 +19,7 @@ rng = np.random.default_rng(5)
                                               ((4, 28, 28, 64), (0, 3, 1, 2), False), ((2, 24, 24, 128), (0, 3, 1, 2), False)])
 def test_tiles_along_the_input_rows_innermost_only_where_they_are_far_apart(simd_bytes, shape, perm, far, monkeypatch):
   monkeypatch.setattr(heuristic, "STRIP_TILES", 0)   # AVX2's long rows run in strips instead (test_transpose_strips)
-  item, want = kernel_of(lambda x: x.permute(*perm).contiguous() if hasattr(x, "uop") else x.transpose(perm), shape, rng=rng)
+  item, want = kernel_of(permute_fn(perm), shape, rng=rng)
   rnd = host_renderer(simd_bytes)
   k = hand_coded(Kernel(item.ast, rnd))
   ups = [o for o in k.applied if o.op is OptOps.UPCAST]
@@ -38,7 +38,7 @@ def test_streamed_tiles_of_whole_short_output_rows_stay_innermost(simd_bytes, sh
   # NHWC: a pixel's channels) keep the row's tiles innermost, no TILE or SWAP; blocks of part of a row (a.T's output columns on
   # 2 threads) and plain stores (test above) keep the tiles along the input's rows innermost
   monkeypatch.setattr(heuristic, "STRIP_TILES", 0)
-  item, want = kernel_of(lambda x: x.permute(*perm).contiguous() if hasattr(x, "uop") else x.transpose(perm), shape, rng=rng)
+  item, want = kernel_of(permute_fn(perm), shape, rng=rng)
   rnd = host_renderer(simd_bytes)
   rnd.stream_min_bytes = 1 << 20
   k = hand_coded(Kernel(item.ast, rnd))

@@ -6,22 +6,16 @@ against numpy."""
 from __future__ import annotations
 import numpy as np
 import pytest
-from core.codegen.opt import Kernel, OptOps
+from core.codegen.opt import OptOps
 from core.codegen.opt import heuristic
-from core.codegen.opt.heuristic import hand_coded
 from core.codegen.opt.expander import strided_offset
 from core.ir.ops import AxisType, Ops
-from opt_helpers import kernel_of, run_ast, host_renderer
+from opt_helpers import permuted_kernel
 
 rng = np.random.default_rng(48)
 
 def _kernel(shape, perm, simd_bytes, threads):
-  item, want = kernel_of(lambda x: x.permute(*perm).contiguous() if hasattr(x, "uop") else x.transpose(perm), shape, rng=rng)
-  rnd = host_renderer(simd_bytes)
-  rnd.threads = threads
-  k = hand_coded(Kernel(item.ast, rnd))
-  got, _ = run_ast(item, k.ast, rnd)
-  np.testing.assert_array_equal(got.reshape(want.shape), want)
+  k, _ = permuted_kernel(shape, perm, simd_bytes, threads, rng)
   load = next(u for u in k.ast.toposort() if u.op is Ops.LOAD)
   # each loop's step through the input, in elements
   return k, [strided_offset(load.src[0].src[1], r)[1] for r in k.of_type(AxisType.LOOP)]

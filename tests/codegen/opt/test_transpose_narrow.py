@@ -5,22 +5,15 @@ on an AVX2 and an AVX-512 renderer, without a pool and with 2 threads; results a
 from __future__ import annotations
 import numpy as np
 import pytest
-from core.codegen.opt import Kernel
-from core.codegen.opt.heuristic import hand_coded
 from core.codegen.opt.expander import contiguous_offset
 from core.ir.ops import AxisType, Ops
-from opt_helpers import kernel_of, run_ast, host_renderer
+from opt_helpers import permuted_kernel
 
 rng = np.random.default_rng(23)
 
 def _tile(shape, perm, simd_bytes, threads):
   """The kernel's register tile: (its side along the output row, its side along the input row); values checked against numpy."""
-  item, want = kernel_of(lambda x: x.permute(*perm).contiguous() if hasattr(x, "uop") else x.transpose(perm), shape, rng=rng)
-  rnd = host_renderer(simd_bytes)
-  rnd.threads = threads
-  k = hand_coded(Kernel(item.ast, rnd))
-  got, _ = run_ast(item, k.ast, rnd)
-  np.testing.assert_array_equal(got.reshape(want.shape), want)
+  k, _ = permuted_kernel(shape, perm, simd_bytes, threads, rng)
   st = next(u for u in k.ast.toposort() if u.op is Ops.STORE)
   load = next(u for u in k.ast.toposort() if u.op is Ops.LOAD)
   ups = k.of_type(AxisType.UPCAST)

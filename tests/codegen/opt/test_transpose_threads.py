@@ -5,22 +5,14 @@ are its outermost loop keep the usual split. Choices on an AVX2 and an AVX-512 r
 from __future__ import annotations
 import numpy as np
 import pytest
-from core.codegen.opt import Kernel, OptOps
-from core.codegen.opt.heuristic import hand_coded
+from core.codegen.opt import OptOps
 from core.ir.ops import AxisType
-from opt_helpers import kernel_of, run_ast, host_renderer
+from opt_helpers import permuted_kernel
 
 rng = np.random.default_rng(23)
 
-def _permute(perm):
-  return lambda x: x.permute(*perm).contiguous() if hasattr(x, "uop") else x.transpose(perm)
-
 def _split(shape, perm, simd_bytes):
-  item, want = kernel_of(_permute(perm), shape, rng=rng)
-  rnd = host_renderer(simd_bytes)
-  k = hand_coded(Kernel(item.ast, rnd))
-  got, _ = run_ast(item, k.ast, rnd)
-  np.testing.assert_array_equal(got.reshape(want.shape), want)
+  k, rnd = permuted_kernel(shape, perm, simd_bytes, 2, rng)
   return k, rnd, [o for o in k.applied if o.op is OptOps.THREAD]
 
 @pytest.mark.parametrize("simd_bytes", [32, 64])
