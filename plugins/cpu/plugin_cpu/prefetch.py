@@ -38,6 +38,15 @@ ROW_MAX_BYTES = 16 << 10   # a row the later passes read from L1 (32 KiB on curr
 # 0.986, the noise of the method; it prefetches now: _shared_rows); C renderer layernorm 1.048, softmax 1.005 (compute-bound);
 # the GPT-2 block row (its 256x768 layernorms) 1.003 / 1.002 the time native / AVX2. 3 rows on no better than 2 (1.004, 1.017, 1.010 over 2 rows on)
 ROWS_AHEAD = 2
+# On the Intel server core (heuristic.big_l2: a 2 MiB L2) ROWS_AHEAD_BIG_L2 rows on, where the rows' buffer is over the panel
+# budget (half the L2: the L2 does not keep it) and the pass is not an AVX2 softmax's exp pass (the rows it shares with the max
+# pass, _shared_rows: compute-bound). A 2-vCPU Xeon guest (Sapphire Rapids class), 2 threads, the kernels of each setting in one
+# process sampled in turn with the copy loop, speed 4 rows on / 2, medians of 31-41 pairs: layernorm 4096x1024 1.078, 1.036,
+# 1.045, 1.053, 1.050, 1.040 (3 rows on 0.999, 1.027, 1.020; 5 rows 1.042, 1.055); AVX2 code (znver3) 1.021, 1.033; softmax
+# 4096x1000 0.995, 1.007, 0.997, 1.000; AVX2 code's exp pass 0.993, 0.993, 0.992, 0.995. Time 4 rows on / 2, kernels alone,
+# medians of 61: GPT-2 block's 256x768 layernorms (768 KiB) 1.025, 1.053, its r_12_64_256 1.020: those keep ROWS_AHEAD; its
+# 12x256x256 softmax (3 MiB) 1.000, 0.999, sdpa's 0.981. The Zen hosts keep ROWS_AHEAD
+ROWS_AHEAD_BIG_L2 = 4
 
 # each prefetch's locality hint (llvm.prefetch's and __builtin_prefetch's 0-3; on x86 3 is prefetcht0, into the L1, and 1
 # prefetcht2, into the L2 only). An in-place panel's next one (reread_offsets) goes to the L2 where a panel is over half the L1
@@ -512,10 +521,11 @@ def _shared_rows(x: UOp, red: UOp, buf: UOp, uops: list[UOp], deps: dict[UOp, fr
     y is not x and global_read(y) is buf and r in (dy := deps.get(y.src[0].src[1], frozenset())) and red not in dy and
     any(q.arg[-1] is AxisType.REDUCE for q in dy) for y in uops)]
 
-def rows_ahead(row_bytes: int) -> int:
-  """How many rows on a row kernel prefetches: ROWS_AHEAD where the row and those up to the prefetched one fit half the L1 data
-  cache (the rest holds what the later passes read beside it: a layernorm's weight and bias), else 1."""
-  return ROWS_AHEAD if (ROWS_AHEAD + 1) * row_bytes <= L1_BYTES // 2 else 1
+def rows_ahead(row_bytes: int, big_l2: bool = False) -> int:
+  """How many rows on a row kernel prefetches: ROWS_AHEAD (ROWS_AHEAD_BIG_L2 on a `big_l2` core), fewer where the row and those up
+  to the prefetched one would not fit half the L1 data cache (the rest holds what the later passes read beside it: a layernorm's
+  weight and bias), at least 1."""
+  return max(1, min(ROWS_AHEAD_BIG_L2 if big_l2 else ROWS_AHEAD, L1_BYTES // 2 // row_bytes - 1))
 
 def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0, simd_width: int = 0,
                      flags: frozenset[str] = frozenset(), deps: dict[UOp, frozenset[UOp]] | None = None, big_l2: bool = False) \
@@ -530,7 +540,8 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0,
   panel's next one (reread_offsets, where the renderer's `panel_budget` is known: big panels into the L2; spread over the row
   blocks below SPREAD_BELOW_REGS `simd_regs`), a packed panel's loads PACKED_AHEAD_BYTES on (packed_panel_offsets, where
   `big_l2`, heuristic.big_l2 of the renderer, and the vectors are PACKED_PREFETCH_SIMD bytes), a packed product's next row tile (row_tile_offsets, into the L2, below
-  SPREAD_BELOW_REGS `simd_regs`: distances a tuple), or rows_ahead rows on (all but those L2 ones L1_LOCALITY). A load
+  SPREAD_BELOW_REGS `simd_regs`: distances a tuple), or rows_ahead rows on (more on a `big_l2` core; all but those L2 ones
+  L1_LOCALITY). A load
   qualifies for the row where it reads a global buffer in the second reduce loop over that buffer, under a loop of rows (not a
   reduce) that the first reduce loop's reads share (or where those are outside it, another reduce loop's: _shared_rows), and the
   row step of its address is a constant of at most ROW_MAX_BYTES.
@@ -571,9 +582,10 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0,
     if reds[0] is first[buf][0] or second.setdefault(buf, reds[0]) is not reds[0]: continue
     # the innermost loop both passes share, other than reduces: the row
     rows = [r for r in rngs if r in first[buf][1] and r.arg[-1] is not AxisType.REDUCE]
-    if not rows and SHARED_ROWS: rows = _shared_rows(x, reds[0], buf, uops, deps)
+    if shared := not rows and SHARED_ROWS: rows = _shared_rows(x, reds[0], buf, uops, deps)
     if not rows: continue
     row = max(rows, key=lambda r: order[r])
     if (step := index_step(idx, row)) is not None and 0 < (row_bytes := step * buf.dtype.base.itemsize) <= ROW_MAX_BYTES:
-      out[x] = (step * rows_ahead(row_bytes), L1_LOCALITY, None)
+      far = big_l2 and not shared and global_nbytes(buf.dtype) > panel_budget   # ROWS_AHEAD_BIG_L2's kernels
+      out[x] = (step * rows_ahead(row_bytes, far), L1_LOCALITY, None)
   return out

@@ -12,6 +12,7 @@ from core.ir.ops import Ops
 from plugin_cpu.c_renderer import CPUCRenderer
 from plugin_cpu.renderer import CPULLVMRenderer
 import plugin_cpu.prefetch as prefetch
+from core.codegen.opt.heuristic import big_l2
 
 W = 1000   # a row of floats (4000 bytes): a multiple of neither vector width's unroll
 
@@ -24,9 +25,10 @@ def _matmul(x, w, b): return x @ x[:W].T
 # the prefetched address's distance from the loaded one, in elements, as each renderer writes it
 PREFETCH = {"LLVM": r"= getelementptr float, ptr %\w+, i64 (\d+)\n  call void @llvm.prefetch.p0", "C": r"__builtin_prefetch\(.*\)\+(\d+), 0, 3\)"}
 
-def _sources(fn, rows: int, simd_bytes: int, ren: str = "LLVM", width: int = W) -> list[str]:
+def _sources(fn, rows: int, simd_bytes: int, ren: str = "LLVM", width: int = W, l2_bytes: int | None = None) -> list[str]:
   rnd = copy.copy(CPULLVMRenderer() if ren == "LLVM" else CPUCRenderer())
   rnd.simd_width, rnd.simd_regs, rnd.threads = simd_bytes, 16 if simd_bytes == 32 else 32, 2
+  if l2_bytes is not None: rnd.l2_bytes = l2_bytes
   # the plain order, whatever this host's: an AVX2 host's softmax reads the next row's max ahead (Renderer.max_ahead), whose
   # exp pass prefetches too (test_max_ahead)
   rnd.max_ahead = False
@@ -42,7 +44,11 @@ def test_row_kernels_prefetch_the_next_row(fn, simd_bytes, ren):
   assert len(srcs) == 1
   # the prefetched address is the loaded one a row (W floats) or two on (rows_ahead: what fits this host's L1)
   offs = re.findall(PREFETCH[ren], srcs[0])
-  assert offs and set(offs) == {str(W * prefetch.rows_ahead(4 * W))}, srcs[0]
+  assert offs and set(offs) == {str(W * _ahead(4 * W, ren))}, srcs[0]
+
+def _ahead(row_bytes: int, ren: str) -> int:
+  """The rows on that `ren`'s renderer on this host prefetches over a buffer past its L2 (more on a big L2: LLVM only)."""
+  return prefetch.rows_ahead(row_bytes, ren == "LLVM" and big_l2(CPULLVMRenderer()))
 
 @pytest.mark.parametrize("ren", ["LLVM", "C"])
 @pytest.mark.parametrize("l1_kib, width, ahead", [(32, 1024, 2), (32, 2048, 1), (48, 2048, 2), (48, 4096, 1)])
@@ -50,9 +56,19 @@ def test_row_kernels_prefetch_two_rows_on_where_they_fit_the_l1(l1_kib, width, a
   # one row on, the next row's lines are asked for a fraction of a row's time before it is read; two rows on where the row and
   # the two after it fit half the L1 (4 KiB rows on 32 KiB; 8 KiB rows on 48 KiB, not on 32)
   monkeypatch.setattr(prefetch, "L1_BYTES", l1_kib << 10)
-  (src,) = _sources(_layernorm, 256, 64, ren, width)
+  (src,) = _sources(_layernorm, 256, 64, ren, width, l2_bytes=1 << 20)
   offs = [o for _, dists in _prefetching_loads(src, ren) for o in dists]
   assert offs and min(offs) == width * ahead, (sorted(set(offs)), src)
+
+@pytest.mark.parametrize("l1_kib, width, ahead", [(48, 1024, 4), (32, 1024, 3), (48, 2048, 2), (48, 4096, 1)])
+def test_row_kernels_prefetch_more_rows_on_a_big_l2_core(l1_kib, width, ahead, monkeypatch):
+  # the Intel server core's 2 MiB L2 (heuristic.big_l2): ROWS_AHEAD_BIG_L2 rows on, fewer where they would not fit half the L1,
+  # for rows from a buffer the L2 does not keep (over half of it); a 1 MiB L2 (the Zen 5's), or 1 MiB of rows, keeps ROWS_AHEAD
+  monkeypatch.setattr(prefetch, "L1_BYTES", l1_kib << 10)
+  for l2, rows, want in ((2 << 20, 2048, ahead), (1 << 20, 2048, min(ahead, 2)), (2 << 20, (1 << 20) // (4 * width), min(ahead, 2))):
+    (src,) = _sources(_layernorm, rows, 64, "LLVM", width, l2_bytes=l2)
+    offs = [o for _, dists in _prefetching_loads(src, "LLVM") for o in dists]
+    assert offs and min(offs) == width * want, (l2, rows, sorted(set(offs)))
 
 def _prefetching_loads(src: str, ren: str) -> list[tuple[int, list[int]]]:
   """(float lanes, prefetched distances in elements) of each load that prefetches, as each renderer writes it."""
@@ -72,7 +88,7 @@ def test_a_load_prefetches_every_line_of_its_vector(simd_bytes, ren):
   (src,) = _sources(_layernorm, 4096, simd_bytes, ren, width)
   loads = _prefetching_loads(src, ren)
   assert loads, src
-  row = width * prefetch.rows_ahead(4 * width)
+  row = width * _ahead(4 * width, ren)
   for lanes, offs in loads: assert offs == [row + k * per_line for k in range(-(-lanes // per_line))], (lanes, offs)
   assert max(lanes for lanes, _ in loads) * 4 >= simd_bytes, "the loads are narrower than a vector: the case this checks is gone"
 
