@@ -66,6 +66,13 @@ def host_flags() -> frozenset[str]:
     with open("/proc/cpuinfo") as f: return frozenset(next((ln.split(":", 1)[1].split() for ln in f if ln.startswith(("flags", "Features"))), []))
   except OSError: return frozenset()
 
+@functools.cache
+def host_vendor() -> str:
+  """This CPU's vendor as /proc/cpuinfo names it (GenuineIntel, AuthenticAMD; empty when unreadable or not given)."""
+  try:
+    with open("/proc/cpuinfo") as f: return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("vendor_id")), "")
+  except OSError: return ""
+
 # what `cc -march=X -dM -E` predefines -> the /proc/cpuinfo flag names the plugin decides by
 _ARCH_MACROS = {"__AVX__": "avx", "__AVX2__": "avx2", "__FMA__": "fma", "__AVX512F__": "avx512f", "__AVX512VL__": "avx512vl",
                 "__AVX512DQ__": "avx512dq", "__AVX512BF16__": "avx512_bf16", "__AMXTILE__": "amx_tile",

@@ -14,7 +14,7 @@ from core.codegen.llvm_ir import HostLLVMRenderer, Param, llvm_rewrite, _masked_
 from core.codegen.lowerer import pm_fuse_mulacc
 from core.codegen.opt.heuristic import big_l2
 from core.codegen.decompose import EXP2_SCALED, fast_exp2, fast_exp2_floor, fast_exp2_nonpositive, fast_exp2_scaled, pm_vector_math
-from plugin_cpu.compiler import arch_flags, host_flags, simd_bytes, x86_fma
+from plugin_cpu.compiler import arch_flags, host_flags, host_vendor, simd_bytes, x86_fma
 from plugin_cpu.streaming import NT_ARG, NT_MIN_BYTES, _known_align, buffer_tested, cache_bytes, host_streams, pm_streaming_stores, store_width, \
   stream_width
 from core.codegen.linearize import has_shuffle_network, is_shuffle
@@ -439,7 +439,14 @@ def max_blend_lanes(flags: frozenset[str]) -> frozenset[int]:
 # and _exp2_nonpositive_times): the same n, one op each, but f = x - n no longer waits on r's add (3 dependent ops -> 2). AVX2 code
 # (znver3) on one Zen 5 thread, A/B in one process, medians of 31 (IQR of pair ratios): softmax 4096x1000's kernel 0.979x
 # (0.977-0.980), 256x1000 0.977x, log_softmax 4096x1000 0.977x, a causal 12x256x256 softmax 0.987x; 64x1024 exp 0.986x, sigmoid
-# 0.982x, gelu 0.982x; the same values
+# 0.982x, gelu 0.982x; the same values. That is a Zen's one-uop vroundps; an Intel core's (Haswell to Golden Cove) is two uops
+# on the ports of the FMAs and multiplies, which bind this exp, where the add it saves runs on port 1 or, from Golden Cove, 5:
+# there exp2 keeps decompose's adds (EXP2_ROUNDPS off). AVX2 code (znver3) on a 2-vCPU Xeon guest (Sapphire Rapids class),
+# softmax 4096x1000's kernel, both forms in one process, speed without / with vroundps, medians of 41 pairs [quartiles]: 2 threads
+# sampled in turn with the copy loop 1.026 [1.016-1.049], 1.038 [1.023-1.065] (0.86 -> 0.89, 0.93 -> 0.97 of the loop); one
+# thread, CPU time, 1.034, 1.017
+EXP2_ROUNDPS = host_vendor() != "GenuineIntel"
+
 def pm_exp2_roundeven(lanes: frozenset[int]) -> PatternMatcher:
   """float32 exp2 in vectors of `lanes` with n rounded by llvm.roundeven (SSE4.1's roundps, which every AVX CPU has)."""
   def rnd(v: UOp) -> UOp: return UOp(Ops.CUSTOM, v.dtype, (v,), ROUNDEVEN_ARG)
@@ -451,10 +458,11 @@ def pm_exp2_roundeven(lanes: frozenset[int]) -> PatternMatcher:
 
 def llvm_rules(flags: frozenset[str], simd: int) -> PatternMatcher:
   """The LLVM renderer's rules before rendering: exp2 by vscalefps and max by vmaxps + vfixupimmps on AVX-512 (vmaxps and a NaN
-  blend, and exp2 rounded by vroundps, on AVX), then extra_rules' (and the bf16 dot product's where the target has it)."""
+  blend, and exp2 rounded by vroundps where EXP2_ROUNDPS, on AVX), then extra_rules' (and the bf16 dot product's where the target has it)."""
   rules = pm_exp2_scalef(lanes, "avx512dq" in flags) + extra_rules(simd) if (lanes := scalef_lanes(flags)) else extra_rules(simd)
   if lanes: rules = pm_max_fixup(lanes) + rules
-  elif blend := max_blend_lanes(flags): rules = pm_max_fixup(blend, MAX_BLEND_ARG) + pm_exp2_roundeven(blend) + rules
+  elif blend := max_blend_lanes(flags):
+    rules = pm_max_fixup(blend, MAX_BLEND_ARG) + (pm_exp2_roundeven(blend) + rules if EXP2_ROUNDPS else rules)
   # a conv tile's rows under masks: stored (tile_rows) and loaded (load_rows)
   if "avx512f" in flags: rules = pm_store_rows(host_vector_regs(simd)) + pm_load_rows + rules
   return pm_bf16_dot + rules if bf16_dot(flags) else rules
