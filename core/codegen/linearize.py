@@ -14,7 +14,19 @@ def has_shuffle_network(uops: list[UOp]) -> bool:
   """A shuffle of shuffles among `uops`: a transposing tile's network (opt/shuffle.py)."""
   return any(is_shuffle(u) and any(is_shuffle(g.src[0]) for g in u.src) for u in uops)
 
-def tile_keys(items: list[UOp], deps: dict[UOp, set[UOp]], users: dict[UOp, list[UOp]], order: dict[UOp, int]) -> dict[UOp, tuple[int, int, int, int]] | None:
+def _topo(items: list[UOp], deps: dict[UOp, set[UOp]], users: dict[UOp, list[UOp]]) -> list[UOp]:
+  """`items` with each after its deps (Kahn's algorithm; the users of a block's items are items of that block)."""
+  left = {it: len(ds) for it in items if (ds := deps.get(it))}
+  nxt, topo = [it for it in items if it not in left], []
+  while nxt:
+    topo.append(it := nxt.pop())
+    for us in users.get(it, ()):
+      left[us] -= 1
+      if not left[us]: nxt.append(us)
+  return topo
+
+def tile_keys(items: list[UOp], deps: dict[UOp, set[UOp]], users: dict[UOp, list[UOp]], order: dict[UOp, int],
+              shuffles: set[UOp] | None = None) -> dict[UOp, tuple[int, int, int, int]] | None:
   """Emission keys for a block holding a shuffle network (a shuffle of shuffles: a transposing tile, opt/shuffle.py) whose stores
   fall into groups that share no load (a split row's squares), else None (the graph's order). Key: (the first group whose stores
   need the item, the graph position of the last load it needs, its shuffle stage for loads and shuffles, else -1, graph
@@ -26,7 +38,7 @@ def tile_keys(items: list[UOp], deps: dict[UOp, set[UOp]], users: dict[UOp, list
   spill references per tile, 4 square by square, and a step's stores waited on all 16 loads. AVX2 code (znver3) on a Zen 5,
   4096^2, A/B in one process, GB/s: one thread (thread time) 29.1 -> 31.3; 2 threads (wall, real-time priority) 68.5 -> 74.3
   where the copy ran at 120, even (0.994x) where it ran at 66 (the memory the limit)"""
-  shuffles = {it for it in items if is_shuffle(it)}
+  if shuffles is None: shuffles = {it for it in items if is_shuffle(it)}
   if not shuffles: return None
   # what each item needs, one int: bit i for the i-th load in graph order (the highest set, the last load), and above the loads'
   # bits its shuffle stage as the highest of one-hot bits (a dep's bits OR-ed in, shifted one up at a shuffle: max + 1)
@@ -35,17 +47,14 @@ def tile_keys(items: list[UOp], deps: dict[UOp, set[UOp]], users: dict[UOp, list
   needs: dict[UOp, int] = dict.fromkeys(items, 1 << n)
   for i, ld in enumerate(loads): needs[ld] |= 1 << i
   low = (1 << n) - 1
-  # the items in an order that puts each after its deps (graph positions don't: a loop's item has its block's positions after
-  # it), each one's needs from its deps' as it comes
-  left = {it: len(deps[it]) for it in items}
-  nxt, topo = [it for it in items if not left[it]], []
-  while nxt:
-    topo.append(it := nxt.pop())
-    m = reduce(or_, map(needs.__getitem__, deps[it]), needs[it])
+  # the items in an order that puts each after its deps (`deps` has none for an item that waits on nothing), each one's needs
+  # from its deps' as it comes. Without a loop among them the graph's order is one (each waits only on its own sources, which
+  # come before it); a loop's item has its block's positions after it, so then Kahn's algorithm
+  topo = items if not any(it.op is Ops.RANGE for it in items) else _topo(items, deps, users)
+  for it in topo:
+    if (ds := deps.get(it)) is None: continue   # (needs as set above: a load's own bit or nothing, stage 0)
+    m = reduce(or_, map(needs.__getitem__, ds), needs[it])
     needs[it] = m if it not in shuffles else m >> n << (n + 1) | m & low
-    for us in users.get(it, ()):
-      left[us] -= 1
-      if not left[us]: nxt.append(us)
   if max(needs.values()) >> n < 4: return None   # no item at stage 2
   # stores that share a load are one group (connected through their loads), groups ranked by their first store
   groups: list[tuple[int, list[UOp]]] = []   # (the group's loads, its stores)
@@ -138,13 +147,15 @@ def linearize(sink: UOp) -> list[UOp]:
       else: us.append(i)
   left = {i: len(ds) for i, ds in deps.items()}
 
+  VECTORIZE, GEP = Ops.VECTORIZE, Ops.GEP
   out: list[UOp] = []
   args: list[UOp] = []   # the kernel's arguments (PARAM, DEFINE_VAR), listed first
   def emit(scope: UOp | None) -> None:
     items = children.get(scope, [])
     # Kahn's algorithm, ties broken by the global topological position (distinct: a heap of positions), or in a transposing
     # tile's block by its groups of stores, one after another, each square by square (tile_keys; a heap of ranks by its key)
-    tk = tile_keys(items, {it: deps.get(it, set()) for it in items}, users, order) if any(is_shuffle(it) for it in items) else None
+    shuffles = {it for it in items if it.op is VECTORIZE and all(s.op is GEP for s in it.src)}   # (is_shuffle, inline)
+    tk = tile_keys(items, deps, users, order, shuffles) if shuffles else None
     if tk is None: rank, by_rank = order, nodes
     else:
       by_rank = sorted(items, key=tk.__getitem__)

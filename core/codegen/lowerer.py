@@ -18,9 +18,17 @@ class RangeScopes:
     return self.cache[root]
   def fill(self, nodes: list[UOp]) -> None:
     """Answer every node of `nodes`, a whole graph in order (sources first): each from its sources, with no test or walk."""
-    cache, live = self.cache, self._live
+    # (_live and union_of inline: two calls a node were most of it)
+    cache, get, RANGE, END = self.cache, self.cache.get, Ops.RANGE, Ops.END
     for u in nodes:
-      if u not in cache: cache[u] = live(u)
+      if u in cache: continue
+      live: frozenset[UOp] = frozenset()
+      for s in (src := u.src):
+        if not (e := get(s)) or e is live or e <= live: continue
+        live = e if live <= e else live | e
+      if (op := u.op) is RANGE: live = live | {u}
+      elif op is END: live = live - set(src[1:])
+      cache[u] = live
   def _live(self, u: UOp) -> frozenset[UOp]:
     live = union_of(self.cache, u.src)
     if u.op is Ops.RANGE: return live | {u}

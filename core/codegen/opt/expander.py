@@ -2,7 +2,7 @@
 accumulators), the others are unrolled into copies of the code; reductions over register axes are summed in registers."""
 from __future__ import annotations
 import itertools
-from typing import Any, cast
+from typing import Any, Iterator, cast
 from core.ir.dtype import dtypes, DType, PtrDType
 from core.ir.ops import UOp, Ops, AxisType, GroupOp, reduce_alu, intern_uop
 from core.helpers import LRUCache
@@ -142,11 +142,28 @@ class Expander:
     m = {r: const_of(dtypes.index, v) for r, v in vals.items()}   # constant nodes only here: the sum above moves its constant
     # like u.substitute(m), but the walk stops at nodes that use none of the axes set (most of a big index expression)
     # (self.deps(u) above filled _deps for every node under u)
-    keys, done, deps = frozenset(m), dict(m), self._deps
-    for x in u.toposort(gate=lambda x: x not in done and not deps[x].isdisjoint(keys)):
-      if x not in done: done[x] = x if deps[x].isdisjoint(keys) else intern_uop(UOp, x.op, x.dtype, tuple([done[s] for s in x.src]), x.arg, x.tag)
-    ret = self._subs[key] = _simplify(done[u], self._simplified)
+    ret = self._subs[key] = _simplify(self._set_axes(u, m), self._simplified)
     return ret
+
+  def _set_axes(self, u: UOp, m: dict[UOp, UOp]) -> UOp:
+    """u.substitute(m) (m: register axes -> constants), not walking below the nodes that use none of them (most of a big index
+    expression): each node rebuilt as its sources are done, in one loop (no gate called per node)."""
+    if (hit := m.get(u)) is not None: return hit
+    done, deps, keys = dict(m), self._deps, m.keys()
+    stack: list[tuple[UOp, Iterator[UOp]]] = [(u, iter(u.src))]
+    push, pop = stack.append, stack.pop
+    while stack:
+      x, srcs = stack[-1]
+      for s in srcs:
+        if s not in done:
+          if deps[s].isdisjoint(keys): done[s] = s
+          else:
+            push((s, iter(s.src)))
+            break
+      else:
+        pop()
+        done[x] = x if deps[x].isdisjoint(keys) else intern_uop(UOp, x.op, x.dtype, tuple([done[s] for s in x.src]), x.arg, x.tag)
+    return done[u]
 
   def _simplified_whole(self, u: UOp) -> UOp:
     """u simplified (a gate's source that uses no axis set), once a kernel."""
