@@ -3,6 +3,7 @@ C renderer is plugin_cpu/c_renderer.py, imported only where DEV asks for it (an 
 plain functions where every axis is a loop."""
 from __future__ import annotations
 import copy, os
+from collections import Counter
 from typing import TYPE_CHECKING, Callable, TypeVar
 from core.helpers import host_machine
 from core.ir.dtype import AddrSpace, PtrDType, dtypes
@@ -180,6 +181,63 @@ KERNEL_COPY_NO_UNROLL = True   # stream_copy_loops too (a switch for comparisons
 NEST_NO_UNROLL = True   # (a switch for comparisons)
 NEST_UNROLL_MAX = 4
 
+# A register tile's reduce loop with 16 vector registers (AVX2's 2 x 6: 12 FMAs a step, 2 panel loads, 6 broadcasts) is unrolled
+# by LLVM's own cost model twice: 24 FMAs an iteration beside its index updates and two compare-and-branches, which on an Intel
+# core issue to ports the FMAs need (0 and 1 take integer ALU and branch uops too): the 2-thread matmul ran at ~85% of the FMA
+# peak loop. Marked llvm.loop.unroll.count so an iteration holds FMA_UNROLL_FMAS FMAs (8 steps), the loop control is a quarter
+# as much. That 2-core Intel guest, AVX2 code (DEV=CPU:LLVM:znver3), A/B in one process, medians of 9-11, one thread (thread
+# time, % of the 8-lane FMA peak loop timed between), the IR marked by hand: 1024^3 x2 (LLVM's) 86.8%, x4 88.9%, x8 93.4%, x16
+# 93.7%; 2048^3 87.0%, 89.8%, 94.4%; this rule (with the loop around kept rolled) 1.091x and 1.081x the speed; 2 threads (wall,
+# real-time priority, 61 pairs) 0.915x and 0.917x the time, GPT-2 block products 0.83-1.01x, ResNet-18's 1x1 convs
+# 0.94-1.01x. A Zen issues integer and FP work to pipes of their own, where the loop control takes no FMA slot either way (the
+# Zen 3's 2 FMA pipes, 4 ALUs). Count 4 (16-FMA steps, 1 x 8 rows x 2 images and the like) was mixed (0.91-1.20x: a conv's
+# weight gradient with gathered rows 1.20x), hence FMA_UNROLL_MIN. AVX-512's 4 x 6 tile (24 FMAs a step) ran the same unrolled
+# x4 or x8 (1.007, 1.000): targets with FMA_UNROLL_BELOW_REGS vector registers or more keep LLVM's choice.
+FMA_UNROLL_FMAS = 96
+FMA_UNROLL_BELOW_REGS = 32
+FMA_UNROLL_MIN = 8
+FMA_ROLL_AROUND = True   # the loops around them kept rolled (a switch for comparisons)
+
+def _broadcast(x: UOp) -> bool: return x.op is Ops.VECTORIZE and all(s is x.src[0] for s in x.src)
+
+def _tile_fmas(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], r: UOp) -> int:
+  """The vector FMAs of an outer-product register tile in loop `r`: multiply-adds of a vector by a broadcast value into an
+  accumulator (a load of a register buffer, or such an FMA: a reduce the heuristic unrolled), counted where a multiplicand feeds
+  more than one of them. Not a dot product's vectors along the reduce (an x @ W.T of 8 rows streaming W from memory, two vector
+  loads an FMA), nor a variance's d*d + acc, nor an exp's polynomial."""
+  fmas: set[UOp] = set()
+  for u in uops:
+    if u.op is Ops.MULACC and u.dtype.count > 1 and r in deps.get(u, ()) and any(_broadcast(s) for s in u.src[:2]) and \
+       (u.src[2] in fmas or (u.src[2].op is Ops.LOAD and u.src[2].src[0].op is Ops.INDEX and u.src[2].src[0].src[0].op is Ops.DEFINE_REG)):
+      fmas.add(u)
+  uses = Counter(s for u in fmas for s in u.src[:2])
+  return len(fmas) if any(n > 1 for n in uses.values()) else 0
+
+def fma_unroll_loops(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], simd_regs: int) -> tuple[dict[UOp, int], frozenset[UOp]]:
+  """The innermost reduce loops of a register tile's FMAs (_tile_fmas) and the count each is unrolled by: the most steps, a
+  power of two dividing its constant trip count, whose FMAs fit FMA_UNROLL_FMAS, where that is FMA_UNROLL_MIN or more; only on
+  targets with fewer than FMA_UNROLL_BELOW_REGS vector registers (`simd_regs`). With them the loops directly around those, to
+  be kept rolled (FMA_ROLL_AROUND): LLVM fully unrolled a matmul's 4-panel group loop around the unrolled body (32 copies of the
+  step); rolled, 1024^3's kernel compiles in 44 ms where it took 70 unmarked and 111 unrolled so, and runs as fast (one thread,
+  1.091x / 1.096x the speed of unmarked; 2048^3 1.081x / 1.059x)."""
+  if not FMA_UNROLL_FMAS or not 0 < simd_regs < FMA_UNROLL_BELOW_REGS: return {}, frozenset()
+  out: dict[UOp, int] = {}
+  open_: list[UOp] = []
+  parent: dict[UOp, UOp] = {}   # the loop each loop opened inside, innermost
+  for u in uops:
+    if u.op is Ops.RANGE:
+      if open_: parent[u] = open_[-1]
+      open_.append(u)
+    elif u.op is Ops.END: open_ = [r for r in open_ if r not in u.src[1:]]
+  inner = set(parent.values())   # loops with a loop opened inside them
+  for r in uops:
+    if r.op is not Ops.RANGE or r.arg[-1] is not AxisType.REDUCE or r in inner or r.src[0].op is not Ops.CONST: continue
+    if not (fmas := _tile_fmas(uops, deps, r)): continue
+    n = 1
+    while (n * 2) * fmas <= FMA_UNROLL_FMAS and r.src[0].arg % (n * 2) == 0: n *= 2
+    if n >= FMA_UNROLL_MIN and r.src[0].arg > n: out[r] = n
+  return out, frozenset(parent[r] for r in out if r in parent and FMA_ROLL_AROUND)
+
 def stream_copy_loops(uops: list[UOp]) -> frozenset[UOp]:
   """The loops of a kernel whose every store stores a load as it is, neither gated (a pad's copy), along which each load and
   store steps by its width: a contiguous stream, whose loop costs nothing beside its loads and stores. Not unrolled, a loop of
@@ -190,24 +248,32 @@ def stream_copy_loops(uops: list[UOp]) -> frozenset[UOp]:
                    all(index_step(i.src[1], r) == st.src[1].dtype.count for st in stores for i in (st.src[0], st.src[1].src[0])))
 
 def _llvm_copy_end(ctx: CPULLVMRenderer, x: UOp) -> str | None:
-  """The END of copy loops (a pack's, AxisType.OUTER, or stream_copy_loops) and of loops with loops inside (NEST_NO_UNROLL) with
-  each back edge marked llvm.loop.unroll.disable."""
+  """The END of copy loops (a pack's, AxisType.OUTER, or stream_copy_loops), of loops with loops inside (NEST_NO_UNROLL) and
+  of those around a register tile's unrolled reduce (fma_unroll_loops) with each back edge marked llvm.loop.unroll.disable,
+  and of that reduce with its llvm.loop.unroll.count."""
   def many(r: UOp, n: int = COPY_UNROLL_MAX) -> bool: return r.src[0].op is not Ops.CONST or r.src[0].arg > n
   def inner(r: UOp) -> bool: return any(o > ctx.open_order[r] for o in ctx.open_order.values())   # loops opened after it, open
   # (a stream's loops with loops inside are left as they were: LLVM fully unrolls innermost ones)
   def window(r: UOp) -> bool:   # a reduce of more than NEST_UNROLL_MAX taps around loops of at most COPY_UNROLL_MAX: a 7x7 window
     return r.arg[-1] is AxisType.REDUCE and inner(r) and many(r, NEST_UNROLL_MAX) and not many(r) and \
       not any(many(o) for o, n in ctx.open_order.items() if n > ctx.open_order[r])
-  if not COPY_NO_UNROLL or not (outer := [r for r in x.src[1:] if r.op is Ops.RANGE and
-                                          ((r.arg[-1] is AxisType.OUTER and (many(r) or inner(r))) or
-                                           (r in ctx.stream_copies and many(r) and not inner(r)) or
-                                           (NEST_NO_UNROLL and window(r)))]): return None
+  outer = [r for r in x.src[1:] if r.op is Ops.RANGE and ((r.arg[-1] is AxisType.OUTER and (many(r) or inner(r))) or
+                                                            (r in ctx.stream_copies and many(r) and not inner(r)) or
+                                                            (NEST_NO_UNROLL and window(r)))] if COPY_NO_UNROLL else []
+  outer += [r for r in x.src[1:] if r in ctx.fma_rolled and r not in outer]
+  counted = [r for r in x.src[1:] if r in ctx.fma_unroll and r not in outer]
+  if not outer and not counted: return None
   out = _render_end(ctx, x)
   ctx.trailer.setdefault(f"!0 = {NO_UNROLL_MD}", None)
   for r in outer:
     n = sum(t.startswith("!") for t in ctx.trailer)
     ctx.trailer[f"!{n} = distinct !{{!{n}, !0}}"] = None
     out = out.replace(f"br label %{ctx.loop_label[r]}.head\n", f"br label %{ctx.loop_label[r]}.head, !llvm.loop !{n}\n")
+  for r in counted:
+    n = sum(t.startswith("!") for t in ctx.trailer)
+    ctx.trailer[f"!{n} = !{{!\"llvm.loop.unroll.count\", i32 {ctx.fma_unroll[r]}}}"] = None
+    ctx.trailer[f"!{n + 1} = distinct !{{!{n + 1}, !{n}}}"] = None
+    out = out.replace(f"br label %{ctx.loop_label[r]}.head\n", f"br label %{ctx.loop_label[r]}.head, !llvm.loop !{n + 1}\n")
   return out
 
 def _offset_add_parts(i: UOp) -> tuple[UOp, UOp] | None:
@@ -622,6 +688,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
     self.prefetch = prefetch_offsets(uops, self.panel_budget(), self.simd_regs, self.simd_width, self.flags, deps, big_l2(self)) if PREFETCH else {}
     self.unchecked, self.plain_copy = unchecked_streams(uops, self.simd_width), False
     self.stream_copies = stream_copy_loops(uops) if KERNEL_COPY_NO_UNROLL else frozenset()
+    self.fma_unroll, self.fma_rolled = fma_unroll_loops(uops, deps, self.simd_regs)
     self.lane_indices = lane_indices(uops, deps)
     self.index_offsets = index_offsets(uops)
     self.offset_adds = self.index_offsets if self.offset_geps else frozenset()   # the INDEXes at them: _llvm_offset_index
