@@ -288,19 +288,31 @@ class ReduceMixin:
 
   def dot(self: Tensor, w: Tensor, dtype: DTypeLike | None = None) -> Tensor:  # type: ignore[misc]
     """Matrix product with numpy's rules for 1-D operands and batch broadcasting; sums in sum_acc_dtype."""
-    if self.ndim == 0 or w.ndim == 0: raise RuntimeError(f"matmul needs at least 1-D operands, got {self.shape} and {w.shape}")
-    k = self.shape[-1]
-    if w.shape[-min(w.ndim, 2)] != k: raise RuntimeError(f"matmul: shapes {self.shape} and {w.shape} don't line up ({k} vs {w.shape[-min(w.ndim, 2)]})")
-    if dtype is None and self.ndim >= 2 and w.ndim == self.ndim and (dt := self.dtype) is w.dtype and sum_acc_dtype(dt) is dt and \
-       self.device == w.device and dtypes.is_float(dt) and (b := self.shape[:-2]) == w.shape[:-2]:
+    # each operand's node, shape and dtype read once (the properties cost a call each: ~14 reads were a third of a@b's build)
+    xu, wu = self.uop, w.uop
+    xs: tuple[int, ...] = xu.shape or ()  # type: ignore[assignment]
+    ws: tuple[int, ...] = wu.shape or ()  # type: ignore[assignment]
+    if not xs or not ws: raise RuntimeError(f"matmul needs at least 1-D operands, got {xs} and {ws}")
+    k = xs[-1]
+    if ws[-min(len(ws), 2)] != k: raise RuntimeError(f"matmul: shapes {xs} and {ws} don't line up ({k} vs {ws[-min(len(ws), 2)]})")
+    if dtype is None and len(xs) >= 2 and len(ws) == len(xs) and (dt := xu.dtype) is wu.dtype and sum_acc_dtype(dt) is dt and \
+       xu.device == wu.device and dtypes.is_float(dt) and (b := xs[:-2]) == ws[:-2]:
       # the common case (one float dtype, the same batch dims: no broadcast) built on UOps and wrapped once: the same graph
       # as the general path below, at a fraction of its cost per call (an eager attention builds two of them)
-      n, m, nb = self.shape[-2], w.shape[-1], len(b)
+      n, m, nb = xs[-2], ws[-1], len(b)
       full = b + (n, m, k)
-      u = self.uop.reshape(b + (n, 1, k)).expand(full) * \
-        w.uop.permute(tuple(range(nb)) + (nb + 1, nb)).reshape(b + (1, m, k)).expand(full)
-      u = _split_sum(u, full, (nb + 2,), k) if isinstance(k, int) and k > SPLIT_REDUCE else u.r(Ops.ADD, (nb + 2,))
-      return type(self)._wrap(u.reshape(b + (n, m)), self, w)
+      def build() -> UOp:
+        u = xu.reshape(b + (n, 1, k)).expand(full) * wu.permute(tuple(range(nb)) + (nb + 1, nb)).reshape(b + (1, m, k)).expand(full)
+        u = _split_sum(u, full, (nb + 2,), k) if isinstance(k, int) and k > SPLIT_REDUCE else u.r(Ops.ADD, (nb + 2,))
+        return u.reshape(b + (n, m))
+      # realized operands of a concrete shape (an eager a @ b): pending (plans.PendingPlan), so a repeat is one eager op cache
+      # hit that builds no node (the ~10 nodes built, walked and keyed were ~60 us of a 1024^3 realize's Python, run on caches
+      # the previous kernel had flushed)
+      if (rx := self._requires_grad) is True or (rw := w._requires_grad) is True or not _INT_ONLY.issuperset(map(type, full)):
+        return type(self)._wrap(build(), self, w)
+      if isinstance(out := pending(("dot", dt, xs, ws, xu.device), (xu, wu), build), PendingPlan):
+        return type(self)(out, None, None, None if rx is None or rw is None else False)
+      return type(self)._wrap(out, self, w)
     out_dt = least_upper_dtype(self.dtype, w.dtype) if dtype is None else to_dtype(dtype)
     x = self.reshape(1, k) if self.ndim == 1 else self
     y = w.reshape(k, 1) if w.ndim == 1 else w
