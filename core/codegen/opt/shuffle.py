@@ -32,15 +32,20 @@ def _square(rows: list[UOp]) -> list[UOp]:
     b *= 2
   return rows
 
-def transpose_rows(rows: list[list[UOp]], most: int = 0) -> list[UOp]:
+def transpose_rows(rows: list[list[UOp]], most: int = 0, side_by_side: bool = False) -> list[UOp]:
   """J rows of M lanes (J, M powers of two), each given as the equal vectors it was loaded in, end to end -> M vectors of J
   lanes, out[a] lane k = row k lane a. Split into square tiles of the smaller side (at most `most` lanes, a register's: a wider
   tile's rows span several registers that its shuffles all keep live at once), each transposed by block swaps, their columns
   put end to end. A row loaded as one vector per register gives each square its own loads (the expander's split rows): the
-  stores of one half of the output then read none of the other half's registers (linearize orders such groups one by one)."""
+  stores of one half of the output then read none of the other half's registers (linearize orders such groups one by one).
+  side_by_side: rows of one register, wider than a square, are transposed whole, their squares side by side (a block swap stays
+  within a square's lanes): one shuffle of two registers a swap for all of them, the columns taken apart at the end."""
   j, w, m = len(rows), rows[0][0].dtype.count, rows[0][0].dtype.count * len(rows[0])
   s = min(j, m, most) if most >= 2 else min(j, m)
   assert w >= s, f"rows loaded in vectors of {w} lanes, narrower than the {s}-lane squares"
+  if side_by_side and w == m > s:
+    sq = [_square([r[0] for r in rows[g * s:(g + 1) * s]]) for g in range(j // s)]
+    return [concat([sq[g][t].gep(tuple(range(p * s, p * s + s))) for g in range(j // s)]) for p in range(m // s) for t in range(s)]
   def piece(r: list[UOp], p: int) -> UOp:
     if len(r) == 1 and m == s: return r[0]
     v, at = r[p * s // w], p * s % w

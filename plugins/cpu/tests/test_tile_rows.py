@@ -52,3 +52,28 @@ def test_a_tile_of_more_vectors_than_half_the_registers_keeps_its_lane_stores():
   src = _avx512_source(np.zeros((1, 16, 21, 21), np.float32), np.zeros((16, 16, 3, 3), np.float32))
   assert "store float" in src   # its lane stores
   assert "@llvm.masked.store.v8f32" not in src
+
+def test_a_tiles_two_squares_are_transposed_in_whole_registers(monkeypatch):
+  # 16 channels by 7 (8) pixels: two 8 x 8 squares side by side in each 16-lane column, swapped in zmm registers together
+  # (transpose_rows side_by_side): 8 x 3 swaps of two 16-lane registers where the squares one at a time took twice as many
+  # of two 8-lane halves (22 and 44 here; the weight panel's
+  # transposes, the same either way, are counted in both)
+  import plugin_cpu.tile_rows as TR
+  shapes = (np.zeros((1, 16, 7, 7), np.float32), np.zeros((16, 16, 3, 3), np.float32))
+  def swaps(n: int) -> int:
+    return len(re.findall(rf"shufflevector <{n} x float> %\w+, <{n} x float> %\w+, <{n} x i32>", _avx512_source(*shapes)))
+  on = swaps(16), swaps(8)
+  monkeypatch.setattr(TR, "SIDE_BY_SIDE", False)
+  more16, fewer8 = on[0] - swaps(16), swaps(8) - on[1]
+  assert 20 <= more16 <= 24 and fewer8 == 2 * more16, (more16, fewer8)
+
+@pytest.mark.parametrize("shape", [(1, 32, 7, 7), (2, 16, 14, 14)])
+def test_side_by_side_tiles_give_numpys_values(monkeypatch, shape):
+  import plugin_cpu.tile_rows as TR
+  r = np.random.default_rng(11)
+  x, w = r.standard_normal(shape).astype(np.float32), r.standard_normal((shape[1], shape[1], 3, 3)).astype(np.float32)
+  simd = 64 if "avx512f" in host_flags() else 32
+  for on in (True, False):
+    monkeypatch.setattr(TR, "SIDE_BY_SIDE", on)
+    bufs, _ = run_item(_conv_item(x, w), host_like_renderer("LLVM", simd, threads=0))
+    np.testing.assert_allclose(bufs[0].numpy().reshape(shape), _ref(x, w), rtol=1e-4, atol=1e-4)

@@ -63,3 +63,20 @@ def test_a_networks_lanes_are_the_nodes_gep_makes_without_calling_it(monkeypatch
   assert calls[0] == 0
   geps = [u for o in out for u in o.toposort() if u.op is Ops.GEP]
   assert geps and all(g is gep(g.src[0], g.arg) for g in geps)
+
+@pytest.mark.parametrize("j, m, most", [(8, 16, 8), (4, 16, 4), (2, 16, 2), (16, 16, 8), (8, 32, 8)])
+def test_squares_side_by_side_are_the_same_transpose_in_fewer_shuffles(j, m, most):
+  # rows of one register holding several squares' rows side by side (tile_rows: 8 pixels' columns of 16 channels, two 8 x 8
+  # squares): each block swap is one shuffle of two whole registers for all of them, log2(s) rounds of s per s rows
+  rows = [UOp.variable(f"r{k}", 0, 9).cast(dtypes.float32.vec(m)) for k in range(j)]
+  out = transpose_rows([[r] for r in rows], most, side_by_side=True)
+  env = {r: [(k, a) for a in range(m)] for k, r in enumerate(rows)}
+  assert [_lanes(o, env) for o in out] == [[(k, a) for k in range(j)] for a in range(m)]
+  s = min(j, m, most)
+  def join(u: UOp) -> bool:   # two whole vectors end to end
+    lanes = [(x.src[0], i) for x in u.src for i in x.arg]
+    return lanes == [(lanes[0][0], i) for i in range(len(lanes) // 2)] + [(lanes[-1][0], i) for i in range(len(lanes) // 2)]
+  swaps = [u for u in {u: None for o in out for u in o.toposort()} if u.op is Ops.VECTORIZE and len({x.src[0] for x in u.src}) == 2
+           and not join(u)]
+  # the swaps, all of whole registers, where the squares one at a time take m / s times as many, of s lanes
+  assert {u.dtype.count for u in swaps} == {m} and len(swaps) == (j // s) * s * (s.bit_length() - 1)
