@@ -6,20 +6,13 @@ import pytest
 from core import Tensor
 from core.engine import realize as R
 from core.tensor import plans, reduce as RD
+from tests.engine.pending_helpers import calls
 
 def _t(a: np.ndarray) -> Tensor: return Tensor(a).realize()
 
 def _pendings(fn, monkeypatch) -> int:
   """How many times fn() makes a pending result the general way (plans.pending, which reductions and softmax call)."""
-  n = [0]
-  f = RD.pending
-  def counting(*args):
-    n[0] += 1
-    return f(*args)
-  monkeypatch.setattr(RD, "pending", counting)
-  try: fn()
-  finally: monkeypatch.setattr(RD, "pending", f)
-  return n[0]
+  return calls(RD, "pending", fn, monkeypatch)
 
 CASES = [("sum", lambda x: x.sum(), lambda a: a.sum()), ("sum axis", lambda x: x.sum(1), lambda a: a.sum(1)),
          ("sum keepdim", lambda x: x.sum(-1, keepdim=True), lambda a: a.sum(-1, keepdims=True)),

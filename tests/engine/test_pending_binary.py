@@ -7,6 +7,7 @@ from core import Tensor
 from core.engine import realize as R
 from core.tensor import plans
 from core.tensor import elementwise as E
+from tests.engine.pending_helpers import assert_pending_hit
 
 def _t(a: np.ndarray, **kw) -> Tensor: return Tensor(a, **kw).realize()
 
@@ -21,15 +22,7 @@ def test_a_repeat_builds_no_node(name, op, monkeypatch):
   a, b = _t(x), _t(y)
   for _ in range(3): op(a, b).realize()
   r = op(a, b)
-  assert type(r.__dict__.get("_pending")) is plans.PendingPlan and "uop" not in r.__dict__
-  n, h0 = [0], R.eager_ops.hits
-  f = plans.rebuild
-  def counting(*args):
-    n[0] += 1
-    return f(*args)
-  monkeypatch.setattr(plans, "rebuild", counting)
-  r.realize()
-  assert n[0] == 0 and R.eager_ops.hits == h0 + 1
+  assert_pending_hit(r, monkeypatch)
   np.testing.assert_allclose(r.numpy(), op(x, y), rtol=1e-6)
 
 def test_its_node_is_the_general_paths(monkeypatch):

@@ -8,27 +8,12 @@ from core.helpers import Context
 from core.ir.ops import Ops
 from core.engine import realize as R
 from core.tensor import plans, reduce as RD
+from tests.engine.pending_helpers import calls, replays
 
 def _t(a: np.ndarray) -> Tensor: return Tensor(a).realize()
 
 def _warm(fn) -> None:
   for _ in range(3): fn().realize()   # compile, eager plan, cache entry
-
-def _calls(module, name: str, fn, monkeypatch) -> int:
-  """How many times fn() calls module.name."""
-  n = [0]
-  f = getattr(module, name)
-  def counting(*args):
-    n[0] += 1
-    return f(*args)
-  monkeypatch.setattr(module, name, counting)
-  try: fn()
-  finally: monkeypatch.setattr(module, name, f)
-  return n[0]
-
-def _replays(fn, monkeypatch) -> int:
-  """How many times fn() rebuilds a plan's nodes (core.ir.ops.rebuild, which every replay of a recorded plan calls)."""
-  return _calls(plans, "rebuild", fn, monkeypatch)
 
 # (name, op, input shape): whole-tensor and last-axis reductions, unsplit and split (more than SPLIT_REDUCE elements) sums
 CASES = [("sum", lambda x: x.sum(), (64,)), ("sum split", lambda x: x.sum(), (1 << 16,)), ("max", lambda x: x.max(), (1 << 16,)),
@@ -48,7 +33,7 @@ def test_a_repeated_eager_reduction_builds_no_node(name, op, shape, monkeypatch)
   _warm(lambda: op(x))
   h0 = R.eager_ops.hits
   out: list[Tensor] = []
-  assert _replays(lambda: out.append(op(x).realize()), monkeypatch) == 0
+  assert replays(lambda: out.append(op(x).realize()), monkeypatch) == 0
   assert R.eager_ops.hits == h0 + 1
   np.testing.assert_allclose(out[0].numpy(), _want(name, a), rtol=2e-5, atol=2e-6)
 
@@ -58,7 +43,7 @@ def test_item_of_a_pending_sum_builds_no_node_and_leaves_it_pending(monkeypatch)
   _warm(lambda: x.sum())
   s = x.sum()
   h0 = R.eager_ops.hits
-  assert _replays(lambda: s.item(), monkeypatch) == 0 and R.eager_ops.hits == h0 + 1
+  assert replays(lambda: s.item(), monkeypatch) == 0 and R.eager_ops.hits == h0 + 1
   assert s.item() == float(a.astype(np.float64).sum())   # exact here: every partial sum is a multiple of 1/1024 below 2^24
   assert type(s.__dict__.get("_pending")) is plans.PendingPlan and "uop" not in s.__dict__
 
@@ -136,7 +121,7 @@ def test_a_missed_eager_reduction_makes_its_op_key_once(name, op, shape, monkeyp
   R.eager_ops.clear()
   x.__dict__.pop("_again", None)   # the pending result x keeps (plans.again) makes none: the miss of a new call is meant
   out: list[Tensor] = []
-  assert _calls(R, "_sources_key", lambda: out.append(op(x).realize()), monkeypatch) == 1
+  assert calls(R, "_sources_key", lambda: out.append(op(x).realize()), monkeypatch) == 1
   h0 = R.eager_ops.hits
   np.testing.assert_allclose(op(x).realize().numpy(), out[0].numpy())   # the entry the miss made serves the next call
   assert R.eager_ops.hits == h0 + 1
