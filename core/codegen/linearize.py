@@ -14,17 +14,6 @@ def has_shuffle_network(uops: list[UOp]) -> bool:
   """A shuffle of shuffles among `uops`: a transposing tile's network (opt/shuffle.py)."""
   return any(is_shuffle(u) and any(is_shuffle(g.src[0]) for g in u.src) for u in uops)
 
-def _topo(items: list[UOp], deps: dict[UOp, set[UOp]], users: dict[UOp, list[UOp]]) -> list[UOp]:
-  """`items` with each after its deps (Kahn's algorithm; the users of a block's items are items of that block)."""
-  left = {it: len(ds) for it in items if (ds := deps.get(it))}
-  nxt, topo = [it for it in items if it not in left], []
-  while nxt:
-    topo.append(it := nxt.pop())
-    for us in users.get(it, ()):
-      left[us] -= 1
-      if not left[us]: nxt.append(us)
-  return topo
-
 def tile_keys(items: list[UOp], deps: dict[UOp, set[UOp]], users: dict[UOp, list[UOp]], order: dict[UOp, int],
               shuffles: set[UOp] | None = None) -> dict[UOp, tuple[int, int, int, int]] | None:
   """Emission keys for a block holding a shuffle network (a shuffle of shuffles: a transposing tile, opt/shuffle.py) whose stores
@@ -44,17 +33,25 @@ def tile_keys(items: list[UOp], deps: dict[UOp, set[UOp]], users: dict[UOp, list
   # bits its shuffle stage as the highest of one-hot bits (a dep's bits OR-ed in, shifted one up at a shuffle: max + 1)
   loads = sorted([it for it in items if it.op is Ops.LOAD], key=order.__getitem__)
   n = len(loads)
-  needs: dict[UOp, int] = dict.fromkeys(items, 1 << n)
-  for i, ld in enumerate(loads): needs[ld] |= 1 << i
-  low = (1 << n) - 1
-  # the items in an order that puts each after its deps (`deps` has none for an item that waits on nothing), each one's needs
-  # from its deps' as it comes. Without a loop among them the graph's order is one (each waits only on its own sources, which
-  # come before it); a loop's item has its block's positions after it, so then Kahn's algorithm
-  topo = items if not any(it.op is Ops.RANGE for it in items) else _topo(items, deps, users)
-  for it in topo:
-    if (ds := deps.get(it)) is None: continue   # (needs as set above: a load's own bit or nothing, stage 0)
-    m = reduce(or_, map(needs.__getitem__, ds), needs[it])
-    needs[it] = m if it not in shuffles else m >> n << (n + 1) | m & low
+  top, low = 1 << n, (1 << n) - 1
+  seed = {ld: top | 1 << i for i, ld in enumerate(loads)}
+  # each one's needs from its deps' (`deps` has none for an item that waits on nothing) in an order that puts each after its deps:
+  # the graph's, where each node waits only on its own sources, which come before it, but a loop's item waits on its block's
+  # items that its loop reads, which may come after it (a register tile's stores), and so do the items using the loop: those
+  # wait for a pass over the late ones once the first is done (no second pass without a loop among the items)
+  needs: dict[UOp, int] = {}
+  get, pending = needs.__getitem__, items
+  while pending:
+    late = []
+    for it in pending:
+      try: m = reduce(or_, map(get, deps.get(it, ())), seed.get(it, top))
+      except KeyError:   # (a dep not done yet)
+        late.append(it)
+        continue
+      needs[it] = m if it not in shuffles else m >> n << (n + 1) | m & low
+    if len(late) == len(pending): raise RuntimeError("cycle while linearizing a kernel")
+    pending = late
+  topo = list(needs)   # (each item after its deps)
   if max(needs.values()) >> n < 4: return None   # no item at stage 2
   # stores that share a load are one group (connected through their loads), groups ranked by their first store
   groups: list[tuple[int, list[UOp]]] = []   # (the group's loads, its stores)
