@@ -1,6 +1,7 @@
 """Kernel graph -> renderable graph: reductions become accumulators, loops become thread ids, index math gets a width."""
 from __future__ import annotations
 import functools, math, operator
+from typing import Iterable
 from core.ir.dtype import dtypes, AddrSpace, DType
 from core.ir.ops import UOp, Ops, AxisType, reduce_op, reduce_alu, union_of, intern_uop
 from core.ir.pattern import UPat, PatternMatcher, graph_rewrite
@@ -13,12 +14,11 @@ class RangeScopes:
   def __call__(self, root: UOp) -> frozenset[UOp]:
     if (hit := self.cache.get(root)) is not None: return hit
     # asked in graph order (linearize), a node's sources are known: no walk
-    for u in ((root,) if all(s in self.cache for s in root.src) else root.toposort(stop=self.cache)):
-      if u not in self.cache: self.cache[u] = self._live(u)
+    self.fill((root,) if all(s in self.cache for s in root.src) else root.toposort(stop=self.cache))
     return self.cache[root]
-  def fill(self, nodes: list[UOp]) -> None:
-    """Answer every node of `nodes`, a whole graph in order (sources first): each from its sources, with no test or walk."""
-    # (_live and union_of inline: two calls a node were most of it)
+  def fill(self, nodes: Iterable[UOp]) -> None:
+    """Answer every node of `nodes`, in order (sources first): each from its sources, with no test or walk."""
+    # (ops.union_of written inline: its call per node was most of it)
     cache, get, RANGE, END = self.cache, self.cache.get, Ops.RANGE, Ops.END
     for u in nodes:
       if u in cache: continue
@@ -29,10 +29,6 @@ class RangeScopes:
       if (op := u.op) is RANGE: live = live | {u}
       elif op is END: live = live - set(src[1:])
       cache[u] = live
-  def _live(self, u: UOp) -> frozenset[UOp]:
-    live = union_of(self.cache, u.src)
-    if u.op is Ops.RANGE: return live | {u}
-    return live - set(u.src[1:]) if u.op is Ops.END else live
 
 def reduce_identity(op: Ops | tuple[Ops, str], dtype: DType) -> UOp:
   return UOp.const(dtype, {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dtype.min}[reduce_op(op)])
