@@ -293,9 +293,11 @@ def _pm_lower(drop_where: bool) -> PatternMatcher:
   return pm_lower_reduce + pm_wmma_accumulate + (pm_drop_gated_where if drop_where else PatternMatcher([]))
 
 def lower_kernel(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0, scratch_bytes: int = 0,
-                 scaled_exp2: bool = False, ahead: bool = False, fma_shift: bool = False) -> tuple[UOp, tuple[int, ...], tuple[int, ...]]:
-  """The lowered kernel, its launch size and its workgroup size; `scratch_bytes`, `scaled_exp2`, `ahead`, `fma_shift`:
-  Renderer.scratch_bytes, Renderer.scaled_exp2, Renderer.max_ahead and Renderer.fma_exp_shift (core.codegen.stash)."""
+                 scaled_exp2: bool = False, ahead: bool = False, fma_shift: bool = False, stream_bytes: int = 0) \
+    -> tuple[UOp, tuple[int, ...], tuple[int, ...]]:
+  """The lowered kernel, its launch size and its workgroup size; `scratch_bytes`, `scaled_exp2`, `ahead`, `fma_shift`,
+  `stream_bytes`: Renderer.scratch_bytes, Renderer.scaled_exp2, Renderer.max_ahead, Renderer.fma_exp_shift and
+  Renderer.stream_min_bytes (core.codegen.stash)."""
   ctx = LowerCtx(sink)
   sink = graph_rewrite(sink, _pm_lower(DROP_GATED_WHERE), ctx, name="lower reduce")
   if ctx.group_reduce: sink = gate_group_stores(sink)
@@ -305,6 +307,6 @@ def lower_kernel(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0
   nodes = _substituted_nodes(sink, ids)
   if valid or not _same_bounds(ids) or any(map(COSTLY_OPS.__contains__, map(_op_of, nodes))):   # (C loops: a test a node)
     sink, ids = stash_reduced_values(gate_invalid_threads(sink.substitute(ids), valid), scratch_bytes, scaled_exp2, fma_shift), {}
-    if ahead: sink = max_ahead(sink)
+    if ahead: sink = max_ahead(sink, stream_bytes)
     nodes = _substituted_nodes(sink, ids)
   return lower_index_dtype(sink, ids, nodes), gsize, lsize

@@ -128,7 +128,7 @@ def _get_program(ast: UOp, renderer: Renderer, optimize: bool, name: str) -> UOp
                        masked=renderer.masked_vectors, vector_dtypes=renderer.vector_dtypes, simd_bytes=renderer.simd_width,
                        split_rows=renderer.split_tile_rows)
   sink, gsize, lsize = lower_kernel(sink, renderer.global_max, renderer.threads, renderer.scratch_bytes, renderer.scaled_exp2,
-                                    renderer.max_ahead, renderer.fma_exp_shift)
+                                    renderer.max_ahead, renderer.fma_exp_shift, renderer.stream_min_bytes)
   if IMAGE:
     from core.codegen.image import lower_images
     sink = lower_images(sink, renderer)

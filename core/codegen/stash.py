@@ -1,7 +1,7 @@
 """Row kernels compute an expensive reduced value once: the reduction loop stashes it (in a per-thread row where the renderer
 says one is cheap, else in the output row), the output loop reads it."""
 from __future__ import annotations
-from core.ir.dtype import AddrSpace, dtypes
+from core.ir.dtype import AddrSpace, dtypes, global_nbytes
 from core.ir.ops import UOp, Ops, GroupOp, AxisType, EXP2_NONPOSITIVE
 from core.codegen.decompose import EXP2_SCALED, EXP2_SCALE
 
@@ -120,13 +120,21 @@ def _rows_at(end: UOp, value: UOp, r: UOp, row: UOp) -> UOp:
   the row: the next row's value), not in the accumulator's init and ranges."""
   return end.substitute({value: value.substitute({r: row})})
 
-def max_ahead(sink: UOp) -> UOp:
+# A streamed row kernel's next row max runs after its output loop (max_ahead's `stream_bytes`): the output loop's streaming
+# stores drain to memory slowly and the stores after them wait in order (the exp pass's stash), where the max pass, loads alone,
+# runs while they drain. AVX2 code (znver3) on a 2-vCPU Xeon guest (Sapphire Rapids class), chrt -f 10, this kernel's two orders
+# in one process, time after / before, medians of 41 pairs: softmax 4096x1000 2 threads 0.980, 0.974, 0.980, one 0.985, 0.971,
+# 0.970; 1024x4096 0.964, 0.962; with plain stores (no stream) 0.998, 0.993. Cached outputs keep the order before (the max pass
+# hides the sum's and its reciprocal's latency there): 256x1000 1.107, 1.080; 3072x256 1.021, 1.017
+def max_ahead(sink: UOp, stream_bytes: int = 0) -> UOp:
   """A row kernel (one loop over rows around the rest) whose row max feeds a later reduction of the row (softmax's exps, their
   sum) takes the next row's max after this row's reductions, before its output loop, and the first row's before the row loop:
   the max's accumulator carries it to the next iteration. The exp pass no longer waits for the max pass's last steps and its
   horizontal max, and the max pass runs while the row's sum is summed up and inverted (the output loop waits for it). The last
   row reads itself again. Where the exp pass is compute-bound (Renderer.max_ahead): one Zen 5 thread, AVX2 code, softmax
-  4096x1000 0.94x the time; AVX-512 code is memory-bound there and lost (1.18x: the next row's lines are still on their way)."""
+  4096x1000 0.94x the time; AVX-512 code is memory-bound there and lost (1.18x: the next row's lines are still on their way).
+  Where `stream_bytes` (Renderer.stream_min_bytes) is known and the kernel's buffers total that much (its output streams), the
+  next row's max runs after the output loop instead."""
   if (top := sink.src[0] if len(sink.src) == 1 else None) is None or top.op is not Ops.END or len(top.src) != 2: return sink
   if (r0 := top.src[1]).op is not Ops.RANGE or r0.arg[1] is not AxisType.LOOP or r0.src[0].op is not Ops.CONST or (n := r0.src[0].arg) < 2:
     return sink
@@ -154,10 +162,13 @@ def max_ahead(sink: UOp) -> UOp:
                                                                  r2: r2.replace(arg=(axis, r2.arg[1]))})
   carried = {done[0]: acc.after(first, r0)}
   later = [e.substitute(carried) for e in later]
-  after_row = acc.after(later[0] if len(later) == 1 else UOp(Ops.GROUP, src=tuple(later)))
+  body = top.src[0].substitute(carried)
+  streamed = stream_bytes > 0 and sum(global_nbytes(u.dtype) for u in nodes if u.op is Ops.PARAM) >= stream_bytes
+  # the next max waits for the row's whole body where the output streams, else for its reductions alone
+  after_row = acc.after(body if streamed else later[0] if len(later) == 1 else UOp(Ops.GROUP, src=tuple(later)))
   nxt = _rows_at(mend, value, r0, (r0 < n - 1).where(r0 + 1, r0)).substitute(
     {init: init.replace(src=(init.src[0].replace(src=(after_row,) + init.src[0].src[1:]),) + init.src[1:]), r2: r2.replace(arg=(axis + 1, r2.arg[1]))})
-  body = top.src[0].substitute(carried)
-  # what reads the row's reductions (the output loop) waits for the next max: it runs while the sum's last steps finish
-  body = body.substitute({u: u.replace(src=u.src + (nxt,)) for u in body.toposort() if u.op is Ops.AFTER and any(s in later for s in u.src[1:])})
+  # else what reads the row's reductions (the output loop) waits for the next max: it runs while the sum's last steps finish
+  if not streamed:
+    body = body.substitute({u: u.replace(src=u.src + (nxt,)) for u in body.toposort() if u.op is Ops.AFTER and any(s in later for s in u.src[1:])})
   return sink.replace(src=(top.replace(src=(UOp(Ops.GROUP, src=(body, nxt)), r0)),))

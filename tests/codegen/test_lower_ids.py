@@ -18,14 +18,14 @@ from core.device.registry import Device
 from core.schedule.kernelize import create_schedule
 
 def _two_walks(sink: UOp, global_max, threads: int = 0, scratch_bytes: int = 0, scaled_exp2: bool = False, ahead: bool = False,
-               fma_shift: bool = False):
+               fma_shift: bool = False, stream_bytes: int = 0):
   """lower_kernel as it was: map_globals' substitution, stash_reduced_values (and max_ahead), then lower_index_dtype's rebuild."""
   ctx = LowerCtx(sink)
   sink = graph_rewrite(sink, _pm_lower(lowerer.DROP_GATED_WHERE), ctx, name="lower reduce")
   if ctx.group_reduce: sink = lowerer.gate_group_stores(sink)
   sink, gsize, lsize = map_globals(sink, global_max, threads)
   sink = stash_reduced_values(sink, scratch_bytes, scaled_exp2, fma_shift)
-  return lower_index_dtype(max_ahead(sink) if ahead else sink), gsize, lsize
+  return lower_index_dtype(max_ahead(sink, stream_bytes) if ahead else sink), gsize, lsize
 
 def _lowered(out: Tensor, monkeypatch) -> list[tuple]:
   """(lower_kernel's arguments, its answer) for each kernel of `out` on a renderer of its own (programs are cached by it)."""

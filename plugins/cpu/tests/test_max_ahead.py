@@ -1,5 +1,6 @@
 """Without AVX-512 a softmax's exp pass is compute-bound: the next row's max runs after the row's reductions, before its output
-loop, and the first row's before the row loop (core.codegen.stash.max_ahead). The values are the plain order's, bit for bit."""
+loop (after it where the output streams), and the first row's before the row loop (core.codegen.stash.max_ahead). The values
+are the plain order's, bit for bit."""
 from __future__ import annotations
 import copy, re
 import numpy as np
@@ -13,9 +14,10 @@ from cpu_kernels import host_like_renderer, run_rendered
 AVX2 = frozenset({"avx", "avx2", "fma"})
 AVX512 = AVX2 | {"avx512f", "avx512vl", "avx512dq", "avx512bw"}
 
-def _renderer(ahead: bool, simd: int = 32):
+def _renderer(ahead: bool, simd: int = 32, stream: int = 0):
+  """`stream`: its stream_min_bytes (0: unknown, never streamed; 1: every kernel streams), not the host's."""
   rnd = copy.copy(host_like_renderer("LLVM", simd))
-  rnd.max_ahead = ahead
+  rnd.max_ahead, rnd.stream_min_bytes = ahead, stream
   return rnd
 
 def _uops(fn, shape, rnd):
@@ -43,18 +45,26 @@ def _loops(uops):
 @pytest.mark.parametrize("fn", [lambda t: t.softmax(-1), lambda t: t.log_softmax(-1)])
 @pytest.mark.parametrize("shape", [(4096, 1000), (64, 1001)])
 def test_next_rows_max_runs_after_the_rows_sum(fn, shape):
-  loops = _loops(_uops(fn, shape, _renderer(True)))
-  maxes = [i for i, (_, m) in enumerate(loops) if m]
-  rows = next(i for i, (kind, _) in enumerate(loops) if kind is AxisType.LOOP)
-  sums = [i for i, (kind, m) in enumerate(loops) if kind is AxisType.REDUCE and not m and i > rows]
-  # the first row's max before the row loop, the next row's after the exp sum and before the output loop (the row's last)
-  assert len(maxes) == 2 and maxes[0] < rows < sums[0] < maxes[1] < len(loops) - 1, loops
+  nbytes = 2 * 4 * shape[0] * shape[1]   # the kernel's buffers: input and output
+  # where the output streams (its buffers total the renderer's stream_min_bytes) the next max is the row's last loop, after
+  # the output loop; else (a higher bound, or none known) before it
+  for stream, last in ((0, False), (nbytes + 1, False), (nbytes, True), (1, True)):
+    loops = _loops(_uops(fn, shape, _renderer(True, stream=stream)))
+    maxes = [i for i, (_, m) in enumerate(loops) if m]
+    rows = next(i for i, (kind, _) in enumerate(loops) if kind is AxisType.LOOP)
+    sums = [i for i, (kind, m) in enumerate(loops) if kind is AxisType.REDUCE and not m and i > rows]
+    outs = [i for i, (kind, _) in enumerate(loops) if kind is AxisType.LOOP and i > rows]
+    # the first row's max before the row loop, the next row's after the exp sum, and before the output loop (the row's last)
+    # or after it (the next max last)
+    assert len(maxes) == 2 and len(outs) == 1 and maxes[0] < rows < sums[0] < maxes[1], (stream, loops)
+    assert (maxes[1] == len(loops) - 1 and sums[0] < outs[0] < maxes[1]) if last else outs[0] == len(loops) - 1, (stream, loops)
   plain = _loops(_uops(fn, shape, _renderer(False)))
   assert [m for _, m in plain].count(True) == 1 and plain[0] == (AxisType.LOOP, False)
 
+@pytest.mark.parametrize("stream", [0, 1])
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 @pytest.mark.parametrize("rows, cols", [(10, 1000), (10, 1001), (3, 17), (2, 256), (1, 1000)])
-def test_values_are_the_plain_orders(op, rows, cols):
+def test_values_are_the_plain_orders(op, rows, cols, stream):
   x = (np.random.default_rng(cols + rows).standard_normal((rows, cols)) * 3).astype(np.float32)
   if rows >= 10:
     x[1, cols // 2], x[2, :], x[3, ::2], x[9, 0] = np.nan, -np.inf, -np.inf, np.inf
@@ -63,7 +73,7 @@ def test_values_are_the_plain_orders(op, rows, cols):
     x[6, : cols // 2] = -150
     x[7] *= 1e30
   fn = lambda t: getattr(t, op)(-1)
-  got, want = (run_rendered(_renderer(ahead), fn, x)[0].reshape(x.shape) for ahead in (True, False))
+  got, want = (run_rendered(_renderer(ahead, stream=stream), fn, x)[0].reshape(x.shape) for ahead in (True, False))
   np.testing.assert_array_equal(got, want)   # NaN rows included
   x64 = x.astype(np.float64)
   ok = np.isfinite(x64).all(-1)
@@ -71,16 +81,17 @@ def test_values_are_the_plain_orders(op, rows, cols):
   ref = np.exp(y) / np.exp(y).sum(-1, keepdims=True) if op == "softmax" else y - np.log(np.exp(y).sum(-1, keepdims=True))
   np.testing.assert_allclose(got[ok], ref, rtol=1e-5, atol=1e-5 if op == "log_softmax" else 1e-7)
 
+@pytest.mark.parametrize("stream", [0, 1])
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
-def test_the_next_rows_max_tests_the_next_row(op):
+def test_the_next_rows_max_tests_the_next_row(op, stream):
   # rows padded with zeros around rows near 200, and rows shifted by 100 a row (an arange in the kernel): the next row's max tests
   # the next row's padding and takes its shift, not this row's (this row's gave log_softmax -inf where a row follows a pad row)
   x = (np.random.default_rng(5).standard_normal((1000, 1000)) + 200).astype(np.float32)
   r = lambda t: Tensor.arange(t.shape[0]).reshape(t.shape[0], 1).cast("float32") * 100
   for fn, x64 in ((lambda t: getattr(t.pad(((1, 1), (0, 0))), op)(-1), np.pad(x.astype(np.float64), ((1, 1), (0, 0)))),
                   (lambda t: getattr(t + r(t), op)(-1), (x + np.arange(1000, dtype=np.float32)[:, None] * 100).astype(np.float64))):
-    assert [m for _, m in _loops(_uops(fn, x.shape, _renderer(True)))].count(True) == 2   # it runs ahead there
-    got, want = (run_rendered(_renderer(ahead), fn, x)[0].reshape(x64.shape) for ahead in (True, False))
+    assert [m for _, m in _loops(_uops(fn, x.shape, _renderer(True, stream=stream)))].count(True) == 2   # it runs ahead there
+    got, want = (run_rendered(_renderer(ahead, stream=stream), fn, x)[0].reshape(x64.shape) for ahead in (True, False))
     np.testing.assert_array_equal(got, want)
     y = x64 - x64.max(-1, keepdims=True)
     ref = np.exp(y) / np.exp(y).sum(-1, keepdims=True) if op == "softmax" else y - np.log(np.exp(y).sum(-1, keepdims=True))
