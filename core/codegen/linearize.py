@@ -42,15 +42,19 @@ def tile_keys(items: list[UOp], deps: dict[UOp, set[UOp]], users: dict[UOp, list
   needs: dict[UOp, int] = {}
   get, pending = needs.__getitem__, items
   while pending:
-    late = []
+    late: dict[UOp, None] = {}
     for it in pending:
-      try: m = reduce(or_, map(get, deps.get(it, ())), seed.get(it, top))
+      ds = deps.get(it, ())
+      if late and not late.keys().isdisjoint(ds):   # (a dep late: no exception for each item after a loop's item)
+        late[it] = None
+        continue
+      try: m = reduce(or_, map(get, ds), seed.get(it, top))
       except KeyError:   # (a dep not done yet)
-        late.append(it)
+        late[it] = None
         continue
       needs[it] = m if it not in shuffles else m >> n << (n + 1) | m & low
     if len(late) == len(pending): raise RuntimeError("cycle while linearizing a kernel")
-    pending = late
+    pending = list(late)
   topo = list(needs)   # (each item after its deps)
   if max(needs.values()) >> n < 4: return None   # no item at stage 2
   # stores that share a load are one group (connected through their loads), groups ranked by their first store
