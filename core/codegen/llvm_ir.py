@@ -125,7 +125,7 @@ def _render_load(ctx: LLVMRenderer, x: UOp) -> str:
     return f"{m} = load {mt}, {ptr}, align 1\n  {dest} = icmp ne {mt} {m}, {ctx.mem_const(0, x.dtype)}"
   if len(idx.src) < 3: return load(ctx[x])
   gate = idx.src[2]
-  if gate.dtype.count > 1 and gate.op is Ops.VECTORIZE and len(set(gate.src)) == 1: gate = gate.src[0]
+  gate = gate.unbroadcast()
   if gate.dtype.count > 1:
     # a gate per lane (Renderer.masked_vectors): the masked-off lanes read nothing and take the alternative's lanes
     alt = ctx[x.src[1]] if len(x.src) > 1 and x.src[1].dtype is not dtypes.void else ctx.const(0, x.dtype)
@@ -194,7 +194,7 @@ def _render_vectorize(ctx: LLVMRenderer, x: UOp) -> str:
     st = ctx.ty(srcs[0].dtype)
     return (f"{ctx[x]} = shufflevector {st} {ctx[srcs[0]]}, {st} {ctx[srcs[1]] if len(srcs) > 1 else 'poison'}, "
             f"<{len(mask)} x i32> <{', '.join(f'i32 {m}' for m in mask)}>")
-  if len(x.src) > 1 and len(set(x.src)) == 1:
+  if x.unbroadcast() is not x:
     # one value in every lane (a broadcast: an input pixel for a tile's channels): one lane and a splat shuffle, as InstCombine
     # would make of an insertelement per lane, in 2 lines instead of 16 (AVX-512 f32) for LLVM to parse and simplify first
     one = ctx.tmp()

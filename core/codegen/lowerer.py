@@ -279,7 +279,7 @@ def drop_gated_where(w: UOp) -> UOp | None:
   cond, ld, other = w.src
   if ld.op is not Ops.LOAD or ld.dtype != w.dtype or ld.src[0].op is not Ops.INDEX or len(ld.src[0].src) < 3 or not _is_zero(other): return None
   if any(a.dtype is not dtypes.void and not _is_zero(a) for a in ld.src[1:]): return None   # its alternative: 0 unless given
-  g = cond.src[0] if cond.op is Ops.VECTORIZE and all(s is cond.src[0] for s in cond.src) else cond
+  g = cond.unbroadcast()
   return ld if g in _conjuncts(ld.src[0].src[2]) else None
 
 pm_drop_gated_where = PatternMatcher([(UPat(Ops.WHERE, name="w"), drop_gated_where)], name="drop gated where")

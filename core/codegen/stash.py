@@ -50,8 +50,7 @@ def _inverse_sum(x: UOp, acc: UOp) -> bool:
 
 def _row_scalar(v: UOp) -> UOp | None:
   """The scalar a broadcast VECTORIZE repeats (v itself where v is a scalar), else None."""
-  if v.dtype.count == 1: return v
-  return v.src[0] if v.op is Ops.VECTORIZE and all(s is v.src[0] for s in v.src) else None
+  return s if (s := v.unbroadcast()).dtype.count == 1 else None
 
 def _fma_shift(x: UOp, r: UOp) -> UOp:
   """A softmax's EXP2_SCALED argument (a + b) * c, b and c the same for the whole loop `r` (-max and 1 / ln 2), as one multiply-add

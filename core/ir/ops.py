@@ -469,6 +469,9 @@ class UOp(_UOpFields, metaclass=UOpMeta):
     return intern_uop(UOp, Ops.GEP, self.dtype.scalar().vec(len(idx)), (self,), idx)
   @staticmethod
   def vectorize(*srcs: UOp) -> UOp: return srcs[0] if len(srcs) == 1 else intern_uop(UOp, Ops.VECTORIZE, srcs[0].dtype.vec(len(srcs)), srcs)
+  def unbroadcast(self) -> UOp:
+    """The one value a broadcast (a VECTORIZE of the same node in every lane) repeats; any other node itself."""
+    return self.src[0] if self.op is Ops.VECTORIZE and all(s is self.src[0] for s in self.src) else self
 
   # *** symbolic variables ***
 

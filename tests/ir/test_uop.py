@@ -52,3 +52,11 @@ def test_tensor_level_const_hits_equal_misses_for_every_scalar_kind():
   # a vector dtype's scalar is a VCONST whatever the device and shape say (no cache entry is made for it)
   v = UOp.const(dtypes.float32.vec(4), 1.0, "CPU", (4,))
   assert v.op.name == "VCONST" and v.arg == (1.0,) * 4 and UOp.const(dtypes.float32.vec(4), 1.0, "CPU", (4,)) is v
+
+def test_unbroadcast_answers_the_repeated_value_only():
+  x, y = UOp.variable("x", 0, 9), UOp.variable("y", 0, 9)
+  splat, mixed = UOp.vectorize(x, x, x, x), UOp.vectorize(x, y, x, x)
+  assert splat.unbroadcast() is x
+  assert mixed.unbroadcast() is mixed      # lanes differ: not a broadcast
+  assert x.unbroadcast() is x              # a scalar is its own value
+  assert splat.gep((0, 1)).unbroadcast().op.name == "GEP"   # only a VECTORIZE is looked through

@@ -198,8 +198,6 @@ FMA_UNROLL_BELOW_REGS = 32
 FMA_UNROLL_MIN = 8
 FMA_ROLL_AROUND = True   # the loops around them kept rolled (a switch for comparisons)
 
-def _broadcast(x: UOp) -> bool: return x.op is Ops.VECTORIZE and all(s is x.src[0] for s in x.src)
-
 def _tile_fmas(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], r: UOp) -> int:
   """The vector FMAs of an outer-product register tile in loop `r`: multiply-adds of a vector by a broadcast value into an
   accumulator (a load of a register buffer, or such an FMA: a reduce the heuristic unrolled), counted where a multiplicand feeds
@@ -207,7 +205,7 @@ def _tile_fmas(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], r: UOp) -> int:
   loads an FMA), nor a variance's d*d + acc, nor an exp's polynomial."""
   fmas: set[UOp] = set()
   for u in uops:
-    if u.op is Ops.MULACC and u.dtype.count > 1 and r in deps.get(u, ()) and any(_broadcast(s) for s in u.src[:2]) and \
+    if u.op is Ops.MULACC and u.dtype.count > 1 and r in deps.get(u, ()) and any(s.unbroadcast() is not s for s in u.src[:2]) and \
        (u.src[2] in fmas or (u.src[2].op is Ops.LOAD and u.src[2].src[0].op is Ops.INDEX and u.src[2].src[0].src[0].op is Ops.DEFINE_REG)):
       fmas.add(u)
   uses = Counter(s for u in fmas for s in u.src[:2])
