@@ -17,6 +17,16 @@ if TYPE_CHECKING: from core.device.renderer import Renderer
 # conv register block, measured on a 2-core AVX-512 host: 2 vectors along the contiguous output axis x 4 rows, the reduce
 # unrolled by 2, and the reused axis's loop outside the other's so a panel of the second input stays in cache
 MM_J2, MM_I, MM_K, MM_SWAP = 2, 4, 2, True
+# a tile whose vectors come from `third` (WHOLE_ROW_THIRD_VECTORS, NARROW_THIRD_VECTORS: a 1x1 conv's 1 vector of pixels x 8
+# channels x 2 images) unrolls its reduce by 4 on a big_l2 core (the Intel AVX-512 server core) where 4 steps' vectors and
+# broadcasts fit the registers: each step loads its vectors from rows far apart (an input channel of each image) beside 8
+# weight broadcasts, and 4 steps an iteration ran faster than 2. This 2-vCPU Xeon guest, per-kernel A/B in one process,
+# medians [quartiles] of the pair ratios, load 8-11: conv 32x256x28x28 -> 64 on 2 threads (chrt, wall) 0.934 [0.918-0.959],
+# 0.944 [0.921-0.978], 0.948 [0.920-0.975] (41 pairs), 0.950 [0.925-0.988] (61), one thread (thread time) 0.950, 0.931; a
+# training step's r_8_64_28_28 (8x128x28x28 by a 128x64 weight) 0.957 [0.928-0.989] (201); 8 steps 1.049x the time of 4.
+# Other tiles with room for 4 steps gained nothing where measured (ResNet-18's 1x1/2 downsample convs 1.019 [0.984-1.045],
+# 0.978 [0.947-1.007]) and keep MM_K; so do the Zen hosts (unmeasured: their integer pipes run the loop control apart)
+MM_K_BIG_L2 = 4
 # matmul register tiles (vectors along the contiguous output axis, rows), best first; the first that fits the host's vector
 # registers (renderer.simd_regs: accumulators + one vector per column + the broadcast row value) and whose packed panel fits
 # is used. CPU time of one thread, 1024/2048 on a Zen 5 (32 zmm), three runs: 4x4 174-202/173-193 GFLOP/s, 2x8 189-192/
@@ -836,9 +846,12 @@ def _register_block(k: Kernel, outs: list[UOp], loads: list[UOp], contig_out: UO
     k = _try(k, Opt(OptOps.UNROLL, _pos(k, _same(k, w)), 0))
   red = next((r for r in k.of_type(AxisType.REDUCE) if range_size(r) is not None), None)
   # the reduce unrolled by MM_K only where the second step's column vectors and broadcast fit the registers beside the
-  # accumulators (AVX2's 12-accumulator tiles: they don't, and spill; one Zen 3 thread, 960^3 2x6: 35 -> 60 GFLOP/s)
+  # accumulators (AVX2's 12-accumulator tiles: they don't, and spill; one Zen 3 thread, 960^3 2x6: 35 -> 60 GFLOP/s); by
+  # MM_K_BIG_L2 where the tile's vectors come from `third` (see MM_K_BIG_L2)
   red_size = (range_size(red) or 0) if red is not None else 0
-  if red is not None and red_size >= 16 and (amt_k := _pick_amt(red_size, (MM_K,))) and nacc + MM_K * (ncols + 1) <= regs:
+  wide = (MM_K_BIG_L2,) if third_vecs and big_l2(rnd) and nacc + MM_K_BIG_L2 * (ncols + 1) <= regs and \
+    k.register_elems() * MM_K_BIG_L2 <= MAX_REGISTER_ELEMS else ()
+  if red is not None and red_size >= 16 and (amt_k := _pick_amt(red_size, (*wide, MM_K))) and nacc + MM_K * (ncols + 1) <= regs:
     k = _try(k, Opt(OptOps.UNROLL, _pos(k, red), amt_k))
   # (a panel read in place groups nothing: its rows are read from the L2 either way)
   in_place = other is not None and not rnd.has_local and _panel_in_place(k, _same(k, other), lanes * ncols)
