@@ -213,6 +213,12 @@ def packed_panel_offsets(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], order
 # SPREAD_BELOW_REGS or more (AVX-512's 8-row tiles) keep every block's. The LLVM renderer's alone: the C renderer's source,
 # the gate a conditional expression, ran 0.78x the time built by clang but 1.22x by gcc (32x256x28x28 -> 32 and 4x256 -> 32).
 SPREAD_BELOW_REGS = 32
+# and so do AVX-512 renderers on a big_l2 core (heuristic.big_l2: the Intel AVX-512 server core), where every block's prefetch
+# (8 blocks of 8 channels, 32 KiB panels: each line prefetched by all 8) ran slower. This 2-vCPU Xeon
+# guest, 32x256x28x28 -> 64, the kernel rendered both ways in one process, A/B interleaved, medians [quartiles] of the pair ratios
+# (load 13-15): 2 threads (chrt, wall) 0.951 [0.923-0.992], 0.971 [0.942-0.991] (61 pairs), 0.967 [0.938-0.998] (41); one thread
+# 0.957 [0.939-0.978] (31). The Zen 5 (AVX-512, 1 MiB L2) keeps every block's: unmeasured there
+SPREAD_BIG_L2 = True
 # (the gate of a spread prefetch: the reduce range, the row-block range or a constant, the mask both are compared under)
 Spread = tuple[UOp, UOp | int, int]
 
@@ -538,7 +544,7 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0,
   bytes or more and its CPU features (`flags`) not a Zen 5's (streams_ahead), a streaming reduction's lines STREAM_AHEAD_LINES on
   (stream_offsets, into the L2), an in-place
   panel's next one (reread_offsets, where the renderer's `panel_budget` is known: big panels into the L2; spread over the row
-  blocks below SPREAD_BELOW_REGS `simd_regs`), a packed panel's loads PACKED_AHEAD_BYTES on (packed_panel_offsets, where
+  blocks below SPREAD_BELOW_REGS `simd_regs` and on a `big_l2` core: SPREAD_BIG_L2), a packed panel's loads PACKED_AHEAD_BYTES on (packed_panel_offsets, where
   `big_l2`, heuristic.big_l2 of the renderer, and the vectors are PACKED_PREFETCH_SIMD bytes), a packed product's next row tile (row_tile_offsets, into the L2, below
   SPREAD_BELOW_REGS `simd_regs`: distances a tuple), or rows_ahead rows on (more on a `big_l2` core; all but those L2 ones
   L1_LOCALITY). A load
@@ -561,7 +567,8 @@ def prefetch_offsets(uops: list[UOp], panel_budget: int = 0, simd_regs: int = 0,
   if streams_ahead(simd_width, flags) and not out:
     out.update((x, (o, L2_LOCALITY, None)) for x, o in stream_offsets(uops, deps).items())
   # (not beside a pack's copy: the other input's row tile, re-read across a group of panels, is in the L1 already)
-  if panel_budget and not copied: out.update(reread_offsets(uops, deps, order, panel_budget, 0 < simd_regs < SPREAD_BELOW_REGS))
+  if panel_budget and not copied:
+    out.update(reread_offsets(uops, deps, order, panel_budget, 0 < simd_regs < SPREAD_BELOW_REGS or (big_l2 and SPREAD_BIG_L2)))
   # (a conv's channel tile packs its weights: its input's broadcast loads prefetch the next row)
   if panel_budget and WINDOW_PREFETCH and copied:
     out.update((x, (o, L1_LOCALITY, None)) for x, o in window_offsets(uops, deps, order, panel_budget, copied).items())

@@ -131,3 +131,17 @@ def test_avx512_in_place_panels_render_as_before_the_once_per_line_and_spread_ru
   monkeypatch.setattr(prefetch, "SPREAD_BELOW_REGS", 0)
   monkeypatch.setattr(prefetch, "_once_per_line", lambda offs: offs)
   assert _in_place_source(ren, 64, shape)[0] == src
+
+@pytest.mark.parametrize("ren, l2, mask", [("LLVM", 2 << 20, 7), ("LLVM", 1 << 20, None), ("C", 2 << 20, None)],
+                         ids=["LLVM 2 MiB", "LLVM 1 MiB", "C 2 MiB"])
+def test_big_l2_avx512_next_panel_prefetched_by_one_row_block_of_each_power_of_two(ren, l2, mask):
+  # the Intel AVX-512 server core (heuristic.big_l2: a 2 MiB L2) spreads the next panel's prefetch too (SPREAD_BIG_L2): the
+  # conv1x1 bench shape's 8 row blocks of 8 channels, 32 KiB panels; the Zen 5's 1 MiB and the C renderer keep every block's
+  rnd = _renderer(ren, 64)
+  rnd.l2_bytes = l2
+  (item,) = _items(4, 256, 28, 64)
+  k = hand_coded(Kernel(item.ast, rnd))
+  src = program_source(get_program(k.ast, rnd, optimize=False))
+  assert re.findall(PREFETCH[ren], src), src
+  gates = re.findall(GATE[ren], src)
+  assert (set(gates) == {str(mask)} if mask is not None else not gates), gates
