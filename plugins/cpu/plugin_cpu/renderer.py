@@ -174,6 +174,10 @@ NO_UNROLL_MD = '!{!"llvm.loop.unroll.disable"}'
 COPY_NO_UNROLL = True   # _llvm_copy_end on (a switch for comparisons)
 COPY_UNROLL_MAX = 8
 KERNEL_COPY_NO_UNROLL = True   # stream_copy_loops too (a switch for comparisons)
+# A plain copy kernel's loops with loops inside are marked too: LLVM fully unrolled the 3 channels of ResNet-18's padded input
+# copy (E_8_3_224_224) and unrolled its 224-row loop by 2, six copies of the row loop for IndVarSimplify, LSR and IV users to
+# analyse (~3/4 of its compile), for no speed (a row of 14 vector copies a step either way)
+STREAM_OUTER_NO_UNROLL = True   # (a switch for comparisons)
 # A reduce loop of more than NEST_UNROLL_MAX and at most COPY_UNROLL_MAX steps around loops of at most COPY_UNROLL_MAX (the
 # stem's 7 kh taps around its 7 kw taps) is marked too: LLVM unrolls the kw taps, costs out unrolling the kh loop around them
 # (a sixth of the stem's compile) and keeps it rolled, the same object. Wider bounds changed objects and lost speed: a 3x3
@@ -246,17 +250,18 @@ def stream_copy_loops(uops: list[UOp]) -> frozenset[UOp]:
                    all(index_step(i.src[1], r) == st.src[1].dtype.count for st in stores for i in (st.src[0], st.src[1].src[0])))
 
 def _llvm_copy_end(ctx: CPULLVMRenderer, x: UOp) -> str | None:
-  """The END of copy loops (a pack's, AxisType.OUTER, or stream_copy_loops), of loops with loops inside (NEST_NO_UNROLL) and
-  of those around a register tile's unrolled reduce (fma_unroll_loops) with each back edge marked llvm.loop.unroll.disable,
-  and of that reduce with its llvm.loop.unroll.count."""
+  """The END of copy loops (a pack's, AxisType.OUTER, or stream_copy_loops and the loops around them in a plain copy kernel:
+  STREAM_OUTER_NO_UNROLL), of loops with loops inside (NEST_NO_UNROLL) and of those around a register tile's unrolled reduce
+  (fma_unroll_loops) with each back edge marked llvm.loop.unroll.disable, and of that reduce with its llvm.loop.unroll.count."""
   def many(r: UOp, n: int = COPY_UNROLL_MAX) -> bool: return r.src[0].op is not Ops.CONST or r.src[0].arg > n
   def inner(r: UOp) -> bool: return any(o > ctx.open_order[r] for o in ctx.open_order.values())   # loops opened after it, open
-  # (a stream's loops with loops inside are left as they were: LLVM fully unrolls innermost ones)
+  # (a stream's innermost loops of at most COPY_UNROLL_MAX steps are left to LLVM, which unrolls them fully)
   def window(r: UOp) -> bool:   # a reduce of more than NEST_UNROLL_MAX taps around loops of at most COPY_UNROLL_MAX: a 7x7 window
     return r.arg[-1] is AxisType.REDUCE and inner(r) and many(r, NEST_UNROLL_MAX) and not many(r) and \
       not any(many(o) for o, n in ctx.open_order.items() if n > ctx.open_order[r])
   outer = [r for r in x.src[1:] if r.op is Ops.RANGE and ((r.arg[-1] is AxisType.OUTER and (many(r) or inner(r))) or
                                                             (r in ctx.stream_copies and many(r) and not inner(r)) or
+                                                            (STREAM_OUTER_NO_UNROLL and bool(ctx.stream_copies) and inner(r)) or
                                                             (NEST_NO_UNROLL and window(r)))] if COPY_NO_UNROLL else []
   outer += [r for r in x.src[1:] if r in ctx.fma_rolled and r not in outer]
   counted = [r for r in x.src[1:] if r in ctx.fma_unroll and r not in outer]
