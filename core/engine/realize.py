@@ -307,12 +307,12 @@ POOL_DEPTH = 2
 _refcount = sys.getrefcount
 
 # Bigger buffers (a softmax's 16 MB result) go to one pool that every plan shares, keyed by (device, size, dtype, whether its
-# node is kept), holding at most SHARED_POOL_BYTES of Buffers in all (each at most 1/POOL_DEPTH of it; the key used longest
+# node is kept, and the view of a kept result node: EagerPlan), holding at most SHARED_POOL_BYTES of Buffers in all (each at most 1/POOL_DEPTH of it; the key used longest
 # ago lets its oldest go first), so that cached plans can't keep much memory alive. A repeat then skips the allocator, a new
 # Buffer and node and their frees, which run slowly after a big kernel has flushed the caches: ~40 us of an eager a * b + 1
 # on 16M floats (a 64 MiB result, the largest pooled; in a loop the allocator's cache would hold the dead one anyway).
 SHARED_POOL_BYTES = 128 << 20
-_shared: dict[tuple, list[tuple[Buffer, UOp | None, None]]] = {}   # used under the engine lock
+_shared: dict[tuple, list[tuple[Buffer, UOp | None, UOp | None]]] = {}   # used under the engine lock
 _shared_bytes = 0
 
 def _shared_clear() -> None:
@@ -329,7 +329,7 @@ def _shared_release() -> None:
   finally: engine_lock.release()
 oom_hooks.append(_shared_release)
 
-def _shared_keep(key: tuple, entry: tuple[Buffer, UOp | None, None]) -> None:
+def _shared_keep(key: tuple, entry: tuple[Buffer, UOp | None, UOp | None]) -> None:
   """Pools `entry` (a new Buffer of `key`'s size) unless it is over the bound, letting the oldest entries go to stay under it."""
   global _shared_bytes
   if (nb := key[1] * key[2].itemsize) * POOL_DEPTH > SHARED_POOL_BYTES: return
@@ -380,15 +380,17 @@ class EagerPlan:
       u = r
       while u.op in GroupOp.Movement and len(u.src) == 1: chain, u = [u] + chain, u.src[0]
       self.results.append((index[u], chain) if u in index else (-1, r))
-    # per created buffer: the movement ops of the one result over it (a sum's reshape to ()) when its own pool keeps that result's
-    # node with the Buffer, handed out again with it: a repeat makes no view node (and frees none), which after a big kernel
-    # flushed the caches cost more than the rest of the rebuild. Only where every result is a view of a created buffer and no two
-    # share one (the pool's entry then stands for that one result)
+    # per created buffer: the movement ops of the one result over it (a sum's reshape to (), a@b's to (n, m)) when its pool (its
+    # own, or the shared one) keeps that result's node with the Buffer, handed out again with it: a repeat makes no view node (and
+    # frees none), which after a big kernel flushed the caches cost more than the rest of the rebuild (a 1024^3 a@b: ~12 us).
+    # Only where every result is a view of a created buffer and no two share one (the pool's entry then stands for that one result)
     bases = [i for i, _ in self.results]
     if all(i >= len(phs) for i in bases) and len(set(bases)) == len(bases):
       for j, (i, chain) in enumerate(self.results):
-        if chain and isinstance(self.pools[c := i - len(phs)], list):
+        if chain and (pool := self.pools[c := i - len(phs)]) is not None:
           self.created[c], self.results[j] = (*self.created[c][:4], chain), (i, [])
+          # the shared pool's entries of this key then hold such a view node: its key names the view (the nodes' fields)
+          if isinstance(pool, tuple): self.pools[c] = (*pool, tuple((m.op, m.dtype, m.arg, m.tag) for m in chain))
     self.slots = slots
     hcq = [_item_hcq(it.ast, it.bufs) for it in items]
     self.replay: Any = None
@@ -436,11 +438,11 @@ class EagerPlan:
           # a full pool lets its oldest go: that Buffer (and node) is freed as usual when whatever holds it lets go
           if len(pool) >= POOL_DEPTH: del pool[0]
           pool.append((b, u, r))
-        elif pool is not None: _shared_keep(pool, (b, u, None))
+        elif pool is not None: _shared_keep(pool, (b, u, r))
         if r is not None: u = r
       uops.append(u)   # None for an intermediate: only its memory is needed, for this run; a kept result's node for its result
       bufs.append(b)
-    if self.replay is not None: self.replay(bufs, var_vals)
+    # the results' nodes before the run, not after: then the Python a big kernel's run leaves on cold caches is only the returns
     out = []
     for i, chain in self.results:
       if i < 0:
@@ -450,6 +452,7 @@ class EagerPlan:
       assert v is not None, "a result's buffer is always created with a uop"
       for m in chain: v = UOp(m.op, m.dtype, (v,), m.arg, m.tag)
       out.append(v)
+    if self.replay is not None: self.replay(bufs, var_vals)
     return out
 
 def _run_eager(key: tuple, inputs: list[UOp], lits: tuple[UOp, ...] = ()) -> tuple[list[UOp], EagerPlan] | None:

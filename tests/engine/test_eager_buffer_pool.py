@@ -216,3 +216,30 @@ def test_a_dead_64_mib_result_is_handed_out_again():
   np.testing.assert_array_equal(r2.numpy()[::1 << 16], np.full(n >> 16, 7, dtype=np.float32))
   del r2
   R._shared_clear()
+
+def test_a_dead_big_results_view_node_is_handed_out_again_with_its_buffer():
+  # over POOL_BYTES a result that is a view of its buffer (a @ b's 2-D reshape) is kept in the shared pool with its node too:
+  # a repeat makes no node (after a big kernel flushed the caches a new view node was ~12 us of a 1024^3 a @ b's Python)
+  rng = np.random.default_rng(3)
+  x, y = rng.standard_normal((40, 48)).astype(np.float32), rng.standard_normal((48, 56)).astype(np.float32)   # 8960 bytes out
+  a, b = Tensor(x).realize(), Tensor(y).realize()
+  for _ in range(3): (a @ b).realize()
+  r = (a @ b).realize()
+  assert r.uop.op is R.Ops.RESHAPE and _buffer(r).nbytes > R.POOL_BYTES
+  node, buf = weakref.ref(r.uop), weakref.ref(_buffer(r))
+  del r
+  gc.collect()
+  r2 = (a @ b).realize()
+  assert node() is not None and r2.uop is node() and _buffer(r2) is buf()
+  np.testing.assert_allclose(r2.numpy(), x @ y, rtol=1e-4, atol=1e-4)
+  assert R._shared_bytes == sum(p.nbytes for entries in R._shared.values() for p, *_ in entries)
+  # held, or only through a view of its buffer: never handed out while anything reads it
+  v = r2.reshape(-1)
+  r3 = (a @ b).realize()
+  assert r3.uop is not r2.uop and _buffer(r3) is not _buffer(r2)
+  del r2
+  gc.collect()
+  r4 = (a @ b).realize()
+  assert _buffer(r4) is not _buffer(v)
+  np.testing.assert_allclose(v.numpy(), (x @ y).reshape(-1), rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(r4.numpy(), x @ y, rtol=1e-4, atol=1e-4)
