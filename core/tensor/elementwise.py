@@ -212,8 +212,9 @@ class ElementwiseMixin:
   def __pow__(self, x: Any) -> Tensor: return self.pow(x)  # type: ignore[misc]
   def __rpow__(self, x: Any) -> Tensor: return self.pow(x, True)  # type: ignore[misc]
   def __matmul__(self, x: Any) -> Tensor:
-    # a tensor operand straight to dot: matmul's argument checks and its call were ~a third of an eager a @ b's build
-    return self.dot(x) if type(x) is type(self) else self.matmul(x)  # type: ignore[attr-defined]
+    # a tensor operand straight to dot, without matmul's argument checks and call or dot's checked wrapper (validate.install):
+    # each a Python call run on caches a previous big kernel flushed
+    return self._dot(x) if type(x) is type(self) else self.matmul(x)  # type: ignore[attr-defined]
   def __rmatmul__(self, x: Any) -> Tensor: return self.matmul(x, True)  # type: ignore[attr-defined]
   def __neg__(self) -> Tensor: return self.neg()  # type: ignore[misc]
   def __abs__(self) -> Tensor: return self.abs()  # type: ignore[misc]

@@ -37,7 +37,7 @@ def replayable(inputs: Sequence[UOp]) -> bool:
   seen: list[UOp] = []
   for u in inputs:
     b = u.src[0] if u.op is Ops.RESHAPE else u
-    if b.op is not Ops.BUFFER or any(b is s for s in seen): return False
+    if b.op is not Ops.BUFFER or b in seen: return False   # `in` compares by identity: UOp keeps object's __eq__
     seen.append(b)
   return True
 

@@ -1,6 +1,6 @@
 """Reductions (sum/prod/max/min/mean/var/std/any/all/arg*), running sums and products, matmul/einsum and softmax."""
 from __future__ import annotations
-import math, struct
+import functools, math, struct
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 from core.ir.dtype import DType, DTypeLike, dtypes, sum_acc_dtype, to_dtype, least_upper_dtype, least_upper_float
 from core.ir.ops import Ops, UOp
@@ -45,6 +45,11 @@ def _nan_of(t: Tensor) -> Tensor:
   return t * 0 + t._const(math.nan)
 
 _INT_ONLY = frozenset({int})   # a concrete shape's element types
+
+@functools.cache   # one C call where the dot's fast path asked dtypes.is_float and sum_acc_dtype (two Python calls)
+def _float_acc(dt: DType, default_float: DType) -> DType | None:
+  """sum_acc_dtype(dt) of a float dtype while default_float is the default (bf16 and half sum in it); None for other dtypes."""
+  return least_upper_dtype(dt, default_float) if dtypes.is_float(dt) else None
 
 def _row_axis(t: Tensor, axis: Any) -> tuple[UOp, tuple[int, ...], tuple[int, ...]] | None:
   """(node, shape, (axis,)) when the row ops below may build t's graph on UOps: a float32 tensor of a concrete shape and one
@@ -286,7 +291,7 @@ class ReduceMixin:
 
   # *** matmul ***
 
-  def dot(self: Tensor, w: Tensor, dtype: DTypeLike | None = None) -> Tensor:  # type: ignore[misc]
+  def _dot(self: Tensor, w: Tensor, dtype: DTypeLike | None = None) -> Tensor:  # type: ignore[misc]
     """Matrix product with numpy's rules for 1-D operands and batch broadcasting; sums in sum_acc_dtype."""
     # each operand's node, shape and dtype read once (the properties cost a call each: ~14 reads were a third of a@b's build)
     xu, wu = self.uop, w.uop
@@ -294,23 +299,27 @@ class ReduceMixin:
     ws: tuple[int, ...] = wu.shape or ()  # type: ignore[assignment]
     if not xs or not ws: raise RuntimeError(f"matmul needs at least 1-D operands, got {xs} and {ws}")
     k = xs[-1]
-    if ws[-min(len(ws), 2)] != k: raise RuntimeError(f"matmul: shapes {xs} and {ws} don't line up ({k} vs {ws[-min(len(ws), 2)]})")
-    if dtype is None and len(xs) >= 2 and len(ws) == len(xs) and (dt := xu.dtype) is wu.dtype and sum_acc_dtype(dt) is dt and \
-       xu.device == wu.device and dtypes.is_float(dt) and (b := xs[:-2]) == ws[:-2]:
+    # ws[-min(len(ws), 2)] without min(): its keyword parsing is C code a big kernel flushed from the caches (~40 lines)
+    if (kw := ws[-2] if len(ws) >= 2 else ws[0]) != k: raise RuntimeError(f"matmul: shapes {xs} and {ws} don't line up ({k} vs {kw})")
+    if len(xs) >= 2 and len(ws) == len(xs) and (dt := xu.dtype) is wu.dtype and (acc := _float_acc(dt, dtypes.default_float)) \
+       is not None and xu.device == wu.device and (b := xs[:-2]) == ws[:-2]:
       # the common case (one float dtype, the same batch dims: no broadcast) built on UOps and wrapped once: the same graph
-      # as the general path below, at a fraction of its cost per call (an eager attention builds two of them)
+      # as the general path below (products in dt, summed in acc, cast to the result's dtype), at a fraction of its cost per
+      # call (an eager attention builds two of them)
+      out_dt = dt if dtype is None else to_dtype(dtype)
       n, m, nb = xs[-2], ws[-1], len(b)
       full = b + (n, m, k)
       def build() -> UOp:
         u = xu.reshape(b + (n, 1, k)).expand(full) * wu.permute(tuple(range(nb)) + (nb + 1, nb)).reshape(b + (1, m, k)).expand(full)
+        u = u.cast(acc)
         u = _split_sum(u, full, (nb + 2,), k) if isinstance(k, int) and k > SPLIT_REDUCE else u.r(Ops.ADD, (nb + 2,))
-        return u.reshape(b + (n, m))
+        return u.reshape(b + (n, m)).cast(out_dt)
       # realized operands of a concrete shape (an eager a @ b): pending (plans.PendingPlan), so a repeat is one eager op cache
       # hit that builds no node (the ~10 nodes built, walked and keyed were ~60 us of a 1024^3 realize's Python, run on caches
       # the previous kernel had flushed)
       if (rx := self._requires_grad) is True or (rw := w._requires_grad) is True or not _INT_ONLY.issuperset(map(type, full)):
         return type(self)._wrap(build(), self, w)
-      if isinstance(out := pending(("dot", dt, xs, ws, xu.device), (xu, wu), build), PendingPlan):
+      if isinstance(out := pending(("dot", dt, acc, out_dt, xs, ws, xu.device), (xu, wu), build), PendingPlan):
         return type(self)(out, None, None, None if rx is None or rw is None else False)
       return type(self)._wrap(out, self, w)
     out_dt = least_upper_dtype(self.dtype, w.dtype) if dtype is None else to_dtype(dtype)
@@ -322,6 +331,8 @@ class ReduceMixin:
     if self.ndim == 1: ret = ret.squeeze(-2)
     if w.ndim == 1: ret = ret.squeeze(-1)
     return ret
+  # public (checked by validate.install); Tensor.__matmul__ of two tensors calls _dot, whose arguments it knows are fine
+  dot = _dot
   def matmul(self: Tensor, x: Any, reverse: bool = False, dtype: DTypeLike | None = None) -> Tensor:  # type: ignore[misc]
     check_tensor("matmul", "x", x)
     return x.dot(self, dtype=dtype) if reverse else self.dot(x, dtype=dtype)
