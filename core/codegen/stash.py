@@ -1,7 +1,8 @@
 """Row kernels compute an expensive reduced value once: the reduction loop stashes it (in a per-thread row where the renderer
 says one is cheap, else in the output row), the output loop reads it."""
 from __future__ import annotations
-from core.ir.dtype import AddrSpace, dtypes, global_nbytes
+from typing import Callable
+from core.ir.dtype import AddrSpace, PtrDType, dtypes, global_nbytes
 from core.ir.ops import UOp, Ops, GroupOp, AxisType, EXP2_NONPOSITIVE
 from core.codegen.decompose import EXP2_SCALED, EXP2_SCALE
 
@@ -119,6 +120,48 @@ def _rows_at(end: UOp, value: UOp, r: UOp, row: UOp) -> UOp:
   the row: the next row's value), not in the accumulator's init and ranges."""
   return end.substitute({value: value.substitute({r: row})})
 
+PIPELINE = True   # max_ahead pipelines a streamed softmax's rows (_pipelined)
+
+def _softmax_output(body: UOp) -> tuple[UOp, UOp, UOp] | None:
+  """(output STORE, its stash LOAD, the exp loop's END) of a row body END(STORE(out, stash[r1] * (1 / sum)), r1) whose exp loop
+  stashes E in a per-thread row (one stash STORE and the sum's update, nothing else), else None."""
+  if body.op is not Ops.END or len(body.src) != 2 or (out := body.src[0]).op is not Ops.STORE or out.src[0].op is not Ops.INDEX or \
+     out.src[0].src[0].op is not Ops.PARAM or (v := out.src[1]).op is not Ops.MUL or (back := v.src[0]).op is not Ops.LOAD: return None
+  if len(bi := back.src[0].src) != 2 or bi[1] is not body.src[1] or bi[0].op is not Ops.AFTER or len(bi[0].src) != 2: return None
+  row, xend = bi[0].src
+  if row.op is not Ops.DEFINE_REG or xend.op is not Ops.END or len(xend.src) != 2 or xend.src[0].op is not Ops.GROUP or \
+     len(group := xend.src[0].src) != 2 or [s.arg == STASH_ARG for s in group] != [True, False] or group[0].src[0].src[1:] != xend.src[1:]:
+    return None
+  return (out, back, xend) if body.src[1] not in v.src[1].toposort() and _inverse_sum(v.src[1], group[1].src[0].src[0].after_base) else None
+
+def _pipelined(body: UOp, r0: UOp, n: int, dep: UOp, reg: int, axis: int) -> tuple[UOp, Callable[[UOp], UOp]] | None:
+  """A softmax row body (_softmax_output) software-pipelined over row loop `r0` of `n` rows: row r's exp loop stashes into half
+  r % 2 of a stash of two rows and writes row r-1's output (gated off for the first row) from the other half, scaled by row
+  r-1's inverse sum carried in register `reg`; the row then stores its own there. Returns the new body and the last row's output
+  loop (given the row loop's END, axis `axis`), else None. `dep`: what the carried reads follow (the first row's max, before
+  the row loop). The same products, so the same values bit for bit."""
+  if (found := _softmax_output(body)) is None: return None
+  out, back, xend = found
+  buf, *addr = out.src[0].src
+  r1, inv, row, (stash, acc) = body.src[1], out.src[1].src[1], back.src[0].src[0].src[0], xend.src[0].src
+  if not isinstance(row.dtype, PtrDType) or (r := xend.src[1]).src[0] is not r1.src[0]: return None
+  size = row.dtype.size
+  rows = row.replace(dtype=row.dtype.base.ptr(2 * size, AddrSpace.REG))
+  scale = UOp(Ops.DEFINE_REG, inv.dtype.ptr(1, AddrSpace.REG), (), reg)
+  init = scale.index(r0.const_like(0)).store(inv.const_like(0.0))
+  def output(at: UOp, ri: UOp, half: UOp, after: tuple[UOp, ...], gate: UOp | None) -> UOp:
+    """The output STORE of row `at`, element `ri`, from stash half `half`, gated by `gate` too."""
+    a = [x.substitute({r1: ri, r0: at}) for x in addr]
+    if gate is not None: a = [a[0], gate if len(a) == 1 else a[1] & (gate if a[1].dtype.count == 1 else UOp.vectorize(*[gate] * a[1].dtype.count))]
+    val = rows.after(*after).index(half * size + ri).load(dtype=back.dtype) * scale.after(*after).index(r0.const_like(0)).load(dtype=inv.dtype)
+    return out.replace(src=(buf.index(*a), val) + out.src[2:])
+  prev = output(r0 - 1, r, (r0 + 1) % 2, (dep, init, r0), UOp(Ops.CMPLT, dtypes.bool, (r0.const_like(0), r0)))
+  new_x = UOp(Ops.END, src=(UOp(Ops.GROUP, src=(stash.replace(src=(rows.index(r0 % 2 * size + r),) + stash.src[1:]), acc, prev)), r))
+  rn = r1.replace(arg=(axis, r1.arg[1]))
+  # the last row's values are read after the row loop, which writes the output: its stores stay plain (one row of n)
+  return scale.after(new_x).index(r0.const_like(0)).store(inv.substitute({xend: new_x})), \
+    lambda top: output(r0.const_like(n - 1), rn, r0.const_like((n - 1) % 2), (top,), None).end(rn)
+
 # A streamed row kernel's next row max runs after its output loop (max_ahead's `stream_bytes`): the output loop's streaming
 # stores drain to memory slowly and the stores after them wait in order (the exp pass's stash), where the max pass, loads alone,
 # runs while they drain. AVX2 code (znver3) on a 2-vCPU Xeon guest (Sapphire Rapids class), chrt -f 10, this kernel's two orders
@@ -163,6 +206,11 @@ def max_ahead(sink: UOp, stream_bytes: int = 0) -> UOp:
   later = [e.substitute(carried) for e in later]
   body = top.src[0].substitute(carried)
   streamed = stream_bytes > 0 and sum(global_nbytes(u.dtype) for u in nodes if u.op is Ops.PARAM) >= stream_bytes
+  # a streamed softmax writes row r-1's output in row r's exp loop (_pipelined), the last row's after the row loop
+  tail: Callable[[UOp], UOp] | None = None
+  if streamed and PIPELINE and (piped := _pipelined(body, r0, n, first, max(u.arg + 1 for u in nodes if u.op is Ops.DEFINE_REG
+                                                                            and isinstance(u.arg, int)), axis + 2)) is not None:
+    body, tail = piped
   # the next max waits for the row's whole body where the output streams, else for its reductions alone
   after_row = acc.after(body if streamed else later[0] if len(later) == 1 else UOp(Ops.GROUP, src=tuple(later)))
   nxt = _rows_at(mend, value, r0, (r0 < n - 1).where(r0 + 1, r0)).substitute(
@@ -170,4 +218,5 @@ def max_ahead(sink: UOp, stream_bytes: int = 0) -> UOp:
   # else what reads the row's reductions (the output loop) waits for the next max: it runs while the sum's last steps finish
   if not streamed:
     body = body.substitute({u: u.replace(src=u.src + (nxt,)) for u in body.toposort() if u.op is Ops.AFTER and any(s in later for s in u.src[1:])})
-  return sink.replace(src=(top.replace(src=(UOp(Ops.GROUP, src=(body, nxt)), r0)),))
+  top = top.replace(src=(UOp(Ops.GROUP, src=(body, nxt)), r0))
+  return sink.replace(src=(top,) if tail is None else (top, tail(top)))
