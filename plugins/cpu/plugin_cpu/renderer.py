@@ -184,6 +184,22 @@ STREAM_OUTER_NO_UNROLL = True   # (a switch for comparisons)
 # conv's 3 kh taps (1.01-1.09x, AVX2 code too), a channel loop around them, a 2-step loop around a reduce, an 8-step batch sum.
 NEST_NO_UNROLL = True   # (a switch for comparisons)
 NEST_UNROLL_MAX = 4
+# A copy step that loads the rows of two or more output vectors (load_rows: a 3x3 conv's 32-channel weight panel, 32 masked rows
+# and 74 shuffles a kh step) is marked too: LLVM never unrolls its 3 steps (the objects are the same), but costs out doing so,
+# ~1.3% of the conv's compile. One vector's rows (a 16-channel panel's 85-instruction step) LLVM does unroll, and rolled that
+# ran 1.043x the time in a training kernel whose copy is a large share (r_8_512_7_7), so it is left to LLVM.
+ROW_COPY_NO_UNROLL = True   # (a switch for comparisons)
+ROW_COPY_VECTORS = 2
+
+def row_copy_loops(uops: list[UOp], deps: dict[UOp, frozenset[UOp]], simd_bytes: int) -> frozenset[UOp]:
+  """A pack's copy loops (AxisType.OUTER) whose step loads the rows (load_rows' ROW_ARG loads) of ROW_COPY_VECTORS vectors or more."""
+  rows: Counter[UOp] = Counter()
+  need = 0
+  for u in uops:
+    if u.op is Ops.LOAD and u.arg == ROW_ARG:
+      rows.update(r for r in deps[u] if r.arg[-1] is AxisType.OUTER)
+      need = ROW_COPY_VECTORS * simd_bytes // u.dtype.scalar().itemsize   # a row per lane of the vectors the copy fills
+  return frozenset(r for r, n in rows.items() if n >= need) if ROW_COPY_NO_UNROLL and need else frozenset()
 
 # A register tile's reduce loop with 16 vector registers (AVX2's 2 x 6: 12 FMAs a step, 2 panel loads, 6 broadcasts) is unrolled
 # by LLVM's own cost model twice: 24 FMAs an iteration beside its index updates and two compare-and-branches, which on an Intel
@@ -259,7 +275,8 @@ def _llvm_copy_end(ctx: CPULLVMRenderer, x: UOp) -> str | None:
   def window(r: UOp) -> bool:   # a reduce of more than NEST_UNROLL_MAX taps around loops of at most COPY_UNROLL_MAX: a 7x7 window
     return r.arg[-1] is AxisType.REDUCE and inner(r) and many(r, NEST_UNROLL_MAX) and not many(r) and \
       not any(many(o) for o, n in ctx.open_order.items() if n > ctx.open_order[r])
-  outer = [r for r in x.src[1:] if r.op is Ops.RANGE and ((r.arg[-1] is AxisType.OUTER and (many(r) or inner(r))) or
+  copies = [r for r in x.src[1:] if r.op is Ops.RANGE and r.arg[-1] is AxisType.OUTER and (many(r) or inner(r) or r in ctx.row_copies)]
+  outer = [r for r in x.src[1:] if r.op is Ops.RANGE and (r in copies or
                                                             (r in ctx.stream_copies and many(r) and not inner(r)) or
                                                             (STREAM_OUTER_NO_UNROLL and bool(ctx.stream_copies) and inner(r)) or
                                                             (NEST_NO_UNROLL and window(r)))] if COPY_NO_UNROLL else []
@@ -692,6 +709,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
     self.unchecked, self.plain_copy = unchecked_streams(uops, self.simd_width), False
     self.stream_copies = stream_copy_loops(uops) if KERNEL_COPY_NO_UNROLL else frozenset()
     self.fma_unroll, self.fma_rolled = fma_unroll_loops(uops, deps, self.simd_regs)
+    self.row_copies = row_copy_loops(uops, deps, self.simd_width)
     self.lane_indices = lane_indices(uops, deps)
     self.index_offsets = index_offsets(uops)
     self.offset_adds = self.index_offsets if self.offset_geps else frozenset()   # the INDEXes at them: _llvm_offset_index

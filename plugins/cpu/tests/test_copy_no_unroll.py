@@ -47,10 +47,12 @@ def test_a_copied_row_of_many_steps_is_not_unrolled(simd):
   assert 14 in _marked(src) and len(_marked(src)) == len({md for _, md in _disabled(src)}) >= 2, src
 
 def test_a_copy_loop_of_a_few_steps_with_no_loop_inside_may_be_unrolled():
-  src = program_source(get_program(_item(Tensor(np.zeros((2, 64, 14, 14), np.float32)).conv2d(Tensor(np.zeros((64, 64, 3, 3), np.float32)), padding=1)).ast,
+  # a 16-channel weight panel (512 input channels: 32 channels would pass PACK_MAX_BYTES); a 32-channel panel's kh step loads
+  # two vectors' rows and is marked (test_row_copy_no_unroll)
+  src = program_source(get_program(_item(Tensor(np.zeros((2, 512, 7, 7), np.float32)).conv2d(Tensor(np.zeros((32, 512, 3, 3), np.float32)), padding=1)).ast,
                                    host_like_renderer("LLVM", 64, threads=0)))
-  # the weight panel's copy: its channel loop (64) is marked, its kh loop (3 steps, the innermost) is not
-  assert _marked(src) == [64] and all(n > COPY_UNROLL_MAX for n in _marked(src))
+  # the weight panel's copy: its channel loop (512) is marked, its kh loop (3 steps, the innermost) is not
+  assert _marked(src) == [512] and all(n > COPY_UNROLL_MAX for n in _marked(src))
 
 def test_copies_that_are_not_unrolled_give_numpys_values():
   r = np.random.default_rng(5)
