@@ -135,7 +135,7 @@ def _get_program(ast: UOp, renderer: Renderer, optimize: bool, name: str) -> UOp
   if dtypes.bfloat16 not in renderer.supported_dtypes and any(u.dtype.base is dtypes.bfloat16 for u in sink.toposort()):
     from core.codegen.decompose import pm_emulate_bf16
     sink = graph_rewrite(sink, pm_emulate_bf16, name="emulate bf16")
-  if renderer.extra_matcher is not None: sink = graph_rewrite(sink, renderer.extra_matcher, name="renderer rules")
+  if renderer.extra_matcher is not None: sink = graph_rewrite(sink, renderer.extra_matcher, renderer.rules_ctx(sink), name="renderer rules")
   uops = finalize(linearize(sink))
   if SPEC:
     from core.ir.spec import type_verify, program_spec

@@ -82,5 +82,10 @@ class Renderer:
     lowering make it (core.codegen.program). The CPU's AMX bf16 matmul is one (plugin_cpu/amx.py)."""
     return None
 
+  def rules_ctx(self, sink: Any) -> Any:
+    """The ctx its extra_matcher's rules get for kernel `sink` (lowered, before the rules): made per kernel, so what a rule
+    finds once in the whole kernel lives as long as that rewrite. None by default."""
+    return None
+
   def render(self, name: str, uops: list[Any]) -> str: raise NotImplementedError(f"{type(self).__name__} must implement render(name, uops)")
   def __repr__(self) -> str: return f"{type(self).__name__}(device={self.device!r})"

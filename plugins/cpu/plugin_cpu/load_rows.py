@@ -34,17 +34,18 @@ def _column(v: UOp) -> tuple[tuple[UOp, UOp, int, int], int] | None:
 def _stored(topo: dict[UOp, None]) -> set[UOp]:
   return {u.src[0].src[0] for u in topo if u.op is Ops.STORE and u.src[0].op is Ops.INDEX}
 
-def load_rows(sink: UOp) -> UOp | None:
-  """The kernel with each tile of gathered columns (_column: L >= 2 of them at neighbouring constants, of a buffer the kernel
-  does not store to) read as its W rows (masked vector loads of L lanes padded to a power of two, arg ROW_ARG) transposed,
-  in pieces of at most ROW_MAX columns as tile_rows stores them."""
-  if not LOAD_ROWS: return None
+def column_rows(sink: UOp) -> dict[UOp, UOp]:
+  """Each tile of gathered columns (_column: L >= 2 of them at neighbouring constants, of a buffer the kernel does not store to)
+  of the kernel `sink` -> its columns read as its W rows (masked vector loads of L lanes padded to a power of two, arg
+  ROW_ARG) transposed, in pieces of at most ROW_MAX columns as tile_rows stores them: {column: its transposed rows' lanes}."""
+  sub: dict[UOp, UOp] = {}
+  if not LOAD_ROWS: return sub
   topo = sink.toposort()
   cols: dict[tuple[UOp, UOp, int, int], dict[int, UOp]] = {}
   for v in topo:
     if v.op is Ops.VECTORIZE and v.src[0].op is Ops.LOAD and (p := _column(v)) is not None: cols.setdefault(p[0], {})[p[1]] = v
-  if not cols: return None
-  stored, sub = _stored(topo), {}
+  if not cols: return sub
+  stored = _stored(topo)
   for (buf, _, _, width), at in cols.items():
     if buf in stored: continue
     for c in at:
@@ -60,6 +61,23 @@ def load_rows(sink: UOp) -> UOp | None:
         rows = [UOp(Ops.LOAD, ld.dtype.vec(pad), (ld.src[0] if gate is None else ld.src[0].replace(src=ld.src[0].src + (gate,)),), ROW_ARG)
                 for ld in at[a].src]
         for j, col in enumerate(transpose_rows([[r] for r in rows], pad)[:m]): sub[at[a + j]] = col
-  return sink.substitute(sub) if sub else None
+  return sub
 
-pm_load_rows = PatternMatcher([(UPat(Ops.SINK, name="sink"), load_rows)], name="load rows")
+def load_rows(sink: UOp) -> UOp | None:
+  """The kernel with its tiles of gathered columns read as rows (column_rows), or None where it has none."""
+  return sink.substitute(sub) if (sub := column_rows(sink)) else None
+
+class RowLoads:
+  """The LLVM renderer's rules' ctx for one kernel: its columns' rows (column_rows of the kernel as lowered, before the rules,
+  which rewrite no load, index or gathered VECTORIZE), found when the rules first meet a VECTORIZE. Each column is so replaced
+  where the rules' walk meets it and its users rebuilt once, where a rule on the kernel's SINK substituted the whole kernel
+  after the walk and walked what that rebuilt a second time (ResNet-18 b8 inference: ~1 ms a kernel of ~21)."""
+  def __init__(self, sink: UOp):
+    self.sink = sink
+    self.sub: dict[UOp, UOp] | None = None
+  def rows(self, v: UOp) -> UOp | None:
+    """Column v's transposed rows, or None where v is no tile's column."""
+    if self.sub is None: self.sub = column_rows(self.sink)
+    return self.sub.get(v)
+
+pm_load_rows = PatternMatcher([(UPat(Ops.VECTORIZE, name="v"), lambda ctx, v: None if ctx is None else ctx.rows(v))], name="load rows")

@@ -24,7 +24,7 @@ from plugin_cpu.amx import amx_bf16, match_matmul, render_matmul
 from plugin_cpu.prefetch import index_step, prefetch_offsets, line_offsets, loop_deps
 from plugin_cpu.peel import peel_tail_iterations
 from plugin_cpu.tile_rows import ROW_ARG, pm_store_rows
-from plugin_cpu.load_rows import pm_load_rows
+from plugin_cpu.load_rows import RowLoads, pm_load_rows
 if TYPE_CHECKING: from plugin_cpu.c_renderer import CPUCRenderer
 
 # bf16: gcc before 13 has __bf16 only as a storage type, so the C renderer leaves it to codegen's decompositions
@@ -701,6 +701,7 @@ class CPULLVMRenderer(HostTarget, HostLLVMRenderer):
     return src, (nblocks, 1, 1), {"ops": 2 * mm.m * mm.n * mm.k, "mem": 2 * (mm.m * mm.k + mm.k * mm.n) + 4 * mm.m * mm.n}
 
   def narrowed(self, simd: int) -> CPULLVMRenderer: return _narrowed(self, simd)
+  def rules_ctx(self, sink: UOp) -> RowLoads: return RowLoads(sink)
 
   def _render(self, name: str, uops: list[UOp]) -> str:
     if self.peel_tails: uops = peel_tail_iterations(uops, self.simd_width)

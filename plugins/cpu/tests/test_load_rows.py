@@ -8,9 +8,10 @@ from cpu_kernels import AVX512, host_like_renderer, run_item
 from core import Tensor
 from core.ir.dtype import dtypes
 from core.ir.ops import UOp, Ops
+from core.ir.pattern import graph_rewrite
 from core.schedule.kernelize import create_schedule
 import plugin_cpu.load_rows as LR
-from plugin_cpu.load_rows import load_rows
+from plugin_cpu.load_rows import RowLoads, load_rows, pm_load_rows
 from plugin_cpu.renderer import host_flags
 from plugin_cpu.tile_rows import ROW_ARG
 
@@ -66,6 +67,31 @@ def test_what_is_no_tile_keeps_its_gathers():
   # a buffer the kernel stores to: its loads keep their order with its stores
   sink = _sink(_gathers(buf, base, 100, [0, 1]), _param(0))
   assert load_rows(sink.replace(src=sink.src + (buf.index(base).store(UOp.const(dtypes.float32, 1.0)),))) is None
+
+def test_the_rule_replaces_each_column_as_the_substitution_does():
+  # pm_load_rows with the kernel's RowLoads as ctx replaces each column where the walk meets it: the graph load_rows gives
+  buf, base = _param(1), UOp.variable("b", 0, 64)
+  for cols in ([5, 6, 7], list(range(14))):
+    sink = _sink(_gathers(buf, base, 100, cols), _param(0))
+    assert (out := graph_rewrite(sink, pm_load_rows, RowLoads(sink))) is load_rows(sink) and out is not sink
+  assert graph_rewrite(sink, pm_load_rows) is sink   # no ctx (the matcher on its own): nothing found
+
+def test_the_renderers_rules_read_a_convs_rows_as_the_substituted_kernel():
+  # the LLVM renderer's rules with its rules_ctx give the kernel whose columns were substituted first, then rewritten
+  from core.codegen.program import get_program
+  z = np.zeros((1, 32, 14, 14), np.float32)
+  rnd = host_like_renderer("LLVM", 64, threads=0)
+  rnd.target(AVX512)
+  seen: list[UOp] = []
+  make = rnd.rules_ctx
+  rnd.rules_ctx = lambda sink: seen.append(sink) or make(sink)   # type: ignore[method-assign]
+  get_program(_conv_item(z, np.zeros((32, 32, 3, 3), np.float32), z).ast, rnd)
+  (sink,) = seen
+  assert (rows := load_rows(sink)) is not None
+  out = graph_rewrite(sink, rnd.extra_matcher, make(sink))
+  assert out is graph_rewrite(rows, rnd.extra_matcher) and not any(_column_of_loads(u) for u in out.toposort())
+
+def _column_of_loads(u: UOp) -> bool: return u.op is Ops.VECTORIZE and u.dtype.count > 1 and all(s.op is Ops.LOAD for s in u.src)
 
 def _conv_item(x: np.ndarray, w: np.ndarray, res: np.ndarray):
   out = (Tensor(x).conv2d(Tensor(w), padding=1) + Tensor(res)).relu()
