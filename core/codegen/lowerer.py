@@ -3,10 +3,12 @@ from __future__ import annotations
 import functools, math, operator
 from typing import Iterable
 from core.ir.dtype import dtypes, AddrSpace, DType
-from core.ir.ops import UOp, Ops, AxisType, reduce_op, reduce_alu, union_of, intern_uop
+from core.ir.ops import UOp, Ops, AxisType, reduce_op, reduce_alu, intern_uop
 from core.ir.pattern import UPat, PatternMatcher, graph_rewrite
 from core.helpers import prod
 from core.codegen.stash import stash_reduced_values, max_ahead, COSTLY_OPS
+
+_op_of = operator.attrgetter("op")
 
 class RangeScopes:
   """Which loops each node lives in: a RANGE opens its loop, an END closes it."""
@@ -37,23 +39,31 @@ class LowerCtx:
   def __init__(self, sink: UOp | None = None) -> None:
     self.scopes = RangeScopes()
     # registers the optimizer made (PACK buffers) keep their numbers; accumulators count on from there
-    nodes = list(sink.toposort()) if sink is not None else []   # one walk for all three scans below
+    nodes = list(sink.toposort()) if sink is not None else []   # one walk for all the scans below
+    self.ops = frozenset(map(_op_of, nodes))   # (the rules lower_kernel needs: _pm_lower)
     self.regs = max((u.arg + 1 for u in nodes if u.op is Ops.DEFINE_REG and isinstance(u.arg, int)), default=0)
     # REDUCEs over the same ranges share one loop (unrolled copies of a register-blocked reduction), so each accumulator is
     # initialised inside every loop that encloses any of them; else one copy's loop would be hoisted above another's
     self.enclosing: dict[tuple[UOp, ...], frozenset[UOp]] = {}
-    live: dict[UOp, frozenset[UOp]] = {}
+    # the loops each node lives in, like RangeScopes but a REDUCE closes its own ranges (it is not lowered to an END yet): for a
+    # node with no REDUCE below, RangeScopes' answer (_accumulate asks these first, with no walk)
+    self.live: dict[UOp, frozenset[UOp]] = {}
+    live = self.live
     # (up to the last REDUCE: only theirs are asked; a kernel without one, half of a training step's, walks nothing)
     last = max((i for i, u in enumerate(nodes) if u.op is Ops.REDUCE), default=-1)
+    get, RANGE, END, REDUCE = live.get, Ops.RANGE, Ops.END, Ops.REDUCE
     for u in nodes[:last + 1]:
-      # like RangeScopes, but a REDUCE closes its own ranges (it is not lowered to an END yet)
-      lv = union_of(live, u.src)
-      if u.op is Ops.RANGE: lv = lv | {u}
-      elif u.op in (Ops.END, Ops.REDUCE): lv = lv - set(u.src[1:])
+      lv: frozenset[UOp] = frozenset()
+      for s in (src := u.src):   # (ops.union_of inline, as in RangeScopes.fill)
+        if not (e := get(s)) or e is lv or e <= lv: continue
+        lv = e if lv <= e else lv | e
+      if (op := u.op) is RANGE: lv = lv | {u}
+      elif op is END or op is REDUCE:
+        lv = lv - set(src[1:])
+        if op is REDUCE:
+          key = tuple(r for r in src[1:] if r.arg[1] is not AxisType.GROUP_REDUCE)   # the loops its accumulator runs in
+          self.enclosing[key] = self.enclosing.get(key, frozenset()) | (live[src[0]] - set(key))
       live[u] = lv
-      if u.op is Ops.REDUCE:
-        key = tuple(r for r in u.src[1:] if r.arg[1] is not AxisType.GROUP_REDUCE)   # the loops its accumulator runs in
-        self.enclosing[key] = self.enclosing.get(key, frozenset()) | (live[u.src[0]] - set(key))
     # workgroup axes (LOCAL) index a group reduction's shared buffer with its own lanes; new loops get fresh ids
     rngs = [u for u in nodes if u.op is Ops.RANGE]
     # the kernel's loops: lowering its REDUCEs keeps every one (an END, a register's store or a gate still uses it) and adds only
@@ -66,7 +76,9 @@ class LowerCtx:
 
 def _accumulate(ctx: LowerCtx, op: Ops | tuple[Ops, str], v: UOp, rngs: tuple[UOp, ...]) -> UOp:
   """A register initialised inside the loops enclosing v, updated with v in the `rngs` loops, read after them."""
-  outer = sorted((ctx.scopes(v) - set(rngs)) | ctx.enclosing.get(rngs, frozenset()), key=lambda r: r.arg)
+  # v as the lowering found it: a node of the kernel with no REDUCE below (LowerCtx.live has it), or one built from lowered parts
+  if (live := ctx.live.get(v)) is None: live = ctx.scopes(v)
+  outer = sorted((live - set(rngs)) | ctx.enclosing.get(rngs, frozenset()), key=lambda r: r.arg)
   acc = intern_uop(UOp, Ops.DEFINE_REG, v.dtype.ptr(1, AddrSpace.REG), (), ctx.regs)
   ctx.regs += 1
   zero = UOp.const(dtypes.index, 0)
@@ -260,8 +272,6 @@ def _same_bounds(ids: dict[UOp, UOp]) -> bool:
   """Every thread id expression has its loop's bounds (and is no constant, which some bounds rules look at)."""
   return all(i.op is not Ops.CONST and i.dtype is r.dtype and i.vmin == r.vmin and i.vmax == r.vmax for r, i in ids.items())
 
-_op_of = operator.attrgetter("op")
-
 DROP_GATED_WHERE = True   # drop_gated_where in lower_kernel
 
 def _conjuncts(g: UOp) -> list[UOp]: return _conjuncts(g.src[0]) + _conjuncts(g.src[1]) if g.op is Ops.AND else [g]
@@ -285,12 +295,13 @@ def drop_gated_where(w: UOp) -> UOp | None:
 pm_drop_gated_where = PatternMatcher([(UPat(Ops.WHERE, name="w"), drop_gated_where)], name="drop gated where")
 
 @functools.cache
-def _pm_lower(drop_where: bool) -> PatternMatcher:
+def _pm_lower(drop_where: bool, wmma: bool = True) -> PatternMatcher:
   """The reductions lowered and, with `drop_where`, the selects a gated load makes redundant dropped, in one walk of the kernel:
   map_globals (after it) only ANDs a thread's validity into global loads' gates, a condition no select of the kernel tests.
-  Built once: a matcher compiles its rules per op on first use."""
+  `wmma`: the kernel has a WMMA, whose accumulator add pm_wmma_accumulate fuses; without one its rules would
+  only be tried (and rejected) at every ADD. Built once: a matcher compiles its rules per op on first use."""
   from core.codegen.opt.tc import pm_wmma_accumulate
-  return pm_lower_reduce + pm_wmma_accumulate + (pm_drop_gated_where if drop_where else PatternMatcher([]))
+  return pm_lower_reduce + (pm_wmma_accumulate if wmma else PatternMatcher([])) + (pm_drop_gated_where if drop_where else PatternMatcher([]))
 
 def lower_kernel(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0, scratch_bytes: int = 0,
                  scaled_exp2: bool = False, ahead: bool = False, fma_shift: bool = False, stream_bytes: int = 0) \
@@ -299,7 +310,9 @@ def lower_kernel(sink: UOp, global_max: tuple[int, ...] | None, threads: int = 0
   `stream_bytes`: Renderer.scratch_bytes, Renderer.scaled_exp2, Renderer.max_ahead, Renderer.fma_exp_shift and
   Renderer.stream_min_bytes (core.codegen.stash)."""
   ctx = LowerCtx(sink)
-  sink = graph_rewrite(sink, _pm_lower(DROP_GATED_WHERE), ctx, name="lower reduce")
+  pm = _pm_lower(DROP_GATED_WHERE, Ops.WMMA in ctx.ops)
+  # a kernel with no op a rule matches (no reduction, no select: most elementwise kernels) is its own lowering: no walk
+  if (roots := pm.root_ops()) is None or not roots.isdisjoint(ctx.ops): sink = graph_rewrite(sink, pm, ctx, name="lower reduce")
   if ctx.group_reduce: sink = gate_group_stores(sink)
   sink, ids, valid, gsize, lsize = thread_ids(sink, global_max, threads, ctx.ranges)
   # map_globals' substitution goes in with the retype (one rebuild, not two) where nothing between would look at the ids: no

@@ -231,6 +231,13 @@ class PatternMatcher:
     self._entries: list[tuple[frozenset[Ops] | None, UPat, Callable[..., Any], bool, int]] | None = None
   def __add__(self, other: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.rules + other.rules, self.name or other.name)
   def __len__(self) -> int: return len(self.rules)
+  def root_ops(self) -> frozenset[Ops] | None:
+    """The ops some rule can match at its root (None: a rule matches any op). A graph holding none of them is its own rewrite."""
+    out: set[Ops] = set()
+    for pat, _ in self.rules:
+      if (ops := _rule_ops(pat)) is None: return None
+      out |= ops
+    return frozenset(out)
 
   def _candidates(self, op: Ops) -> tuple[Candidate, ...]:
     if self._entries is None: self._entries = [(_rule_ops(pat), pat, fn, _wants_ctx(fn), i) for i, (pat, fn) in enumerate(self.rules)]
