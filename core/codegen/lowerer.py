@@ -258,14 +258,15 @@ def lower_index_dtype(sink: UOp, ids: dict[UOp, UOp] | None = None, nodes: list[
   # indices (a mask's lanes, expander._index_lanes) hold the same values as their scalar parts
   done: dict[UOp, UOp] = {}
   retyped: dict[DType, DType | None] = {}   # each dtype's new one (None: kept), asked once, not once a node
+  id_of, new_of, final = ids.get, retyped.get, done.__getitem__
   for u in nodes:
-    if (i := ids.get(u)) is not None:
+    if (i := id_of(u)) is not None:
       done[u] = done[i]
       continue
-    src = tuple(map(done.__getitem__, u.src))
-    if (d := u.dtype) not in retyped: retyped[d] = dt.vec(d.count) if d.scalar() is dtypes.index else None
-    new = retyped[d]
-    done[u] = u if src == u.src and new is None else intern_uop(UOp, u.op, d if new is None else new, src, u.arg, u.tag)
+    s = u.src   # (one or two sources looked up inline, as pattern._rewrite_in_order does)
+    src = (done[s[0]],) if (k := len(s)) == 1 else (done[s[0]], done[s[1]]) if k == 2 else tuple(map(final, s)) if k else s
+    if (new := new_of(d := u.dtype, d)) is d: new = retyped[d] = dt.vec(d.count) if d.scalar() is dtypes.index else None
+    done[u] = u if new is None and src == s else intern_uop(UOp, u.op, d if new is None else new, src, u.arg, u.tag)
   return done[sink]
 
 def _same_bounds(ids: dict[UOp, UOp]) -> bool:

@@ -275,8 +275,8 @@ class UOp(_UOpFields, metaclass=UOpMeta):
           break
       else:
         pop()
-        src = u.src
-        new_src = tuple([done[s] for s in src])
+        src = u.src   # (one or two sources looked up inline, as pattern._rewrite_in_order does)
+        new_src = (done[src[0]],) if (k := len(src)) == 1 else (done[src[0]], done[src[1]]) if k == 2 else tuple([done[s] for s in src])
         # tuples of UOps compare by identity (no __eq__): the same sources keep the node
         done[u] = u if new_src == src else intern_uop(UOp, u.op, u.dtype, new_src, u.arg, u.tag)
     return done[self]
