@@ -1,6 +1,6 @@
 """Helpers for the CPU plugin tests: build linearized kernels by hand, and compile and run them on real buffers."""
 from __future__ import annotations
-import copy, functools
+import copy, functools, re
 import numpy as np
 from core.ir.dtype import AddrSpace, DType, dtypes, to_np
 from core.ir.ops import UOp, Ops, AxisType
@@ -122,9 +122,7 @@ def run_rendered(rnd, fn, *xs: np.ndarray) -> tuple[np.ndarray, str]:
   """fn over Tensors of xs as one kernel rendered by the renderer object `rnd` and run on the LLVM device over the schedule's
   buffers: (the output, flat; the rendered source)."""
   from core import Tensor
-  from core.schedule.kernelize import create_schedule
-  (item,) = [it for it in create_schedule([fn(*(Tensor(x).realize() for x in xs)).uop])[0] if it.ast.op is Ops.SINK]
-  bufs, src = run_item(item, rnd)
+  bufs, src = run_item(sink_item(fn(*(Tensor(x).realize() for x in xs))), rnd)
   return bufs[0].numpy(), src
 
 def arch_renderer(ren: str, arch: str):
@@ -153,3 +151,33 @@ def host_like_renderer(ren: str, simd_bytes: int, threads: int = 2):
   rnd.l2_bytes = 512 << 10 if simd_bytes == 32 else 1 << 20
   if ren == "LLVM": rnd.target(rnd.flags)   # its rules that read the L2 (large_conv_in_place) as that host's
   return rnd
+
+def sink_item(out):
+  """The one kernel (SINK) item of the Tensor `out`'s schedule."""
+  from core.schedule.kernelize import create_schedule
+  (item,) = [it for it in create_schedule([out.uop])[0] if it.ast.op is Ops.SINK]
+  return item
+
+def unroll_disabled(src: str) -> list[tuple[int, str]]:
+  """(step count, loop id) of the loops of LLVM IR `src` whose back edge carries unroll.disable metadata; any other mark is an
+  AVX2 register tile's unroll.count (renderer.fma_unroll_loops)."""
+  if not (off := re.findall(r'^(!\d+) = !\{!"llvm.loop.unroll.disable"\}$', src, re.M)): return []
+  counts = re.findall(r'^(!\d+) = !\{!"llvm.loop.unroll.count", i32 \d+\}$', src, re.M)
+  out = []
+  for loop, md in re.findall(r"br label %(loop\d+)\.head, !llvm.loop (!\d+)\n", src):
+    if any(re.search(rf"^{md} = distinct !\{{{md}, {c}\}}$", src, re.M) for c in counts): continue
+    assert re.search(rf"^{md} = distinct !\{{{md}, {off[0]}\}}$", src, re.M), src
+    out.append((int(re.search(rf"^{loop}\.head:\n.*\n\s+%t\d+ = icmp slt i32 %ridx\d+, (\d+)", src, re.M).group(1)), md))
+  return out
+
+def unroll_disabled_steps(src: str) -> list[int]:
+  """The step counts of the loops whose back edge carries unroll.disable metadata (unroll_disabled)."""
+  return [n for n, _ in unroll_disabled(src)]
+
+def numpy_conv(x: np.ndarray, w: np.ndarray, stride: int = 1, pad: int = 0) -> np.ndarray:
+  """conv2d of NCHW `x` by OIHW `w` (square kernels) in float64."""
+  k = w.shape[2]
+  xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+  oh, ow = (xp.shape[2] - k) // stride + 1, (xp.shape[3] - k) // stride + 1
+  win = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))[:, :, ::stride, ::stride][:, :, :oh, :ow]
+  return np.einsum("nchwij,ocij->nohw", win, w.astype(np.float64))

@@ -6,59 +6,37 @@ ResNet-18's input copied into its padded buffer, 14 vectors a row on an AVX-512 
 ~40% of its compile to analyse), and that kernel's loops with loops inside (LLVM unrolled the copy's channel and row loops
 around its row: ~3/4 of its compile), but not one with a gated (masked) load or store or one that strides. Results against
 numpy."""
-import re
 import numpy as np
 import pytest
-from cpu_kernels import Linear, buf, c, device, host_like_renderer, rng, run, run_item
+from cpu_kernels import Linear, buf, c, device, host_like_renderer, rng, run, run_item, sink_item, unroll_disabled, unroll_disabled_steps
 from core import Tensor
 from core.ir.dtype import dtypes
-from core.ir.ops import Ops, UOp
-from core.schedule.kernelize import create_schedule
+from core.ir.ops import UOp
 from core.codegen.program import get_program, program_source
 from plugin_cpu.renderer import COPY_UNROLL_MAX, host_flags
-
-def _item(out: Tensor):
-  (item,) = [it for it in create_schedule([out.uop])[0] if it.ast.op is Ops.SINK]
-  return item
-
-def _disabled(src: str) -> list[tuple[int, str]]:
-  """(step count, loop id) of the loops whose back edge carries unroll.disable metadata; any other mark is an AVX2 register
-  tile's unroll.count (renderer.fma_unroll_loops)."""
-  (off,) = re.findall(r'^(!\d+) = !\{!"llvm.loop.unroll.disable"\}$', src, re.M)
-  counts = re.findall(r'^(!\d+) = !\{!"llvm.loop.unroll.count", i32 \d+\}$', src, re.M)
-  out = []
-  for loop, md in re.findall(r"br label %(loop\d+)\.head, !llvm.loop (!\d+)\n", src):
-    if any(re.search(rf"^{md} = distinct !\{{{md}, {c}\}}$", src, re.M) for c in counts): continue
-    assert re.search(rf"^{md} = distinct !\{{{md}, {off}\}}$", src, re.M), src
-    out.append((int(re.search(rf"^{loop}\.head:\n.*\n\s+%t\d+ = icmp slt i32 %ridx\d+, (\d+)", src, re.M).group(1)), md))
-  return out
-
-def _marked(src: str) -> list[int]:
-  """The step counts of the loops whose back edge carries unroll.disable metadata."""
-  return [n for n, _ in _disabled(src)]
 
 def _downsample(x: np.ndarray, w: np.ndarray) -> Tensor: return Tensor(x).conv2d(Tensor(w), stride=2)
 
 @pytest.mark.parametrize("simd", [32, 64])
 def test_a_copied_row_of_many_steps_is_not_unrolled(simd):
-  src = program_source(get_program(_item(_downsample(np.zeros((2, 128, 28, 28), np.float32), np.zeros((256, 128, 1, 1), np.float32))).ast,
+  src = program_source(get_program(sink_item(_downsample(np.zeros((2, 128, 28, 28), np.float32), np.zeros((256, 128, 1, 1), np.float32))).ast,
                                    host_like_renderer("LLVM", simd, threads=0)))
   # the copy's row of 14 pixels and its channel loop: both marked, each with a distinct loop id
-  assert 14 in _marked(src) and len(_marked(src)) == len({md for _, md in _disabled(src)}) >= 2, src
+  assert 14 in unroll_disabled_steps(src) and len(unroll_disabled_steps(src)) == len({md for _, md in unroll_disabled(src)}) >= 2, src
 
 def test_a_copy_loop_of_a_few_steps_with_no_loop_inside_may_be_unrolled():
   # a 16-channel weight panel (512 input channels: 32 channels would pass PACK_MAX_BYTES); a 32-channel panel's kh step loads
   # two vectors' rows and is marked (test_row_copy_no_unroll)
-  src = program_source(get_program(_item(Tensor(np.zeros((2, 512, 7, 7), np.float32)).conv2d(Tensor(np.zeros((32, 512, 3, 3), np.float32)), padding=1)).ast,
+  src = program_source(get_program(sink_item(Tensor(np.zeros((2, 512, 7, 7), np.float32)).conv2d(Tensor(np.zeros((32, 512, 3, 3), np.float32)), padding=1)).ast,
                                    host_like_renderer("LLVM", 64, threads=0)))
   # the weight panel's copy: its channel loop (512) is marked, its kh loop (3 steps, the innermost) is not
-  assert _marked(src) == [512] and all(n > COPY_UNROLL_MAX for n in _marked(src))
+  assert unroll_disabled_steps(src) == [512] and all(n > COPY_UNROLL_MAX for n in unroll_disabled_steps(src))
 
 def test_copies_that_are_not_unrolled_give_numpys_values():
   r = np.random.default_rng(5)
   x, w = r.standard_normal((2, 128, 28, 28)).astype(np.float32), r.standard_normal((256, 128, 1, 1)).astype(np.float32)
-  bufs, src = run_item(_item(_downsample(x, w)), host_like_renderer("LLVM", 64 if "avx512f" in host_flags() else 32, threads=0))
-  assert _marked(src)
+  bufs, src = run_item(sink_item(_downsample(x, w)), host_like_renderer("LLVM", 64 if "avx512f" in host_flags() else 32, threads=0))
+  assert unroll_disabled_steps(src)
   ref = np.einsum("nchw,oc->nohw", x[:, :, ::2, ::2].astype(np.float64), w[:, :, 0, 0])
   np.testing.assert_allclose(bufs[0].numpy().reshape(ref.shape), ref, rtol=1e-4, atol=1e-4)
 
@@ -80,7 +58,7 @@ def test_a_plain_copys_contiguous_row_loop_is_not_unrolled(gated, src_step):
   src = device("LLVM").renderer.render("row_copy", _row_copy(gated, src_step))
   # the contiguous, ungated row of 20 vectors is marked, and so is its outer loop of 3 rows (STREAM_OUTER_NO_UNROLL); a gated
   # or strided copy is left to LLVM
-  assert (_marked(src) if "unroll.disable" in src else []) == ([20, 3] if not gated and src_step == 16 else []), src
+  assert unroll_disabled_steps(src) == ([20, 3] if not gated and src_step == 16 else []), src
   x = np.arange(3 * 320 * 2, dtype=np.float32)
   (got, _) = run("LLVM", _row_copy(gated, src_step), [np.zeros(3 * 336, np.float32), x])
   ref = np.zeros((3, 336), np.float32)

@@ -5,19 +5,13 @@ Results against numpy."""
 import re
 import numpy as np
 import pytest
-from cpu_kernels import host_like_renderer, run_item
+from cpu_kernels import host_like_renderer, run_item, sink_item
 from core import Tensor
-from core.ir.ops import Ops
-from core.schedule.kernelize import create_schedule
 from plugin_cpu import renderer as R
-
-def _item(out: Tensor):
-  (item,) = [it for it in create_schedule([out.uop])[0] if it.ast.op is Ops.SINK]
-  return item
 
 def _source(out: Tensor, rnd) -> str:
   from core.codegen.program import get_program, program_source
-  return program_source(get_program(_item(out).ast, rnd))
+  return program_source(get_program(sink_item(out).ast, rnd))
 
 def _counts(src: str) -> list[tuple[int, int]]:
   """(steps, unroll count) of each loop whose back edge carries unroll.count metadata."""
@@ -40,11 +34,11 @@ def _rolled(src: str) -> int:
 def test_a_16_register_tiles_reduce_loop_is_unrolled_to_96_fmas(m, k, n, steps, monkeypatch):
   r = np.random.default_rng(3)
   a, b = r.standard_normal((m, k)).astype(np.float32), r.standard_normal((k, n)).astype(np.float32)
-  bufs, src = run_item(_item(Tensor(a) @ Tensor(b)), host_like_renderer("LLVM", 32, threads=0))
+  bufs, src = run_item(sink_item(Tensor(a) @ Tensor(b)), host_like_renderer("LLVM", 32, threads=0))
   assert _counts(src) and all(c == (steps, 8) for c in _counts(src)), src
   np.testing.assert_allclose(bufs[0].numpy().reshape(m, n), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
   monkeypatch.setattr(R, "FMA_UNROLL_FMAS", 0)
-  off = run_item(_item(Tensor(a) @ Tensor(b)), host_like_renderer("LLVM", 32, threads=0))[1]
+  off = run_item(sink_item(Tensor(a) @ Tensor(b)), host_like_renderer("LLVM", 32, threads=0))[1]
   # each marked loop's enclosing loop (the panels of a group, the row tiles) kept rolled beside the pack's copy loops
   assert _counts(off) == [] and _rolled(src) == _rolled(off) + len(_counts(src)), src
 
@@ -56,7 +50,7 @@ def test_32_register_tiles_and_a_variance_are_not_marked():
   assert _counts(_source(Tensor(a) @ Tensor(b), host_like_renderer("LLVM", 64, threads=0))) == []
   x = r.standard_normal((64, 1024)).astype(np.float32)
   xt = Tensor(x)
-  bufs, src = run_item(_item(((xt - xt.mean(axis=1, keepdim=True)) ** 2).sum(axis=1)), host_like_renderer("LLVM", 32, threads=0))
+  bufs, src = run_item(sink_item(((xt - xt.mean(axis=1, keepdim=True)) ** 2).sum(axis=1)), host_like_renderer("LLVM", 32, threads=0))
   assert _counts(src) == [], src
   ref = ((x.astype(np.float64) - x.mean(axis=1, keepdims=True)) ** 2).sum(axis=1)
   np.testing.assert_allclose(bufs[0].numpy(), ref, rtol=1e-4)

@@ -2,45 +2,26 @@
 most COPY_UNROLL_MAX (a 7x7 conv's kh taps around its kw taps) llvm.loop.unroll.disable (renderer._llvm_copy_end, window):
 LLVM fully unrolls the kw taps, then costs out unrolling the kh loop around them and keeps it rolled, ResNet-18's stem a sixth
 of its compile for the same object. A 3x3 conv's kh taps are left to LLVM (unrolled, they ran faster). Results against numpy."""
-import re
 from collections import Counter
 import numpy as np
 import pytest
-from cpu_kernels import host_like_renderer, run_item
+from cpu_kernels import host_like_renderer, numpy_conv, run_item, sink_item, unroll_disabled_steps
 from core import Tensor
-from core.ir.ops import Ops
-from core.schedule.kernelize import create_schedule
 from plugin_cpu import renderer as R
-
-def _item(out: Tensor):
-  (item,) = [it for it in create_schedule([out.uop])[0] if it.ast.op is Ops.SINK]
-  return item
-
-def _marked(src: str) -> list[int]:
-  """The step counts of the loops whose back edge carries unroll.disable metadata."""
-  return [int(re.search(rf"^{loop}\.head:\n.*\n\s+%t\d+ = icmp slt i32 %ridx\d+, (\d+)", src, re.M).group(1))
-          for loop in re.findall(r"br label %(loop\d+)\.head, !llvm.loop !\d+\n", src)]
 
 def _conv(x: np.ndarray, w: np.ndarray, stride: int, pad: int) -> Tensor:
   return Tensor(x).conv2d(Tensor(w), stride=stride, padding=pad)
-
-def _numpy_conv(x: np.ndarray, w: np.ndarray, stride: int, pad: int) -> np.ndarray:
-  k = w.shape[2]
-  xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-  oh = (xp.shape[2] - k) // stride + 1
-  win = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))[:, :, ::stride, ::stride][:, :, :oh, :oh]
-  return np.einsum("nchwij,ocij->nohw", win, w)
 
 @pytest.mark.parametrize("simd", [32, 64])
 @pytest.mark.parametrize("k,stride,pad,marked", [(7, 2, 3, True), (3, 1, 1, False)])
 def test_a_window_loop_around_short_loops_is_not_unrolled(simd, k, stride, pad, marked, monkeypatch):
   r = np.random.default_rng(7)
   x, w = r.standard_normal((2, 3, 40, 40)).astype(np.float32), r.standard_normal((64, 3, k, k)).astype(np.float32)
-  bufs, src = run_item(_item(_conv(x, w, stride, pad)), host_like_renderer("LLVM", simd, threads=0))
+  bufs, src = run_item(sink_item(_conv(x, w, stride, pad)), host_like_renderer("LLVM", simd, threads=0))
   monkeypatch.setattr(R, "NEST_NO_UNROLL", False)
-  _, off = run_item(_item(_conv(x, w, stride, pad)), host_like_renderer("LLVM", simd, threads=0))
+  _, off = run_item(sink_item(_conv(x, w, stride, pad)), host_like_renderer("LLVM", simd, threads=0))
   # beside the pack copy's loops (marked either way): the 7x7 window's kh loop (7 steps, the kw loop inside); a 3x3 conv's
   # kh taps are not
-  assert set(Counter(_marked(src)) - Counter(_marked(off))) == ({k} if marked else set()), src
-  ref = _numpy_conv(x, w, stride, pad)
+  assert set(Counter(unroll_disabled_steps(src)) - Counter(unroll_disabled_steps(off))) == ({k} if marked else set()), src
+  ref = numpy_conv(x, w, stride, pad)
   np.testing.assert_allclose(bufs[0].numpy().reshape(ref.shape), ref, rtol=1e-4, atol=1e-4)
