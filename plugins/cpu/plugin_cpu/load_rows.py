@@ -63,10 +63,6 @@ def column_rows(sink: UOp) -> dict[UOp, UOp]:
         for j, col in enumerate(transpose_rows([[r] for r in rows], pad)[:m]): sub[at[a + j]] = col
   return sub
 
-def load_rows(sink: UOp) -> UOp | None:
-  """The kernel with its tiles of gathered columns read as rows (column_rows), or None where it has none."""
-  return sink.substitute(sub) if (sub := column_rows(sink)) else None
-
 class RowLoads:
   """The LLVM renderer's rules' ctx for one kernel: its columns' rows (column_rows of the kernel as lowered, before the rules,
   which rewrite no load, index or gathered VECTORIZE), found when the rules first meet a VECTORIZE. Each column is so replaced

@@ -11,9 +11,14 @@ from core.ir.ops import UOp, Ops
 from core.ir.pattern import graph_rewrite
 from core.schedule.kernelize import create_schedule
 import plugin_cpu.load_rows as LR
-from plugin_cpu.load_rows import RowLoads, load_rows, pm_load_rows
+from plugin_cpu.load_rows import RowLoads, column_rows, pm_load_rows
 from plugin_cpu.renderer import host_flags
 from plugin_cpu.tile_rows import ROW_ARG
+
+def _load_rows(sink: UOp) -> UOp | None:
+  """The kernel with its tiles of gathered columns read as rows in one substitution (the reference for pm_load_rows' per-column
+  rule), or None where it has none."""
+  return sink.substitute(sub) if (sub := column_rows(sink)) else None
 
 def _param(slot: int) -> UOp: return UOp(Ops.PARAM, dtypes.float32.ptr(4096), arg=slot)
 
@@ -36,7 +41,7 @@ def _stored_values(sink: UOp) -> list[UOp]: return [s.src[1] for s in sink.src]
 
 def test_gathered_columns_are_rows_transposed():
   buf, base = _param(1), UOp.variable("b", 0, 64)
-  sink = load_rows(_sink(_gathers(buf, base, 100, [5, 6, 7]), _param(0)))
+  sink = _load_rows(_sink(_gathers(buf, base, 100, [5, 6, 7]), _param(0)))
   assert sink is not None
   rows = [u for u in sink.toposort() if u.op is Ops.LOAD]
   # 16 rows of 3 floats, each one vector of 4 lanes with the fourth masked off, none loaded a lane at a time
@@ -50,7 +55,7 @@ def test_gathered_columns_are_rows_transposed():
 
 def test_longer_rows_go_in_pieces_of_at_most_eight():
   buf, base = _param(1), UOp.variable("b", 0, 64)
-  sink = load_rows(_sink(_gathers(buf, base, 200, list(range(14))), _param(0)))
+  sink = _load_rows(_sink(_gathers(buf, base, 200, list(range(14))), _param(0)))
   rows = [u for u in sink.toposort() if u.op is Ops.LOAD]
   # 14 columns as 7 + 7: 32 rows of 8 lanes under a 7-lane mask
   assert len(rows) == 32 and all(r.dtype.count == 8 and [g.arg for g in r.src[0].src[2].src].count(True) == 7 for r in rows)
@@ -61,19 +66,19 @@ def test_longer_rows_go_in_pieces_of_at_most_eight():
 
 def test_what_is_no_tile_keeps_its_gathers():
   buf, base = _param(1), UOp.variable("b", 0, 64)
-  assert load_rows(_sink(_gathers(buf, base, 100, [0]), _param(0))) is None   # one column
-  assert load_rows(_sink(_gathers(buf, base, 100, [0, 2]), _param(0))) is None   # columns not neighbours
-  assert load_rows(_sink(_gathers(buf, base, 0, [0, 1]), _param(0))) is None   # broadcasts
+  assert _load_rows(_sink(_gathers(buf, base, 100, [0]), _param(0))) is None   # one column
+  assert _load_rows(_sink(_gathers(buf, base, 100, [0, 2]), _param(0))) is None   # columns not neighbours
+  assert _load_rows(_sink(_gathers(buf, base, 0, [0, 1]), _param(0))) is None   # broadcasts
   # a buffer the kernel stores to: its loads keep their order with its stores
   sink = _sink(_gathers(buf, base, 100, [0, 1]), _param(0))
-  assert load_rows(sink.replace(src=sink.src + (buf.index(base).store(UOp.const(dtypes.float32, 1.0)),))) is None
+  assert _load_rows(sink.replace(src=sink.src + (buf.index(base).store(UOp.const(dtypes.float32, 1.0)),))) is None
 
 def test_the_rule_replaces_each_column_as_the_substitution_does():
   # pm_load_rows with the kernel's RowLoads as ctx replaces each column where the walk meets it: the graph load_rows gives
   buf, base = _param(1), UOp.variable("b", 0, 64)
   for cols in ([5, 6, 7], list(range(14))):
     sink = _sink(_gathers(buf, base, 100, cols), _param(0))
-    assert (out := graph_rewrite(sink, pm_load_rows, RowLoads(sink))) is load_rows(sink) and out is not sink
+    assert (out := graph_rewrite(sink, pm_load_rows, RowLoads(sink))) is _load_rows(sink) and out is not sink
   assert graph_rewrite(sink, pm_load_rows) is sink   # no ctx (the matcher on its own): nothing found
 
 def test_the_renderers_rules_read_a_convs_rows_as_the_substituted_kernel():
@@ -87,7 +92,7 @@ def test_the_renderers_rules_read_a_convs_rows_as_the_substituted_kernel():
   rnd.rules_ctx = lambda sink: seen.append(sink) or make(sink)   # type: ignore[method-assign]
   get_program(_conv_item(z, np.zeros((32, 32, 3, 3), np.float32), z).ast, rnd)
   (sink,) = seen
-  assert (rows := load_rows(sink)) is not None
+  assert (rows := _load_rows(sink)) is not None
   out = graph_rewrite(sink, rnd.extra_matcher, make(sink))
   assert out is graph_rewrite(rows, rnd.extra_matcher) and not any(_column_of_loads(u) for u in out.toposort())
 
