@@ -2,8 +2,8 @@
 says one is cheap, else in the output row), the output loop reads it."""
 from __future__ import annotations
 from typing import Callable
-from core.ir.dtype import AddrSpace, PtrDType, dtypes, global_nbytes
-from core.ir.ops import UOp, Ops, GroupOp, AxisType, EXP2_NONPOSITIVE
+from core.ir.dtype import AddrSpace, PtrDType, dtypes
+from core.ir.ops import UOp, Ops, GroupOp, AxisType, EXP2_NONPOSITIVE, params_nbytes
 from core.codegen.decompose import EXP2_SCALED, EXP2_SCALE
 
 # values worth a store and a load per element instead of their recomputation (a softmax's exp: ~25 vector ops)
@@ -205,7 +205,7 @@ def max_ahead(sink: UOp, stream_bytes: int = 0) -> UOp:
   carried = {done[0]: acc.after(first, r0)}
   later = [e.substitute(carried) for e in later]
   body = top.src[0].substitute(carried)
-  streamed = stream_bytes > 0 and sum(global_nbytes(u.dtype) for u in nodes if u.op is Ops.PARAM) >= stream_bytes
+  streamed = stream_bytes > 0 and params_nbytes(nodes) >= stream_bytes
   # a streamed softmax writes row r-1's output in row r's exp loop (_pipelined), the last row's after the row loop
   tail: Callable[[UOp], UOp] | None = None
   if streamed and PIPELINE and (piped := _pipelined(body, r0, n, first, max(u.arg + 1 for u in nodes if u.op is Ops.DEFINE_REG

@@ -3,7 +3,7 @@ from __future__ import annotations
 import enum, itertools, math, operator, struct, weakref
 from _weakref import _remove_dead_weakref  # type: ignore[attr-defined]
 from typing import Any, Callable, Container, Generic, Iterable, Iterator, Sequence, TypeVar, Union, overload
-from core.ir.dtype import ConstType, DType, PtrDType, dtypes, truncate, AddrSpace, dtype_min, dtype_max
+from core.ir.dtype import ConstType, DType, PtrDType, dtypes, truncate, AddrSpace, dtype_min, dtype_max, global_nbytes
 from core.helpers import prod, fast_members, int_enum, IntEnumBody
 
 # EXP2's arg where its source is known to be <= 0 or NaN, as (x - max(x)) * c with c > 0 is: exp2 can't overflow there
@@ -651,6 +651,10 @@ def map_arg(arg: Any, fn: Callable[[UOp], Any]) -> Any:
   if isinstance(arg, UOp): return fn(arg)
   if isinstance(arg, tuple): return tuple(map_arg(a, fn) for a in arg)
   return arg
+
+def params_nbytes(nodes: Iterable[UOp]) -> int:
+  """The bytes of the global buffers (PARAMs) among `nodes` (distinct: a toposort), a kernel's footprint."""
+  return sum(global_nbytes(u.dtype) for u in nodes if u.op is Ops.PARAM)
 
 def union_of(sets: dict[UOp, frozenset[UOp]], srcs: Iterable[UOp]) -> frozenset[UOp]:
   """The union of the sets of `srcs` (those `sets` has), returned as one of them where it holds the others: in per-node walks

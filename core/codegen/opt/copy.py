@@ -1,7 +1,6 @@
 """Copy kernels that transpose (a.T.contiguous(), NCHW <-> NHWC): the loop order around their register tiles."""
 from __future__ import annotations
-from core.ir.dtype import global_nbytes
-from core.ir.ops import Ops, AxisType, UOp
+from core.ir.ops import Ops, AxisType, UOp, params_nbytes
 from core.codegen.opt.kernel import Kernel, range_size
 from core.codegen.opt.expander import contiguous_offset, strided_offset
 
@@ -78,7 +77,7 @@ def stores_cached(k: Kernel) -> bool:
   """The renderer stores this kernel's output plainly, into caches that hold its buffers: they total under its `stream_min_bytes`
   (0: not known, as where it never streams)."""
   bound = k.renderer.stream_min_bytes
-  return bound > 0 and sum(global_nbytes(u.dtype) for u in k.ast.toposort() if u.op is Ops.PARAM) < bound
+  return bound > 0 and params_nbytes(k.ast.toposort()) < bound
 
 def stores_streamed(k: Kernel) -> bool:
   """The renderer streams this kernel's stores (non-temporal: its buffers total its `stream_min_bytes` or more, where known)."""

@@ -2,8 +2,8 @@
 from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
-from core.ir.ops import UOp, Ops, AxisType, GroupOp, reduce_op
-from core.ir.dtype import dtypes, global_nbytes
+from core.ir.ops import UOp, Ops, AxisType, GroupOp, reduce_op, params_nbytes
+from core.ir.dtype import dtypes
 from core.ir.pattern import graph_rewrite
 from core.ir.symbolic import symbolic
 from core.helpers import ContextVar, prod
@@ -1339,7 +1339,7 @@ def hand_coded(k: Kernel) -> Kernel:
   # 8192x1024 0.85-0.95, 1024x8192 0.83-1.01, 4096x2048 0.89-0.93; 32 MiB 2048^2 0.64-0.86, a.T + 1 0.77-0.80
   if strip and STRIP_ALONE_TILES and not (threads > 1 and work >= MIN_THREADED_WORK) and \
      _unrolls_part(k, split, len(loads), STRIP_ALONE_TILES) and nc % STRIP_ALONE_TILES == 0 and \
-     sum(global_nbytes(u.dtype) for u in k.ast.toposort() if u.op is Ops.PARAM) >= STRIP_ALONE_SPAN * rnd.stream_min_bytes:
+     params_nbytes(k.ast.toposort()) >= STRIP_ALONE_SPAN * rnd.stream_min_bytes:
     strip = min(strip, STRIP_ALONE_TILES)
   parts = False   # thread blocks that are parts of the strips above
   if threads > 0 and work >= MIN_THREADED_WORK:
